@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make run` launches the chat, `make test` runs every test.
+# Both create .venv and install the project into it first (`make setup`, quick when nothing changed).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# Extra arguments for `make run`, e.g. make run ARGS="--iface 10.77.0.1 --name Ann"
+ARGS   ?=
+
+.PHONY: setup run test check-python check-java bench-mop clean
+
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "M2MC needs Python 3.11 or newer; '$(PYTHON)' is $$($(PYTHON) --version 2>&1 || echo missing)."; \
+	  echo "Install python3.11 (or newer) and python3-venv, or run: make PYTHON=/path/to/python3.11"; exit 1; }
+
+check-java:
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1); \
+	if [ -z "$$v" ]; then echo "The analytics (PySpark) need Java 17 or newer, and no 'java' was found. Install openjdk-17-jre-headless."; exit 1; fi; \
+	if [ "$$v" -lt 17 ]; then echo "The analytics (PySpark) need Java 17 or newer; 'java' is version $$v. Install openjdk-17-jre-headless."; exit 1; fi
+
+$(STAMP): pyproject.toml packaging/system-deps.sh
+	@$(MAKE) --no-print-directory check-python
+	@bash packaging/system-deps.sh
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip 2>/dev/null || true
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	@if [ -x $(BIN)/m2mc-chat ]; then exec $(BIN)/m2mc-chat $(ARGS); \
+	elif [ -x $(BIN)/m2mc-peer ]; then echo "m2mc-chat is not built yet; running the headless peer m2mc-peer (JSON-RPC on stdin)."; exec $(BIN)/m2mc-peer $(ARGS); \
+	else echo "No chat program is built yet; running the S_b ordering benchmark instead."; exec $(BIN)/python -m app.bench.mop --quick; fi
+
+test: setup check-java
+	$(BIN)/python -m pytest
+
+bench-mop: setup
+	$(BIN)/python -m app.bench.mop
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Composition roots and command-line entry points of M2MC."""

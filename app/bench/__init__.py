@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print figures (run by hand, never timed unit tests)."""

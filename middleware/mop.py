@@ -1,0 +1,182 @@
+"""MOP: the S_b message ordering core, as a pure state machine.
+
+S_b order (the "said-before" order of the S_b paper) relates a message to the
+message it answers.  A reply is delivered only after its parent; a thread root
+(parent ``None``, the paper's OTR) and every message unrelated to what is
+missing are delivered the moment they arrive.
+
+The paper keeps out-of-order messages in a table (OSMT) that it scans linearly
+for each delivery.  Here held messages are indexed by the parent they wait for,
+so each message costs O(1) amortized, and the delivered ids (the paper's
+Ordering List) are per-sender seqno range sets: O(senders + gaps) memory.
+
+No sockets, threads or clocks: callers feed messages in and get the deliverable
+ones back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Iterator
+
+from .rangeset import RangeSet
+
+Mid = tuple[Hashable, int]
+"""``(sender pid, seqno)``."""
+
+Delivery = tuple[Mid, "Mid | None", Any]
+"""``(mid, parent, payload)`` as handed back by :meth:`SbOrderer.receive`."""
+
+DEFAULT_MAX_HELD = 100_000
+
+
+class SbOrderer:
+    """Delivers messages in S_b order: every reply after the message it answers.
+
+    ``max_held`` bounds the messages waiting for a parent; past it the oldest
+    waiting message is evicted (and counted in ``evicted``), so a hostile sender
+    that names parents which never come cannot grow memory without limit.
+    """
+
+    __slots__ = ("_delivered", "_held", "_waiting", "max_held", "evicted", "duplicates", "rejected")
+
+    def __init__(self, max_held: int = DEFAULT_MAX_HELD) -> None:
+        if max_held < 1:
+            raise ValueError("max_held must be at least 1")
+        self._delivered: dict[Hashable, RangeSet] = {}
+        # mid -> (parent, payload); dict order is arrival order, so the first key is the oldest.
+        self._held: dict[Mid, tuple[Mid, Any]] = {}
+        # parent mid -> the held message that answers it, or a list of them in arrival
+        # order.  Most parents have one waiting reply; storing it bare saves a list
+        # (a garbage-collected object) per held message.
+        self._waiting: dict[Mid, Mid | list[Mid]] = {}
+        self.max_held = max_held
+        self.evicted = 0
+        self.duplicates = 0
+        self.rejected = 0
+
+    # -- input ---------------------------------------------------------------
+
+    def receive(self, mid: Mid, parent: Mid | None, payload: Any = None) -> list[Delivery]:
+        """Accept one message; return those that became deliverable, in S_b order.
+
+        The list is empty when the message waits for its parent or is a
+        duplicate; otherwise it starts with the message itself, followed by its
+        waiting descendants, depth first.
+        """
+        pid, seqno = mid
+        seen = self._delivered.get(pid)
+        if seen is None:
+            seen = self._delivered[pid] = RangeSet()
+        if seqno in seen:
+            self.duplicates += 1
+            return []
+        held = self._held
+        if held and mid in held:
+            self.duplicates += 1
+            return []
+        if parent is not None:
+            parent_seen = self._delivered.get(parent[0])
+            if parent_seen is None or parent[1] not in parent_seen:
+                if parent == mid:
+                    self.rejected += 1
+                else:
+                    self._hold(mid, parent, payload)
+                return []
+        seen.add(seqno)
+        delivered = [(mid, parent, payload)]
+        if self._waiting and mid in self._waiting:
+            self._release(mid, delivered)
+        return delivered
+
+    def mark_delivered(self, mid: Mid) -> list[Delivery]:
+        """Record ``mid`` as delivered without a payload (e.g. restored from a store).
+
+        Returns the held messages this releases, like :meth:`receive`.
+        """
+        seen = self._delivered.setdefault(mid[0], RangeSet())
+        if not seen.add(mid[1]):
+            return []
+        self._held.pop(mid, None)
+        released: list[Delivery] = []
+        if mid in self._waiting:
+            self._release(mid, released)
+        return released
+
+    def _hold(self, mid: Mid, parent: Mid, payload: Any) -> None:
+        self._held[mid] = (parent, payload)
+        waiting = self._waiting.get(parent)
+        if waiting is None:
+            self._waiting[parent] = mid
+        elif type(waiting) is list:
+            waiting.append(mid)
+        else:
+            self._waiting[parent] = [waiting, mid]
+        if len(self._held) > self.max_held:
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        oldest = next(iter(self._held))
+        parent, _ = self._held.pop(oldest)
+        siblings = self._waiting[parent]
+        if type(siblings) is list and len(siblings) > 1:
+            siblings.remove(oldest)
+        else:
+            del self._waiting[parent]
+        self.evicted += 1
+
+    def _release(self, root: Mid, out: list[Delivery]) -> None:
+        """Deliver every held descendant of ``root``, depth first, parents first."""
+        held, waiting, delivered = self._held, self._waiting, self._delivered
+        children = waiting.pop(root)
+        stack = children[::-1] if type(children) is list else [children]
+        while stack:
+            mid = stack.pop()
+            parent, payload = held.pop(mid)
+            seen = delivered.get(mid[0])
+            if seen is None:
+                seen = delivered[mid[0]] = RangeSet()
+            seen.add(mid[1])
+            out.append((mid, parent, payload))
+            if mid in waiting:
+                children = waiting.pop(mid)
+                if type(children) is list:
+                    stack.extend(reversed(children))
+                else:
+                    stack.append(children)
+
+    # -- queries -------------------------------------------------------------
+
+    def is_delivered(self, mid: Mid) -> bool:
+        seen = self._delivered.get(mid[0])
+        return seen is not None and mid[1] in seen
+
+    @property
+    def pending(self) -> int:
+        """How many messages are held, waiting for a parent."""
+        return len(self._held)
+
+    def held(self) -> Iterator[tuple[Mid, Mid]]:
+        """``(mid, parent)`` of every held message, oldest first."""
+        for mid, (parent, _) in self._held.items():
+            yield mid, parent
+
+    def waiting_for(self) -> set[Mid]:
+        """Parents that held messages wait for and that have not arrived at all.
+
+        These are what loss recovery should ask for; parents that are
+        themselves held are left out, since they are here and wait in turn.
+        """
+        return {parent for parent in self._waiting if parent not in self._held}
+
+    def delivered_ranges(self) -> dict[Hashable, list[tuple[int, int]]]:
+        """Per sender, the delivered seqnos as inclusive ``(first, last)`` ranges."""
+        return {pid: seen.ranges() for pid, seen in self._delivered.items() if seen}
+
+    def delivered_set(self, pid: Hashable) -> RangeSet:
+        """The live set of ``pid``'s delivered seqnos (do not modify it)."""
+        return self._delivered.get(pid) or RangeSet()
+
+    def highest_delivered(self, pid: Hashable) -> int:
+        seen = self._delivered.get(pid)
+        top = seen.max() if seen else None
+        return top if top is not None else 0

@@ -1,0 +1,395 @@
+"""The M2MC datagram codec: msgpack envelopes, strictly validated on the way in.
+
+Every datagram is a msgpack array ``[version, type, sender_pid, body]`` where ``body``
+is the array of the type's fields in the order their dataclass declares them.
+``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it
+cannot turn into a well-formed message raises :class:`WireError` and nothing else.
+
+Limits (all enforced by both ``encode`` and ``decode``):
+
+=====================  ==========================================================
+``MAX_DATAGRAM``       65,000 bytes: fits one IPv4 UDP datagram (65,507) with room
+``MAX_ID``             64 characters for a peer id (pid) or group id (gid)
+``MAX_NAME``           64 characters for a display name
+``MAX_DESC``           200 characters for a group description
+``MAX_TEXT``           8,000 characters for a chat message's text
+``MAX_ITEMS``          10,000 entries in any list (members, ranges, messages)
+=====================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import msgpack
+
+VERSION = 1
+MAX_DATAGRAM = 65_000
+MAX_ID = 64
+MAX_NAME = 64
+MAX_DESC = 200
+MAX_TEXT = 8_000
+MAX_ITEMS = 10_000
+MAX_SEQNO = 2**63 - 1
+
+Mid = tuple[str, int]
+"""A message id: (sender pid, seqno). Seqnos count from 1 per sender per group."""
+
+SeqRanges = tuple[tuple[int, int], ...]
+"""Inclusive seqno ranges ``((first, last), ...)``, ascending and disjoint."""
+
+
+class WireError(ValueError):
+    """A datagram that is not a well-formed M2MC message (or cannot become one)."""
+
+
+class MsgType(enum.IntEnum):
+    DATA = 1
+    ADV = 2
+    GROUPS_INFO = 3
+    JOIN = 4
+    LEAVE = 5
+    SYNC_REQ = 6
+    SYNC_RESP = 7
+    NAK = 8
+    HEARTBEAT = 9
+
+
+# ---------------------------------------------------------------------------
+# Field validators: each takes the decoded msgpack value and the field's name,
+# returns the Python value, or raises WireError.  They are also run by encode,
+# so a message that could not be decoded is never sent.
+
+
+def _fail(name: str, why: str) -> WireError:
+    return WireError(f"field {name!r}: {why}")
+
+
+def _string(max_len: int, *, allow_empty: bool = False) -> Callable[[Any, str], str]:
+    def check(value: Any, name: str) -> str:
+        if type(value) is not str:
+            raise _fail(name, f"expected a string, got {type(value).__name__}")
+        if len(value) > max_len:
+            raise _fail(name, f"{len(value)} characters, limit is {max_len}")
+        if not value and not allow_empty:
+            raise _fail(name, "must not be empty")
+        return value
+
+    return check
+
+
+def _uint(max_value: int = MAX_SEQNO) -> Callable[[Any, str], int]:
+    def check(value: Any, name: str) -> int:
+        if type(value) is not int or not 0 <= value <= max_value:
+            raise _fail(name, f"expected an integer in 0..{max_value}, got {value!r:.40}")
+        return value
+
+    return check
+
+
+def _bool(value: Any, name: str) -> bool:
+    if type(value) is not bool:
+        raise _fail(name, f"expected a boolean, got {type(value).__name__}")
+    return value
+
+
+_pid = _string(MAX_ID)
+_gid = _string(MAX_ID)
+_seqno = _uint()
+_millis = _uint()
+
+
+def _positive_seqno(value: Any, name: str) -> int:
+    if _seqno(value, name) == 0:
+        raise _fail(name, "seqnos start at 1")
+    return value
+
+
+def _list_of(item: Callable[[Any, str], Any]) -> Callable[[Any, str], tuple]:
+    def check(value: Any, name: str) -> tuple:
+        if type(value) is not list:
+            raise _fail(name, f"expected a list, got {type(value).__name__}")
+        if len(value) > MAX_ITEMS:
+            raise _fail(name, f"{len(value)} items, limit is {MAX_ITEMS}")
+        return tuple(item(v, name) for v in value)
+
+    return check
+
+
+def _fixed(*items: Callable[[Any, str], Any]) -> Callable[[Any, str], tuple]:
+    def check(value: Any, name: str) -> tuple:
+        if type(value) is not list or len(value) != len(items):
+            raise _fail(name, f"expected a list of {len(items)} values")
+        return tuple(check_item(v, name) for check_item, v in zip(items, value))
+
+    return check
+
+
+_mid_fields = _fixed(_pid, _positive_seqno)
+
+
+def _mid(value: Any, name: str) -> Mid:
+    return _mid_fields(value, name)
+
+
+def _optional_mid(value: Any, name: str) -> Mid | None:
+    return None if value is None else _mid(value, name)
+
+
+_range = _fixed(_seqno, _seqno)
+
+
+def _ranges(value: Any, name: str) -> SeqRanges:
+    ranges = _list_of(_range)(value, name)
+    previous_last = 0
+    for first, last in ranges:
+        if first == 0 or last < first or first <= previous_last:
+            raise _fail(name, "ranges must be ascending, disjoint and start at 1")
+        previous_last = last
+    return ranges
+
+
+_member = _fixed(_pid, _string(MAX_NAME, allow_empty=True))
+_digest = _list_of(_fixed(_pid, _ranges))
+
+
+def _unpack_obj(cls: type) -> Callable[[Any, str], Any]:
+    """Validator for a nested message-like dataclass sent as a positional array."""
+
+    def check(value: Any, name: str) -> Any:
+        if type(value) is not list or len(value) != len(cls.FIELDS):
+            raise _fail(name, f"expected a list of {len(cls.FIELDS)} values")
+        return cls(*(v(x, f"{name}.{n}") for (n, v), x in zip(cls.FIELDS, value)))
+
+    return check
+
+
+# ---------------------------------------------------------------------------
+# Messages.  FIELDS lists (name, validator) in wire order; it must match the
+# dataclass's own field order.
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    """A chat message: the MOP's ``<mid_c, mid_p, data>`` plus what a reader needs."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DATA
+    gid: str
+    seqno: int
+    parent: Mid | None
+    sent_at: int
+    name: str
+    text: str
+
+    FIELDS: ClassVar = (
+        ("gid", _gid),
+        ("seqno", _positive_seqno),
+        ("parent", _optional_mid),
+        ("sent_at", _millis),
+        ("name", _string(MAX_NAME, allow_empty=True)),
+        ("text", _string(MAX_TEXT, allow_empty=True)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A DATA message carried inside a sync answer: the sender travels with it."""
+
+    sender: str
+    seqno: int
+    parent: Mid | None
+    sent_at: int
+    name: str
+    text: str
+
+    FIELDS: ClassVar = (("sender", _pid),) + Data.FIELDS[1:]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """The GJLP's grpInfo: a group, its data channel and its current and left members."""
+
+    gid: str
+    desc: str
+    addr: str
+    port: int
+    private: bool
+    members: tuple[tuple[str, str], ...]
+    left: tuple[tuple[str, str], ...]
+
+    FIELDS: ClassVar = (
+        ("gid", _gid),
+        ("desc", _string(MAX_DESC, allow_empty=True)),
+        ("addr", _string(15)),
+        ("port", _uint(65535)),
+        ("private", _bool),
+        ("members", _list_of(_member)),
+        ("left", _list_of(_member)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Adv:
+    """GJLP advertisement: "I am here, tell me your groups"."""
+
+    TYPE: ClassVar[MsgType] = MsgType.ADV
+    name: str
+
+    FIELDS: ClassVar = (("name", _string(MAX_NAME, allow_empty=True)),)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsInfo:
+    TYPE: ClassVar[MsgType] = MsgType.GROUPS_INFO
+    groups: tuple[GroupInfo, ...]
+
+    FIELDS: ClassVar = (("groups", _list_of(_unpack_obj(GroupInfo))),)
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    TYPE: ClassVar[MsgType] = MsgType.JOIN
+    gid: str
+    name: str
+
+    FIELDS: ClassVar = (("gid", _gid), ("name", _string(MAX_NAME, allow_empty=True)))
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    TYPE: ClassVar[MsgType] = MsgType.LEAVE
+    gid: str
+
+    FIELDS: ClassVar = (("gid", _gid),)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReq:
+    """MSP request: what the requester holds, as per-sender seqno ranges."""
+
+    TYPE: ClassVar[MsgType] = MsgType.SYNC_REQ
+    gid: str
+    sync_seqno: int
+    digest: tuple[tuple[str, SeqRanges], ...]
+
+    FIELDS: ClassVar = (("gid", _gid), ("sync_seqno", _seqno), ("digest", _digest))
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResp:
+    """MSP answer to ``requester``'s request ``sync_seqno``: messages it lacks."""
+
+    TYPE: ClassVar[MsgType] = MsgType.SYNC_RESP
+    gid: str
+    requester: str
+    sync_seqno: int
+    messages: tuple[StoredMessage, ...]
+
+    FIELDS: ClassVar = (
+        ("gid", _gid),
+        ("requester", _pid),
+        ("sync_seqno", _seqno),
+        ("messages", _list_of(_unpack_obj(StoredMessage))),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Nak:
+    """Repair request: ``target``'s messages in ``ranges`` are missing here."""
+
+    TYPE: ClassVar[MsgType] = MsgType.NAK
+    gid: str
+    target: str
+    ranges: SeqRanges
+
+    FIELDS: ClassVar = (("gid", _gid), ("target", _pid), ("ranges", _ranges))
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The sender's highest seqno in each of its groups, so a lost tail is noticed."""
+
+    TYPE: ClassVar[MsgType] = MsgType.HEARTBEAT
+    highest: tuple[tuple[str, int], ...]
+
+    FIELDS: ClassVar = (("highest", _list_of(_fixed(_gid, _seqno))),)
+
+
+Message = Data | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat
+
+_BY_TYPE: dict[int, type] = {
+    cls.TYPE: cls for cls in (Data, Adv, GroupsInfo, Join, Leave, SyncReq, SyncResp, Nak, Heartbeat)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A decoded datagram: who sent it and what it says."""
+
+    sender: str
+    message: Message
+
+
+def _to_wire(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return [_to_wire(getattr(value, name)) for name, _ in value.FIELDS]
+    if isinstance(value, (tuple, list)):
+        return [_to_wire(v) for v in value]
+    return value
+
+
+def encode(sender: str, message: Message) -> bytes:
+    """Serialize ``message`` from ``sender``; raises WireError if it breaks a limit."""
+    if type(message) not in _BY_TYPE.values():
+        raise WireError(f"cannot encode {type(message).__name__}")
+    body = _to_wire(message)
+    data = msgpack.packb([VERSION, int(message.TYPE), sender, body], use_bin_type=True)
+    # Round-trip through the validators so every limit is enforced at the sender too.
+    decode(data)
+    return data
+
+
+def _unpack(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            max_str_len=MAX_DATAGRAM,
+            max_bin_len=0,
+            max_array_len=MAX_ITEMS,
+            max_map_len=0,
+            max_ext_len=0,
+        )
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise WireError(f"not a single msgpack value: {exc}") from None
+    except (ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
+        raise WireError(f"malformed msgpack: {exc}") from None
+
+
+def decode(data: bytes) -> Envelope:
+    """Parse one datagram.  Raises :class:`WireError` (only) on anything malformed."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise WireError(f"expected bytes, got {type(data).__name__}")
+    if len(data) > MAX_DATAGRAM:
+        raise WireError(f"datagram of {len(data)} bytes exceeds {MAX_DATAGRAM}")
+    if not data:
+        raise WireError("empty datagram")
+    value = _unpack(bytes(data))
+    if type(value) is not list or len(value) != 4:
+        raise WireError("envelope must be [version, type, sender, body]")
+    version, type_code, sender, body = value
+    if version != VERSION or type(version) is not int:
+        raise WireError(f"unsupported protocol version {version!r:.20}")
+    cls = _BY_TYPE.get(type_code) if type(type_code) is int else None
+    if cls is None:
+        raise WireError(f"unknown message type {type_code!r:.20}")
+    sender = _pid(sender, "sender")
+    if type(body) is not list or len(body) != len(cls.FIELDS):
+        raise WireError(f"{cls.TYPE.name} body must be a list of {len(cls.FIELDS)} fields")
+    fields = [check(v, name) for (name, check), v in zip(cls.FIELDS, body)]
+    return Envelope(sender, cls(*fields))

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages M2MC needs beyond Python itself, when any is missing.
+#   runtime: the X11/xcb libraries Qt's xcb platform plugin loads (a desktop session)
+#   tests:   iproute2 and iptables, for the private network-namespace LAN tests
+# As root it installs what is missing with apt-get; otherwise it prints the command.
+set -euo pipefail
+
+packages=(
+  libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xkb1 libxcb-randr0
+  libxcb-render-util0 libxcb-image0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3
+  iproute2 iptables
+)
+
+command -v dpkg-query >/dev/null || { echo "system-deps: not a Debian/Ubuntu system; install the equivalents of: ${packages[*]}" >&2; exit 0; }
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "system-deps: missing Debian packages: ${missing[*]}" >&2
+  echo "system-deps: install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 0
+fi
+echo "system-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,163 @@
+"""S_b ordering core: the paper's illustration, hostile input and delivery properties."""
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from middleware.mop import SbOrderer
+
+B1, B2, B3, B4, A1 = ("B", 1), ("B", 2), ("B", 3), ("B", 4), ("A", 1)
+
+
+def mids(deliveries):
+    return [mid for mid, _, _ in deliveries]
+
+
+def test_paper_illustration():
+    orderer = SbOrderer()
+    assert mids(orderer.receive(B1, None, "q")) == [B1]
+    assert orderer.receive(B3, B2, "x") == []
+    assert orderer.receive(B4, B3, "y") == []
+    assert orderer.pending == 2
+    assert orderer.waiting_for() == {B2}
+    assert mids(orderer.receive(B2, B1, "z")) == [B2, B3, B4]
+    assert orderer.pending == 0
+    assert mids(orderer.receive(A1, B2, "answer")) == [A1]
+    assert orderer.delivered_ranges() == {"B": [(1, 4)], "A": [(1, 1)]}
+
+
+def test_payload_and_parent_travel_with_delivery():
+    orderer = SbOrderer()
+    orderer.receive(B2, B1, "reply")
+    assert orderer.receive(B1, None, "root") == [(B1, None, "root"), (B2, B1, "reply")]
+
+
+def test_unrelated_messages_never_wait():
+    orderer = SbOrderer()
+    assert orderer.receive(B3, B2, "held") == []
+    assert mids(orderer.receive(A1, None, "other thread")) == [A1]
+    assert mids(orderer.receive(("A", 2), A1, "reply in other thread")) == [("A", 2)]
+
+
+def test_release_is_depth_first_parent_first():
+    orderer = SbOrderer()
+    root = ("r", 1)
+    a, b, a1, a2, b1 = ("x", 1), ("y", 1), ("x", 2), ("y", 2), ("x", 3)
+    for mid, parent in [(a1, a), (b1, b), (a, root), (a2, a), (b, root)]:
+        assert orderer.receive(mid, parent) == []
+    assert mids(orderer.receive(root, None)) == [root, a, a1, a2, b, b1]
+
+
+def test_duplicates_deliver_nothing():
+    orderer = SbOrderer()
+    orderer.receive(B2, B1)
+    assert orderer.receive(B2, B1) == []  # duplicate while held
+    orderer.receive(B1, None)
+    assert orderer.receive(B1, None) == []
+    assert orderer.receive(B2, B1) == []
+    assert orderer.duplicates == 3
+
+
+def test_self_parent_and_cycle_never_deliver_and_never_loop():
+    orderer = SbOrderer()
+    assert orderer.receive(("x", 1), ("x", 1)) == []
+    assert orderer.rejected == 1
+    assert orderer.receive(("c", 1), ("c", 2)) == []
+    assert orderer.receive(("c", 2), ("c", 1)) == []
+    assert orderer.pending == 2
+    assert orderer.waiting_for() == set()  # both parents are here, held in a cycle
+    assert mids(orderer.receive(("ok", 1), None)) == [("ok", 1)]
+
+
+def test_held_store_is_bounded_and_evicts_oldest():
+    orderer = SbOrderer(max_held=100)
+    for seq in range(1, 1001):
+        orderer.receive(("evil", seq), ("ghost", seq))
+    assert orderer.pending == 100
+    assert orderer.evicted == 900
+    # The survivors are the newest; an evicted message is simply not delivered later.
+    assert mids(orderer.receive(("ghost", 1000), None)) == [("ghost", 1000), ("evil", 1000)]
+    assert mids(orderer.receive(("ghost", 1), None)) == [("ghost", 1)]
+
+
+def test_mark_delivered_restores_state_and_releases():
+    orderer = SbOrderer()
+    assert orderer.receive(B2, B1) == []
+    assert mids(orderer.mark_delivered(B1)) == [B2]
+    assert orderer.is_delivered(B1) and orderer.is_delivered(B2)
+    assert orderer.mark_delivered(B1) == []
+
+
+def test_delivered_state_is_compact_for_contiguous_seqnos():
+    orderer = SbOrderer()
+    for seq in range(1, 100_001):
+        orderer.receive(("s", seq), None)
+    orderer.receive(("s", 100_005), None)
+    assert orderer.delivered_ranges() == {"s": [(1, 100_000), (100_005, 100_005)]}
+    assert orderer.highest_delivered("s") == 100_005
+    assert orderer.delivered_set("s").gaps(100_005) == [(100_001, 100_004)]
+
+
+def test_invalid_bound_is_refused():
+    with pytest.raises(ValueError):
+        SbOrderer(max_held=0)
+
+
+# -- properties --------------------------------------------------------------
+
+
+@st.composite
+def forests_with_arrival_orders(draw):
+    """A random reply forest (parents precede children in send order), then any
+    arrival order of it, with some messages duplicated."""
+    n = draw(st.integers(min_value=1, max_value=60))
+    senders = ["a", "b", "c"]
+    next_seq = {s: 0 for s in senders}
+    messages = []
+    for i in range(n):
+        sender = draw(st.sampled_from(senders))
+        next_seq[sender] += 1
+        is_root = i == 0 or draw(st.booleans())
+        parent = None if is_root else messages[draw(st.integers(0, i - 1))][0]
+        messages.append(((sender, next_seq[sender]), parent))
+    dupes = draw(st.lists(st.sampled_from(messages), max_size=10))
+    arrival = draw(st.permutations(messages + dupes))
+    return messages, arrival
+
+
+@settings(max_examples=300, deadline=None)
+@given(forests_with_arrival_orders())
+def test_every_message_once_after_its_parent(case):
+    messages, arrival = case
+    orderer = SbOrderer()
+    delivered_at = {}
+    for mid, parent in arrival:
+        was_parent_delivered = parent is None or parent in delivered_at
+        out = orderer.receive(mid, parent, mid)
+        if mid not in delivered_at and was_parent_delivered:
+            # A message whose parent was already delivered is delivered on arrival.
+            assert out and out[0][0] == mid
+        for got_mid, got_parent, payload in out:
+            assert got_mid not in delivered_at, "delivered twice"
+            assert got_parent is None or got_parent in delivered_at, "reply before its parent"
+            assert payload == got_mid
+            delivered_at[got_mid] = len(delivered_at)
+    assert set(delivered_at) == {mid for mid, _ in messages}
+    assert orderer.pending == 0
+
+
+def test_large_shuffled_forest_matches_reference():
+    rng = random.Random(7)
+    messages = []
+    for i in range(5000):
+        parent = messages[rng.randrange(i)][0] if i and rng.random() < 0.8 else None
+        messages.append(((f"p{rng.randrange(20)}", i + 1), parent))
+    rng.shuffle(messages)
+    orderer = SbOrderer()
+    order = [m for mid, parent in messages for m in mids(orderer.receive(mid, parent))]
+    position = {mid: i for i, mid in enumerate(order)}
+    assert len(order) == len(position) == 5000
+    parents = dict(messages)
+    assert all(parents[m] is None or position[parents[m]] < position[m] for m in order)

@@ -1,0 +1,1 @@
+"""Qt user interface of M2MC: models, views, dialogs and the middleware signal bridge."""
