@@ -1,0 +1,117 @@
+"""Turns a simulation result into the study's figures for one policy and scenario.
+
+Only copies at receivers count (a sender's own message is not received).
+Delivery delay is receipt to delivery at one receiver; a copy is *held* when
+that delay is above zero.  A parent violation is a reply delivered at a
+receiver before the message it answers (the writers of both are left out:
+they saw the parent before anyone).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .simulator import SimResult
+
+HELD_EPSILON_MS = 1e-9
+
+COLUMNS = (
+    "scenario",
+    "policy",
+    "processes",
+    "messages",
+    "mean_delay_ms",
+    "p50_delay_ms",
+    "p99_delay_ms",
+    "held_fraction",
+    "parent_violations",
+    "header_bytes",
+    "control_bytes_per_msg",
+    "mean_end_to_end_ms",
+)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted values (q in [0, 100])."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def delivery_delays(result: SimResult) -> list[float]:
+    delays = []
+    for k, msg in enumerate(result.workload.messages):
+        receipts, deliveries = result.receipt_ms[k], result.delivery_ms[k]
+        for r in range(result.workload.processes):
+            if r != msg.sender:
+                delays.append(deliveries[r] - receipts[r])
+    return delays
+
+
+def parent_violations(result: SimResult) -> tuple[int, int]:
+    """``(violations, checked)`` over (reply, receiver) pairs."""
+    position = [{index: i for i, index in enumerate(log)} for log in result.logs]
+    messages = result.workload.messages
+    violations = checked = 0
+    for msg in messages:
+        if msg.parent is None:
+            continue
+        parent_sender = messages[msg.parent].sender
+        for r, seen in enumerate(position):
+            if r == msg.sender or r == parent_sender:
+                continue
+            checked += 1
+            if seen[msg.index] < seen[msg.parent]:
+                violations += 1
+    return violations, checked
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    scenario: str
+    policy: str
+    processes: int
+    messages: int
+    mean_delay_ms: float
+    p50_delay_ms: float
+    p99_delay_ms: float
+    held_fraction: float
+    parent_violations: float
+    header_bytes: int
+    control_bytes_per_msg: float
+    mean_end_to_end_ms: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in COLUMNS}
+
+
+def summarize(scenario: str, result: SimResult, policy_cls: type) -> Row:
+    delays = sorted(delivery_delays(result))
+    violations, checked = parent_violations(result)
+    workload = result.workload
+    n, m = workload.processes, len(workload.messages)
+    end_to_end = [
+        result.delivery_ms[k][r] - result.send_ms[k]
+        for k, msg in enumerate(workload.messages)
+        for r in range(n)
+        if r != msg.sender
+    ]
+    control = sum(
+        count * policy_cls.control_bytes(kind, n) for kind, count in result.control_packets.items()
+    )
+    return Row(
+        scenario=scenario,
+        policy=policy_cls.name,
+        processes=n,
+        messages=m,
+        mean_delay_ms=sum(delays) / len(delays),
+        p50_delay_ms=percentile(delays, 50),
+        p99_delay_ms=percentile(delays, 99),
+        held_fraction=sum(1 for d in delays if d > HELD_EPSILON_MS) / len(delays),
+        parent_violations=violations / checked if checked else 0.0,
+        header_bytes=policy_cls.header_bytes(n),
+        control_bytes_per_msg=control / m,
+        mean_end_to_end_ms=sum(end_to_end) / len(end_to_end),
+    )
