@@ -32,6 +32,7 @@ def delay_cdf(runs: list[ScenarioRun], path: Path) -> None:
             ax.step(values, fractions, where="post", label=policy, **STYLE.get(policy, {}))
         ax.set_xscale("symlog", linthresh=0.1)
         ax.set_xlim(left=0)
+        ax.set_ylim(-0.02, 1.02)  # policies that never hold sit on the top edge
         ax.set_title(f"{run.scenario.name} (N={run.scenario.chat.processes})")
         ax.set_xlabel("delivery delay, receipt to delivery (ms)")
         ax.grid(True, alpha=0.3)
@@ -52,6 +53,7 @@ def delay_vs_group_size(rows: list[Row], path: Path) -> None:
         )
     ax.set_xscale("log", base=2)
     ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_ylim(bottom=-0.02)
     ax.set_xticks(sorted({r.processes for r in rows}), [str(n) for n in sorted({r.processes for r in rows})])
     ax.set_xlabel("group size N (processes)")
     ax.set_ylabel("mean delivery delay (ms)")
