@@ -96,7 +96,8 @@ class SbOrderer:
         seen = self._delivered.setdefault(mid[0], RangeSet())
         if not seen.add(mid[1]):
             return []
-        self._held.pop(mid, None)
+        if mid in self._held:
+            self._unhold(mid)
         released: list[Delivery] = []
         if mid in self._waiting:
             self._release(mid, released)
@@ -115,14 +116,17 @@ class SbOrderer:
             self._evict_oldest()
 
     def _evict_oldest(self) -> None:
-        oldest = next(iter(self._held))
-        parent, _ = self._held.pop(oldest)
+        self._unhold(next(iter(self._held)))
+        self.evicted += 1
+
+    def _unhold(self, mid: Mid) -> None:
+        """Forget a held message, and its place among its parent's waiting replies."""
+        parent, _ = self._held.pop(mid)
         siblings = self._waiting[parent]
         if type(siblings) is list and len(siblings) > 1:
-            siblings.remove(oldest)
+            siblings.remove(mid)
         else:
             del self._waiting[parent]
-        self.evicted += 1
 
     def _release(self, root: Mid, out: list[Delivery]) -> None:
         """Deliver every held descendant of ``root``, depth first, parents first."""

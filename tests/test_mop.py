@@ -90,6 +90,15 @@ def test_mark_delivered_restores_state_and_releases():
     assert orderer.mark_delivered(B1) == []
 
 
+def test_mark_delivered_of_a_held_message_forgets_its_wait():
+    orderer = SbOrderer()
+    orderer.receive(("b", 1), ("a", 1), "reply")
+    orderer.receive(("b", 2), ("a", 1), "second reply")
+    assert orderer.mark_delivered(("b", 1)) == []
+    assert orderer.pending == 1
+    assert mids(orderer.receive(("a", 1), None, "root")) == [("a", 1), ("b", 2)]
+
+
 def test_delivered_state_is_compact_for_contiguous_seqnos():
     orderer = SbOrderer()
     for seq in range(1, 100_001):
