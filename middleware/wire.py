@@ -152,7 +152,7 @@ def _ranges(value: Any, name: str) -> SeqRanges:
     return ranges
 
 
-_member = _fixed(_pid, _string(MAX_NAME, allow_empty=True))
+_member = _fixed(_pid, _string(MAX_NAME, allow_empty=True), _uint(2**31))
 _digest = _list_of(_fixed(_pid, _ranges))
 
 
@@ -210,15 +210,20 @@ class StoredMessage:
 
 @dataclass(frozen=True, slots=True)
 class GroupInfo:
-    """The GJLP's grpInfo: a group, its data channel and its current and left members."""
+    """The GJLP's grpInfo: a group, its data channel and its current and left members.
+
+    Members are ``(pid, name, epoch)``: the epoch counts the member's joins, so a
+    member who left and came back (higher epoch) is current again, while at equal
+    epochs "left" overrides "current" (the thesis's merge rule).
+    """
 
     gid: str
     desc: str
     addr: str
     port: int
     private: bool
-    members: tuple[tuple[str, str], ...]
-    left: tuple[tuple[str, str], ...]
+    members: tuple[tuple[str, str, int], ...]
+    left: tuple[tuple[str, str, int], ...]
 
     FIELDS: ClassVar = (
         ("gid", _gid),
@@ -251,19 +256,26 @@ class GroupsInfo:
 
 @dataclass(frozen=True, slots=True)
 class Join:
+    """GJLP join: the sender becomes a current member of ``gid`` at ``epoch``."""
+
     TYPE: ClassVar[MsgType] = MsgType.JOIN
     gid: str
     name: str
+    epoch: int
 
-    FIELDS: ClassVar = (("gid", _gid), ("name", _string(MAX_NAME, allow_empty=True)))
+    FIELDS: ClassVar = (("gid", _gid), ("name", _string(MAX_NAME, allow_empty=True)), ("epoch", _uint(2**31)))
 
 
 @dataclass(frozen=True, slots=True)
 class Leave:
+    """GJLP leave: the sender's membership of ``gid`` at ``epoch`` has ended."""
+
     TYPE: ClassVar[MsgType] = MsgType.LEAVE
     gid: str
+    name: str
+    epoch: int
 
-    FIELDS: ClassVar = (("gid", _gid),)
+    FIELDS: ClassVar = Join.FIELDS
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,301 @@
+"""m2mc-peer: the middleware without a GUI, driven by JSON-RPC 2.0 over stdin/stdout.
+
+One JSON object per line in each direction; logs go to stderr.  Requests are
+answered after the work they caused has been committed to the store and sent,
+so a script that saw ``{"mid": …}`` knows the message is safe.  Events arrive
+as notifications (no id): ``delivered``, ``group_discovered``,
+``member_joined``, ``member_left``, ``sync_progress``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from middleware import __version__
+from middleware.manager import DEFAULT_PORT, Config, GroupManager
+from middleware.transport import TransportError
+from middleware.types import ChatMessage, GroupView, Member, NullListener, UsageError, format_mid, parse_mid
+
+log = logging.getLogger("m2mc.peer")
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, APP_ERROR = -32700, -32600, -32601, -32602, -32000
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "m2mc"
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by m2mc-peer and m2mc-chat."""
+    parser.add_argument("--name", help="display name (kept in the data dir)")
+    parser.add_argument("--data-dir", type=Path, default=None, help=f"where state lives (default {default_data_dir()})")
+    parser.add_argument("--iface", help="interface name or IPv4 address to use (default: first multicast interface)")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"control channel UDP port (default {DEFAULT_PORT})")
+    parser.add_argument("--no-zeroconf", action="store_true", help="do not announce or browse with zeroconf")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {value}")
+    return value
+
+
+class RpcError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class JsonRpcPeer(NullListener):
+    """Maps JSON-RPC methods onto a GroupManager and its events onto notifications."""
+
+    def __init__(self, write: Callable[[dict], None]) -> None:
+        self.write = write
+        self.manager: GroupManager | None = None
+        self.stopping = asyncio.Event()
+        self.methods: dict[str, Callable[[dict], Any]] = {
+            "whoami": self.whoami,
+            "create_group": self.create_group,
+            "list_groups": self.list_groups,
+            "join_group": self.join_group,
+            "leave_group": self.leave_group,
+            "send": self.send,
+            "history": self.history,
+            "export_log": self.export_log,
+            "stats": self.stats,
+            "advertise": self.advertise,
+            "shutdown": self.shutdown,
+        }
+
+    # -- listener -> notifications -------------------------------------------------
+
+    def notify(self, method: str, params: dict) -> None:
+        self.write({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
+        for message in messages:
+            self.notify("delivered", message.to_json())
+
+    def on_groups_discovered(self, groups: list[GroupView]) -> None:
+        for group in groups:
+            self.notify("group_discovered", {
+                "gid": group.gid, "desc": group.desc, "members": group.member_count,
+                "private": group.private, "sources": sorted(group.sources),
+            })
+
+    def on_member_joined(self, gid: str, member: Member) -> None:
+        self.notify("member_joined", {"gid": gid, "pid": member.pid, "name": member.name})
+
+    def on_member_left(self, gid: str, member: Member) -> None:
+        self.notify("member_left", {"gid": gid, "pid": member.pid, "name": member.name})
+
+    def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
+        self.notify("sync_progress", {"gid": gid, "received": received, "expected": expected})
+
+    # -- methods ------------------------------------------------------------------------
+
+    def whoami(self, params: dict) -> dict:
+        return {"pid": self.manager.pid, "name": self.manager.name}
+
+    def create_group(self, params: dict) -> dict:
+        return {"gid": self.manager.create_group(_param(params, "desc", str), private=False)}
+
+    def list_groups(self, params: dict) -> list:
+        return [group.to_json() for group in self.manager.groups()]
+
+    def join_group(self, params: dict) -> dict:
+        return {"gid": self.manager.join_group(_param(params, "gid", str))}
+
+    def leave_group(self, params: dict) -> dict:
+        self.manager.leave_group(_param(params, "gid", str))
+        return {}
+
+    def send(self, params: dict) -> dict:
+        gid = _param(params, "gid", str)
+        text = _param(params, "text", str)
+        parent_text = params.get("parent")
+        if parent_text is not None and not isinstance(parent_text, str):
+            raise RpcError(INVALID_PARAMS, "bad parent: 'parent' must be a mid string '<pid>:<seqno>' or null")
+        try:
+            parent = parse_mid(parent_text) if parent_text is not None else None
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
+        return {"mid": format_mid(self.manager.send(gid, text, parent))}
+
+    def history(self, params: dict) -> list:
+        return [message.to_json() for message in self.manager.history(_param(params, "gid", str))]
+
+    def export_log(self, params: dict) -> dict:
+        path = _param(params, "path", str)
+        gid = params.get("gid")
+        if gid is not None and not isinstance(gid, str):
+            raise RpcError(INVALID_PARAMS, "'gid' must be a string")
+        try:
+            count = self.manager.export_log(path, gid)
+        except OSError as exc:
+            raise RpcError(APP_ERROR, f"cannot write {path}: {exc.strerror or exc}") from None
+        return {"path": str(Path(path)), "messages": count}
+
+    def stats(self, params: dict) -> dict:
+        return self.manager.stats_dict()
+
+    def advertise(self, params: dict) -> dict:
+        self.manager.advertise()
+        return {}
+
+    def shutdown(self, params: dict) -> dict:
+        self.stopping.set()
+        return {}
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def handle_line(self, line: str) -> dict | None:
+        """One request line -> its response (None for a notification)."""
+        try:
+            request = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error(None, PARSE_ERROR, f"malformed request: not JSON ({exc})")
+        if not isinstance(request, dict) or request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
+            rid = request.get("id") if isinstance(request, dict) else None
+            return _error(rid, INVALID_REQUEST, "malformed request: expected a JSON-RPC 2.0 object with a 'method'")
+        rid = request.get("id")
+        params = request.get("params", {})
+        if params is None:
+            params = {}
+        method = self.methods.get(request["method"])
+        try:
+            if method is None:
+                raise RpcError(METHOD_NOT_FOUND, f"unknown method {request['method']!r:.60}")
+            if not isinstance(params, dict):
+                raise RpcError(INVALID_PARAMS, "params must be an object")
+            result = method(params)
+        except RpcError as exc:
+            return _error(rid, exc.code, exc.message) if "id" in request else None
+        except UsageError as exc:
+            return _error(rid, APP_ERROR, str(exc)) if "id" in request else None
+        except Exception as exc:  # a bug must not kill the peer: report it and go on
+            log.exception("method %s failed", request["method"])
+            return _error(rid, APP_ERROR, f"internal error: {exc}") if "id" in request else None
+        if "id" not in request:
+            return None
+        return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+
+def _param(params: dict, key: str, kind: type) -> Any:
+    value = params.get(key)
+    if not isinstance(value, kind):
+        raise RpcError(INVALID_PARAMS, f"missing or invalid parameter {key!r} (expected {kind.__name__})")
+    return value
+
+
+def _error(rid: Any, code: int, message: str) -> dict:
+    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
+
+
+async def serve(args: argparse.Namespace) -> int:
+    out = sys.stdout
+
+    def write(obj: dict) -> None:
+        out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+    peer = JsonRpcPeer(write)
+    data_dir = args.data_dir or default_data_dir()
+    name = args.name
+    config = Config(data_dir=data_dir, name=name, iface=args.iface, port=args.port, zeroconf=not args.no_zeroconf)
+    try:
+        manager = GroupManager(config, peer)
+        if not manager.name:
+            manager.set_name(getpass.getuser() or "peer")
+        await manager.start()
+    except (TransportError, UsageError, OSError) as exc:
+        print(f"m2mc-peer: {exc}", file=sys.stderr)
+        return 2
+    peer.manager = manager
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, peer.stopping.set)
+
+    reader = asyncio.StreamReader(limit=2**22)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+
+    async def read_requests() -> None:
+        while not peer.stopping.is_set():
+            try:
+                raw = await reader.readline()
+            except ValueError:  # a line over the limit
+                write(_error(None, INVALID_REQUEST, "malformed request: line too long"))
+                continue
+            if not raw:
+                peer.stopping.set()
+                return
+            responses = []
+            for line in [raw, *_drain(reader)]:
+                text = line.decode("utf-8", "replace").strip()
+                if text:
+                    response = peer.handle_line(text)
+                    if response is not None:
+                        responses.append(response)
+            manager.flush()  # answer only once the work is stored and sent
+            for response in responses:
+                write(response)
+            out.flush()
+
+    async def flush_notifications() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            out.flush()
+
+    reading = asyncio.create_task(read_requests())
+    flushing = asyncio.create_task(flush_notifications())
+    await peer.stopping.wait()
+    reading.cancel()
+    flushing.cancel()
+    manager.flush()
+    out.flush()
+    await manager.close()
+    out.flush()
+    return 0
+
+
+def _drain(reader: asyncio.StreamReader) -> list[bytes]:
+    """Complete lines already buffered, so a burst of requests is handled in one batch."""
+    lines = []
+    buffer = reader._buffer  # StreamReader exposes no non-blocking readline
+    while b"\n" in buffer and len(lines) < 1000:
+        index = buffer.index(b"\n")
+        lines.append(bytes(buffer[: index + 1]))
+        del buffer[: index + 1]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="m2mc-peer", description="Headless M2MC peer: JSON-RPC 2.0 on stdin/stdout.")
+    add_common_options(parser)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    logging.getLogger("zeroconf").setLevel(logging.WARNING)
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,409 @@
+"""GroupManager: the middleware's public API, composing the protocol cores with their I/O.
+
+It owns the store, the multicast sockets and the zeroconf adapter, maps each
+joined gid to its :class:`~middleware.channel.GroupChannel`, and feeds the GJLP
+core.  All methods run on the asyncio loop thread (use
+:class:`~middleware.runner.ManagerThread` from other threads).
+
+Writes are batched per event-loop turn: deliveries and seqnos go to SQLite,
+one commit, and only then are datagrams transmitted and listeners told
+(:meth:`flush`), so whatever was sent or shown survives a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import wire
+from .channel import GroupChannel
+from .discovery import ZeroconfDiscovery
+from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
+from .store import Store
+from .transport import MulticastNetwork, resolve_interface
+from .types import ChatMessage, GroupListener, GroupView, Mid, NullListener, UsageError, format_mid, iso_millis
+
+log = logging.getLogger(__name__)
+
+CONTROL_ADDR = "239.255.77.77"
+DEFAULT_PORT = 47477
+MAX_DESC = wire.MAX_DESC
+MAX_NAME = wire.MAX_NAME
+
+
+@dataclass
+class Config:
+    data_dir: Path
+    name: str | None = None
+    iface: str | None = None
+    port: int = DEFAULT_PORT
+    control_addr: str = CONTROL_ADDR
+    zeroconf: bool = True
+    max_held: int = 100_000
+    seed: int | None = None
+
+
+@dataclass
+class Stats:
+    datagrams_in: int = 0
+    datagrams_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    malformed_dropped: int = 0
+    not_member_dropped: int = 0
+    duplicates_dropped: int = 0
+    delivered: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class GroupManager:
+    def __init__(self, config: Config, listener: GroupListener | None = None) -> None:
+        self.config = config
+        self.listener: GroupListener = listener or NullListener()
+        self.store = Store(Path(config.data_dir) / "m2mc.sqlite3")
+        self.pid, self.signing_key = self.store.identity()
+        stored_name = self.store.name()
+        if config.name and config.name != stored_name:
+            self.store.set_name(_check_name(config.name))
+        self.name = config.name or stored_name or ""
+        self.interface = resolve_interface(config.iface)
+        self._rng = random.Random(config.seed)
+        self.gjlp = Gjlp(self.pid, self.name, self._rng)
+        self.channels: dict[str, GroupChannel] = {}
+        self.network = MulticastNetwork(self.interface)
+        self.discovery = ZeroconfDiscovery(self.interface, self.pid, self._on_zeroconf) if config.zeroconf else None
+        self.stats = Stats()
+        self._outgoing: list[tuple[str, int, bytes]] = []
+        self._deliveries: list[ChatMessage] = []
+        self._flush_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = False
+        self._background: set[asyncio.Task] = set()
+        for record, next_seqno in self.store.load_groups():
+            self.gjlp.restore(record)
+            if self.gjlp.is_member(record.gid):
+                self._open_channel(record.gid, next_seqno)
+
+    # -- life cycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.network.open()
+        await self.network.listen(self.config.control_addr, self.config.port, self._on_control_datagram)
+        for gid in self.channels:
+            await self._listen_group(gid)
+        if self.discovery is not None:
+            await self.discovery.start()
+            for gid in self.channels:
+                self._announce(gid)
+        self._started = True
+        self.advertise()
+        log.info("peer %s (%s) on %s, control %s:%d", self.pid, self.name, self.interface,
+                 self.config.control_addr, self.config.port)
+
+    async def close(self) -> None:
+        """Leave announcements are not sent: closing is not leaving (a restart resumes)."""
+        self.flush()
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._background):
+            task.cancel()
+        if self.discovery is not None:
+            await self.discovery.close()
+        self.network.close()
+        self.store.close()
+
+    # -- public API -------------------------------------------------------------------
+
+    def set_name(self, name: str) -> None:
+        self.name = self.gjlp.name = _check_name(name)
+        self.store.set_name(self.name)
+
+    def advertise(self) -> None:
+        """GJLP advertisement: ask every peer on the LAN for the groups it knows."""
+        self.gjlp.advertise()
+        self._after_input()
+
+    def create_group(self, desc: str, private: bool = False) -> str:
+        desc = desc.strip() if isinstance(desc, str) else desc
+        if not isinstance(desc, str) or not desc:
+            raise UsageError("a group needs a description")
+        if len(desc) > MAX_DESC:
+            raise UsageError(f"description too long: {len(desc)} characters, limit is {MAX_DESC}")
+        gid = f"{self.pid}-{self.store.next_counter('group_counter')}"
+        record = self.gjlp.create_group(
+            gid, desc, group_address(gid, self.config.control_addr), self.config.port, private, time.time()
+        )
+        self.store.save_group(record)
+        self._open_channel(gid, 1)
+        self._spawn(self._listen_group(gid))
+        self._announce(gid)
+        self.listener.on_group_created(gid)
+        self._after_input()
+        return gid
+
+    def join_group(self, gid: str) -> str:
+        record = self._known(gid)
+        if self.gjlp.is_member(gid):
+            return gid
+        self.gjlp.join(gid, time.time())
+        self.store.save_group(record)
+        self._open_channel(gid, None)
+        self._spawn(self._listen_group(gid))
+        self._announce(gid)
+        self._after_input()
+        return gid
+
+    def leave_group(self, gid: str) -> None:
+        record = self._known(gid)
+        if not self.gjlp.is_member(gid):
+            raise UsageError(f"not a member of group {gid}")
+        self.gjlp.leave(gid, time.time())
+        self.store.save_group(record)
+        channel = self.channels.pop(gid)
+        self.store.set_next_seqno(gid, channel.next_seqno)
+        self.network.stop_listening(record.addr, record.port)
+        if self.discovery is not None:
+            self._spawn(self.discovery.withdraw(gid))
+        self._after_input()
+
+    def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid:
+        channel = self._channel(gid)
+        if not isinstance(text, str):
+            raise UsageError("text must be a string")
+        data = channel.compose(self.name, text, parent, _now_ms())
+        self.store.set_next_seqno(gid, channel.next_seqno)
+        record = self.gjlp.groups[gid]
+        self._outgoing.append((record.addr, record.port, wire.encode(self.pid, data)))
+        self._deliver(channel.receive(self.pid, data, _now_ms()))
+        self._after_input()
+        return self.pid, data.seqno
+
+    def groups(self) -> list[GroupView]:
+        return [record.view(self.pid) for record in self.gjlp.groups.values()]
+
+    def group(self, gid: str) -> GroupView:
+        return self._known(gid).view(self.pid)
+
+    def history(self, gid: str) -> list[ChatMessage]:
+        self._known(gid)
+        self.flush()
+        return self.store.history(gid)
+
+    def pending(self, gid: str | None = None) -> int:
+        """Messages held back, waiting for the message they answer."""
+        channels = [self._channel(gid)] if gid else self.channels.values()
+        return sum(channel.pending for channel in channels)
+
+    def export_log(self, path: str | Path, gid: str | None = None) -> int:
+        """Write delivered messages as JSON Lines (the analytics export format)."""
+        gids = [gid] if gid else list(self.channels)
+        if gid:
+            self._known(gid)
+        self.flush()
+        count = 0
+        path = Path(path)
+        tmp = path.with_name(path.name + ".part")
+        with tmp.open("w", encoding="utf-8") as out:
+            for g in gids:
+                desc = self.gjlp.groups[g].desc
+                for message in self.store.history(g):
+                    row = message.to_json()
+                    row["group_desc"] = desc
+                    row["received_at"] = iso_millis(message.received_at)
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    count += 1
+        tmp.replace(path)
+        return count
+
+    def stats_dict(self) -> dict:
+        s = self.stats
+        return {
+            "datagrams_in": s.datagrams_in,
+            "datagrams_out": self.network.datagrams_out,
+            "bytes_in": s.bytes_in,
+            "bytes_out": self.network.bytes_out,
+            "malformed_dropped": s.malformed_dropped,
+            "not_member_dropped": s.not_member_dropped,
+            "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
+            "evicted": sum(c.orderer.evicted for c in self.channels.values()),
+            "delivered": s.delivered,
+            "pending": self.pending(),
+            "groups_known": len(self.gjlp.groups),
+            "groups_joined": len(self.channels),
+            "answers_suppressed": self.gjlp.answers_suppressed,
+        }
+
+    # -- internals -------------------------------------------------------------------
+
+    def _known(self, gid: str) -> GroupRecord:
+        record = self.gjlp.groups.get(gid) if isinstance(gid, str) else None
+        if record is None:
+            raise UsageError(f"unknown group {gid!r:.80}")
+        return record
+
+    def _channel(self, gid: str) -> GroupChannel:
+        self._known(gid)
+        channel = self.channels.get(gid)
+        if channel is None:
+            raise UsageError(f"not a member of group {gid}")
+        return channel
+
+    def _open_channel(self, gid: str, next_seqno: int | None) -> None:
+        if next_seqno is None:
+            stored = {record.gid: seq for record, seq in self.store.load_groups()}
+            next_seqno = stored.get(gid, 1)
+        channel = GroupChannel(gid, self.pid, next_seqno, self.config.max_held)
+        channel.restore(self.store.delivered_mids(gid))
+        self.channels[gid] = channel
+
+    async def _listen_group(self, gid: str) -> None:
+        record = self.gjlp.groups[gid]
+        await self.network.listen(record.addr, record.port, self._on_data_datagram)
+
+    def _announce(self, gid: str) -> None:
+        if self.discovery is None or not self._started and self._loop is None:
+            return
+        view = self.gjlp.groups[gid]
+        self._spawn(self.discovery.announce(view.to_wire(), len(view.current())))
+
+    def _spawn(self, coroutine) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(coroutine)
+        except RuntimeError:  # not started yet: start() does this work
+            coroutine.close()
+            return
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _decode(self, data: bytes) -> wire.Envelope | None:
+        self.stats.datagrams_in += 1
+        self.stats.bytes_in += len(data)
+        try:
+            return wire.decode(data)
+        except wire.WireError as exc:
+            self.stats.malformed_dropped += 1
+            log.debug("dropped malformed datagram: %s", exc)
+            return None
+
+    def _on_control_datagram(self, data: bytes) -> None:
+        envelope = self._decode(data)
+        if envelope is None:
+            return
+        if isinstance(envelope.message, (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)):
+            self.gjlp.receive(envelope.sender, envelope.message, time.time())
+        else:
+            self.stats.malformed_dropped += 1
+        self._after_input()
+
+    def _on_data_datagram(self, data: bytes) -> None:
+        envelope = self._decode(data)
+        if envelope is None:
+            return
+        message = envelope.message
+        if isinstance(message, wire.Data):
+            channel = self.channels.get(message.gid)
+            if channel is None:
+                self.stats.not_member_dropped += 1
+                return
+            self._deliver(channel.receive(envelope.sender, message, _now_ms()))
+        self._after_input()
+
+    def _on_zeroconf(self, info: wire.GroupInfo, member_count: int) -> None:
+        self.gjlp.note_zeroconf(info, member_count, time.time())
+        self._after_input()
+
+    def _deliver(self, messages: list[ChatMessage]) -> None:
+        self._deliveries.extend(messages)
+
+    def _after_input(self) -> None:
+        if self._flush_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._flush_scheduled = True
+        loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Persist, then transmit, then notify: everything batched since the last flush."""
+        self._flush_scheduled = False
+        for message in self.gjlp.datagrams_to_send():
+            self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.pid, message)))
+        events = self.gjlp.events()
+        changed_groups: dict[str, bool] = {}
+        for event in events:
+            record = self.gjlp.groups.get(event.gid)
+            if record is None:
+                continue
+            if event.gid in self.channels or isinstance(event, (MemberJoined, MemberLeft)) and self.gjlp.is_member(event.gid):
+                self.store.save_group(record)
+            if isinstance(event, GroupSeen):
+                changed_groups[event.gid] = changed_groups.get(event.gid, False) or event.new
+        deliveries, self._deliveries = self._deliveries, []
+        stored = self.store.add_messages(deliveries) if deliveries else []
+        self.store.commit()
+        if self._started:
+            outgoing, self._outgoing = self._outgoing, []
+            for addr, port, data in outgoing:
+                self.network.send(addr, port, data)
+        self.stats.delivered += len(stored)
+        by_group: dict[str, list[ChatMessage]] = {}
+        for message in stored:
+            by_group.setdefault(message.gid, []).append(message)
+        for gid, messages in by_group.items():
+            self.listener.on_messages(gid, messages)
+        membership_changed = set()
+        for event in events:
+            if isinstance(event, MemberJoined):
+                self.listener.on_member_joined(event.gid, event.member)
+                membership_changed.add(event.gid)
+            elif isinstance(event, MemberLeft):
+                self.listener.on_member_left(event.gid, event.member)
+                membership_changed.add(event.gid)
+        for gid in membership_changed:
+            changed_groups.setdefault(gid, False)
+            if gid in self.channels:
+                self._announce(gid)
+        if changed_groups:
+            self.listener.on_groups_discovered([self.gjlp.groups[gid].view(self.pid) for gid in changed_groups])
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        deadline = self.gjlp.get_timer()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if deadline is None or self._loop is None:
+            return
+        delay = max(0.0, deadline - time.time())
+        self._timer = self._loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.gjlp.handle_timer(time.time())
+        self.flush()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError("a display name must not be empty")
+    name = name.strip()
+    if len(name) > MAX_NAME:
+        raise UsageError(f"display name too long: {len(name)} characters, limit is {MAX_NAME}")
+    return name
+
+
+__all__ = ["Config", "GroupManager", "UsageError", "format_mid", "DEFAULT_PORT"]

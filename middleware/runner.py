@@ -1,0 +1,74 @@
+"""Run a GroupManager on an asyncio loop of its own, in a daemon thread.
+
+The GUI (or any other threaded caller) talks to it through :meth:`call`, which
+runs a function on the loop thread and returns a ``concurrent.futures.Future``;
+listener callbacks arrive on the loop thread, so a GUI bridge must re-post them
+to its own thread.  The middleware's timers keep running while the caller is busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Callable
+
+from .manager import Config, GroupManager
+from .types import GroupListener
+
+
+class ManagerThread:
+    def __init__(self, config: Config, listener: GroupListener | None = None) -> None:
+        self.config = config
+        self.listener = listener
+        self.manager: GroupManager | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="m2mc-middleware", daemon=True)
+        self._started = concurrent.futures.Future()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._start())
+        if self._started.exception() is None:
+            self._loop.run_forever()
+        self._loop.close()
+
+    async def _start(self) -> None:
+        try:
+            self.manager = GroupManager(self.config, self.listener)
+            await self.manager.start()
+        except BaseException as exc:  # handed to the caller of start()
+            self._started.set_exception(exc)
+            return
+        self._started.set_result(self.manager)
+
+    def start(self, timeout: float = 30) -> GroupManager:
+        """Start the thread; returns the manager once its sockets are open (or raises)."""
+        self._thread.start()
+        return self._started.result(timeout)
+
+    def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        """Run ``function(*args, **kwargs)`` on the loop thread."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(function(*args, **kwargs))
+                except BaseException as exc:
+                    future.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(run)
+        return future
+
+    def stop(self, timeout: float = 10) -> None:
+        if not self._thread.is_alive():
+            return
+        if self.manager is not None:
+            done = asyncio.run_coroutine_threadsafe(self.manager.close(), self._loop)
+            try:
+                done.result(timeout)
+            except Exception:
+                pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)

@@ -1,0 +1,179 @@
+"""The peer's persistent state in SQLite: identity, groups, members, seqnos and messages.
+
+One database file per data dir, in WAL mode with ``synchronous=NORMAL``: a
+committed transaction survives the process being killed at any moment (only a
+power cut can lose the last commits before a checkpoint).  Callers batch their
+writes and call :meth:`Store.commit` before they announce or transmit anything
+that depends on them, so nothing that was sent or shown is ever forgotten.
+
+The identity is an Ed25519 key pair made at first start; the pid is the first
+128 bits of the SHA-256 of its public key, so later it can sign what it sends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+from typing import Iterable
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from .gjlp import GroupRecord
+from .types import ChatMessage, Mid
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS groups (
+    gid TEXT PRIMARY KEY, desc TEXT NOT NULL, addr TEXT NOT NULL, port INTEGER NOT NULL,
+    private INTEGER NOT NULL, next_seqno INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS members (
+    gid TEXT NOT NULL, pid TEXT NOT NULL, name TEXT NOT NULL, epoch INTEGER NOT NULL,
+    state TEXT NOT NULL, PRIMARY KEY (gid, pid)
+);
+CREATE TABLE IF NOT EXISTS messages (
+    gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
+    parent_sender TEXT, parent_seqno INTEGER, sender_name TEXT NOT NULL, text TEXT NOT NULL,
+    sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL, delivery_order INTEGER NOT NULL,
+    PRIMARY KEY (gid, sender, seqno)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS messages_by_order ON messages (gid, delivery_order);
+"""
+
+
+def pid_of(public_key: bytes) -> str:
+    return hashlib.sha256(public_key).hexdigest()[:32]
+
+
+class Store:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, isolation_level="DEFERRED")
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self._db.commit()
+        row = self._db.execute("SELECT MAX(delivery_order) FROM messages").fetchone()
+        self._next_order = (row[0] or 0) + 1
+
+    def close(self) -> None:
+        self._db.commit()
+        self._db.close()
+
+    def commit(self) -> None:
+        self._db.commit()
+
+    # -- identity ---------------------------------------------------------------
+
+    def _get(self, key: str) -> bytes | None:
+        row = self._db.execute("SELECT value FROM identity WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _put(self, key: str, value: bytes) -> None:
+        self._db.execute("INSERT OR REPLACE INTO identity (key, value) VALUES (?, ?)", (key, value))
+
+    def identity(self) -> tuple[str, Ed25519PrivateKey]:
+        """This peer's pid and signing key, made and kept on first use."""
+        raw = self._get("ed25519")
+        if raw is None:
+            raw = Ed25519PrivateKey.generate().private_bytes(
+                serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+            )
+            self._put("ed25519", raw)
+            self.commit()
+        key = Ed25519PrivateKey.from_private_bytes(raw)
+        public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return pid_of(public), key
+
+    def name(self) -> str | None:
+        raw = self._get("name")
+        return raw.decode() if raw is not None else None
+
+    def set_name(self, name: str) -> None:
+        self._put("name", name.encode())
+        self.commit()
+
+    def next_counter(self, key: str) -> int:
+        """A persistent counter (e.g. for gids): returns 1, 2, 3, … across restarts."""
+        raw = self._get(key)
+        value = int(raw.decode()) + 1 if raw else 1
+        self._put(key, str(value).encode())
+        return value
+
+    # -- groups -----------------------------------------------------------------
+
+    def save_group(self, record: GroupRecord) -> None:
+        self._db.execute(
+            "INSERT INTO groups (gid, desc, addr, port, private) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (gid) DO UPDATE SET desc = excluded.desc",
+            (record.gid, record.desc, record.addr, record.port, int(record.private)),
+        )
+        self._db.executemany(
+            "INSERT OR REPLACE INTO members (gid, pid, name, epoch, state) VALUES (?, ?, ?, ?, ?)",
+            [(record.gid, pid, name, epoch, state) for pid, (name, epoch, state) in record.members.items()],
+        )
+
+    def load_groups(self) -> list[tuple[GroupRecord, int]]:
+        """Every stored group with its members, and this peer's next seqno in it."""
+        result = []
+        for gid, desc, addr, port, private, next_seqno in self._db.execute(
+            "SELECT gid, desc, addr, port, private, next_seqno FROM groups"
+        ):
+            record = GroupRecord(gid, desc, addr, port, bool(private), sources={"local"})
+            for pid, name, epoch, state in self._db.execute(
+                "SELECT pid, name, epoch, state FROM members WHERE gid = ?", (gid,)
+            ):
+                record.members[pid] = (name, epoch, state)
+            result.append((record, next_seqno))
+        return result
+
+    def set_next_seqno(self, gid: str, next_seqno: int) -> None:
+        self._db.execute("UPDATE groups SET next_seqno = ? WHERE gid = ?", (next_seqno, gid))
+
+    # -- messages ---------------------------------------------------------------
+
+    def add_messages(self, messages: Iterable[ChatMessage]) -> list[ChatMessage]:
+        """Store delivered messages in delivery order; returns them with ``order`` set."""
+        stored = []
+        rows = []
+        for message in messages:
+            order = self._next_order
+            self._next_order += 1
+            parent = message.parent or (None, None)
+            rows.append((
+                message.gid, message.mid[0], message.mid[1], parent[0], parent[1],
+                message.sender_name, message.text, message.sent_at, message.received_at, order,
+            ))
+            stored.append(ChatMessage(
+                message.gid, message.mid, message.parent, message.sender_name, message.text,
+                message.sent_at, message.received_at, order,
+            ))
+        self._db.executemany("INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        return stored
+
+    def history(self, gid: str | None = None) -> list[ChatMessage]:
+        """Delivered messages (of one group, or all) in this peer's delivery order."""
+        query = (
+            "SELECT gid, sender, seqno, parent_sender, parent_seqno, sender_name, text, sent_at, "
+            "received_at, delivery_order FROM messages"
+        )
+        if gid is None:
+            cursor = self._db.execute(query + " ORDER BY delivery_order")
+        else:
+            cursor = self._db.execute(query + " WHERE gid = ? ORDER BY delivery_order", (gid,))
+        return [
+            ChatMessage(g, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, o)
+            for g, s, q, ps, pq, n, t, sa, ra, o in cursor
+        ]
+
+    def delivered_mids(self, gid: str) -> list[Mid]:
+        return [(s, q) for s, q in self._db.execute(
+            "SELECT sender, seqno FROM messages WHERE gid = ? ORDER BY delivery_order", (gid,)
+        )]
+
+    def group_desc(self, gid: str) -> str:
+        row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()
+        return row[0] if row else ""

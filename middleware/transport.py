@@ -1,0 +1,157 @@
+"""Asyncio UDP multicast on one chosen IPv4 interface.
+
+One sending socket per peer (TTL 1, multicast loop on, so peers on one host
+hear each other) and one receiving socket per multicast address (the control
+channel and each joined group's data channel).  Receiving sockets bind to the
+multicast address itself and turn ``IP_MULTICAST_ALL`` off, so the kernel hands
+a socket only its own group's datagrams: a host not in a group never
+processes that group's traffic.  SO_REUSEADDR/SO_REUSEPORT let several peers
+on one host share the ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+import struct
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
+RECEIVE_BUFFER = 8 * 2**20
+IFF_UP, IFF_LOOPBACK, IFF_MULTICAST = 0x1, 0x8, 0x1000
+
+
+class TransportError(OSError):
+    """The network could not be set up as asked (bad interface, address in use…)."""
+
+
+def _interface_flags(name: str) -> int:
+    try:
+        return int(Path(f"/sys/class/net/{name}/flags").read_text(), 16)
+    except (OSError, ValueError):
+        return 0
+
+
+def _ipv4_addresses() -> list[tuple[str, str]]:
+    """``(interface name, IPv4 address)`` pairs, in the kernel's interface order."""
+    import ifaddr  # zeroconf's own dependency, so always present
+
+    pairs = []
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            if isinstance(ip.ip, str):
+                pairs.append((adapter.name, ip.ip))
+    return pairs
+
+
+def resolve_interface(iface: str | None) -> str:
+    """The IPv4 address to use for ``--iface`` (an address or an interface name).
+
+    Without one: the first interface that is up, not loopback and multicast
+    capable; 127.0.0.1 when there is none.
+    """
+    pairs = _ipv4_addresses()
+    if iface:
+        try:
+            address = str(ipaddress.IPv4Address(iface))
+        except ValueError:
+            matches = [addr for name, addr in pairs if name == iface]
+            if not matches:
+                names = sorted({name for name, _ in pairs})
+                raise TransportError(f"no IPv4 interface named {iface!r} (have: {', '.join(names)})") from None
+            return matches[0]
+        if address not in {addr for _, addr in pairs}:
+            raise TransportError(f"{address} is not an address of this host")
+        return address
+    for name, addr in pairs:
+        flags = _interface_flags(name)
+        if flags & IFF_UP and flags & IFF_MULTICAST and not flags & IFF_LOOPBACK:
+            return addr
+    return "127.0.0.1"
+
+
+class _Receiver(asyncio.DatagramProtocol):
+    def __init__(self, on_datagram: Callable[[bytes], None]) -> None:
+        self.on_datagram = on_datagram
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.on_datagram(data)
+
+    def error_received(self, exc: Exception) -> None:
+        log.debug("receive error: %s", exc)
+
+
+class _Sender(asyncio.DatagramProtocol):
+    def error_received(self, exc: Exception) -> None:
+        # A send that failed (e.g. the link is down): the reliability layer repairs it.
+        log.debug("send error: %s", exc)
+
+
+class MulticastNetwork:
+    """The sockets of one peer: ``send(addr, port, data)`` and per-address listeners."""
+
+    def __init__(self, interface: str) -> None:
+        self.interface = interface
+        self._sender: asyncio.DatagramTransport | None = None
+        self._listeners: dict[tuple[str, int], asyncio.DatagramTransport] = {}
+        self.datagrams_out = 0
+        self.bytes_out = 0
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+        try:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.interface))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, RECEIVE_BUFFER)
+            sock.bind((self.interface, 0))
+        except OSError as exc:
+            sock.close()
+            raise TransportError(f"cannot send multicast from {self.interface}: {exc}") from exc
+        sock.setblocking(False)
+        self._sender, _ = await loop.create_datagram_endpoint(_Sender, sock=sock)
+
+    async def listen(self, group: str, port: int, on_datagram: Callable[[bytes], None]) -> None:
+        if (group, port) in self._listeners:
+            return
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+            sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
+            sock.bind((group, port))
+            membership = struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton(self.interface))
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+        except OSError as exc:
+            sock.close()
+            raise TransportError(f"cannot join multicast group {group}:{port} on {self.interface}: {exc}") from exc
+        sock.setblocking(False)
+        transport, _ = await loop.create_datagram_endpoint(lambda: _Receiver(on_datagram), sock=sock)
+        self._listeners[(group, port)] = transport
+
+    def stop_listening(self, group: str, port: int) -> None:
+        transport = self._listeners.pop((group, port), None)
+        if transport is not None:
+            transport.close()
+
+    def send(self, group: str, port: int, data: bytes) -> None:
+        if self._sender is None or self._sender.is_closing():
+            return
+        self._sender.sendto(data, (group, port))
+        self.datagrams_out += 1
+        self.bytes_out += len(data)
+
+    def close(self) -> None:
+        for transport in self._listeners.values():
+            transport.close()
+        self._listeners.clear()
+        if self._sender is not None:
+            self._sender.close()

@@ -1,0 +1,135 @@
+"""Value types the middleware hands to applications, and the listener they implement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Protocol
+
+Mid = tuple[str, int]
+
+
+def format_mid(mid: Mid) -> str:
+    """``("ab12…", 7)`` -> ``"ab12…:7"``, the form mids take in JSON and logs."""
+    return f"{mid[0]}:{mid[1]}"
+
+
+def parse_mid(text: str) -> Mid:
+    """The inverse of :func:`format_mid`; raises ValueError with a clear message."""
+    pid, sep, seqno = text.rpartition(":") if isinstance(text, str) else ("", "", "")
+    if not sep or not pid or not seqno.isdigit() or int(seqno) < 1:
+        raise ValueError(f"not a message id (expected '<pid>:<seqno>'): {text!r:.80}")
+    return pid, int(seqno)
+
+
+def iso_millis(epoch_ms: int) -> str:
+    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds and a Z suffix."""
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """A delivered chat message as this peer stores and shows it."""
+
+    gid: str
+    mid: Mid
+    parent: Mid | None
+    sender_name: str
+    text: str
+    sent_at: int  # ms since the epoch, the sender's clock
+    received_at: int  # ms since the epoch, this peer's clock
+    order: int = 0  # position in this peer's delivery order
+
+    @property
+    def sender(self) -> str:
+        return self.mid[0]
+
+    def to_json(self) -> dict:
+        return {
+            "gid": self.gid,
+            "mid": format_mid(self.mid),
+            "parent": format_mid(self.parent) if self.parent else None,
+            "sender": self.sender,
+            "sender_name": self.sender_name,
+            "text": self.text,
+            "sent_at": iso_millis(self.sent_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    pid: str
+    name: str
+    epoch: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """What this peer knows of a group, joined or not."""
+
+    gid: str
+    desc: str
+    addr: str
+    port: int
+    private: bool
+    joined: bool
+    members: tuple[Member, ...]
+    left: tuple[Member, ...]
+    member_count: int  # from the member list, or the zeroconf TXT when that is all we have
+    last_seen: float  # wall-clock seconds of the latest news of the group
+    sources: frozenset[str] = field(default_factory=frozenset)  # {"gjlp", "zeroconf"}
+
+    def to_json(self) -> dict:
+        return {
+            "gid": self.gid,
+            "desc": self.desc,
+            "joined": self.joined,
+            "private": self.private,
+            "members": [{"pid": m.pid, "name": m.name} for m in self.members],
+            "left": [{"pid": m.pid, "name": m.name} for m in self.left],
+            "member_count": self.member_count,
+            "sources": sorted(self.sources),
+        }
+
+
+class GroupListener(Protocol):
+    """Callbacks of a GroupManager, called on the middleware's event-loop thread."""
+
+    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None: ...
+
+    def on_groups_discovered(self, groups: list[GroupView]) -> None: ...
+
+    def on_group_created(self, gid: str) -> None: ...
+
+    def on_member_joined(self, gid: str, member: Member) -> None: ...
+
+    def on_member_left(self, gid: str, member: Member) -> None: ...
+
+    def on_sync_progress(self, gid: str, received: int, expected: int) -> None: ...
+
+
+class NullListener:
+    """A listener that ignores everything; subclass it and override what you need."""
+
+    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
+        pass
+
+    def on_groups_discovered(self, groups: list[GroupView]) -> None:
+        pass
+
+    def on_group_created(self, gid: str) -> None:
+        pass
+
+    def on_member_joined(self, gid: str, member: Member) -> None:
+        pass
+
+    def on_member_left(self, gid: str, member: Member) -> None:
+        pass
+
+    def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
+        pass
+
+
+class UsageError(ValueError):
+    """The caller asked for something the middleware cannot do (unknown gid, not a member…)."""
