@@ -1,8 +1,7 @@
-"""Test support: private network namespaces (a LAN on one machine) and m2mc-peer processes.
+"""Test support: namespace LANs that skip cleanly without root, and m2mc-peer processes.
 
-Every namespace is created by the test that uses it and deleted afterwards, so
-our multicast and mDNS never touch the machine's real interfaces.  Names and
-subnets are unique per run, so parallel runs do not collide.
+Every namespace is created by the test that uses it and deleted afterwards
+(app/netns.py), so our multicast and mDNS never touch the machine's real interfaces.
 """
 
 from __future__ import annotations
@@ -10,30 +9,25 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import queue
 import shutil
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
+from app import netns
+from app.netns import can_make_namespaces
+
 BIN = Path(sys.executable).parent
-_run_tag = uuid.uuid4().hex[:6]
-_counter = itertools.count(1)
-
-
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
 
 
 def require_netns() -> None:
     """Skip (with the reason) where namespaces cannot be made; CI runs as root and never skips."""
-    if os.geteuid() != 0:
+    if not can_make_namespaces():
         if os.environ.get("CI"):
             pytest.fail("network-namespace tests must run as root in CI")
         pytest.skip("needs root to create private network namespaces")
@@ -41,69 +35,16 @@ def require_netns() -> None:
         pytest.fail("iproute2 ('ip') is missing: run packaging/system-deps.sh")
 
 
-class Lan:
-    """``hosts`` namespaces joined by veth pairs to a bridge in a namespace of its own."""
-
+class Lan(netns.Lan):
     def __init__(self, hosts: int) -> None:
         require_netns()
-        n = next(_counter)
-        self.prefix = f"m2{_run_tag}{n}"
-        self.subnet = f"10.{200 + (os.getpid() % 50)}.{n % 250}"
-        self.hub = f"{self.prefix}hub"
-        self.hosts: list[str] = []
-        self.addresses: list[str] = []
-        try:
-            _ip("netns", "add", self.hub)
-            _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
-            _ip("-n", self.hub, "link", "set", "br0", "up")
-            for i in range(1, hosts + 1):
-                self.add_host(i)
-        except Exception:
-            self.close()
-            raise
-
-    def add_host(self, i: int) -> None:
-        host = f"{self.prefix}h{i}"
-        _ip("netns", "add", host)
-        self.hosts.append(host)
-        _ip("link", "add", f"v{self.prefix}{i}", "netns", host, "type", "veth", "peer", "name", f"port{i}", "netns", self.hub)
-        _ip("-n", self.hub, "link", "set", f"port{i}", "master", "br0")
-        _ip("-n", self.hub, "link", "set", f"port{i}", "up")
-        address = f"{self.subnet}.{i}"
-        _ip("-n", host, "addr", "add", f"{address}/24", "dev", f"v{self.prefix}{i}")
-        _ip("-n", host, "link", "set", f"v{self.prefix}{i}", "up")
-        _ip("-n", host, "link", "set", "lo", "up")
-        _ip("-n", host, "route", "add", "224.0.0.0/4", "dev", f"v{self.prefix}{i}")
-        self.addresses.append(address)
-
-    def set_link(self, index: int, up: bool) -> None:
-        """Cut a host off the LAN (or reconnect it) at the bridge port."""
-        _ip("-n", self.hub, "link", "set", f"port{index + 1}", "up" if up else "down")
-
-    def close(self) -> None:
-        for host in self.hosts:
-            _ip("netns", "del", host, check=False)
-        _ip("netns", "del", self.hub, check=False)
+        super().__init__(hosts)
 
 
-class LoopbackHost:
-    """One namespace with only ``lo``, multicast routed to it."""
-
+class LoopbackHost(netns.LoopbackHost):
     def __init__(self) -> None:
         require_netns()
-        self.name = f"m2{_run_tag}{next(_counter)}lo"
-        _ip("netns", "add", self.name)
-        try:
-            _ip("-n", self.name, "link", "set", "lo", "up")
-            _ip("-n", self.name, "link", "set", "lo", "multicast", "on")
-            _ip("-n", self.name, "route", "add", "224.0.0.0/4", "dev", "lo")
-        except Exception:
-            self.close()
-            raise
-        self.address = "127.0.0.1"
-
-    def close(self) -> None:
-        _ip("netns", "del", self.name, check=False)
+        super().__init__()
 
 
 class RpcTimeout(AssertionError):
@@ -134,6 +75,8 @@ class PeerProcess:
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        # The peer reads requests only once its sockets are open: this waits for that.
+        self.pid = self.call("whoami", timeout=30)["pid"]
 
     def _read(self) -> None:
         for line in self.proc.stdout:

@@ -1,0 +1,97 @@
+"""Private network namespaces: a LAN on one machine, for tests, demos and benchmarks.
+
+Everything our multicast and mDNS send stays inside namespaces made here and
+deleted afterwards (``close``), never on the machine's real interfaces.  Names
+and subnets are unique per process, so parallel runs do not collide.  Needs root.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import uuid
+
+_run_tag = uuid.uuid4().hex[:6]
+_counter = itertools.count(1)
+
+
+class NetnsError(RuntimeError):
+    pass
+
+
+def can_make_namespaces() -> bool:
+    return os.geteuid() == 0
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+class Lan:
+    """``hosts`` namespaces joined by veth pairs to a bridge in a namespace of its own."""
+
+    def __init__(self, hosts: int) -> None:
+        if not can_make_namespaces():
+            raise NetnsError("making network namespaces needs root")
+        n = next(_counter)
+        self.prefix = f"m2{_run_tag}{n}"
+        self.subnet = f"10.{200 + (os.getpid() % 50)}.{n % 250}"
+        self.hub = f"{self.prefix}hub"
+        self.hosts: list[str] = []
+        self.addresses: list[str] = []
+        try:
+            _ip("netns", "add", self.hub)
+            _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
+            _ip("-n", self.hub, "link", "set", "br0", "up")
+            for i in range(1, hosts + 1):
+                self.add_host(i)
+        except Exception:
+            self.close()
+            raise
+
+    def add_host(self, i: int) -> None:
+        host = f"{self.prefix}h{i}"
+        _ip("netns", "add", host)
+        self.hosts.append(host)
+        _ip("link", "add", f"v{self.prefix}{i}", "netns", host, "type", "veth", "peer", "name", f"port{i}", "netns", self.hub)
+        _ip("-n", self.hub, "link", "set", f"port{i}", "master", "br0")
+        _ip("-n", self.hub, "link", "set", f"port{i}", "up")
+        address = f"{self.subnet}.{i}"
+        _ip("-n", host, "addr", "add", f"{address}/24", "dev", f"v{self.prefix}{i}")
+        _ip("-n", host, "link", "set", f"v{self.prefix}{i}", "up")
+        _ip("-n", host, "link", "set", "lo", "up")
+        _ip("-n", host, "route", "add", "224.0.0.0/4", "dev", f"v{self.prefix}{i}")
+        self.addresses.append(address)
+
+    def set_link(self, index: int, up: bool) -> None:
+        """Cut a host off the LAN (or reconnect it) at the bridge port."""
+        _ip("-n", self.hub, "link", "set", f"port{index + 1}", "up" if up else "down")
+
+    def close(self) -> None:
+        for host in self.hosts:
+            _ip("netns", "del", host, check=False)
+        _ip("netns", "del", self.hub, check=False)
+
+
+class LoopbackHost:
+    """One namespace with only ``lo``, multicast routed to it."""
+
+    def __init__(self) -> None:
+        if not can_make_namespaces():
+            raise NetnsError("making network namespaces needs root")
+        self.name = f"m2{_run_tag}{next(_counter)}lo"
+        _ip("netns", "add", self.name)
+        try:
+            _ip("-n", self.name, "link", "set", "lo", "up")
+            _ip("-n", self.name, "link", "set", "lo", "multicast", "on")
+            _ip("-n", self.name, "route", "add", "224.0.0.0/4", "dev", "lo")
+        except Exception:
+            self.close()
+            raise
+        self.address = "127.0.0.1"
+
+    def close(self) -> None:
+        _ip("netns", "del", self.name, check=False)
+
+
