@@ -1,0 +1,323 @@
+"""Tests of the m2mc-thread-stats Spark job: hand-built logs with known answers, a random
+forest against the plain-Python reference, and one end-to-end run of the command."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import random
+
+import pytest
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from app import gen_logs, thread_stats, thread_stats_reference
+
+BASE = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+G1 = "a" * 32
+G2 = "b" * 32
+ALICE, BOB, CAROL = "1" * 32, "2" * 32, "3" * 32
+NAMES = {ALICE: "alice", BOB: "bob", CAROL: "carol"}
+
+
+def iso(seconds: float) -> str:
+    return (BASE + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def line(gid, mid, parent, sender, sent, received=None, desc="group"):
+    return json.dumps(
+        {
+            "gid": gid,
+            "group_desc": desc,
+            "mid": mid,
+            "parent": parent,
+            "sender": sender,
+            "sender_name": NAMES.get(sender, "someone"),
+            "text": "hello",
+            "sent_at": iso(sent),
+            "received_at": iso(sent + 0.5 if received is None else received),
+        }
+    )
+
+
+def write_export(tmp_path, name, lines):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def analyse(spark, paths):
+    return thread_stats.analyse(spark, paths)
+
+
+def placements(results):
+    return results.messages.select("gid", "mid", "root_mid", "depth", "invalid", "parent_missing")
+
+
+# ---------------------------------------------------------------- known answers
+
+
+def test_chain_gets_depths_and_path_measures(spark, tmp_path):
+    # a <- b <- c <- d, alternating alice and bob, 10 s, 20 s, 40 s apart.
+    path = write_export(
+        tmp_path,
+        "chain.jsonl",
+        [
+            line(G1, "a:1", None, ALICE, 0),
+            line(G1, "b:1", "a:1", BOB, 10),
+            line(G1, "a:2", "b:1", ALICE, 30),
+            line(G1, "b:2", "a:2", BOB, 70),
+        ],
+    )
+    results = analyse(spark, [path])
+    assertDataFrameEqual(
+        placements(results),
+        [
+            Row(gid=G1, mid="a:1", root_mid="a:1", depth=0, invalid=False, parent_missing=False),
+            Row(gid=G1, mid="b:1", root_mid="a:1", depth=1, invalid=False, parent_missing=False),
+            Row(gid=G1, mid="a:2", root_mid="a:1", depth=2, invalid=False, parent_missing=False),
+            Row(gid=G1, mid="b:2", root_mid="a:1", depth=3, invalid=False, parent_missing=False),
+        ],
+    )
+    thread = results.threads.select(
+        "root_mid", "size", "depth", "max_width", "leaves", "participants", "duration_s",
+        "median_reply_latency_s", "root_reply_fraction", "wiener_index", "h_index", "orphan",
+    )
+    # Path of 4: pair distances 1+1+1+2+2+3 = 10 over 6 pairs.
+    assertDataFrameEqual(
+        thread,
+        [Row(root_mid="a:1", size=4, depth=3, max_width=1, leaves=1, participants=2, duration_s=70.0,
+             median_reply_latency_s=20.0, root_reply_fraction=1 / 3, wiener_index=10 / 6, h_index=1, orphan=False)],
+    )
+    participants = results.participants.select("sender", "messages", "threads", "threads_started", "replies_sent", "replies_received", "median_reply_latency_s", "reentry")
+    assertDataFrameEqual(
+        participants,
+        [
+            Row(sender=ALICE, messages=2, threads=1, threads_started=1, replies_sent=1, replies_received=2, median_reply_latency_s=20.0, reentry=1),
+            Row(sender=BOB, messages=2, threads=1, threads_started=0, replies_sent=2, replies_received=1, median_reply_latency_s=25.0, reentry=1),
+        ],
+    )
+    assert results.summary["reciprocity"] == 1.0
+    assert results.summary["pointer_jumping_rounds"] == 2
+
+
+def test_star_is_one_level_wide(spark, tmp_path):
+    lines = [line(G1, "r:1", None, ALICE, 0)] + [line(G1, f"s:{i}", "r:1", BOB if i % 2 else CAROL, 5 * i) for i in range(1, 5)]
+    results = analyse(spark, [write_export(tmp_path, "star.jsonl", lines)])
+    thread = results.threads.select("size", "depth", "max_width", "leaves", "participants", "median_reply_latency_s", "root_reply_fraction", "wiener_index", "h_index")
+    # Star of 5: 4 pairs at distance 1, 6 at distance 2 -> 16 / 10.
+    assertDataFrameEqual(
+        thread,
+        [Row(size=5, depth=1, max_width=4, leaves=4, participants=3, median_reply_latency_s=12.5, root_reply_fraction=1.0, wiener_index=1.6, h_index=1)],
+    )
+    # Bob and Carol replied to Alice, never the other way: no reciprocated pair.
+    assert results.summary["reciprocity"] == 0.0
+    assert results.summary["sender_pairs"] == 2
+
+
+def test_orphan_starts_its_own_flagged_thread(spark, tmp_path):
+    lines = [
+        line(G1, "o:1", "lost:7", ALICE, 0),  # its parent is not in any export
+        line(G1, "o:2", "o:1", BOB, 3),
+        line(G1, "r:1", None, CAROL, 1),
+    ]
+    results = analyse(spark, [write_export(tmp_path, "orphan.jsonl", lines)])
+    assertDataFrameEqual(
+        placements(results),
+        [
+            Row(gid=G1, mid="o:1", root_mid="o:1", depth=0, invalid=False, parent_missing=True),
+            Row(gid=G1, mid="o:2", root_mid="o:1", depth=1, invalid=False, parent_missing=False),
+            Row(gid=G1, mid="r:1", root_mid="r:1", depth=0, invalid=False, parent_missing=False),
+        ],
+    )
+    assertDataFrameEqual(
+        results.threads.select("root_mid", "size", "orphan", "median_reply_latency_s"),
+        [Row(root_mid="o:1", size=2, orphan=True, median_reply_latency_s=3.0), Row(root_mid="r:1", size=1, orphan=False, median_reply_latency_s=None)],
+    )
+    summary = results.summary
+    assert (summary["orphan_messages"], summary["threads"], summary["invalid_messages"]) == (1, 2, 0)
+    # An orphan is still a reply its sender wrote.
+    alice = results.participants.filter(F.col("sender") == ALICE).select("replies_sent", "threads_started").first()
+    assert (alice["replies_sent"], alice["threads_started"]) == (1, 1)
+
+
+def test_cycle_and_self_reply_are_invalid_and_terminate(spark, tmp_path):
+    lines = [
+        line(G1, "x:1", "y:1", ALICE, 0),  # x <-> y: a cycle
+        line(G1, "y:1", "x:1", BOB, 1),
+        line(G1, "z:1", "x:1", CAROL, 2),  # hangs below the cycle
+        line(G1, "s:1", "s:1", ALICE, 3),  # replies to itself
+        line(G1, "t:1", "s:1", BOB, 4),
+        line(G1, "ok:1", None, CAROL, 5),
+    ]
+    results = analyse(spark, [write_export(tmp_path, "cycle.jsonl", lines)])
+    assertDataFrameEqual(
+        placements(results),
+        [
+            Row(gid=G1, mid="x:1", root_mid=None, depth=None, invalid=True, parent_missing=False),
+            Row(gid=G1, mid="y:1", root_mid=None, depth=None, invalid=True, parent_missing=False),
+            Row(gid=G1, mid="z:1", root_mid=None, depth=None, invalid=True, parent_missing=False),
+            Row(gid=G1, mid="s:1", root_mid=None, depth=None, invalid=True, parent_missing=False),
+            Row(gid=G1, mid="t:1", root_mid=None, depth=None, invalid=True, parent_missing=False),
+            Row(gid=G1, mid="ok:1", root_mid="ok:1", depth=0, invalid=False, parent_missing=False),
+        ],
+    )
+    assert results.summary["invalid_messages"] == 5
+    assert results.summary["threads"] == 1
+    assert results.summary["pointer_jumping_rounds"] <= math.ceil(math.log2(6)) + 2
+
+
+def test_duplicates_across_exports_and_groups(spark, tmp_path):
+    shared = [line(G1, "a:1", None, ALICE, 0, received=0.2), line(G1, "b:1", "a:1", BOB, 60, received=60.1)]
+    first = write_export(tmp_path, "peer1.jsonl", shared + [line(G1, "c:1", "b:1", CAROL, 90)])
+    # The second peer received a:1 later and also saw the same mid in another group.
+    second = write_export(
+        tmp_path,
+        "peer2.jsonl",
+        [line(G1, "a:1", None, ALICE, 0, received=5.0), shared[1], line(G2, "a:1", None, ALICE, 100, desc="other")],
+    )
+    results = analyse(spark, [first, second])
+    summary = results.summary
+    assert (summary["input_lines"], summary["messages"], summary["duplicates_removed"], summary["groups"]) == (6, 4, 2, 2)
+    kept = results.messages.filter((F.col("gid") == G1) & (F.col("mid") == "a:1")).select("received_at", "copies").first()
+    assert kept["received_at"] == (BASE + dt.timedelta(seconds=0.2)).replace(tzinfo=None) or kept["received_at"].timestamp() == (BASE + dt.timedelta(seconds=0.2)).timestamp()
+    assert kept["copies"] == 2
+    groups = results.groups.select("gid", "group_desc", "messages", "threads", "participants", "mean_thread_size", "median_thread_size", "max_thread_size", "max_depth")
+    assertDataFrameEqual(
+        groups,
+        [
+            Row(gid=G1, group_desc="group", messages=3, threads=1, participants=3, mean_thread_size=3.0, median_thread_size=3.0, max_thread_size=3, max_depth=2),
+            Row(gid=G2, group_desc="other", messages=1, threads=1, participants=1, mean_thread_size=1.0, median_thread_size=1.0, max_thread_size=1, max_depth=0),
+        ],
+    )
+
+
+def test_malformed_lines_are_counted_and_skipped(spark, tmp_path):
+    bad_time = json.loads(line(G1, "q:1", None, ALICE, 0))
+    bad_time["sent_at"] = "yesterday"
+    no_mid = json.loads(line(G1, "q:2", None, ALICE, 0))
+    del no_mid["mid"]
+    lines = ["this is not json", json.dumps(bad_time), json.dumps(no_mid), "[1, 2]", line(G1, "good:1", None, BOB, 0)]
+    results = analyse(spark, [write_export(tmp_path, "bad.jsonl", lines)])
+    summary = results.summary
+    assert (summary["malformed_lines"], summary["messages"], summary["duplicates_removed"]) == (4, 1, 0)
+
+
+def test_reciprocity_per_group(spark, tmp_path):
+    lines = [
+        line(G1, "a:1", None, ALICE, 0),
+        line(G1, "b:1", "a:1", BOB, 1),  # bob -> alice
+        line(G1, "a:2", "b:1", ALICE, 2),  # alice -> bob: reciprocated
+        line(G1, "c:1", "a:1", CAROL, 3),  # carol -> alice: not reciprocated
+        line(G2, "a:1", None, ALICE, 0),
+        line(G2, "b:1", "a:1", BOB, 1),  # bob -> alice in G2 only
+    ]
+    results = analyse(spark, [write_export(tmp_path, "recip.jsonl", lines)])
+    assertDataFrameEqual(results.groups.select("gid", "reciprocity"), [Row(gid=G1, reciprocity=2 / 3), Row(gid=G2, reciprocity=0.0)])
+    assert results.summary["reciprocity"] == pytest.approx(2 / 4)
+
+
+# ---------------------------------------------------------------- deep chain and random forests
+
+
+def test_deep_chain_resolves_in_logarithmic_rounds(spark, tmp_path):
+    depth = 3000
+    lines = [line(G1, "m:0", None, ALICE, 0)] + [line(G1, f"m:{i}", f"m:{i - 1}", BOB if i % 2 else ALICE, i) for i in range(1, depth + 1)]
+    results = analyse(spark, [write_export(tmp_path, "deep.jsonl", lines)])
+    assert results.summary["max_depth"] == depth
+    assert results.summary["pointer_jumping_rounds"] <= math.ceil(math.log2(depth)) + 1
+    n = depth + 1
+    expected_wiener = (n + 1) / 3  # mean distance on a path of n nodes
+    assert results.threads.first()["wiener_index"] == pytest.approx(expected_wiener)
+
+
+def random_forest_lines(rng: random.Random, n: int) -> list[str]:
+    lines, mids = [], {G1: [], G2: []}
+    for i in range(n):
+        gid = G1 if rng.random() < 0.7 else G2
+        mid = f"{rng.choice([ALICE, BOB, CAROL])[:4]}:{i}"
+        known = mids[gid]
+        roll = rng.random()
+        if not known or roll < 0.15:
+            parent = None
+        elif roll < 0.2:
+            parent = f"lost:{i}"  # an orphan
+        elif roll < 0.5:
+            parent = known[-1]  # keeps chains going
+        else:
+            parent = rng.choice(known)
+        known.append(mid)
+        lines.append(line(gid, mid, parent, rng.choice([ALICE, BOB, CAROL]), rng.uniform(0, 1000)))
+    # A two-cycle with a tail, and duplicates of random lines.
+    lines += [line(G2, "cy:1", "cy:2", ALICE, 1), line(G2, "cy:2", "cy:1", BOB, 2), line(G2, "cy:3", "cy:2", BOB, 3)]
+    lines += rng.sample(lines, 25)
+    rng.shuffle(lines)
+    return lines
+
+
+def test_random_forest_matches_reference(spark, tmp_path):
+    rng = random.Random(20260301)
+    path = write_export(tmp_path, "forest.jsonl", random_forest_lines(rng, 600))
+    parents, _ = thread_stats_reference.read_messages([path])
+    placed = thread_stats_reference.place_all(parents)
+    expected_messages = [
+        Row(gid=g, mid=m, root_mid=None if p.root is None else p.root[1], depth=p.depth) for (g, m), p in placed.items()
+    ]
+    results = analyse(spark, [path])
+    assertDataFrameEqual(results.messages.select("gid", "mid", "root_mid", "depth"), expected_messages)
+
+    measures = thread_stats_reference.tree_measures(parents, placed)
+    expected_threads = [
+        Row(gid=root[0], root_mid=root[1], size=m["size"], depth=m["depth"], leaves=m["leaves"], max_width=m["max_width"],
+            h_index=m["h_index"], wiener_index=m["wiener_index"], root_reply_fraction=m["root_reply_fraction"])
+        for root, m in measures.items()
+    ]
+    actual_threads = results.threads.select("gid", "root_mid", "size", "depth", "leaves", "max_width", "h_index", "wiener_index", "root_reply_fraction")
+    assertDataFrameEqual(actual_threads, expected_threads, rtol=1e-9)
+    assert results.summary["invalid_messages"] == 3
+
+
+# ---------------------------------------------------------------- the command end to end
+
+
+def test_command_writes_tables_summary_and_report(spark, tmp_path):
+    export = tmp_path / "gen.jsonl"
+    assert gen_logs.main(["--messages", "3000", "--out", str(export), "--seed", "7"]) == 0
+    out = tmp_path / "out"
+    # The same export twice: two peers that saw everything.
+    assert thread_stats.main([str(export), str(tmp_path), "--out", str(out), "--format", "csv"]) == 0
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["input_lines"] == 6000
+    assert summary["messages"] == 3000
+    assert summary["duplicates_removed"] == 3000
+    reference = thread_stats_reference.summarise([export])
+    for key in ("threads", "max_depth", "max_thread_size", "median_thread_size", "invalid_messages"):
+        assert summary[key] == reference[key], key
+
+    messages = spark.read.parquet(str(out / "messages"))
+    threads = spark.read.parquet(str(out / "threads"))
+    groups = spark.read.parquet(str(out / "groups"))
+    participants = spark.read.parquet(str(out / "participants"))
+    assert messages.count() == summary["messages"]
+    assert threads.count() == summary["threads"]
+    assert groups.count() == summary["groups"]
+    assert participants.count() == summary["participants"]
+    assert threads.agg(F.sum("size")).first()[0] == summary["messages"] - summary["invalid_messages"]
+    assert groups.agg(F.sum("messages")).first()[0] == summary["messages"]
+    assert messages.filter(F.col("parent_missing")).count() == summary["orphan_messages"] > 0
+    assert threads.filter(F.col("orphan")).count() == summary["orphan_messages"]
+    csv_threads = spark.read.option("header", True).csv(str(out / "threads.csv"))
+    assert csv_threads.count() == summary["threads"]
+
+    report = (out / "report.html").read_text()
+    for png in ("ccdf_threads.png", "messages_per_depth.png", "reply_latency.png", "messages_over_time.png"):
+        assert f'src="{png}"' in report
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_command_reports_missing_input(tmp_path, capsys):
+    assert thread_stats.main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "out")]) == 2
+    assert "no such file" in capsys.readouterr().err
