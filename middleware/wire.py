@@ -19,7 +19,6 @@ Limits (all enforced by both ``encode`` and ``decode``):
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -346,21 +345,30 @@ class Envelope:
 
 
 def _to_wire(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return [_to_wire(getattr(value, name)) for name, _ in value.FIELDS]
-    if isinstance(value, (tuple, list)):
+    fields = getattr(value, "FIELDS", None)
+    if fields is not None:
+        return [_to_wire(getattr(value, name)) for name, _ in fields]
+    if type(value) is tuple or type(value) is list:
         return [_to_wire(v) for v in value]
     return value
 
 
 def encode(sender: str, message: Message) -> bytes:
-    """Serialize ``message`` from ``sender``; raises WireError if it breaks a limit."""
-    if type(message) not in _BY_TYPE.values():
-        raise WireError(f"cannot encode {type(message).__name__}")
+    """Serialize ``message`` from ``sender``; raises WireError if it breaks a limit.
+
+    The body goes through the same validators as ``decode`` uses, so a message
+    that its receivers would reject is never sent.
+    """
+    cls = type(message)
+    if _BY_TYPE.get(getattr(cls, "TYPE", None)) is not cls:
+        raise WireError(f"cannot encode {cls.__name__}")
     body = _to_wire(message)
-    data = msgpack.packb([VERSION, int(message.TYPE), sender, body], use_bin_type=True)
-    # Round-trip through the validators so every limit is enforced at the sender too.
-    decode(data)
+    _pid(sender, "sender")
+    for (name, check), value in zip(cls.FIELDS, body):
+        check(value, name)
+    data = msgpack.packb([VERSION, int(cls.TYPE), sender, body], use_bin_type=True)
+    if len(data) > MAX_DATAGRAM:
+        raise WireError(f"{cls.TYPE.name} of {len(data)} bytes exceeds the {MAX_DATAGRAM}-byte datagram limit")
     return data
 
 
@@ -381,6 +389,20 @@ def _unpack(data: bytes) -> Any:
         raise WireError(f"not a single msgpack value: {exc}") from None
     except (ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
         raise WireError(f"malformed msgpack: {exc}") from None
+
+
+def sent_by(data: bytes, pid: bytes) -> bool:
+    """Whether ``data`` is an envelope from ``pid`` (an ASCII id), without decoding it.
+
+    msgpack lays out ``[version, type, sender, …]`` as 0x94, two fixints, then
+    the sender as a fixstr (0xa0 | length) for ids under 32 bytes, or as str8
+    (0xd9, length).  Checking those bytes lets a peer drop the echoes of its own
+    multicast at almost no cost.
+    """
+    n = len(pid)
+    if n < 32:
+        return data[3:4] == bytes((0xA0 | n,)) and data[4 : 4 + n] == pid
+    return data[3:5] == bytes((0xD9, n)) and data[5 : 5 + n] == pid
 
 
 def decode(data: bytes) -> Envelope:

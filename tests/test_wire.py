@@ -16,9 +16,9 @@ SAMPLES = [
     Data("g1", 1, None, 1_700_000_000_000, "Ann", "hello"),
     Data("g1", 7, ("b" * 32, 3), 1_700_000_000_001, "", "Ünïcødé ✓ reply"),
     Adv("Ann"),
-    GroupsInfo((GroupInfo("g1", "Lunch", "239.77.1.2", 5007, False, (("p1", "Ann"),), (("p2", "Bob"),)),)),
-    Join("g1", "Ann"),
-    Leave("g1"),
+    GroupsInfo((GroupInfo("g1", "Lunch", "239.77.1.2", 5007, False, (("p1", "Ann", 1),), (("p2", "Bob", 3),)),)),
+    Join("g1", "Ann", 1),
+    Leave("g1", "Ann", 1),
     SyncReq("g1", 2, (("p1", ((1, 10), (12, 40))), ("p2", ()))),
     SyncResp("g1", "p1", 2, (StoredMessage("p2", 11, ("p1", 10), 5, "Bob", "x"),)),
     Nak("g1", "p2", ((3, 5),)),
@@ -104,3 +104,11 @@ def test_structured_garbage_only_ever_raises_wire_error(version, type_code, send
         return
     # Anything accepted must re-encode to an equal message.
     assert decode(encode(envelope.sender, envelope.message)) == envelope
+
+
+@pytest.mark.parametrize("pid", ["a" * 32, "short", "p" * 64])
+def test_sent_by_recognises_the_sender_without_decoding(pid):
+    data = encode(pid, Adv("n"))
+    assert wire.sent_by(data, pid.encode())
+    assert not wire.sent_by(data, pid[:-1].encode() + b"x")
+    assert not wire.sent_by(encode("other", Adv("n")), pid.encode())

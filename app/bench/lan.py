@@ -1,0 +1,170 @@
+"""Benchmark of the whole stack on a namespace LAN: three peers, one sending.
+
+    sudo .venv/bin/python -m app.bench.lan [--messages 20000] [--steady-seconds 5]
+
+Phase 1 sends as fast as the stack allows; phase 2 sends at a steady 1,000
+msg/s.  Each receiver reports delivered msg/s and the latency from send to
+delivery (p50/p99; the hosts share one kernel clock).  Every socket lives in
+private namespaces made (and deleted) here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from middleware.manager import Config, GroupManager
+from middleware.types import NullListener
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Recorder(NullListener):
+    def __init__(self) -> None:
+        self.arrivals: dict[str, list[tuple[float, float]]] = {"fast": [], "steady": []}
+
+    def on_messages(self, gid, messages) -> None:
+        now = time.time()
+        for message in messages:
+            phase, _, sent = message.text.split(" ")
+            self.arrivals[phase].append((float(sent), now))
+
+
+async def run_sender(args) -> None:
+    manager = GroupManager(Config(Path(args.data_dir), name="sender", iface=args.iface, zeroconf=False))
+    await manager.start()
+    coord = Path(args.coord)
+    gid = manager.create_group("benchmark")
+    (coord / "gid").write_text(gid)
+    while len(manager.group(gid).members) < args.peers:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    start = time.perf_counter()
+    for i in range(args.messages):
+        manager.send(gid, f"fast {i} {time.time()!r}")
+        if i % 50 == 49:
+            await asyncio.sleep(0)  # let the batch commit and go out
+    fast_seconds = time.perf_counter() - start
+    await asyncio.sleep(1.0)
+    steady = int(args.steady_seconds * 1000)
+    begin = time.perf_counter()
+    for i in range(steady):
+        delay = begin + i / 1000 - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        manager.send(gid, f"steady {i} {time.time()!r}")
+    (coord / "sender.json").write_text(json.dumps({"fast_seconds": fast_seconds, "steady": steady}))
+    while len(list(coord.glob("receiver-*.json"))) < args.peers - 1:
+        await asyncio.sleep(0.1)
+    await manager.close()
+
+
+async def run_receiver(args) -> None:
+    recorder = Recorder()
+    manager = GroupManager(Config(Path(args.data_dir), name=f"receiver{args.index}", iface=args.iface, zeroconf=False), recorder)
+    await manager.start()
+    coord = Path(args.coord)
+    while not (coord / "gid").exists():
+        await asyncio.sleep(0.05)
+    gid = (coord / "gid").read_text()
+    while gid not in manager.gjlp.groups:
+        manager.advertise()
+        await asyncio.sleep(0.3)
+    manager.join_group(gid)
+    steady = int(args.steady_seconds * 1000)
+    deadline = time.time() + 60 + args.messages / 2000
+    last_count, quiet_since = -1, time.time()
+    while time.time() < deadline:
+        count = len(recorder.arrivals["fast"]) + len(recorder.arrivals["steady"])
+        if count >= args.messages + steady:
+            break
+        if count != last_count:
+            last_count, quiet_since = count, time.time()
+        elif (coord / "sender.json").exists() and time.time() - quiet_since > 3:
+            break  # the sender is done and nothing more is coming: the rest was lost
+        await asyncio.sleep(0.05)
+    result = {}
+    for phase, arrivals in recorder.arrivals.items():
+        latencies = [(got - sent) * 1000 for sent, got in arrivals]
+        span = arrivals[-1][1] - arrivals[0][1] if len(arrivals) > 1 else float("nan")
+        result[phase] = {
+            "delivered": len(arrivals),
+            "rate": len(arrivals) / span if span and span > 0 else float("nan"),
+            "p50_ms": percentile(latencies, 0.50),
+            "p99_ms": percentile(latencies, 0.99),
+            "mean_ms": statistics.fmean(latencies) if latencies else float("nan"),
+        }
+    result["stats"] = manager.stats_dict()
+    (coord / f"receiver-{args.index}.json").write_text(json.dumps(result))
+    await manager.close()
+
+
+def orchestrate(args) -> int:
+    from app.netns import Lan
+
+    lan = Lan(args.peers)
+    work = Path(tempfile.mkdtemp(prefix="m2mc-bench-lan-"))
+    procs = []
+    try:
+        for index, (host, address) in enumerate(zip(lan.hosts, lan.addresses)):
+            role = "sender" if index == 0 else "receiver"
+            command = [
+                "ip", "netns", "exec", host, sys.executable, "-m", "app.bench.lan", "--role", role,
+                "--iface", address, "--data-dir", str(work / f"peer{index}"), "--coord", str(work),
+                "--index", str(index), "--messages", str(args.messages),
+                "--steady-seconds", str(args.steady_seconds), "--peers", str(args.peers),
+            ]
+            procs.append(subprocess.Popen(command))
+        for proc in procs:
+            proc.wait(timeout=300)
+        sender = json.loads((work / "sender.json").read_text())
+        print(f"3 peers on a namespace LAN; sender: {args.messages:,} messages as fast as possible "
+              f"({args.messages / sender['fast_seconds']:,.0f} msg/s offered), then {sender['steady']:,} at 1,000 msg/s")
+        print(f"{'receiver':>9} {'phase':>7} {'delivered':>10} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+        for index in range(1, args.peers):
+            result = json.loads((work / f"receiver-{index}.json").read_text())
+            for phase in ("fast", "steady"):
+                r = result[phase]
+                print(f"{index:>9} {phase:>7} {r['delivered']:>10,} {r['rate']:>9,.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
+        return 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        lan.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--steady-seconds", type=float, default=5.0)
+    parser.add_argument("--peers", type=int, default=3)
+    parser.add_argument("--role", choices=["sender", "receiver"])
+    parser.add_argument("--iface")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--coord")
+    parser.add_argument("--index", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.role == "sender":
+        asyncio.run(run_sender(args))
+        return 0
+    if args.role == "receiver":
+        asyncio.run(run_receiver(args))
+        return 0
+    return orchestrate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
