@@ -1,0 +1,68 @@
+"""Shared fixtures of the GUI tests: offscreen Qt, an in-memory backend, a main window, screenshots."""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from middleware.types import ChatMessage, Member  # noqa: E402
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
+
+ANN = Member("a11a" * 8, "Ann")
+BOB = Member("b0b0" * 8, "Bob")
+CAT = Member("ca7c" * 8, "Cat")
+
+
+def message(gid, member, seqno, text, parent=None, at=1_700_000_000_000):
+    return ChatMessage(gid, (member.pid, seqno), parent, member.name, text, at + seqno * 1000, at + seqno * 1000)
+
+
+def lunch_conversation(gid):
+    """A small threaded talk: two questions, answers under each, a reply to a reply."""
+    q1 = message(gid, ANN, 1, "Did you visit Delhi?")
+    q2 = message(gid, ANN, 2, "Did you visit Chennai?")
+    a1 = message(gid, BOB, 1, "Yes — twice, the Red Fort was wonderful.", q1.mid)
+    a2 = message(gid, CAT, 1, "No, not yet. Is it worth the trip in summer?", q2.mid)
+    a3 = message(gid, ANN, 3, "It is hot in May; go in December. Marina beach at sunrise is lovely "
+                              "and the filter coffee alone is worth it.", a2.mid)
+    a4 = message(gid, CAT, 2, "Noted, December it is!", a3.mid)
+    t2 = message(gid, BOB, 2, "Lunch at the canteen at 12:30?")
+    a5 = message(gid, CAT, 3, "Count me in", t2.mid)
+    return [q1, q2, a1, a2, a3, a4, t2, a5]
+
+
+@pytest.fixture
+def backend(qapp):
+    from ui.memory_backend import MemoryBackend
+
+    return MemoryBackend(name="Dana", pid="da4a" * 8)
+
+
+@pytest.fixture
+def window(qtbot, backend):
+    from ui.main_window import MainWindow
+    from ui.resources import apply_theme
+
+    apply_theme(qapp_instance())
+    win = MainWindow(backend)
+    qtbot.addWidget(win)
+    win.resize(1100, 680)
+    win.show()
+    return win
+
+
+def qapp_instance():
+    from PySide6.QtWidgets import QApplication
+
+    return QApplication.instance()
+
+
+def save_screenshot(widget, name):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / name
+    assert widget.grab().save(str(path)), f"could not save {path}"
+    return path

@@ -1,0 +1,118 @@
+"""The reply-tree and time-ordered models under Qt's model tester, with messages in any order."""
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PySide6.QtCore import QModelIndex
+
+from conftest import ANN, BOB, CAT, lunch_conversation, message
+from ui.message_model import (
+    MessageRole,
+    MessageTreeModel,
+    ParentMessageRole,
+    TimelineModel,
+    UnreadRole,
+)
+
+GID = "g-1"
+
+
+def random_tree(rng, count):
+    """``count`` messages by three senders; each answers a random earlier one or starts a thread."""
+    seqnos = {ANN: 0, BOB: 0, CAT: 0}
+    out = []
+    for _ in range(count):
+        member = rng.choice([ANN, BOB, CAT])
+        seqnos[member] += 1
+        parent = rng.choice(out).mid if out and rng.random() < 0.7 else None
+        out.append(message(GID, member, seqnos[member], f"text {len(out)}", parent))
+    return out
+
+
+def tree_shape(model, parent=QModelIndex()):
+    """{mid: parent mid} read back through the Qt model API only."""
+    shape = {}
+    for row in range(model.rowCount(parent)):
+        index = model.index(row, 0, parent)
+        msg = index.data(MessageRole)
+        assert model.parent(index) == parent
+        shape[msg.mid] = parent.data(MessageRole).mid if parent.isValid() else None
+        shape.update(tree_shape(model, index))
+    return shape
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), count=st.integers(1, 40), batch=st.integers(1, 7))
+def test_tree_follows_any_arrival_order_under_the_model_tester(qtmodeltester, seed, count, batch):
+    rng = random.Random(seed)
+    messages = random_tree(rng, count)
+    shuffled = messages[:]
+    rng.shuffle(shuffled)
+    model = MessageTreeModel(own_pid=ANN.pid)
+    timeline = TimelineModel(model)
+    qtmodeltester.check(model, force_py=False)
+    qtmodeltester.check(timeline, force_py=False)
+    shown = []
+    for start in range(0, len(shuffled), batch):
+        shown += model.add_messages(shuffled[start:start + batch] + shuffled[start:start + 1])  # with a duplicate
+    assert tree_shape(model) == {m.mid: m.parent for m in messages}
+    assert model.waiting_count == 0
+    assert sorted(m.mid for m in shown) == sorted(m.mid for m in messages)  # each shown exactly once
+    # The timeline lists each message once, every reply after what it answers.
+    order = [timeline.index(row).data(MessageRole).mid for row in range(timeline.rowCount())]
+    assert sorted(order) == sorted(m.mid for m in messages)
+    position = {mid: i for i, mid in enumerate(order)}
+    assert all(m.parent is None or position[m.parent] < position[m.mid] for m in messages)
+    assert model.unread == {m.mid for m in messages if m.sender != ANN.pid}
+
+
+def test_replies_that_come_first_wait_for_their_parent(qtmodeltester):
+    talk = lunch_conversation(GID)
+    model = MessageTreeModel()
+    qtmodeltester.check(model, force_py=False)
+    model.add_messages([talk[0]])
+    assert model.add_messages([talk[5], talk[4]]) == []  # both wait: their parents are missing
+    assert model.waiting_count == 2
+    shown = model.add_messages([talk[1], talk[3]])
+    assert [m.mid for m in shown] == [talk[1].mid, talk[3].mid, talk[4].mid, talk[5].mid]
+    assert model.waiting_count == 0
+    deepest = model.index_for(talk[5].mid)
+    assert deepest.parent().data(MessageRole) == talk[4]
+    assert deepest.parent().parent().parent() == model.index_for(talk[1].mid)
+
+
+def test_incremental_inserts_never_reset_the_model(qtmodeltester):
+    model = MessageTreeModel()
+    qtmodeltester.check(model, force_py=False)
+    talk = lunch_conversation(GID)
+    model.add_messages(talk[:2], unread=False)  # opening: one reset is fine
+    resets = []
+    model.modelReset.connect(lambda: resets.append(1))
+    for msg in talk[2:]:
+        model.add_messages([msg])
+    assert resets == []
+    assert len(model) == len(talk)
+
+
+def test_unread_marks_and_time_ordered_parent_role(qtmodeltester):
+    talk = lunch_conversation(GID)
+    model = MessageTreeModel(own_pid=BOB.pid)
+    timeline = TimelineModel(model)
+    qtmodeltester.check(timeline, force_py=False)
+    model.add_messages(talk[:4], unread=False)
+    counts = []
+    model.unread_count_changed.connect(counts.append)
+    model.add_messages(talk[4:])
+    own = {m.mid for m in talk[4:] if m.sender == BOB.pid}
+    assert model.unread == {m.mid for m in talk[4:]} - own
+    assert model.unread_in_arrival_order() == [m.mid for m in talk[4:] if m.mid not in own]
+    changed = []
+    timeline.dataChanged.connect(lambda top, bottom, roles: changed.append(top.row()))
+    model.mark_read([talk[4].mid])
+    assert not model.index_for(talk[4].mid).data(UnreadRole)
+    assert changed == [4]
+    assert counts[-1] == len(model.unread)
+    reply_row = timeline.index(4)
+    assert reply_row.data(ParentMessageRole) == talk[3]
+    assert timeline.index(0).data(ParentMessageRole) is None

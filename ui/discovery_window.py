@@ -1,0 +1,196 @@
+"""The group discovery window (the thesis's GroupInfoWindow): groups seen on the LAN, with Join.
+
+The list is live: every ``groups_discovered`` event updates or adds a row
+(``dataChanged`` / ``beginInsertRows``), and the "last seen" column is
+refreshed every few seconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from middleware.types import GroupView
+
+from .bridge import Backend
+from .resources import app_icon, icon
+
+COLUMNS = ("Group", "Members", "Private", "Last seen", "Status")
+GidRole = Qt.ItemDataRole.UserRole + 1
+
+
+def ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 5:
+        return "just now"
+    if seconds < 60:
+        return f"{seconds} s ago"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    return f"{seconds // 3600} h ago"
+
+
+class GroupTableModel(QAbstractTableModel):
+    def __init__(self, parent=None, clock=time.time) -> None:
+        super().__init__(parent)
+        self.groups: list[GroupView] = []
+        self._rows: dict[str, int] = {}
+        self.clock = clock
+
+    def update(self, views: list[GroupView]) -> None:
+        for view in views:
+            row = self._rows.get(view.gid)
+            if row is None:
+                row = len(self.groups)
+                self.beginInsertRows(QModelIndex(), row, row)
+                self.groups.append(view)
+                self._rows[view.gid] = row
+                self.endInsertRows()
+            else:
+                self.groups[row] = view
+                self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
+
+    def refresh_times(self) -> None:
+        if self.groups:
+            self.dataChanged.emit(self.index(0, 3), self.index(len(self.groups) - 1, 3))
+
+    def view_for(self, gid: str) -> GroupView | None:
+        row = self._rows.get(gid)
+        return self.groups[row] if row is not None else None
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.groups)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        view = self.groups[index.row()]
+        column = index.column()
+        if role == GidRole:
+            return view.gid
+        if role == Qt.ItemDataRole.DisplayRole:
+            if column == 0:
+                return view.desc
+            if column == 1:
+                return view.member_count
+            if column == 2:
+                return "private" if view.private else "open"
+            if column == 3:
+                return ago(self.clock() - view.last_seen)
+            if column == 4:
+                return "joined" if view.joined else ""
+        if role == Qt.ItemDataRole.DecorationRole and column == 2 and view.private:
+            return icon("lock")
+        if role == Qt.ItemDataRole.ToolTipRole:
+            names = ", ".join(m.name for m in view.members) or "nobody we know of yet"
+            return f"{view.desc}\nid {view.gid}\nmembers: {names}\nseen via {', '.join(sorted(view.sources))}"
+        if role == Qt.ItemDataRole.TextAlignmentRole and column == 1:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+
+class DiscoveryWindow(QWidget):
+    """Lists discovered groups; Join joins the selected one."""
+
+    join_requested = Signal(str)
+    create_requested = Signal()
+    join_by_id_requested = Signal()
+
+    def __init__(self, backend: Backend, parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.backend = backend
+        self.setWindowTitle("M2MC — groups on this network")
+        self.setWindowIcon(app_icon())
+        self.resize(640, 360)
+        self.model = GroupTableModel(self)
+        self.table = QTableView()
+        self.table.setObjectName("groupTable")
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        self.table.setShowGrid(False)
+        self.table.setAlternatingRowColors(True)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in range(1, len(COLUMNS)):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.doubleClicked.connect(lambda _index: self.join_selected())
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
+        self.model.dataChanged.connect(lambda *_: self._update_buttons())
+
+        self.empty_label = QLabel("Looking for groups on this network… (none announced yet)")
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.join_button = QPushButton(icon("join"), "Join")
+        self.join_button.setDefault(True)
+        self.join_button.clicked.connect(self.join_selected)
+        refresh = QPushButton(icon("discover"), "Ask again")
+        refresh.setToolTip("Advertise: ask every peer on the network for the groups it knows")
+        refresh.clicked.connect(lambda: self.backend.request("advertise"))
+        create = QPushButton(icon("create"), "Create group…")
+        create.clicked.connect(self.create_requested)
+        by_id = QPushButton("Join by id…")
+        by_id.clicked.connect(self.join_by_id_requested)
+
+        buttons = QHBoxLayout()
+        buttons.addWidget(refresh)
+        buttons.addWidget(by_id)
+        buttons.addStretch(1)
+        buttons.addWidget(create)
+        buttons.addWidget(self.join_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.empty_label)
+        layout.addLayout(buttons)
+
+        backend.groups_discovered.connect(self.model.update)
+        self._ticker = QTimer(self, interval=5000, timeout=self.model.refresh_times)
+        self._ticker.start()
+        self.model.rowsInserted.connect(lambda *_: self._update_buttons())
+        self._update_buttons()
+
+    def load(self) -> None:
+        self.backend.request("groups", on_result=self.model.update)
+
+    def selected_gid(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        return rows[0].data(GidRole) if rows else None
+
+    def select_gid(self, gid: str) -> bool:
+        row = self.model._rows.get(gid)
+        if row is None:
+            return False
+        self.table.selectRow(row)
+        return True
+
+    def join_selected(self) -> None:
+        gid = self.selected_gid()
+        if gid is not None:
+            self.join_requested.emit(gid)
+
+    def _update_buttons(self) -> None:
+        self.empty_label.setVisible(self.model.rowCount() == 0)
+        gid = self.selected_gid()
+        view = self.model.view_for(gid) if gid else None
+        self.join_button.setEnabled(view is not None and not view.joined)
+        self.join_button.setText("Joined" if view is not None and view.joined else "Join")

@@ -1,0 +1,197 @@
+"""An in-memory stand-in for the middleware (no sockets), for tests, screenshots and benchmarks.
+
+:class:`MemoryManager` answers the same calls as ``GroupManager`` for one
+peer that is alone with its fake LAN: tests add groups "seen on the network",
+messages "from other peers" and member changes through its ``inject_*``
+methods, which reach the GUI by the same queued path as real events.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from middleware.types import ChatMessage, GroupListener, GroupView, Member, Mid, UsageError, iso_millis
+
+from .bridge import Backend
+
+
+class MemoryManager:
+    def __init__(self, listener: GroupListener, pid: str = "me0000000000", name: str = "Me") -> None:
+        self.listener = listener
+        self.pid = pid
+        self.name = name
+        self.interface = "127.0.0.1"
+        self._groups: dict[str, GroupView] = {}
+        self._history: dict[str, list[ChatMessage]] = {}
+        self._seqno = 0
+        self._counter = 0
+        self._order = 0
+        self.sent: list[tuple[str, str, Mid | None]] = []
+        self.pending_count: dict[str, int] = {}
+        self.advertised = 0
+
+    # -- GroupManager's API ------------------------------------------------------------
+
+    def create_group(self, desc: str, private: bool = False) -> str:
+        desc = desc.strip() if isinstance(desc, str) else ""
+        if not desc:
+            raise UsageError("a group needs a description")
+        if len(desc) > 200:
+            raise UsageError(f"description too long: {len(desc)} characters, limit is 200")
+        self._counter += 1
+        gid = f"{self.pid}-{self._counter}"
+        me = Member(self.pid, self.name)
+        self._groups[gid] = GroupView(gid, desc, "239.1.1.1", 47477, private, True, (me,), (), 1, time.time(),
+                                      frozenset({"gjlp"}))
+        self._history[gid] = []
+        self.listener.on_group_created(gid)
+        self.listener.on_groups_discovered([self._groups[gid]])
+        return gid
+
+    def join_group(self, gid: str) -> str:
+        view = self.group(gid)
+        if not view.joined:
+            me = Member(self.pid, self.name)
+            view = _replace(view, joined=True, members=view.members + (me,), member_count=view.member_count + 1)
+            self._groups[gid] = view
+            self._history.setdefault(gid, [])
+            self.listener.on_member_joined(gid, me)
+            self.listener.on_groups_discovered([view])
+        return gid
+
+    def leave_group(self, gid: str) -> None:
+        view = self.group(gid)
+        if not view.joined:
+            raise UsageError(f"not a member of group {gid}")
+        self._groups[gid] = _replace(view, joined=False)
+
+    def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid:
+        view = self.group(gid)
+        if not view.joined:
+            raise UsageError(f"not a member of group {gid}")
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("text is empty")
+        if len(text) > 8000:
+            raise UsageError(f"text too long: {len(text)} characters, limit is 8000")
+        if parent is not None and all(m.mid != parent for m in self._history[gid]):
+            raise UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {gid}")
+        self._seqno += 1
+        mid = (self.pid, self._seqno)
+        self.sent.append((gid, text, parent))
+        now = int(time.time() * 1000)
+        self._deliver(gid, [ChatMessage(gid, mid, parent, self.name, text, now, now)])
+        return mid
+
+    def groups(self) -> list[GroupView]:
+        return list(self._groups.values())
+
+    def group(self, gid: str) -> GroupView:
+        view = self._groups.get(gid)
+        if view is None:
+            raise UsageError(f"unknown group {gid!r:.80}")
+        return view
+
+    def history(self, gid: str) -> list[ChatMessage]:
+        self.group(gid)
+        return list(self._history.get(gid, []))
+
+    def pending(self, gid: str | None = None) -> int:
+        return self.pending_count.get(gid, 0) if gid else sum(self.pending_count.values())
+
+    def export_log(self, path: str | Path, gid: str | None = None) -> int:
+        gids = [gid] if gid else [g for g, v in self._groups.items() if v.joined]
+        count = 0
+        with Path(path).open("w", encoding="utf-8") as out:
+            for g in gids:
+                for message in self.history(g):
+                    row = message.to_json()
+                    row["group_desc"] = self._groups[g].desc
+                    row["received_at"] = iso_millis(message.received_at)
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    count += 1
+        return count
+
+    def stats_dict(self) -> dict:
+        return {"delivered": sum(len(h) for h in self._history.values()), "pending": self.pending()}
+
+    def advertise(self) -> None:
+        self.advertised += 1
+
+    def set_name(self, name: str) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise UsageError("a display name must not be empty")
+        self.name = name.strip()
+
+    # -- the fake network ---------------------------------------------------------------------
+
+    def inject_group(self, gid: str, desc: str, members: tuple[Member, ...] = (), private: bool = False,
+                     joined: bool = False, left: tuple[Member, ...] = (), history: list[ChatMessage] | None = None,
+                     notify: bool = True) -> GroupView:
+        view = GroupView(gid, desc, "239.1.1.2", 47477, private, joined, tuple(members), tuple(left),
+                         len(members), time.time(), frozenset({"gjlp"}))
+        self._groups[gid] = view
+        self._history[gid] = list(history or [])
+        if notify:
+            self.listener.on_groups_discovered([view])
+        return view
+
+    def inject_messages(self, gid: str, messages: list[ChatMessage], notify: bool = True) -> None:
+        """Messages from other peers, in delivery order (stored, and told to the GUI if joined)."""
+        self._history.setdefault(gid, [])
+        if self._groups.get(gid) is not None and self._groups[gid].joined and notify:
+            self._deliver(gid, messages)
+        else:
+            self._store(gid, messages)
+
+    def inject_member(self, gid: str, member: Member, joined: bool = True) -> None:
+        view = self.group(gid)
+        if joined:
+            view = _replace(view, members=view.members + (member,), member_count=view.member_count + 1)
+            self._groups[gid] = view
+            self.listener.on_member_joined(gid, member)
+        else:
+            members = tuple(m for m in view.members if m.pid != member.pid)
+            view = _replace(view, members=members, left=view.left + (member,), member_count=len(members))
+            self._groups[gid] = view
+            self.listener.on_member_left(gid, member)
+        self.listener.on_groups_discovered([view])
+
+    def _store(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
+        stored = []
+        for message in messages:
+            self._order += 1
+            stored.append(_with_order(message, self._order))
+        self._history[gid].extend(stored)
+        return stored
+
+    def _deliver(self, gid: str, messages: list[ChatMessage]) -> None:
+        self.listener.on_messages(gid, self._store(gid, messages))
+
+
+class MemoryBackend(Backend):
+    """A :class:`~ui.bridge.Backend` over a :class:`MemoryManager`; calls complete at once."""
+
+    def __init__(self, name: str = "Me", pid: str = "me0000000000", parent=None) -> None:
+        super().__init__(parent)
+        self.manager = MemoryManager(self, pid, name)
+        self.pid, self.name, self.interface, self.port = pid, name, "127.0.0.1", 47477
+
+    def _submit(self, method: str, args: tuple) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(getattr(self.manager, method)(*args))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+
+def _replace(view: GroupView, **changes) -> GroupView:
+    return replace(view, **changes)
+
+
+def _with_order(message: ChatMessage, order: int) -> ChatMessage:
+    return replace(message, order=order)

@@ -1,0 +1,302 @@
+"""Qt models over one group's messages: the reply tree and the time-ordered list.
+
+:class:`MessageTreeModel` is the thesis's DynaTree as a ``QAbstractItemModel``:
+each message is a row under the message it answers.  Messages are only ever
+added, so a node's row never changes and ``parent()`` is O(1).  New messages go
+in with ``beginInsertRows`` (consecutive siblings in one call); only opening a
+group with its whole history is a model reset.  The middleware delivers a
+parent before its replies (S_b order), but the model does not rely on it: a
+reply whose parent is unknown waits, invisible, until the parent arrives.
+
+The model also keeps which messages are unread, and the arrival order that
+:class:`TimelineModel` shows as a flat list in which each reply names what it
+answers.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from PySide6.QtCore import QAbstractItemModel, QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+
+from middleware.types import ChatMessage, Mid
+
+MessageRole = Qt.ItemDataRole.UserRole + 1
+UnreadRole = Qt.ItemDataRole.UserRole + 2
+ParentMessageRole = Qt.ItemDataRole.UserRole + 3
+DepthRole = Qt.ItemDataRole.UserRole + 4
+SearchRole = Qt.ItemDataRole.UserRole + 5
+OwnRole = Qt.ItemDataRole.UserRole + 6
+ReplyCountRole = Qt.ItemDataRole.UserRole + 7
+
+AnyIndex = QModelIndex | QPersistentModelIndex
+
+
+class _Node:
+    __slots__ = ("message", "parent", "children", "row", "depth")
+
+    def __init__(self, message: ChatMessage | None, parent: "_Node | None", row: int) -> None:
+        self.message = message
+        self.parent = parent
+        self.children: list[_Node] = []
+        self.row = row
+        self.depth = parent.depth + 1 if parent is not None else -1
+
+
+class MessageTreeModel(QAbstractItemModel):
+    """The reply tree of one group, one column; see the module docstring."""
+
+    # (first, last) rows appended to ``arrival``; emitted after the tree rows are in.
+    arrived = Signal(int, int)
+    # mids whose unread flag changed
+    read_state_changed = Signal(list)
+    unread_count_changed = Signal(int)
+
+    def __init__(self, own_pid: str = "", parent=None) -> None:
+        super().__init__(parent)
+        self.own_pid = own_pid
+        self._root = _Node(None, None, 0)
+        self._nodes: dict[Mid, _Node] = {}
+        self._waiting: dict[Mid, list[ChatMessage]] = {}  # parent mid -> replies that came first
+        self.arrival: list[_Node] = []
+        self.unread: set[Mid] = set()
+
+    # -- feeding -------------------------------------------------------------------------
+
+    def add_messages(self, messages: Iterable[ChatMessage], unread: bool = True) -> list[ChatMessage]:
+        """Add delivered messages; returns those that became visible, in insertion order.
+
+        Own messages are never unread.  When the model is empty (a group being
+        opened) the whole batch goes in as one reset, which is what makes a
+        100,000-message history open quickly.
+        """
+        ready = self._ready(messages)
+        if not ready:
+            return []
+        if not self._nodes:
+            self.beginResetModel()
+            for message in ready:
+                self._attach(message, unread)
+            self.endResetModel()
+            self.arrived.emit(0, len(self.arrival) - 1)
+        else:
+            first_arrival = len(self.arrival)
+            start = 0
+            while start < len(ready):
+                parent_mid = ready[start].parent
+                end = start + 1
+                while end < len(ready) and ready[end].parent == parent_mid:
+                    end += 1
+                parent_node = self._nodes[parent_mid] if parent_mid is not None else self._root
+                first = len(parent_node.children)
+                self.beginInsertRows(self._index_of(parent_node), first, first + end - start - 1)
+                for message in ready[start:end]:
+                    self._attach(message, unread)
+                self.endInsertRows()
+                start = end
+            self.arrived.emit(first_arrival, len(self.arrival) - 1)
+        if unread and any(m.sender != self.own_pid for m in ready):
+            self.unread_count_changed.emit(len(self.unread))
+        return ready
+
+    def _ready(self, messages: Iterable[ChatMessage]) -> list[ChatMessage]:
+        """The messages that can be shown now, parents before replies, without duplicates."""
+        ready: list[ChatMessage] = []
+        known = set()
+        for message in messages:
+            if message.mid in self._nodes or message.mid in known:
+                continue
+            parent = message.parent
+            if parent is not None and parent not in self._nodes and parent not in known:
+                waiting = self._waiting.setdefault(parent, [])
+                if all(w.mid != message.mid for w in waiting):
+                    waiting.append(message)
+                continue
+            pending = [message]
+            while pending:
+                current = pending.pop()
+                ready.append(current)
+                known.add(current.mid)
+                released = self._waiting.pop(current.mid, [])
+                pending.extend(reversed([r for r in released if r.mid not in self._nodes and r.mid not in known]))
+        return ready
+
+    def _attach(self, message: ChatMessage, unread: bool) -> None:
+        parent_node = self._nodes[message.parent] if message.parent is not None else self._root
+        node = _Node(message, parent_node, len(parent_node.children))
+        parent_node.children.append(node)
+        self._nodes[message.mid] = node
+        self.arrival.append(node)
+        if unread and message.sender != self.own_pid:
+            self.unread.add(message.mid)
+
+    # -- queries ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    @property
+    def waiting_count(self) -> int:
+        """Replies held here because their parent has not been added (the middleware holds its own)."""
+        return sum(len(w) for w in self._waiting.values())
+
+    def message(self, mid: Mid) -> ChatMessage | None:
+        node = self._nodes.get(mid)
+        return node.message if node is not None else None
+
+    def index_for(self, mid: Mid) -> QModelIndex:
+        node = self._nodes.get(mid)
+        return self._index_of(node) if node is not None else QModelIndex()
+
+    def message_at(self, index: AnyIndex) -> ChatMessage | None:
+        return index.data(MessageRole) if index.isValid() else None
+
+    def ancestors(self, mid: Mid) -> list[Mid]:
+        """The mids from the thread's root down to the parent of ``mid``."""
+        path = []
+        node = self._nodes.get(mid)
+        while node is not None and node.parent is not None and node.parent.message is not None:
+            node = node.parent
+            path.append(node.message.mid)
+        return path[::-1]
+
+    def unread_in_arrival_order(self) -> list[Mid]:
+        if not self.unread:
+            return []
+        return [node.message.mid for node in self.arrival if node.message.mid in self.unread]
+
+    # -- read state ----------------------------------------------------------------------
+
+    def mark_read(self, mids: Iterable[Mid]) -> None:
+        changed = [mid for mid in mids if mid in self.unread]
+        if not changed:
+            return
+        self.unread.difference_update(changed)
+        for mid in changed:
+            index = self.index_for(mid)
+            self.dataChanged.emit(index, index, [UnreadRole])
+        self.read_state_changed.emit(changed)
+        self.unread_count_changed.emit(len(self.unread))
+
+    def mark_all_read(self) -> None:
+        self.mark_read(list(self.unread))
+
+    # -- QAbstractItemModel ----------------------------------------------------------------
+
+    def _node(self, index: AnyIndex) -> _Node:
+        return index.internalPointer() if index.isValid() else self._root
+
+    def _index_of(self, node: _Node) -> QModelIndex:
+        if node is self._root:
+            return QModelIndex()
+        return self.createIndex(node.row, 0, node)
+
+    def index(self, row: int, column: int = 0, parent: AnyIndex = QModelIndex()) -> QModelIndex:
+        if column != 0 or row < 0:
+            return QModelIndex()
+        if parent.isValid() and parent.column() != 0:
+            return QModelIndex()
+        children = self._node(parent).children
+        if row >= len(children):
+            return QModelIndex()
+        return self.createIndex(row, 0, children[row])
+
+    def parent(self, index: AnyIndex) -> QModelIndex:  # noqa: A003 - Qt's name
+        if not index.isValid():
+            return QModelIndex()
+        return self._index_of(index.internalPointer().parent)
+
+    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:
+        if parent.isValid() and parent.column() != 0:
+            return 0
+        return len(self._node(parent).children)
+
+    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:
+        return 1
+
+    def hasChildren(self, parent: AnyIndex = QModelIndex()) -> bool:
+        return self.rowCount(parent) > 0
+
+    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        node: _Node = index.internalPointer()
+        return _message_data(node.message, role, self, node)
+
+
+class TimelineModel(QAbstractListModel):
+    """The same messages as a flat list in arrival (delivery) order."""
+
+    def __init__(self, tree: MessageTreeModel, parent=None) -> None:
+        super().__init__(parent)
+        self.tree = tree
+        self._count = 0
+        self._rows: dict[Mid, int] = {}
+        tree.modelAboutToBeReset.connect(self.beginResetModel)
+        tree.modelReset.connect(self._after_reset)
+        tree.arrived.connect(self._on_arrived)
+        tree.read_state_changed.connect(self._on_read_changed)
+
+    def _after_reset(self) -> None:
+        # The tree's reset fills ``arrival``; ``arrived`` then reports the new rows.
+        self._count = 0
+        self._rows.clear()
+        self.endResetModel()
+
+    def _on_arrived(self, first: int, last: int) -> None:
+        if last < first:
+            return
+        self.beginInsertRows(QModelIndex(), self._count, last)
+        for row in range(self._count, last + 1):
+            self._rows[self.tree.arrival[row].message.mid] = row
+        self._count = last + 1
+        self.endInsertRows()
+
+    def _on_read_changed(self, mids: list) -> None:
+        for mid in mids:
+            row = self._rows.get(mid)
+            if row is not None:
+                index = self.index(row)
+                self.dataChanged.emit(index, index, [UnreadRole])
+
+    def index_for(self, mid: Mid) -> QModelIndex:
+        row = self._rows.get(mid)
+        return self.index(row) if row is not None else QModelIndex()
+
+    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:
+        return 0 if parent.isValid() else self._count
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or index.row() >= self._count:
+            return None
+        node = self.tree.arrival[index.row()]
+        if role == DepthRole:
+            return 0
+        return _message_data(node.message, role, self.tree, node)
+
+
+def _message_data(message: ChatMessage, role: int, tree: MessageTreeModel, node: _Node):
+    if role == Qt.ItemDataRole.DisplayRole:
+        return message.text
+    if role == MessageRole:
+        return message
+    if role == UnreadRole:
+        return message.mid in tree.unread
+    if role == SearchRole:
+        return f"{message.sender_name}\n{message.text}"
+    if role == ParentMessageRole:
+        return node.parent.message if node.parent is not None else None
+    if role == DepthRole:
+        return node.depth
+    if role == OwnRole:
+        return message.sender == tree.own_pid
+    if role == ReplyCountRole:
+        return len(node.children)
+    if role == Qt.ItemDataRole.ToolTipRole:
+        return f"{message.sender_name} ({message.sender[:8]}…), message {message.mid[1]}"
+    return None

@@ -1,0 +1,161 @@
+"""Small widgets of the main window: compose box, reply banner, conversation tree, group list badges."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QKeyEvent, QPainter, QPalette
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QToolButton,
+    QTreeView,
+    QWidget,
+)
+
+from middleware.types import ChatMessage
+
+from .delegate import snippet
+from .resources import icon, theme_colors
+
+UnreadCountRole = Qt.ItemDataRole.UserRole + 11
+GroupIdRole = Qt.ItemDataRole.UserRole + 12
+
+
+class ComposeEdit(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("compose")
+        self.setPlaceholderText("Write a message — Enter sends, Shift+Enter adds a line")
+        self.setTabChangesFocus(True)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.insertPlainText("\n")
+            else:
+                self.submitted.emit()
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+    def sizeHint(self) -> QSize:
+        lines = 3
+        return QSize(super().sizeHint().width(), self.fontMetrics().lineSpacing() * lines + 16)
+
+
+class ReplyBanner(QFrame):
+    """'Replying to <sender>: <snippet> ✕' above the compose box; hidden for a new thread."""
+
+    cancelled = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("replyBanner")
+        self.label = QLabel()
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.icon_label = QLabel()
+        self.icon_label.setPixmap(icon("reply").pixmap(16, 16))
+        close = QToolButton()
+        close.setText("✕")
+        close.setToolTip("Start a new thread instead (Esc)")
+        close.setAutoRaise(True)
+        close.clicked.connect(self.cancelled)
+        self.close_button = close
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 2, 2, 2)
+        layout.addWidget(self.icon_label)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(close)
+        self.hide()
+
+    def show_target(self, message: ChatMessage | None) -> None:
+        if message is None:
+            self.label.clear()
+            self.hide()
+            return
+        self.label.setText(f"Replying to {message.sender_name}: {snippet(message.text, 80)}")
+        self.show()
+
+    @property
+    def text(self) -> str:
+        return self.label.text() if self.isVisible() or self.label.text() else ""
+
+
+class ConversationView(QTreeView):
+    """The reply tree; re-lays rows out when its width changes, since wrapped text changes height."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("conversation")
+        self.setHeaderHidden(True)
+        self.setUniformRowHeights(False)
+        self.setAnimated(False)
+        self.setIndentation(18)
+        self.setWordWrap(True)
+        self.setExpandsOnDoubleClick(True)
+        self._last_width = -1
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        width = self.viewport().width()
+        if width != self._last_width:
+            self._last_width = width
+            self.scheduleDelayedItemsLayout()
+
+
+class GroupListDelegate(QStyledItemDelegate):
+    """A joined group: its description, and a badge with the unread count."""
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
+        size = super().sizeHint(option, index)
+        return QSize(size.width(), max(size.height(), option.fontMetrics.height() + 14))
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
+        unread = index.data(UnreadCountRole) or 0
+        widget = option.widget
+        style = widget.style()
+        background = QStyleOptionViewItem(option)
+        self.initStyleOption(background, index)
+        background.text = ""
+        background.icon = QIcon()
+        background.state &= ~QStyle.StateFlag.State_HasFocus
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, background, painter, widget)
+        metrics = option.fontMetrics
+        badge = str(unread) if unread < 1000 else "999+"
+        badge_width = metrics.horizontalAdvance(badge) + 14 if unread else 0
+        rect = option.rect.adjusted(8, 0, -8, 0)
+        painter.save()
+        icon_size = 20
+        decoration = index.data(Qt.ItemDataRole.DecorationRole)
+        if isinstance(decoration, QIcon):
+            decoration.paint(painter, QRect(rect.left(), rect.center().y() - icon_size // 2, icon_size, icon_size))
+        text_rect = QRect(rect.left() + icon_size + 8, rect.top(), rect.width() - icon_size - 8 - badge_width - 6,
+                          rect.height())
+        font = QFont(option.font)
+        font.setBold(bool(unread))
+        painter.setFont(font)
+        painter.setPen(option.palette.color(QPalette.ColorRole.Text))
+        text = QFontMetrics(font).elidedText(index.data(Qt.ItemDataRole.DisplayRole) or "", Qt.TextElideMode.ElideRight,
+                                             text_rect.width())
+        painter.drawText(text_rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
+        if unread:
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            height = metrics.height() + 2
+            badge_rect = QRect(rect.right() - badge_width, rect.center().y() - height // 2, badge_width, height)
+            painter.setBrush(QColor(theme_colors(option.palette)["unread"]))
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.drawRoundedRect(badge_rect, height / 2, height / 2)
+            font.setBold(True)
+            painter.setFont(font)
+            painter.setPen(QColor("#ffffff"))
+            painter.drawText(badge_rect, Qt.AlignmentFlag.AlignCenter, badge)
+        painter.restore()
