@@ -1,0 +1,166 @@
+"""The main and discovery windows over the in-memory backend (no sockets): reply flow, unread, filter, export."""
+
+import json
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialogButtonBox
+
+from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
+from middleware.types import Member
+from ui.dialogs import CreateGroupDialog, JoinDialog
+from ui.message_model import MessageRole
+
+GID = ANN.pid + "-1"
+
+
+def open_lunch(qtbot, window, backend, history=6):
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group(GID, "Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                 left=(Member("e" * 32, "Eve"),), history=lunch_conversation(GID)[:history])
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == history)
+    return window.current
+
+
+def test_reply_flow_select_type_enter_sends_with_that_parent(qtbot, window, backend):
+    session = open_lunch(qtbot, window, backend)
+    talk = lunch_conversation(GID)
+    assert window.select_message(talk[3].mid)
+    assert window.reply_banner.isVisible()
+    assert window.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
+    window.compose.setFocus()
+    qtbot.keyClicks(window.compose, "Try December")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(window.compose, "or January")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(session.tree) == 7)
+    assert backend.manager.sent == [(GID, "Try December\nor January", talk[3].mid)]
+    assert window.compose.toPlainText() == ""
+    mine = session.tree.index_for((backend.pid, 1))
+    assert mine.parent().data(MessageRole) == talk[3]
+    assert window.tree_view.isExpanded(mine.parent())
+    assert not session.tree.unread  # own messages are never new
+
+    # ✕ starts a new thread: the next message has no parent.
+    qtbot.mouseClick(window.reply_banner.close_button, Qt.MouseButton.LeftButton)
+    assert not window.reply_banner.isVisible()
+    qtbot.keyClicks(window.compose, "New topic")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Enter)
+    qtbot.waitUntil(lambda: len(backend.manager.sent) == 2)
+    assert backend.manager.sent[-1] == (GID, "New topic", None)
+
+
+def test_send_error_is_shown_and_text_kept(qtbot, window, backend):
+    open_lunch(qtbot, window, backend)
+    window.compose.setPlainText("x" * 8001)
+    window.send_message()
+    qtbot.waitUntil(window.compose_error.isVisible)
+    assert "too long" in window.compose_error.text()
+    assert len(window.compose.toPlainText()) == 8001
+
+
+def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backend):
+    session = open_lunch(qtbot, window, backend)
+    talk = lunch_conversation(GID)
+    backend.manager.inject_messages(GID, talk[6:])
+    qtbot.waitUntil(lambda: len(session.tree) == 8)
+    assert session.tree.unread == {talk[6].mid, talk[7].mid}
+    assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 2  # the groups pane badge
+    assert window.windowTitle().startswith("(2)")
+    assert window.tree_view.isExpanded(session.tree.index_for(talk[6].mid))  # path to the new reply
+    save_screenshot(window, "main-window.png")
+    window.next_unread()
+    assert window.reply_target == talk[6].mid
+    assert session.tree.unread == {talk[7].mid}
+    window.next_unread_action.trigger()
+    assert window.reply_target == talk[7].mid and not session.tree.unread
+    assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 0
+
+
+def test_time_ordered_view_and_filter(qtbot, window, backend):
+    session = open_lunch(qtbot, window, backend, history=8)
+    window.time_action.trigger()
+    assert window.stack.currentWidget() is window.timeline_view
+    model = window.timeline_view.model()
+    assert [model.index(r, 0).data(MessageRole).text for r in range(model.rowCount())] == \
+        [m.text for m in lunch_conversation(GID)]
+    save_screenshot(window, "main-window-time-ordered.png")
+    window.time_action.trigger()
+    assert window.stack.currentWidget() is window.tree_view
+
+    window.find_action.trigger()
+    qtbot.keyClicks(window.filter_edit, "december")
+    proxy = window.tree_view.model()
+    assert proxy is window.tree_proxy
+    # The matches and the thread above them stay; other threads go.
+    assert proxy.rowCount() == 1
+    top = proxy.index(0, 0)
+    assert top.data(MessageRole).text == "Did you visit Chennai?"
+    window.filter_edit.clear()
+    assert window.tree_view.model() is session.tree
+
+
+def test_members_pane_and_status_bar(qtbot, window, backend):
+    open_lunch(qtbot, window, backend)
+    names = [window.member_list.item(i).text() for i in range(window.member_list.count())]
+    assert names == ["In the group (4)", "Ann", "Bob", "Cat", "Dana (you)", "Left (1)", "Eve"]
+    assert window.peers_label.text() == "3 peers seen"
+    assert "127.0.0.1" in window.address_label.text()
+    backend.manager.pending_count[GID] = 2
+    qtbot.waitUntil(lambda: "2 replies waiting" in window.pending_label.text(), timeout=3000)
+    backend.on_sync_progress(GID, 3, 10)
+    qtbot.waitUntil(window.sync_bar.isVisible)
+    assert (window.sync_bar.value(), window.sync_bar.maximum()) == (3, 10)
+    backend.on_sync_progress(GID, 10, 10)
+    qtbot.waitUntil(lambda: not window.sync_bar.isVisible())
+    backend.manager.inject_member(GID, CAT, joined=False)
+    qtbot.waitUntil(lambda: "Left (2)" in [window.member_list.item(i).text() for i in range(window.member_list.count())])
+
+
+def test_export_writes_json_lines(qtbot, window, backend, tmp_path):
+    open_lunch(qtbot, window, backend)
+    out = tmp_path / "chat.jsonl"
+    window.export_to(str(out))
+    qtbot.waitUntil(out.exists)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["text"] for r in rows] == [m.text for m in lunch_conversation(GID)[:6]]
+    assert rows[2]["parent"] == f"{ANN.pid}:1" and rows[0]["group_desc"] == "Travel & lunch"
+
+
+def test_discovery_lists_groups_and_joins(qtbot, window, backend):
+    window.start()
+    backend.manager.inject_group("b-9", "Board games night", members=(BOB, CAT))
+    backend.manager.inject_group("p-3", "Secret santa", members=(ANN,), private=True)
+    discovery = window.discovery
+    qtbot.waitUntil(lambda: discovery.model.rowCount() == 2)
+    discovery.resize(640, 300)
+    assert discovery.select_gid("b-9")
+    assert discovery.join_button.isEnabled()
+    save_screenshot(discovery, "discovery-window.png")
+    qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "b-9" in window.sessions and window.current is window.sessions["b-9"])
+    qtbot.waitUntil(lambda: discovery.model.view_for("b-9").joined)
+    assert not discovery.join_button.isEnabled()
+    assert discovery.model.index(1, 2).data() == "private"
+
+
+def test_create_and_join_dialogs_validate(qtbot, backend):
+    dialog = CreateGroupDialog(backend)
+    qtbot.addWidget(dialog)
+    ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+    ok.click()
+    assert dialog.error_label.text() == "A group needs a description."
+    dialog.desc_edit.setText("x" * 201)
+    ok.click()
+    assert "too long" in dialog.error_label.text()
+    dialog.desc_edit.setText("Friday lunch")
+    ok.click()
+    qtbot.waitUntil(lambda: dialog.created_gid is not None)
+    assert backend.manager.group(dialog.created_gid).desc == "Friday lunch"
+
+    join = JoinDialog(backend)
+    qtbot.addWidget(join)
+    join.gid_edit.setText("no-such-group")
+    join.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    qtbot.waitUntil(lambda: "unknown group" in join.error_label.text())
+    assert join.joined_gid is None
