@@ -7,8 +7,13 @@ long paint or a modal dialog would stall them.  So the middleware runs its own
 asyncio loop in a daemon thread (:class:`middleware.runner.ManagerThread`),
 stays Qt-free and runnable headless, and keeps its timers running while the
 GUI is busy.  :class:`Backend` is the listener the middleware calls on its
-loop thread; each callback is re-posted through a queued connection, so every
-public signal is emitted on the GUI thread.  Calls (:meth:`Backend.request`)
+loop thread; each callback is put on a thread-safe queue and a payload-free
+signal, queued to the GUI thread, wakes the drain, so every public signal is
+emitted on the GUI thread.  The queue (rather than signal arguments) coalesces
+bursts: consecutive message batches of a group reach the window as one, and
+only plain Python objects cross the thread boundary (PySide6 6.12 on Python
+3.11 mis-counted references to ``object`` arguments of cross-thread signals
+under load, crashing at exit).  Calls (:meth:`Backend.request`)
 run on the loop thread and their results come back the same way, to a
 callback on the GUI thread; the GUI never waits on the network.
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import logging
+from collections import deque
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
@@ -47,7 +53,7 @@ class Backend(QObject):
     sync_progress = Signal(str, int, int)  # gid, received, expected
     failed = Signal(str)  # a call failed and nobody asked to hear about it
 
-    _posted = Signal(str, object)  # from any thread; connected queued to _dispatch
+    _wake = Signal()  # from any thread; connected queued to _drain
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -57,27 +63,33 @@ class Backend(QObject):
         self.port = 0
         self._tokens = itertools.count(1)
         self._callbacks: dict[int, tuple[ResultCallback | None, ErrorCallback | None, str]] = {}
-        self._posted.connect(self._dispatch, Qt.ConnectionType.QueuedConnection)
+        self._queue: deque[tuple[str, Any]] = deque()
+        self._wake.connect(self._drain, Qt.ConnectionType.QueuedConnection)
+
+    def _post(self, kind: str, payload: Any) -> None:
+        """Called from any thread."""
+        self._queue.append((kind, payload))
+        self._wake.emit()
 
     # -- GroupListener: called on the middleware thread --------------------------------
 
     def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        self._posted.emit("messages", (gid, list(messages)))
+        self._post("messages", (gid, list(messages)))
 
     def on_groups_discovered(self, groups: list[GroupView]) -> None:
-        self._posted.emit("groups", list(groups))
+        self._post("groups", list(groups))
 
     def on_group_created(self, gid: str) -> None:
-        self._posted.emit("created", gid)
+        self._post("created", gid)
 
     def on_member_joined(self, gid: str, member: Member) -> None:
-        self._posted.emit("joined", (gid, member))
+        self._post("joined", (gid, member))
 
     def on_member_left(self, gid: str, member: Member) -> None:
-        self._posted.emit("left", (gid, member))
+        self._post("left", (gid, member))
 
     def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        self._posted.emit("sync", (gid, received, expected))
+        self._post("sync", (gid, received, expected))
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -92,7 +104,7 @@ class Backend(QObject):
         try:
             future = self._submit(method, args)
         except Exception as exc:  # e.g. the backend is closed
-            self._posted.emit("result", (token, None, exc))
+            self._post("result", (token, None, exc))
             return
         future.add_done_callback(lambda done, token=token: self._post_result(token, done))
 
@@ -101,7 +113,7 @@ class Backend(QObject):
             result, error = done.result(), None
         except Exception as exc:
             result, error = None, exc
-        self._posted.emit("result", (token, result, error))
+        self._post("result", (token, result, error))
 
     def _submit(self, method: str, args: tuple) -> concurrent.futures.Future:
         raise NotImplementedError
@@ -111,7 +123,16 @@ class Backend(QObject):
 
     # -- GUI thread ----------------------------------------------------------------------------
 
-    @Slot(str, object)
+    @Slot()
+    def _drain(self) -> None:
+        while self._queue:
+            kind, payload = self._queue.popleft()
+            if kind == "messages":
+                gid, messages = payload
+                while self._queue and self._queue[0][0] == "messages" and self._queue[0][1][0] == gid:
+                    messages.extend(self._queue.popleft()[1][1])
+            self._dispatch(kind, payload)
+
     def _dispatch(self, kind: str, payload: Any) -> None:
         if kind == "messages":
             self.messages_arrived.emit(*payload)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListView,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 400
 SEEN_DELAY_MS = 1500
+MAX_PER_TURN = 100
 
 
 @dataclass
@@ -110,6 +111,10 @@ class MainWindow(QMainWindow):
         backend.failed.connect(self.show_error)
 
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
+        self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
+        self._inbox_timer = QTimer(self, singleShot=True, interval=0, timeout=self._drain_inbox)
+        self._follow_timer = QTimer(self, singleShot=True, interval=100,
+                                    timeout=lambda: self.current_view().scrollToBottom())
         self._pending_timer = QTimer(self, interval=1000, timeout=self._poll_pending)
         self._pending_timer.start()
         self._show_session(None)
@@ -153,6 +158,12 @@ class MainWindow(QMainWindow):
         header = QHBoxLayout()
         header.setContentsMargins(8, 6, 8, 6)
         header.addWidget(self.title_label, 1)
+        self.older_button = QPushButton()
+        self.older_button.setFlat(True)
+        self.older_button.setToolTip("Big groups open with their newest threads; show older ones too")
+        self.older_button.clicked.connect(self.show_older)
+        self.older_button.hide()
+        header.addWidget(self.older_button)
         header.addWidget(self.filter_edit)
         header.addWidget(self.tree_button)
         header.addWidget(self.time_button)
@@ -160,14 +171,14 @@ class MainWindow(QMainWindow):
         self.tree_view = ConversationView()
         self.tree_view.setItemDelegate(MessageDelegate(self.tree_view))
         self.tree_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.tree_view.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
-        self.timeline_view = QListView()
+        # Both views scroll per item: per-pixel scrolling would need every row's height,
+        # which for 100,000 wrapped messages is seconds of text layout.
+        self.timeline_view = ConversationView()
         self.timeline_view.setObjectName("timeline")
+        self.timeline_view.setRootIsDecorated(False)
+        self.timeline_view.setIndentation(0)
         self.timeline_view.setItemDelegate(MessageDelegate(self.timeline_view, show_parent=True))
-        self.timeline_view.setUniformItemSizes(False)
-        self.timeline_view.setWordWrap(True)
-        self.timeline_view.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
-        self.timeline_view.setResizeMode(QListView.ResizeMode.Adjust)
+        self.timeline_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         for view in (self.tree_view, self.timeline_view):
             view.verticalScrollBar().valueChanged.connect(self._schedule_seen)
         self.tree_proxy = QSortFilterProxyModel(self)
@@ -400,10 +411,34 @@ class MainWindow(QMainWindow):
         if self.tree_view.model() is not tree_model:
             self.tree_view.setModel(tree_model)
             self.tree_view.selectionModel().currentChanged.connect(self._on_current_message)
+        # Only the visible view holds a model: a hidden view would still re-lay out on every insert.
+        if not self.time_ordered:
+            timeline_model = None
         if self.timeline_view.model() is not timeline_model:
             self.timeline_view.setModel(timeline_model)
-            self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
+            if timeline_model is not None:
+                self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
         self.stack.setCurrentWidget(self.timeline_view if self.time_ordered else self.tree_view)
+        self._update_older_button()
+
+    def _update_older_button(self) -> None:
+        session = self.current
+        hidden = 0
+        if session is not None:
+            hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
+        what = "messages" if self.time_ordered else "threads"
+        self.older_button.setText(f"⤒ {hidden:,} older {what}")
+        self.older_button.setVisible(hidden > 0)
+
+    def show_older(self) -> None:
+        session = self.current
+        if session is None:
+            return
+        if self.time_ordered:
+            session.timeline.show_older()
+        else:
+            session.tree.show_older()
+        self._update_older_button()
 
     def _expand_default(self, session: GroupSession) -> None:
         if session is not self.current or self.tree_view.model() is not session.tree:
@@ -415,6 +450,7 @@ class MainWindow(QMainWindow):
                 self._expand_path(node.message.mid)
             for mid in list(session.tree.unread)[:EXPAND_RECENT]:
                 self._expand_path(mid)
+        self._update_older_button()
         if not session.expanded_once and len(session.tree):
             session.expanded_once = True
             self.tree_view.scrollToBottom()
@@ -432,6 +468,27 @@ class MainWindow(QMainWindow):
     # -- events from the middleware --------------------------------------------------------
 
     def _on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
+        # Taken in slices: a burst of thousands must not freeze the window, so each
+        # event-loop turn adds at most MAX_PER_TURN and lets Qt lay out and paint between.
+        self._inbox.append((gid, list(messages)))
+        if not self._inbox_timer.isActive():
+            self._inbox_timer.start()
+
+    def _drain_inbox(self) -> None:
+        budget = MAX_PER_TURN
+        while self._inbox and budget > 0:
+            gid, messages = self._inbox.popleft()
+            while self._inbox and self._inbox[0][0] == gid and len(messages) < budget:
+                messages.extend(self._inbox.popleft()[1])
+            if len(messages) > budget:
+                self._inbox.appendleft((gid, messages[budget:]))
+                messages = messages[:budget]
+            budget -= len(messages)
+            self._add_messages(gid, messages)
+        if self._inbox:
+            self._inbox_timer.start()
+
+    def _add_messages(self, gid: str, messages: list[ChatMessage]) -> None:
         session = self.sessions.get(gid)
         if session is None:
             session = self._session(gid, load_history=True)
@@ -446,7 +503,8 @@ class MainWindow(QMainWindow):
                     self._expand_path(message.mid)
             if at_bottom:
                 # Only follow the end when the user is already there; otherwise keep their place.
-                (self.timeline_view if self.time_ordered else self.tree_view).scrollToBottom()
+                # Deferred and coalesced: scrolling forces a layout, once per burst is enough.
+                self._follow_timer.start()
             self._schedule_seen()
         others = [m for m in shown if m.sender != self.backend.pid]
         if others:
@@ -588,10 +646,7 @@ class MainWindow(QMainWindow):
         height = view.viewport().height()
         while index.isValid() and view.visualRect(index).top() < height:
             visible.append(index.data(MessageRole).mid)
-            if view is self.tree_view:
-                index = self.tree_view.indexBelow(index)
-            else:
-                index = model.index(index.row() + 1, 0)
+            index = view.indexBelow(index)
         if mark and self.current is not None:
             self.current.tree.mark_read(visible)
         return visible
@@ -608,8 +663,12 @@ class MainWindow(QMainWindow):
         """Show and select a message of the current group (it becomes the reply target)."""
         if self.current is None:
             return False
-        if not self.time_ordered:
+        if self.time_ordered:
+            self.current.timeline.reveal(mid)
+        else:
+            self.current.tree.reveal(mid)
             self._expand_path(mid)
+        self._update_older_button()
         index = self._view_index(mid)
         if not index.isValid():
             return False
@@ -645,7 +704,9 @@ class MainWindow(QMainWindow):
         self.tree_button.setChecked(not on)
         self.time_button.setChecked(on)
         if self.current is not None:
-            self.stack.setCurrentWidget(self.timeline_view if on else self.tree_view)
+            self._set_view_models()
+            if not on:
+                self._expand_default(self.current)
             if selected is not None:
                 self.select_message(selected)
             self._schedule_seen()

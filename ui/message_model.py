@@ -11,6 +11,12 @@ reply whose parent is unknown waits, invisible, until the parent arrives.
 The model also keeps which messages are unread, and the arrival order that
 :class:`TimelineModel` shows as a flat list in which each reply names what it
 answers.
+
+Both models show a window of the newest threads (messages): QTreeView lays
+out every visible row again after each insert, asking the Python model about
+each, so with 30,000 threads on show every incoming batch would stall the GUI
+for a second.  Older threads stay in the model, hidden, until
+:meth:`MessageTreeModel.show_older` (or :meth:`reveal`) inserts them at the top.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ OwnRole = Qt.ItemDataRole.UserRole + 6
 ReplyCountRole = Qt.ItemDataRole.UserRole + 7
 
 AnyIndex = QModelIndex | QPersistentModelIndex
+ITEM_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable  # computed once: enum | is slow in Python
+THREAD_WINDOW = 500
+TIMELINE_WINDOW = 2000
 
 
 class _Node:
@@ -52,9 +61,13 @@ class MessageTreeModel(QAbstractItemModel):
     read_state_changed = Signal(list)
     unread_count_changed = Signal(int)
 
-    def __init__(self, own_pid: str = "", parent=None) -> None:
+    older_shown = Signal()
+
+    def __init__(self, own_pid: str = "", parent=None, window: int = THREAD_WINDOW) -> None:
         super().__init__(parent)
         self.own_pid = own_pid
+        self.window = window
+        self.hidden_threads = 0  # the oldest threads, not (yet) rows of the model
         self._root = _Node(None, None, 0)
         self._nodes: dict[Mid, _Node] = {}
         self._waiting: dict[Mid, list[ChatMessage]] = {}  # parent mid -> replies that came first
@@ -77,6 +90,7 @@ class MessageTreeModel(QAbstractItemModel):
             self.beginResetModel()
             for message in ready:
                 self._attach(message, unread)
+            self.hidden_threads = max(0, len(self._root.children) - self.window)
             self.endResetModel()
             self.arrived.emit(0, len(self.arrival) - 1)
         else:
@@ -88,7 +102,12 @@ class MessageTreeModel(QAbstractItemModel):
                 while end < len(ready) and ready[end].parent == parent_mid:
                     end += 1
                 parent_node = self._nodes[parent_mid] if parent_mid is not None else self._root
-                first = len(parent_node.children)
+                if not self._shown(parent_node):  # a reply in a hidden old thread: no rows to announce
+                    for message in ready[start:end]:
+                        self._attach(message, unread)
+                    start = end
+                    continue
+                first = len(parent_node.children) - (self.hidden_threads if parent_node is self._root else 0)
                 self.beginInsertRows(self._index_of(parent_node), first, first + end - start - 1)
                 for message in ready[start:end]:
                     self._attach(message, unread)
@@ -129,6 +148,34 @@ class MessageTreeModel(QAbstractItemModel):
         self.arrival.append(node)
         if unread and message.sender != self.own_pid:
             self.unread.add(message.mid)
+
+    def _shown(self, node: _Node) -> bool:
+        if node is self._root:
+            return True
+        while node.parent is not self._root:
+            node = node.parent
+        return node.row >= self.hidden_threads
+
+    def show_older(self, count: int | None = None) -> int:
+        """Insert up to ``count`` (default: a window's worth) older threads at the top."""
+        count = min(self.hidden_threads, count if count is not None else self.window)
+        if count > 0:
+            self.beginInsertRows(QModelIndex(), 0, count - 1)
+            self.hidden_threads -= count
+            self.endInsertRows()
+            self.older_shown.emit()
+        return count
+
+    def reveal(self, mid: Mid) -> bool:
+        """Make sure the message is a row (its old thread shown); False if unknown."""
+        node = self._nodes.get(mid)
+        if node is None:
+            return False
+        while node.parent is not self._root:
+            node = node.parent
+        if node.row < self.hidden_threads:
+            self.show_older(self.hidden_threads - node.row)
+        return True
 
     # -- queries ------------------------------------------------------------------------
 
@@ -189,6 +236,11 @@ class MessageTreeModel(QAbstractItemModel):
     def _index_of(self, node: _Node) -> QModelIndex:
         if node is self._root:
             return QModelIndex()
+        if node.parent is self._root:
+            row = node.row - self.hidden_threads
+            return self.createIndex(row, 0, node) if row >= 0 else QModelIndex()
+        if not self._shown(node):
+            return QModelIndex()
         return self.createIndex(node.row, 0, node)
 
     def index(self, row: int, column: int = 0, parent: AnyIndex = QModelIndex()) -> QModelIndex:
@@ -196,10 +248,11 @@ class MessageTreeModel(QAbstractItemModel):
             return QModelIndex()
         if parent.isValid() and parent.column() != 0:
             return QModelIndex()
-        children = self._node(parent).children
-        if row >= len(children):
+        node = self._node(parent)
+        offset = self.hidden_threads if node is self._root else 0
+        if row + offset >= len(node.children):
             return QModelIndex()
-        return self.createIndex(row, 0, children[row])
+        return self.createIndex(row, 0, node.children[row + offset])
 
     def parent(self, index: AnyIndex) -> QModelIndex:  # noqa: A003 - Qt's name
         if not index.isValid():
@@ -209,18 +262,14 @@ class MessageTreeModel(QAbstractItemModel):
     def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:
         if parent.isValid() and parent.column() != 0:
             return 0
-        return len(self._node(parent).children)
+        node = self._node(parent)
+        return len(node.children) - (self.hidden_threads if node is self._root else 0)
 
     def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:
         return 1
 
-    def hasChildren(self, parent: AnyIndex = QModelIndex()) -> bool:
-        return self.rowCount(parent) > 0
-
     def flags(self, index: AnyIndex) -> Qt.ItemFlag:
-        if not index.isValid():
-            return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        return ITEM_FLAGS if index.isValid() else Qt.ItemFlag.NoItemFlags
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid():
@@ -232,10 +281,12 @@ class MessageTreeModel(QAbstractItemModel):
 class TimelineModel(QAbstractListModel):
     """The same messages as a flat list in arrival (delivery) order."""
 
-    def __init__(self, tree: MessageTreeModel, parent=None) -> None:
+    def __init__(self, tree: MessageTreeModel, parent=None, window: int = TIMELINE_WINDOW) -> None:
         super().__init__(parent)
         self.tree = tree
-        self._count = 0
+        self.window = window
+        self.hidden = 0  # the oldest messages, not (yet) rows
+        self._count = 0  # arrivals known to this model, hidden ones included
         self._rows: dict[Mid, int] = {}
         tree.modelAboutToBeReset.connect(self.beginResetModel)
         tree.modelReset.connect(self._after_reset)
@@ -245,36 +296,57 @@ class TimelineModel(QAbstractListModel):
     def _after_reset(self) -> None:
         # The tree's reset fills ``arrival``; ``arrived`` then reports the new rows.
         self._count = 0
+        self.hidden = 0
         self._rows.clear()
         self.endResetModel()
 
     def _on_arrived(self, first: int, last: int) -> None:
         if last < first:
             return
-        self.beginInsertRows(QModelIndex(), self._count, last)
         for row in range(self._count, last + 1):
             self._rows[self.tree.arrival[row].message.mid] = row
+        hidden = max(0, last + 1 - self.window) if self._count == 0 else self.hidden  # opening: newest only
+        self.beginInsertRows(QModelIndex(), self._count - hidden, last - hidden)
+        self.hidden = hidden
         self._count = last + 1
         self.endInsertRows()
 
+    def show_older(self, count: int | None = None) -> int:
+        count = min(self.hidden, count if count is not None else self.window)
+        if count > 0:
+            self.beginInsertRows(QModelIndex(), 0, count - 1)
+            self.hidden -= count
+            self.endInsertRows()
+        return count
+
+    def reveal(self, mid: Mid) -> bool:
+        row = self._rows.get(mid)
+        if row is None:
+            return False
+        if row < self.hidden:
+            self.show_older(self.hidden - row)
+        return True
+
     def _on_read_changed(self, mids: list) -> None:
         for mid in mids:
-            row = self._rows.get(mid)
-            if row is not None:
-                index = self.index(row)
+            index = self.index_for(mid)
+            if index.isValid():
                 self.dataChanged.emit(index, index, [UnreadRole])
 
     def index_for(self, mid: Mid) -> QModelIndex:
         row = self._rows.get(mid)
-        return self.index(row) if row is not None else QModelIndex()
+        return self.index(row - self.hidden) if row is not None and row >= self.hidden else QModelIndex()
 
     def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:
-        return 0 if parent.isValid() else self._count
+        return 0 if parent.isValid() else self._count - self.hidden
+
+    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
+        return ITEM_FLAGS if index.isValid() else Qt.ItemFlag.NoItemFlags
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid() or index.row() >= self._count:
+        if not index.isValid() or index.row() >= self._count - self.hidden:
             return None
-        node = self.tree.arrival[index.row()]
+        node = self.tree.arrival[index.row() + self.hidden]
         if role == DepthRole:
             return 0
         return _message_data(node.message, role, self.tree, node)
@@ -285,8 +357,10 @@ def _message_data(message: ChatMessage, role: int, tree: MessageTreeModel, node:
         return message.text
     if role == MessageRole:
         return message
+    # Flags are ints, not bools: PySide6 6.12 on Python 3.11 mis-counts references to
+    # True/False returned from data() at high call rates ("bool_dealloc" at exit).
     if role == UnreadRole:
-        return message.mid in tree.unread
+        return int(message.mid in tree.unread)
     if role == SearchRole:
         return f"{message.sender_name}\n{message.text}"
     if role == ParentMessageRole:
@@ -294,7 +368,7 @@ def _message_data(message: ChatMessage, role: int, tree: MessageTreeModel, node:
     if role == DepthRole:
         return node.depth
     if role == OwnRole:
-        return message.sender == tree.own_pid
+        return int(message.sender == tree.own_pid)
     if role == ReplyCountRole:
         return len(node.children)
     if role == Qt.ItemDataRole.ToolTipRole:

@@ -116,3 +116,27 @@ def test_unread_marks_and_time_ordered_parent_role(qtmodeltester):
     reply_row = timeline.index(4)
     assert reply_row.data(ParentMessageRole) == talk[3]
     assert timeline.index(0).data(ParentMessageRole) is None
+
+
+def test_big_groups_show_a_window_of_newest_threads(qtmodeltester):
+    rng = random.Random(3)
+    messages = random_tree(rng, 120)
+    model = MessageTreeModel(window=5)
+    timeline = TimelineModel(model, window=10)
+    qtmodeltester.check(model, force_py=False)
+    qtmodeltester.check(timeline, force_py=False)
+    model.add_messages(messages[:100], unread=False)
+    threads = [m for m in messages[:100] if m.parent is None]
+    assert model.rowCount() == 5 and model.hidden_threads == len(threads) - 5
+    assert timeline.rowCount() == 10
+    assert model.index(0, 0).data(MessageRole) == threads[-5]
+    for msg in messages[100:]:  # live messages, some into hidden threads
+        model.add_messages([msg])
+    assert model.rowCount() == 5 + sum(1 for m in messages[100:] if m.parent is None)
+    assert timeline.rowCount() == 30
+    assert not model.index_for(threads[0].mid).isValid()
+    assert model.reveal(threads[0].mid) and model.hidden_threads == 0
+    assert model.index_for(threads[0].mid).row() == 0
+    assert tree_shape(model) == {m.mid: m.parent for m in messages}
+    assert timeline.reveal(messages[0].mid) and timeline.rowCount() == 120
+    assert timeline.index(0).data(MessageRole) == messages[0]

@@ -1,0 +1,143 @@
+"""GUI benchmark: open a group of 100,000 messages, then take 1,000 incoming messages per second.
+
+Runs offscreen with the in-memory backend (no sockets).  Figures:
+  * open: from selecting the group to its reply tree loaded, laid out and painted;
+  * stall: the longest gap of a 5 ms heartbeat QTimer while a feeder thread
+    delivers batches (20 messages every 20 ms) through the same queued bridge
+    the middleware uses.  Targets: open < 2 s, stall < 100 ms.
+
+    python -m app.bench.gui [--messages 100000] [--rate 1000] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import threading
+import time
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QElapsedTimer, QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from middleware.types import ChatMessage, Member  # noqa: E402
+from ui.main_window import MainWindow  # noqa: E402
+from ui.memory_backend import MemoryBackend  # noqa: E402
+from ui.resources import apply_theme  # noqa: E402
+
+WORDS = "lunch where when pizza canteen yes no maybe tomorrow meeting slides train late coffee".split()
+
+
+def fake_history(gid: str, count: int, senders: list[Member], rng: random.Random, start_seq: dict | None = None,
+                 known: list | None = None) -> list[ChatMessage]:
+    """Threaded talk: 30 % new threads, the rest answer one of the recent 500 messages."""
+    seqnos = start_seq if start_seq is not None else {m.pid: 0 for m in senders}
+    known = known if known is not None else []
+    out = []
+    now = int(time.time() * 1000)
+    for i in range(count):
+        sender = rng.choice(senders)
+        seqnos[sender.pid] += 1
+        parent = rng.choice(known[-500:]) if known and rng.random() < 0.7 else None
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 30)))
+        message = ChatMessage(gid, (sender.pid, seqnos[sender.pid]), parent, sender.name, text, now + i, now + i)
+        out.append(message)
+        known.append(message.mid)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--rate", type=int, default=1000, help="incoming messages per second")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args(argv)
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    apply_theme(app)
+    rng = random.Random(7)
+    senders = [Member(f"{i:032x}", name) for i, name in enumerate(["Ann", "Bob", "Cat", "Dev", "Eve"], start=1)]
+    backend = MemoryBackend(name="Bench", pid="f" * 32)
+    gid = "bench-1"
+    seqnos = {m.pid: 0 for m in senders}
+    known: list = []
+    made = time.perf_counter()
+    history = fake_history(gid, args.messages, senders, rng, seqnos, known)
+    made = time.perf_counter() - made
+    backend.manager.inject_group(gid, "Benchmark group", members=tuple(senders), joined=True, history=history,
+                                 notify=False)
+    window = MainWindow(backend)
+    window.resize(1100, 700)
+    window.show()
+    app.processEvents()
+
+    # -- open ----------------------------------------------------------------------------
+    started = time.perf_counter()
+    window.start()
+    while window.current is None or not window.current.loaded:
+        app.processEvents()
+    window.repaint()
+    app.processEvents()
+    opened = time.perf_counter() - started
+    assert len(window.current.tree) == args.messages
+    print(f"open: {args.messages:,} messages loaded, laid out and painted in {opened:.2f} s "
+          f"(target < 2 s; generating them took {made:.2f} s)")
+
+    # -- incoming -------------------------------------------------------------------------
+    batch = max(1, args.rate // 50)
+    period = batch / args.rate
+    total = int(args.rate * args.seconds)
+    incoming = fake_history(gid, total, senders, rng, seqnos, known)
+    stop = threading.Event()
+    sent = [0]
+
+    def feed() -> None:
+        next_at = time.perf_counter()
+        for start in range(0, total, batch):
+            if stop.is_set():
+                return
+            backend.on_messages(gid, incoming[start:start + batch])  # what the middleware thread does
+            sent[0] += len(incoming[start:start + batch])
+            next_at += period
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+
+    gaps = []
+    clock = QElapsedTimer()
+    clock.start()
+    last = [clock.elapsed()]
+
+    def beat() -> None:
+        now = clock.elapsed()
+        gaps.append(now - last[0])
+        if os.environ.get("BENCH_DEBUG") and now - last[0] > 50:
+            print(f"  gap {now - last[0]} ms at {now} ms, {sent[0]} fed, {len(window.current.tree)} shown")
+        last[0] = now
+
+    heartbeat = QTimer(interval=5, timeout=beat)
+    heartbeat.start()
+    feeder = threading.Thread(target=feed, daemon=True)
+    fed_from = time.perf_counter()
+    feeder.start()
+    while feeder.is_alive() or len(window.current.tree) < args.messages + total:
+        app.processEvents()
+        if time.perf_counter() - fed_from > args.seconds * 4 + 10:
+            stop.set()
+            break
+        time.sleep(0.001)
+    elapsed = time.perf_counter() - fed_from
+    heartbeat.stop()
+    shown = len(window.current.tree) - args.messages
+    worst = max(gaps) if gaps else 0
+    p99 = sorted(gaps)[int(len(gaps) * 0.99)] if gaps else 0
+    print(f"incoming: {shown:,} of {total:,} messages shown in {elapsed:.2f} s "
+          f"({shown / elapsed:,.0f}/s offered at {args.rate:,}/s, batches of {batch}); "
+          f"event-loop stall max {worst} ms, p99 {p99} ms (target < 100 ms)")
+    window.close()
+    return 0 if opened < 2 and worst < 100 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
