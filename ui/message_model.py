@@ -306,7 +306,7 @@ class TimelineModel(QAbstractListModel):
         for row in range(self._count, last + 1):
             self._rows[self.tree.arrival[row].message.mid] = row
         hidden = max(0, last + 1 - self.window) if self._count == 0 else self.hidden  # opening: newest only
-        self.beginInsertRows(QModelIndex(), self._count - hidden, last - hidden)
+        self.beginInsertRows(QModelIndex(), max(0, self._count - hidden), last - hidden)
         self.hidden = hidden
         self._count = last + 1
         self.endInsertRows()
