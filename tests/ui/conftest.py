@@ -1,8 +1,10 @@
 """Shared fixtures of the GUI tests: offscreen Qt, an in-memory backend, a main window, screenshots."""
 
 import os
+import sys
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for lan.py
 
 from pathlib import Path  # noqa: E402
 

@@ -1,0 +1,81 @@
+"""Run inside a network namespace: the real m2mc-chat window discovers a group, joins it, shows its talk.
+
+Started by tests/ui/test_gui_lan.py with ``ip netns exec``.  It prints one JSON
+line per step on stdout and reads "go" lines on stdin, so the test can make
+the other peer talk at the right moments.  Screenshots go to build/screenshots/.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from middleware.manager import Config  # noqa: E402
+from ui.bridge import ManagerBackend  # noqa: E402
+from ui.main_window import MainWindow  # noqa: E402
+from ui.resources import apply_theme  # noqa: E402
+
+SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
+
+
+def say(**event):
+    print(json.dumps(event), flush=True)
+
+
+def wait(app, predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        app.processEvents()
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    return None
+
+
+def tree_rows(window):
+    session = window.current
+    rows = []
+    for node in session.tree.arrival if session else []:
+        parent = node.parent.message.text if node.parent is not None and node.parent.message is not None else None
+        rows.append([node.message.text, parent])
+    return rows
+
+
+def main():
+    data_dir, desc = sys.argv[1], sys.argv[2]
+    app = QApplication([sys.argv[0]])
+    apply_theme(app)
+    backend = ManagerBackend(Config(data_dir=Path(data_dir), name="Gui", iface="127.0.0.1", zeroconf=False))
+    backend.start()
+    window = MainWindow(backend)
+    window.resize(1100, 680)
+    window.show()
+    window.start()
+    model = window.discovery.model
+    found = wait(app, lambda: next((g.gid for g in model.groups if g.desc == desc), None))
+    say(step="discovered", gid=found)
+    if not found:
+        return 1
+    window.discovery.select_gid(found)
+    window.discovery.resize(640, 300)
+    window.discovery.grab().save(str(SHOTS / "discovery-window-lan.png"))
+    window.discovery.join_selected()
+    wait(app, lambda: window.current is not None and window.current.gid == found)
+    history = wait(app, lambda: len(tree_rows(window)) >= 3, timeout=10) is not None
+    say(step="joined", history=tree_rows(window), history_complete=history)
+    sys.stdin.readline()  # the test's other peer now sends a reply to its first message
+    wait(app, lambda: any(row[0] == "live reply" for row in tree_rows(window)))
+    window.grab().save(str(SHOTS / "main-window-lan.png"))
+    say(step="live", rows=tree_rows(window))
+    backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
