@@ -1,54 +1,537 @@
-"""The data path of one joined group, without I/O: seqnos out, S_b order in.
+"""One joined group's protocol core, without I/O: ordering, loss repair, heartbeats and MSP.
 
-A ``GroupChannel`` numbers this peer's messages (per sender per group, so a
-gap in a sender's seqnos means a lost message), and runs every DATA message,
-its own included, through the group's :class:`~middleware.mop.SbOrderer`.
+Driven like aioquic's connection: user calls (``compose``, ``start_sync``),
+``receive(sender, message, now)`` for the group channel's datagrams and
+``handle_timer(now)``; drained by ``datagrams_to_send()``, ``deliveries()``,
+``events()`` and ``get_timer()``.  It reads stored messages through ``fetch``
+(the SQLite store in the app, a dict in tests) and never touches a socket or
+a clock.
+
+- **Ordering**: every DATA message, this peer's own included, runs through the
+  group's :class:`~middleware.mop.SbOrderer`.
+- **Loss detection**: seqnos count per sender, so a gap in what was received
+  from a sender is a loss; so is a parent that held replies wait for, and a
+  seqno above the last one received that a heartbeat announces.
+- **Repair** (after SRM/NORM): a NAK goes out after a random back-off and is
+  postponed when another member already asked for that sender; any member that
+  holds a requested message answers after a back-off that grows with the
+  group's size (the original sender answers first), and drops from its answer
+  whatever another member's REPAIR already carried.  Requests retry with
+  exponential back-off and give up after ``NAK_TRIES``: the gap is reported
+  (the held replies stay held, visible as waiting).  Answers are rate-limited.
+- **Heartbeats**: after this peer sends, it announces its highest seqno at
+  growing intervals (0.2 s doubling to 8 s) and then falls silent, so a lost
+  last message is noticed without idle chatter.
+- **MSP** (thesis ch. 6): a SYNC_REQ carries the requester's digest
+  (per-sender seqno ranges, O(senders + gaps)).  Each member works out what the
+  requester lacks (the thesis's MIR), waits a random back-off, and streams it in
+  paced chunks of at most ``CHUNK_BYTES``; a member that sees another one
+  answering the same request removes what was sent from its MIR and yields
+  while that one is active (the thesis's suppression), and stale requests are
+  dropped (the PSSIT).  What the requester holds and a member lacks is asked
+  for with NAKs, so synchronization goes both ways.
 """
 
 from __future__ import annotations
 
+import math
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
 from . import wire
 from .mop import SbOrderer
+from .rangeset import RangeSet
 from .types import ChatMessage, Mid, UsageError
+
+Fetch = Callable[[str, list[Mid]], list[wire.StoredMessage]]
+"""``fetch(gid, mids)`` -> the stored messages among ``mids``, in delivery order."""
+
+NAK_DELAY = (0.005, 0.030)  # first NAK after this random back-off (s)
+NAK_RETRY = 0.25  # then retry after this, doubling per try
+NAK_TRIES = 8
+NAK_MAX_SEQNOS = 5_000  # seqnos asked for in one NAK
+ANSWER_DELAY = 0.010  # per log2(group size): back-off of a non-sender answering a NAK
+ANSWER_RATE = 30_000  # messages per second this peer sends as repairs or sync answers
+CHUNK_BYTES = 60_000
+SYNC_PACE = 0.008  # between two chunks of one sync answer (s)
+SYNC_YIELD = 0.5  # how long to defer to another responder that is answering (s)
+SYNC_RETRY = 1.0
+SYNC_TRIES = 3
+HEARTBEAT_FIRST, HEARTBEAT_MAX = 0.2, 8.0
+HEARTBEAT_QUIET_AFTER = 30.0  # seconds after the last send
+MAX_SENDERS = 10_000  # per group: a flood of invented pids must not grow memory without bound
+
+
+@dataclass(frozen=True, slots=True)
+class SyncProgress:
+    gid: str
+    received: int
+    expected: int
+
+
+@dataclass(frozen=True, slots=True)
+class GapReported:
+    """Messages nobody answered for after ``NAK_TRIES`` requests."""
+
+    gid: str
+    sender: str
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Two different messages arrived under one mid; the first one is kept."""
+
+    gid: str
+    mid: Mid
+
+
+Event = SyncProgress | GapReported | Conflict
+
+
+def _approx_size(message: wire.StoredMessage) -> int:
+    return 64 + len(message.sender) + len(message.name) + len(message.text.encode())
+
+
+def _chunks(messages: list[wire.StoredMessage], limit: int = CHUNK_BYTES) -> Iterable[list[wire.StoredMessage]]:
+    chunk, size = [], 0
+    for message in messages:
+        cost = _approx_size(message)
+        if chunk and (size + cost > limit or len(chunk) >= wire.MAX_ITEMS):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(message)
+        size += cost
+    if chunk:
+        yield chunk
+
+
+class _SyncAnswer:
+    """One MSP request this peer may answer: the thesis's MIR.
+
+    Sent oldest seqnos first (across senders), which approximates the order the
+    messages were written in, so few of them wait for a parent at the requester.
+    """
+
+    def __init__(self, requester: str, sync_seqno: int, missing: set[Mid], start_at: float) -> None:
+        self.requester = requester
+        self.sync_seqno = sync_seqno
+        self.missing = missing
+        self._queue = sorted(missing, key=lambda mid: (mid[1], mid[0]), reverse=True)
+        self.next_at = start_at
+
+    def discard(self, sender: str, seqno: int) -> None:
+        self.missing.discard((sender, seqno))
+
+    def take(self, limit: int) -> list[Mid]:
+        picked = []
+        while self._queue and len(picked) < limit:
+            mid = self._queue.pop()
+            if mid in self.missing:
+                self.missing.discard(mid)
+                picked.append(mid)
+        return picked
+
+    def put_back(self, mids: Iterable[Mid]) -> None:
+        for mid in mids:
+            self.missing.add(mid)
+            self._queue.append(mid)
+        self._queue.sort(key=lambda mid: (mid[1], mid[0]), reverse=True)
+
+    def count(self) -> int:
+        return len(self.missing)
 
 
 class GroupChannel:
-    def __init__(self, gid: str, pid: str, next_seqno: int = 1, max_held: int = 100_000) -> None:
+    def __init__(
+        self,
+        gid: str,
+        pid: str,
+        next_seqno: int = 1,
+        fetch: Fetch | None = None,
+        rng: random.Random | None = None,
+        max_held: int = 100_000,
+    ) -> None:
         self.gid = gid
         self.pid = pid
         self.next_seqno = next_seqno
         self.orderer = SbOrderer(max_held=max_held)
-        self.foreign_dropped = 0
+        self.fetch: Fetch = fetch or (lambda gid, mids: [])
+        self.rng = rng or random.Random()
+        self.group_size = 1
+        self._outbox: list[wire.Message] = []
+        self._deliveries: list[ChatMessage] = []
+        self._events: list[Event] = []
+        # Loss detection: everything received (delivered or held) and the highest seqno known to exist.
+        self._received: dict[str, RangeSet] = {}
+        self._highest: dict[str, int] = {}
+        self._abandoned: dict[str, RangeSet] = {}
+        # NAK state per sender: when to (re)ask, and how often we have asked.
+        self._nak_at: dict[str, float] = {}
+        self._nak_tries: dict[str, int] = {}
+        self._nak_progress: dict[str, int] = {}
+        # Repairs this peer will send: sender -> seqnos, and when.
+        self._answers: dict[str, set[int]] = {}
+        self._answer_at: float | None = None
+        self._answer_budget = float(ANSWER_RATE)
+        self._budget_at = 0.0
+        # Heartbeats.
+        self._heartbeat_at: float | None = None
+        self._heartbeat_interval = HEARTBEAT_FIRST
+        self._last_send_at = -math.inf
+        # MSP, as requester.
+        self._sync_seqno = 0
+        self._sync_active = False
+        self._sync_retry_at: float | None = None
+        self._sync_tries = 0
+        self._sync_received = 0
+        self._sync_expected = 0
+        self._sync_remaining: dict[str, int] = {}
+        # MSP, as responder: the PSSIT (latest request per requester) and open answers.
+        self._latest_request: dict[str, int] = {}
+        self._sync_answers: dict[tuple[str, int], _SyncAnswer] = {}
+        self.stats = {"naks_sent": 0, "repairs_sent": 0, "repaired": 0, "gaps_reported": 0,
+                      "sync_messages_sent": 0, "foreign_dropped": 0, "conflicts": 0}
 
-    def restore(self, mids: list[Mid]) -> None:
+    # -- restore and user calls ----------------------------------------------------
+
+    def restore(self, mids: Iterable[Mid]) -> None:
         """Mark messages already in the store as delivered."""
         for mid in mids:
             self.orderer.mark_delivered(mid)
+            self._note_received(mid[0], mid[1])
 
-    def compose(self, name: str, text: str, parent: Mid | None, now_ms: int) -> wire.Data:
-        """A new DATA message from this peer (the caller persists ``next_seqno``)."""
+    def compose(self, name: str, text: str, parent: Mid | None, now: float) -> wire.Data:
+        """A new DATA message from this peer, already delivered here; transmit what it returns."""
         if len(text) > wire.MAX_TEXT:
             raise UsageError(f"text too long: {len(text)} characters, limit is {wire.MAX_TEXT}")
         if not text.strip():
             raise UsageError("text is empty")
         if parent is not None and not self.orderer.is_delivered(parent):
             raise UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {self.gid}")
-        data = wire.Data(self.gid, self.next_seqno, parent, now_ms, name, text)
+        data = wire.Data(self.gid, self.next_seqno, parent, int(now * 1000), name, text)
         self.next_seqno += 1
+        self._on_data(self.pid, data.seqno, data.parent, data.name, data.text, data.sent_at, now)
+        self._last_send_at = now
+        self._heartbeat_interval = HEARTBEAT_FIRST
+        self._heartbeat_at = now + HEARTBEAT_FIRST * self.rng.uniform(0.8, 1.2)
         return data
 
-    def receive(self, sender: str, data: wire.Data, now_ms: int) -> list[ChatMessage]:
-        """Order one DATA message; return the chat messages that became deliverable."""
-        if data.gid != self.gid:
-            self.foreign_dropped += 1
-            return []
-        mid = (sender, data.seqno)
-        released = self.orderer.receive(mid, data.parent, (data.name, data.text, data.sent_at))
-        return [
-            ChatMessage(self.gid, got_mid, got_parent, name, text, sent_at, now_ms)
-            for got_mid, got_parent, (name, text, sent_at) in released
-        ]
+    def start_sync(self, now: float) -> None:
+        """MSP: ask the group for what this peer missed (on join and on return)."""
+        self._sync_seqno += 1
+        self._sync_active = True
+        self._sync_tries += 1
+        self._sync_retry_at = now + SYNC_RETRY
+        digest = tuple(
+            (pid, tuple(seen.ranges())) for pid, seen in sorted(self._received.items()) if seen
+        )[: wire.MAX_ITEMS]
+        self._outbox.append(wire.SyncReq(self.gid, self._sync_seqno, digest))
 
     @property
     def pending(self) -> int:
         return self.orderer.pending
+
+    @property
+    def syncing(self) -> bool:
+        return self._sync_active
+
+    # -- network input ---------------------------------------------------------------
+
+    def receive(self, sender: str, message: wire.Message, now: float) -> None:
+        if getattr(message, "gid", self.gid) != self.gid:
+            self.stats["foreign_dropped"] += 1
+            return
+        if isinstance(message, wire.Data):
+            self._on_data(sender, message.seqno, message.parent, message.name, message.text, message.sent_at, now)
+        elif isinstance(message, wire.Repair):
+            for stored in message.messages:
+                self._on_stored(stored, now)
+                self._cancel_answer(stored.sender, stored.seqno)
+        elif isinstance(message, wire.Nak):
+            if sender != self.pid:
+                self._on_nak(message, now)
+        elif isinstance(message, wire.Heartbeat):
+            for gid, highest in message.highest:
+                if gid == self.gid and sender != self.pid:
+                    self._note_highest(sender, highest, now)
+        elif isinstance(message, wire.SyncReq):
+            if sender != self.pid:
+                self._on_sync_req(sender, message, now)
+        elif isinstance(message, wire.SyncResp):
+            if sender != self.pid:
+                self._on_sync_resp(sender, message, now)
+
+    def _on_stored(self, stored: wire.StoredMessage, now: float) -> int:
+        return self._on_data(stored.sender, stored.seqno, stored.parent, stored.name, stored.text, stored.sent_at, now)
+
+    def _on_data(self, sender: str, seqno: int, parent: Mid | None, name: str, text: str, sent_at: int,
+                 now: float) -> int:
+        """Order one message; returns how many messages it made deliverable."""
+        if sender not in self._received and len(self._received) >= MAX_SENDERS:
+            self.stats["foreign_dropped"] += 1
+            return 0
+        duplicates = self.orderer.duplicates
+        released = self.orderer.receive((sender, seqno), parent, (name, text, sent_at))
+        if self.orderer.duplicates != duplicates:
+            self._check_conflict((sender, seqno), parent, text)
+            return 0
+        self._note_received(sender, seqno)
+        if self._highest.get(sender, 0) < seqno:
+            self._highest[sender] = seqno
+        if released:
+            received_at = int(now * 1000)
+            gid = self.gid
+            self._deliveries.extend(
+                ChatMessage(gid, mid, got_parent, n, t, s, received_at)
+                for mid, got_parent, (n, t, s) in released
+            )
+        elif parent is not None and not self._has_received(parent):
+            self._note_highest(parent[0], parent[1], now)  # a parent we never got: ask for it
+        if seqno > 1 and not self._has_received((sender, seqno - 1)):
+            self._suspect(sender, now)
+        return len(released)
+
+    def _check_conflict(self, mid: Mid, parent: Mid | None, text: str) -> None:
+        """A mid seen again: the first version stays; a different second one is counted."""
+        held = self.orderer.held_payload(mid)
+        if held is not None:
+            first_parent, (_, first_text, _) = held
+        else:
+            stored = self.fetch(self.gid, [mid])
+            if not stored:
+                return
+            first_parent, first_text = stored[0].parent, stored[0].text
+        if first_parent != parent or first_text != text:
+            self.stats["conflicts"] += 1
+            self._events.append(Conflict(self.gid, mid))
+
+    def _note_received(self, sender: str, seqno: int) -> None:
+        seen = self._received.get(sender)
+        if seen is None:
+            seen = self._received[sender] = RangeSet()
+        seen.add(seqno)
+
+    def _has_received(self, mid: Mid) -> bool:
+        seen = self._received.get(mid[0])
+        return seen is not None and mid[1] in seen
+
+    def _note_highest(self, sender: str, seqno: int, now: float) -> None:
+        if seqno > self._highest.get(sender, 0):
+            self._highest[sender] = seqno
+        if not self._has_received((sender, seqno)):
+            self._suspect(sender, now)
+
+    # -- loss repair: asking -------------------------------------------------------------
+
+    def _suspect(self, sender: str, now: float) -> None:
+        if sender == self.pid or sender in self._nak_at:
+            return
+        self._nak_at[sender] = now + self.rng.uniform(*NAK_DELAY)
+
+    def missing(self, sender: str) -> list[tuple[int, int]]:
+        """Seqno ranges of ``sender`` known to exist and not received (nor given up on)."""
+        highest = self._highest.get(sender, 0)
+        if not highest:
+            return []
+        seen = self._received.get(sender) or RangeSet()
+        abandoned = self._abandoned.get(sender)
+        if abandoned:
+            seen = RangeSet.from_ranges(seen.ranges() + abandoned.ranges())
+        return seen.gaps(highest)
+
+    def _send_naks(self, now: float) -> None:
+        for sender, at in list(self._nak_at.items()):
+            if at > now:
+                continue
+            gaps = self.missing(sender)
+            if not gaps:
+                del self._nak_at[sender]
+                self._nak_tries.pop(sender, None)
+                continue
+            outstanding = sum(b - a + 1 for a, b in gaps)
+            if outstanding < self._nak_progress.get(sender, outstanding + 1):
+                self._nak_tries[sender] = 0  # repairs are arriving: this is not a dead end
+            self._nak_progress[sender] = outstanding
+            tries = self._nak_tries.get(sender, 0)
+            if tries >= NAK_TRIES:
+                abandoned = self._abandoned.setdefault(sender, RangeSet())
+                for a, b in gaps:
+                    abandoned.add_range(a, b + 1)
+                self._events.append(GapReported(self.gid, sender, tuple(gaps)))
+                self.stats["gaps_reported"] += 1
+                del self._nak_at[sender]
+                continue
+            ranges, budget = [], NAK_MAX_SEQNOS
+            for a, b in gaps:
+                if budget <= 0 or len(ranges) >= 500:
+                    break
+                b = min(b, a + budget - 1)
+                ranges.append((a, b))
+                budget -= b - a + 1
+            self._outbox.append(wire.Nak(self.gid, sender, tuple(ranges)))
+            self.stats["naks_sent"] += 1
+            self._nak_tries[sender] = tries + 1
+            self._nak_at[sender] = now + NAK_RETRY * (2 ** min(tries, 5)) * self.rng.uniform(0.9, 1.1)
+
+    # -- loss repair: answering --------------------------------------------------------
+
+    def _on_nak(self, nak: wire.Nak, now: float) -> None:
+        # Someone else asked for this sender: our own NAK for it can wait for the repair.
+        if nak.target in self._nak_at:
+            self._nak_at[nak.target] = max(self._nak_at[nak.target], now + NAK_RETRY)
+        delivered = self.orderer.delivered_set(nak.target)
+        wanted = self._answers.setdefault(nak.target, set())
+        for first, last in nak.ranges:
+            for seqno in range(first, min(last, first + NAK_MAX_SEQNOS) + 1):
+                if seqno in delivered:
+                    wanted.add(seqno)
+        if not wanted:
+            del self._answers[nak.target]
+            return
+        if nak.target == self.pid:
+            delay = self.rng.uniform(0, 0.002)  # the sender always has it: answer first
+        else:
+            delay = self.rng.uniform(0.002, 0.002 + ANSWER_DELAY * math.log2(self.group_size + 1))
+        at = now + delay
+        self._answer_at = at if self._answer_at is None else min(self._answer_at, at)
+
+    def _cancel_answer(self, sender: str, seqno: int) -> None:
+        wanted = self._answers.get(sender)
+        if wanted is not None:
+            wanted.discard(seqno)
+            if not wanted:
+                del self._answers[sender]
+        for answer in self._sync_answers.values():
+            answer.discard(sender, seqno)
+
+    def _take_budget(self, now: float, wanted: int) -> int:
+        self._answer_budget = min(ANSWER_RATE, self._answer_budget + (now - self._budget_at) * ANSWER_RATE)
+        self._budget_at = now
+        granted = max(0, min(wanted, int(self._answer_budget)))
+        self._answer_budget -= granted
+        return granted
+
+    def _send_repairs(self, now: float) -> None:
+        self._answer_at = None
+        for sender in list(self._answers):
+            seqnos = sorted(self._answers.pop(sender))
+            granted = self._take_budget(now, len(seqnos))
+            if granted < len(seqnos):  # over the rate: keep the rest for later
+                self._answers[sender] = set(seqnos[granted:])
+                seqnos = seqnos[:granted]
+            messages = self.fetch(self.gid, [(sender, s) for s in seqnos]) if seqnos else []
+            for chunk in _chunks(messages):
+                self._outbox.append(wire.Repair(self.gid, tuple(chunk)))
+                self.stats["repairs_sent"] += len(chunk)
+        if self._answers:
+            self._answer_at = now + 0.05
+
+    # -- MSP -------------------------------------------------------------------------------
+
+    def _on_sync_req(self, requester: str, request: wire.SyncReq, now: float) -> None:
+        latest = self._latest_request.get(requester, 0)
+        if request.sync_seqno <= latest:
+            return  # stale or repeated (the PSSIT)
+        self._latest_request[requester] = request.sync_seqno
+        for key in [k for k in self._sync_answers if k[0] == requester]:
+            del self._sync_answers[key]  # a newer request replaces the older one
+        theirs = {pid: RangeSet.from_ranges(ranges) for pid, ranges in request.digest}
+        missing: set[Mid] = set()
+        for pid, seen in self.orderer.delivered_sets():
+            other = theirs.get(pid)
+            missing.update((pid, s) for s in seen if other is None or s not in other)
+        # The other way round: what the requester holds and we lack, we ask for.
+        for pid, ranges in request.digest:
+            if ranges:
+                self._note_highest(pid, ranges[-1][1], now)
+        if missing:
+            start = now + self.rng.uniform(0.005, 0.005 + ANSWER_DELAY * math.log2(self.group_size + 1))
+            self._sync_answers[(requester, request.sync_seqno)] = _SyncAnswer(
+                requester, request.sync_seqno, missing, start)
+
+    def _on_sync_resp(self, responder: str, response: wire.SyncResp, now: float) -> None:
+        delivered = 0
+        for stored in response.messages:
+            delivered += self._on_stored(stored, now)
+        mine = response.requester == self.pid and response.sync_seqno <= self._sync_seqno
+        answer = self._sync_answers.get((response.requester, response.sync_seqno))
+        if answer is not None:
+            for stored in response.messages:
+                answer.discard(stored.sender, stored.seqno)
+            answer.next_at = max(answer.next_at, now + SYNC_YIELD)  # another member is on it
+        if mine:
+            self._sync_received += len(response.messages)
+            self._sync_remaining[responder] = response.remaining
+            self._sync_expected = max(self._sync_expected, self._sync_received + sum(self._sync_remaining.values()))
+            self._sync_retry_at = now + SYNC_RETRY  # answers flow: do not ask again yet
+            self._sync_tries = 0
+            self._events.append(SyncProgress(self.gid, self._sync_received, self._sync_expected))
+            if not any(self._sync_remaining.values()):
+                self._sync_active = False
+                self._sync_retry_at = None
+
+    def _send_sync_answers(self, now: float) -> None:
+        for key, answer in list(self._sync_answers.items()):
+            if answer.next_at > now:
+                continue
+            budget = self._take_budget(now, 400)
+            if budget == 0:
+                answer.next_at = now + SYNC_PACE
+                continue
+            messages = self.fetch(self.gid, answer.take(budget))
+            chunk = next(iter(_chunks(messages)), [])
+            answer.put_back((m.sender, m.seqno) for m in messages[len(chunk):])
+            remaining = answer.count()
+            if chunk:
+                self._outbox.append(wire.SyncResp(self.gid, answer.requester, answer.sync_seqno, remaining, tuple(chunk)))
+                self.stats["sync_messages_sent"] += len(chunk)
+            if remaining:
+                answer.next_at = now + SYNC_PACE
+            else:
+                del self._sync_answers[key]
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def get_timer(self) -> float | None:
+        deadlines = [d for d in (self._answer_at, self._heartbeat_at, self._sync_retry_at) if d is not None]
+        if self._nak_at and not self._sync_active:
+            deadlines.append(min(self._nak_at.values()))
+        deadlines.extend(answer.next_at for answer in self._sync_answers.values())
+        return min(deadlines) if deadlines else None
+
+    def handle_timer(self, now: float) -> None:
+        if self._nak_at and not self._sync_active:
+            self._send_naks(now)
+        if self._answer_at is not None and self._answer_at <= now:
+            self._send_repairs(now)
+        if self._sync_answers:
+            self._send_sync_answers(now)
+        if self._sync_retry_at is not None and self._sync_retry_at <= now:
+            if self._sync_tries < SYNC_TRIES and self._sync_received == 0:
+                self.start_sync(now)
+            else:  # nobody (else) has anything for us, or the answers stopped: done
+                self._sync_active = False
+                self._sync_retry_at = None
+        if self._heartbeat_at is not None and self._heartbeat_at <= now:
+            self._outbox.append(wire.Heartbeat(((self.gid, self.next_seqno - 1),)))
+            self._heartbeat_interval = min(HEARTBEAT_MAX, self._heartbeat_interval * 2)
+            if now - self._last_send_at > HEARTBEAT_QUIET_AFTER:
+                self._heartbeat_at = None
+            else:
+                self._heartbeat_at = now + self._heartbeat_interval * self.rng.uniform(0.8, 1.2)
+
+    # -- output --------------------------------------------------------------------------------
+
+    def datagrams_to_send(self) -> list[wire.Message]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def deliveries(self) -> list[ChatMessage]:
+        out, self._deliveries = self._deliveries, []
+        return out
+
+    def events(self) -> list[Event]:
+        out, self._events = self._events, []
+        return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import wire
-from .channel import GroupChannel
+from .channel import Conflict, GapReported, GroupChannel, SyncProgress
 from .discovery import ZeroconfDiscovery
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
 from .store import Store
@@ -81,7 +81,6 @@ class GroupManager:
         self.discovery = ZeroconfDiscovery(self.interface, self.pid, self._on_zeroconf) if config.zeroconf else None
         self.stats = Stats()
         self._outgoing: list[tuple[str, int, bytes]] = []
-        self._deliveries: list[ChatMessage] = []
         self._flush_scheduled = False
         self._last_flush = 0.0
         self._seqnos_to_save: set[str] = set()
@@ -145,7 +144,7 @@ class GroupManager:
             gid, desc, group_address(gid, self.config.control_addr), self.config.port, private, time.time()
         )
         self.store.save_group(record)
-        self._open_channel(gid, 1)
+        self._open_channel(gid, 1, sync=False)
         self._spawn(self._listen_group(gid))
         self._announce(gid)
         self.listener.on_group_created(gid)
@@ -181,11 +180,10 @@ class GroupManager:
         channel = self._channel(gid)
         if not isinstance(text, str):
             raise UsageError("text must be a string")
-        data = channel.compose(self.name, text, parent, _now_ms())
+        data = channel.compose(self.name, text, parent, time.time())
         self._seqnos_to_save.add(gid)
         record = self.gjlp.groups[gid]
         self._outgoing.append((record.addr, record.port, wire.encode(self.pid, data)))
-        self._deliver(channel.receive(self.pid, data, _now_ms()))
         self._after_input()
         return self.pid, data.seqno
 
@@ -236,6 +234,8 @@ class GroupManager:
             "malformed_dropped": s.malformed_dropped,
             "not_member_dropped": s.not_member_dropped,
             "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
+            **{key: sum(c.stats[key] for c in self.channels.values())
+               for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
             "delivered": s.delivered,
             "own_looped_back": s.own_looped_back,
@@ -260,13 +260,16 @@ class GroupManager:
             raise UsageError(f"not a member of group {gid}")
         return channel
 
-    def _open_channel(self, gid: str, next_seqno: int | None) -> None:
+    def _open_channel(self, gid: str, next_seqno: int | None, sync: bool = True) -> None:
         if next_seqno is None:
             stored = {record.gid: seq for record, seq in self.store.load_groups()}
             next_seqno = stored.get(gid, 1)
-        channel = GroupChannel(gid, self.pid, next_seqno, self.config.max_held)
+        channel = GroupChannel(gid, self.pid, next_seqno, fetch=self.store.fetch, rng=self._rng,
+                               max_held=self.config.max_held)
         channel.restore(self.store.delivered_mids(gid))
         self.channels[gid] = channel
+        if sync:  # MSP: whatever the group said while this peer was away (or before it joined)
+            channel.start_sync(time.time())
 
     async def _listen_group(self, gid: str) -> None:
         record = self.gjlp.groups[gid]
@@ -313,26 +316,27 @@ class GroupManager:
         self._after_input()
 
     def _on_data_datagrams(self, batch: list[bytes]) -> None:
-        now_ms = _now_ms()
+        now = time.time()
         for data in batch:
             envelope = self._decode(data)
             if envelope is None:
                 continue
             message = envelope.message
-            if isinstance(message, wire.Data):
-                channel = self.channels.get(message.gid)
+            if isinstance(message, wire.Heartbeat):
+                gids = [gid for gid, _ in message.highest]
+            else:
+                gids = [getattr(message, "gid", None)]
+            for gid in gids:
+                channel = self.channels.get(gid)
                 if channel is None:
                     self.stats.not_member_dropped += 1
-                    continue
-                self._deliver(channel.receive(envelope.sender, message, now_ms))
+                else:
+                    channel.receive(envelope.sender, message, now)
         self._after_input()
 
     def _on_zeroconf(self, info: wire.GroupInfo, member_count: int) -> None:
         self.gjlp.note_zeroconf(info, member_count, time.time())
         self._after_input()
-
-    def _deliver(self, messages: list[ChatMessage]) -> None:
-        self._deliveries.extend(messages)
 
     # Under load, commits (one fsync-free WAL append each) are coalesced to one per
     # FLUSH_INTERVAL; a lone message still goes out on the next loop turn.
@@ -374,7 +378,18 @@ class GroupManager:
                 self.store.save_group(record)
             if isinstance(event, GroupSeen):
                 changed_groups[event.gid] = changed_groups.get(event.gid, False) or event.new
-        deliveries, self._deliveries = self._deliveries, []
+        deliveries: list[ChatMessage] = []
+        channel_events = []
+        for gid, channel in self.channels.items():
+            record = self.gjlp.groups[gid]
+            channel.group_size = max(1, len(record.current()))
+            for message in channel.datagrams_to_send():
+                try:
+                    self._outgoing.append((record.addr, record.port, wire.encode(self.pid, message)))
+                except wire.WireError as exc:  # e.g. a digest past the datagram limit
+                    log.warning("not sent: %s", exc)
+            deliveries += channel.deliveries()
+            channel_events += channel.events()
         stored = self.store.add_messages(deliveries) if deliveries else []
         self.store.commit()
         if self._started:
@@ -401,10 +416,21 @@ class GroupManager:
                 self._announce(gid)
         if changed_groups:
             self.listener.on_groups_discovered([self.gjlp.groups[gid].view(self.pid) for gid in changed_groups])
+        for event in channel_events:
+            if isinstance(event, SyncProgress):
+                self.listener.on_sync_progress(event.gid, event.received, event.expected)
+            elif isinstance(event, GapReported):
+                log.warning("group %s: no member holds %s's messages %s; replies to them stay held",
+                            event.gid, event.sender, event.ranges)
+            elif isinstance(event, Conflict):
+                log.warning("group %s: two different messages claim mid %s; keeping the first",
+                            event.gid, format_mid(event.mid))
         self._arm_timer()
 
     def _arm_timer(self) -> None:
-        deadline = self.gjlp.get_timer()
+        deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()))
+                     if d is not None]
+        deadline = min(deadlines) if deadlines else None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -415,12 +441,11 @@ class GroupManager:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self.gjlp.handle_timer(time.time())
+        now = time.time()
+        self.gjlp.handle_timer(now)
+        for channel in self.channels.values():
+            channel.handle_timer(now)
         self.flush()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _check_name(name: str) -> str:

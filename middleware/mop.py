@@ -176,6 +176,14 @@ class SbOrderer:
         """Per sender, the delivered seqnos as inclusive ``(first, last)`` ranges."""
         return {pid: seen.ranges() for pid, seen in self._delivered.items() if seen}
 
+    def held_payload(self, mid: Mid) -> tuple[Mid, Any] | None:
+        """``(parent, payload)`` of a held message, or None."""
+        return self._held.get(mid)
+
+    def delivered_sets(self) -> Iterator[tuple[Hashable, RangeSet]]:
+        """``(pid, live set of delivered seqnos)`` per sender (do not modify the sets)."""
+        return iter(self._delivered.items())
+
     def delivered_set(self, pid: Hashable) -> RangeSet:
         """The live set of ``pid``'s delivered seqnos (do not modify it)."""
         return self._delivered.get(pid) or RangeSet()

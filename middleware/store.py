@@ -20,6 +20,7 @@ from typing import Iterable
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from . import wire
 from .gjlp import GroupRecord
 from .types import ChatMessage, Mid
 
@@ -167,6 +168,23 @@ class Store:
         return [
             ChatMessage(g, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, o)
             for g, s, q, ps, pq, n, t, sa, ra, o in cursor
+        ]
+
+    def fetch(self, gid: str, mids: list[Mid]) -> list[wire.StoredMessage]:
+        """The stored messages among ``mids``, in delivery order (for repairs and sync)."""
+        rows = []
+        for start in range(0, len(mids), 500):
+            part = mids[start : start + 500]
+            values = ",".join("(?, ?)" for _ in part)
+            rows += self._db.execute(
+                "SELECT delivery_order, sender, seqno, parent_sender, parent_seqno, sent_at, sender_name, text "
+                f"FROM messages WHERE gid = ? AND (sender, seqno) IN (VALUES {values})",
+                [gid, *(x for mid in part for x in mid)],
+            ).fetchall()
+        rows.sort()
+        return [
+            wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, at, n, t)
+            for _, s, q, ps, pq, at, n, t in rows
         ]
 
     def delivered_mids(self, gid: str) -> list[Mid]:

@@ -46,6 +46,9 @@ class WireError(ValueError):
 
 
 class MsgType(enum.IntEnum):
+    """Datagram types. DATA, NAK, REPAIR, HEARTBEAT and SYNC_* travel on a group's own
+    channel; ADV, GROUPS_INFO, JOIN and LEAVE on the control channel."""
+
     DATA = 1
     ADV = 2
     GROUPS_INFO = 3
@@ -55,6 +58,7 @@ class MsgType(enum.IntEnum):
     SYNC_RESP = 7
     NAK = 8
     HEARTBEAT = 9
+    REPAIR = 10
 
 
 # ---------------------------------------------------------------------------
@@ -291,20 +295,37 @@ class SyncReq:
 
 @dataclass(frozen=True, slots=True)
 class SyncResp:
-    """MSP answer to ``requester``'s request ``sync_seqno``: messages it lacks."""
+    """MSP answer to ``requester``'s request ``sync_seqno``: one chunk of the messages it lacks.
+
+    ``remaining`` counts the messages this responder will still send after this
+    chunk, so the requester can show progress.
+    """
 
     TYPE: ClassVar[MsgType] = MsgType.SYNC_RESP
     gid: str
     requester: str
     sync_seqno: int
+    remaining: int
     messages: tuple[StoredMessage, ...]
 
     FIELDS: ClassVar = (
         ("gid", _gid),
         ("requester", _pid),
         ("sync_seqno", _seqno),
+        ("remaining", _uint(2**40)),
         ("messages", _list_of(_unpack_obj(StoredMessage))),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """An answer to a NAK: copies of the requested messages, from any member that holds them."""
+
+    TYPE: ClassVar[MsgType] = MsgType.REPAIR
+    gid: str
+    messages: tuple[StoredMessage, ...]
+
+    FIELDS: ClassVar = (("gid", _gid), ("messages", _list_of(_unpack_obj(StoredMessage))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,10 +350,10 @@ class Heartbeat:
     FIELDS: ClassVar = (("highest", _list_of(_fixed(_gid, _seqno))),)
 
 
-Message = Data | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat
+Message = Data | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat | Repair
 
 _BY_TYPE: dict[int, type] = {
-    cls.TYPE: cls for cls in (Data, Adv, GroupsInfo, Join, Leave, SyncReq, SyncResp, Nak, Heartbeat)
+    cls.TYPE: cls for cls in (Data, Adv, GroupsInfo, Join, Leave, SyncReq, SyncResp, Nak, Heartbeat, Repair)
 }
 
 

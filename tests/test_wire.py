@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from middleware import wire
 from middleware.wire import (
     Adv, Data, GroupInfo, GroupsInfo, Heartbeat, Join, Leave, Nak, StoredMessage,
-    SyncReq, SyncResp, WireError, decode, encode,
+    Repair, SyncReq, SyncResp, WireError, decode, encode,
 )
 
 PID = "a" * 32
@@ -20,7 +20,8 @@ SAMPLES = [
     Join("g1", "Ann", 1),
     Leave("g1", "Ann", 1),
     SyncReq("g1", 2, (("p1", ((1, 10), (12, 40))), ("p2", ()))),
-    SyncResp("g1", "p1", 2, (StoredMessage("p2", 11, ("p1", 10), 5, "Bob", "x"),)),
+    SyncResp("g1", "p1", 2, 40, (StoredMessage("p2", 11, ("p1", 10), 5, "Bob", "x"),)),
+    Repair("g1", (StoredMessage("p2", 12, None, 5, "Bob", "y"),)),
     Nak("g1", "p2", ((3, 5),)),
     Heartbeat((("g1", 40), ("g2", 1))),
 ]
