@@ -64,6 +64,17 @@ class Lan:
         _ip("-n", host, "route", "add", "224.0.0.0/4", "dev", f"v{self.prefix}{i}")
         self.addresses.append(address)
 
+    def set_loss(self, index: int, probability: float) -> None:
+        """Drop incoming UDP at random inside host ``index`` (kernel-level loss, iptables)."""
+        host = self.hosts[index]
+        subprocess.run(["ip", "netns", "exec", host, "iptables", "-F", "INPUT"], check=True, capture_output=True)
+        if probability > 0:
+            subprocess.run(
+                ["ip", "netns", "exec", host, "iptables", "-A", "INPUT", "-p", "udp", "-m", "statistic",
+                 "--mode", "random", "--probability", str(probability), "-j", "DROP"],
+                check=True, capture_output=True, text=True,
+            )
+
     def set_link(self, index: int, up: bool) -> None:
         """Cut a host off the LAN (or reconnect it) at the bridge port."""
         _ip("-n", self.hub, "link", "set", f"port{index + 1}", "up" if up else "down")

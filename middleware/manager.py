@@ -25,7 +25,7 @@ from .channel import Conflict, GapReported, GroupChannel, SyncProgress
 from .discovery import ZeroconfDiscovery
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
 from .store import Store
-from .transport import MulticastNetwork, resolve_interface
+from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
 from .types import ChatMessage, GroupListener, GroupView, Mid, NullListener, UsageError, format_mid, iso_millis
 
 log = logging.getLogger(__name__)
@@ -106,9 +106,31 @@ class GroupManager:
             for gid in self.channels:
                 self._announce(gid)
         self._started = True
+        self._link_name = interface_name(self.interface)
+        self._link_up = link_is_up(self._link_name) if self._link_name else True
+        self._spawn(self._watch_link())
         self.advertise()
         log.info("peer %s (%s) on %s, control %s:%d", self.pid, self.name, self.interface,
                  self.config.control_addr, self.config.port)
+
+    LINK_POLL = 0.5
+
+    async def _watch_link(self) -> None:
+        """On reconnect, advertise and resynchronise every group (GJLP and MSP "on return")."""
+        while self._link_name:
+            await asyncio.sleep(self.LINK_POLL)
+            up = link_is_up(self._link_name)
+            if up and not self._link_up:
+                log.info("link %s is back: advertising and resynchronising", self._link_name)
+                self.resync()
+            self._link_up = up
+
+    def resync(self) -> None:
+        """Ask every joined group for what this peer missed, and re-advertise."""
+        now = time.time()
+        for channel in self.channels.values():
+            channel.start_sync(now)
+        self.advertise()
 
     async def close(self) -> None:
         """Leave announcements are not sent: closing is not leaving (a restart resumes)."""

@@ -75,6 +75,22 @@ def resolve_interface(iface: str | None) -> str:
     return "127.0.0.1"
 
 
+def interface_name(address: str) -> str | None:
+    """The name of the interface that holds ``address``."""
+    for name, addr in _ipv4_addresses():
+        if addr == address:
+            return name
+    return None
+
+
+def link_is_up(name: str) -> bool:
+    """Whether ``name`` has carrier (loopback and unknown interfaces count as up)."""
+    try:
+        return Path(f"/sys/class/net/{name}/carrier").read_text().strip() != "0"
+    except OSError:
+        return True
+
+
 class _Listener:
     """A receiving socket drained in batches straight from the selector.
 

@@ -60,6 +60,7 @@ class PeerProcess:
         self.extra = extra or []
         self._ids = itertools.count(1)
         self.notifications: list[dict] = []
+        self._delivered: dict[str, list[dict]] = {}
         self._responses: dict[int, dict] = {}
         self._cond = threading.Condition()
         self.stderr_path = Path(data_dir) / f"peer-{name}.stderr"
@@ -86,6 +87,8 @@ class PeerProcess:
                     self._responses[message["id"]] = message
                 else:
                     self.notifications.append(message)
+                    if message.get("method") == "delivered":
+                        self._delivered.setdefault(message["params"]["gid"], []).append(message["params"])
                 self._cond.notify_all()
 
     def request(self, method: str, params: dict | None = None, timeout: float = 10) -> dict:
@@ -132,10 +135,11 @@ class PeerProcess:
 
         return self.wait_for(find, timeout, f"notification {method}")
 
-    def delivered(self, gid: str | None = None) -> list[dict]:
+    def delivered(self, gid: str, last: int | None = None) -> list[dict]:
+        """Messages delivered in ``gid`` so far (only the ``last`` ones, if given)."""
         with self._cond:
-            return [n["params"] for n in self.notifications
-                    if n["method"] == "delivered" and (gid is None or n["params"]["gid"] == gid)]
+            messages = self._delivered.get(gid, [])
+            return messages[-last:] if last else list(messages)
 
     def stderr_tail(self) -> str:
         try:
