@@ -97,6 +97,7 @@ class ConversationView(QTreeView):
         super().__init__(parent)
         self.setObjectName("conversation")
         self.setHeaderHidden(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
         self.setUniformRowHeights(False)
         self.setAnimated(False)
         self.setIndentation(18)
