@@ -120,6 +120,7 @@ class _SyncAnswer:
         self.missing = missing
         self._queue = sorted(missing, key=lambda mid: (mid[1], mid[0]), reverse=True)
         self.next_at = start_at
+        self.started = False
 
     def discard(self, sender: str, seqno: int) -> None:
         self.missing.discard((sender, seqno))
@@ -269,7 +270,7 @@ class GroupChannel:
     def _on_data(self, sender: str, seqno: int, parent: Mid | None, name: str, text: str, sent_at: int,
                  now: float) -> int:
         """Order one message; returns how many messages it made deliverable."""
-        if sender not in self._received and len(self._received) >= MAX_SENDERS:
+        if sender not in self._received and len(self._received) >= MAX_SENDERS and sender != self.pid:
             self.stats["foreign_dropped"] += 1
             return 0
         duplicates = self.orderer.duplicates
@@ -460,7 +461,10 @@ class GroupChannel:
         if answer is not None:
             for stored in response.messages:
                 answer.discard(stored.sender, stored.seqno)
-            answer.next_at = max(answer.next_at, now + SYNC_YIELD)  # another member is on it
+            # Another member is answering: let it go on.  When two started at once,
+            # the lower pid goes on and the other yields, so they do not both stop.
+            if not answer.started or responder < self.pid:
+                answer.next_at = max(answer.next_at, now + SYNC_YIELD)
         if mine:
             self._sync_received += len(response.messages)
             self._sync_remaining[responder] = response.remaining
@@ -484,6 +488,7 @@ class GroupChannel:
             chunk = next(iter(_chunks(messages)), [])
             answer.put_back((m.sender, m.seqno) for m in messages[len(chunk):])
             remaining = answer.count()
+            answer.started = True
             if chunk:
                 self._outbox.append(wire.SyncResp(self.gid, answer.requester, answer.sync_seqno, remaining, tuple(chunk)))
                 self.stats["sync_messages_sent"] += len(chunk)

@@ -87,6 +87,7 @@ class GroupManager:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
+        self._closed = False
         self._background: set[asyncio.Task] = set()
         for record, next_seqno in self.store.load_groups():
             self.gjlp.restore(record)
@@ -134,6 +135,9 @@ class GroupManager:
 
     async def close(self) -> None:
         """Leave announcements are not sent: closing is not leaving (a restart resumes)."""
+        if self._closed:
+            return
+        self._closed = True
         self.flush()
         if self._timer is not None:
             self._timer.cancel()

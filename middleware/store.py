@@ -172,15 +172,18 @@ class Store:
 
     def fetch(self, gid: str, mids: list[Mid]) -> list[wire.StoredMessage]:
         """The stored messages among ``mids``, in delivery order (for repairs and sync)."""
+        by_sender: dict[str, list[int]] = {}
+        for sender, seqno in mids:
+            by_sender.setdefault(sender, []).append(seqno)
         rows = []
-        for start in range(0, len(mids), 500):
-            part = mids[start : start + 500]
-            values = ",".join("(?, ?)" for _ in part)
-            rows += self._db.execute(
-                "SELECT delivery_order, sender, seqno, parent_sender, parent_seqno, sent_at, sender_name, text "
-                f"FROM messages WHERE gid = ? AND (sender, seqno) IN (VALUES {values})",
-                [gid, *(x for mid in part for x in mid)],
-            ).fetchall()
+        for sender, seqnos in by_sender.items():
+            for start in range(0, len(seqnos), 500):
+                part = seqnos[start : start + 500]
+                rows += self._db.execute(
+                    "SELECT delivery_order, sender, seqno, parent_sender, parent_seqno, sent_at, sender_name, text "
+                    f"FROM messages WHERE gid = ? AND sender = ? AND seqno IN ({','.join('?' * len(part))})",
+                    [gid, sender, *part],
+                ).fetchall()
         rows.sort()
         return [
             wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, at, n, t)

@@ -1,0 +1,88 @@
+"""The whole receive path of a GroupManager under hostile and broken input (no sockets opened)."""
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from middleware import wire
+from middleware.manager import Config, GroupManager
+from middleware.types import parse_mid
+
+
+@pytest.fixture(scope="module")
+def manager(tmp_path_factory):
+    # Never started: its sockets stay closed, so everything below is in-process.
+    m = GroupManager(Config(tmp_path_factory.mktemp("hostile"), name="Ann", iface="127.0.0.1",
+                            zeroconf=False, max_held=1_000))
+    m.gid = m.create_group("target")
+    yield m
+    m.store.close()
+
+
+def feed(manager, *datagrams, control=False):
+    (manager._on_control_datagrams if control else manager._on_data_datagrams)(list(datagrams))
+    manager.flush()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.binary(max_size=200), min_size=1, max_size=5), st.booleans())
+def test_random_bytes_never_escape_the_receive_path(manager, datagrams, control):
+    before = manager.stats.malformed_dropped
+    feed(manager, *datagrams, control=control)
+    assert manager.stats.malformed_dropped >= before
+
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=7),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(1, 10), json_like)
+def test_well_framed_garbage_is_dropped_and_counted(manager, type_code, body):
+    data = msgpack.packb([wire.VERSION, type_code, "f" * 32, body])
+    feed(manager, data)
+    feed(manager, data, control=True)
+    assert manager.stats_dict()["pending"] <= 1_000
+
+
+def data(gid, sender, seqno, text, parent=None):
+    return wire.encode(sender, wire.Data(gid, seqno, parent, 0, "x", text))
+
+
+def test_messages_for_other_groups_are_dropped(manager):
+    before = manager.stats.not_member_dropped
+    feed(manager, data("some-other-group", "b" * 32, 1, "hi"))
+    assert manager.stats.not_member_dropped == before + 1
+
+
+def test_a_mid_resent_with_other_content_keeps_the_first(manager):
+    sender = "c" * 32
+    feed(manager, data(manager.gid, sender, 1, "original"))
+    feed(manager, data(manager.gid, sender, 1, "forged replacement"))
+    texts = [m.text for m in manager.history(manager.gid) if m.sender == sender]
+    assert texts == ["original"]
+    assert manager.stats_dict()["conflicts"] == 1
+
+
+def test_floods_keep_memory_bounded(manager):
+    flood = [data(manager.gid, "d" * 32, seqno, "x", parent=("ghost" + "0" * 27, seqno)) for seqno in range(1, 3001)]
+    for start in range(0, len(flood), 500):
+        feed(manager, *flood[start:start + 500])
+    assert manager.pending(manager.gid) == 1_000
+    assert manager.stats_dict()["evicted"] >= 2_000
+    channel = manager.channels[manager.gid]
+    many = [data(manager.gid, f"{i:032x}", 1, "x") for i in range(12_000)]
+    for start in range(0, len(many), 1000):
+        feed(manager, *many[start:start + 1000])
+    assert len(channel._received) <= 10_000
+
+
+def test_the_peer_still_works_afterwards(manager):
+    mid = manager.send(manager.gid, "still here")
+    manager.flush()
+    assert manager.history(manager.gid)[-1].mid == mid
+    assert parse_mid(f"{mid[0]}:{mid[1]}") == mid
