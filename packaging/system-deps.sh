@@ -9,6 +9,7 @@ packages=(
   libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xkb1 libxcb-randr0
   libxcb-render-util0 libxcb-image0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3
   iproute2 iptables
+  desktop-file-utils appstream  # validators for the desktop entry and metainfo tests
 )
 
 command -v dpkg-query >/dev/null || { echo "system-deps: not a Debian/Ubuntu system; install the equivalents of: ${packages[*]}" >&2; exit 0; }

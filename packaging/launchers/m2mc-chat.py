@@ -1,0 +1,7 @@
+"""Bundle entry point for m2mc-chat: PyInstaller freezes this script, which runs ``app.chat.main``."""
+
+import sys
+
+from app.chat import main
+
+sys.exit(main())

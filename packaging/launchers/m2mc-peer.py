@@ -1,0 +1,7 @@
+"""Bundle entry point for m2mc-peer: PyInstaller freezes this script, which runs ``app.peer.main``."""
+
+import sys
+
+from app.peer import main
+
+sys.exit(main())
