@@ -37,6 +37,7 @@ ReplyCountRole = Qt.ItemDataRole.UserRole + 7
 
 AnyIndex = QModelIndex | QPersistentModelIndex
 ITEM_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable  # computed once: enum | is slow in Python
+NO_FLAGS = Qt.ItemFlag.NoItemFlags
 THREAD_WINDOW = 500
 TIMELINE_WINDOW = 2000
 
@@ -230,6 +231,9 @@ class MessageTreeModel(QAbstractItemModel):
 
     # -- QAbstractItemModel ----------------------------------------------------------------
 
+    # QTreeView calls these for every visible row on every re-layout, so they do as little
+    # Python work as they can: our indexes are all column 0 and carry their node.
+
     def _node(self, index: AnyIndex) -> _Node:
         return index.internalPointer() if index.isValid() else self._root
 
@@ -244,32 +248,40 @@ class MessageTreeModel(QAbstractItemModel):
         return self.createIndex(node.row, 0, node)
 
     def index(self, row: int, column: int = 0, parent: AnyIndex = QModelIndex()) -> QModelIndex:
-        if column != 0 or row < 0:
+        if parent.isValid():
+            children = parent.internalPointer().children
+            offset = 0
+        else:
+            children = self._root.children
+            offset = self.hidden_threads
+        if column or row < 0 or row + offset >= len(children):
             return QModelIndex()
-        if parent.isValid() and parent.column() != 0:
-            return QModelIndex()
-        node = self._node(parent)
-        offset = self.hidden_threads if node is self._root else 0
-        if row + offset >= len(node.children):
-            return QModelIndex()
-        return self.createIndex(row, 0, node.children[row + offset])
+        return self.createIndex(row, 0, children[row + offset])
 
     def parent(self, index: AnyIndex) -> QModelIndex:  # noqa: A003 - Qt's name
         if not index.isValid():
             return QModelIndex()
-        return self._index_of(index.internalPointer().parent)
+        parent_node = index.internalPointer().parent
+        if parent_node is self._root:
+            return QModelIndex()
+        return self._index_of(parent_node)
 
     def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:
-        if parent.isValid() and parent.column() != 0:
-            return 0
-        node = self._node(parent)
-        return len(node.children) - (self.hidden_threads if node is self._root else 0)
+        if parent.isValid():
+            return len(parent.internalPointer().children) if parent.column() == 0 else 0
+        return len(self._root.children) - self.hidden_threads
+
+    def hasChildren(self, parent: AnyIndex = QModelIndex()) -> bool:
+        # One call instead of Qt's rowCount() and columnCount() per row.
+        if parent.isValid():
+            return len(parent.internalPointer().children) > 0 and parent.column() == 0
+        return len(self._root.children) > self.hidden_threads
 
     def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:
         return 1
 
     def flags(self, index: AnyIndex) -> Qt.ItemFlag:
-        return ITEM_FLAGS if index.isValid() else Qt.ItemFlag.NoItemFlags
+        return ITEM_FLAGS if index.isValid() else NO_FLAGS
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid():
@@ -341,7 +353,7 @@ class TimelineModel(QAbstractListModel):
         return 0 if parent.isValid() else self._count - self.hidden
 
     def flags(self, index: AnyIndex) -> Qt.ItemFlag:
-        return ITEM_FLAGS if index.isValid() else Qt.ItemFlag.NoItemFlags
+        return ITEM_FLAGS if index.isValid() else NO_FLAGS
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or index.row() >= self._count - self.hidden:
