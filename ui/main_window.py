@@ -59,7 +59,9 @@ log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 400
 SEEN_DELAY_MS = 1500
-MAX_PER_TURN = 100
+MAX_PER_TURN = 300
+INTAKE_MS = 100
+TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
 
 
 @dataclass
@@ -112,7 +114,7 @@ class MainWindow(QMainWindow):
 
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
         self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
-        self._inbox_timer = QTimer(self, singleShot=True, interval=0, timeout=self._drain_inbox)
+        self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS, timeout=self._drain_inbox)
         self._follow_timer = QTimer(self, singleShot=True, interval=100,
                                     timeout=lambda: self.current_view().scrollToBottom())
         self._pending_timer = QTimer(self, interval=1000, timeout=self._poll_pending)
@@ -468,8 +470,9 @@ class MainWindow(QMainWindow):
     # -- events from the middleware --------------------------------------------------------
 
     def _on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        # Taken in slices: a burst of thousands must not freeze the window, so each
-        # event-loop turn adds at most MAX_PER_TURN and lets Qt lay out and paint between.
+        # Taken in slices: every insert makes QTreeView lay out all its visible rows again
+        # (asking the Python model about each), so arrivals are gathered for up to INTAKE_MS
+        # and added together, at most MAX_PER_TURN per turn, with Qt free to paint between.
         self._inbox.append((gid, list(messages)))
         if not self._inbox_timer.isActive():
             self._inbox_timer.start()
@@ -492,11 +495,12 @@ class MainWindow(QMainWindow):
         session = self.sessions.get(gid)
         if session is None:
             session = self._session(gid, load_history=True)
-        view = self.tree_view
+        view = self.current_view()
         at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
         shown = session.tree.add_messages(messages, unread=True)
         if not shown:
             return
+        self._trim(session, at_bottom)
         if session is self.current:
             for message in shown:
                 if message.parent is not None:
@@ -511,6 +515,20 @@ class MainWindow(QMainWindow):
             last = others[-1]
             extra = f" (+{len(others) - 1} more)" if len(others) > 1 else ""
             self.notifier.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
+
+    def _trim(self, session: GroupSession, at_bottom: bool) -> None:
+        # A steady stream adds rows without end, and each re-layout costs every row on show:
+        # while the reader follows the end (or the model is not on screen), hide the oldest
+        # again, never the selected message's thread.
+        current = session is self.current
+        spare = self.reply_target if current else None
+        tree, timeline = session.tree, session.timeline
+        if (at_bottom or not current or self.time_ordered) and tree.rowCount() > tree.window + TRIM_SLACK:
+            tree.hide_oldest(tree.window, spare)
+        if (at_bottom or not current or not self.time_ordered) and timeline.rowCount() > timeline.window + TRIM_SLACK:
+            timeline.hide_oldest(timeline.window, spare)
+        if session is self.current:
+            self._update_older_button()
 
     def _on_groups_discovered(self, views: list[GroupView]) -> None:
         for view in views:

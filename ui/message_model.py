@@ -167,6 +167,25 @@ class MessageTreeModel(QAbstractItemModel):
             self.older_shown.emit()
         return count
 
+    def hide_oldest(self, keep: int, spare: Mid | None = None) -> int:
+        """Hide the oldest shown threads but the newest ``keep`` (and the thread of ``spare``).
+
+        New threads keep adding top-level rows, and every row on show costs each
+        re-layout; a reader following the newest talk loses nothing by this.
+        """
+        count = len(self._root.children) - self.hidden_threads - keep
+        node = self._nodes.get(spare) if spare is not None else None
+        if node is not None:
+            while node.parent is not self._root:
+                node = node.parent
+            count = min(count, node.row - self.hidden_threads)
+        if count <= 0:
+            return 0
+        self.beginRemoveRows(QModelIndex(), 0, count - 1)
+        self.hidden_threads += count
+        self.endRemoveRows()
+        return count
+
     def reveal(self, mid: Mid) -> bool:
         """Make sure the message is a row (its old thread shown); False if unknown."""
         node = self._nodes.get(mid)
@@ -329,6 +348,19 @@ class TimelineModel(QAbstractListModel):
             self.beginInsertRows(QModelIndex(), 0, count - 1)
             self.hidden -= count
             self.endInsertRows()
+        return count
+
+    def hide_oldest(self, keep: int, spare: Mid | None = None) -> int:
+        """Hide the oldest shown rows but the newest ``keep`` (and from ``spare`` on)."""
+        count = self._count - self.hidden - keep
+        row = self._rows.get(spare) if spare is not None else None
+        if row is not None:
+            count = min(count, row - self.hidden)
+        if count <= 0:
+            return 0
+        self.beginRemoveRows(QModelIndex(), 0, count - 1)
+        self.hidden += count
+        self.endRemoveRows()
         return count
 
     def reveal(self, mid: Mid) -> bool:

@@ -140,3 +140,26 @@ def test_big_groups_show_a_window_of_newest_threads(qtmodeltester):
     assert tree_shape(model) == {m.mid: m.parent for m in messages}
     assert timeline.reveal(messages[0].mid) and timeline.rowCount() == 120
     assert timeline.index(0).data(MessageRole) == messages[0]
+
+
+def test_hiding_the_oldest_threads_again_keeps_the_newest_and_the_spared_one(qtmodeltester):
+    rng = random.Random(5)
+    messages = random_tree(rng, 200)
+    model = MessageTreeModel(window=1000)
+    timeline = TimelineModel(model, window=1000)
+    qtmodeltester.check(model, force_py=False)
+    qtmodeltester.check(timeline, force_py=False)
+    model.add_messages(messages[:150], unread=False)
+    for msg in messages[150:]:
+        model.add_messages([msg])
+    threads = [m for m in messages if m.parent is None]
+    spared = threads[-8]
+    assert model.hide_oldest(5, spare=spared.mid) == len(threads) - 8
+    assert model.rowCount() == 8 and model.index(0, 0).data(MessageRole) == spared
+    assert model.hide_oldest(5) == 3
+    assert [model.index(row, 0).data(MessageRole) for row in range(5)] == threads[-5:]
+    assert model.hide_oldest(5) == 0
+    assert timeline.hide_oldest(20, spare=messages[170].mid) == 170
+    assert timeline.hide_oldest(20) == 10
+    assert timeline.index(0).data(MessageRole) == model.arrival[180].message
+    assert model.reveal(threads[0].mid) and tree_shape(model) == {m.mid: m.parent for m in messages}
