@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Extra arguments for `make run`, e.g. make run ARGS="--iface 10.77.0.1 --name Ann"
 ARGS   ?=
 
-.PHONY: setup run test check-python check-java bench-mop clean
+.PHONY: setup run test check-python check-java bench-mop bundle install-desktop clean
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -41,5 +41,12 @@ test: setup check-java
 bench-mop: setup
 	$(BIN)/python -m app.bench.mop
 
+bundle: setup
+	bash packaging/build-bundle.sh
+
+install-desktop: setup
+	@if [ -x dist/m2mc/m2mc-chat ]; then bash packaging/install-desktop.sh --bundle dist/m2mc; \
+	else bash packaging/install-desktop.sh; fi
+
 clean:
-	rm -rf $(VENV) build .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist .pytest_cache .hypothesis

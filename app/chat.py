@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     window.start()
 
-    # Ctrl+C in the terminal quits cleanly; the timer lets Python see the signal.
-    signal.signal(signal.SIGINT, lambda *_: app.quit())
+    # Ctrl+C in the terminal and SIGTERM (logout, kill) quit cleanly; the timer lets Python see the signal.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: app.quit())
     heartbeat = QTimer(interval=300, timeout=lambda: None)
     heartbeat.start()
     try:
