@@ -27,6 +27,9 @@ log = logging.getLogger("m2mc.thread_stats")
 EXPORT_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", "text", "sent_at", "received_at")
 CORRUPT = "_corrupt_record"
 TABLES = ("messages", "threads", "groups", "participants")
+# Up to this many unresolved nodes are broadcast, so a round scans the resolved nodes
+# instead of shuffling them (about 24 bytes a node).
+BROADCAST_ACTIVE_ROWS = 2_000_000
 
 
 class UsageError(Exception):
@@ -160,34 +163,49 @@ def merge_exports(raw):
         & sent.isNotNull()
         & received.isNotNull()
     )
-    keyed = raw.select(
+    fields = [
         F.when(valid, F.col("gid")).alias("gid"),
         F.when(valid, F.col("mid")).alias("mid"),
-        F.when(
-            valid,
-            F.struct(
-                received.alias("received_at"),
-                sent.alias("sent_at"),
-                parent.alias("parent"),
-                F.col("sender"),
-                F.col("sender_name"),
-                F.col("group_desc"),
-            ),
-        ).alias("copy"),
-    )
-    merged = keyed.groupBy("gid", "mid").agg(F.count(F.lit(1)).alias("copies"), F.min("copy").alias("copy"))
+        F.when(valid, parent).alias("parent"),
+        F.when(valid, F.col("sender")).alias("sender"),
+        F.when(valid, F.col("sender_name")).alias("sender_name"),
+        F.when(valid, F.col("group_desc")).alias("group_desc"),
+        F.when(valid, sent).alias("sent_at"),
+    ]
+    # Copies of one message differ only in received_at, so grouping on every other field
+    # merges them with fixed-width buffers: a hash aggregation, no sort. Copies that
+    # disagree elsewhere stay apart here and are settled by `settle_conflicts`.
+    merged = raw.select(*fields, F.when(valid, received).alias("received_at")).groupBy(
+        "gid", "mid", "parent", "sender", "sender_name", "group_desc", "sent_at"
+    ).agg(F.min("received_at").alias("received_at"), F.count(F.lit(1)).alias("copies"))
     return merged.select(
         F.monotonically_increasing_id().alias("id"),
-        "gid",
-        "mid",
-        F.col("copy.parent").alias("parent"),
-        F.col("copy.sender").alias("sender"),
-        F.col("copy.sender_name").alias("sender_name"),
-        F.col("copy.group_desc").alias("group_desc"),
-        F.col("copy.sent_at").alias("sent_at"),
-        F.col("copy.received_at").alias("received_at"),
-        "copies",
+        "gid", "mid", "parent", "sender", "sender_name", "group_desc", "sent_at", "received_at", "copies",
     )
+
+
+def settle_conflicts(merged):
+    """Keep one row per (gid, mid) when exports disagree on a message's fields.
+
+    Returns (frame, number of (gid, mid) keys that had conflicting copies). The earliest
+    received copy wins; its `copies` counts every line of that (gid, mid).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    valid = merged.filter(F.col("gid").isNotNull())
+    conflicted = valid.groupBy("gid", "mid").agg(F.count(F.lit(1)).alias("versions")).filter(F.col("versions") > 1)
+    n_conflicts = conflicted.count()
+    if not n_conflicts:
+        return merged, 0
+    key = Window.partitionBy("gid", "mid")
+    ranked = valid.select(
+        "*",
+        F.row_number().over(key.orderBy("received_at", "sent_at", "sender", "parent")).alias("rank"),
+        F.sum("copies").over(key).alias("all_copies"),
+    )
+    settled = ranked.filter(F.col("rank") == 1).drop("copies", "rank").withColumnRenamed("all_copies", "copies")
+    return settled.unionByName(merged.filter(F.col("gid").isNull())), n_conflicts
 
 
 def link_parents(messages):
@@ -231,6 +249,7 @@ def find_roots(linked, reliable_checkpoints: bool = False) -> JumpResult:
     active = linked.filter(F.col("parent_id").isNotNull()).select(
         "id", F.col("parent_id").alias("anc"), F.lit(1).cast("long").alias("dist")
     )
+    partitions = int(linked.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     resolved_pieces = [_freeze(roots, reliable_checkpoints)]
     active = _freeze(active, reliable_checkpoints)
     remaining = active.count()
@@ -243,14 +262,17 @@ def find_roots(linked, reliable_checkpoints: bool = False) -> JumpResult:
             [p.select("id", "root_id", "root_mid", "dist", F.lit(None).cast("long").alias("anc")) for p in resolved_pieces]
             + [active.select("id", F.lit(None).cast("long").alias("root_id"), F.lit(None).cast("string").alias("root_mid"), "dist", "anc")]
         )
-        stepped = active.alias("a").join(lookup.alias("l"), F.col("a.anc") == F.col("l.id"), "inner").select(
+        probe = F.broadcast(active) if remaining <= BROADCAST_ACTIVE_ROWS else active
+        stepped = probe.alias("a").join(lookup.alias("l"), F.col("a.anc") == F.col("l.id"), "inner").select(
             F.col("a.id").alias("id"),
             F.col("l.root_id").alias("root_id"),
             F.col("l.root_mid").alias("root_mid"),
             F.col("l.anc").alias("anc"),
             (F.col("a.dist") + F.col("l.dist")).alias("dist"),
         )
-        stepped = _freeze(stepped, reliable_checkpoints)
+        # A broadcast join keeps the lookup's partitions, the sum of all pieces' so far:
+        # without coalescing, the task count would grow like Fibonacci across rounds.
+        stepped = _freeze(stepped.coalesce(partitions), reliable_checkpoints)
         resolved_pieces.append(stepped.filter(F.col("root_id").isNotNull()).select("id", "root_id", "root_mid", "dist"))
         next_active = stepped.filter(F.col("root_id").isNull()).select("id", "anc", "dist")
         left = next_active.count()
@@ -274,11 +296,11 @@ def _union(frames):
 
 
 def _tree_measures(batches):
-    """mapInArrow body: per thread, sum of squared subtree sizes, leaves, widest level, h-index.
+    """mapInArrow body: every per-thread measure of the threads in one partition.
 
-    Each partition holds whole threads (the input is repartitioned by root_id), so the
-    trees are finished here with numpy: subtree sizes are summed level by level from the
-    deepest one up, which is one vectorised step per depth level of the partition.
+    The input is repartitioned by root_id, so each partition holds whole threads and
+    they are finished here with numpy in one pass. Subtree sizes are summed level by
+    level from the deepest up: one vectorised step per depth level of the partition.
     """
     import numpy as np
     import pyarrow as pa
@@ -290,53 +312,122 @@ def _tree_measures(batches):
     root = table.column("root_id").to_numpy()
     node = table.column("id").to_numpy()
     parent = table.column("parent_id").fill_null(-1).to_numpy()
-    depth = table.column("depth").to_numpy()
+    depth = table.column("depth").to_numpy().astype(np.int64)
+    sent = table.column("sent_ms").to_numpy()
+    latency = table.column("latency").to_numpy(zero_copy_only=False).astype(np.float64)
+    sender = table.column("sender_key").to_numpy()
     n = node.size
 
     by_id = np.argsort(node, kind="stable")
-    sorted_ids = node[by_id]
     has_parent = depth > 0
     parent_pos = np.full(n, -1, dtype=np.int64)
-    parent_pos[has_parent] = by_id[np.searchsorted(sorted_ids, parent[has_parent])]
+    parent_pos[has_parent] = by_id[np.searchsorted(node[by_id], parent[has_parent])]
 
     subtree = np.ones(n, dtype=np.int64)
     by_depth = np.argsort(-depth, kind="stable")
-    level_depth = depth[by_depth]
-    cuts = np.flatnonzero(np.diff(level_depth)) + 1
+    cuts = np.flatnonzero(np.diff(depth[by_depth])) + 1
     for level in np.split(by_depth, cuts):
         if depth[level[0]] == 0:
             break
         np.add.at(subtree, parent_pos[level], subtree[level])
 
     thread_ids, thread_of = np.unique(root, return_inverse=True)
-    n_threads = thread_ids.size
-    sum_sq = np.zeros(n_threads, dtype=np.int64)
-    np.add.at(sum_sq, thread_of[has_parent], subtree[has_parent] ** 2)
-    children = np.bincount(parent_pos[has_parent], minlength=n)
-    leaves = np.bincount(thread_of, weights=(children == 0), minlength=n_threads).astype(np.int64)
+    k = thread_ids.size
+    size = np.bincount(thread_of, minlength=k)
+    depth_sum = np.bincount(thread_of, weights=depth, minlength=k)
+    max_depth = np.zeros(k, dtype=np.int64)
+    np.maximum.at(max_depth, thread_of, depth)
+    depth1 = np.bincount(thread_of, weights=(depth == 1), minlength=k)
+    first = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, thread_of, sent)
+    last = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, thread_of, sent)
 
-    level_key, level_count = np.unique(np.stack([thread_of, depth]), axis=1, return_counts=True)
-    max_width = np.zeros(n_threads, dtype=np.int64)
-    np.maximum.at(max_width, level_key[0], level_count)
-    h_index = np.zeros(n_threads, dtype=np.int64)
-    qualifies = level_count >= level_key[1]
-    np.maximum.at(h_index, level_key[0][qualifies], level_key[1][qualifies])
+    sum_sq = np.bincount(thread_of[has_parent], weights=(subtree[has_parent] ** 2).astype(np.float64), minlength=k)
+    pairs = size * (size - 1) / 2.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # Each edge above v lies on s(v) * (n - s(v)) paths: sum = n * sum(depth) - sum(s^2).
+        wiener = np.where(size > 1, (size * depth_sum - sum_sq) / pairs, np.nan)
+        root_fraction = np.where(size > 1, depth1 / (size - 1), np.nan)
+    children = np.bincount(parent_pos[has_parent], minlength=n)
+    leaves = np.bincount(thread_of, weights=(children == 0), minlength=k).astype(np.int64)
+
+    level_order = np.lexsort((depth, thread_of))
+    level_thread, level_depth = thread_of[level_order], depth[level_order]
+    level_start = np.flatnonzero(np.r_[True, (np.diff(level_thread) != 0) | (np.diff(level_depth) != 0)])
+    level_count = np.diff(np.r_[level_start, n])
+    max_width = np.zeros(k, dtype=np.int64)
+    np.maximum.at(max_width, level_thread[level_start], level_count)
+    h_index = np.zeros(k, dtype=np.int64)
+    qualifies = level_count >= level_depth[level_start]
+    np.maximum.at(h_index, level_thread[level_start][qualifies], level_depth[level_start][qualifies])
+
+    pair_order = np.lexsort((sender, thread_of))
+    new_pair = np.r_[True, (np.diff(thread_of[pair_order]) != 0) | (np.diff(sender[pair_order]) != 0)]
+    participants = np.bincount(thread_of[pair_order][new_pair], minlength=k)
+
+    # Median reply latency: NaN (roots, orphans) sorts last within each thread.
+    lat_order = np.lexsort((latency, thread_of))
+    lat_sorted = latency[lat_order]
+    valid_count = np.bincount(thread_of, weights=~np.isnan(latency), minlength=k).astype(np.int64)
+    start = np.r_[0, np.cumsum(size)[:-1]]
+    has_latency = valid_count > 0
+    lo = np.where(has_latency, start + (valid_count - 1) // 2, 0)
+    hi = np.where(has_latency, start + valid_count // 2, 0)
+    median = np.where(has_latency, (lat_sorted[lo] + lat_sorted[hi]) / 2.0, np.nan)
+
     yield pa.RecordBatch.from_arrays(
-        [pa.array(thread_ids), pa.array(sum_sq), pa.array(leaves), pa.array(max_width), pa.array(h_index)],
-        names=["root_id", "sum_sq_subtree", "leaves", "max_width", "h_index"],
+        [
+            pa.array(thread_ids),
+            pa.array(size.astype(np.int64)),
+            pa.array(max_depth.astype(np.int32)),
+            pa.array(max_width),
+            pa.array(leaves),
+            pa.array(participants.astype(np.int64)),
+            pa.array(first),
+            pa.array(last),
+            pa.array(median, from_pandas=True),
+            pa.array(root_fraction, from_pandas=True),
+            pa.array(wiener, from_pandas=True),
+            pa.array(h_index.astype(np.int32)),
+        ],
+        schema=TREE_SCHEMA_ARROW(),
     )
+
+
+TREE_SCHEMA = (
+    "root_id long, size long, depth int, max_width long, leaves long, participants long, first_ms long, "
+    "last_ms long, median_reply_latency_s double, root_reply_fraction double, wiener_index double, h_index int"
+)
+
+
+def TREE_SCHEMA_ARROW():  # noqa: N802 - a constant built lazily, pyarrow is imported on workers only
+    import pyarrow as pa
+
+    longs = ("root_id", "size", "max_width", "leaves", "participants", "first_ms", "last_ms")
+    doubles = ("median_reply_latency_s", "root_reply_fraction", "wiener_index")
+    fields = []
+    for part in TREE_SCHEMA.split(", "):
+        name = part.split()[0]
+        fields.append(pa.field(name, pa.int64() if name in longs else pa.float64() if name in doubles else pa.int32()))
+    return pa.schema(fields)
 
 
 def tree_measures(messages):
-    """DataFrame(root_id, sum_sq_subtree, leaves, max_width, h_index) over valid messages."""
+    """Per-thread measures computed on the executors, one numpy pass per partition."""
     from pyspark.sql import functions as F
 
-    schema = "root_id long, sum_sq_subtree long, leaves long, max_width long, h_index long"
-    nodes = messages.filter(F.col("root_id").isNotNull()).select(
-        "root_id", "id", F.when(F.col("depth") > 0, F.col("parent_id")).alias("parent_id"), "depth"
+    nodes = messages.filter(~F.col("invalid")).select(
+        "root_id",
+        "id",
+        F.when(F.col("depth") > 0, F.col("parent_id")).alias("parent_id"),
+        "depth",
+        F.unix_millis("sent_at").alias("sent_ms"),
+        F.col("reply_latency_s").alias("latency"),
+        F.xxhash64("sender").alias("sender_key"),
     )
     partitions = int(messages.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    return nodes.repartition(partitions, "root_id").mapInArrow(_tree_measures, schema)
+    return nodes.repartition(partitions, "root_id").mapInArrow(_tree_measures, TREE_SCHEMA)
 
 
 # ---------------------------------------------------------------- tables
@@ -374,44 +465,29 @@ def message_table(linked, jump: JumpResult):
 
 
 def thread_table(messages, measures):
+    """Per thread: the root's identity joined to the measures of `tree_measures`."""
     from pyspark.sql import functions as F
 
-    valid = messages.filter(~F.col("invalid"))
-    per_thread = valid.groupBy("root_id").agg(
-        F.first("gid").alias("gid"),
-        F.first("root_mid").alias("root_mid"),
-        F.count(F.lit(1)).alias("size"),
-        F.max("depth").alias("depth"),
-        F.sum("depth").alias("depth_sum"),
-        F.count(F.when(F.col("depth") == 1, 1)).alias("depth1"),
-        F.min("sent_at").alias("first_at"),
-        F.max("sent_at").alias("last_at"),
-        F.median("reply_latency_s").alias("median_reply_latency_s"),
-        F.max(F.when(F.col("depth") == 0, F.col("parent_missing"))).alias("orphan"),
+    roots = messages.filter(F.col("depth") == 0).select(
+        F.col("id").alias("root_id"), "gid", "root_mid", F.col("parent_missing").alias("orphan")
     )
-    participants = valid.select("root_id", "sender").distinct().groupBy("root_id").agg(F.count(F.lit(1)).alias("participants"))
-    size = F.col("size")
-    pairs = size * (size - 1) / F.lit(2.0)
-    return (
-        per_thread.join(participants, "root_id").join(measures, "root_id")
-        .select(
-            "root_id",
-            "gid",
-            "root_mid",
-            "size",
-            F.col("depth").cast("int").alias("depth"),
-            "max_width",
-            "leaves",
-            "participants",
-            "first_at",
-            "last_at",
-            seconds_between(F.col("last_at"), F.col("first_at")).alias("duration_s"),
-            "median_reply_latency_s",
-            F.when(size > 1, F.col("depth1") / (size - 1)).alias("root_reply_fraction"),
-            F.when(size > 1, (size * F.col("depth_sum") - F.col("sum_sq_subtree")) / pairs).alias("wiener_index"),
-            F.col("h_index").cast("int").alias("h_index"),
-            "orphan",
-        )
+    return roots.join(measures, "root_id").select(
+        "root_id",
+        "gid",
+        "root_mid",
+        "size",
+        "depth",
+        "max_width",
+        "leaves",
+        "participants",
+        F.timestamp_millis("first_ms").alias("first_at"),
+        F.timestamp_millis("last_ms").alias("last_at"),
+        ((F.col("last_ms") - F.col("first_ms")) / F.lit(1000.0)).alias("duration_s"),
+        "median_reply_latency_s",
+        "root_reply_fraction",
+        "wiener_index",
+        "h_index",
+        "orphan",
     )
 
 
@@ -527,6 +603,10 @@ def analyse(spark, paths: list[str], reliable_checkpoints: bool = False) -> Resu
 
     started = time.perf_counter()
     merged_all = _freeze(merge_exports(read_exports(spark, paths)), reliable_checkpoints)
+    merged_all, conflicts = settle_conflicts(merged_all)
+    if conflicts:
+        log.warning("%d message(s) have copies that disagree beyond received_at; kept the earliest received", conflicts)
+        merged_all = _freeze(merged_all, reliable_checkpoints)
     counts = merged_all.agg(
         F.sum("copies").alias("lines"),
         F.sum(F.when(F.col("gid").isNull(), F.col("copies"))).alias("malformed"),
@@ -548,15 +628,13 @@ def analyse(spark, paths: list[str], reliable_checkpoints: bool = False) -> Resu
     measures = tree_measures(messages)
     threads = thread_table(messages, measures).persist(StorageLevel.MEMORY_AND_DISK)
     pairs = reciprocity_pairs(messages).persist(StorageLevel.MEMORY_AND_DISK)
-    groups = group_table(merged, messages, threads, pairs)
-    participants = participant_table(merged, messages)
+    groups = group_table(merged, messages, threads, pairs).persist(StorageLevel.MEMORY_AND_DISK)
+    participants = participant_table(merged, messages).persist(StorageLevel.MEMORY_AND_DISK)
 
     msg_stats = messages.agg(
         F.count(F.when(F.col("parent_missing"), 1)).alias("orphans"),
         F.count(F.when(F.col("invalid"), 1)).alias("invalid"),
         F.median("reply_latency_s").alias("latency"),
-        F.countDistinct("sender").alias("participants"),
-        F.countDistinct("gid").alias("groups"),
     ).first()
     thread_stats = threads.agg(
         F.count(F.lit(1)).alias("threads"),
@@ -572,9 +650,10 @@ def analyse(spark, paths: list[str], reliable_checkpoints: bool = False) -> Resu
         "malformed_lines": malformed,
         "messages": n_messages,
         "duplicates_removed": lines - malformed - n_messages,
+        "conflicting_copies": conflicts,
         "threads": int(thread_stats["threads"]),
-        "groups": int(msg_stats["groups"]),
-        "participants": int(msg_stats["participants"]),
+        "groups": groups.count(),
+        "participants": participants.count(),
         "orphan_messages": int(msg_stats["orphans"]),
         "invalid_messages": int(msg_stats["invalid"]),
         "max_depth": _maybe_int(thread_stats["max_depth"]),

@@ -1,0 +1,110 @@
+"""Benchmark of m2mc-thread-stats: wall time and peak memory at 1M and 10M messages.
+
+Generates the logs once under build/bench/ (kept between runs), runs the whole command
+end to end (JVM start, report included) as a subprocess on `local[2]`, polls the peak
+resident memory of its process tree (the Python driver, the JVM and the Python
+workers), and runs the plain-Python reference (roots, depths, thread sizes) as the
+single-process baseline. Run: python -m app.bench.thread_stats [--sizes N ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+BASELINE_CODE = (
+    "import json, sys; from app.thread_stats_reference import summarise; "
+    "print(json.dumps(summarise(sys.argv[1:])))"
+)
+
+
+def ensure_log(size: int, workdir: Path, seed: int) -> Path:
+    path = workdir / f"messages_{size}_seed{seed}.jsonl"
+    if not path.exists():
+        started = time.perf_counter()
+        partial = path.with_suffix(".partial")
+        subprocess.run([sys.executable, "-m", "app.gen_logs", "--messages", str(size), "--out", str(partial), "--seed", str(seed)], check=True, cwd=ROOT)
+        partial.rename(path)
+        print(f"generated {path.name} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - started:.1f} s", flush=True)
+    return path
+
+
+def run_measured(command: list[str]) -> tuple[float, int, str]:
+    """Run `command`; return (wall seconds, peak RSS of its process tree in bytes, stdout)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    watched = psutil.Process(process.pid)
+    peak = 0
+    while process.poll() is None:
+        total = 0
+        try:
+            for proc in [watched, *watched.children(recursive=True)]:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            pass
+        peak = max(peak, total)
+        time.sleep(0.2)
+    output = process.stdout.read()
+    elapsed = time.perf_counter() - started
+    if process.returncode:
+        raise SystemExit(f"{command[:4]} failed with exit code {process.returncode}")
+    return elapsed, peak, output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.bench.thread_stats", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "bench")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-baseline", action="store_true")
+    args = parser.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+
+    rows = []
+    for size in args.sizes:
+        log_path = ensure_log(size, args.workdir, args.seed)
+        out = args.workdir / f"out_{size}"
+        wall, peak, _ = run_measured([sys.executable, "-m", "app.thread_stats", str(log_path), "--out", str(out), "--master", args.master])
+        summary = json.loads((out / "summary.json").read_text())
+        row = {"size": size, "spark_s": wall, "spark_rss": peak, "summary": summary}
+        print(f"spark  {size:>10,} messages: {wall:7.1f} s, peak RSS {peak / 2**30:5.2f} GiB, "
+              f"{summary['threads']:,} threads, max depth {summary['max_depth']}, {summary['pointer_jumping_rounds']} jumping rounds", flush=True)
+        if not args.no_baseline:
+            base_wall, base_peak, output = run_measured([sys.executable, "-c", BASELINE_CODE, str(log_path)])
+            baseline = json.loads(output)
+            agree = all(summary[k] == baseline[k] for k in ("threads", "max_depth", "max_thread_size", "invalid_messages"))
+            row.update(base_s=base_wall, base_rss=base_peak, agree=agree)
+            print(f"python {size:>10,} messages: {base_wall:7.1f} s, peak RSS {base_peak / 2**30:5.2f} GiB "
+                  f"(single-process baseline; results {'agree' if agree else 'DISAGREE'})", flush=True)
+        rows.append(row)
+
+    print()
+    print("| messages | Spark wall s | Spark peak RSS GiB | Python baseline s | baseline peak RSS GiB | Spark / baseline |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        base = f"{row['base_s']:.1f} | {row['base_rss'] / 2**30:.2f} | {row['spark_s'] / row['base_s']:.2f}" if "base_s" in row else "- | - | -"
+        print(f"| {row['size']:,} | {row['spark_s']:.1f} | {row['spark_rss'] / 2**30:.2f} | {base} |")
+    if len(rows) >= 2:
+        small, large = rows[0], rows[-1]
+        data_ratio = large["size"] / small["size"]
+        time_ratio = large["spark_s"] / small["spark_s"]
+        print(f"\n{data_ratio:.0f}x data -> {time_ratio:.2f}x Spark time (target <= {1.2 * data_ratio:.0f}x): "
+              f"{'met' if time_ratio <= 1.2 * data_ratio else 'MISSED'}")
+        if large["size"] >= 10_000_000:
+            print(f"{large['size']:,} messages in {large['spark_s']:.1f} s (target <= 90 s): {'met' if large['spark_s'] <= 90 else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
