@@ -108,19 +108,22 @@ class JsonRpcPeer(NullListener):
     def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
         self.notify("sync_progress", {"gid": gid, "received": received, "expected": expected})
 
+    def on_warning(self, gid: str, text: str) -> None:
+        self.notify("warning", {"gid": gid, "text": text})
+
     # -- methods ------------------------------------------------------------------------
 
     def whoami(self, params: dict) -> dict:
         return {"pid": self.manager.pid, "name": self.manager.name}
 
     def create_group(self, params: dict) -> dict:
-        return {"gid": self.manager.create_group(_param(params, "desc", str), private=False)}
+        return {"gid": self.manager.create_group(_param(params, "desc", str), _optional_str(params, "passphrase"))}
 
     def list_groups(self, params: dict) -> list:
         return [group.to_json() for group in self.manager.groups()]
 
     def join_group(self, params: dict) -> dict:
-        return {"gid": self.manager.join_group(_param(params, "gid", str))}
+        return {"gid": self.manager.join_group(_param(params, "gid", str), _optional_str(params, "passphrase"))}
 
     def leave_group(self, params: dict) -> dict:
         self.manager.leave_group(_param(params, "gid", str))
@@ -201,6 +204,13 @@ def _param(params: dict, key: str, kind: type) -> Any:
     value = params.get(key)
     if not isinstance(value, kind):
         raise RpcError(INVALID_PARAMS, f"missing or invalid parameter {key!r} (expected {kind.__name__})")
+    return value
+
+
+def _optional_str(params: dict, key: str) -> str | None:
+    value = params.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RpcError(INVALID_PARAMS, f"invalid parameter {key!r} (expected a string)")
     return value
 
 

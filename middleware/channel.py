@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from . import wire
+from .crypto import Identity
 from .mop import SbOrderer
 from .rangeset import RangeSet
 from .types import ChatMessage, Mid, UsageError
@@ -91,7 +92,7 @@ Event = SyncProgress | GapReported | Conflict
 
 
 def _approx_size(message: wire.StoredMessage) -> int:
-    return 64 + len(message.sender) + len(message.name) + len(message.text.encode())
+    return 180 + len(message.sender) + len(message.name) + len(message.text.encode())  # + key and signature
 
 
 def _chunks(messages: list[wire.StoredMessage], limit: int = CHUNK_BYTES) -> Iterable[list[wire.StoredMessage]]:
@@ -148,14 +149,15 @@ class GroupChannel:
     def __init__(
         self,
         gid: str,
-        pid: str,
+        identity: Identity,
         next_seqno: int = 1,
         fetch: Fetch | None = None,
         rng: random.Random | None = None,
         max_held: int = 100_000,
     ) -> None:
         self.gid = gid
-        self.pid = pid
+        self.identity = identity
+        self.pid = identity.pid
         self.next_seqno = next_seqno
         self.orderer = SbOrderer(max_held=max_held)
         self.fetch: Fetch = fetch or (lambda gid, mids: [])
@@ -193,7 +195,8 @@ class GroupChannel:
         self._latest_request: dict[str, int] = {}
         self._sync_answers: dict[tuple[str, int], _SyncAnswer] = {}
         self.stats = {"naks_sent": 0, "repairs_sent": 0, "repaired": 0, "gaps_reported": 0,
-                      "sync_messages_sent": 0, "foreign_dropped": 0, "conflicts": 0}
+                      "sync_messages_sent": 0, "foreign_dropped": 0, "conflicts": 0,
+                      "bad_signature_dropped": 0}
 
     # -- restore and user calls ----------------------------------------------------
 
@@ -211,9 +214,10 @@ class GroupChannel:
             raise UsageError("text is empty")
         if parent is not None and not self.orderer.is_delivered(parent):
             raise UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {self.gid}")
-        data = wire.Data(self.gid, self.next_seqno, parent, int(now * 1000), name, text)
+        data = wire.signed_data(self.identity, self.gid, self.next_seqno, parent, int(now * 1000), name, text)
         self.next_seqno += 1
-        self._on_data(self.pid, data.seqno, data.parent, data.name, data.text, data.sent_at, now)
+        self._on_data(self.pid, data.seqno, data.parent, data.name, data.text, data.sent_at, now,
+                      data.sig, self.identity.public_key)
         self._last_send_at = now
         self._heartbeat_interval = HEARTBEAT_FIRST
         self._heartbeat_at = now + HEARTBEAT_FIRST * self.rng.uniform(0.8, 1.2)
@@ -240,12 +244,14 @@ class GroupChannel:
 
     # -- network input ---------------------------------------------------------------
 
-    def receive(self, sender: str, message: wire.Message, now: float) -> None:
+    def receive(self, sender: str, message: wire.Message, now: float, public_key: bytes = b"") -> None:
+        """One verified datagram of this group (``public_key``: the sender's, from the envelope)."""
         if getattr(message, "gid", self.gid) != self.gid:
             self.stats["foreign_dropped"] += 1
             return
         if isinstance(message, wire.Data):
-            self._on_data(sender, message.seqno, message.parent, message.name, message.text, message.sent_at, now)
+            self._on_data(sender, message.seqno, message.parent, message.name, message.text, message.sent_at, now,
+                          message.sig, public_key)
         elif isinstance(message, wire.Repair):
             for stored in message.messages:
                 self._on_stored(stored, now)
@@ -254,9 +260,8 @@ class GroupChannel:
             if sender != self.pid:
                 self._on_nak(message, now)
         elif isinstance(message, wire.Heartbeat):
-            for gid, highest in message.highest:
-                if gid == self.gid and sender != self.pid:
-                    self._note_highest(sender, highest, now)
+            if sender != self.pid and message.seqno:
+                self._note_highest(sender, message.seqno, now)
         elif isinstance(message, wire.SyncReq):
             if sender != self.pid:
                 self._on_sync_req(sender, message, now)
@@ -265,16 +270,23 @@ class GroupChannel:
                 self._on_sync_resp(sender, message, now)
 
     def _on_stored(self, stored: wire.StoredMessage, now: float) -> int:
-        return self._on_data(stored.sender, stored.seqno, stored.parent, stored.name, stored.text, stored.sent_at, now)
+        """A relayed message: checked against its writer's signature unless we have it already."""
+        mid = (stored.sender, stored.seqno)
+        if not self.orderer.is_delivered(mid) and self.orderer.held_payload(mid) is None:
+            if not wire.verify_stored(self.gid, stored):
+                self.stats["bad_signature_dropped"] += 1
+                return 0
+        return self._on_data(stored.sender, stored.seqno, stored.parent, stored.name, stored.text, stored.sent_at,
+                             now, stored.sig, stored.public_key)
 
     def _on_data(self, sender: str, seqno: int, parent: Mid | None, name: str, text: str, sent_at: int,
-                 now: float) -> int:
-        """Order one message; returns how many messages it made deliverable."""
+                 now: float, sig: bytes, public_key: bytes) -> int:
+        """Order one (verified) message; returns how many messages it made deliverable."""
         if sender not in self._received and len(self._received) >= MAX_SENDERS and sender != self.pid:
             self.stats["foreign_dropped"] += 1
             return 0
         duplicates = self.orderer.duplicates
-        released = self.orderer.receive((sender, seqno), parent, (name, text, sent_at))
+        released = self.orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key))
         if self.orderer.duplicates != duplicates:
             self._check_conflict((sender, seqno), parent, text)
             return 0
@@ -285,8 +297,8 @@ class GroupChannel:
             received_at = int(now * 1000)
             gid = self.gid
             self._deliveries.extend(
-                ChatMessage(gid, mid, got_parent, n, t, s, received_at)
-                for mid, got_parent, (n, t, s) in released
+                ChatMessage(gid, mid, got_parent, n, t, s, received_at, 0, g, k)
+                for mid, got_parent, (n, t, s, g, k) in released
             )
         elif parent is not None and not self._has_received(parent):
             self._note_highest(parent[0], parent[1], now)  # a parent we never got: ask for it
@@ -298,7 +310,7 @@ class GroupChannel:
         """A mid seen again: the first version stays; a different second one is counted."""
         held = self.orderer.held_payload(mid)
         if held is not None:
-            first_parent, (_, first_text, _) = held
+            first_parent, (_, first_text, *_) = held
         else:
             stored = self.fetch(self.gid, [mid])
             if not stored:
@@ -520,7 +532,7 @@ class GroupChannel:
                 self._sync_active = False
                 self._sync_retry_at = None
         if self._heartbeat_at is not None and self._heartbeat_at <= now:
-            self._outbox.append(wire.Heartbeat(((self.gid, self.next_seqno - 1),)))
+            self._outbox.append(wire.Heartbeat(self.gid, self.next_seqno - 1))
             self._heartbeat_interval = min(HEARTBEAT_MAX, self._heartbeat_interval * 2)
             if now - self._last_send_at > HEARTBEAT_QUIET_AFTER:
                 self._heartbeat_at = None

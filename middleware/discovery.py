@@ -45,6 +45,8 @@ def parse_service(properties: dict[bytes, bytes | None]) -> tuple[wire.GroupInfo
             private=_txt(properties, "private") == "1",
             members=(),
             left=(),
+            salt=bytes.fromhex(_txt(properties, "salt")),
+            key_check=bytes.fromhex(_txt(properties, "check")),
         )
         members = int(_txt(properties, "members") or 0)
         # Validate exactly as a datagram would be.
@@ -90,6 +92,8 @@ class ZeroconfDiscovery:
                 "addr": group.addr,
                 "port": str(group.port),
                 "private": "1" if group.private else "0",
+                "salt": group.salt.hex(),
+                "check": group.key_check.hex(),
             },
             server=f"m2mc-{self.pid[:16]}.local.",
         )

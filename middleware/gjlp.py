@@ -81,6 +81,12 @@ class GroupRecord:
     last_seen: float = 0.0
     sources: set[str] = field(default_factory=set)
     member_count_hint: int = 0  # from zeroconf, when no member list is known
+    salt: bytes = b""  # private groups: scrypt salt and key check, announced with the group
+    key_check: bytes = b""
+
+    @classmethod
+    def from_info(cls, info: wire.GroupInfo) -> GroupRecord:
+        return cls(info.gid, info.desc, info.addr, info.port, info.private, salt=info.salt, key_check=info.key_check)
 
     def current(self) -> tuple[Member, ...]:
         return tuple(Member(p, n, e) for p, (n, e, s) in sorted(self.members.items()) if s == CURRENT)
@@ -93,6 +99,7 @@ class GroupRecord:
             self.gid, self.desc, self.addr, self.port, self.private,
             tuple((m.pid, m.name, m.epoch) for m in self.current()),
             tuple((m.pid, m.name, m.epoch) for m in self.left()),
+            self.salt, self.key_check,
         )
 
     def view(self, me: str) -> GroupView:
@@ -138,8 +145,10 @@ class Gjlp:
     def advertise(self) -> None:
         self._outbox.append(wire.Adv(self.name))
 
-    def create_group(self, gid: str, desc: str, addr: str, port: int, private: bool, now: float) -> GroupRecord:
-        record = GroupRecord(gid, desc, addr, port, private, last_seen=now, sources={"local"})
+    def create_group(self, gid: str, desc: str, addr: str, port: int, now: float,
+                     salt: bytes = b"", key_check: bytes = b"") -> GroupRecord:
+        record = GroupRecord(gid, desc, addr, port, bool(salt), last_seen=now, sources={"local"},
+                             salt=salt, key_check=key_check)
         record.members[self.pid] = (self.name, 1, CURRENT)
         self.groups[gid] = record
         self._outbox.append(wire.GroupsInfo((record.to_wire(),)))
@@ -179,7 +188,7 @@ class Gjlp:
         record = self.groups.get(info.gid)
         new = record is None
         if new:
-            record = self.groups[info.gid] = GroupRecord(info.gid, info.desc, info.addr, info.port, info.private)
+            record = self.groups[info.gid] = GroupRecord.from_info(info)
         changed = new or "zeroconf" not in record.sources or record.member_count_hint != member_count
         record.sources.add("zeroconf")
         record.member_count_hint = member_count
@@ -206,7 +215,7 @@ class Gjlp:
     def _merge(self, info: wire.GroupInfo, now: float) -> None:
         record = self.groups.get(info.gid)
         if record is None:
-            record = self.groups[info.gid] = GroupRecord(info.gid, info.desc, info.addr, info.port, info.private)
+            record = self.groups[info.gid] = GroupRecord.from_info(info)
             self._events.append(GroupSeen(info.gid, True))
         record.sources.add("gjlp")
         record.last_seen = now

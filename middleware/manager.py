@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import wire
+from . import crypto, wire
 from .channel import Conflict, GapReported, GroupChannel, SyncProgress
 from .discovery import ZeroconfDiscovery
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
@@ -55,6 +55,8 @@ class Stats:
     bytes_in: int = 0
     bytes_out: int = 0
     malformed_dropped: int = 0
+    bad_signature_dropped: int = 0
+    sealed_dropped: int = 0
     not_member_dropped: int = 0
     duplicates_dropped: int = 0
     delivered: int = 0
@@ -67,8 +69,10 @@ class GroupManager:
         self.config = config
         self.listener: GroupListener = listener or NullListener()
         self.store = Store(Path(config.data_dir) / "m2mc.sqlite3")
-        self.pid, self.signing_key = self.store.identity()
+        self.identity = self.store.identity()
+        self.pid = self.identity.pid
         self._pid_bytes = self.pid.encode()
+        self._ciphers: dict[str, crypto.GroupCipher] = {}  # private groups this peer holds the key of
         stored_name = self.store.name()
         if config.name and config.name != stored_name:
             self.store.set_name(_check_name(config.name))
@@ -159,17 +163,27 @@ class GroupManager:
         self.gjlp.advertise()
         self._after_input()
 
-    def create_group(self, desc: str, private: bool = False) -> str:
+    def create_group(self, desc: str, passphrase: str | None = None) -> str:
+        """A new group; with a passphrase it is private (content sealed with a key derived from it)."""
         desc = desc.strip() if isinstance(desc, str) else desc
         if not isinstance(desc, str) or not desc:
             raise UsageError("a group needs a description")
         if len(desc) > MAX_DESC:
             raise UsageError(f"description too long: {len(desc)} characters, limit is {MAX_DESC}")
+        salt = check = key = b""
+        if passphrase is not None:
+            _check_passphrase(passphrase)
+            salt = crypto.new_salt()
+            key = crypto.derive_group_key(passphrase, salt)
+            check = crypto.key_check(key)
         gid = f"{self.pid}-{self.store.next_counter('group_counter')}"
         record = self.gjlp.create_group(
-            gid, desc, group_address(gid, self.config.control_addr), self.config.port, private, time.time()
+            gid, desc, group_address(gid, self.config.control_addr), self.config.port, time.time(), salt, check
         )
         self.store.save_group(record)
+        if key:
+            self.store.set_group_key(gid, key)
+            self._ciphers[gid] = crypto.GroupCipher(key)
         self._open_channel(gid, 1, sync=False)
         self._spawn(self._listen_group(gid))
         self._announce(gid)
@@ -177,12 +191,24 @@ class GroupManager:
         self._after_input()
         return gid
 
-    def join_group(self, gid: str) -> str:
+    def join_group(self, gid: str, passphrase: str | None = None) -> str:
         record = self._known(gid)
         if self.gjlp.is_member(gid):
             return gid
+        key = None
+        if record.private:
+            if not passphrase:
+                raise UsageError(f"group {record.desc!r} is private: its passphrase is needed to join")
+            if len(record.salt) != crypto.SALT_BYTES:
+                raise UsageError(f"group {record.desc!r} is private but its key parameters are unknown yet")
+            key = crypto.derive_group_key(passphrase, record.salt)
+            if crypto.key_check(key) != record.key_check:
+                raise UsageError(f"wrong passphrase for group {record.desc!r}")
         self.gjlp.join(gid, time.time())
         self.store.save_group(record)
+        if key is not None:
+            self.store.set_group_key(gid, key)
+            self._ciphers[gid] = crypto.GroupCipher(key)
         self._open_channel(gid, None)
         self._spawn(self._listen_group(gid))
         self._announce(gid)
@@ -209,7 +235,7 @@ class GroupManager:
         data = channel.compose(self.name, text, parent, time.time())
         self._seqnos_to_save.add(gid)
         record = self.gjlp.groups[gid]
-        self._outgoing.append((record.addr, record.port, wire.encode(self.pid, data)))
+        self._outgoing.append((record.addr, record.port, wire.encode(self.identity, data, self._ciphers.get(gid))))
         self._after_input()
         return self.pid, data.seqno
 
@@ -258,6 +284,9 @@ class GroupManager:
             "bytes_in": s.bytes_in,
             "bytes_out": self.network.bytes_out,
             "malformed_dropped": s.malformed_dropped,
+            "bad_signature_dropped": s.bad_signature_dropped
+            + sum(c.stats["bad_signature_dropped"] for c in self.channels.values()),
+            "sealed_dropped": s.sealed_dropped,
             "not_member_dropped": s.not_member_dropped,
             "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
             **{key: sum(c.stats[key] for c in self.channels.values())
@@ -290,7 +319,10 @@ class GroupManager:
         if next_seqno is None:
             stored = {record.gid: seq for record, seq in self.store.load_groups()}
             next_seqno = stored.get(gid, 1)
-        channel = GroupChannel(gid, self.pid, next_seqno, fetch=self.store.fetch, rng=self._rng,
+        key = self.store.group_key(gid)
+        if key:
+            self._ciphers[gid] = crypto.GroupCipher(key)
+        channel = GroupChannel(gid, self.identity, next_seqno, fetch=self.store.fetch, rng=self._rng,
                                max_held=self.config.max_held)
         channel.restore(self.store.delivered_mids(gid))
         self.channels[gid] = channel
@@ -323,11 +355,17 @@ class GroupManager:
             self.stats.own_looped_back += 1  # multicast loop echoes our own datagrams
             return None
         try:
-            return wire.decode(data)
+            return wire.decode(data, self._ciphers.get)
+        except wire.SignatureError as exc:
+            self.stats.bad_signature_dropped += 1
+            log.debug("dropped forged or tampered datagram: %s", exc)
+        except wire.SealedError as exc:
+            self.stats.sealed_dropped += 1
+            log.debug("dropped sealed datagram: %s", exc)
         except wire.WireError as exc:
             self.stats.malformed_dropped += 1
             log.debug("dropped malformed datagram: %s", exc)
-            return None
+        return None
 
     def _on_control_datagrams(self, batch: list[bytes]) -> None:
         now = time.time()
@@ -348,16 +386,13 @@ class GroupManager:
             if envelope is None:
                 continue
             message = envelope.message
-            if isinstance(message, wire.Heartbeat):
-                gids = [gid for gid, _ in message.highest]
+            channel = self.channels.get(getattr(message, "gid", None))
+            if channel is None:
+                self.stats.not_member_dropped += 1
+            elif self._ciphers.get(channel.gid) and not envelope.sealed:
+                self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
             else:
-                gids = [getattr(message, "gid", None)]
-            for gid in gids:
-                channel = self.channels.get(gid)
-                if channel is None:
-                    self.stats.not_member_dropped += 1
-                else:
-                    channel.receive(envelope.sender, message, now)
+                channel.receive(envelope.sender, message, now, envelope.public_key)
         self._after_input()
 
     def _on_zeroconf(self, info: wire.GroupInfo, member_count: int) -> None:
@@ -393,7 +428,7 @@ class GroupManager:
                 self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
         self._seqnos_to_save.clear()
         for message in self.gjlp.datagrams_to_send():
-            self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.pid, message)))
+            self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.identity, message)))
         events = self.gjlp.events()
         changed_groups: dict[str, bool] = {}
         for event in events:
@@ -411,7 +446,8 @@ class GroupManager:
             channel.group_size = max(1, len(record.current()))
             for message in channel.datagrams_to_send():
                 try:
-                    self._outgoing.append((record.addr, record.port, wire.encode(self.pid, message)))
+                    self._outgoing.append((record.addr, record.port,
+                                           wire.encode(self.identity, message, self._ciphers.get(gid))))
                 except wire.WireError as exc:  # e.g. a digest past the datagram limit
                     log.warning("not sent: %s", exc)
             deliveries += channel.deliveries()
@@ -449,8 +485,9 @@ class GroupManager:
                 log.warning("group %s: no member holds %s's messages %s; replies to them stay held",
                             event.gid, event.sender, event.ranges)
             elif isinstance(event, Conflict):
-                log.warning("group %s: two different messages claim mid %s; keeping the first",
-                            event.gid, format_mid(event.mid))
+                warning = f"two different messages claim id {format_mid(event.mid)}; the first one is kept"
+                log.warning("group %s: %s", event.gid, warning)
+                self.listener.on_warning(event.gid, warning)
         self._arm_timer()
 
     def _arm_timer(self) -> None:
@@ -472,6 +509,13 @@ class GroupManager:
         for channel in self.channels.values():
             channel.handle_timer(now)
         self.flush()
+
+
+def _check_passphrase(passphrase: str) -> None:
+    if not isinstance(passphrase, str) or len(passphrase) < 8:
+        raise UsageError("a passphrase needs at least 8 characters")
+    if len(passphrase) > 1024:
+        raise UsageError("passphrase too long (limit 1024 characters)")
 
 
 def _check_name(name: str) -> str:

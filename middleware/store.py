@@ -6,21 +6,18 @@ power cut can lose the last commits before a checkpoint).  Callers batch their
 writes and call :meth:`Store.commit` before they announce or transmit anything
 that depends on them, so nothing that was sent or shown is ever forgotten.
 
-The identity is an Ed25519 key pair made at first start; the pid is the first
-128 bits of the SHA-256 of its public key, so later it can sign what it sends.
+The identity is an Ed25519 key pair made at first start (:mod:`middleware.crypto`);
+messages are kept with their writers' signatures so that any member can relay them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from pathlib import Path
 from typing import Iterable
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from . import wire
+from .crypto import Identity
 from .gjlp import GroupRecord
 from .types import ChatMessage, Mid
 
@@ -28,7 +25,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS groups (
     gid TEXT PRIMARY KEY, desc TEXT NOT NULL, addr TEXT NOT NULL, port INTEGER NOT NULL,
-    private INTEGER NOT NULL, next_seqno INTEGER NOT NULL DEFAULT 1
+    private INTEGER NOT NULL, next_seqno INTEGER NOT NULL DEFAULT 1,
+    salt BLOB NOT NULL DEFAULT x'', key_check BLOB NOT NULL DEFAULT x'', group_key BLOB
 );
 CREATE TABLE IF NOT EXISTS members (
     gid TEXT NOT NULL, pid TEXT NOT NULL, name TEXT NOT NULL, epoch INTEGER NOT NULL,
@@ -38,20 +36,17 @@ CREATE TABLE IF NOT EXISTS messages (
     gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
     parent_sender TEXT, parent_seqno INTEGER, sender_name TEXT NOT NULL, text TEXT NOT NULL,
     sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL, delivery_order INTEGER NOT NULL,
+    public_key BLOB NOT NULL, sig BLOB NOT NULL,
     PRIMARY KEY (gid, sender, seqno)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS messages_by_order ON messages (gid, delivery_order);
 """
 
 
-def pid_of(public_key: bytes) -> str:
-    return hashlib.sha256(public_key).hexdigest()[:32]
-
-
 class Store:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._db = sqlite3.connect(self.path, isolation_level="DEFERRED")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -76,18 +71,14 @@ class Store:
     def _put(self, key: str, value: bytes) -> None:
         self._db.execute("INSERT OR REPLACE INTO identity (key, value) VALUES (?, ?)", (key, value))
 
-    def identity(self) -> tuple[str, Ed25519PrivateKey]:
-        """This peer's pid and signing key, made and kept on first use."""
+    def identity(self) -> Identity:
+        """This peer's signing key (and so its pid), made and kept on first use."""
         raw = self._get("ed25519")
         if raw is None:
-            raw = Ed25519PrivateKey.generate().private_bytes(
-                serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
-            )
+            raw = Identity.generate().private_bytes()
             self._put("ed25519", raw)
             self.commit()
-        key = Ed25519PrivateKey.from_private_bytes(raw)
-        public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        return pid_of(public), key
+        return Identity.from_bytes(raw)
 
     def name(self) -> str | None:
         raw = self._get("name")
@@ -108,9 +99,9 @@ class Store:
 
     def save_group(self, record: GroupRecord) -> None:
         self._db.execute(
-            "INSERT INTO groups (gid, desc, addr, port, private) VALUES (?, ?, ?, ?, ?) "
+            "INSERT INTO groups (gid, desc, addr, port, private, salt, key_check) VALUES (?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (gid) DO UPDATE SET desc = excluded.desc",
-            (record.gid, record.desc, record.addr, record.port, int(record.private)),
+            (record.gid, record.desc, record.addr, record.port, int(record.private), record.salt, record.key_check),
         )
         self._db.executemany(
             "INSERT OR REPLACE INTO members (gid, pid, name, epoch, state) VALUES (?, ?, ?, ?, ?)",
@@ -120,16 +111,24 @@ class Store:
     def load_groups(self) -> list[tuple[GroupRecord, int]]:
         """Every stored group with its members, and this peer's next seqno in it."""
         result = []
-        for gid, desc, addr, port, private, next_seqno in self._db.execute(
-            "SELECT gid, desc, addr, port, private, next_seqno FROM groups"
+        for gid, desc, addr, port, private, next_seqno, salt, check in self._db.execute(
+            "SELECT gid, desc, addr, port, private, next_seqno, salt, key_check FROM groups"
         ):
-            record = GroupRecord(gid, desc, addr, port, bool(private), sources={"local"})
+            record = GroupRecord(gid, desc, addr, port, bool(private), sources={"local"}, salt=salt, key_check=check)
             for pid, name, epoch, state in self._db.execute(
                 "SELECT pid, name, epoch, state FROM members WHERE gid = ?", (gid,)
             ):
                 record.members[pid] = (name, epoch, state)
             result.append((record, next_seqno))
         return result
+
+    def group_key(self, gid: str) -> bytes | None:
+        """A private group's key, kept after the passphrase was accepted (the data dir is 0700)."""
+        row = self._db.execute("SELECT group_key FROM groups WHERE gid = ?", (gid,)).fetchone()
+        return row[0] if row else None
+
+    def set_group_key(self, gid: str, key: bytes) -> None:
+        self._db.execute("UPDATE groups SET group_key = ? WHERE gid = ?", (key, gid))
 
     def set_next_seqno(self, gid: str, next_seqno: int) -> None:
         self._db.execute("UPDATE groups SET next_seqno = ? WHERE gid = ?", (next_seqno, gid))
@@ -147,12 +146,13 @@ class Store:
             rows.append((
                 message.gid, message.mid[0], message.mid[1], parent[0], parent[1],
                 message.sender_name, message.text, message.sent_at, message.received_at, order,
+                message.public_key, message.signature,
             ))
             stored.append(ChatMessage(
                 message.gid, message.mid, message.parent, message.sender_name, message.text,
-                message.sent_at, message.received_at, order,
+                message.sent_at, message.received_at, order, message.signature, message.public_key,
             ))
-        self._db.executemany("INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self._db.executemany("INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         return stored
 
     def history(self, gid: str | None = None) -> list[ChatMessage]:
@@ -180,14 +180,15 @@ class Store:
             for start in range(0, len(seqnos), 500):
                 part = seqnos[start : start + 500]
                 rows += self._db.execute(
-                    "SELECT delivery_order, sender, seqno, parent_sender, parent_seqno, sent_at, sender_name, text "
+                    "SELECT delivery_order, sender, seqno, parent_sender, parent_seqno, sent_at, sender_name, text, "
+                    "public_key, sig "
                     f"FROM messages WHERE gid = ? AND sender = ? AND seqno IN ({','.join('?' * len(part))})",
                     [gid, sender, *part],
                 ).fetchall()
         rows.sort()
         return [
-            wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, at, n, t)
-            for _, s, q, ps, pq, at, n, t in rows
+            wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, at, n, t, pk, sig)
+            for _, s, q, ps, pq, at, n, t, pk, sig in rows
         ]
 
     def delivered_mids(self, gid: str) -> list[Mid]:

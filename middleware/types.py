@@ -40,6 +40,8 @@ class ChatMessage:
     sent_at: int  # ms since the epoch, the sender's clock
     received_at: int  # ms since the epoch, this peer's clock
     order: int = 0  # position in this peer's delivery order
+    signature: bytes = b""  # the writer's signature, kept so any member can relay the message
+    public_key: bytes = b""
 
     @property
     def sender(self) -> str:
@@ -108,6 +110,8 @@ class GroupListener(Protocol):
 
     def on_sync_progress(self, gid: str, received: int, expected: int) -> None: ...
 
+    def on_warning(self, gid: str, text: str) -> None: ...
+
 
 class NullListener:
     """A listener that ignores everything; subclass it and override what you need."""
@@ -129,6 +133,9 @@ class NullListener:
 
     def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
         pass
+
+    def on_warning(self, gid: str, text: str) -> None:
+        """Something the user should know of (e.g. two messages under one id)."""
 
 
 class UsageError(ValueError):

@@ -1,9 +1,14 @@
 """The M2MC datagram codec: msgpack envelopes, strictly validated on the way in.
 
-Every datagram is a msgpack array ``[version, type, sender_pid, body]`` where ``body``
-is the array of the type's fields in the order their dataclass declares them.
+Every datagram is a msgpack array ``[version, type, sender_pid, public_key, body,
+sealed_gid]`` where ``body`` is the array of the type's fields in the order their
+dataclass declares them (or, for a private group, those fields sealed with the
+group's key, ``sealed_gid`` naming the group).  A DATA message carries its writer's
+signature as a field, so it can be relayed; every other datagram ends in a 64-byte
+Ed25519 signature of the envelope.  The pid must be the fingerprint of the key.
 ``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it
-cannot turn into a well-formed message raises :class:`WireError` and nothing else.
+cannot turn into a well-formed, verified message raises :class:`WireError` (or its
+subclasses :class:`SignatureError` and :class:`SealedError`) and nothing else.
 
 Limits (all enforced by both ``encode`` and ``decode``):
 
@@ -24,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import msgpack
+
+from . import crypto
 
 VERSION = 1
 MAX_DATAGRAM = 65_000
@@ -89,6 +96,24 @@ def _uint(max_value: int = MAX_SEQNO) -> Callable[[Any, str], int]:
         if type(value) is not int or not 0 <= value <= max_value:
             raise _fail(name, f"expected an integer in 0..{max_value}, got {value!r:.40}")
         return value
+
+    return check
+
+
+def _bytes(length: int) -> Callable[[Any, str], bytes]:
+    def check(value: Any, name: str) -> bytes:
+        if type(value) is not bytes or len(value) != length:
+            raise _fail(name, f"expected {length} bytes")
+        return value
+
+    return check
+
+
+def _bytes_or_empty(length: int) -> Callable[[Any, str], bytes]:
+    exact = _bytes(length)
+
+    def check(value: Any, name: str) -> bytes:
+        return b"" if value == b"" else exact(value, name)
 
     return check
 
@@ -186,6 +211,7 @@ class Data:
     sent_at: int
     name: str
     text: str
+    sig: bytes  # the sender's Ed25519 signature over crypto.message_bytes(...)
 
     FIELDS: ClassVar = (
         ("gid", _gid),
@@ -194,12 +220,13 @@ class Data:
         ("sent_at", _millis),
         ("name", _string(MAX_NAME, allow_empty=True)),
         ("text", _string(MAX_TEXT, allow_empty=True)),
+        ("sig", _bytes(64)),
     )
 
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A DATA message carried inside a sync answer: the sender travels with it."""
+    """A DATA message relayed by any member (repair, sync): its writer's key and signature travel with it."""
 
     sender: str
     seqno: int
@@ -207,8 +234,10 @@ class StoredMessage:
     sent_at: int
     name: str
     text: str
+    public_key: bytes
+    sig: bytes
 
-    FIELDS: ClassVar = (("sender", _pid),) + Data.FIELDS[1:]
+    FIELDS: ClassVar = (("sender", _pid),) + Data.FIELDS[1:6] + (("public_key", _bytes(32)), ("sig", _bytes(64)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +256,8 @@ class GroupInfo:
     private: bool
     members: tuple[tuple[str, str, int], ...]
     left: tuple[tuple[str, str, int], ...]
+    salt: bytes = b""  # private groups: the scrypt salt of the group key
+    key_check: bytes = b""  # private groups: crypto.key_check(key), to refuse a wrong passphrase
 
     FIELDS: ClassVar = (
         ("gid", _gid),
@@ -236,6 +267,8 @@ class GroupInfo:
         ("private", _bool),
         ("members", _list_of(_member)),
         ("left", _list_of(_member)),
+        ("salt", _bytes_or_empty(16)),
+        ("key_check", _bytes_or_empty(16)),
     )
 
 
@@ -342,12 +375,13 @@ class Nak:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """The sender's highest seqno in each of its groups, so a lost tail is noticed."""
+    """The sender's highest seqno in the group, so a lost last message is noticed."""
 
     TYPE: ClassVar[MsgType] = MsgType.HEARTBEAT
-    highest: tuple[tuple[str, int], ...]
+    gid: str
+    seqno: int
 
-    FIELDS: ClassVar = (("highest", _list_of(_fixed(_gid, _seqno))),)
+    FIELDS: ClassVar = (("gid", _gid), ("seqno", _seqno))
 
 
 Message = Data | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat | Repair
@@ -359,10 +393,20 @@ _BY_TYPE: dict[int, type] = {
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """A decoded datagram: who sent it and what it says."""
+    """A decoded, verified datagram: who sent it (pid and key) and what it says."""
 
     sender: str
     message: Message
+    public_key: bytes = b""
+    sealed: bool = False
+
+
+class SignatureError(WireError):
+    """A datagram whose signature (or sender id) does not check out: forged or tampered."""
+
+
+class SealedError(WireError):
+    """A private group's datagram this peer holds no key for, or that fails to open."""
 
 
 def _to_wire(value: Any) -> Any:
@@ -374,38 +418,69 @@ def _to_wire(value: Any) -> Any:
     return value
 
 
-def encode(sender: str, message: Message) -> bytes:
-    """Serialize ``message`` from ``sender``; raises WireError if it breaks a limit.
+def _associated(type_code: int, sender: str, public_key: bytes, gid: str) -> bytes:
+    return msgpack.packb([VERSION, type_code, sender, public_key, gid], use_bin_type=True)
 
-    The body goes through the same validators as ``decode`` uses, so a message
-    that its receivers would reject is never sent.
+
+def signed_data(identity: Any, gid: str, seqno: int, parent: Mid | None, sent_at: int, name: str, text: str) -> Data:
+    """A DATA message signed by ``identity`` (over :func:`crypto.message_bytes`)."""
+    sig = identity.sign(crypto.message_bytes(gid, identity.pid, seqno, parent, sent_at, name, text))
+    return Data(gid, seqno, parent, sent_at, name, text, sig)
+
+
+def encode(identity: Any, message: Message, cipher: Any = None) -> bytes:
+    """Serialize and sign ``message`` from ``identity`` (a :class:`crypto.Identity`).
+
+    With a private group's ``cipher`` the body is sealed.  The body goes through
+    the validators ``decode`` uses, so a message its receivers would reject is
+    never sent.  DATA is signed by its own ``sig`` field; everything else gets a
+    64-byte signature appended to the msgpack envelope.
     """
     cls = type(message)
     if _BY_TYPE.get(getattr(cls, "TYPE", None)) is not cls:
         raise WireError(f"cannot encode {cls.__name__}")
     body = _to_wire(message)
-    _pid(sender, "sender")
+    sender = _pid(identity.pid, "sender")
     for (name, check), value in zip(cls.FIELDS, body):
         check(value, name)
-    data = msgpack.packb([VERSION, int(cls.TYPE), sender, body], use_bin_type=True)
+    type_code = int(cls.TYPE)
+    sealed_gid = None
+    if cipher is not None:
+        sealed_gid = message.gid
+        body = cipher.seal(msgpack.packb(body, use_bin_type=True),
+                           _associated(type_code, sender, identity.public_key, sealed_gid))
+    data = msgpack.packb([VERSION, type_code, sender, identity.public_key, body, sealed_gid], use_bin_type=True)
+    if cls is not Data:
+        data += identity.sign(data)
     if len(data) > MAX_DATAGRAM:
         raise WireError(f"{cls.TYPE.name} of {len(data)} bytes exceeds the {MAX_DATAGRAM}-byte datagram limit")
     return data
 
 
+_UNPACK_LIMITS = dict(
+    raw=False, use_list=True, strict_map_key=True, max_str_len=MAX_DATAGRAM, max_bin_len=MAX_DATAGRAM,
+    max_array_len=MAX_ITEMS, max_map_len=0, max_ext_len=0,
+)
+
+
+def _unpack_prefix(data: bytes) -> tuple[Any, int]:
+    """The first msgpack value in ``data`` and how many bytes it took."""
+    unpacker = msgpack.Unpacker(**_UNPACK_LIMITS)
+    unpacker.feed(data)
+    try:
+        value = unpacker.unpack()
+    except msgpack.OutOfData:
+        raise WireError("truncated datagram") from None
+    except (msgpack.FormatError, msgpack.StackError, msgpack.ExtraData) as exc:
+        raise WireError(f"malformed msgpack: {exc}") from None
+    except (ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
+        raise WireError(f"malformed msgpack: {exc}") from None
+    return value, unpacker.tell()
+
+
 def _unpack(data: bytes) -> Any:
     try:
-        return msgpack.unpackb(
-            data,
-            raw=False,
-            use_list=True,
-            strict_map_key=True,
-            max_str_len=MAX_DATAGRAM,
-            max_bin_len=0,
-            max_array_len=MAX_ITEMS,
-            max_map_len=0,
-            max_ext_len=0,
-        )
+        return msgpack.unpackb(data, **_UNPACK_LIMITS)
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise WireError(f"not a single msgpack value: {exc}") from None
     except (ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
@@ -415,10 +490,10 @@ def _unpack(data: bytes) -> Any:
 def sent_by(data: bytes, pid: bytes) -> bool:
     """Whether ``data`` is an envelope from ``pid`` (an ASCII id), without decoding it.
 
-    msgpack lays out ``[version, type, sender, …]`` as 0x94, two fixints, then
-    the sender as a fixstr (0xa0 | length) for ids under 32 bytes, or as str8
-    (0xd9, length).  Checking those bytes lets a peer drop the echoes of its own
-    multicast at almost no cost.
+    msgpack lays out ``[version, type, sender, …]`` as a fixarray byte, two
+    fixints, then the sender as a fixstr (0xa0 | length) for ids under 32
+    bytes, or as str8 (0xd9, length).  Checking those bytes lets a peer drop the
+    echoes of its own multicast at almost no cost.
     """
     n = len(pid)
     if n < 32:
@@ -426,25 +501,67 @@ def sent_by(data: bytes, pid: bytes) -> bool:
     return data[3:5] == bytes((0xD9, n)) and data[5 : 5 + n] == pid
 
 
-def decode(data: bytes) -> Envelope:
-    """Parse one datagram.  Raises :class:`WireError` (only) on anything malformed."""
+def verify_stored(gid: str, message: StoredMessage) -> bool:
+    """Whether a relayed message really was written by its sender."""
+    return crypto.pid_of(message.public_key) == message.sender and crypto.verify(
+        message.public_key, message.sig,
+        crypto.message_bytes(gid, message.sender, message.seqno, message.parent, message.sent_at,
+                             message.name, message.text),
+    )
+
+
+def decode(data: bytes, cipher_for: Callable[[str], Any] | None = None) -> Envelope:
+    """Parse and verify one datagram.  Raises :class:`WireError` (only) on anything wrong.
+
+    ``cipher_for(gid)`` gives the cipher of a private group this peer belongs
+    to, or None.  Relayed messages inside REPAIR and SYNC_RESP are checked by
+    the receiver with :func:`verify_stored` (only those it does not have yet).
+    """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise WireError(f"expected bytes, got {type(data).__name__}")
     if len(data) > MAX_DATAGRAM:
         raise WireError(f"datagram of {len(data)} bytes exceeds {MAX_DATAGRAM}")
     if not data:
         raise WireError("empty datagram")
-    value = _unpack(bytes(data))
-    if type(value) is not list or len(value) != 4:
-        raise WireError("envelope must be [version, type, sender, body]")
-    version, type_code, sender, body = value
+    data = bytes(data)
+    value, used = _unpack_prefix(data)
+    if type(value) is not list or len(value) != 6:
+        raise WireError("envelope must be [version, type, sender, public_key, body, sealed_gid]")
+    version, type_code, sender, public_key, body, sealed_gid = value
     if version != VERSION or type(version) is not int:
         raise WireError(f"unsupported protocol version {version!r:.20}")
     cls = _BY_TYPE.get(type_code) if type(type_code) is int else None
     if cls is None:
         raise WireError(f"unknown message type {type_code!r:.20}")
     sender = _pid(sender, "sender")
+    public_key = _bytes(crypto.PUBLIC_KEY_BYTES)(public_key, "public_key")
+    trailer = data[used:]
+    if cls is Data:
+        if trailer:
+            raise WireError("unexpected bytes after a DATA envelope")
+    elif len(trailer) != crypto.SIGNATURE_BYTES:
+        raise WireError(f"{cls.TYPE.name} must end in a {crypto.SIGNATURE_BYTES}-byte signature")
+    if crypto.pid_of(public_key) != sender:
+        raise SignatureError("sender id is not the fingerprint of its key")
+    if cls is not Data and not crypto.verify(public_key, trailer, data[:used]):
+        raise SignatureError(f"bad signature on {cls.TYPE.name} from {sender}")
+    if sealed_gid is not None:
+        sealed_gid = _gid(sealed_gid, "sealed_gid")
+        if type(body) is not bytes:
+            raise WireError("a sealed body must be bytes")
+        cipher = cipher_for(sealed_gid) if cipher_for else None
+        if cipher is None:
+            raise SealedError(f"sealed for group {sealed_gid}, whose key this peer does not hold")
+        plain = cipher.open(body, _associated(type_code, sender, public_key, sealed_gid))
+        if plain is None:
+            raise SealedError(f"a {cls.TYPE.name} for group {sealed_gid} does not open with its key")
+        body = _unpack(plain)
     if type(body) is not list or len(body) != len(cls.FIELDS):
         raise WireError(f"{cls.TYPE.name} body must be a list of {len(cls.FIELDS)} fields")
-    fields = [check(v, name) for (name, check), v in zip(cls.FIELDS, body)]
-    return Envelope(sender, cls(*fields))
+    message = cls(*[check(v, name) for (name, check), v in zip(cls.FIELDS, body)])
+    if sealed_gid is not None and getattr(message, "gid", sealed_gid) != sealed_gid:
+        raise SealedError("sealed body names another group")
+    if cls is Data and not crypto.verify(public_key, message.sig, crypto.message_bytes(
+            message.gid, sender, message.seqno, message.parent, message.sent_at, message.name, message.text)):
+        raise SignatureError(f"bad signature on DATA {sender}:{message.seqno}")
+    return Envelope(sender, message, public_key, sealed_gid is not None)

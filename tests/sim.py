@@ -6,7 +6,7 @@ import heapq
 import itertools
 import random
 
-from middleware import wire
+from middleware import crypto, wire
 from middleware.channel import GroupChannel
 from middleware.faults import FaultInjector
 
@@ -14,11 +14,12 @@ GID = "g-sim"
 
 
 class SimPeer:
-    def __init__(self, pid: str, rng: random.Random) -> None:
-        self.pid = pid
+    def __init__(self, identity: crypto.Identity, rng: random.Random) -> None:
+        self.identity = identity
+        self.pid = identity.pid
         self.stored: dict[tuple, wire.StoredMessage] = {}
         self.order: list[tuple] = []  # delivery order of mids
-        self.channel = GroupChannel(GID, pid, fetch=self.fetch, rng=rng)
+        self.channel = GroupChannel(GID, identity, fetch=self.fetch, rng=rng)
         self.events: list = []
 
     def fetch(self, gid, mids):
@@ -31,7 +32,8 @@ class SimPeer:
             mid = message.mid
             assert mid not in self.stored, f"{self.pid} delivered {mid} twice"
             self.stored[mid] = wire.StoredMessage(mid[0], mid[1], message.parent, message.sent_at,
-                                                  message.sender_name, message.text)
+                                                  message.sender_name, message.text, message.public_key,
+                                                  message.signature)
             self.order.append(mid)
         self.events.extend(self.channel.events())
 
@@ -41,7 +43,7 @@ class SimLan:
         self.rng = random.Random(seed)
         self.now = 1_000.0
         self.faults = faults or FaultInjector(rng=random.Random(seed + 1))
-        self.peers = [SimPeer(f"peer{i}", random.Random(seed * 100 + i)) for i in range(peers)]
+        self.peers = [SimPeer(crypto.Identity.generate(), random.Random(seed * 100 + i)) for i in range(peers)]
         for peer in self.peers:
             peer.channel.group_size = peers
         self.cut: set[str] = set()  # pids whose link is down
@@ -52,7 +54,7 @@ class SimLan:
 
     def transmit(self, sender: SimPeer) -> None:
         for message in sender.channel.datagrams_to_send():
-            data = wire.encode(sender.pid, message)
+            data = wire.encode(sender.identity, message)
             self.bytes_on_wire += len(data)
             self.datagrams += 1
             if sender.pid in self.cut:
@@ -86,7 +88,7 @@ class SimLan:
                 self.now = max(self.now, at)
                 peer = by_pid[pid]
                 envelope = wire.decode(data)
-                peer.channel.receive(envelope.sender, envelope.message, self.now)
+                peer.channel.receive(envelope.sender, envelope.message, self.now, envelope.public_key)
             else:
                 at, peer = next_timer
                 self.now = max(self.now, at)

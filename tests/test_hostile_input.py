@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from middleware import wire
+from middleware import crypto, wire
 from middleware.manager import Config, GroupManager
 from middleware.types import parse_mid
 
@@ -43,14 +43,25 @@ json_like = st.recursive(
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(1, 10), json_like)
 def test_well_framed_garbage_is_dropped_and_counted(manager, type_code, body):
-    data = msgpack.packb([wire.VERSION, type_code, "f" * 32, body])
+    data = msgpack.packb([wire.VERSION, type_code, MALLORY.pid, MALLORY.public_key, body, None])
+    data += MALLORY.sign(data)  # a real member's signature on nonsense
     feed(manager, data)
     feed(manager, data, control=True)
     assert manager.stats_dict()["pending"] <= 1_000
 
 
+MALLORY = crypto.Identity.generate()
+_identities: dict[str, crypto.Identity] = {}
+
+
+def identity(name):
+    return _identities.setdefault(name, crypto.Identity.generate())
+
+
 def data(gid, sender, seqno, text, parent=None):
-    return wire.encode(sender, wire.Data(gid, seqno, parent, 0, "x", text))
+    """A well-signed DATA from the identity called ``sender``."""
+    who = identity(sender)
+    return wire.encode(who, wire.signed_data(who, gid, seqno, parent, 0, "x", text))
 
 
 def test_messages_for_other_groups_are_dropped(manager):
@@ -60,25 +71,42 @@ def test_messages_for_other_groups_are_dropped(manager):
 
 
 def test_a_mid_resent_with_other_content_keeps_the_first(manager):
-    sender = "c" * 32
-    feed(manager, data(manager.gid, sender, 1, "original"))
-    feed(manager, data(manager.gid, sender, 1, "forged replacement"))
-    texts = [m.text for m in manager.history(manager.gid) if m.sender == sender]
+    feed(manager, data(manager.gid, "carol", 1, "original"))
+    feed(manager, data(manager.gid, "carol", 1, "equivocated replacement"))
+    texts = [m.text for m in manager.history(manager.gid) if m.sender == identity("carol").pid]
     assert texts == ["original"]
     assert manager.stats_dict()["conflicts"] == 1
 
 
 def test_floods_keep_memory_bounded(manager):
-    flood = [data(manager.gid, "d" * 32, seqno, "x", parent=("ghost" + "0" * 27, seqno)) for seqno in range(1, 3001)]
+    flood = [data(manager.gid, "dave", seqno, "x", parent=("ghost" + "0" * 27, seqno)) for seqno in range(1, 3001)]
     for start in range(0, len(flood), 500):
         feed(manager, *flood[start:start + 500])
     assert manager.pending(manager.gid) == 1_000
     assert manager.stats_dict()["evicted"] >= 2_000
     channel = manager.channels[manager.gid]
-    many = [data(manager.gid, f"{i:032x}", 1, "x") for i in range(12_000)]
+    many = [data(manager.gid, f"sybil{i}", 1, "x") for i in range(12_000)]
     for start in range(0, len(many), 1000):
         feed(manager, *many[start:start + 1000])
     assert len(channel._received) <= 10_000
+
+
+def test_forged_and_tampered_datagrams_are_dropped_and_counted(manager):
+    before = manager.stats_dict()["bad_signature_dropped"]
+    honest = data(manager.gid, "erin", 1, "hello there")
+    feed(manager, honest.replace(b"hello", b"jello"))
+    forged = msgpack.packb([wire.VERSION, 1, identity("erin").pid, MALLORY.public_key,
+                            [manager.gid, 2, None, 0, "x", "I am Erin", bytes(64)], None])
+    feed(manager, forged)
+    assert manager.stats_dict()["bad_signature_dropped"] == before + 2
+    assert not any(m.text in ("jello there", "I am Erin") for m in manager.history(manager.gid))
+
+
+def test_a_replayed_datagram_is_not_delivered_twice(manager):
+    datagram = data(manager.gid, "carol", 2, "only once")  # carol is known: past the sender cap too
+    for _ in range(3):
+        feed(manager, datagram)
+    assert [m.text for m in manager.history(manager.gid)].count("only once") == 1
 
 
 def test_the_peer_still_works_afterwards(manager):

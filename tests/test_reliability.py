@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from middleware import crypto, wire
 from middleware.channel import GapReported, SyncProgress
 from middleware.faults import FaultInjector
 from sim import SimLan
@@ -73,8 +74,9 @@ def test_a_gap_nobody_can_fill_is_reported_and_the_reply_stays_held():
     lan = SimLan(2)
     ghost_parent = ("ghost", 1)
     peer = lan.peers[0]
-    peer.channel.receive("mallory", __import__("middleware.wire", fromlist=["Data"]).Data(
-        "g-sim", 1, ghost_parent, 0, "m", "orphan reply"), lan.now)
+    mallory = crypto.Identity.generate()
+    reply = wire.signed_data(mallory, "g-sim", 1, ghost_parent, 0, "m", "orphan reply")
+    peer.channel.receive(mallory.pid, reply, lan.now, mallory.public_key)
     lan.settle(200)
     peer.collect()
     gaps = [e for e in peer.events if isinstance(e, GapReported)]
