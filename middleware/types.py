@@ -91,6 +91,8 @@ class GroupView:
             "members": [{"pid": m.pid, "name": m.name} for m in self.members],
             "left": [{"pid": m.pid, "name": m.name} for m in self.left],
             "member_count": self.member_count,
+            "addr": self.addr,
+            "port": self.port,
             "sources": sorted(self.sources),
         }
 
