@@ -51,6 +51,7 @@ class Backend(QObject):
     member_joined = Signal(str, object)  # gid, Member
     member_left = Signal(str, object)
     sync_progress = Signal(str, int, int)  # gid, received, expected
+    warning = Signal(str, str)  # gid, text: something the user should know (e.g. equivocation)
     failed = Signal(str)  # a call failed and nobody asked to hear about it
 
     _wake = Signal()  # from any thread; connected queued to _drain
@@ -90,6 +91,9 @@ class Backend(QObject):
 
     def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
         self._post("sync", (gid, received, expected))
+
+    def on_warning(self, gid: str, text: str) -> None:
+        self._post("warning", (gid, text))
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -146,6 +150,8 @@ class Backend(QObject):
             self.member_left.emit(*payload)
         elif kind == "sync":
             self.sync_progress.emit(*payload)
+        elif kind == "warning":
+            self.warning.emit(*payload)
         elif kind == "result":
             token, result, error = payload
             on_result, on_error, method = self._callbacks.pop(token, (None, None, "?"))

@@ -4,6 +4,10 @@
 peer that is alone with its fake LAN: tests add groups "seen on the network",
 messages "from other peers" and member changes through its ``inject_*``
 methods, which reach the GUI by the same queued path as real events.
+Private groups keep their passphrase in plain memory (there is nothing to
+seal here) and refuse a missing or wrong one with the middleware's words;
+``inject_warning`` stands for the middleware's ``on_warning`` (e.g. two
+different messages under one mid).
 """
 
 from __future__ import annotations
@@ -33,27 +37,39 @@ class MemoryManager:
         self.sent: list[tuple[str, str, Mid | None]] = []
         self.pending_count: dict[str, int] = {}
         self.advertised = 0
+        self._passphrases: dict[str, str] = {}
 
     # -- GroupManager's API ------------------------------------------------------------
 
-    def create_group(self, desc: str, private: bool = False) -> str:
+    def create_group(self, desc: str, passphrase: str | None = None) -> str:
         desc = desc.strip() if isinstance(desc, str) else ""
         if not desc:
             raise UsageError("a group needs a description")
         if len(desc) > 200:
             raise UsageError(f"description too long: {len(desc)} characters, limit is 200")
+        private = passphrase is not None
+        if private:
+            _check_passphrase(passphrase)
         self._counter += 1
         gid = f"{self.pid}-{self._counter}"
         me = Member(self.pid, self.name)
         self._groups[gid] = GroupView(gid, desc, "239.1.1.1", 47477, private, True, (me,), (), 1, time.time(),
                                       frozenset({"gjlp"}))
         self._history[gid] = []
+        if private:
+            self._passphrases[gid] = passphrase
         self.listener.on_group_created(gid)
         self.listener.on_groups_discovered([self._groups[gid]])
         return gid
 
-    def join_group(self, gid: str) -> str:
+    def join_group(self, gid: str, passphrase: str | None = None) -> str:
         view = self.group(gid)
+        if not view.joined and view.private:
+            if not passphrase:
+                raise UsageError(f"group {view.desc!r} is private: its passphrase is needed to join")
+            # A private group injected without a passphrase opens to none.
+            if passphrase != self._passphrases.get(gid):
+                raise UsageError(f"wrong passphrase for group {view.desc!r}")
         if not view.joined:
             me = Member(self.pid, self.name)
             view = _replace(view, joined=True, members=view.members + (me,), member_count=view.member_count + 1)
@@ -130,9 +146,12 @@ class MemoryManager:
 
     def inject_group(self, gid: str, desc: str, members: tuple[Member, ...] = (), private: bool = False,
                      joined: bool = False, left: tuple[Member, ...] = (), history: list[ChatMessage] | None = None,
-                     notify: bool = True) -> GroupView:
+                     notify: bool = True, passphrase: str | None = None) -> GroupView:
+        private = private or passphrase is not None
         view = GroupView(gid, desc, "239.1.1.2", 47477, private, joined, tuple(members), tuple(left),
                          len(members), time.time(), frozenset({"gjlp"}))
+        if passphrase is not None:
+            self._passphrases[gid] = passphrase
         self._groups[gid] = view
         self._history[gid] = list(history or [])
         if notify:
@@ -159,6 +178,10 @@ class MemoryManager:
             self._groups[gid] = view
             self.listener.on_member_left(gid, member)
         self.listener.on_groups_discovered([view])
+
+    def inject_warning(self, gid: str, text: str) -> None:
+        """What the middleware tells through ``on_warning`` (equivocation, and the like)."""
+        self.listener.on_warning(gid, text)
 
     def _store(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
         stored = []
@@ -187,6 +210,14 @@ class MemoryBackend(Backend):
         except Exception as exc:
             future.set_exception(exc)
         return future
+
+
+def _check_passphrase(passphrase: str) -> None:
+    # The same rule and words as middleware.manager._check_passphrase.
+    if not isinstance(passphrase, str) or len(passphrase) < 8:
+        raise UsageError("a passphrase needs at least 8 characters")
+    if len(passphrase) > 1024:
+        raise UsageError("passphrase too long (limit 1024 characters)")
 
 
 def _replace(view: GroupView, **changes) -> GroupView:
