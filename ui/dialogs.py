@@ -1,19 +1,25 @@
-"""Small dialogs: display name, create group (CreateNewGrpWindow), join by id, about.
+"""Small dialogs: display name, create group (CreateNewGrpWindow), join by id, passphrase, warnings, about.
 
-Create and Join check what they can at once (empty, too long) and show the
-middleware's own message when it refuses; the dialog stays open until the
-call succeeds, so the user can fix the input.
+Create and Join check what they can at once (empty, too long, passphrases
+that differ or are short) and show the middleware's own message when it
+refuses (e.g. a wrong passphrase); the dialog stays open until the call
+succeeds, so the user can fix the input and try again.
 """
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
     QLabel,
     QLineEdit,
+    QListWidget,
+    QListWidgetItem,
     QMessageBox,
     QVBoxLayout,
     QWidget,
@@ -21,6 +27,8 @@ from PySide6.QtWidgets import (
 
 from middleware import __version__
 from middleware.manager import MAX_DESC, MAX_NAME
+
+MIN_PASSPHRASE = 8  # the middleware's rule (manager._check_passphrase); checked here too for an early word
 
 from .bridge import Backend, describe_error
 from .resources import app_icon
@@ -53,6 +61,21 @@ class _ValidatedDialog(QDialog):
         raise NotImplementedError
 
 
+def _hint(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setWordWrap(True)
+    label.setProperty("class", "hint")
+    return label
+
+
+def _passphrase_edit(placeholder: str) -> QLineEdit:
+    edit = QLineEdit()
+    edit.setEchoMode(QLineEdit.EchoMode.Password)
+    edit.setMaxLength(1024)
+    edit.setPlaceholderText(placeholder)
+    return edit
+
+
 class NameDialog(_ValidatedDialog):
     """First start: ask for the name others will see."""
 
@@ -78,7 +101,11 @@ class NameDialog(_ValidatedDialog):
 
 
 class CreateGroupDialog(_ValidatedDialog):
-    """Create a group: its description is what others see in their discovery window."""
+    """Create a group: its description is what others see in their discovery window.
+
+    Ticking "Private group" asks for a passphrase twice; only those who are
+    told it can join, read and write.
+    """
 
     def __init__(self, backend: Backend, parent: QWidget | None = None) -> None:
         super().__init__("Create group", parent)
@@ -88,18 +115,58 @@ class CreateGroupDialog(_ValidatedDialog):
         self.desc_edit.setPlaceholderText("e.g. Lunch on Friday")
         self.desc_edit.setMaxLength(MAX_DESC + 1)  # one over, so the user sees why it is refused
         self.form.addRow("Description:", self.desc_edit)
-        # Private groups with a passphrase come with the security issue; the field appears then.
+        self.private_check = QCheckBox("Private group — members need a passphrase")
+        self.private_check.toggled.connect(self._show_private)
+        self.form.addRow(self.private_check)
+        self.passphrase_edit = _passphrase_edit(f"at least {MIN_PASSPHRASE} characters")
+        self.confirm_edit = _passphrase_edit("the same again")
+        self.form.addRow("Passphrase:", self.passphrase_edit)
+        self.form.addRow("Confirm:", self.confirm_edit)
+        self.private_hint = _hint("Tell the passphrase to the people you invite, not through this chat. "
+                                  "Without it nobody can read or write in the group, but everyone on the "
+                                  "network still sees its description and how many are in it.")
+        self.form.addRow(self.private_hint)
+        self._show_private(False)
+
+    def _show_private(self, on: bool) -> None:
+        for widget in (self.passphrase_edit, self.confirm_edit, self.private_hint):
+            self.form.setRowVisible(widget, on)
+            widget.setEnabled(on)
+        if on:
+            self.passphrase_edit.setFocus()
+        self.show_error("")
+        self.adjustSize()
+
+    @property
+    def passphrase(self) -> str | None:
+        """The chosen passphrase, or None for an open group."""
+        return self.passphrase_edit.text() if self.private_check.isChecked() else None
 
     def _try_accept(self) -> None:
         desc = self.desc_edit.text().strip()
         if not desc:
             self.show_error("A group needs a description.")
+            self.desc_edit.setFocus()
             return
         if len(desc) > MAX_DESC:
             self.show_error(f"The description is too long ({len(desc)} characters, at most {MAX_DESC}).")
+            self.desc_edit.setFocus()
             return
+        passphrase = self.passphrase
+        if passphrase is not None:
+            if len(passphrase) < MIN_PASSPHRASE:
+                self.show_error(f"The passphrase needs at least {MIN_PASSPHRASE} characters "
+                                f"(it has {len(passphrase)}).")
+                self.passphrase_edit.setFocus()
+                return
+            if self.confirm_edit.text() != passphrase:
+                self.show_error("The two passphrases differ: type the same one in both fields.")
+                self.confirm_edit.selectAll()
+                self.confirm_edit.setFocus()
+                return
+        self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        self.backend.request("create_group", desc, on_result=self._created,
+        self.backend.request("create_group", desc, passphrase, on_result=self._created,
                              on_error=lambda exc: self.show_error(describe_error(exc)))
 
     def _created(self, gid: str) -> None:
@@ -117,23 +184,91 @@ class JoinDialog(_ValidatedDialog):
         self.gid_edit = QLineEdit(gid)
         self.gid_edit.setPlaceholderText("group id, e.g. 3f2a…-1")
         self.form.addRow("Group id:", self.gid_edit)
-        hint = QLabel("Groups announced on your network are listed in the discovery window (Ctrl+G).")
-        hint.setWordWrap(True)
-        hint.setProperty("class", "hint")
-        self.form.addRow(hint)
+        self.passphrase_edit = _passphrase_edit("only for a private group")
+        self.form.addRow("Passphrase:", self.passphrase_edit)
+        self.form.addRow(_hint("Groups announced on your network are listed in the discovery window (Ctrl+G)."))
 
     def _try_accept(self) -> None:
         gid = self.gid_edit.text().strip()
         if not gid:
             self.show_error("Please enter a group id.")
             return
+        self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        self.backend.request("join_group", gid, on_result=self._joined,
+        self.backend.request("join_group", gid, self.passphrase_edit.text() or None, on_result=self._joined,
                              on_error=lambda exc: self.show_error(describe_error(exc)))
 
     def _joined(self, gid: str) -> None:
         self.joined_gid = gid
         self.accept()
+
+
+class PassphraseDialog(_ValidatedDialog):
+    """Join a private group: ask for its passphrase; a wrong one is said here and may be tried again."""
+
+    def __init__(self, backend: Backend, gid: str, desc: str, parent: QWidget | None = None) -> None:
+        super().__init__("Join private group", parent)
+        self.backend = backend
+        self.gid = gid
+        self.joined_gid: str | None = None
+        self.intro = QLabel(f"“{desc}” is a private group. Enter the passphrase its members gave you.")
+        self.intro.setTextFormat(Qt.TextFormat.PlainText)
+        self.intro.setWordWrap(True)
+        self.form.addRow(self.intro)
+        self.passphrase_edit = _passphrase_edit("passphrase")
+        self.form.addRow("Passphrase:", self.passphrase_edit)
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Join")
+
+    def _try_accept(self) -> None:
+        passphrase = self.passphrase_edit.text()
+        if not passphrase:
+            self.show_error("Please enter the passphrase.")
+            return
+        self.show_error("")
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
+        # Deriving the key takes a moment (scrypt) on the middleware thread; the GUI stays live.
+        self.backend.request("join_group", self.gid, passphrase, on_result=self._joined, on_error=self._refused)
+
+    def _refused(self, error: Exception) -> None:
+        self.show_error(describe_error(error))
+        self.passphrase_edit.selectAll()
+        self.passphrase_edit.setFocus()
+
+    def _joined(self, gid: str) -> None:
+        self.joined_gid = gid
+        self.accept()
+
+
+class WarningLogWindow(QDialog):
+    """Every warning the middleware gave in this run, newest last; a window to look at, never in the way."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("M2MC — warnings")
+        self.setWindowIcon(app_icon())
+        self.setModal(False)
+        self.resize(620, 300)
+        self.list = QListWidget()
+        self.list.setObjectName("warningLog")
+        self.list.setWordWrap(True)
+        self.empty_label = QLabel("No warnings so far.")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.close)
+        layout = QVBoxLayout(self)
+        layout.addWidget(_hint("What the network layer found suspicious, such as two different messages "
+                               "sent under one id (the first one is kept)."))
+        layout.addWidget(self.list, 1)
+        layout.addWidget(self.empty_label)
+        layout.addWidget(buttons)
+
+    def add(self, group: str, text: str, at: float | None = None) -> None:
+        stamp = time.strftime("%H:%M:%S", time.localtime(time.time() if at is None else at))
+        self.list.addItem(QListWidgetItem(f"{stamp}  {group}: {text}"))
+        self.empty_label.hide()
+        self.list.scrollToBottom()
+
+    def texts(self) -> list[str]:
+        return [self.list.item(row).text() for row in range(self.list.count())]
 
 
 def show_about(parent: QWidget | None) -> None:

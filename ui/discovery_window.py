@@ -193,4 +193,11 @@ class DiscoveryWindow(QWidget):
         gid = self.selected_gid()
         view = self.model.view_for(gid) if gid else None
         self.join_button.setEnabled(view is not None and not view.joined)
-        self.join_button.setText("Joined" if view is not None and view.joined else "Join")
+        if view is not None and view.joined:
+            self.join_button.setText("Joined")
+        elif view is not None and view.private:
+            self.join_button.setText("Join…")  # a passphrase dialog follows
+        else:
+            self.join_button.setText("Join")
+        self.join_button.setToolTip("A private group: you will be asked for its passphrase"
+                                    if view is not None and view.private and not view.joined else "")

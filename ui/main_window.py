@@ -10,6 +10,13 @@ What is new is hard to miss: unread messages carry a coloured bar and
 unread badge, and "Next unread" (Ctrl+U) walks them in arrival order.  A
 message counts as seen once selected, or after it has been on screen for a
 moment while the window is active.
+
+Warnings from the middleware (e.g. two different messages under one id) are
+never modal: the group's banner shows the latest, the status bar says it
+whatever group is open, the group gets a warning sign in the groups pane
+until looked at, and the warnings window (Conversation → Warnings…) keeps
+them all.  Joining a private group asks for its passphrase in a dialog that
+stays open on a wrong one.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
+    QStyle,
     QFileDialog,
     QFrame,
     QHBoxLayout,
@@ -47,12 +55,20 @@ from middleware.types import ChatMessage, GroupView, Member, Mid
 
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, snippet
-from .dialogs import CreateGroupDialog, JoinDialog, show_about
+from .dialogs import CreateGroupDialog, JoinDialog, PassphraseDialog, WarningLogWindow, show_about
 from .discovery_window import DiscoveryWindow
 from .message_model import MessageRole, MessageTreeModel, SearchRole, TimelineModel
 from .notifier import Notifier
 from .resources import app_icon, icon
-from .widgets import ComposeEdit, ConversationView, GroupIdRole, GroupListDelegate, ReplyBanner, UnreadCountRole
+from .widgets import (
+    ComposeEdit,
+    ConversationView,
+    GroupIdRole,
+    GroupListDelegate,
+    ReplyBanner,
+    UnreadCountRole,
+    WarningBanner,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +90,8 @@ class GroupSession:
     sync: tuple[int, int] | None = None
     pending: int = 0
     expanded_once: bool = False
+    warnings: list[str] = field(default_factory=list)
+    warning_dismissed: bool = False
     item: QListWidgetItem | None = field(default=None, repr=False)
 
     @property
@@ -99,6 +117,8 @@ class MainWindow(QMainWindow):
         self.discovery.create_requested.connect(self.create_group)
         self.discovery.join_by_id_requested.connect(self.join_by_id)
         self.notifier = Notifier(self)
+        self.warning_log = WarningLogWindow(self)
+        self.passphrase_dialog: PassphraseDialog | None = None
 
         self._build_panes()
         self._build_actions()
@@ -110,6 +130,7 @@ class MainWindow(QMainWindow):
         backend.member_joined.connect(self._on_member_changed)
         backend.member_left.connect(self._on_member_changed)
         backend.sync_progress.connect(self._on_sync_progress)
+        backend.warning.connect(self._on_warning)
         backend.failed.connect(self.show_error)
 
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
@@ -224,6 +245,13 @@ class MainWindow(QMainWindow):
         centre_layout.setContentsMargins(0, 0, 0, 0)
         centre_layout.setSpacing(0)
         centre_layout.addLayout(header)
+        self.warning_banner = WarningBanner()
+        self.warning_banner.show_all.connect(self.show_warning_log)
+        self.warning_banner.dismissed.connect(self._warning_dismissed)
+        banner_row = QHBoxLayout()
+        banner_row.setContentsMargins(8, 0, 8, 4)
+        banner_row.addWidget(self.warning_banner)
+        centre_layout.addLayout(banner_row)
         centre_layout.addWidget(self.stack, 1)
         centre_layout.addWidget(compose_frame)
 
@@ -287,12 +315,14 @@ class MainWindow(QMainWindow):
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
         self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
+        self.warnings_action = self._action("&Warnings…", None, self.show_warning_log)
         self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
                                         "timeline", checkable=True)
         expand = self._action("E&xpand all", None, self.tree_view.expandAll)
         collapse = self._action("C&ollapse all", None, self.tree_view.collapseAll)
         for action in (self.send_action, self.reply_action, self.new_thread_action, self.next_unread_action,
-                       self.mark_read_action, self.find_action, self.time_action, expand, collapse):
+                       self.mark_read_action, self.find_action, self.time_action, expand, collapse,
+                       self.warnings_action):
             menu.addAction(action)
         escape = QAction(self)
         escape.setShortcut(QKeySequence(Qt.Key.Key_Escape))
@@ -385,6 +415,7 @@ class MainWindow(QMainWindow):
         for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
                        self.mark_read_action, self.send_action):
             action.setEnabled(enabled)
+        self._show_warning_banner()
         if session is None:
             self.title_label.setText("No group")
             self.stack.setCurrentWidget(self.empty_label)
@@ -392,6 +423,7 @@ class MainWindow(QMainWindow):
             self._update_status()
             return
         self.title_label.setText(session.title)
+        session.item.setIcon(icon("group"))  # its warnings, if any, are on the banner now
         self._set_view_models()
         self._expand_default(session)
         self._fill_members()
@@ -558,6 +590,40 @@ class MainWindow(QMainWindow):
         session.sync = (received, expected) if received < expected else None
         if session is self.current:
             self._update_status()
+
+    def _on_warning(self, gid: str, text: str) -> None:
+        view = self.known_groups.get(gid)
+        session = self.sessions.get(gid)
+        title = session.title if session is not None else view.desc if view is not None else gid or "network"
+        log.warning("group %s: %s", gid, text)
+        self.warning_log.add(title, text)
+        self.statusBar().showMessage(f"⚠ Warning in {title}: {text}", 15000)
+        if session is None:
+            return
+        session.warnings.append(text)
+        session.warning_dismissed = False
+        if session is self.current:
+            self._show_warning_banner()
+        else:
+            session.item.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning))
+            session.item.setToolTip(f"Warning: {text}")
+
+    def _show_warning_banner(self) -> None:
+        session = self.current
+        if session is None or not session.warnings or session.warning_dismissed:
+            self.warning_banner.show_warning(None)
+        else:
+            self.warning_banner.show_warning(session.warnings[-1], len(session.warnings))
+            session.item.setToolTip("")
+
+    def _warning_dismissed(self) -> None:
+        if self.current is not None:
+            self.current.warning_dismissed = True
+
+    def show_warning_log(self) -> None:
+        self.warning_log.show()
+        self.warning_log.raise_()
+        self.warning_log.activateWindow()
 
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
         session.item.setData(UnreadCountRole, count)
@@ -809,7 +875,32 @@ class MainWindow(QMainWindow):
             self._joined(dialog.joined_gid)
 
     def join_group(self, gid: str) -> None:
-        self.backend.request("join_group", gid, on_result=self._joined)
+        view = self.known_groups.get(gid) or self.discovery.model.view_for(gid)
+        if view is not None and view.private and not view.joined:
+            self.ask_passphrase(gid, view.desc)
+            return
+        self.backend.request("join_group", gid, on_result=self._joined,
+                             on_error=lambda exc, gid=gid: self._join_refused(gid, exc))
+
+    def _join_refused(self, gid: str, error: Exception) -> None:
+        # The group may have turned out private after the list was drawn: ask, rather than just refuse.
+        view = self.known_groups.get(gid)
+        if view is not None and view.private and not view.joined:
+            self.ask_passphrase(gid, view.desc)
+        else:
+            self.show_error(describe_error(error))
+
+    def ask_passphrase(self, gid: str, desc: str) -> PassphraseDialog:
+        """The passphrase dialog for a private group; window-modal, it returns at once."""
+        if self.passphrase_dialog is not None:
+            self.passphrase_dialog.close()
+            self.passphrase_dialog.deleteLater()
+        parent = self.discovery if self.discovery.isVisible() else self
+        dialog = PassphraseDialog(self.backend, gid, desc, parent)
+        dialog.accepted.connect(lambda d=dialog: d.joined_gid and self._joined(d.joined_gid))
+        self.passphrase_dialog = dialog
+        dialog.open()
+        return dialog
 
     def _joined(self, gid: str) -> None:
         self._session(gid, load_history=True)
@@ -860,4 +951,5 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.discovery.close()
+        self.warning_log.close()
         super().closeEvent(event)

@@ -1,4 +1,4 @@
-"""Small widgets of the main window: compose box, reply banner, conversation tree, group list badges."""
+"""Small widgets of the main window: compose box, reply and warning banners, conversation tree, group list badges."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
+    QPushButton,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
@@ -88,6 +89,82 @@ class ReplyBanner(QFrame):
     @property
     def text(self) -> str:
         return self.label.text() if self.isVisible() or self.label.text() else ""
+
+
+class WarningBanner(QFrame):
+    """'⚠ <warning> · Show all (n) ✕' above the conversation: seen at once, yet never blocking.
+
+    Coloured here rather than in m2mc.qss so that it carries the palette's warning
+    colour wherever the stylesheet is missing; it follows light/dark switches.
+    """
+
+    dismissed = Signal()
+    show_all = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("warningBanner")
+        self.label = QLabel()
+        self.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.label.setWordWrap(True)
+        self.all_button = QPushButton()
+        self.all_button.setFlat(True)
+        self.all_button.setToolTip("Open the list of all warnings of this session")
+        self.all_button.clicked.connect(self.show_all)
+        close = QToolButton()
+        close.setText("✕")
+        close.setToolTip("Hide this warning (it stays in the warnings list)")
+        close.setAutoRaise(True)
+        close.clicked.connect(self._dismiss)
+        self.close_button = close
+        self._restyling = False
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 4, 2, 4)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.all_button)
+        layout.addWidget(close)
+        self._restyle()
+        self.hide()
+
+    def show_warning(self, text: str | None, total: int = 0) -> None:
+        if not text:
+            self.label.clear()
+            self.hide()
+            return
+        self.label.setText(f"⚠  {text}")
+        self.all_button.setText(f"Show all ({total})" if total > 1 else "Show all")
+        self.show()
+
+    @property
+    def text(self) -> str:
+        return self.label.text() if self.isVisible() else ""
+
+    def _dismiss(self) -> None:
+        self.show_warning(None)
+        self.dismissed.emit()
+
+    def _restyle(self) -> None:
+        # Setting a style sheet can itself change the palette: the flag stops the echo.
+        self._restyling = True
+        try:
+            self._apply_colors()
+        finally:
+            self._restyling = False
+
+    def _apply_colors(self) -> None:
+        colors = theme_colors(self.palette())
+        warning = QColor(colors["warning"])
+        soft = QColor(warning)
+        soft.setAlpha(45)
+        self.setStyleSheet(
+            "QFrame#warningBanner { background: rgba(%d, %d, %d, %d); border-left: 3px solid %s; border-radius: 4px; }"
+            % (soft.red(), soft.green(), soft.blue(), soft.alpha(), warning.name())
+        )
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        if event.type() == event.Type.PaletteChange and not self._restyling:
+            self._restyle()
 
 
 class ConversationView(QTreeView):

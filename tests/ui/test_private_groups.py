@@ -1,0 +1,146 @@
+"""Private groups and warnings in the GUI, over the in-memory backend: create with a passphrase, join with one, see warnings."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QDialogButtonBox
+
+from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
+from middleware.types import Member
+from ui.dialogs import CreateGroupDialog, JoinDialog
+from ui.resources import apply_theme
+
+SECRET = "correct horse battery"
+EQUIVOCATION = f"two different messages claim id {ANN.pid}:7; the first one is kept"
+
+
+def ok_button(dialog):
+    return dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+
+
+def test_create_dialog_private_option_validates_and_creates_a_private_group(qtbot, backend):
+    apply_theme(QApplication.instance())
+    dialog = CreateGroupDialog(backend)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert not dialog.passphrase_edit.isVisible() and not dialog.confirm_edit.isVisible()
+    dialog.desc_edit.setText("Board room")
+    qtbot.mouseClick(dialog.private_check, Qt.MouseButton.LeftButton)
+    assert dialog.passphrase_edit.isVisible() and dialog.confirm_edit.isVisible()
+    assert dialog.passphrase_edit.echoMode() == dialog.passphrase_edit.EchoMode.Password
+
+    qtbot.keyClicks(dialog.passphrase_edit, "short")
+    qtbot.keyClicks(dialog.confirm_edit, "short")
+    ok_button(dialog).click()
+    assert dialog.error_label.isVisible()
+    assert dialog.error_label.text() == "The passphrase needs at least 8 characters (it has 5)."
+
+    dialog.passphrase_edit.setText(SECRET)
+    dialog.confirm_edit.setText(SECRET + "!")
+    ok_button(dialog).click()
+    assert dialog.error_label.text() == "The two passphrases differ: type the same one in both fields."
+    assert dialog.created_gid is None and backend.manager.groups() == []
+    dialog.resize(460, dialog.sizeHint().height())
+    save_screenshot(dialog, "create-group-private.png")
+
+    dialog.confirm_edit.setText(SECRET)
+    ok_button(dialog).click()
+    qtbot.waitUntil(lambda: dialog.created_gid is not None)
+    view = backend.manager.group(dialog.created_gid)
+    assert view.private and view.desc == "Board room"
+    assert backend.manager._passphrases[dialog.created_gid] == SECRET
+
+
+def test_unticking_private_creates_an_open_group(qtbot, backend):
+    dialog = CreateGroupDialog(backend)
+    qtbot.addWidget(dialog)
+    dialog.desc_edit.setText("Open lunch")
+    dialog.private_check.setChecked(True)
+    dialog.passphrase_edit.setText("x")  # left behind when unticked: not a passphrase any more
+    dialog.private_check.setChecked(False)
+    ok_button(dialog).click()
+    qtbot.waitUntil(lambda: dialog.created_gid is not None)
+    assert not backend.manager.group(dialog.created_gid).private
+
+
+def test_joining_a_private_group_asks_for_the_passphrase_and_keeps_asking_when_wrong(qtbot, window, backend):
+    window.start()
+    backend.manager.inject_group("p-3", "Secret santa", members=(ANN,), passphrase=SECRET)
+    discovery = window.discovery
+    qtbot.waitUntil(lambda: discovery.model.rowCount() == 1)
+    assert discovery.model.index(0, 2).data() == "private"
+    assert discovery.select_gid("p-3")
+    assert discovery.join_button.text() == "Join…"
+    qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
+
+    dialog = window.passphrase_dialog
+    assert dialog is not None and dialog.isVisible() and "Secret santa" in dialog.intro.text()
+    qtbot.keyClicks(dialog.passphrase_edit, "guess guess")
+    ok_button(dialog).click()
+    qtbot.waitUntil(dialog.error_label.isVisible)
+    assert dialog.error_label.text() == "wrong passphrase for group 'Secret santa'"
+    assert dialog.isVisible() and "p-3" not in window.sessions
+    assert ok_button(dialog).isEnabled()  # free to try again
+
+    dialog.passphrase_edit.setText(SECRET)
+    ok_button(dialog).click()
+    qtbot.waitUntil(lambda: "p-3" in window.sessions and window.current is window.sessions["p-3"])
+    assert not dialog.isVisible()
+    assert backend.manager.group("p-3").joined
+
+
+def test_join_by_id_takes_an_optional_passphrase(qtbot, backend):
+    backend.manager.inject_group("p-4", "Poker", members=(BOB,), passphrase=SECRET)
+    backend.manager.inject_group("o-5", "Open chess", members=(CAT,))
+    join = JoinDialog(backend)
+    qtbot.addWidget(join)
+    join.show()
+    join.gid_edit.setText("p-4")
+    ok_button(join).click()
+    qtbot.waitUntil(join.error_label.isVisible)
+    assert join.error_label.text() == "group 'Poker' is private: its passphrase is needed to join"
+    join.passphrase_edit.setText(SECRET)
+    ok_button(join).click()
+    qtbot.waitUntil(lambda: join.joined_gid == "p-4")
+
+    open_join = JoinDialog(backend)
+    qtbot.addWidget(open_join)
+    open_join.gid_edit.setText("o-5")
+    ok_button(open_join).click()
+    qtbot.waitUntil(lambda: open_join.joined_gid == "o-5")
+
+
+def test_a_warning_shows_in_the_main_window_without_blocking(qtbot, window, backend):
+    gid = ANN.pid + "-1"
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group(gid, "Travel & lunch", members=(ANN, BOB, me), joined=True,
+                                 history=lunch_conversation(gid)[:4])
+    backend.manager.inject_group("other-2", "Quiet group", members=(CAT, me), joined=True)
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == gid)
+    assert not window.warning_banner.isVisible()
+
+    backend.manager.inject_warning(gid, EQUIVOCATION)
+    qtbot.waitUntil(window.warning_banner.isVisible)
+    assert window.warning_banner.text == f"⚠  {EQUIVOCATION}"
+    assert EQUIVOCATION in window.statusBar().currentMessage()
+    assert QApplication.activeModalWidget() is None
+    log = window.warning_log.texts()
+    assert len(log) == 1 and log[0].endswith(f"Travel & lunch: {EQUIVOCATION}")
+    save_screenshot(window, "main-window-warning.png")
+
+    # A warning for a group not on screen: status bar, log and a sign on that group; the banner stays ours.
+    backend.manager.inject_warning("other-2", "two different messages claim id x:1; the first one is kept")
+    qtbot.waitUntil(lambda: len(window.warning_log.texts()) == 2)
+    quiet = window.sessions["other-2"]
+    assert "Quiet group" in window.statusBar().currentMessage()
+    assert quiet.item.toolTip().startswith("Warning: two different messages")
+    assert window.warning_banner.text == f"⚠  {EQUIVOCATION}"
+
+    qtbot.mouseClick(window.warning_banner.close_button, Qt.MouseButton.LeftButton)
+    assert not window.warning_banner.isVisible()
+    window.select_group("other-2")
+    assert window.warning_banner.isVisible() and "x:1" in window.warning_banner.text
+    window.select_group(gid)
+    assert not window.warning_banner.isVisible()  # dismissed stays dismissed until the next warning
+
+    window.warning_banner.show_all.emit()
+    assert window.warning_log.isVisible() and not window.warning_log.isModal()
