@@ -34,12 +34,13 @@ a clock.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from . import wire
+from . import crypto, wire
 from .crypto import Identity
 from .mop import SbOrderer
 from .rangeset import RangeSet
@@ -92,7 +93,8 @@ Event = SyncProgress | GapReported | Conflict
 
 
 def _approx_size(message: wire.StoredMessage) -> int:
-    return 180 + len(message.sender) + len(message.name) + len(message.text.encode())  # + key and signature
+    return 120 + len(message.public_key) + len(message.sig) + len(message.sender) + len(message.name) \
+        + len(message.text.encode())
 
 
 def _chunks(messages: list[wire.StoredMessage], limit: int = CHUNK_BYTES) -> Iterable[list[wire.StoredMessage]]:
@@ -164,6 +166,7 @@ class GroupChannel:
         self.rng = rng or random.Random()
         self.group_size = 1
         self._outbox: list[wire.Message] = []
+        self._unsigned: list[wire.Data] = []
         self._deliveries: list[ChatMessage] = []
         self._events: list[Event] = []
         # Loss detection: everything received (delivered or held) and the highest seqno known to exist.
@@ -207,17 +210,18 @@ class GroupChannel:
             self._note_received(mid[0], mid[1])
 
     def compose(self, name: str, text: str, parent: Mid | None, now: float) -> wire.Data:
-        """A new DATA message from this peer, already delivered here; transmit what it returns."""
+        """A new DATA message from this peer: delivered here now, signed and sent by datagrams_to_send()."""
         if len(text) > wire.MAX_TEXT:
             raise UsageError(f"text too long: {len(text)} characters, limit is {wire.MAX_TEXT}")
         if not text.strip():
             raise UsageError("text is empty")
         if parent is not None and not self.orderer.is_delivered(parent):
             raise UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {self.gid}")
-        data = wire.signed_data(self.identity, self.gid, self.next_seqno, parent, int(now * 1000), name, text)
+        data = wire.Data(self.gid, self.next_seqno, parent, int(now * 1000), name, text, b"")
         self.next_seqno += 1
+        self._unsigned.append(data)  # signed with the rest of this burst in datagrams_to_send()
         self._on_data(self.pid, data.seqno, data.parent, data.name, data.text, data.sent_at, now,
-                      data.sig, self.identity.public_key)
+                      b"", self.identity.public_key)
         self._last_send_at = now
         self._heartbeat_interval = HEARTBEAT_FIRST
         self._heartbeat_at = now + HEARTBEAT_FIRST * self.rng.uniform(0.8, 1.2)
@@ -542,10 +546,23 @@ class GroupChannel:
     # -- output --------------------------------------------------------------------------------
 
     def datagrams_to_send(self) -> list[wire.Message]:
-        out, self._outbox = self._outbox, []
+        """What to transmit; this peer's new messages are signed here, one signature per batch."""
+        signed: list[wire.Message] = []
+        if self._unsigned:
+            proofs = {}
+            for start in range(0, len(self._unsigned), crypto.MAX_BATCH):
+                for data in wire.sign_batch(self.identity, self._unsigned[start:start + crypto.MAX_BATCH]):
+                    signed.append(data)
+                    proofs[(self.pid, data.seqno)] = data.sig
+            self._unsigned = []
+            self._deliveries = [
+                dataclasses.replace(m, signature=proofs[m.mid]) if m.mid in proofs else m for m in self._deliveries
+            ]
+        out, self._outbox = signed + self._outbox, []
         return out
 
     def deliveries(self) -> list[ChatMessage]:
+        """Messages delivered since the last call (call after :meth:`datagrams_to_send`)."""
         out, self._deliveries = self._deliveries, []
         return out
 

@@ -2,9 +2,12 @@
 
 - Every peer has an Ed25519 key pair; its pid is the first 128 bits of the
   SHA-256 of the public key, so a pid cannot be claimed without the key.
-- A chat message is signed over its canonical bytes (:func:`message_bytes`),
-  so any member can relay it (repairs, sync) and receivers still know who
-  wrote it; every other datagram is signed as a whole.
+- Chat messages are signed in batches: the messages a peer sends in one
+  burst are the leaves of a Merkle tree whose root it signs once, and each
+  message carries the signature and its path to the root (its "proof").
+  Any member can relay a message with its proof (repairs, sync) and receivers
+  still know who wrote it; a receiver verifies each root once.  Every other
+  datagram is signed as a whole.
 - A private group's key is derived from its passphrase with scrypt and a
   per-group salt announced with the group; its datagrams' bodies are sealed
   with ChaCha20-Poly1305, the gid, type and sender bound as associated data.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections import OrderedDict
 from functools import lru_cache
 
 import msgpack
@@ -74,6 +78,72 @@ def verify(public_key: bytes, signature: bytes, data: bytes) -> bool:
         _public_key(public_key).verify(signature, data)
     except (InvalidSignature, ValueError):
         return False
+    return True
+
+
+MAX_BATCH = 32  # messages under one signature: paths of at most 5 hashes
+HASH_BYTES = 32
+
+
+def _leaf(message: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + message).digest()
+
+
+def _node(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def _root_signing_bytes(root: bytes) -> bytes:
+    return b"m2mc-batch-root" + root
+
+
+def sign_batch(identity: Identity, messages: list[bytes]) -> list[bytes]:
+    """Proofs for up to MAX_BATCH messages: signature || index (2 bytes) || sibling hashes."""
+    if not 1 <= len(messages) <= MAX_BATCH:
+        raise ValueError(f"a batch holds 1..{MAX_BATCH} messages")
+    level = [_leaf(m) for m in messages]
+    paths: list[list[bytes]] = [[] for _ in messages]
+    positions = list(range(len(messages)))
+    while len(level) > 1:
+        if len(level) % 2:
+            level.append(level[-1])
+        for i, pos in enumerate(positions):
+            paths[i].append(level[pos ^ 1])
+            positions[i] = pos // 2
+        level = [_node(level[j], level[j + 1]) for j in range(0, len(level), 2)]
+    signature = identity.sign(_root_signing_bytes(level[0]))
+    return [signature + index.to_bytes(2, "big") + b"".join(path) for index, path in enumerate(paths)]
+
+
+def proof_is_well_formed(proof: bytes) -> bool:
+    extra = len(proof) - SIGNATURE_BYTES - 2
+    return extra >= 0 and extra % HASH_BYTES == 0 and extra // HASH_BYTES <= 5
+
+
+_verified_roots: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()
+
+
+def verify_message(public_key: bytes, proof: bytes, message: bytes) -> bool:
+    """Whether ``message`` is under a root that ``public_key`` signed (each root verified once)."""
+    if not proof_is_well_formed(proof):
+        return False
+    signature, index = proof[:SIGNATURE_BYTES], int.from_bytes(proof[SIGNATURE_BYTES:SIGNATURE_BYTES + 2], "big")
+    node = _leaf(message)
+    for start in range(SIGNATURE_BYTES + 2, len(proof), HASH_BYTES):
+        sibling = proof[start:start + HASH_BYTES]
+        node = _node(sibling, node) if index & 1 else _node(node, sibling)
+        index >>= 1
+    if index:
+        return False  # the index claims more levels than the path has
+    key = (public_key, node)
+    if key in _verified_roots:
+        _verified_roots.move_to_end(key)
+        return True
+    if not verify(public_key, signature, _root_signing_bytes(node)):
+        return False
+    _verified_roots[key] = None
+    if len(_verified_roots) > 8192:
+        _verified_roots.popitem(last=False)
     return True
 
 

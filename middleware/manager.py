@@ -234,8 +234,6 @@ class GroupManager:
             raise UsageError("text must be a string")
         data = channel.compose(self.name, text, parent, time.time())
         self._seqnos_to_save.add(gid)
-        record = self.gjlp.groups[gid]
-        self._outgoing.append((record.addr, record.port, wire.encode(self.identity, data, self._ciphers.get(gid))))
         self._after_input()
         return self.pid, data.seqno
 

@@ -4,8 +4,8 @@ Every datagram is a msgpack array ``[version, type, sender_pid, public_key, body
 sealed_gid]`` where ``body`` is the array of the type's fields in the order their
 dataclass declares them (or, for a private group, those fields sealed with the
 group's key, ``sealed_gid`` naming the group).  A DATA message carries its writer's
-signature as a field, so it can be relayed; every other datagram ends in a 64-byte
-Ed25519 signature of the envelope.  The pid must be the fingerprint of the key.
+signature proof as a field (see :func:`crypto.sign_batch`), so it can be relayed;
+every other datagram ends in a 64-byte Ed25519 signature of the envelope.  The pid must be the fingerprint of the key.
 ``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it
 cannot turn into a well-formed, verified message raises :class:`WireError` (or its
 subclasses :class:`SignatureError` and :class:`SealedError`) and nothing else.
@@ -24,6 +24,7 @@ Limits (all enforced by both ``encode`` and ``decode``):
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -116,6 +117,12 @@ def _bytes_or_empty(length: int) -> Callable[[Any, str], bytes]:
         return b"" if value == b"" else exact(value, name)
 
     return check
+
+
+def _proof(value: Any, name: str) -> bytes:
+    if type(value) is not bytes or not crypto.proof_is_well_formed(value):
+        raise _fail(name, "expected a signature proof (64-byte signature, index, up to 5 hashes)")
+    return value
 
 
 def _bool(value: Any, name: str) -> bool:
@@ -211,7 +218,7 @@ class Data:
     sent_at: int
     name: str
     text: str
-    sig: bytes  # the sender's Ed25519 signature over crypto.message_bytes(...)
+    sig: bytes  # the writer's batch signature and this message's Merkle path (crypto.sign_batch)
 
     FIELDS: ClassVar = (
         ("gid", _gid),
@@ -220,7 +227,7 @@ class Data:
         ("sent_at", _millis),
         ("name", _string(MAX_NAME, allow_empty=True)),
         ("text", _string(MAX_TEXT, allow_empty=True)),
-        ("sig", _bytes(64)),
+        ("sig", _proof),
     )
 
 
@@ -237,7 +244,7 @@ class StoredMessage:
     public_key: bytes
     sig: bytes
 
-    FIELDS: ClassVar = (("sender", _pid),) + Data.FIELDS[1:6] + (("public_key", _bytes(32)), ("sig", _bytes(64)))
+    FIELDS: ClassVar = (("sender", _pid),) + Data.FIELDS[1:6] + (("public_key", _bytes(32)), ("sig", _proof))
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,10 +429,19 @@ def _associated(type_code: int, sender: str, public_key: bytes, gid: str) -> byt
     return msgpack.packb([VERSION, type_code, sender, public_key, gid], use_bin_type=True)
 
 
+def _data_bytes(sender: str, data: Data | StoredMessage, gid: str) -> bytes:
+    return crypto.message_bytes(gid, sender, data.seqno, data.parent, data.sent_at, data.name, data.text)
+
+
+def sign_batch(identity: Any, messages: list[Data]) -> list[Data]:
+    """``identity``'s DATA messages (at most crypto.MAX_BATCH) signed with one signature."""
+    proofs = crypto.sign_batch(identity, [_data_bytes(identity.pid, m, m.gid) for m in messages])
+    return [dataclasses.replace(m, sig=proof) for m, proof in zip(messages, proofs)]
+
+
 def signed_data(identity: Any, gid: str, seqno: int, parent: Mid | None, sent_at: int, name: str, text: str) -> Data:
-    """A DATA message signed by ``identity`` (over :func:`crypto.message_bytes`)."""
-    sig = identity.sign(crypto.message_bytes(gid, identity.pid, seqno, parent, sent_at, name, text))
-    return Data(gid, seqno, parent, sent_at, name, text, sig)
+    """One DATA message signed by ``identity``."""
+    return sign_batch(identity, [Data(gid, seqno, parent, sent_at, name, text, b"")])[0]
 
 
 def encode(identity: Any, message: Message, cipher: Any = None) -> bytes:
@@ -503,11 +519,8 @@ def sent_by(data: bytes, pid: bytes) -> bool:
 
 def verify_stored(gid: str, message: StoredMessage) -> bool:
     """Whether a relayed message really was written by its sender."""
-    return crypto.pid_of(message.public_key) == message.sender and crypto.verify(
-        message.public_key, message.sig,
-        crypto.message_bytes(gid, message.sender, message.seqno, message.parent, message.sent_at,
-                             message.name, message.text),
-    )
+    return crypto.pid_of(message.public_key) == message.sender and crypto.verify_message(
+        message.public_key, message.sig, _data_bytes(message.sender, message, gid))
 
 
 def decode(data: bytes, cipher_for: Callable[[str], Any] | None = None) -> Envelope:
@@ -561,7 +574,6 @@ def decode(data: bytes, cipher_for: Callable[[str], Any] | None = None) -> Envel
     message = cls(*[check(v, name) for (name, check), v in zip(cls.FIELDS, body)])
     if sealed_gid is not None and getattr(message, "gid", sealed_gid) != sealed_gid:
         raise SealedError("sealed body names another group")
-    if cls is Data and not crypto.verify(public_key, message.sig, crypto.message_bytes(
-            message.gid, sender, message.seqno, message.parent, message.sent_at, message.name, message.text)):
+    if cls is Data and not crypto.verify_message(public_key, message.sig, _data_bytes(sender, message, message.gid)):
         raise SignatureError(f"bad signature on DATA {sender}:{message.seqno}")
     return Envelope(sender, message, public_key, sealed_gid is not None)

@@ -67,9 +67,8 @@ class SimLan:
 
     def send(self, peer: SimPeer, text: str, parent=None):
         data = peer.channel.compose(peer.pid, text, parent, self.now)
-        peer.channel._outbox.append(data)  # compose delivers locally; the LAN carries the copy
+        self.transmit(peer)  # signs the message and sends it
         peer.collect()
-        self.transmit(peer)
         return (peer.pid, data.seqno)
 
     def step_until(self, until: float) -> None:

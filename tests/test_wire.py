@@ -1,5 +1,7 @@
 """Wire codec: round trips, limits, and hostile bytes that must only ever raise WireError."""
 
+import dataclasses
+
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -14,7 +16,7 @@ from middleware.wire import (
 ME = crypto.Identity.generate()
 PID = ME.pid
 KEY = ME.public_key
-SIG = bytes(64)
+SIG = bytes(66)  # a well-formed (if false) proof: signature, index 0, no path
 SAMPLES = [
     wire.signed_data(ME, "g1", 1, None, 1_700_000_000_000, "Ann", "hello"),
     wire.signed_data(ME, "g1", 7, ("b" * 32, 3), 1_700_000_000_001, "", "Ünïcødé ✓ reply"),
@@ -72,6 +74,16 @@ def test_forged_and_tampered_datagrams_are_refused():
     data = encode(ME, SAMPLES[0]).replace(b"hello", b"jello")
     with pytest.raises(wire.SignatureError, match="DATA"):
         decode(data)
+
+
+def test_a_batch_is_signed_once_and_each_message_proves_its_place():
+    batch = wire.sign_batch(ME, [Data("g1", seqno, None, 0, "Ann", f"m{seqno}", b"") for seqno in range(1, 12)])
+    assert len({m.sig[:64] for m in batch}) == 1  # one signature for the whole batch
+    for message in batch:
+        assert decode(encode(ME, message)).message == message
+    swapped = dataclasses.replace(batch[0], sig=batch[1].sig)  # a real proof, for another message
+    with pytest.raises(wire.SignatureError):
+        decode(encode(ME, swapped))
 
 
 def test_relayed_messages_are_checked_against_their_writer():
