@@ -34,7 +34,6 @@ a clock.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -556,7 +555,9 @@ class GroupChannel:
                     proofs[(self.pid, data.seqno)] = data.sig
             self._unsigned = []
             self._deliveries = [
-                dataclasses.replace(m, signature=proofs[m.mid]) if m.mid in proofs else m for m in self._deliveries
+                ChatMessage(m.gid, m.mid, m.parent, m.sender_name, m.text, m.sent_at, m.received_at, m.order,
+                            proofs[m.mid], m.public_key) if m.mid in proofs else m
+                for m in self._deliveries
             ]
         out, self._outbox = signed + self._outbox, []
         return out

@@ -24,7 +24,6 @@ Limits (all enforced by both ``encode`` and ``decode``):
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
@@ -436,7 +435,7 @@ def _data_bytes(sender: str, data: Data | StoredMessage, gid: str) -> bytes:
 def sign_batch(identity: Any, messages: list[Data]) -> list[Data]:
     """``identity``'s DATA messages (at most crypto.MAX_BATCH) signed with one signature."""
     proofs = crypto.sign_batch(identity, [_data_bytes(identity.pid, m, m.gid) for m in messages])
-    return [dataclasses.replace(m, sig=proof) for m, proof in zip(messages, proofs)]
+    return [Data(m.gid, m.seqno, m.parent, m.sent_at, m.name, m.text, proof) for m, proof in zip(messages, proofs)]
 
 
 def signed_data(identity: Any, gid: str, seqno: int, parent: Mid | None, sent_at: int, name: str, text: str) -> Data:
