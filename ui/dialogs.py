@@ -55,6 +55,8 @@ class _ValidatedDialog(QDialog):
     def show_error(self, message: str) -> None:
         self.error_label.setText(message)
         self.error_label.setVisible(bool(message))
+        if self.height() < self.sizeHint().height():
+            self.adjustSize()  # room for the message, rather than squeezing the fields
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(True)
 
     def _try_accept(self) -> None:
@@ -122,7 +124,7 @@ class CreateGroupDialog(_ValidatedDialog):
         self.confirm_edit = _passphrase_edit("the same again")
         self.form.addRow("Passphrase:", self.passphrase_edit)
         self.form.addRow("Confirm:", self.confirm_edit)
-        self.private_hint = _hint("Tell the passphrase to the people you invite, not through this chat. "
+        self.private_hint = _hint("Give the passphrase to the people you invite in person, not in an open group. "
                                   "Without it nobody can read or write in the group, but everyone on the "
                                   "network still sees its description and how many are in it.")
         self.form.addRow(self.private_hint)
@@ -218,6 +220,8 @@ class PassphraseDialog(_ValidatedDialog):
         self.passphrase_edit = _passphrase_edit("passphrase")
         self.form.addRow("Passphrase:", self.passphrase_edit)
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Join")
+        self.setMinimumWidth(420)  # room for the intro and the error on a line or two
+        self.adjustSize()  # a top-level window does not fit wrapped labels' height to its width by itself
 
     def _try_accept(self) -> None:
         passphrase = self.passphrase_edit.text()

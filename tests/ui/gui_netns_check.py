@@ -3,6 +3,9 @@
 Started by tests/ui/test_gui_lan.py with ``ip netns exec``.  It prints one JSON
 line per step on stdout and reads "go" lines on stdin, so the test can make
 the other peer talk at the right moments.  Screenshots go to build/screenshots/.
+With a third argument (the passphrase of a private group) the join goes through
+the passphrase dialog: a wrong passphrase first, whose refusal is reported, then
+the right one.
 """
 
 import json
@@ -49,6 +52,7 @@ def tree_rows(window):
 
 def main():
     data_dir, desc = sys.argv[1], sys.argv[2]
+    passphrase = sys.argv[3] if len(sys.argv) > 3 else None
     app = QApplication([sys.argv[0]])
     apply_theme(app)
     backend = ManagerBackend(Config(data_dir=Path(data_dir), name="Gui", iface="127.0.0.1", zeroconf=False))
@@ -66,6 +70,18 @@ def main():
     window.discovery.resize(640, 300)
     window.discovery.grab().save(str(SHOTS / "discovery-window-lan.png"))
     window.discovery.join_selected()
+    if passphrase is not None:
+        dialog = window.passphrase_dialog
+        if dialog is None or not dialog.isVisible():
+            say(step="refused", error="no passphrase dialog")
+            return 1
+        dialog.passphrase_edit.setText("not the passphrase")
+        dialog.buttons.accepted.emit()
+        wait(app, lambda: dialog.error_label.text(), timeout=10)
+        dialog.grab().save(str(SHOTS / "passphrase-dialog-wrong-lan.png"))
+        say(step="refused", error=dialog.error_label.text(), still_open=dialog.isVisible())
+        dialog.passphrase_edit.setText(passphrase)
+        dialog.buttons.accepted.emit()
     wait(app, lambda: window.current is not None and window.current.gid == found)
     history = wait(app, lambda: len(tree_rows(window)) >= 3, timeout=10) is not None
     say(step="joined", history=tree_rows(window), history_complete=history)

@@ -1,4 +1,7 @@
-"""The real window on a private namespace LAN: discover a group an m2mc-peer announced, join, see the talk."""
+"""The real window on a private namespace LAN: discover a group an m2mc-peer announced, join, see the talk.
+
+Once for an open group, once for a private one (a wrong passphrase refused in the dialog, then the right one).
+"""
 
 import json
 import os
@@ -20,20 +23,25 @@ def read_event(proc):
     return json.loads(line)
 
 
-def test_window_discovers_joins_and_shows_the_tree(tmp_path):
+@pytest.mark.parametrize("passphrase", [None, "lunch is at noon"], ids=["open", "private"])
+def test_window_discovers_joins_and_shows_the_tree(tmp_path, passphrase):
     host = LoopbackHost()
     ann = PeerProcess(host.name, "127.0.0.1", tmp_path / "ann", "Ann", extra=["--no-zeroconf"])
     gui = None
     try:
-        gid = ann.call("create_group", {"desc": "GUI lunch"})["gid"]
+        create = {"desc": "GUI lunch"} if passphrase is None else {"desc": "GUI lunch", "passphrase": passphrase}
+        gid = ann.call("create_group", create)["gid"]
         q = ann.call("send", {"gid": gid, "text": "Where is lunch?", "parent": None})["mid"]
         ann.call("send", {"gid": gid, "text": "Canteen?", "parent": q})
         env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-        gui = subprocess.Popen(["ip", "netns", "exec", host.name, sys.executable, str(CHECK), str(tmp_path / "gui"),
-                                "GUI lunch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        args = [str(CHECK), str(tmp_path / "gui"), "GUI lunch"] + ([passphrase] if passphrase else [])
+        gui = subprocess.Popen(["ip", "netns", "exec", host.name, sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=env)
         discovered = read_event(gui)
         assert discovered == {"step": "discovered", "gid": gid}
+        if passphrase is not None:
+            refused = read_event(gui)
+            assert refused == {"step": "refused", "error": "wrong passphrase for group 'GUI lunch'", "still_open": True}
         joined = read_event(gui)
         assert joined["step"] == "joined"
         ann.wait_notification("member_joined", lambda p: p["gid"] == gid and p["name"] == "Gui")
