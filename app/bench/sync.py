@@ -83,8 +83,10 @@ async def rejoin_scenario(manager, gid, args, coord, rng) -> None:
             await asyncio.sleep(0.02)
         elapsed = time.monotonic() - start
         history = manager.store.history(gid)
+        # The payload is each message as stored: its fields, its writer's key and signature proof.
         payload = sum(len(msgpack.packb([m.sender, m.mid[1], list(m.parent) if m.parent else None,
-                                         m.sent_at, m.sender_name, m.text])) for m in history)
+                                         m.sent_at, m.sender_name, m.text, m.public_key, m.signature]))
+                      for m in history)
         (coord / "result.json").write_text(json.dumps({"seconds": elapsed, "messages": len(history),
                                                        "payload": payload,
                                                        "own_bytes_out": manager.network.bytes_out}))
