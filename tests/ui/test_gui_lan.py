@@ -35,8 +35,8 @@ def test_window_discovers_joins_and_shows_the_tree(tmp_path, passphrase):
         ann.call("send", {"gid": gid, "text": "Canteen?", "parent": q})
         env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
         args = [str(CHECK), str(tmp_path / "gui"), "GUI lunch"] + ([passphrase] if passphrase else [])
-        gui = subprocess.Popen(["ip", "netns", "exec", host.name, sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env)
+        gui = subprocess.Popen(["ip", "netns", "exec", host.name, sys.executable, *args], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         discovered = read_event(gui)
         assert discovered == {"step": "discovered", "gid": gid}
         if passphrase is not None:

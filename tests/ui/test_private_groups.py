@@ -1,4 +1,4 @@
-"""Private groups and warnings in the GUI, over the in-memory backend: create with a passphrase, join with one, see warnings."""
+"""Private groups and warnings in the GUI over the in-memory backend: create and join with a passphrase, see warnings."""
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
