@@ -63,13 +63,6 @@ class SbOrderer:
         duplicate; otherwise it starts with the message itself, followed by its
         waiting descendants, depth first.
         """
-        pid, seqno = mid
-        seen = self._delivered.get(pid)
-        if seen is None:
-            seen = self._delivered[pid] = RangeSet()
-        if seqno in seen:
-            self.duplicates += 1
-            return []
         held = self._held
         if held and mid in held:
             self.duplicates += 1
@@ -77,11 +70,20 @@ class SbOrderer:
         if parent is not None:
             parent_seen = self._delivered.get(parent[0])
             if parent_seen is None or parent[1] not in parent_seen:
+                # Its parent is not delivered, so neither was this message (delivery needs the
+                # parent): it is new, and waits.  That saves a lookup on the busiest path.
                 if parent == mid:
                     self.rejected += 1
                 else:
                     self._hold(mid, parent, payload)
                 return []
+        pid, seqno = mid
+        seen = self._delivered.get(pid)
+        if seen is None:
+            seen = self._delivered[pid] = RangeSet()
+        elif seqno in seen:
+            self.duplicates += 1
+            return []
         seen.add(seqno)
         delivered = [(mid, parent, payload)]
         if self._waiting and mid in self._waiting:
