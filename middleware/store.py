@@ -159,15 +159,15 @@ class Store:
         """Delivered messages (of one group, or all) in this peer's delivery order."""
         query = (
             "SELECT gid, sender, seqno, parent_sender, parent_seqno, sender_name, text, sent_at, "
-            "received_at, delivery_order FROM messages"
+            "received_at, delivery_order, sig, public_key FROM messages"
         )
         if gid is None:
             cursor = self._db.execute(query + " ORDER BY delivery_order")
         else:
             cursor = self._db.execute(query + " WHERE gid = ? ORDER BY delivery_order", (gid,))
         return [
-            ChatMessage(g, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, o)
-            for g, s, q, ps, pq, n, t, sa, ra, o in cursor
+            ChatMessage(g, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, o, sig, key)
+            for g, s, q, ps, pq, n, t, sa, ra, o, sig, key in cursor
         ]
 
     def fetch(self, gid: str, mids: list[Mid]) -> list[wire.StoredMessage]:
