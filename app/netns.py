@@ -40,6 +40,7 @@ class Lan:
         self.hub = f"{self.prefix}hub"
         self.hosts: list[str] = []
         self.addresses: list[str] = []
+        self._processes: list[subprocess.Popen] = []
         try:
             _ip("netns", "add", self.hub)
             _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
@@ -64,6 +65,18 @@ class Lan:
         _ip("-n", host, "route", "add", "224.0.0.0/4", "dev", f"v{self.prefix}{i}")
         self.addresses.append(address)
 
+    def run(self, index: int, argv: list[str]) -> subprocess.Popen:
+        """Start ``argv`` on host ``index``; close() stops it if it is still running."""
+        process = subprocess.Popen(["ip", "netns", "exec", self.hosts[index], *argv])
+        self._processes.append(process)
+        return process
+
+    def __enter__(self) -> "Lan":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def set_loss(self, index: int, probability: float) -> None:
         """Drop incoming UDP at random inside host ``index`` (kernel-level loss, iptables)."""
         host = self.hosts[index]
@@ -80,6 +93,10 @@ class Lan:
         _ip("-n", self.hub, "link", "set", f"port{index + 1}", "up" if up else "down")
 
     def close(self) -> None:
+        for process in self._processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
         for host in self.hosts:
             _ip("netns", "del", host, check=False)
         _ip("netns", "del", self.hub, check=False)

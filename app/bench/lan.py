@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -114,36 +113,29 @@ async def run_receiver(args) -> None:
 def orchestrate(args) -> int:
     from app.netns import Lan
 
-    lan = Lan(args.peers)
     work = Path(tempfile.mkdtemp(prefix="m2mc-bench-lan-"))
-    procs = []
-    try:
-        for index, (host, address) in enumerate(zip(lan.hosts, lan.addresses)):
-            role = "sender" if index == 0 else "receiver"
-            command = [
-                "ip", "netns", "exec", host, sys.executable, "-m", "app.bench.lan", "--role", role,
+    with Lan(args.peers) as lan:
+        procs = [
+            lan.run(index, [
+                sys.executable, "-m", "app.bench.lan", "--role", "sender" if index == 0 else "receiver",
                 "--iface", address, "--data-dir", str(work / f"peer{index}"), "--coord", str(work),
                 "--index", str(index), "--messages", str(args.messages),
                 "--steady-seconds", str(args.steady_seconds), "--peers", str(args.peers),
-            ]
-            procs.append(subprocess.Popen(command))
+            ])
+            for index, address in enumerate(lan.addresses)
+        ]
         for proc in procs:
             proc.wait(timeout=300)
-        sender = json.loads((work / "sender.json").read_text())
-        print(f"3 peers on a namespace LAN; sender: {args.messages:,} messages as fast as possible "
-              f"({args.messages / sender['fast_seconds']:,.0f} msg/s offered), then {sender['steady']:,} at 1,000 msg/s")
-        print(f"{'receiver':>9} {'phase':>7} {'delivered':>10} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
-        for index in range(1, args.peers):
-            result = json.loads((work / f"receiver-{index}.json").read_text())
-            for phase in ("fast", "steady"):
-                r = result[phase]
-                print(f"{index:>9} {phase:>7} {r['delivered']:>10,} {r['rate']:>9,.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
-        return 0
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        lan.close()
+    sender = json.loads((work / "sender.json").read_text())
+    print(f"3 peers on a namespace LAN; sender: {args.messages:,} messages as fast as possible "
+          f"({args.messages / sender['fast_seconds']:,.0f} msg/s offered), then {sender['steady']:,} at 1,000 msg/s")
+    print(f"{'receiver':>9} {'phase':>7} {'delivered':>10} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    for index in range(1, args.peers):
+        result = json.loads((work / f"receiver-{index}.json").read_text())
+        for phase in ("fast", "steady"):
+            r = result[phase]
+            print(f"{index:>9} {phase:>7} {r['delivered']:>10,} {r['rate']:>9,.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

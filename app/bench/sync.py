@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -124,18 +123,17 @@ async def loss_scenario(manager, gid, args, coord, rng) -> None:
 def run_scenario(scenario: str, messages: int, lossy: float = 0.0) -> Path:
     from app.netns import Lan
 
-    lan = Lan(3)
     coord = Path(tempfile.mkdtemp(prefix=f"m2mc-bench-{scenario}-"))
     names = ["creator", "stay", "away"] if scenario == "rejoin" else ["p0", "p1", "p2"]
-    procs = []
-    try:
-        for index, (host, address, name) in enumerate(zip(lan.hosts, lan.addresses, names)):
-            procs.append(subprocess.Popen([
-                "ip", "netns", "exec", host, sys.executable, "-m", "app.bench.sync", "--role",
-                "creator" if index == 0 else "member", "--name", name, "--iface", address,
-                "--data-dir", str(coord / name), "--coord", str(coord), "--messages", str(messages),
-                "--scenario", scenario, "--seed", str(index + 1),
-            ]))
+    with Lan(3) as lan:
+        procs = [
+            lan.run(index, [
+                sys.executable, "-m", "app.bench.sync", "--role", "creator" if index == 0 else "member",
+                "--name", name, "--iface", address, "--data-dir", str(coord / name), "--coord", str(coord),
+                "--messages", str(messages), "--scenario", scenario, "--seed", str(index + 1),
+            ])
+            for index, (address, name) in enumerate(zip(lan.addresses, names))
+        ]
         deadline = time.time() + 60
         while len(list(coord.glob("ready-*"))) < 3:
             if time.time() > deadline:
@@ -149,12 +147,7 @@ def run_scenario(scenario: str, messages: int, lossy: float = 0.0) -> Path:
             (coord / "lossy").write_text("1")
         for proc in procs:
             proc.wait(timeout=600)
-        return coord
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-        lan.close()
+    return coord
 
 
 def main(argv: list[str] | None = None) -> int:
