@@ -55,6 +55,10 @@ NAK_MAX_SEQNOS = 5_000  # seqnos asked for in one NAK
 ANSWER_DELAY = 0.010  # per log2(group size): back-off of a non-sender answering a NAK
 ANSWER_RATE = 30_000  # messages per second this peer sends as repairs or sync answers
 CHUNK_BYTES = 60_000
+# A burst of new messages goes out in DATA_BATCH datagrams of at most this many bytes of
+# messages, so that with the envelope they fit one Ethernet frame and are never fragmented
+# (one lost fragment would lose them all).  A longer message travels alone.
+BATCH_BYTES = 1_200
 SYNC_PACE = 0.008  # between two chunks of one sync answer (s)
 SYNC_YIELD = 0.5  # how long to defer to another responder that is answering (s)
 SYNC_RETRY = 1.0
@@ -96,15 +100,22 @@ def _approx_size(message: wire.StoredMessage) -> int:
         + len(message.text.encode())
 
 
-def _chunks(messages: list[wire.StoredMessage], limit: int = CHUNK_BYTES) -> Iterable[list[wire.StoredMessage]]:
-    chunk, size = [], 0
+def _batch_item_size(message: wire.Data) -> int:
+    """An upper bound of a message's msgpack size inside a DATA_BATCH."""
+    parent = 12 + len(message.parent[0]) if message.parent else 1
+    return 25 + parent + len(message.name.encode()) + len(message.text.encode())
+
+
+def _chunks(messages: list, limit: int = CHUNK_BYTES, max_items: int = wire.MAX_ITEMS,
+            size: Callable[[object], int] = _approx_size) -> Iterable[list]:
+    chunk, total = [], 0
     for message in messages:
-        cost = _approx_size(message)
-        if chunk and (size + cost > limit or len(chunk) >= wire.MAX_ITEMS):
+        cost = size(message)
+        if chunk and (total + cost > limit or len(chunk) >= max_items):
             yield chunk
-            chunk, size = [], 0
+            chunk, total = [], 0
         chunk.append(message)
-        size += cost
+        total += cost
     if chunk:
         yield chunk
 
@@ -252,7 +263,10 @@ class GroupChannel:
         if getattr(message, "gid", self.gid) != self.gid:
             self.stats["foreign_dropped"] += 1
             return
-        if isinstance(message, wire.Data):
+        if isinstance(message, wire.DataBatch):
+            for (seqno, parent, sent_at, name, text), proof in zip(message.items, message.proofs):
+                self._on_data(sender, seqno, parent, name, text, sent_at, now, proof, public_key)
+        elif isinstance(message, wire.Data):
             self._on_data(sender, message.seqno, message.parent, message.name, message.text, message.sent_at, now,
                           message.sig, public_key)
         elif isinstance(message, wire.Repair):
@@ -545,14 +559,14 @@ class GroupChannel:
     # -- output --------------------------------------------------------------------------------
 
     def datagrams_to_send(self) -> list[wire.Message]:
-        """What to transmit; this peer's new messages are signed here, one signature per batch."""
+        """What to transmit; this peer's new messages go out in batches, one signature each."""
         signed: list[wire.Message] = []
         if self._unsigned:
             proofs = {}
-            for start in range(0, len(self._unsigned), crypto.MAX_BATCH):
-                for data in wire.sign_batch(self.identity, self._unsigned[start:start + crypto.MAX_BATCH]):
-                    signed.append(data)
-                    proofs[(self.pid, data.seqno)] = data.sig
+            for chunk in _chunks(self._unsigned, BATCH_BYTES, crypto.MAX_BATCH, _batch_item_size):
+                batch = wire.sign_batch(self.identity, chunk)
+                signed.append(batch)
+                proofs.update(((self.pid, data.seqno), proof) for data, proof in zip(chunk, batch.proofs))
             self._unsigned = []
             self._deliveries = [
                 ChatMessage(m.gid, m.mid, m.parent, m.sender_name, m.text, m.sent_at, m.received_at, m.order,

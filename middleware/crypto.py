@@ -97,10 +97,8 @@ def _root_signing_bytes(root: bytes) -> bytes:
     return b"m2mc-batch-root" + root
 
 
-def sign_batch(identity: Identity, messages: list[bytes]) -> list[bytes]:
-    """Proofs for up to MAX_BATCH messages: signature || index (2 bytes) || sibling hashes."""
-    if not 1 <= len(messages) <= MAX_BATCH:
-        raise ValueError(f"a batch holds 1..{MAX_BATCH} messages")
+def _merkle(messages: list[bytes]) -> tuple[bytes, list[bytes]]:
+    """The Merkle root over ``messages`` and each one's ``index (2 bytes) || sibling hashes``."""
     level = [_leaf(m) for m in messages]
     paths: list[list[bytes]] = [[] for _ in messages]
     positions = list(range(len(messages)))
@@ -111,8 +109,31 @@ def sign_batch(identity: Identity, messages: list[bytes]) -> list[bytes]:
             paths[i].append(level[pos ^ 1])
             positions[i] = pos // 2
         level = [_node(level[j], level[j + 1]) for j in range(0, len(level), 2)]
-    signature = identity.sign(_root_signing_bytes(level[0]))
-    return [signature + index.to_bytes(2, "big") + b"".join(path) for index, path in enumerate(paths)]
+    return level[0], [index.to_bytes(2, "big") + b"".join(path) for index, path in enumerate(paths)]
+
+
+def sign_batch(identity: Identity, messages: list[bytes]) -> list[bytes]:
+    """Proofs for up to MAX_BATCH messages: signature || index (2 bytes) || sibling hashes."""
+    if not 1 <= len(messages) <= MAX_BATCH:
+        raise ValueError(f"a batch holds 1..{MAX_BATCH} messages")
+    root, paths = _merkle(messages)
+    signature = identity.sign(_root_signing_bytes(root))
+    return [signature + path for path in paths]
+
+
+def open_batch(public_key: bytes, signature: bytes, messages: list[bytes]) -> list[bytes] | None:
+    """Proofs for a whole batch that travelled together with just its signature, or None
+    if ``public_key`` did not sign exactly these messages.
+
+    The receiver rebuilds the tree itself, so no path needs to travel; the proofs it
+    gets back let it relay each message on its own later.
+    """
+    if not 1 <= len(messages) <= MAX_BATCH or len(signature) != SIGNATURE_BYTES:
+        return None
+    root, paths = _merkle(messages)
+    if not _root_is_signed(public_key, signature, root):
+        return None
+    return [signature + path for path in paths]
 
 
 def proof_is_well_formed(proof: bytes) -> bool:
@@ -123,8 +144,22 @@ def proof_is_well_formed(proof: bytes) -> bool:
 _verified_roots: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()
 
 
+def _root_is_signed(public_key: bytes, signature: bytes, root: bytes) -> bool:
+    """Whether ``signature`` by ``public_key`` covers ``root``; each root is verified once."""
+    key = (public_key, root)
+    if key in _verified_roots:
+        _verified_roots.move_to_end(key)
+        return True
+    if not verify(public_key, signature, _root_signing_bytes(root)):
+        return False
+    _verified_roots[key] = None
+    if len(_verified_roots) > 8192:
+        _verified_roots.popitem(last=False)
+    return True
+
+
 def verify_message(public_key: bytes, proof: bytes, message: bytes) -> bool:
-    """Whether ``message`` is under a root that ``public_key`` signed (each root verified once)."""
+    """Whether ``message`` is under a root that ``public_key`` signed."""
     if not proof_is_well_formed(proof):
         return False
     signature, index = proof[:SIGNATURE_BYTES], int.from_bytes(proof[SIGNATURE_BYTES:SIGNATURE_BYTES + 2], "big")
@@ -135,16 +170,7 @@ def verify_message(public_key: bytes, proof: bytes, message: bytes) -> bool:
         index >>= 1
     if index:
         return False  # the index claims more levels than the path has
-    key = (public_key, node)
-    if key in _verified_roots:
-        _verified_roots.move_to_end(key)
-        return True
-    if not verify(public_key, signature, _root_signing_bytes(node)):
-        return False
-    _verified_roots[key] = None
-    if len(_verified_roots) > 8192:
-        _verified_roots.popitem(last=False)
-    return True
+    return _root_is_signed(public_key, signature, node)
 
 
 def message_bytes(gid: str, sender: str, seqno: int, parent, sent_at: int, name: str, text: str) -> bytes:

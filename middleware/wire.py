@@ -3,9 +3,12 @@
 Every datagram is a msgpack array ``[version, type, sender_pid, public_key, body,
 sealed_gid]`` where ``body`` is the array of the type's fields in the order their
 dataclass declares them (or, for a private group, those fields sealed with the
-group's key, ``sealed_gid`` naming the group).  A DATA message carries its writer's
-signature proof as a field (see :func:`crypto.sign_batch`), so it can be relayed;
-every other datagram ends in a 64-byte Ed25519 signature of the envelope.  The pid must be the fingerprint of the key.
+group's key, ``sealed_gid`` naming the group).  Chat messages travel as a
+DATA_BATCH: a burst of one writer's messages in one datagram under one signature
+of their Merkle root.  A DATA message carries its own signature proof (see
+:func:`crypto.sign_batch`), so any member can relay it; every other datagram
+ends in a 64-byte Ed25519 signature of the envelope.  The pid must be the
+fingerprint of the key.
 ``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it
 cannot turn into a well-formed, verified message raises :class:`WireError` (or its
 subclasses :class:`SignatureError` and :class:`SealedError`) and nothing else.
@@ -53,7 +56,7 @@ class WireError(ValueError):
 
 
 class MsgType(enum.IntEnum):
-    """Datagram types. DATA, NAK, REPAIR, HEARTBEAT and SYNC_* travel on a group's own
+    """Datagram types. DATA, DATA_BATCH, NAK, REPAIR, HEARTBEAT and SYNC_* travel on a group's own
     channel; ADV, GROUPS_INFO, JOIN and LEAVE on the control channel."""
 
     DATA = 1
@@ -66,6 +69,7 @@ class MsgType(enum.IntEnum):
     NAK = 8
     HEARTBEAT = 9
     REPAIR = 10
+    DATA_BATCH = 11
 
 
 # ---------------------------------------------------------------------------
@@ -230,6 +234,33 @@ class Data:
     )
 
 
+def _batch_items(value: Any, name: str) -> tuple:
+    if type(value) is list and not 1 <= len(value) <= crypto.MAX_BATCH:
+        raise _fail(name, f"a batch holds 1..{crypto.MAX_BATCH} messages, got {len(value)}")
+    return _batch_item_list(value, name)
+
+
+_batch_item_list = _list_of(_fixed(*(check for _, check in Data.FIELDS[1:6])))
+
+
+@dataclass(frozen=True, slots=True)
+class DataBatch:
+    """A burst of one writer's chat messages in one datagram, under one signature.
+
+    Items are ``(seqno, parent, sent_at, name, text)``.  The receiver rebuilds the
+    Merkle tree from the items, so no path travels (a DATA message carries its
+    own); decoding fills ``proofs`` with each item's proof, to relay it later.
+    """
+
+    TYPE: ClassVar[MsgType] = MsgType.DATA_BATCH
+    gid: str
+    items: tuple[tuple[int, Mid | None, int, str, str], ...]
+    signature: bytes
+    proofs: tuple[bytes, ...] = ()  # not on the wire: filled in by sign_batch and decode
+
+    FIELDS: ClassVar = (("gid", _gid), ("items", _batch_items), ("signature", _bytes(crypto.SIGNATURE_BYTES)))
+
+
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
     """A DATA message relayed by any member (repair, sync): its writer's key and signature travel with it."""
@@ -390,11 +421,12 @@ class Heartbeat:
     FIELDS: ClassVar = (("gid", _gid), ("seqno", _seqno))
 
 
-Message = Data | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat | Repair
+Message = Data | DataBatch | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat | Repair
 
 _BY_TYPE: dict[int, type] = {
-    cls.TYPE: cls for cls in (Data, Adv, GroupsInfo, Join, Leave, SyncReq, SyncResp, Nak, Heartbeat, Repair)
+    cls.TYPE: cls for cls in (Data, DataBatch, Adv, GroupsInfo, Join, Leave, SyncReq, SyncResp, Nak, Heartbeat, Repair)
 }
+_SELF_SIGNED = (Data, DataBatch)  # their signature is in the body, not in a trailer
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,15 +464,18 @@ def _data_bytes(sender: str, data: Data | StoredMessage, gid: str) -> bytes:
     return crypto.message_bytes(gid, sender, data.seqno, data.parent, data.sent_at, data.name, data.text)
 
 
-def sign_batch(identity: Any, messages: list[Data]) -> list[Data]:
-    """``identity``'s DATA messages (at most crypto.MAX_BATCH) signed with one signature."""
-    proofs = crypto.sign_batch(identity, [_data_bytes(identity.pid, m, m.gid) for m in messages])
-    return [Data(m.gid, m.seqno, m.parent, m.sent_at, m.name, m.text, proof) for m, proof in zip(messages, proofs)]
+def sign_batch(identity: Any, messages: list[Data]) -> DataBatch:
+    """``identity``'s DATA messages of one group (at most crypto.MAX_BATCH) under one signature."""
+    gid = messages[0].gid
+    proofs = crypto.sign_batch(identity, [_data_bytes(identity.pid, m, gid) for m in messages])
+    items = tuple((m.seqno, m.parent, m.sent_at, m.name, m.text) for m in messages)
+    return DataBatch(gid, items, proofs[0][:crypto.SIGNATURE_BYTES], tuple(proofs))
 
 
 def signed_data(identity: Any, gid: str, seqno: int, parent: Mid | None, sent_at: int, name: str, text: str) -> Data:
-    """One DATA message signed by ``identity``."""
-    return sign_batch(identity, [Data(gid, seqno, parent, sent_at, name, text, b"")])[0]
+    """One DATA message signed by ``identity``, carrying its own proof."""
+    proof = sign_batch(identity, [Data(gid, seqno, parent, sent_at, name, text, b"")]).proofs[0]
+    return Data(gid, seqno, parent, sent_at, name, text, proof)
 
 
 def encode(identity: Any, message: Message, cipher: Any = None) -> bytes:
@@ -465,7 +500,7 @@ def encode(identity: Any, message: Message, cipher: Any = None) -> bytes:
         body = cipher.seal(msgpack.packb(body, use_bin_type=True),
                            _associated(type_code, sender, identity.public_key, sealed_gid))
     data = msgpack.packb([VERSION, type_code, sender, identity.public_key, body, sealed_gid], use_bin_type=True)
-    if cls is not Data:
+    if cls not in _SELF_SIGNED:
         data += identity.sign(data)
     if len(data) > MAX_DATAGRAM:
         raise WireError(f"{cls.TYPE.name} of {len(data)} bytes exceeds the {MAX_DATAGRAM}-byte datagram limit")
@@ -548,14 +583,14 @@ def decode(data: bytes, cipher_for: Callable[[str], Any] | None = None) -> Envel
     sender = _pid(sender, "sender")
     public_key = _bytes(crypto.PUBLIC_KEY_BYTES)(public_key, "public_key")
     trailer = data[used:]
-    if cls is Data:
+    if cls in _SELF_SIGNED:
         if trailer:
-            raise WireError("unexpected bytes after a DATA envelope")
+            raise WireError(f"unexpected bytes after a {cls.TYPE.name} envelope")
     elif len(trailer) != crypto.SIGNATURE_BYTES:
         raise WireError(f"{cls.TYPE.name} must end in a {crypto.SIGNATURE_BYTES}-byte signature")
     if crypto.pid_of(public_key) != sender:
         raise SignatureError("sender id is not the fingerprint of its key")
-    if cls is not Data and not crypto.verify(public_key, trailer, data[:used]):
+    if cls not in _SELF_SIGNED and not crypto.verify(public_key, trailer, data[:used]):
         raise SignatureError(f"bad signature on {cls.TYPE.name} from {sender}")
     if sealed_gid is not None:
         sealed_gid = _gid(sealed_gid, "sealed_gid")
@@ -575,4 +610,11 @@ def decode(data: bytes, cipher_for: Callable[[str], Any] | None = None) -> Envel
         raise SealedError("sealed body names another group")
     if cls is Data and not crypto.verify_message(public_key, message.sig, _data_bytes(sender, message, message.gid)):
         raise SignatureError(f"bad signature on DATA {sender}:{message.seqno}")
+    if cls is DataBatch:
+        gid = message.gid
+        proofs = crypto.open_batch(public_key, message.signature,
+                                   [crypto.message_bytes(gid, sender, *item) for item in message.items])
+        if proofs is None:
+            raise SignatureError(f"bad signature on a DATA_BATCH from {sender}")
+        message = DataBatch(gid, message.items, message.signature, tuple(proofs))
     return Envelope(sender, message, public_key, sealed_gid is not None)

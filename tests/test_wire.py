@@ -20,6 +20,8 @@ SIG = bytes(66)  # a well-formed (if false) proof: signature, index 0, no path
 SAMPLES = [
     wire.signed_data(ME, "g1", 1, None, 1_700_000_000_000, "Ann", "hello"),
     wire.signed_data(ME, "g1", 7, ("b" * 32, 3), 1_700_000_000_001, "", "Ünïcødé ✓ reply"),
+    wire.sign_batch(ME, [Data("g1", seqno, ("b" * 32, 3) if seqno % 2 else None, seqno, "Ann", f"m{seqno}", b"")
+                         for seqno in range(1, 6)]),
     Adv("Ann"),
     GroupsInfo((GroupInfo("g1", "Lunch", "239.77.1.2", 5007, False, (("p1", "Ann", 1),), (("p2", "Bob", 3),)),
               GroupInfo("g2", "Secret", "239.77.1.3", 5007, True, (), (), bytes(16), bytes(range(16))),)),
@@ -76,14 +78,32 @@ def test_forged_and_tampered_datagrams_are_refused():
         decode(data)
 
 
-def test_a_batch_is_signed_once_and_each_message_proves_its_place():
-    batch = wire.sign_batch(ME, [Data("g1", seqno, None, 0, "Ann", f"m{seqno}", b"") for seqno in range(1, 12)])
-    assert len({m.sig[:64] for m in batch}) == 1  # one signature for the whole batch
-    for message in batch:
-        assert decode(encode(ME, message)).message == message
-    swapped = dataclasses.replace(batch[0], sig=batch[1].sig)  # a real proof, for another message
-    with pytest.raises(wire.SignatureError):
-        decode(encode(ME, swapped))
+def test_a_batch_travels_under_one_signature_and_each_message_can_be_relayed_alone():
+    messages = [Data("g1", seqno, None, 0, "Ann", f"m{seqno}", b"") for seqno in range(1, 12)]
+    datagram = encode(ME, wire.sign_batch(ME, messages))
+    batch = decode(datagram).message
+    assert [item[0] for item in batch.items] == list(range(1, 12))
+    assert {proof[:64] for proof in batch.proofs} == {batch.signature}
+    for item, proof in zip(batch.items, batch.proofs):  # what a member relays in a REPAIR later
+        seqno, parent, sent_at, name, text = item
+        assert wire.verify_stored("g1", StoredMessage(PID, seqno, parent, sent_at, name, text, KEY, proof))
+    assert not wire.verify_stored("g1", StoredMessage(PID, 1, None, 0, "Ann", "m1", KEY, batch.proofs[1]))
+
+
+def test_a_batch_with_any_message_changed_or_dropped_is_rejected():
+    batch = wire.sign_batch(ME, [Data("g1", seqno, None, 0, "Ann", f"m{seqno}", b"") for seqno in range(1, 6)])
+    changed = dataclasses.replace(batch, items=batch.items[:2] + ((3, None, 0, "Ann", "forged"),) + batch.items[3:])
+    dropped = dataclasses.replace(batch, items=batch.items[1:])
+    other_group = dataclasses.replace(batch, gid="g2")
+    for tampered in (changed, dropped, other_group):
+        with pytest.raises(wire.SignatureError, match="DATA_BATCH"):
+            decode(encode(ME, tampered))
+
+
+def test_a_batch_holds_at_most_max_batch_messages():
+    items = [[seqno, None, 0, "Ann", "m"] for seqno in range(1, crypto.MAX_BATCH + 2)]
+    with pytest.raises(WireError, match="batch holds"):
+        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", items, bytes(64)]))
 
 
 def test_relayed_messages_are_checked_against_their_writer():
@@ -107,7 +127,7 @@ def test_limits_are_enforced_on_encode():
 def raw(version, type_code, sender, body, key=KEY, sealed=None):
     """A hand-made datagram, signed by ME (so only its content is wrong)."""
     data = msgpack.packb([version, type_code, sender, key, body, sealed], use_bin_type=True)
-    return data if type_code == 1 else data + ME.sign(data)
+    return data if type_code in (wire.MsgType.DATA, wire.MsgType.DATA_BATCH) else data + ME.sign(data)
 
 
 @pytest.mark.parametrize(

@@ -33,12 +33,17 @@ def percentile(values: list[float], q: float) -> float:
 class Recorder(NullListener):
     def __init__(self) -> None:
         self.arrivals: dict[str, list[tuple[float, float]]] = {"fast": [], "steady": []}
+        self.fast_cpu: list[float] = []  # process CPU seconds at the first and the latest fast arrival
 
     def on_messages(self, gid, messages) -> None:
         now = time.time()
         for message in messages:
             phase, _, sent = message.text.split(" ")
             self.arrivals[phase].append((float(sent), now))
+        if self.arrivals["fast"] and not self.arrivals["steady"]:
+            self.fast_cpu[1:] = [time.process_time()]
+            if len(self.fast_cpu) == 1:
+                self.fast_cpu.insert(0, self.fast_cpu[0])
 
 
 async def run_sender(args) -> None:
@@ -50,13 +55,14 @@ async def run_sender(args) -> None:
     while len(manager.group(gid).members) < args.peers:
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.5)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     for i in range(args.messages):
         manager.send(gid, f"fast {i} {time.time()!r}")
         if i % 50 == 49:
             await asyncio.sleep(0)  # let the batch commit and go out
     fast_seconds = time.perf_counter() - start
     await asyncio.sleep(1.0)
+    fast_cpu = time.process_time() - start_cpu
     steady = int(args.steady_seconds * 1000)
     begin = time.perf_counter()
     for i in range(steady):
@@ -64,7 +70,7 @@ async def run_sender(args) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
         manager.send(gid, f"steady {i} {time.time()!r}")
-    (coord / "sender.json").write_text(json.dumps({"fast_seconds": fast_seconds, "steady": steady}))
+    (coord / "sender.json").write_text(json.dumps({"fast_seconds": fast_seconds, "fast_cpu": fast_cpu, "steady": steady}))
     while len(list(coord.glob("receiver-*.json"))) < args.peers - 1:
         await asyncio.sleep(0.1)
     await manager.close()
@@ -105,6 +111,7 @@ async def run_receiver(args) -> None:
             "p99_ms": percentile(latencies, 0.99),
             "mean_ms": statistics.fmean(latencies) if latencies else float("nan"),
         }
+    result["fast"]["cpu"] = recorder.fast_cpu[-1] - recorder.fast_cpu[0] if recorder.fast_cpu else float("nan")
     result["stats"] = manager.stats_dict()
     (coord / f"receiver-{args.index}.json").write_text(json.dumps(result))
     await manager.close()
@@ -121,6 +128,7 @@ def orchestrate(args) -> int:
                 "--iface", address, "--data-dir", str(work / f"peer{index}"), "--coord", str(work),
                 "--index", str(index), "--messages", str(args.messages),
                 "--steady-seconds", str(args.steady_seconds), "--peers", str(args.peers),
+                *(["--profile", str(Path(args.profile).resolve())] if args.profile else []),
             ])
             for index, address in enumerate(lan.addresses)
         ]
@@ -130,11 +138,15 @@ def orchestrate(args) -> int:
     print(f"3 peers on a namespace LAN; sender: {args.messages:,} messages as fast as possible "
           f"({args.messages / sender['fast_seconds']:,.0f} msg/s offered), then {sender['steady']:,} at 1,000 msg/s")
     print(f"{'receiver':>9} {'phase':>7} {'delivered':>10} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    cpu = {"sender": sender["fast_cpu"] / args.messages}
     for index in range(1, args.peers):
         result = json.loads((work / f"receiver-{index}.json").read_text())
         for phase in ("fast", "steady"):
             r = result[phase]
             print(f"{index:>9} {phase:>7} {r['delivered']:>10,} {r['rate']:>9,.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
+        cpu[f"receiver {index}"] = result["fast"]["cpu"] / max(1, result["fast"]["delivered"])
+    # CPU time per message does not depend on what else the machine runs, unlike msg/s.
+    print("CPU per message in the fast phase: " + ", ".join(f"{who} {seconds * 1e6:.0f} µs" for who, seconds in cpu.items()))
     return 0
 
 
@@ -148,14 +160,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir")
     parser.add_argument("--coord")
     parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--profile", metavar="DIR", help="write a cProfile dump per peer (sender.prof, receiver-N.prof) here")
     args = parser.parse_args(argv)
-    if args.role == "sender":
-        asyncio.run(run_sender(args))
+    if args.role is None:
+        return orchestrate(args)
+    peer = run_sender(args) if args.role == "sender" else run_receiver(args)
+    if not args.profile:
+        asyncio.run(peer)
         return 0
-    if args.role == "receiver":
-        asyncio.run(run_receiver(args))
-        return 0
-    return orchestrate(args)
+    import cProfile
+
+    name = "sender" if args.role == "sender" else f"receiver-{args.index}"
+    with cProfile.Profile() as profile:
+        asyncio.run(peer)
+    profile.dump_stats(str(Path(args.profile) / f"{name}.prof"))
+    return 0
 
 
 if __name__ == "__main__":
