@@ -103,7 +103,9 @@ def _approx_size(message: wire.StoredMessage) -> int:
 def _batch_item_size(message: wire.Data) -> int:
     """An upper bound of a message's msgpack size inside a DATA_BATCH."""
     parent = 12 + len(message.parent[0]) if message.parent else 1
-    return 25 + parent + len(message.name.encode()) + len(message.text.encode())
+    name, text = message.name, message.text
+    return 25 + parent + (len(name) if name.isascii() else len(name.encode())) \
+        + (len(text) if text.isascii() else len(text.encode()))
 
 
 def _chunks(messages: list, limit: int = CHUNK_BYTES, max_items: int = wire.MAX_ITEMS,

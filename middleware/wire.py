@@ -237,7 +237,25 @@ class Data:
 def _batch_items(value: Any, name: str) -> tuple:
     if type(value) is list and not 1 <= len(value) <= crypto.MAX_BATCH:
         raise _fail(name, f"a batch holds 1..{crypto.MAX_BATCH} messages, got {len(value)}")
-    return _batch_item_list(value, name)
+    # Every chat message passes here, so the usual shape is checked inline; anything
+    # else goes through the field validators, which say precisely what is wrong.
+    items = []
+    for item in value:
+        if type(item) is list and len(item) == 5:
+            seqno, parent, sent_at, name_, text = item
+            if (type(seqno) is int and 0 < seqno <= MAX_SEQNO and type(sent_at) is int and 0 <= sent_at <= MAX_SEQNO
+                    and type(name_) is str and len(name_) <= MAX_NAME and type(text) is str and len(text) <= MAX_TEXT):
+                if parent is None:
+                    items.append((seqno, None, sent_at, name_, text))
+                    continue
+                if type(parent) is list and len(parent) == 2:
+                    pid, parent_seqno = parent
+                    if (type(pid) is str and 0 < len(pid) <= MAX_ID
+                            and type(parent_seqno) is int and 0 < parent_seqno <= MAX_SEQNO):
+                        items.append((seqno, (pid, parent_seqno), sent_at, name_, text))
+                        continue
+        return _batch_item_list(value, name)
+    return tuple(items)
 
 
 _batch_item_list = _list_of(_fixed(*(check for _, check in Data.FIELDS[1:6])))
@@ -448,6 +466,9 @@ class SealedError(WireError):
 
 
 def _to_wire(value: Any) -> Any:
+    if type(value) is DataBatch:  # the busiest message: its shape is known
+        return [value.gid, [[seqno, parent and list(parent), sent_at, name, text]
+                            for seqno, parent, sent_at, name, text in value.items], value.signature]
     fields = getattr(value, "FIELDS", None)
     if fields is not None:
         return [_to_wire(getattr(value, name)) for name, _ in fields]
