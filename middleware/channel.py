@@ -301,15 +301,20 @@ class GroupChannel:
     def _on_data(self, sender: str, seqno: int, parent: Mid | None, name: str, text: str, sent_at: int,
                  now: float, sig: bytes, public_key: bytes) -> int:
         """Order one (verified) message; returns how many messages it made deliverable."""
-        if sender not in self._received and len(self._received) >= MAX_SENDERS and sender != self.pid:
-            self.stats["foreign_dropped"] += 1
-            return 0
-        duplicates = self.orderer.duplicates
-        released = self.orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key))
-        if self.orderer.duplicates != duplicates:
+        received = self._received.get(sender)
+        if received is None:
+            if len(self._received) >= MAX_SENDERS and sender != self.pid:
+                self.stats["foreign_dropped"] += 1
+                return 0
+            received = self._received[sender] = RangeSet()
+        orderer = self.orderer
+        duplicates = orderer.duplicates
+        released = orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key))
+        if orderer.duplicates != duplicates:
             self._check_conflict((sender, seqno), parent, text)
             return 0
-        self._note_received(sender, seqno)
+        follows_previous = seqno == 1 or seqno - 1 in received
+        received.add(seqno)
         if self._highest.get(sender, 0) < seqno:
             self._highest[sender] = seqno
         if released:
@@ -321,7 +326,7 @@ class GroupChannel:
             )
         elif parent is not None and not self._has_received(parent):
             self._note_highest(parent[0], parent[1], now)  # a parent we never got: ask for it
-        if seqno > 1 and not self._has_received((sender, seqno - 1)):
+        if not follows_previous:
             self._suspect(sender, now)
         return len(released)
 

@@ -81,10 +81,9 @@ class SbOrderer:
         seen = self._delivered.get(pid)
         if seen is None:
             seen = self._delivered[pid] = RangeSet()
-        elif seqno in seen:
+        if not seen.add(seqno):
             self.duplicates += 1
             return []
-        seen.add(seqno)
         delivered = [(mid, parent, payload)]
         if self._waiting and mid in self._waiting:
             self._release(mid, delivered)
