@@ -29,6 +29,45 @@ Delivery = tuple[Mid, "Mid | None", Any]
 DEFAULT_MAX_HELD = 100_000
 
 
+class _Delivered:
+    """One sender's delivered seqnos: a run ``[lo, hi)`` and, beside it, ``rest``.
+
+    Seqnos from one sender are mostly delivered one above the last, so the run is
+    two ints that :meth:`SbOrderer.receive` reads and extends inline, without a
+    call; anything else goes to a RangeSet (``rest``, None while empty), which the
+    run absorbs as it grows into it.  ``rest`` never holds a value in ``[lo, hi]``.
+    """
+
+    __slots__ = ("lo", "hi", "rest")
+
+    def __init__(self, seqno: int) -> None:
+        self.lo, self.hi = seqno, seqno + 1
+        self.rest: RangeSet | None = None
+
+    def __contains__(self, seqno: int) -> bool:
+        return self.lo <= seqno < self.hi or self.rest is not None and seqno in self.rest
+
+    def add(self, seqno: int) -> bool:
+        """Add ``seqno``; return False if it was already there."""
+        if seqno == self.hi:
+            self.hi = seqno + 1
+            if self.rest is not None:
+                self.hi = self.rest.take_run(self.hi)
+                if not self.rest:
+                    self.rest = None
+            return True
+        if self.lo <= seqno < self.hi:
+            return False
+        if self.rest is None:
+            self.rest = RangeSet()
+        return self.rest.add(seqno)
+
+    def as_rangeset(self) -> RangeSet:
+        result = RangeSet.from_ranges(self.rest.ranges()) if self.rest is not None else RangeSet()
+        result.add_range(self.lo, self.hi)
+        return result
+
+
 class SbOrderer:
     """Delivers messages in S_b order: every reply after the message it answers.
 
@@ -42,7 +81,7 @@ class SbOrderer:
     def __init__(self, max_held: int = DEFAULT_MAX_HELD) -> None:
         if max_held < 1:
             raise ValueError("max_held must be at least 1")
-        self._delivered: dict[Hashable, RangeSet] = {}
+        self._delivered: dict[Hashable, _Delivered] = {}
         # mid -> (parent, payload); dict order is arrival order, so the first key is the oldest.
         self._held: dict[Mid, tuple[Mid, Any]] = {}
         # parent mid -> the held message that answers it, or a list of them in arrival
@@ -69,7 +108,11 @@ class SbOrderer:
             return []
         if parent is not None:
             parent_seen = self._delivered.get(parent[0])
-            if parent_seen is None or parent[1] not in parent_seen:
+            parent_seqno = parent[1]
+            if parent_seen is None or not (
+                parent_seen.lo <= parent_seqno < parent_seen.hi
+                or parent_seen.rest is not None and parent_seqno in parent_seen.rest
+            ):
                 # Its parent is not delivered, so neither was this message (delivery needs the
                 # parent): it is new, and waits.  That saves a lookup on the busiest path.
                 if parent == mid:
@@ -80,8 +123,10 @@ class SbOrderer:
         pid, seqno = mid
         seen = self._delivered.get(pid)
         if seen is None:
-            seen = self._delivered[pid] = RangeSet()
-        if not seen.add(seqno):
+            self._delivered[pid] = _Delivered(seqno)
+        elif seqno == seen.hi and seen.rest is None:
+            seen.hi = seqno + 1  # the next one in order
+        elif not seen.add(seqno):
             self.duplicates += 1
             return []
         delivered = [(mid, parent, payload)]
@@ -94,8 +139,10 @@ class SbOrderer:
 
         Returns the held messages this releases, like :meth:`receive`.
         """
-        seen = self._delivered.setdefault(mid[0], RangeSet())
-        if not seen.add(mid[1]):
+        seen = self._delivered.get(mid[0])
+        if seen is None:
+            self._delivered[mid[0]] = _Delivered(mid[1])
+        elif not seen.add(mid[1]):
             return []
         if mid in self._held:
             self._unhold(mid)
@@ -139,8 +186,9 @@ class SbOrderer:
             parent, payload = held.pop(mid)
             seen = delivered.get(mid[0])
             if seen is None:
-                seen = delivered[mid[0]] = RangeSet()
-            seen.add(mid[1])
+                delivered[mid[0]] = _Delivered(mid[1])
+            else:
+                seen.add(mid[1])
             out.append((mid, parent, payload))
             if mid in waiting:
                 children = waiting.pop(mid)
@@ -175,21 +223,23 @@ class SbOrderer:
 
     def delivered_ranges(self) -> dict[Hashable, list[tuple[int, int]]]:
         """Per sender, the delivered seqnos as inclusive ``(first, last)`` ranges."""
-        return {pid: seen.ranges() for pid, seen in self._delivered.items() if seen}
+        return {pid: seen.as_rangeset().ranges() for pid, seen in self._delivered.items()}
 
     def held_payload(self, mid: Mid) -> tuple[Mid, Any] | None:
         """``(parent, payload)`` of a held message, or None."""
         return self._held.get(mid)
 
     def delivered_sets(self) -> Iterator[tuple[Hashable, RangeSet]]:
-        """``(pid, live set of delivered seqnos)`` per sender (do not modify the sets)."""
-        return iter(self._delivered.items())
+        """``(pid, copy of its delivered seqnos)`` per sender."""
+        return ((pid, seen.as_rangeset()) for pid, seen in self._delivered.items())
 
     def delivered_set(self, pid: Hashable) -> RangeSet:
-        """The live set of ``pid``'s delivered seqnos (do not modify it)."""
-        return self._delivered.get(pid) or RangeSet()
+        """A copy of ``pid``'s delivered seqnos."""
+        seen = self._delivered.get(pid)
+        return seen.as_rangeset() if seen is not None else RangeSet()
 
     def highest_delivered(self, pid: Hashable) -> int:
         seen = self._delivered.get(pid)
-        top = seen.max() if seen else None
-        return top if top is not None else 0
+        if seen is None:
+            return 0
+        return max(seen.hi - 1, seen.rest.max()) if seen.rest is not None else seen.hi - 1

@@ -86,6 +86,25 @@ class RangeSet:
                 merged += (start, end)
         self._bounds = merged
 
+    def take_run(self, start: int) -> int:
+        """Remove the run of consecutive values that begins at ``start``; return its end
+        (exclusive), which is ``start`` itself when ``start`` is absent."""
+        end, bounds, loose = start, self._bounds, self._loose
+        while True:
+            if end in loose:
+                loose.discard(end)
+                end += 1
+                continue
+            i = bisect_right(bounds, end)
+            if not i & 1:
+                return end
+            stop = bounds[i]
+            if bounds[i - 1] == end:
+                del bounds[i - 1 : i + 1]
+            else:  # values below ``end`` stay
+                bounds[i] = end
+            end = stop
+
     def add_range(self, start: int, end: int) -> None:
         """Add every integer in ``[start, end)``, merging with ranges it touches."""
         if end <= start:

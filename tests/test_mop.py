@@ -3,7 +3,7 @@
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from middleware.mop import SbOrderer
@@ -170,3 +170,35 @@ def test_large_shuffled_forest_matches_reference():
     assert len(order) == len(position) == 5000
     parents = dict(messages)
     assert all(parents[m] is None or position[parents[m]] < position[m] for m in order)
+
+
+def _ranges_of(values):
+    ranges = []
+    for value in sorted(values):
+        if ranges and ranges[-1][1] == value - 1:
+            ranges[-1] = (ranges[-1][0], value)
+        else:
+            ranges.append((value, value))
+    return ranges
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.booleans()), max_size=200))
+@example([(2, False), (4, False), (3, False), (4, False)])  # the run grows into a stray value, which comes again
+@example([(5, True), (3, False), (4, False), (6, False), (6, True), (2, False)])
+def test_delivered_ids_match_a_plain_set(arrivals):
+    """Whatever order seqnos arrive in, by receive or mark_delivered, the compact
+    delivered-id state answers exactly as a set of them would."""
+    orderer = SbOrderer()
+    seen = set()
+    for seqno, restored in arrivals:
+        if restored:
+            orderer.mark_delivered(("s", seqno))
+        else:
+            out = orderer.receive(("s", seqno), None)
+            assert bool(out) == (seqno not in seen)
+        seen.add(seqno)
+    assert [v for v in range(0, 35) if orderer.is_delivered(("s", v))] == sorted(seen)
+    assert orderer.delivered_ranges() == ({"s": _ranges_of(seen)} if seen else {})
+    assert orderer.highest_delivered("s") == max(seen, default=0)
+    assert list(orderer.delivered_set("s")) == sorted(seen)
