@@ -185,8 +185,8 @@ def build_distributions(tmp_path: Path) -> tuple[Path, Path]:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
-    for package in ("app", "middleware", "ui"):
-        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("app", "middleware", "ui", "resources"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "out"
     out.mkdir()
     built = []
@@ -223,6 +223,7 @@ def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(tmp_path)
         assert f"{module.replace('.', '/')}.py" in names or f"{module.replace('.', '/')}/__init__.py" in names
     with tarfile.open(sdist) as archive:
         pkg_info = archive.extractfile(f"m2mc-{__version__}/PKG-INFO").read().decode()
+        assert f"m2mc-{__version__}/resources/m2mc.qss" in archive.getnames()  # a wheel built from it needs them
     assert f"\nVersion: {__version__}\n" in pkg_info
 
     # Installed without the repo on the path, the scripts report that same version.
@@ -234,6 +235,12 @@ def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(tmp_path)
                                  capture_output=True, text=True, cwd=tmp_path)
     assert still_there.stdout.strip() == __version__, "the test disturbed the virtualenv's own m2mc install"
     site = next(prefix.glob("lib/python*/site-packages"))
+    found = subprocess.run([sys.executable, "-c", "from ui.resources import RESOURCE_DIR; print(RESOURCE_DIR)"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                           env={**os.environ, "PYTHONPATH": str(site), "QT_QPA_PLATFORM": "offscreen"})
+    resource_dir = Path(found.stdout.strip())
+    assert resource_dir.is_relative_to(prefix), found.stderr  # the wheel's copy, not the checkout
+    assert (resource_dir / "m2mc.qss").is_file() and (resource_dir / "icons" / "m2mc.svg").is_file()
     for script in ("m2mc-peer", "m2mc-chat"):
         result = subprocess.run([prefix / "bin" / script, "--version"], capture_output=True, text=True, timeout=60,
                                 cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site), "QT_QPA_PLATFORM": "offscreen"})

@@ -1,8 +1,9 @@
 """Icons and the stylesheet from the top-level ``resources/`` folder, coloured for the palette.
 
-``resources/`` lives next to the packages (not inside one), so it is found
-relative to this file; when it is missing (an odd install) the app still runs,
-with plain Qt icons and no stylesheet.  Icons are monochrome SVGs drawn in
+``resources/`` lives next to the packages (not inside one), so in a checkout
+it is found relative to this file; an installed wheel carries it as
+``<prefix>/share/m2mc``.  When neither is there the app still runs, with plain
+Qt icons and no stylesheet.  Icons are monochrome SVGs drawn in
 black and recoloured here to the palette's text colour, and the stylesheet's
 ``@name@`` placeholders are filled from the palette, so one set of files serves
 light and dark desktops and follows a switch between them.
@@ -21,7 +22,15 @@ from PySide6.QtWidgets import QApplication
 
 log = logging.getLogger(__name__)
 
-RESOURCE_DIR = Path(__file__).resolve().parents[1] / "resources"
+def _find_resource_dir() -> Path:
+    here = Path(__file__).resolve()
+    checkout = here.parents[1] / "resources"
+    # <prefix>/lib/pythonX.Y/site-packages/ui/resources.py -> <prefix>/share/m2mc
+    installed = here.parents[4] / "share" / "m2mc" if len(here.parents) > 4 else checkout
+    return checkout if checkout.is_dir() or not installed.is_dir() else installed
+
+
+RESOURCE_DIR = _find_resource_dir()
 ICON_SIZES = (16, 24, 32, 48)
 
 
