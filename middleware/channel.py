@@ -55,10 +55,12 @@ NAK_MAX_SEQNOS = 5_000  # seqnos asked for in one NAK
 ANSWER_DELAY = 0.010  # per log2(group size): back-off of a non-sender answering a NAK
 ANSWER_RATE = 30_000  # messages per second this peer sends as repairs or sync answers
 CHUNK_BYTES = 60_000
-# A burst of new messages goes out in DATA_BATCH datagrams of at most this many bytes of
-# messages, so that with the envelope they fit one Ethernet frame and are never fragmented
-# (one lost fragment would lose them all).  A longer message travels alone.
-BATCH_BYTES = 1_200
+# A burst of new messages goes out in DATA_BATCH datagrams that fit one Ethernet frame
+# (1,472 bytes of UDP payload), so they are never fragmented: one lost fragment would
+# lose them all.  Around the messages, a batch's envelope takes at most 175 bytes plus
+# the gid twice (when sealed).  A longer message travels alone.
+FRAME_PAYLOAD = 1_472
+BATCH_ENVELOPE = 175
 SYNC_PACE = 0.008  # between two chunks of one sync answer (s)
 SYNC_YIELD = 0.5  # how long to defer to another responder that is answering (s)
 SYNC_RETRY = 1.0
@@ -570,7 +572,8 @@ class GroupChannel:
         signed: list[wire.Message] = []
         if self._unsigned:
             proofs = {}
-            for chunk in _chunks(self._unsigned, BATCH_BYTES, crypto.MAX_BATCH, _batch_item_size):
+            budget = FRAME_PAYLOAD - BATCH_ENVELOPE - 2 * len(self.gid)
+            for chunk in _chunks(self._unsigned, budget, crypto.MAX_BATCH, _batch_item_size):
                 batch = wire.sign_batch(self.identity, chunk)
                 signed.append(batch)
                 proofs.update(((self.pid, data.seqno), proof) for data, proof in zip(chunk, batch.proofs))
