@@ -235,7 +235,9 @@ class Data:
 
 
 def _batch_items(value: Any, name: str) -> tuple:
-    if type(value) is list and not 1 <= len(value) <= crypto.MAX_BATCH:
+    if type(value) is not list:
+        return _batch_item_list(value, name)  # raises, and says why
+    if not 1 <= len(value) <= crypto.MAX_BATCH:
         raise _fail(name, f"a batch holds 1..{crypto.MAX_BATCH} messages, got {len(value)}")
     # Every chat message passes here, so the usual shape is checked inline; anything
     # else goes through the field validators, which say precisely what is wrong.

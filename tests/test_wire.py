@@ -104,6 +104,16 @@ def test_a_batch_holds_at_most_max_batch_messages():
     items = [[seqno, None, 0, "Ann", "m"] for seqno in range(1, crypto.MAX_BATCH + 2)]
     with pytest.raises(WireError, match="batch holds"):
         decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", items, bytes(64)]))
+    with pytest.raises(WireError, match="batch holds"):
+        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", [], bytes(64)]))
+
+
+@pytest.mark.parametrize("items", [7, None, "text", b"bytes", True, 1.5, [7], [[1, None, 0, "n"]],
+                                   [[0, None, 0, "n", "t"]], [[1, ["p", 0], 0, "n", "t"]], [[1, None, -1, "n", "t"]],
+                                   [[1, None, 0, "n", "x" * (wire.MAX_TEXT + 1)]]])
+def test_malformed_batch_items_raise_only_wire_error(items):
+    with pytest.raises(WireError, match="items"):
+        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", items, bytes(64)]))
 
 
 def test_relayed_messages_are_checked_against_their_writer():
