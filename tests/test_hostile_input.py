@@ -41,7 +41,7 @@ json_like = st.recursive(
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.integers(1, 10), json_like)
+@given(st.integers(1, max(wire.MsgType)), json_like)
 def test_well_framed_garbage_is_dropped_and_counted(manager, type_code, body):
     data = msgpack.packb([wire.VERSION, type_code, MALLORY.pid, MALLORY.public_key, body, None])
     data += MALLORY.sign(data)  # a real member's signature on nonsense
