@@ -17,13 +17,6 @@ TIME_BINS = 120
 TOP_GROUPS = 8
 
 
-def _histogram(frame, column: str) -> list[tuple[float, int]]:
-    from pyspark.sql import functions as F
-
-    rows = frame.filter(F.col(column).isNotNull()).groupBy(column).count().orderBy(column).collect()
-    return [(float(r[0]), int(r[1])) for r in rows]
-
-
 def _ccdf(hist: list[tuple[float, int]]):
     """Points (x, P[X >= x]) of a histogram, for a log-log plot (x > 0 only)."""
     total = sum(c for _, c in hist)
@@ -35,36 +28,62 @@ def _ccdf(hist: list[tuple[float, int]]):
     return points
 
 
+def histograms(messages) -> dict[str, list[tuple[float | None, int]]]:
+    """Every count-per-value histogram of the report in one pass over the messages.
+
+    Each message adds an entry per histogram it belongs to: its depth (valid messages),
+    its latency bin (replies; 10 bins per decade, None for latencies <= 0), and on a
+    thread's root row the thread's size, depth and width.
+    """
+    from pyspark.sql import functions as F
+
+    def entry(plot, condition, value):
+        return F.when(condition, F.struct(F.lit(plot).alias("plot"), value.cast("double").alias("value")))
+
+    latency = F.col("reply_latency_s")
+    root = F.col("thread").isNotNull()
+    entries = F.array(
+        entry("per_depth", F.col("depth").isNotNull(), F.col("depth")),
+        entry("latency", latency.isNotNull(), F.when(latency > 0, F.floor(F.log10(latency) * 10))),
+        entry("size", root, F.col("thread.size")),
+        entry("depth", root, F.col("thread.depth")),
+        entry("width", root, F.col("thread.max_width")),
+    )
+    exploded = messages.select(F.explode(F.filter(entries, lambda e: e.isNotNull())).alias("e"))
+    counts = exploded.groupBy("e.plot", "e.value").count().collect()
+    result: dict[str, list[tuple[float | None, int]]] = {name: [] for name in ("per_depth", "latency", "size", "depth", "width")}
+    for row in counts:
+        result[row["plot"]].append((row["value"], int(row["count"])))
+    for name, points in result.items():
+        if name != "latency":
+            points.sort()
+    return result
+
+
 def collect_plot_data(results) -> dict:
     from pyspark.sql import functions as F
 
-    threads, messages = results.threads, results.messages
-    valid = messages.filter(~F.col("invalid"))
-    latency = (
-        valid.filter(F.col("reply_latency_s").isNotNull())
-        .select(F.when(F.col("reply_latency_s") > 0, F.floor(F.log10("reply_latency_s") * 10)).alias("bin"))
-        .groupBy("bin")
-        .count()
-        .collect()
-    )
-    span = valid.agg(F.min("sent_at").alias("lo"), F.max("sent_at").alias("hi")).first()
+    counts = histograms(results.messages)
+    span = results.threads.agg(F.min("first_at").alias("lo"), F.max("last_at").alias("hi")).first()
     over_time = []
     bin_s = 1.0
     if span["lo"] is not None:
         lo, hi = span["lo"].timestamp(), span["hi"].timestamp()
         bin_s = max(1.0, (hi - lo) / TIME_BINS)
-        top = [r["gid"] for r in results.groups.orderBy(F.desc("messages")).limit(TOP_GROUPS).select("gid").collect()]
+        groups = results.groups.select("gid", "group_desc", "messages").collect()
+        top = [r["gid"] for r in sorted(groups, key=lambda r: -r["messages"])[:TOP_GROUPS]]
+        names = {r["gid"]: r["group_desc"] for r in groups}
         bucket = F.floor((F.unix_millis("sent_at") / 1000.0 - F.lit(lo)) / F.lit(bin_s)).cast("long")
         label = F.when(F.col("gid").isin(top), F.col("gid")).otherwise(F.lit("other groups"))
+        valid = results.messages.filter(~F.col("invalid"))
         rows = valid.groupBy(label.alias("series"), bucket.alias("bucket")).count().collect()
-        names = {r["gid"]: r["group_desc"] for r in results.groups.select("gid", "group_desc").collect()}
         over_time = [((names.get(r["series"]) or r["series"]), lo + r["bucket"] * bin_s, r["count"]) for r in rows]
     return {
-        "size": _histogram(threads, "size"),
-        "depth": _histogram(threads, "depth"),
-        "width": _histogram(threads, "max_width"),
-        "per_depth": _histogram(valid, "depth"),
-        "latency": [(None if r["bin"] is None else int(r["bin"]), int(r["count"])) for r in latency],
+        "size": counts["size"],
+        "depth": counts["depth"],
+        "width": counts["width"],
+        "per_depth": counts["per_depth"],
+        "latency": [(None if b is None else int(b), c) for b, c in counts["latency"]],
         "over_time": over_time,
         "bin_s": bin_s,
     }

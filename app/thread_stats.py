@@ -108,7 +108,7 @@ def build_session(master: str | None, driver_memory: str):
     if not spark.conf.get("spark.sql.shuffle.partitions.userSet", None):
         if "spark.sql.shuffle.partitions" not in dict(spark.sparkContext.getConf().getAll()):
             # Spark's 200 is sized for clusters; AQE coalesces, but fewer map outputs is cheaper locally.
-            spark.conf.set("spark.sql.shuffle.partitions", str(max(8, 4 * spark.sparkContext.defaultParallelism)))
+            spark.conf.set("spark.sql.shuffle.partitions", str(max(16, 8 * spark.sparkContext.defaultParallelism)))
     return spark
 
 
@@ -174,19 +174,36 @@ def export_rows(raw):
 # counts and that sender's reply latencies, merged across tasks by Spark. One INFO row
 # per task: malformed lines, conflicting keys, pointer-jumping rounds.
 MESSAGE, GROUP, SENDER, INFO = 0, 1, 2, 3
-PLACED_SCHEMA = (
+MESSAGE_FIELDS = (
     "kind byte, gid string, mid string, parent string, sender string, sent_at timestamp, received_at timestamp, "
-    "copies long, root_mid string, depth int, reply_latency_s double, parent_missing boolean, invalid boolean, "
-    "thread_size long, thread_depth int, thread_max_width long, thread_leaves long, thread_participants long, "
-    "thread_first_ms long, thread_last_ms long, thread_median_latency_s double, thread_root_reply_fraction double, "
-    "thread_wiener_index double, thread_h_index int, "
-    "group_desc string, group_lines long, group_messages long, group_threads long, group_participants long, "
-    "group_mean_thread_size double, group_median_thread_size double, group_max_thread_size long, group_max_depth int, "
-    "group_orphan_messages long, group_invalid_messages long, group_reciprocity double, "
-    "group_size_sum long, group_depth_sum long, group_pairs long, group_reciprocated_pairs long, "
-    "sender_name string, sender_messages long, sender_threads long, sender_threads_started long, "
-    "sender_replies_sent long, sender_replies_received long, sender_reentry long, sender_latencies array<double>, "
-    "malformed_lines long, conflicting_copies long, jump_rounds int"
+    "copies long, root_mid string, depth int, reply_latency_s double, parent_missing boolean, invalid boolean"
+)
+# The measures of the other kinds sit in one struct column each: Spark's cache stores a
+# null as a 4-byte position, so 40 mostly-null flat columns would cost 160 bytes a message.
+STRUCT_FIELDS = {
+    "thread": (
+        "size long, depth int, max_width long, leaves long, participants long, first_ms long, last_ms long, "
+        "median_latency_s double, root_reply_fraction double, wiener_index double, h_index int"
+    ),
+    "group": (
+        "desc string, lines long, messages long, threads long, participants long, mean_thread_size double, "
+        "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
+        "reciprocity double, size_sum long, depth_sum long, pairs long, reciprocated_pairs long"
+    ),
+    "posts": (
+        "name string, messages long, threads long, threads_started long, replies_sent long, replies_received long, "
+        "reentry long, latencies array<double>"
+    ),
+    "info": "malformed_lines long, conflicting_copies long, jump_rounds int",
+}
+
+
+def _fields(spec: str) -> list[tuple[str, str]]:
+    return [tuple(part.split(" ", 1)) for part in spec.split(", ")]
+
+
+PLACED_SCHEMA = MESSAGE_FIELDS + "".join(
+    f", {name} struct<{', '.join(f'{field}: {kind}' for field, kind in _fields(spec))}>" for name, spec in STRUCT_FIELDS.items()
 )
 
 
@@ -197,7 +214,10 @@ def placed_arrow_schema(timestamp_type):
         "byte": pa.int8(), "string": pa.string(), "timestamp": timestamp_type, "long": pa.int64(), "int": pa.int32(),
         "double": pa.float64(), "boolean": pa.bool_(), "array<double>": pa.list_(pa.float64()),
     }
-    return pa.schema([pa.field(name, kinds[kind]) for name, kind in (part.split(" ", 1) for part in PLACED_SCHEMA.split(", "))])
+    fields = [pa.field(name, kinds[kind]) for name, kind in _fields(MESSAGE_FIELDS)]
+    for name, spec in STRUCT_FIELDS.items():
+        fields.append(pa.field(name, pa.struct([pa.field(field, kinds[kind]) for field, kind in _fields(spec)])))
+    return pa.schema(fields)
 
 
 def _codes(column):
@@ -257,7 +277,8 @@ def merge_copies(table, key):
     Copies of one (gid, mid) — equal `key` — come from several exports. The earliest
     received copy wins (then earliest sent_at, then sender, then parent, nulls first); its
     `copies` counts every line of the key. A key whose copies disagree on anything but
-    received_at is a conflict. Returns kept row indices in ascending key order.
+    received_at is a conflict. Returns (kept row indices ascending, or None when every key
+    is distinct; copies per kept row; conflicting keys).
     """
     import numpy as np
     import pyarrow as pa
@@ -268,7 +289,7 @@ def merge_copies(table, key):
     starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
     counts = np.diff(np.r_[starts, key.size])
     if starts.size == key.size:
-        return order, np.ones(key.size, dtype=np.int64), 0
+        return None, np.ones(key.size, dtype=np.int64), 0
     keep = order[starts]
     multi = np.flatnonzero(counts > 1)
     rows = order[np.repeat(counts > 1, counts)]
@@ -289,7 +310,8 @@ def merge_copies(table, key):
         agree &= _same(mine.column(name), winners.column(name)).to_numpy(zero_copy_only=False)
     conflicts = np.unique(ranked_key[~agree]).size
     keep[multi] = rows[ranked[group_start]]
-    return keep, counts.astype(np.int64), int(conflicts)
+    ascending = np.argsort(keep)
+    return keep[ascending], counts[ascending].astype(np.int64), int(conflicts)
 
 
 def jump_to_roots(parent_pos):
@@ -324,22 +346,20 @@ def jump_to_roots(parent_pos):
     return np.where(valid, anc, -1), np.where(valid, dist, -1), rounds
 
 
-def _first_of_pairs(major, minor, n_minor):
-    """For pairs (major[i], minor[i]): a mask of each distinct pair's first row, and its pair's row count."""
+def distinct_pairs(major, minor, n_minor):
+    """Distinct (major, minor) pairs of two code arrays: their majors, minors and row counts."""
     import numpy as np
 
-    pair = major.astype(np.int64) * max(n_minor, 1) + minor
-    _, first, inverse, counts = np.unique(pair, return_index=True, return_inverse=True, return_counts=True)
-    mask = np.zeros(pair.size, dtype=bool)
-    mask[first] = True
-    return mask, counts[inverse]
+    width = max(n_minor, 1)
+    pairs, counts = np.unique(major.astype(np.int64) * width + minor, return_counts=True)
+    return pairs // width, pairs % width, counts
 
 
 def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_s, sender_code, n_senders):
     """Per-thread measures over the valid nodes (root_pos >= 0), one numpy pass.
 
-    Returns (root row positions, dict of per-thread arrays in that order, per-row
-    thread_first and thread_reentry flags).
+    Returns (root row positions, dict of per-thread arrays in that order, and per sender
+    the number of threads posted in and of threads posted in more than once).
     """
     import numpy as np
 
@@ -390,62 +410,52 @@ def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_s, sender_code
     qualifies = level_count >= level_depth[level_start]
     np.maximum.at(h_index, level_thread[level_start][qualifies], level_depth[level_start][qualifies])
 
-    first_post, posts = _first_of_pairs(thread, sender_code[rows], n_senders)
-    participants = np.bincount(thread, weights=first_post, minlength=k).astype(np.int64)
-    thread_first = np.zeros(n, dtype=bool)
-    thread_first[rows] = first_post
-    thread_reentry = np.zeros(n, dtype=bool)
-    thread_reentry[rows] = first_post & (posts > 1)
+    poster_thread, poster, posts = distinct_pairs(thread, sender_code[rows], n_senders)
+    participants = np.bincount(poster_thread, minlength=k).astype(np.int64)
+    sender_threads = np.bincount(poster, minlength=n_senders).astype(np.int64)
+    sender_reentry = np.bincount(poster, weights=posts > 1, minlength=n_senders).astype(np.int64)
 
     median = grouped_median(thread[reply], latency_s[replies], k)
 
     measures = {
-        "thread_size": size.astype(np.int64),
-        "thread_depth": max_depth.astype(np.int32),
-        "thread_max_width": max_width,
-        "thread_leaves": leaves,
-        "thread_participants": participants,
-        "thread_first_ms": first,
-        "thread_last_ms": last,
-        "thread_median_latency_s": median,
-        "thread_root_reply_fraction": root_fraction,
-        "thread_wiener_index": wiener,
-        "thread_h_index": h_index.astype(np.int32),
+        "size": size.astype(np.int64),
+        "depth": max_depth.astype(np.int32),
+        "max_width": max_width,
+        "leaves": leaves,
+        "participants": participants,
+        "first_ms": first,
+        "last_ms": last,
+        "median_latency_s": median,
+        "root_reply_fraction": root_fraction,
+        "wiener_index": wiener,
+        "h_index": h_index.astype(np.int32),
     }
-    return root_rows, measures, thread_first, thread_reentry
+    return root_rows, measures, sender_threads, sender_reentry
 
 
-def reply_pairs(gid_code, sender_code, parent_pos, n_senders):
-    """Flags of directed sender pairs A->B per group (A replied to B, A != B).
-
-    Returns (pair_first: the first row of each distinct (group, A, B); pair_reciprocated:
-    on those rows, whether (group, B, A) occurs too).
-    """
+def reply_pairs(gid_code, sender_code, parent_pos, n_senders, n_groups):
+    """Per group: distinct directed sender pairs A->B (A replied to B, A != B), and how many
+    of them are reciprocated (B->A occurs in the group too)."""
     import numpy as np
 
-    n = parent_pos.size
-    pair_first = np.zeros(n, dtype=bool)
-    reciprocated = np.zeros(n, dtype=bool)
     linked = np.flatnonzero(parent_pos >= 0)
     a = sender_code[linked]
     b = sender_code[parent_pos[linked]]
     cross = a != b
-    linked, a, b = linked[cross], a[cross], b[cross]
-    if not linked.size:
-        return pair_first, reciprocated
+    g, a, b = gid_code[linked[cross]], a[cross], b[cross]
     s = max(n_senders, 1)
-    # Two dense steps keep the keys inside int64: (A, B) first, then (group, pair).
-    forward, backward = a * s + b, b * s + a
-    both = np.unique(np.concatenate([forward, backward]))
-    u = both.size
-    key = gid_code[linked] * u + np.searchsorted(both, forward)
-    back = gid_code[linked] * u + np.searchsorted(both, backward)
+    if n_groups * s * s < 2**62:
+        key, back = (g * s + a) * s + b, (g * s + b) * s + a
+    else:
+        # Two dense steps keep the keys inside int64: (A, B) first, then (group, pair).
+        both = np.unique(np.concatenate([a * s + b, b * s + a]))
+        key = g * both.size + np.searchsorted(both, a * s + b)
+        back = g * both.size + np.searchsorted(both, b * s + a)
     distinct, first = np.unique(key, return_index=True)
-    pair_first[linked[first]] = True
-    position = np.searchsorted(distinct, back[first])
-    position[position == distinct.size] = 0
-    reciprocated[linked[first]] = distinct[position] == back[first]
-    return pair_first, reciprocated
+    position = np.minimum(np.searchsorted(distinct, back[first]), max(distinct.size - 1, 0))
+    reciprocated = distinct[position] == back[first] if distinct.size else np.zeros(0, bool)
+    pairs = np.bincount(g[first], minlength=n_groups).astype(np.int64)
+    return pairs, np.bincount(g[first], weights=reciprocated, minlength=n_groups).astype(np.int64)
 
 
 def place_groups(table):
@@ -471,17 +481,20 @@ def place_groups(table):
     m = len(mid_values)
     key = gid_code * m + mid_code
     keep, copies, conflicts = merge_copies(table, key)
-    table = table.take(pa.array(keep))
-    key, gid_code = key[keep], gid_code[keep]
+    if keep is not None:
+        table = table.take(pa.array(keep))
+        key, gid_code = key[keep], gid_code[keep]
     n, n_groups = table.num_rows, len(gids)
 
-    # Parent links: the parent's key in the same group, found among the (sorted) keys.
+    # Parent links: the parent's key in the same group, looked up among the sorted keys.
     parent = table.column("parent")
     parent_code = pc.fill_null(pc.index_in(parent, value_set=mid_values), -1).to_numpy(zero_copy_only=False).astype(np.int64)
     parent_key = gid_code * m + parent_code
-    position = np.minimum(np.searchsorted(key, parent_key), n - 1)
-    found = (parent_code >= 0) & (key[position] == parent_key)
-    parent_pos = np.where(found, position, -1)
+    by_key = np.argsort(key)
+    sorted_key = key[by_key]
+    position = np.minimum(np.searchsorted(sorted_key, parent_key), n - 1)
+    found = (parent_code >= 0) & (sorted_key[position] == parent_key)
+    parent_pos = np.where(found, by_key[position], -1)
     parent_missing = pc.is_valid(parent).to_numpy(zero_copy_only=False) & ~found
 
     root_pos, depth, rounds = jump_to_roots(parent_pos)
@@ -493,8 +506,7 @@ def place_groups(table):
 
     sender_code, senders = _codes(table.column("sender"))
     n_senders = len(senders)
-    root_rows, measures, thread_first, thread_reentry = thread_measures(parent_pos, root_pos, depth, sent_ms, latency, sender_code, n_senders)
-    pair_first, pair_reciprocated = reply_pairs(gid_code, sender_code, parent_pos, n_senders)
+    root_rows, measures, sender_threads, sender_reentry = thread_measures(parent_pos, root_pos, depth, sent_ms, latency, sender_code, n_senders)
 
     is_root = np.zeros(n, dtype=bool)
     is_root[root_rows] = True
@@ -512,14 +524,16 @@ def place_groups(table):
         "parent_missing": pa.array(parent_missing),
         "invalid": pa.array(~valid),
     }
+    thread_columns = {}
     for name, values in measures.items():
         spread = np.zeros(n, dtype=values.dtype)
         spread[root_rows] = values
-        message_columns[name] = _arrow(spread, ~is_root)
+        thread_columns[name] = _arrow(spread, ~is_root)
+    message_columns["thread"] = _struct(schema.field("thread").type, thread_columns, ~is_root)
 
-    group_first, _ = _first_of_pairs(gid_code, sender_code, n_senders)
+    member_group, _, _ = distinct_pairs(gid_code, sender_code, n_senders)
     thread_gid = gid_code[root_rows]
-    sizes, thread_depths = measures["thread_size"], measures["thread_depth"]
+    sizes, thread_depths = measures["size"], measures["depth"]
     threads = np.bincount(thread_gid, minlength=n_groups)
     no_threads = threads == 0
     size_sum = np.bincount(thread_gid, weights=sizes, minlength=n_groups).astype(np.int64)
@@ -527,29 +541,27 @@ def place_groups(table):
     np.maximum.at(max_size, thread_gid, sizes)
     max_depth = np.zeros(n_groups, dtype=np.int32)
     np.maximum.at(max_depth, thread_gid, thread_depths)
-    pairs = np.bincount(gid_code, weights=pair_first, minlength=n_groups).astype(np.int64)
-    reciprocated = np.bincount(gid_code, weights=pair_first & pair_reciprocated, minlength=n_groups).astype(np.int64)
+    pairs, reciprocated = reply_pairs(gid_code, sender_code, parent_pos, n_senders, n_groups)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_size = size_sum / threads
         reciprocity = reciprocated / pairs
     group_columns = {
-        "gid": gids,
-        "group_desc": _max_strings(gid_code, table.column("group_desc"), n_groups),
-        "group_lines": _counts(gid_code, n_groups, copies),
-        "group_messages": _counts(gid_code, n_groups),
-        "group_threads": pa.array(threads.astype(np.int64)),
-        "group_participants": _counts(gid_code, n_groups, group_first),
-        "group_mean_thread_size": _arrow(mean_size, no_threads),
-        "group_median_thread_size": _arrow(grouped_median(thread_gid, sizes, n_groups), no_threads),
-        "group_max_thread_size": _arrow(max_size, no_threads),
-        "group_max_depth": _arrow(max_depth, no_threads),
-        "group_orphan_messages": _counts(gid_code, n_groups, parent_missing),
-        "group_invalid_messages": _counts(gid_code, n_groups, ~valid),
-        "group_reciprocity": _arrow(reciprocity, pairs == 0),
-        "group_size_sum": pa.array(size_sum),
-        "group_depth_sum": pa.array(np.bincount(thread_gid, weights=thread_depths, minlength=n_groups).astype(np.int64)),
-        "group_pairs": pa.array(pairs),
-        "group_reciprocated_pairs": pa.array(reciprocated),
+        "desc": _max_strings(gid_code, table.column("group_desc"), n_groups),
+        "lines": _counts(gid_code, n_groups, copies),
+        "messages": _counts(gid_code, n_groups),
+        "threads": pa.array(threads.astype(np.int64)),
+        "participants": _counts(member_group, n_groups),
+        "mean_thread_size": _arrow(mean_size, no_threads),
+        "median_thread_size": _arrow(grouped_median(thread_gid, sizes, n_groups), no_threads),
+        "max_thread_size": _arrow(max_size, no_threads),
+        "max_depth": _arrow(max_depth, no_threads),
+        "orphan_messages": _counts(gid_code, n_groups, parent_missing),
+        "invalid_messages": _counts(gid_code, n_groups, ~valid),
+        "reciprocity": _arrow(reciprocity, pairs == 0),
+        "size_sum": pa.array(size_sum),
+        "depth_sum": pa.array(np.bincount(thread_gid, weights=thread_depths, minlength=n_groups).astype(np.int64)),
+        "pairs": pa.array(pairs),
+        "reciprocated_pairs": pa.array(reciprocated),
     }
 
     # Each sender's reply latencies in this task, as one list per sender.
@@ -557,20 +569,23 @@ def place_groups(table):
     by_sender = np.argsort(latency_sender, kind="stable")
     offsets = np.r_[0, np.cumsum(np.bincount(latency_sender, minlength=n_senders))].astype(np.int32)
     sender_columns = {
-        "sender": senders,
-        "sender_name": _max_strings(sender_code, table.column("sender_name"), n_senders),
-        "sender_messages": _counts(sender_code, n_senders),
-        "sender_threads": _counts(sender_code, n_senders, thread_first),
-        "sender_threads_started": _counts(sender_code, n_senders, valid & (depth == 0)),
-        "sender_replies_sent": _counts(sender_code, n_senders, pc.is_valid(parent).to_numpy(zero_copy_only=False)),
-        "sender_replies_received": _counts(sender_code[parent_pos[found]], n_senders),
-        "sender_reentry": _counts(sender_code, n_senders, thread_reentry),
-        "sender_latencies": pa.ListArray.from_arrays(pa.array(offsets), pa.array(latency[has_latency][by_sender])),
+        "name": _max_strings(sender_code, table.column("sender_name"), n_senders),
+        "messages": _counts(sender_code, n_senders),
+        "threads": pa.array(sender_threads),
+        "threads_started": _counts(sender_code, n_senders, valid & (depth == 0)),
+        "replies_sent": _counts(sender_code, n_senders, pc.is_valid(parent).to_numpy(zero_copy_only=False)),
+        "replies_received": _counts(sender_code[parent_pos[found]], n_senders),
+        "reentry": pa.array(sender_reentry),
+        "latencies": pa.ListArray.from_arrays(pa.array(offsets), pa.array(latency[has_latency][by_sender])),
     }
+    no_mask = np.zeros(n_groups, dtype=bool)
+    group_part = {"gid": gids, "group": _struct(schema.field("group").type, group_columns, no_mask)}
+    no_mask = np.zeros(n_senders, dtype=bool)
+    sender_part = {"sender": senders, "posts": _struct(schema.field("posts").type, sender_columns, no_mask)}
     return pa.concat_tables([
         _part(schema, MESSAGE, n, message_columns),
-        _part(schema, GROUP, n_groups, group_columns),
-        _part(schema, SENDER, n_senders, sender_columns),
+        _part(schema, GROUP, n_groups, group_part),
+        _part(schema, SENDER, n_senders, sender_part),
         _info_part(schema, malformed, conflicts, rounds),
     ])
 
@@ -593,6 +608,15 @@ def _arrow(values, missing):
     return pa.array(values, mask=missing)
 
 
+def _struct(struct_type, children: dict, missing):
+    """A struct array of `struct_type` from named child arrays, null where `missing`."""
+    import pyarrow as pa
+
+    arrays = [children[field.name].cast(field.type) for field in struct_type]
+    arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+    return pa.StructArray.from_arrays(arrays, fields=list(struct_type), mask=pa.array(missing))
+
+
 def _part(schema, kind: int, rows: int, columns: dict):
     """`rows` rows of one kind: the given columns, nulls in all the others."""
     import numpy as np
@@ -612,11 +636,14 @@ def _part(schema, kind: int, rows: int, columns: dict):
 def _info_part(schema, malformed: int, conflicts: int, rounds: int):
     import pyarrow as pa
 
-    return _part(schema, INFO, 1, {
+    import numpy as np
+
+    counts = {
         "malformed_lines": pa.array([malformed], pa.int64()),
         "conflicting_copies": pa.array([conflicts], pa.int64()),
         "jump_rounds": pa.array([rounds], pa.int32()),
-    })
+    }
+    return _part(schema, INFO, 1, {"info": _struct(schema.field("info").type, counts, np.zeros(1, dtype=bool))})
 
 
 def _place_batches(batches):
@@ -651,21 +678,22 @@ def thread_table(messages):
     """Per thread: the measures `place_groups` left on the root rows."""
     from pyspark.sql import functions as F
 
-    return messages.filter(F.col("thread_size").isNotNull()).select(
+    thread = lambda name: F.col(f"thread.{name}")  # noqa: E731
+    return messages.filter(F.col("thread").isNotNull()).select(
         "gid",
         "root_mid",
-        F.col("thread_size").alias("size"),
-        F.col("thread_depth").alias("depth"),
-        F.col("thread_max_width").alias("max_width"),
-        F.col("thread_leaves").alias("leaves"),
-        F.col("thread_participants").alias("participants"),
-        F.timestamp_millis("thread_first_ms").alias("first_at"),
-        F.timestamp_millis("thread_last_ms").alias("last_at"),
-        ((F.col("thread_last_ms") - F.col("thread_first_ms")) / F.lit(1000.0)).alias("duration_s"),
-        F.col("thread_median_latency_s").alias("median_reply_latency_s"),
-        F.col("thread_root_reply_fraction").alias("root_reply_fraction"),
-        F.col("thread_wiener_index").alias("wiener_index"),
-        F.col("thread_h_index").alias("h_index"),
+        thread("size").alias("size"),
+        thread("depth").alias("depth"),
+        thread("max_width").alias("max_width"),
+        thread("leaves").alias("leaves"),
+        thread("participants").alias("participants"),
+        F.timestamp_millis(thread("first_ms")).alias("first_at"),
+        F.timestamp_millis(thread("last_ms")).alias("last_at"),
+        ((thread("last_ms") - thread("first_ms")) / F.lit(1000.0)).alias("duration_s"),
+        thread("median_latency_s").alias("median_reply_latency_s"),
+        thread("root_reply_fraction").alias("root_reply_fraction"),
+        thread("wiener_index").alias("wiener_index"),
+        thread("h_index").alias("h_index"),
         F.col("parent_missing").alias("orphan"),
     )
 
@@ -681,7 +709,8 @@ def group_table(placed):
     from pyspark.sql import functions as F
 
     rows = placed.filter(F.col("kind") == GROUP)
-    return rows.select(*(F.col(name if name in ("gid", "group_desc") else f"group_{name}").alias(name) for name in GROUP_COLUMNS))
+    fields = {"gid": "gid", "group_desc": "group.desc"}
+    return rows.select(*(F.col(fields.get(name, f"group.{name}")).alias(name) for name in GROUP_COLUMNS))
 
 
 def _sorted_median(values):
@@ -699,14 +728,14 @@ def participant_table(placed):
     from pyspark.sql import functions as F
 
     merged = placed.filter(F.col("kind") == SENDER).groupBy("sender").agg(
-        F.max("sender_name").alias("sender_name"),
-        F.sum("sender_messages").alias("messages"),
-        F.sum("sender_threads").alias("threads"),
-        F.sum("sender_threads_started").alias("threads_started"),
-        F.sum("sender_replies_sent").alias("replies_sent"),
-        F.sum("sender_replies_received").alias("replies_received"),
-        F.array_sort(F.flatten(F.collect_list("sender_latencies"))).alias("latencies"),
-        F.sum("sender_reentry").alias("reentry"),
+        F.max("posts.name").alias("sender_name"),
+        F.sum("posts.messages").alias("messages"),
+        F.sum("posts.threads").alias("threads"),
+        F.sum("posts.threads_started").alias("threads_started"),
+        F.sum("posts.replies_sent").alias("replies_sent"),
+        F.sum("posts.replies_received").alias("replies_received"),
+        F.array_sort(F.flatten(F.collect_list("posts.latencies"))).alias("latencies"),
+        F.sum("posts.reentry").alias("reentry"),
     )
     return merged.select(
         "sender", "sender_name", "messages", "threads", "threads_started", "replies_sent", "replies_received",
@@ -777,21 +806,21 @@ def analyse(spark, paths: list[str]) -> Results:
     spark.sparkContext.setJobDescription("read, merge, place and measure")
     small = placed.filter(F.col("kind").isin(GROUP, INFO))
     totals = small.agg(
-        F.sum("malformed_lines").alias("malformed"),
-        F.sum("conflicting_copies").alias("conflicts"),
-        F.max("jump_rounds").alias("rounds"),
-        F.sum("group_lines").alias("kept_lines"),
-        F.sum("group_messages").alias("messages"),
-        F.count("group_messages").alias("groups"),
-        F.sum("group_orphan_messages").alias("orphans"),
-        F.sum("group_invalid_messages").alias("invalid"),
-        F.sum("group_threads").alias("threads"),
-        F.max("group_max_depth").alias("max_depth"),
-        F.sum("group_size_sum").alias("size_sum"),
-        F.max("group_max_thread_size").alias("max_size"),
-        F.sum("group_depth_sum").alias("depth_sum"),
-        F.sum("group_pairs").alias("pairs"),
-        F.sum("group_reciprocated_pairs").alias("reciprocated"),
+        F.sum("info.malformed_lines").alias("malformed"),
+        F.sum("info.conflicting_copies").alias("conflicts"),
+        F.max("info.jump_rounds").alias("rounds"),
+        F.sum("group.lines").alias("kept_lines"),
+        F.sum("group.messages").alias("messages"),
+        F.count("group").alias("groups"),
+        F.sum("group.orphan_messages").alias("orphans"),
+        F.sum("group.invalid_messages").alias("invalid"),
+        F.sum("group.threads").alias("threads"),
+        F.max("group.max_depth").alias("max_depth"),
+        F.sum("group.size_sum").alias("size_sum"),
+        F.max("group.max_thread_size").alias("max_size"),
+        F.sum("group.depth_sum").alias("depth_sum"),
+        F.sum("group.pairs").alias("pairs"),
+        F.sum("group.reciprocated_pairs").alias("reciprocated"),
     ).first()
     malformed = int(totals["malformed"] or 0)
     conflicts = int(totals["conflicts"] or 0)
@@ -826,7 +855,7 @@ def analyse(spark, paths: list[str]) -> Results:
         "invalid_messages": int(totals["invalid"] or 0),
         "max_depth": _maybe_int(totals["max_depth"]),
         "mean_thread_size": totals["size_sum"] / threads_count if threads_count else None,
-        "median_thread_size": exact_median(messages, "thread_size"),
+        "median_thread_size": exact_median(messages, "thread.size"),
         "max_thread_size": _maybe_int(totals["max_size"]),
         "mean_depth": totals["depth_sum"] / threads_count if threads_count else None,
         "reply_latency_median_s": exact_median(messages, "reply_latency_s"),

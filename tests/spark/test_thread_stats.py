@@ -321,3 +321,34 @@ def test_command_writes_tables_summary_and_report(spark, tmp_path):
 def test_command_reports_missing_input(tmp_path, capsys):
     assert thread_stats.main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "out")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the numpy core, without Spark
+
+
+def test_pointer_jumping_on_a_chain_of_depth_100000():
+    import numpy as np
+
+    depth = 100_000
+    parent_pos = np.arange(-1, depth)  # node i replies to node i - 1; node 0 is the root
+    rng = np.random.default_rng(3)
+    shuffled = rng.permutation(depth + 1)  # positions in a task are in no particular order
+    where = np.empty_like(shuffled)
+    where[shuffled] = np.arange(depth + 1)
+    scrambled = np.full(depth + 1, -1)
+    scrambled[where[1:]] = where[parent_pos[1:]]
+    root, depths, rounds = thread_stats.jump_to_roots(scrambled)
+    assert (root == where[0]).all()
+    assert (depths[where] == np.arange(depth + 1)).all()
+    assert rounds == math.ceil(math.log2(depth))
+
+
+def test_pointer_jumping_marks_cycles_and_their_tails_invalid():
+    import numpy as np
+
+    # 0 root <- 1 <- 2;  3 <-> 4 cycle with 5 below it;  6 replies to itself, 7 below it.
+    parent_pos = np.array([-1, 0, 1, 4, 3, 4, 6, 6])
+    root, depth, rounds = thread_stats.jump_to_roots(parent_pos)
+    assert root.tolist() == [0, 0, 0, -1, -1, -1, -1, -1]
+    assert depth.tolist() == [0, 1, 2, -1, -1, -1, -1, -1]
+    assert rounds <= math.ceil(math.log2(8)) + 1
