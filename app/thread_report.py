@@ -28,42 +28,40 @@ def _ccdf(hist: list[tuple[float, int]]):
     return points
 
 
-def histograms(messages) -> dict[str, list[tuple[float | None, int]]]:
-    """Every count-per-value histogram of the report in one pass over the messages.
+def histograms(frame, plots: dict) -> dict[str, list[tuple[float | None, int]]]:
+    """Several count-per-value histograms of one frame in one pass.
 
-    Each message adds an entry per histogram it belongs to: its depth (valid messages),
-    its latency bin (replies; 10 bins per decade, None for latencies <= 0), and on a
-    thread's root row the thread's size, depth and width.
+    `plots` maps a histogram's name to (condition, value): each row adds one entry to
+    every histogram whose condition it meets.
     """
     from pyspark.sql import functions as F
 
-    def entry(plot, condition, value):
-        return F.when(condition, F.struct(F.lit(plot).alias("plot"), value.cast("double").alias("value")))
-
-    latency = F.col("reply_latency_s")
-    root = F.col("thread").isNotNull()
-    entries = F.array(
-        entry("per_depth", F.col("depth").isNotNull(), F.col("depth")),
-        entry("latency", latency.isNotNull(), F.when(latency > 0, F.floor(F.log10(latency) * 10))),
-        entry("size", root, F.col("thread.size")),
-        entry("depth", root, F.col("thread.depth")),
-        entry("width", root, F.col("thread.max_width")),
-    )
-    exploded = messages.select(F.explode(F.filter(entries, lambda e: e.isNotNull())).alias("e"))
-    counts = exploded.groupBy("e.plot", "e.value").count().collect()
-    result: dict[str, list[tuple[float | None, int]]] = {name: [] for name in ("per_depth", "latency", "size", "depth", "width")}
-    for row in counts:
+    entries = F.array(*(
+        F.when(condition, F.struct(F.lit(name).alias("plot"), value.cast("double").alias("value")))
+        for name, (condition, value) in plots.items()
+    ))
+    exploded = frame.select(F.explode(F.filter(entries, lambda e: e.isNotNull())).alias("e"))
+    result: dict[str, list[tuple[float | None, int]]] = {name: [] for name in plots}
+    for row in exploded.groupBy("e.plot", "e.value").count().collect():
         result[row["plot"]].append((row["value"], int(row["count"])))
-    for name, points in result.items():
-        if name != "latency":
-            points.sort()
     return result
 
 
 def collect_plot_data(results) -> dict:
     from pyspark.sql import functions as F
 
-    counts = histograms(results.messages)
+    latency = F.col("reply_latency_s")
+    counts = histograms(results.messages, {
+        "per_depth": (F.col("depth").isNotNull(), F.col("depth")),
+        # 10 bins per decade; None for latencies <= 0.
+        "latency": (latency.isNotNull(), F.when(latency > 0, F.floor(F.log10(latency) * 10))),
+    })
+    always = F.lit(True)
+    counts.update(histograms(results.threads, {
+        "size": (always, F.col("size")), "depth": (always, F.col("depth")), "width": (always, F.col("max_width")),
+    }))
+    for name in ("per_depth", "size", "depth", "width"):
+        counts[name].sort()
     span = results.threads.agg(F.min("first_at").alias("lo"), F.max("last_at").alias("hi")).first()
     over_time = []
     bin_s = 1.0

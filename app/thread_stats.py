@@ -116,19 +116,19 @@ def build_session(master: str | None, driver_memory: str):
 
 
 def export_schema():
-    """Every export field but `text`, times parsed by the JSON reader; bad lines land in CORRUPT."""
+    """Every export field but `text`, as strings; lines that are not JSON objects land in CORRUPT.
+
+    Times stay strings here: `place_groups` parses them with Arrow, many times faster than
+    the JSON reader's per-row parser.
+    """
     from pyspark.sql import types as T
 
-    fields = [
-        T.StructField(name, T.TimestampType() if name in TIME_FIELDS else T.StringType())
-        for name in EXPORT_FIELDS
-        if name != "text"
-    ]
+    fields = [T.StructField(name, T.StringType()) for name in EXPORT_FIELDS if name != "text"]
     return T.StructType(fields + [T.StructField(CORRUPT, T.StringType())])
 
 
 def read_exports(spark, paths: list[str]):
-    """Export lines as typed columns plus the corrupt-record column (set for bad JSON or times)."""
+    """Export lines as string columns plus the corrupt-record column (set for bad JSON)."""
     return (
         spark.read.schema(export_schema())
         .option("mode", "PERMISSIVE")
@@ -140,8 +140,8 @@ def read_exports(spark, paths: list[str]):
 def export_rows(raw):
     """The columns `place_groups` reads; malformed lines keep a null gid so they can be counted.
 
-    Malformed: bad JSON, a missing or empty gid/mid/sender, a missing or unreadable time.
-    An empty parent means a thread root, like a null one.
+    Malformed: bad JSON, a missing or empty gid/mid/sender, a missing time (an unreadable
+    one is caught by `place_groups`). An empty parent means a thread root, like a null one.
     """
     from pyspark.sql import functions as F
 
@@ -167,13 +167,42 @@ def export_rows(raw):
 
 # ---------------------------------------------------------------- one group-complete partition in numpy
 
-# What `place_groups` returns: rows of four kinds in one frame (Spark's mapInArrow has one
-# output schema). MESSAGE rows: one per distinct (gid, mid), with the thread measures on
-# the thread's root row (null elsewhere). GROUP rows: one per gid, the whole groups table
-# row plus sums the summary adds up. SENDER rows: one per sender of the task, partial
-# counts and that sender's reply latencies, merged across tasks by Spark. One INFO row
-# per task: malformed lines, conflicting keys, pointer-jumping rounds.
-MESSAGE, GROUP, SENDER, INFO = 0, 1, 2, 3
+def parse_times(strings):
+    """ISO 8601 strings to an Arrow timestamp[us, UTC] array; null where unreadable.
+
+    Arrow's vectorised cast reads the export's own format ("...T08:00:14.143Z"); only a
+    column it refuses (no zone, a typo) goes value by value through `fromisoformat`, a
+    time without a zone taken as UTC.
+    """
+    import datetime as dt
+
+    import pyarrow as pa
+
+    target = pa.timestamp("us", tz="UTC")
+    try:
+        return strings.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    values = []
+    for text in strings.to_pylist():
+        try:
+            stamp = dt.datetime.fromisoformat(text)
+        except (TypeError, ValueError):
+            values.append(None)
+            continue
+        values.append(stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc))
+    return pa.array(values, type=target)
+
+
+# What `place_groups` returns: rows of five kinds in one frame (Spark's mapInArrow has one
+# output schema). MESSAGE rows: one per distinct (gid, mid). THREAD rows: one per thread
+# (gid, root_mid, orphan flag in parent_missing, measures). GROUP rows: one per gid, the
+# whole groups table row plus sums the summary adds up. SENDER rows: one per sender of
+# the task, partial counts and that sender's reply latencies, merged across tasks by
+# Spark. One INFO row per task: malformed lines, conflicting keys, pointer-jumping rounds.
+# Each kind comes out in one run of rows, so the cache's per-batch min/max of `kind` lets
+# a scan of the small kinds skip the message batches.
+MESSAGE, THREAD, GROUP, SENDER, INFO = 0, 1, 2, 3, 4
 MESSAGE_FIELDS = (
     "kind byte, gid string, mid string, parent string, sender string, sent_at timestamp, received_at timestamp, "
     "copies long, root_mid string, depth int, reply_latency_s double, parent_missing boolean, invalid boolean"
@@ -469,10 +498,13 @@ def place_groups(table):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = placed_arrow_schema(table.schema.field("sent_at").type)
-    present = pc.is_valid(table.column("gid"))
-    malformed = table.num_rows - pc.sum(present.cast(pa.int64())).as_py() if table.num_rows else 0
-    table = table.filter(present).combine_chunks()
+    schema = placed_arrow_schema(pa.timestamp("us", tz="UTC"))
+    lines = table.num_rows
+    table = table.filter(pc.is_valid(table.column("gid"))).combine_chunks()
+    for name in TIME_FIELDS:
+        table = table.set_column(table.schema.get_field_index(name), name, parse_times(table.column(name).combine_chunks()))
+    table = table.filter(pc.and_(pc.is_valid(table.column("sent_at")), pc.is_valid(table.column("received_at"))))
+    malformed = lines - table.num_rows
     if not table.num_rows:
         return _info_part(schema, malformed, 0, 0)
 
@@ -508,8 +540,6 @@ def place_groups(table):
     n_senders = len(senders)
     root_rows, measures, sender_threads, sender_reentry = thread_measures(parent_pos, root_pos, depth, sent_ms, latency, sender_code, n_senders)
 
-    is_root = np.zeros(n, dtype=bool)
-    is_root[root_rows] = True
     message_columns = {
         "gid": table.column("gid"),
         "mid": table.column("mid"),
@@ -524,12 +554,18 @@ def place_groups(table):
         "parent_missing": pa.array(parent_missing),
         "invalid": pa.array(~valid),
     }
-    thread_columns = {}
-    for name, values in measures.items():
-        spread = np.zeros(n, dtype=values.dtype)
-        spread[root_rows] = values
-        thread_columns[name] = _arrow(spread, ~is_root)
-    message_columns["thread"] = _struct(schema.field("thread").type, thread_columns, ~is_root)
+    k = root_rows.size
+    root_index = pa.array(root_rows)
+    thread_part = {
+        "gid": table.column("gid").take(root_index),
+        "root_mid": table.column("mid").take(root_index),
+        "parent_missing": pa.array(parent_missing[root_rows]),
+        "thread": _struct(
+            schema.field("thread").type,
+            {name: _arrow(values, np.zeros(k, dtype=bool)) for name, values in measures.items()},
+            np.zeros(k, dtype=bool),
+        ),
+    }
 
     member_group, _, _ = distinct_pairs(gid_code, sender_code, n_senders)
     thread_gid = gid_code[root_rows]
@@ -584,6 +620,7 @@ def place_groups(table):
     sender_part = {"sender": senders, "posts": _struct(schema.field("posts").type, sender_columns, no_mask)}
     return pa.concat_tables([
         _part(schema, MESSAGE, n, message_columns),
+        _part(schema, THREAD, k, thread_part),
         _part(schema, GROUP, n_groups, group_part),
         _part(schema, SENDER, n_senders, sender_part),
         _info_part(schema, malformed, conflicts, rounds),
@@ -668,18 +705,18 @@ def place_all(spark, paths: list[str]):
 
 
 def message_table(placed):
-    """Per message: its root, depth and flags, and on root rows the thread measures."""
+    """Per message: its root, depth and flags."""
     from pyspark.sql import functions as F
 
     return placed.filter(F.col("kind") == MESSAGE)
 
 
-def thread_table(messages):
-    """Per thread: the measures `place_groups` left on the root rows."""
+def thread_table(placed):
+    """Per thread: the measures of `place_groups`."""
     from pyspark.sql import functions as F
 
     thread = lambda name: F.col(f"thread.{name}")  # noqa: E731
-    return messages.filter(F.col("thread").isNotNull()).select(
+    return placed.filter(F.col("kind") == THREAD).select(
         "gid",
         "root_mid",
         thread("size").alias("size"),
@@ -836,7 +873,7 @@ def analyse(spark, paths: list[str]) -> Results:
         log.warning("%d message(s) have copies that disagree beyond received_at; kept the earliest received", conflicts)
 
     messages = message_table(placed)
-    threads = thread_table(messages)
+    threads = thread_table(placed)
     groups = group_table(placed)
     spark.sparkContext.setJobDescription("participants")
     participants = participant_table(placed).persist(StorageLevel.MEMORY_AND_DISK)
@@ -855,7 +892,7 @@ def analyse(spark, paths: list[str]) -> Results:
         "invalid_messages": int(totals["invalid"] or 0),
         "max_depth": _maybe_int(totals["max_depth"]),
         "mean_thread_size": totals["size_sum"] / threads_count if threads_count else None,
-        "median_thread_size": exact_median(messages, "thread.size"),
+        "median_thread_size": exact_median(threads, "size"),
         "max_thread_size": _maybe_int(totals["max_size"]),
         "mean_depth": totals["depth_sum"] / threads_count if threads_count else None,
         "reply_latency_median_s": exact_median(messages, "reply_latency_s"),
