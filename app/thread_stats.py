@@ -201,10 +201,11 @@ def parse_times(strings):
 # the task, partial counts and that sender's reply latencies, merged across tasks by
 # Spark. One INFO row per task: malformed lines, conflicting keys, pointer-jumping rounds.
 # Each kind comes out in one run of rows, so the cache's per-batch min/max of `kind` lets
-# a scan of the small kinds skip the message batches.
+# a scan of the small kinds skip the message batches (`kind` is an int: a filter on a
+# byte column compares through a cast, which the cache cannot prune with).
 MESSAGE, THREAD, GROUP, SENDER, INFO = 0, 1, 2, 3, 4
 MESSAGE_FIELDS = (
-    "kind byte, gid string, mid string, parent string, sender string, sent_at timestamp, received_at timestamp, "
+    "kind int, gid string, mid string, parent string, sender string, sent_at timestamp, received_at timestamp, "
     "copies long, root_mid string, depth int, reply_latency_s double, parent_missing boolean, invalid boolean"
 )
 # The measures of the other kinds sit in one struct column each: Spark's cache stores a
@@ -662,7 +663,7 @@ def _part(schema, kind: int, rows: int, columns: dict):
     arrays = []
     for field in schema:
         if field.name == "kind":
-            arrays.append(pa.array(np.full(rows, kind, dtype=np.int8)))
+            arrays.append(pa.array(np.full(rows, kind, dtype=np.int32)))
         elif field.name in columns:
             arrays.append(columns[field.name].cast(field.type))
         else:
@@ -934,11 +935,10 @@ def write_outputs(results: Results, out: Path, fmt: str) -> None:
         started = time.perf_counter()
         frame.sparkSession.sparkContext.setJobDescription(f"write {name}")
         writer = frame.write.mode("overwrite")
-        if name == "messages":
-            # Dictionaries pay off on gid and sender only; trying them on the unique mids
-            # cost twice the time of the whole write.
-            for column in ("mid", "parent", "root_mid"):
-                writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        if name in ("messages", "threads"):
+            # Building dictionaries (and dropping them again for the unique mids) cost a
+            # third of these writes; snappy still packs the repeated gids and senders.
+            writer = writer.option("parquet.enable.dictionary", "false")
         writer.parquet(f"{out_uri}/{name}")
         if fmt == "csv":
             frame.write.mode("overwrite").option("header", True).csv(f"{out_uri}/{name}.csv")
