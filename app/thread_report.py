@@ -28,61 +28,60 @@ def _ccdf(hist: list[tuple[float, int]]):
     return points
 
 
-def histograms(frame, plots: dict) -> dict[str, list[tuple[float | None, int]]]:
+def histograms(frame, plots: dict) -> dict[str, list[tuple]]:
     """Several count-per-value histograms of one frame in one pass.
 
-    `plots` maps a histogram's name to (condition, value): each row adds one entry to
-    every histogram whose condition it meets.
+    `plots` maps a histogram's name to (condition, series, value): each row adds one
+    entry to every histogram whose condition it meets; `series` (a string column or None)
+    splits a histogram into lines. Returns name -> [(series, value, count)].
     """
     from pyspark.sql import functions as F
 
     entries = F.array(*(
-        F.when(condition, F.struct(F.lit(name).alias("plot"), value.cast("double").alias("value")))
-        for name, (condition, value) in plots.items()
+        F.when(condition, F.struct(
+            F.lit(name).alias("plot"),
+            (F.lit(None).cast("string") if series is None else series).alias("series"),
+            value.cast("double").alias("value"),
+        ))
+        for name, (condition, series, value) in plots.items()
     ))
     exploded = frame.select(F.explode(F.filter(entries, lambda e: e.isNotNull())).alias("e"))
-    result: dict[str, list[tuple[float | None, int]]] = {name: [] for name in plots}
-    for row in exploded.groupBy("e.plot", "e.value").count().collect():
-        result[row["plot"]].append((row["value"], int(row["count"])))
+    result: dict[str, list[tuple]] = {name: [] for name in plots}
+    for row in exploded.groupBy("e.plot", "e.series", "e.value").count().collect():
+        result[row["plot"]].append((row["series"], row["value"], int(row["count"])))
     return result
 
 
 def collect_plot_data(results) -> dict:
     from pyspark.sql import functions as F
 
-    latency = F.col("reply_latency_s")
-    counts = histograms(results.messages, {
-        "per_depth": (F.col("depth").isNotNull(), F.col("depth")),
-        # 10 bins per decade; None for latencies <= 0.
-        "latency": (latency.isNotNull(), F.when(latency > 0, F.floor(F.log10(latency) * 10))),
-    })
     always = F.lit(True)
-    counts.update(histograms(results.threads, {
-        "size": (always, F.col("size")), "depth": (always, F.col("depth")), "width": (always, F.col("max_width")),
-    }))
-    for name in ("per_depth", "size", "depth", "width"):
-        counts[name].sort()
+    counts = histograms(results.threads, {
+        "size": (always, None, F.col("size")), "depth": (always, None, F.col("depth")), "width": (always, None, F.col("max_width")),
+    })
     span = results.threads.agg(F.min("first_at").alias("lo"), F.max("last_at").alias("hi")).first()
-    over_time = []
-    bin_s = 1.0
-    if span["lo"] is not None:
-        lo, hi = span["lo"].timestamp(), span["hi"].timestamp()
-        bin_s = max(1.0, (hi - lo) / TIME_BINS)
-        groups = results.groups.select("gid", "group_desc", "messages").collect()
-        top = [r["gid"] for r in sorted(groups, key=lambda r: -r["messages"])[:TOP_GROUPS]]
-        names = {r["gid"]: r["group_desc"] for r in groups}
-        bucket = F.floor((F.unix_millis("sent_at") / 1000.0 - F.lit(lo)) / F.lit(bin_s)).cast("long")
-        label = F.when(F.col("gid").isin(top), F.col("gid")).otherwise(F.lit("other groups"))
-        valid = results.messages.filter(~F.col("invalid"))
-        rows = valid.groupBy(label.alias("series"), bucket.alias("bucket")).count().collect()
-        over_time = [((names.get(r["series"]) or r["series"]), lo + r["bucket"] * bin_s, r["count"]) for r in rows]
+    lo = span["lo"].timestamp() if span["lo"] is not None else 0.0
+    hi = span["hi"].timestamp() if span["hi"] is not None else 0.0
+    bin_s = max(1.0, (hi - lo) / TIME_BINS)
+    groups = results.groups.select("gid", "group_desc", "messages").collect()
+    top = [r["gid"] for r in sorted(groups, key=lambda r: -r["messages"])[:TOP_GROUPS]]
+    names = {r["gid"]: r["group_desc"] for r in groups}
+
+    valid = ~F.col("invalid")
+    latency = F.col("reply_latency_s")
+    bucket = F.floor((F.unix_millis("sent_at") / 1000.0 - F.lit(lo)) / F.lit(bin_s))
+    label = F.when(F.col("gid").isin(top), F.col("gid")).otherwise(F.lit("other groups"))
+    counts.update(histograms(results.messages, {
+        "per_depth": (valid, None, F.col("depth")),
+        # 10 bins per decade; None for latencies <= 0.
+        "latency": (latency.isNotNull(), None, F.when(latency > 0, F.floor(F.log10(latency) * 10))),
+        "over_time": (valid, label, bucket),
+    }))
+    points = {name: sorted((v, c) for _, v, c in counts[name]) for name in ("size", "depth", "width", "per_depth")}
     return {
-        "size": counts["size"],
-        "depth": counts["depth"],
-        "width": counts["width"],
-        "per_depth": counts["per_depth"],
-        "latency": [(None if b is None else int(b), c) for b, c in counts["latency"]],
-        "over_time": over_time,
+        **points,
+        "latency": [(None if v is None else int(v), c) for _, v, c in counts["latency"]],
+        "over_time": [((names.get(s) or s), lo + v * bin_s, c) for s, v, c in counts["over_time"]],
         "bin_s": bin_s,
     }
 

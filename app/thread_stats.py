@@ -782,10 +782,11 @@ def participant_table(placed):
 
 
 def exact_median(frame, column: str):
-    """Exact median of a numeric column, as Spark's percentile computes it, in two cheap passes.
+    """Exact median of a numeric column, as Spark's percentile computes it, in one or two cheap passes.
 
     Pass one counts the values per bin (64 bins per octave, monotone in the value); pass
-    two counts the distinct values of the one or two bins holding the middle ranks. With
+    two, needed only when such a bin holds several distinct values, counts the distinct
+    values of the one or two bins holding the middle ranks. With
     values in whole milliseconds (latencies) or whole numbers (sizes) a bin holds few
     distinct values, so nothing like a column of millions reaches the driver.
     """
@@ -795,27 +796,34 @@ def exact_median(frame, column: str):
     magnitude = F.floor(F.log2(F.abs(value) + 1) * 64)
     bin_of = F.when(value >= 0, magnitude).otherwise(-magnitude - 1)
     present = frame.filter(F.col(column).isNotNull()).select(value.alias("value"), bin_of.alias("bin"))
-    bins = sorted((r["bin"], r["count"]) for r in present.groupBy("bin").count().collect())
-    n = sum(count for _, count in bins)
+    bins = sorted(
+        (r["bin"], r["count"], r["lo"], r["hi"])
+        for r in present.groupBy("bin").agg(F.count(F.lit(1)).alias("count"), F.min("value").alias("lo"), F.max("value").alias("hi")).collect()
+    )
+    n = sum(b[1] for b in bins)
     if not n:
         return None
     ranks = ((n - 1) // 2, n // 2)
-    wanted, seen = set(), 0
-    for bin_id, count in bins:
+    holding, seen = {}, 0
+    for bin_id, count, lo, hi in bins:
         for rank in ranks:
             if seen <= rank < seen + count:
-                wanted.add(bin_id)
+                holding[rank] = (bin_id, seen, lo, hi)
         seen += count
-    below = sum(count for bin_id, count in bins if bin_id < min(wanted))
-    values = sorted((r["value"], r["count"]) for r in present.filter(F.col("bin").isin(sorted(wanted))).groupBy("value").count().collect())
-    picked = []
+    picked, distinct = [], {}
     for rank in ranks:
-        seen = below
-        for v, count in values:
-            if seen <= rank < seen + count:
+        bin_id, below, lo, hi = holding[rank]
+        if lo == hi:  # one distinct value in the bin (small whole numbers): no second pass
+            picked.append(lo)
+            continue
+        if bin_id not in distinct:
+            rows = present.filter(F.col("bin") == bin_id).groupBy("value").count().collect()
+            distinct[bin_id] = sorted((r["value"], r["count"]) for r in rows)
+        for v, count in distinct[bin_id]:
+            if below <= rank < below + count:
                 picked.append(v)
                 break
-            seen += count
+            below += count
     lower, upper = picked
     return lower if lower == upper else 0.5 * lower + 0.5 * upper
 

@@ -352,3 +352,17 @@ def test_pointer_jumping_marks_cycles_and_their_tails_invalid():
     assert root.tolist() == [0, 0, 0, -1, -1, -1, -1, -1]
     assert depth.tolist() == [0, 1, 2, -1, -1, -1, -1, -1]
     assert rounds <= math.ceil(math.log2(8)) + 1
+
+
+def test_exact_median_matches_spark_percentile(spark):
+    rng = random.Random(11)
+    # Whole milliseconds like the latencies, with ties, negatives (clock skew) and a long tail.
+    values = [round(rng.lognormvariate(5, 2) * rng.choice([1, 1, 1, -1]), 3) for _ in range(2001)] + [0.0] * 7
+    frame = spark.createDataFrame([(v,) for v in values] + [(None,)], "x double")
+    for rows in (frame, frame.limit(1000), frame.filter(F.col("x") > 0), frame.filter(F.col("x") < 0)):
+        assert thread_stats.exact_median(rows, "x") == rows.agg(F.median("x")).first()[0]
+    sizes = spark.createDataFrame([(v,) for v in [1, 1, 2, 2, 2, 3, 500, 501]], "x long")
+    assert thread_stats.exact_median(sizes, "x") == 2.0
+    assert thread_stats.exact_median(sizes.filter(F.col("x") > 1), "x") == 2.5
+    assert thread_stats.exact_median(sizes.filter(F.col("x") >= 500), "x") == 500.5
+    assert thread_stats.exact_median(sizes.filter(F.col("x") > 1000), "x") is None
