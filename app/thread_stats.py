@@ -30,7 +30,6 @@ log = logging.getLogger("m2mc.thread_stats")
 EXPORT_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", "text", "sent_at", "received_at")
 TIME_FIELDS = ("sent_at", "received_at")
 CORRUPT = "_corrupt_record"
-TABLES = ("messages", "threads", "groups", "participants")
 
 
 class UsageError(Exception):
@@ -915,10 +914,6 @@ def analyse(spark, paths: list[str]) -> Results:
 
 def _maybe_int(value):
     return None if value is None else int(value)
-
-
-def _maybe_float(value):
-    return None if value is None else float(value)
 
 
 MESSAGE_COLUMNS = (

@@ -9,7 +9,7 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory):
+def spark():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -26,6 +26,5 @@ def spark(tmp_path_factory):
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")
-    session.sparkContext.setCheckpointDir(str(tmp_path_factory.mktemp("spark-checkpoints")))
     yield session
     session.stop()
