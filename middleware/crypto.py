@@ -94,14 +94,13 @@ def _root_signing_bytes(root: bytes) -> bytes:
 
 def _merkle(messages: list[bytes]) -> tuple[bytes, list[bytes]]:
     """The Merkle root over ``messages`` and each one's ``index (2 bytes) || sibling hashes``."""
-    sha256 = hashlib.sha256
-    level = [sha256(b"\x00" + m).digest() for m in messages]
+    level = [_leaf(m) for m in messages]
     levels = []
     while len(level) > 1:
         if len(level) & 1:
             level.append(level[-1])  # an odd node is paired with itself
         levels.append(level)
-        level = [sha256(b"\x01" + level[j] + level[j + 1]).digest() for j in range(0, len(level), 2)]
+        level = [_node(level[j], level[j + 1]) for j in range(0, len(level), 2)]
     return level[0], [
         index.to_bytes(2, "big") + b"".join([lower[(index >> height) ^ 1] for height, lower in enumerate(levels)])
         for index in range(len(messages))
