@@ -1,12 +1,19 @@
 """S_b ordering core: the paper's illustration, hostile input and delivery properties."""
 
 import random
+import subprocess
+import sys
+import tracemalloc
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from middleware.mop import SbOrderer
+from middleware import mop
+from middleware.mop import CompiledSbOrderer, PySbOrderer
+
+IMPLEMENTATIONS = [PySbOrderer] + ([CompiledSbOrderer] if CompiledSbOrderer is not None else [])
+each_orderer = pytest.mark.parametrize("SbOrderer", IMPLEMENTATIONS, ids=lambda cls: cls.__name__)
 
 B1, B2, B3, B4, A1 = ("B", 1), ("B", 2), ("B", 3), ("B", 4), ("A", 1)
 
@@ -15,7 +22,8 @@ def mids(deliveries):
     return [mid for mid, _, _ in deliveries]
 
 
-def test_paper_illustration():
+@each_orderer
+def test_paper_illustration(SbOrderer):
     orderer = SbOrderer()
     assert mids(orderer.receive(B1, None, "q")) == [B1]
     assert orderer.receive(B3, B2, "x") == []
@@ -28,20 +36,23 @@ def test_paper_illustration():
     assert orderer.delivered_ranges() == {"B": [(1, 4)], "A": [(1, 1)]}
 
 
-def test_payload_and_parent_travel_with_delivery():
+@each_orderer
+def test_payload_and_parent_travel_with_delivery(SbOrderer):
     orderer = SbOrderer()
     orderer.receive(B2, B1, "reply")
     assert orderer.receive(B1, None, "root") == [(B1, None, "root"), (B2, B1, "reply")]
 
 
-def test_unrelated_messages_never_wait():
+@each_orderer
+def test_unrelated_messages_never_wait(SbOrderer):
     orderer = SbOrderer()
     assert orderer.receive(B3, B2, "held") == []
     assert mids(orderer.receive(A1, None, "other thread")) == [A1]
     assert mids(orderer.receive(("A", 2), A1, "reply in other thread")) == [("A", 2)]
 
 
-def test_release_is_depth_first_parent_first():
+@each_orderer
+def test_release_is_depth_first_parent_first(SbOrderer):
     orderer = SbOrderer()
     root = ("r", 1)
     a, b, a1, a2, b1 = ("x", 1), ("y", 1), ("x", 2), ("y", 2), ("x", 3)
@@ -50,7 +61,8 @@ def test_release_is_depth_first_parent_first():
     assert mids(orderer.receive(root, None)) == [root, a, a1, a2, b, b1]
 
 
-def test_duplicates_deliver_nothing():
+@each_orderer
+def test_duplicates_deliver_nothing(SbOrderer):
     orderer = SbOrderer()
     orderer.receive(B2, B1)
     assert orderer.receive(B2, B1) == []  # duplicate while held
@@ -60,7 +72,8 @@ def test_duplicates_deliver_nothing():
     assert orderer.duplicates == 3
 
 
-def test_self_parent_and_cycle_never_deliver_and_never_loop():
+@each_orderer
+def test_self_parent_and_cycle_never_deliver_and_never_loop(SbOrderer):
     orderer = SbOrderer()
     assert orderer.receive(("x", 1), ("x", 1)) == []
     assert orderer.rejected == 1
@@ -71,7 +84,8 @@ def test_self_parent_and_cycle_never_deliver_and_never_loop():
     assert mids(orderer.receive(("ok", 1), None)) == [("ok", 1)]
 
 
-def test_held_store_is_bounded_and_evicts_oldest():
+@each_orderer
+def test_held_store_is_bounded_and_evicts_oldest(SbOrderer):
     orderer = SbOrderer(max_held=100)
     for seq in range(1, 1001):
         orderer.receive(("evil", seq), ("ghost", seq))
@@ -82,7 +96,8 @@ def test_held_store_is_bounded_and_evicts_oldest():
     assert mids(orderer.receive(("ghost", 1), None)) == [("ghost", 1)]
 
 
-def test_mark_delivered_restores_state_and_releases():
+@each_orderer
+def test_mark_delivered_restores_state_and_releases(SbOrderer):
     orderer = SbOrderer()
     assert orderer.receive(B2, B1) == []
     assert mids(orderer.mark_delivered(B1)) == [B2]
@@ -90,7 +105,8 @@ def test_mark_delivered_restores_state_and_releases():
     assert orderer.mark_delivered(B1) == []
 
 
-def test_mark_delivered_of_a_held_message_forgets_its_wait():
+@each_orderer
+def test_mark_delivered_of_a_held_message_forgets_its_wait(SbOrderer):
     orderer = SbOrderer()
     orderer.receive(("b", 1), ("a", 1), "reply")
     orderer.receive(("b", 2), ("a", 1), "second reply")
@@ -99,7 +115,8 @@ def test_mark_delivered_of_a_held_message_forgets_its_wait():
     assert mids(orderer.receive(("a", 1), None, "root")) == [("a", 1), ("b", 2)]
 
 
-def test_delivered_state_is_compact_for_contiguous_seqnos():
+@each_orderer
+def test_delivered_state_is_compact_for_contiguous_seqnos(SbOrderer):
     orderer = SbOrderer()
     for seq in range(1, 100_001):
         orderer.receive(("s", seq), None)
@@ -109,7 +126,8 @@ def test_delivered_state_is_compact_for_contiguous_seqnos():
     assert orderer.delivered_set("s").gaps(100_005) == [(100_001, 100_004)]
 
 
-def test_invalid_bound_is_refused():
+@each_orderer
+def test_invalid_bound_is_refused(SbOrderer):
     with pytest.raises(ValueError):
         SbOrderer(max_held=0)
 
@@ -136,9 +154,10 @@ def forests_with_arrival_orders(draw):
     return messages, arrival
 
 
+@each_orderer
 @settings(max_examples=300, deadline=None)
 @given(forests_with_arrival_orders())
-def test_every_message_once_after_its_parent(case):
+def test_every_message_once_after_its_parent(SbOrderer, case):
     messages, arrival = case
     orderer = SbOrderer()
     delivered_at = {}
@@ -157,7 +176,8 @@ def test_every_message_once_after_its_parent(case):
     assert orderer.pending == 0
 
 
-def test_large_shuffled_forest_matches_reference():
+@each_orderer
+def test_large_shuffled_forest_matches_reference(SbOrderer):
     rng = random.Random(7)
     messages = []
     for i in range(5000):
@@ -182,11 +202,12 @@ def _ranges_of(values):
     return ranges
 
 
+@each_orderer
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 30), st.booleans()), max_size=200))
 @example([(2, False), (4, False), (3, False), (4, False)])  # the run grows into a stray value, which comes again
 @example([(5, True), (3, False), (4, False), (6, False), (6, True), (2, False)])
-def test_delivered_ids_match_a_plain_set(arrivals):
+def test_delivered_ids_match_a_plain_set(SbOrderer, arrivals):
     """Whatever order seqnos arrive in, by receive or mark_delivered, the compact
     delivered-id state answers exactly as a set of them would."""
     orderer = SbOrderer()
@@ -202,3 +223,111 @@ def test_delivered_ids_match_a_plain_set(arrivals):
     assert orderer.delivered_ranges() == ({"s": _ranges_of(seen)} if seen else {})
     assert orderer.highest_delivered("s") == max(seen, default=0)
     assert list(orderer.delivered_set("s")) == sorted(seen)
+
+
+# -- the compiled core against the reference ----------------------------------
+
+
+def test_the_compiled_core_is_built_and_used():
+    """The install compiles _sborder.c; a silent fallback to Python would cost 5x."""
+    assert CompiledSbOrderer is not None, "middleware._sborder did not build (is a C compiler installed?)"
+    assert mop.SbOrderer is (CompiledSbOrderer if mop.COMPILED else PySbOrderer)
+
+
+_small_mids = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 9))
+_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("receive"), _small_mids, st.none() | _small_mids),
+        st.tuples(st.just("mark_delivered"), _small_mids, st.none()),
+    ),
+    max_size=120,
+)
+
+
+def _observable_state(orderer):
+    everything = [(pid, seqno) for pid in "abcz" for seqno in range(11)]
+    return {
+        "pending": orderer.pending,
+        "held": list(orderer.held()),
+        "waiting_for": orderer.waiting_for(),
+        "ranges": orderer.delivered_ranges(),
+        "sets": {pid: list(ranges) for pid, ranges in orderer.delivered_sets()},
+        "highest": [orderer.highest_delivered(pid) for pid in "abcz"],
+        "delivered": [orderer.is_delivered(mid) for mid in everything],
+        "payloads": [orderer.held_payload(mid) for mid in everything],
+        "counters": (orderer.duplicates, orderer.evicted, orderer.rejected),
+    }
+
+
+@pytest.mark.skipif(CompiledSbOrderer is None, reason="the compiled core is not built")
+@settings(max_examples=500, deadline=None)
+@given(st.integers(1, 6), _operations)
+@example(2, [("receive", ("a", 1), ("b", 1)), ("receive", ("a", 1), None), ("receive", ("b", 1), None)])
+def test_compiled_core_matches_the_reference(max_held, operations):
+    """Any sequence of arrivals, restores, duplicates, self-parents, cycles, reused mids
+    and evictions gives the same deliveries and the same state in both."""
+    reference, compiled = PySbOrderer(max_held=max_held), CompiledSbOrderer(max_held=max_held)
+    for step, (operation, mid, parent) in enumerate(operations):
+        if operation == "receive":
+            expected, got = reference.receive(mid, parent, step), compiled.receive(mid, parent, step)
+        else:
+            expected, got = reference.mark_delivered(mid), compiled.mark_delivered(mid)
+        assert got == expected, f"step {step}: {operation}{mid, parent}"
+    assert _observable_state(compiled) == _observable_state(reference)
+
+
+@pytest.mark.skipif(CompiledSbOrderer is None, reason="the compiled core is not built")
+def test_compiled_core_refuses_malformed_mids_clearly():
+    orderer = CompiledSbOrderer()
+    for bad in ["a:1", ("a",), ("a", "1"), ("a", 1.0), ("a", 1, 2)]:
+        with pytest.raises(TypeError, match="pid, seqno|seqno must be an int"):
+            orderer.receive(bad, None)
+    for bad in [("a", -1), ("a", 2**63)]:
+        with pytest.raises(ValueError, match=r"seqno must be in \[0, 2\*\*63 - 1\]"):
+            orderer.receive(("b", 1), bad)
+    assert orderer.pending == 0 and orderer.delivered_ranges() == {}
+
+
+@each_orderer
+def test_made_up_parents_leave_nothing_behind_once_evicted(SbOrderer):
+    """Replies naming parents from ever new made-up senders, evicted in turn, cost
+    no memory beyond the bound on held messages."""
+    orderer = SbOrderer(max_held=10)
+
+    def answer_ghosts(first, last):
+        for seq in range(first, last):
+            orderer.receive(("evil", seq), (f"ghost{seq}", 1))
+
+    tracemalloc.start()
+    try:
+        answer_ghosts(1, 2001)
+        before = tracemalloc.get_traced_memory()[0]
+        answer_ghosts(2001, 22001)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert orderer.pending == 10 and orderer.evicted == 21990
+    assert len(orderer.waiting_for()) == 10
+    assert grown < 64 * 1024, f"{grown} bytes more after 20,000 more made-up senders"
+
+
+@pytest.mark.skipif(CompiledSbOrderer is None, reason="the compiled core is not built")
+def test_compiled_core_survives_the_collector_at_every_allocation():
+    """Orderers made, filled with payloads that refer back to them (a cycle), and
+    collected while the cyclic collector runs at nearly every allocation.  Run in a
+    child process: a fault here must fail the test, not end the test run."""
+    code = (
+        "import gc\n"
+        "gc.set_threshold(1)\n"
+        "from middleware.mop import CompiledSbOrderer\n"
+        "orderers = []\n"
+        "for _ in range(300):\n"
+        "    orderers.append(CompiledSbOrderer(max_held=5))\n"
+        "    for seq in range(1, 9):\n"
+        "        orderers[-1].receive(('b', seq), ('a', seq), [orderers[-1]])\n"
+        "del orderers\n"
+        "gc.collect()\n"
+        "print('survived')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "survived" in result.stdout, result.stderr
