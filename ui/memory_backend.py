@@ -225,4 +225,4 @@ def _replace(view: GroupView, **changes) -> GroupView:
 
 
 def _with_order(message: ChatMessage, order: int) -> ChatMessage:
-    return replace(message, order=order)
+    return message._replace(order=order)
