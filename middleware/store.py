@@ -23,6 +23,11 @@ from .crypto import Identity
 from .gjlp import GroupRecord
 from .types import ChatMessage, Mid
 
+# Version 1: messages are kept in delivery order (the rowid), so storing one appends to
+# the table and to one index (by mid); a sender's public key is kept once, in peer_keys,
+# since its pid is that key's fingerprint.  Version 0 stored the key in every row and
+# kept a second index: half again as much work per stored message.
+SCHEMA_VERSION = 1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS groups (
@@ -34,14 +39,14 @@ CREATE TABLE IF NOT EXISTS members (
     gid TEXT NOT NULL, pid TEXT NOT NULL, name TEXT NOT NULL, epoch INTEGER NOT NULL,
     state TEXT NOT NULL, PRIMARY KEY (gid, pid)
 );
+CREATE TABLE IF NOT EXISTS peer_keys (pid TEXT PRIMARY KEY, public_key BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS messages (
+    delivery_order INTEGER PRIMARY KEY,
     gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
     parent_sender TEXT, parent_seqno INTEGER, sender_name TEXT NOT NULL, text TEXT NOT NULL,
-    sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL, delivery_order INTEGER NOT NULL,
-    public_key BLOB NOT NULL, sig BLOB NOT NULL,
-    PRIMARY KEY (gid, sender, seqno)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS messages_by_order ON messages (gid, delivery_order);
+    sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL, sig BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS messages_by_mid ON messages (gid, sender, seqno);
 """
 
 
@@ -84,10 +89,30 @@ class Store:
         # on the event loop, so they never stall delivery.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = _Checkpointer(self.path)
+        self._migrate()
         self._db.executescript(SCHEMA)
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._db.commit()
         row = self._db.execute("SELECT MAX(delivery_order) FROM messages").fetchone()
         self._next_order = (row[0] or 0) + 1
+        self._keys_stored: set[str] = set()
+
+    def _migrate(self) -> None:
+        """Bring a version-0 database (public key in every message row) to the current schema."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(messages)")}
+        if "public_key" not in columns:
+            return
+        self._db.executescript(
+            "BEGIN;"
+            "ALTER TABLE messages RENAME TO messages_v0;"
+            "DROP INDEX IF EXISTS messages_by_order;"
+            + SCHEMA
+            + "INSERT OR IGNORE INTO peer_keys SELECT sender, public_key FROM messages_v0 WHERE length(public_key) > 0;"
+            "INSERT INTO messages SELECT delivery_order, gid, sender, seqno, parent_sender, parent_seqno, "
+            "  sender_name, text, sent_at, received_at, sig FROM messages_v0;"
+            "DROP TABLE messages_v0;"
+            "COMMIT;"
+        )
 
     def close(self) -> None:
         self._db.commit()
@@ -175,34 +200,37 @@ class Store:
         """Store delivered messages in delivery order; returns them with ``order`` set."""
         stored = []
         rows = []
+        new_keys = {}
         for message in messages:
             order = self._next_order
             self._next_order += 1
+            sender = message.mid[0]
             parent = message.parent or (None, None)
             rows.append((
-                message.gid, message.mid[0], message.mid[1], parent[0], parent[1],
-                message.sender_name, message.text, message.sent_at, message.received_at, order,
-                message.public_key, message.signature,
+                order, message.gid, sender, message.mid[1], parent[0], parent[1],
+                message.sender_name, message.text, message.sent_at, message.received_at, message.signature,
             ))
-            stored.append(ChatMessage(
-                message.gid, message.mid, message.parent, message.sender_name, message.text,
-                message.sent_at, message.received_at, order, message.signature, message.public_key,
-            ))
-        self._db.executemany("INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            stored.append(message._replace(order=order))
+            if sender not in self._keys_stored and message.public_key:
+                new_keys[sender] = message.public_key
+        if new_keys:
+            self._db.executemany("INSERT OR IGNORE INTO peer_keys VALUES (?, ?)", new_keys.items())
+            self._keys_stored.update(new_keys)
+        self._db.executemany("INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         return stored
 
     def history(self, gid: str | None = None) -> list[ChatMessage]:
         """Delivered messages (of one group, or all) in this peer's delivery order."""
         query = (
             "SELECT gid, sender, seqno, parent_sender, parent_seqno, sender_name, text, sent_at, "
-            "received_at, delivery_order, sig, public_key FROM messages"
+            "received_at, delivery_order, sig, public_key FROM messages LEFT JOIN peer_keys ON pid = sender"
         )
         if gid is None:
             cursor = self._db.execute(query + " ORDER BY delivery_order")
         else:
             cursor = self._db.execute(query + " WHERE gid = ? ORDER BY delivery_order", (gid,))
         return [
-            ChatMessage(g, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, o, sig, key)
+            ChatMessage(g, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, o, sig, key or b"")
             for g, s, q, ps, pq, n, t, sa, ra, o, sig, key in cursor
         ]
 
@@ -217,8 +245,8 @@ class Store:
                 part = seqnos[start : start + 500]
                 rows += self._db.execute(
                     "SELECT delivery_order, sender, seqno, parent_sender, parent_seqno, sent_at, sender_name, text, "
-                    "public_key, sig "
-                    f"FROM messages WHERE gid = ? AND sender = ? AND seqno IN ({','.join('?' * len(part))})",
+                    "ifnull(public_key, x''), sig FROM messages LEFT JOIN peer_keys ON pid = sender "
+                    f"WHERE gid = ? AND sender = ? AND seqno IN ({','.join('?' * len(part))})",
                     [gid, sender, *part],
                 ).fetchall()
         rows.sort()
