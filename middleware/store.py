@@ -201,18 +201,16 @@ class Store:
         stored = []
         rows = []
         new_keys = {}
-        for message in messages:
+        for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key in messages:
             order = self._next_order
             self._next_order += 1
-            sender = message.mid[0]
-            parent = message.parent or (None, None)
-            rows.append((
-                order, message.gid, sender, message.mid[1], parent[0], parent[1],
-                message.sender_name, message.text, message.sent_at, message.received_at, message.signature,
-            ))
-            stored.append(message._replace(order=order))
-            if sender not in self._keys_stored and message.public_key:
-                new_keys[sender] = message.public_key
+            sender, seqno = mid
+            parent_sender, parent_seqno = parent or (None, None)
+            rows.append((order, gid, sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at,
+                         signature))
+            stored.append(ChatMessage(gid, mid, parent, name, text, sent_at, received_at, order, signature, public_key))
+            if sender not in self._keys_stored and public_key:
+                new_keys[sender] = public_key
         if new_keys:
             self._db.executemany("INSERT OR IGNORE INTO peer_keys VALUES (?, ?)", new_keys.items())
             self._keys_stored.update(new_keys)
