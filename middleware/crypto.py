@@ -4,13 +4,15 @@
   as OpenSSL through ``cryptography`` here, and every receiver verifies every
   batch); its pid is the first 128 bits of the SHA-256 of the public key, so a
   pid cannot be claimed without the key.
-- Chat messages are signed in batches: the messages a peer sends in one
-  burst are the leaves of a Merkle tree whose root it signs once.  A batch
-  travels in one datagram with just the signature, and the receiver rebuilds
-  each message's path to the root (its "proof"), so any member can relay a
-  message with its proof (repairs, sync) and receivers still know who wrote
-  it; a receiver verifies each root once.  Every other datagram is signed as
-  a whole.
+- Chat messages are signed in bursts: the messages of one datagram are the
+  leaves of a Merkle tree, the roots of up to eight datagrams' trees are the
+  leaves of a top tree, and the peer signs the top root once.  A datagram
+  travels with the signature and its root's path in the top tree; the receiver
+  rebuilds each message's path to the signed root (its "proof"), so any member
+  can relay a message with its proof (repairs, sync) and receivers still know
+  who wrote it.  A receiver verifies each signed root once, so once per burst,
+  not per datagram: verifying is most of what a receiver spends per datagram.
+  Every other datagram is signed as a whole.
 - A private group's key (``cryptography``) is derived from its passphrase with scrypt and a
   per-group salt announced with the group; its datagrams' bodies are sealed
   with ChaCha20-Poly1305, the gid, type and sender bound as associated data.
@@ -77,7 +79,9 @@ def verify(public_key: bytes, signature: bytes, data: bytes) -> bool:
     return True
 
 
-MAX_BATCH = 32  # messages under one signature: paths of at most 5 hashes
+MAX_BATCH = 32  # messages in one datagram: paths of at most 5 hashes up to the datagram's root
+MAX_BURST = 8  # datagrams under one signature: at most 3 more hashes up to the signed root
+MAX_PATH_HASHES = 5 + 3
 HASH_BYTES = 32
 
 
@@ -93,48 +97,86 @@ def _root_signing_bytes(root: bytes) -> bytes:
     return b"m2mc-batch-root" + root
 
 
-def _merkle(messages: list[bytes]) -> tuple[bytes, list[bytes]]:
-    """The Merkle root over ``messages`` and each one's ``index (2 bytes) || sibling hashes``."""
-    level = [_leaf(m) for m in messages]
+def _tree(level: list[bytes]) -> tuple[bytes, list[list[bytes]]]:
+    """The root over ``level`` and the levels below it, each padded to even length."""
     levels = []
     while len(level) > 1:
         if len(level) & 1:
             level.append(level[-1])  # an odd node is paired with itself
         levels.append(level)
         level = [_node(level[j], level[j + 1]) for j in range(0, len(level), 2)]
-    return level[0], [
-        index.to_bytes(2, "big") + b"".join([lower[(index >> height) ^ 1] for height, lower in enumerate(levels)])
-        for index in range(len(messages))
-    ]
+    return level[0], levels
 
 
-def sign_batch(identity: Identity, messages: list[bytes]) -> list[bytes]:
-    """Proofs for up to MAX_BATCH messages: signature || index (2 bytes) || sibling hashes."""
-    if not 1 <= len(messages) <= MAX_BATCH:
-        raise ValueError(f"a batch holds 1..{MAX_BATCH} messages")
-    root, paths = _merkle(messages)
-    signature = identity.sign(_root_signing_bytes(root))
-    return [signature + path for path in paths]
+def _siblings(levels: list[list[bytes]], index: int) -> bytes:
+    return b"".join([lower[(index >> height) ^ 1] for height, lower in enumerate(levels)])
 
 
-def open_batch(public_key: bytes, signature: bytes, messages: list[bytes]) -> list[bytes] | None:
-    """Proofs for a whole batch that travelled together with just its signature, or None
-    if ``public_key`` did not sign exactly these messages.
+def _climb(node: bytes, index: int, siblings: bytes) -> tuple[bytes, int]:
+    """Hash ``node`` up a path of ``siblings``, ``index`` saying left or right at each level;
+    returns the node reached and what is left of the index (0 for a well-formed path)."""
+    for start in range(0, len(siblings), HASH_BYTES):
+        sibling = siblings[start:start + HASH_BYTES]
+        node = _node(sibling, node) if index & 1 else _node(node, sibling)
+        index >>= 1
+    return node, index
 
-    The receiver rebuilds the tree itself, so no path needs to travel; the proofs it
-    gets back let it relay each message on its own later.
+
+def sign_burst(identity: Identity, datagrams: list[list[bytes]]) -> tuple[bytes, list[bytes], list[list[bytes]]]:
+    """One signature over the messages of up to MAX_BURST datagrams.
+
+    Each datagram's messages are the leaves of a tree of their own; the roots of those
+    trees are the leaves of a small top tree, whose root is signed.  Returns the
+    signature, each datagram's *burst path* (``index (2 bytes) || sibling hashes`` from
+    its root to the signed one), and each message's proof (``signature || index ||
+    sibling hashes`` from the message to the signed root).
     """
-    if not 1 <= len(messages) <= MAX_BATCH or len(signature) != SIGNATURE_BYTES:
+    if not 1 <= len(datagrams) <= MAX_BURST or not all(1 <= len(d) <= MAX_BATCH for d in datagrams):
+        raise ValueError(f"a burst holds 1..{MAX_BURST} datagrams of 1..{MAX_BATCH} messages")
+    trees = [_tree([_leaf(m) for m in messages]) for messages in datagrams]
+    top_root, top_levels = _tree([root for root, _ in trees])
+    signature = identity.sign(_root_signing_bytes(top_root))
+    burst_paths = [i.to_bytes(2, "big") + _siblings(top_levels, i) for i in range(len(datagrams))]
+    proofs = [_proofs(signature, levels, len(messages), path)
+              for (_, levels), messages, path in zip(trees, datagrams, burst_paths)]
+    return signature, burst_paths, proofs
+
+
+def _proofs(signature: bytes, levels: list[list[bytes]], count: int, burst_path: bytes) -> list[bytes]:
+    """Each of a datagram's ``count`` messages' proof, from its tree's ``levels`` and the datagram's burst path."""
+    high = int.from_bytes(burst_path[:2], "big") << len(levels)
+    top = burst_path[2:]
+    return [signature + (high | index).to_bytes(2, "big") + _siblings(levels, index) + top for index in range(count)]
+
+
+def burst_path_is_well_formed(path: bytes) -> bool:
+    extra = len(path) - 2
+    return (extra >= 0 and extra % HASH_BYTES == 0 and extra // HASH_BYTES <= MAX_PATH_HASHES - 5
+            and int.from_bytes(path[:2], "big") < 1 << (extra // HASH_BYTES))
+
+
+def open_batch(public_key: bytes, signature: bytes, messages: list[bytes], burst_path: bytes = b"\x00\x00"
+               ) -> list[bytes] | None:
+    """Proofs for a datagram's messages, which travelled with just the signature and their
+    datagram's burst path; None if ``public_key`` did not sign exactly these messages.
+
+    The receiver rebuilds the datagram's tree itself and climbs the burst path to the
+    signed root, which it verifies once for the whole burst; the proofs it gets back
+    let it relay each message on its own later.
+    """
+    if not 1 <= len(messages) <= MAX_BATCH or len(signature) != SIGNATURE_BYTES \
+            or not burst_path_is_well_formed(burst_path):
         return None
-    root, paths = _merkle(messages)
-    if not _root_is_signed(public_key, signature, root):
+    root, levels = _tree([_leaf(m) for m in messages])
+    top_root, _ = _climb(root, int.from_bytes(burst_path[:2], "big"), burst_path[2:])
+    if not _root_is_signed(public_key, signature, top_root):
         return None
-    return [signature + path for path in paths]
+    return _proofs(signature, levels, len(messages), burst_path)
 
 
 def proof_is_well_formed(proof: bytes) -> bool:
     extra = len(proof) - SIGNATURE_BYTES - 2
-    return extra >= 0 and extra % HASH_BYTES == 0 and extra // HASH_BYTES <= 5
+    return extra >= 0 and extra % HASH_BYTES == 0 and extra // HASH_BYTES <= MAX_PATH_HASHES
 
 
 _verified_roots: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()
@@ -159,14 +201,10 @@ def verify_message(public_key: bytes, proof: bytes, message: bytes) -> bool:
     if not proof_is_well_formed(proof):
         return False
     signature, index = proof[:SIGNATURE_BYTES], int.from_bytes(proof[SIGNATURE_BYTES:SIGNATURE_BYTES + 2], "big")
-    node = _leaf(message)
-    for start in range(SIGNATURE_BYTES + 2, len(proof), HASH_BYTES):
-        sibling = proof[start:start + HASH_BYTES]
-        node = _node(sibling, node) if index & 1 else _node(node, sibling)
-        index >>= 1
+    root, index = _climb(_leaf(message), index, proof[SIGNATURE_BYTES + 2:])
     if index:
         return False  # the index claims more levels than the path has
-    return _root_is_signed(public_key, signature, node)
+    return _root_is_signed(public_key, signature, root)
 
 
 _packers = threading.local()

@@ -3,10 +3,10 @@
 Every datagram is a msgpack array ``[version, type, sender_pid, public_key, body,
 sealed_gid]`` where ``body`` is the array of the type's fields in the order their
 dataclass declares them (or, for a private group, those fields sealed with the
-group's key, ``sealed_gid`` naming the group).  Chat messages travel as a
-DATA_BATCH: a burst of one writer's messages in one datagram under one signature
-of their Merkle root.  A DATA message carries its own signature proof (see
-:func:`crypto.sign_batch`), so any member can relay it; every other datagram
+group's key, ``sealed_gid`` naming the group).  Chat messages travel as
+DATA_BATCHes: one writer's messages in one datagram, under a signature shared
+by up to eight datagrams of one burst (:func:`crypto.sign_burst`).  A DATA
+message carries its own signature proof, so any member can relay it; every other datagram
 ends in a 64-byte Ed25519 signature of the envelope.  The pid must be the
 fingerprint of the key.
 ``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it
@@ -124,7 +124,13 @@ def _bytes_or_empty(length: int) -> Callable[[Any, str], bytes]:
 
 def _proof(value: Any, name: str) -> bytes:
     if type(value) is not bytes or not crypto.proof_is_well_formed(value):
-        raise _fail(name, "expected a signature proof (64-byte signature, index, up to 5 hashes)")
+        raise _fail(name, f"expected a signature proof (64-byte signature, index, up to {crypto.MAX_PATH_HASHES} hashes)")
+    return value
+
+
+def _burst_path(value: Any, name: str) -> bytes:
+    if type(value) is not bytes or not crypto.burst_path_is_well_formed(value):
+        raise _fail(name, "expected a burst path (2-byte index, up to 3 hashes)")
     return value
 
 
@@ -221,7 +227,7 @@ class Data:
     sent_at: int
     name: str
     text: str
-    sig: bytes  # the writer's batch signature and this message's Merkle path (crypto.sign_batch)
+    sig: bytes  # the writer's burst signature and this message's Merkle path (crypto.sign_burst)
 
     FIELDS: ClassVar = (
         ("gid", _gid),
@@ -265,20 +271,24 @@ _batch_item_list = _list_of(_fixed(*(check for _, check in Data.FIELDS[1:6])))
 
 @dataclass(frozen=True, slots=True)
 class DataBatch:
-    """A burst of one writer's chat messages in one datagram, under one signature.
+    """One writer's chat messages in one datagram, under a signature it shares with the
+    other datagrams of its burst.
 
     Items are ``(seqno, parent, sent_at, name, text)``.  The receiver rebuilds the
-    Merkle tree from the items, so no path travels (a DATA message carries its
-    own); decoding fills ``proofs`` with each item's proof, to relay it later.
+    datagram's Merkle tree from the items and climbs ``burst_path`` (this datagram's
+    index among the burst's and the sibling hashes) to the signed root; decoding fills
+    ``proofs`` with each item's proof, to relay it later.
     """
 
     TYPE: ClassVar[MsgType] = MsgType.DATA_BATCH
     gid: str
     items: tuple[tuple[int, Mid | None, int, str, str], ...]
     signature: bytes
-    proofs: tuple[bytes, ...] = ()  # not on the wire: filled in by sign_batch and decode
+    burst_path: bytes = b"\x00\x00"
+    proofs: tuple[bytes, ...] = ()  # not on the wire: filled in by sign_burst and decode
 
-    FIELDS: ClassVar = (("gid", _gid), ("items", _batch_items), ("signature", _bytes(crypto.SIGNATURE_BYTES)))
+    FIELDS: ClassVar = (("gid", _gid), ("items", _batch_items), ("signature", _bytes(crypto.SIGNATURE_BYTES)),
+                        ("burst_path", _burst_path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,7 +480,7 @@ class SealedError(WireError):
 def _to_wire(value: Any) -> Any:
     if type(value) is DataBatch:  # the busiest message: its shape is known
         return [value.gid, [[seqno, parent and list(parent), sent_at, name, text]
-                            for seqno, parent, sent_at, name, text in value.items], value.signature]
+                            for seqno, parent, sent_at, name, text in value.items], value.signature, value.burst_path]
     fields = getattr(value, "FIELDS", None)
     if fields is not None:
         return [_to_wire(getattr(value, name)) for name, _ in fields]
@@ -487,17 +497,22 @@ def _data_bytes(sender: str, data: Data | StoredMessage, gid: str) -> bytes:
     return crypto.message_bytes(gid, sender, data.seqno, data.parent, data.sent_at, data.name, data.text)
 
 
-def sign_batch(identity: Any, messages: list[Data]) -> DataBatch:
-    """``identity``'s DATA messages of one group (at most crypto.MAX_BATCH) under one signature."""
-    gid = messages[0].gid
-    proofs = crypto.sign_batch(identity, [_data_bytes(identity.pid, m, gid) for m in messages])
-    items = tuple((m.seqno, m.parent, m.sent_at, m.name, m.text) for m in messages)
-    return DataBatch(gid, items, proofs[0][:crypto.SIGNATURE_BYTES], tuple(proofs))
+def sign_burst(identity: Any, datagrams: list[list[Data]]) -> list[DataBatch]:
+    """``identity``'s DATA messages of one group, a DATA_BATCH per list (at most
+    crypto.MAX_BURST lists of crypto.MAX_BATCH), all under one signature."""
+    gid = datagrams[0][0].gid
+    signature, paths, proofs = crypto.sign_burst(
+        identity, [[_data_bytes(identity.pid, m, gid) for m in messages] for messages in datagrams])
+    return [
+        DataBatch(gid, tuple((m.seqno, m.parent, m.sent_at, m.name, m.text) for m in messages), signature, path,
+                  tuple(message_proofs))
+        for messages, path, message_proofs in zip(datagrams, paths, proofs)
+    ]
 
 
 def signed_data(identity: Any, gid: str, seqno: int, parent: Mid | None, sent_at: int, name: str, text: str) -> Data:
     """One DATA message signed by ``identity``, carrying its own proof."""
-    proof = sign_batch(identity, [Data(gid, seqno, parent, sent_at, name, text, b"")]).proofs[0]
+    proof = sign_burst(identity, [[Data(gid, seqno, parent, sent_at, name, text, b"")]])[0].proofs[0]
     return Data(gid, seqno, parent, sent_at, name, text, proof)
 
 
@@ -636,8 +651,9 @@ def decode(data: bytes, cipher_for: Callable[[str], Any] | None = None) -> Envel
     if cls is DataBatch:
         gid = message.gid
         proofs = crypto.open_batch(public_key, message.signature,
-                                   [crypto.message_bytes(gid, sender, *item) for item in message.items])
+                                   [crypto.message_bytes(gid, sender, *item) for item in message.items],
+                                   message.burst_path)
         if proofs is None:
             raise SignatureError(f"bad signature on a DATA_BATCH from {sender}")
-        message = DataBatch(gid, message.items, message.signature, tuple(proofs))
+        message = DataBatch(gid, message.items, message.signature, message.burst_path, tuple(proofs))
     return Envelope(sender, message, public_key, sealed_gid is not None)

@@ -20,8 +20,8 @@ SIG = bytes(66)  # a well-formed (if false) proof: signature, index 0, no path
 SAMPLES = [
     wire.signed_data(ME, "g1", 1, None, 1_700_000_000_000, "Ann", "hello"),
     wire.signed_data(ME, "g1", 7, ("b" * 32, 3), 1_700_000_000_001, "", "Ünïcødé ✓ reply"),
-    wire.sign_batch(ME, [Data("g1", seqno, ("b" * 32, 3) if seqno % 2 else None, seqno, "Ann", f"m{seqno}", b"")
-                         for seqno in range(1, 6)]),
+    *wire.sign_burst(ME, [[Data("g1", seqno, ("b" * 32, 3) if seqno % 2 else None, seqno, "Ann", f"m{seqno}", b"")
+                           for seqno in range(1, 6)], [Data("g1", 6, None, 6, "Ann", "m6", b"")]]),
     Adv("Ann"),
     GroupsInfo((GroupInfo("g1", "Lunch", "239.77.1.2", 5007, False, (("p1", "Ann", 1),), (("p2", "Bob", 3),)),
               GroupInfo("g2", "Secret", "239.77.1.3", 5007, True, (), (), bytes(16), bytes(range(16))),)),
@@ -80,7 +80,7 @@ def test_forged_and_tampered_datagrams_are_refused():
 
 def test_a_batch_travels_under_one_signature_and_each_message_can_be_relayed_alone():
     messages = [Data("g1", seqno, None, 0, "Ann", f"m{seqno}", b"") for seqno in range(1, 12)]
-    datagram = encode(ME, wire.sign_batch(ME, messages))
+    datagram = encode(ME, wire.sign_burst(ME, [messages])[0])
     batch = decode(datagram).message
     assert [item[0] for item in batch.items] == list(range(1, 12))
     assert {proof[:64] for proof in batch.proofs} == {batch.signature}
@@ -91,11 +91,15 @@ def test_a_batch_travels_under_one_signature_and_each_message_can_be_relayed_alo
 
 
 def test_a_batch_with_any_message_changed_or_dropped_is_rejected():
-    batch = wire.sign_batch(ME, [Data("g1", seqno, None, 0, "Ann", f"m{seqno}", b"") for seqno in range(1, 6)])
+    burst = wire.sign_burst(ME, [[Data("g1", seqno, None, 0, "Ann", f"m{seqno}", b"") for seqno in range(1, 6)],
+                                 [Data("g1", 6, None, 0, "Ann", "m6", b"")]])
+    batch = burst[0]
     changed = dataclasses.replace(batch, items=batch.items[:2] + ((3, None, 0, "Ann", "forged"),) + batch.items[3:])
     dropped = dataclasses.replace(batch, items=batch.items[1:])
     other_group = dataclasses.replace(batch, gid="g2")
-    for tampered in (changed, dropped, other_group):
+    other_place = dataclasses.replace(batch, burst_path=burst[1].burst_path)
+    other_sibling = dataclasses.replace(batch, burst_path=batch.burst_path[:2] + bytes(32))
+    for tampered in (changed, dropped, other_group, other_place, other_sibling):
         with pytest.raises(wire.SignatureError, match="DATA_BATCH"):
             decode(encode(ME, tampered))
 
@@ -103,9 +107,35 @@ def test_a_batch_with_any_message_changed_or_dropped_is_rejected():
 def test_a_batch_holds_at_most_max_batch_messages():
     items = [[seqno, None, 0, "Ann", "m"] for seqno in range(1, crypto.MAX_BATCH + 2)]
     with pytest.raises(WireError, match="batch holds"):
-        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", items, bytes(64)]))
+        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", items, bytes(64), bytes(2)]))
     with pytest.raises(WireError, match="batch holds"):
-        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", [], bytes(64)]))
+        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", [], bytes(64), bytes(2)]))
+
+
+@pytest.mark.parametrize("path", [b"", b"\x00", bytes(3), b"\x00\x01", b"\x00\x02" + bytes(32), bytes(2 + 4 * 32), "path"])
+def test_malformed_burst_paths_raise_only_wire_error(path):
+    items = [[1, None, 0, "Ann", "m"]]
+    with pytest.raises(WireError, match="burst_path"):
+        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", items, bytes(64), path]))
+
+
+def test_a_burst_is_signed_once_and_each_datagram_still_opens_alone(monkeypatch):
+    datagrams = [[Data("g1", 3 * d + i, None, 0, "Ann", f"m{3 * d + i}", b"") for i in range(1, 4)] for d in range(5)]
+    burst = wire.sign_burst(ME, datagrams)
+    assert len({batch.signature for batch in burst}) == 1
+    verified = []
+    real_verify = crypto.verify
+    monkeypatch.setattr(crypto, "verify", lambda *args: verified.append(args) or real_verify(*args))
+    crypto._verified_roots.clear()
+    assert [decode(encode(ME, batch)).message.proofs for batch in burst] == [batch.proofs for batch in burst]
+    assert len(verified) == 1  # one signature check for the whole burst
+    crypto._verified_roots.clear()
+    assert decode(encode(ME, burst[3])).message.items == burst[3].items  # the others were lost
+    for batch in burst:
+        for (seqno, parent, sent_at, name, text), proof in zip(batch.items, batch.proofs):
+            assert wire.verify_stored("g1", StoredMessage(PID, seqno, parent, sent_at, name, text, KEY, proof))
+    with pytest.raises(ValueError, match="burst holds"):
+        wire.sign_burst(ME, datagrams * 2)
 
 
 @pytest.mark.parametrize("items", [7, None, "text", b"bytes", True, 1.5, [7], [[1, None, 0, "n"]],
@@ -113,7 +143,7 @@ def test_a_batch_holds_at_most_max_batch_messages():
                                    [[1, None, 0, "n", "x" * (wire.MAX_TEXT + 1)]]])
 def test_malformed_batch_items_raise_only_wire_error(items):
     with pytest.raises(WireError, match="items"):
-        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", items, bytes(64)]))
+        decode(raw(wire.VERSION, int(wire.MsgType.DATA_BATCH), PID, ["g1", items, bytes(64), bytes(2)]))
 
 
 def test_relayed_messages_are_checked_against_their_writer():
