@@ -299,12 +299,14 @@ rest_compact(Sender *s)
     return 0;
 }
 
-/* Add v to rest: 1 if new, 0 if present, -1 on error. */
+/* Add v to rest: 1 if new, 0 if present, -1 on error.  `known_new` skips the
+ * membership search, the costliest step with many gaps (a binary search whose
+ * every probe can miss the cache), when the caller knows v is absent. */
 static int
-rest_add(Sender *s, uint64_t v)
+rest_add(Sender *s, uint64_t v, int known_new)
 {
     Py_ssize_t n = s->nbounds;
-    if (n && s->bounds[n - 1] == v && table_find(&s->loose, 0, v) < 0) {
+    if (n && s->bounds[n - 1] == v && (known_new || table_find(&s->loose, 0, v) < 0)) {
         s->bounds[n - 1] = v + 1;
         return 1;
     }
@@ -316,7 +318,7 @@ rest_add(Sender *s, uint64_t v)
         s->nbounds = 2;
         return 1;
     }
-    if (rest_contains(s, v))
+    if (!known_new && rest_contains(s, v))
         return 0;
     if (table_insert(&s->loose, 0, v, 0) < 0)
         return -1;
@@ -353,9 +355,10 @@ rest_take_run(Sender *s, uint64_t start)
     }
 }
 
-/* Record v as delivered: 1 if new, 0 if already delivered, -1 on error. */
+/* Record v as delivered: 1 if new, 0 if already delivered, -1 on error.
+ * `known_new`: the caller knows v was not delivered (it was held). */
 static int
-sender_add(Sender *s, uint64_t v)
+sender_add(Sender *s, uint64_t v, int known_new)
 {
     if (s->lo == s->hi) { /* the first: rest is empty too */
         s->lo = v;
@@ -370,7 +373,7 @@ sender_add(Sender *s, uint64_t v)
     }
     if (s->lo <= v && v < s->hi)
         return 0;
-    return rest_add(s, v);
+    return rest_add(s, v, known_new);
 }
 
 /* The delivered seqnos as sorted bounds, run included; caller frees. */
@@ -721,9 +724,10 @@ release(Orderer *self, int32_t n, PyObject *out)
         int32_t c = self->stack[--depth];
         Node *x = &self->nodes[c];
         /* Delivered before its node goes, which would otherwise forget a sender
-         * that nothing was delivered from yet. */
+         * that nothing was delivered from yet.  A held message was never delivered:
+         * holding checks that, and nothing delivers a mid while it is held. */
         PyObject *delivery = PyTuple_New(3);
-        if (delivery == NULL || sender_add(&self->senders[x->sender], x->seqno) < 0) {
+        if (delivery == NULL || sender_add(&self->senders[x->sender], x->seqno, 1) < 0) {
             Py_XDECREF(delivery);
             return -1;
         }
@@ -778,7 +782,10 @@ receive_impl(Orderer *self, PyObject *mid, PyObject *parent, PyObject *payload)
             return PyList_New(0);
         }
     }
-    if (parent_pid != NULL && (parent_sender < 0 || !sender_contains(&self->senders[parent_sender], parent_seqno))) {
+    /* A parent with a node is not delivered (delivering a message frees its node), so
+     * only a parent without one needs the search of its sender's delivered seqnos. */
+    if (parent_pid != NULL && (parent_sender < 0 || p != NONE
+                               || !sender_contains(&self->senders[parent_sender], parent_seqno))) {
         /* Its parent is not delivered, so it waits; unless it names itself, or its
          * mid was delivered before with another parent (never deliver twice). */
         if (parent_sender < 0 && (parent_sender = sender_register(self, parent_pid)) < 0)
@@ -800,7 +807,7 @@ receive_impl(Orderer *self, PyObject *mid, PyObject *parent, PyObject *payload)
     }
     if (sender < 0 && (sender = sender_register(self, pid)) < 0)
         return NULL;
-    int added = sender_add(&self->senders[sender], seqno);
+    int added = sender_add(&self->senders[sender], seqno, 0);
     if (added < 0)
         return NULL;
     if (!added) {
@@ -863,7 +870,7 @@ Orderer_mark_delivered(Orderer *self, PyObject *mid)
     Py_ssize_t sender = sender_register(self, pid);
     if (sender < 0)
         return NULL;
-    int added = sender_add(&self->senders[sender], seqno);
+    int added = sender_add(&self->senders[sender], seqno, 0);
     if (added <= 0)
         return added < 0 ? NULL : PyList_New(0);
     PyObject *released = PyList_New(0);
