@@ -889,15 +889,23 @@ Orderer_mark_delivered(Orderer *self, PyObject *mid)
     return released;
 }
 
+/* A mid's sender index (-1 if unknown) and seqno; -1 with an exception set if malformed. */
+static int
+lookup_mid(Orderer *self, PyObject *mid, Py_ssize_t *sender, uint64_t *seqno)
+{
+    PyObject *pid;
+    if (parse_mid(mid, &pid, seqno, "mid") < 0)
+        return -1;
+    *sender = sender_lookup(self, pid);
+    return *sender == -2 ? -1 : 0;
+}
+
 static PyObject *
 Orderer_is_delivered(Orderer *self, PyObject *mid)
 {
-    PyObject *pid;
+    Py_ssize_t sender;
     uint64_t seqno;
-    if (parse_mid(mid, &pid, &seqno, "mid") < 0)
-        return NULL;
-    Py_ssize_t sender = sender_lookup(self, pid);
-    if (sender == -2)
+    if (lookup_mid(self, mid, &sender, &seqno) < 0)
         return NULL;
     return PyBool_FromLong(sender >= 0 && sender_contains(&self->senders[sender], seqno));
 }
@@ -918,12 +926,9 @@ Orderer_held(Orderer *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 Orderer_held_payload(Orderer *self, PyObject *mid)
 {
-    PyObject *pid;
+    Py_ssize_t sender;
     uint64_t seqno;
-    if (parse_mid(mid, &pid, &seqno, "mid") < 0)
-        return NULL;
-    Py_ssize_t sender = sender_lookup(self, pid);
-    if (sender == -2)
+    if (lookup_mid(self, mid, &sender, &seqno) < 0)
         return NULL;
     int32_t n = sender >= 0 ? node_find(self, (uint32_t)sender, seqno) : NONE;
     if (n == NONE || self->nodes[n].mid == NULL)
