@@ -9,12 +9,12 @@ from __future__ import annotations
 import html
 import json
 import logging
+import math
 from pathlib import Path
 
 log = logging.getLogger("m2mc.thread_report")
 
 TIME_BINS = 120
-TOP_GROUPS = 8
 
 
 def _ccdf(hist: list[tuple[float, int]]):
@@ -28,60 +28,34 @@ def _ccdf(hist: list[tuple[float, int]]):
     return points
 
 
-def histograms(frame, plots: dict) -> dict[str, list[tuple]]:
-    """Several count-per-value histograms of one frame in one pass.
-
-    `plots` maps a histogram's name to (condition, series, value): each row adds one
-    entry to every histogram whose condition it meets; `series` (a string column or None)
-    splits a histogram into lines. Returns name -> [(series, value, count)].
-    """
-    from pyspark.sql import functions as F
-
-    entries = F.array(*(
-        F.when(condition, F.struct(
-            F.lit(name).alias("plot"),
-            (F.lit(None).cast("string") if series is None else series).alias("series"),
-            value.cast("double").alias("value"),
-        ))
-        for name, (condition, series, value) in plots.items()
-    ))
-    exploded = frame.select(F.explode(F.filter(entries, lambda e: e.isNotNull())).alias("e"))
-    result: dict[str, list[tuple]] = {name: [] for name in plots}
-    for row in exploded.groupBy("e.plot", "e.series", "e.value").count().collect():
-        result[row["plot"]].append((row["series"], row["value"], int(row["count"])))
-    return result
-
-
 def collect_plot_data(results) -> dict:
-    from pyspark.sql import functions as F
+    """The plots' points from the run's histograms: no Spark job, the counts are small."""
+    from app.thread_stats import OVER_TIME_GROUPS
 
-    always = F.lit(True)
-    counts = histograms(results.threads, {
-        "size": (always, None, F.col("size")), "depth": (always, None, F.col("depth")), "width": (always, None, F.col("max_width")),
-    })
-    span = results.threads.agg(F.min("first_at").alias("lo"), F.max("last_at").alias("hi")).first()
-    lo = span["lo"].timestamp() if span["lo"] is not None else 0.0
-    hi = span["hi"].timestamp() if span["hi"] is not None else 0.0
-    bin_s = max(1.0, (hi - lo) / TIME_BINS)
-    groups = results.groups.select("gid", "group_desc", "messages").collect()
-    top = [r["gid"] for r in sorted(groups, key=lambda r: -r["messages"])[:TOP_GROUPS]]
-    names = {r["gid"]: r["group_desc"] for r in groups}
-
-    valid = ~F.col("invalid")
-    latency = F.col("reply_latency_s")
-    bucket = F.floor((F.unix_millis("sent_at") / 1000.0 - F.lit(lo)) / F.lit(bin_s))
-    label = F.when(F.col("gid").isin(top), F.col("gid")).otherwise(F.lit("other groups"))
-    counts.update(histograms(results.messages, {
-        "per_depth": (valid, None, F.col("depth")),
-        # 10 bins per decade; None for latencies <= 0.
-        "latency": (latency.isNotNull(), None, F.when(latency > 0, F.floor(F.log10(latency) * 10))),
-        "over_time": (valid, label, bucket),
-    }))
-    points = {name: sorted((v, c) for _, v, c in counts[name]) for name in ("size", "depth", "width", "per_depth")}
+    counts = results.histograms
+    points = {name: [(v, c) for v, c in counts.get(name, []) if v is not None] for name in ("size", "depth", "width", "per_depth")}
+    over: dict[tuple[str, int], int] = {}
+    lo, bin_s = 0.0, 1.0
+    if results.time_span_ms is not None and results.over_time:
+        # Plot bins: a whole multiple of the widest task bin, aligned to it, so that every
+        # task bin falls into exactly one plot bin (the narrower widths divide the widest).
+        widest = max(width for _, _, width, _ in results.over_time)
+        first, last = (ms / 1000.0 for ms in results.time_span_ms)
+        lo = first // widest * widest
+        bin_s = widest * max(1, math.ceil((last - lo) / TIME_BINS / widest))
+        messages: dict[str, int] = {}
+        for gid, _, _, count in results.over_time:
+            if gid is not None:
+                messages[gid] = messages.get(gid, 0) + count
+        top = set(sorted(messages, key=lambda gid: (-messages[gid], gid))[:OVER_TIME_GROUPS])
+        for gid, start, _, count in results.over_time:
+            key = (gid if gid in top else None, int((start - lo) // bin_s))
+            over[key] = over.get(key, 0) + count
+    names = results.group_names
     return {
         **points,
-        "latency": [(None if v is None else int(v), c) for _, v, c in counts["latency"]],
-        "over_time": [((names.get(s) or s), lo + v * bin_s, c) for s, v, c in counts["over_time"]],
+        "latency": [(None if v is None else int(v), c) for v, c in counts.get("latency", [])],
+        "over_time": [((names.get(gid) or gid) if gid else "other groups", lo + b * bin_s, c) for (gid, b), c in over.items()],
         "bin_s": bin_s,
     }
 

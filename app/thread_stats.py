@@ -5,9 +5,12 @@ lines once, by group: threads never cross groups, so each task then holds whole
 groups and finishes them with vectorised numpy in one Arrow pass (`place_groups`):
 it merges the overlapping exports of several peers by (gid, mid), links replies to
 parents, finds every message's thread root and depth by pointer jumping (about
-log2(depth) numpy gathers, no loop over messages), and computes the per-thread tree
-measures and the flags the per-group and per-participant tables count. Spark then
-aggregates that one cached frame into the tables, `summary.json` and `report.html`.
+log2(depth) numpy gathers, no loop over messages), computes the per-thread tree
+measures, writes its share of the messages and threads tables as Parquet files, and
+returns only small rows: per group, per sender, histograms. The driver finishes the
+groups table and the summary from those; one more small pass, shuffled by sender, merges
+the per-sender rows into the participants table and finds the exact median reply
+latency. The report's plots are drawn from the histograms.
 
 Also runs as `spark-submit app/thread_stats.py INPUT... --out DIR`; then the master and
 the rest of the Spark configuration come from spark-submit.
@@ -20,6 +23,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -193,66 +197,98 @@ def parse_times(strings):
     return pa.array(values, type=target)
 
 
-# What `place_groups` returns: rows of five kinds in one frame (Spark's mapInArrow has one
-# output schema). MESSAGE rows: one per distinct (gid, mid). THREAD rows: one per thread
-# (gid, root_mid, orphan flag in parent_missing, measures). GROUP rows: one per gid, the
-# whole groups table row plus sums the summary adds up. SENDER rows: one per sender of
-# the task, partial counts and that sender's reply latencies, merged across tasks by
-# Spark. One INFO row per task: malformed lines, conflicting keys, pointer-jumping rounds.
-# Each kind comes out in one run of rows, so the cache's per-batch min/max of `kind` lets
-# a scan of the small kinds skip the message batches (`kind` is an int: a filter on a
-# byte column compares through a cast, which the cache cannot prune with).
-MESSAGE, THREAD, GROUP, SENDER, INFO = 0, 1, 2, 3, 4
+# What `place_groups` makes of a task's groups. The two big tables, one row per message
+# and one per thread, go straight from the task to Parquet files (`write_part`): they never
+# cross back into the JVM, which would copy every string twice more (Arrow to rows, rows to
+# the cache) before Spark's writer copied them again. Only SUMMARY rows return to Spark,
+# a few per group and per sender: GROUP rows (the whole groups-table row plus sums the
+# summary adds up), SENDER rows (one per sender of the task: partial counts and that
+# sender's reply latencies, merged across tasks by the sender pass), HIST rows (value counts the
+# summary medians and the report's plots need) and one INFO row per task (malformed
+# lines, conflicting keys, pointer-jumping rounds). Spark's mapInArrow has one output
+# schema, so the kinds share it, each kind's measures in one struct column.
+GROUP, SENDER, HIST, INFO = 0, 1, 2, 3
 MESSAGE_FIELDS = (
-    "kind int, gid string, mid string, parent string, sender string, sent_at timestamp, received_at timestamp, "
-    "copies long, root_mid string, depth int, reply_latency_s double, parent_missing boolean, invalid boolean"
+    "gid string, mid string, parent string, sender string, sent_at timestamp, received_at timestamp, "
+    "root_mid string, depth int, reply_latency_s double, parent_missing boolean, invalid boolean, copies long"
 )
-# The measures of the other kinds sit in one struct column each: Spark's cache stores a
-# null as a 4-byte position, so 40 mostly-null flat columns would cost 160 bytes a message.
+THREAD_FIELDS = (
+    "gid string, root_mid string, size long, depth int, max_width long, leaves long, participants long, "
+    "first_at timestamp, last_at timestamp, duration_s double, median_reply_latency_s double, "
+    "root_reply_fraction double, wiener_index double, h_index int, orphan boolean"
+)
 STRUCT_FIELDS = {
-    "thread": (
-        "size long, depth int, max_width long, leaves long, participants long, first_ms long, last_ms long, "
-        "median_latency_s double, root_reply_fraction double, wiener_index double, h_index int"
-    ),
     "group": (
         "desc string, lines long, messages long, threads long, participants long, mean_thread_size double, "
         "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
-        "reciprocity double, size_sum long, depth_sum long, pairs long, reciprocated_pairs long"
+        "reciprocity double, size_sum long, depth_sum long, pairs long, reciprocated_pairs long, first_ms long, last_ms long"
     ),
     "posts": (
         "name string, messages long, threads long, threads_started long, replies_sent long, replies_received long, "
         "reentry long, latencies array<double>"
     ),
+    # plot: which histogram; series: a gid for "over_time" (null: other groups), else null; value: null for
+    # latencies <= 0 in "latency" (whose values are log10 bins, 10 per decade); width: the
+    # time bin's width in seconds for "over_time" (value: its start), else null.
+    "hist": "plot string, series string, value double, width long, count long",
     "info": "malformed_lines long, conflicting_copies long, jump_rounds int",
 }
+# HIST plots: value counts of thread size, depth and width; messages per depth level;
+# reply latencies in log bins, and in the fine bins of the median (`latency_bins`); valid
+# messages per group and time bin (re-binned for the plot).
+THREAD_PLOTS = {"size": "size", "depth": "depth", "width": "max_width"}
+# Each width divides the next, so the driver can re-bin every task's bins exactly into
+# bins of a multiple of the widest.
+OVER_TIME_WIDTHS_S = (1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400, 28 * 86400, 364 * 86400)
+OVER_TIME_GROUPS = 8  # the busiest groups get a line of their own in the plot, the rest one pooled line
 
 
 def _fields(spec: str) -> list[tuple[str, str]]:
     return [tuple(part.split(" ", 1)) for part in spec.split(", ")]
 
 
-PLACED_SCHEMA = MESSAGE_FIELDS + "".join(
-    f", {name} struct<{', '.join(f'{field}: {kind}' for field, kind in _fields(spec))}>" for name, spec in STRUCT_FIELDS.items()
-)
+def _struct_ddl(spec: str) -> str:
+    return f"struct<{', '.join(f'{field}: {kind}' for field, kind in _fields(spec))}>"
 
 
-def placed_arrow_schema(timestamp_type):
+SUMMARY_SCHEMA = "kind int, gid string, sender string" + "".join(f", {name} {_struct_ddl(spec)}" for name, spec in STRUCT_FIELDS.items())
+
+
+def _arrow_type(kind: str):
     import pyarrow as pa
 
-    kinds = {
-        "byte": pa.int8(), "string": pa.string(), "timestamp": timestamp_type, "long": pa.int64(), "int": pa.int32(),
+    return {
+        "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"), "long": pa.int64(), "int": pa.int32(),
         "double": pa.float64(), "boolean": pa.bool_(), "array<double>": pa.list_(pa.float64()),
-    }
-    fields = [pa.field(name, kinds[kind]) for name, kind in _fields(MESSAGE_FIELDS)]
+    }[kind]
+
+
+def arrow_schema(spec: str):
+    """The Arrow schema of a flat "name type, ..." spec."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(name, _arrow_type(kind)) for name, kind in _fields(spec)])
+
+
+def summary_arrow_schema():
+    import pyarrow as pa
+
+    fields = list(arrow_schema("kind int, gid string, sender string"))
     for name, spec in STRUCT_FIELDS.items():
-        fields.append(pa.field(name, pa.struct([pa.field(field, kinds[kind]) for field, kind in _fields(spec)])))
+        fields.append(pa.field(name, pa.struct(list(arrow_schema(spec)))))
     return pa.schema(fields)
 
 
 def _codes(column):
-    """Dense int64 codes of a (chunked) Arrow column's values, equal values equal codes; and how many."""
-    encoded = column.combine_chunks().dictionary_encode()
-    return encoded.indices.to_numpy(zero_copy_only=False).astype("int64"), encoded.dictionary
+    """Dense int64 codes of a (chunked) Arrow column's values, equal values equal codes, -1 for
+    null; and the distinct values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    encoded = column.dictionary_encode()
+    return pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype("int64"), encoded.dictionary
 
 
 def _same(left, right):
@@ -261,15 +297,6 @@ def _same(left, right):
 
     both_null = pc.and_(pc.is_null(left), pc.is_null(right))
     return pc.or_(both_null, pc.fill_null(pc.equal(left, right), False))
-
-
-def _first_rows(code, k):
-    """Row index of the first occurrence of each code 0..k-1."""
-    import numpy as np
-
-    first = np.zeros(k, dtype=np.int64)
-    first[code[::-1]] = np.arange(code.size - 1, -1, -1)
-    return first
 
 
 def _max_strings(code, strings, k):
@@ -283,20 +310,30 @@ def _max_strings(code, strings, k):
     return grouped.column("value_max").take(pa.array(positions, mask=positions < 0))
 
 
-def grouped_median(group, values, k):
-    """Per group 0..k-1, the median of `values` (NaN for an empty group), as Spark's percentile
-    computes it: the middle value, or 0.5 * lower + 0.5 * upper of the middle two."""
+def grouped_median(group, values, k, divisor: float = 1.0):
+    """Per group 0..k-1, the median of `values` / `divisor` (NaN for an empty group), as Spark's
+    percentile computes it: the middle value, or 0.5 * lower + 0.5 * upper of the middle two.
+
+    `values` are whole numbers (int64: latencies in ms, sizes), so one sort of an integer
+    key (group, value) orders them, many times faster than a lexsort; the doubles are the
+    same `value / divisor` the tables hold.
+    """
     import numpy as np
 
-    order = np.lexsort((values, group))
-    ordered = values[order].astype(np.float64)
     counts = np.bincount(group, minlength=k)
+    if not values.size:
+        return np.full(k, np.nan)
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    if k * span < 2**62:
+        ordered = np.sort(group.astype(np.int64) * span + (values - low)) % span + low
+    else:
+        ordered = values[np.lexsort((values, group))]
+    ordered = ordered / divisor
     start = np.r_[0, np.cumsum(counts)[:-1]]
     has = counts > 0
     lo = np.where(has, start + (counts - 1) // 2, 0)
     hi = np.where(has, start + counts // 2, 0)
-    if not ordered.size:
-        return np.full(k, np.nan)
     return np.where(has, 0.5 * ordered[lo] + 0.5 * ordered[hi], np.nan)
 
 
@@ -384,7 +421,7 @@ def distinct_pairs(major, minor, n_minor):
     return pairs // width, pairs % width, counts
 
 
-def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_s, sender_code, n_senders):
+def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_code, n_senders):
     """Per-thread measures over the valid nodes (root_pos >= 0), one numpy pass.
 
     Returns (root row positions, dict of per-thread arrays in that order, and per sender
@@ -444,7 +481,7 @@ def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_s, sender_code
     sender_threads = np.bincount(poster, minlength=n_senders).astype(np.int64)
     sender_reentry = np.bincount(poster, weights=posts > 1, minlength=n_senders).astype(np.int64)
 
-    median = grouped_median(thread[reply], latency_s[replies], k)
+    median = grouped_median(thread[reply], latency_ms[replies], k, divisor=1000.0)
 
     measures = {
         "size": size.astype(np.int64),
@@ -487,105 +524,139 @@ def reply_pairs(gid_code, sender_code, parent_pos, n_senders, n_groups):
     return pairs, np.bincount(g[first], weights=reciprocated, minlength=n_groups).astype(np.int64)
 
 
-def place_groups(table):
-    """Everything per message, per group and per task's sender for a Table of whole groups.
+@dataclass(slots=True)
+class Placed:
+    """What `place_groups` makes of a Table of whole groups (Arrow tables)."""
 
-    `table` has the columns of `export_rows`. Returns a Table with PLACED_SCHEMA: MESSAGE
-    rows (merged messages with roots, depths and, on root rows, thread measures), GROUP
-    rows, SENDER rows and one INFO row.
+    messages: object  # MESSAGE_FIELDS, one row per distinct (gid, mid)
+    threads: object  # THREAD_FIELDS, one row per thread
+    summary: object  # SUMMARY_SCHEMA: GROUP, SENDER, HIST and one INFO row
+
+
+def place_groups(table) -> Placed:
+    """Everything per message, per thread, per group and per task's sender for a Table of whole groups.
+
+    `table` has the columns of `export_rows`.
     """
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = placed_arrow_schema(pa.timestamp("us", tz="UTC"))
+    schema = summary_arrow_schema()
     lines = table.num_rows
-    table = table.filter(pc.is_valid(table.column("gid"))).combine_chunks()
+    # Filters only when something is to be dropped: a filter copies every column.
+    if table.column("gid").null_count:
+        table = table.filter(pc.is_valid(table.column("gid")))
+    table = table.combine_chunks()
     for name in TIME_FIELDS:
         table = table.set_column(table.schema.get_field_index(name), name, parse_times(table.column(name).combine_chunks()))
-    table = table.filter(pc.and_(pc.is_valid(table.column("sent_at")), pc.is_valid(table.column("received_at"))))
+    if any(table.column(name).null_count for name in TIME_FIELDS):
+        table = table.filter(pc.and_(pc.is_valid(table.column("sent_at")), pc.is_valid(table.column("received_at"))))
     malformed = lines - table.num_rows
     if not table.num_rows:
-        return _info_part(schema, malformed, 0, 0)
+        return Placed(None, None, _info_part(schema, malformed, 0, 0))
 
     gid_code, gids = _codes(table.column("gid"))
-    mid_code, mid_values = _codes(table.column("mid"))
-    m = len(mid_values)
+    # mids and parents in one dictionary: equal strings, equal codes (a null parent: -1).
+    rows = table.num_rows
+    mid_or_parent = pa.concat_arrays([table.column("mid").combine_chunks(), table.column("parent").combine_chunks()])
+    codes, dictionary = _codes(mid_or_parent)
+    m = len(dictionary)
+    mid_code, parent_code = codes[:rows], codes[rows:]
     key = gid_code * m + mid_code
     keep, copies, conflicts = merge_copies(table, key)
     if keep is not None:
         table = table.take(pa.array(keep))
-        key, gid_code = key[keep], gid_code[keep]
+        key, gid_code, mid_code, parent_code = key[keep], gid_code[keep], mid_code[keep], parent_code[keep]
     n, n_groups = table.num_rows, len(gids)
 
-    # Parent links: the parent's key in the same group, looked up among the sorted keys.
+    # Parent links: the row of the parent's mid in the same group.
     parent = table.column("parent")
-    parent_code = pc.fill_null(pc.index_in(parent, value_set=mid_values), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    parent_key = gid_code * m + parent_code
-    by_key = np.argsort(key)
-    sorted_key = key[by_key]
-    position = np.minimum(np.searchsorted(sorted_key, parent_key), n - 1)
-    found = (parent_code >= 0) & (sorted_key[position] == parent_key)
-    parent_pos = np.where(found, by_key[position], -1)
+    row_of_mid = np.full(m, -1, dtype=np.int64)
+    row_of_mid[mid_code] = np.arange(n)
+    if np.bincount(mid_code, minlength=m).max(initial=0) <= 1:
+        # Each mid in one group only (the usual case): a direct lookup by mid code.
+        position = row_of_mid[np.maximum(parent_code, 0)]
+        found = (parent_code >= 0) & (position >= 0)
+        found[found] = gid_code[position[found]] == gid_code[found]
+        parent_pos = np.where(found, position, -1)
+    else:
+        # A mid in several groups: look the parent's (gid, mid) key up among the sorted keys.
+        parent_key = gid_code * m + parent_code
+        by_key = np.argsort(key)
+        sorted_key = key[by_key]
+        position = np.minimum(np.searchsorted(sorted_key, parent_key), n - 1)
+        found = (parent_code >= 0) & (sorted_key[position] == parent_key)
+        parent_pos = np.where(found, by_key[position], -1)
     parent_missing = pc.is_valid(parent).to_numpy(zero_copy_only=False) & ~found
 
     root_pos, depth, rounds = jump_to_roots(parent_pos)
     valid = root_pos >= 0
     sent_ms = np.floor_divide(table.column("sent_at").cast(pa.int64()).to_numpy(zero_copy_only=False), 1000)
     has_latency = valid & (depth > 0)
-    latency = np.full(n, np.nan)
-    latency[has_latency] = (sent_ms[has_latency] - sent_ms[parent_pos[has_latency]]) / 1000.0
+    latency_ms = np.zeros(n, dtype=np.int64)
+    latency_ms[has_latency] = sent_ms[has_latency] - sent_ms[parent_pos[has_latency]]
+    latency = np.where(has_latency, latency_ms / 1000.0, np.nan)
 
     sender_code, senders = _codes(table.column("sender"))
     n_senders = len(senders)
-    root_rows, measures, sender_threads, sender_reentry = thread_measures(parent_pos, root_pos, depth, sent_ms, latency, sender_code, n_senders)
+    root_rows, measures, sender_threads, sender_reentry = thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_code, n_senders)
 
-    message_columns = {
-        "gid": table.column("gid"),
-        "mid": table.column("mid"),
-        "parent": parent,
-        "sender": table.column("sender"),
-        "sent_at": table.column("sent_at"),
-        "received_at": table.column("received_at"),
-        "copies": pa.array(copies),
-        "root_mid": table.column("mid").take(pa.array(np.maximum(root_pos, 0), mask=~valid)),
-        "depth": pa.array(depth.astype(np.int32), mask=~valid),
-        "reply_latency_s": pa.array(latency, mask=~has_latency),
-        "parent_missing": pa.array(parent_missing),
-        "invalid": pa.array(~valid),
-    }
+    mid = table.column("mid")
+    messages = pa.Table.from_arrays([
+        table.column("gid"), mid, parent, table.column("sender"), table.column("sent_at"), table.column("received_at"),
+        mid.take(pa.array(np.maximum(root_pos, 0), mask=~valid)),
+        pa.array(depth.astype(np.int32), mask=~valid),
+        pa.array(latency, mask=~has_latency),
+        pa.array(parent_missing),
+        pa.array(~valid),
+        pa.array(copies),
+    ], schema=arrow_schema(MESSAGE_FIELDS))
     k = root_rows.size
     root_index = pa.array(root_rows)
-    thread_part = {
-        "gid": table.column("gid").take(root_index),
-        "root_mid": table.column("mid").take(root_index),
-        "parent_missing": pa.array(parent_missing[root_rows]),
-        "thread": _struct(
-            schema.field("thread").type,
-            {name: _arrow(values, np.zeros(k, dtype=bool)) for name, values in measures.items()},
-            np.zeros(k, dtype=bool),
-        ),
-    }
+    no_mask = np.zeros(k, dtype=bool)
+    first_ms, last_ms = measures["first_ms"], measures["last_ms"]
+    threads = pa.Table.from_arrays([
+        table.column("gid").take(root_index),
+        mid.take(root_index),
+        pa.array(measures["size"]),
+        pa.array(measures["depth"]),
+        pa.array(measures["max_width"]),
+        pa.array(measures["leaves"]),
+        pa.array(measures["participants"]),
+        pa.array(first_ms * 1000).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(last_ms * 1000).cast(pa.timestamp("us", tz="UTC")),
+        pa.array((last_ms - first_ms) / 1000.0),
+        _arrow(measures["median_latency_s"], no_mask),
+        _arrow(measures["root_reply_fraction"], no_mask),
+        _arrow(measures["wiener_index"], no_mask),
+        pa.array(measures["h_index"]),
+        pa.array(parent_missing[root_rows]),
+    ], schema=arrow_schema(THREAD_FIELDS))
 
     member_group, _, _ = distinct_pairs(gid_code, sender_code, n_senders)
     thread_gid = gid_code[root_rows]
     sizes, thread_depths = measures["size"], measures["depth"]
-    threads = np.bincount(thread_gid, minlength=n_groups)
-    no_threads = threads == 0
+    thread_count = np.bincount(thread_gid, minlength=n_groups)
+    no_threads = thread_count == 0
     size_sum = np.bincount(thread_gid, weights=sizes, minlength=n_groups).astype(np.int64)
     max_size = np.zeros(n_groups, dtype=np.int64)
     np.maximum.at(max_size, thread_gid, sizes)
     max_depth = np.zeros(n_groups, dtype=np.int32)
     np.maximum.at(max_depth, thread_gid, thread_depths)
+    group_first = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(group_first, thread_gid, first_ms)
+    group_last = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(group_last, thread_gid, last_ms)
     pairs, reciprocated = reply_pairs(gid_code, sender_code, parent_pos, n_senders, n_groups)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_size = size_sum / threads
+        mean_size = size_sum / thread_count
         reciprocity = reciprocated / pairs
     group_columns = {
         "desc": _max_strings(gid_code, table.column("group_desc"), n_groups),
         "lines": _counts(gid_code, n_groups, copies),
         "messages": _counts(gid_code, n_groups),
-        "threads": pa.array(threads.astype(np.int64)),
+        "threads": pa.array(thread_count.astype(np.int64)),
         "participants": _counts(member_group, n_groups),
         "mean_thread_size": _arrow(mean_size, no_threads),
         "median_thread_size": _arrow(grouped_median(thread_gid, sizes, n_groups), no_threads),
@@ -598,6 +669,8 @@ def place_groups(table):
         "depth_sum": pa.array(np.bincount(thread_gid, weights=thread_depths, minlength=n_groups).astype(np.int64)),
         "pairs": pa.array(pairs),
         "reciprocated_pairs": pa.array(reciprocated),
+        "first_ms": _arrow(group_first, no_threads),
+        "last_ms": _arrow(group_last, no_threads),
     }
 
     # Each sender's reply latencies in this task, as one list per sender.
@@ -614,17 +687,64 @@ def place_groups(table):
         "reentry": pa.array(sender_reentry),
         "latencies": pa.ListArray.from_arrays(pa.array(offsets), pa.array(latency[has_latency][by_sender])),
     }
-    no_mask = np.zeros(n_groups, dtype=bool)
-    group_part = {"gid": gids, "group": _struct(schema.field("group").type, group_columns, no_mask)}
-    no_mask = np.zeros(n_senders, dtype=bool)
-    sender_part = {"sender": senders, "posts": _struct(schema.field("posts").type, sender_columns, no_mask)}
-    return pa.concat_tables([
-        _part(schema, MESSAGE, n, message_columns),
-        _part(schema, THREAD, k, thread_part),
+    group_part = {"gid": gids, "group": _struct(schema.field("group").type, group_columns, np.zeros(n_groups, dtype=bool))}
+    sender_part = {"sender": senders, "posts": _struct(schema.field("posts").type, sender_columns, np.zeros(n_senders, dtype=bool))}
+
+    latencies = latency[has_latency]
+    positive = latencies > 0
+    latency_bin = np.floor(np.log10(latencies[positive]) * 10)
+    # Messages per group and time bin. The plot's bins need the whole run's span, which a
+    # task does not know: it counts in bins of a round width giving at most ~1000 bins over
+    # its own span, and the driver re-bins these (start and width in seconds) to the plot's.
+    # Only the task's OVER_TIME_GROUPS busiest groups get series of their own, the others
+    # one pooled series (null): a task holds whole groups, so each of the run's busiest
+    # groups is among its task's busiest, and the rows stay few however many groups.
+    sent_s = sent_ms[valid] // 1000
+    span_s = int(sent_s.max() - sent_s.min()) if sent_s.size else 0
+    width_s = next((w for w in OVER_TIME_WIDTHS_S if span_s <= 1000 * w), OVER_TIME_WIDTHS_S[-1])
+    time_bin = sent_s // width_s
+    origin = int(time_bin.min()) if time_bin.size else 0
+    valid_messages = np.bincount(gid_code[valid], minlength=n_groups)
+    busiest = np.lexsort((pc.rank(gids, sort_keys="ascending").to_numpy(), -valid_messages))[:OVER_TIME_GROUPS]
+    series_of_group = np.full(n_groups, n_groups, dtype=np.int64)
+    series_of_group[busiest] = busiest
+    bin_offset, bin_series, bin_count = distinct_pairs(time_bin - origin, series_of_group[gid_code[valid]], n_groups + 1)
+    series = gids.take(pa.array(np.minimum(bin_series, n_groups - 1), mask=bin_series == n_groups))
+    histograms = [
+        *(_hist_part(schema, plot, measures[name]) for plot, name in THREAD_PLOTS.items()),
+        _hist_part(schema, "per_depth", depth[valid]),
+        _hist_part(schema, "latency", latency_bin, nulls=int((~positive).sum())),
+        _hist_part(schema, "latency_fine", latency_bins(latencies)),
+        _hist_part(schema, "over_time", ((bin_offset + origin) * width_s).astype(np.float64),
+                   series=series, counts=bin_count, width=width_s),
+    ]
+    summary = pa.concat_tables([
         _part(schema, GROUP, n_groups, group_part),
         _part(schema, SENDER, n_senders, sender_part),
+        *histograms,
         _info_part(schema, malformed, conflicts, rounds),
     ])
+    return Placed(messages, threads, summary)
+
+
+def _hist_part(schema, plot: str, values, nulls: int = 0, series=None, counts=None, width=None):
+    """HIST rows of one plot: the distinct `values` with their counts (or `counts` given per value),
+    plus one null-valued row counting `nulls`."""
+    import numpy as np
+    import pyarrow as pa
+
+    if counts is None:
+        values, counts = np.unique(values, return_counts=True)
+    rows = values.size + (1 if nulls else 0)
+    value = pa.array(np.r_[values.astype(np.float64), np.zeros(1 if nulls else 0)], mask=np.arange(rows) >= values.size)
+    children = {
+        "plot": pa.array([plot] * rows, pa.string()),
+        "series": series if series is not None else pa.nulls(rows, pa.string()),
+        "value": value,
+        "width": pa.nulls(rows, pa.int64()) if width is None else pa.array(np.full(rows, width, dtype=np.int64)),
+        "count": pa.array(np.r_[counts, [nulls] if nulls else []].astype(np.int64)),
+    }
+    return _part(schema, HIST, rows, {"hist": _struct(schema.field("hist").type, children, np.zeros(rows, dtype=bool))})
 
 
 def _counts(code, k, weights=None):
@@ -683,210 +803,317 @@ def _info_part(schema, malformed: int, conflicts: int, rounds: int):
     return _part(schema, INFO, 1, {"info": _struct(schema.field("info").type, counts, np.zeros(1, dtype=bool))})
 
 
-def _place_batches(batches):
-    """mapInArrow body: gather the task's rows (whole groups, thanks to the gid shuffle) and place them."""
-    import pyarrow as pa
+TASK_TABLES = ("messages", "threads")
+SENDER_PARTIALS = "_sender_partials"  # under DIR while the job runs; Spark's readers skip "_" names
+SMALL_TABLES = ("groups", "participants")
 
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return
-    placed = place_groups(pa.Table.from_batches(batches))
-    yield from placed.to_batches(max_chunksize=65_536)
+
+def write_part(table, directory: str, name: str, fmt: str) -> None:
+    """A table (or a task's share of one) as DIRECTORY/NAME.parquet, and DIRECTORY.csv/NAME.csv with csv.
+
+    Written under a hidden name and renamed: a retried task replaces its file whole, and
+    Spark's readers skip the hidden names, so nobody reads half a file.
+    """
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pq
+
+    # Dictionaries only where values repeat: building one for the unique mids costs, then is dropped.
+    dictionary = [column for column in ("gid", "sender") if column in table.column_names]
+
+    def write_parquet(path):
+        pq.write_table(table, path, compression=PARQUET_COMPRESSION, use_dictionary=dictionary)
+
+    targets = [(directory, name + ".parquet", write_parquet)]
+    if fmt == "csv":
+        targets.append((directory + ".csv", name + ".csv", lambda path: pa_csv.write_csv(table, path)))
+    for folder, file_name, write in targets:
+        partial = os.path.join(folder, f".{file_name}.partial")
+        write(partial)
+        os.replace(partial, os.path.join(folder, file_name))
+
+
+# Snappy, as Spark's own writer: half the raw size for about 0.1 s more per million messages.
+PARQUET_COMPRESSION = "snappy"
+
+
+def _placer(out: str, fmt: str):
+    """The mapInArrow body: place the task's rows (whole groups, thanks to the gid shuffle),
+    write its messages and threads and its SENDER rows (for the sender pass; they hold
+    every reply latency, too many for the driver), return the other summary rows."""
+
+    def place_batches(batches):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark import TaskContext
+
+        batches = [b for b in batches if b.num_rows]
+        if not batches:
+            return
+        placed = place_groups(pa.Table.from_batches(batches))
+        # Named by partition, not attempt: a retried task rewrites the same file.
+        part = f"part-{TaskContext.get().partitionId():05d}"
+        for name in TASK_TABLES:
+            table = getattr(placed, name)
+            if table is not None and table.num_rows:
+                write_part(table, os.path.join(out, name), part, fmt)
+        is_sender = pc.equal(placed.summary.column("kind"), SENDER)
+        senders = placed.summary.filter(is_sender).select(["sender", "posts"])
+        if senders.num_rows:
+            write_part(senders, os.path.join(out, SENDER_PARTIALS), part, "parquet")
+        yield from placed.summary.filter(pc.invert(is_sender)).to_batches(max_chunksize=65_536)
+
+    return place_batches
 
 
 # ---------------------------------------------------------------- Spark: the shuffle and the tables
 
 
-def place_all(spark, paths: list[str]):
-    """The placed frame (PLACED_SCHEMA) of the exports: one shuffle by gid, one Arrow pass."""
+def place_all(spark, paths: list[str], out: Path, fmt: str):
+    """The summary rows (SUMMARY_SCHEMA) of the exports: one shuffle by gid, one Arrow pass
+    that also writes the messages and threads tables under `out` (so on a cluster, `out`
+    must be a folder every executor reaches at the same path, as the summary's is for the driver)."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     rows = export_rows(read_exports(spark, paths))
-    return rows.repartition(partitions, "gid").mapInArrow(_place_batches, PLACED_SCHEMA)
+    return rows.repartition(partitions, "gid").mapInArrow(_placer(str(out), fmt), SUMMARY_SCHEMA)
 
 
-def message_table(placed):
-    """Per message: its root, depth and flags."""
-    from pyspark.sql import functions as F
-
-    return placed.filter(F.col("kind") == MESSAGE)
-
-
-def thread_table(placed):
-    """Per thread: the measures of `place_groups`."""
-    from pyspark.sql import functions as F
-
-    thread = lambda name: F.col(f"thread.{name}")  # noqa: E731
-    return placed.filter(F.col("kind") == THREAD).select(
-        "gid",
-        "root_mid",
-        thread("size").alias("size"),
-        thread("depth").alias("depth"),
-        thread("max_width").alias("max_width"),
-        thread("leaves").alias("leaves"),
-        thread("participants").alias("participants"),
-        F.timestamp_millis(thread("first_ms")).alias("first_at"),
-        F.timestamp_millis(thread("last_ms")).alias("last_at"),
-        ((thread("last_ms") - thread("first_ms")) / F.lit(1000.0)).alias("duration_s"),
-        thread("median_latency_s").alias("median_reply_latency_s"),
-        thread("root_reply_fraction").alias("root_reply_fraction"),
-        thread("wiener_index").alias("wiener_index"),
-        thread("h_index").alias("h_index"),
-        F.col("parent_missing").alias("orphan"),
-    )
+def _clear_tables(out: Path, fmt: str) -> None:
+    for name in TASK_TABLES + SMALL_TABLES:
+        for folder in (out / name, out / f"{name}.csv"):
+            shutil.rmtree(folder, ignore_errors=True)
+        (out / name).mkdir(parents=True)
+        if fmt == "csv":
+            (out / f"{name}.csv").mkdir(parents=True)
 
 
-GROUP_COLUMNS = (
-    "gid", "group_desc", "messages", "threads", "participants", "mean_thread_size", "median_thread_size",
-    "max_thread_size", "max_depth", "orphan_messages", "invalid_messages", "reciprocity",
-)
+def _finish_table(out: Path, name: str, fields: str, fmt: str) -> None:
+    """Mark a table folder complete as Spark does; an empty table still gets one (empty) file
+    so that it reads back with its schema."""
+    folders = [out / name] + ([out / f"{name}.csv"] if fmt == "csv" else [])
+    if not any((out / name).glob("*.parquet")):
+        write_part(arrow_schema(fields).empty_table(), str(out / name), "part-00000", fmt)
+    for folder in folders:
+        (folder / "_SUCCESS").touch()
 
 
-def group_table(placed):
-    """Per group: finished by `place_groups`, since a group never spans tasks."""
-    from pyspark.sql import functions as F
-
-    rows = placed.filter(F.col("kind") == GROUP)
-    fields = {"gid": "gid", "group_desc": "group.desc"}
-    return rows.select(*(F.col(fields.get(name, f"group.{name}")).alias(name) for name in GROUP_COLUMNS))
+# The exact median of all reply latencies without a column of millions on the driver: the
+# placing pass counts the latencies per fine bin (monotone in the value), the driver finds
+# the one or two bins holding the middle ranks, and the sender pass returns the distinct
+# values of just those bins with their counts.
+LATENCY_BINS_PER_OCTAVE = 256
 
 
-def _sorted_median(values):
-    """Median of a sorted array column, as Spark's percentile computes it (null when empty)."""
-    from pyspark.sql import functions as F
+def latency_bins(values):
+    """Fine bin of each value: 256 per octave of |v| + 1, negative values below the others."""
+    import numpy as np
 
-    n = F.size(values)
-    lower = F.element_at(values, F.floor((n - 1) / 2).cast("int") + 1)
-    upper = F.element_at(values, F.floor(n / 2).cast("int") + 1)
-    return F.when(n > 0, F.lit(0.5) * lower + F.lit(0.5) * upper)
+    magnitude = np.floor(np.log2(np.abs(values) + 1) * LATENCY_BINS_PER_OCTAVE)
+    return np.where(values >= 0, magnitude, -magnitude - 1).astype(np.int64)
 
 
-def participant_table(placed):
-    """Per sender: the tasks' partial counts added up, latencies merged for the exact median."""
-    from pyspark.sql import functions as F
-
-    merged = placed.filter(F.col("kind") == SENDER).groupBy("sender").agg(
-        F.max("posts.name").alias("sender_name"),
-        F.sum("posts.messages").alias("messages"),
-        F.sum("posts.threads").alias("threads"),
-        F.sum("posts.threads_started").alias("threads_started"),
-        F.sum("posts.replies_sent").alias("replies_sent"),
-        F.sum("posts.replies_received").alias("replies_received"),
-        F.array_sort(F.flatten(F.collect_list("posts.latencies"))).alias("latencies"),
-        F.sum("posts.reentry").alias("reentry"),
-    )
-    return merged.select(
-        "sender", "sender_name", "messages", "threads", "threads_started", "replies_sent", "replies_received",
-        _sorted_median(F.col("latencies")).alias("median_reply_latency_s"), "reentry",
-    )
+def middle_bins(bin_counts) -> tuple[list, int]:
+    """The bins holding the middle ranks of a [(bin, count)] histogram (ascending), and how
+    many values lie in lower bins."""
+    n = sum(count for _, count in bin_counts)
+    picked, below, seen = [], None, 0
+    for bin_id, count in bin_counts:
+        if any(seen <= rank < seen + count for rank in ((n - 1) // 2, n // 2)):
+            picked.append(bin_id)
+            below = seen if below is None else below
+        seen += count
+    return picked, below or 0
 
 
-def exact_median(frame, column: str):
-    """Exact median of a numeric column, as Spark's percentile computes it, in one or two cheap passes.
-
-    Pass one counts the values per bin (64 bins per octave, monotone in the value); pass
-    two, needed only when such a bin holds several distinct values, counts the distinct
-    values of the one or two bins holding the middle ranks. With
-    values in whole milliseconds (latencies) or whole numbers (sizes) a bin holds few
-    distinct values, so nothing like a column of millions reaches the driver.
-    """
-    from pyspark.sql import functions as F
-
-    value = F.col(column).cast("double")
-    magnitude = F.floor(F.log2(F.abs(value) + 1) * 64)
-    bin_of = F.when(value >= 0, magnitude).otherwise(-magnitude - 1)
-    present = frame.filter(F.col(column).isNotNull()).select(value.alias("value"), bin_of.alias("bin"))
-    bins = sorted(
-        (r["bin"], r["count"], r["lo"], r["hi"])
-        for r in present.groupBy("bin").agg(F.count(F.lit(1)).alias("count"), F.min("value").alias("lo"), F.max("value").alias("hi")).collect()
-    )
-    n = sum(b[1] for b in bins)
+def median_of_counts(value_counts, below: int = 0, n: int | None = None):
+    """Median, as Spark's percentile computes it, of values given as [(value, count)] ascending;
+    `below` values lie under the first of them, out of `n` in all (default: just these)."""
+    n = below + sum(count for _, count in value_counts) if n is None else n
     if not n:
         return None
-    ranks = ((n - 1) // 2, n // 2)
-    holding, seen = {}, 0
-    for bin_id, count, lo, hi in bins:
-        for rank in ranks:
-            if seen <= rank < seen + count:
-                holding[rank] = (bin_id, seen, lo, hi)
-        seen += count
-    picked, distinct = [], {}
-    for rank in ranks:
-        bin_id, below, lo, hi = holding[rank]
-        if lo == hi:  # one distinct value in the bin (small whole numbers): no second pass
-            picked.append(lo)
-            continue
-        if bin_id not in distinct:
-            rows = present.filter(F.col("bin") == bin_id).groupBy("value").count().collect()
-            distinct[bin_id] = sorted((r["value"], r["count"]) for r in rows)
-        for v, count in distinct[bin_id]:
-            if below <= rank < below + count:
-                picked.append(v)
+    picked = []
+    for rank in ((n - 1) // 2, n // 2):
+        seen = below
+        for value, count in value_counts:
+            if rank < seen + count:
+                picked.append(value)
                 break
-            below += count
+            seen += count
     lower, upper = picked
     return lower if lower == upper else 0.5 * lower + 0.5 * upper
 
 
+PARTICIPANT_FIELDS = (
+    "sender string, sender_name string, messages long, threads long, threads_started long, replies_sent long, "
+    "replies_received long, median_reply_latency_s double, reentry long"
+)
+# The sender pass returns participant rows (latency null) and rows of the middle bins'
+# distinct latencies with their counts (sender null).
+SENDER_PASS_SCHEMA = PARTICIPANT_FIELDS + ", latency double, latency_count long"
+
+
+def _children(struct_array) -> dict:
+    """A struct array's fields by name, offsets and nulls of the parent applied."""
+    return dict(zip((field.name for field in struct_array.type), struct_array.flatten()))
+
+
+def merge_senders(table, median_bins):
+    """Participant rows of a Table of SENDER rows (all the rows of each of its senders), plus
+    the distinct latencies in `median_bins` with their counts."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    code, senders = _codes(table.column("sender"))
+    k = len(senders)
+    posts = _children(table.column("posts").combine_chunks())
+
+    def added(name):
+        return pa.array(np.bincount(code, weights=posts[name].to_numpy(zero_copy_only=False), minlength=k).astype(np.int64))
+
+    lists = posts["latencies"]
+    values = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+    owner = code[pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)]
+    # The latencies are whole milliseconds / 1000: back to those integers, exactly.
+    values_ms = np.rint(values * 1000.0).astype(np.int64)
+    columns = [
+        senders, _max_strings(code, posts["name"], k), added("messages"), added("threads"), added("threads_started"),
+        added("replies_sent"), added("replies_received"), _arrow(grouped_median(owner, values_ms, k, divisor=1000.0), np.zeros(k, dtype=bool)),
+        added("reentry"), pa.nulls(k, pa.float64()), pa.nulls(k, pa.int64()),
+    ]
+    participants = pa.Table.from_arrays(columns, schema=arrow_schema(SENDER_PASS_SCHEMA))
+    middle, counts = np.unique(values[np.isin(latency_bins(values), median_bins)], return_counts=True)
+    m = middle.size
+    latency_rows = pa.Table.from_arrays(
+        [pa.nulls(m, field.type) for field in arrow_schema(PARTICIPANT_FIELDS)] + [pa.array(middle), pa.array(counts.astype(np.int64))],
+        schema=arrow_schema(SENDER_PASS_SCHEMA),
+    )
+    return pa.concat_tables([participants, latency_rows])
+
+
+def _sender_merger(median_bins: list):
+    def merge(batches):
+        import pyarrow as pa
+
+        batches = [b for b in batches if b.num_rows]
+        if batches:
+            yield from merge_senders(pa.Table.from_batches(batches), median_bins).to_batches()
+
+    return merge
+
+
+def participants_and_latency_median(spark, partials_path: str, latency_bin_counts):
+    """The participants table (Arrow, by sender) and the exact median of all reply latencies.
+
+    Reads the SENDER rows the placing tasks wrote under `partials_path`; one shuffle by
+    sender and one Arrow pass: each task adds up its senders' partial counts and takes
+    their latency medians with numpy.
+    """
+    import pyarrow as pa
+
+    bins, below = middle_bins(latency_bin_counts)
+    # A few rows per sender and task: one partition per core is plenty.
+    partitions = spark.sparkContext.defaultParallelism
+    rows = spark.read.schema(f"sender string, posts {_struct_ddl(STRUCT_FIELDS['posts'])}").parquet(partials_path)
+    merged = rows.repartition(partitions, "sender").mapInArrow(_sender_merger(bins), SENDER_PASS_SCHEMA).toArrow()
+    is_participant = merged.column("latency").is_null()
+    participants = merged.filter(is_participant).select([name for name, _ in _fields(PARTICIPANT_FIELDS)]).sort_by("sender")
+    middle = merged.filter(pa.compute.invert(is_participant)).group_by("latency").aggregate([("latency_count", "sum")])
+    middle = sorted(zip(middle.column("latency").to_pylist(), middle.column("latency_count_sum").to_pylist()))
+    n = sum(count for _, count in latency_bin_counts)
+    return participants, median_of_counts(middle, below, n)
+
+
 # ---------------------------------------------------------------- the whole job
 
-
+GROUP_FIELDS = (
+    "gid string, group_desc string, messages long, threads long, participants long, mean_thread_size double, "
+    "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
+    "reciprocity double"
+)
 @dataclass(slots=True)
 class Results:
-    """DataFrames and figures of one run (kept for tests and the report)."""
+    """The tables of one run, read back from DIR, with the figures the summary and the report need."""
 
     messages: object
     threads: object
     groups: object
     participants: object
     summary: dict
+    histograms: dict  # plot -> [(value, count)] ascending, a null value first (see HIST)
+    over_time: list  # [(gid, bin start, bin width in seconds, messages)], a width per task (see HIST)
+    time_span_ms: tuple | None  # first and last sent_at of the valid messages
+    group_names: dict  # gid -> group_desc
 
 
-def analyse(spark, paths: list[str]) -> Results:
-    """Run the whole analysis; the placed frame is cached once and every table reads it."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+def analyse(spark, paths: list[str], out: Path, fmt: str = "parquet") -> Results:
+    """Run the whole analysis and write the four tables under `out`.
+
+    One Spark job reads, shuffles, places and writes the big tables (and the per-sender
+    partial rows) and returns the small summary rows; a second, small job merges the
+    per-sender rows.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     started = time.perf_counter()
-    placed = place_all(spark, paths).persist(StorageLevel.MEMORY_AND_DISK)
-    spark.sparkContext.setJobDescription("read, merge, place and measure")
-    small = placed.filter(F.col("kind").isin(GROUP, INFO))
-    totals = small.agg(
-        F.sum("info.malformed_lines").alias("malformed"),
-        F.sum("info.conflicting_copies").alias("conflicts"),
-        F.max("info.jump_rounds").alias("rounds"),
-        F.sum("group.lines").alias("kept_lines"),
-        F.sum("group.messages").alias("messages"),
-        F.count("group").alias("groups"),
-        F.sum("group.orphan_messages").alias("orphans"),
-        F.sum("group.invalid_messages").alias("invalid"),
-        F.sum("group.threads").alias("threads"),
-        F.max("group.max_depth").alias("max_depth"),
-        F.sum("group.size_sum").alias("size_sum"),
-        F.max("group.max_thread_size").alias("max_size"),
-        F.sum("group.depth_sum").alias("depth_sum"),
-        F.sum("group.pairs").alias("pairs"),
-        F.sum("group.reciprocated_pairs").alias("reciprocated"),
-    ).first()
-    malformed = int(totals["malformed"] or 0)
-    conflicts = int(totals["conflicts"] or 0)
-    n_messages = int(totals["messages"] or 0)
-    lines = int(totals["kept_lines"] or 0) + malformed
-    threads_count = int(totals["threads"] or 0)
-    pairs = int(totals["pairs"] or 0)
-    log.info("read %d lines: %d distinct messages, roots found in %d pointer-jumping rounds (%.1f s)",
-             lines, n_messages, int(totals["rounds"] or 0), time.perf_counter() - started)
+    out = Path(out)
+    _clear_tables(out, fmt)
+    partials = out / SENDER_PARTIALS
+    shutil.rmtree(partials, ignore_errors=True)
+    partials.mkdir()
+    spark.sparkContext.setJobDescription("read, merge, place and measure; write messages and threads")
+    small = place_all(spark, paths, out, fmt).select("kind", "gid", "group", "hist", "info").toArrow()
+    for name, fields in (("messages", MESSAGE_FIELDS), ("threads", THREAD_FIELDS)):
+        _finish_table(out, name, fields, fmt)
+
+    def of_kind(k: int, column: str):
+        return small.filter(pc.equal(small.column("kind"), k)).column(column).combine_chunks()
+
+    info = _children(of_kind(INFO, "info"))
+    malformed = int(pc.sum(info["malformed_lines"]).as_py() or 0)
+    conflicts = int(pc.sum(info["conflicting_copies"]).as_py() or 0)
+    rounds = int(pc.max(info["jump_rounds"]).as_py() or 0)
+    group = _children(of_kind(GROUP, "group"))
+    names = [name for name, _ in _fields(GROUP_FIELDS)]
+    groups_table = pa.Table.from_arrays(
+        [of_kind(GROUP, "gid"), group["desc"]] + [group[name] for name in names[2:]], schema=arrow_schema(GROUP_FIELDS)
+    ).sort_by("gid")
+    write_part(groups_table, str(out / "groups"), "part-00000", fmt)
+    _finish_table(out, "groups", GROUP_FIELDS, fmt)
+
+    def total(name: str, how=pc.sum):
+        return how(group[name]).as_py()
+
+    hist = pa.table(_children(of_kind(HIST, "hist")))
+    over_time = hist.filter(pc.equal(hist.column("plot"), "over_time"))
+    over_time = list(zip(*(over_time.column(c).to_pylist() for c in ("series", "value", "width", "count"))))
+    merged = hist.filter(pc.not_equal(hist.column("plot"), "over_time")).group_by(["plot", "value"]).aggregate([("count", "sum")])
+    histograms: dict[str, list] = {}
+    for plot, value, count in zip(*(merged.column(c).to_pylist() for c in ("plot", "value", "count_sum"))):
+        histograms.setdefault(plot, []).append((value, count))
+    for points in histograms.values():
+        points.sort(key=lambda p: (p[0] is not None, p[0] or 0.0))
+    n_messages = int(total("messages") or 0)
+    lines = int(total("lines") or 0) + malformed
+    threads_count = int(total("threads") or 0)
+    pairs = int(total("pairs") or 0)
+    first, last = total("first_ms", pc.min), total("last_ms", pc.max)
+    log.info("read %d lines: %d distinct messages, roots found in %d pointer-jumping rounds; messages and threads written (%.1f s)",
+             lines, n_messages, rounds, time.perf_counter() - started)
     if malformed:
         log.warning("skipped %d malformed line(s) of %d: bad JSON, a missing gid/mid/sender or an unreadable time", malformed, lines)
     if conflicts:
         log.warning("%d message(s) have copies that disagree beyond received_at; kept the earliest received", conflicts)
 
-    messages = message_table(placed)
-    threads = thread_table(placed)
-    groups = group_table(placed)
-    spark.sparkContext.setJobDescription("participants")
-    participants = participant_table(placed).persist(StorageLevel.MEMORY_AND_DISK)
-    n_participants = participants.count()
-    spark.sparkContext.setJobDescription("medians")
+    spark.sparkContext.setJobDescription("participants and the reply-latency median")
+    if any(partials.glob("*.parquet")):
+        participants, latency_median = participants_and_latency_median(spark, str(partials), histograms.pop("latency_fine", []))
+    else:
+        participants, latency_median = arrow_schema(PARTICIPANT_FIELDS).empty_table(), None
+    shutil.rmtree(partials, ignore_errors=True)
+    participants = participants.cast(arrow_schema(PARTICIPANT_FIELDS))
+    write_part(participants, str(out / "participants"), "part-00000", fmt)
+    _finish_table(out, "participants", PARTICIPANT_FIELDS, fmt)
     summary = {
         "input_lines": lines,
         "malformed_lines": malformed,
@@ -894,59 +1121,33 @@ def analyse(spark, paths: list[str]) -> Results:
         "duplicates_removed": lines - malformed - n_messages,
         "conflicting_copies": conflicts,
         "threads": threads_count,
-        "groups": int(totals["groups"]),
-        "participants": n_participants,
-        "orphan_messages": int(totals["orphans"] or 0),
-        "invalid_messages": int(totals["invalid"] or 0),
-        "max_depth": _maybe_int(totals["max_depth"]),
-        "mean_thread_size": totals["size_sum"] / threads_count if threads_count else None,
-        "median_thread_size": exact_median(threads, "size"),
-        "max_thread_size": _maybe_int(totals["max_size"]),
-        "mean_depth": totals["depth_sum"] / threads_count if threads_count else None,
-        "reply_latency_median_s": exact_median(messages, "reply_latency_s"),
-        "reciprocity": totals["reciprocated"] / pairs if pairs else None,
+        "groups": groups_table.num_rows,
+        "participants": participants.num_rows,
+        "orphan_messages": int(total("orphan_messages") or 0),
+        "invalid_messages": int(total("invalid_messages") or 0),
+        "max_depth": _maybe_int(total("max_depth", pc.max)),
+        "mean_thread_size": total("size_sum") / threads_count if threads_count else None,
+        "median_thread_size": median_of_counts(histograms.get("size", [])),
+        "max_thread_size": _maybe_int(total("max_thread_size", pc.max)),
+        "mean_depth": total("depth_sum") / threads_count if threads_count else None,
+        "reply_latency_median_s": latency_median,
+        "reciprocity": total("reciprocated_pairs") / pairs if pairs else None,
         "sender_pairs": pairs,
-        "pointer_jumping_rounds": int(totals["rounds"] or 0),
+        "pointer_jumping_rounds": rounds,
     }
     log.info("tables aggregated (%.1f s)", time.perf_counter() - started)
-    return Results(messages=messages, threads=threads, groups=groups, participants=participants, summary=summary)
+    specs = {"messages": MESSAGE_FIELDS, "threads": THREAD_FIELDS, "groups": GROUP_FIELDS, "participants": PARTICIPANT_FIELDS}
+    # With the schema given, reading back costs no job until a table is used.
+    tables = {name: spark.read.schema(spec).parquet(str(out / name)) for name, spec in specs.items()}
+    return Results(
+        summary=summary, histograms=histograms, over_time=over_time,
+        time_span_ms=None if first is None else (first, last),
+        group_names=dict(zip(groups_table.column("gid").to_pylist(), groups_table.column("group_desc").to_pylist())), **tables,
+    )
 
 
 def _maybe_int(value):
     return None if value is None else int(value)
-
-
-MESSAGE_COLUMNS = (
-    "gid", "mid", "parent", "sender", "sent_at", "received_at", "root_mid", "depth",
-    "reply_latency_s", "parent_missing", "invalid", "copies",
-)
-THREAD_COLUMNS = (
-    "gid", "root_mid", "size", "depth", "max_width", "leaves", "participants", "first_at", "last_at",
-    "duration_s", "median_reply_latency_s", "root_reply_fraction", "wiener_index", "h_index", "orphan",
-)
-
-
-def write_outputs(results: Results, out: Path, fmt: str) -> None:
-    tables = {
-        "messages": results.messages.select(*MESSAGE_COLUMNS),
-        "threads": results.threads.select(*THREAD_COLUMNS),
-        "groups": results.groups.select(*GROUP_COLUMNS).repartition(1),
-        "participants": results.participants.coalesce(1),
-    }
-    out_uri = str(out)
-    for name, frame in tables.items():
-        started = time.perf_counter()
-        frame.sparkSession.sparkContext.setJobDescription(f"write {name}")
-        writer = frame.write.mode("overwrite")
-        if name in ("messages", "threads"):
-            # Building dictionaries (and dropping them again for the unique mids) cost a
-            # third of these writes; snappy still packs the repeated gids and senders.
-            writer = writer.option("parquet.enable.dictionary", "false")
-        writer.parquet(f"{out_uri}/{name}")
-        if fmt == "csv":
-            frame.write.mode("overwrite").option("header", True).csv(f"{out_uri}/{name}.csv")
-        log.info("wrote %s (%.1f s)", name, time.perf_counter() - started)
-    (out / "summary.json").write_text(json.dumps(results.summary, indent=2) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -960,8 +1161,8 @@ def run(args: argparse.Namespace) -> int:
     spark = build_session(args.master, args.driver_memory)
     log.info("Spark session ready (%.1f s)", time.perf_counter() - started)
     try:
-        results = analyse(spark, paths)
-        write_outputs(results, args.out, args.format)
+        results = analyse(spark, paths, args.out, args.format)
+        (args.out / "summary.json").write_text(json.dumps(results.summary, indent=2) + "\n")
         if not args.no_report:
             from app import thread_report
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -36,18 +37,27 @@ def ensure_log(size: int, workdir: Path, seed: int) -> Path:
     return path
 
 
-def run_measured(command: list[str]) -> tuple[float, int, str]:
-    """Run `command`; return (wall seconds, peak RSS of its process tree in bytes, stdout)."""
+def run_measured(command: list[str]) -> tuple[float, int, float, str]:
+    """Run `command`; return (wall seconds, peak RSS of its process tree in bytes, CPU seconds
+    of that tree, stdout).
+
+    CPU seconds are each process's last polled user + system time, summed: on a shared
+    machine the wall time depends on the other load, the CPU time much less.
+    """
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     watched = psutil.Process(process.pid)
     peak = 0
+    cpu_by_process: dict[tuple[int, float], float] = {}
     while process.poll() is None:
         total = 0
         try:
             for proc in [watched, *watched.children(recursive=True)]:
                 try:
-                    total += proc.memory_info().rss
+                    with proc.oneshot():
+                        total += proc.memory_info().rss
+                        times = proc.cpu_times()
+                        cpu_by_process[(proc.pid, proc.create_time())] = times.user + times.system
                 except psutil.Error:
                     pass
         except psutil.Error:
@@ -58,7 +68,7 @@ def run_measured(command: list[str]) -> tuple[float, int, str]:
     elapsed = time.perf_counter() - started
     if process.returncode:
         raise SystemExit(f"{command[:4]} failed with exit code {process.returncode}")
-    return elapsed, peak, output
+    return elapsed, peak, sum(cpu_by_process.values()), output
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,13 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.sizes:
         log_path = ensure_log(size, args.workdir, args.seed)
         out = args.workdir / f"out_{size}"
-        wall, peak, _ = run_measured([sys.executable, "-m", "app.thread_stats", str(log_path), "--out", str(out), "--master", args.master])
+        load_before = os.getloadavg()[0]
+        wall, peak, cpu, _ = run_measured([sys.executable, "-m", "app.thread_stats", str(log_path), "--out", str(out), "--master", args.master])
         summary = json.loads((out / "summary.json").read_text())
-        row = {"size": size, "spark_s": wall, "spark_rss": peak, "summary": summary}
-        print(f"spark  {size:>10,} messages: {wall:7.1f} s, peak RSS {peak / 2**30:5.2f} GiB, "
-              f"{summary['threads']:,} threads, max depth {summary['max_depth']}, {summary['pointer_jumping_rounds']} jumping rounds", flush=True)
+        row = {"size": size, "spark_s": wall, "spark_cpu": cpu, "spark_rss": peak, "summary": summary}
+        print(f"spark  {size:>10,} messages: {wall:7.1f} s ({cpu:.0f} CPU s), peak RSS {peak / 2**30:5.2f} GiB, "
+              f"{summary['threads']:,} threads, max depth {summary['max_depth']}, {summary['pointer_jumping_rounds']} jumping rounds; "
+              f"1-min load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after", flush=True)
         if not args.no_baseline:
-            base_wall, base_peak, output = run_measured([sys.executable, "-c", BASELINE_CODE, str(log_path)])
+            base_wall, base_peak, _, output = run_measured([sys.executable, "-c", BASELINE_CODE, str(log_path)])
             baseline = json.loads(output)
             agree = all(summary[k] == baseline[k] for k in ("threads", "max_depth", "max_thread_size", "invalid_messages"))
             row.update(base_s=base_wall, base_rss=base_peak, agree=agree)
@@ -90,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
 
     print()
-    print("| messages | Spark wall s | Spark peak RSS GiB | Python baseline s | baseline peak RSS GiB | Spark / baseline |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| messages | Spark wall s | Spark CPU s | Spark peak RSS GiB | Python baseline s | baseline peak RSS GiB | Spark / baseline |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         base = f"{row['base_s']:.1f} | {row['base_rss'] / 2**30:.2f} | {row['spark_s'] / row['base_s']:.2f}" if "base_s" in row else "- | - | -"
-        print(f"| {row['size']:,} | {row['spark_s']:.1f} | {row['spark_rss'] / 2**30:.2f} | {base} |")
+        print(f"| {row['size']:,} | {row['spark_s']:.1f} | {row['spark_cpu']:.0f} | {row['spark_rss'] / 2**30:.2f} | {base} |")
     if len(rows) >= 2:
         small, large = rows[0], rows[-1]
         data_ratio = large["size"] / small["size"]

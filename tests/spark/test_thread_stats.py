@@ -7,13 +7,14 @@ import datetime as dt
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from app import gen_logs, thread_stats, thread_stats_reference
+from app import gen_logs, thread_report, thread_stats, thread_stats_reference
 
 BASE = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 G1 = "a" * 32
@@ -49,7 +50,7 @@ def write_export(tmp_path, name, lines):
 
 
 def analyse(spark, paths):
-    return thread_stats.analyse(spark, paths)
+    return thread_stats.analyse(spark, paths, Path(paths[0]).parent / "out")
 
 
 def placements(results):
@@ -141,6 +142,20 @@ def test_orphan_starts_its_own_flagged_thread(spark, tmp_path):
     # An orphan is still a reply its sender wrote.
     alice = results.participants.filter(F.col("sender") == ALICE).select("replies_sent", "threads_started").first()
     assert (alice["replies_sent"], alice["threads_started"]) == (1, 1)
+
+
+def test_parent_in_another_group_only_is_missing(spark, tmp_path):
+    # Each mid occurs in one group, so parents are found by mid alone: the group must still match.
+    lines = [line(G1, "a:1", None, ALICE, 0), line(G2, "b:1", "a:1", BOB, 10), line(G2, "b:2", "b:1", ALICE, 20)]
+    results = analyse(spark, [write_export(tmp_path, "cross.jsonl", lines)])
+    assertDataFrameEqual(
+        placements(results),
+        [
+            Row(gid=G1, mid="a:1", root_mid="a:1", depth=0, invalid=False, parent_missing=False),
+            Row(gid=G2, mid="b:1", root_mid="b:1", depth=0, invalid=False, parent_missing=True),
+            Row(gid=G2, mid="b:2", root_mid="b:1", depth=1, invalid=False, parent_missing=False),
+        ],
+    )
 
 
 def test_cycle_and_self_reply_are_invalid_and_terminate(spark, tmp_path):
@@ -278,6 +293,25 @@ def test_random_forest_matches_reference(spark, tmp_path):
     assertDataFrameEqual(actual_threads, expected_threads, rtol=1e-9)
     assert results.summary["invalid_messages"] == 3
 
+    # The report's histograms count every valid message once, whatever the tasks' time bins.
+    plots = thread_report.collect_plot_data(results)
+    valid = results.summary["messages"] - results.summary["invalid_messages"]
+    assert sum(count for _, _, count in plots["over_time"]) == valid
+    assert sum(count for _, count in plots["per_depth"]) == valid
+    assert sum(count for _, count in plots["size"]) == results.summary["threads"]
+
+
+def test_over_time_plot_keeps_the_busiest_groups_and_pools_the_rest(spark, tmp_path):
+    # Ten groups in one task, group i with i + 1 messages: the eight busiest get their own line.
+    lines = [
+        line(f"{i:032x}", f"m{i}:{k}", None, ALICE, 3600 * k, desc=f"group {i}") for i in range(10) for k in range(i + 1)
+    ]
+    results = analyse(spark, [write_export(tmp_path, "groups.jsonl", lines)])
+    totals: dict[str, int] = {}
+    for series, _, count in thread_report.collect_plot_data(results)["over_time"]:
+        totals[series] = totals.get(series, 0) + count
+    assert totals == {**{f"group {i}": i + 1 for i in range(2, 10)}, "other groups": 1 + 2}
+
 
 # ---------------------------------------------------------------- the command end to end
 
@@ -306,6 +340,8 @@ def test_command_writes_tables_summary_and_report(spark, tmp_path):
     assert groups.count() == summary["groups"]
     assert participants.count() == summary["participants"]
     assert threads.agg(F.sum("size")).first()[0] == summary["messages"] - summary["invalid_messages"]
+    assert summary["reply_latency_median_s"] == messages.agg(F.median("reply_latency_s")).first()[0]
+    assert summary["median_thread_size"] == threads.agg(F.median("size")).first()[0]
     assert groups.agg(F.sum("messages")).first()[0] == summary["messages"]
     assert messages.filter(F.col("parent_missing")).count() == summary["orphan_messages"] > 0
     assert threads.filter(F.col("orphan")).count() == summary["orphan_messages"]
@@ -354,15 +390,27 @@ def test_pointer_jumping_marks_cycles_and_their_tails_invalid():
     assert rounds <= math.ceil(math.log2(8)) + 1
 
 
-def test_exact_median_matches_spark_percentile(spark):
+def binned_median(values):
+    """The job's exact median: fine-bin counts, then the distinct values of the middle bins."""
+    import numpy as np
+
+    values = np.array(values, dtype=float)
+    bins, counts = np.unique(thread_stats.latency_bins(values), return_counts=True)
+    middle, below = thread_stats.middle_bins(list(zip(bins.tolist(), counts.tolist())))
+    distinct, counts = np.unique(values[np.isin(thread_stats.latency_bins(values), middle)], return_counts=True)
+    return thread_stats.median_of_counts(list(zip(distinct.tolist(), counts.tolist())), below, values.size)
+
+
+def test_binned_median_matches_spark_percentile(spark):
     rng = random.Random(11)
     # Whole milliseconds like the latencies, with ties, negatives (clock skew) and a long tail.
     values = [round(rng.lognormvariate(5, 2) * rng.choice([1, 1, 1, -1]), 3) for _ in range(2001)] + [0.0] * 7
-    frame = spark.createDataFrame([(v,) for v in values] + [(None,)], "x double")
+    frame = spark.createDataFrame([(v,) for v in values], "x double")
     for rows in (frame, frame.limit(1000), frame.filter(F.col("x") > 0), frame.filter(F.col("x") < 0)):
-        assert thread_stats.exact_median(rows, "x") == rows.agg(F.median("x")).first()[0]
-    sizes = spark.createDataFrame([(v,) for v in [1, 1, 2, 2, 2, 3, 500, 501]], "x long")
-    assert thread_stats.exact_median(sizes, "x") == 2.0
-    assert thread_stats.exact_median(sizes.filter(F.col("x") > 1), "x") == 2.5
-    assert thread_stats.exact_median(sizes.filter(F.col("x") >= 500), "x") == 500.5
-    assert thread_stats.exact_median(sizes.filter(F.col("x") > 1000), "x") is None
+        assert binned_median([r["x"] for r in rows.collect()]) == rows.agg(F.median("x")).first()[0]
+    assert binned_median([1, 1, 2, 2, 2, 3, 500, 501]) == 2.0
+    assert binned_median([2, 2, 2, 3, 500, 501]) == 2.5
+    assert binned_median([500, 501]) == 500.5
+    assert binned_median([]) is None
+    assert thread_stats.median_of_counts([(1, 2), (2, 3), (3, 1)]) == 2
+    assert thread_stats.median_of_counts([(2, 1), (3, 1)]) == 2.5
