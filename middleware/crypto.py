@@ -179,12 +179,16 @@ def proof_is_well_formed(proof: bytes) -> bool:
     return extra >= 0 and extra % HASH_BYTES == 0 and extra // HASH_BYTES <= MAX_PATH_HASHES
 
 
-_verified_roots: OrderedDict[tuple[bytes, bytes], None] = OrderedDict()
+_verified_roots: OrderedDict[tuple[bytes, bytes, bytes], None] = OrderedDict()
 
 
 def _root_is_signed(public_key: bytes, signature: bytes, root: bytes) -> bool:
-    """Whether ``signature`` by ``public_key`` covers ``root``; each root is verified once."""
-    key = (public_key, root)
+    """Whether ``signature`` by ``public_key`` covers ``root``; each root is verified once.
+
+    The signature is part of the key: Ed25519 signs deterministically, so the datagrams
+    of a burst still hit, while a proof carrying other signature bytes is checked anew
+    (it would fail at any peer that had not seen the burst)."""
+    key = (public_key, root, signature)
     if key in _verified_roots:
         _verified_roots.move_to_end(key)
         return True

@@ -138,6 +138,15 @@ def test_a_burst_is_signed_once_and_each_datagram_still_opens_alone(monkeypatch)
         wire.sign_burst(ME, datagrams * 2)
 
 
+def test_a_relayed_proof_with_other_signature_bytes_fails_even_after_its_burst_was_verified():
+    batch = wire.sign_burst(ME, [[Data("g1", seqno, None, 0, "Ann", f"m{seqno}", b"") for seqno in range(1, 4)]])[0]
+    decode(encode(ME, batch))  # the burst's root is now verified and remembered
+    seqno, parent, sent_at, name, text = batch.items[0]
+    forged = bytes([batch.proofs[0][0] ^ 1]) + batch.proofs[0][1:]
+    assert wire.verify_stored("g1", StoredMessage(PID, seqno, parent, sent_at, name, text, KEY, batch.proofs[0]))
+    assert not wire.verify_stored("g1", StoredMessage(PID, seqno, parent, sent_at, name, text, KEY, forged))
+
+
 @pytest.mark.parametrize("items", [7, None, "text", b"bytes", True, 1.5, [7], [[1, None, 0, "n"]],
                                    [[0, None, 0, "n", "t"]], [[1, ["p", 0], 0, "n", "t"]], [[1, None, -1, "n", "t"]],
                                    [[1, None, 0, "n", "x" * (wire.MAX_TEXT + 1)]]])
