@@ -21,9 +21,9 @@
 from __future__ import annotations
 
 import hashlib
-import threading
 import hmac
 import os
+import threading
 from collections import OrderedDict
 
 import msgpack
@@ -81,7 +81,8 @@ def verify(public_key: bytes, signature: bytes, data: bytes) -> bool:
 
 MAX_BATCH = 32  # messages in one datagram: paths of at most 5 hashes up to the datagram's root
 MAX_BURST = 8  # datagrams under one signature: at most 3 more hashes up to the signed root
-MAX_PATH_HASHES = 5 + 3
+MAX_BURST_PATH_HASHES = 3
+MAX_PATH_HASHES = 5 + MAX_BURST_PATH_HASHES
 HASH_BYTES = 32
 
 
@@ -151,7 +152,7 @@ def _proofs(signature: bytes, levels: list[list[bytes]], count: int, burst_path:
 
 def burst_path_is_well_formed(path: bytes) -> bool:
     extra = len(path) - 2
-    return (extra >= 0 and extra % HASH_BYTES == 0 and extra // HASH_BYTES <= MAX_PATH_HASHES - 5
+    return (extra >= 0 and extra % HASH_BYTES == 0 and extra // HASH_BYTES <= MAX_BURST_PATH_HASHES
             and int.from_bytes(path[:2], "big") < 1 << (extra // HASH_BYTES))
 
 

@@ -130,7 +130,7 @@ def _proof(value: Any, name: str) -> bytes:
 
 def _burst_path(value: Any, name: str) -> bytes:
     if type(value) is not bytes or not crypto.burst_path_is_well_formed(value):
-        raise _fail(name, "expected a burst path (2-byte index, up to 3 hashes)")
+        raise _fail(name, f"expected a burst path (2-byte index, up to {crypto.MAX_BURST_PATH_HASHES} hashes)")
     return value
 
 
