@@ -986,26 +986,34 @@ Orderer_delivered_ranges(Orderer *self, PyObject *Py_UNUSED(ignored))
     return out;
 }
 
-static PyObject *
-Orderer_sender_ranges(Orderer *self, PyObject *pid)
+/* `pid`'s state in *out, or NULL when nothing was delivered from it; -1 on error. */
+static int
+delivered_sender(Orderer *self, PyObject *pid, Sender **out)
 {
     Py_ssize_t sender = sender_lookup(self, pid);
     if (sender == -2)
+        return -1;
+    *out = sender >= 0 && self->senders[sender].lo != self->senders[sender].hi ? &self->senders[sender] : NULL;
+    return 0;
+}
+
+static PyObject *
+Orderer_sender_ranges(Orderer *self, PyObject *pid)
+{
+    Sender *s;
+    if (delivered_sender(self, pid, &s) < 0)
         return NULL;
-    if (sender < 0 || self->senders[sender].lo == self->senders[sender].hi)
-        return PyList_New(0);
-    return sender_ranges(&self->senders[sender]);
+    return s == NULL ? PyList_New(0) : sender_ranges(s);
 }
 
 static PyObject *
 Orderer_highest_delivered(Orderer *self, PyObject *pid)
 {
-    Py_ssize_t sender = sender_lookup(self, pid);
-    if (sender == -2)
+    Sender *s;
+    if (delivered_sender(self, pid, &s) < 0)
         return NULL;
-    if (sender < 0 || self->senders[sender].lo == self->senders[sender].hi)
+    if (s == NULL)
         return PyLong_FromLong(0);
-    Sender *s = &self->senders[sender];
     if (rest_compact(s) < 0)
         return NULL;
     uint64_t highest = s->hi - 1;
