@@ -74,8 +74,12 @@ def expand_inputs(inputs: list[str]) -> list[str]:
     return found
 
 
-def build_session(master: str | None, driver_memory: str):
-    """A SparkSession whose Python workers run this interpreter; Spark logs at WARN."""
+def build_session(master: str | None, driver_memory: str, archive=None):
+    """A SparkSession whose Python workers run this interpreter; Spark logs at WARN.
+
+    `archive` (a `jvm_archive.ClassArchive`) gives the driver JVM's class-data options,
+    when this process launches that JVM itself.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -89,8 +93,9 @@ def build_session(master: str | None, driver_memory: str):
     if not under_submit:
         # The throughput collector, not G1: the job is one batch of short-lived rows, and
         # 10M messages on local[2] took 88-97 s with it against 100-106 s with G1.
+        java_options = "-XX:+UseParallelGC " + (archive.java_options() if archive else "")
         builder = builder.config("spark.driver.memory", driver_memory).config(
-            "spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
+            "spark.driver.extraJavaOptions", java_options.strip())
     effective_master = master or ("" if under_submit else os.environ.get("MASTER", "local[*]"))
     if effective_master.startswith("local"):
         # A local run serves nobody: keep the driver on loopback and the web UI off.
@@ -143,34 +148,6 @@ def read_exports(spark, paths: list[str]):
     )
 
 
-def export_rows(raw):
-    """The columns `place_groups` reads; malformed lines keep a null gid so they can be counted.
-
-    Malformed: bad JSON, a missing or empty gid/mid/sender, a missing time (an unreadable
-    one is caught by `place_groups`). An empty parent means a thread root, like a null one.
-    """
-    from pyspark.sql import functions as F
-
-    valid = (
-        F.col(CORRUPT).isNull()
-        & (F.coalesce(F.length("gid"), F.lit(0)) > 0)
-        & (F.coalesce(F.length("mid"), F.lit(0)) > 0)
-        & (F.coalesce(F.length("sender"), F.lit(0)) > 0)
-        & F.col("sent_at").isNotNull()
-        & F.col("received_at").isNotNull()
-    )
-    return raw.select(
-        F.when(valid, F.col("gid")).alias("gid"),
-        "mid",
-        F.when(F.col("parent") != "", F.col("parent")).alias("parent"),
-        "sender",
-        "sender_name",
-        "group_desc",
-        "sent_at",
-        "received_at",
-    )
-
-
 # ---------------------------------------------------------------- one group-complete partition in numpy
 
 def parse_times(strings):
@@ -198,6 +175,36 @@ def parse_times(strings):
             continue
         values.append(stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc))
     return pa.array(values, type=target)
+
+
+def well_formed(table):
+    """The well-formed rows of export lines (a Table of `read_exports`' columns), times parsed.
+
+    Malformed: bad JSON, a missing or empty gid/mid/sender, a missing or unreadable time.
+    An empty parent means a thread root, like a null one. Checked here, in Arrow, rather
+    than as Spark expressions before the shuffle: those cost the 10M-message run about
+    12 CPU seconds of its ~170, this a fraction of one.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def non_empty(name):
+        return pc.fill_null(pc.greater(pc.binary_length(table.column(name)), 0), False)
+
+    keep = pc.is_null(table.column(CORRUPT)) if CORRUPT in table.column_names else None
+    for name in ("gid", "mid", "sender"):
+        keep = non_empty(name) if keep is None else pc.and_(keep, non_empty(name))
+    for name in TIME_FIELDS:
+        parsed = parse_times(table.column(name).combine_chunks())
+        table = table.set_column(table.schema.get_field_index(name), name, parsed)
+        keep = pc.and_(keep, pc.is_valid(parsed))
+    # Filters only when something is to be dropped: a filter copies every column.
+    if not pc.all(keep).as_py():
+        table = table.filter(keep)
+    parent = table.column("parent")
+    if pc.any(pc.equal(parent, "")).as_py():
+        table = table.set_column(table.schema.get_field_index("parent"), "parent", pc.if_else(pc.equal(parent, ""), pa.scalar(None, pa.string()), parent))
+    return table.select([name for name in EXPORT_FIELDS if name in table.column_names])
 
 
 # What `place_groups` makes of a task's groups. The two big tables, one row per message
@@ -539,7 +546,7 @@ class Placed:
 def place_groups(table) -> Placed:
     """Everything per message, per thread, per group and per task's sender for a Table of whole groups.
 
-    `table` has the columns of `export_rows`.
+    `table` has the columns of `read_exports`.
     """
     import numpy as np
     import pyarrow as pa
@@ -547,14 +554,7 @@ def place_groups(table) -> Placed:
 
     schema = summary_arrow_schema()
     lines = table.num_rows
-    # Filters only when something is to be dropped: a filter copies every column.
-    if table.column("gid").null_count:
-        table = table.filter(pc.is_valid(table.column("gid")))
-    table = table.combine_chunks()
-    for name in TIME_FIELDS:
-        table = table.set_column(table.schema.get_field_index(name), name, parse_times(table.column(name).combine_chunks()))
-    if any(table.column(name).null_count for name in TIME_FIELDS):
-        table = table.filter(pc.and_(pc.is_valid(table.column("sent_at")), pc.is_valid(table.column("received_at"))))
+    table = well_formed(table.combine_chunks())
     malformed = lines - table.num_rows
     if not table.num_rows:
         return Placed(None, None, _info_part(schema, malformed, 0, 0))
@@ -876,7 +876,7 @@ def place_all(spark, paths: list[str], out: Path, fmt: str):
     that also writes the messages and threads tables under `out` (so on a cluster, `out`
     must be a folder every executor reaches at the same path, as the summary's is for the driver)."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    rows = export_rows(read_exports(spark, paths))
+    rows = read_exports(spark, paths)
     return rows.repartition(partitions, "gid").mapInArrow(_placer(str(out), fmt), SUMMARY_SCHEMA)
 
 
@@ -1161,7 +1161,13 @@ def run(args: argparse.Namespace) -> int:
 
     # A session that already exists (tests, notebooks) belongs to the caller: don't stop it.
     borrowed = SparkSession.getActiveSession() is not None
-    spark = build_session(args.master, args.driver_memory)
+    if borrowed or "PYSPARK_GATEWAY_PORT" in os.environ:
+        archive = None  # the JVM is not ours to configure
+    else:
+        from app.jvm_archive import ClassArchive
+
+        archive = ClassArchive()
+    spark = build_session(args.master, args.driver_memory, archive)
     log.info("Spark session ready (%.1f s)", time.perf_counter() - started)
     try:
         results = analyse(spark, paths, args.out, args.format)
@@ -1175,6 +1181,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if not borrowed:
             spark.stop()
+            if archive is not None:
+                archive.finish()
     log.info("done in %.1f s: %s", time.perf_counter() - started, json.dumps(results.summary))
     return 0
 

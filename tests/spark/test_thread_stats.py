@@ -214,10 +214,19 @@ def test_malformed_lines_are_counted_and_skipped(spark, tmp_path):
     bad_time["sent_at"] = "yesterday"
     no_mid = json.loads(line(G1, "q:2", None, ALICE, 0))
     del no_mid["mid"]
-    lines = ["this is not json", json.dumps(bad_time), json.dumps(no_mid), "[1, 2]", line(G1, "good:1", None, BOB, 0)]
+    empty_sender = json.loads(line(G1, "q:3", None, ALICE, 0))
+    empty_sender["sender"] = ""
+    truncated = line(G1, "q:4", None, ALICE, 0)[:-20]
+    lines = [
+        "this is not json", json.dumps(bad_time), json.dumps(no_mid), "[1, 2]", json.dumps(empty_sender), truncated,
+        line("", "q:5", None, ALICE, 0),
+        line(G1, "good:1", None, BOB, 0),
+        line(G1, "good:2", "", BOB, 1),  # an empty parent: a thread root
+    ]
     results = analyse(spark, [write_export(tmp_path, "bad.jsonl", lines)])
     summary = results.summary
-    assert (summary["malformed_lines"], summary["messages"], summary["duplicates_removed"]) == (4, 1, 0)
+    assert (summary["malformed_lines"], summary["messages"], summary["duplicates_removed"]) == (7, 2, 0)
+    assert (summary["threads"], summary["orphan_messages"]) == (2, 0)
 
 
 def test_reciprocity_per_group(spark, tmp_path):
