@@ -15,19 +15,27 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from bisect import bisect_right
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
+
+import msgpack
 
 from . import wire
 from .crypto import Identity
 from .gjlp import GroupRecord
+from .rangeset import RangeSet
 from .types import ChatMessage, Mid
 
-# Version 1: messages are kept in delivery order (the rowid), so storing one appends to
-# the table and to one index (by mid); a sender's public key is kept once, in peer_keys,
-# since its pid is that key's fingerprint.  Version 0 stored the key in every row and
-# kept a second index: half again as much work per stored message.
-SCHEMA_VERSION = 1
+# Version 2: the messages one flush delivers to a group are stored as one row, a segment
+# (msgpack, in delivery order), with one row per run of consecutive seqnos of a sender
+# to find a message by mid.  Storing a message then costs a share of two inserts
+# instead of a row and an index entry of its own: 3 µs of CPU against 13 for flushes
+# of 90 messages (a micro-benchmark of both layouts on the build machine).  A sender's public
+# key is kept once, in peer_keys, since its pid is that key's fingerprint.
+# Version 1 kept a row per message in delivery order; version 0 also stored the key in
+# every row.  Both are migrated in place.
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS groups (
@@ -40,13 +48,26 @@ CREATE TABLE IF NOT EXISTS members (
     state TEXT NOT NULL, PRIMARY KEY (gid, pid)
 );
 CREATE TABLE IF NOT EXISTS peer_keys (pid TEXT PRIMARY KEY, public_key BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS messages (
+CREATE TABLE IF NOT EXISTS segments (
+    segment INTEGER PRIMARY KEY, gid TEXT NOT NULL, first_order INTEGER NOT NULL, count INTEGER NOT NULL,
+    messages BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS segments_by_group ON segments (gid, segment);
+CREATE TABLE IF NOT EXISTS segment_runs (
+    gid TEXT NOT NULL, sender TEXT NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
+    segment INTEGER NOT NULL, PRIMARY KEY (gid, sender, first)
+) WITHOUT ROWID;
+"""
+# A segment holds at most this many messages, so finding one message decodes little.
+SEGMENT_MESSAGES = 256
+# Version 1's message table, the step between a version-0 database and segments.
+VERSION_1_MESSAGES = """
+CREATE TABLE messages (
     delivery_order INTEGER PRIMARY KEY,
     gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
     parent_sender TEXT, parent_seqno INTEGER, sender_name TEXT NOT NULL, text TEXT NOT NULL,
     sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL, sig BLOB NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS messages_by_mid ON messages (gid, sender, seqno);
 """
 
 
@@ -89,30 +110,50 @@ class Store:
         # on the event loop, so they never stall delivery.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = _Checkpointer(self.path)
+        self._packer = msgpack.Packer(use_bin_type=True)
         self._migrate()
         self._db.executescript(SCHEMA)
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._db.commit()
-        row = self._db.execute("SELECT MAX(delivery_order) FROM messages").fetchone()
-        self._next_order = (row[0] or 0) + 1
+        row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
+        self._next_order = row[0] or 1
         self._keys_stored: set[str] = set()
+        # Per (gid, sender), the seqnos stored: a message delivered twice is kept once.
+        self._stored: dict[tuple[str, str], RangeSet] = {}
 
     def _migrate(self) -> None:
-        """Bring a version-0 database (public key in every message row) to the current schema."""
+        """Bring a version-0 or version-1 database (a row per message) to the current schema."""
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(messages)")}
-        if "public_key" not in columns:
+        if not columns:
             return
-        self._db.executescript(
-            "BEGIN;"
-            "ALTER TABLE messages RENAME TO messages_v0;"
-            "DROP INDEX IF EXISTS messages_by_order;"
-            + SCHEMA
-            + "INSERT OR IGNORE INTO peer_keys SELECT sender, public_key FROM messages_v0 WHERE length(public_key) > 0;"
-            "INSERT INTO messages SELECT delivery_order, gid, sender, seqno, parent_sender, parent_seqno, "
-            "  sender_name, text, sent_at, received_at, sig FROM messages_v0;"
-            "DROP TABLE messages_v0;"
-            "COMMIT;"
+        if "public_key" in columns:  # version 0: the public key in every row
+            self._db.executescript(
+                "BEGIN;"
+                "ALTER TABLE messages RENAME TO messages_v0;"
+                "DROP INDEX IF EXISTS messages_by_order;"
+                + SCHEMA + VERSION_1_MESSAGES
+                + "INSERT OR IGNORE INTO peer_keys SELECT sender, public_key FROM messages_v0 WHERE length(public_key) > 0;"
+                "INSERT INTO messages SELECT delivery_order, gid, sender, seqno, parent_sender, parent_seqno, "
+                "  sender_name, text, sent_at, received_at, sig FROM messages_v0;"
+                "DROP TABLE messages_v0;"
+                "COMMIT;"
+            )
+        self._db.executescript(SCHEMA)
+        self._db.execute("BEGIN")
+        rows = self._db.execute(
+            "SELECT delivery_order, gid, sender, seqno, parent_sender, parent_seqno, sender_name, text, sent_at, "
+            "received_at, sig FROM messages ORDER BY delivery_order"
         )
+        segment: list[tuple] = []
+        for row in rows:
+            if segment and (row[1] != segment[0][1] or row[0] != segment[-1][0] + 1 or len(segment) == SEGMENT_MESSAGES):
+                self._write_segment(segment[0][1], segment[0][0], [r[2:] for r in segment])
+                segment = []
+            segment.append(row)
+        if segment:
+            self._write_segment(segment[0][1], segment[0][0], [r[2:] for r in segment])
+        self._db.execute("DROP TABLE messages")
+        self._db.commit()
 
     def close(self) -> None:
         self._db.commit()
@@ -196,67 +237,133 @@ class Store:
 
     # -- messages ---------------------------------------------------------------
 
+    def _stored_seqnos(self, gid: str, sender: str) -> RangeSet:
+        seen = self._stored[(gid, sender)] = RangeSet.from_ranges(self._db.execute(
+            "SELECT first, last FROM segment_runs WHERE gid = ? AND sender = ?", (gid, sender)))
+        return seen
+
     def add_messages(self, messages: Iterable[ChatMessage]) -> list[ChatMessage]:
-        """Store delivered messages in delivery order; returns them with ``order`` set."""
-        stored = []
-        rows = []
+        """Store delivered messages in delivery order; returns them with ``order`` set.
+
+        A message already stored (same gid and mid) is left out of both.
+        """
+        stored: list[ChatMessage] = []
+        rows: list[tuple] = []
         new_keys = {}
+        stored_seqnos = self._stored
+        segment_gid = None
         for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key in messages:
-            order = self._next_order
-            self._next_order += 1
             sender, seqno = mid
+            seen = stored_seqnos.get((gid, sender)) or self._stored_seqnos(gid, sender)
+            if not seen.add(seqno):
+                continue
+            if gid != segment_gid or len(rows) == SEGMENT_MESSAGES:
+                if rows:
+                    self._write_segment(segment_gid, self._next_order - len(rows), rows)
+                segment_gid, rows = gid, []
             parent_sender, parent_seqno = parent or (None, None)
-            rows.append((order, gid, sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at,
-                         signature))
-            stored.append(ChatMessage(gid, mid, parent, name, text, sent_at, received_at, order, signature, public_key))
+            rows.append((sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at, signature))
+            stored.append(ChatMessage(gid, mid, parent, name, text, sent_at, received_at, self._next_order, signature,
+                                      public_key))
+            self._next_order += 1
             if sender not in self._keys_stored and public_key:
                 new_keys[sender] = public_key
+        if rows:
+            self._write_segment(segment_gid, self._next_order - len(rows), rows)
         if new_keys:
             self._db.executemany("INSERT OR IGNORE INTO peer_keys VALUES (?, ?)", new_keys.items())
             self._keys_stored.update(new_keys)
-        self._db.executemany("INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         return stored
+
+    def _write_segment(self, gid: str, first_order: int, rows: list[tuple]) -> None:
+        """One segment: ``rows`` of (sender, seqno, parent_sender, parent_seqno, name, text,
+        sent_at, received_at, sig) in delivery order, the first delivered as ``first_order``."""
+        cursor = self._db.execute(
+            "INSERT INTO segments (gid, first_order, count, messages) VALUES (?, ?, ?, ?)",
+            (gid, first_order, len(rows), self._packer.pack(rows)),
+        )
+        segment = cursor.lastrowid
+        seqnos: dict[str, list[int]] = {}
+        for row in rows:
+            seqnos.setdefault(row[0], []).append(row[1])
+        runs = []
+        for sender, values in seqnos.items():
+            values.sort()
+            first = previous = values[0]
+            for value in values[1:]:
+                if value != previous + 1:
+                    runs.append((gid, sender, first, previous, segment))
+                    first = value
+                previous = value
+            runs.append((gid, sender, first, previous, segment))
+        self._db.executemany("INSERT OR IGNORE INTO segment_runs VALUES (?, ?, ?, ?, ?)", runs)
+
+    def _segments(self, where: str, args: tuple) -> Iterator[tuple[int, str, int, list]]:
+        """(segment, gid, first order, rows) of the segments matching ``where``, in delivery order."""
+        unpackb = msgpack.unpackb
+        for segment, gid, first_order, blob in self._db.execute(
+            f"SELECT segment, gid, first_order, messages FROM segments WHERE {where} ORDER BY segment", args
+        ):
+            yield segment, gid, first_order, unpackb(blob, raw=False)
 
     def history(self, gid: str | None = None) -> list[ChatMessage]:
         """Delivered messages (of one group, or all) in this peer's delivery order."""
-        query = (
-            "SELECT gid, sender, seqno, parent_sender, parent_seqno, sender_name, text, sent_at, "
-            "received_at, delivery_order, sig, public_key FROM messages LEFT JOIN peer_keys ON pid = sender"
-        )
-        if gid is None:
-            cursor = self._db.execute(query + " ORDER BY delivery_order")
-        else:
-            cursor = self._db.execute(query + " WHERE gid = ? ORDER BY delivery_order", (gid,))
+        keys = dict(self._db.execute("SELECT pid, public_key FROM peer_keys"))
+        segments = self._segments("1", ()) if gid is None else self._segments("gid = ?", (gid,))
         return [
-            ChatMessage(g, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, o, sig, key or b"")
-            for g, s, q, ps, pq, n, t, sa, ra, o, sig, key in cursor
+            ChatMessage(g, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, order, sig, keys.get(s, b""))
+            for _, g, first_order, rows in segments
+            for order, (s, q, ps, pq, n, t, sa, ra, sig) in enumerate(rows, first_order)
         ]
+
+    def _locate(self, gid: str, sender: str, seqnos: list[int]) -> Iterator[tuple[int, int]]:
+        """(seqno, segment) of each of ``sender``'s stored ``seqnos`` in ``gid``."""
+        if len(seqnos) <= 16:
+            for seqno in seqnos:
+                row = self._db.execute(
+                    "SELECT last, segment FROM segment_runs WHERE gid = ? AND sender = ? AND first <= ? "
+                    "ORDER BY first DESC LIMIT 1", (gid, sender, seqno)).fetchone()
+                if row is not None and row[0] >= seqno:
+                    yield seqno, row[1]
+            return
+        runs = self._db.execute(
+            "SELECT first, last, segment FROM segment_runs WHERE gid = ? AND sender = ? ORDER BY first", (gid, sender)
+        ).fetchall()
+        firsts = [first for first, _, _ in runs]
+        for seqno in seqnos:
+            index = bisect_right(firsts, seqno) - 1
+            if index >= 0 and runs[index][1] >= seqno:
+                yield seqno, runs[index][2]
 
     def fetch(self, gid: str, mids: list[Mid]) -> list[wire.StoredMessage]:
         """The stored messages among ``mids``, in delivery order (for repairs and sync)."""
         by_sender: dict[str, list[int]] = {}
         for sender, seqno in mids:
             by_sender.setdefault(sender, []).append(seqno)
-        rows = []
+        wanted: dict[int, set[Mid]] = {}  # segment -> the mids to take from it
         for sender, seqnos in by_sender.items():
-            for start in range(0, len(seqnos), 500):
-                part = seqnos[start : start + 500]
-                rows += self._db.execute(
-                    "SELECT delivery_order, sender, seqno, parent_sender, parent_seqno, sent_at, sender_name, text, "
-                    "ifnull(public_key, x''), sig FROM messages LEFT JOIN peer_keys ON pid = sender "
-                    f"WHERE gid = ? AND sender = ? AND seqno IN ({','.join('?' * len(part))})",
-                    [gid, sender, *part],
-                ).fetchall()
-        rows.sort()
-        return [
-            wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, at, n, t, pk, sig)
-            for _, s, q, ps, pq, at, n, t, pk, sig in rows
-        ]
+            for seqno, segment in self._locate(gid, sender, seqnos):
+                wanted.setdefault(segment, set()).add((sender, seqno))
+        if not wanted:
+            return []
+        keys = dict(self._db.execute("SELECT pid, public_key FROM peer_keys"))
+        found = []
+        segments = sorted(wanted)
+        for start in range(0, len(segments), 500):
+            part = tuple(segments[start:start + 500])
+            for segment, _, _, rows in self._segments(f"segment IN ({','.join('?' * len(part))})", part):
+                take = wanted[segment]
+                found += [
+                    wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, sa, n, t, keys.get(s, b""), sig)
+                    for s, q, ps, pq, n, t, sa, ra, sig in rows if (s, q) in take
+                ]
+        return found
 
     def delivered_mids(self, gid: str) -> list[Mid]:
-        return [(s, q) for s, q in self._db.execute(
-            "SELECT sender, seqno FROM messages WHERE gid = ? ORDER BY delivery_order", (gid,)
-        )]
+        """Every stored message's mid in ``gid`` (in no particular order)."""
+        return [(sender, seqno) for sender, first, last in self._db.execute(
+            "SELECT sender, first, last FROM segment_runs WHERE gid = ?", (gid,)
+        ) for seqno in range(first, last + 1)]
 
     def group_desc(self, gid: str) -> str:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()

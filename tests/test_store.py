@@ -1,9 +1,10 @@
-"""The SQLite store: messages kept in delivery order, public keys once per sender, old databases migrated."""
+"""The SQLite store: messages kept in delivery order (in segments), public keys once per sender,
+old databases migrated."""
 
 import sqlite3
 
 from middleware import crypto
-from middleware.store import SCHEMA_VERSION, Store
+from middleware.store import SCHEMA_VERSION, SEGMENT_MESSAGES, VERSION_1_MESSAGES, Store
 from middleware.types import ChatMessage
 
 ANN, BOB = crypto.Identity.generate(), crypto.Identity.generate()
@@ -12,7 +13,7 @@ GID = "g-1"
 
 def message(identity, seqno, parent=None, gid=GID, text=None):
     return ChatMessage(gid, (identity.pid, seqno), parent, identity.pid[:6], text or f"message {seqno}",
-                       1_700_000_000_000 + seqno, 1_700_000_000_500 + seqno, 0, bytes([seqno]) * 66,
+                       1_700_000_000_000 + seqno, 1_700_000_000_500 + seqno, 0, bytes([seqno % 256]) * 66,
                        identity.public_key)
 
 
@@ -39,8 +40,36 @@ def test_messages_come_back_in_delivery_order_with_their_keys(tmp_path):
 def test_a_message_stored_twice_is_kept_once(tmp_path):
     store = Store(tmp_path / "m.db")
     first = store.add_messages([message(ANN, 1, text="first")])
-    store.add_messages([message(ANN, 1, text="second")])
+    assert store.add_messages([message(ANN, 1, text="second"), message(ANN, 1, text="third")]) == []
     assert store.history(GID) == first
+    store.close()
+    reopened = Store(tmp_path / "m.db")
+    assert reopened.add_messages([message(ANN, 1, text="again"), message(ANN, 2)])[0].mid == (ANN.pid, 2)
+    assert [m.text for m in reopened.history(GID)] == ["first", "message 2"]
+    reopened.close()
+
+
+def test_any_mix_of_senders_and_seqnos_is_found_again(tmp_path):
+    """Flushes of interleaved senders with gaps and seqnos out of order, past a segment's size."""
+    store = Store(tmp_path / "m.db")
+    flushes = [
+        [message(ANN, 5), message(BOB, 1), message(ANN, 2), message(ANN, 3), message(BOB, 3), message(ANN, 1)],
+        [message(ANN, seqno) for seqno in range(6, 6 + SEGMENT_MESSAGES + 10)] + [message(BOB, 2, gid="other")],
+        [message(ANN, 4), message(BOB, 2)],
+    ]
+    stored = [m for flush in flushes for m in store.add_messages(flush)]
+    store.commit()
+    assert [m.order for m in stored] == list(range(1, len(stored) + 1))
+    assert store.history() == stored
+    in_group = [m for m in stored if m.gid == GID]
+    assert store.history(GID) == in_group
+    assert sorted(store.delivered_mids(GID)) == sorted(m.mid for m in in_group)
+    for asked in ([(ANN.pid, 4)], [(ANN.pid, 300), (BOB.pid, 2), (BOB.pid, 4), ("nobody", 1)],
+                  [m.mid for m in in_group] + [(ANN.pid, 999)]):
+        expected = [m for m in in_group if m.mid in set(asked)]
+        fetched = store.fetch(GID, asked)
+        assert [((f.sender, f.seqno), f.text, f.sig, f.public_key) for f in fetched] == [
+            (m.mid, m.text, m.signature, m.public_key) for m in expected]
     store.close()
 
 
@@ -78,5 +107,36 @@ def test_a_version_0_database_is_migrated_without_losing_anything(tmp_path):
     assert store.add_messages([message(BOB, 2)])[0].order == 4
     assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     tables = {name for (name,) in store._db.execute("SELECT name FROM sqlite_master")}
-    assert "messages_v0" not in tables and "messages_by_order" not in tables
+    assert tables.isdisjoint({"messages_v0", "messages_by_order", "messages"})
+    store.close()
+
+
+def test_a_version_1_database_is_migrated_without_losing_anything(tmp_path):
+    """Version 1: a row per message in delivery order (with a gap where a duplicate was refused)."""
+    path = tmp_path / "m.db"
+    old = sqlite3.connect(path)
+    old.executescript(VERSION_1_MESSAGES + "CREATE TABLE peer_keys (pid TEXT PRIMARY KEY, public_key BLOB NOT NULL);")
+    rows = [
+        (1, GID, ANN.pid, 1, None, None, "Ann", "root", 10, 11, b"s1"),
+        (2, GID, BOB.pid, 1, ANN.pid, 1, "Bob", "reply", 12, 13, b"s2"),
+        (4, GID, BOB.pid, 2, BOB.pid, 1, "Bob", "after a gap", 14, 15, b"s3"),
+        (5, "other", ANN.pid, 1, None, None, "Ann", "elsewhere", 16, 17, b"s4"),
+        (6, GID, ANN.pid, 2, None, None, "Ann", "back", 18, 19, b"s5"),
+    ]
+    old.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    old.executemany("INSERT INTO peer_keys VALUES (?, ?)", [(ANN.pid, ANN.public_key), (BOB.pid, BOB.public_key)])
+    old.execute("PRAGMA user_version = 1")
+    old.commit()
+    old.close()
+
+    store = Store(path)
+    keys = {ANN.pid: ANN.public_key, BOB.pid: BOB.public_key}
+    assert store.history() == [
+        ChatMessage(g, (s, q), (ps, pq) if ps else None, n, t, sa, ra, o, sig, keys[s])
+        for o, g, s, q, ps, pq, n, t, sa, ra, sig in rows
+    ]
+    assert [f.text for f in store.fetch(GID, [(BOB.pid, 2), (ANN.pid, 2)])] == ["after a gap", "back"]
+    assert store.add_messages([message(BOB, 2), message(BOB, 3)])[0].order == 7
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert "messages" not in {name for (name,) in store._db.execute("SELECT name FROM sqlite_master")}
     store.close()
