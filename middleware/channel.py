@@ -43,7 +43,7 @@ from . import crypto, wire
 from .crypto import Identity
 from .mop import SbOrderer
 from .rangeset import RangeSet
-from .types import ChatMessage, Mid, UsageError
+from .types import ChatMessage, Mid, UsageError, check_unicode
 
 Fetch = Callable[[str, list[Mid]], list[wire.StoredMessage]]
 """``fetch(gid, mids)`` -> the stored messages among ``mids``, in delivery order."""
@@ -229,6 +229,7 @@ class GroupChannel:
             raise UsageError(f"text too long: {len(text)} characters, limit is {wire.MAX_TEXT}")
         if not text.strip():
             raise UsageError("text is empty")
+        check_unicode(text, "text")
         if parent is not None and not self.orderer.is_delivered(parent):
             raise UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {self.gid}")
         data = wire.Data(self.gid, self.next_seqno, parent, int(now * 1000), name, text, b"")

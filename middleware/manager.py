@@ -26,7 +26,8 @@ from .discovery import ZeroconfDiscovery
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
 from .store import Store
 from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
-from .types import ChatMessage, GroupListener, GroupView, Mid, NullListener, UsageError, format_mid, iso_millis
+from .types import (ChatMessage, GroupListener, GroupView, Mid, NullListener, UsageError, check_unicode, format_mid,
+                    iso_millis)
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,7 @@ class GroupManager:
             raise UsageError("a group needs a description")
         if len(desc) > MAX_DESC:
             raise UsageError(f"description too long: {len(desc)} characters, limit is {MAX_DESC}")
+        check_unicode(desc, "description")
         salt = check = key = b""
         if passphrase is not None:
             _check_passphrase(passphrase)
@@ -526,7 +528,7 @@ def _check_passphrase(passphrase: str) -> None:
 def _check_name(name: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise UsageError("a display name must not be empty")
-    name = name.strip()
+    name = check_unicode(name.strip(), "display name")
     if len(name) > MAX_NAME:
         raise UsageError(f"display name too long: {len(name)} characters, limit is {MAX_NAME}")
     return name

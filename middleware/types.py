@@ -146,3 +146,14 @@ class NullListener:
 
 class UsageError(ValueError):
     """The caller asked for something the middleware cannot do (unknown gid, not a member…)."""
+
+
+def check_unicode(value: str, what: str) -> str:
+    """``value`` if it can be stored and sent as UTF-8; a lone surrogate (which a JSON
+    "\\ud800" escape can produce) cannot, and would fail later, after a seqno was spent."""
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise UsageError(f"{what} is not valid Unicode: it holds a lone surrogate") from None
+    return value

@@ -141,6 +141,8 @@ def test_bad_requests_get_clear_errors_and_never_kill_the_peer(loopback, tmp_pat
             ("send", {"gid": gid, "text": "x", "parent": "ab:99"}, "bad parent"),
             ("send", {"gid": gid, "text": "x" * 9000}, "too long"),
             ("send", {"gid": gid}, "text"),
+            ("send", {"gid": gid, "text": "half a pair \ud800"}, "lone surrogate"),
+            ("create_group", {"desc": "\udfff"}, "lone surrogate"),
             ("no_such_method", {}, "unknown method"),
             ("create_group", {"desc": ""}, "description"),
             ("export_log", {"path": "/proc/nope/x.jsonl"}, "cannot write"),
@@ -151,6 +153,7 @@ def test_bad_requests_get_clear_errors_and_never_kill_the_peer(loopback, tmp_pat
         a.send_raw(b"{not json")
         a.send_raw(b'{"jsonrpc": "2.0", "id": 77, "params": {}}')
         assert a.call("whoami")["name"] == "Ann"
+        assert a.call("send", {"gid": gid, "text": "fine"})["mid"].endswith(":1")  # no seqno was spent on errors
         stats = a.call("stats")
         assert {"datagrams_in", "datagrams_out", "malformed_dropped", "pending"} <= set(stats)
     finally:
