@@ -20,7 +20,7 @@ check-java:
 	if [ -z "$$v" ]; then echo "The analytics (PySpark) need Java 17 or newer, and no 'java' was found. Install openjdk-17-jre-headless."; exit 1; fi; \
 	if [ "$$v" -lt 17 ]; then echo "The analytics (PySpark) need Java 17 or newer; 'java' is version $$v. Install openjdk-17-jre-headless."; exit 1; fi
 
-$(STAMP): pyproject.toml setup.py middleware/_sborder.c packaging/system-deps.sh
+$(STAMP): pyproject.toml setup.py middleware/_sborder.c middleware/_merkle.c packaging/system-deps.sh
 	@$(MAKE) --no-print-directory check-python
 	@bash packaging/system-deps.sh $(PYTHON)
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)

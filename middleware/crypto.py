@@ -113,6 +113,46 @@ def _siblings(levels: list[list[bytes]], index: int) -> bytes:
     return b"".join([lower[(index >> height) ^ 1] for height, lower in enumerate(levels)])
 
 
+# A datagram's tree, as the compiled core (middleware/_merkle.c) builds it: the root and
+# every level below it (padded to even length, leaves first) concatenated into one bytes
+# object, from which each message's proof is cut.  The functions below are the reference
+# that the compiled core is tested against, and the fallback when it was not built.
+
+def _level_sizes(count: int) -> list[int]:
+    sizes = []
+    while count > 1:
+        count += count & 1
+        sizes.append(count)
+        count //= 2
+    return sizes
+
+
+def _py_message_tree(messages: list[bytes]) -> tuple[bytes, bytes]:
+    """``(root, levels)`` of the tree whose leaves are ``messages``."""
+    root, levels = _tree([_leaf(m) for m in messages])
+    return root, b"".join([node for level in levels for node in level])
+
+
+def _py_message_proofs(levels: bytes, count: int, signature: bytes, high: int, top: bytes) -> list[bytes]:
+    """Each leaf's proof: ``signature || index || siblings || top``, index ``high << depth | leaf``."""
+    sizes = _level_sizes(count)
+    starts = [sum(sizes[:h]) for h in range(len(sizes))]
+    proofs = []
+    for index in range(count):
+        path = b"".join([levels[(start + ((index >> h) ^ 1)) * HASH_BYTES:][:HASH_BYTES] for h, start in enumerate(starts)])
+        proofs.append(signature + ((high << len(sizes)) | index).to_bytes(2, "big") + path + top)
+    return proofs
+
+
+try:
+    from . import _merkle
+except ImportError:  # built without a C compiler: the pure-Python trees do the same
+    _merkle = None
+COMPILED = _merkle is not None and os.environ.get("M2MC_PURE_PYTHON", "") in ("", "0")
+message_tree = _merkle.tree if COMPILED else _py_message_tree
+message_proofs = _merkle.proofs if COMPILED else _py_message_proofs
+
+
 def _climb(node: bytes, index: int, siblings: bytes) -> tuple[bytes, int]:
     """Hash ``node`` up a path of ``siblings``, ``index`` saying left or right at each level;
     returns the node reached and what is left of the index (0 for a well-formed path)."""
@@ -134,20 +174,13 @@ def sign_burst(identity: Identity, datagrams: list[list[bytes]]) -> tuple[bytes,
     """
     if not 1 <= len(datagrams) <= MAX_BURST or not all(1 <= len(d) <= MAX_BATCH for d in datagrams):
         raise ValueError(f"a burst holds 1..{MAX_BURST} datagrams of 1..{MAX_BATCH} messages")
-    trees = [_tree([_leaf(m) for m in messages]) for messages in datagrams]
+    trees = [message_tree(messages) for messages in datagrams]
     top_root, top_levels = _tree([root for root, _ in trees])
     signature = identity.sign(_root_signing_bytes(top_root))
     burst_paths = [i.to_bytes(2, "big") + _siblings(top_levels, i) for i in range(len(datagrams))]
-    proofs = [_proofs(signature, levels, len(messages), path)
-              for (_, levels), messages, path in zip(trees, datagrams, burst_paths)]
+    proofs = [message_proofs(levels, len(messages), signature, i, path[2:])
+              for i, ((_, levels), messages, path) in enumerate(zip(trees, datagrams, burst_paths))]
     return signature, burst_paths, proofs
-
-
-def _proofs(signature: bytes, levels: list[list[bytes]], count: int, burst_path: bytes) -> list[bytes]:
-    """Each of a datagram's ``count`` messages' proof, from its tree's ``levels`` and the datagram's burst path."""
-    high = int.from_bytes(burst_path[:2], "big") << len(levels)
-    top = burst_path[2:]
-    return [signature + (high | index).to_bytes(2, "big") + _siblings(levels, index) + top for index in range(count)]
 
 
 def burst_path_is_well_formed(path: bytes) -> bool:
@@ -168,11 +201,12 @@ def open_batch(public_key: bytes, signature: bytes, messages: list[bytes], burst
     if not 1 <= len(messages) <= MAX_BATCH or len(signature) != SIGNATURE_BYTES \
             or not burst_path_is_well_formed(burst_path):
         return None
-    root, levels = _tree([_leaf(m) for m in messages])
-    top_root, _ = _climb(root, int.from_bytes(burst_path[:2], "big"), burst_path[2:])
+    root, levels = message_tree(messages)
+    burst_index = int.from_bytes(burst_path[:2], "big")
+    top_root, _ = _climb(root, burst_index, burst_path[2:])
     if not _root_is_signed(public_key, signature, top_root):
         return None
-    return _proofs(signature, levels, len(messages), burst_path)
+    return message_proofs(levels, len(messages), signature, burst_index, burst_path[2:])
 
 
 def proof_is_well_formed(proof: bytes) -> bool:

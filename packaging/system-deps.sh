@@ -2,8 +2,9 @@
 # Installs the Debian packages M2MC needs beyond Python itself, when any is missing.
 #   runtime: the X11/xcb libraries Qt's xcb platform plugin loads (a desktop session)
 #   tests:   iproute2 and iptables, for the private network-namespace LAN tests
-#   build:   a C compiler, and Python's headers when the interpreter given as $1 lacks them,
-#            for the S_b orderer's compiled core (without them it falls back to Python)
+#   build:   a C compiler, OpenSSL's headers, and Python's headers when the interpreter given
+#            as $1 lacks them, for the compiled cores (the S_b orderer, the Merkle trees;
+#            without them the middleware falls back to Python)
 # As root it installs what is missing with apt-get; otherwise it prints the command.
 set -euo pipefail
 python=${1:-python3}
@@ -13,7 +14,7 @@ packages=(
   libxcb-render-util0 libxcb-image0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3
   iproute2 iptables
   desktop-file-utils appstream  # validators for the desktop entry and metainfo tests
-  gcc libc6-dev
+  gcc libc6-dev libssl-dev
 )
 if ! "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
   packages+=(python3-dev)
