@@ -13,7 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <openssl/sha.h>
+#include <openssl/evp.h>
 #include <string.h>
 
 #define HASH 32
@@ -32,13 +32,34 @@ static int level_sizes(Py_ssize_t count, Py_ssize_t sizes[MAX_DEPTH])
     return depth;
 }
 
-static void hash_node(const unsigned char *left, const unsigned char *right, unsigned char *out)
+/* SHA-256 fetched once: OpenSSL 3's one-shot SHA256() looks the algorithm up on every
+ * call, which cost more than hashing a short message. The module holds the GIL
+ * throughout, so one context serves every call. */
+static EVP_MD *sha256;
+static EVP_MD_CTX *context;
+
+static int digest(const unsigned char *prefix, const unsigned char *data, size_t size, unsigned char *out)
 {
-    unsigned char buffer[1 + 2 * HASH];
-    buffer[0] = 1;
-    memcpy(buffer + 1, left, HASH);
-    memcpy(buffer + 1 + HASH, right, HASH);
-    SHA256(buffer, sizeof buffer, out);
+    return EVP_DigestInit_ex2(context, sha256, NULL) && EVP_DigestUpdate(context, prefix, 1)
+        && EVP_DigestUpdate(context, data, size) && EVP_DigestFinal_ex(context, out, NULL);
+}
+
+static const unsigned char LEAF = 0, NODE = 1;
+
+static int hash_node(const unsigned char *left, const unsigned char *right, unsigned char *out)
+{
+    /* The two children lie side by side in the levels buffer. */
+    if (right == left + HASH)
+        return digest(&NODE, left, 2 * HASH, out);
+    unsigned char pair[2 * HASH];
+    memcpy(pair, left, HASH);
+    memcpy(pair + HASH, right, HASH);
+    return digest(&NODE, pair, sizeof pair, out);
+}
+
+static PyObject *hash_failed(void)
+{
+    return PyErr_Format(PyExc_RuntimeError, "OpenSSL's SHA-256 failed");
 }
 
 /* tree(messages) -> (root, levels) */
@@ -58,8 +79,6 @@ static PyObject *merkle_tree(PyObject *module, PyObject *messages)
     for (int h = 0; h < depth; h++)
         total += sizes[h];
     PyObject *levels = PyBytes_FromStringAndSize(NULL, total * HASH);
-    unsigned char *scratch = NULL;
-    Py_ssize_t scratch_size = 0;
     unsigned char root[HASH];
     unsigned char *level = NULL, *only_leaf = root;
     if (levels == NULL)
@@ -71,19 +90,11 @@ static PyObject *merkle_tree(PyObject *module, PyObject *messages)
             PyErr_Format(PyExc_TypeError, "message %zd is %.80s, not bytes", i, Py_TYPE(item)->tp_name);
             goto fail;
         }
-        Py_ssize_t size = PyBytes_GET_SIZE(item);
-        if (size + 1 > scratch_size) {
-            PyMem_Free(scratch);
-            scratch_size = size + 1 > 2048 ? size + 1 : 2048;
-            scratch = PyMem_Malloc(scratch_size);
-            if (scratch == NULL) {
-                PyErr_NoMemory();
-                goto fail;
-            }
+        if (!digest(&LEAF, (const unsigned char *)PyBytes_AS_STRING(item), PyBytes_GET_SIZE(item),
+                    depth ? level + i * HASH : only_leaf)) {
+            hash_failed();
+            goto fail;
         }
-        scratch[0] = 0;
-        memcpy(scratch + 1, PyBytes_AS_STRING(item), size);
-        SHA256(scratch, size + 1, depth ? level + i * HASH : only_leaf);
     }
     /* Each level: pad, then hash pairs into the next (or into the root). */
     for (int h = 0; h < depth; h++) {
@@ -91,11 +102,14 @@ static PyObject *merkle_tree(PyObject *module, PyObject *messages)
         if (filled < sizes[h])
             memcpy(level + filled * HASH, level + (filled - 1) * HASH, HASH);
         unsigned char *next = level + sizes[h] * HASH;
-        for (Py_ssize_t j = 0; j < sizes[h]; j += 2)
-            hash_node(level + j * HASH, level + (j + 1) * HASH, h + 1 < depth ? next + (j / 2) * HASH : root);
+        for (Py_ssize_t j = 0; j < sizes[h]; j += 2) {
+            if (!hash_node(level + j * HASH, level + (j + 1) * HASH, h + 1 < depth ? next + (j / 2) * HASH : root)) {
+                hash_failed();
+                goto fail;
+            }
+        }
         level = next;
     }
-    PyMem_Free(scratch);
     Py_DECREF(seq);
     PyObject *root_bytes = PyBytes_FromStringAndSize((const char *)root, HASH);
     if (root_bytes == NULL) {
@@ -107,7 +121,6 @@ static PyObject *merkle_tree(PyObject *module, PyObject *messages)
     Py_DECREF(levels);
     return result;
 fail:
-    PyMem_Free(scratch);
     Py_XDECREF(levels);
     Py_DECREF(seq);
     return NULL;
@@ -178,5 +191,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "middleware._merkle",
 
 PyMODINIT_FUNC PyInit__merkle(void)
 {
+    if (sha256 == NULL) {
+        sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+        context = EVP_MD_CTX_new();
+        if (sha256 == NULL || context == NULL)
+            return PyErr_Format(PyExc_ImportError, "OpenSSL has no SHA-256");
+    }
     return PyModule_Create(&module);
 }
