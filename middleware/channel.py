@@ -124,6 +124,10 @@ def _chunks(messages: list, limit: int = CHUNK_BYTES, max_items: int = wire.MAX_
         yield chunk
 
 
+def _send_order(mid: Mid) -> tuple[int, str]:
+    return mid[1], mid[0]
+
+
 class _SyncAnswer:
     """One MSP request this peer may answer: the thesis's MIR.
 
@@ -135,7 +139,7 @@ class _SyncAnswer:
         self.requester = requester
         self.sync_seqno = sync_seqno
         self.missing = missing
-        self._queue = sorted(missing, key=lambda mid: (mid[1], mid[0]), reverse=True)
+        self._queue = sorted(missing, key=_send_order, reverse=True)
         self.next_at = start_at
         self.started = False
 
@@ -152,10 +156,17 @@ class _SyncAnswer:
         return picked
 
     def put_back(self, mids: Iterable[Mid]) -> None:
-        for mid in mids:
-            self.missing.add(mid)
-            self._queue.append(mid)
-        self._queue.sort(key=lambda mid: (mid[1], mid[0]), reverse=True)
+        """Return taken mids to the queue (what did not fit the chunk)."""
+        returned = sorted(mids, key=_send_order, reverse=True)
+        self.missing.update(returned)
+        queue = self._queue
+        if queue and returned and _send_order(queue[-1]) < _send_order(returned[0]):
+            queue += returned
+            queue.sort(key=_send_order, reverse=True)
+        else:
+            # They were taken from the end of the queue, so they go back there, still in
+            # order: no sort of the whole queue every chunk (100,000 mids, every 8 ms).
+            queue += returned
 
     def count(self) -> int:
         return len(self.missing)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from bisect import bisect_right
+from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -99,6 +100,8 @@ class _Checkpointer:
 
 
 class Store:
+    DECODED_SEGMENTS = 16
+
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -120,6 +123,7 @@ class Store:
         self._keys_stored: set[str] = set()
         # Per (gid, sender), the seqnos stored: a message delivered twice is kept once.
         self._stored: dict[tuple[str, str], RangeSet] = {}
+        self._decoded: OrderedDict[int, list] = OrderedDict()  # segment -> rows, most recent last
 
     def _migrate(self) -> None:
         """Bring a version-0 or version-1 database (a row per message) to the current schema."""
@@ -326,8 +330,14 @@ class Store:
                 if row is not None and row[0] >= seqno:
                     yield seqno, row[1]
             return
+        low, high = min(seqnos), max(seqnos)
+        row = self._db.execute(
+            "SELECT first FROM segment_runs WHERE gid = ? AND sender = ? AND first <= ? ORDER BY first DESC LIMIT 1",
+            (gid, sender, low)).fetchone()
+        # Only the runs that can hold one of the seqnos: from the one holding the lowest up.
         runs = self._db.execute(
-            "SELECT first, last, segment FROM segment_runs WHERE gid = ? AND sender = ? ORDER BY first", (gid, sender)
+            "SELECT first, last, segment FROM segment_runs WHERE gid = ? AND sender = ? AND first BETWEEN ? AND ? "
+            "ORDER BY first", (gid, sender, row[0] if row else low, high)
         ).fetchall()
         firsts = [first for first, _, _ in runs]
         for seqno in seqnos:
@@ -348,16 +358,26 @@ class Store:
             return []
         keys = dict(self._db.execute("SELECT pid, public_key FROM peer_keys"))
         found = []
-        segments = sorted(wanted)
-        for start in range(0, len(segments), 500):
-            part = tuple(segments[start:start + 500])
-            for segment, _, _, rows in self._segments(f"segment IN ({','.join('?' * len(part))})", part):
-                take = wanted[segment]
-                found += [
-                    wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, sa, n, t, keys.get(s, b""), sig)
-                    for s, q, ps, pq, n, t, sa, ra, sig in rows if (s, q) in take
-                ]
+        for segment in sorted(wanted):
+            take = wanted[segment]
+            found += [
+                wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, sa, n, t, keys.get(s, b""), sig)
+                for s, q, ps, pq, n, t, sa, ra, sig in self._segment_rows(segment) if (s, q) in take
+            ]
         return found
+
+    def _segment_rows(self, segment: int) -> list:
+        """One segment's rows, decoded; the last few stay decoded, since repairs, sync answers
+        and duplicate checks ask for neighbouring messages one after another."""
+        rows = self._decoded.get(segment)
+        if rows is not None:
+            self._decoded.move_to_end(segment)
+            return rows
+        (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
+        rows = self._decoded[segment] = msgpack.unpackb(blob, raw=False)
+        if len(self._decoded) > self.DECODED_SEGMENTS:
+            self._decoded.popitem(last=False)
+        return rows
 
     def delivered_mids(self, gid: str) -> list[Mid]:
         """Every stored message's mid in ``gid`` (in no particular order)."""

@@ -128,3 +128,18 @@ def test_duplicates_and_reordering_alone_never_double_deliver(seed):
     sent = chat(lan, 300, seed=seed)
     lan.settle()
     assert_everyone_has(lan, sent)
+
+
+def test_a_sync_answer_sends_oldest_first_whatever_is_put_back():
+    from middleware.channel import _SyncAnswer
+
+    missing = {(sender, seqno) for sender in "ab" for seqno in range(1, 6)}
+    answer = _SyncAnswer("r", 1, set(missing), 0.0)
+    taken = answer.take(4)
+    assert taken == [("a", 1), ("b", 1), ("a", 2), ("b", 2)]
+    answer.put_back(taken[2:])  # what did not fit a chunk
+    answer.put_back([("b", 5)])  # not taken this time, but handed back: still in its place
+    order = []
+    while answer.count():
+        order += answer.take(3)
+    assert order == [("a", 2), ("b", 2)] + [(s, q) for q in range(3, 6) for s in "ab"]
