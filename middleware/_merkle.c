@@ -180,10 +180,130 @@ static PyObject *merkle_proofs(PyObject *module, PyObject *const *args, Py_ssize
     return result;
 }
 
+/* Proofs kept in the store, each written against the one before it (compact_proofs):
+ * messages stored together mostly come from one datagram, so their proofs share the
+ * signature and the upper sibling hashes; only the index and a hash or two differ.
+ *   flags (1 byte): 1 = same signature as the previous proof, 2 = stored whole
+ *   shared (1 byte): how many trailing 32-byte hashes equal the previous proof's
+ *   then the proof's own bytes: [signature unless flag 1] index, siblings...
+ * Anything too short to be a proof (tests store a few bytes) is stored whole. */
+#define SIGNATURE 64
+#define HEAD (SIGNATURE + 2)
+
+static PyObject *compact_proofs(PyObject *module, PyObject *proofs)
+{
+    PyObject *seq = PySequence_Fast(proofs, "proofs must be a sequence of bytes");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject *result = PyList_New(count);
+    const char *previous = NULL;
+    Py_ssize_t previous_size = 0;
+    if (result == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "proof %zd is %.80s, not bytes", i, Py_TYPE(item)->tp_name);
+            goto fail;
+        }
+        const char *proof = PyBytes_AS_STRING(item);
+        Py_ssize_t size = PyBytes_GET_SIZE(item);
+        unsigned char flags = 0, shared = 0;
+        Py_ssize_t start = 0, end = size;
+        if (size < HEAD || (size - HEAD) % HASH) {
+            flags = 2;
+        } else if (previous != NULL) {
+            if (memcmp(proof, previous, SIGNATURE) == 0) {
+                flags = 1;
+                start = SIGNATURE;
+            }
+            Py_ssize_t limit = (size - HEAD) / HASH, other = (previous_size - HEAD) / HASH;
+            if (other < limit)
+                limit = other;
+            while (shared < limit && memcmp(proof + end - HASH, previous + previous_size - (shared + 1) * HASH, HASH) == 0) {
+                shared++;
+                end -= HASH;
+            }
+        }
+        PyObject *out = PyBytes_FromStringAndSize(NULL, 2 + end - start);
+        if (out == NULL)
+            goto fail;
+        char *bytes = PyBytes_AS_STRING(out);
+        bytes[0] = (char)flags;
+        bytes[1] = (char)shared;
+        memcpy(bytes + 2, proof + start, end - start);
+        PyList_SET_ITEM(result, i, out);
+        if (flags != 2) {
+            previous = proof;
+            previous_size = size;
+        }
+    }
+    Py_DECREF(seq);
+    return result;
+fail:
+    Py_XDECREF(result);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+static PyObject *expand_proofs(PyObject *module, PyObject *compact)
+{
+    PyObject *seq = PySequence_Fast(compact, "compact proofs must be a sequence of bytes");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject *result = PyList_New(count);
+    PyObject *previous = NULL; /* borrowed from result */
+    if (result == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) < 2) {
+            PyErr_Format(PyExc_ValueError, "compact proof %zd is not one", i);
+            goto fail;
+        }
+        const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(item);
+        Py_ssize_t own = PyBytes_GET_SIZE(item) - 2;
+        unsigned char flags = bytes[0], shared = bytes[1];
+        Py_ssize_t previous_size = previous ? PyBytes_GET_SIZE(previous) : 0;
+        int same_signature = flags == 1;
+        if (flags > 2 || (flags == 2 && shared) || ((same_signature || shared) && previous == NULL)
+            || (previous != NULL && shared * HASH > previous_size - HEAD)) {
+            PyErr_Format(PyExc_ValueError, "compact proof %zd does not fit the one before it", i);
+            goto fail;
+        }
+        Py_ssize_t size = (same_signature ? SIGNATURE : 0) + own + shared * HASH;
+        PyObject *proof = PyBytes_FromStringAndSize(NULL, size);
+        if (proof == NULL)
+            goto fail;
+        char *out = PyBytes_AS_STRING(proof);
+        if (same_signature) {
+            memcpy(out, PyBytes_AS_STRING(previous), SIGNATURE);
+            out += SIGNATURE;
+        }
+        memcpy(out, bytes + 2, own);
+        out += own;
+        if (shared)
+            memcpy(out, PyBytes_AS_STRING(previous) + previous_size - shared * HASH, shared * HASH);
+        PyList_SET_ITEM(result, i, proof);
+        if (flags != 2)
+            previous = proof;
+    }
+    Py_DECREF(seq);
+    return result;
+fail:
+    Py_XDECREF(result);
+    Py_DECREF(seq);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"tree", merkle_tree, METH_O, "tree(messages) -> (root, levels): the Merkle tree over messages (bytes)."},
     {"proofs", (PyCFunction)(void (*)(void))merkle_proofs, METH_FASTCALL,
      "proofs(levels, count, signature, high, top) -> each leaf's proof."},
+    {"compact_proofs", compact_proofs, METH_O, "compact_proofs(proofs) -> each proof written against the one before."},
+    {"expand_proofs", expand_proofs, METH_O, "expand_proofs(compact) -> the proofs compact_proofs was given."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -144,6 +144,49 @@ def _py_message_proofs(levels: bytes, count: int, signature: bytes, high: int, t
     return proofs
 
 
+_PROOF_HEAD = SIGNATURE_BYTES + 2
+
+
+def _py_compact_proofs(proofs: list[bytes]) -> list[bytes]:
+    """Each proof written against the one before it, for the store: messages stored
+    together mostly share a datagram, so their proofs share the signature and the upper
+    sibling hashes.  ``flags (1 = same signature, 2 = stored whole) || shared trailing
+    hashes || the proof's own bytes``."""
+    out, previous = [], None
+    for proof in proofs:
+        if len(proof) < _PROOF_HEAD or (len(proof) - _PROOF_HEAD) % HASH_BYTES:
+            out.append(b"\x02\x00" + proof)
+            continue
+        flags, start, end, shared = 0, 0, len(proof), 0
+        if previous is not None:
+            if proof[:SIGNATURE_BYTES] == previous[:SIGNATURE_BYTES]:
+                flags, start = 1, SIGNATURE_BYTES
+            limit = min(len(proof), len(previous)) - _PROOF_HEAD
+            while (shared + 1) * HASH_BYTES <= limit and \
+                    proof[end - HASH_BYTES:end] == previous[len(previous) - (shared + 1) * HASH_BYTES:][:HASH_BYTES]:
+                shared += 1
+                end -= HASH_BYTES
+        out.append(bytes((flags, shared)) + proof[start:end])
+        previous = proof
+    return out
+
+
+def _py_expand_proofs(compact: list[bytes]) -> list[bytes]:
+    """The proofs :func:`_py_compact_proofs` was given."""
+    out, previous = [], None
+    for index, item in enumerate(compact):
+        flags, shared = item[:2] if len(item) >= 2 else (255, 0)
+        if flags > 2 or (flags == 2 and shared) or ((flags == 1 or shared) and previous is None) \
+                or (previous is not None and shared * HASH_BYTES > len(previous) - _PROOF_HEAD):
+            raise ValueError(f"compact proof {index} does not fit the one before it")
+        proof = (previous[:SIGNATURE_BYTES] if flags == 1 else b"") + item[2:] \
+            + (previous[len(previous) - shared * HASH_BYTES:] if shared else b"")
+        out.append(proof)
+        if flags != 2:
+            previous = proof
+    return out
+
+
 try:
     from . import _merkle
 except ImportError:  # built without a C compiler: the pure-Python trees do the same
@@ -151,6 +194,8 @@ except ImportError:  # built without a C compiler: the pure-Python trees do the 
 COMPILED = _merkle is not None and os.environ.get("M2MC_PURE_PYTHON", "") in ("", "0")
 message_tree = _merkle.tree if COMPILED else _py_message_tree
 message_proofs = _merkle.proofs if COMPILED else _py_message_proofs
+compact_proofs = _merkle.compact_proofs if COMPILED else _py_compact_proofs
+expand_proofs = _merkle.expand_proofs if COMPILED else _py_expand_proofs
 
 
 def _climb(node: bytes, index: int, siblings: bytes) -> tuple[bytes, int]:

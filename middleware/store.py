@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 
 import msgpack
 
-from . import wire
+from . import crypto, wire
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
@@ -34,9 +34,12 @@ from .types import ChatMessage, Mid
 # instead of a row and an index entry of its own: 3 µs of CPU against 13 for flushes
 # of 90 messages (a micro-benchmark of both layouts on the build machine).  A sender's public
 # key is kept once, in peer_keys, since its pid is that key's fingerprint.
-# Version 1 kept a row per message in delivery order; version 0 also stored the key in
-# every row.  Both are migrated in place.
-SCHEMA_VERSION = 2
+# Each message's signature proof is kept written against the one before it in its
+# segment (crypto.compact_proofs): neighbours mostly share a datagram, so a proof takes
+# about 70 bytes instead of 322.
+# Version 2 kept the proofs whole; version 1 kept a row per message in delivery order;
+# version 0 also stored the key in every row.  All are migrated in place.
+SCHEMA_VERSION = 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS groups (
@@ -99,6 +102,12 @@ class _Checkpointer:
         self._thread.join(5)
 
 
+def _decode_segment(blob: bytes) -> list[tuple]:
+    """A segment's rows, each with its proof as the last field."""
+    rows, proofs = msgpack.unpackb(blob, raw=False)
+    return [(*row, proof) for row, proof in zip(rows, crypto.expand_proofs(proofs))]
+
+
 class Store:
     DECODED_SEGMENTS = 16
 
@@ -114,6 +123,8 @@ class Store:
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = _Checkpointer(self.path)
         self._packer = msgpack.Packer(use_bin_type=True)
+        if self._db.execute("PRAGMA user_version").fetchone()[0] == 2:
+            self._migrate_segments()
         self._migrate()
         self._db.executescript(SCHEMA)
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -151,12 +162,21 @@ class Store:
         segment: list[tuple] = []
         for row in rows:
             if segment and (row[1] != segment[0][1] or row[0] != segment[-1][0] + 1 or len(segment) == SEGMENT_MESSAGES):
-                self._write_segment(segment[0][1], segment[0][0], [r[2:] for r in segment])
+                self._write_segment(segment[0][1], segment[0][0], [r[2:10] for r in segment], [r[10] for r in segment])
                 segment = []
             segment.append(row)
         if segment:
-            self._write_segment(segment[0][1], segment[0][0], [r[2:] for r in segment])
+            self._write_segment(segment[0][1], segment[0][0], [r[2:10] for r in segment], [r[10] for r in segment])
         self._db.execute("DROP TABLE messages")
+        self._db.commit()
+
+    def _migrate_segments(self) -> None:
+        """Version 2 kept each proof whole inside its segment's rows: write them compactly."""
+        self._db.execute("BEGIN")
+        for segment, blob in self._db.execute("SELECT segment, messages FROM segments").fetchall():
+            rows = msgpack.unpackb(blob, raw=False)
+            body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
+            self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
         self._db.commit()
 
     def close(self) -> None:
@@ -253,6 +273,7 @@ class Store:
         """
         stored: list[ChatMessage] = []
         rows: list[tuple] = []
+        proofs: list[bytes] = []
         new_keys = {}
         stored_seqnos = self._stored
         segment_gid = None
@@ -263,28 +284,30 @@ class Store:
                 continue
             if gid != segment_gid or len(rows) == SEGMENT_MESSAGES:
                 if rows:
-                    self._write_segment(segment_gid, self._next_order - len(rows), rows)
-                segment_gid, rows = gid, []
+                    self._write_segment(segment_gid, self._next_order - len(rows), rows, proofs)
+                segment_gid, rows, proofs = gid, [], []
             parent_sender, parent_seqno = parent or (None, None)
-            rows.append((sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at, signature))
+            rows.append((sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at))
+            proofs.append(signature)
             stored.append(ChatMessage(gid, mid, parent, name, text, sent_at, received_at, self._next_order, signature,
                                       public_key))
             self._next_order += 1
             if sender not in self._keys_stored and public_key:
                 new_keys[sender] = public_key
         if rows:
-            self._write_segment(segment_gid, self._next_order - len(rows), rows)
+            self._write_segment(segment_gid, self._next_order - len(rows), rows, proofs)
         if new_keys:
             self._db.executemany("INSERT OR IGNORE INTO peer_keys VALUES (?, ?)", new_keys.items())
             self._keys_stored.update(new_keys)
         return stored
 
-    def _write_segment(self, gid: str, first_order: int, rows: list[tuple]) -> None:
+    def _write_segment(self, gid: str, first_order: int, rows: list[tuple], proofs: list[bytes]) -> None:
         """One segment: ``rows`` of (sender, seqno, parent_sender, parent_seqno, name, text,
-        sent_at, received_at, sig) in delivery order, the first delivered as ``first_order``."""
+        sent_at, received_at) in delivery order, the first delivered as ``first_order``, and
+        their signature proofs."""
         cursor = self._db.execute(
             "INSERT INTO segments (gid, first_order, count, messages) VALUES (?, ?, ?, ?)",
-            (gid, first_order, len(rows), self._packer.pack(rows)),
+            (gid, first_order, len(rows), self._packer.pack([rows, crypto.compact_proofs(proofs)])),
         )
         segment = cursor.lastrowid
         seqnos: dict[str, list[int]] = {}
@@ -304,11 +327,10 @@ class Store:
 
     def _segments(self, where: str, args: tuple) -> Iterator[tuple[int, str, int, list]]:
         """(segment, gid, first order, rows) of the segments matching ``where``, in delivery order."""
-        unpackb = msgpack.unpackb
         for segment, gid, first_order, blob in self._db.execute(
             f"SELECT segment, gid, first_order, messages FROM segments WHERE {where} ORDER BY segment", args
         ):
-            yield segment, gid, first_order, unpackb(blob, raw=False)
+            yield segment, gid, first_order, _decode_segment(blob)
 
     def history(self, gid: str | None = None) -> list[ChatMessage]:
         """Delivered messages (of one group, or all) in this peer's delivery order."""
@@ -374,7 +396,7 @@ class Store:
             self._decoded.move_to_end(segment)
             return rows
         (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
-        rows = self._decoded[segment] = msgpack.unpackb(blob, raw=False)
+        rows = self._decoded[segment] = _decode_segment(blob)
         if len(self._decoded) > self.DECODED_SEGMENTS:
             self._decoded.popitem(last=False)
         return rows

@@ -54,3 +54,32 @@ def test_bad_arguments_raise_clear_errors():
         _merkle.proofs(levels, 3, b"s", 1 << 15, b"")
     with pytest.raises(TypeError):
         _merkle.proofs(levels, 3, "s", 0, b"")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 32), min_size=1, max_size=8),
+    junk=st.lists(st.tuples(st.integers(0, 400), st.binary(max_size=140)), max_size=3),
+    data=st.data(),
+)
+def test_compact_proofs_match_the_reference_and_expand_back(sizes, junk, data):
+    identity = crypto.Identity.generate()
+    _, _, proofs = crypto.sign_burst(identity, [[b"m%d" % i for i in range(size)] for size in sizes])
+    flat = [proof for datagram in proofs for proof in datagram]
+    if data.draw(st.booleans()):  # messages of other bursts in between
+        other = crypto.sign_burst(identity, [[b"x"]])[2][0][0]
+        flat.insert(data.draw(st.integers(0, len(flat))), other)
+    for position, raw in junk:  # anything else a store may hold
+        flat.insert(min(position, len(flat)), raw)
+    compact = _merkle.compact_proofs(flat)
+    assert compact == crypto._py_compact_proofs(flat)
+    assert _merkle.expand_proofs(compact) == crypto._py_expand_proofs(compact) == flat
+
+
+def test_damaged_compact_proofs_raise_clear_errors():
+    proofs = crypto.sign_burst(crypto.Identity.generate(), [[b"a", b"b", b"c"]])[2][0]
+    compact = _merkle.compact_proofs(proofs)
+    for damaged in ([compact[1]], [b"\x09\x00" + b"x" * 66], [b"\x02\x01"], [compact[0], b"\x00\x09" + b"y" * 66], [b"\x01"]):
+        for expand in (_merkle.expand_proofs, crypto._py_expand_proofs):
+            with pytest.raises(ValueError, match="compact proof"):
+                expand(damaged)

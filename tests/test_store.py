@@ -3,8 +3,10 @@ old databases migrated."""
 
 import sqlite3
 
+import msgpack
+
 from middleware import crypto
-from middleware.store import SCHEMA_VERSION, SEGMENT_MESSAGES, VERSION_1_MESSAGES, Store
+from middleware.store import SCHEMA, SCHEMA_VERSION, SEGMENT_MESSAGES, VERSION_1_MESSAGES, Store
 from middleware.types import ChatMessage
 
 ANN, BOB = crypto.Identity.generate(), crypto.Identity.generate()
@@ -139,4 +141,48 @@ def test_a_version_1_database_is_migrated_without_losing_anything(tmp_path):
     assert store.add_messages([message(BOB, 2), message(BOB, 3)])[0].order == 7
     assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert "messages" not in {name for (name,) in store._db.execute("SELECT name FROM sqlite_master")}
+    store.close()
+
+
+def signed_messages(identity, count):
+    """``count`` messages of ``identity`` with real burst proofs (datagrams of up to 17)."""
+    datagrams = [[f"m{seqno}".encode() for seqno in range(start, min(start + 17, count))] for start in range(0, count, 17)]
+    _, _, proofs = crypto.sign_burst(identity, datagrams[: crypto.MAX_BURST])
+    flat = [proof for datagram in proofs for proof in datagram]
+    return [message(identity, seqno + 1)._replace(signature=proof) for seqno, proof in enumerate(flat)]
+
+
+def test_proofs_are_stored_compactly_and_come_back_whole(tmp_path):
+    store = Store(tmp_path / "m.db")
+    sent = signed_messages(ANN, 100) + [message(BOB, 1)]  # a short fake proof among real ones
+    store.add_messages(sent)
+    store.commit()
+    (blob,) = store._db.execute("SELECT messages FROM segments").fetchone()
+    _, kept = msgpack.unpackb(blob)
+    assert sum(map(len, kept)) < 0.3 * sum(len(m.signature) for m in sent)
+    assert [m.signature for m in store.history(GID)] == [m.signature for m in sent]
+    assert [f.sig for f in store.fetch(GID, [(ANN.pid, 50), (BOB.pid, 1)])] == [sent[49].signature, sent[100].signature]
+    store.close()
+
+
+def test_a_version_2_database_is_migrated_without_losing_anything(tmp_path):
+    """Version 2: segments whose rows carry each proof whole."""
+
+    path = tmp_path / "m.db"
+    sent = signed_messages(BOB, 40)
+    old = sqlite3.connect(path)
+    old.executescript(SCHEMA)
+    rows = [[m.mid[0], m.mid[1], None, None, m.sender_name, m.text, m.sent_at, m.received_at, m.signature] for m in sent]
+    old.execute("INSERT INTO segments VALUES (1, ?, 1, ?, ?)", (GID, len(rows), msgpack.packb(rows, use_bin_type=True)))
+    old.execute("INSERT INTO segment_runs VALUES (?, ?, 1, 40, 1)", (GID, BOB.pid))
+    old.execute("INSERT INTO peer_keys VALUES (?, ?)", (BOB.pid, BOB.public_key))
+    old.execute("PRAGMA user_version = 2")
+    old.commit()
+    old.close()
+
+    store = Store(path)
+    assert store.history(GID) == [m._replace(order=order) for order, m in enumerate(sent, 1)]
+    assert [f.sig for f in store.fetch(GID, [(BOB.pid, 7)])] == [sent[6].signature]
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert store.add_messages([message(BOB, 41)])[0].order == 41
     store.close()
