@@ -211,6 +211,7 @@ class GroupChannel:
         self._heartbeat_at: float | None = None
         self._heartbeat_interval = HEARTBEAT_FIRST
         self._last_send_at = -math.inf
+        self._heartbeat_due = False  # sent since the heartbeat was last armed
         # MSP, as requester.
         self._sync_seqno = 0
         self._sync_active = False
@@ -249,8 +250,7 @@ class GroupChannel:
         self._on_data(self.pid, data.seqno, data.parent, data.name, data.text, data.sent_at, now,
                       b"", self.identity.public_key)
         self._last_send_at = now
-        self._heartbeat_interval = HEARTBEAT_FIRST
-        self._heartbeat_at = now + HEARTBEAT_FIRST * self.rng.uniform(0.8, 1.2)
+        self._heartbeat_due = True
         return data
 
     def start_sync(self, now: float) -> None:
@@ -549,7 +549,16 @@ class GroupChannel:
 
     # -- timers ------------------------------------------------------------------------------
 
+    def _arm_heartbeat(self) -> None:
+        """The first heartbeat goes HEARTBEAT_FIRST after this peer's last message: armed here,
+        once per flush or timer, rather than on every message sent."""
+        if self._heartbeat_due:
+            self._heartbeat_due = False
+            self._heartbeat_interval = HEARTBEAT_FIRST
+            self._heartbeat_at = self._last_send_at + HEARTBEAT_FIRST * self.rng.uniform(0.8, 1.2)
+
     def get_timer(self) -> float | None:
+        self._arm_heartbeat()
         deadlines = [d for d in (self._answer_at, self._heartbeat_at, self._sync_retry_at) if d is not None]
         if self._nak_at and not self._sync_active:
             deadlines.append(min(self._nak_at.values()))
@@ -557,6 +566,7 @@ class GroupChannel:
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float) -> None:
+        self._arm_heartbeat()
         if self._nak_at and not self._sync_active:
             self._send_naks(now)
         if self._answer_at is not None and self._answer_at <= now:
@@ -582,6 +592,7 @@ class GroupChannel:
     def datagrams_to_send(self) -> list[wire.Message]:
         """What to transmit; this peer's new messages go out in batches, one signature each."""
         signed: list[wire.Message] = []
+        self._arm_heartbeat()
         if self._unsigned:
             proofs = {}
             budget = FRAME_PAYLOAD - BATCH_ENVELOPE - 2 * len(self.gid)
