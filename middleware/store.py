@@ -262,8 +262,11 @@ class Store:
     # -- messages ---------------------------------------------------------------
 
     def _stored_seqnos(self, gid: str, sender: str) -> RangeSet:
-        seen = self._stored[(gid, sender)] = RangeSet.from_ranges(self._db.execute(
-            "SELECT first, last FROM segment_runs WHERE gid = ? AND sender = ?", (gid, sender)))
+        """The seqnos of ``sender`` stored in ``gid``, read from the runs on first use."""
+        seen = self._stored.get((gid, sender))
+        if seen is None:
+            seen = self._stored[(gid, sender)] = RangeSet.from_ranges(self._db.execute(
+                "SELECT first, last FROM segment_runs WHERE gid = ? AND sender = ?", (gid, sender)))
         return seen
 
     def add_messages(self, messages: Iterable[ChatMessage]) -> list[ChatMessage]:
@@ -275,12 +278,10 @@ class Store:
         rows: list[tuple] = []
         proofs: list[bytes] = []
         new_keys = {}
-        stored_seqnos = self._stored
         segment_gid = None
         for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key in messages:
             sender, seqno = mid
-            seen = stored_seqnos.get((gid, sender)) or self._stored_seqnos(gid, sender)
-            if not seen.add(seqno):
+            if not self._stored_seqnos(gid, sender).add(seqno):
                 continue
             if gid != segment_gid or len(rows) == SEGMENT_MESSAGES:
                 if rows:
@@ -313,16 +314,8 @@ class Store:
         seqnos: dict[str, list[int]] = {}
         for row in rows:
             seqnos.setdefault(row[0], []).append(row[1])
-        runs = []
-        for sender, values in seqnos.items():
-            values.sort()
-            first = previous = values[0]
-            for value in values[1:]:
-                if value != previous + 1:
-                    runs.append((gid, sender, first, previous, segment))
-                    first = value
-                previous = value
-            runs.append((gid, sender, first, previous, segment))
+        runs = [(gid, sender, first, last, segment)
+                for sender, values in seqnos.items() for first, last in RangeSet(values).ranges()]
         self._db.executemany("INSERT OR IGNORE INTO segment_runs VALUES (?, ?, ?, ?, ?)", runs)
 
     def _segments(self, where: str, args: tuple) -> Iterator[tuple[int, str, int, list]]:
