@@ -24,6 +24,7 @@ from . import crypto, wire
 from .channel import Conflict, GapReported, GroupChannel, SyncProgress
 from .discovery import ZeroconfDiscovery
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
+from .presence import Presence
 from .store import Store
 from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
 from .types import (ChatMessage, GroupListener, GroupView, Mid, NullListener, UsageError, check_unicode, format_mid,
@@ -85,6 +86,7 @@ class GroupManager:
         self.network = MulticastNetwork(self.interface)
         self.discovery = ZeroconfDiscovery(self.interface, self.pid, self._on_zeroconf) if config.zeroconf else None
         self.stats = Stats()
+        self.presence = Presence()  # last heard per pid; idle beacons (middleware/presence.py)
         self._outgoing: list[tuple[str, int, bytes]] = []
         self._flush_scheduled = False
         self._last_flush = 0.0
@@ -256,6 +258,26 @@ class GroupManager:
         channels = [self._channel(gid)] if gid else self.channels.values()
         return sum(channel.pending for channel in channels)
 
+    def presence_of(self, gid: str) -> dict[str, str]:
+        """Each current member's presence ("online", "away", "offline"); this peer is online."""
+        now = time.time()
+        return {m.pid: "online" if m.pid == self.pid else self.presence.status(m.pid, now)
+                for m in self._known(gid).current()}
+
+    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
+        """The delivery orders read in ``gid`` as inclusive ranges; None if never marked."""
+        self._known(gid)
+        return self.store.read_marks(gid)
+
+    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
+        """Add delivery-order ranges to what was read in ``gid`` (kept across restarts)."""
+        self._known(gid)
+        try:
+            self.store.add_read_marks(gid, [tuple(r) for r in ranges])
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad read marks: {exc}") from None
+        self.store.commit()
+
     def export_log(self, path: str | Path, gid: str | None = None) -> int:
         """Write delivered messages as JSON Lines (the analytics export format)."""
         gids = [gid] if gid else list(self.channels)
@@ -356,7 +378,9 @@ class GroupManager:
             self.stats.own_looped_back += 1  # multicast loop echoes our own datagrams
             return None
         try:
-            return wire.decode(data, self._ciphers.get)
+            envelope = wire.decode(data, self._ciphers.get)
+            self.presence.heard(envelope.sender, time.time())
+            return envelope
         except wire.SignatureError as exc:
             self.stats.bad_signature_dropped += 1
             log.debug("dropped forged or tampered datagram: %s", exc)
@@ -447,10 +471,17 @@ class GroupManager:
                 changed_groups[event.gid] = changed_groups.get(event.gid, False) or event.new
         deliveries: list[ChatMessage] = []
         channel_events = []
+        now = time.time()
+        beacons = set(self.presence.beacons_due(list(self.channels), now))
         for gid, channel in self.channels.items():
             record = self.gjlp.groups[gid]
             channel.group_size = max(1, len(record.current()))
-            for message in channel.datagrams_to_send():
+            outbox = channel.datagrams_to_send()
+            if outbox:
+                self.presence.spoke(gid, now)
+            elif gid in beacons:  # idle: one heartbeat says this peer is still here
+                outbox = [wire.Heartbeat(gid, channel.next_seqno - 1)]
+            for message in outbox:
                 try:
                     self._outgoing.append((record.addr, record.port,
                                            wire.encode(self.identity, message, self._ciphers.get(gid))))
@@ -498,8 +529,8 @@ class GroupManager:
         self._arm_timer()
 
     def _arm_timer(self) -> None:
-        deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()))
-                     if d is not None]
+        deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()),
+                                 self.presence.get_timer(list(self.channels))) if d is not None]
         deadline = min(deadlines) if deadlines else None
         if self._timer is not None:
             self._timer.cancel()

@@ -403,3 +403,37 @@ class Store:
     def group_desc(self, gid: str) -> str:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()
         return row[0] if row else ""
+
+    # -- read marks (the GUI's unread state, kept across restarts) -------------------
+
+    # Per group, the delivery orders read, as inclusive ranges (msgpack).  The table is
+    # made on first use: CREATE TABLE IF NOT EXISTS is this addition's whole migration,
+    # and a database without it reads as "never marked".
+    READ_MARKS_SCHEMA = "CREATE TABLE IF NOT EXISTS read_marks (gid TEXT PRIMARY KEY, ranges BLOB NOT NULL)"
+    MAX_READ_RANGES = 10_000  # past this the oldest gaps count as read
+
+    def _read_marks_table(self) -> None:
+        if not getattr(self, "_read_marks_ready", False):
+            self._db.execute(self.READ_MARKS_SCHEMA)
+            self._read_marks_ready = True
+
+    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
+        """The delivery orders read in ``gid``, as inclusive ranges; None if never marked."""
+        self._read_marks_table()
+        row = self._db.execute("SELECT ranges FROM read_marks WHERE gid = ?", (gid,)).fetchone()
+        return [tuple(r) for r in msgpack.unpackb(row[0], raw=False)] if row else None
+
+    def add_read_marks(self, gid: str, ranges: Iterable[tuple[int, int]]) -> None:
+        """Add inclusive delivery-order ranges to what was read in ``gid`` (commit is the caller's)."""
+        marks = RangeSet.from_ranges(self.read_marks(gid) or [])
+        for first, last in ranges:
+            if not (isinstance(first, int) and isinstance(last, int)) or last < first or first < 0:
+                raise ValueError(f"bad read range {first!r}..{last!r}")
+            marks.add_range(first, last + 1)
+        merged = marks.ranges()
+        if len(merged) > self.MAX_READ_RANGES:
+            keep = merged[-(self.MAX_READ_RANGES - 1):]
+            merged = [(0, keep[0][0] - 1)] + keep
+            merged = RangeSet.from_ranges(merged).ranges()
+        self._db.execute("INSERT OR REPLACE INTO read_marks (gid, ranges) VALUES (?, ?)",
+                         (gid, self._packer.pack([list(r) for r in merged])))

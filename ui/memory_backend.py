@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from middleware.rangeset import RangeSet
 from middleware.types import ChatMessage, GroupListener, GroupView, Member, Mid, UsageError, iso_millis
 
 from .bridge import Backend
@@ -38,6 +39,8 @@ class MemoryManager:
         self.pending_count: dict[str, int] = {}
         self.advertised = 0
         self._passphrases: dict[str, str] = {}
+        self.marks: dict[str, list[tuple[int, int]]] = {}  # the store's read marks
+        self.presence: dict[str, str] = {}  # pid -> status; members not listed are offline
 
     # -- GroupManager's API ------------------------------------------------------------
 
@@ -136,6 +139,21 @@ class MemoryManager:
 
     def advertise(self) -> None:
         self.advertised += 1
+
+    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
+        self.group(gid)
+        return list(self.marks[gid]) if gid in self.marks else None
+
+    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
+        self.group(gid)
+        merged = RangeSet.from_ranges(self.marks.get(gid, []))
+        for first, last in ranges:
+            merged.add_range(first, last + 1)
+        self.marks[gid] = merged.ranges()
+
+    def presence_of(self, gid: str) -> dict[str, str]:
+        return {m.pid: "online" if m.pid == self.pid else self.presence.get(m.pid, "offline")
+                for m in self.group(gid).members}
 
     def set_name(self, name: str) -> None:
         if not isinstance(name, str) or not name.strip():
