@@ -168,11 +168,15 @@ class MessageDelegate(QStyledItemDelegate):
         text = message.text
         cut = not expanded and len(text) > COLLAPSE_CHARS
         shown = text[:COLLAPSE_CHARS] if cut else text
-        layout = QTextLayout(shown, self.body_font)
+        # QTextLayout breaks lines at U+2028 only; the same length keeps link offsets valid.
+        layout = QTextLayout(shown.replace("\n", "\u2028"), self.body_font)
         option = QTextOption()
         option.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
-        option.setTextDirection(Qt.LayoutDirection.RightToLeft if is_right_to_left(shown)
-                                else Qt.LayoutDirection.LeftToRight)
+        if is_right_to_left(shown):
+            option.setTextDirection(Qt.LayoutDirection.RightToLeft)
+            option.setAlignment(Qt.AlignmentFlag.AlignRight)
+        else:
+            option.setTextDirection(Qt.LayoutDirection.LeftToRight)
         layout.setTextOption(option)
         links = links_in(shown)
         formats = []
