@@ -169,6 +169,7 @@ class MainWindow(QMainWindow):
         self.group_list = QListWidget()
         self.group_list.setObjectName("groupList")
         self.group_list.setItemDelegate(GroupListDelegate(self.group_list))
+        self.group_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.group_list.currentItemChanged.connect(self._on_group_selected)
         groups_pane = self._titled("Groups", self.group_list)
         discover_button = QPushButton(icon("discover"), "Find groups…")
