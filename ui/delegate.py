@@ -30,7 +30,8 @@ from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QS
 
 from middleware.types import ChatMessage, Mid
 
-from .message_model import DepthRole, MessageRole, OwnRole, ParentMessageRole, UnreadRole
+from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole, ThreadModel,
+                            UnreadRole)
 
 from .resources import is_dark, theme_colors
 
@@ -44,6 +45,7 @@ COLLAPSE_CHARS = 3000  # and past this many characters the collapsed text is not
 DIVIDER_HEIGHT = 22
 LINK = re.compile(r"(?:https?|m2mc)://[^\s<>\"]+")
 REPLY_LABEL = "↩ Reply"
+_NODE_MODELS = (MessageTreeModel, ThreadModel)  # their indexes carry the message's node
 
 
 def sender_color(pid: str, dark: bool) -> QColor:
@@ -145,7 +147,18 @@ class MessageDelegate(QStyledItemDelegate):
     def toggle_expanded(self, index: QModelIndex) -> None:
         message: ChatMessage = index.data(MessageRole)
         self.expanded.symmetric_difference_update({message.mid})
+        self._forget_height(message.mid)
         self.sizeHintChanged.emit(index)
+
+    def set_divider(self, mid: Mid | None) -> None:
+        for old in (self.divider, mid):
+            if old is not None:
+                self._forget_height(old)
+        self.divider = mid
+
+    def _forget_height(self, mid: Mid) -> None:
+        for key in [key for key in self._heights if key[0] == mid]:
+            del self._heights[key]
 
     # -- geometry ---------------------------------------------------------------------
 
@@ -250,20 +263,38 @@ class MessageDelegate(QStyledItemDelegate):
                 "bottom": y + PAD}
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
-        message: ChatMessage = index.data(MessageRole)
-        if message is None:
-            return super().sizeHint(option, index)
-        depth = index.data(DepthRole) or 0
-        width = self._text_width(depth)
-        key = (message.mid, width, message.mid in self.expanded, message.mid == self.divider,
-               self._quoted(message, depth))
+        # Scrolled by pixels, the view asks for every shown row's height after each insert:
+        # the cached answer is one dict lookup, with the node read straight off the index
+        # for the tree models (no data() round trip).
+        model = index.model()
+        if isinstance(model, _NODE_MODELS):
+            node = index.internalPointer()
+            message, depth = node.message, node.depth
+        else:
+            message = index.data(MessageRole)
+            if message is None:
+                return super().sizeHint(option, index)
+            depth = index.data(DepthRole) or 0
+        viewport_width = self.view.viewport().width()
+        key = (message.mid, viewport_width, depth if depth <= MAX_INDENT_DEPTH else -1)
         height = self._heights.get(key)
         if height is None:
-            height = self._geometry(QRect(0, 0, self.view.viewport().width(), 0), index)["bottom"]
+            height = self._height(message, depth)
             if len(self._heights) > 200_000:
                 self._heights.clear()
             self._heights[key] = height
-        return QSize(width, height)
+        return QSize(viewport_width, height)
+
+    def _height(self, message: ChatMessage, depth: int) -> int:
+        """What :meth:`_geometry` adds up, without the header's widths."""
+        height = (DIVIDER_HEIGHT if message.mid == self.divider else 0) + PAD + self.header_metrics.height() + 2
+        if self._quoted(message, depth):
+            height += self.meta_metrics.height() + 2
+        body = self._body(message, self._text_width(depth))
+        height += body.height
+        if body.collapsible:
+            height += 2 + self.meta_metrics.height()
+        return height + PAD
 
     # -- clicks and tooltips ------------------------------------------------------------
 

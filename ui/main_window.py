@@ -79,7 +79,7 @@ from .widgets import (
 log = logging.getLogger(__name__)
 
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
-EXPAND_RECENT = 400
+EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
 MAX_PER_TURN = 300
 INTAKE_MS = 100
@@ -626,14 +626,21 @@ class MainWindow(QMainWindow):
         self._update_older_button()
 
     def _open_position(self, session: GroupSession) -> None:
-        """A group opens at its first unread message, else at its latest activity; never on an empty area."""
+        """A group opens at its first unread message, else at its end, where the newest talk is.
+
+        Scrolled by pixels, the end is the last row's bottom at the viewport's bottom: never an
+        empty area.  A reply in an old thread is the Threads pane's top entry; the tree opens
+        at the end so that it follows new messages, and only rows of recent threads are kept.
+        """
         if session is not self.current or session.opened or not len(session.tree):
             return
         session.opened = True
         view = self.current_view()
-        view.doItemsLayout()
         unread = session.tree.unread_in_arrival_order()
-        target = unread[0] if unread else session.tree.arrival[-1].message.mid
+        if not unread:
+            view.scrollToBottom()
+            return
+        target = unread[0]
         if self.time_ordered:
             session.timeline.reveal(target)
         else:
@@ -641,15 +648,13 @@ class MainWindow(QMainWindow):
             self._expand_path(target)
         index = self._view_index(target)
         if index.isValid():
-            hint = (QAbstractItemView.ScrollHint.PositionAtTop if unread
-                    else QAbstractItemView.ScrollHint.PositionAtBottom)
-            view.scrollTo(index, hint)
+            view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
 
     def _set_divider(self, session: GroupSession) -> None:
         for view in (self.tree_view, self.timeline_view):
             delegate = view.itemDelegate()
             if delegate.divider != session.divider:
-                delegate.divider = session.divider
+                delegate.set_divider(session.divider)
                 view.scheduleDelayedItemsLayout()
 
     def _source_index(self, mid: Mid) -> QModelIndex:
@@ -699,10 +704,15 @@ class MainWindow(QMainWindow):
             session = self._session(gid, load_history=True)
         view = self.current_view()
         at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
+        reading = None  # the row at the top of the tree, and where it is: the reader's place
+        if session is self.current and not at_bottom and view is self.tree_view and view.model() is session.tree:
+            top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
+            if top.isValid():
+                reading = (top.data(MessageRole).mid, view.visualRect(top).top())
         shown = session.tree.add_messages(messages, unread=True)
         if not shown:
             return
-        self._trim(session, at_bottom)
+        self._trim(session, at_bottom, reading)
         if session is self.current:
             for message in shown:
                 if message.parent is not None:
@@ -718,16 +728,21 @@ class MainWindow(QMainWindow):
             extra = f" (+{len(others) - 1} more)" if len(others) > 1 else ""
             self.notifier.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
 
-    def _trim(self, session: GroupSession, at_bottom: bool) -> None:
-        # A steady stream adds rows without end, and each re-layout costs every row on show:
-        # while the reader follows the end (or the model is not on screen), hide the oldest
-        # again, never the selected message's thread.
+    def _trim(self, session: GroupSession, at_bottom: bool, reading: tuple | None = None) -> None:
+        # A steady stream adds rows without end, and each re-layout costs every row on show
+        # (scrolled by pixels, the tree needs every row's height): hide the oldest threads
+        # again, never the selected message's, the open one's or those from the top of the
+        # view on; the view is put back where the reader was.
         current = session is self.current
-        spare = [self.reply_target if current else None,
-                 session.thread.root.message.mid if session.thread is not None else None]
+        spare = self.reply_target if current else None
+        opened = session.thread.root.message.mid if session.thread is not None else None
         tree, timeline = session.tree, session.timeline
-        if (at_bottom or not current or self.time_ordered) and tree.rowCount() > tree.window + TRIM_SLACK:
-            tree.hide_oldest(tree.window, spare)
+        if tree.rowCount() > tree.window + TRIM_SLACK:
+            hidden = tree.hide_oldest(tree.window, [spare, opened, reading[0] if reading else None])
+            if hidden and reading is not None:
+                self.tree_view.scrollTo(tree.index_for(reading[0]), QAbstractItemView.ScrollHint.PositionAtTop)
+                bar = self.tree_view.verticalScrollBar()
+                bar.setValue(bar.value() - reading[1])
         if (at_bottom or not current or not self.time_ordered) and timeline.rowCount() > timeline.window + TRIM_SLACK:
             timeline.hide_oldest(timeline.window, spare)
         if session is self.current:

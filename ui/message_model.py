@@ -40,8 +40,8 @@ ThreadRole = Qt.ItemDataRole.UserRole + 8  # the threads list: a ThreadSummary
 AnyIndex = QModelIndex | QPersistentModelIndex
 ITEM_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable  # computed once: enum | is slow in Python
 NO_FLAGS = Qt.ItemFlag.NoItemFlags
-THREAD_WINDOW = 500
-TIMELINE_WINDOW = 2000
+THREAD_WINDOW = 200  # scrolled by pixels, every shown row costs each re-layout
+TIMELINE_WINDOW = 600
 THREAD_LIST_LIMIT = 1000  # the threads list shows the most recently active ones
 
 

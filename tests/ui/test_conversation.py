@@ -440,3 +440,32 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
     QTimer.singleShot(200, paste_invite)
     window.join_invite_action.trigger()
     qtbot.waitUntil(lambda: window.current is not None and window.current.gid == "b-9")
+
+
+def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reader_keeps_their_place(
+        qtbot, window, backend, monkeypatch):
+    import ui.main_window as main_window
+
+    monkeypatch.setattr(main_window, "TRIM_SLACK", 0)
+    history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(40)]
+    session = open_group(qtbot, window, backend, history)
+    session.tree.window = 25
+    assert window.open_thread(history[-3].mid)
+    fresh = [message(GID, BOB, 100 + i, f"New thread {i}") for i in range(30)]
+    backend.manager.inject_messages(GID, fresh)
+    qtbot.waitUntil(lambda: len(session.tree) == 70)
+    assert session.tree.rowCount() < 60 and session.thread.index_for(history[-3].mid).isValid()
+    window.close_thread()
+    qtbot.waitUntil(lambda: not window._follow_timer.isActive())  # done following the end
+    view = window.tree_view
+    target = window._view_index(fresh[5].mid)
+    view.scrollTo(target, view.ScrollHint.PositionAtTop)
+    view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 7)
+    assert view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - 100  # reading, not at the end
+    before = view.indexAt(QPoint(4, 2)).data(MessageRole).mid, view.visualRect(view.indexAt(QPoint(4, 2))).top()
+    more = [message(GID, CAT, 200 + i, f"Later thread {i}") for i in range(25)]
+    backend.manager.inject_messages(GID, more)
+    qtbot.waitUntil(lambda: len(session.tree) == 95)
+    top = view.indexAt(QPoint(4, 2))
+    assert (top.data(MessageRole).mid, view.visualRect(top).top()) == before
+    assert session.tree.hidden_threads > 0
