@@ -469,3 +469,28 @@ def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reade
     top = view.indexAt(QPoint(4, 2))
     assert (top.data(MessageRole).mid, view.visualRect(top).top()) == before
     assert session.tree.hidden_threads > 0
+
+
+def test_notifications_go_to_the_desktop_service_and_fall_back_to_the_tray(qtbot):
+    from PySide6.QtWidgets import QWidget
+
+    from ui.notifier import DesktopNotifications, Notifier
+
+    calls = []
+    widget = QWidget()
+    qtbot.addWidget(widget)
+    desktop = DesktopNotifications(run=lambda program, args: calls.append((program, args)) or True, available=True)
+    notifier = Notifier(widget, desktop)
+    assert notifier.notify("Bob in Lunch", "It's at 12:30\nsee you")
+    assert notifier.last_via == "desktop" and notifier.tray is None
+    program, args = calls[0]
+    assert program == "gdbus" and "org.freedesktop.Notifications.Notify" in args
+    assert args[-8:] == ["'M2MC chat'", "0", "'m2mc-chat'", "'Bob in Lunch'", "'It\\'s at 12:30\\nsee you'",
+                         "[]", "{}", "5000"]
+    assert not notifier.notify("again", "too soon")  # at most one per few seconds
+    absent = DesktopNotifications(run=lambda *_a: pytest_fail(), available=False)
+    assert not absent.notify("t", "b")
+
+
+def pytest_fail():
+    raise AssertionError("no service: nothing may be called")
