@@ -63,7 +63,23 @@ class _Node:
         self.last = 0
 
 
-class MessageTreeModel(QAbstractItemModel):
+class _NodeRows:
+    """One column, and data read off the ``_Node`` each index carries (the tree and one thread)."""
+
+    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:
+        return 1
+
+    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
+        return ITEM_FLAGS if index.isValid() else NO_FLAGS
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        node: _Node = index.internalPointer()
+        return _message_data(node.message, role, self.tree, node)
+
+
+class MessageTreeModel(_NodeRows, QAbstractItemModel):
     """The reply tree of one group, one column; see the module docstring."""
 
     # (first, last) rows appended to ``arrival``; emitted after the tree rows are in.
@@ -76,6 +92,7 @@ class MessageTreeModel(QAbstractItemModel):
 
     def __init__(self, own_pid: str = "", parent=None, window: int = THREAD_WINDOW) -> None:
         super().__init__(parent)
+        self.tree = self  # what _NodeRows reads unread state and ownership from
         self.own_pid = own_pid
         self.window = window
         self.hidden_threads = 0  # the oldest threads, not (yet) rows of the model
@@ -338,17 +355,6 @@ class MessageTreeModel(QAbstractItemModel):
             return len(parent.internalPointer().children) > 0 and parent.column() == 0
         return len(self._root.children) > self.hidden_threads
 
-    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:
-        return 1
-
-    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
-        return ITEM_FLAGS if index.isValid() else NO_FLAGS
-
-    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        node: _Node = index.internalPointer()
-        return _message_data(node.message, role, self, node)
 
 
 class TimelineModel(QAbstractListModel):
@@ -565,7 +571,7 @@ class ThreadListModel(QAbstractListModel):
         return None
 
 
-class ThreadModel(QAbstractItemModel):
+class ThreadModel(_NodeRows, QAbstractItemModel):
     """One thread of a :class:`MessageTreeModel` on its own: its root is the only top-level row.
 
     It follows the tree's row inserts under the thread, so the thread stays live;
@@ -648,14 +654,3 @@ class ThreadModel(QAbstractItemModel):
             return True
         return len(parent.internalPointer().children) > 0 and parent.column() == 0
 
-    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:
-        return 1
-
-    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
-        return ITEM_FLAGS if index.isValid() else NO_FLAGS
-
-    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        node: _Node = index.internalPointer()
-        return _message_data(node.message, role, self.tree, node)
