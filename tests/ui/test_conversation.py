@@ -494,3 +494,19 @@ def test_notifications_go_to_the_desktop_service_and_fall_back_to_the_tray(qtbot
 
 def pytest_fail():
     raise AssertionError("no service: nothing may be called")
+
+
+def test_hovering_over_the_time_shows_the_date_and_time(qtbot, window, backend):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QToolTip
+
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk[:2])
+    view = window.tree_view
+    index = window._view_index(talk[1].mid)
+    time_rect = view.itemDelegate()._geometry(view.visualRect(index), index)["time"]
+    event = QHelpEvent(QEvent.Type.ToolTip, time_rect.center(), view.viewport().mapToGlobal(time_rect.center()))
+    QApplication.sendEvent(view.viewport(), event)
+    qtbot.waitUntil(QToolTip.isVisible)
+    assert "2023" in QToolTip.text() and ":" in QToolTip.text()  # 14 November 2023, 22:13:22 and the weekday
