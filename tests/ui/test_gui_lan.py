@@ -50,6 +50,7 @@ def test_window_discovers_joins_and_shows_the_tree(tmp_path, passphrase):
         gui.stdin.flush()
         live = read_event(gui)
         assert ["live reply", "Where is lunch?"] in live["rows"]
+        assert live["ann_online"]  # heard over the namespace LAN: the members pane says online
         if ["Where is lunch?", None] not in live["rows"]:
             pytest.xfail("member sync (issue 4) not in yet: a joiner does not get the history")
         assert ["Canteen?", "Where is lunch?"] in live["rows"]
