@@ -1,0 +1,370 @@
+"""Object-based ordered delivery (OBG) of chat operations: edits, deletes, reactions, pins, topic.
+
+The seed (Timura, Tanaka, Takizawa: "Group Protocol for Supporting
+Object-based Ordered Delivery") orders only requests that *conflict on the
+same object*; compatible requests and requests on other objects are delivered
+as they come.  Here the objects and their conflicts are:
+
+* ``("text", mid)``: a message's text.  Only its author edits or deletes it;
+  edits conflict with one another and a delete absorbs every edit.
+* ``("react", mid, reactor, emoji)``: one reactor's add/remove of one emoji.
+  Two reactors, or two emoji, never conflict.
+* ``("pin", mid)``: pin/unpin of a message, by any member.
+* ``("topic",)``: the group topic, set by any member.
+
+Each operation names its object and the operation it saw last on that object
+(``seen``), the way a reply names its parent, plus a Lamport ``counter``
+(higher than every counter its author had seen).  A receiver delivers an
+operation once the message it targets and the operation it names are
+delivered; nothing else makes it wait.  Concurrent conflicting operations
+(two that saw the same version) are settled by one rule every member applies:
+the higher ``(counter, pid)`` wins.  The resulting state is a function of the
+*set* of delivered operations, so every member that delivered the same set
+shows the same text, reactions, pins and topic, whatever the arrival order.
+
+Rules that reject an operation depend only on the operation and the one it
+names, so every member rejects the same ones: an edit or delete by anyone but
+the message's author, an operation naming itself, one naming an operation on
+another object or one with a counter not above the named one's.  Dependants of
+a rejected operation are rejected too.
+
+Held operations are bounded by count and bytes.  Past either bound the oldest
+held one is evicted: it is forgotten, not marked as seen, so it is accepted
+again when it is fetched again (``take_evicted`` tells the caller which ids to
+fetch, e.g. from its store or by loss repair).
+
+Sans-I/O: no sockets, no clock.  Operations go in, delivered operations come
+out in delivery order.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable
+
+Mid = tuple[str, int]
+OpId = tuple[str, int]
+
+KINDS = ("edit", "delete", "react", "pin", "topic")
+MAX_COUNTER = 2**53
+"""Counters beyond this are rejected: a member cannot win every conflict forever by one huge value."""
+
+
+class ObgError(ValueError):
+    """An operation that cannot be built: bad kind, missing target, forbidden author."""
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One operation on one object; ``op_id`` is its message id ``(author pid, seqno)``."""
+
+    op_id: OpId
+    kind: str
+    target: Mid | None
+    """The message it acts on; None for a topic setting."""
+    seen: OpId | None
+    """The last operation on the same object its author had delivered; None if none."""
+    counter: int
+    text: str = ""
+    """The new text of an edit, or the topic."""
+    emoji: str = ""
+    on: bool = True
+    """Reaction added / message pinned (False: removed / unpinned)."""
+
+    @property
+    def author(self) -> str:
+        return self.op_id[0]
+
+    @property
+    def object_key(self) -> tuple:
+        return object_key(self.kind, self.target, self.author, self.emoji)
+
+    @property
+    def rank(self) -> tuple[int, str, int]:
+        """The conflict rule: of two concurrent operations on one object, the higher rank wins.
+
+        ``(counter, pid)``, then the seqno, which only breaks ties between two
+        operations of one author that did not see each other (a restored data dir).
+        """
+        return (self.counter, self.op_id[0], self.op_id[1])
+
+
+def object_key(kind: str, target: Mid | None, author: str, emoji: str = "") -> tuple:
+    """The object an operation acts on; operations conflict only with those on the same object."""
+    if kind in ("edit", "delete"):
+        return ("text", target)
+    if kind == "react":
+        return ("react", target, author, emoji)
+    if kind == "pin":
+        return ("pin", target)
+    return ("topic",)
+
+
+def check_operation(op: Operation) -> None:
+    """Raise ObgError if ``op`` is malformed on its own (no state needed)."""
+    if op.kind not in KINDS:
+        raise ObgError(f"unknown operation kind {op.kind!r}")
+    if (op.kind == "topic") != (op.target is None):
+        raise ObgError("a topic setting names no message; every other operation names one")
+    if op.kind in ("edit", "delete") and op.target[0] != op.author:
+        raise ObgError("only a message's author may edit or delete it")
+    if op.kind == "react" and not op.emoji:
+        raise ObgError("a reaction needs an emoji")
+    if not 0 < op.counter < MAX_COUNTER:
+        raise ObgError(f"counter out of range: {op.counter}")
+    if op.seen == op.op_id:
+        raise ObgError("an operation cannot name itself")
+
+
+@dataclass(slots=True)
+class MessageState:
+    """What the operations delivered so far made of one message."""
+
+    edited: int = 0
+    deleted: bool = False
+    text: str | None = None
+    """The current text if an edit won; None: the message's original text."""
+    reactions: dict[str, list[str]] = field(default_factory=dict)
+    pinned: bool = False
+
+    def current_text(self, original: str) -> str:
+        if self.deleted:
+            return ""
+        return original if self.text is None else self.text
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    text: str
+    by: str
+    op_id: OpId | None
+
+
+class ObgCore:
+    """One group's operations: holds each until what it names is delivered, then applies it."""
+
+    def __init__(
+        self,
+        message_delivered: Callable[[Mid], bool],
+        *,
+        max_held: int = 10_000,
+        max_held_bytes: int = 8 * 2**20,
+    ) -> None:
+        self._message_delivered = message_delivered
+        self.max_held = max_held
+        self.max_held_bytes = max_held_bytes
+        self._ops: dict[OpId, Operation] = {}  # delivered operations
+        self._winner: dict[tuple, Operation] = {}  # object key -> winning (highest-rank) operation
+        # held id -> (operation, bytes, what it waits for), oldest first
+        self._held: OrderedDict[OpId, tuple[Operation, int, tuple]] = OrderedDict()
+        self._waiting: dict[tuple, dict[OpId, None]] = {}  # ("op", id) / ("msg", mid) -> held ids
+        self._held_bytes = 0
+        self._rejected: OrderedDict[OpId, None] = OrderedDict()
+        self._evicted: list[OpId] = []
+        self._edits: dict[Mid, int] = {}
+        self._deleted: set[Mid] = set()
+        self._reactors: dict[Mid, dict[str, set[str]]] = {}
+        self.clock = 0
+        self.rejected = 0
+        self.duplicates = 0
+        self.evicted = 0
+
+    # -- building our own operations ----------------------------------------------
+
+    def stamp(self, kind: str, target: Mid | None, author: str, emoji: str = "") -> tuple[OpId | None, int]:
+        """``(seen, counter)`` for a new operation by ``author``: what it names, and its counter."""
+        winner = self._winner.get(object_key(kind, target, author, emoji))
+        return (winner.op_id if winner else None), self.clock + 1
+
+    # -- input ----------------------------------------------------------------------
+
+    def receive(self, op: Operation, size: int = 0) -> list[Operation]:
+        """Take one operation (ours or a peer's); returns those that became deliverable, in order.
+
+        Raises ObgError for an operation that is malformed on its own; the
+        caller counts it.  ``size`` is what it costs to hold (its bytes).
+        """
+        op_id = op.op_id
+        if op_id in self._ops or op_id in self._held or op_id in self._rejected:
+            self.duplicates += 1
+            return []
+        try:
+            check_operation(op)
+        except ObgError:
+            self._reject(op_id)
+            raise
+        blocker = self._blocker(op)
+        if blocker is None:
+            return self._deliver_from(op)
+        if blocker[0] == "rejected":
+            self._reject(op_id)
+            return []
+        self._hold(op, max(size, 64), blocker)
+        return []
+
+    def message_delivered(self, mid: Mid) -> list[Operation]:
+        """The chat message ``mid`` was delivered: operations waiting for it may go."""
+        woken = self._waiting.pop(("msg", mid), None)
+        if not woken:
+            return []
+        delivered: list[Operation] = []
+        for op_id in list(woken):
+            entry = self._unhold(op_id)
+            if entry is not None:
+                delivered.extend(self._retry(entry[0], entry[1]))
+        return delivered
+
+    # -- queries --------------------------------------------------------------------
+
+    def is_delivered(self, op_id: OpId) -> bool:
+        return op_id in self._ops
+
+    def delivered_ops(self) -> list[Operation]:
+        return list(self._ops.values())
+
+    @property
+    def pending(self) -> int:
+        return len(self._held)
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held_bytes
+
+    def waiting_for(self) -> set[tuple]:
+        """What held operations wait for: ``("op", op_id)`` or ``("msg", mid)``."""
+        return set(self._waiting)
+
+    def take_evicted(self) -> list[OpId]:
+        """Ids evicted since the last call: fetch them again (store or repair) to deliver them."""
+        evicted, self._evicted = self._evicted, []
+        return evicted
+
+    def topic(self) -> Topic:
+        winner = self._winner.get(("topic",))
+        if winner is None:
+            return Topic("", "", None)
+        return Topic(winner.text, winner.author, winner.op_id)
+
+    def state(self, mid: Mid) -> MessageState:
+        state = MessageState(edited=self._edits.get(mid, 0), deleted=mid in self._deleted)
+        text_winner = self._winner.get(("text", mid))
+        if text_winner is not None and text_winner.kind == "edit":
+            state.text = text_winner.text
+        pin = self._winner.get(("pin", mid))
+        state.pinned = bool(pin and pin.on)
+        reactors = self._reactors.get(mid)
+        if reactors:
+            state.reactions = {emoji: sorted(pids) for emoji, pids in sorted(reactors.items()) if pids}
+        return state
+
+    def pinned(self) -> list[Mid]:
+        return sorted(key[1] for key, op in self._winner.items() if key[0] == "pin" and op.on)
+
+    def touched_messages(self) -> set[Mid]:
+        return set(self._edits) | self._deleted | set(self._reactors) | {
+            key[1] for key in self._winner if key[0] == "pin"
+        }
+
+    # -- internals ------------------------------------------------------------------
+
+    def _blocker(self, op: Operation) -> tuple | None:
+        """What ``op`` still waits for, ``("rejected", id)`` if it can never be delivered, or None."""
+        if op.seen is not None:
+            if op.seen in self._rejected:
+                return ("rejected", op.seen)
+            seen = self._ops.get(op.seen)
+            if seen is None:
+                return ("op", op.seen)
+            if seen.object_key != op.object_key or seen.counter >= op.counter:
+                return ("rejected", op.seen)
+        if op.target is not None and not self._message_delivered(op.target):
+            return ("msg", op.target)
+        return None
+
+    def _retry(self, op: Operation, size: int) -> list[Operation]:
+        blocker = self._blocker(op)
+        if blocker is None:
+            return self._deliver_from(op)
+        if blocker[0] == "rejected":
+            self._reject(op.op_id)
+            return []
+        self._hold(op, size, blocker)
+        return []
+
+    def _deliver_from(self, first: Operation) -> list[Operation]:
+        delivered: list[Operation] = []
+        todo = [first]
+        while todo:
+            op = todo.pop()
+            self._apply(op)
+            delivered.append(op)
+            for op_id in reversed(list(self._waiting.pop(("op", op.op_id), ()))):
+                entry = self._unhold(op_id)
+                if entry is None:
+                    continue
+                held, size, _ = entry
+                blocker = self._blocker(held)
+                if blocker is None:
+                    todo.append(held)
+                elif blocker[0] == "rejected":
+                    self._reject(held.op_id)
+                else:
+                    self._hold(held, size, blocker)
+        return delivered
+
+    def _apply(self, op: Operation) -> None:
+        self._ops[op.op_id] = op
+        self.clock = max(self.clock, op.counter)
+        key = op.object_key
+        target = op.target
+        if op.kind == "delete":
+            self._deleted.add(target)
+        elif op.kind == "edit":
+            self._edits[target] = self._edits.get(target, 0) + 1
+        winner = self._winner.get(key)
+        if op.kind == "edit" and winner is not None and winner.kind == "delete":
+            return  # a delete absorbs every edit, whatever their ranks
+        if winner is not None and winner.rank >= op.rank and not (op.kind == "delete" and winner.kind == "edit"):
+            return
+        self._winner[key] = op
+        if op.kind == "react":
+            reactors = self._reactors.setdefault(target, {}).setdefault(op.emoji, set())
+            if op.on:
+                reactors.add(op.author)
+            else:
+                reactors.discard(op.author)
+
+    def _hold(self, op: Operation, size: int, blocker: tuple) -> None:
+        self._held[op.op_id] = (op, size, blocker)
+        self._held_bytes += size
+        self._waiting.setdefault(blocker, {})[op.op_id] = None
+        while self._held and (len(self._held) > self.max_held or self._held_bytes > self.max_held_bytes):
+            oldest = next(iter(self._held))
+            self._unhold(oldest)
+            self._evicted.append(oldest)
+            self.evicted += 1
+
+    def _unhold(self, op_id: OpId) -> tuple[Operation, int, tuple] | None:
+        entry = self._held.pop(op_id, None)
+        if entry is not None:
+            self._held_bytes -= entry[1]
+            waiters = self._waiting.get(entry[2])
+            if waiters is not None:
+                waiters.pop(op_id, None)
+                if not waiters:
+                    del self._waiting[entry[2]]
+        return entry
+
+    def _reject(self, op_id: OpId) -> None:
+        # dependants can never be delivered either; the same holds at every member
+        todo = [op_id]
+        while todo:
+            rejected = todo.pop()
+            self.rejected += 1
+            self._rejected[rejected] = None
+            if len(self._rejected) > self.max_held:
+                self._rejected.popitem(last=False)
+            for dependant in list(self._waiting.pop(("op", rejected), ())):
+                if self._unhold(dependant) is not None:
+                    todo.append(dependant)
