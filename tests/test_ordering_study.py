@@ -9,16 +9,17 @@ import pytest
 
 from app.ordering_study import main
 from app.ordering_study.example import D, all_outcomes, paper_workload
-from app.ordering_study.metrics import COLUMNS, parent_violations, summarize
+from app.ordering_study.metrics import COLUMNS, object_violations, parent_violations, summarize
 from app.ordering_study.network import LAN, LOSSY_WIRELESS, WIRELESS
 from app.ordering_study.policies import (
+    OPS_POLICIES,
     POLICIES,
     FifoInbox,
     LamportPolicy,
     PhysicalLinearPolicy,
     SequencerPolicy,
 )
-from app.ordering_study.simulator import Packet, simulate
+from app.ordering_study.simulator import Packet, Simulation, simulate
 from app.ordering_study.study import QUICK, run_scenario, scenarios
 from app.ordering_study.workload import ChatMessage, ChatParams, generate, handmade
 
@@ -166,6 +167,61 @@ def test_header_bytes_grow_with_group_size_only_for_vector_clocks():
     assert causal.header_bytes(64) == 16 * causal.header_bytes(4)
 
 
+# -- operations: OBG --------------------------------------------------------------------
+
+BUSY_OPS = replace(BUSY, ops_share=0.4)
+
+
+@pytest.fixture(scope="module")
+def ops_results():
+    workload = generate(BUSY_OPS, LOSSY_WIRELESS, seed=7)
+    return {name: simulate(workload, cls, seed=7) for name, cls in OPS_POLICIES.items()}
+
+
+def test_the_ops_workload_mixes_every_kind_of_operation_into_the_chat(ops_results):
+    messages = ops_results["obg"].workload.messages
+    kinds = [m.op for m in messages]
+    assert {"", "edit", "react", "pin", "topic"} <= set(kinds)
+    assert 0.25 < sum(1 for k in kinds if k) / len(kinds) < 0.45
+    for m in messages:
+        if m.op == "edit":
+            assert messages[m.parent].sender == m.sender and not messages[m.parent].op
+        elif m.op in ("react", "pin"):
+            assert not messages[m.parent].op
+
+
+def test_obg_keeps_object_order_which_arrival_order_breaks(ops_results):
+    violations, checked = object_violations(ops_results["obg"])
+    assert checked > 200 and violations == 0
+    assert object_violations(ops_results["causal"])[0] == 0
+    assert object_violations(ops_results["none"])[0] > 0
+    assert parent_violations(ops_results["obg"])[0] == 0
+
+
+def test_obg_holds_operations_less_than_causal_and_total_order(ops_results):
+    rows = {name: summarize("ops", r, OPS_POLICIES[name], operations=True) for name, r in ops_results.items()}
+    assert rows["obg"].held_fraction < rows["causal"].held_fraction < rows["total_sequencer"].held_fraction
+    assert rows["obg"].mean_delay_ms < rows["causal"].mean_delay_ms < rows["total_lamport"].mean_delay_ms
+
+
+def test_obg_members_converge_on_the_same_objects():
+    workload = generate(BUSY_OPS, LOSSY_WIRELESS, seed=11)
+    sim = Simulation(workload, OPS_POLICIES["obg"], seed=11)
+    sim.run()
+    cores = [node.obg for node in sim.nodes]
+    assert all(core.pending == 0 and core.rejected == 0 for core in cores)
+    topics = {core.topic() for core in cores}
+    assert len(topics) == 1 and topics.pop().text.startswith("topic")
+    targets = set().union(*(core.touched_messages() for core in cores))
+    assert targets
+    for mid in targets:
+        assert len({repr(core.state(mid)) for core in cores}) == 1
+
+
+def test_obg_on_a_chat_without_operations_is_s_b(busy_workload):
+    assert simulate(busy_workload, OPS_POLICIES["obg"], seed=7).logs == simulate(busy_workload, POLICIES["sb"], seed=7).logs
+
+
 # -- the paper's example -------------------------------------------------------------
 
 
@@ -206,8 +262,9 @@ def test_cli_quick_run_writes_table_csv_and_plots(tmp_path, capsys):
     with (tmp_path / "out" / "results.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert tuple(rows[0]) == COLUMNS
-    assert {r["policy"] for r in rows} == set(POLICIES)
-    assert len(rows) == len(POLICIES) * len(scenarios(QUICK))
+    assert {r["policy"] for r in rows} == set(POLICIES) | set(OPS_POLICIES)
+    assert len(rows) == sum(len(s.policies) for s in scenarios(QUICK))
+    assert {r["scenario"] for r in rows if r["policy"] == "obg"} == {"wireless_ops"}
     for r in rows:
         if r["policy"] in ("sb", "causal"):
             assert float(r["parent_violations"]) == 0

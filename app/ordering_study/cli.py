@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="m2mc-ordering-study",
         description=(
-            "Simulate a group chat and compare S_b ordering with causal, total, linear-clock "
+            "Simulate a group chat and compare S_b (and OBG for operations) with causal, total, linear-clock "
             "and physical-clock ordering: delivery delay, held messages, replies shown before "
             "their parent, header bytes."
         ),

@@ -5,6 +5,11 @@ Delivery delay is receipt to delivery at one receiver; a copy is *held* when
 that delay is above zero.  A parent violation is a reply delivered at a
 receiver before the message it answers (the writers of both are left out:
 they saw the parent before anyone).
+
+For a scenario with operations, ``summarize(..., operations=True)`` measures
+operation copies only, and a violation is an operation delivered before the
+message it acts on or before the last operation on the same object that its
+writer had delivered when sending it (the object order OBG keeps).
 """
 
 from __future__ import annotations
@@ -40,9 +45,11 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-def delivery_delays(result: SimResult) -> list[float]:
+def delivery_delays(result: SimResult, operations: bool = False) -> list[float]:
     delays = []
     for k, msg in enumerate(result.workload.messages):
+        if operations and not msg.op:
+            continue
         receipts, deliveries = result.receipt_ms[k], result.delivery_ms[k]
         for r in range(result.workload.processes):
             if r != msg.sender:
@@ -68,6 +75,34 @@ def parent_violations(result: SimResult) -> tuple[int, int]:
     return violations, checked
 
 
+def object_violations(result: SimResult) -> tuple[int, int]:
+    """``(violations, checked)`` over (operation, receiver) pairs: see the module docstring."""
+    messages = result.workload.messages
+    must_follow: dict[int, list[int]] = {}
+    for events in result.events:
+        last_on: dict[tuple, int] = {}
+        for kind, index in events:
+            msg = messages[index]
+            if not msg.op:
+                continue
+            key = msg.object_key
+            if kind == "send":
+                before = [j for j in (msg.parent, last_on.get(key)) if j is not None]
+                must_follow[index] = before
+            last_on[key] = index
+    position = [{index: i for i, index in enumerate(log)} for log in result.logs]
+    violations = checked = 0
+    for index, before in must_follow.items():
+        writer = messages[index].sender
+        for r, seen in enumerate(position):
+            if r == writer or not before:
+                continue
+            checked += 1
+            if any(seen[j] > seen[index] for j in before):
+                violations += 1
+    return violations, checked
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     scenario: str
@@ -87,16 +122,16 @@ class Row:
         return {name: getattr(self, name) for name in COLUMNS}
 
 
-def summarize(scenario: str, result: SimResult, policy_cls: type) -> Row:
-    delays = sorted(delivery_delays(result))
-    violations, checked = parent_violations(result)
+def summarize(scenario: str, result: SimResult, policy_cls: type, operations: bool = False) -> Row:
+    delays = sorted(delivery_delays(result, operations))
+    violations, checked = object_violations(result) if operations else parent_violations(result)
     workload = result.workload
     n, m = workload.processes, len(workload.messages)
     end_to_end = [
         result.delivery_ms[k][r] - result.send_ms[k]
         for k, msg in enumerate(workload.messages)
         for r in range(n)
-        if r != msg.sender
+        if r != msg.sender and (msg.op or not operations)
     ]
     control = sum(
         count * policy_cls.control_bytes(kind, n) for kind, count in result.control_packets.items()

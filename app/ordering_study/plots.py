@@ -19,6 +19,7 @@ STYLE = {
     "total_lamport": dict(color="tab:red"),
     "linear_clock": dict(color="tab:purple"),
     "physical_linear": dict(color="tab:brown"),
+    "obg": dict(color="tab:olive", linewidth=2.5),
     "none": dict(color="grey", linestyle=":"),
 }
 

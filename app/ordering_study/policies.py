@@ -22,6 +22,7 @@ from collections import defaultdict
 from typing import Any, ClassVar
 
 from middleware.mop import SbOrderer
+from middleware.obg import ObgCore, Operation
 
 from .simulator import DataBody, Net, Packet
 from .workload import Workload
@@ -118,6 +119,56 @@ class SbPolicy(OrderingPolicy):
     def on_packet(self, packet: Packet, now: float) -> list[int]:
         body = packet.body
         return [index for _, _, index in self.orderer.receive(body.mid, body.header, body.index)]
+
+
+class ObgPolicy(OrderingPolicy):
+    """Object-based ordering: S_b for chat messages, ``middleware.obg.ObgCore`` for operations.
+
+    An operation waits only for the message it acts on and the operation it
+    saw last on the same object; on a chat-only trace this is exactly S_b.
+    """
+
+    name = "obg"
+    summary = "OBG: an operation waits only for its message and the last one on its object"
+    names_parent = True
+
+    def __init__(self, pid: int, workload: Workload, net: Net) -> None:
+        super().__init__(pid, workload, net)
+        self.messages = workload.messages
+        self.orderer = SbOrderer()
+        self.obg = ObgCore(self.orderer.is_delivered, max_held=len(workload.messages) + 1)
+        self._index: dict[tuple[int, int], int] = {}
+
+    @staticmethod
+    def header_bytes(processes: int) -> int:
+        return 2 * MID_BYTES + INT_BYTES  # an operation's message, the operation it saw, its counter
+
+    def stamp(self, body: DataBody) -> Any:
+        msg = self.messages[body.index]
+        if not msg.op:
+            return body.parent_mid
+        seen, counter = self.obg.stamp(msg.op, body.parent_mid, self.pid, msg.emoji)
+        return (body.parent_mid, seen, counter)
+
+    def on_own(self, body: DataBody, now: float) -> list[int]:
+        return self._receive(body)
+
+    def on_packet(self, packet: Packet, now: float) -> list[int]:
+        return self._receive(packet.body)
+
+    def _receive(self, body: DataBody) -> list[int]:
+        msg = self.messages[body.index]
+        index = self._index
+        if not msg.op:
+            delivered = []
+            for mid, _, k in self.orderer.receive(body.mid, body.header, body.index):
+                delivered.append(k)
+                delivered.extend(index[op.op_id] for op in self.obg.message_delivered(mid))
+            return delivered
+        target, seen, counter = body.header
+        index[body.mid] = body.index
+        op = Operation(body.mid, msg.op, target, seen, counter, text=msg.text, emoji=msg.emoji)
+        return [index[done.op_id] for done in self.obg.receive(op)]
 
 
 class CausalPolicy(OrderingPolicy):
@@ -482,3 +533,8 @@ POLICIES: dict[str, type[OrderingPolicy]] = {
         ArrivalOrder,
     )
 }
+
+OPS_POLICIES: dict[str, type[OrderingPolicy]] = {
+    cls.name: cls for cls in (ObgPolicy, CausalPolicy, SequencerPolicy, LamportPolicy, ArrivalOrder)
+}
+"""The policies of the operations scenario: OBG against causal order, total orders and none."""

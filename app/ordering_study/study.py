@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from .metrics import Row, delivery_delays, summarize
 from .network import LAN, LOSSY_WIRELESS, WIRELESS, NetworkProfile
-from .policies import POLICIES
+from .policies import OPS_POLICIES, POLICIES
 from .simulator import simulate
 from .workload import ChatParams, generate
 
@@ -19,6 +19,12 @@ class Scenario:
     profile: NetworkProfile
     chat: ChatParams
     about: str
+    operations: bool = False
+    """The trace mixes operations into the chat; rows measure the operations only."""
+
+    @property
+    def policies(self) -> dict[str, type]:
+        return OPS_POLICIES if self.operations else POLICIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,11 @@ def scenarios(size: StudySize) -> list[Scenario]:
         Scenario("wireless", WIRELESS, chat, "ad hoc wireless, Pareto-tailed delay"),
         Scenario("wireless_loss", LOSSY_WIRELESS, chat, "wireless + 5% loss, resent after 200 ms"),
         Scenario("wireless_busy", LOSSY_WIRELESS, busy, "wireless_loss with quick replies (think 0.4 s)"),
+        Scenario(
+            "wireless_ops", LOSSY_WIRELESS, replace(busy, ops_share=0.4),
+            "wireless_busy, 40% of events operations (react, edit, pin, topic); rows: operations only",
+            operations=True,
+        ),
     ]
 
 
@@ -53,11 +64,12 @@ class ScenarioRun:
 def run_scenario(scenario: Scenario, seed: int, policies: list[str] | None = None) -> ScenarioRun:
     workload = generate(scenario.chat, scenario.profile, seed)
     rows, delays = [], {}
-    for name in policies or list(POLICIES):
-        policy_cls = POLICIES[name]
+    available = scenario.policies
+    for name in policies or list(available):
+        policy_cls = available[name]
         result = simulate(workload, policy_cls, seed)
-        rows.append(summarize(scenario.name, result, policy_cls))
-        delays[name] = delivery_delays(result)
+        rows.append(summarize(scenario.name, result, policy_cls, scenario.operations))
+        delays[name] = delivery_delays(result, scenario.operations)
     return ScenarioRun(scenario, rows, delays)
 
 
