@@ -258,13 +258,19 @@ class ObgCore:
             state.reactions = {emoji: sorted(pids) for emoji, pids in sorted(reactors.items()) if pids}
         return state
 
+    def is_deleted(self, mid: Mid) -> bool:
+        return mid in self._deleted
+
+    def touches(self, mid: Mid) -> bool:
+        """Has any delivered operation acted on message ``mid``?"""
+        return mid in self._edits or mid in self._deleted or mid in self._reactors or ("pin", mid) in self._winner
+
     def pinned(self) -> list[Mid]:
         return sorted(key[1] for key, op in self._winner.items() if key[0] == "pin" and op.on)
 
     def touched_messages(self) -> set[Mid]:
-        return set(self._edits) | self._deleted | set(self._reactors) | {
-            key[1] for key in self._winner if key[0] == "pin"
-        }
+        return {mid for mid in set(self._edits) | self._deleted | set(self._reactors) | {
+            key[1] for key in self._winner if key[0] == "pin"} if self.touches(mid)}
 
     # -- internals ------------------------------------------------------------------
 

@@ -279,7 +279,7 @@ class Store:
         proofs: list[bytes] = []
         new_keys = {}
         segment_gid = None
-        for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key in messages:
+        for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key, *_ in messages:
             sender, seqno = mid
             if not self._stored_seqnos(gid, sender).add(seqno):
                 continue

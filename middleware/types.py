@@ -46,6 +46,11 @@ class ChatMessage(NamedTuple):
     order: int = 0  # position in this peer's delivery order
     signature: bytes = b""  # the writer's signature, kept so any member can relay the message
     public_key: bytes = b""
+    # what operations (middleware.obg) made of it; ``text`` above is then the current text
+    edited: int = 0
+    deleted: bool = False
+    reactions: dict | None = None  # {emoji: [pid, ...]}
+    pinned: bool = False
 
     @property
     def sender(self) -> str:
@@ -60,6 +65,10 @@ class ChatMessage(NamedTuple):
             "sender_name": self.sender_name,
             "text": self.text,
             "sent_at": iso_millis(self.sent_at),
+            "edited": self.edited,
+            "deleted": self.deleted,
+            "reactions": self.reactions or {},
+            "pinned": self.pinned,
         }
 
 

@@ -1,0 +1,154 @@
+"""Operations as chat messages: their text encoding, and one group's operations beside its messages.
+
+An operation travels as a chat message of its author, so it is signed,
+batched, repaired, synced (MSP) and stored exactly as messages are.  Its
+``parent`` is the message it acts on (None for a topic setting), so S_b
+already delivers it after that message; :class:`middleware.obg.ObgCore` then
+orders it against the other operations on its object.  Its text is
+``OP_MARKER`` followed by a JSON array::
+
+    [kind, seen, counter, text, emoji, on]
+
+``kind`` is ``edit``, ``delete``, ``react``, ``pin`` or ``topic``; ``seen`` the
+operation on the same object its author had delivered last (``"pid:seqno"``
+or null); ``counter`` its Lamport counter.  A message whose text does not
+start with the marker is a chat message, so the old format reads unchanged.
+
+Sans-I/O: :class:`GroupOperations` takes delivered messages and returns what
+changed; the caller sends, stores and notifies.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .obg import ObgCore, ObgError, Operation
+from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
+
+OP_MARKER = "\x00obg1"
+MAX_EDIT_TEXT = 7_800
+"""An edit's text: the message limit less room for the operation's own fields."""
+MAX_TOPIC = 300
+MAX_EMOJI = 16
+
+
+def encode(kind: str, seen: Mid | None, counter: int, text: str = "", emoji: str = "", on: bool = True) -> str:
+    fields = [kind, format_mid(seen) if seen else None, counter, text, emoji, on]
+    return OP_MARKER + json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+
+
+def is_operation(message: ChatMessage) -> bool:
+    return message.text.startswith(OP_MARKER)
+
+
+def decode(message: ChatMessage) -> Operation:
+    """The operation a message carries; ObgError if its text is not a well-formed one."""
+    try:
+        fields = json.loads(message.text[len(OP_MARKER):])
+    except ValueError:
+        raise ObgError("operation text is not JSON") from None
+    if type(fields) is not list or len(fields) != 6:
+        raise ObgError("an operation is a list of 6 fields")
+    kind, seen_text, counter, text, emoji, on = fields
+    if type(kind) is not str or type(counter) is not int or type(text) is not str or type(emoji) is not str \
+            or type(on) is not bool or (seen_text is not None and type(seen_text) is not str):
+        raise ObgError("an operation field has the wrong type")
+    if len(emoji) > MAX_EMOJI or (kind == "topic" and len(text) > MAX_TOPIC):
+        raise ObgError("an operation field is too long")
+    try:
+        seen = parse_mid(seen_text) if seen_text is not None else None
+    except ValueError as exc:
+        raise ObgError(str(exc)) from None
+    return Operation(message.mid, kind, message.parent, seen, counter, text=text, emoji=emoji, on=on)
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What a batch of delivered messages did: new chat messages, updated ones, a new topic."""
+
+    messages: list[ChatMessage]
+    updated: list[Mid]
+    topic_changed: bool
+
+
+class GroupOperations:
+    """One group's operations: separates them from chat messages and keeps the objects' state."""
+
+    def __init__(self, gid: str, *, max_held: int = 10_000, max_held_bytes: int = 8 * 2**20) -> None:
+        self.gid = gid
+        # S_b delivers an operation only after its parent, the message it acts on
+        self.core = ObgCore(self._is_chat_message, max_held=max_held, max_held_bytes=max_held_bytes)
+        self._op_mids: set[Mid] = set()
+        self.invalid = 0
+
+    def _is_chat_message(self, mid: Mid) -> bool:
+        return mid not in self._op_mids
+
+    @property
+    def rejected(self) -> int:
+        """Operations refused: malformed, forged (an edit by someone else) or acting on an operation."""
+        return self.core.rejected + self.invalid
+
+    def take(self, delivered: list[ChatMessage]) -> Changes:
+        """Messages S_b delivered, in its order -> the chat messages among them, and what changed."""
+        messages: list[ChatMessage] = []
+        updated: dict[Mid, None] = {}
+        topic_changed = False
+        for message in delivered:
+            if not is_operation(message):
+                messages.append(message)
+                continue
+            self._op_mids.add(message.mid)
+            try:
+                op = decode(message)
+            except ObgError:
+                self.invalid += 1
+                continue
+            if op.target is not None and op.target in self._op_mids:
+                self.invalid += 1  # an operation acts on a message, never on another operation
+                continue
+            try:
+                done = self.core.receive(op, len(message.text))
+            except ObgError:
+                continue  # counted by the core
+            for applied in done:
+                if applied.target is None:
+                    topic_changed = True
+                else:
+                    updated[applied.target] = None
+        return Changes(messages, list(updated), topic_changed)
+
+    def compose(self, author: str, kind: str, target: Mid | None, *, text: str = "", emoji: str = "",
+                on: bool = True, target_known: bool = True) -> str:
+        """The text of a new operation by ``author``; UsageError says what is wrong with it."""
+        if kind != "topic":
+            if not target_known or target in self._op_mids:
+                raise UsageError(f"unknown message {format_mid(target)}")
+            if kind in ("edit", "delete") and target[0] != author:
+                raise UsageError("not the author: only the author of a message may edit or delete it")
+            if kind in ("edit", "delete") and self.core.is_deleted(target):
+                raise UsageError(f"message {format_mid(target)} is deleted")
+        if kind == "edit" and len(text) > MAX_EDIT_TEXT:
+            raise UsageError(f"text too long: {len(text)} characters, limit is {MAX_EDIT_TEXT}")
+        if kind == "topic" and len(text) > MAX_TOPIC:
+            raise UsageError(f"text too long: {len(text)} characters, limit is {MAX_TOPIC}")
+        if kind == "react" and not 0 < len(emoji) <= MAX_EMOJI:
+            raise UsageError(f"emoji must be 1..{MAX_EMOJI} characters")
+        seen, counter = self.core.stamp(kind, target, author, emoji)
+        return encode(kind, seen, counter, text, emoji, on)
+
+    def view(self, message: ChatMessage) -> ChatMessage:
+        """``message`` as the operations left it: current text, edited, deleted, reactions, pinned."""
+        if not self.core.touches(message.mid):
+            return message
+        state = self.core.state(message.mid)
+        return message._replace(text=state.current_text(message.text), edited=state.edited,
+                                deleted=state.deleted, reactions=state.reactions, pinned=state.pinned)
+
+    def topic(self) -> tuple[str, str]:
+        topic = self.core.topic()
+        return topic.text, topic.by
+
+    def pinned(self) -> list[Mid]:
+        return self.core.pinned()

@@ -1,0 +1,105 @@
+"""Operations carried as chat messages (middleware.chatops): encoding, splitting, validation, views."""
+
+from __future__ import annotations
+
+import pytest
+
+from middleware.chatops import MAX_EDIT_TEXT, OP_MARKER, GroupOperations, decode, encode, is_operation
+from middleware.obg import ObgError
+from middleware.types import ChatMessage, UsageError
+
+A, B, C = "a" * 32, "b" * 32, "c" * 32
+GID = "g" * 32
+
+
+def message(mid, text, parent=None) -> ChatMessage:
+    return ChatMessage(GID, mid, parent, mid[0][:4], text, 1000, 1000)
+
+
+HELLO = message((A, 1), "hello")
+QUESTION = message((B, 1), "lunch?")
+
+
+def op_message(ops: GroupOperations, mid, kind, target=None, **fields) -> ChatMessage:
+    return message(mid, ops.compose(mid[0], kind, target, **fields), target)
+
+
+def test_the_encoding_round_trips_and_plain_text_is_a_chat_message():
+    text = encode("react", (B, 4), 7, "", "👍", False)
+    assert text.startswith(OP_MARKER) and is_operation(message((A, 9), text))
+    op = decode(message((A, 9), text, (B, 1)))
+    assert (op.op_id, op.kind, op.target, op.seen, op.counter, op.emoji, op.on) == (
+        (A, 9), "react", (B, 1), (B, 4), 7, "👍", False)
+    assert not is_operation(HELLO) and not is_operation(message((A, 2), "obg1 looks like one but is not"))
+
+
+@pytest.mark.parametrize("text", [OP_MARKER + "not json", OP_MARKER + "[1,2]", OP_MARKER + '["pin",5,1,"","",true]',
+                                  OP_MARKER + '["pin","nope",1,"","",true]', OP_MARKER + '["pin",null,1,"","",1]'])
+def test_malformed_operation_texts_raise(text):
+    with pytest.raises(ObgError):
+        decode(message((A, 9), text, (B, 1)))
+
+
+def test_take_separates_chat_messages_from_operations_and_reports_what_changed():
+    ops = GroupOperations(GID)
+    edit = op_message(ops, (A, 2), "edit", (A, 1), text="hello, world")
+    topic = op_message(ops, (B, 2), "topic", text="Friday lunch")
+    react = op_message(ops, (C, 1), "react", (A, 1), emoji="👍")
+    changes = ops.take([HELLO, QUESTION, edit, topic, react])
+    assert changes.messages == [HELLO, QUESTION]
+    assert changes.updated == [(A, 1)] and changes.topic_changed
+    viewed = ops.view(HELLO)
+    assert (viewed.text, viewed.edited, viewed.reactions, viewed.pinned) == ("hello, world", 1, {"👍": [C]}, False)
+    assert ops.view(QUESTION) is QUESTION
+    assert ops.topic() == ("Friday lunch", B)
+    assert viewed.to_json()["edited"] == 1 and HELLO.to_json()["reactions"] == {}
+
+
+def test_a_deleted_message_keeps_its_place_with_empty_text():
+    ops = GroupOperations(GID)
+    ops.take([HELLO, op_message(ops, (A, 2), "delete", (A, 1))])
+    viewed = ops.view(HELLO)
+    assert viewed.deleted and viewed.text == "" and viewed.mid == HELLO.mid
+    with pytest.raises(UsageError, match="deleted"):
+        ops.compose(A, "edit", (A, 1), text="too late")
+
+
+def test_forged_edits_malformed_operations_and_operations_on_operations_are_rejected():
+    ops = GroupOperations(GID)
+    pin = op_message(ops, (B, 2), "pin", (A, 1))
+    forged = message((C, 1), encode("edit", None, 1, "I never said that"), (A, 1))
+    garbage = message((C, 2), OP_MARKER + "{", (A, 1))
+    on_an_op = message((C, 3), encode("react", None, 1, "", "👍"), (B, 2))
+    changes = ops.take([HELLO, pin, forged, garbage, on_an_op])
+    assert changes.messages == [HELLO] and changes.updated == [(A, 1)]
+    assert ops.rejected == 3
+    assert ops.view(HELLO).text == "hello" and ops.view(HELLO).pinned
+
+
+def test_compose_gives_clear_errors():
+    ops = GroupOperations(GID)
+    ops.take([HELLO])
+    with pytest.raises(UsageError, match="not the author"):
+        ops.compose(B, "edit", (A, 1), text="mine now")
+    with pytest.raises(UsageError, match="not the author"):
+        ops.compose(B, "delete", (A, 1))
+    with pytest.raises(UsageError, match="unknown message"):
+        ops.compose(A, "react", (A, 7), emoji="👍", target_known=False)
+    with pytest.raises(UsageError, match="text too long"):
+        ops.compose(A, "edit", (A, 1), text="x" * (MAX_EDIT_TEXT + 1))
+    with pytest.raises(UsageError, match="text too long"):
+        ops.compose(A, "topic", None, text="x" * 301)
+    with pytest.raises(UsageError, match="emoji"):
+        ops.compose(A, "react", (A, 1), emoji="")
+
+
+def test_a_second_operation_names_the_first_and_replaying_the_store_rebuilds_the_state():
+    ops = GroupOperations(GID)
+    first = op_message(ops, (A, 2), "topic", text="one")
+    ops.take([first])
+    second = op_message(ops, (A, 3), "topic", text="two")
+    assert decode(second).seen == (A, 2)
+    ops.take([second])
+    again = GroupOperations(GID)
+    changes = again.take([second, first])  # out of order: the second waits for the first
+    assert changes.topic_changed and again.topic() == ("two", A) and again.core.pending == 0
