@@ -94,6 +94,7 @@ class GroupView:
     member_count: int  # from the member list, or the zeroconf TXT when that is all we have
     last_seen: float  # wall-clock seconds of the latest news of the group
     sources: frozenset[str] = field(default_factory=frozenset)  # {"gjlp", "zeroconf"}
+    topic: str = ""  # set by any member (an operation, middleware.obg); "" when none or not joined
 
     def to_json(self) -> dict:
         return {
@@ -107,6 +108,7 @@ class GroupView:
             "addr": self.addr,
             "port": self.port,
             "sources": sorted(self.sources),
+            "topic": self.topic,
         }
 
 
@@ -126,6 +128,10 @@ class GroupListener(Protocol):
     def on_sync_progress(self, gid: str, received: int, expected: int) -> None: ...
 
     def on_warning(self, gid: str, text: str) -> None: ...
+
+    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None: ...
+
+    def on_topic_changed(self, gid: str, topic: str, by: str) -> None: ...
 
 
 class NullListener:
@@ -151,6 +157,12 @@ class NullListener:
 
     def on_warning(self, gid: str, text: str) -> None:
         """Something the user should know of (e.g. two messages under one id)."""
+
+    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
+        """Delivered messages that operations changed (edited, deleted, reacted to, pinned), as they are now."""
+
+    def on_topic_changed(self, gid: str, topic: str, by: str) -> None:
+        """The group's topic is now ``topic``, set by member ``by``."""
 
 
 class UsageError(ValueError):

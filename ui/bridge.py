@@ -52,6 +52,8 @@ class Backend(QObject):
     member_left = Signal(str, object)
     sync_progress = Signal(str, int, int)  # gid, received, expected
     warning = Signal(str, str)  # gid, text: something the user should know (e.g. equivocation)
+    messages_updated = Signal(str, object)  # gid, list[ChatMessage]: edited, deleted, reacted to, pinned
+    topic_changed = Signal(str, str, str)  # gid, topic, pid of who set it
     failed = Signal(str)  # a call failed and nobody asked to hear about it
 
     _wake = Signal()  # from any thread; connected queued to _drain
@@ -94,6 +96,12 @@ class Backend(QObject):
 
     def on_warning(self, gid: str, text: str) -> None:
         self._post("warning", (gid, text))
+
+    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
+        self._post("updated", (gid, list(messages)))
+
+    def on_topic_changed(self, gid: str, topic: str, by: str) -> None:
+        self._post("topic", (gid, topic, by))
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -152,6 +160,10 @@ class Backend(QObject):
             self.sync_progress.emit(*payload)
         elif kind == "warning":
             self.warning.emit(*payload)
+        elif kind == "updated":
+            self.messages_updated.emit(*payload)
+        elif kind == "topic":
+            self.topic_changed.emit(*payload)
         elif kind == "result":
             token, result, error = payload
             on_result, on_error, method = self._callbacks.pop(token, (None, None, "?"))

@@ -112,6 +112,8 @@ class MessageDelegate(QStyledItemDelegate):
         self.highlight = ""  # lower-case filter text: matches highlighted, other rows dimmed
         self._heights: dict[tuple, int] = {}
         self._bodies: OrderedDict[tuple, _Body] = OrderedDict()
+        self.own_pid = ""
+        self.names: dict[str, str] = {}  # pid -> display name, for who reacted
         self.refresh_style()
 
     def refresh_style(self) -> None:
@@ -160,6 +162,27 @@ class MessageDelegate(QStyledItemDelegate):
         for key in [key for key in self._heights if key[0] == mid]:
             del self._heights[key]
 
+    def forget(self, mid: Mid) -> None:
+        """``mid``'s message changed (edited, deleted, reactions): lay it out again."""
+        self._forget_height(mid)
+        for key in [key for key in self._bodies if key[0] == mid]:
+            del self._bodies[key]
+
+    def _reaction_chips(self, message: ChatMessage, left: int, top: int, width: int) -> list[tuple[QRect, str, list]]:
+        chips, x = [], left
+        height = self.meta_metrics.height() + 4
+        for emoji, pids in (message.reactions or {}).items():
+            label = f"{emoji} {len(pids)}"
+            chip_width = self.meta_metrics.horizontalAdvance(label) + 12
+            if x + chip_width > left + width and chips:
+                break  # one row: more emoji than fit are left out
+            chips.append((QRect(x, top, chip_width, height), emoji, pids))
+            x += chip_width + 4
+        return chips
+
+    def reaction_tooltip(self, emoji: str, pids: list) -> str:
+        names = [("you" if pid == self.own_pid else self.names.get(pid) or pid[:8]) for pid in pids]
+        return f"{emoji} {', '.join(names)}"
     # -- geometry ---------------------------------------------------------------------
 
     def _indent(self, depth: int) -> int:
@@ -178,7 +201,7 @@ class MessageDelegate(QStyledItemDelegate):
         if body is not None:
             self._bodies.move_to_end(key)
             return body
-        text = message.text
+        text = "message deleted" if message.deleted else message.text
         cut = not expanded and len(text) > COLLAPSE_CHARS
         shown = text[:COLLAPSE_CHARS] if cut else text
         # QTextLayout breaks lines at U+2028 only; the same length keeps link offsets valid.
@@ -198,7 +221,12 @@ class MessageDelegate(QStyledItemDelegate):
             link_format.setForeground(self.accent)
             link_format.setFontUnderline(True)
             formats.append(_format_range(start, end - start, link_format))
-        if self.highlight:
+        if message.deleted:
+            deleted_format = QTextCharFormat()
+            deleted_format.setFontItalic(True)
+            deleted_format.setForeground(self.muted)
+            formats.append(_format_range(0, len(shown), deleted_format))
+        elif self.highlight:
             lowered, at = shown.lower(), 0
             match_format = QTextCharFormat()
             match_format.setBackground(self.match_color)
@@ -247,11 +275,16 @@ class MessageDelegate(QStyledItemDelegate):
         if body.collapsible:
             more = QRect(left, y + 2, width, self.meta_metrics.height())
             y = more.bottom() + 1
+        chips = []
+        if message.reactions:
+            chips = self._reaction_chips(message, left, y + 3, width)
+            y += self.meta_metrics.height() + 4 + 3
         name = message.sender_name or message.sender[:8]
         if index.data(OwnRole):
             name += " (you)"
         name_width = self.header_metrics.horizontalAdvance(name)
-        meta = clock(message.sent_at)
+        meta = clock(message.sent_at) + (" · edited" if message.edited and not message.deleted else "") + \
+            (" · 📌 pinned" if message.pinned else "")
         time_rect = QRect(left + name_width + 8, header.top(), self.meta_metrics.horizontalAdvance(meta),
                           header.height())
         reply_width = self.meta_metrics.horizontalAdvance(REPLY_LABEL) + 12
@@ -259,7 +292,7 @@ class MessageDelegate(QStyledItemDelegate):
         toggle = QRect(rect.left() + indent - BRANCH, header.top(), BRANCH, header.height()) if self.tree else None
         return {"message": message, "depth": depth, "left": left, "width": width, "header": header,
                 "name": name, "name_width": name_width, "meta": meta, "time": time_rect, "quote": quote,
-                "body": body, "body_top": body_top, "more": more, "reply": reply, "toggle": toggle,
+                "body": body, "body_top": body_top, "more": more, "reply": reply, "toggle": toggle, "chips": chips,
                 "bottom": y + PAD}
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
@@ -294,6 +327,8 @@ class MessageDelegate(QStyledItemDelegate):
         height += body.height
         if body.collapsible:
             height += 2 + self.meta_metrics.height()
+        if message.reactions:
+            height += self.meta_metrics.height() + 4 + 3
         return height + PAD
 
     # -- clicks and tooltips ------------------------------------------------------------
@@ -310,6 +345,9 @@ class MessageDelegate(QStyledItemDelegate):
             return "reply", geometry["message"].mid
         if geometry["more"] is not None and geometry["more"].contains(pos):
             return "more", index
+        for chip, emoji, _pids in geometry["chips"]:
+            if chip.contains(pos):
+                return "react", (geometry["message"].mid, emoji)
         body: _Body = geometry["body"]
         x, y = pos.x() - geometry["left"], pos.y() - geometry["body_top"]
         if body.links and 0 <= y < body.height:
@@ -331,6 +369,10 @@ class MessageDelegate(QStyledItemDelegate):
             if geometry["time"].contains(event.pos()):
                 QToolTip.showText(event.globalPos(), full_date(geometry["message"].sent_at), view)
                 return True
+            for chip, emoji, pids in geometry["chips"]:
+                if chip.contains(event.pos()):
+                    QToolTip.showText(event.globalPos(), self.reaction_tooltip(emoji, pids), view)
+                    return True
         return super().helpEvent(event, view, option, index)
 
     def body_layout(self, index: QModelIndex) -> QTextLayout:
@@ -430,6 +472,16 @@ class MessageDelegate(QStyledItemDelegate):
             label = ("Show less" if message.mid in self.expanded
                      else f"Show more ({body.hidden_chars:,} more characters)")
             painter.drawText(more, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
+        if geometry["chips"]:
+            painter.setFont(self.meta_font)
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            for chip, emoji, pids in geometry["chips"]:
+                mine = self.own_pid in pids
+                painter.setPen(self.accent if mine else self.guide)
+                painter.setBrush(option.palette.color(QPalette.ColorRole.Base))
+                painter.drawRoundedRect(chip.adjusted(0, 0, -1, -1), 8, 8)
+                painter.setPen(text_color)
+                painter.drawText(chip, Qt.AlignmentFlag.AlignCenter, f"{emoji} {len(pids)}")
         painter.restore()
 
     def _paint_divider(self, painter: QPainter, rect: QRect) -> None:

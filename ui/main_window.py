@@ -86,6 +86,7 @@ INTAKE_MS = 100
 TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
 READ_SAVE_MS = 1000  # read marks go to the store at most once a second
 PRESENCE_POLL_MS = 5000
+REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
 PRESENCE_MARKS = {"online": "●", "away": "◐", "offline": "○"}
 
 
@@ -108,6 +109,8 @@ class GroupSession:
     opened: bool = False  # scrolled to where it opens
     read_orders: list[int] = field(default_factory=list)  # read since the marks were last saved
     presence: dict[str, str] = field(default_factory=dict)
+    topic: str | None = None  # None: not heard yet (the group view has it)
+    pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -124,6 +127,7 @@ class MainWindow(QMainWindow):
         self.known_groups: dict[str, GroupView] = {}
         self.current: GroupSession | None = None
         self.reply_target: Mid | None = None
+        self.edit_target: Mid | None = None  # the own message the compose box is editing
         self.time_ordered = False
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
@@ -149,6 +153,8 @@ class MainWindow(QMainWindow):
         backend.member_left.connect(self._on_member_changed)
         backend.sync_progress.connect(self._on_sync_progress)
         backend.warning.connect(self._on_warning)
+        backend.messages_updated.connect(self._on_updated)
+        backend.topic_changed.connect(self._on_topic_changed)
         backend.failed.connect(self.show_error)
 
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
@@ -203,9 +209,30 @@ class MainWindow(QMainWindow):
         self.time_button.setCheckable(True)
         self.time_button.setToolTip("Time order: each reply shows what it answers (Ctrl+T toggles)")
         self.time_button.clicked.connect(lambda: self.set_time_ordered(True))
+        self.topic_edit = QLineEdit()
+        self.topic_edit.setObjectName("topicEdit")
+        self.topic_edit.setPlaceholderText("Add a topic for everyone…")
+        self.topic_edit.setFrame(False)
+        self.topic_edit.setMaxLength(300)
+        self.topic_edit.setToolTip("The group's topic: any member may change it (Enter saves, Esc undoes)")
+        self.topic_edit.editingFinished.connect(self.save_topic)
+        self.pinned_button = QToolButton()
+        self.pinned_button.setObjectName("pinnedButton")
+        self.pinned_button.setAutoRaise(True)
+        self.pinned_button.setToolTip("Pinned messages")
+        self.pinned_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.pinned_menu = QMenu(self.pinned_button)
+        self.pinned_button.setMenu(self.pinned_menu)
+        self.pinned_menu.aboutToShow.connect(self._fill_pinned_menu)
+        self.pinned_button.hide()
+        title_box = QVBoxLayout()
+        title_box.setSpacing(0)
+        title_box.addWidget(self.title_label)
+        title_box.addWidget(self.topic_edit)
         header = QHBoxLayout()
         header.setContentsMargins(8, 6, 8, 6)
-        header.addWidget(self.title_label, 1)
+        header.addLayout(title_box, 1)
+        header.addWidget(self.pinned_button)
         self.older_button = QPushButton()
         self.older_button.setFlat(True)
         self.older_button.setToolTip("Big groups open with their newest threads; show older ones too")
@@ -230,6 +257,8 @@ class MainWindow(QMainWindow):
             view.verticalScrollBar().valueChanged.connect(self._schedule_seen)
             view.reply_requested.connect(self.reply_to)
             view.link_activated.connect(self.open_link)
+            view.reaction_clicked.connect(self.toggle_reaction)
+            view.itemDelegate().own_pid = self.backend.pid
             view.customContextMenuRequested.connect(lambda pos, v=view: self._message_menu(v, pos))
         self.tree_proxy = QSortFilterProxyModel(self)
         self.tree_proxy.setRecursiveFilteringEnabled(True)
@@ -280,6 +309,7 @@ class MainWindow(QMainWindow):
         self.reply_banner.cancelled.connect(self.start_new_thread)
         self.compose = ComposeEdit()
         self.compose.submitted.connect(self.send_message)
+        self.compose.edit_last_requested.connect(self.edit_last)
         self.send_button = QPushButton(icon("send"), "Send")
         self.send_button.setObjectName("sendButton")
         self.send_button.clicked.connect(self.send_message)
@@ -491,6 +521,7 @@ class MainWindow(QMainWindow):
         # What the stored read marks do not cover is unread; a group never marked (from an
         # older version) starts with its history read.
         session.tree.add_messages(messages, unread=False)
+        session.pinned = {m.mid: m for m in messages if m.pinned}
         if marks is None:
             orders = [m.order for m in messages if m.order]
             if orders:
@@ -522,13 +553,15 @@ class MainWindow(QMainWindow):
             self.save_read_marks()
         self.current = session
         self.reply_target = None
+        self.edit_target = None
         self.reply_banner.show_target(None)
         self.filter_edit.blockSignals(True)
         self.filter_edit.clear()
         self.filter_edit.blockSignals(False)
         self._apply_highlight("")
         enabled = session is not None
-        for widget in (self.compose, self.send_button, self.filter_edit, self.tree_button, self.time_button):
+        for widget in (self.compose, self.send_button, self.filter_edit, self.tree_button, self.time_button,
+                       self.topic_edit):
             widget.setEnabled(enabled)
         for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
                        self.mark_read_action, self.send_action, self.invite_action, self.notify_action):
@@ -536,6 +569,8 @@ class MainWindow(QMainWindow):
         self._show_warning_banner()
         if session is None:
             self.title_label.setText("No group")
+            self.topic_edit.clear()
+            self.pinned_button.hide()
             self.stack.setCurrentWidget(self.empty_page)
             self.member_list.clear()
             self.thread_list.setModel(None)
@@ -543,6 +578,8 @@ class MainWindow(QMainWindow):
             self._update_status()
             return
         self.title_label.setText(session.title)
+        self._show_topic(session)
+        self._update_pinned_button()
         session.item.setIcon(self._group_icon(session))  # its warnings, if any, are on the banner now
         self.notify_action.setChecked(self._notifies(session.gid))
         self.thread_list.setModel(session.threads)
@@ -761,11 +798,125 @@ class MainWindow(QMainWindow):
                     session.item.setIcon(self._group_icon(session))
                 if session is self.current:
                     self.title_label.setText(view.desc)
+                    self._show_topic(session)
                     self._fill_members()
         self._update_status()
 
     def _on_group_view(self, view: GroupView) -> None:
         self._on_groups_discovered([view])
+
+    # -- operations: edits, deletes, reactions, pins, the topic ------------------------------
+
+    def _on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
+        session = self.sessions.get(gid)
+        if session is None:
+            return
+        by_mid = {m.mid: m for m in messages}
+        for queued_gid, queued in self._inbox:  # not in the tree yet: update them where they wait
+            if queued_gid == gid:
+                queued[:] = [by_mid.get(m.mid, m) for m in queued]
+        for message in messages:
+            if message.pinned:
+                session.pinned[message.mid] = message
+            else:
+                session.pinned.pop(message.mid, None)
+        for view in (self.tree_view, self.timeline_view):
+            for message in messages:
+                view.itemDelegate().forget(message.mid)
+        changed = session.tree.update_messages(messages)
+        if session is self.current:
+            if changed:
+                for view in (self.tree_view, self.timeline_view):
+                    view.scheduleDelayedItemsLayout()
+                    view.viewport().update()
+            self._update_pinned_button()
+            if self.edit_target is not None and by_mid.get(self.edit_target, None) is not None \
+                    and by_mid[self.edit_target].deleted:
+                self.start_new_thread()
+
+    def _on_topic_changed(self, gid: str, topic: str, by: str) -> None:
+        session = self.sessions.get(gid)
+        if session is None:
+            return
+        session.topic = topic
+        if session is self.current:
+            self._show_topic(session)
+
+    def _show_topic(self, session: GroupSession) -> None:
+        topic = session.topic if session.topic is not None else (session.view.topic if session.view else "")
+        if not self.topic_edit.hasFocus() or self.topic_edit.text() == topic:
+            self.topic_edit.setText(topic)
+            self.topic_edit.setCursorPosition(0)
+
+    def save_topic(self) -> None:
+        session = self.current
+        if session is None:
+            return
+        text = self.topic_edit.text().strip()
+        shown = session.topic if session.topic is not None else (session.view.topic if session.view else "")
+        if text == shown:
+            return
+        self.backend.request("set_topic", session.gid, text,
+                             on_error=lambda error: self.show_error(f"Topic not set: {describe_error(error)}"))
+
+    def _update_pinned_button(self) -> None:
+        count = len(self.current.pinned) if self.current is not None else 0
+        self.pinned_button.setText(f"📌 {count}")
+        self.pinned_button.setVisible(count > 0)
+
+    def _fill_pinned_menu(self) -> None:
+        self.pinned_menu.clear()
+        if self.current is None:
+            return
+        for message in self.pinned_messages():
+            mid = message.mid
+            label = f"{message.sender_name}: {snippet(message.text or 'message deleted', 60)}"
+            self.pinned_menu.addAction(label, lambda mid=mid: self.select_message(mid))
+
+    def pinned_messages(self) -> list[ChatMessage]:
+        """The current group's pinned messages, in delivery order."""
+        if self.current is None or not self.current.pinned:
+            return []
+        pinned = self.current.pinned
+        return [node.message for node in self.current.tree.arrival if node.message.mid in pinned]
+
+    def start_edit(self, mid: Mid) -> bool:
+        """Put our own message ``mid`` in the compose box to edit it (context menu, Up)."""
+        message = self.current.tree.message(mid) if self.current is not None else None
+        if message is None or message.sender != self.backend.pid or message.deleted:
+            return False
+        self.reply_target = None
+        self.edit_target = mid
+        self.reply_banner.show_editing(message)
+        self.compose.setPlainText(message.text)
+        self.compose.moveCursor(self.compose.textCursor().MoveOperation.End)
+        self.compose.setFocus()
+        return True
+
+    def edit_last(self) -> None:
+        """Up in an empty compose box: edit our last message in this group."""
+        if self.current is None:
+            return
+        for node in reversed(self.current.tree.arrival):
+            message = node.message
+            if message.sender == self.backend.pid and not message.deleted:
+                self.start_edit(message.mid)
+                return
+
+    def delete_message(self, mid: Mid) -> None:
+        if self.current is not None:
+            self.backend.request("delete", self.current.gid, mid)
+
+    def toggle_reaction(self, mid: Mid, emoji: str) -> None:
+        message = self.current.tree.message(mid) if self.current is not None else None
+        if message is None:
+            return
+        mine = self.backend.pid in (message.reactions or {}).get(emoji, [])
+        self.backend.request("react", self.current.gid, mid, emoji, not mine)
+
+    def set_pinned(self, mid: Mid, on: bool) -> None:
+        if self.current is not None:
+            self.backend.request("pin", self.current.gid, mid, on)
 
     def _on_group_created(self, gid: str) -> None:
         self._session(gid, load_history=False).loaded = True
@@ -863,6 +1014,9 @@ class MainWindow(QMainWindow):
         view = session.view if session is not None else None
         if view is None:
             return
+        names = {m.pid: m.name for m in (*view.members, *view.left)}
+        for conversation in (self.tree_view, self.timeline_view):
+            conversation.itemDelegate().names = names
         self.member_list.addItem(self._member_header(f"In the group ({len(view.members)})"))
         for member in sorted(view.members, key=lambda m: m.name.lower()):
             you = " (you)" if member.pid == self.backend.pid else ""
@@ -1076,7 +1230,7 @@ class MainWindow(QMainWindow):
         if self.filter_edit.hasFocus() or self.filter_edit.text():
             self.filter_edit.clear()
             self.compose.setFocus()
-        elif self.reply_target is not None:
+        elif self.reply_target is not None or self.edit_target is not None:
             self.start_new_thread()
         elif self.current is not None and self.current.thread is not None:
             self.close_thread()
@@ -1102,8 +1256,11 @@ class MainWindow(QMainWindow):
             self.compose.setFocus()
 
     def start_new_thread(self) -> None:
-        """Forget the reply target: the next message starts a thread (✕ or Esc)."""
+        """Forget the reply target (and an edit): the next message starts a thread (✕ or Esc)."""
         self.reply_target = None
+        if self.edit_target is not None:
+            self.edit_target = None
+            self.compose.clear()
         self.reply_banner.show_target(None)
         self.compose.setFocus()
 
@@ -1114,8 +1271,18 @@ class MainWindow(QMainWindow):
             return
         parent = self.reply_target
         self.compose_error.hide()
+        if self.edit_target is not None:
+            self.backend.request("edit", session.gid, self.edit_target, text, on_result=lambda _mid: self._edited(text),
+                                 on_error=self._send_failed)
+            return
         self.backend.request("send", session.gid, text, parent, on_result=lambda _mid: self._sent(text),
                              on_error=self._send_failed)
+
+    def _edited(self, text: str) -> None:
+        if self.compose.toPlainText() == text:
+            self.edit_target = None
+            self.compose.clear()
+            self.reply_banner.show_target(None)
 
     def _sent(self, text: str) -> None:
         if self.compose.toPlainText() == text:
@@ -1258,6 +1425,20 @@ class MainWindow(QMainWindow):
         menu.addAction("Copy link", lambda: QGuiApplication.clipboard().setText(message_link(message)))
         menu.addSeparator()
         menu.addAction("Open thread", lambda: self.open_thread(message.mid))
+        menu.addSeparator()
+        react = menu.addMenu("React")
+        mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}
+        for emoji in REACTION_CHOICES:
+            action = react.addAction(emoji, lambda e=emoji: self.toggle_reaction(message.mid, e))
+            action.setCheckable(True)
+            action.setChecked(emoji in mine)
+        if message.pinned:
+            menu.addAction("Unpin", lambda: self.set_pinned(message.mid, False))
+        else:
+            menu.addAction("Pin", lambda: self.set_pinned(message.mid, True))
+        if message.sender == self.backend.pid and not message.deleted:
+            menu.addAction("Edit", lambda: self.start_edit(message.mid))
+            menu.addAction("Delete", lambda: self.delete_message(message.mid))
         return menu
 
     def quote(self, message: ChatMessage) -> None:

@@ -7,7 +7,10 @@ methods, which reach the GUI by the same queued path as real events.
 Private groups keep their passphrase in plain memory (there is nothing to
 seal here) and refuse a missing or wrong one with the middleware's words;
 ``inject_warning`` stands for the middleware's ``on_warning`` (e.g. two
-different messages under one mid).
+different messages under one mid).  Edits, deletes, reactions, pins and the
+topic go through the middleware's own rules (:class:`middleware.chatops.GroupOperations`):
+``inject_messages`` takes operations other members made (``operation_message``)
+as the middleware would deliver them.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from middleware.chatops import GroupOperations, is_operation
 from middleware.rangeset import RangeSet
-from middleware.types import ChatMessage, GroupListener, GroupView, Member, Mid, UsageError, iso_millis
+from middleware.types import ChatMessage, GroupListener, GroupView, Member, Mid, UsageError, format_mid, iso_millis
 
 from .bridge import Backend
 
@@ -41,6 +45,7 @@ class MemoryManager:
         self._passphrases: dict[str, str] = {}
         self.marks: dict[str, list[tuple[int, int]]] = {}  # the store's read marks
         self.presence: dict[str, str] = {}  # pid -> status; members not listed are offline
+        self._ops: dict[str, GroupOperations] = {}
 
     # -- GroupManager's API ------------------------------------------------------------
 
@@ -105,18 +110,54 @@ class MemoryManager:
         self._deliver(gid, [ChatMessage(gid, mid, parent, self.name, text, now, now)])
         return mid
 
+    def edit(self, gid: str, mid: Mid, text: str) -> Mid:
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("text is empty")
+        return self._operate(gid, "edit", mid, text=text)
+
+    def delete(self, gid: str, mid: Mid) -> Mid:
+        return self._operate(gid, "delete", mid)
+
+    def react(self, gid: str, mid: Mid, emoji: str, on: bool = True) -> Mid:
+        return self._operate(gid, "react", mid, emoji=emoji, on=bool(on))
+
+    def pin(self, gid: str, mid: Mid, on: bool = True) -> Mid:
+        return self._operate(gid, "pin", mid, on=bool(on))
+
+    def set_topic(self, gid: str, text: str) -> Mid:
+        if not isinstance(text, str):
+            raise UsageError("topic must be a string")
+        return self._operate(gid, "topic", None, text=text.strip())
+
+    def operation_message(self, gid: str, author: Member, seqno: int, kind: str, target: Mid | None = None,
+                          **fields) -> ChatMessage:
+        """An operation by another member, as it would arrive (for ``inject_messages``)."""
+        text = self._group_ops(gid).compose(author.pid, kind, target, **fields)
+        now = int(time.time() * 1000)
+        return ChatMessage(gid, (author.pid, seqno), target, author.name, text, now, now)
+
+    def topic(self, gid: str) -> tuple[str, str]:
+        self.group(gid)
+        return self._group_ops(gid).topic()
+
+    def pinned(self, gid: str) -> list[ChatMessage]:
+        pinned = set(self._group_ops(gid).pinned())
+        return [m for m in self.history(gid) if m.mid in pinned]
+
     def groups(self) -> list[GroupView]:
-        return list(self._groups.values())
+        return [self.group(gid) for gid in self._groups]
 
     def group(self, gid: str) -> GroupView:
         view = self._groups.get(gid)
         if view is None:
             raise UsageError(f"unknown group {gid!r:.80}")
-        return view
+        ops = self._ops.get(gid)
+        return replace(view, topic=ops.topic()[0]) if ops is not None else view
 
     def history(self, gid: str) -> list[ChatMessage]:
         self.group(gid)
-        return list(self._history.get(gid, []))
+        ops = self._group_ops(gid)
+        return [ops.view(m) for m in self._history.get(gid, []) if not is_operation(m)]
 
     def pending(self, gid: str | None = None) -> int:
         return self.pending_count.get(gid, 0) if gid else sum(self.pending_count.values())
@@ -172,6 +213,8 @@ class MemoryManager:
             self._passphrases[gid] = passphrase
         self._groups[gid] = view
         self._history[gid] = list(history or [])
+        self._ops.pop(gid, None)
+        self._group_ops(gid).take(self._history[gid])
         if notify:
             self.listener.on_groups_discovered([view])
         return view
@@ -182,7 +225,7 @@ class MemoryManager:
         if self._groups.get(gid) is not None and self._groups[gid].joined and notify:
             self._deliver(gid, messages)
         else:
-            self._store(gid, messages)
+            self._group_ops(gid).take(self._store(gid, messages))
 
     def inject_member(self, gid: str, member: Member, joined: bool = True) -> None:
         view = self.group(gid)
@@ -201,6 +244,26 @@ class MemoryManager:
         """What the middleware tells through ``on_warning`` (equivocation, and the like)."""
         self.listener.on_warning(gid, text)
 
+    def _group_ops(self, gid: str) -> GroupOperations:
+        ops = self._ops.get(gid)
+        if ops is None:
+            ops = self._ops[gid] = GroupOperations(gid)
+        return ops
+
+    def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
+        view = self.group(gid)
+        if not view.joined:
+            raise UsageError(f"not a member of group {gid}")
+        known = target is None or any(m.mid == target and not is_operation(m) for m in self._history[gid])
+        if not known:
+            raise UsageError(f"unknown message {format_mid(target)}")
+        text = self._group_ops(gid).compose(self.pid, kind, target, **fields)
+        self._seqno += 1
+        mid = (self.pid, self._seqno)
+        now = int(time.time() * 1000)
+        self._deliver(gid, [ChatMessage(gid, mid, target, self.name, text, now, now)])
+        return mid
+
     def _store(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
         stored = []
         for message in messages:
@@ -210,7 +273,16 @@ class MemoryManager:
         return stored
 
     def _deliver(self, gid: str, messages: list[ChatMessage]) -> None:
-        self.listener.on_messages(gid, self._store(gid, messages))
+        changes = self._group_ops(gid).take(self._store(gid, messages))
+        if changes.messages:
+            self.listener.on_messages(gid, changes.messages)
+        if changes.updated:
+            by_mid = {m.mid: m for m in self._history[gid]}
+            ops = self._group_ops(gid)
+            self.listener.on_updated(gid, [ops.view(by_mid[mid]) for mid in changes.updated if mid in by_mid])
+        if changes.topic_changed:
+            text, by = self._group_ops(gid).topic()
+            self.listener.on_topic_changed(gid, text, by)
 
 
 class MemoryBackend(Backend):

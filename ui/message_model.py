@@ -86,6 +86,7 @@ class MessageTreeModel(_NodeRows, QAbstractItemModel):
     arrived = Signal(int, int)
     # mids whose unread flag changed
     read_state_changed = Signal(list)
+    updated = Signal(list)  # mids whose message was replaced (edited, deleted, reactions, pinned)
     unread_count_changed = Signal(int)
 
     older_shown = Signal()
@@ -145,6 +146,30 @@ class MessageTreeModel(_NodeRows, QAbstractItemModel):
         if unread and any(m.sender != self.own_pid for m in ready):
             self.unread_count_changed.emit(len(self.unread))
         return ready
+
+    def update_messages(self, messages: Iterable[ChatMessage]) -> list[Mid]:
+        """Replace known messages by their new state (operations: edits, deletes, reactions, pins).
+
+        A row's place never changes, so this is a data change, not a move.  A
+        message still waiting for its parent is updated where it waits.
+        """
+        changed: list[Mid] = []
+        for message in messages:
+            node = self._nodes.get(message.mid)
+            if node is None:
+                waiting = self._waiting.get(message.parent, [])
+                for position, held in enumerate(waiting):
+                    if held.mid == message.mid:
+                        waiting[position] = message._replace(order=held.order)
+                continue
+            node.message = message._replace(order=node.message.order)
+            changed.append(message.mid)
+            index = self._index_of(node)
+            if index.isValid():
+                self.dataChanged.emit(index, index)
+        if changed:
+            self.updated.emit(changed)
+        return changed
 
     def _ready(self, messages: Iterable[ChatMessage]) -> list[ChatMessage]:
         """The messages that can be shown now, parents before replies, without duplicates."""
@@ -371,6 +396,7 @@ class TimelineModel(QAbstractListModel):
         tree.modelReset.connect(self._after_reset)
         tree.arrived.connect(self._on_arrived)
         tree.read_state_changed.connect(self._on_read_changed)
+        tree.updated.connect(self._on_updated)
 
     def _after_reset(self) -> None:
         # The tree's reset fills ``arrival``; ``arrived`` then reports the new rows.
@@ -424,6 +450,12 @@ class TimelineModel(QAbstractListModel):
             index = self.index_for(mid)
             if index.isValid():
                 self.dataChanged.emit(index, index, [UnreadRole])
+
+    def _on_updated(self, mids: list) -> None:
+        for mid in mids:
+            index = self.index_for(mid)
+            if index.isValid():
+                self.dataChanged.emit(index, index)
 
     def index_for(self, mid: Mid) -> QModelIndex:
         row = self._rows.get(mid)
@@ -496,6 +528,7 @@ class ThreadListModel(QAbstractListModel):
         tree.modelReset.connect(self._rebuild)
         tree.arrived.connect(self._on_arrived)
         tree.read_state_changed.connect(self._on_read_changed)
+        tree.updated.connect(self._on_read_changed)  # a root's text may have changed
         self._rebuild()
 
     def _rebuild(self) -> None:

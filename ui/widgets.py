@@ -30,9 +30,10 @@ GroupIdRole = Qt.ItemDataRole.UserRole + 12
 
 
 class ComposeEdit(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line."""
+    """Enter sends, Shift+Enter starts a new line, Up in an empty box edits our last message."""
 
     submitted = Signal()
+    edit_last_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -46,6 +47,10 @@ class ComposeEdit(QPlainTextEdit):
                 self.insertPlainText("\n")
             else:
                 self.submitted.emit()
+            event.accept()
+            return
+        if event.key() == Qt.Key.Key_Up and not event.modifiers() and not self.toPlainText():
+            self.edit_last_requested.emit()
             event.accept()
             return
         super().keyPressEvent(event)
@@ -86,6 +91,10 @@ class ReplyBanner(QFrame):
             self.hide()
             return
         self.label.setText(f"Replying to {message.sender_name}: {snippet(message.text, 80)}")
+        self.show()
+
+    def show_editing(self, message: ChatMessage) -> None:
+        self.label.setText(f"Editing your message: {snippet(message.text, 80)}")
         self.show()
 
     @property
@@ -181,6 +190,7 @@ class ConversationView(QTreeView):
 
     reply_requested = Signal(object)  # mid
     link_activated = Signal(str)
+    reaction_clicked = Signal(object, str)  # mid, emoji: toggle our own reaction
 
     def __init__(self, parent: QWidget | None = None, tree: bool = True) -> None:
         super().__init__(parent)
@@ -224,6 +234,8 @@ class ConversationView(QTreeView):
                 delegate.toggle_expanded(payload)
             elif kind == "link":
                 self.link_activated.emit(payload)
+            elif kind == "react":
+                self.reaction_clicked.emit(*payload)
             event.accept()
             return
         super().mouseReleaseEvent(event)

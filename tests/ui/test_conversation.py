@@ -87,7 +87,7 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     assert window.reply_target == talk[6].mid
     menu = window.message_menu(talk[1])
     assert [a.text() for a in menu.actions() if a.text()] == ["Reply", "Quote", "Copy text", "Copy link",
-                                                              "Open thread"]
+                                                              "Open thread", "React", "Pin"]
     next(a for a in menu.actions() if a.text() == "Copy link").trigger()
     link = QGuiApplication.clipboard().text()
     assert link == f"m2mc://message/{GID}/{ANN.pid}:2"

@@ -1,0 +1,133 @@
+"""Edits, deletes, reactions, pins and the topic in the app (issue 20), on real windows (Xvfb).
+
+The in-memory backend applies the middleware's own rules (middleware.chatops),
+so what these tests see is what a member sees when the network delivers the
+same operations.
+"""
+
+from PySide6.QtCore import QPoint, Qt
+
+from conftest import ANN, BOB, CAT, lunch_conversation, message
+from middleware.types import Member
+from ui.message_model import MessageRole
+
+GID = ANN.pid + "-1"
+
+
+def open_group(qtbot, window, backend, history):
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group(GID, "Travel & lunch", members=(ANN, BOB, CAT, me), joined=True, history=history)
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
+    return window.current
+
+
+def shown(window, mid):
+    return window.current.tree.message(mid)
+
+
+def menu_actions(menu):
+    return {action.text(): action for action in menu.actions() if action.text()}
+
+
+def test_edit_by_context_menu_and_up_key_marks_the_message_edited(qtbot, window, backend):
+    session = open_group(qtbot, window, backend, lunch_conversation(GID))
+    qtbot.keyClicks(window.compose, "See you at 12:30")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: any(n.message.sender == backend.pid for n in session.tree.arrival))
+    mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]
+    # Up in the empty compose box: our last message comes back to be edited
+    qtbot.keyClick(window.compose, Qt.Key.Key_Up)
+    assert window.edit_target == mine.mid and window.compose.toPlainText() == "See you at 12:30"
+    assert window.reply_banner.label.text().startswith("Editing your message")
+    window.compose.selectAll()
+    qtbot.keyClicks(window.compose, "See you at 13:00")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: shown(window, mine.mid).text == "See you at 13:00")
+    assert shown(window, mine.mid).edited == 1 and window.edit_target is None
+    # the delegate draws the mark, and the row is where it was
+    index = window.tree_view.model().mapFromSource(session.tree.index_for(mine.mid)) \
+        if hasattr(window.tree_view.model(), "mapFromSource") else session.tree.index_for(mine.mid)
+    delegate = window.tree_view.itemDelegate()
+    geometry = delegate._geometry(window.tree_view.visualRect(index), index)
+    assert "edited" in geometry["meta"]
+    # the context menu edits too, and offers Edit only on our own messages
+    menu = window.message_menu(shown(window, mine.mid))
+    menu_actions(menu)["Edit"].trigger()
+    assert window.edit_target == mine.mid
+    window.start_new_thread()
+    assert "Edit" not in menu_actions(window.message_menu(session.tree.message(lunch_conversation(GID)[0].mid)))
+
+
+def test_a_deleted_message_shows_message_deleted_and_keeps_its_replies(qtbot, window, backend):
+    talk = lunch_conversation(GID)
+    session = open_group(qtbot, window, backend, talk)
+    question = talk[3]  # Cat's, answered by Ann, answered by Cat
+    deletion = backend.manager.operation_message(GID, CAT, 50, "delete", question.mid)
+    backend.manager.inject_messages(GID, [deletion])
+    qtbot.waitUntil(lambda: shown(window, question.mid).deleted)
+    assert shown(window, question.mid).text == ""
+    node = session.tree.node(question.mid)
+    assert [child.message.mid for child in node.children] == [talk[4].mid]
+    index = session.tree.index_for(question.mid)
+    assert window.tree_view.itemDelegate().body_layout(index).text() == "message deleted"
+    # a forged delete (by someone else) changes nothing
+    forged = message(GID, BOB, 60, "", talk[0].mid)._replace(text=backend.manager._group_ops(GID).compose(
+        ANN.pid, "delete", talk[0].mid))
+    backend.manager.inject_messages(GID, [forged])
+    assert not backend.manager.history(GID)[0].deleted and backend.manager._group_ops(GID).rejected == 1
+
+
+def test_reactions_show_counts_who_and_toggle_from_the_picker_and_the_row(qtbot, window, backend):
+    talk = lunch_conversation(GID)
+    session = open_group(qtbot, window, backend, talk)
+    lunch = talk[6]
+    backend.manager.inject_messages(GID, [
+        backend.manager.operation_message(GID, ANN, 50, "react", lunch.mid, emoji="👍"),
+        backend.manager.operation_message(GID, CAT, 50, "react", lunch.mid, emoji="👍"),
+    ])
+    qtbot.waitUntil(lambda: shown(window, lunch.mid).reactions == {"👍": sorted([ANN.pid, CAT.pid])})
+    menu = window.message_menu(shown(window, lunch.mid))
+    react = menu_actions(menu)["React"].menu()
+    menu_actions(react)["🎉"].trigger()
+    qtbot.waitUntil(lambda: "🎉" in (shown(window, lunch.mid).reactions or {}))
+    index = session.tree.index_for(lunch.mid)
+    window.tree_view.scrollTo(index)
+    delegate = window.tree_view.itemDelegate()
+    chips = delegate._geometry(window.tree_view.visualRect(index), index)["chips"]
+    assert [(emoji, len(pids)) for _rect, emoji, pids in chips] == [("🎉", 1), ("👍", 2)]
+    assert delegate.reaction_tooltip("👍", chips[1][2]) == "👍 Ann, Cat"
+    # clicking our own chip takes the reaction back
+    rect = chips[0][0]
+    qtbot.mouseClick(window.tree_view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.center()))
+    qtbot.waitUntil(lambda: "🎉" not in (shown(window, lunch.mid).reactions or {}))
+    assert shown(window, lunch.mid).reactions == {"👍": sorted([ANN.pid, CAT.pid])}
+
+
+def test_pins_fill_the_pinned_list_live(qtbot, window, backend):
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk)
+    assert not window.pinned_button.isVisible()
+    menu_actions(window.message_menu(shown(window, talk[6].mid)))["Pin"].trigger()
+    backend.manager.inject_messages(GID, [backend.manager.operation_message(GID, BOB, 50, "pin", talk[0].mid)])
+    qtbot.waitUntil(lambda: len(window.pinned_messages()) == 2)
+    assert [m.mid for m in window.pinned_messages()] == [talk[0].mid, talk[6].mid]
+    assert window.pinned_button.isVisible() and window.pinned_button.text() == "📌 2"
+    window._fill_pinned_menu()
+    assert len(window.pinned_menu.actions()) == 2
+    menu_actions(window.message_menu(shown(window, talk[6].mid)))["Unpin"].trigger()
+    qtbot.waitUntil(lambda: len(window.pinned_messages()) == 1)
+    assert window.pinned_button.text() == "📌 1"
+
+
+def test_the_topic_shows_in_the_header_edits_there_and_follows_others_live(qtbot, window, backend):
+    open_group(qtbot, window, backend, lunch_conversation(GID))
+    assert window.topic_edit.text() == "" and window.topic_edit.isEnabled()
+    window.topic_edit.setFocus()
+    qtbot.keyClicks(window.topic_edit, "Friday lunch plans")
+    qtbot.keyClick(window.topic_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: backend.manager.topic(GID) == ("Friday lunch plans", backend.pid))
+    window.tree_view.setFocus()
+    backend.manager.inject_messages(GID, [backend.manager.operation_message(GID, BOB, 50, "topic", text="Moved to Monday")])
+    qtbot.waitUntil(lambda: window.topic_edit.text() == "Moved to Monday")
+    assert backend.manager.group(GID).topic == "Moved to Monday"
