@@ -76,6 +76,11 @@ class JsonRpcPeer(NullListener):
             "join_group": self.join_group,
             "leave_group": self.leave_group,
             "send": self.send,
+            "edit": self.edit,
+            "delete": self.delete,
+            "react": self.react,
+            "pin": self.pin,
+            "set_topic": self.set_topic,
             "history": self.history,
             "export_log": self.export_log,
             "stats": self.stats,
@@ -111,6 +116,13 @@ class JsonRpcPeer(NullListener):
     def on_warning(self, gid: str, text: str) -> None:
         self.notify("warning", {"gid": gid, "text": text})
 
+    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
+        for message in messages:
+            self.notify("updated", message.to_json())
+
+    def on_topic_changed(self, gid: str, topic: str, by: str) -> None:
+        self.notify("topic_changed", {"gid": gid, "topic": topic, "by": by})
+
     # -- methods ------------------------------------------------------------------------
 
     def whoami(self, params: dict) -> dict:
@@ -140,6 +152,32 @@ class JsonRpcPeer(NullListener):
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
         return {"mid": format_mid(self.manager.send(gid, text, parent))}
+
+    def edit(self, params: dict) -> dict:
+        gid, mid = _param(params, "gid", str), _mid_param(params)
+        return {"mid": format_mid(self.manager.edit(gid, mid, _param(params, "text", str)))}
+
+    def delete(self, params: dict) -> dict:
+        gid, mid = _param(params, "gid", str), _mid_param(params)
+        return {"mid": format_mid(self.manager.delete(gid, mid))}
+
+    def react(self, params: dict) -> dict:
+        gid, mid = _param(params, "gid", str), _mid_param(params)
+        on = params.get("on", True)
+        if not isinstance(on, bool):
+            raise RpcError(INVALID_PARAMS, "invalid parameter 'on' (expected true or false)")
+        return {"mid": format_mid(self.manager.react(gid, mid, _param(params, "emoji", str), on))}
+
+    def pin(self, params: dict) -> dict:
+        gid, mid = _param(params, "gid", str), _mid_param(params)
+        on = params.get("on", True)
+        if not isinstance(on, bool):
+            raise RpcError(INVALID_PARAMS, "invalid parameter 'on' (expected true or false)")
+        return {"mid": format_mid(self.manager.pin(gid, mid, on))}
+
+    def set_topic(self, params: dict) -> dict:
+        gid = _param(params, "gid", str)
+        return {"mid": format_mid(self.manager.set_topic(gid, _param(params, "text", str)))}
 
     def history(self, params: dict) -> list:
         return [message.to_json() for message in self.manager.history(_param(params, "gid", str))]
@@ -205,6 +243,13 @@ def _param(params: dict, key: str, kind: type) -> Any:
     if not isinstance(value, kind):
         raise RpcError(INVALID_PARAMS, f"missing or invalid parameter {key!r} (expected {kind.__name__})")
     return value
+
+
+def _mid_param(params: dict) -> tuple[str, int]:
+    try:
+        return parse_mid(_param(params, "mid", str))
+    except ValueError as exc:
+        raise RpcError(INVALID_PARAMS, f"bad mid: {exc}") from None
 
 
 def _optional_str(params: dict, key: str) -> str | None:

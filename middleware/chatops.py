@@ -85,6 +85,9 @@ class GroupOperations:
     def _is_chat_message(self, mid: Mid) -> bool:
         return mid not in self._op_mids
 
+    def is_operation_mid(self, mid: Mid) -> bool:
+        return mid in self._op_mids
+
     @property
     def rejected(self) -> int:
         """Operations refused: malformed, forged (an edit by someone else) or acting on an operation."""

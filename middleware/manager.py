@@ -17,11 +17,12 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import crypto, wire
 from .channel import Conflict, GapReported, GroupChannel, SyncProgress
+from .chatops import OP_MARKER, GroupOperations, is_operation
 from .discovery import ZeroconfDiscovery
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
 from .presence import Presence
@@ -97,6 +98,7 @@ class GroupManager:
         self._started = False
         self._closed = False
         self._background: set[asyncio.Task] = set()
+        self._operations: dict[str, GroupOperations] = {}  # per joined group, rebuilt from the store on first use
         for record, next_seqno in self.store.load_groups():
             self.gjlp.restore(record)
             if self.gjlp.is_member(record.gid):
@@ -227,6 +229,7 @@ class GroupManager:
         self.gjlp.leave(gid, time.time())
         self.store.save_group(record)
         channel = self.channels.pop(gid)
+        self._operations.pop(gid, None)
         self.store.set_next_seqno(gid, channel.next_seqno)
         self.network.stop_listening(record.addr, record.port)
         if self.discovery is not None:
@@ -237,21 +240,89 @@ class GroupManager:
         channel = self._channel(gid)
         if not isinstance(text, str):
             raise UsageError("text must be a string")
+        if text.startswith(OP_MARKER):
+            raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
+        if parent is not None and self._ops(gid).is_operation_mid(parent):
+            raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
         data = channel.compose(self.name, text, parent, time.time())
         self._seqnos_to_save.add(gid)
         self._after_input()
         return self.pid, data.seqno
 
+    # -- operations (middleware.obg): each is a message of ours, so it is signed, repaired and stored
+
+    def edit(self, gid: str, mid: Mid, text: str) -> Mid:
+        """Replace the text of our own message ``mid``."""
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("text must be a non-empty string")
+        return self._operate(gid, "edit", mid, text=check_unicode(text, "text"))
+
+    def delete(self, gid: str, mid: Mid) -> Mid:
+        """Delete our own message ``mid``: its text goes, its place (and replies) stay."""
+        return self._operate(gid, "delete", mid)
+
+    def react(self, gid: str, mid: Mid, emoji: str, on: bool = True) -> Mid:
+        if not isinstance(emoji, str):
+            raise UsageError("emoji must be a string")
+        return self._operate(gid, "react", mid, emoji=check_unicode(emoji, "emoji"), on=bool(on))
+
+    def pin(self, gid: str, mid: Mid, on: bool = True) -> Mid:
+        return self._operate(gid, "pin", mid, on=bool(on))
+
+    def set_topic(self, gid: str, text: str) -> Mid:
+        if not isinstance(text, str):
+            raise UsageError("topic must be a string")
+        return self._operate(gid, "topic", None, text=check_unicode(text.strip(), "topic"))
+
+    def topic(self, gid: str) -> tuple[str, str]:
+        """``(topic, pid of who set it)``; ``("", "")`` if none."""
+        self._channel(gid)
+        return self._ops(gid).topic()
+
+    def pinned(self, gid: str) -> list[ChatMessage]:
+        pinned = set(self._ops(gid).pinned()) if gid in self.channels else set()
+        return [m for m in self.history(gid) if m.mid in pinned]
+
+    def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
+        channel = self._channel(gid)
+        if target is not None and (type(target) is not tuple or len(target) != 2):
+            raise UsageError("a message id is (pid, seqno)")
+        ops = self._ops(gid)
+        self.flush()  # what was just delivered counts: the operation names the last one it saw
+        known = target is None or channel.orderer.is_delivered(target)
+        text = ops.compose(self.pid, kind, target, target_known=known, **fields)
+        data = channel.compose(self.name, text, target, time.time())
+        self._seqnos_to_save.add(gid)
+        self._after_input()
+        return self.pid, data.seqno
+
+    def _ops(self, gid: str) -> GroupOperations:
+        ops = self._operations.get(gid)
+        if ops is None:
+            ops = self._operations[gid] = GroupOperations(gid)
+            ops.take(self.store.history(gid))  # replays the stored operations in delivery order
+        return ops
+
     def groups(self) -> list[GroupView]:
-        return [record.view(self.pid) for record in self.gjlp.groups.values()]
+        return [self._with_topic(record.view(self.pid)) for record in self.gjlp.groups.values()]
 
     def group(self, gid: str) -> GroupView:
-        return self._known(gid).view(self.pid)
+        return self._with_topic(self._known(gid).view(self.pid))
+
+    def _with_topic(self, view: GroupView) -> GroupView:
+        if view.gid not in self.channels:
+            return view
+        topic = self._ops(view.gid).topic()[0]
+        return replace(view, topic=topic) if topic else view
 
     def history(self, gid: str) -> list[ChatMessage]:
         self._known(gid)
         self.flush()
-        return self.store.history(gid)
+        messages = self.store.history(gid)
+        if gid not in self.channels:
+            return [m for m in messages if not is_operation(m)]
+        ops = self._ops(gid)
+        return [ops.view(m) for m in messages if not is_operation(m)]
 
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""
@@ -290,7 +361,7 @@ class GroupManager:
         with tmp.open("w", encoding="utf-8") as out:
             for g in gids:
                 desc = self.gjlp.groups[g].desc
-                for message in self.store.history(g):
+                for message in self.history(g):
                     row = message.to_json()
                     row["group_desc"] = desc
                     row["received_at"] = iso_millis(message.received_at)
@@ -315,6 +386,8 @@ class GroupManager:
             **{key: sum(c.stats[key] for c in self.channels.values())
                for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
+            "operations_rejected": sum(ops.rejected for ops in self._operations.values()),
+            "operations_pending": sum(ops.core.pending for ops in self._operations.values()),
             "delivered": s.delivered,
             "own_looped_back": s.own_looped_back,
             "pending": self.pending(),
@@ -489,6 +562,9 @@ class GroupManager:
                     log.warning("not sent: %s", exc)
             deliveries += channel.deliveries()
             channel_events += channel.events()
+        for gid in {m.gid for m in deliveries}:
+            if gid in self.channels:
+                self._ops(gid)  # built from the store before this batch joins it
         stored = self.store.add_messages(deliveries) if deliveries else []
         self.store.commit()
         self._flush_interval = self.BUSY_FLUSH_INTERVAL if len(stored) >= self.BUSY_MESSAGES else self.FLUSH_INTERVAL
@@ -501,7 +577,7 @@ class GroupManager:
         for message in stored:
             by_group.setdefault(message.gid, []).append(message)
         for gid, messages in by_group.items():
-            self.listener.on_messages(gid, messages)
+            self._tell(gid, messages)
         membership_changed = set()
         for event in events:
             if isinstance(event, MemberJoined):
@@ -527,6 +603,24 @@ class GroupManager:
                 log.warning("group %s: %s", event.gid, warning)
                 self.listener.on_warning(event.gid, warning)
         self._arm_timer()
+
+    def _tell(self, gid: str, delivered: list[ChatMessage]) -> None:
+        """Chat messages to the listener; operations to the group's OBG core, and what they changed."""
+        ops = self._operations.get(gid)
+        if ops is None:  # left the group meanwhile
+            self.listener.on_messages(gid, [m for m in delivered if not is_operation(m)])
+            return
+        changes = ops.take(delivered)
+        if changes.messages:
+            self.listener.on_messages(gid, [ops.view(m) for m in changes.messages])
+        if changes.updated:
+            updated = [ops.view(ChatMessage(gid, (m.sender, m.seqno), m.parent, m.name, m.text, m.sent_at, 0))
+                       for m in self.store.fetch(gid, changes.updated)]
+            if updated:
+                self.listener.on_updated(gid, updated)
+        if changes.topic_changed:
+            topic, by = ops.topic()
+            self.listener.on_topic_changed(gid, topic, by)
 
     def _arm_timer(self) -> None:
         deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()),
