@@ -21,7 +21,9 @@ changed; the caller sends, stores and notifies.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 from .obg import ObgCore, ObgError, Operation
 from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
@@ -75,8 +77,15 @@ class Changes:
 class GroupOperations:
     """One group's operations: separates them from chat messages and keeps the objects' state."""
 
-    def __init__(self, gid: str, *, max_held: int = 10_000, max_held_bytes: int = 8 * 2**20) -> None:
+    def __init__(self, gid: str, *, fetch: Callable[[list[Mid]], Iterable[ChatMessage]] | None = None,
+                 max_held: int = 10_000, max_held_bytes: int = 8 * 2**20, max_refetch: int = 100_000) -> None:
+        """``fetch(mids)`` returns delivered messages again (the store): evicted operations come back
+        through it once what they waited for is delivered."""
         self.gid = gid
+        self._fetch = fetch
+        self._refetch: OrderedDict[tuple, list[Mid]] = OrderedDict()  # what they wait for -> evicted ids
+        self._refetch_count = 0
+        self.max_refetch = max_refetch
         # S_b delivers an operation only after its parent, the message it acts on
         self.core = ObgCore(self._is_chat_message, max_held=max_held, max_held_bytes=max_held_bytes)
         self._op_mids: set[Mid] = set()
@@ -98,7 +107,9 @@ class GroupOperations:
         messages: list[ChatMessage] = []
         updated: dict[Mid, None] = {}
         topic_changed = False
-        for message in delivered:
+        todo = list(delivered)
+        while todo:
+            message = todo.pop(0)
             if not is_operation(message):
                 messages.append(message)
                 continue
@@ -115,12 +126,25 @@ class GroupOperations:
                 done = self.core.receive(op, len(message.text))
             except ObgError:
                 continue  # counted by the core
+            self._note_evicted()
             for applied in done:
                 if applied.target is None:
                     topic_changed = True
                 else:
                     updated[applied.target] = None
+                back = self._refetch.pop(("op", applied.op_id), None)
+                if back:
+                    self._refetch_count -= len(back)
+                    if self._fetch is not None:
+                        todo.extend(self._fetch(back))
         return Changes(messages, list(updated), topic_changed)
+
+    def _note_evicted(self) -> None:
+        for op_id, blocker in self.core.take_evicted():
+            self._refetch.setdefault(blocker, []).append(op_id)
+            self._refetch_count += 1
+            while self._refetch_count > self.max_refetch:  # bounded too: the oldest are left to a restart
+                self._refetch_count -= len(self._refetch.popitem(last=False)[1])
 
     def compose(self, author: str, kind: str, target: Mid | None, *, text: str = "", emoji: str = "",
                 on: bool = True, target_known: bool = True) -> str:

@@ -299,9 +299,13 @@ class GroupManager:
     def _ops(self, gid: str) -> GroupOperations:
         ops = self._operations.get(gid)
         if ops is None:
-            ops = self._operations[gid] = GroupOperations(gid)
+            ops = self._operations[gid] = GroupOperations(gid, fetch=lambda mids, gid=gid: self._stored(gid, mids))
             ops.take(self.store.history(gid))  # replays the stored operations in delivery order
         return ops
+
+    def _stored(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        return [ChatMessage(gid, (m.sender, m.seqno), m.parent, m.name, m.text, m.sent_at, 0)
+                for m in self.store.fetch(gid, mids)]
 
     def groups(self) -> list[GroupView]:
         return [self._with_topic(record.view(self.pid)) for record in self.gjlp.groups.values()]
@@ -614,8 +618,7 @@ class GroupManager:
         if changes.messages:
             self.listener.on_messages(gid, [ops.view(m) for m in changes.messages])
         if changes.updated:
-            updated = [ops.view(ChatMessage(gid, (m.sender, m.seqno), m.parent, m.name, m.text, m.sent_at, 0))
-                       for m in self.store.fetch(gid, changes.updated)]
+            updated = [ops.view(m) for m in self._stored(gid, changes.updated)]
             if updated:
                 self.listener.on_updated(gid, updated)
         if changes.topic_changed:

@@ -31,7 +31,8 @@ a rejected operation are rejected too.
 Held operations are bounded by count and bytes.  Past either bound the oldest
 held one is evicted: it is forgotten, not marked as seen, so it is accepted
 again when it is fetched again (``take_evicted`` tells the caller which ids to
-fetch, e.g. from its store or by loss repair).
+fetch, and what each waited for, so it can fetch them from its store or by
+loss repair once that has come).
 
 Sans-I/O: no sockets, no clock.  Operations go in, delivered operations come
 out in delivery order.
@@ -161,7 +162,7 @@ class ObgCore:
         self._waiting: dict[tuple, dict[OpId, None]] = {}  # ("op", id) / ("msg", mid) -> held ids
         self._held_bytes = 0
         self._rejected: OrderedDict[OpId, None] = OrderedDict()
-        self._evicted: list[OpId] = []
+        self._evicted: OrderedDict[OpId, tuple] = OrderedDict()  # evicted id -> what it waited for
         self._edits: dict[Mid, int] = {}
         self._deleted: set[Mid] = set()
         self._reactors: dict[Mid, dict[str, set[str]]] = {}
@@ -235,9 +236,10 @@ class ObgCore:
         """What held operations wait for: ``("op", op_id)`` or ``("msg", mid)``."""
         return set(self._waiting)
 
-    def take_evicted(self) -> list[OpId]:
-        """Ids evicted since the last call: fetch them again (store or repair) to deliver them."""
-        evicted, self._evicted = self._evicted, []
+    def take_evicted(self) -> list[tuple[OpId, tuple]]:
+        """``(id, what it waited for)`` of the operations evicted since the last call (at most
+        ``max_held``): fetch them again (store or repair) once that has been delivered."""
+        evicted, self._evicted = list(self._evicted.items()), OrderedDict()
         return evicted
 
     def topic(self) -> Topic:
@@ -347,8 +349,9 @@ class ObgCore:
         self._waiting.setdefault(blocker, {})[op.op_id] = None
         while self._held and (len(self._held) > self.max_held or self._held_bytes > self.max_held_bytes):
             oldest = next(iter(self._held))
-            self._unhold(oldest)
-            self._evicted.append(oldest)
+            self._evicted[oldest] = self._unhold(oldest)[2]
+            if len(self._evicted) > self.max_held:
+                self._evicted.popitem(last=False)
             self.evicted += 1
 
     def _unhold(self, op_id: OpId) -> tuple[Operation, int, tuple] | None:

@@ -103,3 +103,24 @@ def test_a_second_operation_names_the_first_and_replaying_the_store_rebuilds_the
     again = GroupOperations(GID)
     changes = again.take([second, first])  # out of order: the second waits for the first
     assert changes.topic_changed and again.topic() == ("two", A) and again.core.pending == 0
+
+
+def test_evicted_operations_come_back_from_the_store_once_what_they_wait_for_arrives():
+    author = GroupOperations(GID)
+    chain = []
+    for k in range(12):
+        chain.append(op_message(author, (A, 2 + k), "topic", text=f"t{k}"))
+        author.take([chain[-1]])
+    store = {m.mid: m for m in chain}
+    fetched = []
+
+    def fetch(mids):
+        fetched.extend(mids)
+        return [store[mid] for mid in mids]
+
+    ops = GroupOperations(GID, fetch=fetch, max_held=4)
+    ops.take(list(reversed(chain[1:])))  # each waits for the one before: 7 are evicted
+    assert ops.core.pending == 4 and ops.core.evicted == 7
+    changes = ops.take([chain[0]])
+    assert changes.topic_changed and ops.topic() == ("t11", A) and ops.core.pending == 0
+    assert sorted(fetched) == sorted(m.mid for m in chain[5:])

@@ -181,11 +181,12 @@ def test_naming_another_objects_operation_or_a_lower_counter_is_rejected_with_it
 def test_held_operations_are_bounded_by_count_and_evicted_ones_come_back():
     obg = core(max_held=10)
     chain = [Operation((A, 1 + k), "topic", None, (A, k) if k else None, k + 1, text=f"t{k}") for k in range(31)]
+    evicted = []
     for op in chain[1:]:
         assert obg.receive(op) == []
+        evicted += obg.take_evicted()
     assert obg.pending == 10 and obg.evicted == 20
-    evicted = obg.take_evicted()
-    assert evicted == [op.op_id for op in chain[1:21]] and obg.take_evicted() == []
+    assert evicted == [(op.op_id, ("op", op.seen)) for op in chain[1:21]] and obg.take_evicted() == []
     assert len(obg.receive(chain[0])) == 1  # (A, 2) was evicted: the chain stops there
     assert obg.waiting_for() == {("op", (A, 2))} or obg.pending == 10
     # fetching the evicted ones again (not duplicates: they were forgotten) delivers everything
