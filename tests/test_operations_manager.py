@@ -1,0 +1,147 @@
+"""Operations through a whole GroupManager (never started: no sockets): API, errors, views, restart, forgery."""
+
+import json
+
+import pytest
+
+from middleware import crypto, wire
+from middleware.chatops import encode
+from middleware.manager import Config, GroupManager
+from middleware.types import NullListener, UsageError
+
+
+class Recorder(NullListener):
+    def __init__(self):
+        self.updated, self.topics, self.messages = [], [], []
+
+    def on_messages(self, gid, messages):
+        self.messages += messages
+
+    def on_updated(self, gid, messages):
+        self.updated += messages
+
+    def on_topic_changed(self, gid, topic, by):
+        self.topics.append((topic, by))
+
+
+CAROL = crypto.Identity.generate()
+
+
+def from_carol(gid, seqno, text, parent=None):
+    return wire.encode(CAROL, wire.signed_data(CAROL, gid, seqno, parent, 0, "Carol", text))
+
+
+@pytest.fixture
+def ann(tmp_path):
+    recorder = Recorder()
+    manager = GroupManager(Config(tmp_path / "ann", name="Ann", iface="127.0.0.1", zeroconf=False), recorder)
+    manager.recorder = recorder
+    manager.gid = manager.create_group("ops")
+    yield manager
+    if not getattr(manager, "store_closed", False):
+        manager.store.close()
+
+
+def feed(manager, *datagrams):
+    manager._on_data_datagrams(list(datagrams))
+    manager.flush()
+
+
+def by_mid(manager):
+    return {m.mid: m for m in manager.history(manager.gid)}
+
+
+def test_edit_delete_react_pin_topic_show_in_history_notifications_and_export(ann, tmp_path):
+    gid = ann.gid
+    hello = ann.send(gid, "helo", None)
+    bye = ann.send(gid, "bye", hello)
+    feed(ann, from_carol(gid, 1, "hi Ann", hello))
+    carols = (CAROL.pid, 1)
+    ann.edit(gid, hello, "hello")
+    ann.delete(gid, bye)
+    ann.react(gid, carols, "👍", True)
+    ann.pin(gid, hello, True)
+    ann.set_topic(gid, "  greetings  ")
+    ann.flush()
+    history = by_mid(ann)
+    assert list(history) == [hello, bye, carols]  # operations never show as messages
+    assert (history[hello].text, history[hello].edited, history[hello].pinned) == ("hello", 1, True)
+    assert (history[bye].text, history[bye].deleted, history[bye].parent) == ("", True, hello)
+    assert history[carols].reactions == {"👍": [ann.pid]}
+    assert ann.topic(gid) == ("greetings", ann.pid) and ann.group(gid).topic == "greetings"
+    assert [m.mid for m in ann.pinned(gid)] == [hello]
+    assert [m.mid for m in ann.recorder.messages] == [hello, bye, carols]
+    assert {m.mid for m in ann.recorder.updated} == {hello, bye, carols}
+    assert ann.recorder.topics == [("greetings", ann.pid)]
+    assert history[hello].to_json()["reactions"] == {} and history[carols].to_json()["reactions"] == {"👍": [ann.pid]}
+    ann.react(gid, carols, "👍", False)
+    ann.flush()
+    assert by_mid(ann)[carols].reactions == {}
+    path = tmp_path / "export.jsonl"
+    assert ann.export_log(path, gid) == 3
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r["text"], r["edited"], r["deleted"], r["pinned"]) for r in lines] == [
+        ("hello", 1, False, True), ("", 0, True, False), ("hi Ann", 0, False, False)]
+
+
+def test_errors_are_clear(ann):
+    gid = ann.gid
+    hello = ann.send(gid, "hello", None)
+    feed(ann, from_carol(gid, 1, "mine"))
+    carols = (CAROL.pid, 1)
+    with pytest.raises(UsageError, match="not the author"):
+        ann.edit(gid, carols, "yours now")
+    with pytest.raises(UsageError, match="not the author"):
+        ann.delete(gid, carols)
+    with pytest.raises(UsageError, match="unknown message"):
+        ann.react(gid, (CAROL.pid, 99), "👍")
+    with pytest.raises(UsageError, match="text too long"):
+        ann.edit(gid, hello, "x" * 8000)
+    with pytest.raises(UsageError, match="text too long"):
+        ann.set_topic(gid, "x" * 301)
+    with pytest.raises(UsageError, match="non-empty"):
+        ann.edit(gid, hello, "  ")
+    with pytest.raises(UsageError, match="operation marker"):
+        ann.send(gid, encode("topic", None, 1, "sneaky"), None)
+    topic_op = ann.set_topic(gid, "t")
+    ann.flush()
+    with pytest.raises(UsageError, match="is an operation"):
+        ann.send(gid, "a reply to an operation", topic_op)
+    with pytest.raises(UsageError, match="unknown message"):
+        ann.pin(gid, topic_op, True)
+    with pytest.raises(UsageError, match="unknown group|not a member"):
+        ann.pin("no-such-group", hello, True)
+
+
+def test_a_forged_edit_is_rejected_counted_and_changes_nothing(ann):
+    gid = ann.gid
+    hello = ann.send(gid, "hello", None)
+    ann.flush()
+    feed(ann, from_carol(gid, 1, encode("edit", None, 10**6, "forged"), hello),
+         from_carol(gid, 2, encode("delete", None, 10**6), hello))
+    assert by_mid(ann)[hello].text == "hello" and not by_mid(ann)[hello].deleted
+    assert ann.stats_dict()["operations_rejected"] == 2
+    assert ann.recorder.updated == []
+
+
+def test_a_restart_rebuilds_the_same_state_from_the_store(ann, tmp_path):
+    gid = ann.gid
+    hello = ann.send(gid, "hello", None)
+    ann.flush()
+    ann.edit(gid, hello, "hello again")
+    ann.react(gid, hello, "🎉")
+    ann.set_topic(gid, "restarts")
+    ann.flush()
+    before = ann.history(gid), ann.topic(gid)
+    ann.store.close()
+    ann.store_closed = True
+    again = GroupManager(Config(tmp_path / "ann", iface="127.0.0.1", zeroconf=False))
+    try:
+        assert (again.history(gid), again.topic(gid)) == before
+        assert again.groups()[0].topic == "restarts"
+        second = again.edit(gid, hello, "third text")  # names the edit made before the restart
+        again.flush()
+        assert again.history(gid)[0].text == "third text" and again.history(gid)[0].edited == 2
+        assert second[1] > hello[1]
+    finally:
+        again.store.close()
