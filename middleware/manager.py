@@ -296,11 +296,12 @@ class GroupManager:
         self._after_input()
         return self.pid, data.seqno
 
-    def _ops(self, gid: str) -> GroupOperations:
+    def _ops(self, gid: str, history: list[ChatMessage] | None = None) -> GroupOperations:
+        """The group's operations, built on first use by replaying the store (``history`` if at hand)."""
         ops = self._operations.get(gid)
         if ops is None:
             ops = self._operations[gid] = GroupOperations(gid, fetch=lambda mids, gid=gid: self._stored(gid, mids))
-            ops.take(self.store.history(gid))  # replays the stored operations in delivery order
+            ops.take(self.store.history(gid) if history is None else history)
         return ops
 
     def _stored(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
@@ -325,7 +326,7 @@ class GroupManager:
         messages = self.store.history(gid)
         if gid not in self.channels:
             return [m for m in messages if not is_operation(m)]
-        ops = self._ops(gid)
+        ops = self._ops(gid, messages)
         return [ops.view(m) for m in messages if not is_operation(m)]
 
     def pending(self, gid: str | None = None) -> int:
