@@ -48,15 +48,22 @@ class ManagerThread:
         return self._started.result(timeout)
 
     def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        """Run ``function(*args, **kwargs)`` on the loop thread."""
+        """Run ``function(*args, **kwargs)`` on the loop thread (a coroutine it returns is run to its end)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
 
         def run() -> None:
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(function(*args, **kwargs))
+                    result = function(*args, **kwargs)
                 except BaseException as exc:
                     future.set_exception(exc)
+                    return
+                if asyncio.iscoroutine(result):  # e.g. join_group_async: its result once it is done
+                    task = self._loop.create_task(result)
+                    task.add_done_callback(lambda done: future.set_exception(done.exception())
+                                           if done.exception() is not None else future.set_result(done.result()))
+                else:
+                    future.set_result(result)
 
         self._loop.call_soon_threadsafe(run)
         return future
