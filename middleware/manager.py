@@ -13,6 +13,7 @@ one commit, and only then are datagrams transmitted and listeners told
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import json
 import logging
@@ -85,6 +86,10 @@ class GroupManager:
         # Key derivations run here, one at a time (Argon2id takes 256 MiB and ~0.6 s), never on the loop.
         self._kdf_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-kdf")
         self.plaintext_refused = 0
+        self._control_backlog: collections.deque[bytes] = collections.deque()
+        self._control_backlog_bytes = 0
+        self._control_draining = False
+        self.control_backlog_dropped = 0
         self.channels: dict[str, GroupChannel] = {}
         self.network = MulticastNetwork(self.interface)
         self.discovery = ZeroconfDiscovery(self.interface, self.pid, self._on_zeroconf) if config.zeroconf else None
@@ -376,6 +381,7 @@ class GroupManager:
             "member_records_refused": self.gjlp.member_records_refused,
             "groups_refused": self.gjlp.groups_refused,
             "plaintext_refused": self.plaintext_refused,
+            "control_backlog_dropped": self.control_backlog_dropped,
         }
 
     # -- internals -------------------------------------------------------------------
@@ -447,16 +453,40 @@ class GroupManager:
             log.debug("dropped malformed datagram: %s", exc)
         return None
 
+    # Control datagrams can each ask for hundreds of signature checks (member records, at
+    # ~70 µs each), so they are worked through in slices of CONTROL_SLICE seconds, the loop
+    # free in between: a flood delays group news, never the chat or the JSON-RPC answers.
+    # The backlog is bounded; what does not fit is dropped and counted (senders re-announce).
+    CONTROL_SLICE = 0.025
+    MAX_CONTROL_BACKLOG = 8_000_000  # bytes
+
     def _on_control_datagrams(self, batch: list[bytes]) -> None:
-        now = time.time()
         for data in batch:
-            envelope = self._decode(data)
-            if envelope is None:
+            if self._control_backlog_bytes + len(data) > self.MAX_CONTROL_BACKLOG:
+                self.control_backlog_dropped += 1
                 continue
-            if isinstance(envelope.message, (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)):
-                self.gjlp.receive(envelope.sender, envelope.message, now)
-            else:
-                self.stats.malformed_dropped += 1
+            self._control_backlog.append(data)
+            self._control_backlog_bytes += len(data)
+        if not self._control_draining:
+            self._drain_control()
+
+    def _drain_control(self) -> None:
+        self._control_draining = False
+        deadline = time.perf_counter() + self.CONTROL_SLICE
+        now = time.time()
+        while self._control_backlog:
+            data = self._control_backlog.popleft()
+            self._control_backlog_bytes -= len(data)
+            envelope = self._decode(data)
+            if envelope is not None:
+                if isinstance(envelope.message, (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)):
+                    self.gjlp.receive(envelope.sender, envelope.message, now)
+                else:
+                    self.stats.malformed_dropped += 1
+            if self._control_backlog and time.perf_counter() > deadline and self._loop is not None:
+                self._control_draining = True
+                self._loop.call_soon(self._drain_control)
+                break
         self._after_input()
 
     def _on_data_datagrams(self, batch: list[bytes]) -> None:
