@@ -57,6 +57,7 @@ from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, snippet
 from .dialogs import CreateGroupDialog, JoinDialog, PassphraseDialog, WarningLogWindow, show_about
 from .discovery_window import DiscoveryWindow
+from .member_list import fill_member_list
 from .message_model import MessageRole, MessageTreeModel, SearchRole, TimelineModel
 from .notifier import Notifier
 from .resources import app_icon, icon
@@ -667,24 +668,9 @@ class MainWindow(QMainWindow):
             self.sync_bar.hide()
 
     def _fill_members(self) -> None:
-        self.member_list.clear()
         session = self.current
-        view = session.view if session is not None else None
-        if view is None:
-            return
-        self.member_list.addItem(self._member_header(f"In the group ({len(view.members)})"))
-        for member in sorted(view.members, key=lambda m: m.name.lower()):
-            you = " (you)" if member.pid == self.backend.pid else ""
-            item = QListWidgetItem(icon("member"), member.name + you)
-            item.setToolTip(f"peer id {member.pid}")
-            self.member_list.addItem(item)
-        if view.left:
-            self.member_list.addItem(self._member_header(f"Left ({len(view.left)})"))
-            for member in sorted(view.left, key=lambda m: m.name.lower()):
-                item = QListWidgetItem(member.name)
-                item.setFlags(Qt.ItemFlag.NoItemFlags)  # drawn disabled: greyed
-                item.setToolTip(f"peer id {member.pid} (left the group)")
-                self.member_list.addItem(item)
+        fill_member_list(self.member_list, session.view if session is not None else None, self.backend.pid,
+                         self._member_header)
 
     def _member_header(self, text: str) -> QListWidgetItem:
         item = QListWidgetItem(text)
