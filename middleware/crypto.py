@@ -45,11 +45,12 @@ KEY_CHECK_BYTES = 16
 # scrypt cost: 2**15 x 8 x 128 bytes = 32 MiB and ~0.1 s per guess on this class of machine.
 # Only groups made before signed descriptors use it (their stored keys keep them readable).
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
-# Argon2id cost of new private groups: 3 passes over 256 MiB (libsodium's "moderate"),
-# 0.56-0.58 CPU seconds per guess on the build machine (python -m app.bench.kdf), so an
-# offline guess costs an attacker >= 0.5 core-seconds while a join stays under 1 s.
+# Argon2id cost of new private groups: 4 passes over 256 MiB.  libsodium's "moderate"
+# (3 passes) measured 0.46-0.58 CPU seconds per guess here, too close to the 0.5 floor;
+# 4 passes cost 0.6-0.75 (python -m app.bench.kdf; figures in the README), so an offline
+# guess costs an attacker >= 0.5 core-seconds while a join stays under 1 s.
 ARGON2ID = "argon2id"
-ARGON2_OPSLIMIT = 3
+ARGON2_OPSLIMIT = 4
 ARGON2_MEMLIMIT = 256 * 2**20
 # What a descriptor may ask a joiner to spend: a hostile creator cannot make a join
 # allocate gigabytes or run for minutes.

@@ -100,7 +100,7 @@ def test_private_join_derives_the_key_off_the_loop_and_refuses_a_wrong_passphras
     secret = "correct horse battery staple"
     gid = creator.create_group("Board", secret)
     d = creator.gjlp.groups[gid].descriptor
-    assert d.private and d.kdf == crypto.ARGON2ID and (d.kdf_ops, d.kdf_mem) == (3, 256 * 2**20)
+    assert d.private and d.kdf == crypto.ARGON2ID and (d.kdf_ops, d.kdf_mem) == (4, 256 * 2**20)
     joiner = manager(tmp_path / "d")
     feed(joiner, wire.GroupsInfo(tuple(creator.gjlp.groups[gid].to_wire())), sender=creator.identity)
 
