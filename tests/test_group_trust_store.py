@@ -149,3 +149,19 @@ def test_names_show_a_fingerprint_and_duplicates_are_found():
     members = [Member(ANN.pid, "Ann"), Member(BOB.pid, "ann "), Member("c" * 32, "Cat")]
     assert duplicate_names(members) == {"ann"}
     assert short_fingerprint(ANN.pid) == " ".join(ANN.pid[i:i + 4] for i in range(0, 16, 4))
+
+
+def test_dns_sd_instance_names_are_readable_and_unique_and_txt_stays_small():
+    from middleware import discovery
+    long_desc = "Ünïcødé lunch " * 20
+    a = discovery.instance_name(long_desc, "Ann", ANN.pid)
+    b = discovery.instance_name(long_desc, "Ann", BOB.pid)
+    assert a != b and a.startswith("Ünïcødé lunch") and a.endswith(f"— Ann ({ANN.pid[:4]})")
+    assert len(a.encode()) <= discovery.INSTANCE_BYTES and len(b.encode()) <= discovery.INSTANCE_BYTES
+    d = open_group()
+    txt = discovery.txt_properties(d.gid, "✓" * 200, True, 1_000, ANN.pid)
+    # Each TXT string is one length byte and "key=value".
+    assert sum(1 + len(k.encode()) + 1 + len(v.encode()) for k, v in txt.items()) < discovery.MAX_TXT_BYTES
+    parsed = discovery.parse_service({k.encode(): v.encode() for k, v in txt.items()})
+    assert parsed == (d.gid, "✓" * 40, True, 1_000)
+    assert discovery.parse_service({b"v": b"2", b"gid": b"ann-1"}) is None  # not a gid a descriptor can have
