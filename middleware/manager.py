@@ -111,6 +111,9 @@ class GroupManager:
                 self.gjlp.keys[record.gid] = key
             if self.gjlp.is_member(record.gid):
                 self._open_channel(record.gid, next_seqno)
+        if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
+            for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
+                self.store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -248,9 +251,16 @@ class GroupManager:
             raise UsageError(f"group {record.desc!r} is private: its passphrase is needed to join")
         return record
 
-    def _check_key(self, record: GroupRecord, key: bytes) -> None:
+    @staticmethod
+    def _checked(record: GroupRecord, key: bytes) -> bytes:
         if crypto.key_check(key) != record.key_check:
             raise PassphraseRefused(f"wrong passphrase for group {record.desc!r}", wrong=True)
+        return key
+
+    @staticmethod
+    def _kdf_args(record: GroupRecord) -> tuple:
+        d = record.descriptor
+        return d.salt, d.kdf, d.kdf_ops, d.kdf_mem
 
     def join_group(self, gid: str, passphrase: str | None = None) -> str:
         """Join a known, verified group.  A private group's key derivation blocks for about
@@ -260,9 +270,7 @@ class GroupManager:
             return gid
         key = None
         if record.private:
-            d = record.descriptor
-            key = crypto.derive_group_key(passphrase, d.salt, d.kdf, d.kdf_ops, d.kdf_mem)
-            self._check_key(record, key)
+            key = self._checked(record, crypto.derive_group_key(passphrase, *self._kdf_args(record)))
         return self._join(record, key)
 
     async def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
@@ -272,9 +280,7 @@ class GroupManager:
             return gid
         key = None
         if record.private:
-            d = record.descriptor
-            key = await self._derive(passphrase, d.salt, d.kdf, d.kdf_ops, d.kdf_mem)
-            self._check_key(record, key)
+            key = self._checked(record, await self._derive(passphrase, *self._kdf_args(record)))
             if self._joinable(gid, passphrase) is None:  # joined meanwhile, by another call
                 return gid
         return self._join(record, key)

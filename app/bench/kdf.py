@@ -37,22 +37,32 @@ def guess_cost(kdf: str, rounds: int) -> tuple[list[float], list[float]]:
     return cpu, wall
 
 
-async def timed_join(creator: GroupManager, joiner: GroupManager, gid: str) -> tuple[float, float]:
-    ticks, stop = [], asyncio.Event()
+async def while_ticking(awaitable):
+    """``awaitable``'s result, how long it took, and the longest gap of a 10 ms ticker on
+    the same event loop meanwhile (a blocked loop shows as a long gap)."""
+    ticks, stop = [time.perf_counter()], asyncio.Event()
 
     async def tick():
         while not stop.is_set():
-            ticks.append(time.perf_counter())
             await asyncio.sleep(0.01)
+            ticks.append(time.perf_counter())
 
     ticker = asyncio.create_task(tick())
-    started = time.perf_counter()
-    await joiner.join_group_async(gid, PASSPHRASE)
-    joiner.flush()
-    took = time.perf_counter() - started
-    stop.set()
-    await ticker
-    return took, max(b - a for a, b in zip(ticks, ticks[1:]))
+    try:
+        result = await awaitable
+    finally:
+        stop.set()
+        await ticker
+    return result, ticks[-1] - ticks[0], max(b - a for a, b in zip(ticks, ticks[1:]) or [0])
+
+
+async def timed_join(joiner: GroupManager, gid: str) -> tuple[float, float]:
+    async def join():
+        await joiner.join_group_async(gid, PASSPHRASE)
+        joiner.flush()
+
+    _, took, gap = await while_ticking(join())
+    return took, gap
 
 
 def joins(rounds: int) -> list[tuple[float, float]]:
@@ -64,7 +74,7 @@ def joins(rounds: int) -> list[tuple[float, float]]:
             joiner = GroupManager(Config(Path(tmp) / f"joiner{i}", name="joiner", iface="127.0.0.1", zeroconf=False))
             infos = wire.GroupsInfo(tuple(creator.gjlp.groups[gid].to_wire()))
             joiner._on_control_datagrams([wire.encode(creator.identity, infos)])
-            results.append(asyncio.run(timed_join(creator, joiner, gid)))
+            results.append(asyncio.run(timed_join(joiner, gid)))
             joiner.store.close()
         creator.store.close()
     return results
