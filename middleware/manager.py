@@ -249,6 +249,10 @@ class GroupManager:
                              "has not arrived): try again in a moment")
         if record.private and not passphrase:
             raise UsageError(f"group {record.desc!r} is private: its passphrase is needed to join")
+        if not record.private and passphrase:
+            # Whoever expects a private group must not write to an open one believing it sealed.
+            raise UsageError(f"group {record.desc!r} is open, not private: anyone on the network can read it; "
+                             "join it without a passphrase if that is what you want")
         return record
 
     @staticmethod

@@ -90,9 +90,15 @@ def test_an_old_data_dir_keeps_its_messages_readable_and_its_groups_legacy(tmp_p
     for call in (lambda: m.send(legacy, "new"), lambda: m.join_group(legacy)):
         with pytest.raises(UsageError, match="older version"):
             call()
-    # New groups work beside it, and the legacy one is never announced.
+    # New groups work beside it, and the legacy one is never announced.  A passphrase
+    # offered for an open group is refused: its sender believed it private.
     gid = m.create_group("New lunch")
     assert m.group(gid).verified and m.group(gid).joined and legacy not in m.channels
+    other = manager(tmp_path / "other")
+    feed(other, wire.GroupsInfo(tuple(m.gjlp.groups[gid].to_wire())), sender=m.identity)
+    with pytest.raises(UsageError, match="open, not private"):
+        other.join_group(gid, "correct horse battery staple")
+    assert other.join_group(gid) == gid
     m.store.close()
 
 

@@ -72,6 +72,9 @@ class MemoryManager:
             # A private group injected without a passphrase opens to none.
             if passphrase != self._passphrases.get(gid):
                 raise PassphraseRefused(f"wrong passphrase for group {view.desc!r}", wrong=True)
+        if not view.joined and not view.private and passphrase:
+            raise UsageError(f"group {view.desc!r} is open, not private: anyone on the network can read it; "
+                             "join it without a passphrase if that is what you want")
         if not view.joined:
             me = Member(self.pid, self.name)
             view = _replace(view, joined=True, members=view.members + (me,), member_count=view.member_count + 1)
