@@ -227,6 +227,11 @@ class Gjlp:
             raise ValueError(f"group {gid} has no verified descriptor")
         if key:
             self.keys[gid] = key
+            # Records taken as an outsider, who could not check key proofs: keep only the key holders'.
+            for pid, member in list(record.members.items()):
+                if pid != self.pid and not self._key_proof_holds(record, member):
+                    del record.members[pid]
+                    self.member_records_rejected += 1
         own = record.members.get(self.pid)
         if own is not None and own.joined:
             return record
