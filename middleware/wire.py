@@ -9,6 +9,10 @@ by up to eight datagrams of one burst (:func:`crypto.sign_burst`).  A DATA
 message carries its own signature proof, so any member can relay it; every other datagram
 ends in a 64-byte Ed25519 signature of the envelope.  The pid must be the
 fingerprint of the key.
+Groups are described by their creator's signed :class:`GroupDescriptor` (the gid is
+its hash) and members by their own signed :class:`MemberRecord`; ``decode`` checks
+their shape, and :func:`verify_descriptor` / :func:`verify_member` their signatures
+(the GJLP calls them only when a record would change something).
 ``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it
 cannot turn into a well-formed, verified message raises :class:`WireError` (or its
 subclasses :class:`SignatureError` and :class:`SealedError`) and nothing else.
@@ -22,6 +26,7 @@ Limits (all enforced by both ``encode`` and ``decode``):
 ``MAX_DESC``           200 characters for a group description
 ``MAX_TEXT``           8,000 characters for a chat message's text
 ``MAX_ITEMS``          10,000 entries in any list (members, ranges, messages)
+``MAX_MEMBER_COUNTER`` 2**31 - 1: a member record's counter (signed by the member)
 =====================  ==========================================================
 """
 
