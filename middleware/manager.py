@@ -207,7 +207,9 @@ class GroupManager:
         if passphrase is not None:
             _check_new_passphrase(passphrase)
             key = await self._derive(passphrase, salt, crypto.ARGON2ID, crypto.ARGON2_OPSLIMIT, crypto.ARGON2_MEMLIMIT)
-        return self._create(desc, salt, key)
+        gid = self._create(desc, salt, key)
+        self.flush()  # the caller (GUI or JSON-RPC) hears of it once it is stored and sent
+        return gid
 
     async def _derive(self, passphrase: str, salt: bytes, kdf: str, ops: int, mem: int) -> bytes:
         loop = asyncio.get_running_loop()
@@ -287,7 +289,9 @@ class GroupManager:
             key = self._checked(record, await self._derive(passphrase, *self._kdf_args(record)))
             if self._joinable(gid, passphrase) is None:  # joined meanwhile, by another call
                 return gid
-        return self._join(record, key)
+        self._join(record, key)
+        self.flush()  # the caller (GUI or JSON-RPC) hears of it once it is stored and sent
+        return gid
 
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
         gid = record.gid
