@@ -43,6 +43,9 @@ MAX_GROUPS = 1_000  # groups known at once; joined ones are never evicted for ne
 RECORDS_PER_INFO = 100  # member records in one GroupInfo of an answer: at most ~45 KB
 INFO_BUDGET = 60_000  # bytes of GroupInfos per GROUPS_INFO datagram (estimated)
 FETCH_INTERVAL = 2.0  # seconds between ADVs that fetch zeroconf-only groups' descriptors
+# A GROUPS_INFO answer can be ~100 times its ADV (a thousand member records), so this peer
+# answers at most once per ANSWER_INTERVAL: a flood of ADVs coalesces into one answer.
+ANSWER_INTERVAL = 2.0
 MAX_FETCH = 64  # gids asked for in one ADV
 
 
@@ -190,6 +193,7 @@ class Gjlp:
         # A pending answer to advertisements: the gids still worth announcing, and when.
         self._answer_gids: set[str] = set()
         self._answer_at: float | None = None
+        self._last_answer = float("-inf")
         self._wanted: set[str] = set()  # zeroconf-only gids whose descriptors to fetch
         self._fetch_at: float | None = None
         self._last_fetch = float("-inf")
@@ -412,7 +416,7 @@ class Gjlp:
             return
         self._answer_gids |= gids
         if self._answer_at is None:
-            self._answer_at = now + self._rng.uniform(*self._answer_delay)
+            self._answer_at = max(now + self._rng.uniform(*self._answer_delay), self._last_answer + ANSWER_INTERVAL)
 
     def _suppress_if_covered(self, info: wire.GroupInfo) -> None:
         """Drop ``info.gid`` from our pending answer if ``info`` already says all we would."""
@@ -443,6 +447,7 @@ class Gjlp:
         infos = [info for gid in sorted(self._answer_gids) if self.is_member(gid) for info in self.groups[gid].to_wire()]
         self._answer_gids.clear()
         self._answer_at = None
+        self._last_answer = now
         # Stay under the datagram limit: as many GroupInfos per GROUPS_INFO as fit.
         batch, size = [], 0
         for info in infos:

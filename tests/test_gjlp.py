@@ -5,7 +5,7 @@ import random
 import pytest
 
 from middleware import crypto, wire
-from middleware.gjlp import (MAX_MEMBERS, Gjlp, GroupSeen, MemberJoined, MemberLeft, MemberUpdated, group_address)
+from middleware.gjlp import (ANSWER_INTERVAL, MAX_MEMBERS, Gjlp, GroupSeen, MemberJoined, MemberLeft, MemberUpdated, group_address)
 
 ANN, BOB, EVE = (crypto.Identity.generate() for _ in range(3))
 
@@ -211,3 +211,17 @@ def test_group_addresses_are_stable_distinct_and_never_the_control_channel():
     assert len(addresses) > 490
     assert group_address("x") == group_address("x")
     assert all(a.startswith("239.255.") and a != "239.255.77.77" for a in addresses)
+
+
+def test_a_flood_of_advertisements_is_answered_once_per_interval():
+    p = peer()
+    p.create_group(descriptor(creator=p.identity), now=0.0)
+    p.datagrams_to_send()
+    answers, now = 0, 10.0
+    while now < 10.0 + 4 * ANSWER_INTERVAL:
+        p.receive(EVE.pid, wire.Adv("Eve"), now)
+        if p.get_timer() is not None and p.get_timer() <= now:
+            p.handle_timer(now)
+        answers += len(p.datagrams_to_send())
+        now += 0.05
+    assert answers <= 4 + 1  # one per interval, not one per ADV (160 ADVs)
