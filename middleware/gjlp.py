@@ -40,6 +40,9 @@ from .types import GroupView, Member
 
 MAX_MEMBERS = 1_000  # member records (joined or left) kept per group
 MAX_GROUPS = 1_000  # groups known at once; joined ones are never evicted for new ones
+# Member records held for groups this peer is not in (shown in the discovery list only):
+# without this, 1,000 groups of 1,000 records each would hold about half a gigabyte.
+MAX_OUTSIDE_RECORDS = 50_000
 RECORDS_PER_INFO = 100  # member records in one GroupInfo of an answer: at most ~45 KB
 INFO_BUDGET = 60_000  # bytes of GroupInfos per GROUPS_INFO datagram (estimated)
 FETCH_INTERVAL = 2.0  # seconds between ADVs that fetch zeroconf-only groups' descriptors
@@ -194,6 +197,7 @@ class Gjlp:
         self._answer_gids: set[str] = set()
         self._answer_at: float | None = None
         self._last_answer = float("-inf")
+        self._outside_records = 0  # member records held for groups this peer is not in
         self._wanted: set[str] = set()  # zeroconf-only gids whose descriptors to fetch
         self._fetch_at: float | None = None
         self._last_fetch = float("-inf")
@@ -206,10 +210,6 @@ class Gjlp:
         self.groups_refused = 0  # MAX_GROUPS reached
 
     # -- user calls ---------------------------------------------------------
-
-    def restore(self, record: GroupRecord) -> None:
-        """Load a group from the store at start (no events, nothing sent)."""
-        self.groups[record.gid] = record
 
     def advertise(self) -> None:
         self._outbox.append(wire.Adv(self.name))
@@ -242,6 +242,7 @@ class Gjlp:
         record.members[self.pid] = self._sign(gid, own.counter + 1 if own else 1, True)
         record.last_seen = now
         self._outbox.append(wire.Join(record.members[self.pid]))
+        self._count_outside()
         return record
 
     def leave(self, gid: str, now: float) -> None:
@@ -253,6 +254,7 @@ class Gjlp:
         record.last_seen = now
         self._answer_gids.discard(gid)
         self._outbox.append(wire.Leave(record.members[self.pid]))
+        self._count_outside()
 
     def rename(self, name: str) -> list[str]:
         """A new display name, re-announced (a new signed record) in every joined group."""
@@ -268,6 +270,14 @@ class Gjlp:
         if counter > wire.MAX_MEMBER_COUNTER:
             raise ValueError(f"this peer's membership of {gid} changed {wire.MAX_MEMBER_COUNTER} times: no more")
         return wire.sign_member(self.identity, gid, self.name, counter, joined, self.keys.get(gid))
+
+    def restore(self, record: GroupRecord) -> None:
+        """Load a group from the store at start (no events, nothing sent)."""
+        self.groups[record.gid] = record
+        self._outside_records += 0 if self.is_member(record.gid) else len(record.members)
+
+    def _count_outside(self) -> None:
+        self._outside_records = sum(len(r.members) for gid, r in self.groups.items() if not self.is_member(gid))
 
     def is_member(self, gid: str) -> bool:
         record = self.groups.get(gid)
@@ -306,6 +316,7 @@ class Gjlp:
             return False
         oldest = min(spare, key=lambda r: r.last_seen)
         del self.groups[oldest.gid]
+        self._outside_records -= len(oldest.members)
         self._wanted.discard(oldest.gid)
         self._answer_gids.discard(oldest.gid)
         return True
@@ -377,7 +388,9 @@ class Gjlp:
             if member.counter < old.counter or member.signature != old.signature:
                 self.member_records_stale += 1
             return
-        if old is None and len(record.members) >= MAX_MEMBERS and pid != self.pid:
+        outside = not self.is_member(gid)
+        if old is None and pid != self.pid and (len(record.members) >= MAX_MEMBERS
+                                                or outside and self._outside_records >= MAX_OUTSIDE_RECORDS):
             self.member_records_refused += 1
             return
         if not wire.verify_member(member) or not self._key_proof_holds(record, member):
@@ -392,6 +405,7 @@ class Gjlp:
                 self._events.append(MemberUpdated(gid, Member(pid, self.name, member.counter + 1)))
             return
         record.members[pid] = member
+        self._outside_records += outside and old is None
         shown = Member(pid, member.name, member.counter)
         if old is None or old.joined != member.joined:
             self._events.append(MemberJoined(gid, shown) if member.joined else MemberLeft(gid, shown))

@@ -4,8 +4,9 @@ import random
 
 import pytest
 
-from middleware import crypto, wire
-from middleware.gjlp import (ANSWER_INTERVAL, MAX_MEMBERS, Gjlp, GroupSeen, MemberJoined, MemberLeft, MemberUpdated, group_address)
+from middleware import crypto, gjlp, wire
+from middleware.gjlp import (ANSWER_INTERVAL, MAX_MEMBERS, Gjlp, GroupSeen, MemberJoined, MemberLeft, MemberUpdated,
+                             group_address)
 
 ANN, BOB, EVE = (crypto.Identity.generate() for _ in range(3))
 
@@ -225,3 +226,17 @@ def test_a_flood_of_advertisements_is_answered_once_per_interval():
         answers += len(p.datagrams_to_send())
         now += 0.05
     assert answers <= 4 + 1  # one per interval, not one per ADV (160 ADVs)
+
+
+def test_records_of_groups_this_peer_is_not_in_have_a_global_budget(monkeypatch):
+    monkeypatch.setattr(gjlp, "MAX_OUTSIDE_RECORDS", 30)
+    p = peer()
+    groups = [descriptor(desc=f"g{i}") for i in range(4)]
+    for d in groups:
+        p.receive(EVE.pid, info(d, *(wire.sign_member(crypto.Identity.generate(), d.gid, "x", 1, True)
+                                     for _ in range(10))), 1.0)
+    assert sum(len(r.members) for r in p.groups.values()) == 30 and p.member_records_refused == 10
+    # Joining one makes its records this peer's own business: room again for the others.
+    p.join(groups[0].gid, 2.0)
+    p.receive(EVE.pid, info(groups[3], wire.sign_member(BOB, groups[3].gid, "Bob", 1, True)), 3.0)
+    assert BOB.pid in p.groups[groups[3].gid].members
