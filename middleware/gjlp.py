@@ -36,7 +36,7 @@ import random
 from dataclasses import dataclass, field
 
 from . import crypto, wire
-from .types import GroupView, Member
+from .types import GroupView, Member, UsageError
 
 MAX_MEMBERS = 1_000  # member records (joined or left) kept per group
 MAX_GROUPS = 1_000  # groups known at once; joined ones are never evicted for new ones
@@ -268,7 +268,7 @@ class Gjlp:
 
     def _sign(self, gid: str, counter: int, joined: bool) -> wire.MemberRecord:
         if counter > wire.MAX_MEMBER_COUNTER:
-            raise ValueError(f"this peer's membership of {gid} changed {wire.MAX_MEMBER_COUNTER} times: no more")
+            raise UsageError(f"this peer's membership of {gid} changed {wire.MAX_MEMBER_COUNTER} times: no more")
         return wire.sign_member(self.identity, gid, self.name, counter, joined, self.keys.get(gid))
 
     def restore(self, record: GroupRecord) -> None:
@@ -399,7 +399,7 @@ class Gjlp:
         if pid == self.pid:
             # Ours, signed by us, newer than what we hold: our store lost a change.  Only
             # this peer decides its membership, so it re-signs its own state above it.
-            if old is not None:
+            if old is not None and member.counter < wire.MAX_MEMBER_COUNTER:
                 record.members[pid] = self._sign(gid, member.counter + 1, old.joined)
                 self._outbox.append((wire.Join if old.joined else wire.Leave)(record.members[pid]))
                 self._events.append(MemberUpdated(gid, Member(pid, self.name, member.counter + 1)))

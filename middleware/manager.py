@@ -557,7 +557,10 @@ class GroupManager:
                 self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
         self._seqnos_to_save.clear()
         for message in self.gjlp.datagrams_to_send():
-            self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.identity, message)))
+            try:
+                self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.identity, message)))
+            except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
+                log.warning("not sent: %s", exc)
         events = self.gjlp.events()
         changed_groups: dict[str, bool] = {}
         changed_members: dict[str, set[str]] = {}

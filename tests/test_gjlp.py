@@ -240,3 +240,18 @@ def test_records_of_groups_this_peer_is_not_in_have_a_global_budget(monkeypatch)
     p.join(groups[0].gid, 2.0)
     p.receive(EVE.pid, info(groups[3], wire.sign_member(BOB, groups[3].gid, "Bob", 1, True)), 3.0)
     assert BOB.pid in p.groups[groups[3].gid].members
+
+
+def test_this_peers_own_counter_never_passes_the_limit():
+    me = crypto.Identity.generate()
+    p = peer(me)
+    d = descriptor()
+    p.receive(ANN.pid, info(d), 1.0)
+    p.join(d.gid, 2.0)
+    p.datagrams_to_send()
+    # Even a record this peer signed at the limit (a store from elsewhere) leaves it as it is.
+    p.receive(ANN.pid, info(d, wire.sign_member(me, d.gid, "Me", wire.MAX_MEMBER_COUNTER, False)), 3.0)
+    assert p.is_member(d.gid) and p.datagrams_to_send() == []
+    p.groups[d.gid].members[me.pid] = wire.sign_member(me, d.gid, "Me", wire.MAX_MEMBER_COUNTER, True)
+    with pytest.raises(ValueError, match="no more"):
+        p.leave(d.gid, 4.0)
