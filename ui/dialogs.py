@@ -239,7 +239,7 @@ class JoinDialog(_ValidatedDialog):
         self.backend = backend
         self.joined_gid: str | None = None
         self.gid_edit = QLineEdit(gid)
-        self.gid_edit.setPlaceholderText("group id, e.g. 3f2a…-1")
+        self.gid_edit.setPlaceholderText("group id (26 letters and digits)")
         self.form.addRow("Group id:", self.gid_edit)
         self.passphrase_edit = _passphrase_edit("only for a private group")
         self.form.addRow("Passphrase:", self.passphrase_edit)
