@@ -1,6 +1,7 @@
 """Group trust in the GUI: the passphrase strength meter, weak passphrases refused, and members
 told apart by their key fingerprints when they share a display name."""
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
 from conftest import ANN, BOB, CAT
@@ -45,3 +46,22 @@ def test_members_show_fingerprints_and_a_shared_name_is_marked(qtbot, window, ba
     assert any(short_fingerprint(impostor.pid)[:9] in text for text in marked)
     assert f"key fingerprint {short_fingerprint(BOB.pid)}" in rows["Bob"]
     assert "More than one member" in next(tip for text, tip in rows.items() if text in marked)
+
+
+def test_a_group_seen_only_in_zeroconf_is_checking_and_not_joinable(qtbot, window, backend):
+    from dataclasses import replace
+    window.start()
+    view = backend.manager.inject_group("z-1", "Board (open!)", members=(ANN,), notify=False)
+    unverified = replace(view, verified=False, sources=frozenset({"zeroconf"}))
+    backend.manager._groups["z-1"] = unverified
+    backend.manager.listener.on_groups_discovered([unverified])
+    discovery = window.discovery
+    qtbot.waitUntil(lambda: discovery.model.rowCount() == 1)
+    assert discovery.model.index(0, 2).data() == "checking…"
+    assert discovery.select_gid("z-1") and not discovery.join_button.isEnabled()
+    verified = replace(unverified, verified=True, creator=ANN.pid)
+    backend.manager.listener.on_groups_discovered([verified])
+    qtbot.waitUntil(lambda: discovery.model.index(0, 2).data() == "open")
+    discovery.select_gid("z-1")
+    assert discovery.join_button.isEnabled()
+    assert short_fingerprint(ANN.pid) in discovery.model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)
