@@ -87,13 +87,19 @@ def test_membership_changes_only_by_the_members_own_signed_record():
     assert members(p, d.gid) == (["Ann"], ["Bob"])
 
 
-def test_nobody_changes_this_peers_own_entry_and_a_lost_change_is_resigned_above():
+def joined_peer():
+    """A peer that joined ANN's open group: (its identity, the peer, the descriptor)."""
     me = crypto.Identity.generate()
     p = peer(me)
     d = descriptor()
     p.receive(ANN.pid, info(d), 1.0)
     p.join(d.gid, 2.0)
     assert p.datagrams_to_send()[0].record.counter == 1
+    return me, p, d
+
+
+def test_nobody_changes_this_peers_own_entry_and_a_lost_change_is_resigned_above():
+    me, p, d = joined_peer()
     forged = wire.sign_member(EVE, d.gid, "Me", 50, False)
     p.receive(EVE.pid, wire.Leave(wire.MemberRecord(d.gid, me.public_key, "Me", 50, False, b"", forged.signature,
                                                     me.pid)), 3.0)
@@ -243,12 +249,7 @@ def test_records_of_groups_this_peer_is_not_in_have_a_global_budget(monkeypatch)
 
 
 def test_this_peers_own_counter_never_passes_the_limit():
-    me = crypto.Identity.generate()
-    p = peer(me)
-    d = descriptor()
-    p.receive(ANN.pid, info(d), 1.0)
-    p.join(d.gid, 2.0)
-    p.datagrams_to_send()
+    me, p, d = joined_peer()
     # Even a record this peer signed at the limit (a store from elsewhere) leaves it as it is.
     p.receive(ANN.pid, info(d, wire.sign_member(me, d.gid, "Me", wire.MAX_MEMBER_COUNTER, False)), 3.0)
     assert p.is_member(d.gid) and p.datagrams_to_send() == []
