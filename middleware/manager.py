@@ -471,7 +471,7 @@ class GroupManager:
     # ~70 µs each), so they are worked through in slices of CONTROL_SLICE seconds, the loop
     # free in between: a flood delays group news, never the chat or the JSON-RPC answers.
     # The backlog is bounded; what does not fit is dropped and counted (senders re-announce).
-    CONTROL_SLICE = 0.025
+    CONTROL_SLICE = 0.01
     MAX_CONTROL_BACKLOG = 8_000_000  # bytes
 
     def _on_control_datagrams(self, batch: list[bytes]) -> None:
