@@ -59,9 +59,7 @@ class ManagerThread:
                     future.set_exception(exc)
                     return
                 if asyncio.iscoroutine(result):  # e.g. join_group_async: its result once it is done
-                    task = self._loop.create_task(result)
-                    task.add_done_callback(lambda done: future.set_exception(done.exception())
-                                           if done.exception() is not None else future.set_result(done.result()))
+                    self._loop.create_task(result).add_done_callback(lambda done: _settle(future, done))
                 else:
                     future.set_result(result)
 
@@ -79,3 +77,13 @@ class ManagerThread:
                 pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout)
+
+
+def _settle(future: concurrent.futures.Future, done: asyncio.Task) -> None:
+    """Hand a finished task's outcome to the caller's future (a cancelled task cancels it)."""
+    if done.cancelled():
+        future.set_exception(concurrent.futures.CancelledError())  # it is running: cancel() would not settle it
+    elif done.exception() is not None:
+        future.set_exception(done.exception())
+    else:
+        future.set_result(done.result())

@@ -157,3 +157,37 @@ def test_dns_sd_instance_names_are_readable_and_unique_and_txt_stays_small():
     parsed = discovery.parse_service({k.encode(): v.encode() for k, v in txt.items()})
     assert parsed == (d.gid, "✓" * 40, True, 1_000)
     assert discovery.parse_service({b"v": b"2", b"gid": b"ann-1"}) is None  # not a gid a descriptor can have
+
+
+def test_the_manager_thread_hands_back_what_a_coroutine_method_returns_raises_or_is_cancelled():
+    import concurrent.futures
+    import threading
+
+    from middleware.runner import ManagerThread
+
+    thread = ManagerThread.__new__(ManagerThread)  # its loop only: no manager, no sockets
+    thread._loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=thread._loop.run_forever, daemon=True)
+    runner.start()
+
+    async def answer():
+        await asyncio.sleep(0.01)
+        return "gid"
+
+    async def refuse():
+        raise UsageError("no")
+
+    async def cancelled():
+        asyncio.current_task().cancel()
+        await asyncio.sleep(1)
+
+    try:
+        assert thread.call(answer).result(5) == "gid"
+        with pytest.raises(UsageError):
+            thread.call(refuse).result(5)
+        with pytest.raises(concurrent.futures.CancelledError):
+            thread.call(cancelled).result(5)
+    finally:
+        thread._loop.call_soon_threadsafe(thread._loop.stop)
+        runner.join(5)
+        thread._loop.close()
