@@ -135,8 +135,11 @@ class Store:
             self._migrate_segments()
         self._migrate()
         self._db.executescript(SCHEMA)
-        if "descriptor" not in {row[1] for row in self._db.execute("PRAGMA table_info(groups)")}:
-            self._db.execute("ALTER TABLE groups ADD COLUMN descriptor BLOB")
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(groups)")}
+        for column, kind in (("salt", "BLOB NOT NULL DEFAULT x''"), ("key_check", "BLOB NOT NULL DEFAULT x''"),
+                             ("group_key", "BLOB"), ("descriptor", "BLOB")):
+            if column not in columns:  # data dirs from before private groups, or before descriptors
+                self._db.execute(f"ALTER TABLE groups ADD COLUMN {column} {kind}")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._db.commit()
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()

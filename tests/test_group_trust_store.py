@@ -78,8 +78,9 @@ def test_an_old_data_dir_keeps_its_messages_readable_and_its_groups_legacy(tmp_p
     old = [ChatMessage(legacy, (ANN.pid, i), None, "Ann", f"old {i}", 1_700_000_000_000 + i, 1_700_000_000_500 + i,
                        0, bytes(66), ANN.public_key) for i in (1, 2)]
     store.add_messages(old)
-    # Back to the layout of the version before descriptors: no descriptor column, no member_records.
-    store._db.execute("ALTER TABLE groups DROP COLUMN descriptor")
+    # Back to the layout of the first versions: no key columns, no descriptor, no member_records.
+    for column in ("descriptor", "salt", "key_check", "group_key"):
+        store._db.execute(f"ALTER TABLE groups DROP COLUMN {column}")
     store._db.execute("DROP TABLE member_records")
     store.close()
 
