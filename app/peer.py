@@ -128,14 +128,17 @@ class JsonRpcPeer(NullListener):
     def whoami(self, params: dict) -> dict:
         return {"pid": self.manager.pid, "name": self.manager.name}
 
-    def create_group(self, params: dict) -> dict:
-        return {"gid": self.manager.create_group(_param(params, "desc", str), _optional_str(params, "passphrase"))}
+    async def create_group(self, params: dict) -> dict:
+        # The key derivation runs off the loop; the answer comes once the group is stored.
+        return {"gid": await self.manager.create_group_async(_param(params, "desc", str),
+                                                             _optional_str(params, "passphrase"))}
 
     def list_groups(self, params: dict) -> list:
         return [group.to_json() for group in self.manager.groups()]
 
-    def join_group(self, params: dict) -> dict:
-        return {"gid": self.manager.join_group(_param(params, "gid", str), _optional_str(params, "passphrase"))}
+    async def join_group(self, params: dict) -> dict:
+        return {"gid": await self.manager.join_group_async(_param(params, "gid", str),
+                                                           _optional_str(params, "passphrase"))}
 
     def leave_group(self, params: dict) -> dict:
         self.manager.leave_group(_param(params, "gid", str))
@@ -206,8 +209,9 @@ class JsonRpcPeer(NullListener):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def handle_line(self, line: str) -> dict | None:
-        """One request line -> its response (None for a notification)."""
+    def handle_line(self, line: str) -> dict | None | asyncio.Future:
+        """One request line -> its response (None for a notification; a future of it for a
+        method that awaits, such as a join that derives a key)."""
         try:
             request = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -226,6 +230,8 @@ class JsonRpcPeer(NullListener):
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "params must be an object")
             result = method(params)
+            if asyncio.iscoroutine(result):
+                return asyncio.ensure_future(self._finish(request, result))
         except RpcError as exc:
             return _error(rid, exc.code, exc.message) if "id" in request else None
         except UsageError as exc:
@@ -236,6 +242,19 @@ class JsonRpcPeer(NullListener):
         if "id" not in request:
             return None
         return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+
+    async def _finish(self, request: dict, pending) -> dict | None:
+        rid = request.get("id")
+        try:
+            result = await pending
+        except (RpcError, UsageError) as exc:
+            code = exc.code if isinstance(exc, RpcError) else APP_ERROR
+            return _error(rid, code, str(exc)) if "id" in request else None
+        except Exception as exc:
+            log.exception("method %s failed", request["method"])
+            return _error(rid, APP_ERROR, f"internal error: {exc}") if "id" in request else None
+        return {"jsonrpc": "2.0", "id": rid, "result": result} if "id" in request else None
 
 
 def _param(params: dict, key: str, kind: type) -> Any:
@@ -289,6 +308,13 @@ async def serve(args: argparse.Namespace) -> int:
     reader = asyncio.StreamReader(limit=2**22)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
 
+    def answer_when_done(done: asyncio.Future) -> None:
+        response = done.result()
+        if response is not None:
+            manager.flush()  # answer only once the work is stored and sent
+            write(response)
+            out.flush()
+
     async def read_requests() -> None:
         while not peer.stopping.is_set():
             try:
@@ -304,7 +330,9 @@ async def serve(args: argparse.Namespace) -> int:
                 text = line.decode("utf-8", "replace").strip()
                 if text:
                     response = peer.handle_line(text)
-                    if response is not None:
+                    if isinstance(response, asyncio.Future):
+                        response.add_done_callback(answer_when_done)
+                    elif response is not None:
                         responses.append(response)
             manager.flush()  # answer only once the work is stored and sent
             for response in responses:

@@ -1,12 +1,14 @@
 """Small dialogs: display name, create group (CreateNewGrpWindow), join by id, passphrase, warnings, about.
 
 Create and Join check what they can at once (empty, too long, passphrases
-that differ or are short) and say in a plain sentence why the middleware
-refused (e.g. "That passphrase does not open this group."); the dialog stays
-open until the call succeeds, so the user can fix the input and try again.
-Every dialog opens with the keyboard in its first field, and Enter is OK,
-which accepts only valid input (a button never holds the focus at first, so
-typing a space cannot press it).
+that differ, are short or too easy to guess: a strength meter under the
+passphrase says how it stands as it is typed) and say in a plain sentence why
+the middleware refused (e.g. "That passphrase does not open this group."); the
+dialog stays open until the call succeeds, so the user can fix the input and
+try again.  Private creates and joins call the middleware's ``*_async``
+methods, which derive the key on a worker thread.  Every dialog opens with the
+keyboard in its first field, and Enter is OK, which accepts only valid input
+(a button never holds the focus at first, so typing a space cannot press it).
 
 Invites are one line of text: ``m2mc://join/<gid>?desc=<description>``
 after a sentence for people; :func:`parse_invite` also takes a bare gid.
@@ -21,6 +23,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
+    QProgressBar,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
@@ -33,16 +36,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from middleware import __version__
+from middleware import __version__, passphrase as passphrases
 from middleware.manager import MAX_DESC, MAX_NAME
-
-MIN_PASSPHRASE = 8  # the middleware's rule (manager._check_passphrase); checked here too for an early word
-
-from middleware.types import Mid
+from middleware.types import Mid, PassphraseRefused
 
 from .bridge import Backend, describe_error
 from .resources import app_icon
 
+MIN_PASSPHRASE = passphrases.MIN_LENGTH  # the middleware's rule; checked here too for an early word
+WRONG_PASSPHRASE = "That passphrase does not open this group."
 INVITE = re.compile(r"m2mc://join/([^\s?]+)(\?\S*)?")
 MESSAGE_LINK = re.compile(r"m2mc://message/([^\s/]+)/([0-9a-fA-F]+):([0-9]+)")
 
@@ -70,11 +72,11 @@ def parse_message_link(url: str) -> tuple[str, Mid] | None:
     return unquote(match.group(1)), (match.group(2), int(match.group(3)))
 
 
-def plain_error(error: Exception) -> str:
+def plain_error(error: BaseException) -> str:
     """The middleware's refusal as a sentence for people."""
+    if isinstance(error, PassphraseRefused) and error.wrong:
+        return WRONG_PASSPHRASE
     text = describe_error(error)
-    if text.startswith("wrong passphrase"):
-        return "That passphrase does not open this group."
     private = re.match(r"group '(.*)' is private", text)
     if private:
         return f"“{private.group(1)}” is a private group: enter its passphrase."
@@ -83,6 +85,39 @@ def plain_error(error: Exception) -> str:
     if text.startswith("a passphrase needs at least"):
         return f"A passphrase needs at least {MIN_PASSPHRASE} characters."
     return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+class StrengthMeter(QWidget):
+    """A bar and a word for how guessable a passphrase is (middleware.passphrase.assess)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bar = QProgressBar()
+        self.bar.setRange(0, len(passphrases.LABELS))
+        self.bar.setTextVisible(False)
+        self.bar.setMaximumHeight(8)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setProperty("class", "hint")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.label)
+        self.update_for("")
+
+    def update_for(self, phrase: str) -> passphrases.Assessment | None:
+        if not phrase:
+            self.bar.setValue(0)
+            self.label.setText("Several unrelated words are easiest to remember and hardest to guess.")
+            return None
+        assessment = passphrases.assess(phrase)
+        self.bar.setValue(assessment.score + 1)
+        self.setProperty("strength", assessment.label)
+        text = f"Strength: {assessment.label}"
+        if assessment.weakness:
+            text += f" — {assessment.weakness}."
+        self.label.setText(text)
+        return assessment
 
 
 class _ValidatedDialog(QDialog):
@@ -198,7 +233,10 @@ class CreateGroupDialog(_ValidatedDialog):
         self.form.addRow(self.private_check)
         self.passphrase_edit = _passphrase_edit(f"at least {MIN_PASSPHRASE} characters")
         self.confirm_edit = _passphrase_edit("the same again")
+        self.strength = StrengthMeter()
+        self.passphrase_edit.textChanged.connect(self.strength.update_for)
         self.form.addRow("Passphrase:", self.passphrase_edit)
+        self.form.addRow("", self.strength)
         self.form.addRow("Confirm:", self.confirm_edit)
         self.private_hint = _hint("Give the passphrase to the people you invite in person, not in an open group. "
                                   "Without it nobody can read or write in the group, but everyone on the "
@@ -207,7 +245,7 @@ class CreateGroupDialog(_ValidatedDialog):
         self._show_private(False)
 
     def _show_private(self, on: bool) -> None:
-        for widget in (self.passphrase_edit, self.confirm_edit, self.private_hint):
+        for widget in (self.passphrase_edit, self.strength, self.confirm_edit, self.private_hint):
             self.form.setRowVisible(widget, on)
             widget.setEnabled(on)
         if on:
@@ -237,6 +275,12 @@ class CreateGroupDialog(_ValidatedDialog):
                                 f"(it has {len(passphrase)}).")
                 self.passphrase_edit.setFocus()
                 return
+            weakness = passphrases.assess(passphrase).weakness
+            if weakness:
+                self.show_error(f"This passphrase is too easy to guess: {weakness}. Choose another one.")
+                self.passphrase_edit.selectAll()
+                self.passphrase_edit.setFocus()
+                return
             if self.confirm_edit.text() != passphrase:
                 self.show_error("The two passphrases differ: type the same one in both fields.")
                 self.confirm_edit.selectAll()
@@ -244,7 +288,7 @@ class CreateGroupDialog(_ValidatedDialog):
                 return
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        self.backend.request("create_group", desc, passphrase, on_result=self._created,
+        self.backend.request("create_group_async", desc, passphrase, on_result=self._created,
                              on_error=lambda exc: self.show_error(plain_error(exc)))
 
     def _created(self, gid: str) -> None:
@@ -262,7 +306,7 @@ class JoinDialog(_ValidatedDialog):
         if not gid and invite and INVITE.search(invite):
             gid = invite.strip()  # a copied invite on the clipboard: offered as it is
         self.gid_edit = QLineEdit(gid)
-        self.gid_edit.setPlaceholderText("an invite (m2mc://join/…) or a group id")
+        self.gid_edit.setPlaceholderText("an invite (m2mc://join/…) or a group id (26 letters and digits)")
         self.form.addRow("Invite or id:", self.gid_edit)
         self.passphrase_edit = _passphrase_edit("only for a private group")
         self.form.addRow("Passphrase:", self.passphrase_edit)
@@ -280,7 +324,7 @@ class JoinDialog(_ValidatedDialog):
         gid = parsed[0]
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        self.backend.request("join_group", gid, self.passphrase_edit.text() or None, on_result=self._joined,
+        self.backend.request("join_group_async", gid, self.passphrase_edit.text() or None, on_result=self._joined,
                              on_error=lambda exc: self.show_error(plain_error(exc)))
 
     def _joined(self, gid: str) -> None:
@@ -313,8 +357,8 @@ class PassphraseDialog(_ValidatedDialog):
             return
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        # Deriving the key takes a moment (scrypt) on the middleware thread; the GUI stays live.
-        self.backend.request("join_group", self.gid, passphrase, on_result=self._joined, on_error=self._refused)
+        # Deriving the key takes about half a second (Argon2id) on a worker thread; GUI and network stay live.
+        self.backend.request("join_group_async", self.gid, passphrase, on_result=self._joined, on_error=self._refused)
 
     def _refused(self, error: Exception) -> None:
         self.show_error(plain_error(error))

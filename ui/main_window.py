@@ -61,6 +61,7 @@ from .delegate import MessageDelegate, snippet
 from .dialogs import (CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog, WarningLogWindow, invite_text,
                       parse_message_link, show_about)
 from .discovery_window import DiscoveryWindow
+from .member_list import fill_member_list
 from .message_model import (MessageRole, MessageTreeModel, SearchRole, ThreadListModel, ThreadModel, ThreadRole,
                             TimelineModel)
 from .notifier import Notifier
@@ -87,7 +88,6 @@ TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden ag
 READ_SAVE_MS = 1000  # read marks go to the store at most once a second
 PRESENCE_POLL_MS = 5000
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
-PRESENCE_MARKS = {"online": "●", "away": "◐", "offline": "○"}
 
 
 @dataclass
@@ -1009,30 +1009,14 @@ class MainWindow(QMainWindow):
             self.sync_bar.hide()
 
     def _fill_members(self) -> None:
-        self.member_list.clear()
         session = self.current
         view = session.view if session is not None else None
-        if view is None:
-            return
-        names = {m.pid: m.name for m in (*view.members, *view.left)}
-        for conversation in (self.tree_view, self.timeline_view):
-            conversation.itemDelegate().names = names
-        self.member_list.addItem(self._member_header(f"In the group ({len(view.members)})"))
-        for member in sorted(view.members, key=lambda m: m.name.lower()):
-            you = " (you)" if member.pid == self.backend.pid else ""
-            status = "online" if you else session.presence.get(member.pid, "offline")
-            item = QListWidgetItem(icon("member"), f"{PRESENCE_MARKS[status]} {member.name}{you}")
-            item.setData(Qt.ItemDataRole.UserRole, status)
-            item.setToolTip(f"{member.name} is {status} (as heard by this peer)\npeer id {member.pid}")
-            self.member_list.addItem(item)
-        if view.left:
-            self.member_list.addItem(self._member_header(f"Left ({len(view.left)})"))
-            for member in sorted(view.left, key=lambda m: m.name.lower()):
-                item = QListWidgetItem(icon("close"), f"{member.name} — left the group")
-                item.setData(Qt.ItemDataRole.UserRole, "left")
-                item.setFlags(Qt.ItemFlag.ItemIsEnabled)
-                item.setToolTip(f"peer id {member.pid} (left the group)")
-                self.member_list.addItem(item)
+        if view is not None:
+            names = {m.pid: m.name for m in (*view.members, *view.left)}
+            for conversation in (self.tree_view, self.timeline_view):
+                conversation.itemDelegate().names = names
+        fill_member_list(self.member_list, session.view if session is not None else None, self.backend.pid,
+                         self._member_header, lambda pid: session.presence.get(pid, "offline"))
 
     def _member_header(self, text: str) -> QListWidgetItem:
         item = QListWidgetItem(text)
