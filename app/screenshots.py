@@ -70,6 +70,22 @@ def deep_thread(gid: str, depth: int) -> list[ChatMessage]:
     return chain
 
 
+def operations(backend: MemoryBackend, gid: str, history: list[ChatMessage]) -> None:
+    """Reactions, an edit, a delete, a pin and a topic, as other members' operations arrive."""
+    make = backend.manager.operation_message
+    trip, hot, twice, lunch, release = history[0], history[2], history[4], history[5], history[8]
+    backend.manager.inject_messages(gid, [
+        make(gid, ANN, 50, "topic", text="Chennai in December · lunch Fridays 12:30"),
+        make(gid, ANN, 51, "edit", hot.mid, text=hot.text.replace("lovely", "unforgettable")),
+        make(gid, CAT, 50, "react", lunch.mid, emoji="👍"),
+        make(gid, DEV, 50, "react", lunch.mid, emoji="👍"),
+        make(gid, ANN, 52, "react", lunch.mid, emoji="🎉"),
+        make(gid, BOB, 50, "react", trip.mid, emoji="❤"),
+        make(gid, DEV, 51, "pin", release.mid),
+        make(gid, BOB, 51, "delete", twice.mid),
+    ])
+
+
 def settle(app: QApplication, ms: int = 300) -> None:
     timer = QTimer(singleShot=True, interval=ms)
     timer.start()
@@ -96,6 +112,7 @@ def make_window(app: QApplication, size=(1180, 720)) -> tuple[MainWindow, Memory
     while window.current is None or not window.current.loaded:
         app.processEvents()
     backend.manager.inject_messages(gid, arrivals)
+    operations(backend, gid, history)
     settle(app)
     window._poll_presence()
     settle(app)

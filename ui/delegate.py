@@ -284,7 +284,7 @@ class MessageDelegate(QStyledItemDelegate):
             name += " (you)"
         name_width = self.header_metrics.horizontalAdvance(name)
         meta = clock(message.sent_at) + (" · edited" if message.edited and not message.deleted else "") + \
-            (" · 📌 pinned" if message.pinned else "")
+            (" · pinned" if message.pinned else "")
         time_rect = QRect(left + name_width + 8, header.top(), self.meta_metrics.horizontalAdvance(meta),
                           header.height())
         reply_width = self.meta_metrics.horizontalAdvance(REPLY_LABEL) + 12

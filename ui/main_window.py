@@ -861,7 +861,7 @@ class MainWindow(QMainWindow):
 
     def _update_pinned_button(self) -> None:
         count = len(self.current.pinned) if self.current is not None else 0
-        self.pinned_button.setText(f"📌 {count}")
+        self.pinned_button.setText(f"Pinned ({count})")
         self.pinned_button.setVisible(count > 0)
 
     def _fill_pinned_menu(self) -> None:
