@@ -166,17 +166,11 @@ class JsonRpcPeer(NullListener):
 
     def react(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)
-        on = params.get("on", True)
-        if not isinstance(on, bool):
-            raise RpcError(INVALID_PARAMS, "invalid parameter 'on' (expected true or false)")
-        return {"mid": format_mid(self.manager.react(gid, mid, _param(params, "emoji", str), on))}
+        return {"mid": format_mid(self.manager.react(gid, mid, _param(params, "emoji", str), _on_param(params)))}
 
     def pin(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)
-        on = params.get("on", True)
-        if not isinstance(on, bool):
-            raise RpcError(INVALID_PARAMS, "invalid parameter 'on' (expected true or false)")
-        return {"mid": format_mid(self.manager.pin(gid, mid, on))}
+        return {"mid": format_mid(self.manager.pin(gid, mid, _on_param(params)))}
 
     def set_topic(self, params: dict) -> dict:
         gid = _param(params, "gid", str)
@@ -269,6 +263,13 @@ def _mid_param(params: dict) -> tuple[str, int]:
         return parse_mid(_param(params, "mid", str))
     except ValueError as exc:
         raise RpcError(INVALID_PARAMS, f"bad mid: {exc}") from None
+
+
+def _on_param(params: dict) -> bool:
+    on = params.get("on", True)
+    if not isinstance(on, bool):
+        raise RpcError(INVALID_PARAMS, "invalid parameter 'on' (expected true or false)")
+    return on
 
 
 def _optional_str(params: dict, key: str) -> str | None:
