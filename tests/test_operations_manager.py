@@ -1,5 +1,6 @@
 """Operations through a whole GroupManager (never started: no sockets): API, errors, views, restart, forgery."""
 
+import asyncio
 import json
 
 import pytest
@@ -145,3 +146,45 @@ def test_a_restart_rebuilds_the_same_state_from_the_store(ann, tmp_path):
         assert second[1] > hello[1]
     finally:
         again.store.close()
+
+
+def test_json_rpc_methods_answer_and_notify_and_bad_params_get_clear_errors(tmp_path):
+    asyncio.run(_json_rpc_session(tmp_path))
+
+
+async def _json_rpc_session(tmp_path):
+    from app.peer import JsonRpcPeer
+
+    lines = []
+    peer = JsonRpcPeer(lines.append)
+    peer.manager = GroupManager(Config(tmp_path / "p", name="Pat", iface="127.0.0.1", zeroconf=False), peer)
+
+    async def rpc(method, **params):
+        answer = peer.handle_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        answer = await answer if isinstance(answer, asyncio.Future) else answer
+        return answer.get("result"), answer.get("error", {}).get("message", "")
+
+    try:
+        gid = (await rpc("create_group", desc="rpc"))[0]["gid"]
+        mid = (await rpc("send", gid=gid, text="hello", parent=None))[0]["mid"]
+        assert (await rpc("edit", gid=gid, mid=mid, text="hello!"))[0]["mid"].startswith(peer.manager.pid)
+        assert "mid" in (await rpc("react", gid=gid, mid=mid, emoji="👍", on=True))[0]
+        assert "mid" in (await rpc("pin", gid=gid, mid=mid, on=True))[0]
+        assert "mid" in (await rpc("set_topic", gid=gid, text="rpc topic"))[0]
+        peer.manager.flush()
+        message = (await rpc("history", gid=gid))[0][0]
+        assert (message["text"], message["edited"], message["reactions"], message["pinned"]) == (
+            "hello!", 1, {"👍": [peer.manager.pid]}, True)
+        assert next(g for g in (await rpc("list_groups"))[0] if g["gid"] == gid)["topic"] == "rpc topic"
+        methods = [line.get("method") for line in lines]
+        assert "updated" in methods and "topic_changed" in methods
+        topic_note = next(line for line in lines if line.get("method") == "topic_changed")
+        assert topic_note["params"] == {"gid": gid, "topic": "rpc topic", "by": peer.manager.pid}
+        assert "bad mid" in (await rpc("edit", gid=gid, mid="nonsense", text="x"))[1]
+        assert "'on'" in (await rpc("pin", gid=gid, mid=mid, on="yes"))[1]
+        assert "'text'" in (await rpc("set_topic", gid=gid))[1]
+        assert (await rpc("delete", gid=gid, mid=mid))[1] == ""
+        peer.manager.flush()
+        assert "deleted" in (await rpc("edit", gid=gid, mid=mid, text="too late"))[1]
+    finally:
+        peer.manager.store.close()
