@@ -107,9 +107,11 @@ class GroupOperations:
         messages: list[ChatMessage] = []
         updated: dict[Mid, None] = {}
         topic_changed = False
-        todo = list(delivered)
-        while todo:
-            message = todo.pop(0)
+        todo = list(delivered)  # grows when evicted operations are fetched back
+        position = 0
+        while position < len(todo):
+            message = todo[position]
+            position += 1
             if not is_operation(message):
                 messages.append(message)
                 continue

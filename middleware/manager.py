@@ -416,7 +416,8 @@ class GroupManager:
         if gid not in self.channels:
             return [m for m in messages if not is_operation(m)]
         ops = self._ops(gid, messages)
-        return [ops.view(m) for m in messages if not is_operation(m)]
+        touched = ops.core.touched_messages()  # a 100,000-message history: few messages touched
+        return [ops.view(m) if m.mid in touched else m for m in messages if not m.text.startswith(OP_MARKER)]
 
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""
@@ -754,7 +755,7 @@ class GroupManager:
             return
         changes = ops.take(delivered)
         if changes.messages:
-            self.listener.on_messages(gid, [ops.view(m) for m in changes.messages])
+            self.listener.on_messages(gid, changes.messages)  # new: no operation can have reached them yet
         if changes.updated:
             updated = [ops.view(m) for m in self._stored(gid, changes.updated)]
             if updated:
