@@ -48,8 +48,8 @@ def decode(message: ChatMessage) -> Operation:
     """The operation a message carries; ObgError if its text is not a well-formed one."""
     try:
         fields = json.loads(message.text[len(OP_MARKER):])
-    except ValueError:
-        raise ObgError("operation text is not JSON") from None
+    except (ValueError, RecursionError):  # a stranger's 8,000 nested brackets too
+        raise ObgError("operation text is not JSON (or nested too deep)") from None
     if type(fields) is not list or len(fields) != 6:
         raise ObgError("an operation is a list of 6 fields")
     kind, seen_text, counter, text, emoji, on = fields

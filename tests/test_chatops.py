@@ -33,7 +33,8 @@ def test_the_encoding_round_trips_and_plain_text_is_a_chat_message():
     assert not is_operation(HELLO) and not is_operation(message((A, 2), "obg1 looks like one but is not"))
 
 
-@pytest.mark.parametrize("text", [OP_MARKER + "not json", OP_MARKER + "[1,2]", OP_MARKER + '["pin",5,1,"","",true]',
+@pytest.mark.parametrize("text", [OP_MARKER + "not json", OP_MARKER + "[1,2]", OP_MARKER + "[" * 7990,
+                                  OP_MARKER + "[" * 3990 + "]" * 3990, OP_MARKER + '["pin",5,1,"","",true]',
                                   OP_MARKER + '["pin","nope",1,"","",true]', OP_MARKER + '["pin",null,1,"","",1]'])
 def test_malformed_operation_texts_raise(text):
     with pytest.raises(ObgError):
