@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from middleware.chatops import MAX_EDIT_TEXT, OP_MARKER, GroupOperations, decode, encode, is_operation
 from middleware.obg import ObgError
@@ -125,3 +129,19 @@ def test_evicted_operations_come_back_from_the_store_once_what_they_wait_for_arr
     changes = ops.take([chain[0]])
     assert changes.topic_changed and ops.topic() == ("t11", A) and ops.core.pending == 0
     assert sorted(fetched) == sorted(m.mid for m in chain[5:])
+
+
+json_like = st.recursive(st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=10),
+                         lambda children: st.lists(children, max_size=7), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.one_of(json_like.map(json.dumps), st.text(max_size=40)),
+                          st.sampled_from([None, (A, 1), (B, 1), (C, 5)])), max_size=12))
+def test_any_operation_text_from_a_stranger_is_taken_or_rejected_never_raised(items):
+    ops = GroupOperations(GID)
+    batch = [HELLO] + [message((C, 10 + k), OP_MARKER + text, parent) for k, (text, parent) in enumerate(items)]
+    changes = ops.take(batch)
+    assert changes.messages == [HELLO]
+    assert ops.core.pending + ops.rejected + len(ops.core.delivered_ops()) == len(items)
+    assert ops.view(HELLO).text in ("hello", "")
