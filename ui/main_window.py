@@ -842,8 +842,12 @@ class MainWindow(QMainWindow):
         if session is self.current:
             self._show_topic(session)
 
+    @staticmethod
+    def _shown_topic(session: GroupSession) -> str:
+        return session.topic if session.topic is not None else (session.view.topic if session.view else "")
+
     def _show_topic(self, session: GroupSession) -> None:
-        topic = session.topic if session.topic is not None else (session.view.topic if session.view else "")
+        topic = self._shown_topic(session)
         if not self.topic_edit.hasFocus() or self.topic_edit.text() == topic:
             self.topic_edit.setText(topic)
             self.topic_edit.setCursorPosition(0)
@@ -853,8 +857,7 @@ class MainWindow(QMainWindow):
         if session is None:
             return
         text = self.topic_edit.text().strip()
-        shown = session.topic if session.topic is not None else (session.view.topic if session.view else "")
-        if text == shown:
+        if text == self._shown_topic(session):
             return
         self.backend.request("set_topic", session.gid, text,
                              on_error=lambda error: self.show_error(f"Topic not set: {describe_error(error)}"))
@@ -1211,7 +1214,11 @@ class MainWindow(QMainWindow):
         self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
 
     def _escape(self) -> None:
-        if self.filter_edit.hasFocus() or self.filter_edit.text():
+        if self.topic_edit.hasFocus():  # undo what was typed there
+            if self.current is not None:
+                self.topic_edit.setText(self._shown_topic(self.current))
+            self.compose.setFocus()
+        elif self.filter_edit.hasFocus() or self.filter_edit.text():
             self.filter_edit.clear()
             self.compose.setFocus()
         elif self.reply_target is not None or self.edit_target is not None:

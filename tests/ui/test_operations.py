@@ -127,6 +127,12 @@ def test_the_topic_shows_in_the_header_edits_there_and_follows_others_live(qtbot
     qtbot.keyClicks(window.topic_edit, "Friday lunch plans")
     qtbot.keyClick(window.topic_edit, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: backend.manager.topic(GID) == ("Friday lunch plans", backend.pid))
+    qtbot.waitUntil(lambda: window.current.topic == "Friday lunch plans")  # heard back, as from the network
+    window.topic_edit.setFocus()
+    qtbot.keyClicks(window.topic_edit, " and more")
+    qtbot.keyClick(window.topic_edit, Qt.Key.Key_Escape)  # undoes the typing, sets nothing
+    assert window.topic_edit.text() == "Friday lunch plans" and not window.topic_edit.hasFocus()
+    assert backend.manager.topic(GID) == ("Friday lunch plans", backend.pid)
     window.tree_view.setFocus()
     backend.manager.inject_messages(GID, [backend.manager.operation_message(GID, BOB, 50, "topic", text="Moved to Monday")])
     qtbot.waitUntil(lambda: window.topic_edit.text() == "Moved to Monday")
