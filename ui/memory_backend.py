@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from middleware import passphrase as passphrases
-from middleware.chatops import GroupOperations, is_operation
+from middleware.chatops import OP_MARKER, GroupOperations, is_operation
 from middleware.rangeset import RangeSet
 from middleware.types import (ChatMessage, GroupListener, GroupView, Member, Mid, PassphraseRefused, UsageError,
                               format_mid, iso_millis)
@@ -113,6 +113,8 @@ class MemoryManager:
             raise UsageError("text is empty")
         if len(text) > 8000:
             raise UsageError(f"text too long: {len(text)} characters, limit is 8000")
+        if text.startswith(OP_MARKER):
+            raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
         if parent is not None and all(m.mid != parent for m in self._history[gid]):
             raise UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {gid}")
         self._seqno += 1
