@@ -261,19 +261,46 @@ def _observable_state(orderer):
 
 @pytest.mark.skipif(CompiledSbOrderer is None, reason="the compiled core is not built")
 @settings(max_examples=500, deadline=None)
-@given(st.integers(1, 6), _operations)
-@example(2, [("receive", ("a", 1), ("b", 1)), ("receive", ("a", 1), None), ("receive", ("b", 1), None)])
-def test_compiled_core_matches_the_reference(max_held, operations):
+@given(st.integers(1, 6), st.integers(1, 40), _operations)
+@example(2, 40, [("receive", ("a", 1), ("b", 1)), ("receive", ("a", 1), None), ("receive", ("b", 1), None)])
+@example(6, 12, [("receive", ("a", 2), ("a", 1)), ("receive", ("a", 3), ("a", 2)), ("receive", ("a", 1), None)])
+def test_compiled_core_matches_the_reference(max_held, max_held_bytes, operations):
     """Any sequence of arrivals, restores, duplicates, self-parents, cycles, reused mids
-    and evictions gives the same deliveries and the same state in both."""
-    reference, compiled = PySbOrderer(max_held=max_held), CompiledSbOrderer(max_held=max_held)
+    and evictions (by count and by bytes) gives the same deliveries, the same evicted
+    messages and the same state in both."""
+    reference = PySbOrderer(max_held=max_held, max_held_bytes=max_held_bytes)
+    compiled = CompiledSbOrderer(max_held=max_held, max_held_bytes=max_held_bytes)
     for step, (operation, mid, parent) in enumerate(operations):
         if operation == "receive":
-            expected, got = reference.receive(mid, parent, step), compiled.receive(mid, parent, step)
+            size = step * 7 % 13
+            expected, got = reference.receive(mid, parent, step, size), compiled.receive(mid, parent, step, size=size)
         else:
             expected, got = reference.mark_delivered(mid), compiled.mark_delivered(mid)
         assert got == expected, f"step {step}: {operation}{mid, parent}"
+        assert compiled.take_evicted() == reference.take_evicted(), f"step {step}"
+        assert compiled.held_bytes == reference.held_bytes, f"step {step}"
     assert _observable_state(compiled) == _observable_state(reference)
+
+
+@each_orderer
+def test_held_messages_are_bounded_in_bytes_and_evictions_are_listed(SbOrderer):
+    orderer = SbOrderer(max_held=1_000, max_held_bytes=100)
+    for seq in range(1, 11):
+        orderer.receive(("b", seq), ("a", seq), f"reply {seq}", 30)
+    # 10 replies of 30 bytes against a bound of 100: the 7 oldest went, in arrival order.
+    assert orderer.pending == 3 and orderer.held_bytes == 90 and orderer.evicted == 7
+    assert orderer.take_evicted() == [(("b", seq), ("a", seq)) for seq in range(1, 8)]
+    assert orderer.take_evicted() == []
+    assert orderer.receive(("a", 9), None) == [(("a", 9), None, None), (("b", 9), ("a", 9), "reply 9")]
+    assert orderer.held_bytes == 60
+    orderer.mark_delivered(("b", 10))
+    assert orderer.pending == 1 and orderer.held_bytes == 30
+    # One message over the whole bound cannot be held at all.
+    orderer.receive(("c", 1), ("a", 50), "huge", 101)
+    assert orderer.take_evicted() == [(("b", 8), ("a", 8)), (("c", 1), ("a", 50))]
+    assert orderer.pending == 0 and orderer.held_bytes == 0
+    with pytest.raises(ValueError):
+        SbOrderer(max_held_bytes=0)
 
 
 @pytest.mark.skipif(CompiledSbOrderer is None, reason="the compiled core is not built")
