@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from . import crypto, wire
 from .crypto import Identity
-from .mop import SbOrderer
+from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES, SbOrderer
 from .rangeset import RangeSet
 from .types import ChatMessage, Mid, UsageError, check_unicode
 
@@ -68,6 +69,11 @@ SYNC_TRIES = 3
 HEARTBEAT_FIRST, HEARTBEAT_MAX = 0.2, 8.0
 HEARTBEAT_QUIET_AFTER = 30.0  # seconds after the last send
 MAX_SENDERS = 10_000  # per group: a flood of invented pids must not grow memory without bound
+# What holding one message costs beyond its strings and proof (payload tuple, mid, node, index).
+HELD_OVERHEAD = 400
+# Evicted messages remembered (by mid and parent) so they are asked for again once their
+# parent is delivered; past this, the oldest become ordinary gaps, which NAKs and MSP fetch.
+MAX_EVICTED_REMEMBERED = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +128,16 @@ def _chunks(messages: list, limit: int = CHUNK_BYTES, max_items: int = wire.MAX_
         total += cost
     if chunk:
         yield chunk
+
+
+def _discard(sets: dict[str, RangeSet], key: str, value: int) -> None:
+    """Remove ``value`` from ``sets[key]`` (dropping an emptied set), if there."""
+    values = sets.get(key)
+    if values is not None and value in values:
+        end = values.take_run(value)
+        values.add_range(value + 1, end)
+        if not values:
+            del sets[key]
 
 
 def _send_order(mid: Mid) -> tuple[int, str]:
@@ -180,13 +196,14 @@ class GroupChannel:
         next_seqno: int = 1,
         fetch: Fetch | None = None,
         rng: random.Random | None = None,
-        max_held: int = 100_000,
+        max_held: int = DEFAULT_MAX_HELD,
+        max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
     ) -> None:
         self.gid = gid
         self.identity = identity
         self.pid = identity.pid
         self.next_seqno = next_seqno
-        self.orderer = SbOrderer(max_held=max_held)
+        self.orderer = SbOrderer(max_held=max_held, max_held_bytes=max_held_bytes)
         self.fetch: Fetch = fetch or (lambda gid, mids: [])
         self.rng = rng or random.Random()
         self.group_size = 1
@@ -198,6 +215,11 @@ class GroupChannel:
         self._received: dict[str, RangeSet] = {}
         self._highest: dict[str, int] = {}
         self._abandoned: dict[str, RangeSet] = {}
+        # Held messages the orderer evicted: not received any more, and not asked for until
+        # their parent is delivered (parent -> evicted replies, oldest first; sender -> seqnos).
+        self._evicted_for: dict[Mid, list[Mid]] = {}
+        self._evicted_remembered = 0
+        self._deferred: dict[str, RangeSet] = {}
         # NAK state per sender: when to (re)ask, and how often we have asked.
         self._nak_at: dict[str, float] = {}
         self._nak_tries: dict[str, int] = {}
@@ -322,13 +344,20 @@ class GroupChannel:
                 return 0
             received = self._received[sender] = RangeSet()
         orderer = self.orderer
-        duplicates = orderer.duplicates
-        released = orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key))
+        duplicates, evicted = orderer.duplicates, orderer.evicted
+        released = orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key),
+                                   HELD_OVERHEAD + sys.getsizeof(text) + sys.getsizeof(name) + len(sig))
         if orderer.duplicates != duplicates:
             self._check_conflict((sender, seqno), parent, text)
             return 0
         follows_previous = seqno == 1 or seqno - 1 in received
         received.add(seqno)
+        if self._deferred:
+            _discard(self._deferred, sender, seqno)  # an evicted message came again
+        if orderer.evicted != evicted:
+            self._on_evicted(orderer.take_evicted(), now)
+        if self._evicted_for and released:
+            self._ask_again_for_evicted(released, now)
         if self._highest.get(sender, 0) < seqno:
             self._highest[sender] = seqno
         if released:
@@ -357,6 +386,35 @@ class GroupChannel:
         if first_parent != parent or first_text != text:
             self.stats["conflicts"] += 1
             self._events.append(Conflict(self.gid, mid))
+
+    def _on_evicted(self, evicted: list[tuple[Mid, Mid]], now: float) -> None:
+        """Evicted from the hold store: a gap again, asked for once its parent is delivered."""
+        for mid, parent in evicted:
+            sender, seqno = mid
+            _discard(self._received, sender, seqno)
+            self._deferred.setdefault(sender, RangeSet()).add(seqno)
+            self._evicted_for.setdefault(parent, []).append(mid)
+            self._evicted_remembered += 1
+        while self._evicted_remembered > MAX_EVICTED_REMEMBERED:
+            oldest = next(iter(self._evicted_for))
+            self._release_evicted(self._evicted_for.pop(oldest), now)
+
+    def _ask_again_for_evicted(self, released: list, now: float) -> None:
+        for mid, _, _ in released:
+            children = self._evicted_for.pop(mid, None)
+            if children is not None:
+                self._release_evicted(children, now)
+
+    def _release_evicted(self, mids: list[Mid], now: float) -> None:
+        """Stop deferring evicted messages: they are gaps that NAKs ask for."""
+        self._evicted_remembered -= len(mids)
+        for sender, seqno in mids:
+            _discard(self._deferred, sender, seqno)
+            if sender != self.pid:  # a new request, not a retry of an old one: ask soon, tries afresh
+                self._nak_tries.pop(sender, None)
+                self._nak_progress.pop(sender, None)
+                at = now + self.rng.uniform(*NAK_DELAY)
+                self._nak_at[sender] = min(self._nak_at.get(sender, at), at)
 
     def _note_received(self, sender: str, seqno: int) -> None:
         seen = self._received.get(sender)
@@ -388,8 +446,10 @@ class GroupChannel:
             return []
         seen = self._received.get(sender) or RangeSet()
         abandoned = self._abandoned.get(sender)
-        if abandoned:
-            seen = RangeSet.from_ranges(seen.ranges() + abandoned.ranges())
+        deferred = self._deferred.get(sender)
+        if abandoned or deferred:
+            seen = RangeSet.from_ranges(seen.ranges() + (abandoned.ranges() if abandoned else [])
+                                        + (deferred.ranges() if deferred else []))
         return seen.gaps(highest)
 
     def _send_naks(self, now: float) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from . import crypto, wire
 from .channel import Conflict, GapReported, GroupChannel, SyncProgress
 from .discovery import ZeroconfDiscovery
+from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
 from .store import Store
 from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
@@ -45,7 +46,8 @@ class Config:
     port: int = DEFAULT_PORT
     control_addr: str = CONTROL_ADDR
     zeroconf: bool = True
-    max_held: int = 100_000
+    max_held: int = DEFAULT_MAX_HELD
+    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES
     seed: int | None = None
 
 
@@ -293,6 +295,7 @@ class GroupManager:
             **{key: sum(c.stats[key] for c in self.channels.values())
                for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
+            "held_bytes": sum(c.orderer.held_bytes for c in self.channels.values()),
             "delivered": s.delivered,
             "own_looped_back": s.own_looped_back,
             "pending": self.pending(),
@@ -324,7 +327,7 @@ class GroupManager:
         if key:
             self._ciphers[gid] = crypto.GroupCipher(key)
         channel = GroupChannel(gid, self.identity, next_seqno, fetch=self.store.fetch, rng=self._rng,
-                               max_held=self.config.max_held)
+                               max_held=self.config.max_held, max_held_bytes=self.config.max_held_bytes)
         channel.restore(self.store.delivered_mids(gid))
         self.channels[gid] = channel
         if sync:  # MSP: whatever the group said while this peer was away (or before it joined)

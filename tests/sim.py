@@ -14,12 +14,12 @@ GID = "g-sim"
 
 
 class SimPeer:
-    def __init__(self, identity: crypto.Identity, rng: random.Random) -> None:
+    def __init__(self, identity: crypto.Identity, rng: random.Random, **channel_options) -> None:
         self.identity = identity
         self.pid = identity.pid
         self.stored: dict[tuple, wire.StoredMessage] = {}
         self.order: list[tuple] = []  # delivery order of mids
-        self.channel = GroupChannel(GID, identity, fetch=self.fetch, rng=rng)
+        self.channel = GroupChannel(GID, identity, fetch=self.fetch, rng=rng, **channel_options)
         self.events: list = []
 
     def fetch(self, gid, mids):
@@ -39,11 +39,12 @@ class SimPeer:
 
 
 class SimLan:
-    def __init__(self, peers: int, faults: FaultInjector | None = None, seed: int = 1) -> None:
+    def __init__(self, peers: int, faults: FaultInjector | None = None, seed: int = 1, **channel_options) -> None:
         self.rng = random.Random(seed)
         self.now = 1_000.0
         self.faults = faults or FaultInjector(rng=random.Random(seed + 1))
-        self.peers = [SimPeer(crypto.Identity.generate(), random.Random(seed * 100 + i)) for i in range(peers)]
+        self.peers = [SimPeer(crypto.Identity.generate(), random.Random(seed * 100 + i), **channel_options)
+                      for i in range(peers)]
         for peer in self.peers:
             peer.channel.group_size = peers
         self.cut: set[str] = set()  # pids whose link is down
