@@ -60,6 +60,7 @@ class PeerProcess:
         self.extra = extra or []
         self._ids = itertools.count(1)
         self.notifications: list[dict] = []
+        self.batches: list[list[dict]] = []
         self._delivered: dict[str, list[dict]] = {}
         self._responses: dict[int, dict] = {}
         self._cond = threading.Condition()
@@ -83,7 +84,9 @@ class PeerProcess:
         for line in self.proc.stdout:
             message = json.loads(line)
             with self._cond:
-                if "id" in message:
+                if type(message) is list:  # a batch's responses
+                    self.batches.append(message)
+                elif "id" in message:
                     self._responses[message["id"]] = message
                 else:
                     self.notifications.append(message)
