@@ -252,6 +252,16 @@ def _error(rid: Any, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
 
 
+def _unsent_as_error(response: dict | list, unsent: dict[str, str]) -> dict | list:
+    """A ``send`` whose message could not be stored (so was taken back) answers with the reason."""
+    if type(response) is list:
+        return [_unsent_as_error(r, unsent) for r in response]
+    result = response.get("result")
+    if type(result) is dict and result.get("mid") in unsent:
+        return _error(response["id"], APP_ERROR, unsent[result["mid"]])
+    return response
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
@@ -389,8 +399,9 @@ async def serve(args: argparse.Namespace) -> int:
                 if response is not None:
                     responses.append(response)
         manager.flush()
+        unsent = {format_mid(mid): reason for mid, reason in manager.take_unsent().items()}
         for response in responses:
-            write(response)
+            write(_unsent_as_error(response, unsent) if unsent else response)
         out.flush()
 
     async def flush_notifications() -> None:

@@ -376,6 +376,32 @@ sender_add(Sender *s, uint64_t v, int known_new)
     return rest_add(s, v, known_new);
 }
 
+/* Remove v if it is the highest delivered: 1 if removed, 0 if not the highest, -1 on error. */
+static int
+sender_forget_highest(Sender *s, uint64_t v)
+{
+    if (s->lo == s->hi || rest_compact(s) < 0)
+        return s->lo == s->hi ? 0 : -1;
+    Py_ssize_t n = s->nbounds;
+    if (n && s->bounds[n - 1] > s->hi) { /* the highest lies in rest */
+        if (s->bounds[n - 1] != v + 1)
+            return 0;
+        s->bounds[n - 1] = v;
+        if (s->bounds[n - 2] == v)
+            s->nbounds -= 2;
+        return 1;
+    }
+    if (s->hi != v + 1)
+        return 0;
+    s->hi = v;
+    if (s->lo == s->hi && n) { /* the run is gone: the highest range takes its place */
+        s->lo = s->bounds[n - 2];
+        s->hi = s->bounds[n - 1];
+        s->nbounds -= 2;
+    }
+    return 1;
+}
+
 /* The delivered seqnos as sorted bounds, run included; caller frees. */
 static uint64_t *
 sender_bounds(Sender *s, Py_ssize_t *count)
@@ -924,6 +950,24 @@ Orderer_mark_delivered(Orderer *self, PyObject *mid)
     return released;
 }
 
+static int lookup_mid(Orderer *self, PyObject *mid, Py_ssize_t *sender, uint64_t *seqno);
+
+static PyObject *
+Orderer_forget_delivered(Orderer *self, PyObject *mid)
+{
+    Py_ssize_t sender;
+    uint64_t seqno;
+    if (lookup_mid(self, mid, &sender, &seqno) < 0)
+        return NULL;
+    if (sender < 0)
+        Py_RETURN_FALSE;
+    int forgotten = sender_forget_highest(&self->senders[sender], seqno);
+    if (forgotten < 0)
+        return NULL;
+    sender_forget_if_unused(self, (uint32_t)sender);
+    return PyBool_FromLong(forgotten);
+}
+
 /* A mid's sender index (-1 if unknown) and seqno; -1 with an exception set if malformed. */
 static int
 lookup_mid(Orderer *self, PyObject *mid, Py_ssize_t *sender, uint64_t *seqno)
@@ -1185,6 +1229,8 @@ static PyMethodDef Orderer_methods[] = {
     {"mark_delivered", (PyCFunction)Orderer_mark_delivered, METH_O,
      "Record mid as delivered without a payload; return the held messages it releases."},
     {"is_delivered", (PyCFunction)Orderer_is_delivered, METH_O, NULL},
+    {"forget_delivered", (PyCFunction)Orderer_forget_delivered, METH_O,
+     "Undo the delivery of mid if it is its sender's highest delivered seqno; False otherwise."},
     {"held", (PyCFunction)Orderer_held, METH_NOARGS, "(mid, parent) of every held message, oldest first."},
     {"held_payload", (PyCFunction)Orderer_held_payload, METH_O, "(parent, payload) of a held message, or None."},
     {"waiting_for", (PyCFunction)Orderer_waiting_for, METH_NOARGS,

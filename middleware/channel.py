@@ -275,6 +275,18 @@ class GroupChannel:
         self._heartbeat_due = True
         return data
 
+    def retract(self, mids: Iterable[Mid]) -> list[Mid]:
+        """Take back this peer's newest messages, composed but never sent (they could not be
+        stored): their seqnos are free again.  Returns the mids taken back."""
+        retracted = []
+        for mid in sorted((m for m in mids if m[0] == self.pid), key=lambda m: -m[1]):
+            if mid[1] != self.next_seqno - 1 or not self.orderer.forget_delivered(mid):
+                break  # only the newest can go back, or seqnos would be reused out of order
+            _discard(self._received, self.pid, mid[1])
+            self.next_seqno -= 1
+            retracted.append(mid)
+        return retracted
+
     def start_sync(self, now: float) -> None:
         """MSP: ask the group for what this peer missed (on join and on return)."""
         self._sync_seqno += 1

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import random
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from .types import (ChatMessage, GroupListener, GroupView, Mid, NullListener, Us
                     iso_millis)
 
 log = logging.getLogger(__name__)
+
 
 CONTROL_ADDR = "239.255.77.77"
 DEFAULT_PORT = 47477
@@ -92,6 +94,11 @@ class GroupManager:
         self._last_flush = 0.0
         self._flush_interval = self.FLUSH_INTERVAL
         self._seqnos_to_save: set[str] = set()
+        # While the store cannot be written: what failed, and what waits to be stored.
+        self.storage_error: str | None = None
+        self._unstored: list[ChatMessage] = []
+        self._groups_to_save: set[str] = set()
+        self._unsent: dict[Mid, str] = {}  # own messages taken back since take_unsent()
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
@@ -234,6 +241,8 @@ class GroupManager:
         self._after_input()
 
     def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid:
+        """Compose and queue a message; it is stored and sent by the next flush.  If that
+        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`)."""
         channel = self._channel(gid)
         if not isinstance(text, str):
             raise UsageError("text must be a string")
@@ -279,6 +288,12 @@ class GroupManager:
         tmp.replace(path)
         return count
 
+    def take_unsent(self) -> dict[Mid, str]:
+        """Own messages taken back since the last call because they could not be stored
+        (never sent; their seqnos go to the next messages), each with the reason."""
+        unsent, self._unsent = self._unsent, {}
+        return unsent
+
     def stats_dict(self) -> dict:
         s = self.stats
         return {
@@ -302,6 +317,8 @@ class GroupManager:
             "groups_known": len(self.gjlp.groups),
             "groups_joined": len(self.channels),
             "answers_suppressed": self.gjlp.answers_suppressed,
+            "storage_error": self.storage_error,
+            "unstored": len(self._unstored),
         }
 
     # -- internals -------------------------------------------------------------------
@@ -432,10 +449,6 @@ class GroupManager:
         self._flush_scheduled = False
         if self._loop is not None:
             self._last_flush = self._loop.time()
-        for gid in self._seqnos_to_save:
-            if gid in self.channels:
-                self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
-        self._seqnos_to_save.clear()
         for message in self.gjlp.datagrams_to_send():
             self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.identity, message)))
         events = self.gjlp.events()
@@ -445,7 +458,7 @@ class GroupManager:
             if record is None:
                 continue
             if event.gid in self.channels or isinstance(event, (MemberJoined, MemberLeft)) and self.gjlp.is_member(event.gid):
-                self.store.save_group(record)
+                self._groups_to_save.add(event.gid)
             if isinstance(event, GroupSeen):
                 changed_groups[event.gid] = changed_groups.get(event.gid, False) or event.new
         deliveries: list[ChatMessage] = []
@@ -461,8 +474,7 @@ class GroupManager:
                     log.warning("not sent: %s", exc)
             deliveries += channel.deliveries()
             channel_events += channel.events()
-        stored = self.store.add_messages(deliveries) if deliveries else []
-        self.store.commit()
+        stored = self._store(deliveries)
         self._flush_interval = self.BUSY_FLUSH_INTERVAL if len(stored) >= self.BUSY_MESSAGES else self.FLUSH_INTERVAL
         if self._started:
             outgoing, self._outgoing = self._outgoing, []
@@ -500,9 +512,62 @@ class GroupManager:
                 self.listener.on_warning(event.gid, warning)
         self._arm_timer()
 
+    # While the store cannot be written, flushes try again this often.
+    STORAGE_RETRY = 1.0
+
+    def _store(self, deliveries: list[ChatMessage]) -> list[ChatMessage]:
+        """Commit seqnos, groups and delivered messages; returns the messages stored.
+
+        When the commit fails (a full disk), it is rolled back and nothing of this flush is
+        transmitted: this peer's new messages are taken back (never sent, their seqnos free
+        again, the caller told through :meth:`take_unsent`), the others' wait in memory and
+        are stored, and shown, by the first flush that can write again."""
+        try:
+            for gid in self._seqnos_to_save:
+                if gid in self.channels:
+                    self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
+            for gid in self._groups_to_save:
+                if gid in self.gjlp.groups:
+                    self.store.save_group(self.gjlp.groups[gid])
+            pending = self._unstored + deliveries
+            stored = self.store.add_messages(pending) if pending else []
+            self.store.commit()
+        except (sqlite3.Error, OSError) as exc:
+            self.store.rollback()
+            self._outgoing = []
+            reason = str(exc) or type(exc).__name__
+            if self.storage_error is None:
+                log.error("cannot store messages (%s): not sending, trying again every %.0f s", reason,
+                          self.STORAGE_RETRY)
+            self.storage_error = reason
+            own = [m.mid for m in deliveries if m.sender == self.pid]
+            taken_back = set()
+            for gid, channel in self.channels.items():
+                retracted = channel.retract(m.mid for m in deliveries if m.gid == gid and m.sender == self.pid)
+                for mid in retracted:
+                    taken_back.add(mid)
+                    self._unsent[mid] = f"not sent: cannot store messages ({reason})"
+                if retracted:
+                    self.listener.on_warning(gid, f"{len(retracted)} message(s) not sent: cannot store messages "
+                                                  f"({reason})")
+            self._unstored += [m for m in deliveries if m.mid not in taken_back]
+            if len(taken_back) < len(own):
+                log.error("kept %d own messages that could not be taken back; they go out once stored",
+                          len(own) - len(taken_back))
+            return []
+        if self.storage_error is not None and stored:  # a commit without messages proves little
+            log.info("storing works again (%d messages were waiting)", len(self._unstored))
+            self.storage_error = None
+        self._unstored = []
+        self._seqnos_to_save.clear()
+        self._groups_to_save.clear()
+        return stored
+
     def _arm_timer(self) -> None:
         deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()))
                      if d is not None]
+        if self._unstored or self.storage_error is not None and (self._seqnos_to_save or self._groups_to_save):
+            deadlines.append(time.time() + self.STORAGE_RETRY)
         deadline = min(deadlines) if deadlines else None
         if self._timer is not None:
             self._timer.cancel()

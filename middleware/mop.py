@@ -77,6 +77,27 @@ class _Delivered:
             self.rest = RangeSet()
         return self.rest.add(seqno)
 
+    def forget_highest(self, seqno: int) -> bool:
+        """Remove ``seqno`` if it is the highest here; False (and nothing changes) otherwise."""
+        rest = self.rest
+        if rest is not None and rest.max() >= self.hi:
+            if rest.max() != seqno:
+                return False
+            rest.take_run(seqno)
+            if not rest:
+                self.rest = None
+        elif self.hi - 1 == seqno and self.lo < self.hi:
+            self.hi = seqno
+            if self.lo == self.hi and rest is not None:  # the run is gone: the highest range takes its place
+                first, last = rest.ranges()[-1]
+                rest.take_run(first)
+                self.lo, self.hi = first, last + 1
+                if not rest:
+                    self.rest = None
+        else:
+            return False
+        return True
+
     def as_rangeset(self) -> RangeSet:
         result = RangeSet.from_ranges(self.rest.ranges()) if self.rest is not None else RangeSet()
         result.add_range(self.lo, self.hi)
@@ -177,6 +198,16 @@ class PySbOrderer:
         if mid in self._waiting:
             self._release(mid, released)
         return released
+
+    def forget_delivered(self, mid: Mid) -> bool:
+        """Undo the delivery of ``mid`` if it is its sender's highest delivered seqno (a message
+        of this peer's that could not be stored, so was never sent); False otherwise."""
+        seen = self._delivered.get(mid[0])
+        if seen is None or not seen.forget_highest(mid[1]):
+            return False
+        if seen.lo == seen.hi:
+            del self._delivered[mid[0]]
+        return True
 
     def _hold(self, mid: Mid, parent: Mid, payload: Any, size: int) -> None:
         self._held[mid] = (parent, payload, size)

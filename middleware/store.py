@@ -180,13 +180,26 @@ class Store:
         self._db.commit()
 
     def close(self) -> None:
-        self._db.commit()
         self._checkpointer.stop()
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        try:
+            self._db.commit()
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:  # a full disk: what was committed is in the WAL, which the next open reads
+            self._db.rollback()
         self._db.close()
 
     def commit(self) -> None:
         self._db.commit()
+
+    def rollback(self) -> None:
+        """Drop the writes since the last commit (one that failed: a full disk, an I/O error),
+        and what this object remembered of them, so the same writes can be tried again."""
+        self._db.rollback()
+        self._stored.clear()  # re-read from segment_runs on first use
+        self._keys_stored.clear()
+        self._decoded.clear()
+        row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
+        self._next_order = row[0] or 1
 
     # -- identity ---------------------------------------------------------------
 

@@ -239,6 +239,7 @@ _operations = st.lists(
     st.one_of(
         st.tuples(st.just("receive"), _small_mids, st.none() | _small_mids),
         st.tuples(st.just("mark_delivered"), _small_mids, st.none()),
+        st.tuples(st.just("forget_delivered"), _small_mids, st.none()),
     ),
     max_size=120,
 )
@@ -274,8 +275,10 @@ def test_compiled_core_matches_the_reference(max_held, max_held_bytes, operation
         if operation == "receive":
             size = step * 7 % 13
             expected, got = reference.receive(mid, parent, step, size), compiled.receive(mid, parent, step, size=size)
-        else:
+        elif operation == "mark_delivered":
             expected, got = reference.mark_delivered(mid), compiled.mark_delivered(mid)
+        else:
+            expected, got = reference.forget_delivered(mid), compiled.forget_delivered(mid)
         assert got == expected, f"step {step}: {operation}{mid, parent}"
         assert compiled.take_evicted() == reference.take_evicted(), f"step {step}"
         assert compiled.held_bytes == reference.held_bytes, f"step {step}"
@@ -301,6 +304,20 @@ def test_held_messages_are_bounded_in_bytes_and_evictions_are_listed(SbOrderer):
     assert orderer.pending == 0 and orderer.held_bytes == 0
     with pytest.raises(ValueError):
         SbOrderer(max_held_bytes=0)
+
+
+@each_orderer
+def test_only_a_senders_highest_delivery_can_be_forgotten(SbOrderer):
+    orderer = SbOrderer()
+    for seqno in (5, 6, 1, 2, 9):
+        orderer.mark_delivered(("me", seqno))
+    assert not orderer.forget_delivered(("me", 6)) and not orderer.forget_delivered(("you", 1))
+    assert orderer.forget_delivered(("me", 9)) and orderer.forget_delivered(("me", 6))
+    assert orderer.forget_delivered(("me", 5)) and not orderer.forget_delivered(("me", 5))
+    assert orderer.delivered_ranges() == {"me": [(1, 2)]} and orderer.highest_delivered("me") == 2
+    assert orderer.forget_delivered(("me", 2)) and orderer.forget_delivered(("me", 1))
+    assert orderer.delivered_ranges() == {} and not orderer.is_delivered(("me", 1))
+    assert orderer.receive(("me", 1), None, "again") == [(("me", 1), None, "again")]
 
 
 @pytest.mark.skipif(CompiledSbOrderer is None, reason="the compiled core is not built")

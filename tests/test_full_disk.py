@@ -1,0 +1,101 @@
+"""A full disk under the data dir: the caller gets a clear error and the message is not
+sent, no seqno is spent, and once space returns everything works without a restart and
+nothing is lost.  The data dir lives on a small tmpfs mounted in a temp dir here (and
+unmounted afterwards); the peers run on a private loopback namespace."""
+
+import errno
+import os
+import subprocess
+
+import pytest
+
+from lan import LoopbackHost, PeerProcess
+
+pytestmark = pytest.mark.netns
+
+TMPFS_SIZE = "1m"  # issue 16's case: a 1 MB tmpfs
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0700", "tmpfs", str(mount_point)],
+                   check=True)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(directory):
+    """Write a file until the disk is full; return its path."""
+    path = directory / "filler"
+    with open(path, "wb", buffering=0) as out:
+        block = os.urandom(64 * 1024)
+        while True:
+            try:
+                out.write(block)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                break
+        while True:  # the last partial block
+            try:
+                out.write(b"x" * 512)
+            except OSError:
+                break
+    return path
+
+
+def test_a_full_disk_refuses_sends_cleanly_and_recovers_without_a_restart(small_disk, tmp_path):
+    host = LoopbackHost()
+    a = PeerProcess(host.name, "127.0.0.1", small_disk / "a", "Ann", extra=["--no-zeroconf"])
+    b = PeerProcess(host.name, "127.0.0.1", tmp_path / "b", "Bob", extra=["--no-zeroconf"])
+    try:
+        gid = a.call("create_group", {"desc": "Disk"})["gid"]
+        b.wait_notification("group_discovered", lambda p: p["gid"] == gid)
+        b.call("join_group", {"gid": gid})
+        a.wait_notification("member_joined", lambda p: p["gid"] == gid and p["name"] == "Bob")
+        first = a.call("send", {"gid": gid, "text": "before the disk filled", "parent": None})["mid"]
+        b.wait_for(lambda: b.delivered(gid), what="the first message")
+
+        filler = fill(small_disk)
+        sent, refused = [first], []
+        for i in range(400):  # the WAL has room for a few more commits; then they fail
+            response = a.request("send", {"gid": gid, "text": f"while full {i} " + "z" * 2000, "parent": None})
+            if "error" in response:
+                refused.append(response["error"])
+                if len(refused) == 5:
+                    break
+            else:
+                sent.append(response["result"]["mid"])
+        assert len(refused) == 5, "the disk never filled"
+        assert all(e["code"] == -32000 and "not sent" in e["message"] and "disk is full" in e["message"]
+                   for e in refused), refused
+        assert a.call("whoami")["name"] == "Ann"
+        assert a.call("stats")["storage_error"]
+        # Bob talks while Ann cannot store: she keeps his messages in memory.
+        bobs = [b.call("send", {"gid": gid, "text": f"Bob while Ann is full {i}", "parent": None})["mid"]
+                for i in range(3)]
+
+        filler.unlink()  # space returns; no restart
+        a.wait_for(lambda: not a.call("stats")["storage_error"], timeout=10, what="storing again")
+        after = a.call("send", {"gid": gid, "text": "after the disk emptied", "parent": first})["mid"]
+        pid = first.split(":")[0]
+        # No seqno was spent on the refused messages: the next one follows the last sent.
+        assert [int(mid.split(":")[1]) for mid in sent + [after]] == list(range(1, len(sent) + 2))
+        b.wait_for(lambda: any(m["mid"] == after for m in b.delivered(gid)), what="the message after")
+
+        history_a = {m["mid"]: m["text"] for m in a.call("history", {"gid": gid})}
+        history_b = {m["mid"]: m["text"] for m in b.call("history", {"gid": gid})}
+        assert set(history_a) == set(history_b) == set(sent) | set(bobs) | {after}
+        assert not any("while full" in text and mid.startswith(pid) and mid not in sent
+                       for mid, text in history_b.items())
+        assert {m["mid"] for m in a.delivered(gid)} >= set(bobs)  # shown once stored
+        print(f"sent {len(sent) - 1} while filling, refused {len(refused)}: {refused[0]['message']}")
+    finally:
+        a.shutdown()
+        b.shutdown()
+        host.close()
