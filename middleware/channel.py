@@ -34,6 +34,7 @@ a clock.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import sys
@@ -74,6 +75,13 @@ HELD_OVERHEAD = 400
 # Evicted messages remembered (by mid and parent) so they are asked for again once their
 # parent is delivered; past this, the oldest become ordinary gaps, which NAKs and MSP fetch.
 MAX_EVICTED_REMEMBERED = 100_000
+# Equivocation (two signed versions of one mid): every member keeps the version whose signed
+# bytes hash lowest, and multicasts both versions (a REPAIR) so that every member learns of it:
+# soon after learning of it and again at these offsets (s), unless another member's copy of
+# the evidence came first.  At most MAX_CONFLICTS are remembered per group.
+EVIDENCE_ROUNDS = (0.0, 2.0, 8.0, 20.0)
+EVIDENCE_JITTER = 0.5
+MAX_CONFLICTS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +102,24 @@ class GapReported:
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
-    """Two different messages arrived under one mid; the first one is kept."""
+    """Two different signed messages under one mid (learnt now): ``kept`` is the version every
+    member keeps (its signed bytes hash lowest), ``other`` the one it beat."""
 
     gid: str
     mid: Mid
+    kept: wire.StoredMessage
+    other: wire.StoredMessage
 
 
-Event = SyncProgress | GapReported | Conflict
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """A delivered message's text gave way to the version the equivocation rule keeps."""
+
+    gid: str
+    message: wire.StoredMessage
+
+
+Event = SyncProgress | GapReported | Conflict | Replaced
 
 
 def _approx_size(message: wire.StoredMessage) -> int:
@@ -128,6 +147,26 @@ def _chunks(messages: list, limit: int = CHUNK_BYTES, max_items: int = wire.MAX_
         total += cost
     if chunk:
         yield chunk
+
+
+def _version_hash(gid: str, message: wire.StoredMessage) -> bytes:
+    """What the equivocation rule compares: the SHA-256 of the bytes the writer signed."""
+    return hashlib.sha256(crypto.message_bytes(gid, message.sender, message.seqno, message.parent,
+                                               message.sent_at, message.name, message.text)).digest()
+
+
+def _same_version(a: wire.StoredMessage, b: wire.StoredMessage) -> bool:
+    return (a.parent, a.sent_at, a.name, a.text) == (b.parent, b.sent_at, b.name, b.text)
+
+
+def _as_stored(message: ChatMessage) -> wire.StoredMessage:
+    return wire.StoredMessage(message.mid[0], message.mid[1], message.parent, message.sent_at, message.sender_name,
+                              message.text, message.public_key, message.signature)
+
+
+def _as_delivery(gid: str, message: wire.StoredMessage, received_at: int) -> ChatMessage:
+    return ChatMessage(gid, (message.sender, message.seqno), message.parent, message.name, message.text,
+                       message.sent_at, received_at, 0, message.sig, message.public_key)
 
 
 def _discard(sets: dict[str, RangeSet], key: str, value: int) -> None:
@@ -220,6 +259,9 @@ class GroupChannel:
         self._evicted_for: dict[Mid, list[Mid]] = {}
         self._evicted_remembered = 0
         self._deferred: dict[str, RangeSet] = {}
+        # Equivocation: mid -> (kept, other) versions, and when to multicast them next.
+        self._conflicts: dict[Mid, tuple[wire.StoredMessage, wire.StoredMessage]] = {}
+        self._evidence_at: dict[Mid, tuple[float, int]] = {}  # mid -> (when, round)
         # NAK state per sender: when to (re)ask, and how often we have asked.
         self._nak_at: dict[str, float] = {}
         self._nak_tries: dict[str, int] = {}
@@ -256,6 +298,12 @@ class GroupChannel:
         for mid in mids:
             self.orderer.mark_delivered(mid)
             self._note_received(mid[0], mid[1])
+
+    def restore_conflicts(self, conflicts: Iterable[tuple[wire.StoredMessage, wire.StoredMessage]]) -> None:
+        """Equivocations learnt before (``(kept, other)`` from the store): counted, and kept to."""
+        for kept, other in conflicts:
+            self._conflicts[(kept.sender, kept.seqno)] = (kept, other)
+        self.stats["conflicts"] = len(self._conflicts)
 
     def compose(self, name: str, text: str, parent: Mid | None, now: float) -> wire.Data:
         """A new DATA message from this peer: delivered here now, signed and sent by datagrams_to_send()."""
@@ -323,6 +371,8 @@ class GroupChannel:
             for stored in message.messages:
                 self._on_stored(stored, now)
                 self._cancel_answer(stored.sender, stored.seqno)
+            if len(message.messages) > 1:
+                self._on_evidence(message, now)
         elif isinstance(message, wire.Nak):
             if sender != self.pid:
                 self._on_nak(message, now)
@@ -360,7 +410,7 @@ class GroupChannel:
         released = orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key),
                                    HELD_OVERHEAD + sys.getsizeof(text) + sys.getsizeof(name) + len(sig))
         if orderer.duplicates != duplicates:
-            self._check_conflict((sender, seqno), parent, text)
+            self._check_conflict(wire.StoredMessage(sender, seqno, parent, sent_at, name, text, public_key, sig), now)
             return 0
         follows_previous = seqno == 1 or seqno - 1 in received
         received.add(seqno)
@@ -375,29 +425,94 @@ class GroupChannel:
         if released:
             received_at = int(now * 1000)
             gid = self.gid
+            first = len(self._deliveries)
             self._deliveries.extend(
                 ChatMessage(gid, mid, got_parent, n, t, s, received_at, 0, g, k)
                 for mid, got_parent, (n, t, s, g, k) in released
             )
+            if self._conflicts:  # a held version that lost to another: deliver the one kept
+                for i in range(first, len(self._deliveries)):
+                    versions = self._conflicts.get(self._deliveries[i].mid)
+                    if versions is not None:
+                        self._deliveries[i] = _as_delivery(gid, versions[0], received_at)
         elif parent is not None and not self._has_received(parent):
             self._note_highest(parent[0], parent[1], now)  # a parent we never got: ask for it
         if not follows_previous:
             self._suspect(sender, now)
         return len(released)
 
-    def _check_conflict(self, mid: Mid, parent: Mid | None, text: str) -> None:
-        """A mid seen again: the first version stays; a different second one is counted."""
+    def _current_version(self, mid: Mid) -> wire.StoredMessage | None:
+        """The version of ``mid`` this peer holds or delivered, or None."""
         held = self.orderer.held_payload(mid)
         if held is not None:
-            first_parent, (_, first_text, *_) = held
-        else:
-            stored = self.fetch(self.gid, [mid])
-            if not stored:
+            parent, (name, text, sent_at, sig, public_key) = held
+            return wire.StoredMessage(mid[0], mid[1], parent, sent_at, name, text, public_key, sig)
+        for message in reversed(self._deliveries):  # delivered since the last flush: not stored yet
+            if message.mid == mid:
+                return _as_stored(message)
+        stored = self.fetch(self.gid, [mid])
+        return stored[0] if stored else None
+
+    def _check_conflict(self, incoming: wire.StoredMessage, now: float) -> None:
+        """A mid seen again.  A different, validly signed version is equivocation: every
+        member keeps the version whose signed bytes hash lowest, and spreads the evidence."""
+        mid = (incoming.sender, incoming.seqno)
+        known = self._conflicts.get(mid)
+        current = known[0] if known is not None else self._current_version(mid)
+        if current is None or _same_version(current, incoming):
+            return
+        if known is not None and _same_version(known[1], incoming):
+            return  # the version that lost, again
+        if not wire.verify_stored(self.gid, incoming):
+            self.stats["bad_signature_dropped"] += 1
+            return
+        if known is None and len(self._conflicts) >= MAX_CONFLICTS:
+            return
+        kept, other = sorted((current, incoming), key=lambda m: _version_hash(self.gid, m))
+        self._conflicts[mid] = (kept, other)
+        self.stats["conflicts"] = len(self._conflicts)
+        self._events.append(Conflict(self.gid, mid, kept, other))
+        if kept is incoming:
+            self._replace(mid, kept)
+        if mid not in self._evidence_at:
+            self._evidence_at[mid] = (now + self.rng.uniform(0, EVIDENCE_JITTER) * 0.1, 0)
+
+    def _replace(self, mid: Mid, kept: wire.StoredMessage) -> None:
+        """The version kept wins over one this peer delivered (or holds: see _on_data)."""
+        if not self.orderer.is_delivered(mid):
+            return
+        for i, message in enumerate(self._deliveries):
+            if message.mid == mid:
+                self._deliveries[i] = _as_delivery(self.gid, kept, message.received_at)
                 return
-            first_parent, first_text = stored[0].parent, stored[0].text
-        if first_parent != parent or first_text != text:
-            self.stats["conflicts"] += 1
-            self._events.append(Conflict(self.gid, mid))
+        self._events.append(Replaced(self.gid, kept))
+
+    def _on_evidence(self, repair: wire.Repair, now: float) -> None:
+        """Another member multicast both versions of a mid: our own copy of that evidence can wait."""
+        mids = [(m.sender, m.seqno) for m in repair.messages]
+        if len(mids) == len(set(mids)):
+            return
+        for mid in set(m for m in mids if mids.count(m) > 1):
+            scheduled = self._evidence_at.get(mid)
+            if scheduled is not None:
+                when, round_ = scheduled
+                if round_ + 1 >= len(EVIDENCE_ROUNDS):
+                    del self._evidence_at[mid]
+                else:  # this round is done by another member: skip to our next one
+                    self._evidence_at[mid] = (now + EVIDENCE_ROUNDS[round_ + 1] - EVIDENCE_ROUNDS[round_]
+                                              + self.rng.uniform(0, EVIDENCE_JITTER), round_ + 1)
+
+    def _send_evidence(self, now: float) -> None:
+        for mid, (when, round_) in list(self._evidence_at.items()):
+            if when > now:
+                continue
+            kept, other = self._conflicts[mid]
+            self._outbox.append(wire.Repair(self.gid, (kept, other)))
+            if round_ + 1 >= len(EVIDENCE_ROUNDS):
+                del self._evidence_at[mid]
+            else:
+                self._evidence_at[mid] = (now + EVIDENCE_ROUNDS[round_ + 1] - EVIDENCE_ROUNDS[round_]
+                                          + self.rng.uniform(0, EVIDENCE_JITTER), round_ + 1)
 
     def _on_evicted(self, evicted: list[tuple[Mid, Mid]], now: float) -> None:
         """Evicted from the hold store: a gap again, asked for once its parent is delivered."""
@@ -635,6 +750,8 @@ class GroupChannel:
         if self._nak_at and not self._sync_active:
             deadlines.append(min(self._nak_at.values()))
         deadlines.extend(answer.next_at for answer in self._sync_answers.values())
+        if self._evidence_at:
+            deadlines.append(min(when for when, _ in self._evidence_at.values()))
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float) -> None:
@@ -645,6 +762,8 @@ class GroupChannel:
             self._send_repairs(now)
         if self._sync_answers:
             self._send_sync_answers(now)
+        if self._evidence_at:
+            self._send_evidence(now)
         if self._sync_retry_at is not None and self._sync_retry_at <= now:
             if self._sync_tries < SYNC_TRIES and self._sync_received == 0:
                 self.start_sync(now)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import crypto, wire
-from .channel import Conflict, GapReported, GroupChannel, SyncProgress
+from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .discovery import ZeroconfDiscovery
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
@@ -97,6 +97,7 @@ class GroupManager:
         # While the store cannot be written: what failed, and what waits to be stored.
         self.storage_error: str | None = None
         self._unstored: list[ChatMessage] = []
+        self._unstored_conflicts: list = []  # Conflict and Replaced events not stored yet
         self._groups_to_save: set[str] = set()
         self._unsent: dict[Mid, str] = {}  # own messages taken back since take_unsent()
         self._timer: asyncio.TimerHandle | None = None
@@ -122,6 +123,9 @@ class GroupManager:
             for gid in self.channels:
                 self._announce(gid)
         self._started = True
+        for gid in self.channels:  # equivocations learnt before: the warning stands
+            for kept, _ in self.store.conflicts(gid):
+                self.listener.on_warning(gid, _conflict_warning((kept.sender, kept.seqno)))
         self._link_name = interface_name(self.interface)
         self._link_up = link_is_up(self._link_name) if self._link_name else True
         self._spawn(self._watch_link())
@@ -346,6 +350,7 @@ class GroupManager:
         channel = GroupChannel(gid, self.identity, next_seqno, fetch=self.store.fetch, rng=self._rng,
                                max_held=self.config.max_held, max_held_bytes=self.config.max_held_bytes)
         channel.restore(self.store.delivered_mids(gid))
+        channel.restore_conflicts(self.store.conflicts(gid))
         self.channels[gid] = channel
         if sync:  # MSP: whatever the group said while this peer was away (or before it joined)
             channel.start_sync(time.time())
@@ -463,6 +468,7 @@ class GroupManager:
                 changed_groups[event.gid] = changed_groups.get(event.gid, False) or event.new
         deliveries: list[ChatMessage] = []
         channel_events = []
+        conflict_writes = []
         for gid, channel in self.channels.items():
             record = self.gjlp.groups[gid]
             channel.group_size = max(1, len(record.current()))
@@ -473,8 +479,10 @@ class GroupManager:
                 except wire.WireError as exc:  # e.g. a digest past the datagram limit
                     log.warning("not sent: %s", exc)
             deliveries += channel.deliveries()
-            channel_events += channel.events()
-        stored = self._store(deliveries)
+            events_now = channel.events()
+            channel_events += events_now
+            conflict_writes += [e for e in events_now if isinstance(e, (Conflict, Replaced))]
+        stored = self._store(deliveries, conflict_writes)
         self._flush_interval = self.BUSY_FLUSH_INTERVAL if len(stored) >= self.BUSY_MESSAGES else self.FLUSH_INTERVAL
         if self._started:
             outgoing, self._outgoing = self._outgoing, []
@@ -507,7 +515,7 @@ class GroupManager:
                 log.warning("group %s: no member holds %s's messages %s; replies to them stay held",
                             event.gid, event.sender, event.ranges)
             elif isinstance(event, Conflict):
-                warning = f"two different messages claim id {format_mid(event.mid)}; the first one is kept"
+                warning = _conflict_warning(event.mid)
                 log.warning("group %s: %s", event.gid, warning)
                 self.listener.on_warning(event.gid, warning)
         self._arm_timer()
@@ -515,8 +523,9 @@ class GroupManager:
     # While the store cannot be written, flushes try again this often.
     STORAGE_RETRY = 1.0
 
-    def _store(self, deliveries: list[ChatMessage]) -> list[ChatMessage]:
-        """Commit seqnos, groups and delivered messages; returns the messages stored.
+    def _store(self, deliveries: list[ChatMessage], conflicts: list) -> list[ChatMessage]:
+        """Commit seqnos, groups, delivered messages and equivocations learnt (``conflicts``:
+        Conflict and Replaced events); returns the messages stored.
 
         When the commit fails (a full disk), it is rolled back and nothing of this flush is
         transmitted: this peer's new messages are taken back (never sent, their seqnos free
@@ -531,6 +540,11 @@ class GroupManager:
                     self.store.save_group(self.gjlp.groups[gid])
             pending = self._unstored + deliveries
             stored = self.store.add_messages(pending) if pending else []
+            for event in self._unstored_conflicts + conflicts:
+                if isinstance(event, Conflict):
+                    self.store.save_conflict(event.gid, event.kept, event.other)
+                else:
+                    self.store.replace_message(event.gid, event.message)
             self.store.commit()
         except (sqlite3.Error, OSError) as exc:
             self.store.rollback()
@@ -551,6 +565,7 @@ class GroupManager:
                     self.listener.on_warning(gid, f"{len(retracted)} message(s) not sent: cannot store messages "
                                                   f"({reason})")
             self._unstored += [m for m in deliveries if m.mid not in taken_back]
+            self._unstored_conflicts += conflicts
             if len(taken_back) < len(own):
                 log.error("kept %d own messages that could not be taken back; they go out once stored",
                           len(own) - len(taken_back))
@@ -559,6 +574,7 @@ class GroupManager:
             log.info("storing works again (%d messages were waiting)", len(self._unstored))
             self.storage_error = None
         self._unstored = []
+        self._unstored_conflicts = []
         self._seqnos_to_save.clear()
         self._groups_to_save.clear()
         return stored
@@ -584,6 +600,11 @@ class GroupManager:
         for channel in self.channels.values():
             channel.handle_timer(now)
         self.flush()
+
+
+def _conflict_warning(mid: Mid) -> str:
+    return (f"two different signed messages claim id {format_mid(mid)} (its writer equivocated); every member "
+            "keeps the one whose signed bytes hash lowest")
 
 
 def _check_passphrase(passphrase: str) -> None:

@@ -7,7 +7,7 @@ import itertools
 import random
 
 from middleware import crypto, wire
-from middleware.channel import GroupChannel
+from middleware.channel import GroupChannel, Replaced
 from middleware.faults import FaultInjector
 
 GID = "g-sim"
@@ -35,7 +35,10 @@ class SimPeer:
                                                   message.sender_name, message.text, message.public_key,
                                                   message.signature)
             self.order.append(mid)
-        self.events.extend(self.channel.events())
+        for event in self.channel.events():
+            if isinstance(event, Replaced):  # as the store does: the kept version takes the old one's place
+                self.stored[(event.message.sender, event.message.seqno)] = event.message
+            self.events.append(event)
 
 
 class SimLan:
