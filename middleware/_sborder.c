@@ -458,7 +458,7 @@ typedef struct {
     int32_t *stack;
     Py_ssize_t stack_capacity;
     /* Each node's held bytes, beside the nodes so that a node stays one cache line. */
-    Py_ssize_t *node_sizes;
+    uint32_t *node_sizes;
     PyObject *evicted_mids; /* list of (mid, parent) evicted since take_evicted() */
     Py_ssize_t pending, max_held, evicted, duplicates, rejected;
     Py_ssize_t max_held_bytes, held_bytes;
@@ -581,7 +581,7 @@ node_new(Orderer *self, uint32_t sender, uint64_t seqno)
         }
         int32_t capacity = old ? old * 2 : 64;
         void *memory = PyMem_Malloc((size_t)capacity * sizeof(Node) + CACHE_LINE);
-        Py_ssize_t *sizes = memory ? PyMem_Realloc(self->node_sizes, (size_t)capacity * sizeof(Py_ssize_t)) : NULL;
+        uint32_t *sizes = memory ? PyMem_Realloc(self->node_sizes, (size_t)capacity * sizeof(uint32_t)) : NULL;
         if (sizes == NULL) {
             PyMem_Free(memory);
             PyErr_NoMemory();
@@ -717,7 +717,9 @@ hold(Orderer *self, int32_t n, PyObject *mid, Py_ssize_t sender, uint64_t seqno,
     else
         self->oldest = n;
     self->newest = n;
-    self->node_sizes[n] = size;
+    if (size > UINT32_MAX)
+        size = UINT32_MAX; /* over any byte bound anyway */
+    self->node_sizes[n] = (uint32_t)size;
     self->held_bytes += size;
     ++self->pending;
     while (self->pending > self->max_held || self->held_bytes > self->max_held_bytes) {

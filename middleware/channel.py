@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-import sys
+from sys import getsizeof
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -70,8 +70,9 @@ SYNC_TRIES = 3
 HEARTBEAT_FIRST, HEARTBEAT_MAX = 0.2, 8.0
 HEARTBEAT_QUIET_AFTER = 30.0  # seconds after the last send
 MAX_SENDERS = 10_000  # per group: a flood of invented pids must not grow memory without bound
-# What holding one message costs beyond its strings and proof (payload tuple, mid, node, index).
-HELD_OVERHEAD = 400
+# What holding one message costs beyond its text and proof (payload tuple, mid, node, index, and
+# the display name, at most 64 characters).
+HELD_OVERHEAD = 700
 # Evicted messages remembered (by mid and parent) so they are asked for again once their
 # parent is delivered; past this, the oldest become ordinary gaps, which NAKs and MSP fetch.
 MAX_EVICTED_REMEMBERED = 100_000
@@ -408,7 +409,7 @@ class GroupChannel:
         orderer = self.orderer
         duplicates, evicted = orderer.duplicates, orderer.evicted
         released = orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key),
-                                   HELD_OVERHEAD + sys.getsizeof(text) + sys.getsizeof(name) + len(sig))
+                                   HELD_OVERHEAD + getsizeof(text) + len(sig))
         if orderer.duplicates != duplicates:
             self._check_conflict(wire.StoredMessage(sender, seqno, parent, sent_at, name, text, public_key, sig), now)
             return 0
@@ -447,11 +448,13 @@ class GroupChannel:
         if held is not None:
             parent, (name, text, sent_at, sig, public_key) = held
             return wire.StoredMessage(mid[0], mid[1], parent, sent_at, name, text, public_key, sig)
+        stored = self.fetch(self.gid, [mid])
+        if stored:
+            return stored[0]
         for message in reversed(self._deliveries):  # delivered since the last flush: not stored yet
             if message.mid == mid:
                 return _as_stored(message)
-        stored = self.fetch(self.gid, [mid])
-        return stored[0] if stored else None
+        return None
 
     def _check_conflict(self, incoming: wire.StoredMessage, now: float) -> None:
         """A mid seen again.  A different, validly signed version is equivocation: every

@@ -210,6 +210,7 @@ class PySbOrderer:
         return True
 
     def _hold(self, mid: Mid, parent: Mid, payload: Any, size: int) -> None:
+        size = min(size, 0xFFFFFFFF)  # as the compiled core keeps it: over any byte bound anyway
         self._held[mid] = (parent, payload, size)
         self.held_bytes += size
         waiting = self._waiting.get(parent)
