@@ -19,6 +19,11 @@ a clock.
   whatever another member's REPAIR already carried.  Requests retry with
   exponential back-off and give up after ``NAK_TRIES``: the gap is reported
   (the held replies stay held, visible as waiting).  Answers are rate-limited.
+- **Hold store**: replies waiting for a parent are bounded in count and bytes by the
+  orderer; one it evicts is a gap again, not asked for until its parent is delivered.
+- **Equivocation**: two validly signed versions of one mid are resolved the same way
+  everywhere (the lowest SHA-256 of the signed bytes is kept) and both versions are
+  multicast as a REPAIR, in a few suppressed rounds, so every member learns of it.
 - **Heartbeats**: after this peer sends, it announces its highest seqno at
   growing intervals (0.2 s doubling to 8 s) and then falls silent, so a lost
   last message is noticed without idle chatter.
@@ -82,6 +87,7 @@ MAX_EVICTED_REMEMBERED = 100_000
 # the evidence came first.  At most MAX_CONFLICTS are remembered per group.
 EVIDENCE_ROUNDS = (0.0, 2.0, 8.0, 20.0)
 EVIDENCE_JITTER = 0.5
+EVIDENCE_FIRST = 0.05  # the first round goes out within this (s)
 MAX_CONFLICTS = 10_000
 
 
@@ -478,7 +484,7 @@ class GroupChannel:
         if kept is incoming:
             self._replace(mid, kept)
         if mid not in self._evidence_at:
-            self._evidence_at[mid] = (now + self.rng.uniform(0, EVIDENCE_JITTER) * 0.1, 0)
+            self._evidence_at[mid] = (now + self.rng.uniform(0, EVIDENCE_FIRST), 0)
 
     def _replace(self, mid: Mid, kept: wire.StoredMessage) -> None:
         """The version kept wins over one this peer delivered (or holds: see _on_data)."""
@@ -497,13 +503,8 @@ class GroupChannel:
             return
         for mid in set(m for m in mids if mids.count(m) > 1):
             scheduled = self._evidence_at.get(mid)
-            if scheduled is not None:
-                when, round_ = scheduled
-                if round_ + 1 >= len(EVIDENCE_ROUNDS):
-                    del self._evidence_at[mid]
-                else:  # this round is done by another member: skip to our next one
-                    self._evidence_at[mid] = (now + EVIDENCE_ROUNDS[round_ + 1] - EVIDENCE_ROUNDS[round_]
-                                              + self.rng.uniform(0, EVIDENCE_JITTER), round_ + 1)
+            if scheduled is not None:  # this round is done by another member: skip to our next one
+                self._next_evidence_round(mid, scheduled[1], now)
 
     def _send_evidence(self, now: float) -> None:
         for mid, (when, round_) in list(self._evidence_at.items()):
@@ -511,11 +512,14 @@ class GroupChannel:
                 continue
             kept, other = self._conflicts[mid]
             self._outbox.append(wire.Repair(self.gid, (kept, other)))
-            if round_ + 1 >= len(EVIDENCE_ROUNDS):
-                del self._evidence_at[mid]
-            else:
-                self._evidence_at[mid] = (now + EVIDENCE_ROUNDS[round_ + 1] - EVIDENCE_ROUNDS[round_]
-                                          + self.rng.uniform(0, EVIDENCE_JITTER), round_ + 1)
+            self._next_evidence_round(mid, round_, now)
+
+    def _next_evidence_round(self, mid: Mid, round_: int, now: float) -> None:
+        if round_ + 1 >= len(EVIDENCE_ROUNDS):
+            del self._evidence_at[mid]
+        else:
+            self._evidence_at[mid] = (now + EVIDENCE_ROUNDS[round_ + 1] - EVIDENCE_ROUNDS[round_]
+                                      + self.rng.uniform(0, EVIDENCE_JITTER), round_ + 1)
 
     def _on_evicted(self, evicted: list[tuple[Mid, Mid]], now: float) -> None:
         """Evicted from the hold store: a gap again, asked for once its parent is delivered."""
