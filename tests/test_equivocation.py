@@ -1,7 +1,7 @@
 """Equivocation converges: a writer who signs two versions of one message cannot split the
 group.  Every member keeps the version whose signed bytes hash lowest and multicasts both
 versions, so members that saw only one learn of the other (in-process LAN here; the
-namespace LAN with real peers and a restart in test_lan_equivocation.py)."""
+namespace LAN with real peers and a restart in test_lan_member_attacks.py)."""
 
 import hashlib
 
