@@ -398,7 +398,10 @@ async def serve(args: argparse.Namespace) -> int:
                 response = peer.handle_line(text)
                 if response is not None:
                     responses.append(response)
-        manager.flush()
+        try:
+            manager.flush()
+        except Exception:  # a bug: the answers still go out, with what was done
+            log.exception("flush failed")
         unsent = {format_mid(mid): reason for mid, reason in manager.take_unsent().items()}
         for response in responses:
             write(_unsent_as_error(response, unsent) if unsent else response)

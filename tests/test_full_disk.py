@@ -5,13 +5,15 @@ unmounted afterwards); the peers run on a private loopback namespace."""
 
 import errno
 import os
+import sqlite3
 import subprocess
 
 import pytest
 
 from lan import LoopbackHost, PeerProcess
-
-pytestmark = pytest.mark.netns
+from middleware import crypto, wire
+from middleware.manager import Config, GroupManager
+from middleware.types import NullListener
 
 TMPFS_SIZE = "1m"  # issue 16's case: a 1 MB tmpfs
 
@@ -49,6 +51,7 @@ def fill(directory):
     return path
 
 
+@pytest.mark.netns
 def test_a_full_disk_refuses_sends_cleanly_and_recovers_without_a_restart(small_disk, tmp_path):
     host = LoopbackHost()
     a = PeerProcess(host.name, "127.0.0.1", small_disk / "a", "Ann", extra=["--no-zeroconf"])
@@ -99,3 +102,50 @@ def test_a_full_disk_refuses_sends_cleanly_and_recovers_without_a_restart(small_
         a.shutdown()
         b.shutdown()
         host.close()
+
+
+class Recorder(NullListener):
+    def __init__(self):
+        self.messages, self.warnings = [], []
+
+    def on_messages(self, gid, messages):
+        self.messages += messages
+
+    def on_warning(self, gid, text):
+        self.warnings.append(text)
+
+
+def test_a_failed_commit_takes_own_messages_back_and_keeps_the_others(tmp_path, monkeypatch):
+    """In-process: the commit fails as on a full disk, then works again."""
+    listener = Recorder()
+    manager = GroupManager(Config(tmp_path, name="Ann", iface="127.0.0.1", zeroconf=False), listener)
+    try:
+        gid = manager.create_group("disk")
+        first = manager.send(gid, "stored")
+        manager.flush()
+        real_commit = manager.store.commit
+
+        def full():
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(manager.store, "commit", full)
+        lost = manager.send(gid, "not sent")
+        bob = crypto.Identity.generate()
+        manager._on_data_datagrams([wire.encode(bob, wire.signed_data(bob, gid, 1, None, 0, "Bob", "from Bob"))])
+        manager.flush()
+        assert manager.take_unsent() == {lost: "not sent: cannot store messages (database or disk is full)"}
+        assert manager.storage_error == "database or disk is full" and manager.stats_dict()["unstored"] == 1
+        assert any("not sent" in w for w in listener.warnings)
+        assert not manager.channels[gid].orderer.is_delivered(lost)
+        assert not any(m.text == "from Bob" for m in listener.messages)  # shown only once stored
+
+        monkeypatch.setattr(manager.store, "commit", real_commit)
+        again = manager.send(gid, "sent after")
+        manager.flush()
+        assert again == lost  # the seqno taken back is the next one used: none skipped, none reused
+        assert manager.storage_error is None
+        assert [m.text for m in manager.history(gid)] == ["stored", "from Bob", "sent after"]
+        assert any(m.text == "from Bob" for m in listener.messages)
+        assert first[1] + 1 == again[1]
+    finally:
+        manager.store.close()
