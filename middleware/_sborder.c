@@ -460,6 +460,7 @@ typedef struct {
     /* Each node's held bytes, beside the nodes so that a node stays one cache line. */
     uint32_t *node_sizes;
     PyObject *evicted_mids; /* list of (mid, parent) evicted since take_evicted() */
+    PyObject *size_of; /* payload -> bytes held, called only to hold a message; or NULL */
     Py_ssize_t pending, max_held, evicted, duplicates, rejected;
     Py_ssize_t max_held_bytes, held_bytes;
 } Orderer;
@@ -802,8 +803,30 @@ prefetch_slot(const Table *t, Py_ssize_t sender, uint64_t seqno)
         __builtin_prefetch(&t->slots[slot_hash((uint32_t)sender, seqno) & t->mask]);
 }
 
+/* What holding a message costs: `size` if given, else size_of(payload), else 0.  Only a
+ * message about to be held pays for this.  -1 with an exception set on error. */
+static Py_ssize_t
+held_size(Orderer *self, PyObject *size, PyObject *payload)
+{
+    PyObject *computed = NULL;
+    if (size == NULL || size == Py_None) {
+        if (self->size_of == NULL)
+            return 0;
+        size = computed = PyObject_CallOneArg(self->size_of, payload);
+        if (size == NULL)
+            return -1;
+    }
+    Py_ssize_t value = -1;
+    if (!PyLong_Check(size))
+        PyErr_Format(PyExc_TypeError, "size must be an int, not %.100R", size);
+    else if ((value = PyLong_AsSsize_t(size)) < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "size must not be negative");
+    Py_XDECREF(computed);
+    return PyErr_Occurred() ? -1 : value;
+}
+
 static PyObject *
-receive_impl(Orderer *self, PyObject *mid, PyObject *parent, PyObject *payload, Py_ssize_t size)
+receive_impl(Orderer *self, PyObject *mid, PyObject *parent, PyObject *payload, PyObject *size_arg)
 {
     PyObject *pid, *parent_pid = NULL;
     uint64_t seqno, parent_seqno = 0;
@@ -844,10 +867,13 @@ receive_impl(Orderer *self, PyObject *mid, PyObject *parent, PyObject *payload, 
             return NULL;
         }
         int failed = 0;
+        Py_ssize_t size;
         if (sender == parent_sender && seqno == parent_seqno)
             self->rejected++;
         else if (sender_contains(&self->senders[sender], seqno))
             self->duplicates++;
+        else if ((size = held_size(self, size_arg, payload)) < 0)
+            failed = 1;
         else
             failed = hold(self, n, mid, sender, seqno, parent, p, parent_sender, parent_seqno, payload, size) < 0;
         sender_forget_if_unused(self, (uint32_t)sender);
@@ -906,21 +932,7 @@ Orderer_receive(Orderer *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         PyErr_SetString(PyExc_TypeError, "receive() needs mid and parent");
         return NULL;
     }
-    Py_ssize_t size = 0;
-    if (values[3] != NULL) {
-        if (!PyLong_Check(values[3])) {
-            PyErr_Format(PyExc_TypeError, "size must be an int, not %.100R", values[3]);
-            return NULL;
-        }
-        size = PyLong_AsSsize_t(values[3]);
-        if (size == -1 && PyErr_Occurred())
-            return NULL;
-        if (size < 0) {
-            PyErr_SetString(PyExc_ValueError, "size must not be negative");
-            return NULL;
-        }
-    }
-    return receive_impl(self, values[0], values[1], values[2], size);
+    return receive_impl(self, values[0], values[1], values[2], values[3]);
 }
 
 static PyObject *
@@ -1144,10 +1156,16 @@ Orderer_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(k
 static int
 Orderer_init(Orderer *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"max_held", "max_held_bytes", NULL};
+    static char *keywords[] = {"max_held", "max_held_bytes", "size_of", NULL};
     Py_ssize_t max_held = 100000, max_held_bytes = 64 * 1024 * 1024;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|nn:SbOrderer", keywords, &max_held, &max_held_bytes))
+    PyObject *size_of = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|nnO:SbOrderer", keywords, &max_held, &max_held_bytes, &size_of))
         return -1;
+    if (size_of != Py_None && !PyCallable_Check(size_of)) {
+        PyErr_SetString(PyExc_TypeError, "size_of must be callable or None");
+        return -1;
+    }
+    Py_XSETREF(self->size_of, size_of == Py_None ? NULL : Py_NewRef(size_of));
     if (max_held < 1) {
         PyErr_SetString(PyExc_ValueError, "max_held must be at least 1");
         return -1;
@@ -1166,6 +1184,7 @@ Orderer_traverse(Orderer *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->sender_ids);
     Py_VISIT(self->evicted_mids);
+    Py_VISIT(self->size_of);
     for (int32_t n = self->oldest; n != NONE; n = self->nodes[n].newer) {
         Py_VISIT(self->nodes[n].mid);
         Py_VISIT(self->nodes[n].parent);
@@ -1213,6 +1232,7 @@ Orderer_clear(Orderer *self)
     self->free_sender = NONE;
     Py_CLEAR(self->sender_ids);
     Py_CLEAR(self->evicted_mids);
+    Py_CLEAR(self->size_of);
     return 0;
 }
 
@@ -1227,7 +1247,7 @@ Orderer_dealloc(Orderer *self)
 
 static PyMethodDef Orderer_methods[] = {
     {"receive", (PyCFunction)(void (*)(void))Orderer_receive, METH_FASTCALL | METH_KEYWORDS,
-     "receive(mid, parent, payload=None) -> the deliveries this makes possible, in S_b order."},
+     "receive(mid, parent, payload=None, size=None) -> the deliveries this makes possible, in S_b order."},
     {"mark_delivered", (PyCFunction)Orderer_mark_delivered, METH_O,
      "Record mid as delivered without a payload; return the held messages it releases."},
     {"is_delivered", (PyCFunction)Orderer_is_delivered, METH_O, NULL},

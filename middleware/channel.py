@@ -156,6 +156,12 @@ def _chunks(messages: list, limit: int = CHUNK_BYTES, max_items: int = wire.MAX_
         yield chunk
 
 
+def _held_size(payload: tuple) -> int:
+    """What holding a message costs (called by the orderer only for the messages it holds)."""
+    _, text, _, sig, _ = payload
+    return HELD_OVERHEAD + getsizeof(text) + len(sig)
+
+
 def _version_hash(gid: str, message: wire.StoredMessage) -> bytes:
     """What the equivocation rule compares: the SHA-256 of the bytes the writer signed."""
     return hashlib.sha256(crypto.message_bytes(gid, message.sender, message.seqno, message.parent,
@@ -249,7 +255,7 @@ class GroupChannel:
         self.identity = identity
         self.pid = identity.pid
         self.next_seqno = next_seqno
-        self.orderer = SbOrderer(max_held=max_held, max_held_bytes=max_held_bytes)
+        self.orderer = SbOrderer(max_held=max_held, max_held_bytes=max_held_bytes, size_of=_held_size)
         self.fetch: Fetch = fetch or (lambda gid, mids: [])
         self.rng = rng or random.Random()
         self.group_size = 1
@@ -413,9 +419,8 @@ class GroupChannel:
                 return 0
             received = self._received[sender] = RangeSet()
         orderer = self.orderer
-        duplicates, evicted = orderer.duplicates, orderer.evicted
-        released = orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key),
-                                   HELD_OVERHEAD + getsizeof(text) + len(sig))
+        duplicates = orderer.duplicates
+        released = orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key))
         if orderer.duplicates != duplicates:
             self._check_conflict(wire.StoredMessage(sender, seqno, parent, sent_at, name, text, public_key, sig), now)
             return 0
@@ -423,30 +428,36 @@ class GroupChannel:
         received.add(seqno)
         if self._deferred:
             _discard(self._deferred, sender, seqno)  # an evicted message came again
-        if orderer.evicted != evicted:
-            self._on_evicted(orderer.take_evicted(), now)
-        if self._evicted_for and released:
-            self._ask_again_for_evicted(released, now)
         if self._highest.get(sender, 0) < seqno:
             self._highest[sender] = seqno
         if released:
             received_at = int(now * 1000)
             gid = self.gid
-            first = len(self._deliveries)
             self._deliveries.extend(
                 ChatMessage(gid, mid, got_parent, n, t, s, received_at, 0, g, k)
                 for mid, got_parent, (n, t, s, g, k) in released
             )
-            if self._conflicts:  # a held version that lost to another: deliver the one kept
-                for i in range(first, len(self._deliveries)):
-                    versions = self._conflicts.get(self._deliveries[i].mid)
-                    if versions is not None:
-                        self._deliveries[i] = _as_delivery(gid, versions[0], received_at)
-        elif parent is not None and not self._has_received(parent):
-            self._note_highest(parent[0], parent[1], now)  # a parent we never got: ask for it
+            if self._evicted_for:
+                self._ask_again_for_evicted(released, now)
+            if self._conflicts:
+                self._deliver_kept_versions(len(released), received_at)
+        else:
+            evicted = orderer.take_evicted()  # only holding a message evicts others
+            if evicted:
+                self._on_evicted(evicted, now)
+            if parent is not None and not self._has_received(parent):
+                self._note_highest(parent[0], parent[1], now)  # a parent we never got: ask for it
         if not follows_previous:
             self._suspect(sender, now)
         return len(released)
+
+    def _deliver_kept_versions(self, count: int, received_at: int) -> None:
+        """Of the last ``count`` deliveries, a held version that lost to another gives way to the one kept."""
+        deliveries = self._deliveries
+        for i in range(len(deliveries) - count, len(deliveries)):
+            versions = self._conflicts.get(deliveries[i].mid)
+            if versions is not None:
+                deliveries[i] = _as_delivery(self.gid, versions[0], received_at)
 
     def _current_version(self, mid: Mid) -> wire.StoredMessage | None:
         """The version of ``mid`` this peer holds or delivered, or None."""

@@ -23,7 +23,7 @@ faster.  Without a compiler at install time, or with ``M2MC_PURE_PYTHON=1`` set,
 from __future__ import annotations
 
 import os
-from typing import Any, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 from .rangeset import RangeSet
 
@@ -108,7 +108,8 @@ class PySbOrderer:
     """Delivers messages in S_b order: every reply after the message it answers.
 
     ``max_held`` bounds the messages waiting for a parent, ``max_held_bytes`` the
-    sum of their ``size``s (given to :meth:`receive`); past either, the oldest
+    sum of their sizes (given to :meth:`receive`, or else ``size_of(payload)``,
+    called only for a message about to be held); past either, the oldest
     waiting message is evicted (counted in ``evicted`` and listed by
     :meth:`take_evicted`, so the caller can ask for it again once its parent is
     here), so a hostile sender that names parents which never come cannot grow
@@ -116,9 +117,10 @@ class PySbOrderer:
     """
 
     __slots__ = ("_delivered", "_held", "_waiting", "max_held", "max_held_bytes", "held_bytes", "_evicted_mids",
-                 "evicted", "duplicates", "rejected")
+                 "_size_of", "evicted", "duplicates", "rejected")
 
-    def __init__(self, max_held: int = DEFAULT_MAX_HELD, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES) -> None:
+    def __init__(self, max_held: int = DEFAULT_MAX_HELD, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
+                 size_of: Callable[[Any], int] | None = None) -> None:
         if max_held < 1:
             raise ValueError("max_held must be at least 1")
         if max_held_bytes < 1:
@@ -134,19 +136,20 @@ class PySbOrderer:
         self.max_held_bytes = max_held_bytes
         self.held_bytes = 0
         self._evicted_mids: list[tuple[Mid, Mid]] = []
+        self._size_of = size_of
         self.evicted = 0
         self.duplicates = 0
         self.rejected = 0
 
     # -- input ---------------------------------------------------------------
 
-    def receive(self, mid: Mid, parent: Mid | None, payload: Any = None, size: int = 0) -> list[Delivery]:
+    def receive(self, mid: Mid, parent: Mid | None, payload: Any = None, size: int | None = None) -> list[Delivery]:
         """Accept one message; return those that became deliverable, in S_b order.
 
         The list is empty when the message waits for its parent or is a
         duplicate; otherwise it starts with the message itself, followed by its
         waiting descendants, depth first.  ``size`` is what holding it costs, in
-        bytes, counted against ``max_held_bytes``.
+        bytes, counted against ``max_held_bytes`` (None: ``size_of(payload)``, or 0).
         """
         held = self._held
         if held and mid in held:
@@ -209,7 +212,9 @@ class PySbOrderer:
             del self._delivered[mid[0]]
         return True
 
-    def _hold(self, mid: Mid, parent: Mid, payload: Any, size: int) -> None:
+    def _hold(self, mid: Mid, parent: Mid, payload: Any, size: int | None) -> None:
+        if size is None:
+            size = self._size_of(payload) if self._size_of is not None else 0
         size = min(size, 0xFFFFFFFF)  # as the compiled core keeps it: over any byte bound anyway
         self._held[mid] = (parent, payload, size)
         self.held_bytes += size

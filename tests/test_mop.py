@@ -307,6 +307,29 @@ def test_held_messages_are_bounded_in_bytes_and_evictions_are_listed(SbOrderer):
 
 
 @each_orderer
+def test_size_of_is_asked_only_for_messages_it_holds(SbOrderer):
+    asked = []
+
+    def size_of(payload):
+        asked.append(payload)
+        if payload == "bad":
+            raise RuntimeError("no size")
+        return len(payload)
+
+    orderer = SbOrderer(max_held_bytes=10, size_of=size_of)
+    orderer.receive(("a", 1), None, "a root")
+    orderer.receive(("b", 1), ("a", 2), "wait")
+    orderer.receive(("b", 2), ("a", 3), "too long")
+    assert asked == ["wait", "too long"]
+    assert orderer.take_evicted() == [(("b", 1), ("a", 2))] and orderer.held_bytes == 8
+    with pytest.raises(RuntimeError, match="no size"):
+        orderer.receive(("b", 3), ("a", 4), "bad")
+    assert orderer.pending == 1 and not orderer.is_delivered(("b", 3))
+    orderer.receive(("b", 4), ("a", 5), "xx", 1)  # an explicit size wins
+    assert asked[-1] == "bad" and orderer.held_bytes == 9
+
+
+@each_orderer
 def test_only_a_senders_highest_delivery_can_be_forgotten(SbOrderer):
     orderer = SbOrderer()
     for seqno in (5, 6, 1, 2, 9):
