@@ -42,8 +42,9 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from sys import getsizeof
+from collections import Counter
 from dataclasses import dataclass
+from sys import getsizeof
 from typing import Callable, Iterable
 
 from . import crypto, wire
@@ -509,10 +510,8 @@ class GroupChannel:
 
     def _on_evidence(self, repair: wire.Repair, now: float) -> None:
         """Another member multicast both versions of a mid: our own copy of that evidence can wait."""
-        mids = [(m.sender, m.seqno) for m in repair.messages]
-        if len(mids) == len(set(mids)):
-            return
-        for mid in set(m for m in mids if mids.count(m) > 1):
+        copies = Counter((m.sender, m.seqno) for m in repair.messages)
+        for mid in (mid for mid, count in copies.items() if count > 1):
             scheduled = self._evidence_at.get(mid)
             if scheduled is not None:  # this round is done by another member: skip to our next one
                 self._next_evidence_round(mid, scheduled[1], now)

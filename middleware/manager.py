@@ -24,15 +24,14 @@ from pathlib import Path
 from . import crypto, wire
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .discovery import ZeroconfDiscovery
-from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
+from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .store import Store
 from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
 from .types import (ChatMessage, GroupListener, GroupView, Mid, NullListener, UsageError, check_unicode, format_mid,
                     iso_millis)
 
 log = logging.getLogger(__name__)
-
 
 CONTROL_ADDR = "239.255.77.77"
 DEFAULT_PORT = 47477
@@ -582,7 +581,8 @@ class GroupManager:
     def _arm_timer(self) -> None:
         deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()))
                      if d is not None]
-        if self._unstored or self.storage_error is not None and (self._seqnos_to_save or self._groups_to_save):
+        if self._unstored or self._unstored_conflicts or self.storage_error is not None and (
+                self._seqnos_to_save or self._groups_to_save):
             deadlines.append(time.time() + self.STORAGE_RETRY)
         deadline = min(deadlines) if deadlines else None
         if self._timer is not None:

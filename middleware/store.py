@@ -427,8 +427,11 @@ class Store:
     def save_conflict(self, gid: str, kept: wire.StoredMessage, other: wire.StoredMessage) -> None:
         """Two signed versions of one message (the evidence), and which one is kept."""
         self._db.execute("INSERT OR REPLACE INTO conflicts VALUES (?, ?, ?, ?, ?)",
-                         (gid, kept.sender, kept.seqno, self._packer.pack(wire._to_wire(kept)),
-                          self._packer.pack(wire._to_wire(other))))
+                         (gid, kept.sender, kept.seqno, self._pack_stored(kept), self._pack_stored(other)))
+
+    def _pack_stored(self, m: wire.StoredMessage) -> bytes:
+        return self._packer.pack([m.sender, m.seqno, list(m.parent) if m.parent else None, m.sent_at, m.name, m.text,
+                                  m.public_key, m.sig])
 
     def conflicts(self, gid: str) -> list[tuple[wire.StoredMessage, wire.StoredMessage]]:
         """``(kept, other)`` of every equivocation known in ``gid``."""

@@ -65,3 +65,29 @@ def test_evidence_is_relayed_again_for_a_member_that_missed_it():
     lan.settle(30)
     assert offline.stored[(mallory.pid, 1)].text == kept.text
     assert offline.channel.stats["conflicts"] == 1
+
+
+def test_the_store_keeps_the_evidence_and_replaces_the_loser_in_place(tmp_path):
+    from middleware.store import Store
+    from middleware.types import ChatMessage
+
+    mallory = crypto.Identity.generate()
+    store = Store(tmp_path / "db.sqlite3")
+    first = wire.signed_data(mallory, GID, 1, None, 5, "Mal", "first")
+    second = wire.signed_data(mallory, GID, 1, ("p" * 32, 3), 6, "Mal", "second")
+    store.add_messages([ChatMessage(GID, (mallory.pid, s), None, "Mal", f"other {s}", 1, 2, 0, first.sig,
+                                    mallory.public_key) for s in (2, 3)]
+                       + [ChatMessage(GID, (mallory.pid, 1), None, "Mal", "first", 5, 2, 0, first.sig,
+                                      mallory.public_key)])
+    kept = wire.StoredMessage(mallory.pid, 1, second.parent, 6, "Mal", "second", mallory.public_key, second.sig)
+    lost = wire.StoredMessage(mallory.pid, 1, None, 5, "Mal", "first", mallory.public_key, first.sig)
+    store.save_conflict(GID, kept, lost)
+    assert store.replace_message(GID, kept)
+    assert not store.replace_message(GID, wire.StoredMessage(mallory.pid, 9, None, 0, "", "x", b"", b""))
+    store.commit()
+    store.close()
+    store = Store(tmp_path / "db.sqlite3")
+    assert store.conflicts(GID) == [(kept, lost)]
+    assert [m.text for m in store.history(GID)] == ["other 2", "other 3", "second"]
+    assert store.fetch(GID, [(mallory.pid, 1)]) == [kept] and wire.verify_stored(GID, kept)
+    store.close()
