@@ -188,7 +188,7 @@ class JsonRpcPeer(NullListener):
         except RecursionError:
             return _error(None, INVALID_REQUEST, f"malformed request: nested deeper than {MAX_NESTING} levels")
         except ValueError as exc:  # JSONDecodeError, NaN/Infinity, an integer of over 4,300 digits
-            return _error(None, PARSE_ERROR, f"malformed request: not JSON ({str(exc)[:200]})")
+            return _error(None, PARSE_ERROR, f"malformed request: cannot parse it as JSON ({str(exc)[:200]})")
         if _nesting_exceeds(request, MAX_NESTING):
             return _error(None, INVALID_REQUEST, f"malformed request: nested deeper than {MAX_NESTING} levels")
         if type(request) is not list:

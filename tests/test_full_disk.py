@@ -54,9 +54,12 @@ def fill(directory):
 @pytest.mark.netns
 def test_a_full_disk_refuses_sends_cleanly_and_recovers_without_a_restart(small_disk, tmp_path):
     host = LoopbackHost()
-    a = PeerProcess(host.name, "127.0.0.1", small_disk / "a", "Ann", extra=["--no-zeroconf"])
-    b = PeerProcess(host.name, "127.0.0.1", tmp_path / "b", "Bob", extra=["--no-zeroconf"])
+    peers = []
     try:
+        a = PeerProcess(host.name, "127.0.0.1", small_disk / "a", "Ann", extra=["--no-zeroconf"])
+        peers.append(a)
+        b = PeerProcess(host.name, "127.0.0.1", tmp_path / "b", "Bob", extra=["--no-zeroconf"])
+        peers.append(b)
         gid = a.call("create_group", {"desc": "Disk"})["gid"]
         b.wait_notification("group_discovered", lambda p: p["gid"] == gid)
         b.call("join_group", {"gid": gid})
@@ -99,8 +102,8 @@ def test_a_full_disk_refuses_sends_cleanly_and_recovers_without_a_restart(small_
         assert {m["mid"] for m in a.delivered(gid)} >= set(bobs)  # shown once stored
         print(f"sent {len(sent) - 1} while filling, refused {len(refused)}: {refused[0]['message']}")
     finally:
-        a.shutdown()
-        b.shutdown()
+        for peer in peers:
+            peer.shutdown()
         host.close()
 
 

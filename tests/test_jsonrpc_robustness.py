@@ -42,7 +42,11 @@ HOSTILE_LINES = [
 @pytest.mark.netns
 def test_the_peer_answers_whoami_within_2_s_after_each_hostile_line(tmp_path):
     host = LoopbackHost()
-    peer = PeerProcess(host.name, "127.0.0.1", tmp_path / "a", "Ann", extra=["--no-zeroconf"])
+    try:
+        peer = PeerProcess(host.name, "127.0.0.1", tmp_path / "a", "Ann", extra=["--no-zeroconf"])
+    except BaseException:
+        host.close()
+        raise
     latencies = {}
     try:
         for name, line, codes in HOSTILE_LINES:
