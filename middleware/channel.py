@@ -49,7 +49,7 @@ from typing import Callable, Iterable
 
 from . import crypto, wire
 from .crypto import Identity
-from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES, SbOrderer
+from .mop import DEFAULT_MAX_HELD_BYTES, SbOrderer
 from .rangeset import RangeSet
 from .types import ChatMessage, Mid, UsageError, check_unicode
 
@@ -249,8 +249,8 @@ class GroupChannel:
         next_seqno: int = 1,
         fetch: Fetch | None = None,
         rng: random.Random | None = None,
-        max_held: int = DEFAULT_MAX_HELD,
         max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
+        max_held: int = 100_000,
     ) -> None:
         self.gid = gid
         self.identity = identity

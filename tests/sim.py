@@ -14,12 +14,12 @@ GID = "g-sim"
 
 
 class SimPeer:
-    def __init__(self, identity: crypto.Identity, rng: random.Random, **channel_options) -> None:
+    def __init__(self, identity: crypto.Identity, rng: random.Random) -> None:
         self.identity = identity
         self.pid = identity.pid
         self.stored: dict[tuple, wire.StoredMessage] = {}
         self.order: list[tuple] = []  # delivery order of mids
-        self.channel = GroupChannel(GID, identity, fetch=self.fetch, rng=rng, **channel_options)
+        self.channel = GroupChannel(GID, identity, fetch=self.fetch, rng=rng)
         self.events: list = []
 
     def fetch(self, gid, mids):
@@ -42,12 +42,11 @@ class SimPeer:
 
 
 class SimLan:
-    def __init__(self, peers: int, faults: FaultInjector | None = None, seed: int = 1, **channel_options) -> None:
+    def __init__(self, peers: int, faults: FaultInjector | None = None, seed: int = 1) -> None:
         self.rng = random.Random(seed)
         self.now = 1_000.0
         self.faults = faults or FaultInjector(rng=random.Random(seed + 1))
-        self.peers = [SimPeer(crypto.Identity.generate(), random.Random(seed * 100 + i), **channel_options)
-                      for i in range(peers)]
+        self.peers = [SimPeer(crypto.Identity.generate(), random.Random(seed * 100 + i)) for i in range(peers)]
         for peer in self.peers:
             peer.channel.group_size = peers
         self.cut: set[str] = set()  # pids whose link is down

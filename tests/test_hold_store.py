@@ -18,6 +18,15 @@ HOLD_BOUND = 10
 MAX_RSS_GROWTH = 150 * 1024 * 1024
 
 
+def with_hold_bound(lan, max_held):
+    """Every peer's hold store bounded to ``max_held`` messages (before any traffic)."""
+    for peer in lan.peers:
+        orderer = peer.channel.orderer
+        assert orderer.pending == 0 and not orderer.delivered_ranges()
+        peer.channel.orderer = type(orderer)(max_held=max_held)
+    return lan
+
+
 def lose_for(lan, peer, send):
     """Run ``send()`` while ``peer``'s link is down, so it alone misses the message."""
     lan.cut.add(peer.pid)
@@ -30,7 +39,7 @@ def lose_for(lan, peer, send):
 def test_replies_evicted_from_the_hold_store_are_delivered_once_their_parent_arrives():
     """Issue 16's case: hold bound 10, 50 replies to a parent one member missed.  Before,
     that member delivered 11 of the 51 messages, the 40 evicted ones lost for good."""
-    lan = SimLan(3, max_held=HOLD_BOUND)
+    lan = with_hold_bound(SimLan(3), HOLD_BOUND)
     writer, victim = lan.peers[0], lan.peers[1]
     parent = lose_for(lan, victim, lambda: lan.send(writer, "the question"))
     replies = [lan.send(writer, f"answer {i}", parent) for i in range(50)]
@@ -46,7 +55,7 @@ def test_replies_evicted_from_the_hold_store_are_delivered_once_their_parent_arr
 def test_an_evicted_chain_is_fetched_link_by_link():
     """Each reply answers the one before; the evicted ones wait for parents that were
     themselves evicted, and come back one after another."""
-    lan = SimLan(3, max_held=HOLD_BOUND)
+    lan = with_hold_bound(SimLan(3), HOLD_BOUND)
     writer, victim = lan.peers[0], lan.peers[2]
     parent = lose_for(lan, victim, lambda: lan.send(writer, "root"))
     chain = [parent]
@@ -61,7 +70,7 @@ def test_an_evicted_chain_is_fetched_link_by_link():
 def test_evicted_messages_are_not_asked_for_while_their_parent_is_missing():
     """A hostile member's replies to a parent that never comes: evicting them costs no NAKs
     for them (only for the parent), however many there are."""
-    lan = SimLan(2, max_held=HOLD_BOUND)
+    lan = with_hold_bound(SimLan(2), HOLD_BOUND)
     victim = lan.peers[0]
     mallory = crypto.Identity.generate()
     for seqno in range(1, 201):
@@ -128,14 +137,15 @@ def test_12000_maximum_size_held_messages_grow_rss_by_at_most_150_mb():
 
 
 @pytest.mark.parametrize("impl", ["compiled", "python"])
-def test_the_python_reference_evicts_alike(impl, monkeypatch):
+def test_the_python_reference_evicts_alike(impl):
     """The eviction -> gap path works with either orderer (the tests compare them)."""
-    from middleware import channel as channel_module, mop
+    from middleware import mop
     if impl == "compiled" and mop.CompiledSbOrderer is None:
         pytest.skip("the compiled core is not built")
     cls = mop.CompiledSbOrderer if impl == "compiled" else mop.PySbOrderer
-    monkeypatch.setattr(channel_module, "SbOrderer", cls)
-    lan = SimLan(2, max_held=3)
+    lan = SimLan(2)
+    for peer in lan.peers:
+        peer.channel.orderer = cls(max_held=3)
     writer, victim = lan.peers
     parent = lose_for(lan, victim, lambda: lan.send(writer, "q"))
     replies = [lan.send(writer, f"a{i}", parent) for i in range(12)]
