@@ -116,7 +116,7 @@ def test_12000_maximum_size_replies_to_missing_parents_grow_rss_by_at_most_150_m
                                                text[:wire.MAX_TEXT - seqno % 7]))
              for seqno in range(2, FLOOD + 2)]
     before = {peer.name: rss_bytes(peer.proc.pid) for peer in attack.peers}
-    attack.send(flood, pause=0.001)  # slower loses fragments of 32 KB datagrams at the bridge
+    attack.send(flood, pause=0.001)  # faster, the kernel drops fragments of 32 KB datagrams
 
     def absorbed():  # every datagram handled (fragments of 32 KB datagrams get lost at this pace)
         counts = [ann.call("stats")["datagrams_in"]]
