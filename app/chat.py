@@ -12,7 +12,9 @@ import logging
 import signal
 import sys
 
-from PySide6.QtCore import QTimer
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from middleware.manager import Config
@@ -59,15 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         backend.close()
         return 2
 
-    if not backend.name:
-        dialog = NameDialog(getpass.getuser() or "")
-        if not dialog.exec():
-            backend.close()
-            return 1
-        backend.name = dialog.name
-        backend.request("set_name", dialog.name)
+    if not backend.name and not ask_display_name(backend, getpass.getuser() or ""):
+        backend.close()
+        return 1
 
-    window = MainWindow(backend)
+    settings = QSettings(str(Path(config.data_dir) / "gui.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(backend, settings=settings)
     window.show()
     window.start()
 
@@ -80,6 +79,16 @@ def main(argv: list[str] | None = None) -> int:
         return app.exec()
     finally:
         backend.close()
+
+
+def ask_display_name(backend, suggestion: str) -> bool:
+    """First start: the name typed into the dialog is the name stored; False if cancelled."""
+    dialog = NameDialog(suggestion)
+    if not dialog.exec():
+        return False
+    backend.name = dialog.name
+    backend.request("set_name", dialog.name)
+    return True
 
 
 if __name__ == "__main__":

@@ -129,14 +129,17 @@ class JsonRpcPeer(NullListener):
     def whoami(self, params: dict) -> dict:
         return {"pid": self.manager.pid, "name": self.manager.name}
 
-    def create_group(self, params: dict) -> dict:
-        return {"gid": self.manager.create_group(_param(params, "desc", str), _optional_str(params, "passphrase"))}
+    async def create_group(self, params: dict) -> dict:
+        # The key derivation runs off the loop; the answer comes once the group is stored.
+        return {"gid": await self.manager.create_group_async(_param(params, "desc", str),
+                                                             _optional_str(params, "passphrase"))}
 
     def list_groups(self, params: dict) -> list:
         return [group.to_json() for group in self.manager.groups()]
 
-    def join_group(self, params: dict) -> dict:
-        return {"gid": self.manager.join_group(_param(params, "gid", str), _optional_str(params, "passphrase"))}
+    async def join_group(self, params: dict) -> dict:
+        return {"gid": await self.manager.join_group_async(_param(params, "gid", str),
+                                                           _optional_str(params, "passphrase"))}
 
     def leave_group(self, params: dict) -> dict:
         self.manager.leave_group(_param(params, "gid", str))
@@ -181,8 +184,9 @@ class JsonRpcPeer(NullListener):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def handle_line(self, line: str) -> dict | list | None:
-        """One request line -> its response: an object, a list for a batch, None when nothing is due."""
+    def handle_line(self, line: str) -> dict | list | None | asyncio.Future:
+        """One request line -> its response: an object, a list for a batch, None when nothing is
+        due, or a future of one of those when a method awaits (a join that derives a key)."""
         try:
             request = json.loads(line, parse_constant=_no_constant, parse_float=_finite_float)
         except RecursionError:
@@ -198,10 +202,13 @@ class JsonRpcPeer(NullListener):
         if len(request) > MAX_BATCH:
             return _error(None, INVALID_REQUEST, f"batch of {len(request)} requests; the limit is {MAX_BATCH}")
         responses = [response for response in map(self.handle_request, request) if response is not None]
+        if any(isinstance(response, asyncio.Future) for response in responses):
+            return asyncio.ensure_future(_gather_batch(responses))
         return responses or None
 
-    def handle_request(self, request: Any) -> dict | None:
-        """One request object -> its response (None for a notification)."""
+    def handle_request(self, request: Any) -> dict | None | asyncio.Future:
+        """One request object -> its response (None for a notification; a future of it for a
+        method that awaits)."""
         if not isinstance(request, dict):
             return _error(None, INVALID_REQUEST, "malformed request: expected a JSON-RPC 2.0 object with a 'method'")
         rid = request.get("id")
@@ -219,6 +226,8 @@ class JsonRpcPeer(NullListener):
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "params must be an object")
             result = method(params)
+            if asyncio.iscoroutine(result):
+                return asyncio.ensure_future(self._finish(request, result))
         except RpcError as exc:
             return _error(rid, exc.code, exc.message) if "id" in request else None
         except UsageError as exc:
@@ -232,6 +241,22 @@ class JsonRpcPeer(NullListener):
         if "id" not in request:
             return None
         return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+
+    async def _finish(self, request: dict, pending) -> dict | None:
+        rid = request.get("id")
+        try:
+            result = await pending
+        except (RpcError, UsageError) as exc:
+            code = exc.code if isinstance(exc, RpcError) else APP_ERROR
+            return _error(rid, code, str(exc)) if "id" in request else None
+        except (sqlite3.Error, OSError) as exc:  # the disk under the data dir (full, gone, read-only)
+            log.error("method %s: storage failed: %s", request["method"], exc)
+            return _error(rid, APP_ERROR, f"storage failed: {exc}") if "id" in request else None
+        except Exception as exc:
+            log.exception("method %s failed", request["method"])
+            return _error(rid, APP_ERROR, f"internal error: {exc}") if "id" in request else None
+        return {"jsonrpc": "2.0", "id": rid, "result": result} if "id" in request else None
 
 
 def _param(params: dict, key: str, kind: type) -> Any:
@@ -250,6 +275,12 @@ def _optional_str(params: dict, key: str) -> str | None:
 
 def _error(rid: Any, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
+
+
+async def _gather_batch(responses: list) -> list | None:
+    """A batch's answers once those of its awaiting methods are in (None: nothing is due)."""
+    done = [await r if isinstance(r, asyncio.Future) else r for r in responses]
+    return [response for response in done if response is not None] or None
 
 
 def _unsent_as_error(response: dict | list, unsent: dict[str, str]) -> dict | list:
@@ -373,6 +404,18 @@ async def serve(args: argparse.Namespace) -> int:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     splitter = LineSplitter()
 
+    def answer_when_done(done: asyncio.Future) -> None:
+        if done.cancelled():  # shutting down
+            return
+        response = done.result()
+        if response is not None:
+            try:
+                manager.flush()  # answer only once the work is stored and sent
+            except Exception:
+                log.exception("flush failed")
+            write(response)
+            out.flush()
+
     async def read_requests() -> None:
         while not peer.stopping.is_set():
             chunk = await reader.read(READ_CHUNK)
@@ -396,7 +439,9 @@ async def serve(args: argparse.Namespace) -> int:
             text = line.decode("utf-8", "replace").strip()
             if text:
                 response = peer.handle_line(text)
-                if response is not None:
+                if isinstance(response, asyncio.Future):
+                    response.add_done_callback(answer_when_done)
+                elif response is not None:
                     responses.append(response)
         try:
             manager.flush()

@@ -13,9 +13,11 @@
   who wrote it.  A receiver verifies each signed root once, so once per burst,
   not per datagram: verifying is most of what a receiver spends per datagram.
   Every other datagram is signed as a whole.
-- A private group's key (``cryptography``) is derived from its passphrase with scrypt and a
-  per-group salt announced with the group; its datagrams' bodies are sealed
-  with ChaCha20-Poly1305, the gid, type and sender bound as associated data.
+- A private group's key is derived from its passphrase with Argon2id (libsodium,
+  through PyNaCl) and a per-group salt fixed in the group's signed descriptor;
+  groups made before descriptors used scrypt, which stays available to read
+  them.  Its datagrams' bodies are sealed with ChaCha20-Poly1305
+  (``cryptography``), the gid, type and sender bound as associated data.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections import OrderedDict
 import msgpack
 import nacl.bindings
 import nacl.exceptions
+import nacl.pwhash.argon2id
 import nacl.signing
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
@@ -40,7 +43,19 @@ SALT_BYTES = 16
 NONCE_BYTES = 12
 KEY_CHECK_BYTES = 16
 # scrypt cost: 2**15 x 8 x 128 bytes = 32 MiB and ~0.1 s per guess on this class of machine.
+# Only groups made before signed descriptors use it (their stored keys keep them readable).
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
+# Argon2id cost of new private groups: 4 passes over 256 MiB.  libsodium's "moderate"
+# (3 passes) measured 0.46-0.58 CPU seconds per guess here, too close to the 0.5 floor;
+# 4 passes cost 0.6-0.75 (python -m app.bench.kdf; figures in the README), so an offline
+# guess costs an attacker >= 0.5 core-seconds while a join stays under 1 s.
+ARGON2ID = "argon2id"
+ARGON2_OPSLIMIT = 4
+ARGON2_MEMLIMIT = 256 * 2**20
+# What a descriptor may ask a joiner to spend: a hostile creator cannot make a join
+# allocate gigabytes or run for minutes.
+MAX_ARGON2_OPSLIMIT = 8
+MIN_ARGON2_MEMLIMIT, MAX_ARGON2_MEMLIMIT = 8 * 2**20, 1024 * 2**20
 
 
 def pid_of(public_key: bytes) -> str:
@@ -311,9 +326,29 @@ def new_salt() -> bytes:
     return os.urandom(SALT_BYTES)
 
 
-def derive_group_key(passphrase: str, salt: bytes) -> bytes:
-    kdf = Scrypt(salt=salt, length=32, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P)
-    return kdf.derive(passphrase.encode("utf-8"))
+def argon2_params_acceptable(opslimit: int, memlimit: int) -> bool:
+    """Whether a descriptor's Argon2id cost is one a joiner should pay."""
+    return (nacl.pwhash.argon2id.OPSLIMIT_MIN <= opslimit <= MAX_ARGON2_OPSLIMIT
+            and MIN_ARGON2_MEMLIMIT <= memlimit <= MAX_ARGON2_MEMLIMIT)
+
+
+def derive_group_key(passphrase: str, salt: bytes, kdf: str = "scrypt",
+                     opslimit: int = ARGON2_OPSLIMIT, memlimit: int = ARGON2_MEMLIMIT) -> bytes:
+    """The group key; slow on purpose (see ARGON2_*): call it off the event loop."""
+    secret = passphrase.encode("utf-8")
+    if kdf == ARGON2ID:
+        if not argon2_params_acceptable(opslimit, memlimit):
+            raise ValueError(f"Argon2id cost out of bounds: opslimit {opslimit}, memlimit {memlimit}")
+        return nacl.pwhash.argon2id.kdf(32, secret, salt, opslimit=opslimit, memlimit=memlimit)
+    if kdf == "scrypt":
+        return Scrypt(salt=salt, length=32, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P).derive(secret)
+    raise ValueError(f"unknown key derivation {kdf!r}")
+
+
+def key_proof(key: bytes, signed: bytes) -> bytes:
+    """A private group member's record is also tagged with the group key: members can then
+    tell a record from someone who holds the key from one invented by an outsider."""
+    return hmac.new(key, b"m2mc member" + signed, hashlib.sha256).digest()[:KEY_CHECK_BYTES]
 
 
 def key_check(key: bytes) -> bytes:

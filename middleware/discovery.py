@@ -1,18 +1,22 @@
 """Zeroconf (DNS-SD) announcements of the groups this peer belongs to, and a browser for others'.
 
-Each joined group is registered as a ``_m2mc._udp.local.`` service whose TXT
-records say what a newcomer needs: ``gid``, ``desc``, ``members`` (count),
-``addr`` and ``port`` (the group's data channel), ``private`` (0/1).  Every
-member registers its own instance, so the group stays visible while any member
-is on the network.  What the browser finds is handed to a callback that feeds
-the same known-groups table as GJLP.  Zeroconf is bound to the chosen interface
-only, IPv4 only.
+Each joined group is registered as a ``_m2mc._udp.local.`` service.  Its
+instance name is for people (RFC 6763 section 4.1.1): the group's description
+and this peer's name, e.g. ``Lunch on Friday — Ann (3f2a)``, the pid's first
+characters keeping it unique on the LAN (zeroconf renames it on a clash).  The
+TXT record (under 400 bytes) says what a browser shows before it knows more:
+``gid``, ``desc``, ``members`` (count), ``private`` (0/1), ``creator`` (the
+start of the creator's pid) and ``v`` (the wire version).  It carries no
+address, port or key parameters: a zeroconf sighting only names a gid, and
+the group becomes joinable once its creator's signed descriptor has been
+fetched over GJLP and verified (:meth:`middleware.gjlp.Gjlp.note_zeroconf`).
+Every member registers its own instance, so the group stays visible while any
+member is on the network.  Zeroconf is bound to the chosen interface only, IPv4 only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import socket
 from typing import Callable
@@ -25,8 +29,11 @@ from . import wire
 log = logging.getLogger(__name__)
 
 SERVICE_TYPE = "_m2mc._udp.local."
+MAX_TXT_BYTES = 400
+TXT_DESC_BYTES = 120
+INSTANCE_BYTES = 63  # a DNS label
 
-FoundCallback = Callable[[wire.GroupInfo, int], None]
+FoundCallback = Callable[[str, str, bool, int], None]  # gid, desc, private, member count
 
 
 def _txt(properties: dict[bytes, bytes | None], key: str) -> str:
@@ -34,28 +41,35 @@ def _txt(properties: dict[bytes, bytes | None], key: str) -> str:
     return value.decode("utf-8", "replace") if value else ""
 
 
-def parse_service(properties: dict[bytes, bytes | None]) -> tuple[wire.GroupInfo, int] | None:
-    """A group and its member count from TXT records, or None if they are not ours or broken."""
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, on a character boundary."""
+    return text.encode()[:limit].decode("utf-8", "ignore")
+
+
+def instance_name(desc: str, peer_name: str, pid: str) -> str:
+    """A readable, unique DNS-SD instance name: ``<desc> — <peer name> (<pid start>)``."""
+    tail = f" — {_clip(peer_name, 24)} ({pid[:4]})"
+    return _clip(" ".join(desc.split()), INSTANCE_BYTES - len(tail.encode())) + tail
+
+
+def txt_properties(gid: str, desc: str, private: bool, member_count: int, creator: str) -> dict[str, str]:
+    return {"v": str(wire.VERSION), "gid": gid, "desc": _clip(desc, TXT_DESC_BYTES), "members": str(member_count),
+            "private": "1" if private else "0", "creator": creator[:16]}
+
+
+def parse_service(properties: dict[bytes, bytes | None]) -> tuple[str, str, bool, int] | None:
+    """(gid, desc, private, member count) from TXT records, or None if they are not ours or broken."""
     try:
-        info = wire.GroupInfo(
-            gid=_txt(properties, "gid"),
-            desc=_txt(properties, "desc"),
-            addr=_txt(properties, "addr"),
-            port=int(_txt(properties, "port")),
-            private=_txt(properties, "private") == "1",
-            members=(),
-            left=(),
-            salt=bytes.fromhex(_txt(properties, "salt")),
-            key_check=bytes.fromhex(_txt(properties, "check")),
-        )
+        if _txt(properties, "v") != str(wire.VERSION):
+            return None
+        gid = _txt(properties, "gid")
+        if len(gid) != wire.GID_CHARS or not gid.isalnum() or not gid.islower():
+            return None
+        desc = _txt(properties, "desc")[:wire.MAX_DESC]
         members = int(_txt(properties, "members") or 0)
-        # Validate exactly as a datagram would be.
-        for name, check in wire.GroupInfo.FIELDS:
-            check(wire._to_wire(getattr(info, name)), name)
-        socket.inet_aton(info.addr)
-    except (ValueError, OSError, wire.WireError):
+    except ValueError:
         return None
-    return info, max(0, members)
+    return gid, desc, _txt(properties, "private") == "1", min(max(0, members), 1_000_000)
 
 
 class ZeroconfDiscovery:
@@ -75,46 +89,33 @@ class ZeroconfDiscovery:
         self._zc = AsyncZeroconf(interfaces=[self.interface], ip_version=IPVersion.V4Only)
         self._browser = AsyncServiceBrowser(self._zc.zeroconf, SERVICE_TYPE, handlers=[self._on_change])
 
-    def _instance_name(self, gid: str) -> str:
-        digest = hashlib.sha256(f"{gid}\0{self.pid}".encode()).hexdigest()[:20]
-        return f"m2mc-{digest}.{SERVICE_TYPE}"
-
-    def _service(self, group: wire.GroupInfo, member_count: int) -> AsyncServiceInfo:
+    def _service(self, gid: str, desc: str, private: bool, member_count: int, peer_name: str, creator: str,
+                 port: int) -> AsyncServiceInfo:
+        name = self._registered[gid].name if gid in self._registered else \
+            f"{instance_name(desc, peer_name, self.pid)}.{SERVICE_TYPE}"
         return AsyncServiceInfo(
-            SERVICE_TYPE,
-            self._instance_name(group.gid),
+            SERVICE_TYPE, name,
             addresses=[socket.inet_aton(self.interface)],
-            port=group.port,
-            properties={
-                "gid": group.gid,
-                "desc": group.desc.encode()[:200],
-                "members": str(member_count),
-                "addr": group.addr,
-                "port": str(group.port),
-                "private": "1" if group.private else "0",
-                "salt": group.salt.hex(),
-                "check": group.key_check.hex(),
-            },
+            port=port,
+            properties=txt_properties(gid, desc, private, member_count, creator),
             server=f"m2mc-{self.pid[:16]}.local.",
         )
 
-    async def announce(self, group: wire.GroupInfo, member_count: int) -> None:
-        """Register (or update) this peer's announcement of ``group``."""
-        async with self._locks.setdefault(group.gid, asyncio.Lock()):
-            await self._announce(group, member_count)
-
-    async def _announce(self, group: wire.GroupInfo, member_count: int) -> None:
-        if self._zc is None:
-            return
-        service = self._service(group, member_count)
-        try:
-            if group.gid in self._registered:
-                await (await self._zc.async_update_service(service))
-            else:
-                self._registered[group.gid] = service
-                await (await self._zc.async_register_service(service, allow_name_change=False))
-        except Exception as exc:  # zeroconf raises its own types for name conflicts and shutdown
-            log.warning("zeroconf announcement of %s failed: %r", group.gid, exc)
+    async def announce(self, gid: str, desc: str, private: bool, member_count: int, peer_name: str,
+                       creator: str = "", port: int = 9) -> None:
+        """Register (or update) this peer's announcement of group ``gid``."""
+        async with self._locks.setdefault(gid, asyncio.Lock()):
+            if self._zc is None:
+                return
+            service = self._service(gid, desc, private, member_count, peer_name, creator, port)
+            try:
+                if gid in self._registered:
+                    await (await self._zc.async_update_service(service))
+                else:
+                    self._registered[gid] = service
+                    await (await self._zc.async_register_service(service, allow_name_change=True))
+            except Exception as exc:  # zeroconf raises its own types for name conflicts and shutdown
+                log.warning("zeroconf announcement of %s failed: %r", gid, exc)
 
     async def withdraw(self, gid: str) -> None:
         async with self._locks.setdefault(gid, asyncio.Lock()):

@@ -13,6 +13,8 @@ one commit, and only then are datagrams transmitted and listeners told
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import json
 import logging
 import random
@@ -21,15 +23,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import crypto, wire
+from . import crypto, passphrase as passphrases, wire
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .discovery import ZeroconfDiscovery
-from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, group_address
+from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, MemberUpdated, group_address
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
+from .presence import Presence
 from .store import Store
 from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
-from .types import (ChatMessage, GroupListener, GroupView, Mid, NullListener, UsageError, check_unicode, format_mid,
-                    iso_millis)
+from .types import (ChatMessage, GroupListener, GroupView, Mid, NullListener, PassphraseRefused, UsageError,
+                    check_unicode, format_mid, iso_millis)
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +86,19 @@ class GroupManager:
         self.name = config.name or stored_name or ""
         self.interface = resolve_interface(config.iface)
         self._rng = random.Random(config.seed)
-        self.gjlp = Gjlp(self.pid, self.name, self._rng)
+        self.gjlp = Gjlp(self.identity, self.name, self._rng, control_addr=config.control_addr)
+        # Key derivations run here, one at a time (Argon2id takes 256 MiB and ~0.6 s), never on the loop.
+        self._kdf_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-kdf")
+        self.plaintext_refused = 0
+        self._control_backlog: collections.deque[bytes] = collections.deque()
+        self._control_backlog_bytes = 0
+        self._control_draining = False
+        self.control_backlog_dropped = 0
         self.channels: dict[str, GroupChannel] = {}
         self.network = MulticastNetwork(self.interface)
         self.discovery = ZeroconfDiscovery(self.interface, self.pid, self._on_zeroconf) if config.zeroconf else None
         self.stats = Stats()
+        self.presence = Presence()  # last heard per pid; idle beacons (middleware/presence.py)
         self._outgoing: list[tuple[str, int, bytes]] = []
         self._flush_scheduled = False
         self._last_flush = 0.0
@@ -97,7 +108,7 @@ class GroupManager:
         self.storage_error: str | None = None
         self._unstored: list[ChatMessage] = []
         self._unstored_conflicts: list = []  # Conflict and Replaced events not stored yet
-        self._groups_to_save: set[str] = set()
+        self._members_to_save: dict[str, set[str]] = {}  # gid -> pids whose rows changed
         self._unsent: dict[Mid, str] = {}  # own messages taken back since take_unsent()
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -106,8 +117,14 @@ class GroupManager:
         self._background: set[asyncio.Task] = set()
         for record, next_seqno in self.store.load_groups():
             self.gjlp.restore(record)
+            key = self.store.group_key(record.gid) if record.private else None
+            if key:
+                self.gjlp.keys[record.gid] = key
             if self.gjlp.is_member(record.gid):
                 self._open_channel(record.gid, next_seqno)
+        if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
+            for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
+                self.store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -165,12 +182,18 @@ class GroupManager:
             await self.discovery.close()
         self.network.close()
         self.store.close()
+        self._kdf_executor.shutdown(wait=False, cancel_futures=True)
 
     # -- public API -------------------------------------------------------------------
 
     def set_name(self, name: str) -> None:
-        self.name = self.gjlp.name = _check_name(name)
+        """A new display name, kept and re-announced (a new signed record) in every joined group."""
+        self.name = _check_name(name)
         self.store.set_name(self.name)
+        for gid in self.gjlp.rename(self.name):
+            self.store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
+            self._announce(gid)
+        self._after_input()
 
     def advertise(self) -> None:
         """GJLP advertisement: ask every peer on the LAN for the groups it knows."""
@@ -178,24 +201,48 @@ class GroupManager:
         self._after_input()
 
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
-        """A new group; with a passphrase it is private (content sealed with a key derived from it)."""
-        desc = desc.strip() if isinstance(desc, str) else desc
-        if not isinstance(desc, str) or not desc:
-            raise UsageError("a group needs a description")
-        if len(desc) > MAX_DESC:
-            raise UsageError(f"description too long: {len(desc)} characters, limit is {MAX_DESC}")
-        check_unicode(desc, "description")
-        salt = check = key = b""
+        """A new group; with a passphrase it is private (content sealed with a key derived from it).
+
+        Deriving a private group's key blocks for about half a second: on a running
+        event loop, await :meth:`create_group_async` instead."""
+        desc = _check_desc(desc)
+        salt = crypto.new_salt()
+        key = None
         if passphrase is not None:
-            _check_passphrase(passphrase)
-            salt = crypto.new_salt()
-            key = crypto.derive_group_key(passphrase, salt)
-            check = crypto.key_check(key)
-        gid = f"{self.pid}-{self.store.next_counter('group_counter')}"
-        record = self.gjlp.create_group(
-            gid, desc, group_address(gid, self.config.control_addr), self.config.port, time.time(), salt, check
-        )
+            _check_new_passphrase(passphrase)
+            key = crypto.derive_group_key(passphrase, salt, crypto.ARGON2ID)
+        return self._create(desc, salt, key)
+
+    async def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
+        """:meth:`create_group`, with the key derived on a worker thread while the loop goes on."""
+        desc = _check_desc(desc)
+        salt = crypto.new_salt()
+        key = None
+        if passphrase is not None:
+            _check_new_passphrase(passphrase)
+            key = await self._derive(passphrase, salt, crypto.ARGON2ID, crypto.ARGON2_OPSLIMIT, crypto.ARGON2_MEMLIMIT)
+        gid = self._create(desc, salt, key)
+        self.flush()  # the caller (GUI or JSON-RPC) hears of it once it is stored and sent
+        return gid
+
+    async def _derive(self, passphrase: str, salt: bytes, kdf: str, ops: int, mem: int) -> bytes:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._kdf_executor, crypto.derive_group_key, passphrase, salt, kdf, ops, mem)
+
+    def _create(self, desc: str, salt: bytes, key: bytes | None) -> str:
+        created_at = int(time.time() * 1000)
+        addr = group_address(f"{self.pid}:{created_at}:{salt.hex()}", self.config.control_addr)
+        if key:
+            descriptor = wire.sign_descriptor(self.identity, desc, True, crypto.ARGON2ID, crypto.ARGON2_OPSLIMIT,
+                                              crypto.ARGON2_MEMLIMIT, salt, crypto.key_check(key), addr,
+                                              self.config.port, created_at)
+        else:
+            descriptor = wire.sign_descriptor(self.identity, desc, False, "", 0, 0, salt, b"", addr, self.config.port,
+                                              created_at)
+        record = self.gjlp.create_group(descriptor, time.time(), key)
+        gid = record.gid
         self.store.save_group(record)
+        self.store.save_members(gid, record.members.values())
         if key:
             self.store.set_group_key(gid, key)
             self._ciphers[gid] = crypto.GroupCipher(key)
@@ -206,21 +253,65 @@ class GroupManager:
         self._after_input()
         return gid
 
-    def join_group(self, gid: str, passphrase: str | None = None) -> str:
+    def _joinable(self, gid: str, passphrase: str | None) -> GroupRecord | None:
+        """The group if joining needs doing (None if already a member); refuses what cannot be joined."""
         record = self._known(gid)
         if self.gjlp.is_member(gid):
+            return None
+        if record.legacy:
+            raise UsageError(_LEGACY.format(desc=record.desc))
+        if not record.verified:
+            raise UsageError(f"group {record.desc!r} has not been verified yet (its creator's signed description "
+                             "has not arrived): try again in a moment")
+        if record.private and not passphrase:
+            raise UsageError(f"group {record.desc!r} is private: its passphrase is needed to join")
+        if not record.private and passphrase:
+            # Whoever expects a private group must not write to an open one believing it sealed.
+            raise UsageError(f"group {record.desc!r} is open, not private: anyone on the network can read it; "
+                             "join it without a passphrase if that is what you want")
+        return record
+
+    @staticmethod
+    def _checked(record: GroupRecord, key: bytes) -> bytes:
+        if crypto.key_check(key) != record.key_check:
+            raise PassphraseRefused(f"wrong passphrase for group {record.desc!r}", wrong=True)
+        return key
+
+    @staticmethod
+    def _kdf_args(record: GroupRecord) -> tuple:
+        d = record.descriptor
+        return d.salt, d.kdf, d.kdf_ops, d.kdf_mem
+
+    def join_group(self, gid: str, passphrase: str | None = None) -> str:
+        """Join a known, verified group.  A private group's key derivation blocks for about
+        half a second: on a running event loop, await :meth:`join_group_async` instead."""
+        record = self._joinable(gid, passphrase)
+        if record is None:
             return gid
         key = None
         if record.private:
-            if not passphrase:
-                raise UsageError(f"group {record.desc!r} is private: its passphrase is needed to join")
-            if len(record.salt) != crypto.SALT_BYTES:
-                raise UsageError(f"group {record.desc!r} is private but its key parameters are unknown yet")
-            key = crypto.derive_group_key(passphrase, record.salt)
-            if crypto.key_check(key) != record.key_check:
-                raise UsageError(f"wrong passphrase for group {record.desc!r}")
-        self.gjlp.join(gid, time.time())
+            key = self._checked(record, crypto.derive_group_key(passphrase, *self._kdf_args(record)))
+        return self._join(record, key)
+
+    async def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
+        """:meth:`join_group`, with the key derived on a worker thread while the loop goes on."""
+        record = self._joinable(gid, passphrase)
+        if record is None:
+            return gid
+        key = None
+        if record.private:
+            key = self._checked(record, await self._derive(passphrase, *self._kdf_args(record)))
+            if self._joinable(gid, passphrase) is None:  # joined meanwhile, by another call
+                return gid
+        self._join(record, key)
+        self.flush()  # the caller (GUI or JSON-RPC) hears of it once it is stored and sent
+        return gid
+
+    def _join(self, record: GroupRecord, key: bytes | None) -> str:
+        gid = record.gid
+        self.gjlp.join(gid, time.time(), key)
         self.store.save_group(record)
+        self.store.save_members(gid, record.members.values())  # what was known before joining, once
         if key is not None:
             self.store.set_group_key(gid, key)
             self._ciphers[gid] = crypto.GroupCipher(key)
@@ -235,7 +326,7 @@ class GroupManager:
         if not self.gjlp.is_member(gid):
             raise UsageError(f"not a member of group {gid}")
         self.gjlp.leave(gid, time.time())
-        self.store.save_group(record)
+        self.store.save_members(gid, [record.members[self.pid]])
         channel = self.channels.pop(gid)
         self.store.set_next_seqno(gid, channel.next_seqno)
         self.network.stop_listening(record.addr, record.port)
@@ -269,6 +360,26 @@ class GroupManager:
         """Messages held back, waiting for the message they answer."""
         channels = [self._channel(gid)] if gid else self.channels.values()
         return sum(channel.pending for channel in channels)
+
+    def presence_of(self, gid: str) -> dict[str, str]:
+        """Each current member's presence ("online", "away", "offline"); this peer is online."""
+        now = time.time()
+        return {m.pid: "online" if m.pid == self.pid else self.presence.status(m.pid, now)
+                for m in self._known(gid).current()}
+
+    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
+        """The delivery orders read in ``gid`` as inclusive ranges; None if never marked."""
+        self._known(gid)
+        return self.store.read_marks(gid)
+
+    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
+        """Add delivery-order ranges to what was read in ``gid`` (kept across restarts)."""
+        self._known(gid)
+        try:
+            self.store.add_read_marks(gid, [tuple(r) for r in ranges])
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad read marks: {exc}") from None
+        self.store.commit()
 
     def export_log(self, path: str | Path, gid: str | None = None) -> int:
         """Write delivered messages as JSON Lines (the analytics export format)."""
@@ -320,6 +431,14 @@ class GroupManager:
             "groups_known": len(self.gjlp.groups),
             "groups_joined": len(self.channels),
             "answers_suppressed": self.gjlp.answers_suppressed,
+            "descriptors_rejected": self.gjlp.descriptors_rejected,
+            "descriptor_conflicts": self.gjlp.descriptor_conflicts,
+            "member_records_rejected": self.gjlp.member_records_rejected,
+            "member_records_stale": self.gjlp.member_records_stale,
+            "member_records_refused": self.gjlp.member_records_refused,
+            "groups_refused": self.gjlp.groups_refused,
+            "plaintext_refused": self.plaintext_refused,
+            "control_backlog_dropped": self.control_backlog_dropped,
             "storage_error": self.storage_error,
             "unstored": len(self._unstored),
         }
@@ -333,16 +452,17 @@ class GroupManager:
         return record
 
     def _channel(self, gid: str) -> GroupChannel:
-        self._known(gid)
+        record = self._known(gid)
         channel = self.channels.get(gid)
+        if channel is None and record.legacy:
+            raise UsageError(_LEGACY.format(desc=record.desc))
         if channel is None:
             raise UsageError(f"not a member of group {gid}")
         return channel
 
     def _open_channel(self, gid: str, next_seqno: int | None, sync: bool = True) -> None:
         if next_seqno is None:
-            stored = {record.gid: seq for record, seq in self.store.load_groups()}
-            next_seqno = stored.get(gid, 1)
+            next_seqno = self.store.next_seqno(gid)
         key = self.store.group_key(gid)
         if key:
             self._ciphers[gid] = crypto.GroupCipher(key)
@@ -361,8 +481,9 @@ class GroupManager:
     def _announce(self, gid: str) -> None:
         if self.discovery is None or not self._started and self._loop is None:
             return
-        view = self.gjlp.groups[gid]
-        self._spawn(self.discovery.announce(view.to_wire(), len(view.current())))
+        record = self.gjlp.groups[gid]
+        self._spawn(self.discovery.announce(gid, record.desc, record.private, len(record.current()), self.name,
+                                            record.view(self.pid).creator, record.port))
 
     def _spawn(self, coroutine) -> None:
         try:
@@ -380,7 +501,9 @@ class GroupManager:
             self.stats.own_looped_back += 1  # multicast loop echoes our own datagrams
             return None
         try:
-            return wire.decode(data, self._ciphers.get)
+            envelope = wire.decode(data, self._ciphers.get)
+            self.presence.heard(envelope.sender, time.time())
+            return envelope
         except wire.SignatureError as exc:
             self.stats.bad_signature_dropped += 1
             log.debug("dropped forged or tampered datagram: %s", exc)
@@ -392,16 +515,40 @@ class GroupManager:
             log.debug("dropped malformed datagram: %s", exc)
         return None
 
+    # Control datagrams can each ask for hundreds of signature checks (member records, at
+    # ~70 µs each), so they are worked through in slices of CONTROL_SLICE seconds, the loop
+    # free in between: a flood delays group news, never the chat or the JSON-RPC answers.
+    # The backlog is bounded; what does not fit is dropped and counted (senders re-announce).
+    CONTROL_SLICE = 0.01
+    MAX_CONTROL_BACKLOG = 8_000_000  # bytes
+
     def _on_control_datagrams(self, batch: list[bytes]) -> None:
-        now = time.time()
         for data in batch:
-            envelope = self._decode(data)
-            if envelope is None:
+            if self._control_backlog_bytes + len(data) > self.MAX_CONTROL_BACKLOG:
+                self.control_backlog_dropped += 1
                 continue
-            if isinstance(envelope.message, (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)):
-                self.gjlp.receive(envelope.sender, envelope.message, now)
-            else:
-                self.stats.malformed_dropped += 1
+            self._control_backlog.append(data)
+            self._control_backlog_bytes += len(data)
+        if not self._control_draining:
+            self._drain_control()
+
+    def _drain_control(self) -> None:
+        self._control_draining = False
+        deadline = time.perf_counter() + self.CONTROL_SLICE
+        now = time.time()
+        while self._control_backlog:
+            data = self._control_backlog.popleft()
+            self._control_backlog_bytes -= len(data)
+            envelope = self._decode(data)
+            if envelope is not None:
+                if isinstance(envelope.message, (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)):
+                    self.gjlp.receive(envelope.sender, envelope.message, now)
+                else:
+                    self.stats.malformed_dropped += 1
+            if self._control_backlog and time.perf_counter() > deadline and self._loop is not None:
+                self._control_draining = True
+                self._loop.call_soon(self._drain_control)
+                break
         self._after_input()
 
     def _on_data_datagrams(self, batch: list[bytes]) -> None:
@@ -420,8 +567,8 @@ class GroupManager:
                 channel.receive(envelope.sender, message, now, envelope.public_key)
         self._after_input()
 
-    def _on_zeroconf(self, info: wire.GroupInfo, member_count: int) -> None:
-        self.gjlp.note_zeroconf(info, member_count, time.time())
+    def _on_zeroconf(self, gid: str, desc: str, private: bool, member_count: int) -> None:
+        self.gjlp.note_zeroconf(gid, desc, private, member_count, time.time())
         self._after_input()
 
     # Under load, commits (one fsync-free WAL append each) are coalesced to one per
@@ -454,24 +601,39 @@ class GroupManager:
         if self._loop is not None:
             self._last_flush = self._loop.time()
         for message in self.gjlp.datagrams_to_send():
-            self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.identity, message)))
+            try:
+                self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.identity, message)))
+            except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
+                log.warning("not sent: %s", exc)
         events = self.gjlp.events()
         changed_groups: dict[str, bool] = {}
         for event in events:
             record = self.gjlp.groups.get(event.gid)
             if record is None:
                 continue
-            if event.gid in self.channels or isinstance(event, (MemberJoined, MemberLeft)) and self.gjlp.is_member(event.gid):
-                self._groups_to_save.add(event.gid)
+            if isinstance(event, (MemberJoined, MemberLeft, MemberUpdated)) and self.gjlp.is_member(event.gid):
+                self._members_to_save.setdefault(event.gid, set()).add(event.member.pid)
             if isinstance(event, GroupSeen):
                 changed_groups[event.gid] = changed_groups.get(event.gid, False) or event.new
         deliveries: list[ChatMessage] = []
         channel_events = []
         conflict_writes = []
+        now = time.time()
+        beacons = set(self.presence.beacons_due(list(self.channels), now))
         for gid, channel in self.channels.items():
             record = self.gjlp.groups[gid]
             channel.group_size = max(1, len(record.current()))
-            for message in channel.datagrams_to_send():
+            outbox = channel.datagrams_to_send()
+            if outbox:
+                self.presence.spoke(gid, now)
+            elif gid in beacons:  # idle: one heartbeat says this peer is still here
+                outbox = [wire.Heartbeat(gid, channel.next_seqno - 1)]
+            if outbox and record.private and gid not in self._ciphers:
+                # Never plaintext to a group held to be private (nothing should lead here).
+                self.plaintext_refused += len(outbox)
+                log.error("group %s is private and its key is missing: nothing sent", gid)
+                outbox = []
+            for message in outbox:
                 try:
                     self._outgoing.append((record.addr, record.port,
                                            wire.encode(self.identity, message, self._ciphers.get(gid))))
@@ -501,6 +663,8 @@ class GroupManager:
             elif isinstance(event, MemberLeft):
                 self.listener.on_member_left(event.gid, event.member)
                 membership_changed.add(event.gid)
+            elif isinstance(event, MemberUpdated):
+                changed_groups.setdefault(event.gid, False)
         for gid in membership_changed:
             changed_groups.setdefault(gid, False)
             if gid in self.channels:
@@ -534,9 +698,9 @@ class GroupManager:
             for gid in self._seqnos_to_save:
                 if gid in self.channels:
                     self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
-            for gid in self._groups_to_save:
-                if gid in self.gjlp.groups:
-                    self.store.save_group(self.gjlp.groups[gid])
+            for gid, pids in self._members_to_save.items():  # one row per member that changed
+                members = self.gjlp.groups[gid].members if gid in self.gjlp.groups else {}
+                self.store.save_members(gid, [members[pid] for pid in pids if pid in members])
             pending = self._unstored + deliveries
             stored = self.store.add_messages(pending) if pending else []
             for event in self._unstored_conflicts + conflicts:
@@ -575,14 +739,14 @@ class GroupManager:
         self._unstored = []
         self._unstored_conflicts = []
         self._seqnos_to_save.clear()
-        self._groups_to_save.clear()
+        self._members_to_save.clear()
         return stored
 
     def _arm_timer(self) -> None:
-        deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()))
-                     if d is not None]
+        deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()),
+                                 self.presence.get_timer(list(self.channels))) if d is not None]
         if self._unstored or self._unstored_conflicts or self.storage_error is not None and (
-                self._seqnos_to_save or self._groups_to_save):
+                self._seqnos_to_save or self._members_to_save):
             deadlines.append(time.time() + self.STORAGE_RETRY)
         deadline = min(deadlines) if deadlines else None
         if self._timer is not None:
@@ -607,11 +771,28 @@ def _conflict_warning(mid: Mid) -> str:
             "keeps the one whose signed bytes hash lowest")
 
 
-def _check_passphrase(passphrase: str) -> None:
-    if not isinstance(passphrase, str) or len(passphrase) < 8:
-        raise UsageError("a passphrase needs at least 8 characters")
-    if len(passphrase) > 1024:
-        raise UsageError("passphrase too long (limit 1024 characters)")
+_LEGACY = ("group {desc!r} was made by an older version of M2MC, before groups were signed: its messages stay "
+           "readable here, but it cannot be joined or written to any more; create a new group for new messages")
+
+
+def _check_desc(desc: str) -> str:
+    desc = desc.strip() if isinstance(desc, str) else desc
+    if not isinstance(desc, str) or not desc:
+        raise UsageError("a group needs a description")
+    if len(desc) > MAX_DESC:
+        raise UsageError(f"description too long: {len(desc)} characters, limit is {MAX_DESC}")
+    return check_unicode(desc, "description")
+
+
+def _check_new_passphrase(passphrase: str) -> None:
+    if not isinstance(passphrase, str) or len(passphrase) < passphrases.MIN_LENGTH:
+        raise PassphraseRefused(f"a passphrase needs at least {passphrases.MIN_LENGTH} characters")
+    if len(passphrase) > passphrases.MAX_LENGTH:
+        raise PassphraseRefused(f"passphrase too long (limit {passphrases.MAX_LENGTH} characters)")
+    check_unicode(passphrase, "passphrase")
+    weakness = passphrases.assess(passphrase).weakness
+    if weakness:
+        raise PassphraseRefused(f"passphrase too easy to guess: {weakness}")
 
 
 def _check_name(name: str) -> str:

@@ -48,15 +48,20 @@ class ManagerThread:
         return self._started.result(timeout)
 
     def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        """Run ``function(*args, **kwargs)`` on the loop thread."""
+        """Run ``function(*args, **kwargs)`` on the loop thread (a coroutine it returns is run to its end)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
 
         def run() -> None:
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(function(*args, **kwargs))
+                    result = function(*args, **kwargs)
                 except BaseException as exc:
                     future.set_exception(exc)
+                    return
+                if asyncio.iscoroutine(result):  # e.g. join_group_async: its result once it is done
+                    self._loop.create_task(result).add_done_callback(lambda done: _settle(future, done))
+                else:
+                    future.set_result(result)
 
         self._loop.call_soon_threadsafe(run)
         return future
@@ -72,3 +77,13 @@ class ManagerThread:
                 pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout)
+
+
+def _settle(future: concurrent.futures.Future, done: asyncio.Task) -> None:
+    """Hand a finished task's outcome to the caller's future (a cancelled task cancels it)."""
+    if done.cancelled():
+        future.set_exception(concurrent.futures.CancelledError())  # it is running: cancel() would not settle it
+    elif done.exception() is not None:
+        future.set_exception(done.exception())
+    else:
+        future.set_result(done.result())

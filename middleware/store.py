@@ -37,6 +37,11 @@ from .types import ChatMessage, Mid
 # Each message's signature proof is kept written against the one before it in its
 # segment (crypto.compact_proofs): neighbours mostly share a datagram, so a proof takes
 # about 70 bytes instead of 322.
+# Groups: a group made since signed descriptors keeps its descriptor (groups.descriptor,
+# msgpack) and one row per member in member_records, the member's own signed record,
+# replaced when that member changes (one row per change).  Rows without a descriptor are
+# legacy groups: their messages stay readable, their members stay in the old members table.
+# Both are added in place (no version number: the columns and tables are looked for).
 # Version 2 kept the proofs whole; version 1 kept a row per message in delivery order;
 # version 0 also stored the key in every row.  All are migrated in place.
 SCHEMA_VERSION = 3
@@ -51,6 +56,9 @@ CREATE TABLE IF NOT EXISTS members (
     gid TEXT NOT NULL, pid TEXT NOT NULL, name TEXT NOT NULL, epoch INTEGER NOT NULL,
     state TEXT NOT NULL, PRIMARY KEY (gid, pid)
 );
+CREATE TABLE IF NOT EXISTS member_records (
+    gid TEXT NOT NULL, pid TEXT NOT NULL, record BLOB NOT NULL, PRIMARY KEY (gid, pid)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS peer_keys (pid TEXT PRIMARY KEY, public_key BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS segments (
     segment INTEGER PRIMARY KEY, gid TEXT NOT NULL, first_order INTEGER NOT NULL, count INTEGER NOT NULL,
@@ -136,6 +144,11 @@ class Store:
             self._migrate_segments()
         self._migrate()
         self._db.executescript(SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(groups)")}
+        for column, kind in (("salt", "BLOB NOT NULL DEFAULT x''"), ("key_check", "BLOB NOT NULL DEFAULT x''"),
+                             ("group_key", "BLOB"), ("descriptor", "BLOB")):
+            if column not in columns:  # data dirs from before private groups, or before descriptors
+                self._db.execute(f"ALTER TABLE groups ADD COLUMN {column} {kind}")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._db.commit()
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
@@ -246,27 +259,61 @@ class Store:
     # -- groups -----------------------------------------------------------------
 
     def save_group(self, record: GroupRecord) -> None:
+        """A verified group's row (its descriptor never changes, so a second save keeps the first)."""
+        descriptor = record.descriptor
+        if descriptor is None:
+            return  # legacy or unverified: nothing new to keep
         self._db.execute(
-            "INSERT INTO groups (gid, desc, addr, port, private, salt, key_check) VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (gid) DO UPDATE SET desc = excluded.desc",
-            (record.gid, record.desc, record.addr, record.port, int(record.private), record.salt, record.key_check),
-        )
-        self._db.executemany(
-            "INSERT OR REPLACE INTO members (gid, pid, name, epoch, state) VALUES (?, ?, ?, ?, ?)",
-            [(record.gid, pid, name, epoch, state) for pid, (name, epoch, state) in record.members.items()],
+            "INSERT INTO groups (gid, desc, addr, port, private, salt, key_check, descriptor) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (gid) DO NOTHING",
+            (record.gid, record.desc, record.addr, record.port, int(record.private), descriptor.salt,
+             descriptor.key_check, self._packer.pack(wire._to_wire(descriptor))),
         )
 
+    def save_members(self, gid: str, records: Iterable[wire.MemberRecord]) -> None:
+        """Members' own signed records: one row each, replacing that member's previous one."""
+        self._db.executemany(
+            "INSERT OR REPLACE INTO member_records (gid, pid, record) VALUES (?, ?, ?)",
+            [(gid, record.pid, self._packer.pack(wire._to_wire(record))) for record in records],
+        )
+
+    def member_rows(self, gid: str) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM member_records WHERE gid = ?", (gid,)).fetchone()[0]
+
     def load_groups(self) -> list[tuple[GroupRecord, int]]:
-        """Every stored group with its members, and this peer's next seqno in it."""
+        """Every stored group with its members, and this peer's next seqno in it.
+
+        Descriptors and member records are verified again on the way in: a record that
+        does not check out (a damaged or edited file) is left out, and a group whose
+        descriptor does not is loaded as legacy (readable, never joined)."""
         result = []
-        for gid, desc, addr, port, private, next_seqno, salt, check in self._db.execute(
-            "SELECT gid, desc, addr, port, private, next_seqno, salt, key_check FROM groups"
-        ):
-            record = GroupRecord(gid, desc, addr, port, bool(private), sources={"local"}, salt=salt, key_check=check)
-            for pid, name, epoch, state in self._db.execute(
-                "SELECT pid, name, epoch, state FROM members WHERE gid = ?", (gid,)
-            ):
-                record.members[pid] = (name, epoch, state)
+        for gid, desc, addr, port, private, next_seqno, blob in self._db.execute(
+            "SELECT gid, desc, addr, port, private, next_seqno, descriptor FROM groups"
+        ).fetchall():
+            descriptor = None
+            if blob is not None:
+                try:
+                    descriptor = wire._descriptor(msgpack.unpackb(blob, raw=False), "descriptor")
+                except (wire.WireError, ValueError):
+                    descriptor = None
+                if descriptor is not None and (descriptor.gid != gid or not wire.verify_descriptor(descriptor)):
+                    descriptor = None
+            if descriptor is not None:
+                record = GroupRecord.from_descriptor(gid, descriptor)
+                for (raw,) in self._db.execute("SELECT record FROM member_records WHERE gid = ?", (gid,)):
+                    try:
+                        member = wire._member_record(msgpack.unpackb(raw, raw=False), "member")
+                    except (wire.WireError, ValueError):
+                        continue
+                    if member.gid == gid and wire.verify_member(member):
+                        record.members[member.pid] = member
+            else:
+                record = GroupRecord(gid, desc, addr, port, bool(private), legacy=True)
+                for pid, name, epoch, state in self._db.execute(
+                    "SELECT pid, name, epoch, state FROM members WHERE gid = ?", (gid,)
+                ):
+                    record.members[pid] = wire.MemberRecord(gid, b"", name, epoch, state == "current", b"", b"", pid)
+            record.sources = {"local"}
             result.append((record, next_seqno))
         return result
 
@@ -277,6 +324,10 @@ class Store:
 
     def set_group_key(self, gid: str, key: bytes) -> None:
         self._db.execute("UPDATE groups SET group_key = ? WHERE gid = ?", (key, gid))
+
+    def next_seqno(self, gid: str) -> int:
+        row = self._db.execute("SELECT next_seqno FROM groups WHERE gid = ?", (gid,)).fetchone()
+        return row[0] if row else 1
 
     def set_next_seqno(self, gid: str, next_seqno: int) -> None:
         self._db.execute("UPDATE groups SET next_seqno = ? WHERE gid = ?", (next_seqno, gid))
@@ -459,3 +510,37 @@ class Store:
     def group_desc(self, gid: str) -> str:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()
         return row[0] if row else ""
+
+    # -- read marks (the GUI's unread state, kept across restarts) -------------------
+
+    # Per group, the delivery orders read, as inclusive ranges (msgpack).  The table is
+    # made on first use: CREATE TABLE IF NOT EXISTS is this addition's whole migration,
+    # and a database without it reads as "never marked".
+    READ_MARKS_SCHEMA = "CREATE TABLE IF NOT EXISTS read_marks (gid TEXT PRIMARY KEY, ranges BLOB NOT NULL)"
+    MAX_READ_RANGES = 10_000  # past this the oldest gaps count as read
+
+    def _read_marks_table(self) -> None:
+        if not getattr(self, "_read_marks_ready", False):
+            self._db.execute(self.READ_MARKS_SCHEMA)
+            self._read_marks_ready = True
+
+    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
+        """The delivery orders read in ``gid``, as inclusive ranges; None if never marked."""
+        self._read_marks_table()
+        row = self._db.execute("SELECT ranges FROM read_marks WHERE gid = ?", (gid,)).fetchone()
+        return [tuple(r) for r in msgpack.unpackb(row[0], raw=False)] if row else None
+
+    def add_read_marks(self, gid: str, ranges: Iterable[tuple[int, int]]) -> None:
+        """Add inclusive delivery-order ranges to what was read in ``gid`` (commit is the caller's)."""
+        marks = RangeSet.from_ranges(self.read_marks(gid) or [])
+        for first, last in ranges:
+            if not (isinstance(first, int) and isinstance(last, int)) or last < first or first < 0:
+                raise ValueError(f"bad read range {first!r}..{last!r}")
+            marks.add_range(first, last + 1)
+        merged = marks.ranges()
+        if len(merged) > self.MAX_READ_RANGES:
+            keep = merged[-(self.MAX_READ_RANGES - 1):]
+            merged = [(0, keep[0][0] - 1)] + keep
+            merged = RangeSet.from_ranges(merged).ranges()
+        self._db.execute("INSERT OR REPLACE INTO read_marks (gid, ranges) VALUES (?, ?)",
+                         (gid, self._packer.pack([list(r) for r in merged])))

@@ -67,7 +67,29 @@ class ChatMessage(NamedTuple):
 class Member:
     pid: str
     name: str
-    epoch: int = 1
+    epoch: int = 1  # the counter of the member's own signed record
+
+    @property
+    def fingerprint(self) -> str:
+        return short_fingerprint(self.pid)
+
+
+def short_fingerprint(pid: str) -> str:
+    """A pid's first 64 bits in groups of four, e.g. ``3f2a 91c0 5d7e 0b44``: the pid is
+    the fingerprint of the member's key, and a display name can be claimed by anyone."""
+    head = pid[:16]
+    return " ".join(head[i:i + 4] for i in range(0, len(head), 4))
+
+
+def duplicate_names(members) -> set[str]:
+    """The display names (compared case-blind) that more than one of ``members`` uses."""
+    seen: dict[str, int] = {}
+    for member in members:
+        key = member.name.strip().casefold()
+        seen[key] = seen.get(key, 0) + 1
+    return {name for name, count in seen.items() if count > 1}
+
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +107,9 @@ class GroupView:
     member_count: int  # from the member list, or the zeroconf TXT when that is all we have
     last_seen: float  # wall-clock seconds of the latest news of the group
     sources: frozenset[str] = field(default_factory=frozenset)  # {"gjlp", "zeroconf"}
+    verified: bool = True  # its creator's signed descriptor checked out: only then is it joinable
+    legacy: bool = False  # made before signed descriptors: kept readable, never joined again
+    creator: str = ""  # the creator's pid (its key's fingerprint), once verified
 
     def to_json(self) -> dict:
         return {
@@ -98,6 +123,9 @@ class GroupView:
             "addr": self.addr,
             "port": self.port,
             "sources": sorted(self.sources),
+            "verified": self.verified,
+            "legacy": self.legacy,
+            "creator": self.creator,
         }
 
 
@@ -146,6 +174,14 @@ class NullListener:
 
 class UsageError(ValueError):
     """The caller asked for something the middleware cannot do (unknown gid, not a member…)."""
+
+
+class PassphraseRefused(UsageError):
+    """A passphrase that does not open the group (``wrong``) or is too weak to create one."""
+
+    def __init__(self, message: str, wrong: bool = False) -> None:
+        super().__init__(message)
+        self.wrong = wrong
 
 
 def check_unicode(value: str, what: str) -> str:

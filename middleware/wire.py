@@ -9,6 +9,10 @@ by up to eight datagrams of one burst (:func:`crypto.sign_burst`).  A DATA
 message carries its own signature proof, so any member can relay it; every other datagram
 ends in a 64-byte Ed25519 signature of the envelope.  The pid must be the
 fingerprint of the key.
+Groups are described by their creator's signed :class:`GroupDescriptor` (the gid is
+its hash) and members by their own signed :class:`MemberRecord`; ``decode`` checks
+their shape, and :func:`verify_descriptor` / :func:`verify_member` their signatures
+(the GJLP calls them only when a record would change something).
 ``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it
 cannot turn into a well-formed, verified message raises :class:`WireError` (or its
 subclasses :class:`SignatureError` and :class:`SealedError`) and nothing else.
@@ -22,12 +26,15 @@ Limits (all enforced by both ``encode`` and ``decode``):
 ``MAX_DESC``           200 characters for a group description
 ``MAX_TEXT``           8,000 characters for a chat message's text
 ``MAX_ITEMS``          10,000 entries in any list (members, ranges, messages)
+``MAX_MEMBER_COUNTER`` 2**31 - 1: a member record's counter (signed by the member)
 =====================  ==========================================================
 """
 
 from __future__ import annotations
 
+import base64
 import enum
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -35,7 +42,7 @@ import msgpack
 
 from . import crypto
 
-VERSION = 1
+VERSION = 2  # 2: signed group descriptors and member records (GROUPS_INFO, JOIN, LEAVE, ADV)
 MAX_DATAGRAM = 65_000
 MAX_ID = 64
 MAX_NAME = 64
@@ -196,7 +203,6 @@ def _ranges(value: Any, name: str) -> SeqRanges:
     return ranges
 
 
-_member = _fixed(_pid, _string(MAX_NAME, allow_empty=True), _uint(2**31))
 _digest = _list_of(_fixed(_pid, _ranges))
 
 
@@ -307,46 +313,196 @@ class StoredMessage:
     FIELDS: ClassVar = (("sender", _pid),) + Data.FIELDS[1:6] + (("public_key", _bytes(32)), ("sig", _proof))
 
 
-@dataclass(frozen=True, slots=True)
-class GroupInfo:
-    """The GJLP's grpInfo: a group, its data channel and its current and left members.
+MAX_MEMBER_COUNTER = 2**31 - 1
+"""A member record's counter: far inside msgpack's integer range, and refused beyond."""
+GID_CHARS = 26  # base32 of 128 bits of SHA-256
 
-    Members are ``(pid, name, epoch)``: the epoch counts the member's joins, so a
-    member who left and came back (higher epoch) is current again, while at equal
-    epochs "left" overrides "current" (the thesis's merge rule).
+
+def _group_address(value: Any, name: str) -> str:
+    """A group's data channel: an administratively scoped 239.255.x.y address."""
+    text = _string(15)(value, name)
+    parts = text.split(".")
+    if len(parts) != 4 or parts[:2] != ["239", "255"] or not all(p.isdigit() and len(p) <= 3 for p in parts[2:]) \
+            or not 0 <= int(parts[2]) <= 255 or not 0 < int(parts[3]) < 255:
+        raise _fail(name, f"expected a multicast address in 239.255.0.0/16, got {text!r:.20}")
+    return text
+
+
+def _port(value: Any, name: str) -> int:
+    if _uint(65535)(value, name) == 0:
+        raise _fail(name, "port 0")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescriptor:
+    """What a group is, fixed by its creator at creation and signed with the creator's key.
+
+    The gid is derived from it (:func:`descriptor_gid`), so nobody can announce a gid
+    before its creator, or with other parameters.  Public groups have ``kdf`` "" and no
+    key check; private ones name the key derivation (``argon2id``), its cost, and the
+    key check a joiner's key must match.  ``salt`` is random in both (it also keeps two
+    groups made alike apart).
+    """
+
+    creator_key: bytes
+    desc: str
+    private: bool
+    kdf: str
+    kdf_ops: int
+    kdf_mem: int
+    salt: bytes
+    key_check: bytes
+    addr: str
+    port: int
+    created_at: int  # ms since the epoch, the creator's clock
+    signature: bytes
+
+    FIELDS: ClassVar = (
+        ("creator_key", _bytes(32)),
+        ("desc", _string(MAX_DESC)),
+        ("private", _bool),
+        ("kdf", _string(16, allow_empty=True)),
+        ("kdf_ops", _uint(2**32)),
+        ("kdf_mem", _uint(2**40)),
+        ("salt", _bytes(16)),
+        ("key_check", _bytes_or_empty(16)),
+        ("addr", _group_address),
+        ("port", _port),
+        ("created_at", _millis),
+        ("signature", _bytes(crypto.SIGNATURE_BYTES)),
+    )
+
+    def signing_bytes(self) -> bytes:
+        return msgpack.packb(["m2mc-group", *(_to_wire(getattr(self, n)) for n, _ in self.FIELDS[:-1])],
+                             use_bin_type=True)
+
+    @property
+    def gid(self) -> str:
+        return descriptor_gid(self)
+
+
+def _descriptor(value: Any, name: str) -> GroupDescriptor:
+    descriptor = _unpack_obj(GroupDescriptor)(value, name)
+    if descriptor.private != (descriptor.kdf != "") or descriptor.private != (descriptor.key_check != b""):
+        raise _fail(name, "a private group names its key derivation and key check, a public one neither")
+    if descriptor.private:
+        if descriptor.kdf != crypto.ARGON2ID:
+            raise _fail(name, f"unknown key derivation {descriptor.kdf!r:.20}")
+        if not crypto.argon2_params_acceptable(descriptor.kdf_ops, descriptor.kdf_mem):
+            raise _fail(name, "key derivation cost out of bounds")
+    elif descriptor.kdf_ops or descriptor.kdf_mem:
+        raise _fail(name, "a public group has no key derivation cost")
+    return descriptor
+
+
+def descriptor_gid(descriptor: GroupDescriptor) -> str:
+    """The gid a descriptor defines: base32 of the first 128 bits of SHA-256 of its signed bytes."""
+    digest = hashlib.sha256(descriptor.signing_bytes()).digest()[:16]
+    return base64.b32encode(digest).decode().rstrip("=").lower()
+
+
+def sign_descriptor(identity: Any, desc: str, private: bool, kdf: str, kdf_ops: int, kdf_mem: int, salt: bytes,
+                    key_check: bytes, addr: str, port: int, created_at: int) -> GroupDescriptor:
+    unsigned = GroupDescriptor(identity.public_key, desc, private, kdf, kdf_ops, kdf_mem, salt, key_check, addr,
+                               port, created_at, bytes(crypto.SIGNATURE_BYTES))
+    signed = GroupDescriptor(*(getattr(unsigned, n) for n, _ in GroupDescriptor.FIELDS[:-1]),
+                             identity.sign(unsigned.signing_bytes()))
+    _descriptor(_to_wire(signed), "descriptor")  # what receivers would refuse is never made
+    return signed
+
+
+def verify_descriptor(descriptor: GroupDescriptor) -> bool:
+    """Whether the descriptor's creator signed it (its gid then follows from it)."""
+    return crypto.verify(descriptor.creator_key, descriptor.signature, descriptor.signing_bytes())
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    """One member's own word on its membership of a group: signed by that member.
+
+    ``counter`` grows with every change the member makes (join, leave, new name), so
+    a newer record replaces an older one and a replayed old one changes nothing.  In
+    a private group ``key_proof`` shows that the signer holds the group key.
     """
 
     gid: str
-    desc: str
-    addr: str
-    port: int
-    private: bool
-    members: tuple[tuple[str, str, int], ...]
-    left: tuple[tuple[str, str, int], ...]
-    salt: bytes = b""  # private groups: the scrypt salt of the group key
-    key_check: bytes = b""  # private groups: crypto.key_check(key), to refuse a wrong passphrase
+    public_key: bytes
+    name: str
+    counter: int
+    joined: bool
+    key_proof: bytes
+    signature: bytes
+    pid: str = ""  # not on the wire: the fingerprint of public_key, filled in on decode
 
     FIELDS: ClassVar = (
         ("gid", _gid),
-        ("desc", _string(MAX_DESC, allow_empty=True)),
-        ("addr", _string(15)),
-        ("port", _uint(65535)),
-        ("private", _bool),
-        ("members", _list_of(_member)),
-        ("left", _list_of(_member)),
-        ("salt", _bytes_or_empty(16)),
-        ("key_check", _bytes_or_empty(16)),
+        ("public_key", _bytes(32)),
+        ("name", _string(MAX_NAME, allow_empty=True)),
+        ("counter", _uint(MAX_MEMBER_COUNTER)),
+        ("joined", _bool),
+        ("key_proof", _bytes_or_empty(crypto.KEY_CHECK_BYTES)),
+        ("signature", _bytes(crypto.SIGNATURE_BYTES)),
     )
+
+    def content_bytes(self) -> bytes:
+        """What the key proof covers."""
+        return msgpack.packb(["m2mc-member", self.gid, self.public_key, self.name, self.counter, self.joined],
+                             use_bin_type=True)
+
+    def signing_bytes(self) -> bytes:
+        return self.content_bytes() + self.key_proof
+
+
+def _member_record(value: Any, name: str) -> MemberRecord:
+    record = _unpack_obj(MemberRecord)(value, name)
+    if record.counter == 0:
+        raise _fail(name, "member counters start at 1")
+    return MemberRecord(*(getattr(record, n) for n, _ in MemberRecord.FIELDS), crypto.pid_of(record.public_key))
+
+
+def sign_member(identity: Any, gid: str, name: str, counter: int, joined: bool, group_key: bytes | None = None
+                ) -> MemberRecord:
+    """This peer's record in ``gid``; with a private group's key it carries the key proof."""
+    if not 1 <= counter <= MAX_MEMBER_COUNTER:
+        raise WireError(f"member counter {counter} is out of range 1..{MAX_MEMBER_COUNTER}")
+    unsigned = MemberRecord(gid, identity.public_key, name, counter, joined, b"", bytes(crypto.SIGNATURE_BYTES))
+    proof = crypto.key_proof(group_key, unsigned.content_bytes()) if group_key else b""
+    with_proof = MemberRecord(gid, identity.public_key, name, counter, joined, proof, unsigned.signature)
+    return MemberRecord(gid, identity.public_key, name, counter, joined, proof,
+                        identity.sign(with_proof.signing_bytes()), identity.pid)
+
+
+def verify_member(record: MemberRecord) -> bool:
+    """Whether the member the record is about signed it."""
+    return crypto.verify(record.public_key, record.signature, record.signing_bytes())
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """The GJLP's grpInfo: a group's signed descriptor and members' own signed records.
+
+    Any peer may relay it; receivers check that ``gid`` is the descriptor's, that its
+    creator signed it, and each record's signature before it changes anything.
+    """
+
+    gid: str
+    descriptor: GroupDescriptor
+    members: tuple[MemberRecord, ...]
+
+    FIELDS: ClassVar = (("gid", _gid), ("descriptor", _descriptor), ("members", _list_of(_member_record)))
 
 
 @dataclass(frozen=True, slots=True)
 class Adv:
-    """GJLP advertisement: "I am here, tell me your groups"."""
+    """GJLP advertisement: "I am here, tell me your groups" (only ``gids``, when given:
+    a peer fetching the descriptors of groups it saw in zeroconf announcements)."""
 
     TYPE: ClassVar[MsgType] = MsgType.ADV
     name: str
+    gids: tuple[str, ...] = ()
 
-    FIELDS: ClassVar = (("name", _string(MAX_NAME, allow_empty=True)),)
+    FIELDS: ClassVar = (("name", _string(MAX_NAME, allow_empty=True)), ("gids", _list_of(_gid)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,24 +515,20 @@ class GroupsInfo:
 
 @dataclass(frozen=True, slots=True)
 class Join:
-    """GJLP join: the sender becomes a current member of ``gid`` at ``epoch``."""
+    """GJLP join: the member's own signed record, ``joined`` true."""
 
     TYPE: ClassVar[MsgType] = MsgType.JOIN
-    gid: str
-    name: str
-    epoch: int
+    record: MemberRecord
 
-    FIELDS: ClassVar = (("gid", _gid), ("name", _string(MAX_NAME, allow_empty=True)), ("epoch", _uint(2**31)))
+    FIELDS: ClassVar = (("record", _member_record),)
 
 
 @dataclass(frozen=True, slots=True)
 class Leave:
-    """GJLP leave: the sender's membership of ``gid`` at ``epoch`` has ended."""
+    """GJLP leave: the member's own signed record, ``joined`` false."""
 
     TYPE: ClassVar[MsgType] = MsgType.LEAVE
-    gid: str
-    name: str
-    epoch: int
+    record: MemberRecord
 
     FIELDS: ClassVar = Join.FIELDS
 

@@ -134,7 +134,7 @@ def test_a_failed_commit_takes_own_messages_back_and_keeps_the_others(tmp_path, 
         monkeypatch.setattr(manager.store, "commit", full)
         lost = manager.send(gid, "not sent")
         bob = crypto.Identity.generate()
-        manager._on_control_datagrams([wire.encode(bob, wire.Join(gid, "Bob", 1))])  # a member
+        manager._on_control_datagrams([wire.encode(bob, wire.Join(wire.sign_member(bob, gid, "Bob", 1, True)))])
         manager._on_data_datagrams([wire.encode(bob, wire.signed_data(bob, gid, 1, None, 0, "Bob", "from Bob"))])
         manager.flush()
         assert manager.take_unsent() == {lost: "not sent: cannot store messages (database or disk is full)"}

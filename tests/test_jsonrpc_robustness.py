@@ -73,10 +73,12 @@ def test_the_peer_answers_whoami_within_2_s_after_each_hostile_line(tmp_path):
             {"jsonrpc": "2.0", "method": "advertise"},
             {"jsonrpc": "2.0", "id": 2.5, "method": "no_such_method"},
             {"jsonrpc": "2.0", "id": None, "method": "stats"},
+            {"jsonrpc": "2.0", "id": "g", "method": "create_group", "params": {"desc": "made in a batch"}},
         ]).encode())
-        batch = peer.wait_for(lambda: peer.batches and peer.batches[-1], timeout=5, what="batch answer")
+        batch = peer.wait_for(lambda: peer.batches and peer.batches[-1], timeout=10, what="batch answer")
         by_id = {r["id"]: r for r in batch}
-        assert set(by_id) == {"w", 2.5, None}
+        assert set(by_id) == {"w", 2.5, None, "g"}
+        assert by_id["g"]["result"]["gid"] in {g["gid"] for g in peer.call("list_groups")}
         assert by_id["w"]["result"]["name"] == "Ann" and by_id[2.5]["error"]["code"] == -32601
         assert "datagrams_in" in by_id[None]["result"]
         assert peer.proc.poll() is None

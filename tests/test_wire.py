@@ -17,16 +17,21 @@ ME = crypto.Identity.generate()
 PID = ME.pid
 KEY = ME.public_key
 SIG = bytes(66)  # a well-formed (if false) proof: signature, index 0, no path
+OPEN = wire.sign_descriptor(ME, "Lunch", False, "", 0, 0, bytes(16), b"", "239.255.1.2", 5007, 1_700_000_000_000)
+SECRET = wire.sign_descriptor(ME, "Secret", True, crypto.ARGON2ID, 3, 2**28, bytes(range(16)), bytes(16),
+                              "239.255.1.3", 5007, 1_700_000_000_000)
+ANN_IN = wire.sign_member(ME, OPEN.gid, "Ann", 1, True)
+ANN_OUT = wire.sign_member(ME, OPEN.gid, "Ann", 2, False)
 SAMPLES = [
     wire.signed_data(ME, "g1", 1, None, 1_700_000_000_000, "Ann", "hello"),
     wire.signed_data(ME, "g1", 7, ("b" * 32, 3), 1_700_000_000_001, "", "Ünïcødé ✓ reply"),
     *wire.sign_burst(ME, [[Data("g1", seqno, ("b" * 32, 3) if seqno % 2 else None, seqno, "Ann", f"m{seqno}", b"")
                            for seqno in range(1, 6)], [Data("g1", 6, None, 6, "Ann", "m6", b"")]]),
     Adv("Ann"),
-    GroupsInfo((GroupInfo("g1", "Lunch", "239.77.1.2", 5007, False, (("p1", "Ann", 1),), (("p2", "Bob", 3),)),
-              GroupInfo("g2", "Secret", "239.77.1.3", 5007, True, (), (), bytes(16), bytes(range(16))),)),
-    Join("g1", "Ann", 1),
-    Leave("g1", "Ann", 1),
+    Adv("Ann", (OPEN.gid, SECRET.gid)),
+    GroupsInfo((GroupInfo(OPEN.gid, OPEN, (ANN_IN,)), GroupInfo(SECRET.gid, SECRET, ()))),
+    Join(ANN_IN),
+    Leave(ANN_OUT),
     SyncReq("g1", 2, (("p1", ((1, 10), (12, 40))), ("p2", ()))),
     SyncResp("g1", "p1", 2, 40, (StoredMessage("p2", 11, ("p1", 10), 5, "Bob", "x", KEY, SIG),)),
     Repair("g1", (StoredMessage("p2", 12, None, 5, "Bob", "y", KEY, SIG),)),
@@ -170,7 +175,9 @@ def test_limits_are_enforced_on_encode():
     with pytest.raises(WireError, match="seqno"):
         encode(ME, Data("g", 0, None, 0, "n", "t", SIG))
     with pytest.raises(WireError, match="desc"):
-        encode(ME, GroupsInfo((GroupInfo("g", "d" * 201, "239.1.1.1", 1, False, (), ()),)))
+        wire.sign_descriptor(ME, "d" * 201, False, "", 0, 0, bytes(16), b"", "239.255.1.1", 1, 0)
+    with pytest.raises(WireError, match="counter"):
+        wire.sign_member(ME, OPEN.gid, "Ann", wire.MAX_MEMBER_COUNTER + 1, True)
 
 
 def raw(version, type_code, sender, body, key=KEY, sealed=None):
@@ -184,23 +191,23 @@ def raw(version, type_code, sender, body, key=KEY, sealed=None):
     [
         (b"", "empty"),
         (b"\xc1", "msgpack"),
-        (raw(2, 1, PID, []), "version"),
-        (raw(1, 99, PID, []), "unknown message type"),
-        (raw(1, 1, PID, ["g", 1, None, 0, "n", "t"]), "7 fields"),
-        (raw(1, 1, PID, ["g", "1", None, 0, "n", "t", SIG]), "seqno"),
-        (raw(1, 1, PID, ["g", 1, ["p"], 0, "n", "t", SIG]), "parent"),
-        (raw(1, 1, 5, ["g", 1, None, 0, "n", "t", SIG]), "sender"),
-        (raw(1, 1, PID, ["g", 1, None, 0, "n", "t", b"short"]), "sig"),
-        (raw(1, 8, PID, ["g", "p", [[5, 3]]]), "ascending"),
-        (raw(1, 8, PID, ["g", "p", [[1, 3], [2, 4]]]), "disjoint"),
-        (raw(1, 1, PID, ["g", 1, None, 0, "n", "t", SIG]) + b"\x00", "unexpected bytes"),
-        (raw(1, 2, PID, ["n"])[:-1], "signature"),
-        (raw(1, 2, PID, ["n"], key=b"k" * 31), "public_key"),
+        (raw(99, 1, PID, []), "version"),
+        (raw(wire.VERSION, 99, PID, []), "unknown message type"),
+        (raw(wire.VERSION, 1, PID, ["g", 1, None, 0, "n", "t"]), "7 fields"),
+        (raw(wire.VERSION, 1, PID, ["g", "1", None, 0, "n", "t", SIG]), "seqno"),
+        (raw(wire.VERSION, 1, PID, ["g", 1, ["p"], 0, "n", "t", SIG]), "parent"),
+        (raw(wire.VERSION, 1, 5, ["g", 1, None, 0, "n", "t", SIG]), "sender"),
+        (raw(wire.VERSION, 1, PID, ["g", 1, None, 0, "n", "t", b"short"]), "sig"),
+        (raw(wire.VERSION, 8, PID, ["g", "p", [[5, 3]]]), "ascending"),
+        (raw(wire.VERSION, 8, PID, ["g", "p", [[1, 3], [2, 4]]]), "disjoint"),
+        (raw(wire.VERSION, 1, PID, ["g", 1, None, 0, "n", "t", SIG]) + b"\x00", "unexpected bytes"),
+        (raw(wire.VERSION, 2, PID, ["n"])[:-1], "signature"),
+        (raw(wire.VERSION, 2, PID, ["n"], key=b"k" * 31), "public_key"),
         (msgpack.packb({"v": 1}), "msgpack"),
         (b"\x00" * (wire.MAX_DATAGRAM + 1), "exceeds"),
-        (raw(1, 1, PID, ["g", 1, None, -5, "n", "t", SIG]), "sent_at"),
+        (raw(wire.VERSION, 1, PID, ["g", 1, None, -5, "n", "t", SIG]), "sent_at"),
         (raw(True, 1, PID, ["g", 1, None, 0, "n", "t", SIG]), "version"),
-        (raw(1, 1, PID, ["g", 1, None, 0, "n", "t", SIG]), "bad signature"),
+        (raw(wire.VERSION, 1, PID, ["g", 1, None, 0, "n", "t", SIG]), "bad signature"),
     ],
 )
 def test_malformed_datagrams_raise_wire_error(data, complaint):

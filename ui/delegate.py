@@ -1,28 +1,51 @@
 """Paints one chat message: sender, time, wrapped text, and a mark while it is unread.
 
-Used by both views.  In the time-ordered view (``show_parent``) a reply also
-shows a quoted line naming the message it answers, so the thread stays legible
-without the tree.  Row heights depend on the text and the view's width; they
-are cached per (message, width) because a tree of 100,000 rows asks often.
+Used by the reply tree, a single thread and the time-ordered list.  The tree
+view itself indents nothing (``setIndentation(0)``): the delegate indents a
+reply by its depth up to ``MAX_INDENT_DEPTH`` levels and no further, so a
+50-deep thread stays as wide as an 8-deep one; deeper replies, and every reply
+in the time-ordered view, carry a line naming what they answer.
+
+The text is laid out with :class:`QTextLayout`: words too long for the line
+(URLs, hashes) break anywhere, a right-to-left paragraph runs right to left,
+links are underlined and can be clicked, and filter matches are highlighted.
+A long message shows its first ``COLLAPSE_LINES`` lines and a "Show more"
+link; every text can be read in full.  Row heights depend on the text and the
+width; they are cached because a tree of thousands of rows asks often.
+:meth:`MessageDelegate.hit` tells what a click at a point of a row means
+(reply button, expand arrow, "Show more", a link), for the view.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import unicodedata
+from collections import OrderedDict
 from datetime import datetime
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette
-from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QStyleOptionViewItem
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QTextCharFormat, QTextLayout, QTextOption
+from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QToolTip
 
-from middleware.types import ChatMessage
+from middleware.types import ChatMessage, Mid
 
-from .message_model import DepthRole, MessageRole, OwnRole, ParentMessageRole, UnreadRole
+from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole, ThreadModel,
+                            UnreadRole)
+
 from .resources import is_dark, theme_colors
 
 PAD = 6
 MARK_WIDTH = 4
-MAX_SHOWN_CHARS = 4000  # a view row, not a document: longer texts are cut with an ellipsis
+INDENT = 18  # per level of the reply tree
+BRANCH = 16  # room for the expand arrow in the tree
+MAX_INDENT_DEPTH = 8  # deeper replies keep this indent and say what they answer
+COLLAPSE_LINES = 12  # longer texts show this many lines and "Show more"
+COLLAPSE_CHARS = 3000  # and past this many characters the collapsed text is not even laid out
+DIVIDER_HEIGHT = 22
+LINK = re.compile(r"(?:https?|m2mc)://[^\s<>\"]+")
+REPLY_LABEL = "↩ Reply"
+_NODE_MODELS = (MessageTreeModel, ThreadModel)  # their indexes carry the message's node
 
 
 def sender_color(pid: str, dark: bool) -> QColor:
@@ -43,12 +66,52 @@ def clock(epoch_ms: int) -> str:
     return moment.strftime("%d %b %H:%M")
 
 
+def full_date(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000).strftime("%A %d %B %Y, %H:%M:%S")
+
+
+def is_right_to_left(text: str) -> bool:
+    """The paragraph direction by its first strong character (Unicode's P2 rule)."""
+    for char in text[:400]:
+        kind = unicodedata.bidirectional(char)
+        if kind in ("R", "AL"):
+            return True
+        if kind == "L":
+            return False
+    return False
+
+
+def links_in(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, url) of each link, without the punctuation that ends a sentence."""
+    found = []
+    for match in LINK.finditer(text):
+        url = match.group().rstrip(".,;:!?)]}'")
+        found.append((match.start(), match.start() + len(url), url))
+    return found
+
+
+class _Body:
+    __slots__ = ("layout", "height", "links", "collapsible", "hidden_chars")
+
+    def __init__(self, layout: QTextLayout, height: int, links: list, collapsible: bool, hidden_chars: int) -> None:
+        self.layout = layout
+        self.height = height
+        self.links = links
+        self.collapsible = collapsible
+        self.hidden_chars = hidden_chars
+
+
 class MessageDelegate(QStyledItemDelegate):
-    def __init__(self, view: QAbstractItemView, show_parent: bool = False) -> None:
+    def __init__(self, view: QAbstractItemView, show_parent: bool = False, tree: bool = False) -> None:
         super().__init__(view)
         self.view = view
         self.show_parent = show_parent
+        self.tree = tree  # the view is a tree that leaves indenting to this delegate
+        self.expanded: set[Mid] = set()  # long texts shown in full
+        self.divider: Mid | None = None  # "New messages" above this one
+        self.highlight = ""  # lower-case filter text: matches highlighted, other rows dimmed
         self._heights: dict[tuple, int] = {}
+        self._bodies: OrderedDict[tuple, _Body] = OrderedDict()
         self.refresh_style()
 
     def refresh_style(self) -> None:
@@ -66,95 +129,325 @@ class MessageDelegate(QStyledItemDelegate):
         colors = theme_colors(self.view.palette())
         self.unread_color = QColor(colors["unread"])
         self.accent = QColor(colors["accent"])
+        self.match_color = QColor("#7c5e10" if self.dark else "#fde68a")
         self.muted = self.view.palette().color(QPalette.ColorRole.Text)
         self.muted.setAlpha(150)
+        self.guide = QColor(self.muted)
+        self.guide.setAlpha(50)
+        self.invalidate()
+
+    def invalidate(self) -> None:
         self._heights.clear()
+        self._bodies.clear()
+
+    def set_highlight(self, text: str) -> None:
+        self.highlight = text.strip().lower()
+        self._bodies.clear()
+
+    def toggle_expanded(self, index: QModelIndex) -> None:
+        message: ChatMessage = index.data(MessageRole)
+        self.expanded.symmetric_difference_update({message.mid})
+        self._forget_height(message.mid)
+        self.sizeHintChanged.emit(index)
+
+    def set_divider(self, mid: Mid | None) -> None:
+        for old in (self.divider, mid):
+            if old is not None:
+                self._forget_height(old)
+        self.divider = mid
+
+    def _forget_height(self, mid: Mid) -> None:
+        for key in [key for key in self._heights if key[0] == mid]:
+            del self._heights[key]
+
+    # -- geometry ---------------------------------------------------------------------
+
+    def _indent(self, depth: int) -> int:
+        return (min(depth, MAX_INDENT_DEPTH) * INDENT + BRANCH) if self.tree else 0
+
+    def _quoted(self, message: ChatMessage, depth: int) -> bool:
+        return message.parent is not None and (self.show_parent or depth > MAX_INDENT_DEPTH)
 
     def _text_width(self, depth: int) -> int:
-        indent = 0
-        if hasattr(self.view, "indentation"):
-            indent = self.view.indentation() * (max(depth, 0) + 1)
-        return max(80, self.view.viewport().width() - indent - 2 * PAD - MARK_WIDTH - 4)
+        return max(80, self.view.viewport().width() - self._indent(depth) - 2 * PAD - MARK_WIDTH - 4)
+
+    def _body(self, message: ChatMessage, width: int) -> _Body:
+        expanded = message.mid in self.expanded
+        key = (message.mid, width, expanded, self.highlight)
+        body = self._bodies.get(key)
+        if body is not None:
+            self._bodies.move_to_end(key)
+            return body
+        text = message.text
+        cut = not expanded and len(text) > COLLAPSE_CHARS
+        shown = text[:COLLAPSE_CHARS] if cut else text
+        # QTextLayout breaks lines at U+2028 only; the same length keeps link offsets valid.
+        layout = QTextLayout(shown.replace("\n", "\u2028"), self.body_font)
+        option = QTextOption()
+        option.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        if is_right_to_left(shown):
+            option.setTextDirection(Qt.LayoutDirection.RightToLeft)
+            option.setAlignment(Qt.AlignmentFlag.AlignRight)
+        else:
+            option.setTextDirection(Qt.LayoutDirection.LeftToRight)
+        layout.setTextOption(option)
+        links = links_in(shown)
+        formats = []
+        for start, end, _url in links:
+            link_format = QTextCharFormat()
+            link_format.setForeground(self.accent)
+            link_format.setFontUnderline(True)
+            formats.append(_format_range(start, end - start, link_format))
+        if self.highlight:
+            lowered, at = shown.lower(), 0
+            match_format = QTextCharFormat()
+            match_format.setBackground(self.match_color)
+            while (at := lowered.find(self.highlight, at)) >= 0:
+                formats.append(_format_range(at, len(self.highlight), match_format))
+                at += len(self.highlight)
+        if formats:
+            layout.setFormats(formats)
+        layout.beginLayout()
+        height, lines, end = 0.0, 0, 0
+        while expanded or lines < COLLAPSE_LINES:
+            line = layout.createLine()
+            if not line.isValid():
+                break
+            line.setLineWidth(width)
+            line.setPosition(QPointF(0, height))
+            height += line.height()
+            lines += 1
+            end = line.textStart() + line.textLength()
+        layout.endLayout()
+        hidden = len(text) - end if not expanded else 0
+        collapsible = expanded and (lines > COLLAPSE_LINES or len(text) > COLLAPSE_CHARS) or hidden > 0
+        body = _Body(layout, int(height + 0.999), links, collapsible, max(0, hidden))
+        self._bodies[key] = body
+        if len(self._bodies) > 3000:
+            self._bodies.popitem(last=False)
+        return body
+
+    def _geometry(self, rect: QRect, index: QModelIndex | QPersistentModelIndex) -> dict:
+        message: ChatMessage = index.data(MessageRole)
+        depth = index.data(DepthRole) or 0
+        indent = self._indent(depth)
+        top = rect.top() + (DIVIDER_HEIGHT if message.mid == self.divider else 0)
+        left = rect.left() + indent + MARK_WIDTH + PAD
+        width = self._text_width(depth)
+        header = QRect(left, top + PAD, width, self.header_metrics.height())
+        y = header.bottom() + 1 + 2
+        quote = None
+        if self._quoted(message, depth):
+            quote = QRect(left, y, width, self.meta_metrics.height())
+            y += quote.height() + 2
+        body = self._body(message, width)
+        body_top = y
+        y += body.height
+        more = None
+        if body.collapsible:
+            more = QRect(left, y + 2, width, self.meta_metrics.height())
+            y = more.bottom() + 1
+        name = message.sender_name or message.sender[:8]
+        if index.data(OwnRole):
+            name += " (you)"
+        name_width = self.header_metrics.horizontalAdvance(name)
+        meta = clock(message.sent_at)
+        time_rect = QRect(left + name_width + 8, header.top(), self.meta_metrics.horizontalAdvance(meta),
+                          header.height())
+        reply_width = self.meta_metrics.horizontalAdvance(REPLY_LABEL) + 12
+        reply = QRect(rect.right() - PAD - reply_width, header.top() - 2, reply_width, header.height() + 4)
+        toggle = QRect(rect.left() + indent - BRANCH, header.top(), BRANCH, header.height()) if self.tree else None
+        return {"message": message, "depth": depth, "left": left, "width": width, "header": header,
+                "name": name, "name_width": name_width, "meta": meta, "time": time_rect, "quote": quote,
+                "body": body, "body_top": body_top, "more": more, "reply": reply, "toggle": toggle,
+                "bottom": y + PAD}
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
-        message: ChatMessage = index.data(MessageRole)
-        if message is None:
-            return super().sizeHint(option, index)
-        width = self._text_width(index.data(DepthRole) or 0)
-        key = (message.mid, width)
+        # Scrolled by pixels, the view asks for every shown row's height after each insert:
+        # the cached answer is one dict lookup, with the node read straight off the index
+        # for the tree models (no data() round trip).
+        model = index.model()
+        if isinstance(model, _NODE_MODELS):
+            node = index.internalPointer()
+            message, depth = node.message, node.depth
+        else:
+            message = index.data(MessageRole)
+            if message is None:
+                return super().sizeHint(option, index)
+            depth = index.data(DepthRole) or 0
+        viewport_width = self.view.viewport().width()
+        key = (message.mid, viewport_width, depth if depth <= MAX_INDENT_DEPTH else -1)
         height = self._heights.get(key)
         if height is None:
-            text = message.text[:MAX_SHOWN_CHARS]
-            body = self.body_metrics.boundingRect(QRect(0, 0, width, 100_000), Qt.TextFlag.TextWordWrap, text).height()
-            height = PAD + self.header_metrics.height() + 2 + body + PAD
-            if self.show_parent and message.parent is not None:
-                height += self.meta_metrics.height() + 2
+            height = self._height(message, depth)
             if len(self._heights) > 200_000:
                 self._heights.clear()
             self._heights[key] = height
-        return QSize(width, height)
+        return QSize(viewport_width, height)
+
+    def _height(self, message: ChatMessage, depth: int) -> int:
+        """What :meth:`_geometry` adds up, without the header's widths."""
+        height = (DIVIDER_HEIGHT if message.mid == self.divider else 0) + PAD + self.header_metrics.height() + 2
+        if self._quoted(message, depth):
+            height += self.meta_metrics.height() + 2
+        body = self._body(message, self._text_width(depth))
+        height += body.height
+        if body.collapsible:
+            height += 2 + self.meta_metrics.height()
+        return height + PAD
+
+    # -- clicks and tooltips ------------------------------------------------------------
+
+    def hit(self, index: QModelIndex, rect: QRect, pos) -> tuple[str, object] | None:
+        """What a click at ``pos`` (viewport coordinates) in the row at ``rect`` means."""
+        if index.data(MessageRole) is None:
+            return None
+        geometry = self._geometry(rect, index)
+        if geometry["toggle"] is not None and geometry["toggle"].contains(pos) and \
+                index.model().hasChildren(index):
+            return "toggle", index
+        if geometry["reply"].contains(pos):
+            return "reply", geometry["message"].mid
+        if geometry["more"] is not None and geometry["more"].contains(pos):
+            return "more", index
+        body: _Body = geometry["body"]
+        x, y = pos.x() - geometry["left"], pos.y() - geometry["body_top"]
+        if body.links and 0 <= y < body.height:
+            layout = body.layout
+            for number in range(layout.lineCount()):
+                line = layout.lineAt(number)
+                if line.y() <= y < line.y() + line.height():
+                    cursor = line.xToCursor(x)
+                    if line.naturalTextRect().left() <= x <= line.naturalTextRect().right():
+                        for start, end, url in body.links:
+                            if start <= cursor < end:
+                                return "link", url
+                    break
+        return None
+
+    def helpEvent(self, event, view, option, index) -> bool:
+        if event is not None and index.isValid() and index.data(MessageRole) is not None:
+            geometry = self._geometry(option.rect, index)
+            if geometry["time"].contains(event.pos()):
+                QToolTip.showText(event.globalPos(), full_date(geometry["message"].sent_at), view)
+                return True
+        return super().helpEvent(event, view, option, index)
+
+    def body_layout(self, index: QModelIndex) -> QTextLayout:
+        """The laid-out text of a row (for tests and hit checks)."""
+        message: ChatMessage = index.data(MessageRole)
+        return self._body(message, self._text_width(index.data(DepthRole) or 0)).layout
+
+    # -- painting -------------------------------------------------------------------------
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
         message: ChatMessage = index.data(MessageRole)
         if message is None:
             return super().paint(painter, option, index)
         painter.save()
+        painter.setClipRect(option.rect)
         style = option.widget.style() if option.widget else None
         # Selection and hover backgrounds come from the style; we draw the content.
         background = QStyleOptionViewItem(option)
         self.initStyleOption(background, index)
         background.text = ""
+        rect = option.rect
+        geometry = self._geometry(rect, index)
+        if message.mid == self.divider:
+            self._paint_divider(painter, QRect(rect.left(), rect.top(), rect.width(), DIVIDER_HEIGHT))
+            background.rect = rect.adjusted(0, DIVIDER_HEIGHT, 0, 0)
         if style is not None:
             style.drawControl(QStyle.ControlElement.CE_ItemViewItem, background, painter, option.widget)
-
-        rect = option.rect
+        if self.highlight and self.highlight not in f"{message.sender_name}\n{message.text}".lower():
+            painter.setOpacity(0.45)  # an ancestor shown for context, not a match
+        depth = geometry["depth"]
+        left, width, header = geometry["left"], geometry["width"], geometry["header"]
+        if self.tree and depth:
+            painter.setPen(self.guide)
+            for level in range(min(depth, MAX_INDENT_DEPTH)):
+                x = rect.left() + BRANCH // 2 + level * INDENT
+                painter.drawLine(x, rect.top(), x, rect.bottom())
+        toggle = geometry["toggle"]
+        if toggle is not None and index.model().hasChildren(index):
+            painter.setPen(self.muted)
+            painter.setFont(self.meta_font)
+            expanded = getattr(self.view, "isExpanded", lambda _i: True)(index)
+            painter.drawText(toggle, Qt.AlignmentFlag.AlignCenter, "▾" if expanded else "▸")
         unread = bool(index.data(UnreadRole))
         if unread:
-            painter.fillRect(QRect(rect.left(), rect.top() + 2, MARK_WIDTH, rect.height() - 4), self.unread_color)
-        left = rect.left() + MARK_WIDTH + PAD
-        width = rect.right() - left - PAD
-        y = rect.top() + PAD
+            mark_x = left - PAD - MARK_WIDTH
+            painter.fillRect(QRect(mark_x, header.top() - PAD + 2, MARK_WIDTH, geometry["bottom"] - header.top() - 2),
+                             self.unread_color)
 
         text_color = option.palette.color(QPalette.ColorRole.Text)
-        if option.state & QStyle.StateFlag.State_Selected:
-            text_color = option.palette.color(QPalette.ColorRole.HighlightedText) if style is None else text_color
-
-        # header: sender · time · "new"
+        # header: sender · time · "new" · (on hover) Reply
         painter.setFont(self.header_font)
-        name = message.sender_name or message.sender[:8]
-        if index.data(OwnRole):
-            name += " (you)"
         painter.setPen(sender_color(message.sender, self.dark))
-        name_width = self.header_metrics.horizontalAdvance(name)
-        painter.drawText(QRect(left, y, width, self.header_metrics.height()), Qt.AlignmentFlag.AlignLeft, name)
+        painter.drawText(header, Qt.AlignmentFlag.AlignLeft, geometry["name"])
         painter.setFont(self.meta_font)
         painter.setPen(self.muted)
-        meta_x = left + name_width + 8
-        meta = clock(message.sent_at)
-        painter.drawText(QRect(meta_x, y, max(0, width - name_width - 8), self.header_metrics.height()),
-                         Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, meta)
+        time_rect = geometry["time"]
+        painter.drawText(time_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, geometry["meta"])
+        x = time_rect.right() + 8
+        if self.tree and index.model().hasChildren(index) and not getattr(self.view, "isExpanded", lambda _i: True)(index):
+            folded = f"{index.model().rowCount(index)} hidden repl{'ies' if index.model().rowCount(index) != 1 else 'y'}"
+            painter.drawText(QRect(x, header.top(), max(0, header.right() - x), header.height()),
+                             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, folded)
+            x += self.meta_metrics.horizontalAdvance(folded) + 8
         if unread:
             painter.setPen(self.unread_color)
             bold_meta = QFont(self.meta_font)
             bold_meta.setBold(True)
             painter.setFont(bold_meta)
-            new_x = meta_x + self.meta_metrics.horizontalAdvance(meta) + 8
-            painter.drawText(QRect(new_x, y, max(0, rect.right() - new_x), self.header_metrics.height()),
+            painter.drawText(QRect(x, header.top(), max(0, header.right() - x), header.height()),
                              Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, "● new")
-        y += self.header_metrics.height() + 2
+        if option.state & QStyle.StateFlag.State_MouseOver:
+            reply = geometry["reply"]
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            painter.setPen(self.accent)
+            painter.setBrush(option.palette.color(QPalette.ColorRole.Base))
+            painter.drawRoundedRect(reply.adjusted(0, 0, -1, -1), 6, 6)
+            painter.setFont(self.meta_font)
+            painter.drawText(reply, Qt.AlignmentFlag.AlignCenter, REPLY_LABEL)
 
-        if self.show_parent and message.parent is not None:
+        quote = geometry["quote"]
+        if quote is not None:
             parent: ChatMessage | None = index.data(ParentMessageRole)
             quoted = (f"↳ replying to {parent.sender_name}: {snippet(parent.text)}" if parent is not None
                       else "↳ replying to a message not shown")
             painter.setFont(self.meta_font)
             painter.setPen(self.accent)
-            painter.drawText(QRect(left, y, width, self.meta_metrics.height()), Qt.AlignmentFlag.AlignLeft,
-                             self.meta_metrics.elidedText(quoted, Qt.TextElideMode.ElideRight, width))
-            y += self.meta_metrics.height() + 2
+            painter.drawText(quote, Qt.AlignmentFlag.AlignLeft,
+                             self.meta_metrics.elidedText(quoted, Qt.TextElideMode.ElideRight, quote.width()))
 
-        painter.setFont(self.body_font)
+        body: _Body = geometry["body"]
         painter.setPen(text_color)
-        text = message.text[:MAX_SHOWN_CHARS]
-        painter.drawText(QRect(left, y, width, rect.bottom() - y), Qt.TextFlag.TextWordWrap, text)
+        body.layout.draw(painter, QPointF(left, geometry["body_top"]))
+        more = geometry["more"]
+        if more is not None:
+            painter.setFont(self.meta_font)
+            painter.setPen(self.accent)
+            label = ("Show less" if message.mid in self.expanded
+                     else f"Show more ({body.hidden_chars:,} more characters)")
+            painter.drawText(more, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
         painter.restore()
+
+    def _paint_divider(self, painter: QPainter, rect: QRect) -> None:
+        painter.setPen(self.unread_color)
+        middle = rect.center().y()
+        font = QFont(self.meta_font)
+        font.setBold(True)
+        painter.setFont(font)
+        label = "New messages"
+        label_width = QFontMetrics(font).horizontalAdvance(label) + 16
+        painter.drawLine(rect.left() + 4, middle, rect.right() - label_width, middle)
+        painter.drawText(QRect(rect.right() - label_width + 8, rect.top(), label_width - 8, rect.height()),
+                         Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
+
+
+def _format_range(start: int, length: int, char_format: QTextCharFormat) -> QTextLayout.FormatRange:
+    format_range = QTextLayout.FormatRange()
+    format_range.start = start
+    format_range.length = length
+    format_range.format = char_format
+    return format_range

@@ -1,18 +1,29 @@
 """Small dialogs: display name, create group (CreateNewGrpWindow), join by id, passphrase, warnings, about.
 
 Create and Join check what they can at once (empty, too long, passphrases
-that differ or are short) and show the middleware's own message when it
-refuses (e.g. a wrong passphrase); the dialog stays open until the call
-succeeds, so the user can fix the input and try again.
+that differ, are short or too easy to guess: a strength meter under the
+passphrase says how it stands as it is typed) and say in a plain sentence why
+the middleware refused (e.g. "That passphrase does not open this group."); the
+dialog stays open until the call succeeds, so the user can fix the input and
+try again.  Private creates and joins call the middleware's ``*_async``
+methods, which derive the key on a worker thread.  Every dialog opens with the
+keyboard in its first field, and Enter is OK, which accepts only valid input
+(a button never holds the focus at first, so typing a space cannot press it).
+
+Invites are one line of text: ``m2mc://join/<gid>?desc=<description>``
+after a sentence for people; :func:`parse_invite` also takes a bare gid.
 """
 
 from __future__ import annotations
 
+import re
 import time
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
+    QProgressBar,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
@@ -25,13 +36,88 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from middleware import __version__
+from middleware import __version__, passphrase as passphrases
 from middleware.manager import MAX_DESC, MAX_NAME
-
-MIN_PASSPHRASE = 8  # the middleware's rule (manager._check_passphrase); checked here too for an early word
+from middleware.types import Mid, PassphraseRefused
 
 from .bridge import Backend, describe_error
 from .resources import app_icon
+
+MIN_PASSPHRASE = passphrases.MIN_LENGTH  # the middleware's rule; checked here too for an early word
+WRONG_PASSPHRASE = "That passphrase does not open this group."
+INVITE = re.compile(r"m2mc://join/([^\s?]+)(\?\S*)?")
+MESSAGE_LINK = re.compile(r"m2mc://message/([^\s/]+)/([0-9a-fA-F]+):([0-9]+)")
+
+
+def invite_text(gid: str, desc: str) -> str:
+    return f"Join “{desc}” on M2MC: m2mc://join/{quote(gid, safe='')}?desc={quote(desc, safe='')}"
+
+
+def parse_invite(text: str) -> tuple[str, str] | None:
+    """(gid, description) from a pasted invite, or (gid, "") from a bare gid; None if neither."""
+    text = text.strip()
+    match = INVITE.search(text)
+    if match:
+        query = parse_qs(urlsplit(match.group(0)).query)
+        return unquote(match.group(1)), query.get("desc", [""])[0]
+    if text and not any(c.isspace() for c in text) and len(text) <= 64 and "://" not in text:
+        return text, ""
+    return None
+
+
+def parse_message_link(url: str) -> tuple[str, Mid] | None:
+    match = MESSAGE_LINK.fullmatch(url.strip())
+    if match is None:
+        return None
+    return unquote(match.group(1)), (match.group(2), int(match.group(3)))
+
+
+def plain_error(error: BaseException) -> str:
+    """The middleware's refusal as a sentence for people."""
+    if isinstance(error, PassphraseRefused) and error.wrong:
+        return WRONG_PASSPHRASE
+    text = describe_error(error)
+    private = re.match(r"group '(.*)' is private", text)
+    if private:
+        return f"“{private.group(1)}” is a private group: enter its passphrase."
+    if text.startswith("unknown group"):
+        return "No group with that id is known here. Check the invite, or wait until the group is announced."
+    if text.startswith("a passphrase needs at least"):
+        return f"A passphrase needs at least {MIN_PASSPHRASE} characters."
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+class StrengthMeter(QWidget):
+    """A bar and a word for how guessable a passphrase is (middleware.passphrase.assess)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bar = QProgressBar()
+        self.bar.setRange(0, len(passphrases.LABELS))
+        self.bar.setTextVisible(False)
+        self.bar.setMaximumHeight(8)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setProperty("class", "hint")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.label)
+        self.update_for("")
+
+    def update_for(self, phrase: str) -> passphrases.Assessment | None:
+        if not phrase:
+            self.bar.setValue(0)
+            self.label.setText("Several unrelated words are easiest to remember and hardest to guess.")
+            return None
+        assessment = passphrases.assess(phrase)
+        self.bar.setValue(assessment.score + 1)
+        self.setProperty("strength", assessment.label)
+        text = f"Strength: {assessment.label}"
+        if assessment.weakness:
+            text += f" — {assessment.weakness}."
+        self.label.setText(text)
+        return assessment
 
 
 class _ValidatedDialog(QDialog):
@@ -47,10 +133,31 @@ class _ValidatedDialog(QDialog):
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.accepted.connect(self._try_accept)
         self.buttons.rejected.connect(self.reject)
+        for button in self.buttons.buttons():
+            button.setAutoDefault(False)
+            button.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click must not take the focus from a field
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setDefault(True)  # Enter = OK, validated
         layout = QVBoxLayout(self)
         layout.addLayout(self.form)
         layout.addWidget(self.error_label)
         layout.addWidget(self.buttons)
+
+    def first_field(self) -> QWidget | None:
+        """The field the keyboard starts in."""
+        for row in range(self.form.rowCount()):
+            for role in (QFormLayout.ItemRole.FieldRole, QFormLayout.ItemRole.SpanningRole):
+                item = self.form.itemAt(row, role)
+                widget = item.widget() if item is not None else None
+                if isinstance(widget, QLineEdit) and widget.isEnabled() and not widget.isHidden():
+                    return widget
+        return None
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        field = self.first_field()
+        if field is not None:
+            field.setFocus(Qt.FocusReason.OtherFocusReason)
+            field.selectAll()
 
     def show_error(self, message: str) -> None:
         self.error_label.setText(message)
@@ -81,9 +188,10 @@ def _passphrase_edit(placeholder: str) -> QLineEdit:
 class NameDialog(_ValidatedDialog):
     """First start: ask for the name others will see."""
 
-    def __init__(self, suggestion: str = "", parent: QWidget | None = None) -> None:
-        super().__init__("Welcome to M2MC", parent)
-        intro = QLabel("Choose the name the other people on your network will see. You can keep it for next time.")
+    def __init__(self, suggestion: str = "", parent: QWidget | None = None, title: str = "Welcome to M2MC") -> None:
+        super().__init__(title, parent)
+        intro = QLabel("Choose the name the other people on your network will see. You can keep it for next time."
+                       if title == "Welcome to M2MC" else "The name the other members see; they learn the new one.")
         intro.setWordWrap(True)
         self.form.addRow(intro)
         self.name_edit = QLineEdit(suggestion)
@@ -98,6 +206,9 @@ class NameDialog(_ValidatedDialog):
     def _try_accept(self) -> None:
         if not self.name:
             self.show_error("Please enter a display name.")
+            return
+        if len(self.name) > MAX_NAME:
+            self.show_error(f"A display name has at most {MAX_NAME} characters.")
             return
         self.accept()
 
@@ -122,7 +233,10 @@ class CreateGroupDialog(_ValidatedDialog):
         self.form.addRow(self.private_check)
         self.passphrase_edit = _passphrase_edit(f"at least {MIN_PASSPHRASE} characters")
         self.confirm_edit = _passphrase_edit("the same again")
+        self.strength = StrengthMeter()
+        self.passphrase_edit.textChanged.connect(self.strength.update_for)
         self.form.addRow("Passphrase:", self.passphrase_edit)
+        self.form.addRow("", self.strength)
         self.form.addRow("Confirm:", self.confirm_edit)
         self.private_hint = _hint("Give the passphrase to the people you invite in person, not in an open group. "
                                   "Without it nobody can read or write in the group, but everyone on the "
@@ -131,7 +245,7 @@ class CreateGroupDialog(_ValidatedDialog):
         self._show_private(False)
 
     def _show_private(self, on: bool) -> None:
-        for widget in (self.passphrase_edit, self.confirm_edit, self.private_hint):
+        for widget in (self.passphrase_edit, self.strength, self.confirm_edit, self.private_hint):
             self.form.setRowVisible(widget, on)
             widget.setEnabled(on)
         if on:
@@ -161,6 +275,12 @@ class CreateGroupDialog(_ValidatedDialog):
                                 f"(it has {len(passphrase)}).")
                 self.passphrase_edit.setFocus()
                 return
+            weakness = passphrases.assess(passphrase).weakness
+            if weakness:
+                self.show_error(f"This passphrase is too easy to guess: {weakness}. Choose another one.")
+                self.passphrase_edit.selectAll()
+                self.passphrase_edit.setFocus()
+                return
             if self.confirm_edit.text() != passphrase:
                 self.show_error("The two passphrases differ: type the same one in both fields.")
                 self.confirm_edit.selectAll()
@@ -168,8 +288,8 @@ class CreateGroupDialog(_ValidatedDialog):
                 return
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        self.backend.request("create_group", desc, passphrase, on_result=self._created,
-                             on_error=lambda exc: self.show_error(describe_error(exc)))
+        self.backend.request("create_group_async", desc, passphrase, on_result=self._created,
+                             on_error=lambda exc: self.show_error(plain_error(exc)))
 
     def _created(self, gid: str) -> None:
         self.created_gid = gid
@@ -177,28 +297,35 @@ class CreateGroupDialog(_ValidatedDialog):
 
 
 class JoinDialog(_ValidatedDialog):
-    """Join a group by its id (the discovery window's Join button needs no dialog)."""
+    """Join a group by its id or a pasted invite (the discovery window's Join button needs no dialog)."""
 
-    def __init__(self, backend: Backend, gid: str = "", parent: QWidget | None = None) -> None:
+    def __init__(self, backend: Backend, gid: str = "", parent: QWidget | None = None, invite: str = "") -> None:
         super().__init__("Join group", parent)
         self.backend = backend
         self.joined_gid: str | None = None
+        if not gid and invite and INVITE.search(invite):
+            gid = invite.strip()  # a copied invite on the clipboard: offered as it is
         self.gid_edit = QLineEdit(gid)
-        self.gid_edit.setPlaceholderText("group id, e.g. 3f2a…-1")
-        self.form.addRow("Group id:", self.gid_edit)
+        self.gid_edit.setPlaceholderText("an invite (m2mc://join/…) or a group id (26 letters and digits)")
+        self.form.addRow("Invite or id:", self.gid_edit)
         self.passphrase_edit = _passphrase_edit("only for a private group")
         self.form.addRow("Passphrase:", self.passphrase_edit)
         self.form.addRow(_hint("Groups announced on your network are listed in the discovery window (Ctrl+G)."))
 
     def _try_accept(self) -> None:
-        gid = self.gid_edit.text().strip()
-        if not gid:
-            self.show_error("Please enter a group id.")
+        text = self.gid_edit.text().strip()
+        if not text:
+            self.show_error("Please paste an invite or enter a group id.")
             return
+        parsed = parse_invite(text)
+        if parsed is None:
+            self.show_error("That is neither an invite nor a group id. An invite looks like m2mc://join/….")
+            return
+        gid = parsed[0]
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        self.backend.request("join_group", gid, self.passphrase_edit.text() or None, on_result=self._joined,
-                             on_error=lambda exc: self.show_error(describe_error(exc)))
+        self.backend.request("join_group_async", gid, self.passphrase_edit.text() or None, on_result=self._joined,
+                             on_error=lambda exc: self.show_error(plain_error(exc)))
 
     def _joined(self, gid: str) -> None:
         self.joined_gid = gid
@@ -230,11 +357,11 @@ class PassphraseDialog(_ValidatedDialog):
             return
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        # Deriving the key takes a moment (scrypt) on the middleware thread; the GUI stays live.
-        self.backend.request("join_group", self.gid, passphrase, on_result=self._joined, on_error=self._refused)
+        # Deriving the key takes about half a second (Argon2id) on a worker thread; GUI and network stay live.
+        self.backend.request("join_group_async", self.gid, passphrase, on_result=self._joined, on_error=self._refused)
 
     def _refused(self, error: Exception) -> None:
-        self.show_error(describe_error(error))
+        self.show_error(plain_error(error))
         self.passphrase_edit.selectAll()
         self.passphrase_edit.setFocus()
 

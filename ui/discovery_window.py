@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from middleware.types import GroupView
+from middleware.types import GroupView, short_fingerprint
 
 from .bridge import Backend
 from .resources import app_icon, icon
@@ -93,6 +93,10 @@ class GroupTableModel(QAbstractTableModel):
             if column == 1:
                 return view.member_count
             if column == 2:
+                if view.legacy:
+                    return "old version"
+                if not view.verified:
+                    return "checking…"  # seen in zeroconf; its signed description has not arrived
                 return "private" if view.private else "open"
             if column == 3:
                 return ago(self.clock() - view.last_seen)
@@ -102,7 +106,9 @@ class GroupTableModel(QAbstractTableModel):
             return icon("lock")
         if role == Qt.ItemDataRole.ToolTipRole:
             names = ", ".join(m.name for m in view.members) or "nobody we know of yet"
-            return f"{view.desc}\nid {view.gid}\nmembers: {names}\nseen via {', '.join(sorted(view.sources))}"
+            creator = f"\ncreated by key {short_fingerprint(view.creator)}" if view.creator else ""
+            return (f"{view.desc}\nid {view.gid}{creator}\nmembers: {names}\n"
+                    f"seen via {', '.join(sorted(view.sources))}")
         if role == Qt.ItemDataRole.TextAlignmentRole and column == 1:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
@@ -192,7 +198,7 @@ class DiscoveryWindow(QWidget):
         self.empty_label.setVisible(self.model.rowCount() == 0)
         gid = self.selected_gid()
         view = self.model.view_for(gid) if gid else None
-        self.join_button.setEnabled(view is not None and not view.joined)
+        self.join_button.setEnabled(view is not None and not view.joined and view.verified)
         if view is not None and view.joined:
             self.join_button.setText("Joined")
         elif view is not None and view.private:

@@ -27,11 +27,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
+    QListView,
+    QMenu,
     QStyle,
     QFileDialog,
     QFrame,
@@ -51,13 +53,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from middleware.types import ChatMessage, GroupView, Member, Mid
+from middleware.rangeset import RangeSet
+from middleware.types import ChatMessage, GroupView, Member, Mid, format_mid
 
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, snippet
-from .dialogs import CreateGroupDialog, JoinDialog, PassphraseDialog, WarningLogWindow, show_about
+from .dialogs import (CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog, WarningLogWindow, invite_text,
+                      parse_message_link, show_about)
 from .discovery_window import DiscoveryWindow
-from .message_model import MessageRole, MessageTreeModel, SearchRole, TimelineModel
+from .member_list import fill_member_list
+from .message_model import (MessageRole, MessageTreeModel, SearchRole, ThreadListModel, ThreadModel, ThreadRole,
+                            TimelineModel)
 from .notifier import Notifier
 from .resources import app_icon, icon
 from .widgets import (
@@ -66,6 +72,7 @@ from .widgets import (
     GroupIdRole,
     GroupListDelegate,
     ReplyBanner,
+    ThreadListDelegate,
     UnreadCountRole,
     WarningBanner,
 )
@@ -73,11 +80,13 @@ from .widgets import (
 log = logging.getLogger(__name__)
 
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
-EXPAND_RECENT = 400
+EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
 MAX_PER_TURN = 300
 INTAKE_MS = 100
 TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
+READ_SAVE_MS = 1000  # read marks go to the store at most once a second
+PRESENCE_POLL_MS = 5000
 
 
 @dataclass
@@ -93,6 +102,12 @@ class GroupSession:
     warnings: list[str] = field(default_factory=list)
     warning_dismissed: bool = False
     item: QListWidgetItem | None = field(default=None, repr=False)
+    threads: ThreadListModel | None = field(default=None, repr=False)
+    thread: ThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
+    divider: Mid | None = None  # "New messages" above this one: the first unread when opened
+    opened: bool = False  # scrolled to where it opens
+    read_orders: list[int] = field(default_factory=list)  # read since the marks were last saved
+    presence: dict[str, str] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -100,9 +115,11 @@ class GroupSession:
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, backend: Backend, parent: QWidget | None = None) -> None:
+    def __init__(self, backend: Backend, parent: QWidget | None = None, settings=None) -> None:
         super().__init__(parent)
         self.backend = backend
+        # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
+        self.settings = settings if settings is not None else {}
         self.sessions: dict[str, GroupSession] = {}
         self.known_groups: dict[str, GroupView] = {}
         self.current: GroupSession | None = None
@@ -112,7 +129,8 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
 
-        self.discovery = DiscoveryWindow(backend, self)
+        # A window of its own, not a child: it must not stay above the main window.
+        self.discovery = DiscoveryWindow(backend)
         self.discovery.join_requested.connect(self.join_group)
         self.discovery.create_requested.connect(self.create_group)
         self.discovery.join_by_id_requested.connect(self.join_by_id)
@@ -140,6 +158,9 @@ class MainWindow(QMainWindow):
                                     timeout=lambda: self.current_view().scrollToBottom())
         self._pending_timer = QTimer(self, interval=1000, timeout=self._poll_pending)
         self._pending_timer.start()
+        self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS, timeout=self.save_read_marks)
+        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS, timeout=self._poll_presence)
+        self._presence_timer.start()
         self._show_session(None)
 
     # -- layout -------------------------------------------------------------------------
@@ -148,6 +169,7 @@ class MainWindow(QMainWindow):
         self.group_list = QListWidget()
         self.group_list.setObjectName("groupList")
         self.group_list.setItemDelegate(GroupListDelegate(self.group_list))
+        self.group_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.group_list.currentItemChanged.connect(self._on_group_selected)
         groups_pane = self._titled("Groups", self.group_list)
         discover_button = QPushButton(icon("discover"), "Find groups…")
@@ -167,6 +189,9 @@ class MainWindow(QMainWindow):
         self.filter_edit.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition)
         self.filter_edit.setMaximumWidth(260)
         self.filter_edit.textChanged.connect(self._apply_filter)
+        self.match_label = QLabel()
+        self.match_label.setObjectName("matchCount")
+        self.match_label.hide()
         self.tree_button = QToolButton()
         self.tree_button.setIcon(icon("tree"))
         self.tree_button.setCheckable(True)
@@ -188,22 +213,24 @@ class MainWindow(QMainWindow):
         self.older_button.hide()
         header.addWidget(self.older_button)
         header.addWidget(self.filter_edit)
+        header.addWidget(self.match_label)
         header.addWidget(self.tree_button)
         header.addWidget(self.time_button)
 
-        self.tree_view = ConversationView()
-        self.tree_view.setItemDelegate(MessageDelegate(self.tree_view))
+        self.tree_view = ConversationView(tree=True)
+        self.tree_view.setItemDelegate(MessageDelegate(self.tree_view, tree=True))
         self.tree_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        # Both views scroll per item: per-pixel scrolling would need every row's height,
-        # which for 100,000 wrapped messages is seconds of text layout.
-        self.timeline_view = ConversationView()
+        # Both views scroll by pixels: that needs every shown row's height, which the
+        # models' windows of newest threads keep to a few thousand rows (app.bench.gui).
+        self.timeline_view = ConversationView(tree=False)
         self.timeline_view.setObjectName("timeline")
-        self.timeline_view.setRootIsDecorated(False)
-        self.timeline_view.setIndentation(0)
         self.timeline_view.setItemDelegate(MessageDelegate(self.timeline_view, show_parent=True))
         self.timeline_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         for view in (self.tree_view, self.timeline_view):
             view.verticalScrollBar().valueChanged.connect(self._schedule_seen)
+            view.reply_requested.connect(self.reply_to)
+            view.link_activated.connect(self.open_link)
+            view.customContextMenuRequested.connect(lambda pos, v=view: self._message_menu(v, pos))
         self.tree_proxy = QSortFilterProxyModel(self)
         self.tree_proxy.setRecursiveFilteringEnabled(True)
         self.tree_proxy.setFilterRole(SearchRole)
@@ -217,7 +244,37 @@ class MainWindow(QMainWindow):
         self.empty_label = QLabel("Join a group (Find groups…) or create one to start talking.")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setWordWrap(True)
-        self.stack.addWidget(self.empty_label)
+        self.empty_page = QWidget()
+        empty_layout = QVBoxLayout(self.empty_page)
+        empty_layout.addStretch(1)
+        empty_layout.addWidget(self.empty_label)
+        empty_buttons = QHBoxLayout()
+        empty_buttons.addStretch(1)
+        for text, icon_name, slot in (("Find groups…", "discover", self.show_discovery),
+                                      ("Create group…", "create", self.create_group),
+                                      ("Join from invite…", "join", self.join_from_invite)):
+            button = QPushButton(icon(icon_name), text)
+            button.clicked.connect(slot)
+            empty_buttons.addWidget(button)
+        empty_buttons.addStretch(1)
+        empty_layout.addLayout(empty_buttons)
+        empty_layout.addStretch(1)
+        self.stack.addWidget(self.empty_page)
+
+        # Shown while one thread is open on its own.
+        self.thread_bar = QFrame()
+        self.thread_bar.setObjectName("threadBar")
+        self.back_button = QPushButton("← All threads")
+        self.back_button.setFlat(True)
+        self.back_button.setToolTip("Back to the whole conversation (Alt+Left)")
+        self.back_button.clicked.connect(self.close_thread)
+        self.thread_label = QLabel()
+        self.thread_label.setTextFormat(Qt.TextFormat.PlainText)
+        thread_bar_layout = QHBoxLayout(self.thread_bar)
+        thread_bar_layout.setContentsMargins(8, 2, 8, 2)
+        thread_bar_layout.addWidget(self.back_button)
+        thread_bar_layout.addWidget(self.thread_label, 1)
+        self.thread_bar.hide()
 
         self.reply_banner = ReplyBanner()
         self.reply_banner.cancelled.connect(self.start_new_thread)
@@ -252,21 +309,39 @@ class MainWindow(QMainWindow):
         banner_row.setContentsMargins(8, 0, 8, 4)
         banner_row.addWidget(self.warning_banner)
         centre_layout.addLayout(banner_row)
+        centre_layout.addWidget(self.thread_bar)
         centre_layout.addWidget(self.stack, 1)
         centre_layout.addWidget(compose_frame)
 
         self.member_list = QListWidget()
         self.member_list.setObjectName("memberList")
         self.member_list.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.member_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         members_pane = self._titled("Members", self.member_list)
+
+        self.thread_list = QListView()
+        self.thread_list.setObjectName("threadList")
+        self.thread_list.setItemDelegate(ThreadListDelegate(self.thread_list))
+        self.thread_list.setUniformItemSizes(True)
+        self.thread_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.thread_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.thread_list.clicked.connect(self._thread_chosen)
+        self.thread_list.activated.connect(self._thread_chosen)
+        threads_pane = self._titled("Threads", self.thread_list)
+        self.threads_pane, self.members_pane, self.groups_pane = threads_pane, members_pane, groups_pane
+        side = QSplitter(Qt.Orientation.Vertical)
+        side.addWidget(threads_pane)
+        side.addWidget(members_pane)
+        side.setSizes([420, 200])
 
         splitter = QSplitter()
         splitter.addWidget(groups_pane)
         splitter.addWidget(centre)
-        splitter.addWidget(members_pane)
+        splitter.addWidget(side)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([220, 680, 200])
-        splitter.setChildrenCollapsible(False)
+        splitter.setSizes([200, 640, 260])
+        splitter.setCollapsible(1, False)  # side panes fold away on a small screen; the talk does not
+        self.splitter = splitter
         self.setCentralWidget(splitter)
 
     def _titled(self, title: str, body: QWidget) -> QWidget:
@@ -287,7 +362,8 @@ class MainWindow(QMainWindow):
             action.setIcon(icon(icon_name))
         if shortcut:
             action.setShortcut(QKeySequence(shortcut))
-            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            # From every window of the app (the discovery and warnings windows too).
+            action.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)
         action.setCheckable(checkable)
         action.triggered.connect(slot)
         self.addAction(action)
@@ -298,11 +374,17 @@ class MainWindow(QMainWindow):
         self.create_action = self._action("&Create group…", "Ctrl+Shift+N", self.create_group, "create")
         self.discover_action = self._action("&Find groups…", "Ctrl+G", self.show_discovery, "discover")
         self.join_action = self._action("&Join group by id…", None, self.join_by_id, "join")
+        self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", self.join_from_invite, "join")
+        self.invite_action = self._action("&Copy invite", None, self.copy_invite)
         self.leave_action = self._action("&Leave group", None, self.leave_current_group)
+        self.name_action = self._action("Change display &name…", None, self.change_name)
         self.export_action = self._action("&Export chat log…", "Ctrl+E", self.export_dialog, "export")
         quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.close)
-        for action in (self.create_action, self.discover_action, self.join_action, self.leave_action):
+        for action in (self.create_action, self.discover_action, self.join_action, self.join_invite_action,
+                       self.invite_action, self.leave_action):
             menu.addAction(action)
+        menu.addSeparator()
+        menu.addAction(self.name_action)
         menu.addSeparator()
         menu.addAction(self.export_action)
         menu.addSeparator()
@@ -311,6 +393,10 @@ class MainWindow(QMainWindow):
         menu = self.menuBar().addMenu("&Conversation")
         self.send_action = self._action("&Send", "Ctrl+Return", self.send_message, "send")
         self.reply_action = self._action("&Reply to selected", "Ctrl+R", self.reply_to_selected, "reply")
+        self.notify_action = self._action("&Notify me for this group", None, self._toggle_notify, checkable=True)
+        self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
+        self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
+        self.back_action = self._action("&Back to all threads", "Alt+Left", self.close_thread)
         self.new_thread_action = self._action("&New thread", "Ctrl+N", self.start_new_thread)
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
         self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.mark_all_read)
@@ -321,9 +407,17 @@ class MainWindow(QMainWindow):
         expand = self._action("E&xpand all", None, self.tree_view.expandAll)
         collapse = self._action("C&ollapse all", None, self.tree_view.collapseAll)
         for action in (self.send_action, self.reply_action, self.new_thread_action, self.next_unread_action,
-                       self.mark_read_action, self.find_action, self.time_action, expand, collapse,
+                       self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
+                       self.time_action, self.back_action, expand, collapse, self.notify_action,
                        self.warnings_action):
             menu.addAction(action)
+
+        menu = self.menuBar().addMenu("&View")
+        for title, pane in (("&Groups pane", self.groups_pane), ("&Threads pane", self.threads_pane),
+                            ("&Members pane", self.members_pane)):
+            toggle = QAction(title, self, checkable=True, checked=True)
+            toggle.toggled.connect(pane.setVisible)
+            menu.addAction(toggle)
         escape = QAction(self)
         escape.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         escape.triggered.connect(self._escape)
@@ -363,8 +457,8 @@ class MainWindow(QMainWindow):
             self._session(view.gid, load_history=True)
         if joined and self.current is None:
             self.select_group(joined[0].gid)
-        elif not joined:
-            self.show_discovery()
+        # With no group the main window's empty page offers Find / Create / Join from invite:
+        # the discovery window is not pushed over the main window.
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -374,23 +468,44 @@ class MainWindow(QMainWindow):
             return session
         tree = MessageTreeModel(self.backend.pid, self)
         session = GroupSession(gid, tree, TimelineModel(tree, self), self.known_groups.get(gid))
+        session.threads = ThreadListModel(tree, self)
         self.sessions[gid] = session
-        item = QListWidgetItem(icon("group"), session.title)
+        item = QListWidgetItem(self._group_icon(session), session.title)
         item.setData(GroupIdRole, gid)
         item.setData(UnreadCountRole, 0)
         session.item = item
         self.group_list.addItem(item)
         tree.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
+        tree.read_state_changed.connect(lambda mids, s=session: self._on_read_changed(s, mids))
         if load_history:
-            self.backend.request("history", gid, on_result=lambda messages, s=session: self._on_history(s, messages))
+            self.backend.request("read_marks", gid,
+                                 on_result=lambda marks, s=session: self._load_history(s, marks),
+                                 on_error=lambda _e, s=session: self._load_history(s, None))
         return session
 
-    def _on_history(self, session: GroupSession, messages: list[ChatMessage]) -> None:
-        # Stored history counts as read: only what arrives while the app runs is new.
+    def _load_history(self, session: GroupSession, marks: list | None) -> None:
+        self.backend.request("history", session.gid,
+                             on_result=lambda messages, s=session: self._on_history(s, messages, marks))
+
+    def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
+        # What the stored read marks do not cover is unread; a group never marked (from an
+        # older version) starts with its history read.
         session.tree.add_messages(messages, unread=False)
+        if marks is None:
+            orders = [m.order for m in messages if m.order]
+            if orders:
+                self.backend.request("mark_read", session.gid, [(min(orders), max(orders))],
+                                     on_error=lambda _e: None)
+        else:
+            read = RangeSet.from_ranges(marks)
+            session.tree.set_unread(m.mid for m in messages if m.order and m.order not in read)
+        unread = session.tree.unread_in_arrival_order()
+        session.divider = unread[0] if unread else None
         session.loaded = True
         if session is self.current:
+            self._set_divider(session)
             self._expand_default(session)
+            self._open_position(session)
             self._update_status()
 
     def select_group(self, gid: str) -> None:
@@ -403,48 +518,68 @@ class MainWindow(QMainWindow):
         self._show_session(session)
 
     def _show_session(self, session: GroupSession | None) -> None:
+        if self.current is not None and self.current is not session:
+            self.save_read_marks()
         self.current = session
         self.reply_target = None
         self.reply_banner.show_target(None)
         self.filter_edit.blockSignals(True)
         self.filter_edit.clear()
         self.filter_edit.blockSignals(False)
+        self._apply_highlight("")
         enabled = session is not None
         for widget in (self.compose, self.send_button, self.filter_edit, self.tree_button, self.time_button):
             widget.setEnabled(enabled)
         for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
-                       self.mark_read_action, self.send_action):
+                       self.mark_read_action, self.send_action, self.invite_action, self.notify_action):
             action.setEnabled(enabled)
         self._show_warning_banner()
         if session is None:
             self.title_label.setText("No group")
-            self.stack.setCurrentWidget(self.empty_label)
+            self.stack.setCurrentWidget(self.empty_page)
             self.member_list.clear()
+            self.thread_list.setModel(None)
+            self.thread_bar.hide()
             self._update_status()
             return
         self.title_label.setText(session.title)
-        session.item.setIcon(icon("group"))  # its warnings, if any, are on the banner now
+        session.item.setIcon(self._group_icon(session))  # its warnings, if any, are on the banner now
+        self.notify_action.setChecked(self._notifies(session.gid))
+        self.thread_list.setModel(session.threads)
+        self._set_divider(session)
         self._set_view_models()
         self._expand_default(session)
+        if session.loaded:
+            self._open_position(session)
         self._fill_members()
         self._update_status()
         self.backend.request("group", session.gid, on_result=self._on_group_view, on_error=lambda _e: None)
+        self._poll_presence()
         self._schedule_seen()
 
     def _set_view_models(self) -> None:
         session = self.current
         filtering = bool(self.filter_edit.text().strip())
+        tree_source = session.thread if session.thread is not None else session.tree
         if filtering:
-            self.tree_proxy.setSourceModel(session.tree)
-            self.timeline_proxy.setSourceModel(session.timeline)
+            if self.tree_proxy.sourceModel() is not tree_source:
+                self.tree_proxy.setSourceModel(tree_source)
+            if self.timeline_proxy.sourceModel() is not session.timeline:
+                self.timeline_proxy.setSourceModel(session.timeline)
             tree_model, timeline_model = self.tree_proxy, self.timeline_proxy
         else:
-            tree_model, timeline_model = session.tree, session.timeline
+            tree_model, timeline_model = tree_source, session.timeline
+        if session.thread is not None:
+            timeline_model = None  # one thread is a tree; the time order is of the whole group
+            self.time_ordered = False
         # The unfiltered views show the models directly: a proxy over 100,000 rows costs
         # more than it gives, and filtering swaps one in.
         if self.tree_view.model() is not tree_model:
             self.tree_view.setModel(tree_model)
             self.tree_view.selectionModel().currentChanged.connect(self._on_current_message)
+        self.thread_bar.setVisible(session.thread is not None)
+        self.time_button.setEnabled(session.thread is None)
+        self.time_action.setEnabled(session.thread is None)
         # Only the visible view holds a model: a hidden view would still re-lay out on every insert.
         if not self.time_ordered:
             timeline_model = None
@@ -475,7 +610,13 @@ class MainWindow(QMainWindow):
         self._update_older_button()
 
     def _expand_default(self, session: GroupSession) -> None:
-        if session is not self.current or self.tree_view.model() is not session.tree:
+        if session is not self.current:
+            return
+        if session.thread is not None:
+            if self.tree_view.model() is session.thread:
+                self.tree_view.expandAll()
+            return
+        if self.tree_view.model() is not session.tree:
             return
         if len(session.tree) <= EXPAND_ALL_LIMIT:
             self.tree_view.expandAll()
@@ -485,15 +626,51 @@ class MainWindow(QMainWindow):
             for mid in list(session.tree.unread)[:EXPAND_RECENT]:
                 self._expand_path(mid)
         self._update_older_button()
-        if not session.expanded_once and len(session.tree):
-            session.expanded_once = True
-            self.tree_view.scrollToBottom()
+
+    def _open_position(self, session: GroupSession) -> None:
+        """A group opens at its first unread message, else at its end, where the newest talk is.
+
+        Scrolled by pixels, the end is the last row's bottom at the viewport's bottom: never an
+        empty area.  A reply in an old thread is the Threads pane's top entry; the tree opens
+        at the end so that it follows new messages, and only rows of recent threads are kept.
+        """
+        if session is not self.current or session.opened or not len(session.tree):
+            return
+        session.opened = True
+        view = self.current_view()
+        unread = session.tree.unread_in_arrival_order()
+        if not unread:
+            view.scrollToBottom()
+            return
+        target = unread[0]
+        if self.time_ordered:
+            session.timeline.reveal(target)
+        else:
+            session.tree.reveal(target)
+            self._expand_path(target)
+        index = self._view_index(target)
+        if index.isValid():
+            view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
+
+    def _set_divider(self, session: GroupSession) -> None:
+        for view in (self.tree_view, self.timeline_view):
+            delegate = view.itemDelegate()
+            if delegate.divider != session.divider:
+                delegate.set_divider(session.divider)
+                view.scheduleDelayedItemsLayout()
+
+    def _source_index(self, mid: Mid) -> QModelIndex:
+        """The index of ``mid`` in the tree view's source model (the whole tree, or the open thread)."""
+        session = self.current
+        if session.thread is not None:
+            return session.thread.index_for(mid)
+        return session.tree.index_for(mid)
 
     def _expand_path(self, mid: Mid) -> None:
         session = self.current
         model = self.tree_view.model()
         for ancestor in session.tree.ancestors(mid):
-            index = session.tree.index_for(ancestor)
+            index = self._source_index(ancestor)
             if model is self.tree_proxy:
                 index = self.tree_proxy.mapFromSource(index)
             if index.isValid() and not self.tree_view.isExpanded(index):
@@ -529,10 +706,15 @@ class MainWindow(QMainWindow):
             session = self._session(gid, load_history=True)
         view = self.current_view()
         at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
+        reading = None  # the row at the top of the tree, and where it is: the reader's place
+        if session is self.current and not at_bottom and view is self.tree_view and view.model() is session.tree:
+            top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
+            if top.isValid():
+                reading = (top.data(MessageRole).mid, view.visualRect(top).top())
         shown = session.tree.add_messages(messages, unread=True)
         if not shown:
             return
-        self._trim(session, at_bottom)
+        self._trim(session, at_bottom, reading)
         if session is self.current:
             for message in shown:
                 if message.parent is not None:
@@ -543,20 +725,26 @@ class MainWindow(QMainWindow):
                 self._follow_timer.start()
             self._schedule_seen()
         others = [m for m in shown if m.sender != self.backend.pid]
-        if others:
+        if others and self._notifies(gid):
             last = others[-1]
             extra = f" (+{len(others) - 1} more)" if len(others) > 1 else ""
             self.notifier.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
 
-    def _trim(self, session: GroupSession, at_bottom: bool) -> None:
-        # A steady stream adds rows without end, and each re-layout costs every row on show:
-        # while the reader follows the end (or the model is not on screen), hide the oldest
-        # again, never the selected message's thread.
+    def _trim(self, session: GroupSession, at_bottom: bool, reading: tuple | None = None) -> None:
+        # A steady stream adds rows without end, and each re-layout costs every row on show
+        # (scrolled by pixels, the tree needs every row's height): hide the oldest threads
+        # again, never the selected message's, the open one's or those from the top of the
+        # view on; the view is put back where the reader was.
         current = session is self.current
         spare = self.reply_target if current else None
+        opened = session.thread.root.message.mid if session.thread is not None else None
         tree, timeline = session.tree, session.timeline
-        if (at_bottom or not current or self.time_ordered) and tree.rowCount() > tree.window + TRIM_SLACK:
-            tree.hide_oldest(tree.window, spare)
+        if tree.rowCount() > tree.window + TRIM_SLACK:
+            hidden = tree.hide_oldest(tree.window, [spare, opened, reading[0] if reading else None])
+            if hidden and reading is not None:
+                self.tree_view.scrollTo(tree.index_for(reading[0]), QAbstractItemView.ScrollHint.PositionAtTop)
+                bar = self.tree_view.verticalScrollBar()
+                bar.setValue(bar.value() - reading[1])
         if (at_bottom or not current or not self.time_ordered) and timeline.rowCount() > timeline.window + TRIM_SLACK:
             timeline.hide_oldest(timeline.window, spare)
         if session is self.current:
@@ -569,6 +757,8 @@ class MainWindow(QMainWindow):
             if session is not None:
                 session.view = view
                 session.item.setText(view.desc)
+                if not session.warnings or session.warning_dismissed or session is self.current:
+                    session.item.setIcon(self._group_icon(session))
                 if session is self.current:
                     self.title_label.setText(view.desc)
                     self._fill_members()
@@ -647,7 +837,8 @@ class MainWindow(QMainWindow):
     def _update_status(self) -> None:
         self.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
         self.address_label.setToolTip("Interface address and control port in use")
-        peers = {m.pid for view in self.known_groups.values() for m in view.members} - {self.backend.pid}
+        # A member who left a group is still a peer that was seen: their machine is still there.
+        peers = {m.pid for view in self.known_groups.values() for m in view.members + view.left} - {self.backend.pid}
         self.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
         session = self.current
         waiting = (session.pending + session.tree.waiting_count) if session is not None else 0
@@ -667,24 +858,9 @@ class MainWindow(QMainWindow):
             self.sync_bar.hide()
 
     def _fill_members(self) -> None:
-        self.member_list.clear()
         session = self.current
-        view = session.view if session is not None else None
-        if view is None:
-            return
-        self.member_list.addItem(self._member_header(f"In the group ({len(view.members)})"))
-        for member in sorted(view.members, key=lambda m: m.name.lower()):
-            you = " (you)" if member.pid == self.backend.pid else ""
-            item = QListWidgetItem(icon("member"), member.name + you)
-            item.setToolTip(f"peer id {member.pid}")
-            self.member_list.addItem(item)
-        if view.left:
-            self.member_list.addItem(self._member_header(f"Left ({len(view.left)})"))
-            for member in sorted(view.left, key=lambda m: m.name.lower()):
-                item = QListWidgetItem(member.name)
-                item.setFlags(Qt.ItemFlag.NoItemFlags)  # drawn disabled: greyed
-                item.setToolTip(f"peer id {member.pid} (left the group)")
-                self.member_list.addItem(item)
+        fill_member_list(self.member_list, session.view if session is not None else None, self.backend.pid,
+                         self._member_header, lambda pid: session.presence.get(pid, "offline"))
 
     def _member_header(self, text: str) -> QListWidgetItem:
         item = QListWidgetItem(text)
@@ -703,11 +879,14 @@ class MainWindow(QMainWindow):
         return self.timeline_view if self.time_ordered else self.tree_view
 
     def _on_current_message(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        # Selecting is reading: it never changes what the compose box answers.
         message = current.data(MessageRole) if current.isValid() else None
-        self.reply_target = message.mid if message is not None else None
-        self.reply_banner.show_target(message)
         if message is not None and self.current is not None:
             self.current.tree.mark_read([message.mid])
+
+    def selected_message(self) -> ChatMessage | None:
+        index = self.current_view().currentIndex()
+        return index.data(MessageRole) if index.isValid() else None
 
     def _schedule_seen(self, *_args) -> None:
         if self.current is not None and self.current.tree.unread:
@@ -740,13 +919,15 @@ class MainWindow(QMainWindow):
         if self.time_ordered:
             index = session.timeline.index_for(mid)
             return self.timeline_proxy.mapFromSource(index) if self.timeline_view.model() is self.timeline_proxy else index
-        index = session.tree.index_for(mid)
+        index = self._source_index(mid)
         return self.tree_proxy.mapFromSource(index) if self.tree_view.model() is self.tree_proxy else index
 
     def select_message(self, mid: Mid) -> bool:
-        """Show and select a message of the current group (it becomes the reply target)."""
+        """Show and select a message of the current group (the reply target stays as it is)."""
         if self.current is None:
             return False
+        if self.current.thread is not None and self.current.tree.thread_of(mid) != self.current.thread.root.message.mid:
+            self.close_thread()
         if self.time_ordered:
             self.current.timeline.reveal(mid)
         else:
@@ -782,7 +963,10 @@ class MainWindow(QMainWindow):
             self.current.tree.mark_all_read()
 
     def set_time_ordered(self, on: bool) -> None:
-        selected = self.reply_target
+        if on and self.current is not None and self.current.thread is not None:
+            self.close_thread()
+        message = self.selected_message() if self.current is not None else None
+        selected = message.mid if message is not None else None
         self.time_ordered = on
         self.time_action.setChecked(on)
         self.tree_button.setChecked(not on)
@@ -802,11 +986,13 @@ class MainWindow(QMainWindow):
     def _apply_filter(self, text: str) -> None:
         if self.current is None:
             return
-        selected = self.reply_target
+        message = self.selected_message()
+        selected = message.mid if message is not None else None
         pattern = text.strip()
         self.tree_proxy.setFilterFixedString(pattern)
         self.timeline_proxy.setFilterFixedString(pattern)
         self._set_view_models()
+        self._apply_highlight(pattern)
         if pattern:
             self.tree_view.expandAll()
         else:
@@ -814,26 +1000,91 @@ class MainWindow(QMainWindow):
         if selected is not None:
             self.select_message(selected)
 
+    def _apply_highlight(self, pattern: str) -> None:
+        """Matches highlighted, ancestors shown for context dimmed, and the matches counted."""
+        for view in (self.tree_view, self.timeline_view):
+            view.itemDelegate().set_highlight(pattern)
+            view.viewport().update()
+        if not pattern or self.current is None:
+            self.match_label.hide()
+            return
+        count = len(self.matches())
+        self.match_label.setText(f"{count} match{'es' if count != 1 else ''}" if count else "no matches")
+        self.match_label.show()
+
+    def matches(self) -> list[Mid]:
+        """The messages matching the filter, in the order of the view shown."""
+        pattern = self.filter_edit.text().strip().lower()
+        session = self.current
+        if not pattern or session is None:
+            return []
+        found = []
+        view = self.current_view()
+        model = view.model()
+        index = model.index(0, 0) if model is not None else QModelIndex()
+        while index.isValid():  # in view order: the proxy keeps matches and their ancestors
+            message = index.data(MessageRole)
+            if pattern in f"{message.sender_name}\n{message.text}".lower():
+                found.append(message.mid)
+            index = self._next_row(model, index)
+        return found
+
+    @staticmethod
+    def _next_row(model, index: QModelIndex) -> QModelIndex:
+        """Depth first through every row of ``model`` (expanded or not)."""
+        if model.rowCount(index):
+            return model.index(0, 0, index)
+        while index.isValid():
+            sibling = index.siblingAtRow(index.row() + 1)
+            if sibling.isValid():
+                return sibling
+            index = index.parent()
+        return QModelIndex()
+
+    def find_match(self, step: int) -> None:
+        """F3 / Shift+F3: select the next / previous match of the filter."""
+        found = self.matches()
+        if not found:
+            self.statusBar().showMessage("No matches" if self.filter_edit.text().strip() else
+                                         "Type in the filter (Ctrl+F) first", 3000)
+            return
+        current = self.selected_message()
+        position = found.index(current.mid) if current is not None and current.mid in found else -1 if step > 0 else 0
+        target = found[(position + step) % len(found)]
+        self.select_message(target)
+        self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
+
     def _escape(self) -> None:
         if self.filter_edit.hasFocus() or self.filter_edit.text():
             self.filter_edit.clear()
             self.compose.setFocus()
+        elif self.reply_target is not None:
+            self.start_new_thread()
+        elif self.current is not None and self.current.thread is not None:
+            self.close_thread()
         else:
             self.start_new_thread()
 
     # -- writing --------------------------------------------------------------------------------
 
-    def reply_to_selected(self) -> None:
-        index = self.current_view().currentIndex()
-        if index.isValid():
-            self._on_current_message(index, QModelIndex())
+    def reply_to(self, mid: Mid) -> None:
+        """Make ``mid`` what the compose box answers (hover button, context menu, Ctrl+R)."""
+        message = self.current.tree.message(mid) if self.current is not None else None
+        if message is None:
+            return
+        self.reply_target = mid
+        self.reply_banner.show_target(message)
         self.compose.setFocus()
 
+    def reply_to_selected(self) -> None:
+        message = self.selected_message() if self.current is not None else None
+        if message is not None:
+            self.reply_to(message.mid)
+        else:
+            self.compose.setFocus()
+
     def start_new_thread(self) -> None:
-        for view in (self.tree_view, self.timeline_view):
-            if view.selectionModel() is not None:
-                view.selectionModel().clearSelection()
-                view.selectionModel().setCurrentIndex(QModelIndex(), QItemSelectionModel.SelectionFlag.Clear)
+        """Forget the reply target: the next message starts a thread (✕ or Esc)."""
         self.reply_target = None
         self.reply_banner.show_target(None)
         self.compose.setFocus()
@@ -859,6 +1110,8 @@ class MainWindow(QMainWindow):
     # -- groups -------------------------------------------------------------------------------------
 
     def show_discovery(self) -> None:
+        if not self.discovery.isVisible():
+            self._place_beside(self.discovery)
         self.discovery.show()
         self.discovery.raise_()
         self.discovery.activateWindow()
@@ -922,6 +1175,173 @@ class MainWindow(QMainWindow):
         if self.current is session:
             self._show_session(None)
 
+    # -- threads ------------------------------------------------------------------------------------
+
+    def _thread_chosen(self, index: QModelIndex) -> None:
+        summary = index.data(ThreadRole)
+        if summary is not None:
+            self.open_thread(summary.root.mid)
+
+    def open_thread(self, root_mid: Mid) -> bool:
+        """Show one thread on its own (the tree of its root alone); "← All threads" goes back."""
+        session = self.current
+        if session is None or session.tree.node(root_mid) is None:
+            return False
+        root_mid = session.tree.thread_of(root_mid)
+        if session.thread is not None:
+            if session.thread.root.message.mid == root_mid:
+                return True
+            session.thread.detach()
+        if self.time_ordered:
+            self.set_time_ordered(False)
+        session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
+        session.thread = ThreadModel(session.tree, root_mid, self)
+        root = session.tree.message(root_mid)
+        self.thread_label.setText(f"Thread: {root.sender_name} — {snippet(root.text, 80)}")
+        self._set_view_models()
+        self.tree_view.expandAll()
+        first_unread = next((mid for mid in session.tree.unread_in_arrival_order()
+                             if session.tree.thread_of(mid) == root_mid), None)
+        index = session.thread.index_for(first_unread or root_mid)
+        if self.tree_view.model() is self.tree_proxy:
+            index = self.tree_proxy.mapFromSource(index)
+        self.tree_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
+        self._schedule_seen()
+        return True
+
+    def close_thread(self) -> None:
+        session = self.current
+        if session is None or session.thread is None:
+            return
+        root_mid = session.thread.root.message.mid
+        session.thread.detach()
+        session.thread = None
+        self._set_view_models()
+        self._expand_default(session)
+        self.select_message(root_mid)
+
+    # -- message actions -------------------------------------------------------------------------
+
+    def _message_menu(self, view: QAbstractItemView, pos: QPoint) -> None:
+        index = view.indexAt(pos)
+        message: ChatMessage | None = index.data(MessageRole) if index.isValid() else None
+        if message is None:
+            return
+        menu = self.message_menu(message)
+        menu.popup(view.viewport().mapToGlobal(pos))
+
+    def message_menu(self, message: ChatMessage) -> QMenu:
+        """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
+        menu = QMenu(self)
+        menu.addAction(icon("reply"), "Reply", lambda: self.reply_to(message.mid))
+        menu.addAction("Quote", lambda: self.quote(message))
+        menu.addSeparator()
+        menu.addAction("Copy text", lambda: QGuiApplication.clipboard().setText(message.text))
+        menu.addAction("Copy link", lambda: QGuiApplication.clipboard().setText(message_link(message)))
+        menu.addSeparator()
+        menu.addAction("Open thread", lambda: self.open_thread(message.mid))
+        return menu
+
+    def quote(self, message: ChatMessage) -> None:
+        """Answer ``message`` with its text quoted ("> ") at the top of the compose box."""
+        self.reply_to(message.mid)
+        quoted = "\n".join("> " + line for line in message.text[:500].splitlines()) + "\n"
+        self.compose.setPlainText(quoted + self.compose.toPlainText())
+        self.compose.moveCursor(self.compose.textCursor().MoveOperation.End)
+
+    def open_link(self, url: str) -> None:
+        """A message link (m2mc://message/…) selects that message; any other link opens outside."""
+        target = parse_message_link(url)
+        if target is None:
+            QDesktopServices.openUrl(QUrl(url))
+            return
+        gid, mid = target
+        if gid not in self.sessions:
+            self.show_error("That message is in a group you have not joined.")
+            return
+        if self.current is None or self.current.gid != gid:
+            self.select_group(gid)
+        if not self.select_message(mid):
+            self.show_error("That message has not reached this peer (yet).")
+
+    # -- settings and invites -------------------------------------------------------------------
+
+    def _notifies(self, gid: str) -> bool:
+        return str(self.settings.value(f"notify/{gid}", "true") if hasattr(self.settings, "value")
+                   else self.settings.get(f"notify/{gid}", "true")) == "true"
+
+    def _toggle_notify(self, on: bool) -> None:
+        if self.current is None:
+            return
+        key = f"notify/{self.current.gid}"
+        if hasattr(self.settings, "setValue"):
+            self.settings.setValue(key, "true" if on else "false")
+        else:
+            self.settings[key] = "true" if on else "false"
+        self.statusBar().showMessage(f"Notifications {'on' if on else 'off'} for {self.current.title}", 3000)
+
+    def copy_invite(self) -> None:
+        session = self.current
+        if session is None:
+            return
+        QGuiApplication.clipboard().setText(invite_text(session.gid, session.title))
+        private = session.view is not None and session.view.private
+        self.statusBar().showMessage("Invite copied" + (" — give the passphrase separately, in person" if private
+                                                        else ""), 5000)
+
+    def join_from_invite(self) -> None:
+        dialog = JoinDialog(self.backend, parent=self, invite=QGuiApplication.clipboard().text())
+        if dialog.exec() and dialog.joined_gid:
+            self._joined(dialog.joined_gid)
+
+    def change_name(self) -> None:
+        dialog = NameDialog(self.backend.name, self, title="Change display name")
+        if dialog.exec() and dialog.name != self.backend.name:
+            name = dialog.name
+            self.backend.request("set_name", name, on_result=lambda _r: self._name_changed(name))
+
+    def _name_changed(self, name: str) -> None:
+        self.backend.name = name
+        self.statusBar().showMessage(f"Your display name is now {name}", 5000)
+        for gid in self.sessions:
+            self.backend.request("group", gid, on_result=self._on_group_view, on_error=lambda _e: None)
+
+    def _group_icon(self, session: GroupSession):
+        return icon("lock") if session.view is not None and session.view.private else icon("group")
+
+    # -- read marks and presence -----------------------------------------------------------------
+
+    def _on_read_changed(self, session: GroupSession, mids: list) -> None:
+        for mid in mids:
+            if mid not in session.tree.unread:
+                message = session.tree.message(mid)
+                if message is not None and message.order:
+                    session.read_orders.append(message.order)
+        if session.read_orders and not self._read_timer.isActive():
+            self._read_timer.start()
+
+    def save_read_marks(self) -> None:
+        """Send what was read since the last time to the store (it survives a restart)."""
+        for session in self.sessions.values():
+            if session.read_orders:
+                ranges = RangeSet(session.read_orders).ranges()
+                session.read_orders = []
+                self.backend.request("mark_read", session.gid, ranges, on_error=lambda _e: None)
+
+    def _poll_presence(self) -> None:
+        session = self.current
+        if session is None or session.view is None or not session.view.joined:
+            return
+        self.backend.request("presence_of", session.gid,
+                             on_result=lambda statuses, s=session: self._on_presence(s, statuses),
+                             on_error=lambda _e: None)
+
+    def _on_presence(self, session: GroupSession, statuses: dict) -> None:
+        if statuses != session.presence:
+            session.presence = dict(statuses)
+            if session is self.current:
+                self._fill_members()
+
     # -- export --------------------------------------------------------------------------------------
 
     def export_dialog(self) -> None:
@@ -949,7 +1369,23 @@ class MainWindow(QMainWindow):
         if event.type() == event.Type.ActivationChange and self.isActiveWindow():
             self._schedule_seen()
 
+    def _place_beside(self, window: QWidget) -> None:
+        """Put ``window`` next to the main window where the screen has room, else leave it to the desktop."""
+        screen = (self.screen() or QGuiApplication.primaryScreen()).availableGeometry()
+        frame = self.frameGeometry()
+        width, height = window.width(), window.height()
+        if frame.right() + 12 + width <= screen.right():
+            window.move(frame.right() + 12, frame.top())
+        elif frame.left() - 12 - width >= screen.left():
+            window.move(frame.left() - 12 - width, frame.top())
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.save_read_marks()
         self.discovery.close()
         self.warning_log.close()
         super().closeEvent(event)
+
+
+def message_link(message: ChatMessage) -> str:
+    """A reference to a message that another member's app opens: m2mc://message/<gid>/<pid>:<seqno>."""
+    return f"m2mc://message/{message.gid}/{format_mid(message.mid)}"

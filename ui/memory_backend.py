@@ -18,7 +18,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from middleware.types import ChatMessage, GroupListener, GroupView, Member, Mid, UsageError, iso_millis
+from middleware import passphrase as passphrases
+from middleware.rangeset import RangeSet
+from middleware.types import (ChatMessage, GroupListener, GroupView, Member, Mid, PassphraseRefused, UsageError,
+                              iso_millis)
 
 from .bridge import Backend
 
@@ -38,6 +41,8 @@ class MemoryManager:
         self.pending_count: dict[str, int] = {}
         self.advertised = 0
         self._passphrases: dict[str, str] = {}
+        self.marks: dict[str, list[tuple[int, int]]] = {}  # the store's read marks
+        self.presence: dict[str, str] = {}  # pid -> status; members not listed are offline
 
     # -- GroupManager's API ------------------------------------------------------------
 
@@ -69,7 +74,10 @@ class MemoryManager:
                 raise UsageError(f"group {view.desc!r} is private: its passphrase is needed to join")
             # A private group injected without a passphrase opens to none.
             if passphrase != self._passphrases.get(gid):
-                raise UsageError(f"wrong passphrase for group {view.desc!r}")
+                raise PassphraseRefused(f"wrong passphrase for group {view.desc!r}", wrong=True)
+        if not view.joined and not view.private and passphrase:
+            raise UsageError(f"group {view.desc!r} is open, not private: anyone on the network can read it; "
+                             "join it without a passphrase if that is what you want")
         if not view.joined:
             me = Member(self.pid, self.name)
             view = _replace(view, joined=True, members=view.members + (me,), member_count=view.member_count + 1)
@@ -78,6 +86,13 @@ class MemoryManager:
             self.listener.on_member_joined(gid, me)
             self.listener.on_groups_discovered([view])
         return gid
+
+    # The middleware derives keys off its loop in these; here there is nothing to derive.
+    def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
+        return self.create_group(desc, passphrase)
+
+    def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
+        return self.join_group(gid, passphrase)
 
     def leave_group(self, gid: str) -> None:
         view = self.group(gid)
@@ -136,6 +151,21 @@ class MemoryManager:
 
     def advertise(self) -> None:
         self.advertised += 1
+
+    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
+        self.group(gid)
+        return list(self.marks[gid]) if gid in self.marks else None
+
+    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
+        self.group(gid)
+        merged = RangeSet.from_ranges(self.marks.get(gid, []))
+        for first, last in ranges:
+            merged.add_range(first, last + 1)
+        self.marks[gid] = merged.ranges()
+
+    def presence_of(self, gid: str) -> dict[str, str]:
+        return {m.pid: "online" if m.pid == self.pid else self.presence.get(m.pid, "offline")
+                for m in self.group(gid).members}
 
     def set_name(self, name: str) -> None:
         if not isinstance(name, str) or not name.strip():
@@ -213,11 +243,14 @@ class MemoryBackend(Backend):
 
 
 def _check_passphrase(passphrase: str) -> None:
-    # The same rule and words as middleware.manager._check_passphrase.
-    if not isinstance(passphrase, str) or len(passphrase) < 8:
-        raise UsageError("a passphrase needs at least 8 characters")
-    if len(passphrase) > 1024:
-        raise UsageError("passphrase too long (limit 1024 characters)")
+    # The same rules and words as middleware.manager._check_new_passphrase.
+    if not isinstance(passphrase, str) or len(passphrase) < passphrases.MIN_LENGTH:
+        raise PassphraseRefused(f"a passphrase needs at least {passphrases.MIN_LENGTH} characters")
+    if len(passphrase) > passphrases.MAX_LENGTH:
+        raise PassphraseRefused(f"passphrase too long (limit {passphrases.MAX_LENGTH} characters)")
+    weakness = passphrases.assess(passphrase).weakness
+    if weakness:
+        raise PassphraseRefused(f"passphrase too easy to guess: {weakness}")
 
 
 def _replace(view: GroupView, **changes) -> GroupView:

@@ -21,6 +21,7 @@ for a second.  Older threads stay in the model, hidden, until
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable
 
 from PySide6.QtCore import QAbstractItemModel, QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, Signal
@@ -34,16 +35,20 @@ DepthRole = Qt.ItemDataRole.UserRole + 4
 SearchRole = Qt.ItemDataRole.UserRole + 5
 OwnRole = Qt.ItemDataRole.UserRole + 6
 ReplyCountRole = Qt.ItemDataRole.UserRole + 7
+ThreadRole = Qt.ItemDataRole.UserRole + 8  # the threads list: a ThreadSummary
 
 AnyIndex = QModelIndex | QPersistentModelIndex
 ITEM_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable  # computed once: enum | is slow in Python
 NO_FLAGS = Qt.ItemFlag.NoItemFlags
-THREAD_WINDOW = 500
-TIMELINE_WINDOW = 2000
+THREAD_WINDOW = 200  # scrolled by pixels, every shown row costs each re-layout
+TIMELINE_WINDOW = 600
+THREAD_LIST_LIMIT = 1000  # the threads list shows the most recently active ones
 
 
 class _Node:
-    __slots__ = ("message", "parent", "children", "row", "depth")
+    # A thread's root also keeps the thread's figures: replies, senders, unread and the
+    # arrival index of its latest message (what the threads list sorts by).
+    __slots__ = ("message", "parent", "children", "row", "depth", "root", "replies", "senders", "unread", "last")
 
     def __init__(self, message: ChatMessage | None, parent: "_Node | None", row: int) -> None:
         self.message = message
@@ -51,9 +56,30 @@ class _Node:
         self.children: list[_Node] = []
         self.row = row
         self.depth = parent.depth + 1 if parent is not None else -1
+        self.root = self if parent is None or parent.message is None else parent.root
+        self.replies = 0
+        self.senders: dict[str, str] | None = None
+        self.unread = 0
+        self.last = 0
 
 
-class MessageTreeModel(QAbstractItemModel):
+class _NodeRows:
+    """One column, and data read off the ``_Node`` each index carries (the tree and one thread)."""
+
+    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:
+        return 1
+
+    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
+        return ITEM_FLAGS if index.isValid() else NO_FLAGS
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        node: _Node = index.internalPointer()
+        return _message_data(node.message, role, self.tree, node)
+
+
+class MessageTreeModel(_NodeRows, QAbstractItemModel):
     """The reply tree of one group, one column; see the module docstring."""
 
     # (first, last) rows appended to ``arrival``; emitted after the tree rows are in.
@@ -66,6 +92,7 @@ class MessageTreeModel(QAbstractItemModel):
 
     def __init__(self, own_pid: str = "", parent=None, window: int = THREAD_WINDOW) -> None:
         super().__init__(parent)
+        self.tree = self  # what _NodeRows reads unread state and ownership from
         self.own_pid = own_pid
         self.window = window
         self.hidden_threads = 0  # the oldest threads, not (yet) rows of the model
@@ -146,16 +173,20 @@ class MessageTreeModel(QAbstractItemModel):
         node = _Node(message, parent_node, len(parent_node.children))
         parent_node.children.append(node)
         self._nodes[message.mid] = node
+        root = node.root
+        root.last = len(self.arrival)
+        if root is node:
+            root.senders = {message.sender: message.sender_name}
+        else:
+            root.replies += 1
+            root.senders.setdefault(message.sender, message.sender_name)
         self.arrival.append(node)
         if unread and message.sender != self.own_pid:
             self.unread.add(message.mid)
+            root.unread += 1
 
     def _shown(self, node: _Node) -> bool:
-        if node is self._root:
-            return True
-        while node.parent is not self._root:
-            node = node.parent
-        return node.row >= self.hidden_threads
+        return node is self._root or node.root.row >= self.hidden_threads
 
     def show_older(self, count: int | None = None) -> int:
         """Insert up to ``count`` (default: a window's worth) older threads at the top."""
@@ -167,18 +198,18 @@ class MessageTreeModel(QAbstractItemModel):
             self.older_shown.emit()
         return count
 
-    def hide_oldest(self, keep: int, spare: Mid | None = None) -> int:
-        """Hide the oldest shown threads but the newest ``keep`` (and the thread of ``spare``).
+    def hide_oldest(self, keep: int, spare: Mid | Iterable[Mid | None] | None = None) -> int:
+        """Hide the oldest shown threads but the newest ``keep`` (and the threads of ``spare``).
 
         New threads keep adding top-level rows, and every row on show costs each
         re-layout; a reader following the newest talk loses nothing by this.
         """
         count = len(self._root.children) - self.hidden_threads - keep
-        node = self._nodes.get(spare) if spare is not None else None
-        if node is not None:
-            while node.parent is not self._root:
-                node = node.parent
-            count = min(count, node.row - self.hidden_threads)
+        spared = [spare] if spare is None or isinstance(spare, tuple) else list(spare)
+        for mid in spared:
+            node = self._nodes.get(mid) if mid is not None else None
+            if node is not None:
+                count = min(count, node.root.row - self.hidden_threads)
         if count <= 0:
             return 0
         self.beginRemoveRows(QModelIndex(), 0, count - 1)
@@ -191,10 +222,8 @@ class MessageTreeModel(QAbstractItemModel):
         node = self._nodes.get(mid)
         if node is None:
             return False
-        while node.parent is not self._root:
-            node = node.parent
-        if node.row < self.hidden_threads:
-            self.show_older(self.hidden_threads - node.row)
+        if node.root.row < self.hidden_threads:
+            self.show_older(self.hidden_threads - node.root.row)
         return True
 
     # -- queries ------------------------------------------------------------------------
@@ -214,6 +243,11 @@ class MessageTreeModel(QAbstractItemModel):
     def index_for(self, mid: Mid) -> QModelIndex:
         node = self._nodes.get(mid)
         return self._index_of(node) if node is not None else QModelIndex()
+
+    def thread_of(self, mid: Mid) -> Mid | None:
+        """The mid of the root of ``mid``'s thread."""
+        node = self._nodes.get(mid)
+        return node.root.message.mid if node is not None else None
 
     def message_at(self, index: AnyIndex) -> ChatMessage | None:
         return index.data(MessageRole) if index.isValid() else None
@@ -240,10 +274,35 @@ class MessageTreeModel(QAbstractItemModel):
             return
         self.unread.difference_update(changed)
         for mid in changed:
-            index = self.index_for(mid)
-            self.dataChanged.emit(index, index, [UnreadRole])
+            node = self._nodes[mid]
+            node.root.unread -= 1
+            index = self._index_of(node)
+            if index.isValid():
+                self.dataChanged.emit(index, index, [UnreadRole])
         self.read_state_changed.emit(changed)
         self.unread_count_changed.emit(len(self.unread))
+
+    def set_unread(self, mids: Iterable[Mid]) -> None:
+        """Mark known messages of others unread (restoring the read state stored for a group)."""
+        added = [mid for mid in mids if mid in self._nodes and mid not in self.unread
+                 and self._nodes[mid].message.sender != self.own_pid]
+        if not added:
+            return
+        self.unread.update(added)
+        for mid in added:
+            node = self._nodes[mid]
+            node.root.unread += 1
+            index = self._index_of(node)
+            if index.isValid():
+                self.dataChanged.emit(index, index, [UnreadRole])
+        self.read_state_changed.emit(added)
+        self.unread_count_changed.emit(len(self.unread))
+
+    def node(self, mid: Mid) -> _Node | None:
+        return self._nodes.get(mid)
+
+    def roots(self) -> list[_Node]:
+        return self._root.children
 
     def mark_all_read(self) -> None:
         self.mark_read(list(self.unread))
@@ -296,17 +355,6 @@ class MessageTreeModel(QAbstractItemModel):
             return len(parent.internalPointer().children) > 0 and parent.column() == 0
         return len(self._root.children) > self.hidden_threads
 
-    def columnCount(self, parent: AnyIndex = QModelIndex()) -> int:
-        return 1
-
-    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
-        return ITEM_FLAGS if index.isValid() else NO_FLAGS
-
-    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        node: _Node = index.internalPointer()
-        return _message_data(node.message, role, self, node)
 
 
 class TimelineModel(QAbstractListModel):
@@ -418,3 +466,191 @@ def _message_data(message: ChatMessage, role: int, tree: MessageTreeModel, node:
     if role == Qt.ItemDataRole.ToolTipRole:
         return f"{message.sender_name} ({message.sender[:8]}…), message {message.mid[1]}"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSummary:
+    """One line of the threads list."""
+
+    root: ChatMessage
+    replies: int
+    participants: tuple[str, ...]  # names, the root's sender first
+    unread: int
+    last: ChatMessage  # the thread's latest message by arrival
+
+
+class ThreadListModel(QAbstractListModel):
+    """The group's threads, the most recently active first, following the tree live.
+
+    At most ``limit`` threads are rows; an old thread that gets a reply comes
+    back at the top.  A batch of arrivals costs one insert at the top for the
+    threads that are new to the list and one layout change to bring the others
+    up, whatever the number of threads in the group.
+    """
+
+    def __init__(self, tree: MessageTreeModel, parent=None, limit: int = THREAD_LIST_LIMIT) -> None:
+        super().__init__(parent)
+        self.tree = tree
+        self.limit = limit
+        self._rows: list[_Node] = []
+        tree.modelReset.connect(self._rebuild)
+        tree.arrived.connect(self._on_arrived)
+        tree.read_state_changed.connect(self._on_read_changed)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        self.beginResetModel()
+        self._rows = sorted(self.tree.roots(), key=lambda node: node.last, reverse=True)[: self.limit]
+        self.endResetModel()
+
+    def _on_arrived(self, first: int, last: int) -> None:
+        if last < first or first == 0:  # from 0: the tree was just filled by a reset, rebuilt already
+            return
+        touched: list[_Node] = []  # most recent first
+        seen: set[int] = set()
+        for node in reversed(self.tree.arrival[first:last + 1]):
+            root = node.root
+            if id(root) not in seen:
+                seen.add(id(root))
+                touched.append(root)
+        on_list = {id(node) for node in self._rows}
+        entering = [node for node in touched if id(node) not in on_list]
+        if entering:
+            self.beginInsertRows(QModelIndex(), 0, len(entering) - 1)
+            self._rows[:0] = entering
+            self.endInsertRows()
+        self.layoutAboutToBeChanged.emit()
+        old = self._rows
+        self._rows = touched + [node for node in old if id(node) not in seen]
+        position = {id(node): row for row, node in enumerate(self._rows)}
+        for index in self.persistentIndexList():
+            self.changePersistentIndex(index, self.index(position[id(old[index.row()])]))
+        self.layoutChanged.emit()
+        if len(self._rows) > self.limit:
+            self.beginRemoveRows(QModelIndex(), self.limit, len(self._rows) - 1)
+            del self._rows[self.limit:]
+            self.endRemoveRows()
+
+    def _on_read_changed(self, mids: list) -> None:
+        roots = {id(node.root): node.root for node in map(self.tree.node, mids) if node is not None}
+        if not roots:
+            return
+        rows = [row for row, node in enumerate(self._rows) if id(node) in roots]
+        if rows:
+            self.dataChanged.emit(self.index(min(rows)), self.index(max(rows)))
+
+    def row_of(self, root_mid: Mid) -> int:
+        for row, node in enumerate(self._rows):
+            if node.message.mid == root_mid:
+                return row
+        return -1
+
+    def summary(self, row: int) -> ThreadSummary:
+        node = self._rows[row]
+        names = tuple(node.senders.values()) if node.senders else (node.message.sender_name,)
+        return ThreadSummary(node.message, node.replies, names, node.unread, self.tree.arrival[node.last].message)
+
+    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self._rows)
+
+    def flags(self, index: AnyIndex) -> Qt.ItemFlag:
+        return ITEM_FLAGS if index.isValid() else NO_FLAGS
+
+    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid() or index.row() >= len(self._rows):
+            return None
+        node = self._rows[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return node.message.text
+        if role == MessageRole:
+            return node.message
+        if role == ThreadRole:
+            return self.summary(index.row())
+        if role == UnreadRole:
+            return node.unread
+        return None
+
+
+class ThreadModel(_NodeRows, QAbstractItemModel):
+    """One thread of a :class:`MessageTreeModel` on its own: its root is the only top-level row.
+
+    It follows the tree's row inserts under the thread, so the thread stays live;
+    the window keeps the thread's rows shown in the tree (``hide_oldest`` spares it).
+    """
+
+    def __init__(self, tree: MessageTreeModel, root_mid: Mid, parent=None) -> None:
+        super().__init__(parent)
+        self.tree = tree
+        self.root = tree.node(root_mid)
+        if self.root is None:
+            raise KeyError(root_mid)
+        self._forwarding: list[bool] = []
+        tree.rowsAboutToBeInserted.connect(self._before_insert)
+        tree.rowsInserted.connect(self._after_insert)
+        tree.modelAboutToBeReset.connect(self.beginResetModel)
+        tree.modelReset.connect(self.endResetModel)
+        tree.dataChanged.connect(self._on_data_changed)
+
+    def detach(self) -> None:
+        for signal, slot in ((self.tree.rowsAboutToBeInserted, self._before_insert),
+                             (self.tree.rowsInserted, self._after_insert),
+                             (self.tree.modelAboutToBeReset, self.beginResetModel),
+                             (self.tree.modelReset, self.endResetModel),
+                             (self.tree.dataChanged, self._on_data_changed)):
+            signal.disconnect(slot)
+
+    def _mine(self, source_parent: AnyIndex) -> _Node | None:
+        if not source_parent.isValid():
+            return None
+        node: _Node = source_parent.internalPointer()
+        return node if node.root is self.root else None
+
+    def _before_insert(self, source_parent: QModelIndex, first: int, last: int) -> None:
+        node = self._mine(source_parent)
+        self._forwarding.append(node is not None)
+        if node is not None:
+            self.beginInsertRows(self._index_of(node), first, last)
+
+    def _after_insert(self, *_args) -> None:
+        if self._forwarding and self._forwarding.pop():
+            self.endInsertRows()
+
+    def _on_data_changed(self, top: QModelIndex, bottom: QModelIndex, roles=()) -> None:
+        node = top.internalPointer() if top.isValid() else None
+        if node is not None and node.root is self.root and top == bottom:
+            index = self._index_of(node)
+            self.dataChanged.emit(index, index, roles)
+
+    def _index_of(self, node: _Node) -> QModelIndex:
+        return self.createIndex(0 if node is self.root else node.row, 0, node)
+
+    def index_for(self, mid: Mid) -> QModelIndex:
+        node = self.tree.node(mid)
+        return self._index_of(node) if node is not None and node.root is self.root else QModelIndex()
+
+    def index(self, row: int, column: int = 0, parent: AnyIndex = QModelIndex()) -> QModelIndex:
+        if column or row < 0:
+            return QModelIndex()
+        if not parent.isValid():
+            return self.createIndex(0, 0, self.root) if row == 0 else QModelIndex()
+        children = parent.internalPointer().children
+        return self.createIndex(row, 0, children[row]) if row < len(children) else QModelIndex()
+
+    def parent(self, index: AnyIndex) -> QModelIndex:  # noqa: A003 - Qt's name
+        if not index.isValid():
+            return QModelIndex()
+        node: _Node = index.internalPointer()
+        if node is self.root:
+            return QModelIndex()
+        return self._index_of(node.parent)
+
+    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:
+        if not parent.isValid():
+            return 1
+        return len(parent.internalPointer().children) if parent.column() == 0 else 0
+
+    def hasChildren(self, parent: AnyIndex = QModelIndex()) -> bool:
+        if not parent.isValid():
+            return True
+        return len(parent.internalPointer().children) > 0 and parent.column() == 0
+

@@ -94,10 +94,28 @@ def apply_theme(app: QApplication) -> None:
 
     def restyle(*_args) -> None:
         _icon.cache_clear()
+        readable_tooltips(app)
         app.setStyleSheet(stylesheet(app.palette()))
 
     restyle()
     app.styleHints().colorSchemeChanged.connect(restyle)
+
+
+def readable_tooltips(app: QApplication) -> None:
+    """Tooltips and the tray's fallback balloon take the window's colours.
+
+    A desktop's dark palette can keep Qt's pale-yellow tooltip base with its own
+    light text: white on yellow.  The window colours are a pair that is readable
+    in either theme.
+    """
+    palette = app.palette()
+    base = palette.color(QPalette.ColorRole.Window)
+    text = palette.color(QPalette.ColorRole.WindowText)
+    if palette.color(QPalette.ColorRole.ToolTipBase) == base and palette.color(QPalette.ColorRole.ToolTipText) == text:
+        return
+    palette.setColor(QPalette.ColorRole.ToolTipBase, base)
+    palette.setColor(QPalette.ColorRole.ToolTipText, text)
+    app.setPalette(palette)
 
 
 def icon(name: str) -> QIcon:

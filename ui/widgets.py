@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QKeyEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -20,7 +21,8 @@ from PySide6.QtWidgets import (
 
 from middleware.types import ChatMessage
 
-from .delegate import snippet
+from .delegate import clock, snippet
+from .message_model import ThreadRole
 from .resources import icon, theme_colors
 
 UnreadCountRole = Qt.ItemDataRole.UserRole + 11
@@ -168,18 +170,36 @@ class WarningBanner(QFrame):
 
 
 class ConversationView(QTreeView):
-    """The reply tree; re-lays rows out when its width changes, since wrapped text changes height."""
+    """A reply tree, one thread or the time-ordered list of a group.
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    It scrolls by pixels (a message taller than the view can be read through),
+    never sideways, and re-lays rows out when its width changes, since wrapped
+    text changes height.  Its delegate does the indenting; clicks on what the
+    delegate draws (the hover Reply button, expand arrows, "Show more",
+    links) come out as signals.
+    """
+
+    reply_requested = Signal(object)  # mid
+    link_activated = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None, tree: bool = True) -> None:
         super().__init__(parent)
         self.setObjectName("conversation")
         self.setHeaderHidden(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setUniformRowHeights(False)
         self.setAnimated(False)
-        self.setIndentation(18)
+        self.setIndentation(0)  # the delegate indents, up to a fixed depth
+        self.setRootIsDecorated(False)
+        self.setItemsExpandable(tree)
         self.setWordWrap(True)
-        self.setExpandsOnDoubleClick(True)
+        self.setExpandsOnDoubleClick(tree)
+        self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.verticalScrollBar().setSingleStep(24)
+        self.setMouseTracking(True)
+        self.viewport().setAttribute(Qt.WidgetAttribute.WA_Hover)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self._last_width = -1
 
     def resizeEvent(self, event) -> None:
@@ -188,6 +208,104 @@ class ConversationView(QTreeView):
         if width != self._last_width:
             self._last_width = width
             self.scheduleDelayedItemsLayout()
+
+    def mouseReleaseEvent(self, event) -> None:
+        pos = event.position().toPoint()
+        index = self.indexAt(pos)
+        delegate = self.itemDelegate()
+        hit = delegate.hit(index, self.visualRect(index), pos) if index.isValid() and hasattr(delegate, "hit") else None
+        if hit is not None and event.button() == Qt.MouseButton.LeftButton:
+            kind, payload = hit
+            if kind == "toggle":
+                self.setExpanded(payload, not self.isExpanded(payload))
+            elif kind == "reply":
+                self.reply_requested.emit(payload)
+            elif kind == "more":
+                delegate.toggle_expanded(payload)
+            elif kind == "link":
+                self.link_activated.emit(payload)
+            event.accept()
+            return
+        super().mouseReleaseEvent(event)
+
+    def mouseMoveEvent(self, event) -> None:
+        super().mouseMoveEvent(event)
+        pos = event.position().toPoint()
+        index = self.indexAt(pos)
+        delegate = self.itemDelegate()
+        hit = delegate.hit(index, self.visualRect(index), pos) if index.isValid() and hasattr(delegate, "hit") else None
+        clickable = hit is not None
+        self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if clickable else Qt.CursorShape.ArrowCursor)
+
+
+class ThreadListDelegate(QStyledItemDelegate):
+    """A line of the threads list: root's sender and snippet, replies, participants, last activity, unread."""
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
+        return QSize(200, option.fontMetrics.height() * 3 + 14)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
+        summary = index.data(ThreadRole)
+        if summary is None:
+            return super().paint(painter, option, index)
+        widget = option.widget
+        background = QStyleOptionViewItem(option)
+        self.initStyleOption(background, index)
+        background.text = ""
+        widget.style().drawControl(QStyle.ControlElement.CE_ItemViewItem, background, painter, widget)
+        painter.save()
+        colors = theme_colors(option.palette)
+        metrics = option.fontMetrics
+        rect = option.rect.adjusted(8, 5, -8, -5)
+        line = metrics.height()
+        bold = QFont(option.font)
+        bold.setBold(True)
+        text_color = option.palette.color(QPalette.ColorRole.Text)
+        muted = QColor(text_color)
+        muted.setAlpha(150)
+        badge = ""
+        if summary.unread:
+            badge = str(summary.unread) if summary.unread < 1000 else "999+"
+        badge_width = metrics.horizontalAdvance(badge) + 14 if badge else 0
+        when = clock(summary.last.sent_at)
+        when_width = metrics.horizontalAdvance(when) + 6
+        painter.setFont(bold)
+        painter.setPen(text_color)
+        first = QRect(rect.left(), rect.top(), rect.width() - when_width, line)
+        painter.drawText(first, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                         QFontMetrics(bold).elidedText(summary.root.sender_name, Qt.TextElideMode.ElideRight,
+                                                       first.width()))
+        painter.setFont(option.font)
+        painter.setPen(muted)
+        painter.drawText(QRect(rect.right() - when_width, rect.top(), when_width, line),
+                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, when)
+        font = QFont(option.font)
+        font.setBold(bool(summary.unread))
+        painter.setFont(font)
+        painter.setPen(text_color)
+        second = QRect(rect.left(), rect.top() + line + 2, rect.width() - badge_width - 4, line)
+        painter.drawText(second, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                         QFontMetrics(font).elidedText(snippet(summary.root.text, 200), Qt.TextElideMode.ElideRight,
+                                                       second.width()))
+        painter.setFont(option.font)
+        painter.setPen(muted)
+        replies = f"{summary.replies} repl{'ies' if summary.replies != 1 else 'y'}"
+        people = ", ".join(summary.participants[:4]) + (f" +{len(summary.participants) - 4}"
+                                                         if len(summary.participants) > 4 else "")
+        third = QRect(rect.left(), rect.top() + 2 * line + 4, rect.width(), line)
+        painter.drawText(third, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                         metrics.elidedText(f"{replies} · {people}", Qt.TextElideMode.ElideRight, third.width()))
+        if badge:
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            height = line + 2
+            badge_rect = QRect(rect.right() - badge_width, second.center().y() - height // 2, badge_width, height)
+            painter.setBrush(QColor(colors["unread"]))
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.drawRoundedRect(badge_rect, height / 2, height / 2)
+            painter.setFont(bold)
+            painter.setPen(QColor("#ffffff"))
+            painter.drawText(badge_rect, Qt.AlignmentFlag.AlignCenter, badge)
+        painter.restore()
 
 
 class GroupListDelegate(QStyledItemDelegate):

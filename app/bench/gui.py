@@ -4,7 +4,10 @@ Runs offscreen with the in-memory backend (no sockets).  Figures:
   * open: from selecting the group to its reply tree loaded, laid out and painted;
   * stall: the longest gap of a 5 ms heartbeat QTimer while a feeder thread
     delivers batches (20 messages every 20 ms) through the same queued bridge
-    the middleware uses.  Targets: open < 2 s, stall < 100 ms.
+    the middleware uses.  Targets: open < 2 s, stall < 100 ms;
+  * threads view (where the window has one): while messages arrive it is
+    sampled every 100 ms; "live" means its top entry was the thread of the
+    latest message shown at every sample.
 
     python -m app.bench.gui [--messages 100000] [--rate 1000] [--seconds 5]
 """
@@ -25,6 +28,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from middleware.types import ChatMessage, Member  # noqa: E402
 from ui.main_window import MainWindow  # noqa: E402
+from ui.message_model import MessageRole  # noqa: E402
 from ui.memory_backend import MemoryBackend  # noqa: E402
 from ui.resources import apply_theme  # noqa: E402
 
@@ -122,6 +126,19 @@ def main(argv: list[str] | None = None) -> int:
 
     heartbeat = QTimer(interval=5, timeout=beat)
     heartbeat.start()
+    thread_list = window.thread_list
+    samples = []  # (top thread is the latest message's thread, thread rows)
+
+    def sample_threads() -> None:
+        model = thread_list.model()
+        tree = window.current.tree
+        if model is None or not model.rowCount():
+            return
+        latest = tree.thread_of(tree.arrival[-1].message.mid)
+        samples.append((model.index(0).data(MessageRole).mid == latest, model.rowCount()))
+
+    sampler = QTimer(interval=100, timeout=sample_threads)
+    sampler.start()
     feeder = threading.Thread(target=feed, daemon=True)
     fed_from = time.perf_counter()
     feeder.start()
@@ -133,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.001)
     elapsed = time.perf_counter() - fed_from
     heartbeat.stop()
+    sampler.stop()
     shown = len(window.current.tree) - args.messages
     worst = max(gaps) if gaps else 0
     p99 = sorted(gaps)[int(len(gaps) * 0.99)] if gaps else 0
@@ -141,8 +159,12 @@ def main(argv: list[str] | None = None) -> int:
           f"({shown / elapsed:,.0f}/s offered at {args.rate:,}/s, batches of {batch}); "
           f"event-loop stall max {worst} ms, p99 {p99} ms (target < 100 ms); "
           f"GUI-thread CPU in one gap max {worst_busy} ms; load average {os.getloadavg()[0]:.1f}")
+    live = bool(samples) and all(top for top, _rows in samples)
+    print(f"threads view: {len(samples)} samples, top entry the latest message's thread in "
+          f"{sum(top for top, _rows in samples)} ({'live' if live else 'NOT live'}), "
+          f"{samples[-1][1] if samples else 0} threads listed")
     window.close()
-    return 0 if opened < 2 and worst < 100 else 1
+    return 0 if opened < 2 and worst < 100 and live else 1
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
-"""Shared fixtures of the GUI tests: offscreen Qt, an in-memory backend, a main window, screenshots."""
+"""Shared fixtures of the GUI tests: real X11 windows, an in-memory backend, a main window, screenshots.
+
+pytest-xvfb starts an Xvfb display for the session (``make setup`` installs
+Xvfb), so the windows are real xcb windows that take real key and mouse
+events; without a display Qt falls back to its offscreen platform.
+"""
 
 import os
 import sys
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for lan.py
 
 from pathlib import Path  # noqa: E402
@@ -11,6 +15,13 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from middleware.types import ChatMessage, Member  # noqa: E402
+
+
+
+def pytest_sessionstart(session):
+    # Not at import: this conftest can load before pytest-xvfb has started the display.
+    os.environ.setdefault("QT_QPA_PLATFORM", "xcb" if os.environ.get("DISPLAY") else "offscreen")
+
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
@@ -54,7 +65,15 @@ def window(qtbot, backend):
     qtbot.addWidget(win)
     win.resize(1100, 680)
     win.show()
+    activate(qtbot, win)
     return win
+
+
+def activate(qtbot, widget):
+    """Make ``widget`` the active window, as a click on it would: shortcuts need one."""
+    widget.raise_()
+    widget.activateWindow()
+    qtbot.waitUntil(widget.isActiveWindow, timeout=3000)
 
 
 def qapp_instance():

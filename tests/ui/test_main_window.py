@@ -26,6 +26,8 @@ def test_reply_flow_select_type_enter_sends_with_that_parent(qtbot, window, back
     session = open_lunch(qtbot, window, backend)
     talk = lunch_conversation(GID)
     assert window.select_message(talk[3].mid)
+    assert not window.reply_banner.isVisible()  # selecting is reading, not answering
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
     assert window.reply_banner.isVisible()
     assert window.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
     window.compose.setFocus()
@@ -70,10 +72,11 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     assert window.tree_view.isExpanded(session.tree.index_for(talk[6].mid))  # path to the new reply
     save_screenshot(window, "main-window.png")
     window.next_unread()
-    assert window.reply_target == talk[6].mid
+    assert window.selected_message().mid == talk[6].mid
     assert session.tree.unread == {talk[7].mid}
     window.next_unread_action.trigger()
-    assert window.reply_target == talk[7].mid and not session.tree.unread
+    assert window.selected_message().mid == talk[7].mid and not session.tree.unread
+    assert window.reply_target is None
     assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 0
 
 
@@ -103,8 +106,9 @@ def test_time_ordered_view_and_filter(qtbot, window, backend):
 def test_members_pane_and_status_bar(qtbot, window, backend):
     open_lunch(qtbot, window, backend)
     names = [window.member_list.item(i).text() for i in range(window.member_list.count())]
-    assert names == ["In the group (4)", "Ann", "Bob", "Cat", "Dana (you)", "Left (1)", "Eve"]
-    assert window.peers_label.text() == "3 peers seen"
+    assert names == ["In the group (4)", "○ Ann", "○ Bob", "○ Cat", "● Dana (you)", "Left (1)",
+                     "Eve — left the group"]
+    assert window.peers_label.text() == "4 peers seen"  # Eve left the group, not the network
     assert "127.0.0.1" in window.address_label.text()
     backend.manager.pending_count[GID] = 2
     qtbot.waitUntil(lambda: "2 replies waiting" in window.pending_label.text(), timeout=3000)
@@ -162,5 +166,5 @@ def test_create_and_join_dialogs_validate(qtbot, backend):
     qtbot.addWidget(join)
     join.gid_edit.setText("no-such-group")
     join.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
-    qtbot.waitUntil(lambda: "unknown group" in join.error_label.text())
+    qtbot.waitUntil(lambda: join.error_label.text().startswith("No group with that id is known here."))
     assert join.joined_gid is None

@@ -1,0 +1,158 @@
+"""Makes the README's screenshots of m2mc-chat from a scripted conversation (in-memory backend, no network).
+
+    xvfb-run -a python -m app.screenshots [--out resources]
+
+Writes ``screenshot-main.png`` (the main window with the threads view),
+``screenshot-deep-thread.png`` (a 40-deep thread opened on its own at 800 px
+wide) and ``screenshot-dark.png`` (the same window in a dark palette).  Run it
+on a display (Xvfb is fine) so fonts and window frames are the real ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QTimer
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QApplication, QStyleFactory
+
+from middleware.types import ChatMessage, Member
+from ui.main_window import MainWindow
+from ui.memory_backend import MemoryBackend
+from ui.resources import apply_theme
+
+ANN, BOB, CAT, DEV = (Member(c * 32, n) for c, n in (("a", "Ann"), ("b", "Bob"), ("c", "Cat"), ("d", "Dev")))
+T0 = 1_795_000_000_000
+
+
+def conversation(gid: str) -> tuple[list[ChatMessage], list[ChatMessage]]:
+    """(history, arrivals): a few threads, a long reply chain, Unicode and right-to-left text."""
+    seq: dict[str, int] = {}
+    out: list[ChatMessage] = []
+
+    def say(member: Member, text: str, parent: ChatMessage | None = None) -> ChatMessage:
+        seq[member.pid] = seq.get(member.pid, 0) + 1
+        at = T0 + len(out) * 61_000
+        msg = ChatMessage(gid, (member.pid, seq[member.pid]), parent.mid if parent else None, member.name, text, at, at)
+        out.append(msg)
+        return msg
+
+    trip = say(ANN, "Did you visit Chennai? Thinking of going in spring 🌴")
+    no = say(CAT, "No, not yet. Is it worth the trip in summer?", trip)
+    hot = say(ANN, "It is hot in May; go in December. Marina beach at sunrise is lovely and the filter "
+                   "coffee alone is worth it. Notes: https://en.wikipedia.org/wiki/Chennai", no)
+    say(CAT, "Noted, December it is!", hot)
+    say(BOB, "Twice — Mahabalipuram is an easy day trip too.", trip)
+    lunch = say(BOB, "Lunch at the canteen at 12:30?")
+    say(CAT, "Count me in", lunch)
+    say(DEV, "שלום! אני אגיע ב-12:45", lunch)
+    release = say(DEV, "Release 2.4 is tagged. Changelog and checksums in the usual place.")
+    say(ANN, "sha256 3f9a1c0e7b5d42c8a6e1f0b9d7c3a2e4f5061728394a5b6c7d8e9f00112233 matches here", release)
+    arrivals = []
+    history = list(out)
+    arrivals.append(say(BOB, "Same here. Shall we announce it?", out[-1]))
+    arrivals.append(say(CAT, "Can someone bring the projector to room 4?"))
+    arrivals.append(say(ANN, "I can, after lunch", arrivals[-1]))
+    return history, arrivals
+
+
+def deep_thread(gid: str, depth: int) -> list[ChatMessage]:
+    chain = [ChatMessage(gid, (ANN.pid, 1), None, "Ann", "Tabs or spaces? Settle it once and for all.", T0, T0)]
+    speakers = (BOB, CAT, ANN, DEV)
+    for level in range(1, depth):
+        member = speakers[level % 4]
+        text = (f"Round {level}: " + ("spaces, obviously — alignment survives every editor." if level % 2
+                                      else "tabs: one keystroke, and everyone picks their own width."))
+        chain.append(ChatMessage(gid, (member.pid, 100 + level), chain[-1].mid, member.name, text,
+                                 T0 + level * 30_000, T0 + level * 30_000))
+    return chain
+
+
+def settle(app: QApplication, ms: int = 300) -> None:
+    timer = QTimer(singleShot=True, interval=ms)
+    timer.start()
+    while timer.isActive():
+        app.processEvents()
+
+
+def make_window(app: QApplication, size=(1180, 720)) -> tuple[MainWindow, MemoryBackend]:
+    backend = MemoryBackend(name="Dana", pid="e" * 32)
+    me = Member(backend.pid, "Dana")
+    gid = "a" * 32 + "-1"
+    history, arrivals = conversation(gid)
+    backend.manager.inject_group(gid, "Travel & lunch", members=(ANN, BOB, CAT, DEV, me), joined=True,
+                                 left=(Member("f" * 32, "Eve"),), history=history)
+    backend.manager.inject_group("b" * 32 + "-2", "Board games night", members=(BOB, CAT, me), joined=True,
+                                 history=[])
+    backend.manager.inject_group("c" * 32 + "-3", "Salary talk", members=(ANN, DEV, me), joined=True,
+                                 private=True, history=[])
+    backend.manager.presence = {ANN.pid: "online", BOB.pid: "online", CAT.pid: "away"}
+    window = MainWindow(backend)
+    window.resize(*size)
+    window.show()
+    window.start()
+    while window.current is None or not window.current.loaded:
+        app.processEvents()
+    backend.manager.inject_messages(gid, arrivals)
+    settle(app)
+    window._poll_presence()
+    settle(app)
+    return window, backend
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="resources", help="folder for the PNG files")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    QCoreApplication.setApplicationName("M2MC chat")
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setStyle(QStyleFactory.create("Fusion"))
+    light = app.palette()
+    apply_theme(app)
+
+    window, _backend = make_window(app)
+    window.select_message(window.current.tree.arrival[3].message.mid)
+    window.reply_to(window.current.tree.arrival[2].message.mid)
+    settle(app)
+    saved = [out / "screenshot-main.png"]
+    window.grab().save(str(saved[-1]))
+    window.close()
+
+    window, backend = make_window(app, size=(800, 640))
+    chain = deep_thread(window.current.gid, 40)
+    backend.manager.inject_messages(window.current.gid, chain)
+    settle(app)
+    window.open_thread(chain[0].mid)
+    window.tree_view.scrollToBottom()
+    settle(app)
+    saved.append(out / "screenshot-deep-thread.png")
+    window.grab().save(str(saved[-1]))
+    window.close()
+
+    dark = QPalette()
+    for role, color in ((QPalette.ColorRole.Window, "#1f2124"), (QPalette.ColorRole.WindowText, "#e8eaed"),
+                        (QPalette.ColorRole.Base, "#17181a"), (QPalette.ColorRole.AlternateBase, "#25272b"),
+                        (QPalette.ColorRole.Text, "#e8eaed"), (QPalette.ColorRole.Button, "#2a2c30"),
+                        (QPalette.ColorRole.ButtonText, "#e8eaed"), (QPalette.ColorRole.Highlight, "#2c5282"),
+                        (QPalette.ColorRole.HighlightedText, "#ffffff"), (QPalette.ColorRole.ToolTipBase, "#ffffdc"),
+                        (QPalette.ColorRole.ToolTipText, "#e8eaed"), (QPalette.ColorRole.PlaceholderText, "#9aa0a6")):
+        dark.setColor(role, QColor(color))
+    app.setPalette(dark)
+    apply_theme(app)
+    window, _backend = make_window(app)
+    settle(app)
+    saved.append(out / "screenshot-dark.png")
+    window.grab().save(str(saved[-1]))
+    window.close()
+    app.setPalette(light)
+    for path in saved:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

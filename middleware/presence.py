@@ -1,0 +1,89 @@
+"""Presence without I/O: who this peer has heard from lately, and when to say "still here".
+
+Any verified datagram from a peer counts as hearing it (a chat message, a
+heartbeat, a sync answer, a GJLP announcement).  A member that has been idle
+sends one beacon per group every ``BEACON_INTERVAL`` seconds: the group's
+ordinary HEARTBEAT (its highest seqno, which receivers already handle), so
+the wire format does not change and a private group's beacon stays sealed.
+A member that sends anything else is not idle and sends no beacon.
+
+Status, as the GUI shows it:
+
+* **online**: heard within ``ONLINE_FOR`` seconds (a beacon period and slack);
+* **away**: heard within ``OFFLINE_AFTER`` seconds, so one beacon was missed;
+* **offline**: not heard for longer (its app closed, or the machine left the
+  LAN), or never heard since this peer started.
+
+"Left the group" is GJLP membership and stays apart from all three.
+
+Bounded against strangers: at most ``MAX_TRACKED`` pids are remembered (a
+signature is cheap to make under a fresh key), the longest unheard going
+first; a pid costs one dict entry.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+BEACON_INTERVAL = 30.0
+ONLINE_FOR = 40.0
+OFFLINE_AFTER = 50.0
+MAX_TRACKED = 10_000
+
+ONLINE = "online"
+AWAY = "away"
+OFFLINE = "offline"
+
+
+class Presence:
+    """Last-heard times per pid, and per group the time this peer last spoke (``now`` passed in)."""
+
+    def __init__(self, max_tracked: int = MAX_TRACKED) -> None:
+        self.max_tracked = max_tracked
+        self._heard: OrderedDict[str, float] = OrderedDict()  # least recently heard first
+        self._spoke: dict[str, float] = {}  # gid -> when this peer last sent on it
+
+    def heard(self, pid: str, now: float) -> None:
+        self._heard[pid] = now
+        self._heard.move_to_end(pid)
+        while len(self._heard) > self.max_tracked:
+            self._heard.popitem(last=False)
+
+    def status(self, pid: str, now: float) -> str:
+        at = self._heard.get(pid)
+        if at is None:
+            return OFFLINE
+        silent = now - at
+        if silent <= ONLINE_FOR:
+            return ONLINE
+        return AWAY if silent <= OFFLINE_AFTER else OFFLINE
+
+    def last_heard(self, pid: str) -> float | None:
+        return self._heard.get(pid)
+
+    def spoke(self, gid: str, now: float) -> None:
+        """This peer sent something on ``gid``: no beacon is due there for a while."""
+        self._spoke[gid] = now
+
+    def forget(self, gid: str) -> None:
+        self._spoke.pop(gid, None)
+
+    def beacons_due(self, gids: list[str], now: float) -> list[str]:
+        """The groups this peer has been silent on for a beacon period; each is marked as spoken."""
+        due = []
+        for gid in gids:
+            last = self._spoke.get(gid)
+            if last is None:  # just joined or started: the first beacon a period from now
+                self._spoke[gid] = now
+            elif now - last >= BEACON_INTERVAL:
+                due.append(gid)
+                self._spoke[gid] = now
+        return due
+
+    def get_timer(self, gids: list[str]) -> float | None:
+        """When the next beacon is due, or None with no groups."""
+        times = [self._spoke[gid] + BEACON_INTERVAL for gid in gids if gid in self._spoke]
+        return min(times) if times else None
+
+
+__all__ = ["Presence", "BEACON_INTERVAL", "ONLINE_FOR", "OFFLINE_AFTER", "ONLINE", "AWAY", "OFFLINE"]

@@ -1,0 +1,111 @@
+"""Presence (middleware.presence) and read marks (Store): the core with a hand-set clock, the manager without sockets."""
+
+import pytest
+
+from middleware import crypto, manager as manager_module, wire
+from middleware.manager import Config, GroupManager
+from middleware.presence import AWAY, BEACON_INTERVAL, OFFLINE, ONLINE, Presence
+from middleware.store import Store
+
+
+def test_a_peer_heard_then_silent_goes_away_then_offline_within_60_s():
+    presence = Presence()
+    presence.heard("ann", 100.0)
+    assert presence.status("ann", 100.0) == ONLINE
+    assert presence.status("ann", 100.0 + BEACON_INTERVAL + 5) == ONLINE  # one beacon period and slack
+    assert presence.status("ann", 145.0) == AWAY  # a beacon missed
+    assert presence.status("ann", 159.0) == OFFLINE  # app closed: offline within 60 s
+    assert presence.status("never-heard", 100.0) == OFFLINE
+    presence.heard("ann", 170.0)
+    assert presence.status("ann", 171.0) == ONLINE
+
+
+def test_beacons_only_from_an_idle_peer_at_most_one_per_period_per_group():
+    presence = Presence()
+    assert presence.beacons_due(["g1", "g2"], 0.0) == []  # just started: a period from now
+    assert presence.get_timer(["g1", "g2"]) == BEACON_INTERVAL
+    presence.spoke("g2", 20.0)  # this peer said something in g2
+    assert presence.beacons_due(["g1", "g2"], 29.9) == []
+    assert presence.beacons_due(["g1", "g2"], 30.0) == ["g1"]
+    assert presence.beacons_due(["g1", "g2"], 30.5) == []  # not twice in a period
+    assert presence.beacons_due(["g1", "g2"], 50.0) == ["g2"]
+    due_times = [t for t in range(0, 600) if presence.beacons_due(["g1"], float(t))]
+    assert all(b - a >= BEACON_INTERVAL for a, b in zip(due_times, due_times[1:]))
+
+
+def test_strangers_cannot_grow_the_table_without_bound():
+    presence = Presence(max_tracked=100)
+    for i in range(1_000):
+        presence.heard(f"stranger-{i}", float(i))
+    assert len(presence._heard) == 100
+    assert presence.last_heard("stranger-999") == 999.0 and presence.last_heard("stranger-0") is None
+
+
+@pytest.fixture
+def manager(tmp_path, monkeypatch):
+    clock = [1_000.0]
+    monkeypatch.setattr(manager_module.time, "time", lambda: clock[0])
+    m = GroupManager(Config(tmp_path, name="Ann", iface="127.0.0.1", zeroconf=False))  # never started: no sockets
+    m.clock = clock
+    yield m
+    m.store.close()
+
+
+def heartbeats_in(m):
+    sent = [wire.decode(data).message for _addr, _port, data in m._outgoing]
+    m._outgoing.clear()
+    return [msg for msg in sent if isinstance(msg, wire.Heartbeat)]
+
+
+def test_an_idle_member_sends_one_heartbeat_per_group_per_30_s_and_what_it_hears_counts(manager):
+    gid = manager.create_group("lunch")
+    manager.flush()
+    heartbeats_in(manager)
+    manager.clock[0] += 29
+    manager.flush()
+    assert heartbeats_in(manager) == []
+    manager.clock[0] += 1.5
+    manager.flush()
+    assert heartbeats_in(manager) == [wire.Heartbeat(gid, 0)]
+    manager.flush()
+    assert heartbeats_in(manager) == []
+
+    bob = crypto.Identity.generate()
+    datagram = wire.encode(bob, wire.Heartbeat(gid, 3))
+    manager._on_data_datagrams([datagram])
+    assert manager.presence.status(bob.pid, manager.clock[0]) == ONLINE
+    manager.clock[0] += 55
+    assert manager.presence.status(bob.pid, manager.clock[0]) == OFFLINE
+    assert manager.presence_of(gid) == {manager.pid: "online"}
+
+
+def test_read_marks_survive_reopening_the_store_and_merge(tmp_path):
+    store = Store(tmp_path / "db.sqlite3")
+    assert store.read_marks("g") is None
+    store.add_read_marks("g", [(1, 5), (9, 9)])
+    store.add_read_marks("g", [(6, 7)])
+    store.commit()
+    store.close()
+    store = Store(tmp_path / "db.sqlite3")
+    assert store.read_marks("g") == [(1, 7), (9, 9)]
+    assert store.read_marks("other") is None
+    with pytest.raises(ValueError):
+        store.add_read_marks("g", [(5, 1)])
+    store.close()
+
+
+def test_read_marks_stay_bounded(tmp_path):
+    store = Store(tmp_path / "db.sqlite3")
+    store.MAX_READ_RANGES = 50
+    store.add_read_marks("g", [(2 * i, 2 * i) for i in range(200)])
+    marks = store.read_marks("g")
+    assert len(marks) <= 50 and marks[-1] == (398, 398) and marks[0][0] == 0
+    store.close()
+
+
+def test_the_manager_refuses_bad_read_marks_with_a_clear_error(manager):
+    gid = manager.create_group("lunch")
+    manager.mark_read(gid, [[1, 3]])
+    assert manager.read_marks(gid) == [(1, 3)]
+    with pytest.raises(manager_module.UsageError, match="bad read marks"):
+        manager.mark_read(gid, [["a", 3]])

@@ -1,0 +1,512 @@
+"""The conversation view as a person uses it: real windows (Xvfb), real keys and clicks.
+
+One test per defect of issue 17, each failing on the code before it (957b8ce):
+replies that followed the selection, dialogs that opened with focus on OK,
+deep threads drawn off screen, groups that opened blank, unread state lost on
+restart, long texts cut or unreadable, shortcuts dead in the discovery
+window, and the small things (left members, lock, peers seen).
+"""
+
+from PySide6.QtCore import QPoint, Qt, QTimer
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QDialogButtonBox
+
+from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot
+from middleware.types import Member
+from ui.dialogs import CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog
+from ui.message_model import MessageRole
+from ui.resources import apply_theme
+
+GID = ANN.pid + "-1"
+
+
+def open_group(qtbot, window, backend, history, gid=GID, desc="Travel & lunch", **extra):
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group(gid, desc, members=(ANN, BOB, CAT, me), joined=True, history=history, **extra)
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == len(history))
+    return window.current
+
+
+def click_message(qtbot, view, mid, window):
+    index = window._view_index(mid)
+    view.scrollTo(index)
+    rect = view.visualRect(index)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.center().x(), rect.top() + 30))
+
+
+def selected(window):
+    index = window.tree_view.currentIndex()
+    return index.data(MessageRole) if index.isValid() else None
+
+
+# -- defect 1: replies go into the wrong thread ----------------------------------------------------
+
+def test_reply_steps_of_defect_1_post_under_the_chosen_message(qtbot, window, backend):
+    assert QGuiApplication.platformName() == "xcb"  # real windows on Xvfb (pytest-xvfb)
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk)
+    cat = talk[3]  # "No, not yet. Is it worth the trip in summer?"
+    click_message(qtbot, window.tree_view, cat.mid, window)
+    assert selected(window) == cat
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply
+    assert window.reply_banner.label.text().startswith("Replying to Cat:")
+    # Read elsewhere: arrows, filter, Esc; none of it changes the answer's target.
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_Down)
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_Down)
+    qtbot.keyClick(window.compose, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert window.filter_edit.hasFocus() or QApplication.focusWidget() is window.filter_edit
+    qtbot.keyClicks(window.filter_edit, "december")
+    assert selected(window) != cat
+    qtbot.keyClick(window.filter_edit, Qt.Key.Key_Escape)
+    assert window.reply_banner.label.text().startswith("Replying to Cat:")
+    qtbot.keyClicks(window.compose, "Go in winter")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.compose.toPlainText() == "")  # sent
+    assert backend.manager.sent == [(GID, "Go in winter", cat.mid)]
+    # Esc (with nothing to clear in the filter) forgets the target: a new thread.
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
+    assert not window.reply_banner.isVisible()
+    qtbot.keyClicks(window.compose, "Anyone for tea?")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(backend.manager.sent) == 2)
+    assert backend.manager.sent[-1] == (GID, "Anyone for tea?", None)
+
+
+def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, backend):
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk)
+    view = window.tree_view
+    index = window._view_index(talk[6].mid)
+    rect = view.visualRect(index)
+    reply_rect = view.itemDelegate()._geometry(rect, index)["reply"]
+    qtbot.mouseMove(view.viewport(), reply_rect.center())
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=reply_rect.center())
+    assert window.reply_target == talk[6].mid
+    menu = window.message_menu(talk[1])
+    assert [a.text() for a in menu.actions() if a.text()] == ["Reply", "Quote", "Copy text", "Copy link",
+                                                              "Open thread"]
+    next(a for a in menu.actions() if a.text() == "Copy link").trigger()
+    link = QGuiApplication.clipboard().text()
+    assert link == f"m2mc://message/{GID}/{ANN.pid}:2"
+    next(a for a in menu.actions() if a.text() == "Quote").trigger()
+    assert window.reply_target == talk[1].mid and window.compose.toPlainText().startswith("> Did you visit Chennai?")
+    window.open_link(link)  # another member's app opens the same reference
+    assert window.selected_message() == talk[1]
+
+
+# -- defect 2: dialogs open with focus on OK ------------------------------------------------------
+
+def test_a_name_typed_into_the_first_dialog_is_the_name_stored(qtbot, backend):
+    from app.chat import ask_display_name
+
+    typed = []
+
+    def type_name():
+        dialog = QApplication.activeModalWidget()
+        field = dialog.focusWidget()
+        typed.append(type(field).__name__)
+        QTest.keyClicks(field, "Ann Lee")  # the space must not press a button
+        QTest.keyClick(field, Qt.Key.Key_Return)
+
+    QTimer.singleShot(200, type_name)
+    assert ask_display_name(backend, "root")
+    assert typed == ["QLineEdit"]
+    assert backend.manager.name == "Ann Lee" and backend.name == "Ann Lee"
+
+
+def test_every_dialog_starts_in_its_first_field_and_enter_accepts_only_valid_input(qtbot, backend):
+    backend.manager.inject_group("p-4", "Poker", members=(BOB,), passphrase="correct horse battery")
+    name = NameDialog("root")
+    create = CreateGroupDialog(backend)
+    join = JoinDialog(backend)
+    passphrase = PassphraseDialog(backend, "p-4", "Poker")
+    for dialog, first in ((name, name.name_edit), (create, create.desc_edit), (join, join.gid_edit),
+                          (passphrase, passphrase.passphrase_edit)):
+        qtbot.addWidget(dialog)
+        dialog.show()
+        qtbot.waitExposed(dialog)
+        assert dialog.focusWidget() is first, type(dialog).__name__
+    name.name_edit.clear()
+    QTest.keyClick(name.focusWidget(), Qt.Key.Key_Return)
+    assert name.isVisible() and name.error_label.text() == "Please enter a display name."
+    QTest.keyClicks(create.focusWidget(), "Board games")
+    QTest.keyClick(create.focusWidget(), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: create.created_gid is not None)
+    QTest.keyClicks(passphrase.focusWidget(), "wrong guess")
+    QTest.keyClick(passphrase.focusWidget(), Qt.Key.Key_Return)
+    qtbot.waitUntil(passphrase.error_label.isVisible)
+    assert passphrase.error_label.text() == "That passphrase does not open this group."
+    assert passphrase.focusWidget() is passphrase.passphrase_edit
+
+
+# -- defect 3: deep threads disappear; a group opens blank ----------------------------------------
+
+def deep_chain(gid, depth):
+    chain = [message(gid, ANN, 1, "Root of a long argument about tabs and spaces")]
+    for level in range(1, depth):
+        member = (BOB, CAT, ANN)[level % 3]
+        chain.append(message(gid, member, 100 + level, f"Reply at depth {level}: I still think the other way.",
+                             chain[-1].mid))
+    return chain
+
+
+def test_a_50_deep_thread_is_readable_at_800_px(qtbot, window, backend):
+    chain = deep_chain(GID, 50)
+    open_group(qtbot, window, backend, chain)
+    window.resize(800, 600)
+    window.tree_view.expandAll()
+    qtbot.waitUntil(lambda: window.tree_view.viewport().width() < 600)
+    view = window.tree_view
+    delegate = view.itemDelegate()
+    width = view.viewport().width()
+    assert view.horizontalScrollBar().maximum() == 0
+    for msg in chain:
+        index = window._view_index(msg.mid)
+        view.scrollTo(index)
+        assert view.visualRect(index).left() + 300 <= width, msg.text  # room for the text at every depth
+    for msg in chain:
+        index = window._view_index(msg.mid)
+        view.scrollTo(index)
+        geometry = delegate._geometry(view.visualRect(index), index)
+        assert geometry["left"] + geometry["width"] <= width, msg.text  # nothing beyond the right edge
+        assert geometry["width"] >= 0.5 * width - 200  # a column, not one word per line
+        layout = delegate.body_layout(index)
+        assert all(layout.lineAt(i).naturalTextWidth() <= geometry["width"] + 1 for i in range(layout.lineCount()))
+        depth = index.data(Qt.ItemDataRole.UserRole + 4)
+        assert (geometry["quote"] is not None) == (depth > 8)  # deeper replies say what they answer
+    deepest = window._view_index(chain[-1].mid)
+    view.scrollTo(deepest)
+    save_screenshot(window, "deep-thread-800.png")
+
+
+def test_a_group_with_history_never_opens_blank(qtbot, window, backend):
+    rng_texts = [("word " * (5 + i % 40)).strip() for i in range(120)]
+    history = []
+    for i, text in enumerate(rng_texts):
+        parent = history[i - 3].mid if i % 4 == 3 else None
+        history.append(message(GID, (ANN, BOB, CAT)[i % 3], i + 1, text, parent))
+    history.append(message(GID, ANN, 500, "A long last word. " * 60))
+    open_group(qtbot, window, backend, history)
+    view = window.tree_view
+    height = view.viewport().height()
+    for y in (3, height // 2, height - 3):
+        assert view.indexAt(QPoint(60, y)).isValid(), f"blank at y={y}"
+    last = window._view_index(history[-1].mid)
+    assert view.visualRect(last).intersects(view.viewport().rect())
+
+
+# -- unread state survives a restart; the "New messages" divider ----------------------------------
+
+def test_unread_state_survives_a_restart_and_the_group_opens_at_the_first_unread(qtbot, backend):
+    from ui.main_window import MainWindow
+
+    talk = lunch_conversation(GID)
+    first = MainWindow(backend)
+    qtbot.addWidget(first)
+    first.resize(1000, 650)
+    first.show()
+    open_group(qtbot, first, backend, talk[:4])
+    backend.manager.inject_messages(GID, talk[4:])
+    qtbot.waitUntil(lambda: len(first.current.tree.unread) == 4)
+    first.select_message(talk[4].mid)  # read one of the four
+    assert len(first.current.tree.unread) == 3
+    first.close()  # closing saves the read marks
+
+    again = MainWindow(backend)  # a restart: a new window over the stored state
+    qtbot.addWidget(again)
+    again.resize(1000, 650)
+    again.show()
+    again.start()
+    qtbot.waitUntil(lambda: again.current is not None and again.current.loaded)
+    assert again.current.tree.unread == {talk[5].mid, talk[6].mid, talk[7].mid}
+    assert again.current.divider == talk[5].mid
+    view = again.tree_view
+    top = view.visualRect(again._view_index(talk[5].mid)).top()
+    assert 0 <= top < view.viewport().height() // 2  # opens at the first unread
+    save_screenshot(again, "unread-divider.png")
+
+
+# -- defect 4: long texts -------------------------------------------------------------------------
+
+def test_long_texts_can_be_read_in_full(qtbot, window, backend):
+    tail = "THE-HIDDEN-TAIL"
+    long_text = ("All work and no play makes Jack a dull boy. " * 120) + tail
+    url = "https://example.org/" + "a1b2c3d4" * 40
+    hebrew = "שלום לכולם, מה שלומכם היום? " * 6 + "\nתודה"
+    history = [message(GID, ANN, 1, long_text), message(GID, BOB, 1, url), message(GID, CAT, 1, hebrew)]
+    open_group(qtbot, window, backend, history)
+    view = window.tree_view
+    delegate = view.itemDelegate()
+    index = window._view_index(history[0].mid)
+    # Collapsed with "Show more"; a click shows every character.
+    assert delegate.body_layout(index).text() != long_text
+    view.scrollTo(index, view.ScrollHint.PositionAtTop)
+    more = delegate._geometry(view.visualRect(index), index)["more"]
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=more.center())
+    assert delegate.body_layout(index).text() == long_text.replace("\n", "\u2028")
+    # Taller than the view, it scrolls by pixels: the reader gets to its end.
+    window.resize(900, 420)
+    qtbot.waitUntil(lambda: view.viewport().height() < 300)
+    view.scrollTo(index, view.ScrollHint.PositionAtTop)
+    rect = view.visualRect(index)
+    assert rect.height() > view.viewport().height()
+    top = rect.top()
+    qtbot.keyClick(view.viewport(), Qt.Key.Key_PageDown)
+    view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 60)
+    assert top - 80 < view.visualRect(index).top() < top  # moved by pixels, not a whole message
+    # A word longer than the line wraps anywhere.
+    index = window._view_index(history[1].mid)
+    layout = delegate.body_layout(index)
+    width = delegate._text_width(0)
+    assert layout.lineCount() > 1
+    assert all(layout.lineAt(i).naturalTextWidth() <= width + 1 for i in range(layout.lineCount()))
+    assert delegate._geometry(view.visualRect(index), index)["body"].links[0][2] == url
+    # Right to left runs right to left.
+    index = window._view_index(history[2].mid)
+    layout = delegate.body_layout(index)
+    assert layout.textOption().textDirection() == Qt.LayoutDirection.RightToLeft
+    last = layout.lineAt(layout.lineCount() - 1)  # a short last line sits at the right edge
+    assert last.naturalTextWidth() < width / 2 and last.naturalTextRect().right() > width - 20
+
+
+# -- defect 5: notifications and windows ----------------------------------------------------------
+
+def test_notification_colours_are_readable_in_light_and_dark(qtbot):
+    app = QApplication.instance()
+    saved = app.palette()
+    try:
+        for window_color, text in (("#202124", "#f1f1f1"), ("#f6f6f6", "#111111")):
+            palette = QPalette(saved)
+            palette.setColor(QPalette.ColorRole.Window, QColor(window_color))
+            palette.setColor(QPalette.ColorRole.WindowText, QColor(text))
+            palette.setColor(QPalette.ColorRole.Text, QColor(text))
+            palette.setColor(QPalette.ColorRole.ToolTipBase, QColor("#ffffdc"))  # Qt's pale yellow
+            palette.setColor(QPalette.ColorRole.ToolTipText, QColor(text))
+            app.setPalette(palette)
+            apply_theme(app)
+            result = app.palette()
+            assert contrast(result.color(QPalette.ColorRole.ToolTipBase),
+                            result.color(QPalette.ColorRole.ToolTipText)) >= 4.5, window_color
+    finally:
+        app.setPalette(saved)
+        apply_theme(app)
+
+
+def contrast(a: QColor, b: QColor) -> float:
+    def luminance(color: QColor) -> float:
+        def channel(value: float) -> float:
+            return value / 12.92 if value <= 0.03928 else ((value + 0.055) / 1.055) ** 2.4
+        return 0.2126 * channel(color.redF()) + 0.7152 * channel(color.greenF()) + 0.0722 * channel(color.blueF())
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_shortcuts_work_from_the_discovery_window_which_does_not_cover_the_main_window(qtbot, window, backend):
+    window.move(0, 0)
+    window.start()
+    assert not window.discovery.isVisible()  # not pushed over the main window on first start
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk[:6])
+    backend.manager.inject_messages(GID, talk[6:])
+    qtbot.waitUntil(lambda: len(window.current.tree.unread) == 2)
+    window.show_discovery()
+    qtbot.waitExposed(window.discovery)
+    assert not window.discovery.frameGeometry().intersects(window.frameGeometry())
+    activate(qtbot, window.discovery)
+    window.discovery.table.setFocus()
+    qtbot.keyClick(window.discovery.table, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)  # next unread
+    assert window.selected_message().mid == talk[6].mid
+    window.discovery.close()
+
+
+# -- defect 6: small things -----------------------------------------------------------------------
+
+def test_left_members_lock_and_peers_seen(qtbot, window, backend):
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk[:2], private=True)
+    assert window.current.item.icon().pixmap(16, 16).toImage() == \
+        __import__("ui.resources", fromlist=["icon"]).icon("lock").pixmap(16, 16).toImage()
+    assert window.peers_label.text() == "3 peers seen"
+    backend.manager.inject_member(GID, CAT, joined=False)
+    qtbot.waitUntil(lambda: any(window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left"
+                                for i in range(window.member_list.count())))
+    left = next(window.member_list.item(i) for i in range(window.member_list.count())
+                if window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left")
+    assert left.text() == "Cat — left the group" and not left.icon().isNull()
+    assert left.flags() & Qt.ItemFlag.ItemIsEnabled  # readable, not greyed out
+    assert window.peers_label.text() == "3 peers seen"  # Cat's machine is still there
+
+
+# -- presence ---------------------------------------------------------------------------------------
+
+def test_presence_shows_in_the_members_pane_and_follows_changes(qtbot, window, backend):
+    window._presence_timer.setInterval(50)
+    open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
+    backend.manager.presence = {ANN.pid: "online", BOB.pid: "away"}
+
+    def statuses():
+        return {window.member_list.item(i).text() for i in range(window.member_list.count())}
+
+    qtbot.waitUntil(lambda: {"● Ann", "◐ Bob", "○ Cat"} <= statuses())
+    backend.manager.presence = {BOB.pid: "online"}  # Ann's app closed
+    qtbot.waitUntil(lambda: {"○ Ann", "● Bob"} <= statuses())
+
+
+# -- threads view, search, settings ------------------------------------------------------------------
+
+def test_threads_view_lists_by_last_activity_and_opens_one_thread_live(qtbot, window, backend):
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk[:7])
+    threads = window.thread_list.model()
+    first = [threads.index(r).data(MessageRole).text for r in range(threads.rowCount())]
+    assert first == ["Lunch at the canteen at 12:30?", "Did you visit Chennai?", "Did you visit Delhi?"]
+    summary = threads.index(1).data(Qt.ItemDataRole.UserRole + 8)
+    assert (summary.replies, summary.participants) == (3, ("Ann", "Cat"))
+    late = message(GID, BOB, 9, "Delhi again next year!", talk[2].mid)
+    backend.manager.inject_messages(GID, [late])  # an old thread comes back to the top, live
+    qtbot.waitUntil(lambda: threads.index(0).data(MessageRole) == talk[0])
+    summary = threads.index(0).data(Qt.ItemDataRole.UserRole + 8)
+    assert (summary.replies, summary.unread, summary.last.mid) == (2, 1, late.mid)
+    rect = window.thread_list.visualRect(threads.index(0))
+    qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert window.thread_bar.isVisible()
+    model = window.tree_view.model()
+    assert model.rowCount() == 1 and model.index(0, 0).data(MessageRole) == talk[0]
+    more = message(GID, CAT, 9, "Take me along", late.mid)
+    backend.manager.inject_messages(GID, [more])
+    qtbot.waitUntil(lambda: window.current.thread.index_for(more.mid).isValid())
+    window.tree_view.expandAll()
+    assert window._view_index(more.mid).isValid()
+    save_screenshot(window, "thread-open.png")
+    qtbot.mouseClick(window.back_button, Qt.MouseButton.LeftButton)
+    assert not window.thread_bar.isVisible() and window.tree_view.model() is window.current.tree
+
+
+def test_search_highlights_counts_and_f3_walks_the_matches(qtbot, window, backend):
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk)
+    qtbot.keyClick(window.compose, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(window.filter_edit, "december")
+    assert window.match_label.text() == "2 matches"
+    assert window.tree_view.itemDelegate().highlight == "december"
+    qtbot.keyClick(window.filter_edit, Qt.Key.Key_F3)
+    assert window.selected_message() == talk[4]
+    qtbot.keyClick(window.filter_edit, Qt.Key.Key_F3)
+    assert window.selected_message() == talk[5]
+    qtbot.keyClick(window.filter_edit, Qt.Key.Key_F3, Qt.KeyboardModifier.ShiftModifier)
+    assert window.selected_message() == talk[4] and window.match_label.text() == "1 of 2"
+    save_screenshot(window, "search.png")
+
+
+def test_display_name_notifications_per_group_and_invites(qtbot, window, backend):
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk[:2])
+
+    def rename():
+        dialog = QApplication.activeModalWidget()
+        QTest.keyClicks(dialog.focusWidget(), "Dana Q")
+        QTest.keyClick(dialog.focusWidget(), Qt.Key.Key_Return)
+
+    QTimer.singleShot(200, rename)
+    window.name_action.trigger()
+    qtbot.waitUntil(lambda: backend.name == "Dana Q")
+    assert backend.manager.name == "Dana Q"
+
+    notified = []
+    window.notifier.notify = lambda title, body: notified.append(title)
+    backend.manager.inject_messages(GID, talk[2:3])
+    qtbot.waitUntil(lambda: len(window.current.tree) == 3)
+    assert notified == ["Bob in Travel & lunch"]
+    window.notify_action.trigger()  # off for this group
+    assert not window.notify_action.isChecked()
+    backend.manager.inject_messages(GID, talk[3:4])
+    qtbot.waitUntil(lambda: len(window.current.tree) == 4)
+    assert notified == ["Bob in Travel & lunch"]
+
+    window.invite_action.trigger()
+    invite = QGuiApplication.clipboard().text()
+    assert GID in invite and "Travel & lunch" in invite
+    backend.manager.inject_group("b-9", "Board games", members=(BOB,))
+
+    def paste_invite():
+        dialog = QApplication.activeModalWidget()
+        assert isinstance(dialog, JoinDialog) and "b-9" in dialog.gid_edit.text()
+        dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+
+    QGuiApplication.clipboard().setText("Join “Board games” on M2MC: m2mc://join/b-9?desc=Board%20games")
+    QTimer.singleShot(200, paste_invite)
+    window.join_invite_action.trigger()
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == "b-9")
+
+
+def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reader_keeps_their_place(
+        qtbot, window, backend, monkeypatch):
+    import ui.main_window as main_window
+
+    monkeypatch.setattr(main_window, "TRIM_SLACK", 0)
+    history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(40)]
+    session = open_group(qtbot, window, backend, history)
+    session.tree.window = 25
+    assert window.open_thread(history[-3].mid)
+    fresh = [message(GID, BOB, 100 + i, f"New thread {i}") for i in range(30)]
+    backend.manager.inject_messages(GID, fresh)
+    qtbot.waitUntil(lambda: len(session.tree) == 70)
+    assert session.tree.rowCount() < 60 and session.thread.index_for(history[-3].mid).isValid()
+    window.close_thread()
+    qtbot.waitUntil(lambda: not window._follow_timer.isActive())  # done following the end
+    view = window.tree_view
+    target = window._view_index(fresh[5].mid)
+    view.scrollTo(target, view.ScrollHint.PositionAtTop)
+    view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 7)
+    assert view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - 100  # reading, not at the end
+    before = view.indexAt(QPoint(4, 2)).data(MessageRole).mid, view.visualRect(view.indexAt(QPoint(4, 2))).top()
+    more = [message(GID, CAT, 200 + i, f"Later thread {i}") for i in range(25)]
+    backend.manager.inject_messages(GID, more)
+    qtbot.waitUntil(lambda: len(session.tree) == 95)
+    top = view.indexAt(QPoint(4, 2))
+    assert (top.data(MessageRole).mid, view.visualRect(top).top()) == before
+    assert session.tree.hidden_threads > 0
+
+
+def test_notifications_go_to_the_desktop_service_and_fall_back_to_the_tray(qtbot):
+    from PySide6.QtWidgets import QWidget
+
+    from ui.notifier import DesktopNotifications, Notifier
+
+    calls = []
+    widget = QWidget()
+    qtbot.addWidget(widget)
+    desktop = DesktopNotifications(run=lambda program, args: calls.append((program, args)) or True, available=True)
+    notifier = Notifier(widget, desktop)
+    assert notifier.notify("Bob in Lunch", "It's at 12:30\nsee you")
+    assert notifier.last_via == "desktop" and notifier.tray is None
+    program, args = calls[0]
+    assert program == "gdbus" and "org.freedesktop.Notifications.Notify" in args
+    assert args[-8:] == ["'M2MC chat'", "0", "'m2mc-chat'", "'Bob in Lunch'", "'It\\'s at 12:30\\nsee you'",
+                         "[]", "{}", "5000"]
+    assert not notifier.notify("again", "too soon")  # at most one per few seconds
+    absent = DesktopNotifications(run=lambda *_a: pytest_fail(), available=False)
+    assert not absent.notify("t", "b")
+
+
+def pytest_fail():
+    raise AssertionError("no service: nothing may be called")
+
+
+def test_hovering_over_the_time_shows_the_date_and_time(qtbot, window, backend):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QToolTip
+
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk[:2])
+    view = window.tree_view
+    index = window._view_index(talk[1].mid)
+    time_rect = view.itemDelegate()._geometry(view.visualRect(index), index)["time"]
+    event = QHelpEvent(QEvent.Type.ToolTip, time_rect.center(), view.viewport().mapToGlobal(time_rect.center()))
+    QApplication.sendEvent(view.viewport(), event)
+    qtbot.waitUntil(QToolTip.isVisible)
+    assert "2023" in QToolTip.text() and ":" in QToolTip.text()  # 14 November 2023, 22:13:22 and the weekday

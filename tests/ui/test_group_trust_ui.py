@@ -1,0 +1,68 @@
+"""Group trust in the GUI: the passphrase strength meter, weak passphrases refused, and members
+told apart by their key fingerprints when they share a display name."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialogButtonBox
+
+from conftest import ANN, BOB, CAT
+from middleware.types import Member, short_fingerprint
+from ui.dialogs import CreateGroupDialog
+from ui.member_list import DUPLICATE_MARK
+
+
+def test_the_create_dialog_meters_strength_and_refuses_a_common_password(qtbot, backend):
+    dialog = CreateGroupDialog(backend)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.desc_edit.setText("Board room")
+    dialog.private_check.setChecked(True)
+    assert dialog.strength.isVisible()
+    qtbot.keyClicks(dialog.passphrase_edit, "Password1!")
+    assert dialog.strength.bar.value() == 1 and "very weak" in dialog.strength.label.text()
+    dialog.confirm_edit.setText("Password1!")
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    assert dialog.error_label.text().startswith("This passphrase is too easy to guess")
+    assert dialog.created_gid is None and backend.manager.groups() == []
+    strong = "copper kettle midnight orchard"
+    dialog.passphrase_edit.setText(strong)
+    assert dialog.strength.bar.value() >= 3 and "weak" not in dialog.strength.label.text()
+    dialog.confirm_edit.setText(strong)
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    qtbot.waitUntil(lambda: dialog.created_gid is not None)
+    assert backend.manager.group(dialog.created_gid).private
+
+
+def test_members_show_fingerprints_and_a_shared_name_is_marked(qtbot, window, backend):
+    impostor = Member("e5e5" * 8, "Ann")
+    me = Member(backend.pid, "Me")
+    backend.manager.inject_group("g-1", "Lunch", members=(ANN, BOB, CAT, impostor, me), joined=True, notify=False)
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and window.member_list.count() >= 6)
+    # Each member row starts with its presence mark ("○ Bob"); compare what follows it.
+    rows = {window.member_list.item(i).text().split(" ", 1)[-1]: window.member_list.item(i).toolTip()
+            for i in range(window.member_list.count())}
+    marked = [text for text in rows if text.startswith(DUPLICATE_MARK)]
+    assert len(marked) == 2 and all("Ann" in text for text in marked)
+    assert any(short_fingerprint(ANN.pid)[:9] in text for text in marked)
+    assert any(short_fingerprint(impostor.pid)[:9] in text for text in marked)
+    assert f"key fingerprint {short_fingerprint(BOB.pid)}" in rows["Bob"]
+    assert "More than one member" in next(tip for text, tip in rows.items() if text in marked)
+
+
+def test_a_group_seen_only_in_zeroconf_is_checking_and_not_joinable(qtbot, window, backend):
+    from dataclasses import replace
+    window.start()
+    view = backend.manager.inject_group("z-1", "Board (open!)", members=(ANN,), notify=False)
+    unverified = replace(view, verified=False, sources=frozenset({"zeroconf"}))
+    backend.manager._groups["z-1"] = unverified
+    backend.manager.listener.on_groups_discovered([unverified])
+    discovery = window.discovery
+    qtbot.waitUntil(lambda: discovery.model.rowCount() == 1)
+    assert discovery.model.index(0, 2).data() == "checking…"
+    assert discovery.select_gid("z-1") and not discovery.join_button.isEnabled()
+    verified = replace(unverified, verified=True, creator=ANN.pid)
+    backend.manager.listener.on_groups_discovered([verified])
+    qtbot.waitUntil(lambda: discovery.model.index(0, 2).data() == "open")
+    discovery.select_gid("z-1")
+    assert discovery.join_button.isEnabled()
+    assert short_fingerprint(ANN.pid) in discovery.model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)

@@ -1,0 +1,62 @@
+"""The members pane: who is in the current group, whether they are online, and the fingerprint of their key.
+
+Anyone can pick any display name, so a name alone says little: each member's
+tooltip shows the short fingerprint of their key (the start of their pid), and
+two or more members using one name (compared case-blind) are marked with ⚠ and
+their fingerprints shown in the row itself, so they can be told apart.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QListWidget, QListWidgetItem
+
+from middleware.types import GroupView, Member, duplicate_names, short_fingerprint
+
+from .resources import icon
+
+DUPLICATE_MARK = "⚠"
+PRESENCE_MARKS = {"online": "●", "away": "◐", "offline": "○"}
+
+
+def member_text(member: Member, me: str, duplicates: set[str]) -> str:
+    text = member.name + (" (you)" if member.pid == me else "")
+    if member.name.strip().casefold() in duplicates:
+        text = f"{DUPLICATE_MARK} {text} · {short_fingerprint(member.pid)[:9]}"
+    return text
+
+
+def member_tooltip(member: Member, duplicates: set[str], left: bool = False) -> str:
+    lines = [f"key fingerprint {short_fingerprint(member.pid)}", f"peer id {member.pid}"]
+    if member.name.strip().casefold() in duplicates:
+        lines.insert(0, f"More than one member is called “{member.name}”: tell them apart by the fingerprint.")
+    if left:
+        lines.append("left the group")
+    return "\n".join(lines)
+
+
+def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, header, status_of) -> None:
+    """Show ``view``'s members (and those who left) in ``widget``.
+
+    ``header(text)`` makes a section title; ``status_of(pid)`` says "online", "away" or "offline"
+    as heard by this peer.  Each row keeps its status under ``Qt.UserRole`` ("left" for those who left).
+    """
+    widget.clear()
+    if view is None:
+        return
+    duplicates = duplicate_names(view.members)
+    widget.addItem(header(f"In the group ({len(view.members)})"))
+    for member in sorted(view.members, key=lambda m: (m.name.lower(), m.pid)):
+        status = "online" if member.pid == me else status_of(member.pid)
+        item = QListWidgetItem(icon("member"), f"{PRESENCE_MARKS[status]} {member_text(member, me, duplicates)}")
+        item.setToolTip(f"{member.name} is {status} (as heard by this peer)\n{member_tooltip(member, duplicates)}")
+        item.setData(Qt.ItemDataRole.UserRole, status)
+        widget.addItem(item)
+    if view.left:
+        widget.addItem(header(f"Left ({len(view.left)})"))
+        for member in sorted(view.left, key=lambda m: (m.name.lower(), m.pid)):
+            item = QListWidgetItem(icon("close"), f"{member.name} — left the group")
+            item.setFlags(Qt.ItemFlag.ItemIsEnabled)  # readable, not greyed out, not selectable
+            item.setToolTip(member_tooltip(member, set(), left=True))
+            item.setData(Qt.ItemDataRole.UserRole, "left")
+            widget.addItem(item)
