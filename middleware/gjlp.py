@@ -88,6 +88,11 @@ class GroupRecord:
     def from_info(cls, info: wire.GroupInfo) -> GroupRecord:
         return cls(info.gid, info.desc, info.addr, info.port, info.private, salt=info.salt, key_check=info.key_check)
 
+    def is_current(self, pid: str) -> bool:
+        """Whether ``pid`` is a current member (one dict look-up: called for every datagram)."""
+        entry = self.members.get(pid)
+        return entry is not None and entry[2] == CURRENT
+
     def current(self) -> tuple[Member, ...]:
         return tuple(Member(p, n, e) for p, (n, e, s) in sorted(self.members.items()) if s == CURRENT)
 

@@ -208,6 +208,7 @@ class GroupManager:
             if crypto.key_check(key) != record.key_check:
                 raise UsageError(f"wrong passphrase for group {record.desc!r}")
         self.gjlp.join(gid, time.time())
+        self.gjlp.advertise()  # the members' answers tell us who they are: we take datagrams only from them
         self.store.save_group(record)
         if key is not None:
             self.store.set_group_key(gid, key)
@@ -291,7 +292,8 @@ class GroupManager:
             "not_member_dropped": s.not_member_dropped,
             "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
             **{key: sum(c.stats[key] for c in self.channels.values())
-               for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts")},
+               for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts",
+                           "stranger_dropped", "requests_over_budget", "sync_requests_refused")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
             "delivered": s.delivered,
             "own_looped_back": s.own_looped_back,
@@ -323,8 +325,10 @@ class GroupManager:
         key = self.store.group_key(gid)
         if key:
             self._ciphers[gid] = crypto.GroupCipher(key)
+        record = self.gjlp.groups[gid]
         channel = GroupChannel(gid, self.identity, next_seqno, fetch=self.store.fetch, rng=self._rng,
-                               max_held=self.config.max_held)
+                               max_held=self.config.max_held, is_member=record.is_current,
+                               members=lambda: [m.pid for m in record.current()])
         channel.restore(self.store.delivered_mids(gid))
         self.channels[gid] = channel
         if sync:  # MSP: whatever the group said while this peer was away (or before it joined)
@@ -474,6 +478,8 @@ class GroupManager:
         membership_changed = set()
         for event in events:
             if isinstance(event, MemberJoined):
+                if event.gid in self.channels:  # what it sent before we knew it is asked for now
+                    self.channels[event.gid].member_joined(event.member.pid, time.time())
                 self.listener.on_member_joined(event.gid, event.member)
                 membership_changed.add(event.gid)
             elif isinstance(event, MemberLeft):
