@@ -33,6 +33,12 @@ a clock.
 - **Budgets**: answers are charged to the requester (``REQUESTER_MESSAGES``
   and ``REQUESTER_BYTES`` per second) and to this peer (``ANSWER_RATE``), and at
   most ``MAX_SYNC_ANSWERS`` sync answers are open at once.
+- **Flow control** (after PGM's and NORM's loss-driven rate control): a NAK
+  from a member for messages this peer sent since its last cut means a member
+  did not receive them, so the send rate halves (never below ``PACE_FLOOR``);
+  while no such NAK comes it grows by ``PACE_GROWTH`` every ``PACE_STEP``, and
+  past ``PACE_CEILING`` pacing ends.  Paced batches wait, signed, in a queue;
+  heartbeats announce only what went out.
 - **Heartbeats**: after this peer sends, it announces its highest seqno at
   growing intervals (0.2 s doubling to 8 s) and then falls silent, so a lost
   last message is noticed without idle chatter.
@@ -96,6 +102,13 @@ SYNC_PACE = 0.008  # between two chunks of one sync answer (s)
 SYNC_YIELD = 0.5  # how long to defer to another responder that is answering (s)
 SYNC_RETRY = 1.0
 SYNC_TRIES = 3
+# Flow control, in messages per second.  The floor keeps a chat-paced stream (and the
+# 1,000 msg/s latency target) out of reach of pacing: only a flood is slowed.
+PACE_FLOOR = 2_000
+PACE_CEILING = 200_000
+PACE_GROWTH = 1.25  # per PACE_STEP without a member reporting loss of what we sent lately
+PACE_STEP = 0.1
+PACE_BURST = 0.02  # seconds of sending at the paced rate that may go out at once
 HEARTBEAT_FIRST, HEARTBEAT_MAX = 0.2, 8.0
 HEARTBEAT_QUIET_AFTER = 30.0  # seconds after the last send
 MAX_SENDERS = 10_000  # per group, authors who are not members: relayed or restored
@@ -301,6 +314,15 @@ class GroupChannel:
         self._answer_budget = float(ANSWER_RATE)
         self._budget_at = 0.0
         self._budgets: dict[str, _Budget] = {}  # per requester
+        # Flow control: signed batches waiting for credit, and the rate (None: not paced).
+        self._paced: list[wire.DataBatch] = []
+        self._released_seqno = next_seqno - 1  # highest seqno sent out
+        self._rate: float | None = None
+        self._credit = 0.0
+        self._credit_at = 0.0
+        self._cut_seqno = 0  # a loss report above this seqno cuts the rate again
+        self._rate_step_at = 0.0
+        self._recent_sends: list[tuple[float, int]] = []  # (when, messages) over the last second
         # Heartbeats.
         self._heartbeat_at: float | None = None
         self._heartbeat_interval = HEARTBEAT_FIRST
@@ -320,7 +342,7 @@ class GroupChannel:
         self.stats = {"naks_sent": 0, "repairs_sent": 0, "repaired": 0, "gaps_reported": 0,
                       "sync_messages_sent": 0, "foreign_dropped": 0, "conflicts": 0,
                       "bad_signature_dropped": 0, "stranger_dropped": 0, "requests_over_budget": 0,
-                      "sync_requests_refused": 0}
+                      "sync_requests_refused": 0, "rate_cuts": 0}
 
     # -- restore and user calls ----------------------------------------------------
 
@@ -584,6 +606,8 @@ class GroupChannel:
 
     def _on_nak(self, requester: str, nak: wire.Nak, now: float) -> None:
         target = nak.target
+        if target == self.pid and nak.ranges and nak.ranges[-1][1] > self._cut_seqno:
+            self._slow_down(now)
         if target not in self._received and not self.is_member(target):
             return  # nobody we hold messages of, nor a member: no state for it
         ranges = nak.ranges[:NAK_MAX_RANGES]
@@ -700,6 +724,56 @@ class GroupChannel:
             else:
                 del self._answers[sender]
 
+    # -- flow control ----------------------------------------------------------------------
+
+    def _slow_down(self, now: float) -> None:
+        """A member lacks messages sent since the last cut: halve the rate (once per such loss)."""
+        sent = sum(count for at, count in self._recent_sends if now - at <= 1.0)
+        current = self._rate if self._rate is not None else max(sent, PACE_FLOOR)
+        self._rate = max(PACE_FLOOR, current / 2)
+        self._cut_seqno = self._released_seqno
+        self._rate_step_at = now + PACE_STEP
+        self.stats["rate_cuts"] += 1
+
+    def _release(self, now: float | None) -> list[wire.DataBatch]:
+        """The paced batches that may go out by ``now`` (all of them when not paced)."""
+        if self._rate is not None and now is not None:
+            while now >= self._rate_step_at:  # no loss reported for a step: speed up
+                self._rate *= PACE_GROWTH
+                self._rate_step_at += PACE_STEP
+            if self._rate > PACE_CEILING:
+                self._rate = None
+        if self._rate is None or now is None:
+            out, self._paced = self._paced, []
+        else:
+            burst = max(self._rate * PACE_BURST, crypto.MAX_BATCH)
+            self._credit = min(burst, self._credit + (now - self._credit_at) * self._rate)
+            self._credit_at = now
+            taken = 0
+            for batch in self._paced:
+                if len(batch.items) > self._credit + 1e-6:  # (float rounding must not stall it)
+                    break
+                self._credit -= len(batch.items)
+                taken += 1
+            out, self._paced = self._paced[:taken], self._paced[taken:]
+        if out:
+            self._released_seqno = max(self._released_seqno, out[-1].items[-1][0])
+            if now is not None:
+                self._recent_sends = [(at, n) for at, n in self._recent_sends if now - at <= 1.0]
+                self._recent_sends.append((now, sum(len(batch.items) for batch in out)))
+        return out
+
+    def _next_release(self) -> float | None:
+        if not self._paced or self._rate is None:
+            return None
+        lacking = len(self._paced[0].items) - self._credit
+        return self._credit_at + max(0.0, lacking) / self._rate
+
+    @property
+    def rate(self) -> float | None:
+        """The paced send rate in messages per second, or None when not paced."""
+        return self._rate
+
     # -- MSP -------------------------------------------------------------------------------
 
     def _on_sync_req(self, requester: str, request: wire.SyncReq, now: float) -> None:
@@ -788,7 +862,7 @@ class GroupChannel:
 
     def get_timer(self) -> float | None:
         self._arm_heartbeat()
-        deadlines = [d for d in (self._heartbeat_at, self._sync_retry_at) if d is not None]
+        deadlines = [d for d in (self._heartbeat_at, self._sync_retry_at, self._next_release()) if d is not None]
         deadlines.extend(answer.next_at for answer in self._answers.values())
         if self._nak_at and not self._sync_active:
             deadlines.append(min(self._nak_at.values()))
@@ -810,7 +884,7 @@ class GroupChannel:
                 self._sync_active = False
                 self._sync_retry_at = None
         if self._heartbeat_at is not None and self._heartbeat_at <= now:
-            self._outbox.append(wire.Heartbeat(self.gid, self.next_seqno - 1))
+            self._outbox.append(wire.Heartbeat(self.gid, self._released_seqno))
             self._heartbeat_interval = min(HEARTBEAT_MAX, self._heartbeat_interval * 2)
             if now - self._last_send_at > HEARTBEAT_QUIET_AFTER:
                 self._heartbeat_at = None
@@ -819,9 +893,10 @@ class GroupChannel:
 
     # -- output --------------------------------------------------------------------------------
 
-    def datagrams_to_send(self) -> list[wire.Message]:
-        """What to transmit; this peer's new messages go out in batches, one signature each."""
-        signed: list[wire.Message] = []
+    def datagrams_to_send(self, now: float | None = None) -> list[wire.Message]:
+        """What to transmit by ``now``; this peer's new messages go out in batches, one signature each,
+        paced when members reported loss of them (without ``now``: everything, unpaced)."""
+        signed: list[wire.DataBatch] = []
         self._arm_heartbeat()
         if self._unsigned:
             proofs = {}
@@ -838,7 +913,8 @@ class GroupChannel:
                             proofs[m.mid], m.public_key) if m.mid in proofs else m
                 for m in self._deliveries
             ]
-        out, self._outbox = signed + self._outbox, []
+        self._paced += signed
+        out, self._outbox = self._release(now) + self._outbox, []
         return out
 
     def deliveries(self) -> list[ChatMessage]:

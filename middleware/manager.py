@@ -293,7 +293,7 @@ class GroupManager:
             "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
             **{key: sum(c.stats[key] for c in self.channels.values())
                for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts",
-                           "stranger_dropped", "requests_over_budget", "sync_requests_refused")},
+                           "stranger_dropped", "requests_over_budget", "sync_requests_refused", "rate_cuts")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
             "delivered": s.delivered,
             "own_looped_back": s.own_looped_back,
@@ -451,10 +451,11 @@ class GroupManager:
                 changed_groups[event.gid] = changed_groups.get(event.gid, False) or event.new
         deliveries: list[ChatMessage] = []
         channel_events = []
+        now = time.time()
         for gid, channel in self.channels.items():
             record = self.gjlp.groups[gid]
             channel.group_size = max(1, len(record.current()))
-            for message in channel.datagrams_to_send():
+            for message in channel.datagrams_to_send(now):
                 try:
                     self._outgoing.append((record.addr, record.port,
                                            wire.encode(self.identity, message, self._ciphers.get(gid))))

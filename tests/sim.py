@@ -69,9 +69,25 @@ class SimLan:
         self._timers: list = []  # (deadline, seq, pid), stale entries skipped
         self._deadline: dict[str, float | None] = {}
         self._decoded: dict[bytes, wire.Envelope] = {}
+        # Slow receivers: pid -> (bytes/s it reads, bytes its socket buffer holds); past that, drops.
+        self.capacity: dict[str, tuple[float, float]] = {}
+        self._backlog: dict[str, tuple[float, float]] = {}  # pid -> (bytes waiting, as of when)
+        self.overflow_drops = 0
+
+    def _overflows(self, pid: str, size: int) -> bool:
+        """Whether a slow receiver's socket buffer is too full to take ``size`` more bytes now."""
+        rate, buffer = self.capacity[pid]
+        waiting, at = self._backlog.get(pid, (0.0, self.now))
+        waiting = max(0.0, waiting - (self.now - at) * rate)
+        if waiting + size > buffer:
+            self._backlog[pid] = (waiting, self.now)
+            self.overflow_drops += 1
+            return True
+        self._backlog[pid] = (waiting + size, self.now)
+        return False
 
     def transmit(self, sender: SimPeer) -> None:
-        for message in sender.channel.datagrams_to_send():
+        for message in sender.channel.datagrams_to_send(self.now):
             data = wire.encode(sender.identity, message)
             kind = type(message).__name__
             self.bytes_on_wire += len(data)
@@ -130,6 +146,8 @@ class SimLan:
             if next_arrival is not None and (next_timer is None or next_arrival <= next_timer):
                 at, _, pid, data = heapq.heappop(self._queue)
                 self.now = max(self.now, at)
+                if pid in self.capacity and self._overflows(pid, len(data)):
+                    continue
                 peer = by_pid[pid]
                 envelope = self._decode(data)
                 peer.channel.receive(envelope.sender, envelope.message, self.now, envelope.public_key)

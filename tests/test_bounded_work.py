@@ -131,3 +131,44 @@ def test_repair_suppression_holds_under_loss_in_a_mid_sized_group():
     assert all(set(p.stored) == set(sent) for p in lan.peers)
     repairs = sum(p.channel.stats["repairs_sent"] for p in lan.peers)
     assert repairs <= 2 * len(lan.lost_originals)
+
+
+def flood(lan, writer, count, per_step=100, step=0.005):
+    """``writer`` composes ``count`` messages flat out: ``per_step`` every ``step`` seconds (20,000/s)."""
+    sent = []
+    while len(sent) < count:
+        for _ in range(per_step):
+            sent.append(lan.send(writer, f"flood {len(sent)}"))
+        lan.step_until(lan.now + step)
+    for _ in range(300):
+        if all(set(peer.stored) == set(sent) for peer in lan.peers):
+            break
+        lan.step_until(lan.now + 0.1)
+    return sent
+
+
+def test_a_flat_out_sender_is_paced_to_what_a_slow_member_receives(monkeypatch):
+    def run():
+        lan = SimLan(3)
+        writer, slow, _ = lan.peers
+        lan.capacity[slow.pid] = (200_000, 64_000)  # reads 200 KB/s, 64 KB socket buffer
+        sent = flood(lan, writer, 2_000)
+        assert all(set(peer.stored) == set(sent) for peer in lan.peers)
+        return sum(peer.channel.stats["repairs_sent"] for peer in lan.peers), writer.channel.stats["rate_cuts"]
+
+    repaired, cuts = run()
+    assert cuts >= 1 and repaired <= 2.5 * 2_000
+    monkeypatch.setattr(ch, "PACE_CEILING", 0)  # never paced: what the same flood cost before
+    unpaced, _ = run()
+    assert repaired < 0.6 * unpaced
+
+
+def test_a_1000_msg_per_s_stream_is_never_held_back_by_pacing():
+    lan = SimLan(3, FaultInjector(drop=0.05, rng=random.Random(8)))
+    writer = lan.peers[0]
+    for i in range(1_000):
+        lan.send(writer, f"steady {i}")
+        assert not writer.channel._paced, "a message waited for credit"
+        lan.step_until(lan.now + 0.001)
+    lan.settle(10)
+    assert writer.channel.stats["rate_cuts"] >= 1  # members did report loss; the floor kept it flowing
