@@ -606,7 +606,8 @@ class GroupChannel:
 
     def _on_nak(self, requester: str, nak: wire.Nak, now: float) -> None:
         target = nak.target
-        if target == self.pid and nak.ranges and nak.ranges[-1][1] > self._cut_seqno:
+        if target == self.pid and nak.ranges and nak.ranges[-1][1] > self._cut_seqno \
+                and nak.ranges[0][0] <= self._released_seqno:  # (seqnos never sent are no loss report)
             self._slow_down(now)
         if target not in self._received and not self.is_member(target):
             return  # nobody we hold messages of, nor a member: no state for it
