@@ -310,6 +310,7 @@ class GroupManager:
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
         gid = record.gid
         self.gjlp.join(gid, time.time(), key)
+        self.gjlp.advertise()  # the members' answers tell us who they are: we take datagrams only from them
         self.store.save_group(record)
         self.store.save_members(gid, record.members.values())  # what was known before joining, once
         if key is not None:
@@ -422,7 +423,8 @@ class GroupManager:
             "not_member_dropped": s.not_member_dropped,
             "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
             **{key: sum(c.stats[key] for c in self.channels.values())
-               for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts")},
+               for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts",
+                           "stranger_dropped", "requests_over_budget", "sync_requests_refused", "rate_cuts")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
             "held_bytes": sum(c.orderer.held_bytes for c in self.channels.values()),
             "delivered": s.delivered,
@@ -466,8 +468,10 @@ class GroupManager:
         key = self.store.group_key(gid)
         if key:
             self._ciphers[gid] = crypto.GroupCipher(key)
+        record = self.gjlp.groups[gid]
         channel = GroupChannel(gid, self.identity, next_seqno, fetch=self.store.fetch, rng=self._rng,
-                               max_held=self.config.max_held, max_held_bytes=self.config.max_held_bytes)
+                               max_held=self.config.max_held, max_held_bytes=self.config.max_held_bytes,
+                               is_member=record.is_current, members=lambda: [m.pid for m in record.current()])
         channel.restore(self.store.delivered_mids(gid))
         channel.restore_conflicts(self.store.conflicts(gid))
         self.channels[gid] = channel
@@ -623,7 +627,7 @@ class GroupManager:
         for gid, channel in self.channels.items():
             record = self.gjlp.groups[gid]
             channel.group_size = max(1, len(record.current()))
-            outbox = channel.datagrams_to_send()
+            outbox = channel.datagrams_to_send(now)
             if outbox:
                 self.presence.spoke(gid, now)
             elif gid in beacons:  # idle: one heartbeat says this peer is still here
@@ -658,6 +662,8 @@ class GroupManager:
         membership_changed = set()
         for event in events:
             if isinstance(event, MemberJoined):
+                if event.gid in self.channels:  # what it sent before we knew it is asked for now
+                    self.channels[event.gid].member_joined(event.member.pid, time.time())
                 self.listener.on_member_joined(event.gid, event.member)
                 membership_changed.add(event.gid)
             elif isinstance(event, MemberLeft):

@@ -66,6 +66,17 @@ def data(gid, sender, seqno, text, parent=None):
     return wire.encode(who, wire.signed_data(who, gid, seqno, parent, 0, "x", text))
 
 
+def join(manager, name):
+    """``name`` joins the group the way a peer does: a signed JOIN on the control channel."""
+    feed(manager, wire.encode(identity(name), wire.Join(manager.gid, name, 1)), control=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def members(manager):
+    for name in ("carol", "dave", "erin"):
+        join(manager, name)
+
+
 def test_messages_for_other_groups_are_dropped(manager):
     before = manager.stats.not_member_dropped
     feed(manager, data("some-other-group", "b" * 32, 1, "hi"))
@@ -98,10 +109,13 @@ def test_floods_keep_memory_bounded(manager):
     assert manager.pending(manager.gid) == 1_000
     assert manager.stats_dict()["evicted"] >= 2_000
     channel = manager.channels[manager.gid]
+    strangers = manager.stats_dict()["stranger_dropped"]
     many = [data(manager.gid, f"sybil{i}", 1, "x") for i in range(12_000)]
     for start in range(0, len(many), 1000):
         feed(manager, *many[start:start + 1000])
     assert len(channel._received) <= 10_000
+    assert manager.stats_dict()["stranger_dropped"] == strangers + 12_000  # not members: dropped and counted
+    assert len(channel._strangers) <= 1_024 and not channel._nak_at.keys() - {identity("dave").pid}
 
 
 def test_forged_and_tampered_datagrams_are_dropped_and_counted(manager):
