@@ -4,7 +4,13 @@ One JSON object per line in each direction; logs go to stderr.  Requests are
 answered after the work they caused has been committed to the store and sent,
 so a script that saw ``{"mid": …}`` knows the message is safe.  Events arrive
 as notifications (no id): ``delivered``, ``group_discovered``,
-``member_joined``, ``member_left``, ``sync_progress``.
+``member_joined``, ``member_left``, ``sync_progress``, ``warning``.
+
+Whatever arrives on stdin gets an answer and never stops the loop: malformed
+JSON, ids that are not a string, number or null, nesting past ``MAX_NESTING``,
+lines past ``MAX_LINE_BYTES``, batches (JSON-RPC 2.0 section 6) of up to
+``MAX_BATCH`` requests, and failures of the disk underneath (-32000 saying what
+happened).  NaN and Infinity are neither read nor written.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ import asyncio
 import getpass
 import json
 import logging
+import math
 import os
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -28,6 +36,11 @@ from middleware.types import ChatMessage, GroupView, Member, NullListener, Usage
 log = logging.getLogger("m2mc.peer")
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, APP_ERROR = -32700, -32600, -32601, -32602, -32000
+INTERNAL_ERROR = -32603
+MAX_LINE_BYTES = 1 << 20  # one request line; a send's 8,000 characters take at most 48 KB of JSON
+MAX_NESTING = 32  # arrays and objects inside each other; our requests need 3
+MAX_BATCH = 1_000  # requests in one batch
+READ_CHUNK = 1 << 16
 
 
 def default_data_dir() -> Path:
@@ -203,17 +216,38 @@ class JsonRpcPeer(NullListener):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def handle_line(self, line: str) -> dict | None | asyncio.Future:
-        """One request line -> its response (None for a notification; a future of it for a
-        method that awaits, such as a join that derives a key)."""
+    def handle_line(self, line: str) -> dict | list | None | asyncio.Future:
+        """One request line -> its response: an object, a list for a batch, None when nothing is
+        due, or a future of one of those when a method awaits (a join that derives a key)."""
         try:
-            request = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(None, PARSE_ERROR, f"malformed request: not JSON ({exc})")
-        if not isinstance(request, dict) or request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
-            rid = request.get("id") if isinstance(request, dict) else None
-            return _error(rid, INVALID_REQUEST, "malformed request: expected a JSON-RPC 2.0 object with a 'method'")
+            request = json.loads(line, parse_constant=_no_constant, parse_float=_finite_float)
+        except RecursionError:
+            return _error(None, INVALID_REQUEST, f"malformed request: nested deeper than {MAX_NESTING} levels")
+        except ValueError as exc:  # JSONDecodeError, NaN/Infinity, an integer of over 4,300 digits
+            return _error(None, PARSE_ERROR, f"malformed request: cannot parse it as JSON ({str(exc)[:200]})")
+        if _nesting_exceeds(request, MAX_NESTING):
+            return _error(None, INVALID_REQUEST, f"malformed request: nested deeper than {MAX_NESTING} levels")
+        if type(request) is not list:
+            return self.handle_request(request)
+        if not request:
+            return _error(None, INVALID_REQUEST, "malformed request: an empty batch")
+        if len(request) > MAX_BATCH:
+            return _error(None, INVALID_REQUEST, f"batch of {len(request)} requests; the limit is {MAX_BATCH}")
+        responses = [response for response in map(self.handle_request, request) if response is not None]
+        if any(isinstance(response, asyncio.Future) for response in responses):
+            return asyncio.ensure_future(_gather_batch(responses))
+        return responses or None
+
+    def handle_request(self, request: Any) -> dict | None | asyncio.Future:
+        """One request object -> its response (None for a notification; a future of it for a
+        method that awaits)."""
+        if not isinstance(request, dict):
+            return _error(None, INVALID_REQUEST, "malformed request: expected a JSON-RPC 2.0 object with a 'method'")
         rid = request.get("id")
+        if not _valid_id(rid):
+            return _error(None, INVALID_REQUEST, "malformed request: 'id' must be a string, a number or null")
+        if request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
+            return _error(rid, INVALID_REQUEST, "malformed request: expected a JSON-RPC 2.0 object with a 'method'")
         params = request.get("params", {})
         if params is None:
             params = {}
@@ -230,6 +264,9 @@ class JsonRpcPeer(NullListener):
             return _error(rid, exc.code, exc.message) if "id" in request else None
         except UsageError as exc:
             return _error(rid, APP_ERROR, str(exc)) if "id" in request else None
+        except (sqlite3.Error, OSError) as exc:  # the disk under the data dir (full, gone, read-only)
+            log.error("method %s: storage failed: %s", request["method"], exc)
+            return _error(rid, APP_ERROR, f"storage failed: {exc}") if "id" in request else None
         except Exception as exc:  # a bug must not kill the peer: report it and go on
             log.exception("method %s failed", request["method"])
             return _error(rid, APP_ERROR, f"internal error: {exc}") if "id" in request else None
@@ -245,6 +282,9 @@ class JsonRpcPeer(NullListener):
         except (RpcError, UsageError) as exc:
             code = exc.code if isinstance(exc, RpcError) else APP_ERROR
             return _error(rid, code, str(exc)) if "id" in request else None
+        except (sqlite3.Error, OSError) as exc:  # the disk under the data dir (full, gone, read-only)
+            log.error("method %s: storage failed: %s", request["method"], exc)
+            return _error(rid, APP_ERROR, f"storage failed: {exc}") if "id" in request else None
         except Exception as exc:
             log.exception("method %s failed", request["method"])
             return _error(rid, APP_ERROR, f"internal error: {exc}") if "id" in request else None
@@ -283,11 +323,111 @@ def _error(rid: Any, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
 
 
+async def _gather_batch(responses: list) -> list | None:
+    """A batch's answers once those of its awaiting methods are in (None: nothing is due)."""
+    done = [await r if isinstance(r, asyncio.Future) else r for r in responses]
+    return [response for response in done if response is not None] or None
+
+
+def _unsent_as_error(response: dict | list, unsent: dict[str, str]) -> dict | list:
+    """A ``send`` whose message could not be stored (so was taken back) answers with the reason."""
+    if type(response) is list:
+        return [_unsent_as_error(r, unsent) for r in response]
+    result = response.get("result")
+    if type(result) is dict and result.get("mid") in unsent:
+        return _error(response["id"], APP_ERROR, unsent[result["mid"]])
+    return response
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def _valid_id(rid: Any) -> bool:
+    """JSON-RPC 2.0 section 4: a string, a number or null (booleans are not numbers here)."""
+    return rid is None or type(rid) in (str, int) or type(rid) is float and math.isfinite(rid)
+
+
+def _nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` (iteratively: no recursion to overflow)."""
+    stack = [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if type(value) is list:
+            children = value
+        elif type(value) is dict:
+            children = value.values()
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if type(child) in (list, dict))
+    return False
+
+
+def to_json_line(obj: Any) -> str:
+    """One output line.  Never NaN or Infinity: a response that would hold them becomes an error."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n"
+    except (ValueError, TypeError) as exc:
+        log.error("cannot write %s as JSON: %s", str(obj)[:200], exc)
+        if isinstance(obj, dict) and "id" in obj:
+            return json.dumps(_error(obj["id"], INTERNAL_ERROR, f"internal error: the result is not JSON ({exc})")) + "\n"
+        return ""
+
+
+class LineSplitter:
+    """Bytes from stdin -> complete lines, at most ``limit`` bytes each.
+
+    A longer line is reported once, as soon as it passes the limit, and its rest is
+    skipped up to the next newline, so its tail is never read as a request of its own.
+    """
+
+    def __init__(self, limit: int = MAX_LINE_BYTES) -> None:
+        self.limit = limit
+        self._buffer = bytearray()
+        self._skipping = False
+
+    def feed(self, data: bytes) -> list[bytes | None]:
+        """The complete lines in ``data`` (None for each line that was too long)."""
+        buffer = self._buffer
+        buffer += data
+        lines: list[bytes | None] = []
+        start = 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            if self._skipping:
+                self._skipping = False
+            elif end - start > self.limit:
+                lines.append(None)
+            else:
+                lines.append(bytes(buffer[start:end]))
+            start = end + 1
+        del buffer[:start]
+        if len(buffer) > self.limit:
+            if not self._skipping:
+                lines.append(None)
+                self._skipping = True
+            buffer.clear()
+        return lines
+
+    def finish(self) -> list[bytes | None]:
+        """At end of input: an unterminated last line."""
+        rest, self._buffer = bytes(self._buffer), bytearray()
+        return [rest] if rest and not self._skipping else []
+
+
 async def serve(args: argparse.Namespace) -> int:
     out = sys.stdout
 
-    def write(obj: dict) -> None:
-        out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    def write(obj: Any) -> None:
+        out.write(to_json_line(obj))
 
     peer = JsonRpcPeer(write)
     data_dir = args.data_dir or default_data_dir()
@@ -306,39 +446,57 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, peer.stopping.set)
 
-    reader = asyncio.StreamReader(limit=2**22)
+    reader = asyncio.StreamReader(limit=2 * READ_CHUNK)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    splitter = LineSplitter()
 
     def answer_when_done(done: asyncio.Future) -> None:
+        if done.cancelled():  # shutting down
+            return
         response = done.result()
         if response is not None:
-            manager.flush()  # answer only once the work is stored and sent
+            try:
+                manager.flush()  # answer only once the work is stored and sent
+            except Exception:
+                log.exception("flush failed")
             write(response)
             out.flush()
 
     async def read_requests() -> None:
         while not peer.stopping.is_set():
+            chunk = await reader.read(READ_CHUNK)
+            lines = splitter.feed(chunk) if chunk else splitter.finish()
             try:
-                raw = await reader.readline()
-            except ValueError:  # a line over the limit
-                write(_error(None, INVALID_REQUEST, "malformed request: line too long"))
-                continue
-            if not raw:
+                answer(lines)
+            except Exception:  # never let one batch end the loop
+                log.exception("answering requests failed")
+            if not chunk:
                 peer.stopping.set()
                 return
-            responses = []
-            for line in [raw, *_drain(reader)]:
-                text = line.decode("utf-8", "replace").strip()
-                if text:
-                    response = peer.handle_line(text)
-                    if isinstance(response, asyncio.Future):
-                        response.add_done_callback(answer_when_done)
-                    elif response is not None:
-                        responses.append(response)
-            manager.flush()  # answer only once the work is stored and sent
-            for response in responses:
-                write(response)
-            out.flush()
+
+    def answer(lines: list[bytes | None]) -> None:
+        """Handle a burst of lines, then answer them once their work is stored and sent."""
+        responses = []
+        for line in lines:
+            if line is None:
+                responses.append(_error(None, INVALID_REQUEST,
+                                        f"malformed request: line longer than {MAX_LINE_BYTES} bytes"))
+                continue
+            text = line.decode("utf-8", "replace").strip()
+            if text:
+                response = peer.handle_line(text)
+                if isinstance(response, asyncio.Future):
+                    response.add_done_callback(answer_when_done)
+                elif response is not None:
+                    responses.append(response)
+        try:
+            manager.flush()
+        except Exception:  # a bug: the answers still go out, with what was done
+            log.exception("flush failed")
+        unsent = {format_mid(mid): reason for mid, reason in manager.take_unsent().items()}
+        for response in responses:
+            write(_unsent_as_error(response, unsent) if unsent else response)
+        out.flush()
 
     async def flush_notifications() -> None:
         while True:
@@ -355,17 +513,6 @@ async def serve(args: argparse.Namespace) -> int:
     await manager.close()
     out.flush()
     return 0
-
-
-def _drain(reader: asyncio.StreamReader) -> list[bytes]:
-    """Complete lines already buffered, so a burst of requests is handled in one batch."""
-    lines = []
-    buffer = reader._buffer  # StreamReader exposes no non-blocking readline
-    while b"\n" in buffer and len(lines) < 1000:
-        index = buffer.index(b"\n")
-        lines.append(bytes(buffer[: index + 1]))
-        del buffer[: index + 1]
-    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -376,6 +376,32 @@ sender_add(Sender *s, uint64_t v, int known_new)
     return rest_add(s, v, known_new);
 }
 
+/* Remove v if it is the highest delivered: 1 if removed, 0 if not the highest, -1 on error. */
+static int
+sender_forget_highest(Sender *s, uint64_t v)
+{
+    if (s->lo == s->hi || rest_compact(s) < 0)
+        return s->lo == s->hi ? 0 : -1;
+    Py_ssize_t n = s->nbounds;
+    if (n && s->bounds[n - 1] > s->hi) { /* the highest lies in rest */
+        if (s->bounds[n - 1] != v + 1)
+            return 0;
+        s->bounds[n - 1] = v;
+        if (s->bounds[n - 2] == v)
+            s->nbounds -= 2;
+        return 1;
+    }
+    if (s->hi != v + 1)
+        return 0;
+    s->hi = v;
+    if (s->lo == s->hi && n) { /* the run is gone: the highest range takes its place */
+        s->lo = s->bounds[n - 2];
+        s->hi = s->bounds[n - 1];
+        s->nbounds -= 2;
+    }
+    return 1;
+}
+
 /* The delivered seqnos as sorted bounds, run included; caller frees. */
 static uint64_t *
 sender_bounds(Sender *s, Py_ssize_t *count)
@@ -431,7 +457,12 @@ typedef struct {
     int32_t oldest, newest; /* held nodes, by arrival */
     int32_t *stack;
     Py_ssize_t stack_capacity;
+    /* Each node's held bytes, beside the nodes so that a node stays one cache line. */
+    uint32_t *node_sizes;
+    PyObject *evicted_mids; /* list of (mid, parent) evicted since take_evicted() */
+    PyObject *size_of; /* payload -> bytes held, called only to hold a message; or NULL */
     Py_ssize_t pending, max_held, evicted, duplicates, rejected;
+    Py_ssize_t max_held_bytes, held_bytes;
 } Orderer;
 
 /* -- senders ---------------------------------------------------------------- */
@@ -551,10 +582,13 @@ node_new(Orderer *self, uint32_t sender, uint64_t seqno)
         }
         int32_t capacity = old ? old * 2 : 64;
         void *memory = PyMem_Malloc((size_t)capacity * sizeof(Node) + CACHE_LINE);
-        if (memory == NULL) {
+        uint32_t *sizes = memory ? PyMem_Realloc(self->node_sizes, (size_t)capacity * sizeof(uint32_t)) : NULL;
+        if (sizes == NULL) {
+            PyMem_Free(memory);
             PyErr_NoMemory();
             return NONE;
         }
+        self->node_sizes = sizes;
         Node *nodes = (Node *)(((uintptr_t)memory + CACHE_LINE - 1) & ~(uintptr_t)(CACHE_LINE - 1));
         if (old)
             memcpy(nodes, self->nodes, (size_t)old * sizeof(Node));
@@ -579,6 +613,7 @@ node_new(Orderer *self, uint32_t sender, uint64_t seqno)
     x->parent_node = x->first_child = x->next_sibling = x->prev_sibling = NONE;
     x->older = x->newer = NONE;
     x->slot = (int32_t)slot;
+    self->node_sizes[n] = 0;
     self->senders[sender].refs++;
     return n;
 }
@@ -611,6 +646,8 @@ node_unhold(Orderer *self, int32_t n)
     else
         self->newest = x->older;
     self->pending--;
+    self->held_bytes -= self->node_sizes[n];
+    self->node_sizes[n] = 0;
     x->mid = NULL;
 
     int32_t p = x->parent_node;
@@ -647,7 +684,7 @@ node_drop(Orderer *self, int32_t n)
 /* Hold a message: n is its node if it has one already, p its parent's. */
 static int
 hold(Orderer *self, int32_t n, PyObject *mid, Py_ssize_t sender, uint64_t seqno, PyObject *parent,
-     int32_t p, Py_ssize_t parent_sender, uint64_t parent_seqno, PyObject *payload)
+     int32_t p, Py_ssize_t parent_sender, uint64_t parent_seqno, PyObject *payload, Py_ssize_t size)
 {
     int created = n == NONE;
     if (created && (n = node_new(self, (uint32_t)sender, seqno)) == NONE)
@@ -681,7 +718,20 @@ hold(Orderer *self, int32_t n, PyObject *mid, Py_ssize_t sender, uint64_t seqno,
     else
         self->oldest = n;
     self->newest = n;
-    if (++self->pending > self->max_held) {
+    if (size > UINT32_MAX)
+        size = UINT32_MAX; /* over any byte bound anyway */
+    self->node_sizes[n] = (uint32_t)size;
+    self->held_bytes += size;
+    ++self->pending;
+    while (self->pending > self->max_held || self->held_bytes > self->max_held_bytes) {
+        /* Evict the oldest, and say which it was, so the caller can ask for it again. */
+        Node *old = &self->nodes[self->oldest];
+        if (PyList_GET_SIZE(self->evicted_mids) < self->max_held) { /* a caller that never asks costs no more */
+            PyObject *record = PyTuple_Pack(2, old->mid, old->parent);
+            if (record == NULL || PyList_Append(self->evicted_mids, record) < 0)
+                PyErr_Clear(); /* out of memory: evict regardless, unreported, rather than grow */
+            Py_XDECREF(record);
+        }
         node_drop(self, self->oldest);
         self->evicted++;
     }
@@ -753,8 +803,30 @@ prefetch_slot(const Table *t, Py_ssize_t sender, uint64_t seqno)
         __builtin_prefetch(&t->slots[slot_hash((uint32_t)sender, seqno) & t->mask]);
 }
 
+/* What holding a message costs: `size` if given, else size_of(payload), else 0.  Only a
+ * message about to be held pays for this.  -1 with an exception set on error. */
+static Py_ssize_t
+held_size(Orderer *self, PyObject *size, PyObject *payload)
+{
+    PyObject *computed = NULL;
+    if (size == NULL || size == Py_None) {
+        if (self->size_of == NULL)
+            return 0;
+        size = computed = PyObject_CallOneArg(self->size_of, payload);
+        if (size == NULL)
+            return -1;
+    }
+    Py_ssize_t value = -1;
+    if (!PyLong_Check(size))
+        PyErr_Format(PyExc_TypeError, "size must be an int, not %.100R", size);
+    else if ((value = PyLong_AsSsize_t(size)) < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "size must not be negative");
+    Py_XDECREF(computed);
+    return PyErr_Occurred() ? -1 : value;
+}
+
 static PyObject *
-receive_impl(Orderer *self, PyObject *mid, PyObject *parent, PyObject *payload)
+receive_impl(Orderer *self, PyObject *mid, PyObject *parent, PyObject *payload, PyObject *size_arg)
 {
     PyObject *pid, *parent_pid = NULL;
     uint64_t seqno, parent_seqno = 0;
@@ -795,12 +867,15 @@ receive_impl(Orderer *self, PyObject *mid, PyObject *parent, PyObject *payload)
             return NULL;
         }
         int failed = 0;
+        Py_ssize_t size;
         if (sender == parent_sender && seqno == parent_seqno)
             self->rejected++;
         else if (sender_contains(&self->senders[sender], seqno))
             self->duplicates++;
+        else if ((size = held_size(self, size_arg, payload)) < 0)
+            failed = 1;
         else
-            failed = hold(self, n, mid, sender, seqno, parent, p, parent_sender, parent_seqno, payload) < 0;
+            failed = hold(self, n, mid, sender, seqno, parent, p, parent_sender, parent_seqno, payload, size) < 0;
         sender_forget_if_unused(self, (uint32_t)sender);
         sender_forget_if_unused(self, (uint32_t)parent_sender);
         return failed ? NULL : PyList_New(0);
@@ -833,10 +908,10 @@ receive_impl(Orderer *self, PyObject *mid, PyObject *parent, PyObject *payload)
 static PyObject *
 Orderer_receive(Orderer *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const names[] = {"mid", "parent", "payload"};
-    PyObject *values[3] = {NULL, NULL, Py_None};
-    if (nargs > 3) {
-        PyErr_Format(PyExc_TypeError, "receive() takes at most 3 arguments (%zd given)", nargs);
+    static const char *const names[] = {"mid", "parent", "payload", "size"};
+    PyObject *values[4] = {NULL, NULL, Py_None, NULL};
+    if (nargs > 4) {
+        PyErr_Format(PyExc_TypeError, "receive() takes at most 4 arguments (%zd given)", nargs);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < nargs; i++)
@@ -845,9 +920,9 @@ Orderer_receive(Orderer *self, PyObject *const *args, Py_ssize_t nargs, PyObject
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, k);
         Py_ssize_t i = 0;
-        while (i < 3 && PyUnicode_CompareWithASCIIString(name, names[i]) != 0)
+        while (i < 4 && PyUnicode_CompareWithASCIIString(name, names[i]) != 0)
             i++;
-        if (i == 3 || i < nargs) {
+        if (i == 4 || i < nargs) {
             PyErr_Format(PyExc_TypeError, "receive() got an unexpected or repeated argument %R", name);
             return NULL;
         }
@@ -857,7 +932,7 @@ Orderer_receive(Orderer *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         PyErr_SetString(PyExc_TypeError, "receive() needs mid and parent");
         return NULL;
     }
-    return receive_impl(self, values[0], values[1], values[2]);
+    return receive_impl(self, values[0], values[1], values[2], values[3]);
 }
 
 static PyObject *
@@ -887,6 +962,24 @@ Orderer_mark_delivered(Orderer *self, PyObject *mid)
     if (release(self, n, released) < 0)
         Py_CLEAR(released);
     return released;
+}
+
+static int lookup_mid(Orderer *self, PyObject *mid, Py_ssize_t *sender, uint64_t *seqno);
+
+static PyObject *
+Orderer_forget_delivered(Orderer *self, PyObject *mid)
+{
+    Py_ssize_t sender;
+    uint64_t seqno;
+    if (lookup_mid(self, mid, &sender, &seqno) < 0)
+        return NULL;
+    if (sender < 0)
+        Py_RETURN_FALSE;
+    int forgotten = sender_forget_highest(&self->senders[sender], seqno);
+    if (forgotten < 0)
+        return NULL;
+    sender_forget_if_unused(self, (uint32_t)sender);
+    return PyBool_FromLong(forgotten);
 }
 
 /* A mid's sender index (-1 if unknown) and seqno; -1 with an exception set if malformed. */
@@ -1023,6 +1116,17 @@ Orderer_highest_delivered(Orderer *self, PyObject *pid)
 }
 
 static PyObject *
+Orderer_take_evicted(Orderer *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *fresh = PyList_New(0);
+    if (fresh == NULL)
+        return NULL;
+    PyObject *out = self->evicted_mids;
+    self->evicted_mids = fresh;
+    return out;
+}
+
+static PyObject *
 Orderer_get_pending(Orderer *self, void *Py_UNUSED(closure))
 {
     return PyLong_FromSsize_t(self->pending);
@@ -1039,8 +1143,10 @@ Orderer_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(k
     /* The object is tracked already: a collection inside PyDict_New traverses it. */
     self->free_sender = self->free_node = self->oldest = self->newest = NONE;
     self->max_held = 100000;
+    self->max_held_bytes = 64 * 1024 * 1024;
     self->sender_ids = PyDict_New();
-    if (self->sender_ids == NULL) {
+    self->evicted_mids = PyList_New(0);
+    if (self->sender_ids == NULL || self->evicted_mids == NULL) {
         Py_DECREF(self);
         return NULL;
     }
@@ -1050,15 +1156,26 @@ Orderer_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(k
 static int
 Orderer_init(Orderer *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"max_held", NULL};
-    Py_ssize_t max_held = 100000;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|n:SbOrderer", keywords, &max_held))
+    static char *keywords[] = {"max_held", "max_held_bytes", "size_of", NULL};
+    Py_ssize_t max_held = 100000, max_held_bytes = 64 * 1024 * 1024;
+    PyObject *size_of = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|nnO:SbOrderer", keywords, &max_held, &max_held_bytes, &size_of))
         return -1;
+    if (size_of != Py_None && !PyCallable_Check(size_of)) {
+        PyErr_SetString(PyExc_TypeError, "size_of must be callable or None");
+        return -1;
+    }
+    Py_XSETREF(self->size_of, size_of == Py_None ? NULL : Py_NewRef(size_of));
     if (max_held < 1) {
         PyErr_SetString(PyExc_ValueError, "max_held must be at least 1");
         return -1;
     }
+    if (max_held_bytes < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_held_bytes must be at least 1");
+        return -1;
+    }
     self->max_held = max_held;
+    self->max_held_bytes = max_held_bytes;
     return 0;
 }
 
@@ -1066,6 +1183,8 @@ static int
 Orderer_traverse(Orderer *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->sender_ids);
+    Py_VISIT(self->evicted_mids);
+    Py_VISIT(self->size_of);
     for (int32_t n = self->oldest; n != NONE; n = self->nodes[n].newer) {
         Py_VISIT(self->nodes[n].mid);
         Py_VISIT(self->nodes[n].parent);
@@ -1083,6 +1202,7 @@ Orderer_clear(Orderer *self)
     int32_t n = self->oldest;
     self->oldest = self->newest = NONE;
     self->pending = 0;
+    self->held_bytes = 0;
     while (n != NONE) {
         Node *x = &self->nodes[n];
         n = x->newer;
@@ -1093,6 +1213,8 @@ Orderer_clear(Orderer *self)
     table_free(&self->node_index);
     PyMem_Free(self->nodes_memory);
     self->nodes_memory = NULL;
+    PyMem_Free(self->node_sizes);
+    self->node_sizes = NULL;
     self->nodes = NULL;
     self->nodes_capacity = 0;
     self->free_node = NONE;
@@ -1109,6 +1231,8 @@ Orderer_clear(Orderer *self)
     self->senders_used = self->senders_capacity = 0;
     self->free_sender = NONE;
     Py_CLEAR(self->sender_ids);
+    Py_CLEAR(self->evicted_mids);
+    Py_CLEAR(self->size_of);
     return 0;
 }
 
@@ -1123,10 +1247,12 @@ Orderer_dealloc(Orderer *self)
 
 static PyMethodDef Orderer_methods[] = {
     {"receive", (PyCFunction)(void (*)(void))Orderer_receive, METH_FASTCALL | METH_KEYWORDS,
-     "receive(mid, parent, payload=None) -> the deliveries this makes possible, in S_b order."},
+     "receive(mid, parent, payload=None, size=None) -> the deliveries this makes possible, in S_b order."},
     {"mark_delivered", (PyCFunction)Orderer_mark_delivered, METH_O,
      "Record mid as delivered without a payload; return the held messages it releases."},
     {"is_delivered", (PyCFunction)Orderer_is_delivered, METH_O, NULL},
+    {"forget_delivered", (PyCFunction)Orderer_forget_delivered, METH_O,
+     "Undo the delivery of mid if it is its sender's highest delivered seqno; False otherwise."},
     {"held", (PyCFunction)Orderer_held, METH_NOARGS, "(mid, parent) of every held message, oldest first."},
     {"held_payload", (PyCFunction)Orderer_held_payload, METH_O, "(parent, payload) of a held message, or None."},
     {"waiting_for", (PyCFunction)Orderer_waiting_for, METH_NOARGS,
@@ -1136,11 +1262,15 @@ static PyMethodDef Orderer_methods[] = {
     {"sender_ranges", (PyCFunction)Orderer_sender_ranges, METH_O,
      "One sender's delivered seqnos as inclusive (first, last) ranges."},
     {"highest_delivered", (PyCFunction)Orderer_highest_delivered, METH_O, NULL},
+    {"take_evicted", (PyCFunction)Orderer_take_evicted, METH_NOARGS,
+     "(mid, parent) of the messages evicted since the last call, oldest first (the first max_held of them)."},
     {NULL},
 };
 
 static PyMemberDef Orderer_members[] = {
     {"max_held", T_PYSSIZET, offsetof(Orderer, max_held), READONLY, NULL},
+    {"max_held_bytes", T_PYSSIZET, offsetof(Orderer, max_held_bytes), READONLY, NULL},
+    {"held_bytes", T_PYSSIZET, offsetof(Orderer, held_bytes), READONLY, NULL},
     {"evicted", T_PYSSIZET, offsetof(Orderer, evicted), READONLY, NULL},
     {"duplicates", T_PYSSIZET, offsetof(Orderer, duplicates), READONLY, NULL},
     {"rejected", T_PYSSIZET, offsetof(Orderer, rejected), READONLY, NULL},

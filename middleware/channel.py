@@ -12,13 +12,38 @@ a clock.
 - **Loss detection**: seqnos count per sender, so a gap in what was received
   from a sender is a loss; so is a parent that held replies wait for, and a
   seqno above the last one received that a heartbeat announces.
-- **Repair** (after SRM/NORM): a NAK goes out after a random back-off and is
-  postponed when another member already asked for that sender; any member that
-  holds a requested message answers after a back-off that grows with the
-  group's size (the original sender answers first), and drops from its answer
-  whatever another member's REPAIR already carried.  Requests retry with
+- **Members only** (after JGroups' NAKACK2): datagrams are taken only from
+  members (``is_member``), so a stranger's DATA, NAK, SYNC_REQ or heartbeat
+  costs a dict look-up; they are counted (``stranger_dropped``) and the highest
+  seqno each stranger claimed is kept in a small table, so a member whose join
+  was not heard yet is asked for its messages once it is.  Messages that a
+  member relays are taken whoever wrote them (their author's signature is
+  checked), up to ``MAX_SENDERS`` authors who are not members.  NAK state
+  exists only for members and for senders whose messages we hold.
+- **Repair** (after SRM/NORM/PGM): a NAK goes out after a random back-off and
+  leaves out what another member asked for within ``NAK_RETRY``.  One member
+  answers: the original sender at once, the others in turns of
+  ``ANSWER_SLOT`` in an order drawn from a hash of the request and their pid
+  (random but the same on every member), so the next in line hears the first
+  one's REPAIR and drops what it carried, before each chunk.  What was repaired
+  within ``REPAIR_HOLDOFF`` is not repaired again.  A NAK costs O(ranges): it
+  is intersected with what we hold as ranges.  Requests retry with
   exponential back-off and give up after ``NAK_TRIES``: the gap is reported
-  (the held replies stay held, visible as waiting).  Answers are rate-limited.
+  (the held replies stay held, visible as waiting).
+- **Hold store**: replies waiting for a parent are bounded in count and bytes by the
+  orderer; one it evicts is a gap again, not asked for until its parent is delivered.
+- **Equivocation**: two validly signed versions of one mid are resolved the same way
+  everywhere (the lowest SHA-256 of the signed bytes is kept) and both versions are
+  multicast as a REPAIR, in a few suppressed rounds, so every member learns of it.
+- **Budgets**: answers are charged to the requester (``REQUESTER_MESSAGES``
+  and ``REQUESTER_BYTES`` per second) and to this peer (``ANSWER_RATE``), and at
+  most ``MAX_SYNC_ANSWERS`` sync answers are open at once.
+- **Flow control** (after PGM's and NORM's loss-driven rate control): a NAK
+  from a member for messages this peer sent since its last cut means a member
+  did not receive them, so the send rate halves (never below ``PACE_FLOOR``);
+  while no such NAK comes it grows by ``PACE_GROWTH`` every ``PACE_STEP``, and
+  past ``PACE_CEILING`` pacing ends.  Paced batches wait, signed, in a queue;
+  heartbeats announce only what went out.
 - **Heartbeats**: after this peer sends, it announces its highest seqno at
   growing intervals (0.2 s doubling to 8 s) and then falls silent, so a lost
   last message is noticed without idle chatter.
@@ -34,26 +59,45 @@ a clock.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass
+from sys import getsizeof
 from typing import Callable, Iterable
 
 from . import crypto, wire
 from .crypto import Identity
-from .mop import SbOrderer
+from .mop import DEFAULT_MAX_HELD_BYTES, SbOrderer
 from .rangeset import RangeSet
 from .types import ChatMessage, Mid, UsageError, check_unicode
 
 Fetch = Callable[[str, list[Mid]], list[wire.StoredMessage]]
 """``fetch(gid, mids)`` -> the stored messages among ``mids``, in delivery order."""
 
-NAK_DELAY = (0.005, 0.030)  # first NAK after this random back-off (s)
+NAK_DELAY = (0.005, 0.030)  # first NAK after this random back-off (s)...
+NAK_SPREAD = 0.001  # ...or up to this much per member, when longer: of all the members that lost a
+# message, the first asks about as soon as in a small group, and the next one has heard it
+# (the more members, the more of them lost it)
 NAK_RETRY = 0.25  # then retry after this, doubling per try
 NAK_TRIES = 8
-NAK_MAX_SEQNOS = 5_000  # seqnos asked for in one NAK
-ANSWER_DELAY = 0.010  # per log2(group size): back-off of a non-sender answering a NAK
+NAK_MAX_SEQNOS = 5_000  # seqnos asked for, or answered, per NAK
+NAK_MAX_RANGES = 500  # ranges asked for, or answered, per NAK: a NAK costs O(ranges)
+ANSWER_SLOT = 0.010  # the next responder in line waits this long per member before it (s)
+RESPONDERS = 2  # members in line for a NAK (after the sender); 4-fold more each time it is asked again,
+REPEAT_LEVELS = 3  # and every member who holds it from the 4th time
+REPEAT_WINDOW = 5.0  # a NAK for what was asked for within this long is asked again (s)
+SENDER_ALIVE = 10.0  # a member heard from within this long answers NAKs for its messages itself (s)
+ANSWER_YIELD = 0.1  # a responder that hears another one's REPAIR or SYNC_RESP defers this long (s)
+REPAIR_HOLDOFF = 0.05  # seqnos repaired within this long are not repaired again for a NAK (s)
+REPAIR_PACE = 0.004  # between two chunks of one repair answer (s)
 ANSWER_RATE = 30_000  # messages per second this peer sends as repairs or sync answers
+# Per requester, per second (a burst of one second's worth): what one member can make us send.
+REQUESTER_MESSAGES = 20_000
+REQUESTER_BYTES = 10_000_000
+MAX_SYNC_ANSWERS = 4  # sync answers streamed at once; further requests wait for a retry
+MAX_STRANGERS = 1_024  # non-members remembered (their highest seqno) in case their join is late
 CHUNK_BYTES = 60_000
 # A burst of new messages goes out in DATA_BATCH datagrams that fit one Ethernet frame
 # (1,472 bytes of UDP payload), so they are never fragmented: one lost fragment would
@@ -65,9 +109,31 @@ SYNC_PACE = 0.008  # between two chunks of one sync answer (s)
 SYNC_YIELD = 0.5  # how long to defer to another responder that is answering (s)
 SYNC_RETRY = 1.0
 SYNC_TRIES = 3
+# Flow control, in messages per second.  The floor keeps a chat-paced stream (and the
+# 1,000 msg/s latency target) out of reach of pacing: only a flood is slowed.
+PACE_FLOOR = 2_000
+PACE_CEILING = 200_000
+PACE_GROWTH = 1.25  # per PACE_STEP without a member reporting loss of what we sent lately
+PACE_STEP = 0.1
+PACE_BURST = 0.02  # seconds of sending at the paced rate that may go out at once
 HEARTBEAT_FIRST, HEARTBEAT_MAX = 0.2, 8.0
 HEARTBEAT_QUIET_AFTER = 30.0  # seconds after the last send
-MAX_SENDERS = 10_000  # per group: a flood of invented pids must not grow memory without bound
+MAX_SENDERS = 10_000  # per group, authors who are not members: relayed or restored
+MemberCheck = Callable[[str], bool]
+# What holding one message costs beyond its text and proof (payload tuple, mid, node, index, and
+# the display name, at most 64 characters).
+HELD_OVERHEAD = 700
+# Evicted messages remembered (by mid and parent) so they are asked for again once their
+# parent is delivered; past this, the oldest become ordinary gaps, which NAKs and MSP fetch.
+MAX_EVICTED_REMEMBERED = 100_000
+# Equivocation (two signed versions of one mid): every member keeps the version whose signed
+# bytes hash lowest, and multicasts both versions (a REPAIR) so that every member learns of it:
+# soon after learning of it and again at these offsets (s), unless another member's copy of
+# the evidence came first.  At most MAX_CONFLICTS are remembered per group.
+EVIDENCE_ROUNDS = (0.0, 2.0, 8.0, 20.0)
+EVIDENCE_JITTER = 0.5
+EVIDENCE_FIRST = 0.05  # the first round goes out within this (s)
+MAX_CONFLICTS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +154,24 @@ class GapReported:
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
-    """Two different messages arrived under one mid; the first one is kept."""
+    """Two different signed messages under one mid (learnt now): ``kept`` is the version every
+    member keeps (its signed bytes hash lowest), ``other`` the one it beat."""
 
     gid: str
     mid: Mid
+    kept: wire.StoredMessage
+    other: wire.StoredMessage
 
 
-Event = SyncProgress | GapReported | Conflict
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """A delivered message's text gave way to the version the equivocation rule keeps."""
+
+    gid: str
+    message: wire.StoredMessage
+
+
+Event = SyncProgress | GapReported | Conflict | Replaced
 
 
 def _approx_size(message: wire.StoredMessage) -> int:
@@ -124,8 +201,94 @@ def _chunks(messages: list, limit: int = CHUNK_BYTES, max_items: int = wire.MAX_
         yield chunk
 
 
+def _held_size(payload: tuple) -> int:
+    """What holding a message costs (called by the orderer only for the messages it holds)."""
+    _, text, _, sig, _ = payload
+    return HELD_OVERHEAD + getsizeof(text) + len(sig)
+
+
+def _version_hash(gid: str, message: wire.StoredMessage) -> bytes:
+    """What the equivocation rule compares: the SHA-256 of the bytes the writer signed."""
+    return hashlib.sha256(crypto.message_bytes(gid, message.sender, message.seqno, message.parent,
+                                               message.sent_at, message.name, message.text)).digest()
+
+
+def _same_version(a: wire.StoredMessage, b: wire.StoredMessage) -> bool:
+    return (a.parent, a.sent_at, a.name, a.text) == (b.parent, b.sent_at, b.name, b.text)
+
+
+def _as_stored(message: ChatMessage) -> wire.StoredMessage:
+    return wire.StoredMessage(message.mid[0], message.mid[1], message.parent, message.sent_at, message.sender_name,
+                              message.text, message.public_key, message.signature)
+
+
+def _as_delivery(gid: str, message: wire.StoredMessage, received_at: int) -> ChatMessage:
+    return ChatMessage(gid, (message.sender, message.seqno), message.parent, message.name, message.text,
+                       message.sent_at, received_at, 0, message.sig, message.public_key)
+
+
+def _discard(sets: dict[str, RangeSet], key: str, value: int) -> None:
+    """Remove ``value`` from ``sets[key]`` (dropping an emptied set), if there."""
+    values = sets.get(key)
+    if values is not None and value in values:
+        end = values.take_run(value)
+        values.add_range(value + 1, end)
+        if not values:
+            del sets[key]
+
+
 def _send_order(mid: Mid) -> tuple[int, str]:
     return mid[1], mid[0]
+
+
+class _Budget:
+    """A token bucket per requester, in messages and bytes (a burst of one second's worth)."""
+
+    __slots__ = ("messages", "bytes", "at")
+
+    def __init__(self, now: float) -> None:
+        self.messages, self.bytes, self.at = float(REQUESTER_MESSAGES), float(REQUESTER_BYTES), now
+
+    def refill(self, now: float) -> None:
+        elapsed = max(0.0, now - self.at)
+        self.at = max(self.at, now)
+        self.messages = min(REQUESTER_MESSAGES, self.messages + elapsed * REQUESTER_MESSAGES)
+        self.bytes = min(REQUESTER_BYTES, self.bytes + elapsed * REQUESTER_BYTES)
+
+
+class _RepairAnswer:
+    """The seqnos of one sender that this peer will repair, sent a chunk at a time."""
+
+    __slots__ = ("wanted", "next_at", "requester")
+
+    def __init__(self, next_at: float, requester: str) -> None:
+        self.wanted = RangeSet()
+        self.next_at = next_at
+        self.requester = requester
+
+
+class _RecentRanges:
+    """Seqnos of one sender seen in the last ``window`` seconds (NAKed or repaired), approximately:
+    the set is forgotten as a whole once its oldest entry is ``window`` old."""
+
+    __slots__ = ("seqnos", "since")
+
+    def __init__(self) -> None:
+        self.seqnos = RangeSet()
+        self.since = -math.inf
+
+    def fresh(self, now: float, window: float) -> RangeSet:
+        if now - self.since > window:
+            self.seqnos, self.since = RangeSet(), now
+        return self.seqnos
+
+
+def _rank_key(*parts: object) -> bytes:
+    return "\x1f".join(map(str, parts)).encode()
+
+
+def _score(key: bytes, pid: str) -> bytes:
+    return hashlib.blake2b(key + pid.encode(), digest_size=8).digest()
 
 
 class _SyncAnswer:
@@ -180,16 +343,26 @@ class GroupChannel:
         next_seqno: int = 1,
         fetch: Fetch | None = None,
         rng: random.Random | None = None,
+        max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
         max_held: int = 100_000,
+        is_member: MemberCheck | None = None,
+        members: Callable[[], Iterable[str]] | None = None,
     ) -> None:
+        """``is_member(pid)``: whether ``pid`` is a current member (this peer always is);
+        ``members()``: the current members' pids, which order the responders.  Without
+        them, every signer counts as a member (the behaviour before membership checks)."""
         self.gid = gid
         self.identity = identity
         self.pid = identity.pid
         self.next_seqno = next_seqno
-        self.orderer = SbOrderer(max_held=max_held)
+        self.orderer = SbOrderer(max_held=max_held, max_held_bytes=max_held_bytes, size_of=_held_size)
         self.fetch: Fetch = fetch or (lambda gid, mids: [])
         self.rng = rng or random.Random()
         self.group_size = 1
+        self.is_member: MemberCheck = is_member or (lambda pid: True)
+        self.members: Callable[[], Iterable[str]] = members or (lambda: ())
+        self._strangers: dict[str, int] = {}  # non-member -> highest seqno it claimed
+        self._heard_at: dict[str, float] = {}  # member -> when a datagram of its came last
         self._outbox: list[wire.Message] = []
         self._unsigned: list[wire.Data] = []
         self._deliveries: list[ChatMessage] = []
@@ -198,15 +371,35 @@ class GroupChannel:
         self._received: dict[str, RangeSet] = {}
         self._highest: dict[str, int] = {}
         self._abandoned: dict[str, RangeSet] = {}
+        # Held messages the orderer evicted: not received any more, and not asked for until
+        # their parent is delivered (parent -> evicted replies, oldest first; sender -> seqnos).
+        self._evicted_for: dict[Mid, list[Mid]] = {}
+        self._evicted_remembered = 0
+        self._deferred: dict[str, RangeSet] = {}
+        # Equivocation: mid -> (kept, other) versions, and when to multicast them next.
+        self._conflicts: dict[Mid, tuple[wire.StoredMessage, wire.StoredMessage]] = {}
+        self._evidence_at: dict[Mid, tuple[float, int]] = {}  # mid -> (when, round)
         # NAK state per sender: when to (re)ask, and how often we have asked.
         self._nak_at: dict[str, float] = {}
         self._nak_tries: dict[str, int] = {}
         self._nak_progress: dict[str, int] = {}
-        # Repairs this peer will send: sender -> seqnos, and when.
-        self._answers: dict[str, set[int]] = {}
-        self._answer_at: float | None = None
+        self._asked: dict[str, _RecentRanges] = {}  # sender -> seqnos other members NAKed lately
+        self._requested: dict[str, list[_RecentRanges]] = {}  # asked for 1, 2, 3 times within REPEAT_WINDOW
+        # Repairs this peer will send, per sender, and what was repaired lately (by anyone).
+        self._answers: dict[str, _RepairAnswer] = {}
+        self._repaired: dict[str, _RecentRanges] = {}
         self._answer_budget = float(ANSWER_RATE)
         self._budget_at = 0.0
+        self._budgets: dict[str, _Budget] = {}  # per requester
+        # Flow control: signed batches waiting for credit, and the rate (None: not paced).
+        self._paced: list[wire.DataBatch] = []
+        self._released_seqno = next_seqno - 1  # highest seqno sent out
+        self._rate: float | None = None
+        self._credit = 0.0
+        self._credit_at = 0.0
+        self._cut_seqno = 0  # a loss report above this seqno cuts the rate again
+        self._rate_step_at = 0.0
+        self._recent_sends: list[tuple[float, int]] = []  # (when, messages) over the last second
         # Heartbeats.
         self._heartbeat_at: float | None = None
         self._heartbeat_interval = HEARTBEAT_FIRST
@@ -225,7 +418,8 @@ class GroupChannel:
         self._sync_answers: dict[tuple[str, int], _SyncAnswer] = {}
         self.stats = {"naks_sent": 0, "repairs_sent": 0, "repaired": 0, "gaps_reported": 0,
                       "sync_messages_sent": 0, "foreign_dropped": 0, "conflicts": 0,
-                      "bad_signature_dropped": 0}
+                      "bad_signature_dropped": 0, "stranger_dropped": 0, "requests_over_budget": 0,
+                      "sync_requests_refused": 0, "rate_cuts": 0}
 
     # -- restore and user calls ----------------------------------------------------
 
@@ -234,6 +428,12 @@ class GroupChannel:
         for mid in mids:
             self.orderer.mark_delivered(mid)
             self._note_received(mid[0], mid[1])
+
+    def restore_conflicts(self, conflicts: Iterable[tuple[wire.StoredMessage, wire.StoredMessage]]) -> None:
+        """Equivocations learnt before (``(kept, other)`` from the store): counted, and kept to."""
+        for kept, other in conflicts:
+            self._conflicts[(kept.sender, kept.seqno)] = (kept, other)
+        self.stats["conflicts"] = len(self._conflicts)
 
     def compose(self, name: str, text: str, parent: Mid | None, now: float) -> wire.Data:
         """A new DATA message from this peer: delivered here now, signed and sent by datagrams_to_send()."""
@@ -252,6 +452,18 @@ class GroupChannel:
         self._last_send_at = now
         self._heartbeat_due = True
         return data
+
+    def retract(self, mids: Iterable[Mid]) -> list[Mid]:
+        """Take back this peer's newest messages, composed but never sent (they could not be
+        stored): their seqnos are free again.  Returns the mids taken back."""
+        retracted = []
+        for mid in sorted((m for m in mids if m[0] == self.pid), key=lambda m: -m[1]):
+            if mid[1] != self.next_seqno - 1 or not self.orderer.forget_delivered(mid):
+                break  # only the newest can go back, or seqnos would be reused out of order
+            _discard(self._received, self.pid, mid[1])
+            self.next_seqno -= 1
+            retracted.append(mid)
+        return retracted
 
     def start_sync(self, now: float) -> None:
         """MSP: ask the group for what this peer missed (on join and on return)."""
@@ -279,6 +491,11 @@ class GroupChannel:
         if getattr(message, "gid", self.gid) != self.gid:
             self.stats["foreign_dropped"] += 1
             return
+        if sender != self.pid:
+            if not self.is_member(sender):
+                self._note_stranger(sender, message)
+                return
+            self._heard_at[sender] = now
         if isinstance(message, wire.DataBatch):
             for (seqno, parent, sent_at, name, text), proof in zip(message.items, message.proofs):
                 self._on_data(sender, seqno, parent, name, text, sent_at, now, proof, public_key)
@@ -286,12 +503,12 @@ class GroupChannel:
             self._on_data(sender, message.seqno, message.parent, message.name, message.text, message.sent_at, now,
                           message.sig, public_key)
         elif isinstance(message, wire.Repair):
-            for stored in message.messages:
-                self._on_stored(stored, now)
-                self._cancel_answer(stored.sender, stored.seqno)
+            self._on_repair(sender, message, now)
+            if len(message.messages) > 1:
+                self._on_evidence(message, now)
         elif isinstance(message, wire.Nak):
             if sender != self.pid:
-                self._on_nak(message, now)
+                self._on_nak(sender, message, now)
         elif isinstance(message, wire.Heartbeat):
             if sender != self.pid and message.seqno:
                 self._note_highest(sender, message.seqno, now)
@@ -301,6 +518,27 @@ class GroupChannel:
         elif isinstance(message, wire.SyncResp):
             if sender != self.pid:
                 self._on_sync_resp(sender, message, now)
+
+    def _note_stranger(self, sender: str, message: wire.Message) -> None:
+        """A datagram from a non-member: dropped, but the seqno it claims is remembered (in a
+        bounded table) so that, should the sender turn out to be a member, we ask for it."""
+        self.stats["stranger_dropped"] += 1
+        if isinstance(message, wire.DataBatch):
+            seqno = max(item[0] for item in message.items) if message.items else 0
+        elif isinstance(message, (wire.Data, wire.Heartbeat)):
+            seqno = message.seqno
+        else:
+            return
+        strangers = self._strangers
+        if sender not in strangers and len(strangers) >= MAX_STRANGERS:
+            del strangers[next(iter(strangers))]  # the oldest goes
+        strangers[sender] = max(seqno, strangers.get(sender, 0))
+
+    def member_joined(self, pid: str, now: float) -> None:
+        """``pid`` is a member now: ask for whatever it sent while it was taken for a stranger."""
+        seqno = self._strangers.pop(pid, 0)
+        if seqno and self.is_member(pid):
+            self._note_highest(pid, seqno, now)
 
     def _on_stored(self, stored: wire.StoredMessage, now: float) -> int:
         """A relayed message: checked against its writer's signature unless we have it already."""
@@ -317,7 +555,8 @@ class GroupChannel:
         """Order one (verified) message; returns how many messages it made deliverable."""
         received = self._received.get(sender)
         if received is None:
-            if len(self._received) >= MAX_SENDERS and sender != self.pid:
+            # Members are always taken; authors who are not (relayed or restored) up to a cap.
+            if len(self._received) >= MAX_SENDERS and sender != self.pid and not self.is_member(sender):
                 self.stats["foreign_dropped"] += 1
                 return 0
             received = self._received[sender] = RangeSet()
@@ -325,10 +564,12 @@ class GroupChannel:
         duplicates = orderer.duplicates
         released = orderer.receive((sender, seqno), parent, (name, text, sent_at, sig, public_key))
         if orderer.duplicates != duplicates:
-            self._check_conflict((sender, seqno), parent, text)
+            self._check_conflict(wire.StoredMessage(sender, seqno, parent, sent_at, name, text, public_key, sig), now)
             return 0
         follows_previous = seqno == 1 or seqno - 1 in received
         received.add(seqno)
+        if self._deferred:
+            _discard(self._deferred, sender, seqno)  # an evicted message came again
         if self._highest.get(sender, 0) < seqno:
             self._highest[sender] = seqno
         if released:
@@ -338,25 +579,127 @@ class GroupChannel:
                 ChatMessage(gid, mid, got_parent, n, t, s, received_at, 0, g, k)
                 for mid, got_parent, (n, t, s, g, k) in released
             )
-        elif parent is not None and not self._has_received(parent):
-            self._note_highest(parent[0], parent[1], now)  # a parent we never got: ask for it
+            if self._evicted_for:
+                self._ask_again_for_evicted(released, now)
+            if self._conflicts:
+                self._deliver_kept_versions(len(released), received_at)
+        else:
+            evicted = orderer.take_evicted()  # only holding a message evicts others
+            if evicted:
+                self._on_evicted(evicted, now)
+            if parent is not None and not self._has_received(parent):
+                self._note_highest(parent[0], parent[1], now)  # a parent we never got: ask for it
         if not follows_previous:
             self._suspect(sender, now)
         return len(released)
 
-    def _check_conflict(self, mid: Mid, parent: Mid | None, text: str) -> None:
-        """A mid seen again: the first version stays; a different second one is counted."""
+    def _deliver_kept_versions(self, count: int, received_at: int) -> None:
+        """Of the last ``count`` deliveries, a held version that lost to another gives way to the one kept."""
+        deliveries = self._deliveries
+        for i in range(len(deliveries) - count, len(deliveries)):
+            versions = self._conflicts.get(deliveries[i].mid)
+            if versions is not None:
+                deliveries[i] = _as_delivery(self.gid, versions[0], received_at)
+
+    def _current_version(self, mid: Mid) -> wire.StoredMessage | None:
+        """The version of ``mid`` this peer holds or delivered, or None."""
         held = self.orderer.held_payload(mid)
         if held is not None:
-            first_parent, (_, first_text, *_) = held
-        else:
-            stored = self.fetch(self.gid, [mid])
-            if not stored:
+            parent, (name, text, sent_at, sig, public_key) = held
+            return wire.StoredMessage(mid[0], mid[1], parent, sent_at, name, text, public_key, sig)
+        stored = self.fetch(self.gid, [mid])
+        if stored:
+            return stored[0]
+        for message in reversed(self._deliveries):  # delivered since the last flush: not stored yet
+            if message.mid == mid:
+                return _as_stored(message)
+        return None
+
+    def _check_conflict(self, incoming: wire.StoredMessage, now: float) -> None:
+        """A mid seen again.  A different, validly signed version is equivocation: every
+        member keeps the version whose signed bytes hash lowest, and spreads the evidence."""
+        mid = (incoming.sender, incoming.seqno)
+        known = self._conflicts.get(mid)
+        current = known[0] if known is not None else self._current_version(mid)
+        if current is None or _same_version(current, incoming):
+            return
+        if known is not None and _same_version(known[1], incoming):
+            return  # the version that lost, again
+        if not wire.verify_stored(self.gid, incoming):
+            self.stats["bad_signature_dropped"] += 1
+            return
+        if known is None and len(self._conflicts) >= MAX_CONFLICTS:
+            return
+        kept, other = sorted((current, incoming), key=lambda m: _version_hash(self.gid, m))
+        self._conflicts[mid] = (kept, other)
+        self.stats["conflicts"] = len(self._conflicts)
+        self._events.append(Conflict(self.gid, mid, kept, other))
+        if kept is incoming:
+            self._replace(mid, kept)
+        if mid not in self._evidence_at:
+            self._evidence_at[mid] = (now + self.rng.uniform(0, EVIDENCE_FIRST), 0)
+
+    def _replace(self, mid: Mid, kept: wire.StoredMessage) -> None:
+        """The version kept wins over one this peer delivered (or holds: see _on_data)."""
+        if not self.orderer.is_delivered(mid):
+            return
+        for i, message in enumerate(self._deliveries):
+            if message.mid == mid:
+                self._deliveries[i] = _as_delivery(self.gid, kept, message.received_at)
                 return
-            first_parent, first_text = stored[0].parent, stored[0].text
-        if first_parent != parent or first_text != text:
-            self.stats["conflicts"] += 1
-            self._events.append(Conflict(self.gid, mid))
+        self._events.append(Replaced(self.gid, kept))
+
+    def _on_evidence(self, repair: wire.Repair, now: float) -> None:
+        """Another member multicast both versions of a mid: our own copy of that evidence can wait."""
+        copies = Counter((m.sender, m.seqno) for m in repair.messages)
+        for mid in (mid for mid, count in copies.items() if count > 1):
+            scheduled = self._evidence_at.get(mid)
+            if scheduled is not None:  # this round is done by another member: skip to our next one
+                self._next_evidence_round(mid, scheduled[1], now)
+
+    def _send_evidence(self, now: float) -> None:
+        for mid, (when, round_) in list(self._evidence_at.items()):
+            if when > now:
+                continue
+            kept, other = self._conflicts[mid]
+            self._outbox.append(wire.Repair(self.gid, (kept, other)))
+            self._next_evidence_round(mid, round_, now)
+
+    def _next_evidence_round(self, mid: Mid, round_: int, now: float) -> None:
+        if round_ + 1 >= len(EVIDENCE_ROUNDS):
+            del self._evidence_at[mid]
+        else:
+            self._evidence_at[mid] = (now + EVIDENCE_ROUNDS[round_ + 1] - EVIDENCE_ROUNDS[round_]
+                                      + self.rng.uniform(0, EVIDENCE_JITTER), round_ + 1)
+
+    def _on_evicted(self, evicted: list[tuple[Mid, Mid]], now: float) -> None:
+        """Evicted from the hold store: a gap again, asked for once its parent is delivered."""
+        for mid, parent in evicted:
+            sender, seqno = mid
+            _discard(self._received, sender, seqno)
+            self._deferred.setdefault(sender, RangeSet()).add(seqno)
+            self._evicted_for.setdefault(parent, []).append(mid)
+            self._evicted_remembered += 1
+        while self._evicted_remembered > MAX_EVICTED_REMEMBERED:
+            oldest = next(iter(self._evicted_for))
+            self._release_evicted(self._evicted_for.pop(oldest), now)
+
+    def _ask_again_for_evicted(self, released: list, now: float) -> None:
+        for mid, _, _ in released:
+            children = self._evicted_for.pop(mid, None)
+            if children is not None:
+                self._release_evicted(children, now)
+
+    def _release_evicted(self, mids: list[Mid], now: float) -> None:
+        """Stop deferring evicted messages: they are gaps that NAKs ask for."""
+        self._evicted_remembered -= len(mids)
+        for sender, seqno in mids:
+            _discard(self._deferred, sender, seqno)
+            if sender != self.pid:  # a new request, not a retry of an old one: ask soon, tries afresh
+                self._nak_tries.pop(sender, None)
+                self._nak_progress.pop(sender, None)
+                at = now + self.rng.uniform(*NAK_DELAY)
+                self._nak_at[sender] = min(self._nak_at.get(sender, at), at)
 
     def _note_received(self, sender: str, seqno: int) -> None:
         seen = self._received.get(sender)
@@ -369,6 +712,10 @@ class GroupChannel:
         return seen is not None and mid[1] in seen
 
     def _note_highest(self, sender: str, seqno: int, now: float) -> None:
+        # NAK state only for members and for senders whose messages we hold (a left member's):
+        # parents and digests naming invented pids cost nothing.
+        if sender not in self._received and not self.is_member(sender):
+            return
         if seqno > self._highest.get(sender, 0):
             self._highest[sender] = seqno
         if not self._has_received((sender, seqno)):
@@ -379,7 +726,8 @@ class GroupChannel:
     def _suspect(self, sender: str, now: float) -> None:
         if sender == self.pid or sender in self._nak_at:
             return
-        self._nak_at[sender] = now + self.rng.uniform(*NAK_DELAY)
+        low, high = NAK_DELAY
+        self._nak_at[sender] = now + self.rng.uniform(low, max(high, NAK_SPREAD * self.group_size))
 
     def missing(self, sender: str) -> list[tuple[int, int]]:
         """Seqno ranges of ``sender`` known to exist and not received (nor given up on)."""
@@ -388,8 +736,10 @@ class GroupChannel:
             return []
         seen = self._received.get(sender) or RangeSet()
         abandoned = self._abandoned.get(sender)
-        if abandoned:
-            seen = RangeSet.from_ranges(seen.ranges() + abandoned.ranges())
+        deferred = self._deferred.get(sender)
+        if abandoned or deferred:
+            seen = RangeSet.from_ranges(seen.ranges() + (abandoned.ranges() if abandoned else [])
+                                        + (deferred.ranges() if deferred else []))
         return seen.gaps(highest)
 
     def _send_naks(self, now: float) -> None:
@@ -414,9 +764,20 @@ class GroupChannel:
                 self.stats["gaps_reported"] += 1
                 del self._nak_at[sender]
                 continue
+            asked = self._asked.get(sender)
+            if asked is not None:
+                recent = asked.fresh(now, NAK_RETRY)
+                if recent:
+                    unasked = RangeSet.from_ranges(gaps)
+                    for a, b in recent.ranges():
+                        unasked.remove_range(a, b + 1)
+                    if not unasked:  # another member asked for all of it: wait for the repair
+                        self._nak_at[sender] = asked.since + NAK_RETRY * self.rng.uniform(1.0, 1.2)
+                        continue
+                    gaps = unasked.ranges()
             ranges, budget = [], NAK_MAX_SEQNOS
             for a, b in gaps:
-                if budget <= 0 or len(ranges) >= 500:
+                if budget <= 0 or len(ranges) >= NAK_MAX_RANGES:
                     break
                 b = min(b, a + budget - 1)
                 ranges.append((a, b))
@@ -428,34 +789,111 @@ class GroupChannel:
 
     # -- loss repair: answering --------------------------------------------------------
 
-    def _on_nak(self, nak: wire.Nak, now: float) -> None:
-        # Someone else asked for this sender: our own NAK for it can wait for the repair.
-        if nak.target in self._nak_at:
-            self._nak_at[nak.target] = max(self._nak_at[nak.target], now + NAK_RETRY)
-        delivered = self.orderer.delivered_set(nak.target)
-        wanted = self._answers.setdefault(nak.target, set())
-        for first, last in nak.ranges:
-            for seqno in range(first, min(last, first + NAK_MAX_SEQNOS) + 1):
-                if seqno in delivered:
-                    wanted.add(seqno)
+    def _rank(self, key: bytes, exclude: tuple[str, ...]) -> int:
+        """This peer's place in the line of responders to a request: the members ordered by a
+        hash of the request and their pid, so every member works out the same line."""
+        mine = _score(key, self.pid)
+        members = self.members()
+        if not members:  # no member list: a place drawn from the same hash
+            return int.from_bytes(mine, "big") * self.group_size >> 64
+        return sum(1 for pid in members if pid not in exclude and pid != self.pid and _score(key, pid) < mine)
+
+    def _budget(self, requester: str, now: float) -> _Budget:
+        budget = self._budgets.get(requester)
+        if budget is None:
+            if len(self._budgets) >= MAX_SENDERS:
+                self._budgets = {p: b for p, b in self._budgets.items() if now - b.at < 1.0}
+            budget = self._budgets[requester] = _Budget(now)
+        budget.refill(now)
+        return budget
+
+    def _on_nak(self, requester: str, nak: wire.Nak, now: float) -> None:
+        target = nak.target
+        if target == self.pid and nak.ranges and nak.ranges[-1][1] > self._cut_seqno \
+                and nak.ranges[0][0] <= self._released_seqno:  # (seqnos never sent are no loss report)
+            self._slow_down(now)
+        if target not in self._received and not self.is_member(target):
+            return  # nobody we hold messages of, nor a member: no state for it
+        ranges = nak.ranges[:NAK_MAX_RANGES]
+        # Someone else asked: our own NAK leaves this out until the repair had time to come.
+        asked = self._asked.setdefault(target, _RecentRanges()).fresh(now, NAK_RETRY)
+        for first, last in ranges:
+            asked.add_range(first, min(last, first + NAK_MAX_SEQNOS) + 1)
+        # How often this was asked for lately: each time, the line of responders grows 4-fold.
+        levels = self._requested.get(target)
+        if levels is None:
+            levels = self._requested[target] = [_RecentRanges() for _ in range(REPEAT_LEVELS)]
+        repeats = 0
+        for level in reversed(range(REPEAT_LEVELS)):
+            below = levels[level - 1].seqnos if level else None
+            seen = levels[level].fresh(now, REPEAT_WINDOW)
+            if seen.intersection(ranges, 1):
+                repeats = max(repeats, level + 1)
+            for first, last in (below.intersection(ranges, NAK_MAX_RANGES) if below is not None else ranges):
+                seen.add_range(first, min(last, first + NAK_MAX_SEQNOS) + 1)
+        # What we hold of it, as ranges (O(ranges), however many seqnos they span), less what
+        # was repaired a moment ago, within the requester's budget.
+        budget = self._budget(requester, now)
+        allowed = min(NAK_MAX_SEQNOS, int(budget.messages))
+        wanted, count = RangeSet(), 0
+        for first, last in self.orderer.delivered_set(target).intersection(ranges, NAK_MAX_RANGES):
+            if last - first + 1 > allowed - count:
+                self.stats["requests_over_budget"] += 1
+                last = first + allowed - count - 1
+                if last < first:
+                    break
+            wanted.add_range(first, last + 1)
+            count += last - first + 1
+        repaired = self._repaired.get(target)
+        if repaired is not None and wanted:
+            for first, last in repaired.fresh(now, REPAIR_HOLDOFF).intersection(wanted.ranges(), NAK_MAX_RANGES):
+                wanted.remove_range(first, last + 1)
         if not wanted:
-            del self._answers[nak.target]
             return
-        if nak.target == self.pid:
-            delay = self.rng.uniform(0, 0.002)  # the sender always has it: answer first
-        else:
-            delay = self.rng.uniform(0.002, 0.002 + ANSWER_DELAY * math.log2(self.group_size + 1))
-        at = now + delay
-        self._answer_at = at if self._answer_at is None else min(self._answer_at, at)
+        budget.messages -= len(wanted)
+        answer = self._answers.get(target)
+        if answer is None:
+            if target == self.pid:
+                delay = self.rng.uniform(0, 0.002)  # the sender always has it: answer first
+            else:  # after the sender (if it is a member), in the line drawn for this request
+                if now - self._heard_at.get(target, -math.inf) < SENDER_ALIVE:
+                    # The sender is there and answers; asked again, the request most likely lost
+                    # its repair somewhere: the line steps in the time after.
+                    if repeats < 2:
+                        return
+                    repeats -= 2
+                rank = self._rank(_rank_key(requester, target, ranges), (requester, target))
+                if repeats < REPEAT_LEVELS and rank >= RESPONDERS << 2 * repeats:
+                    return
+                delay = ANSWER_SLOT * (rank + self.is_member(target)) + self.rng.uniform(0.001, 0.002)
+            answer = self._answers[target] = _RepairAnswer(now + delay, requester)
+        answer.requester = requester
+        for first, last in wanted.ranges():
+            answer.wanted.add_range(first, last + 1)
+
+    def _on_repair(self, responder: str, repair: wire.Repair, now: float) -> None:
+        for stored in repair.messages:
+            self._on_stored(stored, now)
+            self._cancel_answer(stored.sender, stored.seqno)
+            recent = self._repaired.get(stored.sender)
+            if recent is None:
+                recent = self._repaired[stored.sender] = _RecentRanges()
+            recent.fresh(now, REPAIR_HOLDOFF).add(stored.seqno)
+        if responder != self.pid:
+            # Another member is answering: let it go on, and drop what it carries as it comes.
+            for sender in {stored.sender for stored in repair.messages}:
+                answer = self._answers.get(sender)
+                if answer is not None:
+                    answer.next_at = max(answer.next_at, now + ANSWER_YIELD)
 
     def _cancel_answer(self, sender: str, seqno: int) -> None:
-        wanted = self._answers.get(sender)
-        if wanted is not None:
-            wanted.discard(seqno)
-            if not wanted:
+        answer = self._answers.get(sender)
+        if answer is not None:
+            answer.wanted.discard(seqno)
+            if not answer.wanted:
                 del self._answers[sender]
-        for answer in self._sync_answers.values():
-            answer.discard(sender, seqno)
+        for sync_answer in self._sync_answers.values():
+            sync_answer.discard(sender, seqno)
 
     def _take_budget(self, now: float, wanted: int) -> int:
         self._answer_budget = min(ANSWER_RATE, self._answer_budget + (now - self._budget_at) * ANSWER_RATE)
@@ -465,19 +903,80 @@ class GroupChannel:
         return granted
 
     def _send_repairs(self, now: float) -> None:
-        self._answer_at = None
-        for sender in list(self._answers):
-            seqnos = sorted(self._answers.pop(sender))
-            granted = self._take_budget(now, len(seqnos))
-            if granted < len(seqnos):  # over the rate: keep the rest for later
-                self._answers[sender] = set(seqnos[granted:])
-                seqnos = seqnos[:granted]
+        """One chunk per due answer: what others repaired meanwhile has been dropped from it."""
+        for sender, answer in list(self._answers.items()):
+            if answer.next_at > now:
+                continue
+            budget = self._budget(answer.requester, now)
+            granted = self._take_budget(now, 400) if budget.bytes > 0 else 0
+            seqnos = answer.wanted.first(granted)
             messages = self.fetch(self.gid, [(sender, s) for s in seqnos]) if seqnos else []
-            for chunk in _chunks(messages):
+            chunk = next(iter(_chunks(messages)), [])
+            if seqnos:  # what did not fit the chunk stays wanted; what we lack (normally nothing) goes
+                answer.wanted.remove_range(seqnos[0], seqnos[-1] + 1)
+                for message in messages[len(chunk):]:
+                    answer.wanted.add(message.seqno)
+            if chunk:
                 self._outbox.append(wire.Repair(self.gid, tuple(chunk)))
                 self.stats["repairs_sent"] += len(chunk)
-        if self._answers:
-            self._answer_at = now + 0.05
+                budget.bytes -= sum(_approx_size(m) for m in chunk)
+                recent = self._repaired.setdefault(sender, _RecentRanges()).fresh(now, REPAIR_HOLDOFF)
+                for message in chunk:
+                    recent.add(message.seqno)
+            if answer.wanted:
+                answer.next_at = now + (REPAIR_PACE if granted else SYNC_PACE)
+            else:
+                del self._answers[sender]
+
+    # -- flow control ----------------------------------------------------------------------
+
+    def _slow_down(self, now: float) -> None:
+        """A member lacks messages sent since the last cut: halve the rate (once per such loss)."""
+        sent = sum(count for at, count in self._recent_sends if now - at <= 1.0)
+        current = self._rate if self._rate is not None else max(sent, PACE_FLOOR)
+        self._rate = max(PACE_FLOOR, current / 2)
+        self._cut_seqno = self._released_seqno
+        self._rate_step_at = now + PACE_STEP
+        self.stats["rate_cuts"] += 1
+
+    def _release(self, now: float | None) -> list[wire.DataBatch]:
+        """The paced batches that may go out by ``now`` (all of them when not paced)."""
+        if self._rate is not None and now is not None:
+            while now >= self._rate_step_at:  # no loss reported for a step: speed up
+                self._rate *= PACE_GROWTH
+                self._rate_step_at += PACE_STEP
+            if self._rate > PACE_CEILING:
+                self._rate = None
+        if self._rate is None or now is None:
+            out, self._paced = self._paced, []
+        else:
+            burst = max(self._rate * PACE_BURST, crypto.MAX_BATCH)
+            self._credit = min(burst, self._credit + (now - self._credit_at) * self._rate)
+            self._credit_at = now
+            taken = 0
+            for batch in self._paced:
+                if len(batch.items) > self._credit + 1e-6:  # (float rounding must not stall it)
+                    break
+                self._credit -= len(batch.items)
+                taken += 1
+            out, self._paced = self._paced[:taken], self._paced[taken:]
+        if out:
+            self._released_seqno = max(self._released_seqno, out[-1].items[-1][0])
+            if now is not None:
+                self._recent_sends = [(at, n) for at, n in self._recent_sends if now - at <= 1.0]
+                self._recent_sends.append((now, sum(len(batch.items) for batch in out)))
+        return out
+
+    def _next_release(self) -> float | None:
+        if not self._paced or self._rate is None:
+            return None
+        lacking = len(self._paced[0].items) - self._credit
+        return self._credit_at + max(0.0, lacking) / self._rate
+
+    @property
+    def rate(self) -> float | None:
+        """The paced send rate in messages per second, or None when not paced."""
+        return self._rate
 
     # -- MSP -------------------------------------------------------------------------------
 
@@ -485,9 +984,12 @@ class GroupChannel:
         latest = self._latest_request.get(requester, 0)
         if request.sync_seqno <= latest:
             return  # stale or repeated (the PSSIT)
-        self._latest_request[requester] = request.sync_seqno
         for key in [k for k in self._sync_answers if k[0] == requester]:
             del self._sync_answers[key]  # a newer request replaces the older one
+        if len(self._sync_answers) >= MAX_SYNC_ANSWERS:
+            self.stats["sync_requests_refused"] += 1  # busy: the requester asks again
+            return
+        self._latest_request[requester] = request.sync_seqno
         theirs = {pid: RangeSet.from_ranges(ranges) for pid, ranges in request.digest}
         missing: set[Mid] = set()
         for pid, seen in self.orderer.delivered_sets():
@@ -498,7 +1000,8 @@ class GroupChannel:
             if ranges:
                 self._note_highest(pid, ranges[-1][1], now)
         if missing:
-            start = now + self.rng.uniform(0.005, 0.005 + ANSWER_DELAY * math.log2(self.group_size + 1))
+            rank = self._rank(_rank_key(requester, request.sync_seqno), (requester,))
+            start = now + ANSWER_SLOT * rank + self.rng.uniform(0.005, 0.007)
             self._sync_answers[(requester, request.sync_seqno)] = _SyncAnswer(
                 requester, request.sync_seqno, missing, start)
 
@@ -530,7 +1033,9 @@ class GroupChannel:
         for key, answer in list(self._sync_answers.items()):
             if answer.next_at > now:
                 continue
-            budget = self._take_budget(now, 400)
+            requester_budget = self._budget(answer.requester, now)
+            allowed = min(400, int(requester_budget.messages)) if requester_budget.bytes > 0 else 0
+            budget = self._take_budget(now, allowed)
             if budget == 0:
                 answer.next_at = now + SYNC_PACE
                 continue
@@ -542,6 +1047,8 @@ class GroupChannel:
             if chunk:
                 self._outbox.append(wire.SyncResp(self.gid, answer.requester, answer.sync_seqno, remaining, tuple(chunk)))
                 self.stats["sync_messages_sent"] += len(chunk)
+                requester_budget.messages -= len(chunk)
+                requester_budget.bytes -= sum(_approx_size(m) for m in chunk)
             if remaining:
                 answer.next_at = now + SYNC_PACE
             else:
@@ -559,20 +1066,25 @@ class GroupChannel:
 
     def get_timer(self) -> float | None:
         self._arm_heartbeat()
-        deadlines = [d for d in (self._answer_at, self._heartbeat_at, self._sync_retry_at) if d is not None]
+        deadlines = [d for d in (self._heartbeat_at, self._sync_retry_at, self._next_release()) if d is not None]
+        deadlines.extend(answer.next_at for answer in self._answers.values())
         if self._nak_at and not self._sync_active:
             deadlines.append(min(self._nak_at.values()))
         deadlines.extend(answer.next_at for answer in self._sync_answers.values())
+        if self._evidence_at:
+            deadlines.append(min(when for when, _ in self._evidence_at.values()))
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float) -> None:
         self._arm_heartbeat()
         if self._nak_at and not self._sync_active:
             self._send_naks(now)
-        if self._answer_at is not None and self._answer_at <= now:
+        if self._answers:
             self._send_repairs(now)
         if self._sync_answers:
             self._send_sync_answers(now)
+        if self._evidence_at:
+            self._send_evidence(now)
         if self._sync_retry_at is not None and self._sync_retry_at <= now:
             if self._sync_tries < SYNC_TRIES and self._sync_received == 0:
                 self.start_sync(now)
@@ -580,7 +1092,7 @@ class GroupChannel:
                 self._sync_active = False
                 self._sync_retry_at = None
         if self._heartbeat_at is not None and self._heartbeat_at <= now:
-            self._outbox.append(wire.Heartbeat(self.gid, self.next_seqno - 1))
+            self._outbox.append(wire.Heartbeat(self.gid, self._released_seqno))
             self._heartbeat_interval = min(HEARTBEAT_MAX, self._heartbeat_interval * 2)
             if now - self._last_send_at > HEARTBEAT_QUIET_AFTER:
                 self._heartbeat_at = None
@@ -589,9 +1101,10 @@ class GroupChannel:
 
     # -- output --------------------------------------------------------------------------------
 
-    def datagrams_to_send(self) -> list[wire.Message]:
-        """What to transmit; this peer's new messages go out in batches, one signature each."""
-        signed: list[wire.Message] = []
+    def datagrams_to_send(self, now: float | None = None) -> list[wire.Message]:
+        """What to transmit by ``now``; this peer's new messages go out in batches, one signature each,
+        paced when members reported loss of them (without ``now``: everything, unpaced)."""
+        signed: list[wire.DataBatch] = []
         self._arm_heartbeat()
         if self._unsigned:
             proofs = {}
@@ -608,7 +1121,8 @@ class GroupChannel:
                             proofs[m.mid], m.public_key) if m.mid in proofs else m
                 for m in self._deliveries
             ]
-        out, self._outbox = signed + self._outbox, []
+        self._paced += signed
+        out, self._outbox = self._release(now) + self._outbox, []
         return out
 
     def deliveries(self) -> list[ChatMessage]:

@@ -139,6 +139,7 @@ class GroupRecord:
         return self.descriptor.key_check if self.descriptor else b""
 
     def is_current(self, pid: str) -> bool:
+        """Whether ``pid`` is a current member (one dict look-up: called for every datagram)."""
         record = self.members.get(pid)
         return record is not None and record.joined
 

@@ -18,15 +18,17 @@ import concurrent.futures
 import json
 import logging
 import random
+import sqlite3
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import crypto, passphrase as passphrases, wire
-from .channel import Conflict, GapReported, GroupChannel, SyncProgress
+from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
 from .discovery import ZeroconfDiscovery
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, MemberUpdated, group_address
+from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import Presence
 from .store import Store
 from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
@@ -49,7 +51,8 @@ class Config:
     port: int = DEFAULT_PORT
     control_addr: str = CONTROL_ADDR
     zeroconf: bool = True
-    max_held: int = 100_000
+    max_held: int = DEFAULT_MAX_HELD
+    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES
     seed: int | None = None
 
 
@@ -102,6 +105,12 @@ class GroupManager:
         self._last_flush = 0.0
         self._flush_interval = self.FLUSH_INTERVAL
         self._seqnos_to_save: set[str] = set()
+        # While the store cannot be written: what failed, and what waits to be stored.
+        self.storage_error: str | None = None
+        self._unstored: list[ChatMessage] = []
+        self._unstored_conflicts: list = []  # Conflict and Replaced events not stored yet
+        self._members_to_save: dict[str, set[str]] = {}  # gid -> pids whose rows changed
+        self._unsent: dict[Mid, str] = {}  # own messages taken back since take_unsent()
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
@@ -132,6 +141,9 @@ class GroupManager:
             for gid in self.channels:
                 self._announce(gid)
         self._started = True
+        for gid in self.channels:  # equivocations learnt before: the warning stands
+            for kept, _ in self.store.conflicts(gid):
+                self.listener.on_warning(gid, _conflict_warning((kept.sender, kept.seqno)))
         self._link_name = interface_name(self.interface)
         self._link_up = link_is_up(self._link_name) if self._link_name else True
         self._spawn(self._watch_link())
@@ -300,6 +312,7 @@ class GroupManager:
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
         gid = record.gid
         self.gjlp.join(gid, time.time(), key)
+        self.gjlp.advertise()  # the members' answers tell us who they are: we take datagrams only from them
         self.store.save_group(record)
         self.store.save_members(gid, record.members.values())  # what was known before joining, once
         if key is not None:
@@ -326,6 +339,8 @@ class GroupManager:
         self._after_input()
 
     def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid:
+        """Compose and queue a message; it is stored and sent by the next flush.  If that
+        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`)."""
         channel = self._channel(gid)
         if not isinstance(text, str):
             raise UsageError("text must be a string")
@@ -465,6 +480,12 @@ class GroupManager:
         tmp.replace(path)
         return count
 
+    def take_unsent(self) -> dict[Mid, str]:
+        """Own messages taken back since the last call because they could not be stored
+        (never sent; their seqnos go to the next messages), each with the reason."""
+        unsent, self._unsent = self._unsent, {}
+        return unsent
+
     def stats_dict(self) -> dict:
         s = self.stats
         return {
@@ -479,10 +500,12 @@ class GroupManager:
             "not_member_dropped": s.not_member_dropped,
             "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
             **{key: sum(c.stats[key] for c in self.channels.values())
-               for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts")},
+               for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts",
+                           "stranger_dropped", "requests_over_budget", "sync_requests_refused", "rate_cuts")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
             "operations_rejected": sum(ops.rejected for ops in self._operations.values()),
             "operations_pending": sum(ops.core.pending for ops in self._operations.values()),
+            "held_bytes": sum(c.orderer.held_bytes for c in self.channels.values()),
             "delivered": s.delivered,
             "own_looped_back": s.own_looped_back,
             "pending": self.pending(),
@@ -497,6 +520,8 @@ class GroupManager:
             "groups_refused": self.gjlp.groups_refused,
             "plaintext_refused": self.plaintext_refused,
             "control_backlog_dropped": self.control_backlog_dropped,
+            "storage_error": self.storage_error,
+            "unstored": len(self._unstored),
         }
 
     # -- internals -------------------------------------------------------------------
@@ -522,9 +547,12 @@ class GroupManager:
         key = self.store.group_key(gid)
         if key:
             self._ciphers[gid] = crypto.GroupCipher(key)
+        record = self.gjlp.groups[gid]
         channel = GroupChannel(gid, self.identity, next_seqno, fetch=self.store.fetch, rng=self._rng,
-                               max_held=self.config.max_held)
+                               max_held=self.config.max_held, max_held_bytes=self.config.max_held_bytes,
+                               is_member=record.is_current, members=lambda: [m.pid for m in record.current()])
         channel.restore(self.store.delivered_mids(gid))
+        channel.restore_conflicts(self.store.conflicts(gid))
         self.channels[gid] = channel
         if sync:  # MSP: whatever the group said while this peer was away (or before it joined)
             channel.start_sync(time.time())
@@ -655,10 +683,6 @@ class GroupManager:
         self._flush_scheduled = False
         if self._loop is not None:
             self._last_flush = self._loop.time()
-        for gid in self._seqnos_to_save:
-            if gid in self.channels:
-                self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
-        self._seqnos_to_save.clear()
         for message in self.gjlp.datagrams_to_send():
             try:
                 self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.identity, message)))
@@ -666,26 +690,23 @@ class GroupManager:
                 log.warning("not sent: %s", exc)
         events = self.gjlp.events()
         changed_groups: dict[str, bool] = {}
-        changed_members: dict[str, set[str]] = {}
         for event in events:
             record = self.gjlp.groups.get(event.gid)
             if record is None:
                 continue
             if isinstance(event, (MemberJoined, MemberLeft, MemberUpdated)) and self.gjlp.is_member(event.gid):
-                changed_members.setdefault(event.gid, set()).add(event.member.pid)
+                self._members_to_save.setdefault(event.gid, set()).add(event.member.pid)
             if isinstance(event, GroupSeen):
                 changed_groups[event.gid] = changed_groups.get(event.gid, False) or event.new
-        for gid, pids in changed_members.items():  # one row per member that changed
-            members = self.gjlp.groups[gid].members
-            self.store.save_members(gid, [members[pid] for pid in pids if pid in members])
         deliveries: list[ChatMessage] = []
         channel_events = []
+        conflict_writes = []
         now = time.time()
         beacons = set(self.presence.beacons_due(list(self.channels), now))
         for gid, channel in self.channels.items():
             record = self.gjlp.groups[gid]
             channel.group_size = max(1, len(record.current()))
-            outbox = channel.datagrams_to_send()
+            outbox = channel.datagrams_to_send(now)
             if outbox:
                 self.presence.spoke(gid, now)
             elif gid in beacons:  # idle: one heartbeat says this peer is still here
@@ -702,12 +723,13 @@ class GroupManager:
                 except wire.WireError as exc:  # e.g. a digest past the datagram limit
                     log.warning("not sent: %s", exc)
             deliveries += channel.deliveries()
-            channel_events += channel.events()
+            events_now = channel.events()
+            channel_events += events_now
+            conflict_writes += [e for e in events_now if isinstance(e, (Conflict, Replaced))]
         for gid in {m.gid for m in deliveries}:
             if gid in self.channels:
                 self._ops(gid)  # built from the store before this batch joins it
-        stored = self.store.add_messages(deliveries) if deliveries else []
-        self.store.commit()
+        stored = self._store(deliveries, conflict_writes)
         self._flush_interval = self.BUSY_FLUSH_INTERVAL if len(stored) >= self.BUSY_MESSAGES else self.FLUSH_INTERVAL
         if self._started:
             outgoing, self._outgoing = self._outgoing, []
@@ -722,6 +744,8 @@ class GroupManager:
         membership_changed = set()
         for event in events:
             if isinstance(event, MemberJoined):
+                if event.gid in self.channels:  # what it sent before we knew it is asked for now
+                    self.channels[event.gid].member_joined(event.member.pid, time.time())
                 self.listener.on_member_joined(event.gid, event.member)
                 membership_changed.add(event.gid)
             elif isinstance(event, MemberLeft):
@@ -742,7 +766,7 @@ class GroupManager:
                 log.warning("group %s: no member holds %s's messages %s; replies to them stay held",
                             event.gid, event.sender, event.ranges)
             elif isinstance(event, Conflict):
-                warning = f"two different messages claim id {format_mid(event.mid)}; the first one is kept"
+                warning = _conflict_warning(event.mid)
                 log.warning("group %s: %s", event.gid, warning)
                 self.listener.on_warning(event.gid, warning)
         self._arm_timer()
@@ -764,9 +788,71 @@ class GroupManager:
             topic, by = ops.topic()
             self.listener.on_topic_changed(gid, topic, by)
 
+    # While the store cannot be written, flushes try again this often.
+    STORAGE_RETRY = 1.0
+
+    def _store(self, deliveries: list[ChatMessage], conflicts: list) -> list[ChatMessage]:
+        """Commit seqnos, groups, delivered messages and equivocations learnt (``conflicts``:
+        Conflict and Replaced events); returns the messages stored.
+
+        When the commit fails (a full disk), it is rolled back and nothing of this flush is
+        transmitted: this peer's new messages are taken back (never sent, their seqnos free
+        again, the caller told through :meth:`take_unsent`), the others' wait in memory and
+        are stored, and shown, by the first flush that can write again."""
+        try:
+            for gid in self._seqnos_to_save:
+                if gid in self.channels:
+                    self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
+            for gid, pids in self._members_to_save.items():  # one row per member that changed
+                members = self.gjlp.groups[gid].members if gid in self.gjlp.groups else {}
+                self.store.save_members(gid, [members[pid] for pid in pids if pid in members])
+            pending = self._unstored + deliveries
+            stored = self.store.add_messages(pending) if pending else []
+            for event in self._unstored_conflicts + conflicts:
+                if isinstance(event, Conflict):
+                    self.store.save_conflict(event.gid, event.kept, event.other)
+                else:
+                    self.store.replace_message(event.gid, event.message)
+            self.store.commit()
+        except (sqlite3.Error, OSError) as exc:
+            self.store.rollback()
+            self._outgoing = []
+            reason = str(exc) or type(exc).__name__
+            if self.storage_error is None:
+                log.error("cannot store messages (%s): not sending, trying again every %.0f s", reason,
+                          self.STORAGE_RETRY)
+            self.storage_error = reason
+            own = [m.mid for m in deliveries if m.sender == self.pid]
+            taken_back = set()
+            for gid, channel in self.channels.items():
+                retracted = channel.retract(m.mid for m in deliveries if m.gid == gid and m.sender == self.pid)
+                for mid in retracted:
+                    taken_back.add(mid)
+                    self._unsent[mid] = f"not sent: cannot store messages ({reason})"
+                if retracted:
+                    self.listener.on_warning(gid, f"{len(retracted)} message(s) not sent: cannot store messages "
+                                                  f"({reason})")
+            self._unstored += [m for m in deliveries if m.mid not in taken_back]
+            self._unstored_conflicts += conflicts
+            if len(taken_back) < len(own):
+                log.error("kept %d own messages that could not be taken back; they go out once stored",
+                          len(own) - len(taken_back))
+            return []
+        if self.storage_error is not None and stored:  # a commit without messages proves little
+            log.info("storing works again (%d messages were waiting)", len(self._unstored))
+            self.storage_error = None
+        self._unstored = []
+        self._unstored_conflicts = []
+        self._seqnos_to_save.clear()
+        self._members_to_save.clear()
+        return stored
+
     def _arm_timer(self) -> None:
         deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()),
                                  self.presence.get_timer(list(self.channels))) if d is not None]
+        if self._unstored or self._unstored_conflicts or self.storage_error is not None and (
+                self._seqnos_to_save or self._members_to_save):
+            deadlines.append(time.time() + self.STORAGE_RETRY)
         deadline = min(deadlines) if deadlines else None
         if self._timer is not None:
             self._timer.cancel()
@@ -783,6 +869,11 @@ class GroupManager:
         for channel in self.channels.values():
             channel.handle_timer(now)
         self.flush()
+
+
+def _conflict_warning(mid: Mid) -> str:
+    return (f"two different signed messages claim id {format_mid(mid)} (its writer equivocated); every member "
+            "keeps the one whose signed bytes hash lowest")
 
 
 _LEGACY = ("group {desc!r} was made by an older version of M2MC, before groups were signed: its messages stay "

@@ -23,7 +23,7 @@ faster.  Without a compiler at install time, or with ``M2MC_PURE_PYTHON=1`` set,
 from __future__ import annotations
 
 import os
-from typing import Any, Hashable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 from .rangeset import RangeSet
 
@@ -39,6 +39,9 @@ Delivery = tuple[Mid, "Mid | None", Any]
 """``(mid, parent, payload)`` as handed back by :meth:`SbOrderer.receive`."""
 
 DEFAULT_MAX_HELD = 100_000
+# Held messages are bounded in bytes too (what the caller says each one costs): 100,000
+# messages of up to ~33 KB of text each would otherwise be 3 GB per group.
+DEFAULT_MAX_HELD_BYTES = 64 * 1024 * 1024
 
 
 class _Delivered:
@@ -74,6 +77,27 @@ class _Delivered:
             self.rest = RangeSet()
         return self.rest.add(seqno)
 
+    def forget_highest(self, seqno: int) -> bool:
+        """Remove ``seqno`` if it is the highest here; False (and nothing changes) otherwise."""
+        rest = self.rest
+        if rest is not None and rest.max() >= self.hi:
+            if rest.max() != seqno:
+                return False
+            rest.take_run(seqno)
+            if not rest:
+                self.rest = None
+        elif self.hi - 1 == seqno and self.lo < self.hi:
+            self.hi = seqno
+            if self.lo == self.hi and rest is not None:  # the run is gone: the highest range takes its place
+                first, last = rest.ranges()[-1]
+                rest.take_run(first)
+                self.lo, self.hi = first, last + 1
+                if not rest:
+                    self.rest = None
+        else:
+            return False
+        return True
+
     def as_rangeset(self) -> RangeSet:
         result = RangeSet.from_ranges(self.rest.ranges()) if self.rest is not None else RangeSet()
         result.add_range(self.lo, self.hi)
@@ -83,36 +107,49 @@ class _Delivered:
 class PySbOrderer:
     """Delivers messages in S_b order: every reply after the message it answers.
 
-    ``max_held`` bounds the messages waiting for a parent; past it the oldest
-    waiting message is evicted (and counted in ``evicted``), so a hostile sender
-    that names parents which never come cannot grow memory without limit.
+    ``max_held`` bounds the messages waiting for a parent, ``max_held_bytes`` the
+    sum of their sizes (given to :meth:`receive`, or else ``size_of(payload)``,
+    called only for a message about to be held); past either, the oldest
+    waiting message is evicted (counted in ``evicted`` and listed by
+    :meth:`take_evicted`, so the caller can ask for it again once its parent is
+    here), so a hostile sender that names parents which never come cannot grow
+    memory without limit.
     """
 
-    __slots__ = ("_delivered", "_held", "_waiting", "max_held", "evicted", "duplicates", "rejected")
+    __slots__ = ("_delivered", "_held", "_waiting", "max_held", "max_held_bytes", "held_bytes", "_evicted_mids",
+                 "_size_of", "evicted", "duplicates", "rejected")
 
-    def __init__(self, max_held: int = DEFAULT_MAX_HELD) -> None:
+    def __init__(self, max_held: int = DEFAULT_MAX_HELD, max_held_bytes: int = DEFAULT_MAX_HELD_BYTES,
+                 size_of: Callable[[Any], int] | None = None) -> None:
         if max_held < 1:
             raise ValueError("max_held must be at least 1")
+        if max_held_bytes < 1:
+            raise ValueError("max_held_bytes must be at least 1")
         self._delivered: dict[Hashable, _Delivered] = {}
-        # mid -> (parent, payload); dict order is arrival order, so the first key is the oldest.
-        self._held: dict[Mid, tuple[Mid, Any]] = {}
+        # mid -> (parent, payload, size); dict order is arrival order, so the first key is the oldest.
+        self._held: dict[Mid, tuple[Mid, Any, int]] = {}
         # parent mid -> the held message that answers it, or a list of them in arrival
         # order.  Most parents have one waiting reply; storing it bare saves a list
         # (a garbage-collected object) per held message.
         self._waiting: dict[Mid, Mid | list[Mid]] = {}
         self.max_held = max_held
+        self.max_held_bytes = max_held_bytes
+        self.held_bytes = 0
+        self._evicted_mids: list[tuple[Mid, Mid]] = []
+        self._size_of = size_of
         self.evicted = 0
         self.duplicates = 0
         self.rejected = 0
 
     # -- input ---------------------------------------------------------------
 
-    def receive(self, mid: Mid, parent: Mid | None, payload: Any = None) -> list[Delivery]:
+    def receive(self, mid: Mid, parent: Mid | None, payload: Any = None, size: int | None = None) -> list[Delivery]:
         """Accept one message; return those that became deliverable, in S_b order.
 
         The list is empty when the message waits for its parent or is a
         duplicate; otherwise it starts with the message itself, followed by its
-        waiting descendants, depth first.
+        waiting descendants, depth first.  ``size`` is what holding it costs, in
+        bytes, counted against ``max_held_bytes`` (None: ``size_of(payload)``, or 0).
         """
         held = self._held
         if held and mid in held:
@@ -132,7 +169,7 @@ class PySbOrderer:
                 elif self.is_delivered(mid):
                     self.duplicates += 1
                 else:
-                    self._hold(mid, parent, payload)
+                    self._hold(mid, parent, payload, size)
                 return []
         pid, seqno = mid
         seen = self._delivered.get(pid)
@@ -165,8 +202,22 @@ class PySbOrderer:
             self._release(mid, released)
         return released
 
-    def _hold(self, mid: Mid, parent: Mid, payload: Any) -> None:
-        self._held[mid] = (parent, payload)
+    def forget_delivered(self, mid: Mid) -> bool:
+        """Undo the delivery of ``mid`` if it is its sender's highest delivered seqno (a message
+        of this peer's that could not be stored, so was never sent); False otherwise."""
+        seen = self._delivered.get(mid[0])
+        if seen is None or not seen.forget_highest(mid[1]):
+            return False
+        if seen.lo == seen.hi:
+            del self._delivered[mid[0]]
+        return True
+
+    def _hold(self, mid: Mid, parent: Mid, payload: Any, size: int | None) -> None:
+        if size is None:
+            size = self._size_of(payload) if self._size_of is not None else 0
+        size = min(size, 0xFFFFFFFF)  # as the compiled core keeps it: over any byte bound anyway
+        self._held[mid] = (parent, payload, size)
+        self.held_bytes += size
         waiting = self._waiting.get(parent)
         if waiting is None:
             self._waiting[parent] = mid
@@ -174,16 +225,26 @@ class PySbOrderer:
             waiting.append(mid)
         else:
             self._waiting[parent] = [waiting, mid]
-        if len(self._held) > self.max_held:
+        while len(self._held) > self.max_held or self.held_bytes > self.max_held_bytes:
             self._evict_oldest()
 
     def _evict_oldest(self) -> None:
-        self._unhold(next(iter(self._held)))
+        mid = next(iter(self._held))
+        if len(self._evicted_mids) < self.max_held:  # a caller that never asks costs no more than that
+            self._evicted_mids.append((mid, self._held[mid][0]))
+        self._unhold(mid)
         self.evicted += 1
+
+    def take_evicted(self) -> list[tuple[Mid, Mid]]:
+        """``(mid, parent)`` of the messages evicted since the last call, oldest first
+        (the first ``max_held`` of them)."""
+        out, self._evicted_mids = self._evicted_mids, []
+        return out
 
     def _unhold(self, mid: Mid) -> None:
         """Forget a held message, and its place among its parent's waiting replies."""
-        parent, _ = self._held.pop(mid)
+        parent, _, size = self._held.pop(mid)
+        self.held_bytes -= size
         siblings = self._waiting[parent]
         if type(siblings) is list and len(siblings) > 1:
             siblings.remove(mid)
@@ -197,7 +258,8 @@ class PySbOrderer:
         stack = children[::-1] if type(children) is list else [children]
         while stack:
             mid = stack.pop()
-            parent, payload = held.pop(mid)
+            parent, payload, size = held.pop(mid)
+            self.held_bytes -= size
             seen = delivered.get(mid[0])
             if seen is None:
                 delivered[mid[0]] = _Delivered(mid[1])
@@ -224,7 +286,7 @@ class PySbOrderer:
 
     def held(self) -> Iterator[tuple[Mid, Mid]]:
         """``(mid, parent)`` of every held message, oldest first."""
-        for mid, (parent, _) in self._held.items():
+        for mid, (parent, _, _) in self._held.items():
             yield mid, parent
 
     def waiting_for(self) -> set[Mid]:
@@ -241,7 +303,8 @@ class PySbOrderer:
 
     def held_payload(self, mid: Mid) -> tuple[Mid, Any] | None:
         """``(parent, payload)`` of a held message, or None."""
-        return self._held.get(mid)
+        held = self._held.get(mid)
+        return held[:2] if held is not None else None
 
     def delivered_sets(self) -> Iterator[tuple[Hashable, RangeSet]]:
         """``(pid, copy of its delivered seqnos)`` per sender."""

@@ -115,6 +115,45 @@ class RangeSet:
         hi = bisect_right(bounds, end)  # odd: end lies in (or touches) a range
         bounds[lo:hi] = ([start] if not lo & 1 else []) + ([end] if not hi & 1 else [])
 
+    def remove_range(self, start: int, end: int) -> None:
+        """Remove every integer in ``[start, end)``."""
+        if end <= start:
+            return
+        self._compact()
+        bounds = self._bounds
+        lo = bisect_left(bounds, start)  # odd: a range begins below start and keeps [.., start)
+        hi = bisect_right(bounds, end)  # odd: a range ends above end and keeps [end, ..)
+        bounds[lo:hi] = ([start] if lo & 1 else []) + ([end] if hi & 1 else [])
+
+    def discard(self, value: int) -> None:
+        self.remove_range(value, value + 1)
+
+    def first(self, count: int) -> list[int]:
+        """The ``count`` smallest values, ascending."""
+        self._compact()
+        b, out = self._bounds, []
+        for i in range(0, len(b), 2):
+            if len(out) >= count:
+                break
+            out.extend(range(b[i], min(b[i + 1], b[i] + count - len(out))))
+        return out
+
+    def intersection(self, ranges: Iterable[tuple[int, int]], max_ranges: int) -> list[tuple[int, int]]:
+        """The parts of inclusive ``ranges`` (ascending, disjoint) held here, as inclusive ranges:
+        at most ``max_ranges`` of them.  Costs O(ranges * log(own ranges)), whatever they span."""
+        self._compact()
+        bounds, out = self._bounds, []
+        for first, last in ranges:
+            # Own ranges that overlap [first, last]: from the one holding (or after) first.
+            i = bisect_right(bounds, first)
+            i -= i & 1
+            while i < len(bounds) and bounds[i] <= last:
+                out.append((max(first, bounds[i]), min(last, bounds[i + 1] - 1)))
+                if len(out) >= max_ranges:
+                    return out
+                i += 2
+        return out
+
     def ranges(self) -> list[tuple[int, int]]:
         """Inclusive ``(first, last)`` ranges, ascending."""
         self._compact()

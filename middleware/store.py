@@ -69,6 +69,10 @@ CREATE TABLE IF NOT EXISTS segment_runs (
     gid TEXT NOT NULL, sender TEXT NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
     segment INTEGER NOT NULL, PRIMARY KEY (gid, sender, first)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS conflicts (
+    gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL, kept BLOB NOT NULL, other BLOB NOT NULL,
+    PRIMARY KEY (gid, sender, seqno)
+);
 """
 # A segment holds at most this many messages, so finding one message decodes little.
 SEGMENT_MESSAGES = 256
@@ -108,6 +112,11 @@ class _Checkpointer:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+def _stored_message(blob: bytes) -> wire.StoredMessage:
+    sender, seqno, parent, sent_at, name, text, public_key, sig = msgpack.unpackb(blob, raw=False)
+    return wire.StoredMessage(sender, seqno, tuple(parent) if parent else None, sent_at, name, text, public_key, sig)
 
 
 def _decode_segment(blob: bytes) -> list[tuple]:
@@ -193,13 +202,26 @@ class Store:
         self._db.commit()
 
     def close(self) -> None:
-        self._db.commit()
         self._checkpointer.stop()
-        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        try:
+            self._db.commit()
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:  # a full disk: what was committed is in the WAL, which the next open reads
+            self._db.rollback()
         self._db.close()
 
     def commit(self) -> None:
         self._db.commit()
+
+    def rollback(self) -> None:
+        """Drop the writes since the last commit (one that failed: a full disk, an I/O error),
+        and what this object remembered of them, so the same writes can be tried again."""
+        self._db.rollback()
+        self._stored.clear()  # re-read from segment_runs on first use
+        self._keys_stored.clear()
+        self._decoded.clear()
+        row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
+        self._next_order = row[0] or 1
 
     # -- identity ---------------------------------------------------------------
 
@@ -450,6 +472,40 @@ class Store:
         return [(sender, seqno) for sender, first, last in self._db.execute(
             "SELECT sender, first, last FROM segment_runs WHERE gid = ?", (gid,)
         ) for seqno in range(first, last + 1)]
+
+    # -- equivocation -------------------------------------------------------------
+
+    def save_conflict(self, gid: str, kept: wire.StoredMessage, other: wire.StoredMessage) -> None:
+        """Two signed versions of one message (the evidence), and which one is kept."""
+        self._db.execute("INSERT OR REPLACE INTO conflicts VALUES (?, ?, ?, ?, ?)",
+                         (gid, kept.sender, kept.seqno, self._pack_stored(kept), self._pack_stored(other)))
+
+    def _pack_stored(self, m: wire.StoredMessage) -> bytes:
+        return self._packer.pack([m.sender, m.seqno, list(m.parent) if m.parent else None, m.sent_at, m.name, m.text,
+                                  m.public_key, m.sig])
+
+    def conflicts(self, gid: str) -> list[tuple[wire.StoredMessage, wire.StoredMessage]]:
+        """``(kept, other)`` of every equivocation known in ``gid``."""
+        return [(_stored_message(kept), _stored_message(other)) for kept, other in self._db.execute(
+            "SELECT kept, other FROM conflicts WHERE gid = ? ORDER BY sender, seqno", (gid,))]
+
+    def replace_message(self, gid: str, message: wire.StoredMessage) -> bool:
+        """Put ``message`` in place of the stored version of its mid (same place in the delivery
+        order); False if that mid is not stored."""
+        located = list(self._locate(gid, message.sender, [message.seqno]))
+        if not located:
+            return False
+        segment = located[0][1]
+        rows = [list(row) for row in self._segment_rows(segment)]
+        for row in rows:
+            if (row[0], row[1]) == (message.sender, message.seqno):
+                parent_sender, parent_seqno = message.parent or (None, None)
+                row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
+                row[8] = message.sig
+        body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
+        self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
+        self._decoded.pop(segment, None)
+        return True
 
     def group_desc(self, gid: str) -> str:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()

@@ -60,6 +60,7 @@ class PeerProcess:
         self.extra = extra or []
         self._ids = itertools.count(1)
         self.notifications: list[dict] = []
+        self.batches: list[list[dict]] = []
         self._delivered: dict[str, list[dict]] = {}
         self._responses: dict[int, dict] = {}
         self._cond = threading.Condition()
@@ -83,7 +84,9 @@ class PeerProcess:
         for line in self.proc.stdout:
             message = json.loads(line)
             with self._cond:
-                if "id" in message:
+                if type(message) is list:  # a batch's responses
+                    self.batches.append(message)
+                elif "id" in message:
                     self._responses[message["id"]] = message
                 else:
                     self.notifications.append(message)
@@ -165,3 +168,34 @@ class PeerProcess:
         self.proc.kill()
         self.proc.wait()
         self._stderr.close()
+
+
+SEND_SCRIPT = """
+import socket, sys, time
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(sys.argv[1]))
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+pause = float(sys.argv[4])
+data, at = memoryview(sys.stdin.buffer.read()), 0
+while at < len(data):
+    size = int.from_bytes(data[at:at + 4], "big")
+    sock.sendto(data[at + 4:at + 4 + size], (sys.argv[2], int(sys.argv[3])))
+    at += 4 + size
+    if pause:
+        time.sleep(pause)
+"""
+
+
+def send_from(host: str, iface: str, group: str, port: int, datagrams: list[bytes], pause: float = 0.0) -> None:
+    """Multicast raw ``datagrams`` from namespace ``host`` (an attacker's), ``pause`` s apart."""
+    payload = b"".join(len(d).to_bytes(4, "big") + d for d in datagrams)
+    subprocess.run(["ip", "netns", "exec", host, sys.executable, "-c", SEND_SCRIPT, iface, group, str(port),
+                    str(pause)], input=payload, check=True, timeout=600)
+
+
+def rss_bytes(pid: int) -> int:
+    """A process's resident set, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")

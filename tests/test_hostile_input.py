@@ -1,5 +1,7 @@
 """The whole receive path of a GroupManager under hostile and broken input (no sockets opened)."""
 
+import hashlib
+
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -64,18 +66,40 @@ def data(gid, sender, seqno, text, parent=None):
     return wire.encode(who, wire.signed_data(who, gid, seqno, parent, 0, "x", text))
 
 
+def join(manager, name):
+    """``name`` joins the group the way a peer does: a signed JOIN on the control channel."""
+    feed(manager, wire.encode(identity(name), wire.Join(manager.gid, name, 1)), control=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def members(manager):
+    for name in ("carol", "dave", "erin"):
+        join(manager, name)
+
+
 def test_messages_for_other_groups_are_dropped(manager):
     before = manager.stats.not_member_dropped
     feed(manager, data("some-other-group", "b" * 32, 1, "hi"))
     assert manager.stats.not_member_dropped == before + 1
 
 
-def test_a_mid_resent_with_other_content_keeps_the_first(manager):
-    feed(manager, data(manager.gid, "carol", 1, "original"))
-    feed(manager, data(manager.gid, "carol", 1, "equivocated replacement"))
-    texts = [m.text for m in manager.history(manager.gid) if m.sender == identity("carol").pid]
-    assert texts == ["original"]
-    assert manager.stats_dict()["conflicts"] == 1
+def test_a_mid_resent_with_other_content_keeps_the_lowest_hash_whatever_the_order(manager):
+    """Equivocation: whichever version came first, the one whose signed bytes hash lowest is kept."""
+    versions = ["original", "equivocated replacement"]
+    for sender, arrival in (("carol", versions), ("erin", versions[::-1])):
+        pid = identity(sender).pid
+        kept = min(versions, key=lambda text: hashlib.sha256(
+            crypto.message_bytes(manager.gid, pid, 1, None, 0, "x", text)).digest())
+        for text in arrival:
+            feed(manager, data(manager.gid, sender, 1, text))
+        assert [m.text for m in manager.history(manager.gid) if m.mid == (pid, 1)] == [kept]
+    assert manager.stats_dict()["conflicts"] == 2
+    # A relayed copy with other content but no valid signature is no evidence: not counted.
+    carol = identity("carol")
+    borrowed = wire.signed_data(carol, manager.gid, 1, None, 0, "x", "original").sig  # well formed, other text
+    fake = wire.StoredMessage(carol.pid, 1, None, 0, "x", "forged third version", carol.public_key, borrowed)
+    feed(manager, wire.encode(MALLORY, wire.Repair(manager.gid, (fake,))))
+    assert manager.stats_dict()["conflicts"] == 2
 
 
 def test_floods_keep_memory_bounded(manager):
@@ -85,10 +109,13 @@ def test_floods_keep_memory_bounded(manager):
     assert manager.pending(manager.gid) == 1_000
     assert manager.stats_dict()["evicted"] >= 2_000
     channel = manager.channels[manager.gid]
+    strangers = manager.stats_dict()["stranger_dropped"]
     many = [data(manager.gid, f"sybil{i}", 1, "x") for i in range(12_000)]
     for start in range(0, len(many), 1000):
         feed(manager, *many[start:start + 1000])
     assert len(channel._received) <= 10_000
+    assert manager.stats_dict()["stranger_dropped"] == strangers + 12_000  # not members: dropped and counted
+    assert len(channel._strangers) <= 1_024 and not channel._nak_at.keys() - {identity("dave").pid}
 
 
 def test_forged_and_tampered_datagrams_are_dropped_and_counted(manager):

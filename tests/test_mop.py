@@ -239,6 +239,7 @@ _operations = st.lists(
     st.one_of(
         st.tuples(st.just("receive"), _small_mids, st.none() | _small_mids),
         st.tuples(st.just("mark_delivered"), _small_mids, st.none()),
+        st.tuples(st.just("forget_delivered"), _small_mids, st.none()),
     ),
     max_size=120,
 )
@@ -261,19 +262,85 @@ def _observable_state(orderer):
 
 @pytest.mark.skipif(CompiledSbOrderer is None, reason="the compiled core is not built")
 @settings(max_examples=500, deadline=None)
-@given(st.integers(1, 6), _operations)
-@example(2, [("receive", ("a", 1), ("b", 1)), ("receive", ("a", 1), None), ("receive", ("b", 1), None)])
-def test_compiled_core_matches_the_reference(max_held, operations):
+@given(st.integers(1, 6), st.integers(1, 40), _operations)
+@example(2, 40, [("receive", ("a", 1), ("b", 1)), ("receive", ("a", 1), None), ("receive", ("b", 1), None)])
+@example(6, 12, [("receive", ("a", 2), ("a", 1)), ("receive", ("a", 3), ("a", 2)), ("receive", ("a", 1), None)])
+def test_compiled_core_matches_the_reference(max_held, max_held_bytes, operations):
     """Any sequence of arrivals, restores, duplicates, self-parents, cycles, reused mids
-    and evictions gives the same deliveries and the same state in both."""
-    reference, compiled = PySbOrderer(max_held=max_held), CompiledSbOrderer(max_held=max_held)
+    and evictions (by count and by bytes) gives the same deliveries, the same evicted
+    messages and the same state in both."""
+    reference = PySbOrderer(max_held=max_held, max_held_bytes=max_held_bytes)
+    compiled = CompiledSbOrderer(max_held=max_held, max_held_bytes=max_held_bytes)
     for step, (operation, mid, parent) in enumerate(operations):
         if operation == "receive":
-            expected, got = reference.receive(mid, parent, step), compiled.receive(mid, parent, step)
-        else:
+            size = step * 7 % 13
+            expected, got = reference.receive(mid, parent, step, size), compiled.receive(mid, parent, step, size=size)
+        elif operation == "mark_delivered":
             expected, got = reference.mark_delivered(mid), compiled.mark_delivered(mid)
+        else:
+            expected, got = reference.forget_delivered(mid), compiled.forget_delivered(mid)
         assert got == expected, f"step {step}: {operation}{mid, parent}"
+        assert compiled.take_evicted() == reference.take_evicted(), f"step {step}"
+        assert compiled.held_bytes == reference.held_bytes, f"step {step}"
     assert _observable_state(compiled) == _observable_state(reference)
+
+
+@each_orderer
+def test_held_messages_are_bounded_in_bytes_and_evictions_are_listed(SbOrderer):
+    orderer = SbOrderer(max_held=1_000, max_held_bytes=100)
+    for seq in range(1, 11):
+        orderer.receive(("b", seq), ("a", seq), f"reply {seq}", 30)
+    # 10 replies of 30 bytes against a bound of 100: the 7 oldest went, in arrival order.
+    assert orderer.pending == 3 and orderer.held_bytes == 90 and orderer.evicted == 7
+    assert orderer.take_evicted() == [(("b", seq), ("a", seq)) for seq in range(1, 8)]
+    assert orderer.take_evicted() == []
+    assert orderer.receive(("a", 9), None) == [(("a", 9), None, None), (("b", 9), ("a", 9), "reply 9")]
+    assert orderer.held_bytes == 60
+    orderer.mark_delivered(("b", 10))
+    assert orderer.pending == 1 and orderer.held_bytes == 30
+    # One message over the whole bound cannot be held at all.
+    orderer.receive(("c", 1), ("a", 50), "huge", 101)
+    assert orderer.take_evicted() == [(("b", 8), ("a", 8)), (("c", 1), ("a", 50))]
+    assert orderer.pending == 0 and orderer.held_bytes == 0
+    with pytest.raises(ValueError):
+        SbOrderer(max_held_bytes=0)
+
+
+@each_orderer
+def test_size_of_is_asked_only_for_messages_it_holds(SbOrderer):
+    asked = []
+
+    def size_of(payload):
+        asked.append(payload)
+        if payload == "bad":
+            raise RuntimeError("no size")
+        return len(payload)
+
+    orderer = SbOrderer(max_held_bytes=10, size_of=size_of)
+    orderer.receive(("a", 1), None, "a root")
+    orderer.receive(("b", 1), ("a", 2), "wait")
+    orderer.receive(("b", 2), ("a", 3), "too long")
+    assert asked == ["wait", "too long"]
+    assert orderer.take_evicted() == [(("b", 1), ("a", 2))] and orderer.held_bytes == 8
+    with pytest.raises(RuntimeError, match="no size"):
+        orderer.receive(("b", 3), ("a", 4), "bad")
+    assert orderer.pending == 1 and not orderer.is_delivered(("b", 3))
+    orderer.receive(("b", 4), ("a", 5), "xx", 1)  # an explicit size wins
+    assert asked[-1] == "bad" and orderer.held_bytes == 9
+
+
+@each_orderer
+def test_only_a_senders_highest_delivery_can_be_forgotten(SbOrderer):
+    orderer = SbOrderer()
+    for seqno in (5, 6, 1, 2, 9):
+        orderer.mark_delivered(("me", seqno))
+    assert not orderer.forget_delivered(("me", 6)) and not orderer.forget_delivered(("you", 1))
+    assert orderer.forget_delivered(("me", 9)) and orderer.forget_delivered(("me", 6))
+    assert orderer.forget_delivered(("me", 5)) and not orderer.forget_delivered(("me", 5))
+    assert orderer.delivered_ranges() == {"me": [(1, 2)]} and orderer.highest_delivered("me") == 2
+    assert orderer.forget_delivered(("me", 2)) and orderer.forget_delivered(("me", 1))
+    assert orderer.delivered_ranges() == {} and not orderer.is_delivered(("me", 1))
+    assert orderer.receive(("me", 1), None, "again") == [(("me", 1), None, "again")]
 
 
 @pytest.mark.skipif(CompiledSbOrderer is None, reason="the compiled core is not built")

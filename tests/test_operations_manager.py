@@ -38,6 +38,9 @@ def ann(tmp_path):
     manager = GroupManager(Config(tmp_path / "ann", name="Ann", iface="127.0.0.1", zeroconf=False), recorder)
     manager.recorder = recorder
     manager.gid = manager.create_group("ops")
+    # Carol joins the way a peer does (a signed JOIN on the control channel): only members' datagrams count
+    manager._on_control_datagrams([wire.encode(CAROL, wire.Join(wire.sign_member(CAROL, manager.gid, "Carol", 1, True)))])
+    manager.flush()
     yield manager
     if not getattr(manager, "store_closed", False):
         manager.store.close()

@@ -72,15 +72,17 @@ def test_a_reply_to_a_lost_parent_fetches_the_parent():
 
 def test_a_gap_nobody_can_fill_is_reported_and_the_reply_stays_held():
     lan = SimLan(2)
-    ghost_parent = ("ghost", 1)
+    ghost = crypto.Identity.generate().pid  # a member who is away, and alone held its message
+    ghost_parent = (ghost, 1)
     peer = lan.peers[0]
     mallory = crypto.Identity.generate()
+    lan.members.update({ghost, mallory.pid})
     reply = wire.signed_data(mallory, "g-sim", 1, ghost_parent, 0, "m", "orphan reply")
     peer.channel.receive(mallory.pid, reply, lan.now, mallory.public_key)
     lan.settle(200)
     peer.collect()
     gaps = [e for e in peer.events if isinstance(e, GapReported)]
-    assert gaps and gaps[0].sender == "ghost" and gaps[0].ranges == ((1, 1),)
+    assert gaps and gaps[0].sender == ghost and gaps[0].ranges == ((1, 1),)
     assert peer.channel.pending == 1  # still held, visible as waiting
     naks = peer.channel.stats["naks_sent"]
     lan.settle(200)

@@ -1,7 +1,8 @@
 """Test helper run inside a namespace host: listen to a multicast group, or send raw datagrams.
 
     python tests/udp_tap.py listen IFACE GROUP PORT SECONDS OUTFILE   # every datagram, msgpack'ed list
-    python tests/udp_tap.py send IFACE GROUP PORT INFILE              # each datagram of a msgpack'ed list
+    python tests/udp_tap.py send IFACE GROUP PORT INFILE [GAP]        # each datagram of a msgpack'ed list,
+                                                                      # GAP seconds apart (default 0.005)
 """
 
 import socket
@@ -31,18 +32,18 @@ def listen(iface, group, port, seconds, out):
         f.write(msgpack.packb(captured))
 
 
-def send(iface, group, port, infile):
+def send(iface, group, port, infile, gap=0.005):
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(iface))
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
     with open(infile, "rb") as f:
         for datagram in msgpack.unpackb(f.read()):
             sock.sendto(datagram, (group, port))
-            time.sleep(0.005)
+            time.sleep(gap)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "listen":
         listen(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), sys.argv[6])
     else:
-        send(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        send(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], *map(float, sys.argv[6:7]))

@@ -79,6 +79,7 @@ async def run_sender(args) -> None:
     (coord / "sender.json").write_text(json.dumps({"fast_seconds": fast_seconds, "fast_cpu": fast_cpu, "steady": steady}))
     while len(list(coord.glob("receiver-*.json"))) < args.peers - 1:
         await asyncio.sleep(0.1)
+    (coord / "sender-stats.json").write_text(json.dumps(manager.stats_dict()))
     await manager.close()
 
 
@@ -152,6 +153,11 @@ def orchestrate(args) -> int:
             r = result[phase]
             print(f"{index:>9} {phase:>7} {r['delivered']:>10,} {r['rate']:>9,.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
         cpu[f"receiver {index}"] = [seconds / max(1, result["fast"]["delivered"]) for seconds in result["fast"]["cpu"]]
+    stats = [json.loads((work / "sender-stats.json").read_text())] + [json.loads((work / f"receiver-{i}.json").read_text())["stats"]
+                                 for i in range(1, args.peers)]
+    print("repair: NAKs " + "/".join(str(s["naks_sent"]) for s in stats) + ", repaired messages "
+          + "/".join(str(s["repairs_sent"]) for s in stats) + f" (sender/receivers); the sender's rate cuts: "
+          + str(stats[0].get("rate_cuts", 0)))
     # CPU time per message depends far less on what else the machine runs than msg/s does.
     print("CPU per message in the fast phase (user + system): " + ", ".join(
         f"{who} {user * 1e6:.0f} + {system * 1e6:.0f} µs" for who, (user, system) in cpu.items()))
