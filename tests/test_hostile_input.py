@@ -68,7 +68,8 @@ def data(gid, sender, seqno, text, parent=None):
 
 def join(manager, name):
     """``name`` joins the group the way a peer does: a signed JOIN on the control channel."""
-    feed(manager, wire.encode(identity(name), wire.Join(manager.gid, name, 1)), control=True)
+    who = identity(name)
+    feed(manager, wire.encode(who, wire.Join(wire.sign_member(who, manager.gid, name, 1, True))), control=True)
 
 
 @pytest.fixture(scope="module", autouse=True)
