@@ -25,7 +25,7 @@ from ui.dialogs import NameDialog
 from ui.main_window import MainWindow
 from ui.resources import app_icon, apply_theme
 
-from .peer import add_common_options, default_data_dir
+from .cli import add_common_options, default_data_dir
 
 log = logging.getLogger("m2mc.chat")
 
