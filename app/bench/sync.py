@@ -98,7 +98,7 @@ async def rejoin_scenario(manager, gid, args, coord, rng) -> None:
         await asyncio.sleep(0.05)
     (coord / f"posted-{args.name}").write_text("1")
     if args.role == "creator":
-        while not (coord / f"posted-stay").exists():
+        while not (coord / "posted-stay").exists():
             await asyncio.sleep(0.05)
         (coord / "posted").write_text("1")
     before = manager.network.bytes_out
