@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml setup.py middleware/_sborder.c middleware/_merkle.c pac
 	@bash packaging/system-deps.sh $(PYTHON)
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 2>/dev/null || true
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,analytics,study]'
 	@touch $(STAMP)
 
 setup: $(STAMP)

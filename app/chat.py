@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import getpass
 import logging
+import os
 import signal
 import sys
-
+from collections.abc import Mapping
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QTimer
@@ -25,7 +26,7 @@ from ui.dialogs import NameDialog
 from ui.main_window import MainWindow
 from ui.resources import app_icon, apply_theme
 
-from .peer import add_common_options, default_data_dir
+from .cli import add_common_options, default_data_dir
 
 log = logging.getLogger("m2mc.chat")
 
@@ -37,8 +38,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+NO_DISPLAY = ("m2mc-chat: no display found (neither DISPLAY nor WAYLAND_DISPLAY is set); "
+              "m2mc-peer is the headless peer (JSON-RPC on stdin/stdout).")
+
+
+def display_missing(environ: Mapping[str, str] = os.environ, platform: str = sys.platform) -> bool:
+    """True on a Linux/BSD session with no X11 or Wayland display and no QT_QPA_PLATFORM override:
+    there Qt would abort in QApplication(), naming a missing xcb library instead of the display."""
+    if not platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
+        return False  # macOS and Windows always have their own platform plugin
+    return not any(environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv)  # --help and --version answer without a display
+    if QApplication.instance() is None and display_missing():
+        print(NO_DISPLAY, file=sys.stderr)
+        return 2
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("zeroconf").setLevel(logging.WARNING)

@@ -22,7 +22,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
+except ModuleNotFoundError:  # installed without the analytics extra: say which one brings it
+    from app.extras import require_extra
+
+    require_extra("m2mc-gen-logs", "analytics")
+    raise
 
 log = logging.getLogger("m2mc.gen_logs")
 

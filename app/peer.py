@@ -21,17 +21,17 @@ import getpass
 import json
 import logging
 import math
-import os
 import signal
 import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from middleware import __version__
-from middleware.manager import DEFAULT_PORT, Config, GroupManager
+from middleware.manager import Config, GroupManager
 from middleware.transport import TransportError
 from middleware.types import ChatMessage, GroupView, Member, NullListener, UsageError, format_mid, parse_mid
+
+from .cli import add_common_options, default_data_dir
 
 log = logging.getLogger("m2mc.peer")
 
@@ -41,31 +41,6 @@ MAX_LINE_BYTES = 1 << 20  # one request line; a send's 8,000 characters take at 
 MAX_NESTING = 32  # arrays and objects inside each other; our requests need 3
 MAX_BATCH = 1_000  # requests in one batch
 READ_CHUNK = 1 << 16
-
-
-def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "m2mc"
-
-
-def add_common_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by m2mc-peer and m2mc-chat."""
-    parser.add_argument("--name", help="display name (kept in the data dir)")
-    parser.add_argument("--data-dir", type=Path, default=None, help=f"where state lives (default {default_data_dir()})")
-    parser.add_argument("--iface", help="interface name or IPv4 address to use (default: first multicast interface)")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"control channel UDP port (default {DEFAULT_PORT})")
-    parser.add_argument("--no-zeroconf", action="store_true", help="do not announce or browse with zeroconf")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {value}")
-    return value
 
 
 class RpcError(Exception):

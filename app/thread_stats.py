@@ -1188,6 +1188,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from app.extras import require_extra  # here, not at the top: spark-submit runs this file as a script
+
+    require_extra("m2mc-thread-stats", "analytics")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)
     try:

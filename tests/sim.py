@@ -9,7 +9,7 @@ from collections import Counter
 
 from middleware import crypto, wire
 from middleware.channel import GroupChannel, Replaced
-from middleware.faults import FaultInjector
+from testbed.faults import FaultInjector
 
 GID = "g-sim"
 

@@ -1,5 +1,6 @@
 """Packaging: desktop entry and metainfo validate, icons, the XDG install script, the wheel's
-entry points and version, and (slow) the PyInstaller bundle built and started without the repo."""
+entry points, version and contents, (slow) the wheel in a clean venv with and without its extras,
+and (slow) the PyInstaller bundle built and started without the repo."""
 
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ ENTRY_POINTS = {
     "m2mc-chat": "app.chat:main",
     "m2mc-peer": "app.peer:main",
     "m2mc-thread-stats": "app.thread_stats:main",
+    "m2mc-gen-logs": "app.gen_logs:main",
     "m2mc-ordering-study": "app.ordering_study:main",
 }
+# The extra each command needs beyond the base install (the chat).
+COMMAND_EXTRA = {"m2mc-thread-stats": "analytics", "m2mc-gen-logs": "analytics", "m2mc-ordering-study": "study"}
 
 
 def tool(name: str) -> str:
@@ -204,8 +208,23 @@ def build_distributions(tmp_path: Path) -> tuple[Path, Path]:
     return out / wheel_name, out / sdist_name
 
 
-def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(tmp_path):
-    wheel, sdist = build_distributions(tmp_path)
+@pytest.fixture(scope="module")
+def distributions(tmp_path_factory) -> tuple[Path, Path]:
+    return build_distributions(tmp_path_factory.mktemp("dist"))
+
+
+def test_wheel_ships_the_three_packages_and_no_test_support(distributions):
+    wheel, _sdist = distributions
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top_level == {"app", "middleware", "ui"}
+    # Namespaces and fault injection live in testbed/, which is not installed.
+    assert not [n for n in names if n.endswith(("/netns.py", "/faults.py")) or n.startswith("testbed/")]
+
+
+def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(distributions, tmp_path):
+    wheel, sdist = distributions
     assert wheel.name.startswith(f"m2mc-{__version__}-") and sdist.name == f"m2mc-{__version__}.tar.gz"
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
@@ -246,6 +265,56 @@ def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(tmp_path)
                                 cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site), "QT_QPA_PLATFORM": "offscreen"})
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == f"{script} {__version__}"
+
+
+# --- the wheel in a clean venv (slow) -----------------------------------------------------------
+
+def clean_env(venv: Path, home: Path) -> dict[str, str]:
+    """No PYTHONPATH and no checkout on the path: only what the venv holds is importable."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(PATH=f"{venv / 'bin'}:/usr/bin:/bin", HOME=str(home), QT_QPA_PLATFORM="offscreen")
+    return env
+
+
+def run_command(venv: Path, command: str, arg: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([venv / "bin" / command, arg], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env=env)
+
+
+def pip_install(venv: Path, requirement: str, env: dict, cwd: Path) -> None:
+    # pip's own configuration (index, find-links, cache) supplies the dependencies.
+    result = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", requirement],
+                            capture_output=True, text=True, timeout=900, cwd=cwd, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_wheel_in_a_clean_venv_runs_the_chat_without_extras_and_the_rest_with_theirs(distributions, tmp_path):
+    wheel, _sdist = distributions
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+    env = clean_env(venv, tmp_path)
+    pip_install(venv, str(wheel), env, tmp_path)
+    absent = subprocess.run([venv / "bin" / "python", "-c",
+                             "import importlib.util as u; print([m for m in ('pyspark', 'pyarrow', 'numpy', "
+                             "'matplotlib') if u.find_spec(m)])"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert absent.stdout.strip() == "[]", "the base install must not bring the analytics stack"
+
+    for command in ("m2mc-chat", "m2mc-peer"):
+        version = run_command(venv, command, "--version", env, tmp_path)
+        assert version.returncode == 0 and version.stdout.strip() == f"{command} {__version__}", version.stderr
+        usage = run_command(venv, command, "--help", env, tmp_path)
+        assert usage.returncode == 0 and "--no-zeroconf" in usage.stdout, usage.stderr
+    for command, extra in COMMAND_EXTRA.items():
+        result = run_command(venv, command, "--help", env, tmp_path)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"m2mc[{extra}]" in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+    pip_install(venv, f"{wheel}[analytics,study]", env, tmp_path)
+    for command in COMMAND_EXTRA:
+        result = run_command(venv, command, "--help", env, tmp_path)
+        assert result.returncode == 0 and result.stdout.startswith(f"usage: {command}"), result.stderr
 
 
 # --- the PyInstaller bundle (slow) --------------------------------------------------------------

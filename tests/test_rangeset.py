@@ -38,7 +38,7 @@ def test_remove_discard_first_and_intersection_match_a_set():
             asked.append((first, last))
             at = last + 2
         both = ranges.intersection(asked, 10**6)
-        assert RangeSet.from_ranges(both).ranges() == canonical(v for f, l in asked for v in range(f, l + 1)
+        assert RangeSet.from_ranges(both).ranges() == canonical(v for first, last in asked for v in range(first, last + 1)
                                                                 if v in values)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from middleware import crypto, wire
 from middleware.channel import GapReported, SyncProgress
-from middleware.faults import FaultInjector
+from testbed.faults import FaultInjector
 from sim import SimLan
 
 

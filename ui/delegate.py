@@ -403,7 +403,7 @@ class MessageDelegate(QStyledItemDelegate):
         if self.highlight and self.highlight not in f"{message.sender_name}\n{message.text}".lower():
             painter.setOpacity(0.45)  # an ancestor shown for context, not a match
         depth = geometry["depth"]
-        left, width, header = geometry["left"], geometry["width"], geometry["header"]
+        left, header = geometry["left"], geometry["header"]
         if self.tree and depth:
             painter.setPen(self.guide)
             for level in range(min(depth, MAX_INDENT_DEPTH)):

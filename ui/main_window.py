@@ -31,7 +31,6 @@ from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPoint, QSortFilter
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QApplication,
     QListView,
     QMenu,
     QStyle,
@@ -1563,7 +1562,7 @@ class MainWindow(QMainWindow):
         """Put ``window`` next to the main window where the screen has room, else leave it to the desktop."""
         screen = (self.screen() or QGuiApplication.primaryScreen()).availableGeometry()
         frame = self.frameGeometry()
-        width, height = window.width(), window.height()
+        width = window.width()
         if frame.right() + 12 + width <= screen.right():
             window.move(frame.right() + 12, frame.top())
         elif frame.left() - 12 - width >= screen.left():

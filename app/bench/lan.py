@@ -126,7 +126,7 @@ async def run_receiver(args) -> None:
 
 
 def orchestrate(args) -> int:
-    from app.netns import Lan
+    from testbed.netns import Lan
 
     work = Path(tempfile.mkdtemp(prefix="m2mc-bench-lan-"))
     with Lan(args.peers) as lan:
@@ -156,7 +156,7 @@ def orchestrate(args) -> int:
     stats = [json.loads((work / "sender-stats.json").read_text())] + [json.loads((work / f"receiver-{i}.json").read_text())["stats"]
                                  for i in range(1, args.peers)]
     print("repair: NAKs " + "/".join(str(s["naks_sent"]) for s in stats) + ", repaired messages "
-          + "/".join(str(s["repairs_sent"]) for s in stats) + f" (sender/receivers); the sender's rate cuts: "
+          + "/".join(str(s["repairs_sent"]) for s in stats) + " (sender/receivers); the sender's rate cuts: "
           + str(stats[0].get("rate_cuts", 0)))
     # CPU time per message depends far less on what else the machine runs than msg/s does.
     print("CPU per message in the fast phase (user + system): " + ", ".join(

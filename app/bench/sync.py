@@ -98,7 +98,7 @@ async def rejoin_scenario(manager, gid, args, coord, rng) -> None:
         await asyncio.sleep(0.05)
     (coord / f"posted-{args.name}").write_text("1")
     if args.role == "creator":
-        while not (coord / f"posted-stay").exists():
+        while not (coord / "posted-stay").exists():
             await asyncio.sleep(0.05)
         (coord / "posted").write_text("1")
     before = manager.network.bytes_out
@@ -121,7 +121,7 @@ async def loss_scenario(manager, gid, args, coord, rng) -> None:
 
 
 def run_scenario(scenario: str, messages: int, lossy: float = 0.0) -> Path:
-    from app.netns import Lan
+    from testbed.netns import Lan
 
     coord = Path(tempfile.mkdtemp(prefix=f"m2mc-bench-{scenario}-"))
     names = ["creator", "stay", "away"] if scenario == "rejoin" else ["p0", "p1", "p2"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from .example import all_outcomes
 from .metrics import COLUMNS, Row
 from .network import WIRELESS
-from .study import FULL, QUICK, SWEEP_SIZES, run_scenario, run_sweep, scenarios
+from .study import FULL, QUICK, run_scenario, run_sweep, scenarios
 
 PLOT_CDF = "delay_cdf.png"
 PLOT_SWEEP = "delay_vs_group_size.png"

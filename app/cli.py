@@ -1,0 +1,35 @@
+"""Command-line options that m2mc-chat and m2mc-peer share, and where their state lives by default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from middleware import __version__
+from middleware.manager import DEFAULT_PORT
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "m2mc"
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by m2mc-peer and m2mc-chat."""
+    parser.add_argument("--name", help="display name (kept in the data dir)")
+    parser.add_argument("--data-dir", type=Path, default=None, help=f"where state lives (default {default_data_dir()})")
+    parser.add_argument("--iface", help="interface name or IPv4 address to use (default: first multicast interface)")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"control channel UDP port (default {DEFAULT_PORT})")
+    parser.add_argument("--no-zeroconf", action="store_true", help="do not announce or browse with zeroconf")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {value}")
+    return value
