@@ -152,6 +152,8 @@ class GroupOperations:
                 on: bool = True, target_known: bool = True) -> str:
         """The text of a new operation by ``author``; UsageError says what is wrong with it."""
         if kind != "topic":
+            if target is None:
+                raise UsageError(f"a {kind} names the message it acts on")
             if not target_known or target in self._op_mids:
                 raise UsageError(f"unknown message {format_mid(target)}")
             if kind in ("edit", "delete") and target[0] != author:

@@ -108,7 +108,7 @@ def check_operation(op: Operation) -> None:
         raise ObgError(f"unknown operation kind {op.kind!r}")
     if (op.kind == "topic") != (op.target is None):
         raise ObgError("a topic setting names no message; every other operation names one")
-    if op.kind in ("edit", "delete") and op.target[0] != op.author:
+    if op.kind in ("edit", "delete") and op.target is not None and op.target[0] != op.author:
         raise ObgError("only a message's author may edit or delete it")
     if op.kind == "react" and not op.emoji:
         raise ObgError("a reaction needs an emoji")
@@ -326,7 +326,9 @@ class ObgCore:
         self.clock = max(self.clock, op.counter)
         key = op.object_key
         target = op.target
-        if op.kind == "delete":
+        if target is None:  # the topic: nothing per message
+            pass
+        elif op.kind == "delete":
             self._deleted.add(target)
         elif op.kind == "edit":
             self._edits[target] = self._edits.get(target, 0) + 1
@@ -336,7 +338,7 @@ class ObgCore:
         if winner is not None and winner.rank >= op.rank and not (op.kind == "delete" and winner.kind == "edit"):
             return
         self._winner[key] = op
-        if op.kind == "react":
+        if op.kind == "react" and target is not None:
             reactors = self._reactors.setdefault(target, {}).setdefault(op.emoji, set())
             if op.on:
                 reactors.add(op.author)
@@ -349,7 +351,9 @@ class ObgCore:
         self._waiting.setdefault(blocker, {})[op.op_id] = None
         while self._held and (len(self._held) > self.max_held or self._held_bytes > self.max_held_bytes):
             oldest = next(iter(self._held))
-            self._evicted[oldest] = self._unhold(oldest)[2]
+            _, _, waited_for = self._held[oldest]
+            self._unhold(oldest)
+            self._evicted[oldest] = waited_for
             if len(self._evicted) > self.max_held:
                 self._evicted.popitem(last=False)
             self.evicted += 1

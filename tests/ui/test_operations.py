@@ -9,7 +9,6 @@ from PySide6.QtCore import QPoint, Qt
 
 from conftest import ANN, BOB, CAT, lunch_conversation, message
 from middleware.types import Member
-from ui.message_model import MessageRole
 
 GID = ANN.pid + "-1"
 
