@@ -32,7 +32,6 @@ log = logging.getLogger("m2mc.thread_stats")
 
 EXPORT_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", "text", "sent_at", "received_at")
 TIME_FIELDS = ("sent_at", "received_at")
-CORRUPT = "_corrupt_record"
 
 
 class UsageError(Exception):
@@ -125,86 +124,92 @@ def build_session(master: str | None, driver_memory: str, archive=None):
 # ---------------------------------------------------------------- reading
 
 
-def export_schema():
-    """Every export field as a string, and the column where malformed JSON lands."""
-    from pyspark.sql import types as T
-
-    fields = [T.StructField(name, T.StringType()) for name in EXPORT_FIELDS]
-    return T.StructType(fields + [T.StructField(CORRUPT, T.StringType())])
-
-
-# Spark's JSON parser hands a number, boolean, array or object found where a string belongs
-# over as its JSON text ('12345', 'false', '["a"]'), which cannot be told from a string
-# with that content. So a line is checked again in Python, from its raw text, when one of
-# its string fields reads like such a text (JSON_LITERAL, or a leading [ or {); the raw
-# text crosses the shuffle for those lines only. Times need no such check: no JSON literal
-# reads as an ISO-8601 time.
-STRING_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", "text")
-JSON_LITERAL = r"^(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?|true|false)$"
-RAW = "raw"
+# A line's gid as the shuffle key, without parsing the line in the JVM: our exports write
+# gid first, so a regular expression anchored at the line's start finds it (it cannot match
+# inside a string value or a nested object). Any other line takes the JSON parser's value,
+# so equal gids always meet in one task however they are written.
+GID_PREFIX = r'^\s*\{\s*"gid"\s*:\s*"([^"\\]*)"'
 
 
-def read_exports(spark, paths: list[str]):
-    """One row per export line: the fields as strings, `text` as a hash (only copies compare
-    it), `corrupt` for bad JSON, and `raw`, the line itself, when it needs a second look:
-    bad JSON, no object, or a field that may hold a non-string (see STRING_FIELDS)."""
+def group_key():
     from pyspark.sql import functions as F
 
-    lines = spark.read.text(paths)
-    record = F.from_json("value", export_schema(), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-    lines = lines.select("value", record.alias("r"))
-
-    def may_be_literal(name):
-        value = F.col(f"r.{name}")
-        return value.startswith("[") | value.startswith("{") | value.rlike(JSON_LITERAL)
-
-    second_look = F.col("r").isNull() | F.col(f"r.{CORRUPT}").isNotNull()
-    for name in STRING_FIELDS:
-        second_look = second_look | F.coalesce(may_be_literal(name), F.lit(False))
-    text = F.col("r.text")
-    return lines.select(
-        *(F.col(f"r.{name}").alias(name) for name in EXPORT_FIELDS if name != "text"),
-        F.when(text.isNotNull(), F.xxhash64(text)).alias("text_hash"),
-        F.coalesce(F.col(f"r.{CORRUPT}").isNotNull(), F.lit(True)).alias("corrupt"),
-        F.when(second_look, F.col("value")).alias(RAW),
-    )
+    fast = F.regexp_extract("value", GID_PREFIX, 1)
+    return F.when(fast != "", fast).otherwise(F.coalesce(F.get_json_object("value", "$.gid"), F.lit("")))
 
 
-def judge_line(line: str, corrupt: bool) -> str:
-    """'blank', 'bad' or 'ok' for a line Spark's parser left in doubt: blank when only
-    whitespace; bad unless one JSON object whose export fields are strings or null."""
-    if not line.strip():
-        return "blank"
-    if corrupt:
-        return "bad"
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return "bad"
-    if not isinstance(record, dict):
-        return "bad"
-    return "ok" if all(isinstance(record.get(name), (str, type(None))) for name in EXPORT_FIELDS) else "bad"
+def read_lines(spark, paths: list[str]):
+    """The export lines, one string column `value`, blank lines included (they are counted)."""
+    return spark.read.text(paths)
 
 
-def screen(table):
-    """The rows of `read_exports` that passed its checks and the second look: (Table, blank
-    lines, malformed lines)."""
+def export_arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema([pa.field(name, pa.string()) for name in EXPORT_FIELDS])
+
+
+# Lines are parsed in blocks; a block the strict parser refuses is parsed again line by line.
+PARSE_BLOCK = 4096
+
+
+def parse_lines(lines):
+    """Strictly parsed export lines: (Table of EXPORT_FIELDS as strings, blank lines, malformed lines).
+
+    A line is well-formed JSON here when it is one JSON object whose export fields are
+    strings or null (missing counts as null); other fields are ignored, whatever their
+    type. A number, boolean, array or object where a string belongs makes the line
+    malformed, as does anything but one object on the line. Blank (whitespace-only)
+    lines are counted apart. Arrow's JSON reader checks the types (Spark's would turn
+    12345 or ["a"] into a string); it refuses a whole block for one bad line, so such a
+    block goes line by line.
+    """
+    import io
+
     import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
+    import pyarrow.json as pj
 
-    corrupt = table.column("corrupt").to_numpy(zero_copy_only=False).astype(bool)
-    raw = table.column(RAW)
-    doubtful = np.flatnonzero(pc.is_valid(raw).to_numpy(zero_copy_only=False))
-    blank = np.zeros(len(corrupt), dtype=bool)
-    bad = corrupt.copy()
-    for row, line in zip(doubtful, raw.take(doubtful).to_pylist()):
-        verdict = judge_line(line, bool(corrupt[row]))
-        blank[row], bad[row] = verdict == "blank", verdict == "bad"
-    keep = ~(blank | bad)
-    table = table.drop_columns(["corrupt", RAW])
-    if not keep.all():
-        table = table.filter(keep)
-    return table, int(blank.sum()), int(bad.sum())
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    blank_count = int(pc.sum(pc.match_substring_regex(lines, r"^\s*$")).as_py() or 0)
+    # Only lines that open an object go to the parser: a bare `null` as a block's first line
+    # crashes pyarrow 26's reader.
+    candidate = pc.match_substring_regex(lines, r"^\s*\{")
+    malformed = len(lines) - blank_count - int(pc.sum(candidate).as_py() or 0)
+    if malformed + blank_count:
+        lines = lines.filter(candidate)
+    schema = export_arrow_schema()
+    longest = int(pc.max(pc.binary_length(lines)).as_py() or 0) if len(lines) else 0
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    read = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 64), use_threads=False)
+
+    def parse(chunk):
+        joined = pc.binary_join_element_wise(chunk, pa.scalar(""), "\n")
+        if not len(joined):
+            return schema.empty_table()
+        offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32)[joined.offset:joined.offset + len(joined) + 1]
+        data = joined.buffers()[2][int(offsets[0]):int(offsets[-1])]
+        try:
+            table = pj.read_json(io.BytesIO(data), read_options=read, parse_options=options)
+        except pa.ArrowInvalid:
+            return None
+        # Two objects on one line make more rows than lines.
+        return table if table.num_rows == len(chunk) else None
+
+    parsed = []
+    for start in range(0, len(lines), PARSE_BLOCK):
+        block = lines.slice(start, PARSE_BLOCK)
+        table = parse(block)
+        if table is None:
+            good = [i for i in range(len(block)) if parse(block.slice(i, 1)) is not None]
+            malformed += len(block) - len(good)
+            table = parse(block.take(pa.array(good, pa.int64()))) if good else None
+        if table is not None:
+            parsed.append(table)
+    table = pa.concat_tables(parsed) if parsed else schema.empty_table()
+    return table.cast(schema), blank_count, malformed
 
 
 def parse_times(strings):
@@ -235,9 +240,9 @@ def parse_times(strings):
 
 
 def well_formed(table):
-    """The well-formed rows of screened export lines (a Table of `screen`), times parsed.
+    """The well-formed rows of parsed export lines (a Table of `parse_lines`), times parsed.
 
-    Malformed beyond `screen`'s checks: a missing or empty gid/mid/sender, a missing or
+    Malformed beyond `parse_lines`' checks: a missing or empty gid/mid/sender, a missing or
     unreadable time. An empty parent means a thread root, like a null one.
     """
     import pyarrow as pa
@@ -259,7 +264,7 @@ def well_formed(table):
     parent = table.column("parent")
     if pc.any(pc.equal(parent, "")).as_py():
         table = table.set_column(table.schema.get_field_index("parent"), "parent", pc.if_else(pc.equal(parent, ""), pa.scalar(None, pa.string()), parent))
-    return table.select([name for name in (*EXPORT_FIELDS, "text_hash") if name in table.column_names])
+    return table.select([name for name in EXPORT_FIELDS if name in table.column_names])
 
 
 # What `place_groups` makes of a task's groups. The two big tables, one row per message
@@ -424,7 +429,7 @@ def merge_copies(table, key):
     keep = order[starts]
     multi = np.flatnonzero(counts > 1)
     rows = order[np.repeat(counts > 1, counts)]
-    candidates = table.select(["received_at", "sent_at", "sender", "parent", "sender_name", "group_desc", "text_hash"]).take(pa.array(rows))
+    candidates = table.select(["received_at", "sent_at", "sender", "parent", "sender_name", "group_desc", "text"]).take(pa.array(rows))
     candidates = candidates.append_column("key", pa.array(key[rows]))
     ranked = pc.sort_indices(
         candidates,
@@ -437,7 +442,7 @@ def merge_copies(table, key):
     mine = candidates.take(pa.array(ranked))
     winners = candidates.take(pa.array(ranked[winner_of]))
     agree = np.ones(ranked.size, dtype=bool)
-    for name in ("parent", "sender", "sender_name", "group_desc", "text_hash", "sent_at"):
+    for name in ("parent", "sender", "sender_name", "group_desc", "text", "sent_at"):
         agree &= _same(mine.column(name), winners.column(name)).to_numpy(zero_copy_only=False)
     conflicts = np.unique(ranked_key[~agree]).size
     keep[multi] = rows[ranked[group_start]]
@@ -598,20 +603,20 @@ class Placed:
     summary: object  # SUMMARY_SCHEMA: GROUP, SENDER, HIST and one INFO row
 
 
-def place_groups(table) -> Placed:
+def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
     """Everything per message, per thread, per group and per task's sender for a Table of whole groups.
 
-    `table` has the columns of `read_exports`.
+    `table` holds the lines `parse_lines` parsed (EXPORT_FIELDS); `blank` and `malformed`
+    count the lines it set aside.
     """
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     schema = summary_arrow_schema()
-    lines = table.num_rows
-    table, blank, malformed = screen(table.combine_chunks())
     parsed = table.num_rows
-    table = well_formed(table)
+    lines = parsed + blank + malformed
+    table = well_formed(table.combine_chunks())
     malformed += parsed - table.num_rows
     if not table.num_rows:
         return Placed(None, None, _info_part(schema, lines, blank, malformed, 0, 0))
@@ -625,7 +630,7 @@ def place_groups(table) -> Placed:
     mid_code, parent_code = codes[:rows], codes[rows:]
     key = gid_code * m + mid_code
     keep, copies, conflicts = merge_copies(table, key)
-    table = table.drop_columns(["text_hash"])  # only copies compare it
+    table = table.drop_columns(["text"])  # only copies compare it
     if keep is not None:
         table = table.take(pa.array(keep))
         key, gid_code, mid_code, parent_code = key[keep], gid_code[keep], mid_code[keep], parent_code[keep]
@@ -920,14 +925,17 @@ def _placer(lines_seen):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        batches = [b for b in batches if b.num_rows]
-        if batches:
-            table = pa.Table.from_batches(batches)
-        else:
-            table = pa.schema([(name, pa.string()) for name in EXPORT_FIELDS if name != "text"]
-                              + [("text_hash", pa.int64()), ("corrupt", pa.bool_()), (RAW, pa.string())]).empty_table()
-        lines_seen.add(table.num_rows)
-        placed = place_groups(table)
+        # Parsed batch by batch as they arrive, so the raw lines of one batch at a time stay in memory.
+        parsed, blank, malformed = [], 0, 0
+        for batch in batches:
+            if batch.num_rows:
+                table, batch_blank, batch_malformed = parse_lines(batch.column(0))
+                parsed.append(table)
+                blank += batch_blank
+                malformed += batch_malformed
+        table = pa.concat_tables(parsed) if parsed else export_arrow_schema().empty_table()
+        lines_seen.add(table.num_rows + blank + malformed)
+        placed = place_groups(table, blank, malformed)
         yield from _file_rows(placed.messages, MESSAGES_PART)
         yield from _file_rows(placed.threads, THREADS_PART)
         is_sender = pc.equal(placed.summary.column("kind"), SENDER)
@@ -943,7 +951,7 @@ def _placer(lines_seen):
 def place_all(spark, paths: list[str], lines_seen):
     """FILES_SCHEMA rows of the exports: one shuffle by gid, one Arrow pass per task."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    return read_exports(spark, paths).repartition(partitions, "gid").mapInArrow(_placer(lines_seen), FILES_SCHEMA)
+    return read_lines(spark, paths).repartition(partitions, group_key()).mapInArrow(_placer(lines_seen), FILES_SCHEMA)
 
 
 def write_files(files, uri: str) -> None:
