@@ -1,7 +1,9 @@
 """report.html for m2mc-thread-stats: PNG plots of the thread statistics and the summary.
 
 Only small aggregates (histograms) leave Spark; the plots are drawn with matplotlib's
-Agg backend so no display is needed.
+Agg backend so no display is needed. Group names are drawn with the first installed font
+that has all their characters (DejaVu Sans, then CJK-capable fallbacks such as Droid Sans
+Fallback, which `make setup` installs); a name no font covers is shown as its gid.
 """
 
 from __future__ import annotations
@@ -9,12 +11,19 @@ from __future__ import annotations
 import html
 import json
 import logging
-import math
 from pathlib import Path
 
 log = logging.getLogger("m2mc.thread_report")
 
 TIME_BINS = 120
+# Round bin widths for the over-time plot (each divides the next, as the tasks' widths do).
+BIN_NAMES = {
+    1: "second", 10: "10 seconds", 60: "minute", 600: "10 minutes", 3600: "hour", 6 * 3600: "6 hours",
+    86400: "day", 7 * 86400: "week", 28 * 86400: "4 weeks", 364 * 86400: "52 weeks",
+}
+# Fonts tried after DejaVu Sans for characters it lacks (CJK above all).
+FALLBACK_FONTS = ("Droid Sans Fallback", "Noto Sans CJK JP", "Noto Sans CJK SC", "WenQuanYi Zen Hei", "IPAGothic", "Unifont")
+PLOT_FILES = ("ccdf_threads.png", "messages_per_depth.png", "reply_latency.png", "messages_over_time.png")
 
 
 def _ccdf(hist: list[tuple[float, int]]):
@@ -35,14 +44,17 @@ def collect_plot_data(results) -> dict:
     counts = results.histograms
     points = {name: [(v, c) for v, c in counts.get(name, []) if v is not None] for name in ("size", "depth", "width", "per_depth")}
     over: dict[tuple[str, int], int] = {}
-    lo, bin_s = 0.0, 1.0
+    lo, bin_s, bins, last = 0.0, 1, 0, 0.0
     if results.time_span_ms is not None and results.over_time:
-        # Plot bins: a whole multiple of the widest task bin, aligned to it, so that every
-        # task bin falls into exactly one plot bin (the narrower widths divide the widest).
+        # Plot bins: the first round width (BIN_NAMES) that is at least the widest task bin
+        # and gives at most TIME_BINS bins, aligned to it; every task bin falls into exactly
+        # one plot bin, since the narrower widths divide the wider.
         widest = max(width for _, _, width, _ in results.over_time)
         first, last = (ms / 1000.0 for ms in results.time_span_ms)
-        lo = first // widest * widest
-        bin_s = widest * max(1, math.ceil((last - lo) / TIME_BINS / widest))
+        widths = [w for w in BIN_NAMES if w >= widest]
+        bin_s = next((w for w in widths if (last - first // w * w) / w <= TIME_BINS), widths[-1] if widths else widest)
+        lo = first // bin_s * bin_s
+        bins = int((last - lo) // bin_s) + 1
         messages: dict[str, int] = {}
         for gid, _, _, count in results.over_time:
             if gid is not None:
@@ -56,8 +68,51 @@ def collect_plot_data(results) -> dict:
         **points,
         "latency": [(None if v is None else int(v), c) for v, c in counts.get("latency", [])],
         "over_time": [((names.get(gid) or gid) if gid else "other groups", lo + b * bin_s, c) for (gid, b), c in over.items()],
+        "gids": {(names.get(gid) or gid): gid for gid, _ in over if gid},
         "bin_s": bin_s,
+        "bin_starts": [lo + b * bin_s for b in range(bins)],
+        # The last bin ends after the last message: drawn, it would look like a drop.
+        "partial_last_bin": bins > 1 and last < lo + bins * bin_s - 1,
     }
+
+
+def label_fonts():
+    """The font families to draw labels with, and per family the characters it has."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    families = ["DejaVu Sans"] + [name for name in FALLBACK_FONTS if any(f.name == name for f in font_manager.fontManager.ttflist)]
+    covered = {}
+    for family in families:
+        path = font_manager.findfont(font_manager.FontProperties(family=family), fallback_to_default=False)
+        covered[family] = set(FT2Font(path).get_charmap())
+    return families, covered
+
+
+def drawable_name(name: str, gid: str | None, covered: dict) -> str:
+    """`name` when the fonts have all its characters, else the gid (the name when there is none)."""
+    fonts = list(covered.values())
+    if all(any(ord(ch) in chars for chars in fonts) for ch in name if not ch.isspace()):
+        return name
+    return gid or name
+
+
+def over_time_series(data: dict, covered: dict):
+    """The over-time plot's bin starts (datetimes), its lines {label: count per bin} and the
+    bin's name. Every line covers every bin, zeros included: a group whose messages all
+    fall in one bin still shows, as a spike, not as a lone point no line passes through.
+    The last bin is left out when it ends after the last message (it would look like a drop)."""
+    import datetime as dt
+
+    starts = data["bin_starts"][:-1] if data["partial_last_bin"] else data["bin_starts"]
+    index = {start: i for i, start in enumerate(starts)}
+    series: dict[str, list[int]] = {}
+    for name, start, count in data["over_time"]:
+        counts = series.setdefault(drawable_name(name, data["gids"].get(name), covered), [0] * len(starts))
+        if start in index:
+            counts[index[start]] += count
+    times = [dt.datetime.fromtimestamp(start, dt.timezone.utc) for start in starts]
+    return times, series, BIN_NAMES.get(data["bin_s"], f"{data['bin_s']} seconds")
 
 
 def draw_plots(data: dict, out: Path) -> list[tuple[str, str]]:
@@ -67,6 +122,8 @@ def draw_plots(data: dict, out: Path) -> list[tuple[str, str]]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    families, covered = label_fonts()
+    matplotlib.rcParams["font.family"] = families  # matplotlib falls back along the list per glyph
     written = []
 
     def save(fig, name, caption):
@@ -84,7 +141,8 @@ def draw_plots(data: dict, out: Path) -> list[tuple[str, str]]:
     ax.set_ylabel("P[X >= value]")
     ax.set_title("CCDF of thread size, depth and width")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    if ax.get_lines():
+        ax.legend()
     save(fig, "ccdf_threads.png", "Complementary CDFs (log-log) of thread size, depth and width.")
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
@@ -109,20 +167,20 @@ def draw_plots(data: dict, out: Path) -> list[tuple[str, str]]:
     save(fig, "reply_latency.png", "Histogram of reply latencies on a log axis (10 bins per decade).")
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    import datetime as dt
-
-    series: dict[str, list[tuple[float, int]]] = {}
-    for name, start, count in data["over_time"]:
-        series.setdefault(name, []).append((start, count))
-    for name, points in sorted(series.items()):
-        points.sort()
-        ax.plot([dt.datetime.fromtimestamp(p[0], dt.timezone.utc) for p in points], [p[1] for p in points], label=name, linewidth=1)
-    ax.set_ylabel(f"messages per {data['bin_s'] / 3600:.2g} h")
+    times, series, per = over_time_series(data, covered)
+    for label, counts in sorted(series.items()):
+        few = sum(1 for c in counts if c) <= 2
+        ax.plot(times, counts, label=label, linewidth=1, marker="o" if few else None, markersize=4,
+                drawstyle="steps-post" if len(times) > 1 else "default")
+    ax.set_ylabel(f"messages per {per}")
     ax.set_title("Messages over time per group")
     if series:
         ax.legend(fontsize="small", ncol=2)
     fig.autofmt_xdate()
-    save(fig, "messages_over_time.png", "Messages sent per time bin, for the busiest groups (others pooled).")
+    caption = f"Messages sent per {per}, for the busiest groups (others pooled)."
+    if data["partial_last_bin"]:
+        caption += " The last bin, which ends after the last message, is left out."
+    save(fig, "messages_over_time.png", caption)
     return written
 
 

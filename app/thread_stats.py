@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ log = logging.getLogger("m2mc.thread_stats")
 
 EXPORT_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", "text", "sent_at", "received_at")
 TIME_FIELDS = ("sent_at", "received_at")
-CORRUPT = "_corrupt_record"
 
 
 class UsageError(Exception):
@@ -46,7 +44,7 @@ class UsageError(Exception):
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="m2mc-thread-stats", description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="export files (.jsonl, .jsonl.gz) or folders of them")
-    parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder or URL (file://, hdfs://, s3a://), as Spark resolves it")
     parser.add_argument("--master", help="Spark master URL (default: spark-submit's, else local[*])")
     parser.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="csv also writes CSV copies")
     parser.add_argument("--driver-memory", default="4g", help="driver JVM heap when not under spark-submit (default 4g)")
@@ -126,29 +124,93 @@ def build_session(master: str | None, driver_memory: str, archive=None):
 # ---------------------------------------------------------------- reading
 
 
-def export_schema():
-    """Every export field but `text`, as strings; lines that are not JSON objects land in CORRUPT.
+# A line's gid as the shuffle key, without parsing the line in the JVM: our exports write
+# gid first, so a regular expression anchored at the line's start finds it (it cannot match
+# inside a string value or a nested object). Any other line takes the JSON parser's value,
+# so equal gids always meet in one task however they are written.
+GID_PREFIX = r'^\s*\{\s*"gid"\s*:\s*"([^"\\]*)"'
 
-    Times stay strings here: `place_groups` parses them with Arrow, many times faster than
-    the JSON reader's per-row parser.
+
+def group_key():
+    from pyspark.sql import functions as F
+
+    fast = F.regexp_extract("value", GID_PREFIX, 1)
+    return F.when(fast != "", fast).otherwise(F.coalesce(F.get_json_object("value", "$.gid"), F.lit("")))
+
+
+def read_lines(spark, paths: list[str]):
+    """The export lines, one string column `value`, blank lines included (they are counted)."""
+    return spark.read.text(paths)
+
+
+def export_arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema([pa.field(name, pa.string()) for name in EXPORT_FIELDS])
+
+
+# Lines are parsed in blocks; a block the strict parser refuses is parsed again line by line.
+PARSE_BLOCK = 4096
+
+
+def parse_lines(lines):
+    """Strictly parsed export lines: (Table of EXPORT_FIELDS as strings, blank lines, malformed lines).
+
+    A line is well-formed JSON here when it is one JSON object whose export fields are
+    strings or null (missing counts as null); other fields are ignored, whatever their
+    type. A number, boolean, array or object where a string belongs makes the line
+    malformed, as does anything but one object on the line. Blank (whitespace-only)
+    lines are counted apart. Arrow's JSON reader checks the types (Spark's would turn
+    12345 or ["a"] into a string); it refuses a whole block for one bad line, so such a
+    block goes line by line.
     """
-    from pyspark.sql import types as T
+    import io
 
-    fields = [T.StructField(name, T.StringType()) for name in EXPORT_FIELDS if name != "text"]
-    return T.StructType(fields + [T.StructField(CORRUPT, T.StringType())])
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
 
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    blank_count = int(pc.sum(pc.match_substring_regex(lines, r"^\s*$")).as_py() or 0)
+    # Only lines that open an object go to the parser: a bare `null` as a block's first line
+    # crashes pyarrow 26's reader.
+    candidate = pc.match_substring_regex(lines, r"^\s*\{")
+    malformed = len(lines) - blank_count - int(pc.sum(candidate).as_py() or 0)
+    if malformed + blank_count:
+        lines = lines.filter(candidate)
+    schema = export_arrow_schema()
+    longest = int(pc.max(pc.binary_length(lines)).as_py() or 0) if len(lines) else 0
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    read = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 64), use_threads=False)
 
-def read_exports(spark, paths: list[str]):
-    """Export lines as string columns plus the corrupt-record column (set for bad JSON)."""
-    return (
-        spark.read.schema(export_schema())
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .json(paths)
-    )
+    def parse(chunk):
+        joined = pc.binary_join_element_wise(chunk, pa.scalar(""), "\n")
+        if not len(joined):
+            return schema.empty_table()
+        offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32)[joined.offset:joined.offset + len(joined) + 1]
+        data = joined.buffers()[2][int(offsets[0]):int(offsets[-1])]
+        try:
+            table = pj.read_json(io.BytesIO(data), read_options=read, parse_options=options)
+        except pa.ArrowInvalid:
+            return None
+        # Two objects on one line make more rows than lines.
+        return table if table.num_rows == len(chunk) else None
 
+    parsed = []
+    for start in range(0, len(lines), PARSE_BLOCK):
+        block = lines.slice(start, PARSE_BLOCK)
+        table = parse(block)
+        if table is None:
+            good = [i for i in range(len(block)) if parse(block.slice(i, 1)) is not None]
+            malformed += len(block) - len(good)
+            table = parse(block.take(pa.array(good, pa.int64()))) if good else None
+        if table is not None:
+            parsed.append(table)
+    table = pa.concat_tables(parsed) if parsed else schema.empty_table()
+    return table.cast(schema), blank_count, malformed
 
-# ---------------------------------------------------------------- one group-complete partition in numpy
 
 def parse_times(strings):
     """ISO 8601 strings to an Arrow timestamp[us, UTC] array; null where unreadable.
@@ -178,12 +240,10 @@ def parse_times(strings):
 
 
 def well_formed(table):
-    """The well-formed rows of export lines (a Table of `read_exports`' columns), times parsed.
+    """The well-formed rows of parsed export lines (a Table of `parse_lines`), times parsed.
 
-    Malformed: bad JSON, a missing or empty gid/mid/sender, a missing or unreadable time.
-    An empty parent means a thread root, like a null one. Checked here, in Arrow, rather
-    than as Spark expressions before the shuffle: those cost the 10M-message run about
-    12 CPU seconds of its ~170, this a fraction of one.
+    Malformed beyond `parse_lines`' checks: a missing or empty gid/mid/sender, a missing or
+    unreadable time. An empty parent means a thread root, like a null one.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -191,7 +251,7 @@ def well_formed(table):
     def non_empty(name):
         return pc.fill_null(pc.greater(pc.binary_length(table.column(name)), 0), False)
 
-    keep = pc.is_null(table.column(CORRUPT)) if CORRUPT in table.column_names else None
+    keep = None
     for name in ("gid", "mid", "sender"):
         keep = non_empty(name) if keep is None else pc.and_(keep, non_empty(name))
     for name in TIME_FIELDS:
@@ -241,7 +301,7 @@ STRUCT_FIELDS = {
     # latencies <= 0 in "latency" (whose values are log10 bins, 10 per decade); width: the
     # time bin's width in seconds for "over_time" (value: its start), else null.
     "hist": "plot string, series string, value double, width long, count long",
-    "info": "malformed_lines long, conflicting_copies long, jump_rounds int",
+    "info": "lines long, blank_lines long, malformed_lines long, conflicting_copies long, jump_rounds int",
 }
 # HIST plots: value counts of thread size, depth and width; messages per depth level;
 # reply latencies in log bins, and in the fine bins of the median (`latency_bins`); valid
@@ -269,7 +329,7 @@ def _arrow_type(kind: str):
 
     return {
         "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"), "long": pa.int64(), "int": pa.int32(),
-        "double": pa.float64(), "boolean": pa.bool_(), "array<double>": pa.list_(pa.float64()),
+        "double": pa.float64(), "boolean": pa.bool_(), "array<double>": pa.list_(pa.float64()), "binary": pa.binary(),
     }[kind]
 
 
@@ -369,7 +429,7 @@ def merge_copies(table, key):
     keep = order[starts]
     multi = np.flatnonzero(counts > 1)
     rows = order[np.repeat(counts > 1, counts)]
-    candidates = table.select(["received_at", "sent_at", "sender", "parent", "sender_name", "group_desc"]).take(pa.array(rows))
+    candidates = table.select(["received_at", "sent_at", "sender", "parent", "sender_name", "group_desc", "text"]).take(pa.array(rows))
     candidates = candidates.append_column("key", pa.array(key[rows]))
     ranked = pc.sort_indices(
         candidates,
@@ -382,7 +442,7 @@ def merge_copies(table, key):
     mine = candidates.take(pa.array(ranked))
     winners = candidates.take(pa.array(ranked[winner_of]))
     agree = np.ones(ranked.size, dtype=bool)
-    for name in ("parent", "sender", "sender_name", "group_desc", "sent_at"):
+    for name in ("parent", "sender", "sender_name", "group_desc", "text", "sent_at"):
         agree &= _same(mine.column(name), winners.column(name)).to_numpy(zero_copy_only=False)
     conflicts = np.unique(ranked_key[~agree]).size
     keep[multi] = rows[ranked[group_start]]
@@ -509,12 +569,12 @@ def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_cod
     return root_rows, measures, sender_threads, sender_reentry
 
 
-def reply_pairs(gid_code, sender_code, parent_pos, n_senders, n_groups):
-    """Per group: distinct directed sender pairs A->B (A replied to B, A != B), and how many
-    of them are reciprocated (B->A occurs in the group too)."""
+def reply_pairs(gid_code, sender_code, parent_pos, valid, n_senders, n_groups):
+    """Per group: distinct directed sender pairs A->B (a valid message of A replies to one of
+    B, A != B), and how many of them are reciprocated (B->A occurs in the group too)."""
     import numpy as np
 
-    linked = np.flatnonzero(parent_pos >= 0)
+    linked = np.flatnonzero((parent_pos >= 0) & valid)
     a = sender_code[linked]
     b = sender_code[parent_pos[linked]]
     cross = a != b
@@ -543,21 +603,23 @@ class Placed:
     summary: object  # SUMMARY_SCHEMA: GROUP, SENDER, HIST and one INFO row
 
 
-def place_groups(table) -> Placed:
+def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
     """Everything per message, per thread, per group and per task's sender for a Table of whole groups.
 
-    `table` has the columns of `read_exports`.
+    `table` holds the lines `parse_lines` parsed (EXPORT_FIELDS); `blank` and `malformed`
+    count the lines it set aside.
     """
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     schema = summary_arrow_schema()
-    lines = table.num_rows
+    parsed = table.num_rows
+    lines = parsed + blank + malformed
     table = well_formed(table.combine_chunks())
-    malformed = lines - table.num_rows
+    malformed += parsed - table.num_rows
     if not table.num_rows:
-        return Placed(None, None, _info_part(schema, malformed, 0, 0))
+        return Placed(None, None, _info_part(schema, lines, blank, malformed, 0, 0))
 
     gid_code, gids = _codes(table.column("gid"))
     # mids and parents in one dictionary: equal strings, equal codes (a null parent: -1).
@@ -568,6 +630,7 @@ def place_groups(table) -> Placed:
     mid_code, parent_code = codes[:rows], codes[rows:]
     key = gid_code * m + mid_code
     keep, copies, conflicts = merge_copies(table, key)
+    table = table.drop_columns(["text"])  # only copies compare it
     if keep is not None:
         table = table.take(pa.array(keep))
         key, gid_code, mid_code, parent_code = key[keep], gid_code[keep], mid_code[keep], parent_code[keep]
@@ -651,7 +714,7 @@ def place_groups(table) -> Placed:
     np.minimum.at(group_first, thread_gid, first_ms)
     group_last = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(group_last, thread_gid, last_ms)
-    pairs, reciprocated = reply_pairs(gid_code, sender_code, parent_pos, n_senders, n_groups)
+    pairs, reciprocated = reply_pairs(gid_code, sender_code, parent_pos, valid, n_senders, n_groups)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_size = size_sum / thread_count
         reciprocity = reciprocated / pairs
@@ -725,7 +788,7 @@ def place_groups(table) -> Placed:
         _part(schema, GROUP, n_groups, group_part),
         _part(schema, SENDER, n_senders, sender_part),
         *histograms,
-        _info_part(schema, malformed, conflicts, rounds),
+        _info_part(schema, lines, blank, malformed, conflicts, rounds),
     ])
     return Placed(messages, threads, summary)
 
@@ -793,12 +856,13 @@ def _part(schema, kind: int, rows: int, columns: dict):
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _info_part(schema, malformed: int, conflicts: int, rounds: int):
+def _info_part(schema, lines: int, blank: int, malformed: int, conflicts: int, rounds: int):
+    import numpy as np
     import pyarrow as pa
 
-    import numpy as np
-
     counts = {
+        "lines": pa.array([lines], pa.int64()),
+        "blank_lines": pa.array([blank], pa.int64()),
         "malformed_lines": pa.array([malformed], pa.int64()),
         "conflicting_copies": pa.array([conflicts], pa.int64()),
         "jump_rounds": pa.array([rounds], pa.int32()),
@@ -806,97 +870,216 @@ def _info_part(schema, malformed: int, conflicts: int, rounds: int):
     return _part(schema, INFO, 1, {"info": _struct(schema.field("info").type, counts, np.zeros(1, dtype=bool))})
 
 
-TASK_TABLES = ("messages", "threads")
-SENDER_PARTIALS = "_sender_partials"  # under DIR while the job runs; Spark's readers skip "_" names
-SMALL_TABLES = ("groups", "participants")
+# What the placing tasks hand to Spark's writer: whole Parquet files, one row each. A task
+# writes its share of the messages and threads tables with pyarrow, as before, but into
+# memory; Spark's own writer and commit protocol put the bytes on DIR's filesystem,
+# wherever Spark resolves DIR. Spark has no writer for raw bytes, but its text writer
+# writes a string column's bytes as they are, each followed by the line separator: with
+# the separator set to Parquet's closing magic "PAR1", a file minus its last four bytes
+# comes out whole, one per output file (maxRecordsPerFile 1). Partitioned by `part`:
+# messages and threads files become the tables; the other summary rows (GROUP, HIST,
+# INFO) for the driver and the SENDER rows for the sender pass go the same way.
+# Going through Spark's Parquet writer instead cost half as much CPU again at 10M: every
+# row crossed from Arrow into the JVM and was encoded there, value by value.
+MESSAGES_PART, THREADS_PART, SUMMARY_PART, SENDERS_PART = 0, 1, 2, 3
+PARQUET_MAGIC = "PAR1"
+FILES_SCHEMA = "file binary, part int"
+TABLE_NAMES = ("messages", "threads", "groups", "participants")
+FILE_ROWS = 1 << 20  # rows per Parquet file: bounds each file row Spark holds
 
 
-def write_part(table, directory: str, name: str, fmt: str) -> None:
-    """A table (or a task's share of one) as DIRECTORY/NAME.parquet, and DIRECTORY.csv/NAME.csv with csv.
-
-    Written under a hidden name and renamed: a retried task replaces its file whole, and
-    Spark's readers skip the hidden names, so nobody reads half a file.
-    """
-    import pyarrow.csv as pa_csv
+def parquet_file(table) -> bytes:
+    """`table` as the bytes of a Parquet file (snappy, as Spark's writer; dictionaries only
+    where values repeat: building one for the unique mids costs, then is dropped)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    # Dictionaries only where values repeat: building one for the unique mids costs, then is dropped.
+    sink = pa.BufferOutputStream()
     dictionary = [column for column in ("gid", "sender") if column in table.column_names]
-
-    def write_parquet(path):
-        pq.write_table(table, path, compression=PARQUET_COMPRESSION, use_dictionary=dictionary)
-
-    targets = [(directory, name + ".parquet", write_parquet)]
-    if fmt == "csv":
-        targets.append((directory + ".csv", name + ".csv", lambda path: pa_csv.write_csv(table, path)))
-    for folder, file_name, write in targets:
-        partial = os.path.join(folder, f".{file_name}.partial")
-        write(partial)
-        os.replace(partial, os.path.join(folder, file_name))
+    pq.write_table(table, sink, compression="snappy", use_dictionary=dictionary)
+    return sink.getvalue().to_pybytes()
 
 
-# Snappy, as Spark's own writer: half the raw size for about 0.1 s more per million messages.
-PARQUET_COMPRESSION = "snappy"
+def _file_rows(table, part: int):
+    """FILES_SCHEMA rows holding `table` as Parquet files, each without its closing magic
+    (the text writer adds it back)."""
+    import pyarrow as pa
+
+    if table is None or not table.num_rows:
+        return
+    files = []
+    for start in range(0, table.num_rows, FILE_ROWS):
+        data = parquet_file(table.slice(start, FILE_ROWS))
+        files.append(data[: -len(PARQUET_MAGIC)])
+    yield pa.RecordBatch.from_arrays([pa.array(files, pa.binary()), pa.array([part] * len(files), pa.int32())], names=["file", "part"])
 
 
-def _placer(out: str, fmt: str):
-    """The mapInArrow body: place the task's rows (whole groups, thanks to the gid shuffle),
-    write its messages and threads and its SENDER rows (for the sender pass; they hold
-    every reply latency, too many for the driver), return the other summary rows."""
+def _placer(lines_seen):
+    """The mapInArrow body: place the task's rows (whole groups, thanks to the gid shuffle)
+    and return its tables as Parquet files (see FILES_SCHEMA).
+
+    `lines_seen` (an accumulator) adds up the lines every task read, for `analyse` to check
+    that the committed output holds them all."""
 
     def place_batches(batches):
         import pyarrow as pa
         import pyarrow.compute as pc
-        from pyspark import TaskContext
 
-        batches = [b for b in batches if b.num_rows]
-        if not batches:
-            return
-        placed = place_groups(pa.Table.from_batches(batches))
-        # Named by partition, not attempt: a retried task rewrites the same file.
-        part = f"part-{TaskContext.get().partitionId():05d}"
-        for name in TASK_TABLES:
-            table = getattr(placed, name)
-            if table is not None and table.num_rows:
-                write_part(table, os.path.join(out, name), part, fmt)
+        # Parsed batch by batch as they arrive, so the raw lines of one batch at a time stay in memory.
+        parsed, blank, malformed = [], 0, 0
+        for batch in batches:
+            if batch.num_rows:
+                table, batch_blank, batch_malformed = parse_lines(batch.column(0))
+                parsed.append(table)
+                blank += batch_blank
+                malformed += batch_malformed
+        table = pa.concat_tables(parsed) if parsed else export_arrow_schema().empty_table()
+        lines_seen.add(table.num_rows + blank + malformed)
+        placed = place_groups(table, blank, malformed)
+        yield from _file_rows(placed.messages, MESSAGES_PART)
+        yield from _file_rows(placed.threads, THREADS_PART)
         is_sender = pc.equal(placed.summary.column("kind"), SENDER)
-        senders = placed.summary.filter(is_sender).select(["sender", "posts"])
-        if senders.num_rows:
-            write_part(senders, os.path.join(out, SENDER_PARTIALS), part, "parquet")
-        yield from placed.summary.filter(pc.invert(is_sender)).to_batches(max_chunksize=65_536)
+        yield from _file_rows(placed.summary.filter(is_sender).select(["sender", "posts"]), SENDERS_PART)
+        yield from _file_rows(placed.summary.filter(pc.invert(is_sender)), SUMMARY_PART)
 
     return place_batches
 
 
-# ---------------------------------------------------------------- Spark: the shuffle and the tables
+# ---------------------------------------------------------------- Spark: the shuffle, the output
 
 
-def place_all(spark, paths: list[str], out: Path, fmt: str):
-    """The summary rows (SUMMARY_SCHEMA) of the exports: one shuffle by gid, one Arrow pass
-    that also writes the messages and threads tables under `out` (so on a cluster, `out`
-    must be a folder every executor reaches at the same path, as the summary's is for the driver)."""
+def place_all(spark, paths: list[str], lines_seen):
+    """FILES_SCHEMA rows of the exports: one shuffle by gid, one Arrow pass per task."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    rows = read_exports(spark, paths)
-    return rows.repartition(partitions, "gid").mapInArrow(_placer(str(out), fmt), SUMMARY_SCHEMA)
+    return read_lines(spark, paths).repartition(partitions, group_key()).mapInArrow(_placer(lines_seen), FILES_SCHEMA)
 
 
-def _clear_tables(out: Path, fmt: str) -> None:
-    for name in TASK_TABLES + SMALL_TABLES:
-        for folder in (out / name, out / f"{name}.csv"):
-            shutil.rmtree(folder, ignore_errors=True)
-        (out / name).mkdir(parents=True)
-        if fmt == "csv":
-            (out / f"{name}.csv").mkdir(parents=True)
+def write_files(files, uri: str) -> None:
+    """Write FILES_SCHEMA rows through Spark's text writer and committer (see PARQUET_MAGIC)."""
+    from pyspark.sql import functions as F
+
+    (files.select(F.col("file").cast("string").alias("file"), "part").write.partitionBy("part")
+     .option("lineSep", PARQUET_MAGIC).option("maxRecordsPerFile", 1).text(uri))
 
 
-def _finish_table(out: Path, name: str, fields: str, fmt: str) -> None:
-    """Mark a table folder complete as Spark does; an empty table still gets one (empty) file
-    so that it reads back with its schema."""
-    folders = [out / name] + ([out / f"{name}.csv"] if fmt == "csv" else [])
-    if not any((out / name).glob("*.parquet")):
-        write_part(arrow_schema(fields).empty_table(), str(out / name), "part-00000", fmt)
-    for folder in folders:
-        (folder / "_SUCCESS").touch()
+class OutputLocation:
+    """DIR as Spark resolves it (relative to the driver's folder, file://, hdfs://, s3a://...),
+    and the Hadoop FileSystem that holds it, through the driver's JVM.
+
+    The run writes everything into a staging folder beside the tables (`stage`), then
+    `commit` replaces the old output by the new: the old tables, CSV copies, summary,
+    report and plots are deleted, the staged ones renamed in, and each table folder gets
+    its `_SUCCESS` marker only once its data is in place. A failed run leaves the old
+    output as it was, and no marker beside anything of its own."""
+
+    def __init__(self, spark, location: str) -> None:
+        jvm = spark._jvm
+        self._path = jvm.org.apache.hadoop.fs.Path
+        path = self._path(location)
+        try:
+            self.fs = path.getFileSystem(spark._jsc.hadoopConfiguration())
+            self.uri = self.fs.makeQualified(path).toString().rstrip("/")
+        except Exception as exc:  # noqa: BLE001 - py4j wraps the JVM's reasons
+            raise UsageError(f"{location}: Spark cannot use this output location: {_java_reason(exc)}") from exc
+
+    def child(self, *names: str) -> str:
+        return "/".join([self.uri, *names])
+
+    def exists(self, uri: str) -> bool:
+        return bool(self.fs.exists(self._path(uri)))
+
+    def delete(self, uri: str) -> None:
+        if self.exists(uri):
+            self.fs.delete(self._path(uri), True)
+
+    def rename(self, source: str, target: str) -> None:
+        if not self.fs.rename(self._path(source), self._path(target)):
+            raise OSError(f"could not rename {source} to {target}")
+
+    def touch(self, uri: str) -> None:
+        self.fs.create(self._path(uri), True).close()
+
+    def names(self, uri: str) -> list[str]:
+        return [status.getPath().getName() for status in self.fs.listStatus(self._path(uri))] if self.exists(uri) else []
+
+    def put(self, local_file: Path, uri: str) -> None:
+        self.fs.copyFromLocalFile(False, True, self._path(Path(local_file).resolve().as_uri()), self._path(uri))
+
+    def stage(self) -> str:
+        import uuid
+
+        staging = self.child(f"_staging-{uuid.uuid4().hex[:12]}")
+        try:
+            self.fs.mkdirs(self._path(staging))
+        except Exception as exc:  # noqa: BLE001
+            raise UsageError(f"{self.uri}: cannot create the output folder: {_java_reason(exc)}") from exc
+        return staging
+
+    def commit(self, staging: str, replaced: list[str]) -> None:
+        staged = self.names(staging)
+        for name in staged:
+            self.delete(f"{staging}/{name}/_SUCCESS")
+        for name in replaced:
+            self.delete(self.child(name))
+        for name in staged:
+            self.rename(f"{staging}/{name}", self.child(name))
+        for name in staged:
+            if self.fs.getFileStatus(self._path(self.child(name))).isDirectory():
+                self.touch(self.child(name, "_SUCCESS"))
+        self.delete(staging)
+
+
+def _java_reason(exc: Exception) -> str:
+    """The first line of a JVM exception's message, without py4j's framing."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java) if java is not None else str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(("at ", "An error occurred"))]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _probe_task(batches):
+    """Each probe task's row, with its attempt number: an attempt > 0 means one failed."""
+    import time
+
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    time.sleep(0.3)  # long enough that every executor takes some of the tasks
+    attempt = TaskContext.get().attemptNumber()
+    for batch in batches:
+        yield pa.RecordBatch.from_arrays([batch.column(0), pa.array([attempt] * batch.num_rows, pa.int32())], names=["id", "attempt"])
+
+
+def check_executors_reach(spark, location: OutputLocation, staging: str) -> None:
+    """Fail fast when the executors cannot write the output location, before the heavy stage.
+
+    Tiny tasks, two per core, each write one row through Spark's committer into the staging
+    folder. They fail on an executor that cannot write there; an executor that writes to a
+    folder of its own (a local path on another host) commits files the driver never sees,
+    so the driver counts them.
+    """
+    tasks = max(4, 2 * spark.sparkContext.defaultParallelism)
+    probe = f"{staging}/_probe"
+    hint = ("On a cluster, DIR must be a location every executor reaches at the same path: "
+            "a shared folder, hdfs://... or s3a://... .")
+    spark.sparkContext.setJobDescription("check that the executors can write the output location")
+    try:
+        (spark.range(0, tasks, 1, tasks).mapInArrow(_probe_task, "id long, attempt int")
+         .write.partitionBy("attempt").parquet(probe))
+    except Exception as exc:  # noqa: BLE001 - any reason the probe could not be written
+        reason = _java_reason(exc)
+        if "ModuleNotFoundError" in str(exc) or "No module named" in str(exc):
+            raise UsageError(f"the executors' Python lacks a dependency ({reason}); set PYSPARK_PYTHON to an "
+                             "interpreter with this project installed, at the same path on every host") from exc
+        raise UsageError(f"{location.uri}: the executors cannot write there ({reason}). {hint}") from exc
+    attempts = location.names(probe)
+    written = sum(name.startswith("part-") for name in location.names(f"{probe}/attempt=0"))
+    location.delete(probe)
+    if attempts != ["_SUCCESS", "attempt=0"] and sorted(attempts) != ["_SUCCESS", "attempt=0"]:
+        raise UsageError(f"{location.uri}: some executors failed to write there (retried probe tasks). {hint}")
+    if written != tasks:
+        raise UsageError(f"{location.uri}: the driver sees {written} of the {tasks} files the executors wrote there: "
+                         f"they write to folders the driver does not see. {hint}")
 
 
 # The exact median of all reply latencies without a column of millions on the driver: the
@@ -1004,20 +1187,19 @@ def _sender_merger(median_bins: list):
     return merge
 
 
-def participants_and_latency_median(spark, partials_path: str, latency_bin_counts):
+def participants_and_latency_median(spark, sender_rows, latency_bin_counts):
     """The participants table (Arrow, by sender) and the exact median of all reply latencies.
 
-    Reads the SENDER rows the placing tasks wrote under `partials_path`; one shuffle by
-    sender and one Arrow pass: each task adds up its senders' partial counts and takes
-    their latency medians with numpy.
+    `sender_rows`: the placing tasks' SENDER rows (a DataFrame); one shuffle by sender and
+    one Arrow pass: each task adds up its senders' partial counts and takes their latency
+    medians with numpy.
     """
     import pyarrow as pa
 
     bins, below = middle_bins(latency_bin_counts)
     # A few rows per sender and task: one partition per core is plenty.
     partitions = spark.sparkContext.defaultParallelism
-    rows = spark.read.schema(f"sender string, posts {_struct_ddl(STRUCT_FIELDS['posts'])}").parquet(partials_path)
-    merged = rows.repartition(partitions, "sender").mapInArrow(_sender_merger(bins), SENDER_PASS_SCHEMA).toArrow()
+    merged = sender_rows.repartition(partitions, "sender").mapInArrow(_sender_merger(bins), SENDER_PASS_SCHEMA).toArrow()
     is_participant = merged.column("latency").is_null()
     participants = merged.filter(is_participant).select([name for name, _ in _fields(PARTICIPANT_FIELDS)]).sort_by("sender")
     middle = merged.filter(pa.compute.invert(is_participant)).group_by("latency").aggregate([("latency_count", "sum")])
@@ -1048,41 +1230,102 @@ class Results:
     group_names: dict  # gid -> group_desc
 
 
-def analyse(spark, paths: list[str], out: Path, fmt: str = "parquet") -> Results:
-    """Run the whole analysis and write the four tables under `out`.
+TABLE_SPECS = {"messages": MESSAGE_FIELDS, "threads": THREAD_FIELDS, "groups": GROUP_FIELDS, "participants": PARTICIPANT_FIELDS}
 
-    One Spark job reads, shuffles, places and writes the big tables (and the per-sender
-    partial rows) and returns the small summary rows; a second, small job merges the
-    per-sender rows.
+
+def output_names() -> list[str]:
+    """Every name a run may leave in DIR: a rerun deletes them all before renaming its own in."""
+    from app.thread_report import PLOT_FILES
+
+    return [*TABLE_NAMES, *(f"{name}.csv" for name in TABLE_NAMES), "summary.json", "report.html", *PLOT_FILES]
+
+
+def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = False) -> Results:
+    """Run the whole analysis and commit the tables, summary.json and (with `report`) the
+    report into `out`, a location as Spark resolves it.
+
+    One Spark job reads, shuffles, places and writes (the messages and threads tables, and
+    the summary and per-sender rows; see PARQUET_MAGIC); small jobs then merge the
+    per-sender rows and write the small tables; `OutputLocation.commit` puts it all in place.
     """
+    location = OutputLocation(spark, str(out))
+    staging = location.stage()
+    try:
+        results = _analyse_into(spark, paths, location, staging, fmt, report)
+        location.commit(staging, output_names())
+    except BaseException:
+        try:
+            location.delete(staging)
+        except Exception:  # noqa: BLE001 - the run's own error matters more
+            log.warning("could not delete the staging folder %s", staging)
+        raise
+    for name, spec in TABLE_SPECS.items():
+        # With the schema given, reading back costs no job until a table is used.
+        setattr(results, name, spark.read.schema(spec).parquet(location.child(name)))
+    return results
+
+
+def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str, report: bool) -> Results:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     started = time.perf_counter()
-    out = Path(out)
-    _clear_tables(out, fmt)
-    partials = out / SENDER_PARTIALS
-    shutil.rmtree(partials, ignore_errors=True)
-    partials.mkdir()
-    spark.sparkContext.setJobDescription("read, merge, place and measure; write messages and threads")
-    small = place_all(spark, paths, out, fmt).select("kind", "gid", "group", "hist", "info").toArrow()
-    for name, fields in (("messages", MESSAGE_FIELDS), ("threads", THREAD_FIELDS)):
-        _finish_table(out, name, fields, fmt)
+    sc = spark.sparkContext
+    if not sc.master.startswith("local"):
+        # Local executors live in the driver's process: they reach whatever it reaches.
+        check_executors_reach(spark, location, staging)
+        log.info("the executors can write %s (%.1f s)", location.uri, time.perf_counter() - started)
+    lines_seen = sc.accumulator(0)
+    placed_uri = f"{staging}/_placed"
+    sc.setJobDescription("read, merge, place and measure; write messages and threads")
+    # Times as Parquet's standard microsecond timestamps (UTC), as pyarrow writes them, not
+    # Spark's legacy INT96 (for the tables Spark writes itself when they are empty).
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    write_files(place_all(spark, paths, lines_seen), placed_uri)
+
+    def part_uri(part: int) -> str | None:
+        uri = f"{placed_uri}/part={part}"
+        return uri if location.exists(uri) else None
+
+    summary_uri = part_uri(SUMMARY_PART)
+    small = (spark.read.schema(SUMMARY_SCHEMA).parquet(summary_uri).toArrow() if summary_uri
+             else summary_arrow_schema().empty_table())
 
     def of_kind(k: int, column: str):
         return small.filter(pc.equal(small.column("kind"), k)).column(column).combine_chunks()
 
     info = _children(of_kind(INFO, "info"))
+    lines = int(pc.sum(info["lines"]).as_py() or 0)
+    if lines != lines_seen.value:
+        raise UsageError(
+            f"{location.uri}: the output holds the results of {lines:,} of the {lines_seen.value:,} lines the executors "
+            "read: some executors wrote where the driver does not see it. On a cluster, DIR must be a location every "
+            "executor reaches at the same path.")
+    blank = int(pc.sum(info["blank_lines"]).as_py() or 0)
     malformed = int(pc.sum(info["malformed_lines"]).as_py() or 0)
     conflicts = int(pc.sum(info["conflicting_copies"]).as_py() or 0)
     rounds = int(pc.max(info["jump_rounds"]).as_py() or 0)
+    log.info("read %d lines; messages and threads written (%.1f s)", lines, time.perf_counter() - started)
+
+    def write_table(frame, name: str) -> None:
+        frame.write.parquet(f"{staging}/{name}")
+
+    for name, part, spec in (("messages", MESSAGES_PART, MESSAGE_FIELDS), ("threads", THREADS_PART, THREAD_FIELDS)):
+        uri = part_uri(part)
+        if uri is None:
+            write_table(spark.createDataFrame([], spec), name)
+            continue
+        location.rename(uri, f"{staging}/{name}")
+        for file_name in location.names(f"{staging}/{name}"):
+            if file_name.endswith(".txt"):  # the text writer's extension; these are Parquet files
+                location.rename(f"{staging}/{name}/{file_name}", f"{staging}/{name}/{file_name[:-4]}.parquet")
+
     group = _children(of_kind(GROUP, "group"))
     names = [name for name, _ in _fields(GROUP_FIELDS)]
     groups_table = pa.Table.from_arrays(
         [of_kind(GROUP, "gid"), group["desc"]] + [group[name] for name in names[2:]], schema=arrow_schema(GROUP_FIELDS)
     ).sort_by("gid")
-    write_part(groups_table, str(out / "groups"), "part-00000", fmt)
-    _finish_table(out, "groups", GROUP_FIELDS, fmt)
+    write_table(_frame(spark, groups_table, GROUP_FIELDS), "groups")
 
     def total(name: str, how=pc.sum):
         return how(group[name]).as_py()
@@ -1097,31 +1340,36 @@ def analyse(spark, paths: list[str], out: Path, fmt: str = "parquet") -> Results
     for points in histograms.values():
         points.sort(key=lambda p: (p[0] is not None, p[0] or 0.0))
     n_messages = int(total("messages") or 0)
-    lines = int(total("lines") or 0) + malformed
     threads_count = int(total("threads") or 0)
     pairs = int(total("pairs") or 0)
     first, last = total("first_ms", pc.min), total("last_ms", pc.max)
-    log.info("read %d lines: %d distinct messages, roots found in %d pointer-jumping rounds; messages and threads written (%.1f s)",
-             lines, n_messages, rounds, time.perf_counter() - started)
     if malformed:
-        log.warning("skipped %d malformed line(s) of %d: bad JSON, a missing gid/mid/sender or an unreadable time", malformed, lines)
+        log.warning("skipped %d malformed line(s) of %d: not one JSON object, a field of the wrong type, "
+                    "a missing gid/mid/sender or an unreadable time", malformed, lines)
     if conflicts:
         log.warning("%d message(s) have copies that disagree beyond received_at; kept the earliest received", conflicts)
 
-    spark.sparkContext.setJobDescription("participants and the reply-latency median")
-    if any(partials.glob("*.parquet")):
-        participants, latency_median = participants_and_latency_median(spark, str(partials), histograms.pop("latency_fine", []))
+    sc.setJobDescription("participants and the reply-latency median")
+    senders_uri = part_uri(SENDERS_PART)
+    sender_spec = f"sender string, posts {_struct_ddl(STRUCT_FIELDS['posts'])}"
+    if senders_uri:
+        participants, latency_median = participants_and_latency_median(
+            spark, spark.read.schema(sender_spec).parquet(senders_uri), histograms.pop("latency_fine", []))
     else:
         participants, latency_median = arrow_schema(PARTICIPANT_FIELDS).empty_table(), None
-    shutil.rmtree(partials, ignore_errors=True)
     participants = participants.cast(arrow_schema(PARTICIPANT_FIELDS))
-    write_part(participants, str(out / "participants"), "part-00000", fmt)
-    _finish_table(out, "participants", PARTICIPANT_FIELDS, fmt)
+    write_table(_frame(spark, participants, PARTICIPANT_FIELDS), "participants")
+    location.delete(placed_uri)
+    if fmt == "csv":
+        sc.setJobDescription("CSV copies")
+        for name, spec in TABLE_SPECS.items():
+            spark.read.schema(spec).parquet(f"{staging}/{name}").write.option("header", True).csv(f"{staging}/{name}.csv")
     summary = {
         "input_lines": lines,
+        "blank_lines": blank,
         "malformed_lines": malformed,
         "messages": n_messages,
-        "duplicates_removed": lines - malformed - n_messages,
+        "duplicates_removed": lines - blank - malformed - n_messages,
         "conflicting_copies": conflicts,
         "threads": threads_count,
         "groups": groups_table.num_rows,
@@ -1138,15 +1386,34 @@ def analyse(spark, paths: list[str], out: Path, fmt: str = "parquet") -> Results
         "sender_pairs": pairs,
         "pointer_jumping_rounds": rounds,
     }
-    log.info("tables aggregated (%.1f s)", time.perf_counter() - started)
-    specs = {"messages": MESSAGE_FIELDS, "threads": THREAD_FIELDS, "groups": GROUP_FIELDS, "participants": PARTICIPANT_FIELDS}
-    # With the schema given, reading back costs no job until a table is used.
-    tables = {name: spark.read.schema(spec).parquet(str(out / name)) for name, spec in specs.items()}
-    return Results(
+    log.info("tables written (%.1f s)", time.perf_counter() - started)
+    results = Results(
+        messages=None, threads=None, groups=None, participants=None,
         summary=summary, histograms=histograms, over_time=over_time,
         time_span_ms=None if first is None else (first, last),
-        group_names=dict(zip(groups_table.column("gid").to_pylist(), groups_table.column("group_desc").to_pylist())), **tables,
+        group_names=dict(zip(groups_table.column("gid").to_pylist(), groups_table.column("group_desc").to_pylist())),
     )
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="m2mc-thread-stats-") as local:
+        local_dir = Path(local)
+        (local_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        files = ["summary.json"]
+        if report:
+            from app import thread_report
+
+            report_started = time.perf_counter()
+            thread_report.write_report(results, local_dir)
+            files += [p.name for p in local_dir.iterdir() if p.name != "summary.json"]
+            log.info("report (%.1f s)", time.perf_counter() - report_started)
+        for name in files:
+            location.put(local_dir / name, f"{staging}/{name}")
+    return results
+
+
+def _frame(spark, table, spec: str):
+    """A one-partition DataFrame of a small Arrow table."""
+    return spark.createDataFrame(table.to_pandas(), spec).coalesce(1) if table.num_rows else spark.createDataFrame([], spec)
 
 
 def _maybe_int(value):
@@ -1155,7 +1422,6 @@ def _maybe_int(value):
 
 def run(args: argparse.Namespace) -> int:
     paths = expand_inputs(args.inputs)
-    args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     from pyspark.sql import SparkSession
 
@@ -1170,14 +1436,7 @@ def run(args: argparse.Namespace) -> int:
     spark = build_session(args.master, args.driver_memory, archive)
     log.info("Spark session ready (%.1f s)", time.perf_counter() - started)
     try:
-        results = analyse(spark, paths, args.out, args.format)
-        (args.out / "summary.json").write_text(json.dumps(results.summary, indent=2) + "\n")
-        if not args.no_report:
-            from app import thread_report
-
-            report_started = time.perf_counter()
-            thread_report.write_report(results, args.out)
-            log.info("report (%.1f s)", time.perf_counter() - report_started)
+        results = analyse(spark, paths, args.out, args.format, report=not args.no_report)
     finally:
         if not borrowed:
             spark.stop()
@@ -1187,11 +1446,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+REQUIRED_MODULES = ("numpy", "pyarrow", "pandas", "matplotlib", "pyspark")
+
+
+def missing_modules() -> list[str]:
+    import importlib.util
+
+    return [name for name in REQUIRED_MODULES if importlib.util.find_spec(name) is None]
+
+
 def main(argv: list[str] | None = None) -> int:
     from app.extras import require_extra  # here, not at the top: spark-submit runs this file as a script
 
     require_extra("m2mc-thread-stats", "analytics")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    missing = missing_modules()
+    if missing:
+        # Plain spark-submit runs the system python3 unless told otherwise.
+        print(f"m2mc-thread-stats: this Python ({sys.executable}) lacks {', '.join(missing)}. Run the job with the "
+              "interpreter of the environment M2MC is installed in, e.g.\n"
+              "  PYSPARK_PYTHON=$PWD/.venv/bin/python PYSPARK_DRIVER_PYTHON=$PWD/.venv/bin/python spark-submit app/thread_stats.py ...",
+              file=sys.stderr)
+        return 2
     args = parse_args(argv)
     try:
         return run(args)

@@ -3,6 +3,7 @@
 #   runtime: the X11/xcb libraries Qt's xcb platform plugin loads (a desktop session)
 #   tests:   iproute2 and iptables, for the private network-namespace LAN tests; Xvfb, the
 #            virtual display the GUI tests open real windows on
+#   report:  a font with CJK glyphs (Droid Sans Fallback, 2 MB), for group names in the plots
 #   build:   a C compiler, OpenSSL's headers, and Python's headers when the interpreter given
 #            as $1 lacks them, for the compiled cores (the S_b orderer, the Merkle trees;
 #            without them the middleware falls back to Python)
@@ -14,6 +15,7 @@ packages=(
   libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xkb1 libxcb-randr0
   libxcb-render-util0 libxcb-image0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3
   iproute2 iptables xvfb xauth
+  fonts-droid-fallback
   desktop-file-utils appstream  # validators for the desktop entry and metainfo tests
   gcc libc6-dev libssl-dev
 )

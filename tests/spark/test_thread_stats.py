@@ -243,6 +243,104 @@ def test_reciprocity_per_group(spark, tmp_path):
     assert results.summary["reciprocity"] == pytest.approx(2 / 4)
 
 
+def test_wrong_json_types_are_malformed(spark, tmp_path):
+    def with_field(key, **fields):
+        record = json.loads(line(G1, key, None, ALICE, 0))
+        record.update(fields)
+        return json.dumps(record)
+
+    lines = [
+        with_field("t:1", gid=["a"]),
+        with_field("t:2", mid=12345),
+        with_field("t:3", parent=7),
+        with_field("t:4", parent=False),
+        with_field("t:5", sender={"pid": ALICE}),
+        with_field("t:6", text=5),
+        with_field("t:7", sent_at=1767225600),
+        with_field("t:8", group_desc=None, sender_name=None, text=None),  # nulls are allowed
+        with_field("t:9", extra=[1, {"x": 2}], gid2=3),  # fields the export does not have are ignored
+        "null",  # a first line of `null` crashes pyarrow's reader if it gets there
+        line(G1, "t:10", None, BOB, 1) + " " + line(G1, "t:11", None, BOB, 2),  # two objects on one line
+        '"just a string"',
+    ]
+    results = analyse(spark, [write_export(tmp_path, "types.jsonl", ["null"] + lines)])
+    summary = results.summary
+    assert (summary["input_lines"], summary["malformed_lines"], summary["messages"]) == (13, 11, 2)
+    assert sorted(r["mid"] for r in results.messages.select("mid").collect()) == ["t:8", "t:9"]
+    assert results.groups.count() == 1  # no group named '["a"]'
+    assert summary["orphan_messages"] == 0  # parents 7 and false made no fake orphans
+
+
+def test_copies_differing_only_in_text_are_conflicts(spark, tmp_path):
+    def with_text(mid, text, received):
+        record = json.loads(line(G1, mid, None, ALICE, 0, received=received))
+        record["text"] = text
+        return json.dumps(record)
+
+    lines = [
+        with_text("c:1", "hello", 1), with_text("c:1", "hello, edited", 2),  # text differs: a conflict
+        with_text("c:2", "same", 1), with_text("c:2", "same", 5),  # only received_at differs: no conflict
+    ]
+    summary = analyse(spark, [write_export(tmp_path, "text.jsonl", lines)]).summary
+    assert (summary["messages"], summary["duplicates_removed"], summary["conflicting_copies"]) == (2, 2, 1)
+
+
+def test_definitions_on_a_hand_computed_log(spark, tmp_path):
+    lines = [
+        line(G1, "a:1", None, ALICE, 0),
+        line(G1, "b:1", "a:1", BOB, 10),  # bob -> alice
+        line(G1, "a:2", "b:1", ALICE, 20),  # alice -> bob: reciprocates
+        line(G1, "a:3", "a:2", ALICE, 30),  # alice -> alice: a self-pair, not counted
+        line(G1, "c:1", "a:1", CAROL, 40),  # carol -> alice: not reciprocated
+        line(G1, "x:1", "y:1", BOB, 50),  # bob <-> carol in a cycle: invalid, not counted
+        line(G1, "y:1", "x:1", CAROL, 60),
+        "",
+        "   \t",
+        line(G2, "b:9", None, BOB, 0),
+        line(G2, "a:9", "b:9", ALICE, 5),  # alice -> bob in G2; bob -> alice happened in G1 only
+    ]
+    results = analyse(spark, [write_export(tmp_path, "defs.jsonl", lines)])
+    summary = results.summary
+    # Blank lines are input lines, counted apart, neither malformed nor messages.
+    assert (summary["input_lines"], summary["blank_lines"], summary["malformed_lines"], summary["messages"]) == (11, 2, 0, 9)
+    assert summary["duplicates_removed"] == 0
+    # Reciprocity is per group: G1 has pairs bob->alice, alice->bob, carol->alice (2 reciprocated),
+    # G2 alice->bob (none); the summary divides the sums: 2 / 4.
+    assertDataFrameEqual(results.groups.select("gid", "reciprocity"), [Row(gid=G1, reciprocity=2 / 3), Row(gid=G2, reciprocity=0.0)])
+    assert (summary["sender_pairs"], summary["reciprocity"]) == (4, 0.5)
+    # mean_depth: the mean of the threads' depths (3 and 1), not of the messages' depths (8 / 7).
+    assert (summary["threads"], summary["mean_depth"], summary["invalid_messages"]) == (2, 2.0, 2)
+
+
+def test_rerun_replaces_the_old_output_and_a_failed_run_marks_nothing(spark, tmp_path, monkeypatch):
+    first = write_export(tmp_path, "first.jsonl", [line(G1, "a:1", None, ALICE, 0), line(G1, "b:1", "a:1", BOB, 10)])
+    out = tmp_path / "out"
+    assert thread_stats.main([first, "--out", str(out), "--format", "csv"]) == 0
+    assert (out / "report.html").exists() and (out / "messages.csv" / "_SUCCESS").exists()
+
+    # A second run that fails after the heavy stage leaves the first run's output as it was.
+    second = write_export(tmp_path, "second.jsonl", [line(G2, "c:1", None, CAROL, 0)])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(thread_stats, "participants_and_latency_median", broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        thread_stats.main([second, "--out", str(out), "--no-report"])
+    assert not [p for p in out.iterdir() if p.name.startswith("_")]  # no staging left behind
+    assert json.loads((out / "summary.json").read_text())["messages"] == 2
+    assert spark.read.parquet(str(out / "messages")).count() == 2
+    monkeypatch.undo()
+
+    # A rerun without the report and CSV replaces all of it: no stale report, plots or CSV.
+    assert thread_stats.main([second, "--out", f"file://{out}", "--no-report"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["groups", "messages", "participants", "summary.json", "threads"]
+    for table in ("groups", "messages", "participants", "threads"):
+        assert (out / table / "_SUCCESS").exists()
+    assert spark.read.parquet(str(out / "messages")).select("gid").collect() == [Row(gid=G2)]
+
+
 # ---------------------------------------------------------------- deep chain and random forests
 
 
@@ -423,3 +521,33 @@ def test_binned_median_matches_spark_percentile(spark):
     assert binned_median([]) is None
     assert thread_stats.median_of_counts([(1, 2), (2, 3), (3, 1)]) == 2
     assert thread_stats.median_of_counts([(2, 1), (3, 1)]) == 2.5
+
+
+# ---------------------------------------------------------------- the report, without Spark
+
+
+def report_results(over_time, span_s, names):
+    return thread_stats.Results(
+        messages=None, threads=None, groups=None, participants=None, summary={"messages": 1}, histograms={},
+        over_time=over_time, time_span_ms=(0, span_s * 1000), group_names=names,
+    )
+
+
+def test_over_time_lines_are_visible_round_and_without_the_partial_last_bin(tmp_path):
+    hour = 3600
+    # A burst group (a deep chain posted within minutes: one bin) and a steady one; the log
+    # ends 10 minutes into its last hour-long bin.
+    over_time = [(G1, 600.0, 600, 5000)] + [(G2, float(k * 600), 600, 3) for k in range(0, 6 * 30 + 1)]
+    results = report_results(over_time, span_s=30 * hour + 600, names={G1: "深い鎖", G2: "𐀀𐀁 linear b"})
+    data = thread_report.collect_plot_data(results)
+    assert data["bin_s"] == hour and data["partial_last_bin"]
+    families, covered = thread_report.label_fonts()
+    times, series, per = thread_report.over_time_series(data, covered)
+    assert per == "hour" and len(times) == 30  # the 31st, partial hour is left out
+    # Every legend entry has a line with a visible (non-zero) point; the CJK name is drawn
+    # when a CJK font is installed (make setup installs one), the uncovered name falls back to its gid.
+    assert all(max(counts) > 0 and len(counts) == len(times) for counts in series.values())
+    cjk = "Droid Sans Fallback" in families
+    assert set(series) == {"深い鎖" if cjk else G1, G2}
+    assert thread_report.write_report(results, tmp_path).exists()
+    assert (tmp_path / "messages_over_time.png").read_bytes()[:4] == b"\x89PNG"
