@@ -31,6 +31,11 @@ from pathlib import Path
 log = logging.getLogger("m2mc.thread_stats")
 
 EXPORT_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", "text", "sent_at", "received_at")
+# What operations (edits, deletes, reactions; issue 20) made of a message: `edited` a count,
+# `deleted` a boolean, `reactions` an object {emoji: [pid, ...]}, parsed into the number of
+# reactions (`reaction_count`). Exports from before them lack the fields, and count none.
+OPERATION_FIELDS = ("edited", "deleted", "reaction_count")
+REACTIONS = r'"reactions":\s*(?P<reactions>\{[^{}]*\})'  # a JSON key: its quotes cannot be inside a string
 TIME_FIELDS = ("sent_at", "received_at")
 
 
@@ -146,7 +151,37 @@ def read_lines(spark, paths: list[str]):
 def export_arrow_schema():
     import pyarrow as pa
 
-    return pa.schema([pa.field(name, pa.string()) for name in EXPORT_FIELDS])
+    return pa.schema([pa.field(name, pa.string()) for name in EXPORT_FIELDS]
+                     + [pa.field("edited", pa.int64()), pa.field("deleted", pa.bool_())])
+
+
+def parsed_arrow_schema():
+    """What `parse_lines` returns: the export's fields and each line's reaction count."""
+    import pyarrow as pa
+
+    return export_arrow_schema().append(pa.field("reaction_count", pa.int64()))
+
+
+def reaction_counts(lines):
+    """Per line, the number of reactions (one per reactor and emoji); 0 without any.
+
+    Arrow's JSON reader cannot read an object of free keys, so the object is found in the
+    line's text and only the few non-empty ones are parsed, in Python.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    counts = np.zeros(len(lines), dtype=np.int64)
+    found = pc.struct_field(pc.extract_regex(lines, REACTIONS), "reactions")
+    some = pc.fill_null(pc.not_equal(found, "{}"), False).to_numpy(zero_copy_only=False)
+    for row in np.flatnonzero(some):
+        try:
+            value = json.loads(found[int(row)].as_py())
+            counts[row] = sum(len(pids) for pids in value.values() if isinstance(pids, list))
+        except (ValueError, AttributeError):
+            pass  # not an object of lists: no reactions counted
+    return pa.array(counts)
 
 
 # Lines are parsed in blocks; a block the strict parser refuses is parsed again line by line.
@@ -154,7 +189,8 @@ PARSE_BLOCK = 4096
 
 
 def parse_lines(lines):
-    """Strictly parsed export lines: (Table of EXPORT_FIELDS as strings, blank lines, malformed lines).
+    """Strictly parsed export lines: (Table of EXPORT_FIELDS as strings with the operations' fields,
+    blank lines, malformed lines).
 
     A line is well-formed JSON here when it is one JSON object whose export fields are
     strings or null (missing counts as null); other fields are ignored, whatever their
@@ -188,7 +224,7 @@ def parse_lines(lines):
     def parse(chunk):
         joined = pc.binary_join_element_wise(chunk, pa.scalar(""), "\n")
         if not len(joined):
-            return schema.empty_table()
+            return parsed_arrow_schema().empty_table()
         offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32)[joined.offset:joined.offset + len(joined) + 1]
         data = joined.buffers()[2][int(offsets[0]):int(offsets[-1])]
         try:
@@ -196,7 +232,9 @@ def parse_lines(lines):
         except pa.ArrowInvalid:
             return None
         # Two objects on one line make more rows than lines.
-        return table if table.num_rows == len(chunk) else None
+        if table.num_rows != len(chunk):
+            return None
+        return table.append_column("reaction_count", reaction_counts(chunk))
 
     parsed = []
     for start in range(0, len(lines), PARSE_BLOCK):
@@ -208,8 +246,8 @@ def parse_lines(lines):
             table = parse(block.take(pa.array(good, pa.int64()))) if good else None
         if table is not None:
             parsed.append(table)
-    table = pa.concat_tables(parsed) if parsed else schema.empty_table()
-    return table.cast(schema), blank_count, malformed
+    table = pa.concat_tables(parsed) if parsed else parsed_arrow_schema().empty_table()
+    return table.cast(parsed_arrow_schema()), blank_count, malformed
 
 
 def parse_times(strings):
@@ -264,7 +302,7 @@ def well_formed(table):
     parent = table.column("parent")
     if pc.any(pc.equal(parent, "")).as_py():
         table = table.set_column(table.schema.get_field_index("parent"), "parent", pc.if_else(pc.equal(parent, ""), pa.scalar(None, pa.string()), parent))
-    return table.select([name for name in EXPORT_FIELDS if name in table.column_names])
+    return table.select([name for name in EXPORT_FIELDS + OPERATION_FIELDS if name in table.column_names])
 
 
 # What `place_groups` makes of a task's groups. The two big tables, one row per message
@@ -291,7 +329,8 @@ STRUCT_FIELDS = {
     "group": (
         "desc string, lines long, messages long, threads long, participants long, mean_thread_size double, "
         "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
-        "reciprocity double, size_sum long, depth_sum long, pairs long, reciprocated_pairs long, first_ms long, last_ms long"
+        "reciprocity double, size_sum long, depth_sum long, pairs long, reciprocated_pairs long, first_ms long, last_ms long, "
+        "edited_messages long, deleted_messages long, reactions long"
     ),
     "posts": (
         "name string, messages long, threads long, threads_started long, replies_sent long, replies_received long, "
@@ -405,6 +444,23 @@ def grouped_median(group, values, k, divisor: float = 1.0):
     lo = np.where(has, start + (counts - 1) // 2, 0)
     hi = np.where(has, start + counts // 2, 0)
     return np.where(has, 0.5 * ordered[lo] + 0.5 * ordered[hi], np.nan)
+
+
+def operation_counts(table, gid_code, n_groups) -> dict:
+    """Per group: messages edited, messages deleted, reactions (see OPERATION_FIELDS)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    def column(name, default):
+        if name not in table.column_names:
+            return np.full(table.num_rows, default)
+        return pc.fill_null(table.column(name), default).to_numpy(zero_copy_only=False)
+
+    return {
+        "edited_messages": _counts(gid_code, n_groups, column("edited", 0) > 0),
+        "deleted_messages": _counts(gid_code, n_groups, column("deleted", False).astype(bool)),
+        "reactions": _counts(gid_code, n_groups, column("reaction_count", 0)),
+    }
 
 
 def merge_copies(table, key):
@@ -737,6 +793,7 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
         "reciprocated_pairs": pa.array(reciprocated),
         "first_ms": _arrow(group_first, no_threads),
         "last_ms": _arrow(group_last, no_threads),
+        **operation_counts(table, gid_code, n_groups),
     }
 
     # Each sender's reply latencies in this task, as one list per sender.
@@ -933,7 +990,7 @@ def _placer(lines_seen):
                 parsed.append(table)
                 blank += batch_blank
                 malformed += batch_malformed
-        table = pa.concat_tables(parsed) if parsed else export_arrow_schema().empty_table()
+        table = pa.concat_tables(parsed) if parsed else parsed_arrow_schema().empty_table()
         lines_seen.add(table.num_rows + blank + malformed)
         placed = place_groups(table, blank, malformed)
         yield from _file_rows(placed.messages, MESSAGES_PART)
@@ -1213,7 +1270,7 @@ def participants_and_latency_median(spark, sender_rows, latency_bin_counts):
 GROUP_FIELDS = (
     "gid string, group_desc string, messages long, threads long, participants long, mean_thread_size double, "
     "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
-    "reciprocity double"
+    "reciprocity double, edited_messages long, deleted_messages long, reactions long"
 )
 @dataclass(slots=True)
 class Results:
@@ -1376,6 +1433,9 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
         "participants": participants.num_rows,
         "orphan_messages": int(total("orphan_messages") or 0),
         "invalid_messages": int(total("invalid_messages") or 0),
+        "edited_messages": int(total("edited_messages") or 0),
+        "deleted_messages": int(total("deleted_messages") or 0),
+        "reactions": int(total("reactions") or 0),
         "max_depth": _maybe_int(total("max_depth", pc.max)),
         "mean_thread_size": total("size_sum") / threads_count if threads_count else None,
         "median_thread_size": median_of_counts(histograms.get("size", [])),

@@ -551,3 +551,27 @@ def test_over_time_lines_are_visible_round_and_without_the_partial_last_bin(tmp_
     assert set(series) == {"深い鎖" if cjk else G1, G2}
     assert thread_report.write_report(results, tmp_path).exists()
     assert (tmp_path / "messages_over_time.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_edits_deletes_and_reactions_are_counted_per_group_and_older_lines_count_none(spark, tmp_path):
+    def with_operations(export_line, **fields):
+        row = json.loads(export_line)
+        row.update(fields)
+        return json.dumps(row, ensure_ascii=False)
+
+    path = write_export(tmp_path, "ops.jsonl", [
+        with_operations(line(G1, "a:1", None, ALICE, 0), edited=2, deleted=False,
+                        reactions={"👍": [BOB, CAROL], "🎉": [BOB]}, pinned=True),
+        with_operations(line(G1, "b:1", "a:1", BOB, 10), text="", edited=1, deleted=True, reactions={}, pinned=False),
+        with_operations(line(G1, "c:1", "a:1", CAROL, 20), text='"reactions": {"x": ["fake"]}', edited=0,
+                        deleted=False, reactions={}, pinned=False),
+        line(G2, "a:9", None, ALICE, 0),  # an export from before operations
+        line(G2, "b:9", "a:9", BOB, 5),
+    ])
+    results = analyse(spark, [path])
+    summary = results.summary
+    assert (summary["edited_messages"], summary["deleted_messages"], summary["reactions"]) == (2, 1, 3)
+    assert summary["messages"] == 5 and summary["malformed_lines"] == 0
+    rows = {r["gid"]: r for r in results.groups.collect()}
+    assert (rows[G1]["edited_messages"], rows[G1]["deleted_messages"], rows[G1]["reactions"]) == (2, 1, 3)
+    assert (rows[G2]["edited_messages"], rows[G2]["deleted_messages"], rows[G2]["reactions"]) == (0, 0, 0)
