@@ -577,6 +577,12 @@ class GroupManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def _is_member_anywhere(self, pid: str) -> bool:
+        """Whether ``pid`` is a current member of a group this peer is in.  Only members are
+        kept in the presence table, so a flood of fresh keys cannot push members out of it."""
+        groups = self.gjlp.groups
+        return any(groups[gid].is_current(pid) for gid in self.channels)
+
     def _decode(self, data: bytes) -> wire.Envelope | None:
         self.stats.datagrams_in += 1
         self.stats.bytes_in += len(data)
@@ -585,7 +591,8 @@ class GroupManager:
             return None
         try:
             envelope = wire.decode(data, self._ciphers.get)
-            self.presence.heard(envelope.sender, time.time())
+            if self._is_member_anywhere(envelope.sender):
+                self.presence.heard(envelope.sender, time.time())
             return envelope
         except wire.SignatureError as exc:
             self.stats.bad_signature_dropped += 1

@@ -1,7 +1,8 @@
 """Presence without I/O: who this peer has heard from lately, and when to say "still here".
 
-Any verified datagram from a peer counts as hearing it (a chat message, a
-heartbeat, a sync answer, a GJLP announcement).  A member that has been idle
+Any verified datagram from a member of a group this peer is in counts as
+hearing it (a chat message, a heartbeat, a sync answer, a GJLP announcement);
+the manager keeps strangers out of the table.  A member that has been idle
 sends one beacon per group every ``BEACON_INTERVAL`` seconds: the group's
 ordinary HEARTBEAT (its highest seqno, which receivers already handle), so
 the wire format does not change and a private group's beacon stays sealed.

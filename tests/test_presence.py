@@ -57,6 +57,25 @@ def heartbeats_in(m):
     return [msg for msg in sent if isinstance(msg, wire.Heartbeat)]
 
 
+def join(m, who, gid, name):
+    """``who`` joins ``gid`` the way a peer does: its own signed member record on the control channel."""
+    m._on_control_datagrams([wire.encode(who, wire.Join(wire.sign_member(who, gid, name, 1, True)))])
+    m.flush()
+
+
+def test_strangers_are_not_heard_and_cannot_push_a_member_out(manager):
+    gid = manager.create_group("lunch")
+    bob = crypto.Identity.generate()
+    join(manager, bob, gid, "Bob")
+    manager._on_data_datagrams([wire.encode(bob, wire.Heartbeat(gid, 1))])
+    flood = [wire.encode(crypto.Identity.generate(), wire.Heartbeat(gid, 1)) for _ in range(300)]
+    manager.presence.max_tracked = 100  # a flood past the table's size, kept small for speed
+    manager._on_data_datagrams(flood)
+    manager._on_control_datagrams(flood)
+    assert set(manager.presence._heard) == {bob.pid}
+    assert manager.presence_of(gid)[bob.pid] == ONLINE
+
+
 def test_an_idle_member_sends_one_heartbeat_per_group_per_30_s_and_what_it_hears_counts(manager):
     gid = manager.create_group("lunch")
     manager.flush()
@@ -71,12 +90,13 @@ def test_an_idle_member_sends_one_heartbeat_per_group_per_30_s_and_what_it_hears
     assert heartbeats_in(manager) == []
 
     bob = crypto.Identity.generate()
+    join(manager, bob, gid, "Bob")
     datagram = wire.encode(bob, wire.Heartbeat(gid, 3))
     manager._on_data_datagrams([datagram])
     assert manager.presence.status(bob.pid, manager.clock[0]) == ONLINE
     manager.clock[0] += 55
     assert manager.presence.status(bob.pid, manager.clock[0]) == OFFLINE
-    assert manager.presence_of(gid) == {manager.pid: "online"}
+    assert manager.presence_of(gid) == {manager.pid: "online", bob.pid: "offline"}
 
 
 def test_read_marks_survive_reopening_the_store_and_merge(tmp_path):
