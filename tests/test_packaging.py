@@ -30,7 +30,7 @@ ICON_SIZES = (16, 22, 24, 32, 48, 64, 128, 256, 512)
 ENTRY_POINTS = {
     "m2mc-chat": "app.chat:main",
     "m2mc-peer": "app.peer:main",
-    "m2mc-thread-stats": "app.thread_stats:main",
+    "m2mc-thread-stats": "app.analytics.thread_stats:main",
     "m2mc-gen-logs": "app.gen_logs:main",
     "m2mc-ordering-study": "app.ordering_study:main",
 }

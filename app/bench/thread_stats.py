@@ -48,7 +48,7 @@ def ensure_class_archive(workdir: Path, master: str, seed: int) -> None:
         return
     started = time.perf_counter()
     log_path = ensure_log(20_000, workdir, seed)
-    subprocess.run([sys.executable, "-m", "app.thread_stats", str(log_path), "--out", str(workdir / "out_warmup"), "--master", master],
+    subprocess.run([sys.executable, "-m", "app.analytics.thread_stats", str(log_path), "--out", str(workdir / "out_warmup"), "--master", master],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print(f"recorded the JVM class archive {archive.path} in {time.perf_counter() - started:.1f} s (once per install)", flush=True)
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         log_path = ensure_log(size, args.workdir, args.seed)
         out = args.workdir / f"out_{size}"
         load_before = os.getloadavg()[0]
-        wall, peak, cpu, _ = run_measured([sys.executable, "-m", "app.thread_stats", str(log_path), "--out", str(out), "--master", args.master])
+        wall, peak, cpu, _ = run_measured([sys.executable, "-m", "app.analytics.thread_stats", str(log_path), "--out", str(out), "--master", args.master])
         summary = json.loads((out / "summary.json").read_text())
         row = {"size": size, "spark_s": wall, "spark_cpu": cpu, "spark_rss": peak, "summary": summary}
         print(f"spark  {size:>10,} messages: {wall:7.1f} s ({cpu:.0f} CPU s), peak RSS {peak / 2**30:5.2f} GiB, "

@@ -12,7 +12,7 @@ groups table and the summary from those; one more small pass, shuffled by sender
 the per-sender rows into the participants table and finds the exact median reply
 latency. The report's plots are drawn from the histograms.
 
-Also runs as `spark-submit app/thread_stats.py INPUT... --out DIR`; then the master and
+Also runs as `spark-submit app/analytics/thread_stats.py INPUT... --out DIR`; then the master and
 the rest of the Spark configuration come from spark-submit.
 """
 
@@ -1525,7 +1525,7 @@ def main(argv: list[str] | None = None) -> int:
         # Plain spark-submit runs the system python3 unless told otherwise.
         print(f"m2mc-thread-stats: this Python ({sys.executable}) lacks {', '.join(missing)}. Run the job with the "
               "interpreter of the environment M2MC is installed in, e.g.\n"
-              "  PYSPARK_PYTHON=$PWD/.venv/bin/python PYSPARK_DRIVER_PYTHON=$PWD/.venv/bin/python spark-submit app/thread_stats.py ...",
+              "  PYSPARK_PYTHON=$PWD/.venv/bin/python PYSPARK_DRIVER_PYTHON=$PWD/.venv/bin/python spark-submit app/analytics/thread_stats.py ...",
               file=sys.stderr)
         return 2
     args = parse_args(argv)
@@ -1538,5 +1538,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # Under spark-submit this file runs as a script: make the `app` package importable.
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     sys.exit(main())
