@@ -1292,7 +1292,7 @@ TABLE_SPECS = {"messages": MESSAGE_FIELDS, "threads": THREAD_FIELDS, "groups": G
 
 def output_names() -> list[str]:
     """Every name a run may leave in DIR: a rerun deletes them all before renaming its own in."""
-    from app.thread_report import PLOT_FILES
+    from app.analytics.thread_report import PLOT_FILES
 
     return [*TABLE_NAMES, *(f"{name}.csv" for name in TABLE_NAMES), "summary.json", "report.html", *PLOT_FILES]
 
@@ -1460,7 +1460,7 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
         (local_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         files = ["summary.json"]
         if report:
-            from app import thread_report
+            from app.analytics import thread_report
 
             report_started = time.perf_counter()
             thread_report.write_report(results, local_dir)
