@@ -23,7 +23,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE_CODE = (
-    "import json, sys; from app.thread_stats_reference import summarise; "
+    "import json, sys; from app.analytics.thread_stats_reference import summarise; "
     "print(json.dumps(summarise(sys.argv[1:])))"
 )
 
