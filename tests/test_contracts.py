@@ -32,7 +32,7 @@ def test_import_contracts_hold():
 @pytest.mark.parametrize("module, line, contract", [
     ("middleware/wire.py", "import PySide6.QtCore", "The middleware runs without Qt"),
     ("middleware/store.py", "import ui.resources", "Imports point one way"),
-    ("app/gen_logs.py", "import middleware.wire", "The analytics import neither"),
+    ("app/analytics/gen_logs.py", "import middleware.wire", "The analytics import neither"),
 ])
 def test_import_contracts_catch_a_wrong_import(tmp_path, module, line, contract):
     """The same contracts over a copy of the sources with one import added that breaks one."""

@@ -31,7 +31,7 @@ ENTRY_POINTS = {
     "m2mc-chat": "app.chat:main",
     "m2mc-peer": "app.peer:main",
     "m2mc-thread-stats": "app.analytics.thread_stats:main",
-    "m2mc-gen-logs": "app.gen_logs:main",
+    "m2mc-gen-logs": "app.analytics.gen_logs:main",
     "m2mc-ordering-study": "app.ordering_study:main",
 }
 # The extra each command needs beyond the base install (the chat).

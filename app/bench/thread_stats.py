@@ -33,7 +33,7 @@ def ensure_log(size: int, workdir: Path, seed: int) -> Path:
     if not path.exists():
         started = time.perf_counter()
         partial = path.with_suffix(".partial")
-        subprocess.run([sys.executable, "-m", "app.gen_logs", "--messages", str(size), "--out", str(partial), "--seed", str(seed)], check=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", "app.analytics.gen_logs", "--messages", str(size), "--out", str(partial), "--seed", str(seed)], check=True, cwd=ROOT)
         partial.rename(path)
         print(f"generated {path.name} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - started:.1f} s", flush=True)
     return path
