@@ -1490,7 +1490,7 @@ def run(args: argparse.Namespace) -> int:
     if borrowed or "PYSPARK_GATEWAY_PORT" in os.environ:
         archive = None  # the JVM is not ours to configure
     else:
-        from app.jvm_archive import ClassArchive
+        from app.analytics.jvm_archive import ClassArchive
 
         archive = ClassArchive()
     spark = build_session(args.master, args.driver_memory, archive)

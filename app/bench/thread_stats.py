@@ -4,7 +4,7 @@ Generates the logs once under build/bench/ (kept between runs), runs the whole c
 end to end (JVM start, report included) as a subprocess on `local[2]`, polls the peak
 resident memory of its process tree (the Python driver, the JVM and the Python
 workers), and runs the plain-Python reference (roots, depths, thread sizes) as the
-single-process baseline. The driver JVM's class archive (`app.jvm_archive`) is recorded
+single-process baseline. The driver JVM's class archive (`app.analytics.jvm_archive`) is recorded
 first if missing, so every timed run starts the way all runs after an install's first do.
 Run: python -m app.bench.thread_stats [--sizes N ...]
 """
@@ -41,7 +41,7 @@ def ensure_log(size: int, workdir: Path, seed: int) -> Path:
 
 def ensure_class_archive(workdir: Path, master: str, seed: int) -> None:
     """Record the driver JVM's class archive before timing, as any run after the first has it."""
-    from app.jvm_archive import ClassArchive
+    from app.analytics.jvm_archive import ClassArchive
 
     archive = ClassArchive()
     if archive.path is None or archive.path.exists():

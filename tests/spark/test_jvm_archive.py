@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from pyspark import SparkContext
 
-from app.jvm_archive import ClassArchive
+from app.analytics.jvm_archive import ClassArchive
 
 
 class FakeGateway:
