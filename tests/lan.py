@@ -1,7 +1,7 @@
 """Test support: namespace LANs that skip cleanly without root, and m2mc-peer processes.
 
 Every namespace is created by the test that uses it and deleted afterwards
-(testbed/netns.py), so our multicast and mDNS never touch the machine's real interfaces.
+(tests/testbed/netns.py), so our multicast and mDNS never touch the machine's real interfaces.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import pytest
 
-from testbed import netns
-from testbed.netns import can_make_namespaces
+from tests.testbed import netns
+from tests.testbed.netns import can_make_namespaces
 
 BIN = Path(sys.executable).parent
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 from middleware import crypto, wire
 from middleware.channel import GroupChannel, Replaced
-from testbed.faults import FaultInjector
+from tests.testbed.faults import FaultInjector
 
 GID = "g-sim"
 

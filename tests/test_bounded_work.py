@@ -5,7 +5,7 @@ import time
 
 from middleware import channel as ch
 from middleware import crypto, wire
-from testbed.faults import FaultInjector
+from tests.testbed.faults import FaultInjector
 from sim import GID, SimLan
 
 BIG_NAK_CPU = 0.2  # seconds for a member's NAK of 4,900 ranges (24.5 million seqnos)

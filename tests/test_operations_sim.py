@@ -8,7 +8,7 @@ peer's own state, so concurrent ones really did not see each other.
 import random
 
 from middleware.chatops import GroupOperations, encode
-from testbed.faults import FaultInjector
+from tests.testbed.faults import FaultInjector
 from middleware.types import ChatMessage
 from sim import GID, SimLan, SimPeer
 

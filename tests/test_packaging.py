@@ -219,8 +219,8 @@ def test_wheel_ships_the_three_packages_and_no_test_support(distributions):
         names = archive.namelist()
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert top_level == {"app", "middleware", "ui"}
-    # Namespaces and fault injection live in testbed/, which is not installed.
-    assert not [n for n in names if n.endswith(("/netns.py", "/faults.py")) or n.startswith("testbed/")]
+    # Namespaces and fault injection live in tests/testbed/, which is not installed.
+    assert not [n for n in names if n.endswith(("/netns.py", "/faults.py")) or n.startswith("tests/")]
 
 
 def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(distributions, tmp_path):

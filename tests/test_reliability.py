@@ -6,7 +6,7 @@ import pytest
 
 from middleware import crypto, wire
 from middleware.channel import GapReported, SyncProgress
-from testbed.faults import FaultInjector
+from tests.testbed.faults import FaultInjector
 from sim import SimLan
 
 

@@ -10,7 +10,7 @@ import random
 import sys
 import time
 
-from testbed.faults import FaultInjector
+from tests.testbed.faults import FaultInjector
 from sim import SimLan
 
 # Targets of issue 16, per message that at least one member missed when first sent.

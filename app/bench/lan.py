@@ -126,7 +126,7 @@ async def run_receiver(args) -> None:
 
 
 def orchestrate(args) -> int:
-    from testbed.netns import Lan
+    from tests.testbed.netns import Lan
 
     work = Path(tempfile.mkdtemp(prefix="m2mc-bench-lan-"))
     with Lan(args.peers) as lan:

@@ -121,7 +121,7 @@ async def loss_scenario(manager, gid, args, coord, rng) -> None:
 
 
 def run_scenario(scenario: str, messages: int, lossy: float = 0.0) -> Path:
-    from testbed.netns import Lan
+    from tests.testbed.netns import Lan
 
     coord = Path(tempfile.mkdtemp(prefix=f"m2mc-bench-{scenario}-"))
     names = ["creator", "stay", "away"] if scenario == "rejoin" else ["p0", "p1", "p2"]
