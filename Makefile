@@ -33,13 +33,13 @@ setup: $(STAMP)
 run: setup
 	@if [ -x $(BIN)/m2mc-chat ]; then exec $(BIN)/m2mc-chat $(ARGS); \
 	elif [ -x $(BIN)/m2mc-peer ]; then echo "m2mc-chat is not built yet; running the headless peer m2mc-peer (JSON-RPC on stdin)."; exec $(BIN)/m2mc-peer $(ARGS); \
-	else echo "No chat program is built yet; running the S_b ordering benchmark instead."; exec $(BIN)/python -m app.bench.mop --quick; fi
+	else echo "No chat program is built yet; running the S_b ordering benchmark instead."; exec $(BIN)/python -m m2mc.app.bench.mop --quick; fi
 
 test: setup check-java
 	$(BIN)/python -m pytest
 
 bench-mop: setup
-	$(BIN)/python -m app.bench.mop
+	$(BIN)/python -m m2mc.app.bench.mop
 
 bundle: setup
 	bash packaging/build-bundle.sh

@@ -18,13 +18,13 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from middleware.manager import Config
-from middleware.transport import TransportError
-from middleware.types import UsageError
-from ui.bridge import ManagerBackend, describe_error
-from ui.dialogs import NameDialog
-from ui.main_window import MainWindow
-from ui.resources import app_icon, apply_theme
+from ..middleware.manager import Config
+from ..middleware.transport import TransportError
+from ..middleware.types import UsageError
+from ..ui.bridge import ManagerBackend, describe_error
+from ..ui.dialogs import NameDialog
+from ..ui.main_window import MainWindow
+from ..ui.resources import app_icon, apply_theme
 
 from .cli import add_common_options, default_data_dir
 

@@ -6,8 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from middleware import __version__
-from middleware.manager import DEFAULT_PORT
+from ..middleware import __version__
+from ..middleware.manager import DEFAULT_PORT
 
 
 def default_data_dir() -> Path:

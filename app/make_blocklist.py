@@ -9,7 +9,7 @@ order (passwords first), so the checker can also tell how common an entry is.
 zxcvbn is not a dependency: run this by hand after
 ``pip download --no-deps zxcvbn==4.5.0`` and unzipping the wheel into DIR:
 
-    python -m app.make_blocklist DIR > resources/passphrase-blocklist.txt
+    python -m m2mc.app.make_blocklist DIR > resources/passphrase-blocklist.txt
 """
 
 from __future__ import annotations

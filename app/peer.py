@@ -27,9 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from middleware.manager import Config, GroupManager
-from middleware.transport import TransportError
-from middleware.types import ChatMessage, GroupView, Member, NullListener, UsageError, format_mid, parse_mid
+from ..middleware.manager import Config, GroupManager
+from ..middleware.transport import TransportError
+from ..middleware.types import ChatMessage, GroupView, Member, NullListener, UsageError, format_mid, parse_mid
 
 from .cli import add_common_options, default_data_dir
 

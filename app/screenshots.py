@@ -1,6 +1,6 @@
 """Makes the README's screenshots of m2mc-chat from a scripted conversation (in-memory backend, no network).
 
-    xvfb-run -a python -m app.screenshots [--out resources]
+    xvfb-run -a python -m m2mc.app.screenshots [--out resources]
 
 Writes ``screenshot-main.png`` (the main window with the threads view),
 ``screenshot-deep-thread.png`` (a 40-deep thread opened on its own at 800 px
@@ -18,10 +18,10 @@ from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QStyleFactory
 
-from middleware.types import ChatMessage, Member
-from ui.main_window import MainWindow
-from ui.memory_backend import MemoryBackend
-from ui.resources import apply_theme
+from ..middleware.types import ChatMessage, Member
+from ..ui.main_window import MainWindow
+from ..ui.memory_backend import MemoryBackend
+from ..ui.resources import apply_theme
 
 ANN, BOB, CAT, DEV = (Member(c * 32, n) for c, n in (("a", "Ann"), ("b", "Bob"), ("c", "Cat"), ("d", "Dev")))
 T0 = 1_795_000_000_000

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .data_files import resource_dir
+
 MIN_LENGTH = 8
 MAX_LENGTH = 1024
 MIN_BITS = 28  # below this, refused even with no named weakness (e.g. "abc12345")
@@ -31,11 +33,7 @@ _ROWS = ("1234567890", "qwertyuiop", "asdfghjkl", "zxcvbnm", "qwertzuiop", "azer
 
 
 def _blocklist_path() -> Path:
-    here = Path(__file__).resolve()
-    checkout = here.parents[1] / "resources" / "passphrase-blocklist.txt"
-    # <prefix>/lib/pythonX.Y/site-packages/middleware/passphrase.py -> <prefix>/share/m2mc
-    installed = here.parents[4] / "share" / "m2mc" / "passphrase-blocklist.txt" if len(here.parents) > 4 else checkout
-    return checkout if checkout.exists() or not installed.exists() else installed
+    return resource_dir() / "passphrase-blocklist.txt"
 
 
 @lru_cache(maxsize=1)

@@ -25,7 +25,16 @@ done
   echo "build-bundle: PyInstaller is not installed for $python; install it with: $python -m pip install 'pyinstaller>=6.3'" >&2
   exit 1; }
 
-"$python" -m PyInstaller --noconfirm --clean --log-level WARN \
+# PyInstaller analyses the package as the wheel lays it out: m2mc/ holding app/, ui/ and middleware/.
+source="$work/source"
+rm -rf "$source" && mkdir -p "$source/m2mc"
+cp "$repo/packaging/m2mc/__init__.py" "$source/m2mc/"
+for folder in app ui middleware; do
+  cp -r "$repo/$folder" "$source/m2mc/$folder"
+done
+find "$source" -name __pycache__ -prune -exec rm -rf {} +
+
+M2MC_SOURCE="$source" "$python" -m PyInstaller --noconfirm --clean --log-level WARN \
   --distpath "$dist" --workpath "$work" "$repo/packaging/m2mc.spec"
 install -m 755 "$repo/packaging/install-desktop.sh" "$dist/m2mc/install-desktop.sh"
 echo "build-bundle: built $dist/m2mc ($(du -sh "$dist/m2mc" | cut -f1)); try: $dist/m2mc/m2mc-chat --version"

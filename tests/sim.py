@@ -7,8 +7,8 @@ import itertools
 import random
 from collections import Counter
 
-from middleware import crypto, wire
-from middleware.channel import GroupChannel, Replaced
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.channel import GroupChannel, Replaced
 from tests.testbed.faults import FaultInjector
 
 GID = "g-sim"

@@ -3,8 +3,8 @@
 import random
 import time
 
-from middleware import channel as ch
-from middleware import crypto, wire
+from m2mc.middleware import channel as ch
+from m2mc.middleware import crypto, wire
 from tests.testbed.faults import FaultInjector
 from sim import GID, SimLan
 

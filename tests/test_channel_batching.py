@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from middleware import channel as channel_module
-from middleware import crypto, wire
-from middleware.channel import GroupChannel
+from m2mc.middleware import channel as channel_module
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.channel import GroupChannel
 
 WRITER = crypto.Identity.generate()
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.chat import NO_DISPLAY, display_missing
-from middleware import __version__
+from m2mc.app.chat import NO_DISPLAY, display_missing
+from m2mc.middleware import __version__
 
 REPO = Path(__file__).resolve().parents[1]
 DISPLAY_VARIABLES = ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
@@ -24,7 +24,7 @@ def headless_env(tmp_path: Path) -> dict[str, str]:
 
 
 def run_chat(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.chat", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "m2mc.app.chat", *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=60)
 
 

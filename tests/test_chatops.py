@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from middleware.chatops import MAX_EDIT_TEXT, OP_MARKER, GroupOperations, decode, encode, is_operation
-from middleware.obg import ObgError
-from middleware.types import ChatMessage, UsageError
+from m2mc.middleware.chatops import MAX_EDIT_TEXT, OP_MARKER, GroupOperations, decode, encode, is_operation
+from m2mc.middleware.obg import ObgError
+from m2mc.middleware.types import ChatMessage, UsageError
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
 GID = "g" * 32

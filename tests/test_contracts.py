@@ -4,6 +4,7 @@ ruff (pyflakes and pycodestyle's E7/E9) and mypy over middleware/."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -23,28 +24,60 @@ def run_tool(name: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedPro
     return subprocess.run([str(tool), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-def test_import_contracts_hold():
-    result = run_tool("lint-imports")
+def stage_package(root: Path) -> Path:
+    """The sources laid out as the wheel installs them (m2mc/ holding app/, ui/, middleware/), with
+    the contracts beside them: import-linter reads packages from the file system."""
+    shutil.copy(REPO / "pyproject.toml", root)
+    (root / "m2mc").mkdir()
+    shutil.copy(REPO / "packaging" / "m2mc" / "__init__.py", root / "m2mc")
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, root / "m2mc" / package, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    return root
+
+
+def test_import_contracts_hold(tmp_path):
+    result = run_tool("lint-imports", cwd=stage_package(tmp_path))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "3 kept, 0 broken" in result.stdout, result.stdout[-2000:]
 
 
 @pytest.mark.parametrize("module, line, contract", [
     ("middleware/wire.py", "import PySide6.QtCore", "The middleware runs without Qt"),
-    ("middleware/store.py", "import ui.resources", "Imports point one way"),
-    ("app/analytics/gen_logs.py", "import middleware.wire", "The analytics import neither"),
+    ("middleware/store.py", "from ..ui import resources", "Imports point one way"),
+    ("app/analytics/gen_logs.py", "from ...middleware import wire", "The analytics import neither"),
 ])
 def test_import_contracts_catch_a_wrong_import(tmp_path, module, line, contract):
     """The same contracts over a copy of the sources with one import added that breaks one."""
-    shutil.copy(REPO / "pyproject.toml", tmp_path)
-    for package in PACKAGES:
-        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    target = tmp_path / module
+    target = stage_package(tmp_path) / "m2mc" / module
     target.write_text(target.read_text(encoding="utf-8") + f"\n{line}  # noqa\n", encoding="utf-8")
     result = run_tool("lint-imports", cwd=tmp_path)
     assert result.returncode != 0, result.stdout[-2000:]
     broken = [row for row in result.stdout.splitlines() if row.endswith("BROKEN")]
     assert any(row.startswith(contract) for row in broken), result.stdout[-3000:]
+
+
+def absolute_imports_of_our_code(source: str) -> list[str]:
+    own = {*PACKAGES, "m2mc"}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] in own]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] in own:
+            found.append(node.module)
+    return found
+
+
+def test_the_package_imports_its_own_modules_relatively():
+    """Installed, app/ is m2mc.app: a bare `import middleware` would work from a checkout only, and a
+    `m2mc.` import would bind a checkout's code to whatever m2mc is installed."""
+    offenders = {
+        str(path.relative_to(REPO)): names
+        for package in PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+        if (names := absolute_imports_of_our_code(path.read_text(encoding="utf-8")))
+    }
+    assert not offenders, offenders
+    assert absolute_imports_of_our_code("import os\nfrom middleware import wire\nfrom .x import y\n") == ["middleware"]
 
 
 def test_ruff_passes():

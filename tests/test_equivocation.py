@@ -7,8 +7,8 @@ import hashlib
 
 import pytest
 
-from middleware import crypto, wire
-from middleware.channel import Conflict
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.channel import Conflict
 from sim import GID, SimLan
 
 
@@ -68,8 +68,8 @@ def test_evidence_is_relayed_again_for_a_member_that_missed_it():
 
 
 def test_the_store_keeps_the_evidence_and_replaces_the_loser_in_place(tmp_path):
-    from middleware.store import Store
-    from middleware.types import ChatMessage
+    from m2mc.middleware.store import Store
+    from m2mc.middleware.types import ChatMessage
 
     mallory = crypto.Identity.generate()
     store = Store(tmp_path / "db.sqlite3")

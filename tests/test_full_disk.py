@@ -11,9 +11,9 @@ import subprocess
 import pytest
 
 from lan import LoopbackHost, PeerProcess
-from middleware import crypto, wire
-from middleware.manager import Config, GroupManager
-from middleware.types import NullListener
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.manager import Config, GroupManager
+from m2mc.middleware.types import NullListener
 
 TMPFS_SIZE = "1m"  # issue 16's case: a 1 MB tmpfs
 

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from middleware import crypto, gjlp, wire
-from middleware.gjlp import (ANSWER_INTERVAL, MAX_MEMBERS, Gjlp, GroupSeen, MemberJoined, MemberLeft, MemberUpdated,
+from m2mc.middleware import crypto, gjlp, wire
+from m2mc.middleware.gjlp import (ANSWER_INTERVAL, MAX_MEMBERS, Gjlp, GroupSeen, MemberJoined, MemberLeft, MemberUpdated,
                              group_address)
 
 ANN, BOB, EVE = (crypto.Identity.generate() for _ in range(3))

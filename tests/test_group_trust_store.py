@@ -7,11 +7,11 @@ import time
 import msgpack
 import pytest
 
-from app.bench.kdf import while_ticking
-from middleware import crypto, passphrase, wire
-from middleware.manager import Config, GroupManager
-from middleware.store import Store
-from middleware.types import ChatMessage, Member, PassphraseRefused, UsageError, duplicate_names, short_fingerprint
+from m2mc.app.bench.kdf import while_ticking
+from m2mc.middleware import crypto, passphrase, wire
+from m2mc.middleware.manager import Config, GroupManager
+from m2mc.middleware.store import Store
+from m2mc.middleware.types import ChatMessage, Member, PassphraseRefused, UsageError, duplicate_names, short_fingerprint
 
 ANN, BOB = crypto.Identity.generate(), crypto.Identity.generate()
 
@@ -145,7 +145,7 @@ def test_names_show_a_fingerprint_and_duplicates_are_found():
 
 
 def test_dns_sd_instance_names_are_readable_and_unique_and_txt_stays_small():
-    from middleware import discovery
+    from m2mc.middleware import discovery
     long_desc = "Ünïcødé lunch " * 20
     a = discovery.instance_name(long_desc, "Ann", ANN.pid)
     b = discovery.instance_name(long_desc, "Ann", BOB.pid)
@@ -164,7 +164,7 @@ def test_the_manager_thread_hands_back_what_a_coroutine_method_returns_raises_or
     import concurrent.futures
     import threading
 
-    from middleware.runner import ManagerThread
+    from m2mc.middleware.runner import ManagerThread
 
     thread = ManagerThread.__new__(ManagerThread)  # its loop only: no manager, no sockets
     thread._loop = asyncio.new_event_loop()

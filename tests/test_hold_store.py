@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from middleware import crypto, wire
-from middleware.channel import HELD_OVERHEAD, GroupChannel
-from middleware.mop import DEFAULT_MAX_HELD_BYTES
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.channel import HELD_OVERHEAD, GroupChannel
+from m2mc.middleware.mop import DEFAULT_MAX_HELD_BYTES
 from sim import GID, SimLan
 
 HOLD_BOUND = 10
@@ -97,8 +97,8 @@ def test_held_bytes_are_bounded_and_counted():
 
 RSS_SCRIPT = r"""
 import sys
-from middleware import crypto, wire
-from middleware.channel import GroupChannel
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.channel import GroupChannel
 
 def rss():
     with open("/proc/self/statm") as f:
@@ -139,7 +139,7 @@ def test_12000_maximum_size_held_messages_grow_rss_by_at_most_150_mb():
 @pytest.mark.parametrize("impl", ["compiled", "python"])
 def test_the_python_reference_evicts_alike(impl):
     """The eviction -> gap path works with either orderer (the tests compare them)."""
-    from middleware import mop
+    from m2mc.middleware import mop
     if impl == "compiled" and mop.CompiledSbOrderer is None:
         pytest.skip("the compiled core is not built")
     cls = mop.CompiledSbOrderer if impl == "compiled" else mop.PySbOrderer

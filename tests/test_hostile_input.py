@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from middleware import crypto, wire
-from middleware.manager import Config, GroupManager
-from middleware.types import parse_mid
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.manager import Config, GroupManager
+from m2mc.middleware.types import parse_mid
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import msgpack
 import pytest
 
 from lan import Lan, PeerProcess
-from middleware import crypto, wire
+from m2mc.middleware import crypto, wire
 
 pytestmark = pytest.mark.netns
 TAP = str(Path(__file__).with_name("udp_tap.py"))
@@ -246,7 +246,7 @@ ZEROCONF_ATTACKER = r"""
 import asyncio, socket, sys
 from zeroconf import IPVersion
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
-from middleware import discovery
+from m2mc.middleware import discovery
 
 async def main(iface, gid, seconds):
     zc = AsyncZeroconf(interfaces=[iface], ip_version=IPVersion.V4Only)

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from lan import Lan, PeerProcess, rss_bytes, send_from
-from middleware import wire
-from middleware.store import Store
+from m2mc.middleware import wire
+from m2mc.middleware.store import Store
 
 pytestmark = pytest.mark.netns
 

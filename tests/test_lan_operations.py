@@ -18,9 +18,9 @@ pytestmark = pytest.mark.netns
 
 FORGER = """
 import asyncio, sys, time
-from middleware.chatops import encode
-from middleware.manager import Config, GroupManager
-from middleware.types import parse_mid
+from m2mc.middleware.chatops import encode
+from m2mc.middleware.manager import Config, GroupManager
+from m2mc.middleware.types import parse_mid
 
 data_dir, iface, gid, target = sys.argv[1:5]
 

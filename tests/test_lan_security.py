@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from lan import Lan, PeerProcess
-from middleware import crypto, wire
+from m2mc.middleware import crypto, wire
 
 pytestmark = pytest.mark.netns
 TAP = str(Path(__file__).with_name("udp_tap.py"))

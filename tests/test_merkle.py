@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from middleware import crypto
+from m2mc.middleware import crypto
 
-_merkle = pytest.importorskip("middleware._merkle", reason="never skipped in CI: the next test fails first")
+_merkle = pytest.importorskip("m2mc.middleware._merkle", reason="never skipped in CI: the next test fails first")
 
 
 def test_the_compiled_trees_are_built_and_used():

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from middleware import mop
-from middleware.mop import CompiledSbOrderer, PySbOrderer
+from m2mc.middleware import mop
+from m2mc.middleware.mop import CompiledSbOrderer, PySbOrderer
 
 IMPLEMENTATIONS = [PySbOrderer] + ([CompiledSbOrderer] if CompiledSbOrderer is not None else [])
 each_orderer = pytest.mark.parametrize("SbOrderer", IMPLEMENTATIONS, ids=lambda cls: cls.__name__)

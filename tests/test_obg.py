@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from middleware.obg import ObgCore, ObgError, Operation
+from m2mc.middleware.obg import ObgCore, ObgError, Operation
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
 MSG_A, MSG_B = (A, 1), (B, 1)

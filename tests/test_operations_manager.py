@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from middleware import crypto, wire
-from middleware.chatops import encode
-from middleware.manager import Config, GroupManager
-from middleware.types import NullListener, UsageError
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.chatops import encode
+from m2mc.middleware.manager import Config, GroupManager
+from m2mc.middleware.types import NullListener, UsageError
 
 
 class Recorder(NullListener):
@@ -156,7 +156,7 @@ def test_json_rpc_methods_answer_and_notify_and_bad_params_get_clear_errors(tmp_
 
 
 async def _json_rpc_session(tmp_path):
-    from app.peer import JsonRpcPeer
+    from m2mc.app.peer import JsonRpcPeer
 
     lines = []
     peer = JsonRpcPeer(lines.append)

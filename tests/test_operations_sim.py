@@ -7,9 +7,9 @@ peer's own state, so concurrent ones really did not see each other.
 
 import random
 
-from middleware.chatops import GroupOperations, encode
+from m2mc.middleware.chatops import GroupOperations, encode
 from tests.testbed.faults import FaultInjector
-from middleware.types import ChatMessage
+from m2mc.middleware.types import ChatMessage
 from sim import GID, SimLan, SimPeer
 
 

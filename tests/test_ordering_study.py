@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from app.ordering_study import main
-from app.ordering_study.example import D, all_outcomes, paper_workload
-from app.ordering_study.metrics import COLUMNS, object_violations, parent_violations, summarize
-from app.ordering_study.network import LAN, LOSSY_WIRELESS, WIRELESS
-from app.ordering_study.policies import (
+from m2mc.app.ordering_study import main
+from m2mc.app.ordering_study.example import D, all_outcomes, paper_workload
+from m2mc.app.ordering_study.metrics import COLUMNS, object_violations, parent_violations, summarize
+from m2mc.app.ordering_study.network import LAN, LOSSY_WIRELESS, WIRELESS
+from m2mc.app.ordering_study.policies import (
     OPS_POLICIES,
     POLICIES,
     FifoInbox,
@@ -19,9 +19,9 @@ from app.ordering_study.policies import (
     PhysicalLinearPolicy,
     SequencerPolicy,
 )
-from app.ordering_study.simulator import Packet, Simulation, simulate
-from app.ordering_study.study import QUICK, run_scenario, scenarios
-from app.ordering_study.workload import ChatMessage, ChatParams, generate, handmade
+from m2mc.app.ordering_study.simulator import Packet, Simulation, simulate
+from m2mc.app.ordering_study.study import QUICK, run_scenario, scenarios
+from m2mc.app.ordering_study.workload import ChatMessage, ChatParams, generate, handmade
 
 # Small, busy and lossy: replies come fast, copies arrive late and out of order.
 BUSY = ChatParams(processes=6, messages=300, rate_per_process_hz=0.5, think_median_ms=300.0)
@@ -144,9 +144,9 @@ def test_sb_never_shows_a_reply_before_its_parent(busy_results):
 
 
 def test_sb_uses_the_project_orderer(busy_workload):
-    from middleware.mop import SbOrderer
+    from m2mc.middleware.mop import SbOrderer
 
-    from app.ordering_study.simulator import Simulation
+    from m2mc.app.ordering_study.simulator import Simulation
 
     sim = Simulation(busy_workload, POLICIES["sb"], seed=7)
     assert all(isinstance(node.orderer, SbOrderer) for node in sim.nodes)

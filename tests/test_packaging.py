@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from middleware import __version__
+from m2mc.middleware import __version__
 
 REPO = Path(__file__).resolve().parents[1]
 RESOURCES = REPO / "resources"
@@ -28,11 +28,11 @@ METAINFO = RESOURCES / "desktop" / "io.github.m2mc.chat.metainfo.xml"
 INSTALL_SCRIPT = REPO / "packaging" / "install-desktop.sh"
 ICON_SIZES = (16, 22, 24, 32, 48, 64, 128, 256, 512)
 ENTRY_POINTS = {
-    "m2mc-chat": "app.chat:main",
-    "m2mc-peer": "app.peer:main",
-    "m2mc-thread-stats": "app.analytics.thread_stats:main",
-    "m2mc-gen-logs": "app.analytics.gen_logs:main",
-    "m2mc-ordering-study": "app.ordering_study:main",
+    "m2mc-chat": "m2mc.app.chat:main",
+    "m2mc-peer": "m2mc.app.peer:main",
+    "m2mc-thread-stats": "m2mc.app.analytics.thread_stats:main",
+    "m2mc-gen-logs": "m2mc.app.analytics.gen_logs:main",
+    "m2mc-ordering-study": "m2mc.app.ordering_study:main",
 }
 # The extra each command needs beyond the base install (the chat).
 COMMAND_EXTRA = {"m2mc-thread-stats": "analytics", "m2mc-gen-logs": "analytics", "m2mc-ordering-study": "study"}
@@ -187,10 +187,10 @@ def build_distributions(tmp_path: Path) -> tuple[Path, Path]:
     """Wheel and sdist from a copy of the sources, so the build leaves nothing in the repo."""
     source = tmp_path / "src"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO / name, source / name)
-    for folder in ("app", "middleware", "ui", "resources"):
-        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("app", "middleware", "ui", "resources", "packaging/m2mc"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     out = tmp_path / "out"
     out.mkdir()
     built = []
@@ -213,12 +213,14 @@ def distributions(tmp_path_factory) -> tuple[Path, Path]:
     return build_distributions(tmp_path_factory.mktemp("dist"))
 
 
-def test_wheel_ships_the_three_packages_and_no_test_support(distributions):
+def test_wheel_ships_one_import_package_and_no_test_support(distributions):
     wheel, _sdist = distributions
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
-    assert top_level == {"app", "middleware", "ui"}
+    assert top_level == {"m2mc"}
+    assert {n.split("/")[1] for n in names if n.startswith("m2mc/")} == {"__init__.py", "app", "middleware", "ui"}
+    assert "m2mc/app/analytics/thread_stats.py" in names and "m2mc/middleware/wire.py" in names
     # Namespaces and fault injection live in tests/testbed/, which is not installed.
     assert not [n for n in names if n.endswith(("/netns.py", "/faults.py")) or n.startswith("tests/")]
 
@@ -254,7 +256,7 @@ def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(distribut
                                  capture_output=True, text=True, cwd=tmp_path)
     assert still_there.stdout.strip() == __version__, "the test disturbed the virtualenv's own m2mc install"
     site = next(prefix.glob("lib/python*/site-packages"))
-    found = subprocess.run([sys.executable, "-c", "from ui.resources import RESOURCE_DIR; print(RESOURCE_DIR)"],
+    found = subprocess.run([sys.executable, "-c", "from m2mc.ui.resources import RESOURCE_DIR; print(RESOURCE_DIR)"],
                            capture_output=True, text=True, cwd=tmp_path, timeout=60,
                            env={**os.environ, "PYTHONPATH": str(site), "QT_QPA_PLATFORM": "offscreen"})
     resource_dir = Path(found.stdout.strip())

@@ -2,10 +2,10 @@
 
 import pytest
 
-from middleware import crypto, manager as manager_module, wire
-from middleware.manager import Config, GroupManager
-from middleware.presence import AWAY, BEACON_INTERVAL, OFFLINE, ONLINE, Presence
-from middleware.store import Store
+from m2mc.middleware import crypto, manager as manager_module, wire
+from m2mc.middleware.manager import Config, GroupManager
+from m2mc.middleware.presence import AWAY, BEACON_INTERVAL, OFFLINE, ONLINE, Presence
+from m2mc.middleware.store import Store
 
 
 def test_a_peer_heard_then_silent_goes_away_then_offline_within_60_s():

@@ -2,7 +2,7 @@
 
 import random
 
-from middleware.rangeset import RangeSet
+from m2mc.middleware.rangeset import RangeSet
 
 
 def canonical(values):

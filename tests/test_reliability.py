@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from middleware import crypto, wire
-from middleware.channel import GapReported, SyncProgress
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.channel import GapReported, SyncProgress
 from tests.testbed.faults import FaultInjector
 from sim import SimLan
 
@@ -133,7 +133,7 @@ def test_duplicates_and_reordering_alone_never_double_deliver(seed):
 
 
 def test_a_sync_answer_sends_oldest_first_whatever_is_put_back():
-    from middleware.channel import _SyncAnswer
+    from m2mc.middleware.channel import _SyncAnswer
 
     missing = {(sender, seqno) for sender in "ab" for seqno in range(1, 6)}
     answer = _SyncAnswer("r", 1, set(missing), 0.0)

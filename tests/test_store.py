@@ -5,9 +5,9 @@ import sqlite3
 
 import msgpack
 
-from middleware import crypto
-from middleware.store import SCHEMA, SCHEMA_VERSION, SEGMENT_MESSAGES, VERSION_1_MESSAGES, Store
-from middleware.types import ChatMessage
+from m2mc.middleware import crypto
+from m2mc.middleware.store import SCHEMA, SCHEMA_VERSION, SEGMENT_MESSAGES, VERSION_1_MESSAGES, Store
+from m2mc.middleware.types import ChatMessage
 
 ANN, BOB = crypto.Identity.generate(), crypto.Identity.generate()
 GID = "g-1"

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from middleware import crypto, wire
-from middleware.wire import (
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.wire import (
     Adv, Data, GroupInfo, GroupsInfo, Heartbeat, Join, Leave, Nak, StoredMessage,
     Repair, SyncReq, SyncResp, WireError, decode, encode,
 )

@@ -32,9 +32,9 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from middleware.manager import Config
-from middleware.runner import ManagerThread
-from middleware.types import ChatMessage, GroupView, Member, UsageError
+from ..middleware.manager import Config
+from ..middleware.runner import ManagerThread
+from ..middleware.types import ChatMessage, GroupView, Member, UsageError
 
 log = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from middleware import __version__, passphrase as passphrases
-from middleware.manager import MAX_DESC, MAX_NAME
-from middleware.types import Mid, PassphraseRefused
+from ..middleware import __version__, passphrase as passphrases
+from ..middleware.manager import MAX_DESC, MAX_NAME
+from ..middleware.types import Mid, PassphraseRefused
 
 from .bridge import Backend, describe_error
 from .resources import app_icon

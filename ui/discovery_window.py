@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from middleware.types import GroupView, short_fingerprint
+from ..middleware.types import GroupView, short_fingerprint
 
 from .bridge import Backend
 from .resources import app_icon, icon

@@ -52,8 +52,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from middleware.rangeset import RangeSet
-from middleware.types import ChatMessage, GroupView, Member, Mid, format_mid
+from ..middleware.rangeset import RangeSet
+from ..middleware.types import ChatMessage, GroupView, Member, Mid, format_mid
 
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, snippet

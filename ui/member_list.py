@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QListWidget, QListWidgetItem
 
-from middleware.types import GroupView, Member, duplicate_names, short_fingerprint
+from ..middleware.types import GroupView, Member, duplicate_names, short_fingerprint
 
 from .resources import icon
 

@@ -21,10 +21,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from middleware import passphrase as passphrases
-from middleware.chatops import OP_MARKER, GroupOperations, is_operation
-from middleware.rangeset import RangeSet
-from middleware.types import (ChatMessage, GroupListener, GroupView, Member, Mid, PassphraseRefused, UsageError,
+from ..middleware import passphrase as passphrases
+from ..middleware.chatops import OP_MARKER, GroupOperations, is_operation
+from ..middleware.rangeset import RangeSet
+from ..middleware.types import (ChatMessage, GroupListener, GroupView, Member, Mid, PassphraseRefused, UsageError,
                               format_mid, iso_millis)
 
 from .bridge import Backend

@@ -26,7 +26,7 @@ from typing import Iterable
 
 from PySide6.QtCore import QAbstractItemModel, QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, Signal
 
-from middleware.types import ChatMessage, Mid
+from ..middleware.types import ChatMessage, Mid
 
 MessageRole = Qt.ItemDataRole.UserRole + 1
 UnreadRole = Qt.ItemDataRole.UserRole + 2

@@ -1,8 +1,8 @@
 """Icons and the stylesheet from the top-level ``resources/`` folder, coloured for the palette.
 
-``resources/`` lives next to the packages (not inside one), so in a checkout
-it is found relative to this file; an installed wheel carries it as
-``<prefix>/share/m2mc``.  When neither is there the app still runs, with plain
+``resources/`` lives next to the packages (not inside one); where it is
+found in a checkout, the bundle and an installed wheel is
+``m2mc.middleware.data_files``'s business.  When neither is there the app still runs, with plain
 Qt icons and no stylesheet.  Icons are monochrome SVGs drawn in
 black and recoloured here to the palette's text colour, and the stylesheet's
 ``@name@`` placeholders are filled from the palette, so one set of files serves
@@ -20,17 +20,11 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QP
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QApplication
 
+from ..middleware.data_files import resource_dir
+
 log = logging.getLogger(__name__)
 
-def _find_resource_dir() -> Path:
-    here = Path(__file__).resolve()
-    checkout = here.parents[1] / "resources"
-    # <prefix>/lib/pythonX.Y/site-packages/ui/resources.py -> <prefix>/share/m2mc
-    installed = here.parents[4] / "share" / "m2mc" if len(here.parents) > 4 else checkout
-    return checkout if checkout.is_dir() or not installed.is_dir() else installed
-
-
-RESOURCE_DIR = _find_resource_dir()
+RESOURCE_DIR = resource_dir()
 ICON_SIZES = (16, 24, 32, 48)
 
 

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from middleware.types import ChatMessage
+from ..middleware.types import ChatMessage
 
 from .delegate import clock, snippet
 from .message_model import ThreadRole

@@ -25,7 +25,7 @@ from pathlib import Path
 try:
     import numpy as np
 except ModuleNotFoundError:  # installed without the analytics extra: say which one brings it
-    from app.extras import require_extra
+    from ..extras import require_extra
 
     require_extra("m2mc-gen-logs", "analytics")
     raise

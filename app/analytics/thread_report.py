@@ -39,7 +39,7 @@ def _ccdf(hist: list[tuple[float, int]]):
 
 def collect_plot_data(results) -> dict:
     """The plots' points from the run's histograms: no Spark job, the counts are small."""
-    from app.analytics.thread_stats import OVER_TIME_GROUPS
+    from .thread_stats import OVER_TIME_GROUPS
 
     counts = results.histograms
     points = {name: [(v, c) for v, c in counts.get(name, []) if v is not None] for name in ("size", "depth", "width", "per_depth")}

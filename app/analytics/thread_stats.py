@@ -1292,7 +1292,7 @@ TABLE_SPECS = {"messages": MESSAGE_FIELDS, "threads": THREAD_FIELDS, "groups": G
 
 def output_names() -> list[str]:
     """Every name a run may leave in DIR: a rerun deletes them all before renaming its own in."""
-    from app.analytics.thread_report import PLOT_FILES
+    from .thread_report import PLOT_FILES
 
     return [*TABLE_NAMES, *(f"{name}.csv" for name in TABLE_NAMES), "summary.json", "report.html", *PLOT_FILES]
 
@@ -1460,7 +1460,7 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
         (local_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         files = ["summary.json"]
         if report:
-            from app.analytics import thread_report
+            from . import thread_report
 
             report_started = time.perf_counter()
             thread_report.write_report(results, local_dir)
@@ -1490,7 +1490,7 @@ def run(args: argparse.Namespace) -> int:
     if borrowed or "PYSPARK_GATEWAY_PORT" in os.environ:
         archive = None  # the JVM is not ours to configure
     else:
-        from app.analytics.jvm_archive import ClassArchive
+        from .jvm_archive import ClassArchive
 
         archive = ClassArchive()
     spark = build_session(args.master, args.driver_memory, archive)
@@ -1507,6 +1507,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 REQUIRED_MODULES = ("numpy", "pyarrow", "pandas", "matplotlib", "pyspark")
+SPARK_SUBMIT_EXAMPLE = ("PYSPARK_PYTHON=$PWD/.venv/bin/python PYSPARK_DRIVER_PYTHON=$PWD/.venv/bin/python "
+                        "spark-submit app/analytics/thread_stats.py ...")
 
 
 def missing_modules() -> list[str]:
@@ -1516,7 +1518,7 @@ def missing_modules() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from app.extras import require_extra  # here, not at the top: spark-submit runs this file as a script
+    from ..extras import require_extra
 
     require_extra("m2mc-thread-stats", "analytics")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -1525,7 +1527,7 @@ def main(argv: list[str] | None = None) -> int:
         # Plain spark-submit runs the system python3 unless told otherwise.
         print(f"m2mc-thread-stats: this Python ({sys.executable}) lacks {', '.join(missing)}. Run the job with the "
               "interpreter of the environment M2MC is installed in, e.g.\n"
-              "  PYSPARK_PYTHON=$PWD/.venv/bin/python PYSPARK_DRIVER_PYTHON=$PWD/.venv/bin/python spark-submit app/analytics/thread_stats.py ...",
+              "  " + SPARK_SUBMIT_EXAMPLE,
               file=sys.stderr)
         return 2
     args = parse_args(argv)
@@ -1536,7 +1538,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def main_as_script() -> int:
+    """spark-submit runs this file as a script, where relative imports cannot resolve: run the
+    installed module instead, which needs the interpreter that M2MC is installed in."""
+    import importlib
+
+    try:
+        installed = importlib.import_module("m2mc.app.analytics.thread_stats")
+    except ImportError:
+        print(f"m2mc-thread-stats: this Python ({sys.executable}) does not have M2MC installed. Run the job with "
+              "the interpreter of the environment M2MC is installed in, e.g.\n  " + SPARK_SUBMIT_EXAMPLE,
+              file=sys.stderr)
+        return 2
+    return installed.main()
+
+
 if __name__ == "__main__":
-    # Under spark-submit this file runs as a script: make the `app` package importable.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    sys.exit(main())
+    sys.exit(main() if __package__ else main_as_script())

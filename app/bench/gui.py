@@ -9,7 +9,7 @@ Runs offscreen with the in-memory backend (no sockets).  Figures:
     sampled every 100 ms; "live" means its top entry was the thread of the
     latest message shown at every sample.
 
-    python -m app.bench.gui [--messages 100000] [--rate 1000] [--seconds 5]
+    python -m m2mc.app.bench.gui [--messages 100000] [--rate 1000] [--seconds 5]
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QElapsedTimer, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from middleware.types import ChatMessage, Member  # noqa: E402
-from ui.main_window import MainWindow  # noqa: E402
-from ui.message_model import MessageRole  # noqa: E402
-from ui.memory_backend import MemoryBackend  # noqa: E402
-from ui.resources import apply_theme  # noqa: E402
+from ...middleware.types import ChatMessage, Member  # noqa: E402
+from ...ui.main_window import MainWindow  # noqa: E402
+from ...ui.message_model import MessageRole  # noqa: E402
+from ...ui.memory_backend import MemoryBackend  # noqa: E402
+from ...ui.resources import apply_theme  # noqa: E402
 
 WORDS = "lunch where when pizza canteen yes no maybe tomorrow meeting slides train late coffee".split()
 

@@ -1,6 +1,6 @@
 """Benchmark of private-group key derivation: what a passphrase guess costs, and what a join takes.
 
-    python -m app.bench.kdf            # 5 rounds of each
+    python -m m2mc.app.bench.kdf            # 5 rounds of each
 
 - Guess cost: CPU seconds of one Argon2id derivation with the parameters new groups
   use (crypto.ARGON2_OPSLIMIT / ARGON2_MEMLIMIT), and of one scrypt (2^15, 8, 1),
@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from middleware import crypto, wire
-from middleware.manager import Config, GroupManager
+from ...middleware import crypto, wire
+from ...middleware.manager import Config, GroupManager
 
 PASSPHRASE = "correct horse battery staple"
 

@@ -1,6 +1,6 @@
 """Benchmark of the whole stack on a namespace LAN: three peers, one sending.
 
-    sudo .venv/bin/python -m app.bench.lan [--messages 20000] [--steady-seconds 5]
+    sudo .venv/bin/python -m m2mc.app.bench.lan [--messages 20000] [--steady-seconds 5]
 
 Phase 1 sends as fast as the stack allows; phase 2 sends at a steady 1,000
 msg/s.  Each receiver reports delivered msg/s and the latency from send to
@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from middleware.manager import Config, GroupManager
-from middleware.types import NullListener
+from ...middleware.manager import Config, GroupManager
+from ...middleware.types import NullListener
 
 
 def cpu_times() -> tuple[float, float]:
@@ -132,7 +132,7 @@ def orchestrate(args) -> int:
     with Lan(args.peers) as lan:
         procs = [
             lan.run(index, [
-                sys.executable, "-m", "app.bench.lan", "--role", "sender" if index == 0 else "receiver",
+                sys.executable, "-m", "m2mc.app.bench.lan", "--role", "sender" if index == 0 else "receiver",
                 "--iface", address, "--data-dir", str(work / f"peer{index}"), "--coord", str(work),
                 "--index", str(index), "--messages", str(args.messages),
                 "--steady-seconds", str(args.steady_seconds), "--peers", str(args.peers),

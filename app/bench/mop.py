@@ -1,7 +1,7 @@
 """Benchmark of the S_b orderer: throughput in order and shuffled, memory, and the paper's OSMT.
 
-    python -m app.bench.mop            # 1,000,000 messages, 10,000 threads, 50 senders
-    python -m app.bench.mop --quick    # 100,000 messages
+    python -m m2mc.app.bench.mop            # 1,000,000 messages, 10,000 threads, 50 senders
+    python -m m2mc.app.bench.mop --quick    # 100,000 messages
 
 The shuffled trace is decoded from msgpack in arrival order, as a receiver decodes
 datagrams, so its objects lie in memory in the order they arrive.  Shuffling a list
@@ -27,7 +27,7 @@ import tracemalloc
 
 import msgpack
 
-from middleware.mop import COMPILED, PySbOrderer, SbOrderer
+from ...middleware.mop import COMPILED, PySbOrderer, SbOrderer
 
 
 def make_workload(messages: int, threads: int, senders: int, seed: int = 1) -> list[tuple]:

@@ -1,6 +1,6 @@
 """Benchmark of the reliability layer on a namespace LAN.
 
-    sudo .venv/bin/python -m app.bench.sync [--messages 100000]
+    sudo .venv/bin/python -m m2mc.app.bench.sync [--messages 100000]
 
 1. A member away while ``--messages`` messages are sent comes back: time until
    it holds them all (MSP), and the bytes all peers sent meanwhile, against the
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import msgpack
 
-from middleware.manager import Config, GroupManager
+from ...middleware.manager import Config, GroupManager
 
 
 async def wait_file(path: Path) -> str:
@@ -128,7 +128,7 @@ def run_scenario(scenario: str, messages: int, lossy: float = 0.0) -> Path:
     with Lan(3) as lan:
         procs = [
             lan.run(index, [
-                sys.executable, "-m", "app.bench.sync", "--role", "creator" if index == 0 else "member",
+                sys.executable, "-m", "m2mc.app.bench.sync", "--role", "creator" if index == 0 else "member",
                 "--name", name, "--iface", address, "--data-dir", str(coord / name), "--coord", str(coord),
                 "--messages", str(messages), "--scenario", scenario, "--seed", str(index + 1),
             ])

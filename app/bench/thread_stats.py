@@ -6,7 +6,7 @@ resident memory of its process tree (the Python driver, the JVM and the Python
 workers), and runs the plain-Python reference (roots, depths, thread sizes) as the
 single-process baseline. The driver JVM's class archive (`app.analytics.jvm_archive`) is recorded
 first if missing, so every timed run starts the way all runs after an install's first do.
-Run: python -m app.bench.thread_stats [--sizes N ...]
+Run: python -m m2mc.app.bench.thread_stats [--sizes N ...]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE_CODE = (
-    "import json, sys; from app.analytics.thread_stats_reference import summarise; "
+    "import json, sys; from m2mc.app.analytics.thread_stats_reference import summarise; "
     "print(json.dumps(summarise(sys.argv[1:])))"
 )
 
@@ -33,7 +33,7 @@ def ensure_log(size: int, workdir: Path, seed: int) -> Path:
     if not path.exists():
         started = time.perf_counter()
         partial = path.with_suffix(".partial")
-        subprocess.run([sys.executable, "-m", "app.analytics.gen_logs", "--messages", str(size), "--out", str(partial), "--seed", str(seed)], check=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", "m2mc.app.analytics.gen_logs", "--messages", str(size), "--out", str(partial), "--seed", str(seed)], check=True, cwd=ROOT)
         partial.rename(path)
         print(f"generated {path.name} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - started:.1f} s", flush=True)
     return path
@@ -41,14 +41,14 @@ def ensure_log(size: int, workdir: Path, seed: int) -> Path:
 
 def ensure_class_archive(workdir: Path, master: str, seed: int) -> None:
     """Record the driver JVM's class archive before timing, as any run after the first has it."""
-    from app.analytics.jvm_archive import ClassArchive
+    from ..analytics.jvm_archive import ClassArchive
 
     archive = ClassArchive()
     if archive.path is None or archive.path.exists():
         return
     started = time.perf_counter()
     log_path = ensure_log(20_000, workdir, seed)
-    subprocess.run([sys.executable, "-m", "app.analytics.thread_stats", str(log_path), "--out", str(workdir / "out_warmup"), "--master", master],
+    subprocess.run([sys.executable, "-m", "m2mc.app.analytics.thread_stats", str(log_path), "--out", str(workdir / "out_warmup"), "--master", master],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print(f"recorded the JVM class archive {archive.path} in {time.perf_counter() - started:.1f} s (once per install)", flush=True)
 
@@ -88,7 +88,7 @@ def run_measured(command: list[str]) -> tuple[float, int, float, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.bench.thread_stats", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m m2mc.app.bench.thread_stats", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "bench")
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         log_path = ensure_log(size, args.workdir, args.seed)
         out = args.workdir / f"out_{size}"
         load_before = os.getloadavg()[0]
-        wall, peak, cpu, _ = run_measured([sys.executable, "-m", "app.analytics.thread_stats", str(log_path), "--out", str(out), "--master", args.master])
+        wall, peak, cpu, _ = run_measured([sys.executable, "-m", "m2mc.app.analytics.thread_stats", str(log_path), "--out", str(out), "--master", args.master])
         summary = json.loads((out / "summary.json").read_text())
         row = {"size": size, "spark_s": wall, "spark_cpu": cpu, "spark_rss": peak, "summary": summary}
         print(f"spark  {size:>10,} messages: {wall:7.1f} s ({cpu:.0f} CPU s), peak RSS {peak / 2**30:5.2f} GiB, "

@@ -5,7 +5,7 @@ Run it as ``m2mc-ordering-study --out DIR [--seed N] [--quick]``.
 
 from __future__ import annotations
 
-from app.extras import require_extra
+from ..extras import require_extra
 
 __all__ = ["main"]
 

@@ -1,4 +1,4 @@
-"""``python -m app.ordering_study``: same as the ``m2mc-ordering-study`` command."""
+"""``python -m m2mc.app.ordering_study``: same as the ``m2mc-ordering-study`` command."""
 
 import sys
 

@@ -21,8 +21,8 @@ import heapq
 from collections import defaultdict
 from typing import Any, ClassVar
 
-from middleware.mop import SbOrderer
-from middleware.obg import ObgCore, Operation
+from ...middleware.mop import SbOrderer
+from ...middleware.obg import ObgCore, Operation
 
 from .simulator import DataBody, Net, Packet
 from .workload import Workload

@@ -2,6 +2,6 @@
 
 import sys
 
-from app.chat import main
+from m2mc.app.chat import main
 
 sys.exit(main())

@@ -2,6 +2,6 @@
 
 import sys
 
-from app.peer import main
+from m2mc.app.peer import main
 
 sys.exit(main())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.analytics import thread_stats  # noqa: E402
+from m2mc.app.analytics import thread_stats  # noqa: E402
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from app.analytics import gen_logs, thread_stats
+from m2mc.app.analytics import gen_logs, thread_stats
 from tests.lan import LoopbackHost
 
 ROOT = Path(__file__).resolve().parents[2]

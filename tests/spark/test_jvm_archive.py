@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from pyspark import SparkContext
 
-from app.analytics.jvm_archive import ClassArchive
+from m2mc.app.analytics.jvm_archive import ClassArchive
 
 
 class FakeGateway:

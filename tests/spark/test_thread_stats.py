@@ -14,7 +14,7 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from app.analytics import gen_logs, thread_report, thread_stats, thread_stats_reference
+from m2mc.app.analytics import gen_logs, thread_report, thread_stats, thread_stats_reference
 
 BASE = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 G1 = "a" * 32

@@ -14,7 +14,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from middleware.types import ChatMessage, Member  # noqa: E402
+from m2mc.middleware.types import ChatMessage, Member  # noqa: E402
 
 
 
@@ -50,15 +50,15 @@ def lunch_conversation(gid):
 
 @pytest.fixture
 def backend(qapp):
-    from ui.memory_backend import MemoryBackend
+    from m2mc.ui.memory_backend import MemoryBackend
 
     return MemoryBackend(name="Dana", pid="da4a" * 8)
 
 
 @pytest.fixture
 def window(qtbot, backend):
-    from ui.main_window import MainWindow
-    from ui.resources import apply_theme
+    from m2mc.ui.main_window import MainWindow
+    from m2mc.ui.resources import apply_theme
 
     apply_theme(qapp_instance())
     win = MainWindow(backend)

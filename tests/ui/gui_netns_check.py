@@ -18,10 +18,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from middleware.manager import Config  # noqa: E402
-from ui.bridge import ManagerBackend  # noqa: E402
-from ui.main_window import MainWindow  # noqa: E402
-from ui.resources import apply_theme  # noqa: E402
+from m2mc.middleware.manager import Config  # noqa: E402
+from m2mc.ui.bridge import ManagerBackend  # noqa: E402
+from m2mc.ui.main_window import MainWindow  # noqa: E402
+from m2mc.ui.resources import apply_theme  # noqa: E402
 
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 

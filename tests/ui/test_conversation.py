@@ -13,10 +13,10 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
 from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot
-from middleware.types import Member
-from ui.dialogs import CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog
-from ui.message_model import MessageRole
-from ui.resources import apply_theme
+from m2mc.middleware.types import Member
+from m2mc.ui.dialogs import CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog
+from m2mc.ui.message_model import MessageRole
+from m2mc.ui.resources import apply_theme
 
 GID = ANN.pid + "-1"
 
@@ -100,7 +100,7 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
 # -- defect 2: dialogs open with focus on OK ------------------------------------------------------
 
 def test_a_name_typed_into_the_first_dialog_is_the_name_stored(qtbot, backend):
-    from app.chat import ask_display_name
+    from m2mc.app.chat import ask_display_name
 
     typed = []
 
@@ -201,7 +201,7 @@ def test_a_group_with_history_never_opens_blank(qtbot, window, backend):
 # -- unread state survives a restart; the "New messages" divider ----------------------------------
 
 def test_unread_state_survives_a_restart_and_the_group_opens_at_the_first_unread(qtbot, backend):
-    from ui.main_window import MainWindow
+    from m2mc.ui.main_window import MainWindow
 
     talk = lunch_conversation(GID)
     first = MainWindow(backend)
@@ -328,7 +328,7 @@ def test_left_members_lock_and_peers_seen(qtbot, window, backend):
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:2], private=True)
     assert window.current.item.icon().pixmap(16, 16).toImage() == \
-        __import__("ui.resources", fromlist=["icon"]).icon("lock").pixmap(16, 16).toImage()
+        __import__("m2mc.ui.resources", fromlist=["icon"]).icon("lock").pixmap(16, 16).toImage()
     assert window.peers_label.text() == "3 peers seen"
     backend.manager.inject_member(GID, CAT, joined=False)
     qtbot.waitUntil(lambda: any(window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left"
@@ -444,7 +444,7 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
 
 def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reader_keeps_their_place(
         qtbot, window, backend, monkeypatch):
-    import ui.main_window as main_window
+    import m2mc.ui.main_window as main_window
 
     monkeypatch.setattr(main_window, "TRIM_SLACK", 0)
     history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(40)]
@@ -474,7 +474,7 @@ def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reade
 def test_notifications_go_to_the_desktop_service_and_fall_back_to_the_tray(qtbot):
     from PySide6.QtWidgets import QWidget
 
-    from ui.notifier import DesktopNotifications, Notifier
+    from m2mc.ui.notifier import DesktopNotifications, Notifier
 
     calls = []
     widget = QWidget()

@@ -5,9 +5,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
 from conftest import ANN, BOB, CAT
-from middleware.types import Member, short_fingerprint
-from ui.dialogs import CreateGroupDialog
-from ui.member_list import DUPLICATE_MARK
+from m2mc.middleware.types import Member, short_fingerprint
+from m2mc.ui.dialogs import CreateGroupDialog
+from m2mc.ui.member_list import DUPLICATE_MARK
 
 
 def test_the_create_dialog_meters_strength_and_refuses_a_common_password(qtbot, backend):

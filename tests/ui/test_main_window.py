@@ -6,9 +6,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
 from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
-from middleware.types import Member
-from ui.dialogs import CreateGroupDialog, JoinDialog
-from ui.message_model import MessageRole
+from m2mc.middleware.types import Member
+from m2mc.ui.dialogs import CreateGroupDialog, JoinDialog
+from m2mc.ui.message_model import MessageRole
 
 GID = ANN.pid + "-1"
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from PySide6.QtCore import QModelIndex
 
 from conftest import ANN, BOB, CAT, lunch_conversation, message
-from ui.message_model import (
+from m2mc.ui.message_model import (
     MessageRole,
     MessageTreeModel,
     ParentMessageRole,

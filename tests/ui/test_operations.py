@@ -8,7 +8,7 @@ same operations.
 from PySide6.QtCore import QPoint, Qt
 
 from conftest import ANN, BOB, CAT, lunch_conversation, message
-from middleware.types import Member
+from m2mc.middleware.types import Member
 
 GID = ANN.pid + "-1"
 

@@ -4,9 +4,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
 from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
-from middleware.types import Member
-from ui.dialogs import CreateGroupDialog, JoinDialog
-from ui.resources import apply_theme
+from m2mc.middleware.types import Member
+from m2mc.ui.dialogs import CreateGroupDialog, JoinDialog
+from m2mc.ui.resources import apply_theme
 
 SECRET = "correct horse battery"
 EQUIVOCATION = f"two different messages claim id {ANN.pid}:7; the first one is kept"
