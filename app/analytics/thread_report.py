@@ -24,6 +24,7 @@ BIN_NAMES = {
 # Fonts tried after DejaVu Sans for characters it lacks (CJK above all).
 FALLBACK_FONTS = ("Droid Sans Fallback", "Noto Sans CJK JP", "Noto Sans CJK SC", "WenQuanYi Zen Hei", "IPAGothic", "Unifont")
 PLOT_FILES = ("ccdf_threads.png", "messages_per_depth.png", "reply_latency.png", "messages_over_time.png")
+OVER_TIME_GROUPS = 8  # the busiest groups get a line of their own in the plot, the rest one pooled line
 
 
 def _ccdf(hist: list[tuple[float, int]]):
@@ -39,8 +40,6 @@ def _ccdf(hist: list[tuple[float, int]]):
 
 def collect_plot_data(results) -> dict:
     """The plots' points from the run's histograms: no Spark job, the counts are small."""
-    from .thread_stats import OVER_TIME_GROUPS
-
     counts = results.histograms
     points = {name: [(v, c) for v, c in counts.get(name, []) if v is not None] for name in ("size", "depth", "width", "per_depth")}
     over: dict[tuple[str, int], int] = {}

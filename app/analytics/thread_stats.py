@@ -12,7 +12,7 @@ groups table and the summary from those; one more small pass, shuffled by sender
 the per-sender rows into the participants table and finds the exact median reply
 latency. The report's plots are drawn from the histograms.
 
-Also runs as `spark-submit app/analytics/thread_stats.py INPUT... --out DIR`; then the master and
+Also runs as `spark-submit app/analytics/submit.py INPUT... --out DIR`; then the master and
 the rest of the Spark configuration come from spark-submit.
 """
 
@@ -27,6 +27,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .submit import EXAMPLE
+from .thread_report import OVER_TIME_GROUPS, PLOT_FILES
 
 log = logging.getLogger("m2mc.thread_stats")
 
@@ -349,7 +352,6 @@ THREAD_PLOTS = {"size": "size", "depth": "depth", "width": "max_width"}
 # Each width divides the next, so the driver can re-bin every task's bins exactly into
 # bins of a multiple of the widest.
 OVER_TIME_WIDTHS_S = (1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400, 28 * 86400, 364 * 86400)
-OVER_TIME_GROUPS = 8  # the busiest groups get a line of their own in the plot, the rest one pooled line
 
 
 def _fields(spec: str) -> list[tuple[str, str]]:
@@ -1292,8 +1294,6 @@ TABLE_SPECS = {"messages": MESSAGE_FIELDS, "threads": THREAD_FIELDS, "groups": G
 
 def output_names() -> list[str]:
     """Every name a run may leave in DIR: a rerun deletes them all before renaming its own in."""
-    from .thread_report import PLOT_FILES
-
     return [*TABLE_NAMES, *(f"{name}.csv" for name in TABLE_NAMES), "summary.json", "report.html", *PLOT_FILES]
 
 
@@ -1507,8 +1507,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 REQUIRED_MODULES = ("numpy", "pyarrow", "pandas", "matplotlib", "pyspark")
-SPARK_SUBMIT_EXAMPLE = ("PYSPARK_PYTHON=$PWD/.venv/bin/python PYSPARK_DRIVER_PYTHON=$PWD/.venv/bin/python "
-                        "spark-submit app/analytics/thread_stats.py ...")
 
 
 def missing_modules() -> list[str]:
@@ -1527,7 +1525,7 @@ def main(argv: list[str] | None = None) -> int:
         # Plain spark-submit runs the system python3 unless told otherwise.
         print(f"m2mc-thread-stats: this Python ({sys.executable}) lacks {', '.join(missing)}. Run the job with the "
               "interpreter of the environment M2MC is installed in, e.g.\n"
-              "  " + SPARK_SUBMIT_EXAMPLE,
+              "  " + EXAMPLE,
               file=sys.stderr)
         return 2
     args = parse_args(argv)
@@ -1538,20 +1536,5 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def main_as_script() -> int:
-    """spark-submit runs this file as a script, where relative imports cannot resolve: run the
-    installed module instead, which needs the interpreter that M2MC is installed in."""
-    import importlib
-
-    try:
-        installed = importlib.import_module("m2mc.app.analytics.thread_stats")
-    except ImportError:
-        print(f"m2mc-thread-stats: this Python ({sys.executable}) does not have M2MC installed. Run the job with "
-              "the interpreter of the environment M2MC is installed in, e.g.\n  " + SPARK_SUBMIT_EXAMPLE,
-              file=sys.stderr)
-        return 2
-    return installed.main()
-
-
 if __name__ == "__main__":
-    sys.exit(main() if __package__ else main_as_script())
+    sys.exit(main())

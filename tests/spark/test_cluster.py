@@ -126,8 +126,8 @@ def test_cluster_outputs_equal_a_local_run_and_unreachable_dir_fails_fast(cluste
 
     driver = work / "driver"
     started = time.monotonic()
-    done = submit(cluster, driver, ROOT / "app" / "analytics" / "thread_stats.py", str(log), "--out", "out/rel", "--no-report")
-    print(f"spark-submit app/analytics/thread_stats.py --out out/rel: {time.monotonic() - started:.1f} s")
+    done = submit(cluster, driver, ROOT / "app" / "analytics" / "submit.py", str(log), "--out", "out/rel", "--no-report")
+    print(f"spark-submit app/analytics/submit.py --out out/rel: {time.monotonic() - started:.1f} s")
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
     # A file:// URL, then a DIR the second worker cannot reach, in one more application.

@@ -466,6 +466,22 @@ def test_command_reports_missing_input(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
+def test_spark_submit_script_under_a_python_without_m2mc_says_which_interpreter_to_use(tmp_path):
+    """Plain spark-submit runs the system python3, where M2MC is not installed: the script says so."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "app" / "analytics" / "submit.py"
+    bare = subprocess.run([sys.executable, "-I", "-S", str(script), "in.jsonl", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert bare.returncode == 2, bare.stderr
+    assert "PYSPARK_PYTHON=" in bare.stderr and "cannot import M2MC" in bare.stderr
+    assert not (tmp_path / "out").exists()
+    helped = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120)
+    assert helped.returncode == 0 and "--out" in helped.stdout, helped.stderr
+
+
 # ---------------------------------------------------------------- the numpy core, without Spark
 
 
@@ -575,3 +591,4 @@ def test_edits_deletes_and_reactions_are_counted_per_group_and_older_lines_count
     rows = {r["gid"]: r for r in results.groups.collect()}
     assert (rows[G1]["edited_messages"], rows[G1]["deleted_messages"], rows[G1]["reactions"]) == (2, 1, 3)
     assert (rows[G2]["edited_messages"], rows[G2]["deleted_messages"], rows[G2]["reactions"]) == (0, 0, 0)
+
