@@ -9,18 +9,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from m2mc.app.analytics import thread_stats  # noqa: E402
+from m2mc.app.analytics import job  # noqa: E402
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     log, reachable, unreachable = sys.argv[1:4]
-    spark = thread_stats.build_session(None, "1g")
-    outcome = {"summary": thread_stats.analyse(spark, [log], reachable).summary}
+    spark = job.build_session(None, "1g")
+    outcome = {"summary": job.analyse(spark, [log], reachable).summary}
     try:
-        thread_stats.analyse(spark, [log], unreachable)
+        job.analyse(spark, [log], unreachable)
         outcome["error"] = None
-    except thread_stats.UsageError as exc:
+    except job.UsageError as exc:
         outcome["error"] = str(exc)
     print("RESULT " + json.dumps(outcome), flush=True)
     spark.stop()

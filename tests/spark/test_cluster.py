@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from m2mc.app.analytics import gen_logs, thread_stats
+from m2mc.app.analytics import gen_logs, job, schema
 from tests.lan import LoopbackHost
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,8 +108,8 @@ def read_tables(folder: Path) -> dict:
     import pyarrow.dataset as ds
 
     tables = {}
-    for name, spec in thread_stats.TABLE_SPECS.items():
-        columns = [field for field, _ in thread_stats._fields(spec)]
+    for name, spec in schema.TABLE_SPECS.items():
+        columns = [field for field, _ in schema._fields(spec)]
         table = ds.dataset(str(folder / name), format="parquet").to_table(columns=columns)
         tables[name] = table.sort_by([(column, "ascending") for column in columns[:2]])
     return tables
@@ -120,7 +120,7 @@ def test_cluster_outputs_equal_a_local_run_and_unreachable_dir_fails_fast(cluste
     log = work / "export.jsonl"
     assert gen_logs.main(["--messages", "3000", "--out", str(log), "--seed", "5"]) == 0
     local_out = work / "local"
-    thread_stats.analyse(spark, [str(log)], local_out)
+    job.analyse(spark, [str(log)], local_out)
     expected = read_tables(local_out)
     assert expected["messages"].num_rows == 3000
 
@@ -153,5 +153,5 @@ def test_cluster_outputs_equal_a_local_run_and_unreachable_dir_fails_fast(cluste
     assert said.count("messages and threads written") == 1  # the heavy stage ran for the file:// run only
     left = [p.relative_to(cluster["hidden"]) for p in cluster["hidden"].rglob("*")]
     assert not [p for p in left if p.name == "_SUCCESS"], left
-    assert not [p for p in left if p.name in thread_stats.TABLE_NAMES], left
+    assert not [p for p in left if p.name in schema.TABLE_NAMES], left
     print(f"unreachable DIR: {outcome['error']}")

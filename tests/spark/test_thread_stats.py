@@ -14,7 +14,7 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from m2mc.app.analytics import gen_logs, thread_report, thread_stats, thread_stats_reference
+from m2mc.app.analytics import gen_logs, job, kernels, thread_report, thread_stats, thread_stats_reference
 
 BASE = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 G1 = "a" * 32
@@ -50,7 +50,7 @@ def write_export(tmp_path, name, lines):
 
 
 def analyse(spark, paths):
-    return thread_stats.analyse(spark, paths, Path(paths[0]).parent / "out")
+    return job.analyse(spark, paths, Path(paths[0]).parent / "out")
 
 
 def placements(results):
@@ -324,7 +324,7 @@ def test_rerun_replaces_the_old_output_and_a_failed_run_marks_nothing(spark, tmp
     def broken(*args, **kwargs):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(thread_stats, "participants_and_latency_median", broken)
+    monkeypatch.setattr(job, "participants_and_latency_median", broken)
     with pytest.raises(RuntimeError, match="injected"):
         thread_stats.main([second, "--out", str(out), "--no-report"])
     assert not [p for p in out.iterdir() if p.name.startswith("_")]  # no staging left behind
@@ -496,7 +496,7 @@ def test_pointer_jumping_on_a_chain_of_depth_100000():
     where[shuffled] = np.arange(depth + 1)
     scrambled = np.full(depth + 1, -1)
     scrambled[where[1:]] = where[parent_pos[1:]]
-    root, depths, rounds = thread_stats.jump_to_roots(scrambled)
+    root, depths, rounds = kernels.jump_to_roots(scrambled)
     assert (root == where[0]).all()
     assert (depths[where] == np.arange(depth + 1)).all()
     assert rounds == math.ceil(math.log2(depth))
@@ -507,7 +507,7 @@ def test_pointer_jumping_marks_cycles_and_their_tails_invalid():
 
     # 0 root <- 1 <- 2;  3 <-> 4 cycle with 5 below it;  6 replies to itself, 7 below it.
     parent_pos = np.array([-1, 0, 1, 4, 3, 4, 6, 6])
-    root, depth, rounds = thread_stats.jump_to_roots(parent_pos)
+    root, depth, rounds = kernels.jump_to_roots(parent_pos)
     assert root.tolist() == [0, 0, 0, -1, -1, -1, -1, -1]
     assert depth.tolist() == [0, 1, 2, -1, -1, -1, -1, -1]
     assert rounds <= math.ceil(math.log2(8)) + 1
@@ -518,10 +518,10 @@ def binned_median(values):
     import numpy as np
 
     values = np.array(values, dtype=float)
-    bins, counts = np.unique(thread_stats.latency_bins(values), return_counts=True)
-    middle, below = thread_stats.middle_bins(list(zip(bins.tolist(), counts.tolist())))
-    distinct, counts = np.unique(values[np.isin(thread_stats.latency_bins(values), middle)], return_counts=True)
-    return thread_stats.median_of_counts(list(zip(distinct.tolist(), counts.tolist())), below, values.size)
+    bins, counts = np.unique(kernels.latency_bins(values), return_counts=True)
+    middle, below = kernels.middle_bins(list(zip(bins.tolist(), counts.tolist())))
+    distinct, counts = np.unique(values[np.isin(kernels.latency_bins(values), middle)], return_counts=True)
+    return kernels.median_of_counts(list(zip(distinct.tolist(), counts.tolist())), below, values.size)
 
 
 def test_binned_median_matches_spark_percentile(spark):
@@ -535,15 +535,15 @@ def test_binned_median_matches_spark_percentile(spark):
     assert binned_median([2, 2, 2, 3, 500, 501]) == 2.5
     assert binned_median([500, 501]) == 500.5
     assert binned_median([]) is None
-    assert thread_stats.median_of_counts([(1, 2), (2, 3), (3, 1)]) == 2
-    assert thread_stats.median_of_counts([(2, 1), (3, 1)]) == 2.5
+    assert kernels.median_of_counts([(1, 2), (2, 3), (3, 1)]) == 2
+    assert kernels.median_of_counts([(2, 1), (3, 1)]) == 2.5
 
 
 # ---------------------------------------------------------------- the report, without Spark
 
 
 def report_results(over_time, span_s, names):
-    return thread_stats.Results(
+    return job.Results(
         messages=None, threads=None, groups=None, participants=None, summary={"messages": 1}, histograms={},
         over_time=over_time, time_span_ms=(0, span_s * 1000), group_names=names,
     )
