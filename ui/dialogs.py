@@ -37,13 +37,12 @@ from PySide6.QtWidgets import (
 )
 
 from ..middleware import __version__, passphrase as passphrases
-from ..middleware.manager import MAX_DESC, MAX_NAME
+from ..middleware.rules import MAX_DESC, MAX_NAME, MIN_PASSPHRASE
 from ..middleware.types import Mid, PassphraseRefused
 
 from .bridge import Backend, describe_error
 from .resources import app_icon
 
-MIN_PASSPHRASE = passphrases.MIN_LENGTH  # the middleware's rule; checked here too for an early word
 WRONG_PASSPHRASE = "That passphrase does not open this group."
 INVITE = re.compile(r"m2mc://join/([^\s?]+)(\?\S*)?")
 MESSAGE_LINK = re.compile(r"m2mc://message/([^\s/]+)/([0-9a-fA-F]+):([0-9]+)")
