@@ -476,7 +476,7 @@ class MainWindow(QMainWindow):
     def start(self) -> None:
         """Load the joined groups and their histories (asynchronously)."""
         self._update_status()
-        self.backend.request("groups", on_result=self._on_initial_groups)
+        self.backend.call(lambda peer: peer.groups(), on_result=self._on_initial_groups)
         self.discovery.load()
 
     def _on_initial_groups(self, views: list[GroupView]) -> None:
@@ -507,14 +507,15 @@ class MainWindow(QMainWindow):
         tree.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
         tree.read_state_changed.connect(lambda mids, s=session: self._on_read_changed(s, mids))
         if load_history:
-            self.backend.request("read_marks", gid,
-                                 on_result=lambda marks, s=session: self._load_history(s, marks),
-                                 on_error=lambda _e, s=session: self._load_history(s, None))
+            self.backend.call(lambda peer: peer.read_marks(gid),
+                              on_result=lambda marks, s=session: self._load_history(s, marks),
+                              on_error=lambda _e, s=session: self._load_history(s, None))
         return session
 
     def _load_history(self, session: GroupSession, marks: list | None) -> None:
-        self.backend.request("history", session.gid,
-                             on_result=lambda messages, s=session: self._on_history(s, messages, marks))
+        gid = session.gid
+        self.backend.call(lambda peer: peer.history(gid),
+                          on_result=lambda messages, s=session: self._on_history(s, messages, marks))
 
     def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
         # What the stored read marks do not cover is unread; a group never marked (from an
@@ -524,8 +525,8 @@ class MainWindow(QMainWindow):
         if marks is None:
             orders = [m.order for m in messages if m.order]
             if orders:
-                self.backend.request("mark_read", session.gid, [(min(orders), max(orders))],
-                                     on_error=lambda _e: None)
+                gid, read = session.gid, [(min(orders), max(orders))]
+                self.backend.call(lambda peer: peer.mark_read(gid, read), on_error=lambda _e: None)
         else:
             read = RangeSet.from_ranges(marks)
             session.tree.set_unread(m.mid for m in messages if m.order and m.order not in read)
@@ -589,7 +590,8 @@ class MainWindow(QMainWindow):
             self._open_position(session)
         self._fill_members()
         self._update_status()
-        self.backend.request("group", session.gid, on_result=self._on_group_view, on_error=lambda _e: None)
+        gid = session.gid
+        self.backend.call(lambda peer: peer.group(gid), on_result=self._on_group_view, on_error=lambda _e: None)
         self._poll_presence()
         self._schedule_seen()
 
@@ -858,8 +860,9 @@ class MainWindow(QMainWindow):
         text = self.topic_edit.text().strip()
         if text == self._shown_topic(session):
             return
-        self.backend.request("set_topic", session.gid, text,
-                             on_error=lambda error: self.show_error(f"Topic not set: {describe_error(error)}"))
+        gid = session.gid
+        self.backend.call(lambda peer: peer.set_topic(gid, text),
+                          on_error=lambda error: self.show_error(f"Topic not set: {describe_error(error)}"))
 
     def _update_pinned_button(self) -> None:
         count = len(self.current.pinned) if self.current is not None else 0
@@ -907,18 +910,21 @@ class MainWindow(QMainWindow):
 
     def delete_message(self, mid: Mid) -> None:
         if self.current is not None:
-            self.backend.request("delete", self.current.gid, mid)
+            gid = self.current.gid
+            self.backend.call(lambda peer: peer.delete(gid, mid))
 
     def toggle_reaction(self, mid: Mid, emoji: str) -> None:
         message = self.current.tree.message(mid) if self.current is not None else None
         if message is None:
             return
         mine = self.backend.pid in (message.reactions or {}).get(emoji, [])
-        self.backend.request("react", self.current.gid, mid, emoji, not mine)
+        gid = self.current.gid
+        self.backend.call(lambda peer: peer.react(gid, mid, emoji, not mine))
 
     def set_pinned(self, mid: Mid, on: bool) -> None:
         if self.current is not None:
-            self.backend.request("pin", self.current.gid, mid, on)
+            gid = self.current.gid
+            self.backend.call(lambda peer: peer.pin(gid, mid, on))
 
     def _on_group_created(self, gid: str) -> None:
         self._session(gid, load_history=False).loaded = True
@@ -926,7 +932,7 @@ class MainWindow(QMainWindow):
 
     def _on_member_changed(self, gid: str, _member: Member) -> None:
         if gid in self.sessions:
-            self.backend.request("group", gid, on_result=self._on_group_view, on_error=lambda _e: None)
+            self.backend.call(lambda peer: peer.group(gid), on_result=self._on_group_view, on_error=lambda _e: None)
 
     def _on_sync_progress(self, gid: str, received: int, expected: int) -> None:
         session = self.sessions.get(gid) or self._session(gid)
@@ -977,8 +983,9 @@ class MainWindow(QMainWindow):
         session = self.current
         if session is None:
             return
-        self.backend.request("pending", session.gid, on_result=lambda n, s=session: self._on_pending(s, n),
-                             on_error=lambda _e: None)
+        gid = session.gid
+        self.backend.call(lambda peer: peer.pending(gid), on_result=lambda n, s=session: self._on_pending(s, n),
+                          on_error=lambda _e: None)
 
     def _on_pending(self, session: GroupSession, count: int) -> None:
         if session.pending != count:
@@ -1261,12 +1268,13 @@ class MainWindow(QMainWindow):
             return
         parent = self.reply_target
         self.compose_error.hide()
-        if self.edit_target is not None:
-            self.backend.request("edit", session.gid, self.edit_target, text, on_result=lambda _mid: self._edited(text),
-                                 on_error=self._send_failed)
+        gid, target = session.gid, self.edit_target
+        if target is not None:
+            self.backend.call(lambda peer: peer.edit(gid, target, text), on_result=lambda _mid: self._edited(text),
+                              on_error=self._send_failed)
             return
-        self.backend.request("send", session.gid, text, parent, on_result=lambda _mid: self._sent(text),
-                             on_error=self._send_failed)
+        self.backend.call(lambda peer: peer.send(gid, text, parent), on_result=lambda _mid: self._sent(text),
+                          on_error=self._send_failed)
 
     def _edited(self, text: str) -> None:
         if self.compose.toPlainText() == text:
@@ -1290,7 +1298,7 @@ class MainWindow(QMainWindow):
         self.discovery.show()
         self.discovery.raise_()
         self.discovery.activateWindow()
-        self.backend.request("advertise")
+        self.backend.call(lambda peer: peer.advertise())
 
     def create_group(self) -> None:
         dialog = CreateGroupDialog(self.backend, self)
@@ -1307,8 +1315,8 @@ class MainWindow(QMainWindow):
         if view is not None and view.private and not view.joined:
             self.ask_passphrase(gid, view.desc)
             return
-        self.backend.request("join_group", gid, on_result=self._joined,
-                             on_error=lambda exc, gid=gid: self._join_refused(gid, exc))
+        self.backend.call(lambda peer: peer.join_group(gid), on_result=self._joined,
+                          on_error=lambda exc, gid=gid: self._join_refused(gid, exc))
 
     def _join_refused(self, gid: str, error: Exception) -> None:
         # The group may have turned out private after the list was drawn: ask, rather than just refuse.
@@ -1342,7 +1350,8 @@ class MainWindow(QMainWindow):
         answer = QMessageBox.question(self, "Leave group", f"Leave “{session.title}”? Others will see that you left.")
         if answer != QMessageBox.StandardButton.Yes:
             return
-        self.backend.request("leave_group", session.gid, on_result=lambda _r, s=session: self._left(s))
+        gid = session.gid
+        self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r, s=session: self._left(s))
 
     def _left(self, session: GroupSession) -> None:
         self.sessions.pop(session.gid, None)
@@ -1487,13 +1496,14 @@ class MainWindow(QMainWindow):
         dialog = NameDialog(self.backend.name, self, title="Change display name")
         if dialog.exec() and dialog.name != self.backend.name:
             name = dialog.name
-            self.backend.request("set_name", name, on_result=lambda _r: self._name_changed(name))
+            self.backend.call(lambda peer: peer.set_name(name), on_result=lambda _r: self._name_changed(name))
 
     def _name_changed(self, name: str) -> None:
         self.backend.name = name
         self.statusBar().showMessage(f"Your display name is now {name}", 5000)
         for gid in self.sessions:
-            self.backend.request("group", gid, on_result=self._on_group_view, on_error=lambda _e: None)
+            self.backend.call(lambda peer, gid=gid: peer.group(gid), on_result=self._on_group_view,
+                              on_error=lambda _e: None)
 
     def _group_icon(self, session: GroupSession):
         return icon("lock") if session.view is not None and session.view.private else icon("group")
@@ -1515,15 +1525,17 @@ class MainWindow(QMainWindow):
             if session.read_orders:
                 ranges = RangeSet(session.read_orders).ranges()
                 session.read_orders = []
-                self.backend.request("mark_read", session.gid, ranges, on_error=lambda _e: None)
+                self.backend.call(lambda peer, gid=session.gid, ranges=ranges: peer.mark_read(gid, ranges),
+                                  on_error=lambda _e: None)
 
     def _poll_presence(self) -> None:
         session = self.current
         if session is None or session.view is None or not session.view.joined:
             return
-        self.backend.request("presence_of", session.gid,
-                             on_result=lambda statuses, s=session: self._on_presence(s, statuses),
-                             on_error=lambda _e: None)
+        gid = session.gid
+        self.backend.call(lambda peer: peer.presence_of(gid),
+                          on_result=lambda statuses, s=session: self._on_presence(s, statuses),
+                          on_error=lambda _e: None)
 
     def _on_presence(self, session: GroupSession, statuses: dict) -> None:
         if statuses != session.presence:
@@ -1545,8 +1557,9 @@ class MainWindow(QMainWindow):
 
     def export_to(self, path: str) -> None:
         session = self.current
-        self.backend.request(
-            "export_log", path, session.gid if session else None,
+        gid = session.gid if session else None
+        self.backend.call(
+            lambda peer: peer.export_log(path, gid),
             on_result=lambda count: self.statusBar().showMessage(f"Exported {count} messages to {path}", 8000),
             on_error=lambda exc: self.show_error(f"Could not export to {path}: {describe_error(exc)}"),
         )

@@ -17,16 +17,19 @@ as the middleware would deliver them.
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Callable
 
 from ..middleware import rules
 from ..middleware.chatops import GroupOperations, is_operation
 from ..middleware.rangeset import RangeSet
 from ..middleware.types import ChatMessage, GroupListener, GroupView, Member, Mid, iso_millis
 
+from .backend import Peer
 from .bridge import Backend
 
 
@@ -54,7 +57,7 @@ class MemoryManager:
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
         desc = rules.check_desc(desc)
         private = passphrase is not None
-        if private:
+        if passphrase is not None:
             rules.check_new_passphrase(passphrase)
         self._counter += 1
         gid = f"{self.pid}-{self._counter}"
@@ -62,7 +65,7 @@ class MemoryManager:
         self._groups[gid] = GroupView(gid, desc, "239.1.1.1", 47477, private, True, (me,), (), 1, time.time(),
                                       frozenset({"gjlp"}))
         self._history[gid] = []
-        if private:
+        if passphrase is not None:
             self._passphrases[gid] = passphrase
         self.listener.on_group_created(gid)
         self.listener.on_groups_discovered([self._groups[gid]])
@@ -83,11 +86,12 @@ class MemoryManager:
             self.listener.on_groups_discovered([view])
         return gid
 
-    # The middleware derives keys off its loop in these; here there is nothing to derive.
-    def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
+    # The middleware derives keys off its loop in these; here there is nothing to derive (and so
+    # nothing to wait for: MemoryBackend runs them to their end at once).
+    async def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
         return self.create_group(desc, passphrase)
 
-    def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
+    async def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
         return self.join_group(gid, passphrase)
 
     def leave_group(self, gid: str) -> None:
@@ -286,13 +290,25 @@ class MemoryBackend(Backend):
         self.manager = MemoryManager(self, pid, name)
         self.pid, self.name, self.interface, self.port = pid, name, "127.0.0.1", 47477
 
-    def _submit(self, method: str, args: tuple) -> concurrent.futures.Future:
+    def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            future.set_result(getattr(self.manager, method)(*args))
+            future.set_result(_run_to_end(work(self.manager)))
         except Exception as exc:
             future.set_exception(exc)
         return future
+
+
+def _run_to_end(result: Any) -> Any:
+    """A coroutine's value (ours never suspend: they await nothing); anything else as it is."""
+    if not inspect.iscoroutine(result):
+        return result
+    try:
+        result.send(None)
+    except StopIteration as done:
+        return done.value
+    result.close()
+    raise RuntimeError("a MemoryManager coroutine waited for something")
 
 
 def _replace(view: GroupView, **changes) -> GroupView:
