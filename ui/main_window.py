@@ -33,7 +33,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QListView,
     QMenu,
-    QStyle,
     QFileDialog,
     QFrame,
     QHBoxLayout,
@@ -60,9 +59,9 @@ from .delegate import MessageDelegate, snippet
 from .dialogs import (CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog, WarningLogWindow, invite_text,
                       parse_message_link, show_about)
 from .discovery_window import DiscoveryWindow
-from .member_list import fill_member_list
 from .message_model import (MessageRole, MessageTreeModel, SearchRole, ThreadListModel, ThreadModel, ThreadRole,
                             TimelineModel)
+from .controllers.status import StatusController
 from .notifier import Notifier
 from .resources import app_icon, icon
 from .widgets import (
@@ -85,7 +84,6 @@ MAX_PER_TURN = 300
 INTAKE_MS = 100
 TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
 READ_SAVE_MS = 1000  # read marks go to the store at most once a second
-PRESENCE_POLL_MS = 5000
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
 
 
@@ -140,6 +138,7 @@ class MainWindow(QMainWindow):
         self.notifier = Notifier(self)
         self.warning_log = WarningLogWindow(self)
         self.passphrase_dialog: PassphraseDialog | None = None
+        self.status_controller = StatusController(self)
 
         self._build_panes()
         self._build_actions()
@@ -150,22 +149,18 @@ class MainWindow(QMainWindow):
         backend.group_created.connect(self._on_group_created)
         backend.member_joined.connect(self._on_member_changed)
         backend.member_left.connect(self._on_member_changed)
-        backend.sync_progress.connect(self._on_sync_progress)
-        backend.warning.connect(self._on_warning)
+        backend.sync_progress.connect(self.status_controller._on_sync_progress)
+        backend.warning.connect(self.status_controller._on_warning)
         backend.messages_updated.connect(self._on_updated)
         backend.topic_changed.connect(self._on_topic_changed)
-        backend.failed.connect(self.show_error)
+        backend.failed.connect(self.status_controller.show_error)
 
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
         self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
         self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS, timeout=self._drain_inbox)
         self._follow_timer = QTimer(self, singleShot=True, interval=100,
                                     timeout=lambda: self.current_view().scrollToBottom())
-        self._pending_timer = QTimer(self, interval=1000, timeout=self._poll_pending)
-        self._pending_timer.start()
         self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS, timeout=self.save_read_marks)
-        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS, timeout=self._poll_presence)
-        self._presence_timer.start()
         self._show_session(None)
 
     # -- layout -------------------------------------------------------------------------
@@ -332,8 +327,8 @@ class MainWindow(QMainWindow):
         centre_layout.setSpacing(0)
         centre_layout.addLayout(header)
         self.warning_banner = WarningBanner()
-        self.warning_banner.show_all.connect(self.show_warning_log)
-        self.warning_banner.dismissed.connect(self._warning_dismissed)
+        self.warning_banner.show_all.connect(self.status_controller.show_warning_log)
+        self.warning_banner.dismissed.connect(self.status_controller._warning_dismissed)
         banner_row = QHBoxLayout()
         banner_row.setContentsMargins(8, 0, 8, 4)
         banner_row.addWidget(self.warning_banner)
@@ -430,7 +425,7 @@ class MainWindow(QMainWindow):
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
         self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
-        self.warnings_action = self._action("&Warnings…", None, self.show_warning_log)
+        self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
         self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
                                         "timeline", checkable=True)
         expand = self._action("E&xpand all", None, self.tree_view.expandAll)
@@ -469,13 +464,13 @@ class MainWindow(QMainWindow):
         bar.addPermanentWidget(self.pending_label)
         bar.addPermanentWidget(self.peers_label)
         bar.addPermanentWidget(self.address_label)
-        self._update_status()
+        self.status_controller._update_status()
 
     # -- start ----------------------------------------------------------------------------
 
     def start(self) -> None:
         """Load the joined groups and their histories (asynchronously)."""
-        self._update_status()
+        self.status_controller._update_status()
         self.backend.call(lambda peer: peer.groups(), on_result=self._on_initial_groups)
         self.discovery.load()
 
@@ -537,7 +532,7 @@ class MainWindow(QMainWindow):
             self._set_divider(session)
             self._expand_default(session)
             self._open_position(session)
-            self._update_status()
+            self.status_controller._update_status()
 
     def select_group(self, gid: str) -> None:
         session = self.sessions.get(gid)
@@ -566,7 +561,7 @@ class MainWindow(QMainWindow):
         for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
                        self.mark_read_action, self.send_action, self.invite_action, self.notify_action):
             action.setEnabled(enabled)
-        self._show_warning_banner()
+        self.status_controller._show_warning_banner()
         if session is None:
             self.title_label.setText("No group")
             self.topic_edit.clear()
@@ -575,7 +570,7 @@ class MainWindow(QMainWindow):
             self.member_list.clear()
             self.thread_list.setModel(None)
             self.thread_bar.hide()
-            self._update_status()
+            self.status_controller._update_status()
             return
         self.title_label.setText(session.title)
         self._show_topic(session)
@@ -588,11 +583,11 @@ class MainWindow(QMainWindow):
         self._expand_default(session)
         if session.loaded:
             self._open_position(session)
-        self._fill_members()
-        self._update_status()
+        self.status_controller._fill_members()
+        self.status_controller._update_status()
         gid = session.gid
         self.backend.call(lambda peer: peer.group(gid), on_result=self._on_group_view, on_error=lambda _e: None)
-        self._poll_presence()
+        self.status_controller._poll_presence()
         self._schedule_seen()
 
     def _set_view_models(self) -> None:
@@ -800,8 +795,8 @@ class MainWindow(QMainWindow):
                 if session is self.current:
                     self.title_label.setText(view.desc)
                     self._show_topic(session)
-                    self._fill_members()
-        self._update_status()
+                    self.status_controller._fill_members()
+        self.status_controller._update_status()
 
     def _on_group_view(self, view: GroupView) -> None:
         self._on_groups_discovered([view])
@@ -862,7 +857,7 @@ class MainWindow(QMainWindow):
             return
         gid = session.gid
         self.backend.call(lambda peer: peer.set_topic(gid, text),
-                          on_error=lambda error: self.show_error(f"Topic not set: {describe_error(error)}"))
+                          on_error=lambda error: self.status_controller.show_error(f"Topic not set: {describe_error(error)}"))
 
     def _update_pinned_button(self) -> None:
         count = len(self.current.pinned) if self.current is not None else 0
@@ -934,109 +929,12 @@ class MainWindow(QMainWindow):
         if gid in self.sessions:
             self.backend.call(lambda peer: peer.group(gid), on_result=self._on_group_view, on_error=lambda _e: None)
 
-    def _on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        session = self.sessions.get(gid) or self._session(gid)
-        session.sync = (received, expected) if received < expected else None
-        if session is self.current:
-            self._update_status()
-
-    def _on_warning(self, gid: str, text: str) -> None:
-        view = self.known_groups.get(gid)
-        session = self.sessions.get(gid)
-        title = session.title if session is not None else view.desc if view is not None else gid or "network"
-        log.warning("group %s: %s", gid, text)
-        self.warning_log.add(title, text)
-        self.statusBar().showMessage(f"⚠ Warning in {title}: {text}", 15000)
-        if session is None:
-            return
-        session.warnings.append(text)
-        session.warning_dismissed = False
-        if session is self.current:
-            self._show_warning_banner()
-        else:
-            session.item.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning))
-            session.item.setToolTip(f"Warning: {text}")
-
-    def _show_warning_banner(self) -> None:
-        session = self.current
-        if session is None or not session.warnings or session.warning_dismissed:
-            self.warning_banner.show_warning(None)
-        else:
-            self.warning_banner.show_warning(session.warnings[-1], len(session.warnings))
-            session.item.setToolTip("")
-
-    def _warning_dismissed(self) -> None:
-        if self.current is not None:
-            self.current.warning_dismissed = True
-
-    def show_warning_log(self) -> None:
-        self.warning_log.show()
-        self.warning_log.raise_()
-        self.warning_log.activateWindow()
-
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
         session.item.setData(UnreadCountRole, count)
         total = sum(len(s.tree.unread) for s in self.sessions.values())
         self.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
-    def _poll_pending(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        gid = session.gid
-        self.backend.call(lambda peer: peer.pending(gid), on_result=lambda n, s=session: self._on_pending(s, n),
-                          on_error=lambda _e: None)
-
-    def _on_pending(self, session: GroupSession, count: int) -> None:
-        if session.pending != count:
-            session.pending = count
-            self._update_status()
-
     # -- status -------------------------------------------------------------------------------
-
-    def _update_status(self) -> None:
-        self.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
-        self.address_label.setToolTip("Interface address and control port in use")
-        # A member who left a group is still a peer that was seen: their machine is still there.
-        peers = {m.pid for view in self.known_groups.values() for m in view.members + view.left} - {self.backend.pid}
-        self.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
-        session = self.current
-        waiting = (session.pending + session.tree.waiting_count) if session is not None else 0
-        self.pending_label.setText(f"{waiting} repl{'ies' if waiting != 1 else 'y'} waiting for a missing message"
-                                   if waiting else "no replies waiting")
-        self.pending_label.setToolTip("Replies that arrived before the message they answer; "
-                                      "they appear as soon as it does")
-        self.pending_label.setProperty("waiting", "true" if waiting else "false")
-        self.pending_label.style().unpolish(self.pending_label)
-        self.pending_label.style().polish(self.pending_label)
-        sync = session.sync if session is not None else None
-        if sync is not None:
-            self.sync_bar.setRange(0, max(1, sync[1]))
-            self.sync_bar.setValue(sync[0])
-            self.sync_bar.show()
-        else:
-            self.sync_bar.hide()
-
-    def _fill_members(self) -> None:
-        session = self.current
-        view = session.view if session is not None else None
-        if view is not None:
-            names = {m.pid: m.name for m in (*view.members, *view.left)}
-            for conversation in (self.tree_view, self.timeline_view):
-                conversation.itemDelegate().names = names
-        fill_member_list(self.member_list, session.view if session is not None else None, self.backend.pid,
-                         self._member_header, lambda pid: session.presence.get(pid, "offline"))
-
-    def _member_header(self, text: str) -> QListWidgetItem:
-        item = QListWidgetItem(text)
-        item.setFlags(Qt.ItemFlag.ItemIsEnabled)
-        font = item.font()
-        font.setBold(True)
-        item.setFont(font)
-        return item
-
-    def show_error(self, message: str) -> None:
-        self.statusBar().showMessage(message, 8000)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -1324,7 +1222,7 @@ class MainWindow(QMainWindow):
         if view is not None and view.private and not view.joined:
             self.ask_passphrase(gid, view.desc)
         else:
-            self.show_error(describe_error(error))
+            self.status_controller.show_error(describe_error(error))
 
     def ask_passphrase(self, gid: str, desc: str) -> PassphraseDialog:
         """The passphrase dialog for a private group; window-modal, it returns at once."""
@@ -1455,12 +1353,12 @@ class MainWindow(QMainWindow):
             return
         gid, mid = target
         if gid not in self.sessions:
-            self.show_error("That message is in a group you have not joined.")
+            self.status_controller.show_error("That message is in a group you have not joined.")
             return
         if self.current is None or self.current.gid != gid:
             self.select_group(gid)
         if not self.select_message(mid):
-            self.show_error("That message has not reached this peer (yet).")
+            self.status_controller.show_error("That message has not reached this peer (yet).")
 
     # -- settings and invites -------------------------------------------------------------------
 
@@ -1528,21 +1426,6 @@ class MainWindow(QMainWindow):
                 self.backend.call(lambda peer, gid=session.gid, ranges=ranges: peer.mark_read(gid, ranges),
                                   on_error=lambda _e: None)
 
-    def _poll_presence(self) -> None:
-        session = self.current
-        if session is None or session.view is None or not session.view.joined:
-            return
-        gid = session.gid
-        self.backend.call(lambda peer: peer.presence_of(gid),
-                          on_result=lambda statuses, s=session: self._on_presence(s, statuses),
-                          on_error=lambda _e: None)
-
-    def _on_presence(self, session: GroupSession, statuses: dict) -> None:
-        if statuses != session.presence:
-            session.presence = dict(statuses)
-            if session is self.current:
-                self._fill_members()
-
     # -- export --------------------------------------------------------------------------------------
 
     def export_dialog(self) -> None:
@@ -1561,7 +1444,7 @@ class MainWindow(QMainWindow):
         self.backend.call(
             lambda peer: peer.export_log(path, gid),
             on_result=lambda count: self.statusBar().showMessage(f"Exported {count} messages to {path}", 8000),
-            on_error=lambda exc: self.show_error(f"Could not export to {path}: {describe_error(exc)}"),
+            on_error=lambda exc: self.status_controller.show_error(f"Could not export to {path}: {describe_error(exc)}"),
         )
 
     # -- window ----------------------------------------------------------------------------------------

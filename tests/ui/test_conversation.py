@@ -343,7 +343,7 @@ def test_left_members_lock_and_peers_seen(qtbot, window, backend):
 # -- presence ---------------------------------------------------------------------------------------
 
 def test_presence_shows_in_the_members_pane_and_follows_changes(qtbot, window, backend):
-    window._presence_timer.setInterval(50)
+    window.status_controller._presence_timer.setInterval(50)
     open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
     backend.manager.presence = {ANN.pid: "online", BOB.pid: "away"}
 
