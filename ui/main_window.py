@@ -61,6 +61,7 @@ from .dialogs import (CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialo
 from .discovery_window import DiscoveryWindow
 from .message_model import (MessageRole, MessageTreeModel, SearchRole, ThreadListModel, ThreadModel, ThreadRole,
                             TimelineModel)
+from .controllers.compose import ComposeController
 from .controllers.status import StatusController
 from .notifier import Notifier
 from .resources import app_icon, icon
@@ -123,8 +124,6 @@ class MainWindow(QMainWindow):
         self.sessions: dict[str, GroupSession] = {}
         self.known_groups: dict[str, GroupView] = {}
         self.current: GroupSession | None = None
-        self.reply_target: Mid | None = None
-        self.edit_target: Mid | None = None  # the own message the compose box is editing
         self.time_ordered = False
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
@@ -139,6 +138,7 @@ class MainWindow(QMainWindow):
         self.warning_log = WarningLogWindow(self)
         self.passphrase_dialog: PassphraseDialog | None = None
         self.status_controller = StatusController(self)
+        self.compose_controller = ComposeController(self)
 
         self._build_panes()
         self._build_actions()
@@ -209,7 +209,7 @@ class MainWindow(QMainWindow):
         self.topic_edit.setFrame(False)
         self.topic_edit.setMaxLength(300)
         self.topic_edit.setToolTip("The group's topic: any member may change it (Enter saves, Esc undoes)")
-        self.topic_edit.editingFinished.connect(self.save_topic)
+        self.topic_edit.editingFinished.connect(self.compose_controller.save_topic)
         self.pinned_button = QToolButton()
         self.pinned_button.setObjectName("pinnedButton")
         self.pinned_button.setAutoRaise(True)
@@ -249,9 +249,9 @@ class MainWindow(QMainWindow):
         self.timeline_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         for view in (self.tree_view, self.timeline_view):
             view.verticalScrollBar().valueChanged.connect(self._schedule_seen)
-            view.reply_requested.connect(self.reply_to)
+            view.reply_requested.connect(self.compose_controller.reply_to)
             view.link_activated.connect(self.open_link)
-            view.reaction_clicked.connect(self.toggle_reaction)
+            view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
             view.itemDelegate().own_pid = self.backend.pid
             view.customContextMenuRequested.connect(lambda pos, v=view: self._message_menu(v, pos))
         self.tree_proxy = QSortFilterProxyModel(self)
@@ -300,13 +300,13 @@ class MainWindow(QMainWindow):
         self.thread_bar.hide()
 
         self.reply_banner = ReplyBanner()
-        self.reply_banner.cancelled.connect(self.start_new_thread)
+        self.reply_banner.cancelled.connect(self.compose_controller.start_new_thread)
         self.compose = ComposeEdit()
-        self.compose.submitted.connect(self.send_message)
-        self.compose.edit_last_requested.connect(self.edit_last)
+        self.compose.submitted.connect(self.compose_controller.send_message)
+        self.compose.edit_last_requested.connect(self.compose_controller.edit_last)
         self.send_button = QPushButton(icon("send"), "Send")
         self.send_button.setObjectName("sendButton")
-        self.send_button.clicked.connect(self.send_message)
+        self.send_button.clicked.connect(self.compose_controller.send_message)
         self.compose_error = QLabel()
         self.compose_error.setObjectName("dialogError")
         self.compose_error.hide()
@@ -415,13 +415,13 @@ class MainWindow(QMainWindow):
         menu.addAction(quit_action)
 
         menu = self.menuBar().addMenu("&Conversation")
-        self.send_action = self._action("&Send", "Ctrl+Return", self.send_message, "send")
-        self.reply_action = self._action("&Reply to selected", "Ctrl+R", self.reply_to_selected, "reply")
+        self.send_action = self._action("&Send", "Ctrl+Return", self.compose_controller.send_message, "send")
+        self.reply_action = self._action("&Reply to selected", "Ctrl+R", self.compose_controller.reply_to_selected, "reply")
         self.notify_action = self._action("&Notify me for this group", None, self._toggle_notify, checkable=True)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
         self.back_action = self._action("&Back to all threads", "Alt+Left", self.close_thread)
-        self.new_thread_action = self._action("&New thread", "Ctrl+N", self.start_new_thread)
+        self.new_thread_action = self._action("&New thread", "Ctrl+N", self.compose_controller.start_new_thread)
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
         self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
@@ -547,8 +547,8 @@ class MainWindow(QMainWindow):
         if self.current is not None and self.current is not session:
             self.save_read_marks()
         self.current = session
-        self.reply_target = None
-        self.edit_target = None
+        self.compose_controller.reply_target = None
+        self.compose_controller.edit_target = None
         self.reply_banner.show_target(None)
         self.filter_edit.blockSignals(True)
         self.filter_edit.clear()
@@ -769,7 +769,7 @@ class MainWindow(QMainWindow):
         # again, never the selected message's, the open one's or those from the top of the
         # view on; the view is put back where the reader was.
         current = session is self.current
-        spare = self.reply_target if current else None
+        spare = self.compose_controller.reply_target if current else None
         opened = session.thread.root.message.mid if session.thread is not None else None
         tree, timeline = session.tree, session.timeline
         if tree.rowCount() > tree.window + TRIM_SLACK:
@@ -826,9 +826,9 @@ class MainWindow(QMainWindow):
                     view.scheduleDelayedItemsLayout()
                     view.viewport().update()
             self._update_pinned_button()
-            if self.edit_target is not None and by_mid.get(self.edit_target, None) is not None \
-                    and by_mid[self.edit_target].deleted:
-                self.start_new_thread()
+            if self.compose_controller.edit_target is not None and by_mid.get(self.compose_controller.edit_target, None) is not None \
+                    and by_mid[self.compose_controller.edit_target].deleted:
+                self.compose_controller.start_new_thread()
 
     def _on_topic_changed(self, gid: str, topic: str, by: str) -> None:
         session = self.sessions.get(gid)
@@ -847,17 +847,6 @@ class MainWindow(QMainWindow):
         if not self.topic_edit.hasFocus() or self.topic_edit.text() == topic:
             self.topic_edit.setText(topic)
             self.topic_edit.setCursorPosition(0)
-
-    def save_topic(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        text = self.topic_edit.text().strip()
-        if text == self._shown_topic(session):
-            return
-        gid = session.gid
-        self.backend.call(lambda peer: peer.set_topic(gid, text),
-                          on_error=lambda error: self.status_controller.show_error(f"Topic not set: {describe_error(error)}"))
 
     def _update_pinned_button(self) -> None:
         count = len(self.current.pinned) if self.current is not None else 0
@@ -879,47 +868,6 @@ class MainWindow(QMainWindow):
             return []
         pinned = self.current.pinned
         return [node.message for node in self.current.tree.arrival if node.message.mid in pinned]
-
-    def start_edit(self, mid: Mid) -> bool:
-        """Put our own message ``mid`` in the compose box to edit it (context menu, Up)."""
-        message = self.current.tree.message(mid) if self.current is not None else None
-        if message is None or message.sender != self.backend.pid or message.deleted:
-            return False
-        self.reply_target = None
-        self.edit_target = mid
-        self.reply_banner.show_editing(message)
-        self.compose.setPlainText(message.text)
-        self.compose.moveCursor(self.compose.textCursor().MoveOperation.End)
-        self.compose.setFocus()
-        return True
-
-    def edit_last(self) -> None:
-        """Up in an empty compose box: edit our last message in this group."""
-        if self.current is None:
-            return
-        for node in reversed(self.current.tree.arrival):
-            message = node.message
-            if message.sender == self.backend.pid and not message.deleted:
-                self.start_edit(message.mid)
-                return
-
-    def delete_message(self, mid: Mid) -> None:
-        if self.current is not None:
-            gid = self.current.gid
-            self.backend.call(lambda peer: peer.delete(gid, mid))
-
-    def toggle_reaction(self, mid: Mid, emoji: str) -> None:
-        message = self.current.tree.message(mid) if self.current is not None else None
-        if message is None:
-            return
-        mine = self.backend.pid in (message.reactions or {}).get(emoji, [])
-        gid = self.current.gid
-        self.backend.call(lambda peer: peer.react(gid, mid, emoji, not mine))
-
-    def set_pinned(self, mid: Mid, on: bool) -> None:
-        if self.current is not None:
-            gid = self.current.gid
-            self.backend.call(lambda peer: peer.pin(gid, mid, on))
 
     def _on_group_created(self, gid: str) -> None:
         self._session(gid, load_history=False).loaded = True
@@ -1125,68 +1073,14 @@ class MainWindow(QMainWindow):
         elif self.filter_edit.hasFocus() or self.filter_edit.text():
             self.filter_edit.clear()
             self.compose.setFocus()
-        elif self.reply_target is not None or self.edit_target is not None:
-            self.start_new_thread()
+        elif self.compose_controller.reply_target is not None or self.compose_controller.edit_target is not None:
+            self.compose_controller.start_new_thread()
         elif self.current is not None and self.current.thread is not None:
             self.close_thread()
         else:
-            self.start_new_thread()
+            self.compose_controller.start_new_thread()
 
     # -- writing --------------------------------------------------------------------------------
-
-    def reply_to(self, mid: Mid) -> None:
-        """Make ``mid`` what the compose box answers (hover button, context menu, Ctrl+R)."""
-        message = self.current.tree.message(mid) if self.current is not None else None
-        if message is None:
-            return
-        self.reply_target = mid
-        self.reply_banner.show_target(message)
-        self.compose.setFocus()
-
-    def reply_to_selected(self) -> None:
-        message = self.selected_message() if self.current is not None else None
-        if message is not None:
-            self.reply_to(message.mid)
-        else:
-            self.compose.setFocus()
-
-    def start_new_thread(self) -> None:
-        """Forget the reply target (and an edit): the next message starts a thread (✕ or Esc)."""
-        self.reply_target = None
-        if self.edit_target is not None:
-            self.edit_target = None
-            self.compose.clear()
-        self.reply_banner.show_target(None)
-        self.compose.setFocus()
-
-    def send_message(self) -> None:
-        session = self.current
-        text = self.compose.toPlainText()
-        if session is None or not text.strip():
-            return
-        parent = self.reply_target
-        self.compose_error.hide()
-        gid, target = session.gid, self.edit_target
-        if target is not None:
-            self.backend.call(lambda peer: peer.edit(gid, target, text), on_result=lambda _mid: self._edited(text),
-                              on_error=self._send_failed)
-            return
-        self.backend.call(lambda peer: peer.send(gid, text, parent), on_result=lambda _mid: self._sent(text),
-                          on_error=self._send_failed)
-
-    def _edited(self, text: str) -> None:
-        if self.compose.toPlainText() == text:
-            self.edit_target = None
-            self.compose.clear()
-            self.reply_banner.show_target(None)
-
-    def _sent(self, text: str) -> None:
-        if self.compose.toPlainText() == text:
-            self.compose.clear()
-
-    def _send_failed(self, error: Exception) -> None:
-        self.compose_error.setText(f"Not sent: {describe_error(error)}")
-        self.compose_error.show()
 
     # -- groups -------------------------------------------------------------------------------------
 
@@ -1315,8 +1209,8 @@ class MainWindow(QMainWindow):
     def message_menu(self, message: ChatMessage) -> QMenu:
         """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
         menu = QMenu(self)
-        menu.addAction(icon("reply"), "Reply", lambda: self.reply_to(message.mid))
-        menu.addAction("Quote", lambda: self.quote(message))
+        menu.addAction(icon("reply"), "Reply", lambda: self.compose_controller.reply_to(message.mid))
+        menu.addAction("Quote", lambda: self.compose_controller.quote(message))
         menu.addSeparator()
         menu.addAction("Copy text", lambda: QGuiApplication.clipboard().setText(message.text))
         menu.addAction("Copy link", lambda: QGuiApplication.clipboard().setText(message_link(message)))
@@ -1326,24 +1220,17 @@ class MainWindow(QMainWindow):
         react = menu.addMenu("React")
         mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}
         for emoji in REACTION_CHOICES:
-            action = react.addAction(emoji, lambda e=emoji: self.toggle_reaction(message.mid, e))
+            action = react.addAction(emoji, lambda e=emoji: self.compose_controller.toggle_reaction(message.mid, e))
             action.setCheckable(True)
             action.setChecked(emoji in mine)
         if message.pinned:
-            menu.addAction("Unpin", lambda: self.set_pinned(message.mid, False))
+            menu.addAction("Unpin", lambda: self.compose_controller.set_pinned(message.mid, False))
         else:
-            menu.addAction("Pin", lambda: self.set_pinned(message.mid, True))
+            menu.addAction("Pin", lambda: self.compose_controller.set_pinned(message.mid, True))
         if message.sender == self.backend.pid and not message.deleted:
-            menu.addAction("Edit", lambda: self.start_edit(message.mid))
-            menu.addAction("Delete", lambda: self.delete_message(message.mid))
+            menu.addAction("Edit", lambda: self.compose_controller.start_edit(message.mid))
+            menu.addAction("Delete", lambda: self.compose_controller.delete_message(message.mid))
         return menu
-
-    def quote(self, message: ChatMessage) -> None:
-        """Answer ``message`` with its text quoted ("> ") at the top of the compose box."""
-        self.reply_to(message.mid)
-        quoted = "\n".join("> " + line for line in message.text[:500].splitlines()) + "\n"
-        self.compose.setPlainText(quoted + self.compose.toPlainText())
-        self.compose.moveCursor(self.compose.textCursor().MoveOperation.End)
 
     def open_link(self, url: str) -> None:
         """A message link (m2mc://message/…) selects that message; any other link opens outside."""

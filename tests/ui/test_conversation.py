@@ -84,7 +84,7 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     reply_rect = view.itemDelegate()._geometry(rect, index)["reply"]
     qtbot.mouseMove(view.viewport(), reply_rect.center())
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=reply_rect.center())
-    assert window.reply_target == talk[6].mid
+    assert window.compose_controller.reply_target == talk[6].mid
     menu = window.message_menu(talk[1])
     assert [a.text() for a in menu.actions() if a.text()] == ["Reply", "Quote", "Copy text", "Copy link",
                                                               "Open thread", "React", "Pin"]
@@ -92,7 +92,8 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     link = QGuiApplication.clipboard().text()
     assert link == f"m2mc://message/{GID}/{ANN.pid}:2"
     next(a for a in menu.actions() if a.text() == "Quote").trigger()
-    assert window.reply_target == talk[1].mid and window.compose.toPlainText().startswith("> Did you visit Chennai?")
+    assert window.compose_controller.reply_target == talk[1].mid
+    assert window.compose.toPlainText().startswith("> Did you visit Chennai?")
     window.open_link(link)  # another member's app opens the same reference
     assert window.selected_message() == talk[1]
 

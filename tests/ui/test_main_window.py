@@ -55,7 +55,7 @@ def test_reply_flow_select_type_enter_sends_with_that_parent(qtbot, window, back
 def test_send_error_is_shown_and_text_kept(qtbot, window, backend):
     open_lunch(qtbot, window, backend)
     window.compose.setPlainText("x" * 8001)
-    window.send_message()
+    window.compose_controller.send_message()
     qtbot.waitUntil(window.compose_error.isVisible)
     assert "too long" in window.compose_error.text()
     assert len(window.compose.toPlainText()) == 8001
@@ -76,7 +76,7 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     assert session.tree.unread == {talk[7].mid}
     window.next_unread_action.trigger()
     assert window.selected_message().mid == talk[7].mid and not session.tree.unread
-    assert window.reply_target is None
+    assert window.compose_controller.reply_target is None
     assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 0
 
 
