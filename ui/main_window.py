@@ -41,7 +41,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
-    QMessageBox,
     QProgressBar,
     QPushButton,
     QSplitter,
@@ -56,12 +55,12 @@ from ..middleware.types import ChatMessage, GroupView, Member, Mid, format_mid
 
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, snippet
-from .dialogs import (CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog, WarningLogWindow, invite_text,
-                      parse_message_link, show_about)
+from .dialogs import (WarningLogWindow, parse_message_link, show_about)
 from .discovery_window import DiscoveryWindow
 from .message_model import (MessageRole, MessageTreeModel, SearchRole, ThreadListModel, ThreadModel, ThreadRole,
                             TimelineModel)
 from .controllers.compose import ComposeController
+from .controllers.joins import JoinController
 from .controllers.status import StatusController
 from .notifier import Notifier
 from .resources import app_icon, icon
@@ -129,14 +128,14 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
 
+        self.join_controller = JoinController(self)
         # A window of its own, not a child: it must not stay above the main window.
         self.discovery = DiscoveryWindow(backend)
-        self.discovery.join_requested.connect(self.join_group)
-        self.discovery.create_requested.connect(self.create_group)
-        self.discovery.join_by_id_requested.connect(self.join_by_id)
+        self.discovery.join_requested.connect(self.join_controller.join_group)
+        self.discovery.create_requested.connect(self.join_controller.create_group)
+        self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
         self.notifier = Notifier(self)
         self.warning_log = WarningLogWindow(self)
-        self.passphrase_dialog: PassphraseDialog | None = None
         self.status_controller = StatusController(self)
         self.compose_controller = ComposeController(self)
 
@@ -173,7 +172,7 @@ class MainWindow(QMainWindow):
         self.group_list.currentItemChanged.connect(self._on_group_selected)
         groups_pane = self._titled("Groups", self.group_list)
         discover_button = QPushButton(icon("discover"), "Find groups…")
-        discover_button.clicked.connect(self.show_discovery)
+        discover_button.clicked.connect(self.join_controller.show_discovery)
         groups_pane.layout().addWidget(discover_button)
 
         self.title_label = QLabel()
@@ -273,9 +272,9 @@ class MainWindow(QMainWindow):
         empty_layout.addWidget(self.empty_label)
         empty_buttons = QHBoxLayout()
         empty_buttons.addStretch(1)
-        for text, icon_name, slot in (("Find groups…", "discover", self.show_discovery),
-                                      ("Create group…", "create", self.create_group),
-                                      ("Join from invite…", "join", self.join_from_invite)):
+        for text, icon_name, slot in (("Find groups…", "discover", self.join_controller.show_discovery),
+                                      ("Create group…", "create", self.join_controller.create_group),
+                                      ("Join from invite…", "join", self.join_controller.join_from_invite)):
             button = QPushButton(icon(icon_name), text)
             button.clicked.connect(slot)
             empty_buttons.addWidget(button)
@@ -395,13 +394,13 @@ class MainWindow(QMainWindow):
 
     def _build_actions(self) -> None:
         menu = self.menuBar().addMenu("&File")
-        self.create_action = self._action("&Create group…", "Ctrl+Shift+N", self.create_group, "create")
-        self.discover_action = self._action("&Find groups…", "Ctrl+G", self.show_discovery, "discover")
-        self.join_action = self._action("&Join group by id…", None, self.join_by_id, "join")
-        self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", self.join_from_invite, "join")
-        self.invite_action = self._action("&Copy invite", None, self.copy_invite)
-        self.leave_action = self._action("&Leave group", None, self.leave_current_group)
-        self.name_action = self._action("Change display &name…", None, self.change_name)
+        self.create_action = self._action("&Create group…", "Ctrl+Shift+N", self.join_controller.create_group, "create")
+        self.discover_action = self._action("&Find groups…", "Ctrl+G", self.join_controller.show_discovery, "discover")
+        self.join_action = self._action("&Join group by id…", None, self.join_controller.join_by_id, "join")
+        self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", self.join_controller.join_from_invite, "join")
+        self.invite_action = self._action("&Copy invite", None, self.join_controller.copy_invite)
+        self.leave_action = self._action("&Leave group", None, self.join_controller.leave_current_group)
+        self.name_action = self._action("Change display &name…", None, self.join_controller.change_name)
         self.export_action = self._action("&Export chat log…", "Ctrl+E", self.export_dialog, "export")
         quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.close)
         for action in (self.create_action, self.discover_action, self.join_action, self.join_invite_action,
@@ -1084,73 +1083,6 @@ class MainWindow(QMainWindow):
 
     # -- groups -------------------------------------------------------------------------------------
 
-    def show_discovery(self) -> None:
-        if not self.discovery.isVisible():
-            self._place_beside(self.discovery)
-        self.discovery.show()
-        self.discovery.raise_()
-        self.discovery.activateWindow()
-        self.backend.call(lambda peer: peer.advertise())
-
-    def create_group(self) -> None:
-        dialog = CreateGroupDialog(self.backend, self)
-        if dialog.exec() and dialog.created_gid:
-            self.select_group(dialog.created_gid)
-
-    def join_by_id(self) -> None:
-        dialog = JoinDialog(self.backend, parent=self)
-        if dialog.exec() and dialog.joined_gid:
-            self._joined(dialog.joined_gid)
-
-    def join_group(self, gid: str) -> None:
-        view = self.known_groups.get(gid) or self.discovery.model.view_for(gid)
-        if view is not None and view.private and not view.joined:
-            self.ask_passphrase(gid, view.desc)
-            return
-        self.backend.call(lambda peer: peer.join_group(gid), on_result=self._joined,
-                          on_error=lambda exc, gid=gid: self._join_refused(gid, exc))
-
-    def _join_refused(self, gid: str, error: Exception) -> None:
-        # The group may have turned out private after the list was drawn: ask, rather than just refuse.
-        view = self.known_groups.get(gid)
-        if view is not None and view.private and not view.joined:
-            self.ask_passphrase(gid, view.desc)
-        else:
-            self.status_controller.show_error(describe_error(error))
-
-    def ask_passphrase(self, gid: str, desc: str) -> PassphraseDialog:
-        """The passphrase dialog for a private group; window-modal, it returns at once."""
-        if self.passphrase_dialog is not None:
-            self.passphrase_dialog.close()
-            self.passphrase_dialog.deleteLater()
-        parent = self.discovery if self.discovery.isVisible() else self
-        dialog = PassphraseDialog(self.backend, gid, desc, parent)
-        dialog.accepted.connect(lambda d=dialog: d.joined_gid and self._joined(d.joined_gid))
-        self.passphrase_dialog = dialog
-        dialog.open()
-        return dialog
-
-    def _joined(self, gid: str) -> None:
-        self._session(gid, load_history=True)
-        self.select_group(gid)
-        self.statusBar().showMessage(f"Joined {self.sessions[gid].title}", 4000)
-
-    def leave_current_group(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        answer = QMessageBox.question(self, "Leave group", f"Leave “{session.title}”? Others will see that you left.")
-        if answer != QMessageBox.StandardButton.Yes:
-            return
-        gid = session.gid
-        self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r, s=session: self._left(s))
-
-    def _left(self, session: GroupSession) -> None:
-        self.sessions.pop(session.gid, None)
-        self.group_list.takeItem(self.group_list.row(session.item))
-        if self.current is session:
-            self._show_session(None)
-
     # -- threads ------------------------------------------------------------------------------------
 
     def _thread_chosen(self, index: QModelIndex) -> None:
@@ -1263,33 +1195,6 @@ class MainWindow(QMainWindow):
             self.settings[key] = "true" if on else "false"
         self.statusBar().showMessage(f"Notifications {'on' if on else 'off'} for {self.current.title}", 3000)
 
-    def copy_invite(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        QGuiApplication.clipboard().setText(invite_text(session.gid, session.title))
-        private = session.view is not None and session.view.private
-        self.statusBar().showMessage("Invite copied" + (" — give the passphrase separately, in person" if private
-                                                        else ""), 5000)
-
-    def join_from_invite(self) -> None:
-        dialog = JoinDialog(self.backend, parent=self, invite=QGuiApplication.clipboard().text())
-        if dialog.exec() and dialog.joined_gid:
-            self._joined(dialog.joined_gid)
-
-    def change_name(self) -> None:
-        dialog = NameDialog(self.backend.name, self, title="Change display name")
-        if dialog.exec() and dialog.name != self.backend.name:
-            name = dialog.name
-            self.backend.call(lambda peer: peer.set_name(name), on_result=lambda _r: self._name_changed(name))
-
-    def _name_changed(self, name: str) -> None:
-        self.backend.name = name
-        self.statusBar().showMessage(f"Your display name is now {name}", 5000)
-        for gid in self.sessions:
-            self.backend.call(lambda peer, gid=gid: peer.group(gid), on_result=self._on_group_view,
-                              on_error=lambda _e: None)
-
     def _group_icon(self, session: GroupSession):
         return icon("lock") if session.view is not None and session.view.private else icon("group")
 
@@ -1340,16 +1245,6 @@ class MainWindow(QMainWindow):
         super().changeEvent(event)
         if event.type() == event.Type.ActivationChange and self.isActiveWindow():
             self._schedule_seen()
-
-    def _place_beside(self, window: QWidget) -> None:
-        """Put ``window`` next to the main window where the screen has room, else leave it to the desktop."""
-        screen = (self.screen() or QGuiApplication.primaryScreen()).availableGeometry()
-        frame = self.frameGeometry()
-        width = window.width()
-        if frame.right() + 12 + width <= screen.right():
-            window.move(frame.right() + 12, frame.top())
-        elif frame.left() - 12 - width >= screen.left():
-            window.move(frame.left() - 12 - width, frame.top())
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.save_read_marks()

@@ -71,7 +71,7 @@ def main():
     window.discovery.grab().save(str(SHOTS / "discovery-window-lan.png"))
     window.discovery.join_selected()
     if passphrase is not None:
-        dialog = window.passphrase_dialog
+        dialog = window.join_controller.passphrase_dialog
         if dialog is None or not dialog.isVisible():
             say(step="refused", error="no passphrase dialog")
             return 1

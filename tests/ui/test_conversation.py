@@ -313,7 +313,7 @@ def test_shortcuts_work_from_the_discovery_window_which_does_not_cover_the_main_
     open_group(qtbot, window, backend, talk[:6])
     backend.manager.inject_messages(GID, talk[6:])
     qtbot.waitUntil(lambda: len(window.current.tree.unread) == 2)
-    window.show_discovery()
+    window.join_controller.show_discovery()
     qtbot.waitExposed(window.discovery)
     assert not window.discovery.frameGeometry().intersects(window.frameGeometry())
     activate(qtbot, window.discovery)

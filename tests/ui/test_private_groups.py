@@ -71,7 +71,7 @@ def test_joining_a_private_group_asks_for_the_passphrase_and_keeps_asking_when_w
     assert discovery.join_button.text() == "Join…"
     qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
 
-    dialog = window.passphrase_dialog
+    dialog = window.join_controller.passphrase_dialog
     assert dialog is not None and dialog.isVisible() and "Secret santa" in dialog.intro.text()
     qtbot.keyClicks(dialog.passphrase_edit, "guess guess")
     ok_button(dialog).click()
