@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
@@ -50,17 +48,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..middleware.rangeset import RangeSet
-from ..middleware.types import ChatMessage, GroupView, Member, Mid, format_mid
+from ..middleware.types import ChatMessage, Mid, format_mid
 
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, snippet
 from .dialogs import (WarningLogWindow, parse_message_link, show_about)
 from .discovery_window import DiscoveryWindow
-from .message_model import (MessageRole, MessageTreeModel, SearchRole, ThreadListModel, ThreadModel, ThreadRole,
-                            TimelineModel)
+from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
 from .controllers.joins import JoinController
+from .controllers.sessions import GroupSession, SessionController
 from .controllers.status import StatusController
 from .notifier import Notifier
 from .resources import app_icon, icon
@@ -71,7 +68,6 @@ from .widgets import (
     GroupListDelegate,
     ReplyBanner,
     ThreadListDelegate,
-    UnreadCountRole,
     WarningBanner,
 )
 
@@ -80,38 +76,7 @@ log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
-MAX_PER_TURN = 300
-INTAKE_MS = 100
-TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
-READ_SAVE_MS = 1000  # read marks go to the store at most once a second
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
-
-
-@dataclass
-class GroupSession:
-    gid: str
-    tree: MessageTreeModel
-    timeline: TimelineModel
-    view: GroupView | None = None
-    loaded: bool = False
-    sync: tuple[int, int] | None = None
-    pending: int = 0
-    expanded_once: bool = False
-    warnings: list[str] = field(default_factory=list)
-    warning_dismissed: bool = False
-    item: QListWidgetItem | None = field(default=None, repr=False)
-    threads: ThreadListModel | None = field(default=None, repr=False)
-    thread: ThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
-    divider: Mid | None = None  # "New messages" above this one: the first unread when opened
-    opened: bool = False  # scrolled to where it opens
-    read_orders: list[int] = field(default_factory=list)  # read since the marks were last saved
-    presence: dict[str, str] = field(default_factory=dict)
-    topic: str | None = None  # None: not heard yet (the group view has it)
-    pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
-
-    @property
-    def title(self) -> str:
-        return self.view.desc if self.view is not None else self.gid
 
 
 class MainWindow(QMainWindow):
@@ -120,14 +85,13 @@ class MainWindow(QMainWindow):
         self.backend = backend
         # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
         self.settings = settings if settings is not None else {}
-        self.sessions: dict[str, GroupSession] = {}
-        self.known_groups: dict[str, GroupView] = {}
         self.current: GroupSession | None = None
         self.time_ordered = False
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
 
+        self.session_controller = SessionController(self)
         self.join_controller = JoinController(self)
         # A window of its own, not a child: it must not stay above the main window.
         self.discovery = DiscoveryWindow(backend)
@@ -143,23 +107,20 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_status_bar()
 
-        backend.messages_arrived.connect(self._on_messages)
-        backend.groups_discovered.connect(self._on_groups_discovered)
-        backend.group_created.connect(self._on_group_created)
-        backend.member_joined.connect(self._on_member_changed)
-        backend.member_left.connect(self._on_member_changed)
+        backend.messages_arrived.connect(self.session_controller._on_messages)
+        backend.groups_discovered.connect(self.session_controller._on_groups_discovered)
+        backend.group_created.connect(self.session_controller._on_group_created)
+        backend.member_joined.connect(self.session_controller._on_member_changed)
+        backend.member_left.connect(self.session_controller._on_member_changed)
         backend.sync_progress.connect(self.status_controller._on_sync_progress)
         backend.warning.connect(self.status_controller._on_warning)
-        backend.messages_updated.connect(self._on_updated)
-        backend.topic_changed.connect(self._on_topic_changed)
+        backend.messages_updated.connect(self.session_controller._on_updated)
+        backend.topic_changed.connect(self.session_controller._on_topic_changed)
         backend.failed.connect(self.status_controller.show_error)
 
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
-        self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
-        self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS, timeout=self._drain_inbox)
         self._follow_timer = QTimer(self, singleShot=True, interval=100,
                                     timeout=lambda: self.current_view().scrollToBottom())
-        self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS, timeout=self.save_read_marks)
         self._show_session(None)
 
     # -- layout -------------------------------------------------------------------------
@@ -416,13 +377,13 @@ class MainWindow(QMainWindow):
         menu = self.menuBar().addMenu("&Conversation")
         self.send_action = self._action("&Send", "Ctrl+Return", self.compose_controller.send_message, "send")
         self.reply_action = self._action("&Reply to selected", "Ctrl+R", self.compose_controller.reply_to_selected, "reply")
-        self.notify_action = self._action("&Notify me for this group", None, self._toggle_notify, checkable=True)
+        self.notify_action = self._action("&Notify me for this group", None, self.session_controller._toggle_notify, checkable=True)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
         self.back_action = self._action("&Back to all threads", "Alt+Left", self.close_thread)
         self.new_thread_action = self._action("&New thread", "Ctrl+N", self.compose_controller.start_new_thread)
-        self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
-        self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.mark_all_read)
+        self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.session_controller.next_unread, "unread")
+        self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.session_controller.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
         self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
         self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
@@ -470,81 +431,23 @@ class MainWindow(QMainWindow):
     def start(self) -> None:
         """Load the joined groups and their histories (asynchronously)."""
         self.status_controller._update_status()
-        self.backend.call(lambda peer: peer.groups(), on_result=self._on_initial_groups)
+        self.backend.call(lambda peer: peer.groups(), on_result=self.session_controller._on_initial_groups)
         self.discovery.load()
-
-    def _on_initial_groups(self, views: list[GroupView]) -> None:
-        self._on_groups_discovered(views)
-        joined = [view for view in views if view.joined]
-        for view in joined:
-            self._session(view.gid, load_history=True)
-        if joined and self.current is None:
-            self.select_group(joined[0].gid)
-        # With no group the main window's empty page offers Find / Create / Join from invite:
-        # the discovery window is not pushed over the main window.
 
     # -- sessions -------------------------------------------------------------------------
 
-    def _session(self, gid: str, load_history: bool = True) -> GroupSession:
-        session = self.sessions.get(gid)
-        if session is not None:
-            return session
-        tree = MessageTreeModel(self.backend.pid, self)
-        session = GroupSession(gid, tree, TimelineModel(tree, self), self.known_groups.get(gid))
-        session.threads = ThreadListModel(tree, self)
-        self.sessions[gid] = session
-        item = QListWidgetItem(self._group_icon(session), session.title)
-        item.setData(GroupIdRole, gid)
-        item.setData(UnreadCountRole, 0)
-        session.item = item
-        self.group_list.addItem(item)
-        tree.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
-        tree.read_state_changed.connect(lambda mids, s=session: self._on_read_changed(s, mids))
-        if load_history:
-            self.backend.call(lambda peer: peer.read_marks(gid),
-                              on_result=lambda marks, s=session: self._load_history(s, marks),
-                              on_error=lambda _e, s=session: self._load_history(s, None))
-        return session
-
-    def _load_history(self, session: GroupSession, marks: list | None) -> None:
-        gid = session.gid
-        self.backend.call(lambda peer: peer.history(gid),
-                          on_result=lambda messages, s=session: self._on_history(s, messages, marks))
-
-    def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
-        # What the stored read marks do not cover is unread; a group never marked (from an
-        # older version) starts with its history read.
-        session.tree.add_messages(messages, unread=False)
-        session.pinned = {m.mid: m for m in messages if m.pinned}
-        if marks is None:
-            orders = [m.order for m in messages if m.order]
-            if orders:
-                gid, read = session.gid, [(min(orders), max(orders))]
-                self.backend.call(lambda peer: peer.mark_read(gid, read), on_error=lambda _e: None)
-        else:
-            read = RangeSet.from_ranges(marks)
-            session.tree.set_unread(m.mid for m in messages if m.order and m.order not in read)
-        unread = session.tree.unread_in_arrival_order()
-        session.divider = unread[0] if unread else None
-        session.loaded = True
-        if session is self.current:
-            self._set_divider(session)
-            self._expand_default(session)
-            self._open_position(session)
-            self.status_controller._update_status()
-
     def select_group(self, gid: str) -> None:
-        session = self.sessions.get(gid)
+        session = self.session_controller.sessions.get(gid)
         if session is not None and session.item is not None:
             self.group_list.setCurrentItem(session.item)
 
     def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
-        session = self.sessions.get(item.data(GroupIdRole)) if item is not None else None
+        session = self.session_controller.sessions.get(item.data(GroupIdRole)) if item is not None else None
         self._show_session(session)
 
     def _show_session(self, session: GroupSession | None) -> None:
         if self.current is not None and self.current is not session:
-            self.save_read_marks()
+            self.session_controller.save_read_marks()
         self.current = session
         self.compose_controller.reply_target = None
         self.compose_controller.edit_target = None
@@ -574,8 +477,8 @@ class MainWindow(QMainWindow):
         self.title_label.setText(session.title)
         self._show_topic(session)
         self._update_pinned_button()
-        session.item.setIcon(self._group_icon(session))  # its warnings, if any, are on the banner now
-        self.notify_action.setChecked(self._notifies(session.gid))
+        session.item.setIcon(self.session_controller._group_icon(session))  # its warnings, if any, are on the banner now
+        self.notify_action.setChecked(self.session_controller._notifies(session.gid))
         self.thread_list.setModel(session.threads)
         self._set_divider(session)
         self._set_view_models()
@@ -585,7 +488,7 @@ class MainWindow(QMainWindow):
         self.status_controller._fill_members()
         self.status_controller._update_status()
         gid = session.gid
-        self.backend.call(lambda peer: peer.group(gid), on_result=self._on_group_view, on_error=lambda _e: None)
+        self.backend.call(lambda peer: peer.group(gid), on_result=self.session_controller._on_group_view, on_error=lambda _e: None)
         self.status_controller._poll_presence()
         self._schedule_seen()
 
@@ -710,132 +613,7 @@ class MainWindow(QMainWindow):
 
     # -- events from the middleware --------------------------------------------------------
 
-    def _on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        # Taken in slices: every insert makes QTreeView lay out all its visible rows again
-        # (asking the Python model about each), so arrivals are gathered for up to INTAKE_MS
-        # and added together, at most MAX_PER_TURN per turn, with Qt free to paint between.
-        self._inbox.append((gid, list(messages)))
-        if not self._inbox_timer.isActive():
-            self._inbox_timer.start()
-
-    def _drain_inbox(self) -> None:
-        budget = MAX_PER_TURN
-        while self._inbox and budget > 0:
-            gid, messages = self._inbox.popleft()
-            while self._inbox and self._inbox[0][0] == gid and len(messages) < budget:
-                messages.extend(self._inbox.popleft()[1])
-            if len(messages) > budget:
-                self._inbox.appendleft((gid, messages[budget:]))
-                messages = messages[:budget]
-            budget -= len(messages)
-            self._add_messages(gid, messages)
-        if self._inbox:
-            self._inbox_timer.start()
-
-    def _add_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        session = self.sessions.get(gid)
-        if session is None:
-            session = self._session(gid, load_history=True)
-        view = self.current_view()
-        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
-        reading = None  # the row at the top of the tree, and where it is: the reader's place
-        if session is self.current and not at_bottom and view is self.tree_view and view.model() is session.tree:
-            top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
-            if top.isValid():
-                reading = (top.data(MessageRole).mid, view.visualRect(top).top())
-        shown = session.tree.add_messages(messages, unread=True)
-        if not shown:
-            return
-        self._trim(session, at_bottom, reading)
-        if session is self.current:
-            for message in shown:
-                if message.parent is not None:
-                    self._expand_path(message.mid)
-            if at_bottom:
-                # Only follow the end when the user is already there; otherwise keep their place.
-                # Deferred and coalesced: scrolling forces a layout, once per burst is enough.
-                self._follow_timer.start()
-            self._schedule_seen()
-        others = [m for m in shown if m.sender != self.backend.pid]
-        if others and self._notifies(gid):
-            last = others[-1]
-            extra = f" (+{len(others) - 1} more)" if len(others) > 1 else ""
-            self.notifier.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
-
-    def _trim(self, session: GroupSession, at_bottom: bool, reading: tuple | None = None) -> None:
-        # A steady stream adds rows without end, and each re-layout costs every row on show
-        # (scrolled by pixels, the tree needs every row's height): hide the oldest threads
-        # again, never the selected message's, the open one's or those from the top of the
-        # view on; the view is put back where the reader was.
-        current = session is self.current
-        spare = self.compose_controller.reply_target if current else None
-        opened = session.thread.root.message.mid if session.thread is not None else None
-        tree, timeline = session.tree, session.timeline
-        if tree.rowCount() > tree.window + TRIM_SLACK:
-            hidden = tree.hide_oldest(tree.window, [spare, opened, reading[0] if reading else None])
-            if hidden and reading is not None:
-                self.tree_view.scrollTo(tree.index_for(reading[0]), QAbstractItemView.ScrollHint.PositionAtTop)
-                bar = self.tree_view.verticalScrollBar()
-                bar.setValue(bar.value() - reading[1])
-        if (at_bottom or not current or not self.time_ordered) and timeline.rowCount() > timeline.window + TRIM_SLACK:
-            timeline.hide_oldest(timeline.window, spare)
-        if session is self.current:
-            self._update_older_button()
-
-    def _on_groups_discovered(self, views: list[GroupView]) -> None:
-        for view in views:
-            self.known_groups[view.gid] = view
-            session = self.sessions.get(view.gid)
-            if session is not None:
-                session.view = view
-                session.item.setText(view.desc)
-                if not session.warnings or session.warning_dismissed or session is self.current:
-                    session.item.setIcon(self._group_icon(session))
-                if session is self.current:
-                    self.title_label.setText(view.desc)
-                    self._show_topic(session)
-                    self.status_controller._fill_members()
-        self.status_controller._update_status()
-
-    def _on_group_view(self, view: GroupView) -> None:
-        self._on_groups_discovered([view])
-
     # -- operations: edits, deletes, reactions, pins, the topic ------------------------------
-
-    def _on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
-        session = self.sessions.get(gid)
-        if session is None:
-            return
-        by_mid = {m.mid: m for m in messages}
-        for queued_gid, queued in self._inbox:  # not in the tree yet: update them where they wait
-            if queued_gid == gid:
-                queued[:] = [by_mid.get(m.mid, m) for m in queued]
-        for message in messages:
-            if message.pinned:
-                session.pinned[message.mid] = message
-            else:
-                session.pinned.pop(message.mid, None)
-        for view in (self.tree_view, self.timeline_view):
-            for message in messages:
-                view.itemDelegate().forget(message.mid)
-        changed = session.tree.update_messages(messages)
-        if session is self.current:
-            if changed:
-                for view in (self.tree_view, self.timeline_view):
-                    view.scheduleDelayedItemsLayout()
-                    view.viewport().update()
-            self._update_pinned_button()
-            if self.compose_controller.edit_target is not None and by_mid.get(self.compose_controller.edit_target, None) is not None \
-                    and by_mid[self.compose_controller.edit_target].deleted:
-                self.compose_controller.start_new_thread()
-
-    def _on_topic_changed(self, gid: str, topic: str, by: str) -> None:
-        session = self.sessions.get(gid)
-        if session is None:
-            return
-        session.topic = topic
-        if session is self.current:
-            self._show_topic(session)
 
     @staticmethod
     def _shown_topic(session: GroupSession) -> str:
@@ -867,19 +645,6 @@ class MainWindow(QMainWindow):
             return []
         pinned = self.current.pinned
         return [node.message for node in self.current.tree.arrival if node.message.mid in pinned]
-
-    def _on_group_created(self, gid: str) -> None:
-        self._session(gid, load_history=False).loaded = True
-        self.select_group(gid)
-
-    def _on_member_changed(self, gid: str, _member: Member) -> None:
-        if gid in self.sessions:
-            self.backend.call(lambda peer: peer.group(gid), on_result=self._on_group_view, on_error=lambda _e: None)
-
-    def _on_unread_count(self, session: GroupSession, count: int) -> None:
-        session.item.setData(UnreadCountRole, count)
-        total = sum(len(s.tree.unread) for s in self.sessions.values())
-        self.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
     # -- status -------------------------------------------------------------------------------
 
@@ -951,26 +716,6 @@ class MainWindow(QMainWindow):
         view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
         view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
         return True
-
-    def next_unread(self) -> None:
-        """Select the oldest unread message, in this group or the next one with news."""
-        order = [self.current] if self.current is not None else []
-        order += [s for s in self.sessions.values() if s is not self.current]
-        for session in order:
-            unread = session.tree.unread_in_arrival_order()
-            if not unread:
-                continue
-            if session is not self.current:
-                self.select_group(session.gid)
-            if self.filter_edit.text():
-                self.filter_edit.clear()
-            self.select_message(unread[0])
-            return
-        self.statusBar().showMessage("No unread messages", 3000)
-
-    def mark_all_read(self) -> None:
-        if self.current is not None:
-            self.current.tree.mark_all_read()
 
     def set_time_ordered(self, on: bool) -> None:
         if on and self.current is not None and self.current.thread is not None:
@@ -1171,7 +916,7 @@ class MainWindow(QMainWindow):
             QDesktopServices.openUrl(QUrl(url))
             return
         gid, mid = target
-        if gid not in self.sessions:
+        if gid not in self.session_controller.sessions:
             self.status_controller.show_error("That message is in a group you have not joined.")
             return
         if self.current is None or self.current.gid != gid:
@@ -1181,42 +926,7 @@ class MainWindow(QMainWindow):
 
     # -- settings and invites -------------------------------------------------------------------
 
-    def _notifies(self, gid: str) -> bool:
-        return str(self.settings.value(f"notify/{gid}", "true") if hasattr(self.settings, "value")
-                   else self.settings.get(f"notify/{gid}", "true")) == "true"
-
-    def _toggle_notify(self, on: bool) -> None:
-        if self.current is None:
-            return
-        key = f"notify/{self.current.gid}"
-        if hasattr(self.settings, "setValue"):
-            self.settings.setValue(key, "true" if on else "false")
-        else:
-            self.settings[key] = "true" if on else "false"
-        self.statusBar().showMessage(f"Notifications {'on' if on else 'off'} for {self.current.title}", 3000)
-
-    def _group_icon(self, session: GroupSession):
-        return icon("lock") if session.view is not None and session.view.private else icon("group")
-
     # -- read marks and presence -----------------------------------------------------------------
-
-    def _on_read_changed(self, session: GroupSession, mids: list) -> None:
-        for mid in mids:
-            if mid not in session.tree.unread:
-                message = session.tree.message(mid)
-                if message is not None and message.order:
-                    session.read_orders.append(message.order)
-        if session.read_orders and not self._read_timer.isActive():
-            self._read_timer.start()
-
-    def save_read_marks(self) -> None:
-        """Send what was read since the last time to the store (it survives a restart)."""
-        for session in self.sessions.values():
-            if session.read_orders:
-                ranges = RangeSet(session.read_orders).ranges()
-                session.read_orders = []
-                self.backend.call(lambda peer, gid=session.gid, ranges=ranges: peer.mark_read(gid, ranges),
-                                  on_error=lambda _e: None)
 
     # -- export --------------------------------------------------------------------------------------
 
@@ -1247,7 +957,7 @@ class MainWindow(QMainWindow):
             self._schedule_seen()
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        self.save_read_marks()
+        self.session_controller.save_read_marks()
         self.discovery.close()
         self.warning_log.close()
         super().closeEvent(event)

@@ -445,9 +445,9 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
 
 def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reader_keeps_their_place(
         qtbot, window, backend, monkeypatch):
-    import m2mc.ui.main_window as main_window
+    import m2mc.ui.controllers.sessions as sessions
 
-    monkeypatch.setattr(main_window, "TRIM_SLACK", 0)
+    monkeypatch.setattr(sessions, "TRIM_SLACK", 0)
     history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(40)]
     session = open_group(qtbot, window, backend, history)
     session.tree.window = 25

@@ -71,7 +71,7 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     assert window.windowTitle().startswith("(2)")
     assert window.tree_view.isExpanded(session.tree.index_for(talk[6].mid))  # path to the new reply
     save_screenshot(window, "main-window.png")
-    window.next_unread()
+    window.session_controller.next_unread()
     assert window.selected_message().mid == talk[6].mid
     assert session.tree.unread == {talk[7].mid}
     window.next_unread_action.trigger()
@@ -142,7 +142,7 @@ def test_discovery_lists_groups_and_joins(qtbot, window, backend):
     assert discovery.join_button.isEnabled()
     save_screenshot(discovery, "discovery-window.png")
     qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "b-9" in window.sessions and window.current is window.sessions["b-9"])
+    qtbot.waitUntil(lambda: "b-9" in window.session_controller.sessions and window.current is window.session_controller.sessions["b-9"])
     qtbot.waitUntil(lambda: discovery.model.view_for("b-9").joined)
     assert not discovery.join_button.isEnabled()
     assert discovery.model.index(1, 2).data() == "private"

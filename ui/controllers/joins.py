@@ -13,7 +13,8 @@ from ..bridge import describe_error
 from ..dialogs import CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog, invite_text
 
 if TYPE_CHECKING:
-    from ..main_window import GroupSession, MainWindow
+    from ..main_window import MainWindow
+    from .sessions import GroupSession
 
 
 class JoinController(QObject):
@@ -42,7 +43,7 @@ class JoinController(QObject):
             self._joined(dialog.joined_gid)
 
     def join_group(self, gid: str) -> None:
-        view = self.window.known_groups.get(gid) or self.window.discovery.model.view_for(gid)
+        view = self.window.session_controller.known_groups.get(gid) or self.window.discovery.model.view_for(gid)
         if view is not None and view.private and not view.joined:
             self.ask_passphrase(gid, view.desc)
             return
@@ -51,7 +52,7 @@ class JoinController(QObject):
 
     def _join_refused(self, gid: str, error: Exception) -> None:
         # The group may have turned out private after the list was drawn: ask, rather than just refuse.
-        view = self.window.known_groups.get(gid)
+        view = self.window.session_controller.known_groups.get(gid)
         if view is not None and view.private and not view.joined:
             self.ask_passphrase(gid, view.desc)
         else:
@@ -70,9 +71,9 @@ class JoinController(QObject):
         return dialog
 
     def _joined(self, gid: str) -> None:
-        self.window._session(gid, load_history=True)
+        self.window.session_controller._session(gid, load_history=True)
         self.window.select_group(gid)
-        self.window.statusBar().showMessage(f"Joined {self.window.sessions[gid].title}", 4000)
+        self.window.statusBar().showMessage(f"Joined {self.window.session_controller.sessions[gid].title}", 4000)
 
     def leave_current_group(self) -> None:
         session = self.window.current
@@ -86,7 +87,7 @@ class JoinController(QObject):
         self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r, s=session: self._left(s))
 
     def _left(self, session: GroupSession) -> None:
-        self.window.sessions.pop(session.gid, None)
+        self.window.session_controller.sessions.pop(session.gid, None)
         self.window.group_list.takeItem(self.window.group_list.row(session.item))
         if self.window.current is session:
             self.window._show_session(None)
@@ -114,8 +115,8 @@ class JoinController(QObject):
     def _name_changed(self, name: str) -> None:
         self.backend.name = name
         self.window.statusBar().showMessage(f"Your display name is now {name}", 5000)
-        for gid in self.window.sessions:
-            self.backend.call(lambda peer, gid=gid: peer.group(gid), on_result=self.window._on_group_view,
+        for gid in self.window.session_controller.sessions:
+            self.backend.call(lambda peer, gid=gid: peer.group(gid), on_result=self.window.session_controller._on_group_view,
                               on_error=lambda _e: None)
 
     def _place_beside(self, window: QWidget) -> None:

@@ -11,7 +11,8 @@ from PySide6.QtWidgets import QListWidgetItem, QStyle
 from ..member_list import fill_member_list
 
 if TYPE_CHECKING:
-    from ..main_window import GroupSession, MainWindow
+    from ..main_window import MainWindow
+    from .sessions import GroupSession
 
 log = logging.getLogger("m2mc.ui.main_window")
 
@@ -29,14 +30,14 @@ class StatusController(QObject):
         self._presence_timer.start()
 
     def _on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        session = self.window.sessions.get(gid) or self.window._session(gid)
+        session = self.window.session_controller.sessions.get(gid) or self.window.session_controller._session(gid)
         session.sync = (received, expected) if received < expected else None
         if session is self.window.current:
             self._update_status()
 
     def _on_warning(self, gid: str, text: str) -> None:
-        view = self.window.known_groups.get(gid)
-        session = self.window.sessions.get(gid)
+        view = self.window.session_controller.known_groups.get(gid)
+        session = self.window.session_controller.sessions.get(gid)
         title = session.title if session is not None else view.desc if view is not None else gid or "network"
         log.warning("group %s: %s", gid, text)
         self.window.warning_log.add(title, text)
@@ -85,7 +86,7 @@ class StatusController(QObject):
         self.window.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
         self.window.address_label.setToolTip("Interface address and control port in use")
         # A member who left a group is still a peer that was seen: their machine is still there.
-        peers = {m.pid for view in self.window.known_groups.values() for m in view.members + view.left} - {self.backend.pid}
+        peers = {m.pid for view in self.window.session_controller.known_groups.values() for m in view.members + view.left} - {self.backend.pid}
         self.window.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
         session = self.window.current
         waiting = (session.pending + session.tree.waiting_count) if session is not None else 0
