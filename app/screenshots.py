@@ -114,7 +114,7 @@ def make_window(app: QApplication, size=(1180, 720)) -> tuple[MainWindow, Memory
     backend.manager.inject_messages(gid, arrivals)
     operations(backend, gid, history)
     settle(app)
-    window.status_controller._poll_presence()
+    window.status_controller.poll_presence()
     settle(app)
     return window, backend
 

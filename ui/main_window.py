@@ -1,22 +1,22 @@
 """The main window (the thesis's ChatConsole): groups, reply tree, compose box, members, status.
 
-It talks to the middleware only through a :class:`~ui.bridge.Backend`: calls
-with callbacks, events as signals, all on the GUI thread.  Each joined group
-has a :class:`GroupSession` holding its tree and time-ordered models, which
-live as long as the window, so switching groups keeps unread marks.
+The window is the view: it builds the panes, menus and status bar, shows one
+group's session at a time (tree or time order, one thread on its own, the
+filter) and keeps the reader's place.  Its controllers
+(:mod:`ui.controllers`) hold the rest, as qutebrowser keeps its completion
+model, view and controller apart: sessions and read state, compose, status,
+and joins.  It talks to the middleware only through a
+:class:`~ui.bridge.Backend`: typed calls with callbacks, events as signals,
+all on the GUI thread.  Each joined group has a
+:class:`~ui.controllers.sessions.GroupSession` holding its tree and
+time-ordered models, which live as long as the window, so switching groups
+keeps unread marks.
 
 What is new is hard to miss: unread messages carry a coloured bar and
 "● new", the path to each new message is expanded, the groups pane shows an
 unread badge, and "Next unread" (Ctrl+U) walks them in arrival order.  A
 message counts as seen once selected, or after it has been on screen for a
 moment while the window is active.
-
-Warnings from the middleware (e.g. two different messages under one id) are
-never modal: the group's banner shows the latest, the status bar says it
-whatever group is open, the group gets a warning sign in the groups pane
-until looked at, and the warnings window (Conversation → Warnings…) keeps
-them all.  Joining a private group asks for its passphrase in a dialog that
-stays open on a wrong one.
 """
 
 from __future__ import annotations
@@ -91,37 +91,28 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
 
-        self.session_controller = SessionController(self)
-        self.join_controller = JoinController(self)
         # A window of its own, not a child: it must not stay above the main window.
         self.discovery = DiscoveryWindow(backend)
+        self.notifier = Notifier(self)
+        self.warning_log = WarningLogWindow(self)
+        # Each controller hears the backend's events for its concern; nothing reaches them
+        # before the panes are built (events come through the event loop).
+        self.session_controller = SessionController(self)
+        self.join_controller = JoinController(self)
+        self.status_controller = StatusController(self)
+        self.compose_controller = ComposeController(self)
         self.discovery.join_requested.connect(self.join_controller.join_group)
         self.discovery.create_requested.connect(self.join_controller.create_group)
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
-        self.notifier = Notifier(self)
-        self.warning_log = WarningLogWindow(self)
-        self.status_controller = StatusController(self)
-        self.compose_controller = ComposeController(self)
 
         self._build_panes()
         self._build_actions()
         self._build_status_bar()
 
-        backend.messages_arrived.connect(self.session_controller._on_messages)
-        backend.groups_discovered.connect(self.session_controller._on_groups_discovered)
-        backend.group_created.connect(self.session_controller._on_group_created)
-        backend.member_joined.connect(self.session_controller._on_member_changed)
-        backend.member_left.connect(self.session_controller._on_member_changed)
-        backend.sync_progress.connect(self.status_controller._on_sync_progress)
-        backend.warning.connect(self.status_controller._on_warning)
-        backend.messages_updated.connect(self.session_controller._on_updated)
-        backend.topic_changed.connect(self.session_controller._on_topic_changed)
-        backend.failed.connect(self.status_controller.show_error)
-
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
         self._follow_timer = QTimer(self, singleShot=True, interval=100,
                                     timeout=lambda: self.current_view().scrollToBottom())
-        self._show_session(None)
+        self.show_session(None)
 
     # -- layout -------------------------------------------------------------------------
 
@@ -208,7 +199,7 @@ class MainWindow(QMainWindow):
         self.timeline_view.setItemDelegate(MessageDelegate(self.timeline_view, show_parent=True))
         self.timeline_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         for view in (self.tree_view, self.timeline_view):
-            view.verticalScrollBar().valueChanged.connect(self._schedule_seen)
+            view.verticalScrollBar().valueChanged.connect(self.schedule_seen)
             view.reply_requested.connect(self.compose_controller.reply_to)
             view.link_activated.connect(self.open_link)
             view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
@@ -288,7 +279,7 @@ class MainWindow(QMainWindow):
         centre_layout.addLayout(header)
         self.warning_banner = WarningBanner()
         self.warning_banner.show_all.connect(self.status_controller.show_warning_log)
-        self.warning_banner.dismissed.connect(self.status_controller._warning_dismissed)
+        self.warning_banner.dismissed.connect(self.status_controller.dismiss_warning)
         banner_row = QHBoxLayout()
         banner_row.setContentsMargins(8, 0, 8, 4)
         banner_row.addWidget(self.warning_banner)
@@ -377,7 +368,7 @@ class MainWindow(QMainWindow):
         menu = self.menuBar().addMenu("&Conversation")
         self.send_action = self._action("&Send", "Ctrl+Return", self.compose_controller.send_message, "send")
         self.reply_action = self._action("&Reply to selected", "Ctrl+R", self.compose_controller.reply_to_selected, "reply")
-        self.notify_action = self._action("&Notify me for this group", None, self.session_controller._toggle_notify, checkable=True)
+        self.notify_action = self._action("&Notify me for this group", None, self.session_controller.toggle_notify, checkable=True)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
         self.back_action = self._action("&Back to all threads", "Alt+Left", self.close_thread)
@@ -424,14 +415,14 @@ class MainWindow(QMainWindow):
         bar.addPermanentWidget(self.pending_label)
         bar.addPermanentWidget(self.peers_label)
         bar.addPermanentWidget(self.address_label)
-        self.status_controller._update_status()
+        self.status_controller.refresh()
 
     # -- start ----------------------------------------------------------------------------
 
     def start(self) -> None:
         """Load the joined groups and their histories (asynchronously)."""
-        self.status_controller._update_status()
-        self.backend.call(lambda peer: peer.groups(), on_result=self.session_controller._on_initial_groups)
+        self.status_controller.refresh()
+        self.session_controller.load()
         self.discovery.load()
 
     # -- sessions -------------------------------------------------------------------------
@@ -443,9 +434,9 @@ class MainWindow(QMainWindow):
 
     def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
         session = self.session_controller.sessions.get(item.data(GroupIdRole)) if item is not None else None
-        self._show_session(session)
+        self.show_session(session)
 
-    def _show_session(self, session: GroupSession | None) -> None:
+    def show_session(self, session: GroupSession | None) -> None:
         if self.current is not None and self.current is not session:
             self.session_controller.save_read_marks()
         self.current = session
@@ -463,7 +454,7 @@ class MainWindow(QMainWindow):
         for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
                        self.mark_read_action, self.send_action, self.invite_action, self.notify_action):
             action.setEnabled(enabled)
-        self.status_controller._show_warning_banner()
+        self.status_controller.show_warning_banner()
         if session is None:
             self.title_label.setText("No group")
             self.topic_edit.clear()
@@ -472,25 +463,25 @@ class MainWindow(QMainWindow):
             self.member_list.clear()
             self.thread_list.setModel(None)
             self.thread_bar.hide()
-            self.status_controller._update_status()
+            self.status_controller.refresh()
             return
         self.title_label.setText(session.title)
-        self._show_topic(session)
-        self._update_pinned_button()
-        session.item.setIcon(self.session_controller._group_icon(session))  # its warnings, if any, are on the banner now
-        self.notify_action.setChecked(self.session_controller._notifies(session.gid))
+        self.show_topic(session)
+        self.update_pinned_button()
+        session.item.setIcon(self.session_controller.group_icon(session))  # its warnings, if any, are on the banner now
+        self.notify_action.setChecked(self.session_controller.notifies(session.gid))
         self.thread_list.setModel(session.threads)
-        self._set_divider(session)
+        self.set_divider(session)
         self._set_view_models()
-        self._expand_default(session)
+        self.expand_default(session)
         if session.loaded:
-            self._open_position(session)
-        self.status_controller._fill_members()
-        self.status_controller._update_status()
+            self.open_position(session)
+        self.status_controller.fill_members()
+        self.status_controller.refresh()
         gid = session.gid
-        self.backend.call(lambda peer: peer.group(gid), on_result=self.session_controller._on_group_view, on_error=lambda _e: None)
-        self.status_controller._poll_presence()
-        self._schedule_seen()
+        self.backend.call(lambda peer: peer.group(gid), on_result=self.session_controller.on_group_view, on_error=lambda _e: None)
+        self.status_controller.poll_presence()
+        self.schedule_seen()
 
     def _set_view_models(self) -> None:
         session = self.current
@@ -523,9 +514,9 @@ class MainWindow(QMainWindow):
             if timeline_model is not None:
                 self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
         self.stack.setCurrentWidget(self.timeline_view if self.time_ordered else self.tree_view)
-        self._update_older_button()
+        self.update_older_button()
 
-    def _update_older_button(self) -> None:
+    def update_older_button(self) -> None:
         session = self.current
         hidden = 0
         if session is not None:
@@ -542,9 +533,9 @@ class MainWindow(QMainWindow):
             session.timeline.show_older()
         else:
             session.tree.show_older()
-        self._update_older_button()
+        self.update_older_button()
 
-    def _expand_default(self, session: GroupSession) -> None:
+    def expand_default(self, session: GroupSession) -> None:
         if session is not self.current:
             return
         if session.thread is not None:
@@ -557,12 +548,12 @@ class MainWindow(QMainWindow):
             self.tree_view.expandAll()
         else:
             for node in session.tree.arrival[-EXPAND_RECENT:]:
-                self._expand_path(node.message.mid)
+                self.expand_path(node.message.mid)
             for mid in list(session.tree.unread)[:EXPAND_RECENT]:
-                self._expand_path(mid)
-        self._update_older_button()
+                self.expand_path(mid)
+        self.update_older_button()
 
-    def _open_position(self, session: GroupSession) -> None:
+    def open_position(self, session: GroupSession) -> None:
         """A group opens at its first unread message, else at its end, where the newest talk is.
 
         Scrolled by pixels, the end is the last row's bottom at the viewport's bottom: never an
@@ -582,12 +573,12 @@ class MainWindow(QMainWindow):
             session.timeline.reveal(target)
         else:
             session.tree.reveal(target)
-            self._expand_path(target)
+            self.expand_path(target)
         index = self._view_index(target)
         if index.isValid():
             view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
 
-    def _set_divider(self, session: GroupSession) -> None:
+    def set_divider(self, session: GroupSession) -> None:
         for view in (self.tree_view, self.timeline_view):
             delegate = view.itemDelegate()
             if delegate.divider != session.divider:
@@ -601,7 +592,7 @@ class MainWindow(QMainWindow):
             return session.thread.index_for(mid)
         return session.tree.index_for(mid)
 
-    def _expand_path(self, mid: Mid) -> None:
+    def expand_path(self, mid: Mid) -> None:
         session = self.current
         model = self.tree_view.model()
         for ancestor in session.tree.ancestors(mid):
@@ -616,16 +607,16 @@ class MainWindow(QMainWindow):
     # -- operations: edits, deletes, reactions, pins, the topic ------------------------------
 
     @staticmethod
-    def _shown_topic(session: GroupSession) -> str:
+    def shown_topic(session: GroupSession) -> str:
         return session.topic if session.topic is not None else (session.view.topic if session.view else "")
 
-    def _show_topic(self, session: GroupSession) -> None:
-        topic = self._shown_topic(session)
+    def show_topic(self, session: GroupSession) -> None:
+        topic = self.shown_topic(session)
         if not self.topic_edit.hasFocus() or self.topic_edit.text() == topic:
             self.topic_edit.setText(topic)
             self.topic_edit.setCursorPosition(0)
 
-    def _update_pinned_button(self) -> None:
+    def update_pinned_button(self) -> None:
         count = len(self.current.pinned) if self.current is not None else 0
         self.pinned_button.setText(f"Pinned ({count})")
         self.pinned_button.setVisible(count > 0)
@@ -650,6 +641,10 @@ class MainWindow(QMainWindow):
 
     # -- reading ---------------------------------------------------------------------------------
 
+    def follow_end(self) -> None:
+        """Scroll to the end once a burst of arrivals is in (deferred and coalesced: scrolling forces a layout)."""
+        self._follow_timer.start()
+
     def current_view(self) -> QAbstractItemView:
         return self.timeline_view if self.time_ordered else self.tree_view
 
@@ -663,7 +658,7 @@ class MainWindow(QMainWindow):
         index = self.current_view().currentIndex()
         return index.data(MessageRole) if index.isValid() else None
 
-    def _schedule_seen(self, *_args) -> None:
+    def schedule_seen(self, *_args) -> None:
         if self.current is not None and self.current.tree.unread:
             self._seen_timer.start()
 
@@ -707,8 +702,8 @@ class MainWindow(QMainWindow):
             self.current.timeline.reveal(mid)
         else:
             self.current.tree.reveal(mid)
-            self._expand_path(mid)
-        self._update_older_button()
+            self.expand_path(mid)
+        self.update_older_button()
         index = self._view_index(mid)
         if not index.isValid():
             return False
@@ -729,10 +724,10 @@ class MainWindow(QMainWindow):
         if self.current is not None:
             self._set_view_models()
             if not on:
-                self._expand_default(self.current)
+                self.expand_default(self.current)
             if selected is not None:
                 self.select_message(selected)
-            self._schedule_seen()
+            self.schedule_seen()
 
     def focus_filter(self) -> None:
         self.filter_edit.setFocus()
@@ -751,7 +746,7 @@ class MainWindow(QMainWindow):
         if pattern:
             self.tree_view.expandAll()
         else:
-            self._expand_default(self.current)
+            self.expand_default(self.current)
         if selected is not None:
             self.select_message(selected)
 
@@ -812,7 +807,7 @@ class MainWindow(QMainWindow):
     def _escape(self) -> None:
         if self.topic_edit.hasFocus():  # undo what was typed there
             if self.current is not None:
-                self.topic_edit.setText(self._shown_topic(self.current))
+                self.topic_edit.setText(self.shown_topic(self.current))
             self.compose.setFocus()
         elif self.filter_edit.hasFocus() or self.filter_edit.text():
             self.filter_edit.clear()
@@ -859,7 +854,7 @@ class MainWindow(QMainWindow):
         if self.tree_view.model() is self.tree_proxy:
             index = self.tree_proxy.mapFromSource(index)
         self.tree_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
-        self._schedule_seen()
+        self.schedule_seen()
         return True
 
     def close_thread(self) -> None:
@@ -870,7 +865,7 @@ class MainWindow(QMainWindow):
         session.thread.detach()
         session.thread = None
         self._set_view_models()
-        self._expand_default(session)
+        self.expand_default(session)
         self.select_message(root_mid)
 
     # -- message actions -------------------------------------------------------------------------
@@ -954,7 +949,7 @@ class MainWindow(QMainWindow):
     def changeEvent(self, event) -> None:
         super().changeEvent(event)
         if event.type() == event.Type.ActivationChange and self.isActiveWindow():
-            self._schedule_seen()
+            self.schedule_seen()
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.session_controller.save_read_marks()

@@ -1,5 +1,10 @@
-"""The compose controller: what the compose box answers or edits, sending, and the operations on messages
-(edit, delete, react, pin, the topic) (moved out of MainWindow)."""
+"""Compose: what the compose box answers or edits, sending, and the operations on messages
+(edit, delete, react, pin, the topic).
+
+Selecting a message never changes the reply target; only Reply (hover button, context menu,
+Ctrl+R) or Quote does, and ✕ or Esc clears it.  The compose box is cleared once the middleware
+has taken the message, and a refusal is shown above it.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ if TYPE_CHECKING:
 
 
 class ComposeController(QObject):
+    """The compose box's target and the calls that write to a group."""
+
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
@@ -129,7 +136,7 @@ class ComposeController(QObject):
         if session is None:
             return
         text = self.window.topic_edit.text().strip()
-        if text == self.window._shown_topic(session):
+        if text == self.window.shown_topic(session):
             return
         gid = session.gid
         self.backend.call(lambda peer: peer.set_topic(gid, text),

@@ -1,5 +1,8 @@
-"""The join controller: finding, creating, joining and leaving groups, invites and the display name
-(moved out of MainWindow)."""
+"""Joins: finding, creating, joining and leaving groups, invites, and the display name.
+
+Joining a private group asks for its passphrase in a window-modal dialog that stays open on a
+wrong one; a group that turns out private after the list was drawn is asked for, not refused.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ if TYPE_CHECKING:
 
 
 class JoinController(QObject):
+    """The dialogs and calls that change which groups this peer is in."""
+
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
@@ -71,7 +76,7 @@ class JoinController(QObject):
         return dialog
 
     def _joined(self, gid: str) -> None:
-        self.window.session_controller._session(gid, load_history=True)
+        self.window.session_controller.session(gid, load_history=True)
         self.window.select_group(gid)
         self.window.statusBar().showMessage(f"Joined {self.window.session_controller.sessions[gid].title}", 4000)
 
@@ -90,7 +95,7 @@ class JoinController(QObject):
         self.window.session_controller.sessions.pop(session.gid, None)
         self.window.group_list.takeItem(self.window.group_list.row(session.item))
         if self.window.current is session:
-            self.window._show_session(None)
+            self.window.show_session(None)
 
     def join_from_invite(self) -> None:
         dialog = JoinDialog(self.backend, parent=self.window, invite=QGuiApplication.clipboard().text())
@@ -116,7 +121,7 @@ class JoinController(QObject):
         self.backend.name = name
         self.window.statusBar().showMessage(f"Your display name is now {name}", 5000)
         for gid in self.window.session_controller.sessions:
-            self.backend.call(lambda peer, gid=gid: peer.group(gid), on_result=self.window.session_controller._on_group_view,
+            self.backend.call(lambda peer, gid=gid: peer.group(gid), on_result=self.window.session_controller.on_group_view,
                               on_error=lambda _e: None)
 
     def _place_beside(self, window: QWidget) -> None:

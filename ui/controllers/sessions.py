@@ -1,5 +1,11 @@
-"""The session controller: each joined group's session (its models and read state), what arrives from the
-middleware for it, and the read marks kept in the store (moved out of MainWindow)."""
+"""Sessions and read state: each joined group's session (its models, unread and read marks), and what the
+middleware tells about a group.
+
+Arrivals are taken in slices (:meth:`SessionController._drain_inbox`) so that Qt can paint
+between them, and the oldest threads are hidden again under a steady stream; what was read goes
+to the store at most once a second, so unread survives a restart.  The window shows the current
+session; this controller keeps them all.
+"""
 
 from __future__ import annotations
 
@@ -54,6 +60,8 @@ class GroupSession:
 
 
 class SessionController(QObject):
+    """The sessions of the joined groups, kept for as long as the window."""
+
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
@@ -63,18 +71,30 @@ class SessionController(QObject):
         self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
         self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS, timeout=self._drain_inbox)
         self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS, timeout=self.save_read_marks)
+        backend = self.backend
+        backend.messages_arrived.connect(self._on_messages)
+        backend.groups_discovered.connect(self._on_groups_discovered)
+        backend.group_created.connect(self._on_group_created)
+        backend.member_joined.connect(self._on_member_changed)
+        backend.member_left.connect(self._on_member_changed)
+        backend.messages_updated.connect(self._on_updated)
+        backend.topic_changed.connect(self._on_topic_changed)
+
+    def load(self) -> None:
+        """Open a session for every joined group and load its history (asynchronously)."""
+        self.backend.call(lambda peer: peer.groups(), on_result=self._on_initial_groups)
 
     def _on_initial_groups(self, views: list[GroupView]) -> None:
         self._on_groups_discovered(views)
         joined = [view for view in views if view.joined]
         for view in joined:
-            self._session(view.gid, load_history=True)
+            self.session(view.gid, load_history=True)
         if joined and self.window.current is None:
             self.window.select_group(joined[0].gid)
         # With no group the main window's empty page offers Find / Create / Join from invite:
         # the discovery window is not pushed over the main window.
 
-    def _session(self, gid: str, load_history: bool = True) -> GroupSession:
+    def session(self, gid: str, load_history: bool = True) -> GroupSession:
         session = self.sessions.get(gid)
         if session is not None:
             return session
@@ -82,7 +102,7 @@ class SessionController(QObject):
         session = GroupSession(gid, tree, TimelineModel(tree, self.window), self.known_groups.get(gid))
         session.threads = ThreadListModel(tree, self.window)
         self.sessions[gid] = session
-        item = QListWidgetItem(self._group_icon(session), session.title)
+        item = QListWidgetItem(self.group_icon(session), session.title)
         item.setData(GroupIdRole, gid)
         item.setData(UnreadCountRole, 0)
         session.item = item
@@ -117,10 +137,10 @@ class SessionController(QObject):
         session.divider = unread[0] if unread else None
         session.loaded = True
         if session is self.window.current:
-            self.window._set_divider(session)
-            self.window._expand_default(session)
-            self.window._open_position(session)
-            self.window.status_controller._update_status()
+            self.window.set_divider(session)
+            self.window.expand_default(session)
+            self.window.open_position(session)
+            self.window.status_controller.refresh()
 
     def _on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
         # Taken in slices: every insert makes QTreeView lay out all its visible rows again
@@ -147,7 +167,7 @@ class SessionController(QObject):
     def _add_messages(self, gid: str, messages: list[ChatMessage]) -> None:
         session = self.sessions.get(gid)
         if session is None:
-            session = self._session(gid, load_history=True)
+            session = self.session(gid, load_history=True)
         view = self.window.current_view()
         at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
         reading = None  # the row at the top of the tree, and where it is: the reader's place
@@ -162,14 +182,14 @@ class SessionController(QObject):
         if session is self.window.current:
             for message in shown:
                 if message.parent is not None:
-                    self.window._expand_path(message.mid)
+                    self.window.expand_path(message.mid)
             if at_bottom:
                 # Only follow the end when the user is already there; otherwise keep their place.
                 # Deferred and coalesced: scrolling forces a layout, once per burst is enough.
-                self.window._follow_timer.start()
-            self.window._schedule_seen()
+                self.window.follow_end()
+            self.window.schedule_seen()
         others = [m for m in shown if m.sender != self.backend.pid]
-        if others and self._notifies(gid):
+        if others and self.notifies(gid):
             last = others[-1]
             extra = f" (+{len(others) - 1} more)" if len(others) > 1 else ""
             self.window.notifier.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
@@ -192,7 +212,7 @@ class SessionController(QObject):
         if (at_bottom or not current or not self.window.time_ordered) and timeline.rowCount() > timeline.window + TRIM_SLACK:
             timeline.hide_oldest(timeline.window, spare)
         if session is self.window.current:
-            self.window._update_older_button()
+            self.window.update_older_button()
 
     def _on_groups_discovered(self, views: list[GroupView]) -> None:
         for view in views:
@@ -202,14 +222,14 @@ class SessionController(QObject):
                 session.view = view
                 session.item.setText(view.desc)
                 if not session.warnings or session.warning_dismissed or session is self.window.current:
-                    session.item.setIcon(self._group_icon(session))
+                    session.item.setIcon(self.group_icon(session))
                 if session is self.window.current:
                     self.window.title_label.setText(view.desc)
-                    self.window._show_topic(session)
-                    self.window.status_controller._fill_members()
-        self.window.status_controller._update_status()
+                    self.window.show_topic(session)
+                    self.window.status_controller.fill_members()
+        self.window.status_controller.refresh()
 
-    def _on_group_view(self, view: GroupView) -> None:
+    def on_group_view(self, view: GroupView) -> None:
         self._on_groups_discovered([view])
 
     def _on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
@@ -234,7 +254,7 @@ class SessionController(QObject):
                 for view in (self.window.tree_view, self.window.timeline_view):
                     view.scheduleDelayedItemsLayout()
                     view.viewport().update()
-            self.window._update_pinned_button()
+            self.window.update_pinned_button()
             if self.window.compose_controller.edit_target is not None and by_mid.get(self.window.compose_controller.edit_target, None) is not None \
                     and by_mid[self.window.compose_controller.edit_target].deleted:
                 self.window.compose_controller.start_new_thread()
@@ -245,15 +265,15 @@ class SessionController(QObject):
             return
         session.topic = topic
         if session is self.window.current:
-            self.window._show_topic(session)
+            self.window.show_topic(session)
 
     def _on_group_created(self, gid: str) -> None:
-        self._session(gid, load_history=False).loaded = True
+        self.session(gid, load_history=False).loaded = True
         self.window.select_group(gid)
 
     def _on_member_changed(self, gid: str, _member: Member) -> None:
         if gid in self.sessions:
-            self.backend.call(lambda peer: peer.group(gid), on_result=self._on_group_view, on_error=lambda _e: None)
+            self.backend.call(lambda peer: peer.group(gid), on_result=self.on_group_view, on_error=lambda _e: None)
 
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
         session.item.setData(UnreadCountRole, count)
@@ -298,11 +318,11 @@ class SessionController(QObject):
             return
         self.window.statusBar().showMessage("No unread messages", 3000)
 
-    def _notifies(self, gid: str) -> bool:
+    def notifies(self, gid: str) -> bool:
         return str(self.window.settings.value(f"notify/{gid}", "true") if hasattr(self.window.settings, "value")
                    else self.window.settings.get(f"notify/{gid}", "true")) == "true"
 
-    def _toggle_notify(self, on: bool) -> None:
+    def toggle_notify(self, on: bool) -> None:
         if self.window.current is None:
             return
         key = f"notify/{self.window.current.gid}"
@@ -312,5 +332,5 @@ class SessionController(QObject):
             self.window.settings[key] = "true" if on else "false"
         self.window.statusBar().showMessage(f"Notifications {'on' if on else 'off'} for {self.window.current.title}", 3000)
 
-    def _group_icon(self, session: GroupSession):
+    def group_icon(self, session: GroupSession):
         return icon("lock") if session.view is not None and session.view.private else icon("group")

@@ -1,4 +1,9 @@
-"""The status controller: the status bar, warnings, the members pane and presence (moved out of MainWindow)."""
+"""Status: the status bar (address, peers, sync, replies waiting), warnings, and the members pane with presence.
+
+Warnings from the middleware are never modal: the group's banner shows the latest, the status
+bar says it whatever group is open, the group gets a warning sign in the groups pane until
+looked at, and the warnings window keeps them all.  Pending replies and presence are polled.
+"""
 
 from __future__ import annotations
 
@@ -14,26 +19,31 @@ if TYPE_CHECKING:
     from ..main_window import MainWindow
     from .sessions import GroupSession
 
-log = logging.getLogger("m2mc.ui.main_window")
+log = logging.getLogger(__name__)
 
 PRESENCE_POLL_MS = 5000
 
 
 class StatusController(QObject):
+    """What the status bar, the warnings and the members pane show."""
+
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
         self.backend = window.backend
         self._pending_timer = QTimer(self, interval=1000, timeout=self._poll_pending)
         self._pending_timer.start()
-        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS, timeout=self._poll_presence)
+        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS, timeout=self.poll_presence)
         self._presence_timer.start()
+        self.backend.sync_progress.connect(self._on_sync_progress)
+        self.backend.warning.connect(self._on_warning)
+        self.backend.failed.connect(self.show_error)
 
     def _on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        session = self.window.session_controller.sessions.get(gid) or self.window.session_controller._session(gid)
+        session = self.window.session_controller.sessions.get(gid) or self.window.session_controller.session(gid)
         session.sync = (received, expected) if received < expected else None
         if session is self.window.current:
-            self._update_status()
+            self.refresh()
 
     def _on_warning(self, gid: str, text: str) -> None:
         view = self.window.session_controller.known_groups.get(gid)
@@ -47,12 +57,12 @@ class StatusController(QObject):
         session.warnings.append(text)
         session.warning_dismissed = False
         if session is self.window.current:
-            self._show_warning_banner()
+            self.show_warning_banner()
         else:
             session.item.setIcon(self.window.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning))
             session.item.setToolTip(f"Warning: {text}")
 
-    def _show_warning_banner(self) -> None:
+    def show_warning_banner(self) -> None:
         session = self.window.current
         if session is None or not session.warnings or session.warning_dismissed:
             self.window.warning_banner.show_warning(None)
@@ -60,7 +70,7 @@ class StatusController(QObject):
             self.window.warning_banner.show_warning(session.warnings[-1], len(session.warnings))
             session.item.setToolTip("")
 
-    def _warning_dismissed(self) -> None:
+    def dismiss_warning(self) -> None:
         if self.window.current is not None:
             self.window.current.warning_dismissed = True
 
@@ -80,9 +90,9 @@ class StatusController(QObject):
     def _on_pending(self, session: GroupSession, count: int) -> None:
         if session.pending != count:
             session.pending = count
-            self._update_status()
+            self.refresh()
 
-    def _update_status(self) -> None:
+    def refresh(self) -> None:
         self.window.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
         self.window.address_label.setToolTip("Interface address and control port in use")
         # A member who left a group is still a peer that was seen: their machine is still there.
@@ -105,7 +115,7 @@ class StatusController(QObject):
         else:
             self.window.sync_bar.hide()
 
-    def _fill_members(self) -> None:
+    def fill_members(self) -> None:
         session = self.window.current
         view = session.view if session is not None else None
         if view is not None:
@@ -126,7 +136,7 @@ class StatusController(QObject):
     def show_error(self, message: str) -> None:
         self.window.statusBar().showMessage(message, 8000)
 
-    def _poll_presence(self) -> None:
+    def poll_presence(self) -> None:
         session = self.window.current
         if session is None or session.view is None or not session.view.joined:
             return
@@ -139,4 +149,4 @@ class StatusController(QObject):
         if statuses != session.presence:
             session.presence = dict(statuses)
             if session is self.window.current:
-                self._fill_members()
+                self.fill_members()
