@@ -103,7 +103,8 @@ def ask_display_name(backend, suggestion: str) -> bool:
     if not dialog.exec():
         return False
     backend.name = dialog.name
-    backend.request("set_name", dialog.name)
+    name = dialog.name
+    backend.call(lambda peer: peer.set_name(name))
     return True
 
 

@@ -114,7 +114,7 @@ def make_window(app: QApplication, size=(1180, 720)) -> tuple[MainWindow, Memory
     backend.manager.inject_messages(gid, arrivals)
     operations(backend, gid, history)
     settle(app)
-    window._poll_presence()
+    window.status_controller.poll_presence()
     settle(app)
     return window, backend
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     window, _backend = make_window(app)
     window.select_message(window.current.tree.arrival[3].message.mid)
-    window.reply_to(window.current.tree.arrival[2].message.mid)
+    window.compose_controller.reply_to(window.current.tree.arrival[2].message.mid)
     settle(app)
     saved = [out / "screenshot-main.png"]
     window.grab().save(str(saved[-1]))

@@ -7,15 +7,16 @@ long paint or a modal dialog would stall them.  So the middleware runs its own
 asyncio loop in a daemon thread (:class:`middleware.runner.ManagerThread`),
 stays Qt-free and runnable headless, and keeps its timers running while the
 GUI is busy.  :class:`Backend` is the listener the middleware calls on its
-loop thread; each callback is put on a thread-safe queue and a payload-free
+loop thread; each callback becomes an event value (:mod:`ui.backend`), put on
+a thread-safe queue, and a payload-free
 signal, queued to the GUI thread, wakes the drain, so every public signal is
 emitted on the GUI thread.  The queue (rather than signal arguments) coalesces
 bursts: consecutive message batches of a group reach the window as one, and
 only plain Python objects cross the thread boundary (PySide6 6.12 on Python
 3.11 mis-counted references to ``object`` arguments of cross-thread signals
-under load, crashing at exit).  Calls (:meth:`Backend.request`)
-run on the loop thread and their results come back the same way, to a
-callback on the GUI thread; the GUI never waits on the network.
+under load, crashing at exit).  Calls (:meth:`Backend.call`, typed against
+:class:`ui.backend.Peer`) run on the loop thread and their results come back
+the same way, to a callback on the GUI thread; the GUI never waits on the network.
 
 :class:`Backend` is the small interface the window talks to; the real one is
 :class:`ManagerBackend`, and :class:`ui.memory_backend.MemoryBackend` is an
@@ -25,10 +26,11 @@ in-memory stand-in (no sockets) for tests, screenshots and the benchmark.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import itertools
 import logging
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
@@ -36,8 +38,12 @@ from ..middleware.manager import Config
 from ..middleware.runner import ManagerThread
 from ..middleware.types import ChatMessage, GroupView, Member, UsageError
 
+from .backend import (CallFinished, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
+                      MessagesUpdated, Peer, PeerEvent, SyncProgressed, TopicChanged, WarningRaised)
+
 log = logging.getLogger(__name__)
 
+R = TypeVar("R")
 ResultCallback = Callable[[Any], None]
 ErrorCallback = Callable[[Exception], None]
 
@@ -66,68 +72,77 @@ class Backend(QObject):
         self.port = 0
         self._tokens = itertools.count(1)
         self._callbacks: dict[int, tuple[ResultCallback | None, ErrorCallback | None, str]] = {}
-        self._queue: deque[tuple[str, Any]] = deque()
+        self._queue: deque[PeerEvent | CallFinished] = deque()
         self._wake.connect(self._drain, Qt.ConnectionType.QueuedConnection)
 
-    def _post(self, kind: str, payload: Any) -> None:
+    def _post(self, event: PeerEvent | CallFinished) -> None:
         """Called from any thread."""
-        self._queue.append((kind, payload))
+        self._queue.append(event)
         self._wake.emit()
 
     # -- GroupListener: called on the middleware thread --------------------------------
 
     def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        self._post("messages", (gid, list(messages)))
+        self._post(MessagesDelivered(gid, list(messages)))
 
     def on_groups_discovered(self, groups: list[GroupView]) -> None:
-        self._post("groups", list(groups))
+        self._post(GroupsDiscovered(list(groups)))
 
     def on_group_created(self, gid: str) -> None:
-        self._post("created", gid)
+        self._post(GroupCreated(gid))
 
     def on_member_joined(self, gid: str, member: Member) -> None:
-        self._post("joined", (gid, member))
+        self._post(MemberJoined(gid, member))
 
     def on_member_left(self, gid: str, member: Member) -> None:
-        self._post("left", (gid, member))
+        self._post(MemberLeft(gid, member))
 
     def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        self._post("sync", (gid, received, expected))
+        self._post(SyncProgressed(gid, received, expected))
 
     def on_warning(self, gid: str, text: str) -> None:
-        self._post("warning", (gid, text))
+        self._post(WarningRaised(gid, text))
 
     def on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
-        self._post("updated", (gid, list(messages)))
+        self._post(MessagesUpdated(gid, list(messages)))
 
     def on_topic_changed(self, gid: str, topic: str, by: str) -> None:
-        self._post("topic", (gid, topic, by))
+        self._post(TopicChanged(gid, topic, by))
 
     # -- calls ------------------------------------------------------------------------------
 
-    def request(self, method: str, *args: Any, on_result: ResultCallback | None = None,
-                on_error: ErrorCallback | None = None) -> None:
-        """Run ``manager.<method>(*args)`` on the middleware thread; callbacks run on the GUI thread.
+    def call(self, work: Callable[[Peer], R], on_result: Callable[[R], None] | None = None,
+             on_error: ErrorCallback | None = None) -> None:
+        """Run ``work(peer)`` on the middleware thread, e.g. ``lambda peer: peer.history(gid)``;
+        the callbacks run on the GUI thread.  Without ``on_error`` a failure is reported through
+        :attr:`failed`.  ``work`` runs later: it must not read state the GUI may change meanwhile."""
+        self._request(work, on_result, on_error)
 
-        Without ``on_error`` a failure is reported through :attr:`failed`.
-        """
+    def call_async(self, work: Callable[[Peer], Awaitable[R]], on_result: Callable[[R], None] | None = None,
+                   on_error: ErrorCallback | None = None) -> None:
+        """:meth:`call` for a coroutine method (``create_group_async``, ``join_group_async``): the
+        callbacks hear its outcome once it has run to its end."""
+        self._request(work, on_result, on_error)
+
+    def _request(self, work: Callable[[Peer], Any], on_result: ResultCallback | None,
+                 on_error: ErrorCallback | None) -> None:
         token = next(self._tokens)
-        self._callbacks[token] = (on_result, on_error, method)
+        self._callbacks[token] = (on_result, on_error, _call_name(work))
         try:
-            future = self._submit(method, args)
+            future = self._submit(work)
         except Exception as exc:  # e.g. the backend is closed
-            self._post("result", (token, None, exc))
+            self._post(CallFinished(token, None, exc))
             return
-        future.add_done_callback(lambda done, token=token: self._post_result(token, done))
+        future.add_done_callback(functools.partial(self._post_result, token))
 
     def _post_result(self, token: int, done: concurrent.futures.Future) -> None:
         try:
             result, error = done.result(), None
         except Exception as exc:
             result, error = None, exc
-        self._post("result", (token, result, error))
+        self._post(CallFinished(token, result, error))
 
-    def _submit(self, method: str, args: tuple) -> concurrent.futures.Future:
+    def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -138,44 +153,57 @@ class Backend(QObject):
     @Slot()
     def _drain(self) -> None:
         while self._queue:
-            kind, payload = self._queue.popleft()
-            if kind == "messages":
-                gid, messages = payload
-                while self._queue and self._queue[0][0] == "messages" and self._queue[0][1][0] == gid:
-                    messages.extend(self._queue.popleft()[1][1])
-            self._dispatch(kind, payload)
+            event = self._queue.popleft()
+            if isinstance(event, MessagesDelivered):
+                # A burst for one group reaches the window as one batch.
+                while self._queue:
+                    following = self._queue[0]
+                    if not isinstance(following, MessagesDelivered) or following.gid != event.gid:
+                        break
+                    event.messages.extend(following.messages)
+                    self._queue.popleft()
+            self._dispatch(event)
 
-    def _dispatch(self, kind: str, payload: Any) -> None:
-        if kind == "messages":
-            self.messages_arrived.emit(*payload)
-        elif kind == "groups":
-            self.groups_discovered.emit(payload)
-        elif kind == "created":
-            self.group_created.emit(payload)
-        elif kind == "joined":
-            self.member_joined.emit(*payload)
-        elif kind == "left":
-            self.member_left.emit(*payload)
-        elif kind == "sync":
-            self.sync_progress.emit(*payload)
-        elif kind == "warning":
-            self.warning.emit(*payload)
-        elif kind == "updated":
-            self.messages_updated.emit(*payload)
-        elif kind == "topic":
-            self.topic_changed.emit(*payload)
-        elif kind == "result":
-            token, result, error = payload
-            on_result, on_error, method = self._callbacks.pop(token, (None, None, "?"))
-            if error is None:
-                if on_result is not None:
-                    on_result(result)
-            elif on_error is not None:
-                on_error(error)
-            else:
-                if not isinstance(error, UsageError):
-                    log.error("%s failed", method, exc_info=error)
-                self.failed.emit(describe_error(error))
+    def _dispatch(self, event: PeerEvent | CallFinished) -> None:
+        match event:
+            case MessagesDelivered(gid, messages):
+                self.messages_arrived.emit(gid, messages)
+            case GroupsDiscovered(groups):
+                self.groups_discovered.emit(groups)
+            case GroupCreated(gid):
+                self.group_created.emit(gid)
+            case MemberJoined(gid, member):
+                self.member_joined.emit(gid, member)
+            case MemberLeft(gid, member):
+                self.member_left.emit(gid, member)
+            case SyncProgressed(gid, received, expected):
+                self.sync_progress.emit(gid, received, expected)
+            case WarningRaised(gid, text):
+                self.warning.emit(gid, text)
+            case MessagesUpdated(gid, messages):
+                self.messages_updated.emit(gid, messages)
+            case TopicChanged(gid, topic, by):
+                self.topic_changed.emit(gid, topic, by)
+            case CallFinished(token, result, error):
+                self._finish(token, result, error)
+
+    def _finish(self, token: int, result: Any, error: Exception | None) -> None:
+        on_result, on_error, name = self._callbacks.pop(token, (None, None, "?"))
+        if error is None:
+            if on_result is not None:
+                on_result(result)
+        elif on_error is not None:
+            on_error(error)
+        else:
+            if not isinstance(error, UsageError):
+                log.error("%s failed", name, exc_info=error)
+            self.failed.emit(describe_error(error))
+
+
+def _call_name(work: Callable) -> str:
+    """Where a call was written, for the log when it fails."""
+    code = getattr(work, "__code__", None)
+    return f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code is not None else repr(work)
 
 
 def describe_error(error: BaseException) -> str:
@@ -192,20 +220,21 @@ class ManagerBackend(Backend):
 
     def __init__(self, config: Config, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.thread = ManagerThread(config, self)
+        self.middleware = ManagerThread(config, self)  # not "thread": QObject.thread() is Qt's
         self.config = config
 
     def start(self) -> None:
         """Open the sockets (raises TransportError/OSError/UsageError if that fails)."""
-        manager = self.thread.start()
+        manager = self.middleware.start()
         self.pid, self.name, self.interface = manager.pid, manager.name, manager.interface
         self.port = self.config.port
 
-    def _submit(self, method: str, args: tuple) -> concurrent.futures.Future:
-        manager = self.thread.manager
+    def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:
+        manager = self.middleware.manager
         if manager is None:
             raise RuntimeError("the middleware is not running")
-        return self.thread.call(getattr(manager, method), *args)
+        peer: Peer = manager
+        return self.middleware.call(work, peer)  # a coroutine it returns is run to its end there
 
     def close(self) -> None:
-        self.thread.stop()
+        self.middleware.stop()

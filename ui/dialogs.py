@@ -37,13 +37,12 @@ from PySide6.QtWidgets import (
 )
 
 from ..middleware import __version__, passphrase as passphrases
-from ..middleware.manager import MAX_DESC, MAX_NAME
+from ..middleware.rules import MAX_DESC, MAX_NAME, MIN_PASSPHRASE
 from ..middleware.types import Mid, PassphraseRefused
 
 from .bridge import Backend, describe_error
 from .resources import app_icon
 
-MIN_PASSPHRASE = passphrases.MIN_LENGTH  # the middleware's rule; checked here too for an early word
 WRONG_PASSPHRASE = "That passphrase does not open this group."
 INVITE = re.compile(r"m2mc://join/([^\s?]+)(\?\S*)?")
 MESSAGE_LINK = re.compile(r"m2mc://message/([^\s/]+)/([0-9a-fA-F]+):([0-9]+)")
@@ -288,8 +287,8 @@ class CreateGroupDialog(_ValidatedDialog):
                 return
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        self.backend.request("create_group_async", desc, passphrase, on_result=self._created,
-                             on_error=lambda exc: self.show_error(plain_error(exc)))
+        self.backend.call_async(lambda peer: peer.create_group_async(desc, passphrase), on_result=self._created,
+                                on_error=lambda exc: self.show_error(plain_error(exc)))
 
     def _created(self, gid: str) -> None:
         self.created_gid = gid
@@ -324,8 +323,9 @@ class JoinDialog(_ValidatedDialog):
         gid = parsed[0]
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        self.backend.request("join_group_async", gid, self.passphrase_edit.text() or None, on_result=self._joined,
-                             on_error=lambda exc: self.show_error(plain_error(exc)))
+        passphrase = self.passphrase_edit.text() or None
+        self.backend.call_async(lambda peer: peer.join_group_async(gid, passphrase), on_result=self._joined,
+                                on_error=lambda exc: self.show_error(plain_error(exc)))
 
     def _joined(self, gid: str) -> None:
         self.joined_gid = gid
@@ -358,7 +358,9 @@ class PassphraseDialog(_ValidatedDialog):
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
         # Deriving the key takes about half a second (Argon2id) on a worker thread; GUI and network stay live.
-        self.backend.request("join_group_async", self.gid, passphrase, on_result=self._joined, on_error=self._refused)
+        gid = self.gid
+        self.backend.call_async(lambda peer: peer.join_group_async(gid, passphrase), on_result=self._joined,
+                                on_error=self._refused)
 
     def _refused(self, error: Exception) -> None:
         self.show_error(plain_error(error))

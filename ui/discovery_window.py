@@ -152,7 +152,7 @@ class DiscoveryWindow(QWidget):
         self.join_button.clicked.connect(self.join_selected)
         refresh = QPushButton(icon("discover"), "Ask again")
         refresh.setToolTip("Advertise: ask every peer on the network for the groups it knows")
-        refresh.clicked.connect(lambda: self.backend.request("advertise"))
+        refresh.clicked.connect(lambda: self.backend.call(lambda peer: peer.advertise()))
         create = QPushButton(icon("create"), "Create group…")
         create.clicked.connect(self.create_requested)
         by_id = QPushButton("Join by id…")
@@ -176,7 +176,7 @@ class DiscoveryWindow(QWidget):
         self._update_buttons()
 
     def load(self) -> None:
-        self.backend.request("groups", on_result=self.model.update)
+        self.backend.call(lambda peer: peer.groups(), on_result=self.model.update)
 
     def selected_gid(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()

@@ -1,30 +1,28 @@
 """The main window (the thesis's ChatConsole): groups, reply tree, compose box, members, status.
 
-It talks to the middleware only through a :class:`~ui.bridge.Backend`: calls
-with callbacks, events as signals, all on the GUI thread.  Each joined group
-has a :class:`GroupSession` holding its tree and time-ordered models, which
-live as long as the window, so switching groups keeps unread marks.
+The window is the view: it builds the panes, menus and status bar, shows one
+group's session at a time (tree or time order, one thread on its own, the
+filter) and keeps the reader's place.  Its controllers
+(:mod:`ui.controllers`) hold the rest, as qutebrowser keeps its completion
+model, view and controller apart: sessions and read state, compose, status,
+and joins.  It talks to the middleware only through a
+:class:`~ui.bridge.Backend`: typed calls with callbacks, events as signals,
+all on the GUI thread.  Each joined group has a
+:class:`~ui.controllers.sessions.GroupSession` holding its tree and
+time-ordered models, which live as long as the window, so switching groups
+keeps unread marks.
 
 What is new is hard to miss: unread messages carry a coloured bar and
 "● new", the path to each new message is expanded, the groups pane shows an
 unread badge, and "Next unread" (Ctrl+U) walks them in arrival order.  A
 message counts as seen once selected, or after it has been on screen for a
 moment while the window is active.
-
-Warnings from the middleware (e.g. two different messages under one id) are
-never modal: the group's banner shows the latest, the status bar says it
-whatever group is open, the group gets a warning sign in the groups pane
-until looked at, and the warnings window (Conversation → Warnings…) keeps
-them all.  Joining a private group asks for its passphrase in a dialog that
-stays open on a wrong one.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
@@ -33,7 +31,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QListView,
     QMenu,
-    QStyle,
     QFileDialog,
     QFrame,
     QHBoxLayout,
@@ -42,7 +39,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
-    QMessageBox,
     QProgressBar,
     QPushButton,
     QSplitter,
@@ -52,17 +48,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..middleware.rangeset import RangeSet
-from ..middleware.types import ChatMessage, GroupView, Member, Mid, format_mid
+from ..middleware.types import ChatMessage, Mid, format_mid
 
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, snippet
-from .dialogs import (CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog, WarningLogWindow, invite_text,
-                      parse_message_link, show_about)
+from .dialogs import (WarningLogWindow, parse_message_link, show_about)
 from .discovery_window import DiscoveryWindow
-from .member_list import fill_member_list
-from .message_model import (MessageRole, MessageTreeModel, SearchRole, ThreadListModel, ThreadModel, ThreadRole,
-                            TimelineModel)
+from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
+from .controllers.compose import ComposeController
+from .controllers.joins import JoinController
+from .controllers.sessions import GroupSession, SessionController
+from .controllers.status import StatusController
 from .notifier import Notifier
 from .resources import app_icon, icon
 from .widgets import (
@@ -72,7 +68,6 @@ from .widgets import (
     GroupListDelegate,
     ReplyBanner,
     ThreadListDelegate,
-    UnreadCountRole,
     WarningBanner,
 )
 
@@ -81,39 +76,7 @@ log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
-MAX_PER_TURN = 300
-INTAKE_MS = 100
-TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
-READ_SAVE_MS = 1000  # read marks go to the store at most once a second
-PRESENCE_POLL_MS = 5000
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
-
-
-@dataclass
-class GroupSession:
-    gid: str
-    tree: MessageTreeModel
-    timeline: TimelineModel
-    view: GroupView | None = None
-    loaded: bool = False
-    sync: tuple[int, int] | None = None
-    pending: int = 0
-    expanded_once: bool = False
-    warnings: list[str] = field(default_factory=list)
-    warning_dismissed: bool = False
-    item: QListWidgetItem | None = field(default=None, repr=False)
-    threads: ThreadListModel | None = field(default=None, repr=False)
-    thread: ThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
-    divider: Mid | None = None  # "New messages" above this one: the first unread when opened
-    opened: bool = False  # scrolled to where it opens
-    read_orders: list[int] = field(default_factory=list)  # read since the marks were last saved
-    presence: dict[str, str] = field(default_factory=dict)
-    topic: str | None = None  # None: not heard yet (the group view has it)
-    pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
-
-    @property
-    def title(self) -> str:
-        return self.view.desc if self.view is not None else self.gid
 
 
 class MainWindow(QMainWindow):
@@ -122,11 +85,7 @@ class MainWindow(QMainWindow):
         self.backend = backend
         # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
         self.settings = settings if settings is not None else {}
-        self.sessions: dict[str, GroupSession] = {}
-        self.known_groups: dict[str, GroupView] = {}
         self.current: GroupSession | None = None
-        self.reply_target: Mid | None = None
-        self.edit_target: Mid | None = None  # the own message the compose box is editing
         self.time_ordered = False
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
@@ -134,39 +93,26 @@ class MainWindow(QMainWindow):
 
         # A window of its own, not a child: it must not stay above the main window.
         self.discovery = DiscoveryWindow(backend)
-        self.discovery.join_requested.connect(self.join_group)
-        self.discovery.create_requested.connect(self.create_group)
-        self.discovery.join_by_id_requested.connect(self.join_by_id)
         self.notifier = Notifier(self)
         self.warning_log = WarningLogWindow(self)
-        self.passphrase_dialog: PassphraseDialog | None = None
+        # Each controller hears the backend's events for its concern; nothing reaches them
+        # before the panes are built (events come through the event loop).
+        self.session_controller = SessionController(self)
+        self.join_controller = JoinController(self)
+        self.status_controller = StatusController(self)
+        self.compose_controller = ComposeController(self)
+        self.discovery.join_requested.connect(self.join_controller.join_group)
+        self.discovery.create_requested.connect(self.join_controller.create_group)
+        self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
 
         self._build_panes()
         self._build_actions()
         self._build_status_bar()
 
-        backend.messages_arrived.connect(self._on_messages)
-        backend.groups_discovered.connect(self._on_groups_discovered)
-        backend.group_created.connect(self._on_group_created)
-        backend.member_joined.connect(self._on_member_changed)
-        backend.member_left.connect(self._on_member_changed)
-        backend.sync_progress.connect(self._on_sync_progress)
-        backend.warning.connect(self._on_warning)
-        backend.messages_updated.connect(self._on_updated)
-        backend.topic_changed.connect(self._on_topic_changed)
-        backend.failed.connect(self.show_error)
-
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
-        self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
-        self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS, timeout=self._drain_inbox)
         self._follow_timer = QTimer(self, singleShot=True, interval=100,
                                     timeout=lambda: self.current_view().scrollToBottom())
-        self._pending_timer = QTimer(self, interval=1000, timeout=self._poll_pending)
-        self._pending_timer.start()
-        self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS, timeout=self.save_read_marks)
-        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS, timeout=self._poll_presence)
-        self._presence_timer.start()
-        self._show_session(None)
+        self.show_session(None)
 
     # -- layout -------------------------------------------------------------------------
 
@@ -178,7 +124,7 @@ class MainWindow(QMainWindow):
         self.group_list.currentItemChanged.connect(self._on_group_selected)
         groups_pane = self._titled("Groups", self.group_list)
         discover_button = QPushButton(icon("discover"), "Find groups…")
-        discover_button.clicked.connect(self.show_discovery)
+        discover_button.clicked.connect(self.join_controller.show_discovery)
         groups_pane.layout().addWidget(discover_button)
 
         self.title_label = QLabel()
@@ -214,7 +160,7 @@ class MainWindow(QMainWindow):
         self.topic_edit.setFrame(False)
         self.topic_edit.setMaxLength(300)
         self.topic_edit.setToolTip("The group's topic: any member may change it (Enter saves, Esc undoes)")
-        self.topic_edit.editingFinished.connect(self.save_topic)
+        self.topic_edit.editingFinished.connect(self.compose_controller.save_topic)
         self.pinned_button = QToolButton()
         self.pinned_button.setObjectName("pinnedButton")
         self.pinned_button.setAutoRaise(True)
@@ -253,10 +199,10 @@ class MainWindow(QMainWindow):
         self.timeline_view.setItemDelegate(MessageDelegate(self.timeline_view, show_parent=True))
         self.timeline_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         for view in (self.tree_view, self.timeline_view):
-            view.verticalScrollBar().valueChanged.connect(self._schedule_seen)
-            view.reply_requested.connect(self.reply_to)
+            view.verticalScrollBar().valueChanged.connect(self.schedule_seen)
+            view.reply_requested.connect(self.compose_controller.reply_to)
             view.link_activated.connect(self.open_link)
-            view.reaction_clicked.connect(self.toggle_reaction)
+            view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
             view.itemDelegate().own_pid = self.backend.pid
             view.customContextMenuRequested.connect(lambda pos, v=view: self._message_menu(v, pos))
         self.tree_proxy = QSortFilterProxyModel(self)
@@ -278,9 +224,9 @@ class MainWindow(QMainWindow):
         empty_layout.addWidget(self.empty_label)
         empty_buttons = QHBoxLayout()
         empty_buttons.addStretch(1)
-        for text, icon_name, slot in (("Find groups…", "discover", self.show_discovery),
-                                      ("Create group…", "create", self.create_group),
-                                      ("Join from invite…", "join", self.join_from_invite)):
+        for text, icon_name, slot in (("Find groups…", "discover", self.join_controller.show_discovery),
+                                      ("Create group…", "create", self.join_controller.create_group),
+                                      ("Join from invite…", "join", self.join_controller.join_from_invite)):
             button = QPushButton(icon(icon_name), text)
             button.clicked.connect(slot)
             empty_buttons.addWidget(button)
@@ -305,13 +251,13 @@ class MainWindow(QMainWindow):
         self.thread_bar.hide()
 
         self.reply_banner = ReplyBanner()
-        self.reply_banner.cancelled.connect(self.start_new_thread)
+        self.reply_banner.cancelled.connect(self.compose_controller.start_new_thread)
         self.compose = ComposeEdit()
-        self.compose.submitted.connect(self.send_message)
-        self.compose.edit_last_requested.connect(self.edit_last)
+        self.compose.submitted.connect(self.compose_controller.send_message)
+        self.compose.edit_last_requested.connect(self.compose_controller.edit_last)
         self.send_button = QPushButton(icon("send"), "Send")
         self.send_button.setObjectName("sendButton")
-        self.send_button.clicked.connect(self.send_message)
+        self.send_button.clicked.connect(self.compose_controller.send_message)
         self.compose_error = QLabel()
         self.compose_error.setObjectName("dialogError")
         self.compose_error.hide()
@@ -332,8 +278,8 @@ class MainWindow(QMainWindow):
         centre_layout.setSpacing(0)
         centre_layout.addLayout(header)
         self.warning_banner = WarningBanner()
-        self.warning_banner.show_all.connect(self.show_warning_log)
-        self.warning_banner.dismissed.connect(self._warning_dismissed)
+        self.warning_banner.show_all.connect(self.status_controller.show_warning_log)
+        self.warning_banner.dismissed.connect(self.status_controller.dismiss_warning)
         banner_row = QHBoxLayout()
         banner_row.setContentsMargins(8, 0, 8, 4)
         banner_row.addWidget(self.warning_banner)
@@ -400,13 +346,13 @@ class MainWindow(QMainWindow):
 
     def _build_actions(self) -> None:
         menu = self.menuBar().addMenu("&File")
-        self.create_action = self._action("&Create group…", "Ctrl+Shift+N", self.create_group, "create")
-        self.discover_action = self._action("&Find groups…", "Ctrl+G", self.show_discovery, "discover")
-        self.join_action = self._action("&Join group by id…", None, self.join_by_id, "join")
-        self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", self.join_from_invite, "join")
-        self.invite_action = self._action("&Copy invite", None, self.copy_invite)
-        self.leave_action = self._action("&Leave group", None, self.leave_current_group)
-        self.name_action = self._action("Change display &name…", None, self.change_name)
+        self.create_action = self._action("&Create group…", "Ctrl+Shift+N", self.join_controller.create_group, "create")
+        self.discover_action = self._action("&Find groups…", "Ctrl+G", self.join_controller.show_discovery, "discover")
+        self.join_action = self._action("&Join group by id…", None, self.join_controller.join_by_id, "join")
+        self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", self.join_controller.join_from_invite, "join")
+        self.invite_action = self._action("&Copy invite", None, self.join_controller.copy_invite)
+        self.leave_action = self._action("&Leave group", None, self.join_controller.leave_current_group)
+        self.name_action = self._action("Change display &name…", None, self.join_controller.change_name)
         self.export_action = self._action("&Export chat log…", "Ctrl+E", self.export_dialog, "export")
         quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.close)
         for action in (self.create_action, self.discover_action, self.join_action, self.join_invite_action,
@@ -420,17 +366,17 @@ class MainWindow(QMainWindow):
         menu.addAction(quit_action)
 
         menu = self.menuBar().addMenu("&Conversation")
-        self.send_action = self._action("&Send", "Ctrl+Return", self.send_message, "send")
-        self.reply_action = self._action("&Reply to selected", "Ctrl+R", self.reply_to_selected, "reply")
-        self.notify_action = self._action("&Notify me for this group", None, self._toggle_notify, checkable=True)
+        self.send_action = self._action("&Send", "Ctrl+Return", self.compose_controller.send_message, "send")
+        self.reply_action = self._action("&Reply to selected", "Ctrl+R", self.compose_controller.reply_to_selected, "reply")
+        self.notify_action = self._action("&Notify me for this group", None, self.session_controller.toggle_notify, checkable=True)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
         self.back_action = self._action("&Back to all threads", "Alt+Left", self.close_thread)
-        self.new_thread_action = self._action("&New thread", "Ctrl+N", self.start_new_thread)
-        self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
-        self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.mark_all_read)
+        self.new_thread_action = self._action("&New thread", "Ctrl+N", self.compose_controller.start_new_thread)
+        self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.session_controller.next_unread, "unread")
+        self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.session_controller.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
-        self.warnings_action = self._action("&Warnings…", None, self.show_warning_log)
+        self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
         self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
                                         "timeline", checkable=True)
         expand = self._action("E&xpand all", None, self.tree_view.expandAll)
@@ -469,90 +415,33 @@ class MainWindow(QMainWindow):
         bar.addPermanentWidget(self.pending_label)
         bar.addPermanentWidget(self.peers_label)
         bar.addPermanentWidget(self.address_label)
-        self._update_status()
+        self.status_controller.refresh()
 
     # -- start ----------------------------------------------------------------------------
 
     def start(self) -> None:
         """Load the joined groups and their histories (asynchronously)."""
-        self._update_status()
-        self.backend.request("groups", on_result=self._on_initial_groups)
+        self.status_controller.refresh()
+        self.session_controller.load()
         self.discovery.load()
-
-    def _on_initial_groups(self, views: list[GroupView]) -> None:
-        self._on_groups_discovered(views)
-        joined = [view for view in views if view.joined]
-        for view in joined:
-            self._session(view.gid, load_history=True)
-        if joined and self.current is None:
-            self.select_group(joined[0].gid)
-        # With no group the main window's empty page offers Find / Create / Join from invite:
-        # the discovery window is not pushed over the main window.
 
     # -- sessions -------------------------------------------------------------------------
 
-    def _session(self, gid: str, load_history: bool = True) -> GroupSession:
-        session = self.sessions.get(gid)
-        if session is not None:
-            return session
-        tree = MessageTreeModel(self.backend.pid, self)
-        session = GroupSession(gid, tree, TimelineModel(tree, self), self.known_groups.get(gid))
-        session.threads = ThreadListModel(tree, self)
-        self.sessions[gid] = session
-        item = QListWidgetItem(self._group_icon(session), session.title)
-        item.setData(GroupIdRole, gid)
-        item.setData(UnreadCountRole, 0)
-        session.item = item
-        self.group_list.addItem(item)
-        tree.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
-        tree.read_state_changed.connect(lambda mids, s=session: self._on_read_changed(s, mids))
-        if load_history:
-            self.backend.request("read_marks", gid,
-                                 on_result=lambda marks, s=session: self._load_history(s, marks),
-                                 on_error=lambda _e, s=session: self._load_history(s, None))
-        return session
-
-    def _load_history(self, session: GroupSession, marks: list | None) -> None:
-        self.backend.request("history", session.gid,
-                             on_result=lambda messages, s=session: self._on_history(s, messages, marks))
-
-    def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
-        # What the stored read marks do not cover is unread; a group never marked (from an
-        # older version) starts with its history read.
-        session.tree.add_messages(messages, unread=False)
-        session.pinned = {m.mid: m for m in messages if m.pinned}
-        if marks is None:
-            orders = [m.order for m in messages if m.order]
-            if orders:
-                self.backend.request("mark_read", session.gid, [(min(orders), max(orders))],
-                                     on_error=lambda _e: None)
-        else:
-            read = RangeSet.from_ranges(marks)
-            session.tree.set_unread(m.mid for m in messages if m.order and m.order not in read)
-        unread = session.tree.unread_in_arrival_order()
-        session.divider = unread[0] if unread else None
-        session.loaded = True
-        if session is self.current:
-            self._set_divider(session)
-            self._expand_default(session)
-            self._open_position(session)
-            self._update_status()
-
     def select_group(self, gid: str) -> None:
-        session = self.sessions.get(gid)
+        session = self.session_controller.sessions.get(gid)
         if session is not None and session.item is not None:
             self.group_list.setCurrentItem(session.item)
 
     def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
-        session = self.sessions.get(item.data(GroupIdRole)) if item is not None else None
-        self._show_session(session)
+        session = self.session_controller.sessions.get(item.data(GroupIdRole)) if item is not None else None
+        self.show_session(session)
 
-    def _show_session(self, session: GroupSession | None) -> None:
+    def show_session(self, session: GroupSession | None) -> None:
         if self.current is not None and self.current is not session:
-            self.save_read_marks()
+            self.session_controller.save_read_marks()
         self.current = session
-        self.reply_target = None
-        self.edit_target = None
+        self.compose_controller.reply_target = None
+        self.compose_controller.edit_target = None
         self.reply_banner.show_target(None)
         self.filter_edit.blockSignals(True)
         self.filter_edit.clear()
@@ -565,7 +454,7 @@ class MainWindow(QMainWindow):
         for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
                        self.mark_read_action, self.send_action, self.invite_action, self.notify_action):
             action.setEnabled(enabled)
-        self._show_warning_banner()
+        self.status_controller.show_warning_banner()
         if session is None:
             self.title_label.setText("No group")
             self.topic_edit.clear()
@@ -574,24 +463,25 @@ class MainWindow(QMainWindow):
             self.member_list.clear()
             self.thread_list.setModel(None)
             self.thread_bar.hide()
-            self._update_status()
+            self.status_controller.refresh()
             return
         self.title_label.setText(session.title)
-        self._show_topic(session)
-        self._update_pinned_button()
-        session.item.setIcon(self._group_icon(session))  # its warnings, if any, are on the banner now
-        self.notify_action.setChecked(self._notifies(session.gid))
+        self.show_topic(session)
+        self.update_pinned_button()
+        session.item.setIcon(self.session_controller.group_icon(session))  # its warnings, if any, are on the banner now
+        self.notify_action.setChecked(self.session_controller.notifies(session.gid))
         self.thread_list.setModel(session.threads)
-        self._set_divider(session)
+        self.set_divider(session)
         self._set_view_models()
-        self._expand_default(session)
+        self.expand_default(session)
         if session.loaded:
-            self._open_position(session)
-        self._fill_members()
-        self._update_status()
-        self.backend.request("group", session.gid, on_result=self._on_group_view, on_error=lambda _e: None)
-        self._poll_presence()
-        self._schedule_seen()
+            self.open_position(session)
+        self.status_controller.fill_members()
+        self.status_controller.refresh()
+        gid = session.gid
+        self.backend.call(lambda peer: peer.group(gid), on_result=self.session_controller.on_group_view, on_error=lambda _e: None)
+        self.status_controller.poll_presence()
+        self.schedule_seen()
 
     def _set_view_models(self) -> None:
         session = self.current
@@ -624,9 +514,9 @@ class MainWindow(QMainWindow):
             if timeline_model is not None:
                 self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
         self.stack.setCurrentWidget(self.timeline_view if self.time_ordered else self.tree_view)
-        self._update_older_button()
+        self.update_older_button()
 
-    def _update_older_button(self) -> None:
+    def update_older_button(self) -> None:
         session = self.current
         hidden = 0
         if session is not None:
@@ -643,9 +533,9 @@ class MainWindow(QMainWindow):
             session.timeline.show_older()
         else:
             session.tree.show_older()
-        self._update_older_button()
+        self.update_older_button()
 
-    def _expand_default(self, session: GroupSession) -> None:
+    def expand_default(self, session: GroupSession) -> None:
         if session is not self.current:
             return
         if session.thread is not None:
@@ -658,12 +548,12 @@ class MainWindow(QMainWindow):
             self.tree_view.expandAll()
         else:
             for node in session.tree.arrival[-EXPAND_RECENT:]:
-                self._expand_path(node.message.mid)
+                self.expand_path(node.message.mid)
             for mid in list(session.tree.unread)[:EXPAND_RECENT]:
-                self._expand_path(mid)
-        self._update_older_button()
+                self.expand_path(mid)
+        self.update_older_button()
 
-    def _open_position(self, session: GroupSession) -> None:
+    def open_position(self, session: GroupSession) -> None:
         """A group opens at its first unread message, else at its end, where the newest talk is.
 
         Scrolled by pixels, the end is the last row's bottom at the viewport's bottom: never an
@@ -683,12 +573,12 @@ class MainWindow(QMainWindow):
             session.timeline.reveal(target)
         else:
             session.tree.reveal(target)
-            self._expand_path(target)
+            self.expand_path(target)
         index = self._view_index(target)
         if index.isValid():
             view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
 
-    def _set_divider(self, session: GroupSession) -> None:
+    def set_divider(self, session: GroupSession) -> None:
         for view in (self.tree_view, self.timeline_view):
             delegate = view.itemDelegate()
             if delegate.divider != session.divider:
@@ -702,7 +592,7 @@ class MainWindow(QMainWindow):
             return session.thread.index_for(mid)
         return session.tree.index_for(mid)
 
-    def _expand_path(self, mid: Mid) -> None:
+    def expand_path(self, mid: Mid) -> None:
         session = self.current
         model = self.tree_view.model()
         for ancestor in session.tree.ancestors(mid):
@@ -714,154 +604,19 @@ class MainWindow(QMainWindow):
 
     # -- events from the middleware --------------------------------------------------------
 
-    def _on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        # Taken in slices: every insert makes QTreeView lay out all its visible rows again
-        # (asking the Python model about each), so arrivals are gathered for up to INTAKE_MS
-        # and added together, at most MAX_PER_TURN per turn, with Qt free to paint between.
-        self._inbox.append((gid, list(messages)))
-        if not self._inbox_timer.isActive():
-            self._inbox_timer.start()
-
-    def _drain_inbox(self) -> None:
-        budget = MAX_PER_TURN
-        while self._inbox and budget > 0:
-            gid, messages = self._inbox.popleft()
-            while self._inbox and self._inbox[0][0] == gid and len(messages) < budget:
-                messages.extend(self._inbox.popleft()[1])
-            if len(messages) > budget:
-                self._inbox.appendleft((gid, messages[budget:]))
-                messages = messages[:budget]
-            budget -= len(messages)
-            self._add_messages(gid, messages)
-        if self._inbox:
-            self._inbox_timer.start()
-
-    def _add_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        session = self.sessions.get(gid)
-        if session is None:
-            session = self._session(gid, load_history=True)
-        view = self.current_view()
-        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
-        reading = None  # the row at the top of the tree, and where it is: the reader's place
-        if session is self.current and not at_bottom and view is self.tree_view and view.model() is session.tree:
-            top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
-            if top.isValid():
-                reading = (top.data(MessageRole).mid, view.visualRect(top).top())
-        shown = session.tree.add_messages(messages, unread=True)
-        if not shown:
-            return
-        self._trim(session, at_bottom, reading)
-        if session is self.current:
-            for message in shown:
-                if message.parent is not None:
-                    self._expand_path(message.mid)
-            if at_bottom:
-                # Only follow the end when the user is already there; otherwise keep their place.
-                # Deferred and coalesced: scrolling forces a layout, once per burst is enough.
-                self._follow_timer.start()
-            self._schedule_seen()
-        others = [m for m in shown if m.sender != self.backend.pid]
-        if others and self._notifies(gid):
-            last = others[-1]
-            extra = f" (+{len(others) - 1} more)" if len(others) > 1 else ""
-            self.notifier.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
-
-    def _trim(self, session: GroupSession, at_bottom: bool, reading: tuple | None = None) -> None:
-        # A steady stream adds rows without end, and each re-layout costs every row on show
-        # (scrolled by pixels, the tree needs every row's height): hide the oldest threads
-        # again, never the selected message's, the open one's or those from the top of the
-        # view on; the view is put back where the reader was.
-        current = session is self.current
-        spare = self.reply_target if current else None
-        opened = session.thread.root.message.mid if session.thread is not None else None
-        tree, timeline = session.tree, session.timeline
-        if tree.rowCount() > tree.window + TRIM_SLACK:
-            hidden = tree.hide_oldest(tree.window, [spare, opened, reading[0] if reading else None])
-            if hidden and reading is not None:
-                self.tree_view.scrollTo(tree.index_for(reading[0]), QAbstractItemView.ScrollHint.PositionAtTop)
-                bar = self.tree_view.verticalScrollBar()
-                bar.setValue(bar.value() - reading[1])
-        if (at_bottom or not current or not self.time_ordered) and timeline.rowCount() > timeline.window + TRIM_SLACK:
-            timeline.hide_oldest(timeline.window, spare)
-        if session is self.current:
-            self._update_older_button()
-
-    def _on_groups_discovered(self, views: list[GroupView]) -> None:
-        for view in views:
-            self.known_groups[view.gid] = view
-            session = self.sessions.get(view.gid)
-            if session is not None:
-                session.view = view
-                session.item.setText(view.desc)
-                if not session.warnings or session.warning_dismissed or session is self.current:
-                    session.item.setIcon(self._group_icon(session))
-                if session is self.current:
-                    self.title_label.setText(view.desc)
-                    self._show_topic(session)
-                    self._fill_members()
-        self._update_status()
-
-    def _on_group_view(self, view: GroupView) -> None:
-        self._on_groups_discovered([view])
-
     # -- operations: edits, deletes, reactions, pins, the topic ------------------------------
 
-    def _on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
-        session = self.sessions.get(gid)
-        if session is None:
-            return
-        by_mid = {m.mid: m for m in messages}
-        for queued_gid, queued in self._inbox:  # not in the tree yet: update them where they wait
-            if queued_gid == gid:
-                queued[:] = [by_mid.get(m.mid, m) for m in queued]
-        for message in messages:
-            if message.pinned:
-                session.pinned[message.mid] = message
-            else:
-                session.pinned.pop(message.mid, None)
-        for view in (self.tree_view, self.timeline_view):
-            for message in messages:
-                view.itemDelegate().forget(message.mid)
-        changed = session.tree.update_messages(messages)
-        if session is self.current:
-            if changed:
-                for view in (self.tree_view, self.timeline_view):
-                    view.scheduleDelayedItemsLayout()
-                    view.viewport().update()
-            self._update_pinned_button()
-            if self.edit_target is not None and by_mid.get(self.edit_target, None) is not None \
-                    and by_mid[self.edit_target].deleted:
-                self.start_new_thread()
-
-    def _on_topic_changed(self, gid: str, topic: str, by: str) -> None:
-        session = self.sessions.get(gid)
-        if session is None:
-            return
-        session.topic = topic
-        if session is self.current:
-            self._show_topic(session)
-
     @staticmethod
-    def _shown_topic(session: GroupSession) -> str:
+    def shown_topic(session: GroupSession) -> str:
         return session.topic if session.topic is not None else (session.view.topic if session.view else "")
 
-    def _show_topic(self, session: GroupSession) -> None:
-        topic = self._shown_topic(session)
+    def show_topic(self, session: GroupSession) -> None:
+        topic = self.shown_topic(session)
         if not self.topic_edit.hasFocus() or self.topic_edit.text() == topic:
             self.topic_edit.setText(topic)
             self.topic_edit.setCursorPosition(0)
 
-    def save_topic(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        text = self.topic_edit.text().strip()
-        if text == self._shown_topic(session):
-            return
-        self.backend.request("set_topic", session.gid, text,
-                             on_error=lambda error: self.show_error(f"Topic not set: {describe_error(error)}"))
-
-    def _update_pinned_button(self) -> None:
+    def update_pinned_button(self) -> None:
         count = len(self.current.pinned) if self.current is not None else 0
         self.pinned_button.setText(f"Pinned ({count})")
         self.pinned_button.setVisible(count > 0)
@@ -882,156 +637,13 @@ class MainWindow(QMainWindow):
         pinned = self.current.pinned
         return [node.message for node in self.current.tree.arrival if node.message.mid in pinned]
 
-    def start_edit(self, mid: Mid) -> bool:
-        """Put our own message ``mid`` in the compose box to edit it (context menu, Up)."""
-        message = self.current.tree.message(mid) if self.current is not None else None
-        if message is None or message.sender != self.backend.pid or message.deleted:
-            return False
-        self.reply_target = None
-        self.edit_target = mid
-        self.reply_banner.show_editing(message)
-        self.compose.setPlainText(message.text)
-        self.compose.moveCursor(self.compose.textCursor().MoveOperation.End)
-        self.compose.setFocus()
-        return True
-
-    def edit_last(self) -> None:
-        """Up in an empty compose box: edit our last message in this group."""
-        if self.current is None:
-            return
-        for node in reversed(self.current.tree.arrival):
-            message = node.message
-            if message.sender == self.backend.pid and not message.deleted:
-                self.start_edit(message.mid)
-                return
-
-    def delete_message(self, mid: Mid) -> None:
-        if self.current is not None:
-            self.backend.request("delete", self.current.gid, mid)
-
-    def toggle_reaction(self, mid: Mid, emoji: str) -> None:
-        message = self.current.tree.message(mid) if self.current is not None else None
-        if message is None:
-            return
-        mine = self.backend.pid in (message.reactions or {}).get(emoji, [])
-        self.backend.request("react", self.current.gid, mid, emoji, not mine)
-
-    def set_pinned(self, mid: Mid, on: bool) -> None:
-        if self.current is not None:
-            self.backend.request("pin", self.current.gid, mid, on)
-
-    def _on_group_created(self, gid: str) -> None:
-        self._session(gid, load_history=False).loaded = True
-        self.select_group(gid)
-
-    def _on_member_changed(self, gid: str, _member: Member) -> None:
-        if gid in self.sessions:
-            self.backend.request("group", gid, on_result=self._on_group_view, on_error=lambda _e: None)
-
-    def _on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        session = self.sessions.get(gid) or self._session(gid)
-        session.sync = (received, expected) if received < expected else None
-        if session is self.current:
-            self._update_status()
-
-    def _on_warning(self, gid: str, text: str) -> None:
-        view = self.known_groups.get(gid)
-        session = self.sessions.get(gid)
-        title = session.title if session is not None else view.desc if view is not None else gid or "network"
-        log.warning("group %s: %s", gid, text)
-        self.warning_log.add(title, text)
-        self.statusBar().showMessage(f"⚠ Warning in {title}: {text}", 15000)
-        if session is None:
-            return
-        session.warnings.append(text)
-        session.warning_dismissed = False
-        if session is self.current:
-            self._show_warning_banner()
-        else:
-            session.item.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning))
-            session.item.setToolTip(f"Warning: {text}")
-
-    def _show_warning_banner(self) -> None:
-        session = self.current
-        if session is None or not session.warnings or session.warning_dismissed:
-            self.warning_banner.show_warning(None)
-        else:
-            self.warning_banner.show_warning(session.warnings[-1], len(session.warnings))
-            session.item.setToolTip("")
-
-    def _warning_dismissed(self) -> None:
-        if self.current is not None:
-            self.current.warning_dismissed = True
-
-    def show_warning_log(self) -> None:
-        self.warning_log.show()
-        self.warning_log.raise_()
-        self.warning_log.activateWindow()
-
-    def _on_unread_count(self, session: GroupSession, count: int) -> None:
-        session.item.setData(UnreadCountRole, count)
-        total = sum(len(s.tree.unread) for s in self.sessions.values())
-        self.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
-
-    def _poll_pending(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        self.backend.request("pending", session.gid, on_result=lambda n, s=session: self._on_pending(s, n),
-                             on_error=lambda _e: None)
-
-    def _on_pending(self, session: GroupSession, count: int) -> None:
-        if session.pending != count:
-            session.pending = count
-            self._update_status()
-
     # -- status -------------------------------------------------------------------------------
 
-    def _update_status(self) -> None:
-        self.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
-        self.address_label.setToolTip("Interface address and control port in use")
-        # A member who left a group is still a peer that was seen: their machine is still there.
-        peers = {m.pid for view in self.known_groups.values() for m in view.members + view.left} - {self.backend.pid}
-        self.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
-        session = self.current
-        waiting = (session.pending + session.tree.waiting_count) if session is not None else 0
-        self.pending_label.setText(f"{waiting} repl{'ies' if waiting != 1 else 'y'} waiting for a missing message"
-                                   if waiting else "no replies waiting")
-        self.pending_label.setToolTip("Replies that arrived before the message they answer; "
-                                      "they appear as soon as it does")
-        self.pending_label.setProperty("waiting", "true" if waiting else "false")
-        self.pending_label.style().unpolish(self.pending_label)
-        self.pending_label.style().polish(self.pending_label)
-        sync = session.sync if session is not None else None
-        if sync is not None:
-            self.sync_bar.setRange(0, max(1, sync[1]))
-            self.sync_bar.setValue(sync[0])
-            self.sync_bar.show()
-        else:
-            self.sync_bar.hide()
-
-    def _fill_members(self) -> None:
-        session = self.current
-        view = session.view if session is not None else None
-        if view is not None:
-            names = {m.pid: m.name for m in (*view.members, *view.left)}
-            for conversation in (self.tree_view, self.timeline_view):
-                conversation.itemDelegate().names = names
-        fill_member_list(self.member_list, session.view if session is not None else None, self.backend.pid,
-                         self._member_header, lambda pid: session.presence.get(pid, "offline"))
-
-    def _member_header(self, text: str) -> QListWidgetItem:
-        item = QListWidgetItem(text)
-        item.setFlags(Qt.ItemFlag.ItemIsEnabled)
-        font = item.font()
-        font.setBold(True)
-        item.setFont(font)
-        return item
-
-    def show_error(self, message: str) -> None:
-        self.statusBar().showMessage(message, 8000)
-
     # -- reading ---------------------------------------------------------------------------------
+
+    def follow_end(self) -> None:
+        """Scroll to the end once a burst of arrivals is in (deferred and coalesced: scrolling forces a layout)."""
+        self._follow_timer.start()
 
     def current_view(self) -> QAbstractItemView:
         return self.timeline_view if self.time_ordered else self.tree_view
@@ -1046,7 +658,7 @@ class MainWindow(QMainWindow):
         index = self.current_view().currentIndex()
         return index.data(MessageRole) if index.isValid() else None
 
-    def _schedule_seen(self, *_args) -> None:
+    def schedule_seen(self, *_args) -> None:
         if self.current is not None and self.current.tree.unread:
             self._seen_timer.start()
 
@@ -1090,8 +702,8 @@ class MainWindow(QMainWindow):
             self.current.timeline.reveal(mid)
         else:
             self.current.tree.reveal(mid)
-            self._expand_path(mid)
-        self._update_older_button()
+            self.expand_path(mid)
+        self.update_older_button()
         index = self._view_index(mid)
         if not index.isValid():
             return False
@@ -1099,26 +711,6 @@ class MainWindow(QMainWindow):
         view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
         view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
         return True
-
-    def next_unread(self) -> None:
-        """Select the oldest unread message, in this group or the next one with news."""
-        order = [self.current] if self.current is not None else []
-        order += [s for s in self.sessions.values() if s is not self.current]
-        for session in order:
-            unread = session.tree.unread_in_arrival_order()
-            if not unread:
-                continue
-            if session is not self.current:
-                self.select_group(session.gid)
-            if self.filter_edit.text():
-                self.filter_edit.clear()
-            self.select_message(unread[0])
-            return
-        self.statusBar().showMessage("No unread messages", 3000)
-
-    def mark_all_read(self) -> None:
-        if self.current is not None:
-            self.current.tree.mark_all_read()
 
     def set_time_ordered(self, on: bool) -> None:
         if on and self.current is not None and self.current.thread is not None:
@@ -1132,10 +724,10 @@ class MainWindow(QMainWindow):
         if self.current is not None:
             self._set_view_models()
             if not on:
-                self._expand_default(self.current)
+                self.expand_default(self.current)
             if selected is not None:
                 self.select_message(selected)
-            self._schedule_seen()
+            self.schedule_seen()
 
     def focus_filter(self) -> None:
         self.filter_edit.setFocus()
@@ -1154,7 +746,7 @@ class MainWindow(QMainWindow):
         if pattern:
             self.tree_view.expandAll()
         else:
-            self._expand_default(self.current)
+            self.expand_default(self.current)
         if selected is not None:
             self.select_message(selected)
 
@@ -1215,140 +807,21 @@ class MainWindow(QMainWindow):
     def _escape(self) -> None:
         if self.topic_edit.hasFocus():  # undo what was typed there
             if self.current is not None:
-                self.topic_edit.setText(self._shown_topic(self.current))
+                self.topic_edit.setText(self.shown_topic(self.current))
             self.compose.setFocus()
         elif self.filter_edit.hasFocus() or self.filter_edit.text():
             self.filter_edit.clear()
             self.compose.setFocus()
-        elif self.reply_target is not None or self.edit_target is not None:
-            self.start_new_thread()
+        elif self.compose_controller.reply_target is not None or self.compose_controller.edit_target is not None:
+            self.compose_controller.start_new_thread()
         elif self.current is not None and self.current.thread is not None:
             self.close_thread()
         else:
-            self.start_new_thread()
+            self.compose_controller.start_new_thread()
 
     # -- writing --------------------------------------------------------------------------------
 
-    def reply_to(self, mid: Mid) -> None:
-        """Make ``mid`` what the compose box answers (hover button, context menu, Ctrl+R)."""
-        message = self.current.tree.message(mid) if self.current is not None else None
-        if message is None:
-            return
-        self.reply_target = mid
-        self.reply_banner.show_target(message)
-        self.compose.setFocus()
-
-    def reply_to_selected(self) -> None:
-        message = self.selected_message() if self.current is not None else None
-        if message is not None:
-            self.reply_to(message.mid)
-        else:
-            self.compose.setFocus()
-
-    def start_new_thread(self) -> None:
-        """Forget the reply target (and an edit): the next message starts a thread (✕ or Esc)."""
-        self.reply_target = None
-        if self.edit_target is not None:
-            self.edit_target = None
-            self.compose.clear()
-        self.reply_banner.show_target(None)
-        self.compose.setFocus()
-
-    def send_message(self) -> None:
-        session = self.current
-        text = self.compose.toPlainText()
-        if session is None or not text.strip():
-            return
-        parent = self.reply_target
-        self.compose_error.hide()
-        if self.edit_target is not None:
-            self.backend.request("edit", session.gid, self.edit_target, text, on_result=lambda _mid: self._edited(text),
-                                 on_error=self._send_failed)
-            return
-        self.backend.request("send", session.gid, text, parent, on_result=lambda _mid: self._sent(text),
-                             on_error=self._send_failed)
-
-    def _edited(self, text: str) -> None:
-        if self.compose.toPlainText() == text:
-            self.edit_target = None
-            self.compose.clear()
-            self.reply_banner.show_target(None)
-
-    def _sent(self, text: str) -> None:
-        if self.compose.toPlainText() == text:
-            self.compose.clear()
-
-    def _send_failed(self, error: Exception) -> None:
-        self.compose_error.setText(f"Not sent: {describe_error(error)}")
-        self.compose_error.show()
-
     # -- groups -------------------------------------------------------------------------------------
-
-    def show_discovery(self) -> None:
-        if not self.discovery.isVisible():
-            self._place_beside(self.discovery)
-        self.discovery.show()
-        self.discovery.raise_()
-        self.discovery.activateWindow()
-        self.backend.request("advertise")
-
-    def create_group(self) -> None:
-        dialog = CreateGroupDialog(self.backend, self)
-        if dialog.exec() and dialog.created_gid:
-            self.select_group(dialog.created_gid)
-
-    def join_by_id(self) -> None:
-        dialog = JoinDialog(self.backend, parent=self)
-        if dialog.exec() and dialog.joined_gid:
-            self._joined(dialog.joined_gid)
-
-    def join_group(self, gid: str) -> None:
-        view = self.known_groups.get(gid) or self.discovery.model.view_for(gid)
-        if view is not None and view.private and not view.joined:
-            self.ask_passphrase(gid, view.desc)
-            return
-        self.backend.request("join_group", gid, on_result=self._joined,
-                             on_error=lambda exc, gid=gid: self._join_refused(gid, exc))
-
-    def _join_refused(self, gid: str, error: Exception) -> None:
-        # The group may have turned out private after the list was drawn: ask, rather than just refuse.
-        view = self.known_groups.get(gid)
-        if view is not None and view.private and not view.joined:
-            self.ask_passphrase(gid, view.desc)
-        else:
-            self.show_error(describe_error(error))
-
-    def ask_passphrase(self, gid: str, desc: str) -> PassphraseDialog:
-        """The passphrase dialog for a private group; window-modal, it returns at once."""
-        if self.passphrase_dialog is not None:
-            self.passphrase_dialog.close()
-            self.passphrase_dialog.deleteLater()
-        parent = self.discovery if self.discovery.isVisible() else self
-        dialog = PassphraseDialog(self.backend, gid, desc, parent)
-        dialog.accepted.connect(lambda d=dialog: d.joined_gid and self._joined(d.joined_gid))
-        self.passphrase_dialog = dialog
-        dialog.open()
-        return dialog
-
-    def _joined(self, gid: str) -> None:
-        self._session(gid, load_history=True)
-        self.select_group(gid)
-        self.statusBar().showMessage(f"Joined {self.sessions[gid].title}", 4000)
-
-    def leave_current_group(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        answer = QMessageBox.question(self, "Leave group", f"Leave “{session.title}”? Others will see that you left.")
-        if answer != QMessageBox.StandardButton.Yes:
-            return
-        self.backend.request("leave_group", session.gid, on_result=lambda _r, s=session: self._left(s))
-
-    def _left(self, session: GroupSession) -> None:
-        self.sessions.pop(session.gid, None)
-        self.group_list.takeItem(self.group_list.row(session.item))
-        if self.current is session:
-            self._show_session(None)
 
     # -- threads ------------------------------------------------------------------------------------
 
@@ -1381,7 +854,7 @@ class MainWindow(QMainWindow):
         if self.tree_view.model() is self.tree_proxy:
             index = self.tree_proxy.mapFromSource(index)
         self.tree_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
-        self._schedule_seen()
+        self.schedule_seen()
         return True
 
     def close_thread(self) -> None:
@@ -1392,7 +865,7 @@ class MainWindow(QMainWindow):
         session.thread.detach()
         session.thread = None
         self._set_view_models()
-        self._expand_default(session)
+        self.expand_default(session)
         self.select_message(root_mid)
 
     # -- message actions -------------------------------------------------------------------------
@@ -1408,8 +881,8 @@ class MainWindow(QMainWindow):
     def message_menu(self, message: ChatMessage) -> QMenu:
         """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
         menu = QMenu(self)
-        menu.addAction(icon("reply"), "Reply", lambda: self.reply_to(message.mid))
-        menu.addAction("Quote", lambda: self.quote(message))
+        menu.addAction(icon("reply"), "Reply", lambda: self.compose_controller.reply_to(message.mid))
+        menu.addAction("Quote", lambda: self.compose_controller.quote(message))
         menu.addSeparator()
         menu.addAction("Copy text", lambda: QGuiApplication.clipboard().setText(message.text))
         menu.addAction("Copy link", lambda: QGuiApplication.clipboard().setText(message_link(message)))
@@ -1419,24 +892,17 @@ class MainWindow(QMainWindow):
         react = menu.addMenu("React")
         mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}
         for emoji in REACTION_CHOICES:
-            action = react.addAction(emoji, lambda e=emoji: self.toggle_reaction(message.mid, e))
+            action = react.addAction(emoji, lambda e=emoji: self.compose_controller.toggle_reaction(message.mid, e))
             action.setCheckable(True)
             action.setChecked(emoji in mine)
         if message.pinned:
-            menu.addAction("Unpin", lambda: self.set_pinned(message.mid, False))
+            menu.addAction("Unpin", lambda: self.compose_controller.set_pinned(message.mid, False))
         else:
-            menu.addAction("Pin", lambda: self.set_pinned(message.mid, True))
+            menu.addAction("Pin", lambda: self.compose_controller.set_pinned(message.mid, True))
         if message.sender == self.backend.pid and not message.deleted:
-            menu.addAction("Edit", lambda: self.start_edit(message.mid))
-            menu.addAction("Delete", lambda: self.delete_message(message.mid))
+            menu.addAction("Edit", lambda: self.compose_controller.start_edit(message.mid))
+            menu.addAction("Delete", lambda: self.compose_controller.delete_message(message.mid))
         return menu
-
-    def quote(self, message: ChatMessage) -> None:
-        """Answer ``message`` with its text quoted ("> ") at the top of the compose box."""
-        self.reply_to(message.mid)
-        quoted = "\n".join("> " + line for line in message.text[:500].splitlines()) + "\n"
-        self.compose.setPlainText(quoted + self.compose.toPlainText())
-        self.compose.moveCursor(self.compose.textCursor().MoveOperation.End)
 
     def open_link(self, url: str) -> None:
         """A message link (m2mc://message/…) selects that message; any other link opens outside."""
@@ -1445,91 +911,17 @@ class MainWindow(QMainWindow):
             QDesktopServices.openUrl(QUrl(url))
             return
         gid, mid = target
-        if gid not in self.sessions:
-            self.show_error("That message is in a group you have not joined.")
+        if gid not in self.session_controller.sessions:
+            self.status_controller.show_error("That message is in a group you have not joined.")
             return
         if self.current is None or self.current.gid != gid:
             self.select_group(gid)
         if not self.select_message(mid):
-            self.show_error("That message has not reached this peer (yet).")
+            self.status_controller.show_error("That message has not reached this peer (yet).")
 
     # -- settings and invites -------------------------------------------------------------------
 
-    def _notifies(self, gid: str) -> bool:
-        return str(self.settings.value(f"notify/{gid}", "true") if hasattr(self.settings, "value")
-                   else self.settings.get(f"notify/{gid}", "true")) == "true"
-
-    def _toggle_notify(self, on: bool) -> None:
-        if self.current is None:
-            return
-        key = f"notify/{self.current.gid}"
-        if hasattr(self.settings, "setValue"):
-            self.settings.setValue(key, "true" if on else "false")
-        else:
-            self.settings[key] = "true" if on else "false"
-        self.statusBar().showMessage(f"Notifications {'on' if on else 'off'} for {self.current.title}", 3000)
-
-    def copy_invite(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        QGuiApplication.clipboard().setText(invite_text(session.gid, session.title))
-        private = session.view is not None and session.view.private
-        self.statusBar().showMessage("Invite copied" + (" — give the passphrase separately, in person" if private
-                                                        else ""), 5000)
-
-    def join_from_invite(self) -> None:
-        dialog = JoinDialog(self.backend, parent=self, invite=QGuiApplication.clipboard().text())
-        if dialog.exec() and dialog.joined_gid:
-            self._joined(dialog.joined_gid)
-
-    def change_name(self) -> None:
-        dialog = NameDialog(self.backend.name, self, title="Change display name")
-        if dialog.exec() and dialog.name != self.backend.name:
-            name = dialog.name
-            self.backend.request("set_name", name, on_result=lambda _r: self._name_changed(name))
-
-    def _name_changed(self, name: str) -> None:
-        self.backend.name = name
-        self.statusBar().showMessage(f"Your display name is now {name}", 5000)
-        for gid in self.sessions:
-            self.backend.request("group", gid, on_result=self._on_group_view, on_error=lambda _e: None)
-
-    def _group_icon(self, session: GroupSession):
-        return icon("lock") if session.view is not None and session.view.private else icon("group")
-
     # -- read marks and presence -----------------------------------------------------------------
-
-    def _on_read_changed(self, session: GroupSession, mids: list) -> None:
-        for mid in mids:
-            if mid not in session.tree.unread:
-                message = session.tree.message(mid)
-                if message is not None and message.order:
-                    session.read_orders.append(message.order)
-        if session.read_orders and not self._read_timer.isActive():
-            self._read_timer.start()
-
-    def save_read_marks(self) -> None:
-        """Send what was read since the last time to the store (it survives a restart)."""
-        for session in self.sessions.values():
-            if session.read_orders:
-                ranges = RangeSet(session.read_orders).ranges()
-                session.read_orders = []
-                self.backend.request("mark_read", session.gid, ranges, on_error=lambda _e: None)
-
-    def _poll_presence(self) -> None:
-        session = self.current
-        if session is None or session.view is None or not session.view.joined:
-            return
-        self.backend.request("presence_of", session.gid,
-                             on_result=lambda statuses, s=session: self._on_presence(s, statuses),
-                             on_error=lambda _e: None)
-
-    def _on_presence(self, session: GroupSession, statuses: dict) -> None:
-        if statuses != session.presence:
-            session.presence = dict(statuses)
-            if session is self.current:
-                self._fill_members()
 
     # -- export --------------------------------------------------------------------------------------
 
@@ -1545,10 +937,11 @@ class MainWindow(QMainWindow):
 
     def export_to(self, path: str) -> None:
         session = self.current
-        self.backend.request(
-            "export_log", path, session.gid if session else None,
+        gid = session.gid if session else None
+        self.backend.call(
+            lambda peer: peer.export_log(path, gid),
             on_result=lambda count: self.statusBar().showMessage(f"Exported {count} messages to {path}", 8000),
-            on_error=lambda exc: self.show_error(f"Could not export to {path}: {describe_error(exc)}"),
+            on_error=lambda exc: self.status_controller.show_error(f"Could not export to {path}: {describe_error(exc)}"),
         )
 
     # -- window ----------------------------------------------------------------------------------------
@@ -1556,20 +949,10 @@ class MainWindow(QMainWindow):
     def changeEvent(self, event) -> None:
         super().changeEvent(event)
         if event.type() == event.Type.ActivationChange and self.isActiveWindow():
-            self._schedule_seen()
-
-    def _place_beside(self, window: QWidget) -> None:
-        """Put ``window`` next to the main window where the screen has room, else leave it to the desktop."""
-        screen = (self.screen() or QGuiApplication.primaryScreen()).availableGeometry()
-        frame = self.frameGeometry()
-        width = window.width()
-        if frame.right() + 12 + width <= screen.right():
-            window.move(frame.right() + 12, frame.top())
-        elif frame.left() - 12 - width >= screen.left():
-            window.move(frame.left() - 12 - width, frame.top())
+            self.schedule_seen()
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        self.save_read_marks()
+        self.session_controller.save_read_marks()
         self.discovery.close()
         self.warning_log.close()
         super().closeEvent(event)

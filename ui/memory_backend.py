@@ -5,7 +5,8 @@ peer that is alone with its fake LAN: tests add groups "seen on the network",
 messages "from other peers" and member changes through its ``inject_*``
 methods, which reach the GUI by the same queued path as real events.
 Private groups keep their passphrase in plain memory (there is nothing to
-seal here) and refuse a missing or wrong one with the middleware's words;
+seal here).  Every input is checked by the middleware's own rules
+(:mod:`middleware.rules`), so a refusal has the words the real app shows;
 ``inject_warning`` stands for the middleware's ``on_warning`` (e.g. two
 different messages under one mid).  Edits, deletes, reactions, pins and the
 topic go through the middleware's own rules (:class:`middleware.chatops.GroupOperations`):
@@ -16,17 +17,19 @@ as the middleware would deliver them.
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Callable
 
-from ..middleware import passphrase as passphrases
-from ..middleware.chatops import OP_MARKER, GroupOperations, is_operation
+from ..middleware import rules
+from ..middleware.chatops import GroupOperations, is_operation
 from ..middleware.rangeset import RangeSet
-from ..middleware.types import (ChatMessage, GroupListener, GroupView, Member, Mid, PassphraseRefused, UsageError,
-                              format_mid, iso_millis)
+from ..middleware.types import ChatMessage, GroupListener, GroupView, Member, Mid, iso_millis
 
+from .backend import Peer
 from .bridge import Backend
 
 
@@ -52,21 +55,17 @@ class MemoryManager:
     # -- GroupManager's API ------------------------------------------------------------
 
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
-        desc = desc.strip() if isinstance(desc, str) else ""
-        if not desc:
-            raise UsageError("a group needs a description")
-        if len(desc) > 200:
-            raise UsageError(f"description too long: {len(desc)} characters, limit is 200")
+        desc = rules.check_desc(desc)
         private = passphrase is not None
-        if private:
-            _check_passphrase(passphrase)
+        if passphrase is not None:
+            rules.check_new_passphrase(passphrase)
         self._counter += 1
         gid = f"{self.pid}-{self._counter}"
         me = Member(self.pid, self.name)
         self._groups[gid] = GroupView(gid, desc, "239.1.1.1", 47477, private, True, (me,), (), 1, time.time(),
                                       frozenset({"gjlp"}))
         self._history[gid] = []
-        if private:
+        if passphrase is not None:
             self._passphrases[gid] = passphrase
         self.listener.on_group_created(gid)
         self.listener.on_groups_discovered([self._groups[gid]])
@@ -74,16 +73,11 @@ class MemoryManager:
 
     def join_group(self, gid: str, passphrase: str | None = None) -> str:
         view = self.group(gid)
-        if not view.joined and view.private:
-            if not passphrase:
-                raise UsageError(f"group {view.desc!r} is private: its passphrase is needed to join")
-            # A private group injected without a passphrase opens to none.
-            if passphrase != self._passphrases.get(gid):
-                raise PassphraseRefused(f"wrong passphrase for group {view.desc!r}", wrong=True)
-        if not view.joined and not view.private and passphrase:
-            raise UsageError(f"group {view.desc!r} is open, not private: anyone on the network can read it; "
-                             "join it without a passphrase if that is what you want")
         if not view.joined:
+            rules.check_join_passphrase(view.desc, view.private, passphrase)
+            # A private group injected without a passphrase opens to none.
+            if view.private and passphrase != self._passphrases.get(gid):
+                raise rules.wrong_passphrase(view.desc)
             me = Member(self.pid, self.name)
             view = _replace(view, joined=True, members=view.members + (me,), member_count=view.member_count + 1)
             self._groups[gid] = view
@@ -92,31 +86,27 @@ class MemoryManager:
             self.listener.on_groups_discovered([view])
         return gid
 
-    # The middleware derives keys off its loop in these; here there is nothing to derive.
-    def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
+    # The middleware derives keys off its loop in these; here there is nothing to derive (and so
+    # nothing to wait for: MemoryBackend runs them to their end at once).
+    async def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
         return self.create_group(desc, passphrase)
 
-    def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
+    async def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
         return self.join_group(gid, passphrase)
 
     def leave_group(self, gid: str) -> None:
         view = self.group(gid)
         if not view.joined:
-            raise UsageError(f"not a member of group {gid}")
+            raise rules.not_a_member(gid)
         self._groups[gid] = _replace(view, joined=False)
 
     def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid:
         view = self.group(gid)
         if not view.joined:
-            raise UsageError(f"not a member of group {gid}")
-        if not isinstance(text, str) or not text.strip():
-            raise UsageError("text is empty")
-        if len(text) > 8000:
-            raise UsageError(f"text too long: {len(text)} characters, limit is 8000")
-        if text.startswith(OP_MARKER):
-            raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
+            raise rules.not_a_member(gid)
+        text = rules.check_message_text(text)
         if parent is not None and all(m.mid != parent for m in self._history[gid]):
-            raise UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {gid}")
+            raise rules.bad_parent(gid, parent)
         self._seqno += 1
         mid = (self.pid, self._seqno)
         self.sent.append((gid, text, parent))
@@ -125,23 +115,19 @@ class MemoryManager:
         return mid
 
     def edit(self, gid: str, mid: Mid, text: str) -> Mid:
-        if not isinstance(text, str) or not text.strip():
-            raise UsageError("text is empty")
-        return self._operate(gid, "edit", mid, text=text)
+        return self._operate(gid, "edit", mid, text=rules.check_edit_text(text))
 
     def delete(self, gid: str, mid: Mid) -> Mid:
         return self._operate(gid, "delete", mid)
 
     def react(self, gid: str, mid: Mid, emoji: str, on: bool = True) -> Mid:
-        return self._operate(gid, "react", mid, emoji=emoji, on=bool(on))
+        return self._operate(gid, "react", mid, emoji=rules.check_emoji(emoji), on=bool(on))
 
     def pin(self, gid: str, mid: Mid, on: bool = True) -> Mid:
         return self._operate(gid, "pin", mid, on=bool(on))
 
     def set_topic(self, gid: str, text: str) -> Mid:
-        if not isinstance(text, str):
-            raise UsageError("topic must be a string")
-        return self._operate(gid, "topic", None, text=text.strip())
+        return self._operate(gid, "topic", None, text=rules.check_topic(text))
 
     def operation_message(self, gid: str, author: Member, seqno: int, kind: str, target: Mid | None = None,
                           **fields) -> ChatMessage:
@@ -164,7 +150,7 @@ class MemoryManager:
     def group(self, gid: str) -> GroupView:
         view = self._groups.get(gid)
         if view is None:
-            raise UsageError(f"unknown group {gid!r:.80}")
+            raise rules.unknown_group(gid)
         ops = self._ops.get(gid)
         return replace(view, topic=ops.topic()[0]) if ops is not None else view
 
@@ -211,9 +197,7 @@ class MemoryManager:
                 for m in self.group(gid).members}
 
     def set_name(self, name: str) -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise UsageError("a display name must not be empty")
-        self.name = name.strip()
+        self.name = rules.check_name(name)
 
     # -- the fake network ---------------------------------------------------------------------
 
@@ -267,11 +251,10 @@ class MemoryManager:
     def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
         view = self.group(gid)
         if not view.joined:
-            raise UsageError(f"not a member of group {gid}")
+            raise rules.not_a_member(gid)
+        rules.check_target(target)
         known = target is None or any(m.mid == target and not is_operation(m) for m in self._history[gid])
-        if not known:
-            raise UsageError(f"unknown message {format_mid(target)}")
-        text = self._group_ops(gid).compose(self.pid, kind, target, **fields)
+        text = self._group_ops(gid).compose(self.pid, kind, target, target_known=known, **fields)
         self._seqno += 1
         mid = (self.pid, self._seqno)
         now = int(time.time() * 1000)
@@ -307,24 +290,25 @@ class MemoryBackend(Backend):
         self.manager = MemoryManager(self, pid, name)
         self.pid, self.name, self.interface, self.port = pid, name, "127.0.0.1", 47477
 
-    def _submit(self, method: str, args: tuple) -> concurrent.futures.Future:
+    def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            future.set_result(getattr(self.manager, method)(*args))
+            future.set_result(_run_to_end(work(self.manager)))
         except Exception as exc:
             future.set_exception(exc)
         return future
 
 
-def _check_passphrase(passphrase: str) -> None:
-    # The same rules and words as middleware.manager._check_new_passphrase.
-    if not isinstance(passphrase, str) or len(passphrase) < passphrases.MIN_LENGTH:
-        raise PassphraseRefused(f"a passphrase needs at least {passphrases.MIN_LENGTH} characters")
-    if len(passphrase) > passphrases.MAX_LENGTH:
-        raise PassphraseRefused(f"passphrase too long (limit {passphrases.MAX_LENGTH} characters)")
-    weakness = passphrases.assess(passphrase).weakness
-    if weakness:
-        raise PassphraseRefused(f"passphrase too easy to guess: {weakness}")
+def _run_to_end(result: Any) -> Any:
+    """A coroutine's value (ours never suspend: they await nothing); anything else as it is."""
+    if not inspect.iscoroutine(result):
+        return result
+    try:
+        result.send(None)
+    except StopIteration as done:
+        return done.value
+    result.close()
+    raise RuntimeError("a MemoryManager coroutine waited for something")
 
 
 def _replace(view: GroupView, **changes) -> GroupView:

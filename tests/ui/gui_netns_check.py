@@ -71,7 +71,7 @@ def main():
     window.discovery.grab().save(str(SHOTS / "discovery-window-lan.png"))
     window.discovery.join_selected()
     if passphrase is not None:
-        dialog = window.passphrase_dialog
+        dialog = window.join_controller.passphrase_dialog
         if dialog is None or not dialog.isVisible():
             say(step="refused", error="no passphrase dialog")
             return 1
@@ -87,7 +87,7 @@ def main():
     say(step="joined", history=tree_rows(window), history_complete=history)
     sys.stdin.readline()  # the test's other peer now sends a reply to its first message
     wait(app, lambda: any(row[0] == "live reply" for row in tree_rows(window)))
-    window._presence_timer.setInterval(200)  # presence from what the real middleware heard
+    window.status_controller._presence_timer.setInterval(200)  # presence from what the real middleware heard
     members = lambda: [window.member_list.item(i).text() for i in range(window.member_list.count())]  # noqa: E731
     ann_online = wait(app, lambda: "● Ann" in members(), timeout=10) is not None
     window.grab().save(str(SHOTS / "main-window-lan.png"))

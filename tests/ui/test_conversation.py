@@ -84,7 +84,7 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     reply_rect = view.itemDelegate()._geometry(rect, index)["reply"]
     qtbot.mouseMove(view.viewport(), reply_rect.center())
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=reply_rect.center())
-    assert window.reply_target == talk[6].mid
+    assert window.compose_controller.reply_target == talk[6].mid
     menu = window.message_menu(talk[1])
     assert [a.text() for a in menu.actions() if a.text()] == ["Reply", "Quote", "Copy text", "Copy link",
                                                               "Open thread", "React", "Pin"]
@@ -92,7 +92,8 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     link = QGuiApplication.clipboard().text()
     assert link == f"m2mc://message/{GID}/{ANN.pid}:2"
     next(a for a in menu.actions() if a.text() == "Quote").trigger()
-    assert window.reply_target == talk[1].mid and window.compose.toPlainText().startswith("> Did you visit Chennai?")
+    assert window.compose_controller.reply_target == talk[1].mid
+    assert window.compose.toPlainText().startswith("> Did you visit Chennai?")
     window.open_link(link)  # another member's app opens the same reference
     assert window.selected_message() == talk[1]
 
@@ -312,7 +313,7 @@ def test_shortcuts_work_from_the_discovery_window_which_does_not_cover_the_main_
     open_group(qtbot, window, backend, talk[:6])
     backend.manager.inject_messages(GID, talk[6:])
     qtbot.waitUntil(lambda: len(window.current.tree.unread) == 2)
-    window.show_discovery()
+    window.join_controller.show_discovery()
     qtbot.waitExposed(window.discovery)
     assert not window.discovery.frameGeometry().intersects(window.frameGeometry())
     activate(qtbot, window.discovery)
@@ -343,7 +344,7 @@ def test_left_members_lock_and_peers_seen(qtbot, window, backend):
 # -- presence ---------------------------------------------------------------------------------------
 
 def test_presence_shows_in_the_members_pane_and_follows_changes(qtbot, window, backend):
-    window._presence_timer.setInterval(50)
+    window.status_controller._presence_timer.setInterval(50)
     open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
     backend.manager.presence = {ANN.pid: "online", BOB.pid: "away"}
 
@@ -444,9 +445,9 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
 
 def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reader_keeps_their_place(
         qtbot, window, backend, monkeypatch):
-    import m2mc.ui.main_window as main_window
+    import m2mc.ui.controllers.sessions as sessions
 
-    monkeypatch.setattr(main_window, "TRIM_SLACK", 0)
+    monkeypatch.setattr(sessions, "TRIM_SLACK", 0)
     history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(40)]
     session = open_group(qtbot, window, backend, history)
     session.tree.window = 25

@@ -55,7 +55,7 @@ def test_reply_flow_select_type_enter_sends_with_that_parent(qtbot, window, back
 def test_send_error_is_shown_and_text_kept(qtbot, window, backend):
     open_lunch(qtbot, window, backend)
     window.compose.setPlainText("x" * 8001)
-    window.send_message()
+    window.compose_controller.send_message()
     qtbot.waitUntil(window.compose_error.isVisible)
     assert "too long" in window.compose_error.text()
     assert len(window.compose.toPlainText()) == 8001
@@ -71,12 +71,12 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     assert window.windowTitle().startswith("(2)")
     assert window.tree_view.isExpanded(session.tree.index_for(talk[6].mid))  # path to the new reply
     save_screenshot(window, "main-window.png")
-    window.next_unread()
+    window.session_controller.next_unread()
     assert window.selected_message().mid == talk[6].mid
     assert session.tree.unread == {talk[7].mid}
     window.next_unread_action.trigger()
     assert window.selected_message().mid == talk[7].mid and not session.tree.unread
-    assert window.reply_target is None
+    assert window.compose_controller.reply_target is None
     assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 0
 
 
@@ -142,7 +142,7 @@ def test_discovery_lists_groups_and_joins(qtbot, window, backend):
     assert discovery.join_button.isEnabled()
     save_screenshot(discovery, "discovery-window.png")
     qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "b-9" in window.sessions and window.current is window.sessions["b-9"])
+    qtbot.waitUntil(lambda: "b-9" in window.session_controller.sessions and window.current is window.session_controller.sessions["b-9"])
     qtbot.waitUntil(lambda: discovery.model.view_for("b-9").joined)
     assert not discovery.join_button.isEnabled()
     assert discovery.model.index(1, 2).data() == "private"

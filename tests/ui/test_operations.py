@@ -37,13 +37,13 @@ def test_edit_by_context_menu_and_up_key_marks_the_message_edited(qtbot, window,
     mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]
     # Up in the empty compose box: our last message comes back to be edited
     qtbot.keyClick(window.compose, Qt.Key.Key_Up)
-    assert window.edit_target == mine.mid and window.compose.toPlainText() == "See you at 12:30"
+    assert window.compose_controller.edit_target == mine.mid and window.compose.toPlainText() == "See you at 12:30"
     assert window.reply_banner.label.text().startswith("Editing your message")
     window.compose.selectAll()
     qtbot.keyClicks(window.compose, "See you at 13:00")
     qtbot.keyClick(window.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: shown(window, mine.mid).text == "See you at 13:00")
-    assert shown(window, mine.mid).edited == 1 and window.edit_target is None
+    assert shown(window, mine.mid).edited == 1 and window.compose_controller.edit_target is None
     # the delegate draws the mark, and the row is where it was
     index = window.tree_view.model().mapFromSource(session.tree.index_for(mine.mid)) \
         if hasattr(window.tree_view.model(), "mapFromSource") else session.tree.index_for(mine.mid)
@@ -53,8 +53,8 @@ def test_edit_by_context_menu_and_up_key_marks_the_message_edited(qtbot, window,
     # the context menu edits too, and offers Edit only on our own messages
     menu = window.message_menu(shown(window, mine.mid))
     menu_actions(menu)["Edit"].trigger()
-    assert window.edit_target == mine.mid
-    window.start_new_thread()
+    assert window.compose_controller.edit_target == mine.mid
+    window.compose_controller.start_new_thread()
     assert "Edit" not in menu_actions(window.message_menu(session.tree.message(lunch_conversation(GID)[0].mid)))
 
 

@@ -71,18 +71,18 @@ def test_joining_a_private_group_asks_for_the_passphrase_and_keeps_asking_when_w
     assert discovery.join_button.text() == "Join…"
     qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
 
-    dialog = window.passphrase_dialog
+    dialog = window.join_controller.passphrase_dialog
     assert dialog is not None and dialog.isVisible() and "Secret santa" in dialog.intro.text()
     qtbot.keyClicks(dialog.passphrase_edit, "guess guess")
     ok_button(dialog).click()
     qtbot.waitUntil(dialog.error_label.isVisible)
     assert dialog.error_label.text() == "That passphrase does not open this group."
-    assert dialog.isVisible() and "p-3" not in window.sessions
+    assert dialog.isVisible() and "p-3" not in window.session_controller.sessions
     assert ok_button(dialog).isEnabled()  # free to try again
 
     dialog.passphrase_edit.setText(SECRET)
     ok_button(dialog).click()
-    qtbot.waitUntil(lambda: "p-3" in window.sessions and window.current is window.sessions["p-3"])
+    qtbot.waitUntil(lambda: "p-3" in window.session_controller.sessions and window.current is window.session_controller.sessions["p-3"])
     assert not dialog.isVisible()
     assert backend.manager.group("p-3").joined
 
@@ -130,7 +130,7 @@ def test_a_warning_shows_in_the_main_window_without_blocking(qtbot, window, back
     # A warning for a group not on screen: status bar, log and a sign on that group; the banner stays ours.
     backend.manager.inject_warning("other-2", "two different messages claim id x:1; the first one is kept")
     qtbot.waitUntil(lambda: len(window.warning_log.texts()) == 2)
-    quiet = window.sessions["other-2"]
+    quiet = window.session_controller.sessions["other-2"]
     assert "Quiet group" in window.statusBar().currentMessage()
     assert quiet.item.toolTip().startswith("Warning: two different messages")
     assert window.warning_banner.text == f"⚠  {EQUIVOCATION}"

@@ -1,0 +1,133 @@
+"""The GUI's seam with the middleware, typed: the calls it makes on a peer, and the events it hears.
+
+:class:`Peer` declares every call the GUI makes on the middleware.  The real
+``GroupManager`` satisfies it, and so does ``ui.memory_backend.MemoryManager``
+(tests/ui/test_backend_seam.py has mypy check both); the bridge runs a call as
+``backend.call(lambda peer: peer.send(gid, text, parent), on_result=...)``, so
+a misspelt method or a wrong argument is a type error, not a string that fails
+at run time.  What the middleware tells its listener crosses the thread
+boundary as one of the event values below (frozen, named in the past tense),
+and the bridge re-emits each as the matching Qt signal on the GUI thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..middleware.types import ChatMessage, GroupView, Member, Mid
+
+
+@runtime_checkable
+class Peer(Protocol):
+    """What the GUI calls on the middleware; every call runs on the middleware's thread."""
+
+    async def create_group_async(self, desc: str, passphrase: str | None = None) -> str: ...
+
+    def join_group(self, gid: str, passphrase: str | None = None) -> str: ...
+
+    async def join_group_async(self, gid: str, passphrase: str | None = None) -> str: ...
+
+    def leave_group(self, gid: str) -> None: ...
+
+    def set_name(self, name: str) -> None: ...
+
+    def advertise(self) -> None: ...
+
+    def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid: ...
+
+    def edit(self, gid: str, mid: Mid, text: str) -> Mid: ...
+
+    def delete(self, gid: str, mid: Mid) -> Mid: ...
+
+    def react(self, gid: str, mid: Mid, emoji: str, on: bool = True) -> Mid: ...
+
+    def pin(self, gid: str, mid: Mid, on: bool = True) -> Mid: ...
+
+    def set_topic(self, gid: str, text: str) -> Mid: ...
+
+    def groups(self) -> list[GroupView]: ...
+
+    def group(self, gid: str) -> GroupView: ...
+
+    def history(self, gid: str) -> list[ChatMessage]: ...
+
+    def pending(self, gid: str | None = None) -> int: ...
+
+    def presence_of(self, gid: str) -> dict[str, str]: ...
+
+    def read_marks(self, gid: str) -> list[tuple[int, int]] | None: ...
+
+    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None: ...
+
+    def export_log(self, path: str | Path, gid: str | None = None) -> int: ...
+
+
+# -- events: what the middleware's listener was told, as values ---------------------------------
+
+@dataclass(frozen=True, slots=True)
+class MessagesDelivered:
+    gid: str
+    messages: list[ChatMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsDiscovered:
+    groups: list[GroupView]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCreated:
+    gid: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberJoined:
+    gid: str
+    member: Member
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLeft:
+    gid: str
+    member: Member
+
+
+@dataclass(frozen=True, slots=True)
+class SyncProgressed:
+    gid: str
+    received: int
+    expected: int
+
+
+@dataclass(frozen=True, slots=True)
+class WarningRaised:
+    gid: str
+    text: str  # something the user should know (e.g. equivocation)
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesUpdated:
+    gid: str
+    messages: list[ChatMessage]  # edited, deleted, reacted to, pinned
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChanged:
+    gid: str
+    topic: str
+    by: str  # pid of who set it
+
+
+@dataclass(frozen=True, slots=True)
+class CallFinished:
+    """A call's outcome, back from the middleware's thread."""
+
+    token: int
+    result: Any
+    error: Exception | None
+
+
+PeerEvent = (MessagesDelivered | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft | SyncProgressed
+             | WarningRaised | MessagesUpdated | TopicChanged)

@@ -1,0 +1,336 @@
+"""Sessions and read state: each joined group's session (its models, unread and read marks), and what the
+middleware tells about a group.
+
+Arrivals are taken in slices (:meth:`SessionController._drain_inbox`) so that Qt can paint
+between them, and the oldest threads are hidden again under a steady stream; what was read goes
+to the store at most once a second, so unread survives a restart.  The window shows the current
+session; this controller keeps them all.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, QPoint, QTimer
+from PySide6.QtWidgets import QAbstractItemView, QListWidgetItem
+
+from ...middleware.rangeset import RangeSet
+from ...middleware.types import ChatMessage, GroupView, Member, Mid
+from ..delegate import snippet
+from ..message_model import MessageRole, MessageTreeModel, ThreadListModel, ThreadModel, TimelineModel
+from ..resources import icon
+from ..widgets import GroupIdRole, UnreadCountRole
+
+if TYPE_CHECKING:
+    from ..main_window import MainWindow
+
+MAX_PER_TURN = 300
+INTAKE_MS = 100
+TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
+READ_SAVE_MS = 1000  # read marks go to the store at most once a second
+
+
+@dataclass
+class GroupSession:
+    gid: str
+    tree: MessageTreeModel
+    timeline: TimelineModel
+    view: GroupView | None = None
+    loaded: bool = False
+    sync: tuple[int, int] | None = None
+    pending: int = 0
+    expanded_once: bool = False
+    warnings: list[str] = field(default_factory=list)
+    warning_dismissed: bool = False
+    item: QListWidgetItem | None = field(default=None, repr=False)
+    threads: ThreadListModel | None = field(default=None, repr=False)
+    thread: ThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
+    divider: Mid | None = None  # "New messages" above this one: the first unread when opened
+    opened: bool = False  # scrolled to where it opens
+    read_orders: list[int] = field(default_factory=list)  # read since the marks were last saved
+    presence: dict[str, str] = field(default_factory=dict)
+    topic: str | None = None  # None: not heard yet (the group view has it)
+    pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return self.view.desc if self.view is not None else self.gid
+
+
+class SessionController(QObject):
+    """The sessions of the joined groups, kept for as long as the window."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.backend = window.backend
+        self.sessions: dict[str, GroupSession] = {}
+        self.known_groups: dict[str, GroupView] = {}
+        self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
+        self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS, timeout=self._drain_inbox)
+        self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS, timeout=self.save_read_marks)
+        backend = self.backend
+        backend.messages_arrived.connect(self._on_messages)
+        backend.groups_discovered.connect(self._on_groups_discovered)
+        backend.group_created.connect(self._on_group_created)
+        backend.member_joined.connect(self._on_member_changed)
+        backend.member_left.connect(self._on_member_changed)
+        backend.messages_updated.connect(self._on_updated)
+        backend.topic_changed.connect(self._on_topic_changed)
+
+    def load(self) -> None:
+        """Open a session for every joined group and load its history (asynchronously)."""
+        self.backend.call(lambda peer: peer.groups(), on_result=self._on_initial_groups)
+
+    def _on_initial_groups(self, views: list[GroupView]) -> None:
+        self._on_groups_discovered(views)
+        joined = [view for view in views if view.joined]
+        for view in joined:
+            self.session(view.gid, load_history=True)
+        if joined and self.window.current is None:
+            self.window.select_group(joined[0].gid)
+        # With no group the main window's empty page offers Find / Create / Join from invite:
+        # the discovery window is not pushed over the main window.
+
+    def session(self, gid: str, load_history: bool = True) -> GroupSession:
+        session = self.sessions.get(gid)
+        if session is not None:
+            return session
+        tree = MessageTreeModel(self.backend.pid, self.window)
+        session = GroupSession(gid, tree, TimelineModel(tree, self.window), self.known_groups.get(gid))
+        session.threads = ThreadListModel(tree, self.window)
+        self.sessions[gid] = session
+        item = QListWidgetItem(self.group_icon(session), session.title)
+        item.setData(GroupIdRole, gid)
+        item.setData(UnreadCountRole, 0)
+        session.item = item
+        self.window.group_list.addItem(item)
+        tree.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
+        tree.read_state_changed.connect(lambda mids, s=session: self._on_read_changed(s, mids))
+        if load_history:
+            self.backend.call(lambda peer: peer.read_marks(gid),
+                              on_result=lambda marks, s=session: self._load_history(s, marks),
+                              on_error=lambda _e, s=session: self._load_history(s, None))
+        return session
+
+    def _load_history(self, session: GroupSession, marks: list | None) -> None:
+        gid = session.gid
+        self.backend.call(lambda peer: peer.history(gid),
+                          on_result=lambda messages, s=session: self._on_history(s, messages, marks))
+
+    def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
+        # What the stored read marks do not cover is unread; a group never marked (from an
+        # older version) starts with its history read.
+        session.tree.add_messages(messages, unread=False)
+        session.pinned = {m.mid: m for m in messages if m.pinned}
+        if marks is None:
+            orders = [m.order for m in messages if m.order]
+            if orders:
+                gid, read = session.gid, [(min(orders), max(orders))]
+                self.backend.call(lambda peer: peer.mark_read(gid, read), on_error=lambda _e: None)
+        else:
+            read = RangeSet.from_ranges(marks)
+            session.tree.set_unread(m.mid for m in messages if m.order and m.order not in read)
+        unread = session.tree.unread_in_arrival_order()
+        session.divider = unread[0] if unread else None
+        session.loaded = True
+        if session is self.window.current:
+            self.window.set_divider(session)
+            self.window.expand_default(session)
+            self.window.open_position(session)
+            self.window.status_controller.refresh()
+
+    def _on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
+        # Taken in slices: every insert makes QTreeView lay out all its visible rows again
+        # (asking the Python model about each), so arrivals are gathered for up to INTAKE_MS
+        # and added together, at most MAX_PER_TURN per turn, with Qt free to paint between.
+        self._inbox.append((gid, list(messages)))
+        if not self._inbox_timer.isActive():
+            self._inbox_timer.start()
+
+    def _drain_inbox(self) -> None:
+        budget = MAX_PER_TURN
+        while self._inbox and budget > 0:
+            gid, messages = self._inbox.popleft()
+            while self._inbox and self._inbox[0][0] == gid and len(messages) < budget:
+                messages.extend(self._inbox.popleft()[1])
+            if len(messages) > budget:
+                self._inbox.appendleft((gid, messages[budget:]))
+                messages = messages[:budget]
+            budget -= len(messages)
+            self._add_messages(gid, messages)
+        if self._inbox:
+            self._inbox_timer.start()
+
+    def _add_messages(self, gid: str, messages: list[ChatMessage]) -> None:
+        session = self.sessions.get(gid)
+        if session is None:
+            session = self.session(gid, load_history=True)
+        view = self.window.current_view()
+        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
+        reading = None  # the row at the top of the tree, and where it is: the reader's place
+        if session is self.window.current and not at_bottom and view is self.window.tree_view and view.model() is session.tree:
+            top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
+            if top.isValid():
+                reading = (top.data(MessageRole).mid, view.visualRect(top).top())
+        shown = session.tree.add_messages(messages, unread=True)
+        if not shown:
+            return
+        self._trim(session, at_bottom, reading)
+        if session is self.window.current:
+            for message in shown:
+                if message.parent is not None:
+                    self.window.expand_path(message.mid)
+            if at_bottom:
+                # Only follow the end when the user is already there; otherwise keep their place.
+                # Deferred and coalesced: scrolling forces a layout, once per burst is enough.
+                self.window.follow_end()
+            self.window.schedule_seen()
+        others = [m for m in shown if m.sender != self.backend.pid]
+        if others and self.notifies(gid):
+            last = others[-1]
+            extra = f" (+{len(others) - 1} more)" if len(others) > 1 else ""
+            self.window.notifier.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
+
+    def _trim(self, session: GroupSession, at_bottom: bool, reading: tuple | None = None) -> None:
+        # A steady stream adds rows without end, and each re-layout costs every row on show
+        # (scrolled by pixels, the tree needs every row's height): hide the oldest threads
+        # again, never the selected message's, the open one's or those from the top of the
+        # view on; the view is put back where the reader was.
+        current = session is self.window.current
+        spare = self.window.compose_controller.reply_target if current else None
+        opened = session.thread.root.message.mid if session.thread is not None else None
+        tree, timeline = session.tree, session.timeline
+        if tree.rowCount() > tree.window + TRIM_SLACK:
+            hidden = tree.hide_oldest(tree.window, [spare, opened, reading[0] if reading else None])
+            if hidden and reading is not None:
+                self.window.tree_view.scrollTo(tree.index_for(reading[0]), QAbstractItemView.ScrollHint.PositionAtTop)
+                bar = self.window.tree_view.verticalScrollBar()
+                bar.setValue(bar.value() - reading[1])
+        if (at_bottom or not current or not self.window.time_ordered) and timeline.rowCount() > timeline.window + TRIM_SLACK:
+            timeline.hide_oldest(timeline.window, spare)
+        if session is self.window.current:
+            self.window.update_older_button()
+
+    def _on_groups_discovered(self, views: list[GroupView]) -> None:
+        for view in views:
+            self.known_groups[view.gid] = view
+            session = self.sessions.get(view.gid)
+            if session is not None:
+                session.view = view
+                session.item.setText(view.desc)
+                if not session.warnings or session.warning_dismissed or session is self.window.current:
+                    session.item.setIcon(self.group_icon(session))
+                if session is self.window.current:
+                    self.window.title_label.setText(view.desc)
+                    self.window.show_topic(session)
+                    self.window.status_controller.fill_members()
+        self.window.status_controller.refresh()
+
+    def on_group_view(self, view: GroupView) -> None:
+        self._on_groups_discovered([view])
+
+    def _on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
+        session = self.sessions.get(gid)
+        if session is None:
+            return
+        by_mid = {m.mid: m for m in messages}
+        for queued_gid, queued in self._inbox:  # not in the tree yet: update them where they wait
+            if queued_gid == gid:
+                queued[:] = [by_mid.get(m.mid, m) for m in queued]
+        for message in messages:
+            if message.pinned:
+                session.pinned[message.mid] = message
+            else:
+                session.pinned.pop(message.mid, None)
+        for view in (self.window.tree_view, self.window.timeline_view):
+            for message in messages:
+                view.itemDelegate().forget(message.mid)
+        changed = session.tree.update_messages(messages)
+        if session is self.window.current:
+            if changed:
+                for view in (self.window.tree_view, self.window.timeline_view):
+                    view.scheduleDelayedItemsLayout()
+                    view.viewport().update()
+            self.window.update_pinned_button()
+            if self.window.compose_controller.edit_target is not None and by_mid.get(self.window.compose_controller.edit_target, None) is not None \
+                    and by_mid[self.window.compose_controller.edit_target].deleted:
+                self.window.compose_controller.start_new_thread()
+
+    def _on_topic_changed(self, gid: str, topic: str, by: str) -> None:
+        session = self.sessions.get(gid)
+        if session is None:
+            return
+        session.topic = topic
+        if session is self.window.current:
+            self.window.show_topic(session)
+
+    def _on_group_created(self, gid: str) -> None:
+        self.session(gid, load_history=False).loaded = True
+        self.window.select_group(gid)
+
+    def _on_member_changed(self, gid: str, _member: Member) -> None:
+        if gid in self.sessions:
+            self.backend.call(lambda peer: peer.group(gid), on_result=self.on_group_view, on_error=lambda _e: None)
+
+    def _on_unread_count(self, session: GroupSession, count: int) -> None:
+        session.item.setData(UnreadCountRole, count)
+        total = sum(len(s.tree.unread) for s in self.sessions.values())
+        self.window.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
+
+    def _on_read_changed(self, session: GroupSession, mids: list) -> None:
+        for mid in mids:
+            if mid not in session.tree.unread:
+                message = session.tree.message(mid)
+                if message is not None and message.order:
+                    session.read_orders.append(message.order)
+        if session.read_orders and not self._read_timer.isActive():
+            self._read_timer.start()
+
+    def save_read_marks(self) -> None:
+        """Send what was read since the last time to the store (it survives a restart)."""
+        for session in self.sessions.values():
+            if session.read_orders:
+                ranges = RangeSet(session.read_orders).ranges()
+                session.read_orders = []
+                self.backend.call(lambda peer, gid=session.gid, ranges=ranges: peer.mark_read(gid, ranges),
+                                  on_error=lambda _e: None)
+
+    def mark_all_read(self) -> None:
+        if self.window.current is not None:
+            self.window.current.tree.mark_all_read()
+
+    def next_unread(self) -> None:
+        """Select the oldest unread message, in this group or the next one with news."""
+        order = [self.window.current] if self.window.current is not None else []
+        order += [s for s in self.sessions.values() if s is not self.window.current]
+        for session in order:
+            unread = session.tree.unread_in_arrival_order()
+            if not unread:
+                continue
+            if session is not self.window.current:
+                self.window.select_group(session.gid)
+            if self.window.filter_edit.text():
+                self.window.filter_edit.clear()
+            self.window.select_message(unread[0])
+            return
+        self.window.statusBar().showMessage("No unread messages", 3000)
+
+    def notifies(self, gid: str) -> bool:
+        return str(self.window.settings.value(f"notify/{gid}", "true") if hasattr(self.window.settings, "value")
+                   else self.window.settings.get(f"notify/{gid}", "true")) == "true"
+
+    def toggle_notify(self, on: bool) -> None:
+        if self.window.current is None:
+            return
+        key = f"notify/{self.window.current.gid}"
+        if hasattr(self.window.settings, "setValue"):
+            self.window.settings.setValue(key, "true" if on else "false")
+        else:
+            self.window.settings[key] = "true" if on else "false"
+        self.window.statusBar().showMessage(f"Notifications {'on' if on else 'off'} for {self.window.current.title}", 3000)
+
+    def group_icon(self, session: GroupSession):
+        return icon("lock") if session.view is not None and session.view.private else icon("group")

@@ -1,0 +1,152 @@
+"""Status: the status bar (address, peers, sync, replies waiting), warnings, and the members pane with presence.
+
+Warnings from the middleware are never modal: the group's banner shows the latest, the status
+bar says it whatever group is open, the group gets a warning sign in the groups pane until
+looked at, and the warnings window keeps them all.  Pending replies and presence are polled.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtWidgets import QListWidgetItem, QStyle
+
+from ..member_list import fill_member_list
+
+if TYPE_CHECKING:
+    from ..main_window import MainWindow
+    from .sessions import GroupSession
+
+log = logging.getLogger(__name__)
+
+PRESENCE_POLL_MS = 5000
+
+
+class StatusController(QObject):
+    """What the status bar, the warnings and the members pane show."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.backend = window.backend
+        self._pending_timer = QTimer(self, interval=1000, timeout=self._poll_pending)
+        self._pending_timer.start()
+        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS, timeout=self.poll_presence)
+        self._presence_timer.start()
+        self.backend.sync_progress.connect(self._on_sync_progress)
+        self.backend.warning.connect(self._on_warning)
+        self.backend.failed.connect(self.show_error)
+
+    def _on_sync_progress(self, gid: str, received: int, expected: int) -> None:
+        session = self.window.session_controller.sessions.get(gid) or self.window.session_controller.session(gid)
+        session.sync = (received, expected) if received < expected else None
+        if session is self.window.current:
+            self.refresh()
+
+    def _on_warning(self, gid: str, text: str) -> None:
+        view = self.window.session_controller.known_groups.get(gid)
+        session = self.window.session_controller.sessions.get(gid)
+        title = session.title if session is not None else view.desc if view is not None else gid or "network"
+        log.warning("group %s: %s", gid, text)
+        self.window.warning_log.add(title, text)
+        self.window.statusBar().showMessage(f"⚠ Warning in {title}: {text}", 15000)
+        if session is None:
+            return
+        session.warnings.append(text)
+        session.warning_dismissed = False
+        if session is self.window.current:
+            self.show_warning_banner()
+        else:
+            session.item.setIcon(self.window.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning))
+            session.item.setToolTip(f"Warning: {text}")
+
+    def show_warning_banner(self) -> None:
+        session = self.window.current
+        if session is None or not session.warnings or session.warning_dismissed:
+            self.window.warning_banner.show_warning(None)
+        else:
+            self.window.warning_banner.show_warning(session.warnings[-1], len(session.warnings))
+            session.item.setToolTip("")
+
+    def dismiss_warning(self) -> None:
+        if self.window.current is not None:
+            self.window.current.warning_dismissed = True
+
+    def show_warning_log(self) -> None:
+        self.window.warning_log.show()
+        self.window.warning_log.raise_()
+        self.window.warning_log.activateWindow()
+
+    def _poll_pending(self) -> None:
+        session = self.window.current
+        if session is None:
+            return
+        gid = session.gid
+        self.backend.call(lambda peer: peer.pending(gid), on_result=lambda n, s=session: self._on_pending(s, n),
+                          on_error=lambda _e: None)
+
+    def _on_pending(self, session: GroupSession, count: int) -> None:
+        if session.pending != count:
+            session.pending = count
+            self.refresh()
+
+    def refresh(self) -> None:
+        self.window.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
+        self.window.address_label.setToolTip("Interface address and control port in use")
+        # A member who left a group is still a peer that was seen: their machine is still there.
+        peers = {m.pid for view in self.window.session_controller.known_groups.values() for m in view.members + view.left} - {self.backend.pid}
+        self.window.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
+        session = self.window.current
+        waiting = (session.pending + session.tree.waiting_count) if session is not None else 0
+        self.window.pending_label.setText(f"{waiting} repl{'ies' if waiting != 1 else 'y'} waiting for a missing message"
+                                   if waiting else "no replies waiting")
+        self.window.pending_label.setToolTip("Replies that arrived before the message they answer; "
+                                      "they appear as soon as it does")
+        self.window.pending_label.setProperty("waiting", "true" if waiting else "false")
+        self.window.pending_label.style().unpolish(self.window.pending_label)
+        self.window.pending_label.style().polish(self.window.pending_label)
+        sync = session.sync if session is not None else None
+        if sync is not None:
+            self.window.sync_bar.setRange(0, max(1, sync[1]))
+            self.window.sync_bar.setValue(sync[0])
+            self.window.sync_bar.show()
+        else:
+            self.window.sync_bar.hide()
+
+    def fill_members(self) -> None:
+        session = self.window.current
+        view = session.view if session is not None else None
+        if view is not None:
+            names = {m.pid: m.name for m in (*view.members, *view.left)}
+            for conversation in (self.window.tree_view, self.window.timeline_view):
+                conversation.itemDelegate().names = names
+        fill_member_list(self.window.member_list, session.view if session is not None else None, self.backend.pid,
+                         self._member_header, lambda pid: session.presence.get(pid, "offline"))
+
+    def _member_header(self, text: str) -> QListWidgetItem:
+        item = QListWidgetItem(text)
+        item.setFlags(Qt.ItemFlag.ItemIsEnabled)
+        font = item.font()
+        font.setBold(True)
+        item.setFont(font)
+        return item
+
+    def show_error(self, message: str) -> None:
+        self.window.statusBar().showMessage(message, 8000)
+
+    def poll_presence(self) -> None:
+        session = self.window.current
+        if session is None or session.view is None or not session.view.joined:
+            return
+        gid = session.gid
+        self.backend.call(lambda peer: peer.presence_of(gid),
+                          on_result=lambda statuses, s=session: self._on_presence(s, statuses),
+                          on_error=lambda _e: None)
+
+    def _on_presence(self, session: GroupSession, statuses: dict) -> None:
+        if statuses != session.presence:
+            session.presence = dict(statuses)
+            if session is self.window.current:
+                self.fill_members()
