@@ -346,13 +346,14 @@ class MainWindow(QMainWindow):
 
     def _build_actions(self) -> None:
         menu = self.menuBar().addMenu("&File")
-        self.create_action = self._action("&Create group…", "Ctrl+Shift+N", self.join_controller.create_group, "create")
-        self.discover_action = self._action("&Find groups…", "Ctrl+G", self.join_controller.show_discovery, "discover")
-        self.join_action = self._action("&Join group by id…", None, self.join_controller.join_by_id, "join")
-        self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", self.join_controller.join_from_invite, "join")
-        self.invite_action = self._action("&Copy invite", None, self.join_controller.copy_invite)
-        self.leave_action = self._action("&Leave group", None, self.join_controller.leave_current_group)
-        self.name_action = self._action("Change display &name…", None, self.join_controller.change_name)
+        joins = self.join_controller
+        self.create_action = self._action("&Create group…", "Ctrl+Shift+N", joins.create_group, "create")
+        self.discover_action = self._action("&Find groups…", "Ctrl+G", joins.show_discovery, "discover")
+        self.join_action = self._action("&Join group by id…", None, joins.join_by_id, "join")
+        self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", joins.join_from_invite, "join")
+        self.invite_action = self._action("&Copy invite", None, joins.copy_invite)
+        self.leave_action = self._action("&Leave group", None, joins.leave_current_group)
+        self.name_action = self._action("Change display &name…", None, joins.change_name)
         self.export_action = self._action("&Export chat log…", "Ctrl+E", self.export_dialog, "export")
         quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.close)
         for action in (self.create_action, self.discover_action, self.join_action, self.join_invite_action,
@@ -366,13 +367,15 @@ class MainWindow(QMainWindow):
         menu.addAction(quit_action)
 
         menu = self.menuBar().addMenu("&Conversation")
-        self.send_action = self._action("&Send", "Ctrl+Return", self.compose_controller.send_message, "send")
-        self.reply_action = self._action("&Reply to selected", "Ctrl+R", self.compose_controller.reply_to_selected, "reply")
-        self.notify_action = self._action("&Notify me for this group", None, self.session_controller.toggle_notify, checkable=True)
+        composer = self.compose_controller
+        self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
+        self.reply_action = self._action("&Reply to selected", "Ctrl+R", composer.reply_to_selected, "reply")
+        self.notify_action = self._action("&Notify me for this group", None, self.session_controller.toggle_notify,
+                                          checkable=True)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
         self.back_action = self._action("&Back to all threads", "Alt+Left", self.close_thread)
-        self.new_thread_action = self._action("&New thread", "Ctrl+N", self.compose_controller.start_new_thread)
+        self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.session_controller.next_unread, "unread")
         self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.session_controller.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
@@ -479,7 +482,8 @@ class MainWindow(QMainWindow):
         self.status_controller.fill_members()
         self.status_controller.refresh()
         gid = session.gid
-        self.backend.call(lambda peer: peer.group(gid), on_result=self.session_controller.on_group_view, on_error=lambda _e: None)
+        self.backend.call(lambda peer: peer.group(gid), on_result=self.session_controller.on_group_view,
+                          on_error=lambda _e: None)
         self.status_controller.poll_presence()
         self.schedule_seen()
 
@@ -941,7 +945,8 @@ class MainWindow(QMainWindow):
         self.backend.call(
             lambda peer: peer.export_log(path, gid),
             on_result=lambda count: self.statusBar().showMessage(f"Exported {count} messages to {path}", 8000),
-            on_error=lambda exc: self.status_controller.show_error(f"Could not export to {path}: {describe_error(exc)}"),
+            on_error=lambda exc: self.status_controller.show_error(
+                f"Could not export to {path}: {describe_error(exc)}"),
         )
 
     # -- window ----------------------------------------------------------------------------------------

@@ -108,8 +108,8 @@ class JoinController(QObject):
             return
         QGuiApplication.clipboard().setText(invite_text(session.gid, session.title))
         private = session.view is not None and session.view.private
-        self.window.statusBar().showMessage("Invite copied" + (" — give the passphrase separately, in person" if private
-                                                        else ""), 5000)
+        self.window.statusBar().showMessage("Invite copied" + (" — give the passphrase separately, in person"
+                                                               if private else ""), 5000)
 
     def change_name(self) -> None:
         dialog = NameDialog(self.backend.name, self.window, title="Change display name")
@@ -121,8 +121,8 @@ class JoinController(QObject):
         self.backend.name = name
         self.window.statusBar().showMessage(f"Your display name is now {name}", 5000)
         for gid in self.window.session_controller.sessions:
-            self.backend.call(lambda peer, gid=gid: peer.group(gid), on_result=self.window.session_controller.on_group_view,
-                              on_error=lambda _e: None)
+            self.backend.call(lambda peer, gid=gid: peer.group(gid),
+                              on_result=self.window.session_controller.on_group_view, on_error=lambda _e: None)
 
     def _place_beside(self, window: QWidget) -> None:
         """Put ``window`` next to the main window where the screen has room, else leave it to the desktop."""

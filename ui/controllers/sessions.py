@@ -171,7 +171,8 @@ class SessionController(QObject):
         view = self.window.current_view()
         at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
         reading = None  # the row at the top of the tree, and where it is: the reader's place
-        if session is self.window.current and not at_bottom and view is self.window.tree_view and view.model() is session.tree:
+        if (session is self.window.current and not at_bottom and view is self.window.tree_view
+                and view.model() is session.tree):
             top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
             if top.isValid():
                 reading = (top.data(MessageRole).mid, view.visualRect(top).top())
@@ -209,7 +210,8 @@ class SessionController(QObject):
                 self.window.tree_view.scrollTo(tree.index_for(reading[0]), QAbstractItemView.ScrollHint.PositionAtTop)
                 bar = self.window.tree_view.verticalScrollBar()
                 bar.setValue(bar.value() - reading[1])
-        if (at_bottom or not current or not self.window.time_ordered) and timeline.rowCount() > timeline.window + TRIM_SLACK:
+        if ((at_bottom or not current or not self.window.time_ordered)
+                and timeline.rowCount() > timeline.window + TRIM_SLACK):
             timeline.hide_oldest(timeline.window, spare)
         if session is self.window.current:
             self.window.update_older_button()
@@ -255,9 +257,10 @@ class SessionController(QObject):
                     view.scheduleDelayedItemsLayout()
                     view.viewport().update()
             self.window.update_pinned_button()
-            if self.window.compose_controller.edit_target is not None and by_mid.get(self.window.compose_controller.edit_target, None) is not None \
-                    and by_mid[self.window.compose_controller.edit_target].deleted:
-                self.window.compose_controller.start_new_thread()
+            composer = self.window.compose_controller
+            if composer.edit_target is not None and by_mid.get(composer.edit_target, None) is not None \
+                    and by_mid[composer.edit_target].deleted:
+                composer.start_new_thread()
 
     def _on_topic_changed(self, gid: str, topic: str, by: str) -> None:
         session = self.sessions.get(gid)
@@ -330,7 +333,8 @@ class SessionController(QObject):
             self.window.settings.setValue(key, "true" if on else "false")
         else:
             self.window.settings[key] = "true" if on else "false"
-        self.window.statusBar().showMessage(f"Notifications {'on' if on else 'off'} for {self.window.current.title}", 3000)
+        self.window.statusBar().showMessage(f"Notifications {'on' if on else 'off'} for {self.window.current.title}",
+                                            3000)
 
     def group_icon(self, session: GroupSession):
         return icon("lock") if session.view is not None and session.view.private else icon("group")

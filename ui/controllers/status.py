@@ -96,14 +96,16 @@ class StatusController(QObject):
         self.window.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
         self.window.address_label.setToolTip("Interface address and control port in use")
         # A member who left a group is still a peer that was seen: their machine is still there.
-        peers = {m.pid for view in self.window.session_controller.known_groups.values() for m in view.members + view.left} - {self.backend.pid}
+        known = self.window.session_controller.known_groups.values()
+        peers = {m.pid for view in known for m in view.members + view.left} - {self.backend.pid}
         self.window.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
         session = self.window.current
         waiting = (session.pending + session.tree.waiting_count) if session is not None else 0
-        self.window.pending_label.setText(f"{waiting} repl{'ies' if waiting != 1 else 'y'} waiting for a missing message"
-                                   if waiting else "no replies waiting")
+        replies = f"repl{'ies' if waiting != 1 else 'y'}"
+        self.window.pending_label.setText(f"{waiting} {replies} waiting for a missing message"
+                                          if waiting else "no replies waiting")
         self.window.pending_label.setToolTip("Replies that arrived before the message they answer; "
-                                      "they appear as soon as it does")
+                                             "they appear as soon as it does")
         self.window.pending_label.setProperty("waiting", "true" if waiting else "false")
         self.window.pending_label.style().unpolish(self.window.pending_label)
         self.window.pending_label.style().polish(self.window.pending_label)
