@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import crypto, passphrase as passphrases, wire
+from . import clock, crypto, passphrase as passphrases, wire
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
 from .discovery import ZeroconfDiscovery
@@ -165,7 +165,7 @@ class GroupManager:
 
     def resync(self) -> None:
         """Ask every joined group for what this peer missed, and re-advertise."""
-        now = time.time()
+        now = clock.now()
         for channel in self.channels.values():
             channel.start_sync(now)
         self.advertise()
@@ -232,7 +232,7 @@ class GroupManager:
         return await loop.run_in_executor(self._kdf_executor, crypto.derive_group_key, passphrase, salt, kdf, ops, mem)
 
     def _create(self, desc: str, salt: bytes, key: bytes | None) -> str:
-        created_at = int(time.time() * 1000)
+        created_at = int(clock.wall() * 1000)
         addr = group_address(f"{self.pid}:{created_at}:{salt.hex()}", self.config.control_addr)
         if key:
             descriptor = wire.sign_descriptor(self.identity, desc, True, crypto.ARGON2ID, crypto.ARGON2_OPSLIMIT,
@@ -241,7 +241,7 @@ class GroupManager:
         else:
             descriptor = wire.sign_descriptor(self.identity, desc, False, "", 0, 0, salt, b"", addr, self.config.port,
                                               created_at)
-        record = self.gjlp.create_group(descriptor, time.time(), key)
+        record = self.gjlp.create_group(descriptor, created_at / 1000, key)
         gid = record.gid
         self.store.save_group(record)
         self.store.save_members(gid, record.members.values())
@@ -311,7 +311,7 @@ class GroupManager:
 
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
         gid = record.gid
-        self.gjlp.join(gid, time.time(), key)
+        self.gjlp.join(gid, clock.wall(), key)
         self.gjlp.advertise()  # the members' answers tell us who they are: we take datagrams only from them
         self.store.save_group(record)
         self.store.save_members(gid, record.members.values())  # what was known before joining, once
@@ -328,7 +328,7 @@ class GroupManager:
         record = self._known(gid)
         if not self.gjlp.is_member(gid):
             raise UsageError(f"not a member of group {gid}")
-        self.gjlp.leave(gid, time.time())
+        self.gjlp.leave(gid, clock.wall())
         self.store.save_members(gid, [record.members[self.pid]])
         channel = self.channels.pop(gid)
         self._operations.pop(gid, None)
@@ -348,7 +348,7 @@ class GroupManager:
             raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
         if parent is not None and self._ops(gid).is_operation_mid(parent):
             raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
-        data = channel.compose(self.name, text, parent, time.time())
+        data = channel.compose(self.name, text, parent, clock.now(), clock.wall())
         self._seqnos_to_save.add(gid)
         self._after_input()
         return self.pid, data.seqno
@@ -395,7 +395,7 @@ class GroupManager:
         self.flush()  # what was just delivered counts: the operation names the last one it saw
         known = target is None or channel.orderer.is_delivered(target)
         text = ops.compose(self.pid, kind, target, target_known=known, **fields)
-        data = channel.compose(self.name, text, target, time.time())
+        data = channel.compose(self.name, text, target, clock.now(), clock.wall())
         self._seqnos_to_save.add(gid)
         self._after_input()
         return self.pid, data.seqno
@@ -441,7 +441,7 @@ class GroupManager:
 
     def presence_of(self, gid: str) -> dict[str, str]:
         """Each current member's presence ("online", "away", "offline"); this peer is online."""
-        now = time.time()
+        now = clock.now()
         return {m.pid: "online" if m.pid == self.pid else self.presence.status(m.pid, now)
                 for m in self._known(gid).current()}
 
@@ -555,7 +555,7 @@ class GroupManager:
         channel.restore_conflicts(self.store.conflicts(gid))
         self.channels[gid] = channel
         if sync:  # MSP: whatever the group said while this peer was away (or before it joined)
-            channel.start_sync(time.time())
+            channel.start_sync(clock.now())
 
     async def _listen_group(self, gid: str) -> None:
         record = self.gjlp.groups[gid]
@@ -592,7 +592,7 @@ class GroupManager:
         try:
             envelope = wire.decode(data, self._ciphers.get)
             if self._is_member_anywhere(envelope.sender):
-                self.presence.heard(envelope.sender, time.time())
+                self.presence.heard(envelope.sender, clock.now())
             return envelope
         except wire.SignatureError as exc:
             self.stats.bad_signature_dropped += 1
@@ -625,14 +625,14 @@ class GroupManager:
     def _drain_control(self) -> None:
         self._control_draining = False
         deadline = time.perf_counter() + self.CONTROL_SLICE
-        now = time.time()
+        now, wall = clock.now(), clock.wall()
         while self._control_backlog:
             data = self._control_backlog.popleft()
             self._control_backlog_bytes -= len(data)
             envelope = self._decode(data)
             if envelope is not None:
                 if isinstance(envelope.message, (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)):
-                    self.gjlp.receive(envelope.sender, envelope.message, now)
+                    self.gjlp.receive(envelope.sender, envelope.message, now, wall)
                 else:
                     self.stats.malformed_dropped += 1
             if self._control_backlog and time.perf_counter() > deadline and self._loop is not None:
@@ -642,7 +642,7 @@ class GroupManager:
         self._after_input()
 
     def _on_data_datagrams(self, batch: list[bytes]) -> None:
-        now = time.time()
+        now, wall = clock.now(), clock.wall()
         for data in batch:
             envelope = self._decode(data)
             if envelope is None:
@@ -654,11 +654,11 @@ class GroupManager:
             elif self._ciphers.get(channel.gid) and not envelope.sealed:
                 self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
             else:
-                channel.receive(envelope.sender, message, now, envelope.public_key)
+                channel.receive(envelope.sender, message, now, envelope.public_key, wall)
         self._after_input()
 
     def _on_zeroconf(self, gid: str, desc: str, private: bool, member_count: int) -> None:
-        self.gjlp.note_zeroconf(gid, desc, private, member_count, time.time())
+        self.gjlp.note_zeroconf(gid, desc, private, member_count, clock.now(), clock.wall())
         self._after_input()
 
     # Under load, commits (one fsync-free WAL append each) are coalesced to one per
@@ -679,7 +679,7 @@ class GroupManager:
             self.flush()
             return
         self._flush_scheduled = True
-        wait = self._last_flush + self._flush_interval - loop.time()
+        wait = self._last_flush + self._flush_interval - clock.now()
         if wait > 0:
             loop.call_later(wait, self.flush)
         else:
@@ -689,7 +689,7 @@ class GroupManager:
         """Persist, then transmit, then notify: everything batched since the last flush."""
         self._flush_scheduled = False
         if self._loop is not None:
-            self._last_flush = self._loop.time()
+            self._last_flush = clock.now()
         for message in self.gjlp.datagrams_to_send():
             try:
                 self._outgoing.append((self.config.control_addr, self.config.port, wire.encode(self.identity, message)))
@@ -708,7 +708,7 @@ class GroupManager:
         deliveries: list[ChatMessage] = []
         channel_events = []
         conflict_writes = []
-        now = time.time()
+        now = clock.now()
         beacons = set(self.presence.beacons_due(list(self.channels), now))
         for gid, channel in self.channels.items():
             record = self.gjlp.groups[gid]
@@ -752,7 +752,7 @@ class GroupManager:
         for event in events:
             if isinstance(event, MemberJoined):
                 if event.gid in self.channels:  # what it sent before we knew it is asked for now
-                    self.channels[event.gid].member_joined(event.member.pid, time.time())
+                    self.channels[event.gid].member_joined(event.member.pid, now)
                 self.listener.on_member_joined(event.gid, event.member)
                 membership_changed.add(event.gid)
             elif isinstance(event, MemberLeft):
@@ -859,19 +859,19 @@ class GroupManager:
                                  self.presence.get_timer(list(self.channels))) if d is not None]
         if self._unstored or self._unstored_conflicts or self.storage_error is not None and (
                 self._seqnos_to_save or self._members_to_save):
-            deadlines.append(time.time() + self.STORAGE_RETRY)
+            deadlines.append(clock.now() + self.STORAGE_RETRY)
         deadline = min(deadlines) if deadlines else None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if deadline is None or self._loop is None:
             return
-        delay = max(0.0, deadline - time.time())
+        delay = max(0.0, deadline - clock.now())
         self._timer = self._loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
-        now = time.time()
+        now = clock.now()
         self.gjlp.handle_timer(now)
         for channel in self.channels.values():
             channel.handle_timer(now)
