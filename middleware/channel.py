@@ -364,6 +364,7 @@ class GroupChannel:
         self._strangers: dict[str, int] = {}  # non-member -> highest seqno it claimed
         self._heard_at: dict[str, float] = {}  # member -> when a datagram of its came last
         self._outbox: list[wire.Message] = []
+        self._wall = 0.0  # the wall-clock stamp of the input being handled (received_at, sent_at)
         self._unsigned: list[wire.Data] = []
         self._deliveries: list[ChatMessage] = []
         self._events: list[Event] = []
@@ -435,8 +436,10 @@ class GroupChannel:
             self._conflicts[(kept.sender, kept.seqno)] = (kept, other)
         self.stats["conflicts"] = len(self._conflicts)
 
-    def compose(self, name: str, text: str, parent: Mid | None, now: float) -> wire.Data:
-        """A new DATA message from this peer: delivered here now, signed and sent by datagrams_to_send()."""
+    def compose(self, name: str, text: str, parent: Mid | None, now: float, wall: float | None = None) -> wire.Data:
+        """A new DATA message from this peer: delivered here now, signed and sent by datagrams_to_send().
+
+        ``now`` is the deadline clock; ``wall`` (``now`` if not given) stamps ``sent_at``."""
         if len(text) > wire.MAX_TEXT:
             raise UsageError(f"text too long: {len(text)} characters, limit is {wire.MAX_TEXT}")
         if not text.strip():
@@ -444,7 +447,8 @@ class GroupChannel:
         check_unicode(text, "text")
         if parent is not None and not self.orderer.is_delivered(parent):
             raise UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {self.gid}")
-        data = wire.Data(self.gid, self.next_seqno, parent, int(now * 1000), name, text, b"")
+        self._wall = now if wall is None else wall
+        data = wire.Data(self.gid, self.next_seqno, parent, int(self._wall * 1000), name, text, b"")
         self.next_seqno += 1
         self._unsigned.append(data)  # signed with the rest of this burst in datagrams_to_send()
         self._on_data(self.pid, data.seqno, data.parent, data.name, data.text, data.sent_at, now,
@@ -486,8 +490,12 @@ class GroupChannel:
 
     # -- network input ---------------------------------------------------------------
 
-    def receive(self, sender: str, message: wire.Message, now: float, public_key: bytes = b"") -> None:
-        """One verified datagram of this group (``public_key``: the sender's, from the envelope)."""
+    def receive(self, sender: str, message: wire.Message, now: float, public_key: bytes = b"",
+                wall: float | None = None) -> None:
+        """One verified datagram of this group (``public_key``: the sender's, from the envelope).
+
+        ``now`` is the deadline clock; ``wall`` (``now`` if not given) stamps ``received_at``."""
+        self._wall = now if wall is None else wall
         if getattr(message, "gid", self.gid) != self.gid:
             self.stats["foreign_dropped"] += 1
             return
@@ -573,7 +581,7 @@ class GroupChannel:
         if self._highest.get(sender, 0) < seqno:
             self._highest[sender] = seqno
         if released:
-            received_at = int(now * 1000)
+            received_at = int(self._wall * 1000)
             gid = self.gid
             self._deliveries.extend(
                 ChatMessage(gid, mid, got_parent, n, t, s, received_at, 0, g, k)

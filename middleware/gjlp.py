@@ -287,9 +287,10 @@ class Gjlp:
     def joined_gids(self) -> list[str]:
         return [gid for gid in self.groups if self.is_member(gid)]
 
-    def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float) -> None:
+    def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float,
+                      wall: float | None = None) -> None:
         """A group seen in a DNS-SD announcement: shown, but joinable only once its
-        descriptor, fetched over GJLP, verifies."""
+        descriptor, fetched over GJLP, verifies.  ``wall`` (``now`` if not given) stamps ``last_seen``."""
         record = self.groups.get(gid)
         new = record is None
         if new:
@@ -299,7 +300,7 @@ class Gjlp:
         changed = new or "zeroconf" not in record.sources or record.member_count_hint != member_count
         record.sources.add("zeroconf")
         record.member_count_hint = member_count
-        record.last_seen = now
+        record.last_seen = now if wall is None else wall
         if not record.verified and not record.legacy:
             self._want_descriptor(gid, now)
         if changed:
@@ -329,13 +330,16 @@ class Gjlp:
 
     # -- network input ------------------------------------------------------
 
-    def receive(self, sender: str, message: wire.Message, now: float) -> None:
+    def receive(self, sender: str, message: wire.Message, now: float, wall: float | None = None) -> None:
+        """One verified control message; ``now`` is the deadline clock, ``wall`` (``now`` if not
+        given) stamps ``last_seen``."""
+        stamp = now if wall is None else wall
         if isinstance(message, wire.Adv):
             if sender != self.pid:
                 self._schedule_answer(now, message.gids)
         elif isinstance(message, wire.GroupsInfo):
             for info in message.groups:
-                record = self._accept_descriptor(info, now)
+                record = self._accept_descriptor(info, stamp)
                 if record is None:
                     continue
                 for member in info.members:
@@ -348,9 +352,9 @@ class Gjlp:
                 self.member_records_rejected += 1
             elif record is not None and record.verified:
                 self._apply(record, message.record)
-                record.last_seen = now
+                record.last_seen = stamp
 
-    def _accept_descriptor(self, info: wire.GroupInfo, now: float) -> GroupRecord | None:
+    def _accept_descriptor(self, info: wire.GroupInfo, stamp: float) -> GroupRecord | None:
         record = self.groups.get(info.gid)
         if record is not None and record.descriptor is not None:
             if info.descriptor != record.descriptor:
@@ -375,7 +379,7 @@ class Gjlp:
             self._wanted.discard(info.gid)
             self._events.append(GroupSeen(info.gid, False))
         record.sources.add("gjlp")
-        record.last_seen = now
+        record.last_seen = stamp
         return record
 
     def _apply(self, record: GroupRecord, member: wire.MemberRecord) -> None:

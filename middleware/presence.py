@@ -76,7 +76,7 @@ class Presence:
             last = self._spoke.get(gid)
             if last is None:  # just joined or started: the first beacon a period from now
                 self._spoke[gid] = now
-            elif now - last >= BEACON_INTERVAL:
+            elif now >= last + BEACON_INTERVAL:  # the sum get_timer() gives: no float gap between them
                 due.append(gid)
                 self._spoke[gid] = now
         return due

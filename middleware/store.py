@@ -26,6 +26,7 @@ from . import crypto, wire
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
+from .store_api import MAX_READ_RANGES, merged_read_marks
 from .types import ChatMessage, Mid
 
 # Version 2: the messages one flush delivers to a group are stored as one row, a segment
@@ -220,6 +221,7 @@ class Store:
         self._stored.clear()  # re-read from segment_runs on first use
         self._keys_stored.clear()
         self._decoded.clear()
+        self._read_marks_ready = False  # its table may have been made in the transaction rolled back
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
 
@@ -517,7 +519,7 @@ class Store:
     # made on first use: CREATE TABLE IF NOT EXISTS is this addition's whole migration,
     # and a database without it reads as "never marked".
     READ_MARKS_SCHEMA = "CREATE TABLE IF NOT EXISTS read_marks (gid TEXT PRIMARY KEY, ranges BLOB NOT NULL)"
-    MAX_READ_RANGES = 10_000  # past this the oldest gaps count as read
+    MAX_READ_RANGES = MAX_READ_RANGES
 
     def _read_marks_table(self) -> None:
         if not getattr(self, "_read_marks_ready", False):
@@ -532,15 +534,6 @@ class Store:
 
     def add_read_marks(self, gid: str, ranges: Iterable[tuple[int, int]]) -> None:
         """Add inclusive delivery-order ranges to what was read in ``gid`` (commit is the caller's)."""
-        marks = RangeSet.from_ranges(self.read_marks(gid) or [])
-        for first, last in ranges:
-            if not (isinstance(first, int) and isinstance(last, int)) or last < first or first < 0:
-                raise ValueError(f"bad read range {first!r}..{last!r}")
-            marks.add_range(first, last + 1)
-        merged = marks.ranges()
-        if len(merged) > self.MAX_READ_RANGES:
-            keep = merged[-(self.MAX_READ_RANGES - 1):]
-            merged = [(0, keep[0][0] - 1)] + keep
-            merged = RangeSet.from_ranges(merged).ranges()
+        merged = merged_read_marks(self.read_marks(gid) or [], ranges, self.MAX_READ_RANGES)
         self._db.execute("INSERT OR REPLACE INTO read_marks (gid, ranges) VALUES (?, ?)",
                          (gid, self._packer.pack([list(r) for r in merged])))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from m2mc.middleware import crypto, manager as manager_module, wire
+from m2mc.middleware import clock as clock_module, crypto, manager as manager_module, wire
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.presence import AWAY, BEACON_INTERVAL, OFFLINE, ONLINE, Presence
 from m2mc.middleware.store import Store
@@ -44,7 +44,8 @@ def test_strangers_cannot_grow_the_table_without_bound():
 @pytest.fixture
 def manager(tmp_path, monkeypatch):
     clock = [1_000.0]
-    monkeypatch.setattr(manager_module.time, "time", lambda: clock[0])
+    monkeypatch.setattr(clock_module, "now", lambda: clock[0])  # deadlines and presence
+    monkeypatch.setattr(clock_module, "wall", lambda: clock[0])  # stamps
     m = GroupManager(Config(tmp_path, name="Ann", iface="127.0.0.1", zeroconf=False))  # never started: no sockets
     m.clock = clock
     yield m

@@ -1,0 +1,193 @@
+"""A peer's store held in memory: the :class:`~middleware.store_api.PeerStore` contract without a file.
+
+It serves the simulator (``tests/peer_sim.py``), which runs whole peers and
+restarts them after a crash, and any test that wants a peer without SQLite.
+Writes go into the live state at once and are noted in an undo log;
+:meth:`MemoryStore.commit` forgets the log, :meth:`MemoryStore.rollback` plays
+it backwards.  :meth:`MemoryStore.crash` is what a killed process leaves: the
+committed state only.  ``fail_commits`` makes :meth:`MemoryStore.commit` raise
+as SQLite does on a full disk.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from . import wire
+from .crypto import Identity
+from .gjlp import GroupRecord
+from .store_api import MAX_READ_RANGES, PeerStore, merged_read_marks
+from .types import ChatMessage, Mid
+
+_MISSING = object()
+
+
+@dataclass
+class _GroupRow:
+    descriptor: wire.GroupDescriptor
+    next_seqno: int = 1
+    key: bytes | None = None
+
+
+class MemoryStore:
+    MAX_READ_RANGES = MAX_READ_RANGES
+
+    def __init__(self, identity: Identity | None = None) -> None:
+        self._settings: dict[str, object] = {} if identity is None else {"identity": identity}
+        self._groups: dict[str, _GroupRow] = {}
+        self._members: dict[tuple[str, str], wire.MemberRecord] = {}
+        self._messages: dict[tuple[str, Mid], ChatMessage] = {}
+        self._delivered: list[tuple[str, Mid]] = []  # delivery order
+        self._keys: dict[str, bytes] = {}  # pid -> public key, as first stored
+        self._conflicts: dict[tuple[str, Mid], tuple[wire.StoredMessage, wire.StoredMessage]] = {}
+        self._read_marks: dict[str, list[tuple[int, int]]] = {}
+        self._undo: list[Callable[[], object]] = []
+        self.fail_commits: str | None = None  # a reason: commit raises as on a full disk
+        self.commits = 0
+
+    # -- the transaction ------------------------------------------------------------
+
+    def _put(self, table: dict, key: object, value: object) -> None:
+        old = table.get(key, _MISSING)
+        self._undo.append(lambda: table.pop(key, None) if old is _MISSING else table.__setitem__(key, old))
+        table[key] = value
+
+    def commit(self) -> None:
+        if self.fail_commits is not None:
+            raise sqlite3.OperationalError(self.fail_commits)
+        self._undo.clear()
+        self.commits += 1
+
+    def rollback(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def crash(self) -> None:
+        """What a killed process leaves: every write since the last commit is gone."""
+        self.rollback()
+
+    def close(self) -> None:
+        try:
+            self.commit()
+        except sqlite3.Error:  # as SQLite's: what was committed stays, the rest is dropped
+            self.rollback()
+
+    # -- identity -------------------------------------------------------------------
+
+    def identity(self) -> Identity:
+        identity = self._settings.get("identity")
+        if not isinstance(identity, Identity):
+            identity = self._settings["identity"] = Identity.generate()  # committed at once, as SQLite's
+        return identity
+
+    def name(self) -> str | None:
+        name = self._settings.get("name")
+        return name if isinstance(name, str) else None
+
+    def set_name(self, name: str) -> None:
+        self._put(self._settings, "name", name)
+        self.commit()
+
+    # -- groups -----------------------------------------------------------------------
+
+    def save_group(self, record: GroupRecord) -> None:
+        if record.descriptor is not None and record.gid not in self._groups:
+            self._put(self._groups, record.gid, _GroupRow(record.descriptor))
+
+    def save_members(self, gid: str, records: Iterable[wire.MemberRecord]) -> None:
+        for record in records:
+            self._put(self._members, (gid, record.pid), record)
+
+    def load_groups(self) -> list[tuple[GroupRecord, int]]:
+        result = []
+        for gid, row in self._groups.items():
+            record = GroupRecord.from_descriptor(gid, row.descriptor)
+            record.members.update((pid, member) for (g, pid), member in self._members.items() if g == gid)
+            record.sources = {"local"}
+            result.append((record, row.next_seqno))
+        return result
+
+    def _update(self, gid: str, **fields: object) -> None:
+        row = self._groups.get(gid)
+        if row is not None:  # as SQL's UPDATE: a group not stored is left alone
+            self._put(self._groups, gid, _GroupRow(**{**vars(row), **fields}))
+
+    def group_key(self, gid: str) -> bytes | None:
+        row = self._groups.get(gid)
+        return row.key if row else None
+
+    def set_group_key(self, gid: str, key: bytes) -> None:
+        self._update(gid, key=key)
+
+    def next_seqno(self, gid: str) -> int:
+        row = self._groups.get(gid)
+        return row.next_seqno if row else 1
+
+    def set_next_seqno(self, gid: str, next_seqno: int) -> None:
+        self._update(gid, next_seqno=next_seqno)
+
+    # -- messages -------------------------------------------------------------------------
+
+    def add_messages(self, messages: Iterable[ChatMessage]) -> list[ChatMessage]:
+        stored = []
+        for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key, *_ in messages:
+            if (gid, mid) in self._messages:
+                continue
+            message = ChatMessage(gid, mid, parent, name, text, sent_at, received_at, len(self._delivered) + 1,
+                                  signature, public_key)
+            self._put(self._messages, (gid, mid), message)
+            self._delivered.append((gid, mid))
+            self._undo.append(self._delivered.pop)
+            if public_key and mid[0] not in self._keys:
+                self._put(self._keys, mid[0], public_key)
+            stored.append(message)
+        return stored
+
+    def _with_key(self, message: ChatMessage) -> ChatMessage:
+        return message._replace(public_key=self._keys.get(message.mid[0], b""))
+
+    def history(self, gid: str | None = None) -> list[ChatMessage]:
+        return [self._with_key(self._messages[key]) for key in self._delivered if gid is None or key[0] == gid]
+
+    def fetch(self, gid: str, mids: list[Mid]) -> list[wire.StoredMessage]:
+        found = [self._messages[(gid, mid)] for mid in set(mids) if (gid, mid) in self._messages]
+        return [wire.StoredMessage(m.mid[0], m.mid[1], m.parent, m.sent_at, m.sender_name, m.text,
+                                   self._keys.get(m.mid[0], b""), m.signature)
+                for m in sorted(found, key=lambda m: m.order)]
+
+    def delivered_mids(self, gid: str) -> list[Mid]:
+        return [mid for g, mid in self._delivered if g == gid]
+
+    # -- equivocation --------------------------------------------------------------------
+
+    def save_conflict(self, gid: str, kept: wire.StoredMessage, other: wire.StoredMessage) -> None:
+        self._put(self._conflicts, (gid, (kept.sender, kept.seqno)), (kept, other))
+
+    def conflicts(self, gid: str) -> list[tuple[wire.StoredMessage, wire.StoredMessage]]:
+        return [pair for (g, _), pair in sorted(self._conflicts.items(), key=lambda item: item[0][1]) if g == gid]
+
+    def replace_message(self, gid: str, message: wire.StoredMessage) -> bool:
+        key = (gid, (message.sender, message.seqno))
+        old = self._messages.get(key)
+        if old is None:
+            return False
+        self._put(self._messages, key, old._replace(parent=message.parent, sender_name=message.name,
+                                                    text=message.text, sent_at=message.sent_at,
+                                                    signature=message.sig))
+        return True
+
+    # -- read marks -----------------------------------------------------------------------
+
+    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
+        marks = self._read_marks.get(gid)
+        return list(marks) if marks is not None else None
+
+    def add_read_marks(self, gid: str, ranges: Iterable[tuple[int, int]]) -> None:
+        self._put(self._read_marks, gid, merged_read_marks(self._read_marks.get(gid, []), ranges,
+                                                            self.MAX_READ_RANGES))
+
+
+def _as_peer_store(store: MemoryStore) -> PeerStore:
+    return store  # mypy holds MemoryStore to the protocol here

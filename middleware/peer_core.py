@@ -1,0 +1,685 @@
+"""PeerCore: one peer's protocol logic (GJLP, the group channels, OBG operations, the store), without I/O.
+
+It is driven like aioquic's connection: datagrams in (:meth:`PeerCore.receive`),
+timers (:meth:`PeerCore.handle_timer`) and user calls, each with ``now`` (the
+deadline clock, :func:`middleware.clock.now`) and, where something is stamped
+for people to read, ``wall``.  It reads no clock and opens no socket.  What it
+does, :meth:`PeerCore.flush` hands out in the crash-safe order:
+
+1. persist: seqnos, members, delivered messages and equivocations go to the
+   store (:class:`~middleware.store_api.PeerStore`), one commit;
+2. transmit: only then do the datagrams of the batch reach
+   :meth:`PeerCore.datagrams_to_send` (each with its destination: the control
+   address or a group's);
+3. notify: only then are the listener's calls queued, for
+   :meth:`PeerCore.notify` to replay once the datagrams are sent.
+
+So whatever was sent or shown survives a crash.  When the commit fails (a
+full disk), it is rolled back and nothing of the batch is transmitted or
+shown; :meth:`PeerCore.get_timer` then asks for a retry.
+
+The asyncio adapter (:class:`middleware.manager.GroupManager`) owns the
+sockets, zeroconf and the timer; ``tests/peer_sim.py`` drives whole peers
+with a hand-set clock through crashes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import sqlite3
+from dataclasses import dataclass, field, replace
+from typing import Callable, NamedTuple
+
+from . import crypto, wire
+from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
+from .chatops import OP_MARKER, GroupOperations, is_operation
+from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, MemberUpdated, group_address
+from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
+from .presence import Presence
+from .store_api import PeerStore
+from .types import ChatMessage, GroupListener, GroupView, Member, Mid, PassphraseRefused, UsageError, format_mid
+
+log = logging.getLogger(__name__)
+
+CONTROL_ADDR = "239.255.77.77"
+DEFAULT_PORT = 47477
+
+
+class Datagram(NamedTuple):
+    """A datagram to send: to the control address, or to a group's address."""
+
+    addr: str
+    port: int
+    data: bytes
+
+
+@dataclass
+class Stats:
+    datagrams_in: int = 0
+    datagrams_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    malformed_dropped: int = 0
+    bad_signature_dropped: int = 0
+    sealed_dropped: int = 0
+    not_member_dropped: int = 0
+    duplicates_dropped: int = 0
+    delivered: int = 0
+    own_looped_back: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class Notices:
+    """A :class:`~middleware.types.GroupListener` that keeps the calls made to it, in order,
+    until :meth:`replay` makes them to a real listener."""
+
+    def __init__(self) -> None:
+        self._calls: list[Callable[[GroupListener], None]] = []
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def replay(self, listener: GroupListener) -> None:
+        calls, self._calls = self._calls, []
+        for call in calls:
+            call(listener)
+
+    def clear(self) -> None:
+        self._calls.clear()
+
+    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
+        self._calls.append(lambda listener: listener.on_messages(gid, messages))
+
+    def on_groups_discovered(self, groups: list[GroupView]) -> None:
+        self._calls.append(lambda listener: listener.on_groups_discovered(groups))
+
+    def on_group_created(self, gid: str) -> None:
+        self._calls.append(lambda listener: listener.on_group_created(gid))
+
+    def on_member_joined(self, gid: str, member: Member) -> None:
+        self._calls.append(lambda listener: listener.on_member_joined(gid, member))
+
+    def on_member_left(self, gid: str, member: Member) -> None:
+        self._calls.append(lambda listener: listener.on_member_left(gid, member))
+
+    def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
+        self._calls.append(lambda listener: listener.on_sync_progress(gid, received, expected))
+
+    def on_warning(self, gid: str, text: str) -> None:
+        self._calls.append(lambda listener: listener.on_warning(gid, text))
+
+    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
+        self._calls.append(lambda listener: listener.on_updated(gid, messages))
+
+    def on_topic_changed(self, gid: str, topic: str, by: str) -> None:
+        self._calls.append(lambda listener: listener.on_topic_changed(gid, topic, by))
+
+
+class PeerCore:
+    # While the store cannot be written, flushes try again this often.
+    STORAGE_RETRY = 1.0
+
+    def __init__(self, store: PeerStore, now: float, name: str | None = None, *,
+                 control_addr: str = CONTROL_ADDR, port: int = DEFAULT_PORT, max_held: int = DEFAULT_MAX_HELD,
+                 max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, rng: random.Random | None = None) -> None:
+        """``name``: the display name to use (already checked); None keeps the stored one."""
+        self.store = store
+        self.identity = store.identity()
+        self.pid = self.identity.pid
+        self._pid_bytes = self.pid.encode()
+        self.control_addr = control_addr
+        self.port = port
+        self.max_held = max_held
+        self.max_held_bytes = max_held_bytes
+        self._ciphers: dict[str, crypto.GroupCipher] = {}  # private groups this peer holds the key of
+        stored_name = store.name()
+        if name and name != stored_name:
+            store.set_name(name)
+        self.name = name or stored_name or ""
+        self._rng = rng or random.Random()
+        self.gjlp = Gjlp(self.identity, self.name, self._rng, control_addr=control_addr)
+        self.plaintext_refused = 0
+        self.channels: dict[str, GroupChannel] = {}
+        self.stats = Stats()
+        self.presence = Presence()  # last heard per pid; idle beacons (middleware/presence.py)
+        self._outbox: list[Datagram] = []  # committed, for datagrams_to_send()
+        self.notices = Notices()  # committed, for notify()
+        self._announce_due: set[str] = set()  # groups whose zeroconf announcement is stale
+        self._seqnos_to_save: set[str] = set()
+        # While the store cannot be written: what failed, and what waits to be stored.
+        self.storage_error: str | None = None
+        self._unstored: list[ChatMessage] = []
+        self._unstored_conflicts: list = []  # Conflict and Replaced events not stored yet
+        self._members_to_save: dict[str, set[str]] = {}  # gid -> pids whose rows changed
+        self._unsent: dict[Mid, str] = {}  # own messages taken back since take_unsent()
+        self._retry_at: float | None = None
+        self._operations: dict[str, GroupOperations] = {}  # per joined group, rebuilt from the store on first use
+        for record, next_seqno in store.load_groups():
+            self.gjlp.restore(record)
+            key = store.group_key(record.gid) if record.private else None
+            if key:
+                self.gjlp.keys[record.gid] = key
+            if self.gjlp.is_member(record.gid):
+                self._open_channel(record.gid, next_seqno, now)
+        if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
+            for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
+                store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
+
+    # -- user calls -------------------------------------------------------------------
+
+    def set_name(self, name: str) -> list[str]:
+        """A new (checked) display name, kept and re-announced in every joined group; returns those groups."""
+        self.name = name
+        self.store.set_name(name)
+        renamed = self.gjlp.rename(name)
+        for gid in renamed:
+            self.store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
+        return renamed
+
+    def advertise(self) -> None:
+        """GJLP advertisement: ask every peer on the LAN for the groups it knows."""
+        self.gjlp.advertise()
+
+    def resync(self, now: float) -> None:
+        """Ask every joined group for what this peer missed, and re-advertise."""
+        for channel in self.channels.values():
+            channel.start_sync(now)
+        self.gjlp.advertise()
+
+    def warn_conflicts_held(self) -> None:
+        """Equivocations learnt before this start: their warnings stand."""
+        for gid in self.channels:
+            for kept, _ in self.store.conflicts(gid):
+                self.notices.on_warning(gid, _conflict_warning((kept.sender, kept.seqno)))
+
+    def create_group(self, desc: str, salt: bytes, key: bytes | None, wall: float) -> str:
+        """A new group (``desc`` checked; private with ``key``), made at ``wall``."""
+        created_at = int(wall * 1000)
+        addr = group_address(f"{self.pid}:{created_at}:{salt.hex()}", self.control_addr)
+        if key:
+            descriptor = wire.sign_descriptor(self.identity, desc, True, crypto.ARGON2ID, crypto.ARGON2_OPSLIMIT,
+                                              crypto.ARGON2_MEMLIMIT, salt, crypto.key_check(key), addr,
+                                              self.port, created_at)
+        else:
+            descriptor = wire.sign_descriptor(self.identity, desc, False, "", 0, 0, salt, b"", addr, self.port,
+                                              created_at)
+        record = self.gjlp.create_group(descriptor, created_at / 1000, key)
+        gid = record.gid
+        self.store.save_group(record)
+        self.store.save_members(gid, record.members.values())
+        if key:
+            self.store.set_group_key(gid, key)
+            self._ciphers[gid] = crypto.GroupCipher(key)
+        self._open_channel(gid, 1, None)
+        self.notices.on_group_created(gid)
+        return gid
+
+    def joinable(self, gid: str, passphrase: str | None) -> GroupRecord | None:
+        """The group if joining needs doing (None if already a member); refuses what cannot be joined."""
+        record = self.known(gid)
+        if self.gjlp.is_member(gid):
+            return None
+        if record.legacy:
+            raise UsageError(_LEGACY.format(desc=record.desc))
+        if not record.verified:
+            raise UsageError(f"group {record.desc!r} has not been verified yet (its creator's signed description "
+                             "has not arrived): try again in a moment")
+        if record.private and not passphrase:
+            raise UsageError(f"group {record.desc!r} is private: its passphrase is needed to join")
+        if not record.private and passphrase:
+            # Whoever expects a private group must not write to an open one believing it sealed.
+            raise UsageError(f"group {record.desc!r} is open, not private: anyone on the network can read it; "
+                             "join it without a passphrase if that is what you want")
+        return record
+
+    @staticmethod
+    def checked_key(record: GroupRecord, key: bytes) -> bytes:
+        if crypto.key_check(key) != record.key_check:
+            raise PassphraseRefused(f"wrong passphrase for group {record.desc!r}", wrong=True)
+        return key
+
+    @staticmethod
+    def kdf_args(record: GroupRecord) -> tuple:
+        d = record.descriptor
+        assert d is not None, "joinable() only returns verified groups"
+        return d.salt, d.kdf, d.kdf_ops, d.kdf_mem
+
+    def join(self, record: GroupRecord, key: bytes | None, now: float, wall: float) -> str:
+        """Join ``record`` (found :meth:`joinable`; ``key`` checked if private)."""
+        gid = record.gid
+        self.gjlp.join(gid, wall, key)
+        self.gjlp.advertise()  # the members' answers tell us who they are: we take datagrams only from them
+        self.store.save_group(record)
+        self.store.save_members(gid, record.members.values())  # what was known before joining, once
+        if key is not None:
+            self.store.set_group_key(gid, key)
+            self._ciphers[gid] = crypto.GroupCipher(key)
+        self._open_channel(gid, None, now)
+        return gid
+
+    def leave(self, gid: str, wall: float) -> GroupRecord:
+        record = self.known(gid)
+        if not self.gjlp.is_member(gid):
+            raise UsageError(f"not a member of group {gid}")
+        self.gjlp.leave(gid, wall)
+        self.store.save_members(gid, [record.members[self.pid]])
+        channel = self.channels.pop(gid)
+        self._operations.pop(gid, None)
+        self.store.set_next_seqno(gid, channel.next_seqno)
+        return record
+
+    def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float) -> Mid:
+        """Compose and queue a message; it is stored and sent by the next flush.  If that
+        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`)."""
+        channel = self.channel(gid)
+        if not isinstance(text, str):
+            raise UsageError("text must be a string")
+        if text.startswith(OP_MARKER):
+            raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
+        if parent is not None and self.ops(gid).is_operation_mid(parent):
+            raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
+        data = channel.compose(self.name, text, parent, now, wall)
+        self._seqnos_to_save.add(gid)
+        return self.pid, data.seqno
+
+    def operate(self, gid: str, kind: str, target: Mid | None, now: float, wall: float, **fields) -> Mid:
+        """An OBG operation (middleware.obg) as a message of ours: signed, repaired and stored like
+        one.  Flush first: what was just delivered counts, the operation names the last one it saw."""
+        channel = self.channel(gid)
+        if target is not None and (type(target) is not tuple or len(target) != 2):
+            raise UsageError("a message id is (pid, seqno)")
+        ops = self.ops(gid)
+        known = target is None or channel.orderer.is_delivered(target)
+        text = ops.compose(self.pid, kind, target, target_known=known, **fields)
+        data = channel.compose(self.name, text, target, now, wall)
+        self._seqnos_to_save.add(gid)
+        return self.pid, data.seqno
+
+    def ops(self, gid: str, history: list[ChatMessage] | None = None) -> GroupOperations:
+        """The group's operations, built on first use by replaying the store (``history`` if at hand)."""
+        ops = self._operations.get(gid)
+        if ops is None:
+            ops = self._operations[gid] = GroupOperations(gid, fetch=functools.partial(self._stored, gid))
+            ops.take(self.store.history(gid) if history is None else history)
+        return ops
+
+    def _stored(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        return [ChatMessage(gid, (m.sender, m.seqno), m.parent, m.name, m.text, m.sent_at, 0)
+                for m in self.store.fetch(gid, mids)]
+
+    def groups(self) -> list[GroupView]:
+        return [self._with_topic(record.view(self.pid)) for record in self.gjlp.groups.values()]
+
+    def group(self, gid: str) -> GroupView:
+        return self._with_topic(self.known(gid).view(self.pid))
+
+    def _with_topic(self, view: GroupView) -> GroupView:
+        if view.gid not in self.channels:
+            return view
+        topic = self.ops(view.gid).topic()[0]
+        return replace(view, topic=topic) if topic else view
+
+    def history(self, gid: str) -> list[ChatMessage]:
+        """What the store holds of ``gid`` (flush first for the latest), operations applied."""
+        self.known(gid)
+        messages = self.store.history(gid)
+        if gid not in self.channels:
+            return [m for m in messages if not is_operation(m)]
+        ops = self.ops(gid, messages)
+        touched = ops.core.touched_messages()  # a 100,000-message history: few messages touched
+        return [ops.view(m) if m.mid in touched else m for m in messages if not m.text.startswith(OP_MARKER)]
+
+    def pending(self, gid: str | None = None) -> int:
+        """Messages held back, waiting for the message they answer."""
+        channels = [self.channel(gid)] if gid else self.channels.values()
+        return sum(channel.pending for channel in channels)
+
+    def presence_of(self, gid: str, now: float) -> dict[str, str]:
+        """Each current member's presence ("online", "away", "offline"); this peer is online."""
+        return {m.pid: "online" if m.pid == self.pid else self.presence.status(m.pid, now)
+                for m in self.known(gid).current()}
+
+    def take_unsent(self) -> dict[Mid, str]:
+        """Own messages taken back since the last call because they could not be stored
+        (never sent; their seqnos go to the next messages), each with the reason."""
+        unsent, self._unsent = self._unsent, {}
+        return unsent
+
+    def take_announcements(self) -> list[str]:
+        """Joined groups whose zeroconf announcement changed (their membership did)."""
+        due, self._announce_due = self._announce_due, set()
+        return [gid for gid in due if gid in self.channels]
+
+    def known(self, gid: str) -> GroupRecord:
+        record = self.gjlp.groups.get(gid) if isinstance(gid, str) else None
+        if record is None:
+            raise UsageError(f"unknown group {gid!r:.80}")
+        return record
+
+    def channel(self, gid: str) -> GroupChannel:
+        record = self.known(gid)
+        channel = self.channels.get(gid)
+        if channel is None and record.legacy:
+            raise UsageError(_LEGACY.format(desc=record.desc))
+        if channel is None:
+            raise UsageError(f"not a member of group {gid}")
+        return channel
+
+    def _open_channel(self, gid: str, next_seqno: int | None, sync_at: float | None) -> None:
+        """The group's channel; with ``sync_at`` (now) MSP asks for whatever the group said
+        while this peer was away (or before it joined)."""
+        if next_seqno is None:
+            next_seqno = self.store.next_seqno(gid)
+        key = self.store.group_key(gid)
+        if key:
+            self._ciphers[gid] = crypto.GroupCipher(key)
+        record = self.gjlp.groups[gid]
+        channel = GroupChannel(gid, self.identity, next_seqno, fetch=self.store.fetch, rng=self._rng,
+                               max_held=self.max_held, max_held_bytes=self.max_held_bytes,
+                               is_member=record.is_current, members=lambda: [m.pid for m in record.current()])
+        channel.restore(self.store.delivered_mids(gid))
+        channel.restore_conflicts(self.store.conflicts(gid))
+        self.channels[gid] = channel
+        if sync_at is not None:
+            channel.start_sync(sync_at)
+
+    # -- network input ----------------------------------------------------------------
+
+    def receive(self, data: bytes, now: float, wall: float, control: bool = False) -> None:
+        """One datagram, from a stranger until its signature and the group's rules say otherwise:
+        ``control`` if it came to the control address, else to a group's."""
+        envelope = self._decode(data, now)
+        if envelope is None:
+            return
+        message = envelope.message
+        if control:
+            if isinstance(message, (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)):
+                self.gjlp.receive(envelope.sender, message, now, wall)
+            else:
+                self.stats.malformed_dropped += 1
+            return
+        gid = getattr(message, "gid", None)
+        channel = self.channels.get(gid) if isinstance(gid, str) else None
+        if channel is None:
+            self.stats.not_member_dropped += 1
+        elif self._ciphers.get(channel.gid) and not envelope.sealed:
+            self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
+        else:
+            channel.receive(envelope.sender, message, now, envelope.public_key, wall)
+
+    def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float) -> None:
+        self.gjlp.note_zeroconf(gid, desc, private, member_count, now, wall)
+
+    def _is_member_anywhere(self, pid: str) -> bool:
+        """Whether ``pid`` is a current member of a group this peer is in.  Only members are
+        kept in the presence table, so a flood of fresh keys cannot push members out of it."""
+        groups = self.gjlp.groups
+        return any(groups[gid].is_current(pid) for gid in self.channels)
+
+    def _decode(self, data: bytes, now: float) -> wire.Envelope | None:
+        self.stats.datagrams_in += 1
+        self.stats.bytes_in += len(data)
+        if wire.sent_by(data, self._pid_bytes):
+            self.stats.own_looped_back += 1  # multicast loop echoes our own datagrams
+            return None
+        try:
+            envelope = wire.decode(data, self._ciphers.get)
+            if self._is_member_anywhere(envelope.sender):
+                self.presence.heard(envelope.sender, now)
+            return envelope
+        except wire.SignatureError as exc:
+            self.stats.bad_signature_dropped += 1
+            log.debug("dropped forged or tampered datagram: %s", exc)
+        except wire.SealedError as exc:
+            self.stats.sealed_dropped += 1
+            log.debug("dropped sealed datagram: %s", exc)
+        except wire.WireError as exc:
+            self.stats.malformed_dropped += 1
+            log.debug("dropped malformed datagram: %s", exc)
+        return None
+
+    # -- timers -----------------------------------------------------------------------
+
+    def get_timer(self) -> float | None:
+        """The next deadline (on the ``now`` clock) at which :meth:`handle_timer` is due."""
+        deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()),
+                                 self.presence.get_timer(list(self.channels)), self._retry_at) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def handle_timer(self, now: float) -> None:
+        self.gjlp.handle_timer(now)
+        for channel in self.channels.values():
+            channel.handle_timer(now)
+
+    # -- output -----------------------------------------------------------------------
+
+    def datagrams_to_send(self) -> list[Datagram]:
+        """What the flushes so far committed for sending, oldest first (transmit before :meth:`notify`)."""
+        outbox, self._outbox = self._outbox, []
+        return outbox
+
+    def notify(self, listener: GroupListener) -> None:
+        """Tell ``listener`` what the flushes so far committed (after transmitting their datagrams)."""
+        self.notices.replay(listener)
+
+    def flush(self, now: float) -> int:
+        """Persist, then transmit, then notify: everything since the last flush.  Returns how many
+        messages were stored (and delivered)."""
+        staged: list[Datagram] = []
+        for message in self.gjlp.datagrams_to_send():
+            try:
+                staged.append(Datagram(self.control_addr, self.port, wire.encode(self.identity, message)))
+            except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
+                log.warning("not sent: %s", exc)
+        events = self.gjlp.events()
+        changed_groups: dict[str, bool] = {}
+        for event in events:
+            record = self.gjlp.groups.get(event.gid)
+            if record is None:
+                continue
+            if isinstance(event, (MemberJoined, MemberLeft, MemberUpdated)) and self.gjlp.is_member(event.gid):
+                self._members_to_save.setdefault(event.gid, set()).add(event.member.pid)
+            if isinstance(event, GroupSeen):
+                changed_groups[event.gid] = changed_groups.get(event.gid, False) or event.new
+        deliveries: list[ChatMessage] = []
+        channel_events = []
+        conflict_writes = []
+        beacons = set(self.presence.beacons_due(list(self.channels), now))
+        for gid, channel in self.channels.items():
+            record = self.gjlp.groups[gid]
+            channel.group_size = max(1, len(record.current()))
+            outbox = channel.datagrams_to_send(now)
+            if outbox:
+                self.presence.spoke(gid, now)
+            elif gid in beacons:  # idle: one heartbeat says this peer is still here
+                outbox = [wire.Heartbeat(gid, channel.next_seqno - 1)]
+            if outbox and record.private and gid not in self._ciphers:
+                # Never plaintext to a group held to be private (nothing should lead here).
+                self.plaintext_refused += len(outbox)
+                log.error("group %s is private and its key is missing: nothing sent", gid)
+                outbox = []
+            for message in outbox:
+                try:
+                    staged.append(Datagram(record.addr, record.port,
+                                           wire.encode(self.identity, message, self._ciphers.get(gid))))
+                except wire.WireError as exc:  # e.g. a digest past the datagram limit
+                    log.warning("not sent: %s", exc)
+            deliveries += channel.deliveries()
+            events_now = channel.events()
+            channel_events += events_now
+            conflict_writes += [e for e in events_now if isinstance(e, (Conflict, Replaced))]
+        for gid in {m.gid for m in deliveries}:
+            if gid in self.channels:
+                self.ops(gid)  # built from the store before this batch joins it
+        # 1. persist
+        committed = self._store(deliveries, conflict_writes, now)
+        if committed is None:  # a failed commit: nothing of this batch goes out
+            stored = []
+        else:  # 2. transmit
+            stored = committed
+            self._outbox += staged
+        self.stats.delivered += len(stored)
+        # 3. notify
+        by_group: dict[str, list[ChatMessage]] = {}
+        for delivered in stored:
+            by_group.setdefault(delivered.gid, []).append(delivered)
+        for gid, messages in by_group.items():
+            self._tell(gid, messages)
+        membership_changed = set()
+        for event in events:
+            if isinstance(event, MemberJoined):
+                if event.gid in self.channels:  # what it sent before we knew it is asked for now
+                    self.channels[event.gid].member_joined(event.member.pid, now)
+                self.notices.on_member_joined(event.gid, event.member)
+                membership_changed.add(event.gid)
+            elif isinstance(event, MemberLeft):
+                self.notices.on_member_left(event.gid, event.member)
+                membership_changed.add(event.gid)
+            elif isinstance(event, MemberUpdated):
+                changed_groups.setdefault(event.gid, False)
+        for gid in membership_changed:
+            changed_groups.setdefault(gid, False)
+            if gid in self.channels:
+                self._announce_due.add(gid)
+        if changed_groups:
+            self.notices.on_groups_discovered([self.gjlp.groups[gid].view(self.pid) for gid in changed_groups])
+        for news in channel_events:
+            if isinstance(news, SyncProgress):
+                self.notices.on_sync_progress(news.gid, news.received, news.expected)
+            elif isinstance(news, GapReported):
+                log.warning("group %s: no member holds %s's messages %s; replies to them stay held",
+                            news.gid, news.sender, news.ranges)
+            elif isinstance(news, Conflict):
+                warning = _conflict_warning(news.mid)
+                log.warning("group %s: %s", news.gid, warning)
+                self.notices.on_warning(news.gid, warning)
+        return len(stored)
+
+    def _tell(self, gid: str, delivered: list[ChatMessage]) -> None:
+        """Chat messages to the listener; operations to the group's OBG core, and what they changed."""
+        ops = self._operations.get(gid)
+        if ops is None:  # left the group meanwhile
+            self.notices.on_messages(gid, [m for m in delivered if not is_operation(m)])
+            return
+        changes = ops.take(delivered)
+        if changes.messages:
+            self.notices.on_messages(gid, changes.messages)  # new: no operation can have reached them yet
+        if changes.updated:
+            updated = [ops.view(m) for m in self._stored(gid, changes.updated)]
+            if updated:
+                self.notices.on_updated(gid, updated)
+        if changes.topic_changed:
+            topic, by = ops.topic()
+            self.notices.on_topic_changed(gid, topic, by)
+
+    def _store(self, deliveries: list[ChatMessage], conflicts: list, now: float) -> list[ChatMessage] | None:
+        """Commit seqnos, groups, delivered messages and equivocations learnt (``conflicts``:
+        Conflict and Replaced events); returns the messages stored, None if the commit failed.
+
+        When the commit fails (a full disk), it is rolled back and nothing of this flush is
+        transmitted: this peer's new messages are taken back (never sent, their seqnos free
+        again, the caller told through :meth:`take_unsent`), the others' wait in memory and
+        are stored, and shown, by the first flush that can write again."""
+        try:
+            for gid in self._seqnos_to_save:
+                if gid in self.channels:
+                    self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
+            for gid, pids in self._members_to_save.items():  # one row per member that changed
+                members = self.gjlp.groups[gid].members if gid in self.gjlp.groups else {}
+                self.store.save_members(gid, [members[pid] for pid in pids if pid in members])
+            pending = self._unstored + deliveries
+            stored = self.store.add_messages(pending) if pending else []
+            for event in self._unstored_conflicts + conflicts:
+                if isinstance(event, Conflict):
+                    self.store.save_conflict(event.gid, event.kept, event.other)
+                else:
+                    self.store.replace_message(event.gid, event.message)
+            self.store.commit()
+        except (sqlite3.Error, OSError) as exc:
+            self.store.rollback()
+            self._outbox = []
+            reason = str(exc) or type(exc).__name__
+            if self.storage_error is None:
+                log.error("cannot store messages (%s): not sending, trying again every %.0f s", reason,
+                          self.STORAGE_RETRY)
+            self.storage_error = reason
+            own = [m.mid for m in deliveries if m.sender == self.pid]
+            taken_back = set()
+            for gid, channel in self.channels.items():
+                retracted = channel.retract(m.mid for m in deliveries if m.gid == gid and m.sender == self.pid)
+                for mid in retracted:
+                    taken_back.add(mid)
+                    self._unsent[mid] = f"not sent: cannot store messages ({reason})"
+                if retracted:
+                    self.notices.on_warning(gid, f"{len(retracted)} message(s) not sent: cannot store messages "
+                                                 f"({reason})")
+            self._unstored += [m for m in deliveries if m.mid not in taken_back]
+            self._unstored_conflicts += conflicts
+            if len(taken_back) < len(own):
+                log.error("kept %d own messages that could not be taken back; they go out once stored",
+                          len(own) - len(taken_back))
+            self._retry_at = self._retry_deadline(now)
+            return None
+        if self.storage_error is not None and stored:  # a commit without messages proves little
+            log.info("storing works again (%d messages were waiting)", len(self._unstored))
+            self.storage_error = None
+        self._unstored = []
+        self._unstored_conflicts = []
+        self._seqnos_to_save.clear()
+        self._members_to_save.clear()
+        self._retry_at = self._retry_deadline(now)
+        return stored
+
+    def _retry_deadline(self, now: float) -> float | None:
+        """When the next flush should try the store again: while anything waits to be stored."""
+        waiting = self._unstored or self._unstored_conflicts or self.storage_error is not None and (
+            self._seqnos_to_save or self._members_to_save)
+        return now + self.STORAGE_RETRY if waiting else None
+
+    def stats_dict(self) -> dict:
+        """Counters of the protocol (the adapter adds the network's)."""
+        s = self.stats
+        return {
+            "datagrams_in": s.datagrams_in,
+            "bytes_in": s.bytes_in,
+            "malformed_dropped": s.malformed_dropped,
+            "bad_signature_dropped": s.bad_signature_dropped
+            + sum(c.stats["bad_signature_dropped"] for c in self.channels.values()),
+            "sealed_dropped": s.sealed_dropped,
+            "not_member_dropped": s.not_member_dropped,
+            "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
+            **{key: sum(c.stats[key] for c in self.channels.values())
+               for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts",
+                           "stranger_dropped", "requests_over_budget", "sync_requests_refused", "rate_cuts")},
+            "evicted": sum(c.orderer.evicted for c in self.channels.values()),
+            "operations_rejected": sum(ops.rejected for ops in self._operations.values()),
+            "operations_pending": sum(ops.core.pending for ops in self._operations.values()),
+            "held_bytes": sum(c.orderer.held_bytes for c in self.channels.values()),
+            "delivered": s.delivered,
+            "own_looped_back": s.own_looped_back,
+            "pending": self.pending(),
+            "groups_known": len(self.gjlp.groups),
+            "groups_joined": len(self.channels),
+            "answers_suppressed": self.gjlp.answers_suppressed,
+            "descriptors_rejected": self.gjlp.descriptors_rejected,
+            "descriptor_conflicts": self.gjlp.descriptor_conflicts,
+            "member_records_rejected": self.gjlp.member_records_rejected,
+            "member_records_stale": self.gjlp.member_records_stale,
+            "member_records_refused": self.gjlp.member_records_refused,
+            "groups_refused": self.gjlp.groups_refused,
+            "plaintext_refused": self.plaintext_refused,
+            "storage_error": self.storage_error,
+            "unstored": len(self._unstored),
+        }
+
+
+def _conflict_warning(mid: Mid) -> str:
+    return (f"two different signed messages claim id {format_mid(mid)} (its writer equivocated); every member "
+            "keeps the one whose signed bytes hash lowest")
+
+
+_LEGACY = ("group {desc!r} was made by an older version of M2MC, before groups were signed: its messages stay "
+           "readable here, but it cannot be joined or written to any more; create a new group for new messages")
+

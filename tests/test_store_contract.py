@@ -1,0 +1,156 @@
+"""The PeerStore contract (middleware/store_api.py), run against both stores: SQLite and memory."""
+
+import pytest
+
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.gjlp import GroupRecord
+from m2mc.middleware.memory_store import MemoryStore
+from m2mc.middleware.store import Store
+from m2mc.middleware.store_api import PeerStore
+from m2mc.middleware.types import ChatMessage
+from tests.testbed.stores import after_crash
+
+ANN, BOB = crypto.Identity.generate(), crypto.Identity.generate()
+
+
+def group(creator=ANN, desc="lunch") -> GroupRecord:
+    descriptor = wire.sign_descriptor(creator, desc, False, "", 0, 0, crypto.new_salt(), b"", "239.255.3.4", 47477,
+                                      1_700_000_000_000)
+    return GroupRecord.from_descriptor(descriptor.gid, descriptor)
+
+
+def message(identity, seqno, gid, parent=None, text=None) -> ChatMessage:
+    return ChatMessage(gid, (identity.pid, seqno), parent, identity.pid[:6], text or f"message {seqno}",
+                       1_700_000_000_000 + seqno, 1_700_000_000_500 + seqno, 0, bytes([seqno % 256]) * 66,
+                       identity.public_key)
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request, tmp_path):
+    opened: list[PeerStore] = [Store(tmp_path / "m.db") if request.param == "sqlite" else MemoryStore()]
+    yield opened
+    opened[-1].close()
+
+
+def test_messages_come_back_in_delivery_order_with_their_keys_and_once(store):
+    s = store[0]
+    sent = [message(BOB, 2, "g", (ANN.pid, 1)), message(ANN, 1, "g"), message(BOB, 1, "other"),
+            message(ANN, 2, "g", (BOB.pid, 2))]
+    stored = s.add_messages(sent)
+    assert [m.order for m in stored] == [1, 2, 3, 4]
+    assert s.add_messages([message(ANN, 1, "g", text="again")]) == []  # one copy per (gid, mid)
+    s.commit()
+    assert s.history("g") == [stored[0], stored[1], stored[3]] and s.history() == stored
+    fetched = s.fetch("g", [(ANN.pid, 2), (BOB.pid, 2), (BOB.pid, 9)])
+    assert [(f.sender, f.seqno, f.parent, f.public_key, f.sig) for f in fetched] == [
+        (BOB.pid, 2, (ANN.pid, 1), BOB.public_key, sent[0].signature),
+        (ANN.pid, 2, (BOB.pid, 2), ANN.public_key, sent[3].signature)]
+    assert sorted(s.delivered_mids("g")) == sorted([(ANN.pid, 1), (ANN.pid, 2), (BOB.pid, 2)])
+    store.append(after_crash(s))
+    assert store[-1].history() == stored
+    assert store[-1].add_messages([message(ANN, 3, "g")])[0].order == 5
+
+
+def test_rollback_drops_every_write_since_the_commit_and_the_same_writes_can_be_tried_again(store):
+    s = store[0]
+    record = group()
+    s.save_group(record)
+    s.save_members(record.gid, [wire.sign_member(ANN, record.gid, "Ann", 1, True)])
+    first = s.add_messages([message(ANN, 1, record.gid)])
+    s.commit()
+    s.set_next_seqno(record.gid, 5)
+    s.save_members(record.gid, [wire.sign_member(ANN, record.gid, "Ann B", 2, True),
+                                wire.sign_member(BOB, record.gid, "Bob", 1, True)])
+    s.add_messages([message(ANN, 2, record.gid), message(BOB, 1, record.gid)])
+    s.save_conflict(record.gid, first[0] and wire.StoredMessage(ANN.pid, 1, None, 0, "a", "x", b"", b""),
+                    wire.StoredMessage(ANN.pid, 1, None, 0, "a", "y", b"", b""))
+    s.add_read_marks(record.gid, [(1, 3)])
+    s.rollback()
+    assert s.history() == first and s.next_seqno(record.gid) == 1 and s.conflicts(record.gid) == []
+    assert s.read_marks(record.gid) is None
+    ((loaded, next_seqno),) = s.load_groups()
+    assert {pid: m.name for pid, m in loaded.members.items()} == {ANN.pid: "Ann"} and next_seqno == 1
+    again = s.add_messages([message(ANN, 2, record.gid), message(BOB, 1, record.gid)])
+    assert [m.order for m in again] == [2, 3]  # the orders rolled back are used again, none skipped
+    s.commit()
+    assert s.history() == first + again
+
+
+def test_a_crash_keeps_what_was_committed_only(store):
+    s = store[0]
+    record = group()
+    s.save_group(record)
+    s.set_next_seqno(record.gid, 3)
+    s.save_members(record.gid, [wire.sign_member(ANN, record.gid, "Ann", 1, True)])
+    kept = s.add_messages([message(ANN, 1, record.gid), message(ANN, 2, record.gid)])
+    s.commit()
+    s.set_next_seqno(record.gid, 4)
+    s.add_messages([message(ANN, 3, record.gid)])
+    s = after_crash(s)
+    store.append(s)
+    assert s.history() == kept and s.next_seqno(record.gid) == 3
+    ((loaded, next_seqno),) = s.load_groups()
+    assert loaded.gid == record.gid and loaded.descriptor == record.descriptor and next_seqno == 3
+    assert set(loaded.members) == {ANN.pid} and loaded.sources == {"local"}
+
+
+def test_groups_members_seqnos_and_keys(store):
+    s = store[0]
+    ann_group, bob_group = group(), group(BOB, "tea")
+    s.save_group(ann_group)
+    s.save_group(ann_group)  # a second save keeps the first
+    s.save_group(bob_group)
+    s.save_group(GroupRecord("legacy", "old", "239.1.1.1", 1, False, legacy=True))  # nothing new to keep
+    s.set_next_seqno("unknown", 9)  # a group not stored is left alone
+    s.set_next_seqno(bob_group.gid, 7)
+    s.set_group_key(bob_group.gid, b"k" * 32)
+    s.save_members(bob_group.gid, [wire.sign_member(BOB, bob_group.gid, "Bob", 1, True)])
+    s.save_members(bob_group.gid, [wire.sign_member(BOB, bob_group.gid, "Bobby", 2, True)])
+    s.commit()
+    loaded = {record.gid: (record, next_seqno) for record, next_seqno in after_crash(s).load_groups()}
+    store.append(s := after_crash(s))
+    assert set(loaded) == {ann_group.gid, bob_group.gid}
+    assert loaded[bob_group.gid][1] == 7 and loaded[ann_group.gid][1] == 1
+    assert {pid: (m.name, m.counter) for pid, m in loaded[bob_group.gid][0].members.items()} == {BOB.pid: ("Bobby", 2)}
+    assert s.group_key(bob_group.gid) == b"k" * 32 and s.group_key(ann_group.gid) is None
+    assert s.next_seqno("unknown") == 1
+
+
+def test_identity_and_name_are_kept_at_once(store):
+    s = store[0]
+    identity = s.identity()
+    s.set_name("Ann")
+    s = after_crash(s)
+    store.append(s)
+    assert s.identity().pid == identity.pid and s.name() == "Ann"
+
+
+def test_equivocations_and_replaced_versions(store):
+    s = store[0]
+    stored = s.add_messages([message(ANN, 1, "g"), message(BOB, 1, "g", (ANN.pid, 1))])
+    kept = wire.StoredMessage(BOB.pid, 1, None, 5, "Bob", "kept", BOB.public_key, b"s" * 66)
+    other = wire.StoredMessage(BOB.pid, 1, (ANN.pid, 1), 6, "Bob", "other", BOB.public_key, b"t" * 66)
+    s.save_conflict("g", kept, other)
+    s.save_conflict("g", wire.StoredMessage(ANN.pid, 1, None, 1, "a", "x", b"", b""), other)
+    assert s.replace_message("g", kept)
+    assert not s.replace_message("g", wire.StoredMessage(BOB.pid, 9, None, 5, "Bob", "none", b"", b""))
+    s.commit()
+    assert [k.sender for k, _ in s.conflicts("g")] == sorted([ANN.pid, BOB.pid]) and s.conflicts("other") == []
+    (replaced,) = [m for m in s.history("g") if m.mid == (BOB.pid, 1)]
+    assert (replaced.text, replaced.parent, replaced.sent_at, replaced.signature) == ("kept", None, 5, b"s" * 66)
+    assert (replaced.order, replaced.received_at) == (stored[1].order, stored[1].received_at)  # same place
+
+
+def test_read_marks_merge_refuse_bad_ranges_and_stay_bounded(store):
+    s = store[0]
+    assert s.read_marks("g") is None
+    s.add_read_marks("g", [(1, 5), (9, 9)])
+    s.add_read_marks("g", [(6, 7)])
+    s.commit()
+    assert s.read_marks("g") == [(1, 7), (9, 9)]
+    with pytest.raises(ValueError):
+        s.add_read_marks("g", [(5, 1)])
+    s.MAX_READ_RANGES = 50  # type: ignore[misc]
+    s.add_read_marks("h", [(2 * i, 2 * i) for i in range(200)])
+    marks = s.read_marks("h")
+    assert len(marks) <= 50 and marks[-1] == (398, 398) and marks[0][0] == 0
