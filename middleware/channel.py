@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from sys import getsizeof
 from typing import Callable, Iterable
 
-from . import crypto, wire
+from . import crypto, rules, wire
 from .crypto import Identity
 from .mop import DEFAULT_MAX_HELD_BYTES, SbOrderer
 from .rangeset import RangeSet
@@ -446,7 +446,7 @@ class GroupChannel:
             raise UsageError("text is empty")
         check_unicode(text, "text")
         if parent is not None and not self.orderer.is_delivered(parent):
-            raise UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {self.gid}")
+            raise rules.bad_parent(self.gid, parent)
         self._wall = now if wall is None else wall
         data = wire.Data(self.gid, self.next_seqno, parent, int(self._wall * 1000), name, text, b"")
         self.next_seqno += 1

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from . import clock, crypto, passphrase as passphrases, wire
+from . import clock, crypto, rules
 from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
 from .gjlp import Gjlp, GroupRecord
@@ -36,12 +36,10 @@ from .presence import Presence
 from .store import Store
 from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
 from .types import (ChatMessage, GroupListener, GroupView, Mid, NullListener, PassphraseRefused, UsageError,
-                    check_unicode, format_mid, iso_millis)
+                    format_mid, iso_millis)
 
 log = logging.getLogger(__name__)
 
-MAX_DESC = wire.MAX_DESC
-MAX_NAME = wire.MAX_NAME
 
 
 @dataclass
@@ -62,7 +60,7 @@ class GroupManager:
         self.config = config
         self.listener: GroupListener = listener or NullListener()
         store = Store(Path(config.data_dir) / "m2mc.sqlite3")
-        name = _check_name(config.name) if config.name and config.name != store.name() else config.name
+        name = rules.check_name(config.name) if config.name and config.name != store.name() else config.name
         self.core = PeerCore(store, clock.now(), name, control_addr=config.control_addr, port=config.port,
                              max_held=config.max_held, max_held_bytes=config.max_held_bytes,
                              rng=random.Random(config.seed))
@@ -188,7 +186,7 @@ class GroupManager:
 
     def set_name(self, name: str) -> None:
         """A new display name, kept and re-announced (a new signed record) in every joined group."""
-        for gid in self.core.set_name(_check_name(name)):
+        for gid in self.core.set_name(rules.check_name(name)):
             self._announce(gid)
         self._after_input()
 
@@ -202,21 +200,21 @@ class GroupManager:
 
         Deriving a private group's key blocks for about half a second: on a running
         event loop, await :meth:`create_group_async` instead."""
-        desc = _check_desc(desc)
+        desc = rules.check_desc(desc)
         salt = crypto.new_salt()
         key = None
         if passphrase is not None:
-            _check_new_passphrase(passphrase)
+            rules.check_new_passphrase(passphrase)
             key = crypto.derive_group_key(passphrase, salt, crypto.ARGON2ID)
         return self._create(desc, salt, key)
 
     async def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
         """:meth:`create_group`, with the key derived on a worker thread while the loop goes on."""
-        desc = _check_desc(desc)
+        desc = rules.check_desc(desc)
         salt = crypto.new_salt()
         key = None
         if passphrase is not None:
-            _check_new_passphrase(passphrase)
+            rules.check_new_passphrase(passphrase)
             key = await self._derive(passphrase, salt, crypto.ARGON2ID, crypto.ARGON2_OPSLIMIT, crypto.ARGON2_MEMLIMIT)
         gid = self._create(desc, salt, key)
         self.flush()  # the caller (GUI or JSON-RPC) hears of it once it is stored and sent
@@ -283,26 +281,20 @@ class GroupManager:
 
     def edit(self, gid: str, mid: Mid, text: str) -> Mid:
         """Replace the text of our own message ``mid``."""
-        if not isinstance(text, str) or not text.strip():
-            raise UsageError("text must be a non-empty string")
-        return self._operate(gid, "edit", mid, text=check_unicode(text, "text"))
+        return self._operate(gid, "edit", mid, text=rules.check_edit_text(text))
 
     def delete(self, gid: str, mid: Mid) -> Mid:
         """Delete our own message ``mid``: its text goes, its place (and replies) stay."""
         return self._operate(gid, "delete", mid)
 
     def react(self, gid: str, mid: Mid, emoji: str, on: bool = True) -> Mid:
-        if not isinstance(emoji, str):
-            raise UsageError("emoji must be a string")
-        return self._operate(gid, "react", mid, emoji=check_unicode(emoji, "emoji"), on=bool(on))
+        return self._operate(gid, "react", mid, emoji=rules.check_emoji(emoji), on=bool(on))
 
     def pin(self, gid: str, mid: Mid, on: bool = True) -> Mid:
         return self._operate(gid, "pin", mid, on=bool(on))
 
     def set_topic(self, gid: str, text: str) -> Mid:
-        if not isinstance(text, str):
-            raise UsageError("topic must be a string")
-        return self._operate(gid, "topic", None, text=check_unicode(text.strip(), "topic"))
+        return self._operate(gid, "topic", None, text=rules.check_topic(text))
 
     def topic(self, gid: str) -> tuple[str, str]:
         """``(topic, pid of who set it)``; ``("", "")`` if none."""
@@ -315,8 +307,7 @@ class GroupManager:
 
     def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
         self.core.channel(gid)
-        if target is not None and (type(target) is not tuple or len(target) != 2):
-            raise UsageError("a message id is (pid, seqno)")
+        rules.check_target(target)
         self.core.ops(gid)
         self.flush()  # what was just delivered counts: the operation names the last one it saw
         mid = self.core.operate(gid, kind, target, clock.now(), clock.wall(), **fields)
@@ -510,35 +501,6 @@ class GroupManager:
         self._timer = None
         self.core.handle_timer(clock.now())
         self.flush()
-
-
-def _check_desc(desc: str) -> str:
-    desc = desc.strip() if isinstance(desc, str) else desc
-    if not isinstance(desc, str) or not desc:
-        raise UsageError("a group needs a description")
-    if len(desc) > MAX_DESC:
-        raise UsageError(f"description too long: {len(desc)} characters, limit is {MAX_DESC}")
-    return check_unicode(desc, "description")
-
-
-def _check_new_passphrase(passphrase: str) -> None:
-    if not isinstance(passphrase, str) or len(passphrase) < passphrases.MIN_LENGTH:
-        raise PassphraseRefused(f"a passphrase needs at least {passphrases.MIN_LENGTH} characters")
-    if len(passphrase) > passphrases.MAX_LENGTH:
-        raise PassphraseRefused(f"passphrase too long (limit {passphrases.MAX_LENGTH} characters)")
-    check_unicode(passphrase, "passphrase")
-    weakness = passphrases.assess(passphrase).weakness
-    if weakness:
-        raise PassphraseRefused(f"passphrase too easy to guess: {weakness}")
-
-
-def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise UsageError("a display name must not be empty")
-    name = check_unicode(name.strip(), "display name")
-    if len(name) > MAX_NAME:
-        raise UsageError(f"display name too long: {len(name)} characters, limit is {MAX_NAME}")
-    return name
 
 
 __all__ = ["Config", "GroupManager", "UsageError", "format_mid", "DEFAULT_PORT", "PassphraseRefused", "Stats"]

@@ -32,14 +32,14 @@ import sqlite3
 from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
-from . import crypto, wire
+from . import crypto, rules, wire
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
 from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, MemberUpdated, group_address
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import Presence
 from .store_api import PeerStore
-from .types import ChatMessage, GroupListener, GroupView, Member, Mid, PassphraseRefused, UsageError, format_mid
+from .types import ChatMessage, GroupListener, GroupView, Member, Mid, UsageError, format_mid
 
 log = logging.getLogger(__name__)
 
@@ -226,18 +226,13 @@ class PeerCore:
         if not record.verified:
             raise UsageError(f"group {record.desc!r} has not been verified yet (its creator's signed description "
                              "has not arrived): try again in a moment")
-        if record.private and not passphrase:
-            raise UsageError(f"group {record.desc!r} is private: its passphrase is needed to join")
-        if not record.private and passphrase:
-            # Whoever expects a private group must not write to an open one believing it sealed.
-            raise UsageError(f"group {record.desc!r} is open, not private: anyone on the network can read it; "
-                             "join it without a passphrase if that is what you want")
+        rules.check_join_passphrase(record.desc, record.private, passphrase)
         return record
 
     @staticmethod
     def checked_key(record: GroupRecord, key: bytes) -> bytes:
         if crypto.key_check(key) != record.key_check:
-            raise PassphraseRefused(f"wrong passphrase for group {record.desc!r}", wrong=True)
+            raise rules.wrong_passphrase(record.desc)
         return key
 
     @staticmethod
@@ -262,7 +257,7 @@ class PeerCore:
     def leave(self, gid: str, wall: float) -> GroupRecord:
         record = self.known(gid)
         if not self.gjlp.is_member(gid):
-            raise UsageError(f"not a member of group {gid}")
+            raise rules.not_a_member(gid)
         self.gjlp.leave(gid, wall)
         self.store.save_members(gid, [record.members[self.pid]])
         channel = self.channels.pop(gid)
@@ -288,8 +283,7 @@ class PeerCore:
         """An OBG operation (middleware.obg) as a message of ours: signed, repaired and stored like
         one.  Flush first: what was just delivered counts, the operation names the last one it saw."""
         channel = self.channel(gid)
-        if target is not None and (type(target) is not tuple or len(target) != 2):
-            raise UsageError("a message id is (pid, seqno)")
+        rules.check_target(target)
         ops = self.ops(gid)
         known = target is None or channel.orderer.is_delivered(target)
         text = ops.compose(self.pid, kind, target, target_known=known, **fields)
@@ -355,7 +349,7 @@ class PeerCore:
     def known(self, gid: str) -> GroupRecord:
         record = self.gjlp.groups.get(gid) if isinstance(gid, str) else None
         if record is None:
-            raise UsageError(f"unknown group {gid!r:.80}")
+            raise rules.unknown_group(gid)
         return record
 
     def channel(self, gid: str) -> GroupChannel:
@@ -364,7 +358,7 @@ class PeerCore:
         if channel is None and record.legacy:
             raise UsageError(_LEGACY.format(desc=record.desc))
         if channel is None:
-            raise UsageError(f"not a member of group {gid}")
+            raise rules.not_a_member(gid)
         return channel
 
     def _open_channel(self, gid: str, next_seqno: int | None, sync_at: float | None) -> None:
