@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..middleware.types import ChatMessage, GroupView, Member, Mid
+# GJLP's own membership events cross the seam as they are.
+from ..middleware.gjlp import MemberJoined, MemberLeft
+from ..middleware.types import ChatMessage, GroupView, Mid
 
 
 @runtime_checkable
@@ -80,18 +82,6 @@ class GroupsDiscovered:
 @dataclass(frozen=True, slots=True)
 class GroupCreated:
     gid: str
-
-
-@dataclass(frozen=True, slots=True)
-class MemberJoined:
-    gid: str
-    member: Member
-
-
-@dataclass(frozen=True, slots=True)
-class MemberLeft:
-    gid: str
-    member: Member
 
 
 @dataclass(frozen=True, slots=True)
