@@ -14,7 +14,7 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from m2mc.app.analytics import gen_logs, job, kernels, thread_report, thread_stats, thread_stats_reference
+from m2mc.app.analytics import gen_logs, job, kernels, schema, thread_report, thread_stats, thread_stats_reference
 
 BASE = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 G1 = "a" * 32
@@ -269,6 +269,37 @@ def test_wrong_json_types_are_malformed(spark, tmp_path):
     assert sorted(r["mid"] for r in results.messages.select("mid").collect()) == ["t:8", "t:9"]
     assert results.groups.count() == 1  # no group named '["a"]'
     assert summary["orphan_messages"] == 0  # parents 7 and false made no fake orphans
+
+
+def test_line_classes_and_reaction_counts_agree_with_the_regular_expressions():
+    # parse_lines looks at a line's first byte, and searches the block's bytes for the
+    # reactions key, instead of running regular expressions on every line: same answers.
+    import re
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lines = [
+        "skipped by the slice", "", "   \t", "\t", ' {"a": 1}', "{", "null", "x", " x", None, "{}",
+        '{"reactions": {"x": ["p", "q"], "y": ["p"]}}', '{"text": "\\"reactions\\": {\\"z\\": [1]}", "reactions": {"y": ["p"]}}',
+        '{"reactions": 5}', '{"reactions":{}}', '{"text": "reactions"}', '{"reactions": {"x": "p"}}',
+    ]
+    block = pa.array(lines, pa.string()).slice(1)  # starts inside its buffers, as Spark's batches may
+    blank, candidate = kernels._classify_lines(block)
+    assert blank.tolist() == pc.fill_null(pc.match_substring_regex(block, r"^\s*$"), False).to_pylist()
+    assert candidate.tolist() == pc.fill_null(pc.match_substring_regex(block, r"^\s*\{"), False).to_pylist()
+    assert (int(blank.sum()), int(candidate.sum())) == (3, 9)
+
+    def counted(text):
+        found = re.search(schema.REACTIONS, text or "")
+        try:
+            value = json.loads(found.group("reactions")) if found else {}
+        except ValueError:
+            return 0
+        return sum(len(pids) for pids in value.values() if isinstance(pids, list))
+
+    assert kernels.reaction_counts(block).to_pylist() == [counted(text) for text in lines[1:]]
+    assert kernels.reaction_counts(block).to_pylist()[10:12] == [3, 1]
 
 
 def test_copies_differing_only_in_text_are_conflicts(spark, tmp_path):
