@@ -386,7 +386,7 @@ def test_compiled_core_survives_the_collector_at_every_allocation():
     code = (
         "import gc\n"
         "gc.set_threshold(1)\n"
-        "from middleware.mop import CompiledSbOrderer\n"
+        "from m2mc.middleware.mop import CompiledSbOrderer\n"
         "orderers = []\n"
         "for _ in range(300):\n"
         "    orderers.append(CompiledSbOrderer(max_held=5))\n"
