@@ -55,7 +55,7 @@ class Config:
     seed: int | None = None
 
 
-class GroupManager:
+class GroupManager(rules.OperationCalls):
     def __init__(self, config: Config, listener: GroupListener | None = None) -> None:
         self.config = config
         self.listener: GroupListener = listener or NullListener()
@@ -277,24 +277,8 @@ class GroupManager:
         self._after_input()
         return mid
 
-    # -- operations (middleware.obg): each is a message of ours, so it is signed, repaired and stored
-
-    def edit(self, gid: str, mid: Mid, text: str) -> Mid:
-        """Replace the text of our own message ``mid``."""
-        return self._operate(gid, "edit", mid, text=rules.check_edit_text(text))
-
-    def delete(self, gid: str, mid: Mid) -> Mid:
-        """Delete our own message ``mid``: its text goes, its place (and replies) stay."""
-        return self._operate(gid, "delete", mid)
-
-    def react(self, gid: str, mid: Mid, emoji: str, on: bool = True) -> Mid:
-        return self._operate(gid, "react", mid, emoji=rules.check_emoji(emoji), on=bool(on))
-
-    def pin(self, gid: str, mid: Mid, on: bool = True) -> Mid:
-        return self._operate(gid, "pin", mid, on=bool(on))
-
-    def set_topic(self, gid: str, text: str) -> Mid:
-        return self._operate(gid, "topic", None, text=rules.check_topic(text))
+    # -- operations (middleware.obg): edit, delete, react, pin and set_topic come from rules.OperationCalls;
+    # each is a message of ours, so it is signed, repaired and stored
 
     def topic(self, gid: str) -> tuple[str, str]:
         """``(topic, pid of who set it)``; ``("", "")`` if none."""

@@ -33,7 +33,7 @@ from .backend import Peer
 from .bridge import Backend
 
 
-class MemoryManager:
+class MemoryManager(rules.OperationCalls):
     def __init__(self, listener: GroupListener, pid: str = "me0000000000", name: str = "Me") -> None:
         self.listener = listener
         self.pid = pid
@@ -113,21 +113,6 @@ class MemoryManager:
         now = int(time.time() * 1000)
         self._deliver(gid, [ChatMessage(gid, mid, parent, self.name, text, now, now)])
         return mid
-
-    def edit(self, gid: str, mid: Mid, text: str) -> Mid:
-        return self._operate(gid, "edit", mid, text=rules.check_edit_text(text))
-
-    def delete(self, gid: str, mid: Mid) -> Mid:
-        return self._operate(gid, "delete", mid)
-
-    def react(self, gid: str, mid: Mid, emoji: str, on: bool = True) -> Mid:
-        return self._operate(gid, "react", mid, emoji=rules.check_emoji(emoji), on=bool(on))
-
-    def pin(self, gid: str, mid: Mid, on: bool = True) -> Mid:
-        return self._operate(gid, "pin", mid, on=bool(on))
-
-    def set_topic(self, gid: str, text: str) -> Mid:
-        return self._operate(gid, "topic", None, text=rules.check_topic(text))
 
     def operation_message(self, gid: str, author: Member, seqno: int, kind: str, target: Mid | None = None,
                           **fields) -> ChatMessage:
