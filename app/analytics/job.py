@@ -80,18 +80,25 @@ def build_session(master: str | None, driver_memory: str, archive=None):
     return spark
 
 
-# A line's gid as the shuffle key, without parsing the line in the JVM: our exports write
-# gid first, so a regular expression anchored at the line's start finds it (it cannot match
-# inside a string value or a nested object). Any other line takes the JSON parser's value,
-# so equal gids always meet in one task however they are written.
-GID_PREFIX = r'^\s*\{\s*"gid"\s*:\s*"([^"\\]*)"'
+# A line's gid as the shuffle key, without parsing the line in the JVM: exports open every
+# line with one of GID_OPENINGS (the app writes json.dumps' default spacing, gen_logs the
+# compact form), so the key is the text from there to the next quote, when that holds no
+# backslash (an escape would make the text differ from the value). Any other line takes
+# the JSON parser's value, so equal gids always meet in one task however they are written.
+# Spark's own string functions find it in the line's UTF-8 bytes; a regular expression
+# decoded every line to a Java string and tried each position: 0.7-0.9 CPU s per 1M lines.
+GID_OPENINGS = ('{"gid":"', '{"gid": "')
 
 
 def group_key():
     from pyspark.sql import functions as F
 
-    fast = F.regexp_extract("value", GID_PREFIX, 1)
-    return F.when(fast != "", fast).otherwise(F.coalesce(F.get_json_object("value", "$.gid"), F.lit("")))
+    value = F.col("value")
+    compact, spaced = GID_OPENINGS
+    start = F.when(value.startswith(compact), len(compact) + 1).when(value.startswith(spaced), len(spaced) + 1)
+    fast = F.substring_index(F.substr(value, start), '"', 1)
+    usable = start.isNotNull() & ~fast.contains("\\") & (fast != "")
+    return F.when(usable, fast).otherwise(F.coalesce(F.get_json_object(value, "$.gid"), F.lit("")))
 
 
 def read_lines(spark, paths: list[str]):

@@ -209,6 +209,34 @@ def test_duplicates_across_exports_and_groups(spark, tmp_path):
     )
 
 
+def test_a_gid_written_any_way_meets_its_group_in_one_task(spark, tmp_path):
+    # The shuffle key comes from the line's opening text when an export wrote it plainly,
+    # else from Spark's JSON path function. A reply whose line spells its gid otherwise
+    # must still reach the task holding its parent, or it would count as an orphan.
+    def spelled(record_line, text):
+        return record_line.replace(f'"gid": "{G1}"', text, 1)
+
+    chain = [
+        line(G1, "k:0", None, ALICE, 0),  # the app's spacing: {"gid": "...
+        spelled(line(G1, "k:1", "k:0", BOB, 1), f'"gid":"{G1}"'),  # compact
+        spelled(line(G1, "k:2", "k:1", CAROL, 2), '"gid": "\\u0061' + G1[1:] + '"'),  # an escape
+        spelled(line(G1, "k:3", "k:2", ALICE, 3), f' "gid" :  "{G1}"'),  # other spacing
+        json.dumps({"mid": "k:4", **json.loads(line(G1, "k:4", "k:3", BOB, 4))}),  # gid not first
+        spelled(line(G1, "k:5", "k:4", CAROL, 5), '"gid": "' + G1[:3] + '\\"' + '"'),  # a quote in the gid: another group
+    ]
+    many = [line(G2 if i % 2 else G1[:-1] + str(i % 10), f"x:{i}", None, ALICE, i) for i in range(40)]  # other keys in the partitions
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "64")
+    try:
+        results = analyse(spark, [write_export(tmp_path, "spelled.jsonl", chain + many)])
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    rows = {r["mid"]: r for r in results.messages.filter(F.col("mid").startswith("k:")).collect()}
+    assert [rows[f"k:{i}"]["depth"] for i in range(5)] == [0, 1, 2, 3, 4]
+    assert {rows[f"k:{i}"]["gid"] for i in range(5)} == {G1} and rows["k:5"]["gid"] == G1[:3] + '"'
+    assert results.summary["orphan_messages"] == 1  # only k:5, in a group of its own
+
+
 def test_malformed_lines_are_counted_and_skipped(spark, tmp_path):
     bad_time = json.loads(line(G1, "q:1", None, ALICE, 0))
     bad_time["sent_at"] = "yesterday"
