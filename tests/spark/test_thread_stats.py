@@ -14,7 +14,7 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from m2mc.app.analytics import gen_logs, job, kernels, schema, thread_report, thread_stats, thread_stats_reference
+from m2mc.app.analytics import gen_logs, job, kernels, thread_report, thread_stats, thread_stats_reference
 
 BASE = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 G1 = "a" * 32
@@ -299,35 +299,33 @@ def test_wrong_json_types_are_malformed(spark, tmp_path):
     assert summary["orphan_messages"] == 0  # parents 7 and false made no fake orphans
 
 
-def test_line_classes_and_reaction_counts_agree_with_the_regular_expressions():
-    # parse_lines looks at a line's first byte, and searches the block's bytes for the
-    # reactions key, instead of running regular expressions on every line: same answers.
-    import re
-
+def test_line_classes_and_reaction_counts():
+    # parse_lines classifies lines by their first byte instead of running regular expressions
+    # on every line (same answers), and counts reactions only in the lines where Arrow's
+    # reader found a reactions object.
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    lines = [
-        "skipped by the slice", "", "   \t", "\t", ' {"a": 1}', "{", "null", "x", " x", None, "{}",
-        '{"reactions": {"x": ["p", "q"], "y": ["p"]}}', '{"text": "\\"reactions\\": {\\"z\\": [1]}", "reactions": {"y": ["p"]}}',
-        '{"reactions": 5}', '{"reactions":{}}', '{"text": "reactions"}', '{"reactions": {"x": "p"}}',
-    ]
+    lines = ["skipped by the slice", "", "   \t", "\t", ' {"a": 1}', "{", "null", "x", " x", None, "{}"]
     block = pa.array(lines, pa.string()).slice(1)  # starts inside its buffers, as Spark's batches may
     blank, candidate = kernels._classify_lines(block)
     assert blank.tolist() == pc.fill_null(pc.match_substring_regex(block, r"^\s*$"), False).to_pylist()
     assert candidate.tolist() == pc.fill_null(pc.match_substring_regex(block, r"^\s*\{"), False).to_pylist()
-    assert (int(blank.sum()), int(candidate.sum())) == (3, 9)
+    assert (int(blank.sum()), int(candidate.sum())) == (3, 3)
 
-    def counted(text):
-        found = re.search(schema.REACTIONS, text or "")
-        try:
-            value = json.loads(found.group("reactions")) if found else {}
-        except ValueError:
-            return 0
-        return sum(len(pids) for pids in value.values() if isinstance(pids, list))
-
-    assert kernels.reaction_counts(block).to_pylist() == [counted(text) for text in lines[1:]]
-    assert kernels.reaction_counts(block).to_pylist()[10:12] == [3, 1]
+    counted = {
+        '{"reactions": {"x": ["p", "q"], "y": ["p"]}}': 3,
+        '{"text": "\\"reactions\\": {\\"z\\": [1]}", "reactions": {"y": ["p"]}}': 1,  # the key in a string is no key
+        '{"reactions":{}}': 0,
+        '{"reactions": { }}': 0,
+        '{"text": "reactions"}': 0,
+        '{"reactions": {"x": "p"}}': 0,  # not lists of reactors
+        '{"reactions": null}': 0,
+    }
+    wrong = ['{"reactions": 5}', '{"reactions": "x"}', '{"reactions": []}']
+    table, blank_lines, malformed = kernels.parse_lines(pa.array([*counted, *wrong]))
+    assert table.column("reaction_count").to_pylist() == list(counted.values())
+    assert (blank_lines, malformed) == (0, len(wrong))
 
 
 def test_copies_differing_only_in_text_are_conflicts(spark, tmp_path):
