@@ -148,7 +148,7 @@ FILES_SCHEMA = "file binary, part int"
 TABLE_NAMES = ("messages", "threads", "groups", "participants")
 
 
-FILE_ROWS = 1 << 20  # rows per Parquet file: bounds each file row Spark holds
+FILE_ROWS = 1 << 18  # rows per Parquet file: bounds each file row Spark holds
 
 
 # The exact median of all reply latencies without a column of millions on the driver: the
