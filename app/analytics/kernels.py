@@ -99,8 +99,6 @@ def parse_lines(lines):
     12345 or ["a"] into a string); it refuses a whole block for one bad line, so such a
     block goes line by line.
     """
-    import io
-
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj
@@ -125,7 +123,8 @@ def parse_lines(lines):
         offsets = _string_offsets(joined)
         data = joined.buffers()[2][int(offsets[0]):int(offsets[-1])]
         try:
-            table = pj.read_json(io.BytesIO(data), read_options=read, parse_options=options)
+            # A BufferReader hands Arrow the joined bytes as they are; io.BytesIO copied them.
+            table = pj.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
         except pa.ArrowInvalid:
             return None
         # Two objects on one line make more rows than lines.
