@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 
 from .schema import (
-    EXPORT_FIELDS, FILE_ROWS, GROUP, HIST, INFO, LATENCY_BINS_PER_OCTAVE, MESSAGE_FIELDS, OPERATION_FIELDS,
-    OVER_TIME_WIDTHS_S, PARQUET_MAGIC, PARTICIPANT_FIELDS, REACTIONS, SENDER, SENDER_PASS_SCHEMA, THREAD_FIELDS,
+    EXPORT_FIELDS, FILE_ROWS, GROUP, HIST, INFO, LATENCY_BINS_PER_OCTAVE, MESSAGE_FIELDS, NON_EMPTY_REACTIONS,
+    OPERATION_FIELDS, OVER_TIME_WIDTHS_S, PARQUET_MAGIC, PARTICIPANT_FIELDS, SENDER, SENDER_PASS_SCHEMA, THREAD_FIELDS,
     THREAD_PLOTS, TIME_FIELDS, arrow_schema, export_arrow_schema, parsed_arrow_schema, summary_arrow_schema,
 )
 from .thread_report import OVER_TIME_GROUPS
@@ -22,9 +22,10 @@ def reaction_counts(lines, has_reactions):
     """Per line, the number of reactions (one per reactor and emoji); 0 without any.
 
     Arrow's JSON reader cannot read an object of free keys, but it tells which lines hold a
-    `reactions` object (`has_reactions`, a numpy bool array). Only in those lines is the
-    object found in the text, and only the non-empty ones are parsed, in Python. Most
-    exports have no reactions, or {} on most lines: no line-by-line work for those.
+    `reactions` object (`has_reactions`, a numpy bool array). Of those, a line whose text
+    has no non-empty object under a "reactions" key anywhere (NON_EMPTY_REACTIONS) has
+    none; the others, few in any export, are parsed whole by Python's json module, which
+    reads the top-level object exactly.
     """
     import numpy as np
     import pyarrow as pa
@@ -34,13 +35,10 @@ def reaction_counts(lines, has_reactions):
     rows = np.flatnonzero(has_reactions)
     if not rows.size:
         return pa.array(counts)
-    found = pc.struct_field(pc.extract_regex(lines.take(pa.array(rows)), REACTIONS), "reactions")
-    some = pc.fill_null(pc.not_equal(found, "{}"), False).to_numpy(zero_copy_only=False)
+    candidates = lines.take(pa.array(rows))
+    some = pc.fill_null(pc.match_substring_regex(candidates, NON_EMPTY_REACTIONS), False).to_numpy(zero_copy_only=False)
     for row in np.flatnonzero(some):
-        try:
-            value = json.loads(found[int(row)].as_py())
-        except ValueError:
-            continue  # a brace inside an emoji key cut the match short: none counted
+        value = json.loads(candidates[int(row)].as_py()).get("reactions")
         counts[rows[row]] = sum(len(pids) for pids in value.values() if isinstance(pids, list))
     return pa.array(counts)
 

@@ -13,7 +13,8 @@ EXPORT_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", 
 OPERATION_FIELDS = ("edited", "deleted", "reaction_count")
 
 
-REACTIONS = r'"reactions":\s*(?P<reactions>\{[^{}]*\})'  # a JSON key: its quotes cannot be inside a string
+# A "reactions" key (its quotes cannot be inside a string) holding an object with a key.
+NON_EMPTY_REACTIONS = r'"reactions":\s*\{\s*"'
 
 
 TIME_FIELDS = ("sent_at", "received_at")

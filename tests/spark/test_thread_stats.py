@@ -301,8 +301,8 @@ def test_wrong_json_types_are_malformed(spark, tmp_path):
 
 def test_line_classes_and_reaction_counts():
     # parse_lines classifies lines by their first byte instead of running regular expressions
-    # on every line (same answers), and counts reactions only in the lines where Arrow's
-    # reader found a reactions object.
+    # on every line (same answers), and counts the top-level reactions only in the lines
+    # where Arrow's reader found a reactions object.
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -321,6 +321,9 @@ def test_line_classes_and_reaction_counts():
         '{"text": "reactions"}': 0,
         '{"reactions": {"x": "p"}}': 0,  # not lists of reactors
         '{"reactions": null}': 0,
+        '{"reactions": {"}": ["p"]}}': 1,  # a brace in an emoji key
+        '{"meta": {"reactions": {"z": ["q"]}}, "reactions": {}}': 0,  # only the top-level key counts
+        '{"meta": {"reactions": {"z": ["q"]}}, "reactions": {"y": ["p", "q"]}}': 2,
     }
     wrong = ['{"reactions": 5}', '{"reactions": "x"}', '{"reactions": []}']
     table, blank_lines, malformed = kernels.parse_lines(pa.array([*counted, *wrong]))
