@@ -497,7 +497,11 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
     m = len(dictionary)
     mid_code, parent_code = codes[:rows], codes[rows:]
     key = gid_code * m + mid_code
-    keep, copies, conflicts = merge_copies(table, key)
+    if np.bincount(mid_code, minlength=m).max(initial=0) <= 1:
+        # Each mid once (one export, or generated logs): no copies, and no sort to find them.
+        keep, copies, conflicts = None, np.ones(rows, dtype=np.int64), 0
+    else:
+        keep, copies, conflicts = merge_copies(table, key)
     table = table.drop_columns(["text"])  # only copies compare it
     if keep is not None:
         table = table.take(pa.array(keep))
