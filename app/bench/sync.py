@@ -81,6 +81,7 @@ async def rejoin_scenario(manager, gid, args, coord, rng) -> None:
                 sum(b - a + 1 for r in manager.channels[gid].orderer.delivered_ranges().values() for a, b in r) < args.messages:
             await asyncio.sleep(0.02)
         elapsed = time.monotonic() - start
+        manager.flush()  # deliveries reach the store at the next commit: count them all
         history = manager.store.history(gid)
         # The payload is each message as stored: its fields, its writer's key and signature proof.
         payload = sum(len(msgpack.packb([m.sender, m.mid[1], list(m.parent) if m.parent else None,
