@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-# GJLP's own membership events cross the seam as they are.
+# GJLP's membership events and the channel's sync progress cross the seam as they are.
+from ..middleware.channel import SyncProgress
 from ..middleware.gjlp import MemberJoined, MemberLeft
 from ..middleware.types import ChatMessage, GroupView, Mid
 
@@ -85,13 +86,6 @@ class GroupCreated:
 
 
 @dataclass(frozen=True, slots=True)
-class SyncProgressed:
-    gid: str
-    received: int
-    expected: int
-
-
-@dataclass(frozen=True, slots=True)
 class WarningRaised:
     gid: str
     text: str  # something the user should know (e.g. equivocation)
@@ -119,5 +113,5 @@ class CallFinished:
     error: Exception | None
 
 
-PeerEvent = (MessagesDelivered | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft | SyncProgressed
+PeerEvent = (MessagesDelivered | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft | SyncProgress
              | WarningRaised | MessagesUpdated | TopicChanged)

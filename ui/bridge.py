@@ -39,7 +39,7 @@ from ..middleware.runner import ManagerThread
 from ..middleware.types import ChatMessage, GroupView, Member, UsageError
 
 from .backend import (CallFinished, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
-                      MessagesUpdated, Peer, PeerEvent, SyncProgressed, TopicChanged, WarningRaised)
+                      MessagesUpdated, Peer, PeerEvent, SyncProgress, TopicChanged, WarningRaised)
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Backend(QObject):
         self._post(MemberLeft(gid, member))
 
     def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        self._post(SyncProgressed(gid, received, expected))
+        self._post(SyncProgress(gid, received, expected))
 
     def on_warning(self, gid: str, text: str) -> None:
         self._post(WarningRaised(gid, text))
@@ -176,7 +176,7 @@ class Backend(QObject):
                 self.member_joined.emit(gid, member)
             case MemberLeft(gid, member):
                 self.member_left.emit(gid, member)
-            case SyncProgressed(gid, received, expected):
+            case SyncProgress(gid, received, expected):
                 self.sync_progress.emit(gid, received, expected)
             case WarningRaised(gid, text):
                 self.warning.emit(gid, text)
