@@ -497,8 +497,9 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
     m = len(dictionary)
     mid_code, parent_code = codes[:rows], codes[rows:]
     key = gid_code * m + mid_code
-    if np.bincount(mid_code, minlength=m).max(initial=0) <= 1:
-        # Each mid once (one export, or generated logs): no copies, and no sort to find them.
+    each_mid_once = np.bincount(mid_code, minlength=m).max(initial=0) <= 1
+    if each_mid_once:
+        # One export, or generated logs: no copies, and no sort to find them.
         keep, copies, conflicts = None, np.ones(rows, dtype=np.int64), 0
     else:
         keep, copies, conflicts = merge_copies(table, key)
@@ -506,13 +507,14 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
     if keep is not None:
         table = table.take(pa.array(keep))
         key, gid_code, mid_code, parent_code = key[keep], gid_code[keep], mid_code[keep], parent_code[keep]
+        each_mid_once = np.bincount(mid_code, minlength=m).max(initial=0) <= 1
     n, n_groups = table.num_rows, len(gids)
 
     # Parent links: the row of the parent's mid in the same group.
     parent = table.column("parent")
     row_of_mid = np.full(m, -1, dtype=np.int64)
     row_of_mid[mid_code] = np.arange(n)
-    if np.bincount(mid_code, minlength=m).max(initial=0) <= 1:
+    if each_mid_once:
         # Each mid in one group only (the usual case): a direct lookup by mid code.
         position = row_of_mid[np.maximum(parent_code, 0)]
         found = (parent_code >= 0) & (position >= 0)
