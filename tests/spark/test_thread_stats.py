@@ -372,6 +372,27 @@ def test_definitions_on_a_hand_computed_log(spark, tmp_path):
     assert (summary["threads"], summary["mean_depth"], summary["invalid_messages"]) == (2, 2.0, 2)
 
 
+def test_summary_read_by_spark_equals_the_driver_reading_its_own_files(spark, tmp_path, monkeypatch):
+    # Output on hdfs:// or s3a:// has no local path: Spark reads the small summary files there.
+    lines = [line(G1, "a:1", None, ALICE, 0), line(G1, "b:1", "a:1", BOB, 10), line(G2, "c:1", None, CAROL, 5), "", "{"]
+    path = write_export(tmp_path, "small.jsonl", lines)
+    local = job.analyse(spark, [path], tmp_path / "local")
+    spark_reads = []
+    original = job._read_small
+
+    def through_spark(spark_, location, uri, spec, schema):
+        monkeypatch.setattr(location, "local_path", lambda _uri: None)
+        table = original(spark_, location, uri, spec, schema)
+        spark_reads.append(table.num_rows)
+        return table
+
+    monkeypatch.setattr(job, "_read_small", through_spark)
+    remote = job.analyse(spark, [path], tmp_path / "remote")
+    assert spark_reads and spark_reads[0] > 0
+    assert remote.summary == local.summary and remote.histograms == local.histograms
+    assert remote.group_names == local.group_names
+
+
 def test_rerun_replaces_the_old_output_and_a_failed_run_marks_nothing(spark, tmp_path, monkeypatch):
     first = write_export(tmp_path, "first.jsonl", [line(G1, "a:1", None, ALICE, 0), line(G1, "b:1", "a:1", BOB, 10)])
     out = tmp_path / "out"
