@@ -65,9 +65,10 @@ def build_session(master: str | None, driver_memory: str, archive=None):
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # That checksum lets Spark notice a map task whose retry wrote other rows. The job's
-        # map tasks hash-partition lines of files by a function of each line: a retry writes
-        # the same rows. It hashed every shuffled row (3 % of the JVM's samples at 10M).
+        # Spark 4's order-independent shuffle checksum notices a map task whose retry wrote
+        # other rows. This job's map tasks hash-partition lines of files by a function of each
+        # line, so a retry writes the same rows; the checksum hashed every shuffled row (3 % of
+        # the JVM's samples at 10M).
         .config("spark.sql.shuffle.orderIndependentChecksum.enabled", "false")
     )
     spark = builder.getOrCreate()
