@@ -275,6 +275,22 @@ def operation_counts(table, gid_code, n_groups) -> dict:
     }
 
 
+def _run_starts(ordered):
+    """Where each run of equal values begins in a sorted numpy array (positions ascending)."""
+    import numpy as np
+
+    fresh = np.ones(ordered.size, dtype=bool)
+    fresh[1:] = ordered[1:] != ordered[:-1]
+    return np.flatnonzero(fresh)
+
+
+def _each_once(codes, k) -> bool:
+    """Whether no code 0..k-1 occurs twice."""
+    import numpy as np
+
+    return np.bincount(codes, minlength=k).max(initial=0) <= 1
+
+
 def merge_copies(table, key):
     """Rows to keep, their copy counts and the number of conflicting keys.
 
@@ -290,7 +306,7 @@ def merge_copies(table, key):
 
     order = np.argsort(key, kind="stable")
     sorted_key = key[order]
-    starts = np.flatnonzero(np.r_[True, sorted_key[1:] != sorted_key[:-1]])
+    starts = _run_starts(sorted_key)
     counts = np.diff(np.r_[starts, key.size])
     if starts.size == key.size:
         return None, np.ones(key.size, dtype=np.int64), 0
@@ -305,7 +321,7 @@ def merge_copies(table, key):
         null_placement="at_start",
     ).to_numpy()
     ranked_key = key[rows][ranked]
-    group_start = np.flatnonzero(np.r_[True, ranked_key[1:] != ranked_key[:-1]])
+    group_start = _run_starts(ranked_key)
     winner_of = np.repeat(group_start, np.diff(np.r_[group_start, ranked.size]))
     mine = candidates.take(pa.array(ranked))
     winners = candidates.take(pa.array(ranked[winner_of]))
@@ -461,9 +477,8 @@ def reply_pairs(gid_code, sender_code, parent_pos, valid, n_senders, n_groups):
     # One row per distinct key, whichever: an unstable sort, not np.unique's stable one.
     by_key = np.argsort(key)
     sorted_key = key[by_key]
-    fresh = np.ones(key.size, dtype=bool)
-    fresh[1:] = sorted_key[1:] != sorted_key[:-1]
-    distinct, first = sorted_key[fresh], by_key[fresh]
+    starts = _run_starts(sorted_key)
+    distinct, first = sorted_key[starts], by_key[starts]
     position = np.minimum(np.searchsorted(distinct, back[first]), max(distinct.size - 1, 0))
     reciprocated = distinct[position] == back[first] if distinct.size else np.zeros(0, bool)
     pairs = np.bincount(g[first], minlength=n_groups).astype(np.int64)
@@ -505,7 +520,7 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
     m = len(dictionary)
     mid_code, parent_code = codes[:rows], codes[rows:]
     key = gid_code * m + mid_code
-    each_mid_once = np.bincount(mid_code, minlength=m).max(initial=0) <= 1
+    each_mid_once = _each_once(mid_code, m)
     if each_mid_once:
         # One export, or generated logs: no copies, and no sort to find them.
         keep, copies, conflicts = None, np.ones(rows, dtype=np.int64), 0
@@ -515,7 +530,7 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
     if keep is not None:
         table = table.take(pa.array(keep))
         key, gid_code, mid_code, parent_code = key[keep], gid_code[keep], mid_code[keep], parent_code[keep]
-        each_mid_once = np.bincount(mid_code, minlength=m).max(initial=0) <= 1
+        each_mid_once = _each_once(mid_code, m)
     n, n_groups = table.num_rows, len(gids)
 
     # Parent links: the row of the parent's mid in the same group.
