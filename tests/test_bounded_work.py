@@ -1,5 +1,6 @@
 """Work for members only, within budgets: the channel core alone and on the simulated LAN (no sockets)."""
 
+import gc
 import random
 import time
 
@@ -24,10 +25,18 @@ def test_a_member_nak_of_4900_ranges_costs_o_ranges():
     ranges = tuple((1 + i * 5_000, i * 5_000 + 4_999) for i in range(4_900))
     nak = wire.Nak(GID, ann.pid, ranges)
     assert len(wire.encode(bob.identity, nak)) > 50_000
-    began = time.process_time()
-    ann.channel.receive(bob.pid, nak, lan.now)
-    lan.settle(5)
-    assert time.process_time() - began <= BIG_NAK_CPU
+    # This thread's CPU only, with the heap of earlier tests frozen out of the garbage
+    # collector: in the whole suite, other threads and a full collection once made 0.04 s read 0.23 s.
+    gc.collect()
+    gc.freeze()
+    try:
+        began = time.thread_time()
+        ann.channel.receive(bob.pid, nak, lan.now)
+        lan.settle(5)
+        spent = time.thread_time() - began
+    finally:
+        gc.unfreeze()
+    assert spent <= BIG_NAK_CPU
     assert ann.channel.stats["repairs_sent"] == 1_000  # what it holds, once
 
 
