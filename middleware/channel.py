@@ -469,9 +469,14 @@ class GroupChannel:
             retracted.append(mid)
         return retracted
 
-    def start_sync(self, now: float) -> None:
-        """MSP: ask the group for what this peer missed (on join and on return)."""
-        self._sync_seqno += 1
+    def start_sync(self, now: float, wall: float | None = None) -> None:
+        """MSP: ask the group for what this peer missed (on join and on return).
+
+        ``wall`` (seconds since the epoch), given when the channel opens, starts the request
+        numbers at the wall clock's milliseconds: the members remember each requester's latest
+        number to drop stale copies, and a restarted peer counting again from 1 would be
+        dropped until its retries ran out."""
+        self._sync_seqno = max(self._sync_seqno + 1, 0 if wall is None else int(wall * 1000))
         self._sync_active = True
         self._sync_tries += 1
         self._sync_retry_at = now + SYNC_RETRY

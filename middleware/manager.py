@@ -61,7 +61,7 @@ class GroupManager(rules.OperationCalls):
         self.listener: GroupListener = listener or NullListener()
         store = Store(Path(config.data_dir) / "m2mc.sqlite3")
         name = rules.check_name(config.name) if config.name and config.name != store.name() else config.name
-        self.core = PeerCore(store, clock.now(), name, control_addr=config.control_addr, port=config.port,
+        self.core = PeerCore(store, clock.now(), name, wall=clock.wall(), control_addr=config.control_addr, port=config.port,
                              max_held=config.max_held, max_held_bytes=config.max_held_bytes,
                              rng=random.Random(config.seed))
         self.identity = self.core.identity

@@ -121,10 +121,11 @@ class PeerCore:
     # While the store cannot be written, flushes try again this often.
     STORAGE_RETRY = 1.0
 
-    def __init__(self, store: PeerStore, now: float, name: str | None = None, *,
+    def __init__(self, store: PeerStore, now: float, name: str | None = None, *, wall: float | None = None,
                  control_addr: str = CONTROL_ADDR, port: int = DEFAULT_PORT, max_held: int = DEFAULT_MAX_HELD,
                  max_held_bytes: int = DEFAULT_MAX_HELD_BYTES, rng: random.Random | None = None) -> None:
-        """``name``: the display name to use (already checked); None keeps the stored one."""
+        """``name``: the display name to use (already checked); None keeps the stored one.
+        ``wall``: the wall clock in seconds (``now`` if not given), for the groups' first sync requests."""
         self.store = store
         self.identity = store.identity()
         self.pid = self.identity.pid
@@ -162,7 +163,7 @@ class PeerCore:
             if key:
                 self.gjlp.keys[record.gid] = key
             if self.gjlp.is_member(record.gid):
-                self._open_channel(record.gid, next_seqno, now)
+                self._open_channel(record.gid, next_seqno, now, now if wall is None else wall)
         if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
             for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
                 store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
@@ -212,7 +213,7 @@ class PeerCore:
         if key:
             self.store.set_group_key(gid, key)
             self._ciphers[gid] = crypto.GroupCipher(key)
-        self._open_channel(gid, 1, None)
+        self._open_channel(gid, 1, None, wall)
         self.notices.on_group_created(gid)
         return gid
 
@@ -251,7 +252,7 @@ class PeerCore:
         if key is not None:
             self.store.set_group_key(gid, key)
             self._ciphers[gid] = crypto.GroupCipher(key)
-        self._open_channel(gid, None, now)
+        self._open_channel(gid, None, now, wall)
         return gid
 
     def leave(self, gid: str, wall: float) -> GroupRecord:
@@ -361,9 +362,9 @@ class PeerCore:
             raise rules.not_a_member(gid)
         return channel
 
-    def _open_channel(self, gid: str, next_seqno: int | None, sync_at: float | None) -> None:
+    def _open_channel(self, gid: str, next_seqno: int | None, sync_at: float | None, wall: float) -> None:
         """The group's channel; with ``sync_at`` (now) MSP asks for whatever the group said
-        while this peer was away (or before it joined)."""
+        while this peer was away (or before it joined), numbering its requests from ``wall``."""
         if next_seqno is None:
             next_seqno = self.store.next_seqno(gid)
         key = self.store.group_key(gid)
@@ -377,7 +378,7 @@ class PeerCore:
         channel.restore_conflicts(self.store.conflicts(gid))
         self.channels[gid] = channel
         if sync_at is not None:
-            channel.start_sync(sync_at)
+            channel.start_sync(sync_at, wall)
 
     # -- network input ----------------------------------------------------------------
 

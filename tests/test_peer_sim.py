@@ -76,7 +76,7 @@ def test_a_peer_killed_inside_a_flush_loses_nothing_and_reuses_no_seqno(kind, cr
     lan.restart(ann)
     after = lan.send(ann, gid, "back again", doomed)
     assert after[1] == doomed[1] + 1  # the seqno after the one it died with: none reused, none skipped
-    lan.settle(90.0)  # heartbeats and NAKs repair whatever the crash kept from going out
+    lan.settle(1.0)  # one sync round trip, well inside the first retry  # heartbeats and NAKs repair whatever the crash kept from going out
     answer = lan.send(cat, gid, "welcome back", after)  # cat holds ann's reply: its parent arrived
     lan.settle(5.0)
     check_consistent(lan, gid, {hello, reply, doomed, after, answer})
@@ -158,3 +158,21 @@ def test_the_simulator_kills_for_real(tmp_path):
         assert ann.core.channels[gid].next_seqno == 1
         for node in lan.nodes:
             node.store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_restarted_peer_is_answered_at_its_first_sync_request(kind, tmp_path):
+    """The members remember each requester's latest sync request number (the PSSIT) to drop
+    stale copies; a restarted peer's numbers must not look like those of its previous run."""
+    lan, gid = conversation(kind, tmp_path)
+    away = lan.nodes[2]
+    lan.run(away, lambda core: core.resync(lan.now))  # a second run of MSP in its first life
+    lan.settle(5.0)
+    lan.kill(away)
+    missed = {lan.send(lan.nodes[i % 2], gid, f"while away {i}") for i in range(20)}
+    lan.settle(120.0)  # the senders' heartbeats have fallen silent: only MSP can tell it
+    lan.restart(away)
+    lan.settle(1.0)  # one sync round trip, well inside the first retry
+    assert missed <= {m.mid for m in away.history(gid)}
+    for node in lan.nodes:
+        node.store.close()
