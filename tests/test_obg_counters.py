@@ -8,6 +8,9 @@ The namespace-LAN version is ``tests/test_lan_operation_counters.py``.
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -225,3 +228,27 @@ def test_a_members_operation_at_the_counter_limit_freezes_nothing_also_after_a_r
         assert shown(again, gid, hello)[:2] == ("edited twice", 2)
     finally:
         (again or ann).store.close()
+
+
+def test_a_refused_operation_of_ours_is_a_json_rpc_error_not_a_mid(tmp_path, monkeypatch):
+    asyncio.run(_refused_over_json_rpc(tmp_path, monkeypatch))
+
+
+async def _refused_over_json_rpc(tmp_path, monkeypatch):
+    from m2mc.app.peer import JsonRpcPeer
+
+    peer = JsonRpcPeer(lambda line: None)
+    peer.manager = GroupManager(Config(tmp_path / "p", name="Pat", iface="127.0.0.1", zeroconf=False), peer)
+    try:
+        gid = peer.manager.create_group("rpc")
+        monkeypatch.setattr(peer.manager.core.ops(gid).core, "stamp", lambda *args: (None, MAX_COUNTER))
+        request = {"jsonrpc": "2.0", "id": 7, "method": "set_topic", "params": {"gid": gid, "text": "lunch"}}
+        answer = peer.handle_line(json.dumps(request))
+        answer = await answer if isinstance(answer, asyncio.Future) else answer
+        assert "result" not in answer
+        assert answer["error"]["code"] == -32000
+        assert answer["error"]["message"].startswith("topic refused: counter out of range")
+        peer.manager.flush()
+        assert peer.manager.history(gid) == [] and peer.manager.topic(gid) == ("", "")
+    finally:
+        peer.manager.store.close()
