@@ -11,8 +11,9 @@ orders it against the other operations on its object.  Its text is
 
 ``kind`` is ``edit``, ``delete``, ``react``, ``pin`` or ``topic``; ``seen`` the
 operation on the same object its author had delivered last (``"pid:seqno"``
-or null); ``counter`` its Lamport counter.  A message whose text does not
-start with the marker is a chat message, so the old format reads unchanged.
+or null); ``counter`` its Lamport counter, 1 .. 2**53 - 1 (``obg.MAX_COUNTER``).
+A message whose text does not start with the marker is a chat message, so
+the old format reads unchanged.
 
 Sans-I/O: :class:`GroupOperations` takes delivered messages and returns what
 changed; the caller sends, stores and notifies.
@@ -167,6 +168,11 @@ class GroupOperations:
         if kind == "react" and not 0 < len(emoji) <= MAX_EMOJI:
             raise UsageError(f"emoji must be 1..{MAX_EMOJI} characters")
         seen, counter = self.core.stamp(kind, target, author, emoji)
+        # the seqno is not known yet; no rule looks at it but "names itself", and seqnos start at 1
+        draft = Operation((author, 0), kind, target, seen, counter, text=text, emoji=emoji, on=on)
+        refusal = self.core.refusal(draft)
+        if refusal is not None:  # an error now, never a mid for an operation no member would apply
+            raise UsageError(f"{kind} refused: {refusal}")
         return encode(kind, seen, counter, text, emoji, on)
 
     def view(self, message: ChatMessage) -> ChatMessage:

@@ -18,15 +18,38 @@ Each operation names its object and the operation it saw last on that object
 operation once the message it targets and the operation it names are
 delivered; nothing else makes it wait.  Concurrent conflicting operations
 (two that saw the same version) are settled by one rule every member applies:
-the higher ``(counter, pid)`` wins.  The resulting state is a function of the
-*set* of delivered operations, so every member that delivered the same set
-shows the same text, reactions, pins and topic, whatever the arrival order.
+the higher rank wins, where the rank is ``(effective counter, pid, seqno)`` and
+the effective counter is ``max(counter, seen's effective counter + 1)``.  The
+resulting state is a function of the *set* of delivered operations, so every
+member that delivered the same set shows the same text, reactions, pins and
+topic, whatever the arrival order.
+
+Counters an attacker picks.  The counter is what the author *claims*; the
+wire bounds it (``0 < counter < MAX_COUNTER``, refused where it enters), and
+nothing else about it can refuse an operation.  Until issue 26 an operation
+also had to carry a counter above the one it named, and one member's counter
+of 2**53 - 1 made every later operation need 2**53: refused everywhere, for
+good.  Now the order along a chain comes from the chain itself (the effective
+counter, computed by the receiver, is unbounded), and ``stamp`` never goes past
+``MAX_COUNTER - 1``, so a huge counter buys at most the ties against
+operations that did not see it; the next operation that saw it outranks it.
+For honest histories (every counter above the one it names) the effective
+counter is the counter, so the state is the one the old rule gave.  We chose
+this over the two other ways out: refusing counters far above the receiver's
+clock makes refusal depend on what each receiver has seen (a peer that missed
+operations would refuse ones the others took, and a patient attacker still
+climbs 2**20 per operation), and a counter per object still lets one
+operation freeze an object, and the topic is one object for the whole group.
+Neither the effective counter nor any other rule depends on the receiver's
+clock, so replaying the store at start-up, and operations relayed by others,
+give the same state as live delivery.
 
 Rules that reject an operation depend only on the operation and the one it
 names, so every member rejects the same ones: an edit or delete by anyone but
 the message's author, an operation naming itself, one naming an operation on
-another object or one with a counter not above the named one's.  Dependants of
-a rejected operation are rejected too.
+another object, and one with a counter out of range.  Dependants of a rejected
+operation are rejected too.  ``refusal`` says in advance whether, and why, an
+operation would be refused: the caller checks its own before sending it.
 
 Held operations are bounded by count and bytes.  Past either bound the oldest
 held one is evicted: it is forgotten, not marked as seen, so it is accepted
@@ -46,10 +69,14 @@ from typing import Callable
 
 Mid = tuple[str, int]
 OpId = tuple[str, int]
+Rank = tuple[int, str, int]
+"""``(effective counter, pid, seqno)``: the seqno only breaks ties between two operations of
+one author that did not see each other (a restored data dir)."""
 
 KINDS = ("edit", "delete", "react", "pin", "topic")
 MAX_COUNTER = 2**53
-"""Counters beyond this are rejected: a member cannot win every conflict forever by one huge value."""
+"""A counter on the wire is below this (JSON's exact integers), refused otherwise.  It costs no
+one anything: ranks use the effective counter, which any successor raises past it."""
 
 
 class ObgError(ValueError):
@@ -80,15 +107,6 @@ class Operation:
     @property
     def object_key(self) -> tuple:
         return object_key(self.kind, self.target, self.author, self.emoji)
-
-    @property
-    def rank(self) -> tuple[int, str, int]:
-        """The conflict rule: of two concurrent operations on one object, the higher rank wins.
-
-        ``(counter, pid)``, then the seqno, which only breaks ties between two
-        operations of one author that did not see each other (a restored data dir).
-        """
-        return (self.counter, self.op_id[0], self.op_id[1])
 
 
 def object_key(kind: str, target: Mid | None, author: str, emoji: str = "") -> tuple:
@@ -156,6 +174,7 @@ class ObgCore:
         self.max_held = max_held
         self.max_held_bytes = max_held_bytes
         self._ops: dict[OpId, Operation] = {}  # delivered operations
+        self._ranks: dict[OpId, Rank] = {}  # delivered id -> its rank (see the module's docstring)
         self._winner: dict[tuple, Operation] = {}  # object key -> winning (highest-rank) operation
         # held id -> (operation, bytes, what it waits for), oldest first
         self._held: OrderedDict[OpId, tuple[Operation, int, tuple]] = OrderedDict()
@@ -176,7 +195,21 @@ class ObgCore:
     def stamp(self, kind: str, target: Mid | None, author: str, emoji: str = "") -> tuple[OpId | None, int]:
         """``(seen, counter)`` for a new operation by ``author``: what it names, and its counter."""
         winner = self._winner.get(object_key(kind, target, author, emoji))
-        return (winner.op_id if winner else None), self.clock + 1
+        # past the wire's limit the effective counter still orders it after what it names
+        return (winner.op_id if winner else None), min(self.clock + 1, MAX_COUNTER - 1)
+
+    def refusal(self, op: Operation) -> str | None:
+        """Why ``op`` would be refused if it came now, or None; changes nothing."""
+        try:
+            check_operation(op)
+        except ObgError as exc:
+            return str(exc)
+        if op.op_id in self._rejected:
+            return "it was refused before"
+        blocker = self._blocker(op)
+        if blocker is not None and blocker[0] == "rejected":
+            return f"it names operation {blocker[1][0]}:{blocker[1][1]}, which was refused or is on another object"
+        return None
 
     # -- input ----------------------------------------------------------------------
 
@@ -220,6 +253,10 @@ class ObgCore:
 
     def is_delivered(self, op_id: OpId) -> bool:
         return op_id in self._ops
+
+    def rank(self, op_id: OpId) -> Rank | None:
+        """A delivered operation's rank: of two concurrent operations on one object, the higher wins."""
+        return self._ranks.get(op_id)
 
     def delivered_ops(self) -> list[Operation]:
         return list(self._ops.values())
@@ -284,7 +321,7 @@ class ObgCore:
             seen = self._ops.get(op.seen)
             if seen is None:
                 return ("op", op.seen)
-            if seen.object_key != op.object_key or seen.counter >= op.counter:
+            if seen.object_key != op.object_key:
                 return ("rejected", op.seen)
         if op.target is not None and not self._message_delivered(op.target):
             return ("msg", op.target)
@@ -323,7 +360,9 @@ class ObgCore:
 
     def _apply(self, op: Operation) -> None:
         self._ops[op.op_id] = op
-        self.clock = max(self.clock, op.counter)
+        effective = op.counter if op.seen is None else max(op.counter, self._ranks[op.seen][0] + 1)
+        rank = self._ranks[op.op_id] = (effective, op.op_id[0], op.op_id[1])
+        self.clock = max(self.clock, effective)
         key = op.object_key
         target = op.target
         if target is None:  # the topic: nothing per message
@@ -335,7 +374,8 @@ class ObgCore:
         winner = self._winner.get(key)
         if op.kind == "edit" and winner is not None and winner.kind == "delete":
             return  # a delete absorbs every edit, whatever their ranks
-        if winner is not None and winner.rank >= op.rank and not (op.kind == "delete" and winner.kind == "edit"):
+        if winner is not None and self._ranks[winner.op_id] >= rank \
+                and not (op.kind == "delete" and winner.kind == "edit"):
             return
         self._winner[key] = op
         if op.kind == "react" and target is not None:

@@ -163,16 +163,24 @@ def test_malformed_operations_get_a_clear_error(op, message):
     assert obg.rejected == 1 and obg.pending == 0
 
 
-def test_naming_another_objects_operation_or_a_lower_counter_is_rejected_with_its_dependants():
+def test_naming_another_objects_operation_is_rejected_with_its_dependants():
     obg = core()
     obg.receive(Operation((A, 2), "pin", MSG_A, None, 5))
     wrong_object = Operation((B, 2), "topic", None, (A, 2), 6, text="x")
-    low_counter = Operation((B, 3), "pin", MSG_A, (A, 2), 5, on=False)
     dependant = Operation((B, 4), "topic", None, (B, 2), 7, text="y")
     assert obg.receive(dependant) == []  # held for (B, 2)
-    assert obg.receive(wrong_object) == [] and obg.receive(low_counter) == []
-    assert obg.rejected == 3 and obg.pending == 0
+    assert obg.receive(wrong_object) == []
+    assert obg.rejected == 2 and obg.pending == 0
     assert obg.topic().text == "" and obg.state(MSG_A).pinned
+
+
+def test_an_operation_with_a_counter_not_above_the_one_it_names_still_outranks_it():
+    obg = core()
+    obg.receive(Operation((A, 2), "pin", MSG_A, None, 5))
+    low_counter = Operation((B, 3), "pin", MSG_A, (A, 2), 5, on=False)
+    assert obg.receive(low_counter) == [low_counter]
+    assert obg.rank((B, 3)) == (6, B, 3) and not obg.state(MSG_A).pinned
+    assert obg.rejected == 0
 
 
 # -- bounded memory -------------------------------------------------------------------
@@ -264,18 +272,24 @@ def snapshot(obg: ObgCore):
 def expected_snapshot(history: list[Operation]):
     """The state the rules define, computed straight from the set of operations (not by the core)."""
     valid = [op for op in history if op.kind not in ("edit", "delete") or op.target[0] == op.author]
+    by_id = {op.op_id: op for op in valid}
+
+    def rank(op: Operation) -> tuple:
+        effective = op.counter if op.seen is None else max(op.counter, rank(by_id[op.seen])[0] + 1)
+        return (effective, op.op_id[0], op.op_id[1])
+
     best: dict[tuple, Operation] = {}
     for op in valid:
         key = op.object_key
         if key[0] == "text":
             continue
-        if key not in best or op.rank > best[key].rank:
+        if key not in best or rank(op) > rank(best[key]):
             best[key] = op
     states = {}
     for mid in MESSAGES:
         edits = [op for op in valid if op.kind == "edit" and op.target == mid]
         deleted = any(op.kind == "delete" and op.target == mid for op in valid)
-        text = "" if deleted else (max(edits, key=lambda op: op.rank).text if edits else "original")
+        text = "" if deleted else (max(edits, key=rank).text if edits else "original")
         reactions: dict[str, list[str]] = {}
         for key, op in sorted(best.items(), key=lambda item: str(item[0])):
             if key[0] == "react" and key[1] == mid and op.on:
