@@ -420,8 +420,8 @@ class Gjlp:
                     self._apply(record, member)
                 if sender != self.pid:
                     self._suppress_if_covered(info)
-                    if info.gid in self._joining and record.is_current(sender):
-                        self._note_acknowledgement(record, info)
+                    if info.gid in self._joining:
+                        self._note_acknowledgement(record, sender, info)
         elif isinstance(message, (wire.Join, wire.Leave)):
             record = self.groups.get(message.record.gid)
             if message.record.joined != isinstance(message, wire.Join):
@@ -448,9 +448,13 @@ class Gjlp:
         if waiting is not None:
             self._apply(record, waiting)
 
-    def _note_acknowledgement(self, record: GroupRecord, info: wire.GroupInfo) -> None:
+    def _note_acknowledgement(self, record: GroupRecord, sender: str, info: wire.GroupInfo) -> None:
+        """Acknowledged by a member: one we hold, or one whose own joined record is in its answer
+        (in a full group, the answer's records beyond the cap are not taken here)."""
         own = record.members.get(self.pid)
-        if own is not None and any(m.pid == self.pid and m.counter >= own.counter for m in info.members):
+        if own is None or not any(m.pid == self.pid and m.counter >= own.counter for m in info.members):
+            return
+        if record.is_current(sender) or any(m.pid == sender and m.joined for m in info.members):
             del self._joining[record.gid]
 
     def _accept_descriptor(self, info: wire.GroupInfo, stamp: float) -> GroupRecord | None:

@@ -136,3 +136,14 @@ def test_a_peer_that_joins_while_nobody_is_online_gets_a_warning():
     lan.settle(ACK_TIMEOUT + 1)
     (warning,) = cat.recorder.warnings
     assert "no member of 'Quiet room' has acknowledged your join" in warning and "online" in warning
+
+
+def test_a_member_answering_for_a_full_group_acknowledges_even_if_its_record_did_not_fit(small_cap):
+    me, p, d = joined_peer()
+    fill(p, d, CAP - 2)
+    p.events()
+    bob = crypto.Identity.generate()
+    p.receive(bob.pid, info(d, wire.sign_member(bob, d.gid, "Bob", 1, True), p.groups[d.gid].members[me.pid]), 2.5)
+    assert not p.groups[d.gid].is_current(bob.pid)  # refused here: the table is full of unheard records
+    p.handle_timer(2.0 + ACK_TIMEOUT + 1)
+    assert p.events() == [] and p.joins_unacknowledged == 0
