@@ -19,8 +19,32 @@ Who may change what (the Matrix and Briar rule: authority is checked on receipt)
   comparison.  In a private group, members also check each record's key proof.
 - Nobody changes this peer's own entry: a record of ours that we did not expect
   (newer than ours: our store lost a change) makes us re-sign our own state above it.
-- At most MAX_MEMBERS records are kept per group and MAX_GROUPS groups are known;
-  beyond that, new ones are refused and counted.
+
+Every cap says who gives way when it is full (issue 26: nobody is locked out unheard):
+- **Joined records, MAX_MEMBERS per group.**  Only current members count.  A record
+  whose owner this peer has *heard* (a verified datagram of the owner's on the group's
+  channel: a message, heartbeat, NAK or sync request, reported by :meth:`Gjlp.heard`)
+  takes the place of the most recently added record whose owner was never heard; a
+  record of an unheard owner is refused (``member_records_refused``) and kept in a
+  small table (MAX_REFUSED per group) until its owner is heard.  So a flood of fresh
+  keys that never speak fills only what nobody real needs, and gives way to whoever
+  speaks; a flood that keeps speaking costs the attacker a stream of datagrams per key.
+- **Left records, MAX_LEFT per group,** do not count against MAX_MEMBERS.  A new left
+  record of an unknown pid is refused when full; a member leaving always is recorded,
+  the most recently added left record of an unheard owner giving way first.
+- **Records of groups this peer is not in, MAX_OUTSIDE_RECORDS in all.**  When full, a
+  group holding fewer than its fair share (the budget over the groups known) takes a
+  record from the group that holds the most, so a flood in some groups cannot leave a
+  new group at 0 members; a group at or above its share is refused.
+- **Groups, MAX_GROUPS.**  The least recently seen group this peer neither joined nor
+  created gives way; when only those are left, a new group is refused (``groups_refused``).
+
+A peer that joins is told when nobody hears it: until another current member's
+GROUPS_INFO names its record (the answer to the ADV that a join sends), it repeats its
+JOIN and an ADV for that gid (JOIN_RETRIES, doubling from JOIN_RETRY), and after
+ACK_TIMEOUT it reports :class:`JoinUnacknowledged` (the app shows it as a warning).
+Nothing new is sent to it by others: the members' ADV answers, rate-bounded by
+ANSWER_INTERVAL, are what acknowledge it, so a refusal gives an attacker no amplifier.
 
 Beyond the thesis, answers to an advertisement wait a random jitter, and a group
 is dropped from a pending answer when another peer's answer already said the
@@ -38,7 +62,15 @@ from dataclasses import dataclass, field
 from . import crypto, wire
 from .types import GroupView, Member, UsageError
 
-MAX_MEMBERS = 1_000  # member records (joined or left) kept per group
+MAX_MEMBERS = 1_000  # current members' records kept per group (left ones do not count)
+MAX_LEFT = 1_000  # records of members who left, kept per group (so a replayed JOIN cannot revive them)
+MAX_REFUSED = 64  # refused records per group kept until their owner is heard (the most recent)
+MAX_HEARD_STRANGERS = 256  # per group, pids without a record heard on the channel lately
+# A joiner is acknowledged when another member's GROUPS_INFO names its record; until then it
+# repeats its JOIN after JOIN_RETRY s, doubling, JOIN_RETRIES times, and is warned after ACK_TIMEOUT s.
+JOIN_RETRY = 1.0
+JOIN_RETRIES = 2
+ACK_TIMEOUT = 5.0
 MAX_GROUPS = 1_000  # groups known at once; joined ones are never evicted for new ones
 # Member records held for groups this peer is not in (shown in the discovery list only):
 # without this, 1,000 groups of 1,000 records each would hold about half a gigabyte.
@@ -98,7 +130,24 @@ class MemberUpdated:
     member: Member
 
 
-Event = GroupSeen | MemberJoined | MemberLeft | MemberUpdated
+@dataclass(frozen=True, slots=True)
+class MemberGaveWay:
+    """A record of an owner never heard was dropped for a heard newcomer (MAX_MEMBERS)."""
+
+    gid: str
+    member: Member
+
+
+@dataclass(frozen=True, slots=True)
+class JoinUnacknowledged:
+    """No other member acknowledged this peer's join within ACK_TIMEOUT; ``full``: the
+    group holds MAX_MEMBERS records here, so members may be refusing it."""
+
+    gid: str
+    full: bool
+
+
+Event = GroupSeen | MemberJoined | MemberLeft | MemberUpdated | MemberGaveWay | JoinUnacknowledged
 
 
 @dataclass(slots=True)
@@ -121,6 +170,12 @@ class GroupRecord:
     sources: set[str] = field(default_factory=set)
     member_count_hint: int = 0  # from zeroconf, when no member list is known
     legacy: bool = False
+    # Learnt from the group's channel while this peer runs (never stored): owners of records
+    # heard, pids heard without a record (the most recent), refused records waiting for
+    # their owner to be heard.
+    heard: set[str] = field(default_factory=set)
+    heard_strangers: dict[str, None] = field(default_factory=dict)
+    refused: dict[str, wire.MemberRecord] = field(default_factory=dict)
 
     @classmethod
     def from_descriptor(cls, gid: str, descriptor: wire.GroupDescriptor) -> GroupRecord:
@@ -142,6 +197,9 @@ class GroupRecord:
         """Whether ``pid`` is a current member (one dict look-up: called for every datagram)."""
         record = self.members.get(pid)
         return record is not None and record.joined
+
+    def joined_count(self) -> int:
+        return sum(r.joined for r in self.members.values())
 
     def current(self) -> tuple[Member, ...]:
         return tuple(Member(p, r.name, r.counter) for p, r in sorted(self.members.items()) if r.joined)
@@ -166,6 +224,15 @@ class GroupRecord:
             verified=self.verified, legacy=self.legacy,
             creator=crypto.pid_of(self.descriptor.creator_key) if self.descriptor else "",
         )
+
+
+@dataclass(slots=True)
+class _JoinWait:
+    """This peer's join of a group, until another member acknowledges it."""
+
+    retry_at: float
+    deadline: float
+    retries: int = 0
 
 
 def _info_size(info: wire.GroupInfo) -> int:
@@ -207,7 +274,11 @@ class Gjlp:
         self.descriptor_conflicts = 0  # the same, for a gid already known: nothing changes
         self.member_records_rejected = 0  # bad signature, or no valid key proof in a private group
         self.member_records_stale = 0  # replays and records older than the one held
-        self.member_records_refused = 0  # a group already holds MAX_MEMBERS records
+        self.member_records_refused = 0  # a cap was full and nothing could give way
+        self.member_records_given_way = 0  # unheard owners' records dropped for heard newcomers
+        self.joins_unacknowledged = 0
+        self._joining: dict[str, _JoinWait] = {}  # gid -> this peer's join waiting for an acknowledgement
+        self._donor: str | None = None  # the outside group that gave a record last (a cache)
         self.groups_refused = 0  # MAX_GROUPS reached
 
     # -- user calls ---------------------------------------------------------
@@ -226,7 +297,8 @@ class Gjlp:
         self._outbox.append(wire.GroupsInfo(tuple(record.to_wire())))
         return record
 
-    def join(self, gid: str, now: float, key: bytes | None = None) -> GroupRecord:
+    def join(self, gid: str, now: float, key: bytes | None = None, wall: float | None = None) -> GroupRecord:
+        """Join ``gid``; ``now`` is the deadline clock, ``wall`` (``now`` if not given) stamps ``last_seen``."""
         record = self.groups[gid]
         if not record.verified:
             raise ValueError(f"group {gid} has no verified descriptor")
@@ -241,8 +313,9 @@ class Gjlp:
         if own is not None and own.joined:
             return record
         record.members[self.pid] = self._sign(gid, own.counter + 1 if own else 1, True)
-        record.last_seen = now
+        record.last_seen = now if wall is None else wall
         self._outbox.append(wire.Join(record.members[self.pid]))
+        self._joining[gid] = _JoinWait(now + JOIN_RETRY, now + ACK_TIMEOUT)
         self._count_outside()
         return record
 
@@ -254,6 +327,7 @@ class Gjlp:
         record.members[self.pid] = self._sign(gid, own.counter + 1, False)
         record.last_seen = now
         self._answer_gids.discard(gid)
+        self._joining.pop(gid, None)
         self._outbox.append(wire.Leave(record.members[self.pid]))
         self._count_outside()
 
@@ -346,6 +420,8 @@ class Gjlp:
                     self._apply(record, member)
                 if sender != self.pid:
                     self._suppress_if_covered(info)
+                    if info.gid in self._joining:
+                        self._note_acknowledgement(record, sender, info)
         elif isinstance(message, (wire.Join, wire.Leave)):
             record = self.groups.get(message.record.gid)
             if message.record.joined != isinstance(message, wire.Join):
@@ -353,6 +429,33 @@ class Gjlp:
             elif record is not None and record.verified:
                 self._apply(record, message.record)
                 record.last_seen = stamp
+
+    def heard(self, gid: str, pid: str) -> None:
+        """``pid`` sent a verified datagram on ``gid``'s channel (a message, heartbeat, NAK or
+        sync request): its record, or the one it sends next, is preferred by the caps."""
+        record = self.groups.get(gid)
+        if record is None or pid == self.pid:
+            return
+        if pid in record.members:
+            record.heard.add(pid)
+            return
+        waiting = record.refused.pop(pid, None)
+        strangers = record.heard_strangers
+        strangers.pop(pid, None)
+        strangers[pid] = None  # the most recent last
+        if len(strangers) > MAX_HEARD_STRANGERS:
+            del strangers[next(iter(strangers))]
+        if waiting is not None:
+            self._apply(record, waiting)
+
+    def _note_acknowledgement(self, record: GroupRecord, sender: str, info: wire.GroupInfo) -> None:
+        """Acknowledged by a member: one we hold, or one whose own joined record is in its answer
+        (in a full group, the answer's records beyond the cap are not taken here)."""
+        own = record.members.get(self.pid)
+        if own is None or not any(m.pid == self.pid and m.counter >= own.counter for m in info.members):
+            return
+        if record.is_current(sender) or any(m.pid == sender and m.joined for m in info.members):
+            del self._joining[record.gid]
 
     def _accept_descriptor(self, info: wire.GroupInfo, stamp: float) -> GroupRecord | None:
         record = self.groups.get(info.gid)
@@ -394,13 +497,29 @@ class Gjlp:
                 self.member_records_stale += 1
             return
         outside = not self.is_member(gid)
-        if old is None and pid != self.pid and (len(record.members) >= MAX_MEMBERS
-                                                or outside and self._outside_records >= MAX_OUTSIDE_RECORDS):
-            self.member_records_refused += 1
-            return
+        give_way: tuple[GroupRecord, str] | None = None
+        if pid != self.pid:
+            entering = member.joined and (old is None or not old.joined)
+            if entering and len(record.members) >= MAX_MEMBERS and record.joined_count() >= MAX_MEMBERS:
+                victim = self._unheard_member(record) if pid in record.heard_strangers else None
+                if victim is None:
+                    self._refuse(record, member)
+                    return
+                give_way = (record, victim)
+            elif (old is None and not member.joined and len(record.members) >= MAX_LEFT
+                  and len(record.members) - record.joined_count() >= MAX_LEFT):
+                self._refuse(record, member)
+                return
+            if old is None and give_way is None and outside and self._outside_records >= MAX_OUTSIDE_RECORDS:
+                give_way = self._outside_donor(record)
+                if give_way is None:
+                    self._refuse(record, member)
+                    return
         if not wire.verify_member(member) or not self._key_proof_holds(record, member):
             self.member_records_rejected += 1
             return
+        if give_way is not None:
+            self._give_way(*give_way)
         if pid == self.pid:
             # Ours, signed by us, newer than what we hold: our store lost a change.  Only
             # this peer decides its membership, so it re-signs its own state above it.
@@ -411,11 +530,65 @@ class Gjlp:
             return
         record.members[pid] = member
         self._outside_records += outside and old is None
+        if pid in record.heard_strangers:  # heard before its record came: heard now
+            del record.heard_strangers[pid]
+            record.heard.add(pid)
+        if old is not None and old.joined and not member.joined:
+            self._trim_left(record, pid)
         shown = Member(pid, member.name, member.counter)
         if old is None or old.joined != member.joined:
             self._events.append(MemberJoined(gid, shown) if member.joined else MemberLeft(gid, shown))
         else:
             self._events.append(MemberUpdated(gid, shown))
+
+    def _refuse(self, record: GroupRecord, member: wire.MemberRecord) -> None:
+        """A cap is full: counted, and kept (unverified, the most recent MAX_REFUSED) until
+        its owner is heard on the group's channel."""
+        self.member_records_refused += 1
+        if record.verified and self.is_member(record.gid):
+            refused = record.refused
+            refused.pop(member.pid, None)
+            refused[member.pid] = member
+            if len(refused) > MAX_REFUSED:
+                del refused[next(iter(refused))]
+
+    def _unheard_member(self, record: GroupRecord) -> str | None:
+        """The most recently added current member whose owner was never heard: a flood's
+        records came after the group's real members."""
+        for pid, member in reversed(record.members.items()):
+            if member.joined and pid not in record.heard and pid != self.pid:
+                return pid
+        return None
+
+    def _outside_donor(self, record: GroupRecord) -> tuple[GroupRecord, str] | None:
+        """For a group under its fair share of MAX_OUTSIDE_RECORDS: a record of the outside
+        group that holds the most (its most recently added one)."""
+        share = MAX_OUTSIDE_RECORDS // max(1, len(self.groups))
+        if len(record.members) >= share:
+            return None
+        donor = self.groups.get(self._donor) if self._donor else None
+        if donor is None or len(donor.members) <= share or self.is_member(donor.gid):
+            outside = [r for r in self.groups.values() if r is not record and r.members and not self.is_member(r.gid)]
+            donor = max(outside, key=lambda r: len(r.members), default=None)
+            if donor is None or len(donor.members) <= len(record.members) + 1:
+                return None
+            self._donor = donor.gid
+        return donor, next(pid for pid in reversed(donor.members) if pid != self.pid)
+
+    def _give_way(self, record: GroupRecord, pid: str) -> None:
+        member = record.members.pop(pid)
+        record.heard.discard(pid)
+        self._outside_records -= not self.is_member(record.gid)
+        self.member_records_given_way += 1
+        self._events.append(MemberGaveWay(record.gid, Member(pid, member.name, member.counter)))
+
+    def _trim_left(self, record: GroupRecord, leaving: str) -> None:
+        """A member left: past MAX_LEFT left records, an unheard owner's (the most recent) goes first."""
+        left = [pid for pid, r in record.members.items() if not r.joined and pid != leaving]
+        if len(left) < MAX_LEFT:
+            return
+        unheard = [pid for pid in left if pid not in record.heard]
+        self._give_way(record, (unheard or left)[-1])
 
     def _key_proof_holds(self, record: GroupRecord, member: wire.MemberRecord) -> bool:
         if not record.private:
@@ -450,9 +623,26 @@ class Gjlp:
 
     def get_timer(self) -> float | None:
         timers = [t for t in (self._answer_at, self._fetch_at) if t is not None]
+        timers += [min(w.retry_at, w.deadline) for w in self._joining.values()]
         return min(timers) if timers else None
 
+    def _check_joins(self, now: float) -> None:
+        for gid, wait in list(self._joining.items()):
+            if not self.is_member(gid):
+                del self._joining[gid]
+            elif now >= wait.deadline:
+                del self._joining[gid]
+                self.joins_unacknowledged += 1
+                self._events.append(JoinUnacknowledged(gid, self.groups[gid].joined_count() >= MAX_MEMBERS))
+            elif now >= wait.retry_at:
+                # Unheard so far: the JOIN may have been lost, or refused before we were heard.
+                self._outbox += [wire.Join(self.groups[gid].members[self.pid]), wire.Adv(self.name, (gid,))]
+                wait.retries += 1
+                wait.retry_at = (now + JOIN_RETRY * 2 ** wait.retries if wait.retries < JOIN_RETRIES
+                                 else float("inf"))
+
     def handle_timer(self, now: float) -> None:
+        self._check_joins(now)
         if self._fetch_at is not None and now >= self._fetch_at:
             wanted = sorted(gid for gid in self._wanted if gid in self.groups and not self.groups[gid].verified)
             self._wanted.clear()

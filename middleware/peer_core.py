@@ -35,7 +35,8 @@ from typing import Callable, NamedTuple
 from . import crypto, rules, wire
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
-from .gjlp import Gjlp, GroupRecord, GroupSeen, MemberJoined, MemberLeft, MemberUpdated, group_address
+from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
+                   MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import Presence
 from .store_api import PeerStore
@@ -245,7 +246,7 @@ class PeerCore:
     def join(self, record: GroupRecord, key: bytes | None, now: float, wall: float) -> str:
         """Join ``record`` (found :meth:`joinable`; ``key`` checked if private)."""
         gid = record.gid
-        self.gjlp.join(gid, wall, key)
+        self.gjlp.join(gid, now, key, wall=wall)
         self.gjlp.advertise()  # the members' answers tell us who they are: we take datagrams only from them
         self.store.save_group(record)
         self.store.save_members(gid, record.members.values())  # what was known before joining, once
@@ -403,6 +404,7 @@ class PeerCore:
             self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
         else:
             channel.receive(envelope.sender, message, now, envelope.public_key, wall)
+            self.gjlp.heard(channel.gid, envelope.sender)  # the member caps prefer whoever speaks
 
     def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float) -> None:
         self.gjlp.note_zeroconf(gid, desc, private, member_count, now, wall)
@@ -534,6 +536,11 @@ class PeerCore:
                 membership_changed.add(event.gid)
             elif isinstance(event, MemberUpdated):
                 changed_groups.setdefault(event.gid, False)
+            elif isinstance(event, MemberGaveWay):
+                membership_changed.add(event.gid)
+            elif isinstance(event, JoinUnacknowledged):
+                self.notices.on_warning(event.gid, _unacknowledged_warning(self.gjlp.groups[event.gid].desc,
+                                                                          event.full))
         for gid in membership_changed:
             changed_groups.setdefault(gid, False)
             if gid in self.channels:
@@ -663,11 +670,22 @@ class PeerCore:
             "member_records_rejected": self.gjlp.member_records_rejected,
             "member_records_stale": self.gjlp.member_records_stale,
             "member_records_refused": self.gjlp.member_records_refused,
+            "member_records_given_way": self.gjlp.member_records_given_way,
+            "joins_unacknowledged": self.gjlp.joins_unacknowledged,
             "groups_refused": self.gjlp.groups_refused,
             "plaintext_refused": self.plaintext_refused,
             "storage_error": self.storage_error,
             "unstored": len(self._unstored),
         }
+
+
+def _unacknowledged_warning(desc: str, full: bool) -> str:
+    if full:
+        return (f"no member of {desc!r} has acknowledged your join within {ACK_TIMEOUT:.0f} s: the group holds "
+                f"{MAX_MEMBERS} members, the most a peer keeps, so members may not hear you yet. Members make room "
+                "for a newcomer they hear: keep writing, your messages are kept and sent again once you are in")
+    return (f"no member of {desc!r} has acknowledged your join within {ACK_TIMEOUT:.0f} s: nobody else may be "
+            "online. Your messages are kept, and members get them when they come back")
 
 
 def _conflict_warning(mid: Mid) -> str:
