@@ -50,6 +50,7 @@ MAX_DESC = 200
 MAX_TEXT = 8_000
 MAX_ITEMS = 10_000
 MAX_SEQNO = 2**63 - 1
+MAX_SYNC_REMAINING = 2**31 - 1  # a progress count: what a Qt int (and a progress bar) can carry
 
 Mid = tuple[str, int]
 """A message id: (sender pid, seqno). Seqnos count from 1 per sender per group."""
@@ -564,7 +565,7 @@ class SyncResp:
         ("gid", _gid),
         ("requester", _pid),
         ("sync_seqno", _seqno),
-        ("remaining", _uint(2**40)),
+        ("remaining", _uint(MAX_SYNC_REMAINING)),
         ("messages", _list_of(_unpack_obj(StoredMessage))),
     )
 
