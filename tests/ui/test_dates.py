@@ -38,8 +38,9 @@ def test_clock_and_full_date_format_every_value_the_store_can_hold(epoch_ms):
 def test_far_future_and_far_past_messages_render_with_clamped_dates(qtbot, window, backend):
     now = int(time.time() * 1000)
     stamps = {"from year 292 million": 2**63 - 1, "from 1970": 0, "from now": now}
-    history = [ChatMessage(GID, (who.pid, 1), None, who.name, text, sent_at, now)
-               for who, (text, sent_at) in zip((ANN, BOB, CAT), stamps.items())]
+    seqnos = (2**63 - 1, 1, 1)  # the largest seqno the wire takes, too
+    history = [ChatMessage(GID, (who.pid, seqno), None, who.name, text, sent_at, now)
+               for who, seqno, (text, sent_at) in zip((ANN, BOB, CAT), seqnos, stamps.items())]
     me = Member(backend.pid, backend.name)
     backend.manager.inject_group(GID, "Dates", members=(ANN, BOB, CAT, me), joined=True, history=history)
     window.start()
