@@ -49,8 +49,9 @@ def iso_millis(epoch_ms: int) -> str:
 
 def shown_sent_at(sent_at: int, received_at: int) -> int:
     """The ``sent_at`` a reader is shown: the sender's stamp, clamped to what can be true of a message
-    this peer received at ``received_at`` (from 2020 to a day after it).  The receiver gives way to no
-    sender's clock: the signed stamp is kept (relays need it), only its display and export are clamped."""
+    this peer received at ``received_at`` (from 2020 to a day after it).  Where they disagree, the
+    sender's clock gives way to the receiver's, for display and export only: the signed stamp is
+    kept as it came (relays need it)."""
     latest = max(received_at, SENT_AT_EARLIEST_MS) + SENT_AT_MAX_AHEAD_MS
     return min(max(sent_at, SENT_AT_EARLIEST_MS), latest)
 

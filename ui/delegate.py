@@ -90,9 +90,9 @@ def sent_tooltip(message: ChatMessage) -> str:
     """When ``message`` was sent, in full; and whether its sender's clock was out of bounds."""
     text = full_date(message.shown_at)
     if message.sent_at > message.shown_at:
-        text += "\nThe sender's clock stamped it more than a day after it arrived here: shown as then."
+        text += "\nThe sender's clock stamped it more than a day after it arrived here, so it is shown as a day after."
     elif message.sent_at < message.shown_at:
-        text += "\nThe sender's clock stamped it before 2020, when no such message existed: shown as then."
+        text += "\nThe sender's clock stamped it before 2020, when no such message existed, so it is shown as 2020."
     return text
 
 
