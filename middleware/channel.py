@@ -71,7 +71,7 @@ from . import crypto, rules, wire
 from .crypto import Identity
 from .mop import DEFAULT_MAX_HELD_BYTES, SbOrderer
 from .rangeset import RangeSet
-from .types import ChatMessage, Mid, UsageError, check_unicode
+from .types import SENT_AT_EARLIEST_MS, SENT_AT_MAX_AHEAD_MS, ChatMessage, Mid, UsageError, check_unicode
 
 Fetch = Callable[[str, list[Mid]], list[wire.StoredMessage]]
 """``fetch(gid, mids)`` -> the stored messages among ``mids``, in delivery order."""
@@ -420,7 +420,7 @@ class GroupChannel:
         self.stats = {"naks_sent": 0, "repairs_sent": 0, "repaired": 0, "gaps_reported": 0,
                       "sync_messages_sent": 0, "foreign_dropped": 0, "conflicts": 0,
                       "bad_signature_dropped": 0, "stranger_dropped": 0, "requests_over_budget": 0,
-                      "sync_requests_refused": 0, "rate_cuts": 0}
+                      "sync_requests_refused": 0, "rate_cuts": 0, "sent_at_clamped": 0}
 
     # -- restore and user calls ----------------------------------------------------
 
@@ -592,6 +592,10 @@ class GroupChannel:
                 ChatMessage(gid, mid, got_parent, n, t, s, received_at, 0, g, k)
                 for mid, got_parent, (n, t, s, g, k) in released
             )
+            latest = max(received_at, SENT_AT_EARLIEST_MS) + SENT_AT_MAX_AHEAD_MS
+            for _, _, (_, _, sent_at, _, _) in released:
+                if not SENT_AT_EARLIEST_MS <= sent_at <= latest:
+                    self.stats["sent_at_clamped"] += 1  # shown clamped (ChatMessage.shown_at), kept as signed
             if self._evicted_for:
                 self._ask_again_for_evicted(released, now)
             if self._conflicts:
@@ -1034,7 +1038,8 @@ class GroupChannel:
         if mine:
             self._sync_received += len(response.messages)
             self._sync_remaining[responder] = response.remaining
-            self._sync_expected = max(self._sync_expected, self._sync_received + sum(self._sync_remaining.values()))
+            self._sync_expected = min(wire.MAX_SYNC_REMAINING, max(  # a count the UI's integers can carry
+                self._sync_expected, self._sync_received + sum(self._sync_remaining.values())))
             self._sync_retry_at = now + SYNC_RETRY  # answers flow: do not ask again yet
             self._sync_tries = 0
             self._events.append(SyncProgress(self.gid, self._sync_received, self._sync_expected))
@@ -1055,7 +1060,7 @@ class GroupChannel:
             messages = self.fetch(self.gid, answer.take(budget))
             chunk = next(iter(_chunks(messages)), [])
             answer.put_back((m.sender, m.seqno) for m in messages[len(chunk):])
-            remaining = answer.count()
+            remaining = min(answer.count(), wire.MAX_SYNC_REMAINING)
             answer.started = True
             if chunk:
                 self._outbox.append(wire.SyncResp(self.gid, answer.requester, answer.sync_seqno, remaining, tuple(chunk)))

@@ -654,7 +654,8 @@ class PeerCore:
             "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
             **{key: sum(c.stats[key] for c in self.channels.values())
                for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts",
-                           "stranger_dropped", "requests_over_budget", "sync_requests_refused", "rate_cuts")},
+                           "stranger_dropped", "requests_over_budget", "sync_requests_refused", "rate_cuts",
+                           "sent_at_clamped")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
             "operations_rejected": sum(ops.rejected for ops in self._operations.values()),
             "operations_pending": sum(ops.core.pending for ops in self._operations.values()),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import NamedTuple, Protocol
 
 Mid = tuple[str, int]
@@ -22,10 +22,38 @@ def parse_mid(text: str) -> Mid:
     return pid, int(seqno)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MILLISECOND = timedelta(milliseconds=1)
+FIRST_FORMATTABLE_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // _MILLISECOND
+LAST_FORMATTABLE_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc) - _EPOCH) // _MILLISECOND
+"""The span ``datetime`` can hold (years 1 to 9999): stamps outside it are shown at its edge."""
+
+SENT_AT_MAX_AHEAD_MS = 24 * 3600 * 1000
+"""How far a message's ``sent_at`` may lie after this peer received it (the sender's clock may be fast)."""
+SENT_AT_EARLIEST_MS = (datetime(2020, 1, 1, tzinfo=timezone.utc) - _EPOCH) // _MILLISECOND
+"""No M2MC message was written before 2020: an earlier ``sent_at`` comes from a clock never set.
+There is no bound relative to this peer's clock on that side: history synced years later is old."""
+
+
+def utc_datetime(epoch_ms: int) -> datetime:
+    """Milliseconds since the epoch as an aware UTC datetime, for any integer (outside years
+    1..9999 the nearest end): a stamp from the store or the wire never makes a formatter raise."""
+    return _EPOCH + min(max(int(epoch_ms), FIRST_FORMATTABLE_MS), LAST_FORMATTABLE_MS) * _MILLISECOND
+
+
 def iso_millis(epoch_ms: int) -> str:
-    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds and a Z suffix."""
-    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
+    """Milliseconds since the epoch as ISO-8601 UTC with milliseconds and a Z suffix (any integer:
+    see :func:`utc_datetime`)."""
+    return utc_datetime(epoch_ms).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def shown_sent_at(sent_at: int, received_at: int) -> int:
+    """The ``sent_at`` a reader is shown: the sender's stamp, clamped to what can be true of a message
+    this peer received at ``received_at`` (from 2020 to a day after it).  Where they disagree, the
+    sender's clock gives way to the receiver's, for display and export only: the signed stamp is
+    kept as it came (relays need it)."""
+    latest = max(received_at, SENT_AT_EARLIEST_MS) + SENT_AT_MAX_AHEAD_MS
+    return min(max(sent_at, SENT_AT_EARLIEST_MS), latest)
 
 
 class ChatMessage(NamedTuple):
@@ -56,6 +84,16 @@ class ChatMessage(NamedTuple):
     def sender(self) -> str:
         return self.mid[0]
 
+    @property
+    def shown_at(self) -> int:
+        """``sent_at`` as readers see it: clamped to a window around ``received_at`` (:func:`shown_sent_at`)."""
+        return shown_sent_at(self.sent_at, self.received_at)
+
+    @property
+    def sent_at_clamped(self) -> bool:
+        """Whether the sender's stamp lay outside that window (its clock is wrong, or it lies)."""
+        return self.shown_at != self.sent_at
+
     def to_json(self) -> dict:
         return {
             "gid": self.gid,
@@ -64,7 +102,8 @@ class ChatMessage(NamedTuple):
             "sender": self.sender,
             "sender_name": self.sender_name,
             "text": self.text,
-            "sent_at": iso_millis(self.sent_at),
+            "sent_at": iso_millis(self.shown_at),
+            "sent_at_clamped": self.sent_at_clamped,
             "edited": self.edited,
             "deleted": self.deleted,
             "reactions": self.reactions or {},

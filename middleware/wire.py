@@ -28,6 +28,37 @@ Limits (all enforced by both ``encode`` and ``decode``):
 ``MAX_ITEMS``          10,000 entries in any list (members, ranges, messages)
 ``MAX_MEMBER_COUNTER`` 2**31 - 1: a member record's counter (signed by the member)
 =====================  ==========================================================
+
+Every number a datagram carries, its bound at ``decode``, and what bounds it where it is used
+(a stored value must never make a formatter, a query or a signal raise):
+
+==============================  ==============  ===================================================
+field                           decode accepts  bounded where used
+==============================  ==============  ===================================================
+envelope ``version``            ``VERSION``     anything else is refused
+envelope ``type``               1..11           a ``MsgType``; anything else is refused
+DATA / item ``seqno``           1..2**63-1      fits SQLite's INTEGER; the orderer counts in uint64
+``parent`` seqno                1..2**63-1      as ``seqno``
+``sent_at`` (ms)                0..2**63-1      signed, so kept; shown and exported clamped to
+                                                2020-01-01 .. a day after arrival
+                                                (``types.shown_sent_at``), and counted
+                                                (``stats.sent_at_clamped``)
+proof / ``burst_path`` index    2 bytes         must climb to the signed root
+descriptor ``kdf_ops``          0..2**32        private: ``crypto.argon2_params_acceptable``;
+                                                public: 0
+descriptor ``kdf_mem``          0..2**40        as ``kdf_ops`` (at most 1 GiB)
+descriptor ``port``             1..65535
+descriptor ``created_at`` (ms)  0..2**63-1      signed by the creator; no receiver reads it, and
+                                                ``types.iso_millis`` formats any int64
+member record ``counter``       1..2**31-1      ``MAX_MEMBER_COUNTER``; only its signer can spend it
+SYNC_REQ ``sync_seqno``         0..2**63-1      per requester (the PSSIT); only its signer's
+SYNC_REQ / NAK ranges           1..2**63-1      ascending, disjoint, at most ``MAX_ITEMS``
+SYNC_RESP ``sync_seqno``        0..2**63-1      matched against this peer's own requests
+SYNC_RESP ``remaining``         0..2**31-1      ``MAX_SYNC_REMAINING``: the progress it feeds is
+                                                capped there too (Qt signals carry C ints)
+HEARTBEAT ``seqno``             0..2**63-1      as ``seqno``; its gap is asked for ``NAK_TRIES`` times
+operation ``counter`` (text)    see ``obg``     ``obg.MAX_COUNTER``, checked by the OBG
+==============================  ==============  ===================================================
 """
 
 from __future__ import annotations
@@ -50,6 +81,7 @@ MAX_DESC = 200
 MAX_TEXT = 8_000
 MAX_ITEMS = 10_000
 MAX_SEQNO = 2**63 - 1
+MAX_SYNC_REMAINING = 2**31 - 1  # a progress count: what a Qt int (and a progress bar) can carry
 
 Mid = tuple[str, int]
 """A message id: (sender pid, seqno). Seqnos count from 1 per sender per group."""
@@ -564,7 +596,7 @@ class SyncResp:
         ("gid", _gid),
         ("requester", _pid),
         ("sync_seqno", _seqno),
-        ("remaining", _uint(2**40)),
+        ("remaining", _uint(MAX_SYNC_REMAINING)),
         ("messages", _list_of(_unpack_obj(StoredMessage))),
     )
 

@@ -22,13 +22,13 @@ import hashlib
 import re
 import unicodedata
 from collections import OrderedDict
-from datetime import datetime
+from datetime import date, datetime
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QTextCharFormat, QTextLayout, QTextOption
 from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QToolTip
 
-from ..middleware.types import ChatMessage, Mid
+from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMessage, Mid, utc_datetime
 
 from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole, ThreadModel,
                             UnreadRole)
@@ -46,6 +46,7 @@ DIVIDER_HEIGHT = 22
 LINK = re.compile(r"(?:https?|m2mc)://[^\s<>\"]+")
 REPLY_LABEL = "↩ Reply"
 _NODE_MODELS = (MessageTreeModel, ThreadModel)  # their indexes carry the message's node
+_DAY_MS = 24 * 3600 * 1000
 
 
 def sender_color(pid: str, dark: bool) -> QColor:
@@ -59,15 +60,40 @@ def snippet(text: str, limit: int = 60) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def clock(epoch_ms: int) -> str:
-    moment = datetime.fromtimestamp(epoch_ms / 1000)
-    if moment.date() == datetime.now().date():
+def local_datetime(epoch_ms: int) -> datetime:
+    """A stamp in local time, for any integer the store can hold (beyond datetime's years 1..9999,
+    a day inside them, so that no time zone pushes it over)."""
+    moment = utc_datetime(min(max(epoch_ms, FIRST_FORMATTABLE_MS + _DAY_MS), LAST_FORMATTABLE_MS - _DAY_MS))
+    try:
+        return moment.astimezone()
+    except (OverflowError, OSError, ValueError):  # a platform whose local time stops short of it
+        return moment
+
+
+def clock(epoch_ms: int, today: date | None = None) -> str:
+    """A message's time, short: the time alone today, with day and month this year, and with the
+    year too in any other year (so a stamp years away never passes for a recent one)."""
+    moment = local_datetime(epoch_ms)
+    today = today or datetime.now().date()
+    if moment.date() == today:
         return moment.strftime("%H:%M")
-    return moment.strftime("%d %b %H:%M")
+    if moment.year == today.year:
+        return moment.strftime("%d %b %H:%M")
+    return moment.strftime("%d %b %Y %H:%M")
 
 
 def full_date(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000).strftime("%A %d %B %Y, %H:%M:%S")
+    return local_datetime(epoch_ms).strftime("%A %d %B %Y, %H:%M:%S")
+
+
+def sent_tooltip(message: ChatMessage) -> str:
+    """When ``message`` was sent, in full; and whether its sender's clock was out of bounds."""
+    text = full_date(message.shown_at)
+    if message.sent_at > message.shown_at:
+        text += "\nThe sender's clock stamped it more than a day after it arrived here, so it is shown as a day after."
+    elif message.sent_at < message.shown_at:
+        text += "\nThe sender's clock stamped it before 2020, when no such message existed, so it is shown as 2020."
+    return text
 
 
 def is_right_to_left(text: str) -> bool:
@@ -283,7 +309,7 @@ class MessageDelegate(QStyledItemDelegate):
         if index.data(OwnRole):
             name += " (you)"
         name_width = self.header_metrics.horizontalAdvance(name)
-        meta = clock(message.sent_at) + (" · edited" if message.edited and not message.deleted else "") + \
+        meta = clock(message.shown_at) + (" · edited" if message.edited and not message.deleted else "") + \
             (" · pinned" if message.pinned else "")
         time_rect = QRect(left + name_width + 8, header.top(), self.meta_metrics.horizontalAdvance(meta),
                           header.height())
@@ -367,7 +393,7 @@ class MessageDelegate(QStyledItemDelegate):
         if event is not None and index.isValid() and index.data(MessageRole) is not None:
             geometry = self._geometry(option.rect, index)
             if geometry["time"].contains(event.pos()):
-                QToolTip.showText(event.globalPos(), full_date(geometry["message"].sent_at), view)
+                QToolTip.showText(event.globalPos(), sent_tooltip(geometry["message"]), view)
                 return True
             for chip, emoji, pids in geometry["chips"]:
                 if chip.contains(event.pos()):

@@ -279,7 +279,7 @@ class ThreadListDelegate(QStyledItemDelegate):
         if summary.unread:
             badge = str(summary.unread) if summary.unread < 1000 else "999+"
         badge_width = metrics.horizontalAdvance(badge) + 14 if badge else 0
-        when = clock(summary.last.sent_at)
+        when = clock(summary.last.shown_at)
         when_width = metrics.horizontalAdvance(when) + 6
         painter.setFont(bold)
         painter.setPen(text_color)
