@@ -51,13 +51,15 @@ descriptor ``port``             1..65535
 descriptor ``created_at`` (ms)  0..2**63-1      signed by the creator; no receiver reads it, and
                                                 ``types.iso_millis`` formats any int64
 member record ``counter``       1..2**31-1      ``MAX_MEMBER_COUNTER``; only its signer can spend it
-SYNC_REQ ``sync_seqno``         0..2**63-1      per requester (the PSSIT); only its signer's
+SYNC_REQ ``sync_seqno``         0..2**63-1      per requester (the PSSIT): a high one stales only
+                                                its own signer's later requests
 SYNC_REQ / NAK ranges           1..2**63-1      ascending, disjoint, at most ``MAX_ITEMS``
 SYNC_RESP ``sync_seqno``        0..2**63-1      matched against this peer's own requests
 SYNC_RESP ``remaining``         0..2**31-1      ``MAX_SYNC_REMAINING``: the progress it feeds is
                                                 capped there too (Qt signals carry C ints)
 HEARTBEAT ``seqno``             0..2**63-1      as ``seqno``; its gap is asked for ``NAK_TRIES`` times
-operation ``counter`` (text)    see ``obg``     ``obg.MAX_COUNTER``, checked by the OBG
+operation ``counter`` (text)    see ``obg``     1..2**53-1, checked by the OBG; its rank uses an
+                                                effective counter with no limit (``obg``)
 ==============================  ==============  ===================================================
 """
 
