@@ -403,8 +403,10 @@ class PeerCore:
         else:
             channel.receive(envelope.sender, message, now, envelope.public_key, wall)
 
-    def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float) -> None:
-        self.gjlp.note_zeroconf(gid, desc, private, member_count, now, wall)
+    def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float,
+                      source: str = "") -> None:
+        """A DNS-SD sighting; ``source``: the address that announced it (as the adapter heard it)."""
+        self.gjlp.note_zeroconf(gid, desc, private, member_count, now, wall, source)
 
     def _is_member_anywhere(self, pid: str) -> bool:
         """Whether ``pid`` is a current member of a group this peer is in.  Only members are
@@ -663,6 +665,7 @@ class PeerCore:
             "member_records_stale": self.gjlp.member_records_stale,
             "member_records_refused": self.gjlp.member_records_refused,
             "groups_refused": self.gjlp.groups_refused,
+            "stranger_groups_evicted": self.gjlp.stranger_groups_evicted,
             "plaintext_refused": self.plaintext_refused,
             "storage_error": self.storage_error,
             "unstored": len(self._unstored),
