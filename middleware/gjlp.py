@@ -60,8 +60,8 @@ MAX_GROUPS = 1_000  # the main table (see the module docstring); joined ones are
 # The stranger table: zeroconf-only sightings and strangers' verified groups not admitted (yet).
 MAX_STRANGER_GROUPS = 200
 # Strangers' verified groups admitted to the main table: a burst (a newcomer's first ADV is
-# answered with every group on the LAN), then a few a second, so a flood of fresh keys' groups
-# takes more than half an hour to fill the main table, and even then evicts nothing fresh from it.
+# answered with every group on the LAN), then one every 2 s, so a flood of fresh keys' groups
+# takes about half an hour to fill the main table, and even then evicts nothing seen within STALE_AFTER.
 ADMIT_BURST = 64
 ADMIT_RATE = 0.5  # groups a second
 STALE_AFTER = 3_600.0  # seconds unseen after which a stranger's group in the main table may give way

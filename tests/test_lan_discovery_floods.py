@@ -7,6 +7,7 @@ nobody made.  Either way Ann's group, seen before the flood, must stay joinable,
 Bob sends to fetch descriptors must stay within FETCH_BYTES_PER_SECOND.
 """
 
+import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import msgpack
 import pytest
-import shutil
 
 from lan import Lan, PeerProcess, send_from
 from m2mc.middleware import crypto, gjlp, wire
