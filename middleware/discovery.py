@@ -12,6 +12,15 @@ the group becomes joinable once its creator's signed descriptor has been
 fetched over GJLP and verified (:meth:`middleware.gjlp.Gjlp.note_zeroconf`).
 Every member registers its own instance, so the group stays visible while any
 member is on the network.  Zeroconf is bound to the chosen interface only, IPv4 only.
+
+A sighting is resolved from zeroconf's cache first: a real announcement carries its SRV, TXT
+and A records with its PTR.  Only what the cache cannot tell costs mDNS queries, and those
+resolutions are limited to RESOLVE_BURST at once and RESOLVES_PER_SECOND after (the others are
+skipped and counted, ``resolves_skipped``, until the service is announced again), so a flood of
+bare PTR records cannot make this peer query the LAN thousands of times.  Each sighting is
+handed on with the address its A record names, for the per-address limit on descriptor fetches
+(:meth:`middleware.gjlp.Gjlp.note_zeroconf`); anyone can claim any address there, so the limit
+is fairness, while the bound on what the fetches cost holds whatever arrives.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from typing import Callable
 
 from zeroconf import IPVersion, ServiceStateChange
@@ -33,7 +43,10 @@ MAX_TXT_BYTES = 400
 TXT_DESC_BYTES = 120
 INSTANCE_BYTES = 63  # a DNS label
 
-FoundCallback = Callable[[str, str, bool, int], None]  # gid, desc, private, member count
+RESOLVE_BURST = 16
+RESOLVES_PER_SECOND = 2.0
+
+FoundCallback = Callable[[str, str, bool, int, str], None]  # gid, desc, private, member count, address
 
 
 def _txt(properties: dict[bytes, bytes | None], key: str) -> str:
@@ -84,6 +97,9 @@ class ZeroconfDiscovery:
         # see our own name as taken.  So the operations on one group run one at a time.
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._resolve_tokens = float(RESOLVE_BURST)
+        self._resolve_at = time.monotonic()
+        self.resolves_skipped = 0
 
     async def start(self) -> None:
         self._zc = AsyncZeroconf(interfaces=[self.interface], ip_version=IPVersion.V4Only)
@@ -130,22 +146,39 @@ class ZeroconfDiscovery:
                 log.warning("zeroconf withdrawal of %s failed: %s", gid, exc)
 
     def _on_change(self, zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
-        if state_change in (ServiceStateChange.Added, ServiceStateChange.Updated):
-            task = asyncio.ensure_future(self._resolve(service_type, name))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _resolve(self, service_type: str, name: str) -> None:
-        if self._zc is None:
+        if state_change not in (ServiceStateChange.Added, ServiceStateChange.Updated) or self._zc is None:
             return
         info = AsyncServiceInfo(service_type, name)
-        if not await info.async_request(self._zc.zeroconf, 3000):
-            return
+        if info.load_from_cache(self._zc.zeroconf):
+            self._found(info)
+        elif self._take_resolve_token():
+            task = asyncio.ensure_future(self._resolve(info))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self.resolves_skipped += 1
+
+    def _take_resolve_token(self) -> bool:
+        now = time.monotonic()
+        self._resolve_tokens = min(float(RESOLVE_BURST),
+                                   self._resolve_tokens + (now - self._resolve_at) * RESOLVES_PER_SECOND)
+        self._resolve_at = now
+        if self._resolve_tokens < 1:
+            return False
+        self._resolve_tokens -= 1
+        return True
+
+    async def _resolve(self, info: AsyncServiceInfo) -> None:
+        if self._zc is not None and await info.async_request(self._zc.zeroconf, 3000):
+            self._found(info)
+
+    def _found(self, info: AsyncServiceInfo) -> None:
         parsed = parse_service(info.properties or {})
         if parsed is None:
-            log.debug("ignoring malformed DNS-SD service %s", name)
+            log.debug("ignoring malformed DNS-SD service %s", info.name)
             return
-        self.on_found(*parsed)
+        addresses = info.parsed_addresses(IPVersion.V4Only)
+        self.on_found(*parsed, addresses[0] if addresses else "")
 
     async def close(self) -> None:
         if self._zc is None:

@@ -36,8 +36,7 @@ Every cap says who gives way when it is full (issue 26: nobody is locked out unh
   group holding fewer than its fair share (the budget over the groups known) takes a
   record from the group that holds the most, so a flood in some groups cannot leave a
   new group at 0 members; a group at or above its share is refused.
-- **Groups, MAX_GROUPS.**  The least recently seen group this peer neither joined nor
-  created gives way; when only those are left, a new group is refused (``groups_refused``).
+- **Groups**: the two tables below.
 
 A peer that joins is told when nobody hears it: until another current member's
 GROUPS_INFO names its record (the answer to the ADV that a join sends), it repeats its
@@ -46,10 +45,28 @@ ACK_TIMEOUT it reports :class:`JoinUnacknowledged` (the app shows it as a warnin
 Nothing new is sent to it by others: the members' ADV answers, rate-bounded by
 ANSWER_INTERVAL, are what acknowledge it, so a refusal gives an attacker no amplifier.
 
+Groups are kept in two tables (a stranger can make any number of keys, groups and mDNS
+announcements, so a group of a stranger's never pushes out one that this peer has reason to keep):
+- The main table (MAX_GROUPS): groups this peer created, joined or stored, groups vouched for
+  (holding the signed record of a known peer: this peer, or a pid with a record in a group this
+  peer is in), and verified groups of strangers admitted at ADMIT_RATE a second (ADMIT_BURST at
+  once).  When it is full, a vouched group makes room by evicting the least recently seen group
+  that is neither protected (joined, created, stored, with a record of ours) nor vouched; an
+  admitted stranger's group evicts only such a group not seen for STALE_AFTER seconds.  Nothing
+  else ever evicts from it: otherwise the newcomer waits in the stranger table (``groups_refused``).
+- The stranger table (MAX_STRANGER_GROUPS): groups seen only through zeroconf (unverified) and
+  verified groups nobody known vouches for that were not admitted.  When it is full, the least
+  recently seen of them gives way (``stranger_groups_evicted``).  A group leaves it for the main
+  table when it is joined, vouched for, or admitted at a later sighting.
+
+Descriptors of zeroconf-only groups are fetched with one ADV of at most MAX_FETCH gids per
+FETCH_INTERVAL, at most FETCH_PER_SOURCE of them per announcing address: whatever arrives, the
+fetches cost at most one such ADV (2.2 KB at most) per FETCH_INTERVAL.
+
 Beyond the thesis, answers to an advertisement wait a random jitter, and a group
 is dropped from a pending answer when another peer's answer already said the
 same about it, so twenty peers do not all answer at once.  Peers are identified
-by pid only, never by address.
+by pid only; an address is only the plain value a zeroconf sighting names its announcer by.
 """
 
 from __future__ import annotations
@@ -71,7 +88,16 @@ MAX_HEARD_STRANGERS = 256  # per group, pids without a record heard on the chann
 JOIN_RETRY = 1.0
 JOIN_RETRIES = 2
 ACK_TIMEOUT = 5.0
-MAX_GROUPS = 1_000  # groups known at once; joined ones are never evicted for new ones
+MAX_GROUPS = 1_000  # the main table (see the module docstring); joined ones are never evicted
+# The stranger table: zeroconf-only sightings and strangers' verified groups not admitted (yet).
+MAX_STRANGER_GROUPS = 200
+# Strangers' verified groups admitted to the main table: a burst (a newcomer's first ADV is
+# answered with every group on the LAN), then one every 2 s, so a flood of fresh keys' groups
+# takes about half an hour to fill the main table, and even then evicts nothing seen within STALE_AFTER.
+ADMIT_BURST = 64
+ADMIT_RATE = 0.5  # groups a second
+STALE_AFTER = 3_600.0  # seconds unseen after which a stranger's group in the main table may give way
+ROOM_RETRY = 1.0  # seconds before a full main table is searched again for a group that may go
 # Member records held for groups this peer is not in (shown in the discovery list only):
 # without this, 1,000 groups of 1,000 records each would hold about half a gigabyte.
 MAX_OUTSIDE_RECORDS = 50_000
@@ -81,7 +107,8 @@ FETCH_INTERVAL = 2.0  # seconds between ADVs that fetch zeroconf-only groups' de
 # A GROUPS_INFO answer can be ~100 times its ADV (a thousand member records), so this peer
 # answers at most once per ANSWER_INTERVAL: a flood of ADVs coalesces into one answer.
 ANSWER_INTERVAL = 2.0
-MAX_FETCH = 64  # gids asked for in one ADV
+MAX_FETCH = 64  # gids asked for in one ADV, the one fetch ADV of a FETCH_INTERVAL
+FETCH_PER_SOURCE = 8  # gids fetched per announcing address per FETCH_INTERVAL
 
 
 def group_address(seed: str, control_addr: str = "239.255.77.77") -> str:
@@ -266,7 +293,15 @@ class Gjlp:
         self._answer_at: float | None = None
         self._last_answer = float("-inf")
         self._outside_records = 0  # member records held for groups this peer is not in
-        self._wanted: set[str] = set()  # zeroconf-only gids whose descriptors to fetch
+        # Zeroconf-only gids whose descriptors to fetch, each with the address that announced it;
+        # always a subset of the stranger table.
+        self._wanted: dict[str, str] = {}
+        # The stranger table: its gids (all in ``groups``), least recently seen first.
+        self._strangers: dict[str, None] = {}
+        self._admit_tokens = float(ADMIT_BURST)
+        self._admit_at: float | None = None
+        self._joined: list[GroupRecord] | None = None  # the joined groups' records, while it holds
+        self._no_room_until = {True: float("-inf"), False: float("-inf")}  # by "vouched", see _make_room
         self._fetch_at: float | None = None
         self._last_fetch = float("-inf")
         self.answers_suppressed = 0
@@ -279,7 +314,8 @@ class Gjlp:
         self.joins_unacknowledged = 0
         self._joining: dict[str, _JoinWait] = {}  # gid -> this peer's join waiting for an acknowledgement
         self._donor: str | None = None  # the outside group that gave a record last (a cache)
-        self.groups_refused = 0  # MAX_GROUPS reached
+        self.groups_refused = 0  # a verified group kept out of a full main table (it waits in the stranger table)
+        self.stranger_groups_evicted = 0  # groups that gave way in the full stranger table
 
     # -- user calls ---------------------------------------------------------
 
@@ -293,6 +329,7 @@ class Gjlp:
         if key:
             self.keys[gid] = key
         self.groups[gid] = record
+        self._joined = None
         record.members[self.pid] = self._sign(gid, 1, True)
         self._outbox.append(wire.GroupsInfo(tuple(record.to_wire())))
         return record
@@ -314,6 +351,10 @@ class Gjlp:
             return record
         record.members[self.pid] = self._sign(gid, own.counter + 1 if own else 1, True)
         record.last_seen = now if wall is None else wall
+        # A joined group is never evicted: it moves to the main table (which may then hold more
+        # than MAX_GROUPS until the next admission makes room).
+        self._strangers.pop(gid, None)
+        self._joined = None
         self._outbox.append(wire.Join(record.members[self.pid]))
         self._joining[gid] = _JoinWait(now + JOIN_RETRY, now + ACK_TIMEOUT)
         self._count_outside()
@@ -326,6 +367,7 @@ class Gjlp:
             return
         record.members[self.pid] = self._sign(gid, own.counter + 1, False)
         record.last_seen = now
+        self._joined = None
         self._answer_gids.discard(gid)
         self._joining.pop(gid, None)
         self._outbox.append(wire.Leave(record.members[self.pid]))
@@ -349,6 +391,7 @@ class Gjlp:
     def restore(self, record: GroupRecord) -> None:
         """Load a group from the store at start (no events, nothing sent)."""
         self.groups[record.gid] = record
+        self._joined = None
         self._outside_records += 0 if self.is_member(record.gid) else len(record.members)
 
     def _count_outside(self) -> None:
@@ -359,46 +402,112 @@ class Gjlp:
         return record is not None and record.verified and record.is_current(self.pid)
 
     def joined_gids(self) -> list[str]:
-        return [gid for gid in self.groups if self.is_member(gid)]
+        return [record.gid for record in self._joined_records()]
+
+    def _joined_records(self) -> list[GroupRecord]:
+        if self._joined is None:
+            self._joined = [r for gid, r in self.groups.items() if self.is_member(gid)]
+        return self._joined
+
+    def is_stranger_group(self, gid: str) -> bool:
+        """Whether ``gid`` is in the stranger table (see the module docstring)."""
+        return gid in self._strangers
 
     def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float,
-                      wall: float | None = None) -> None:
+                      wall: float | None = None, source: str = "") -> None:
         """A group seen in a DNS-SD announcement: shown, but joinable only once its
-        descriptor, fetched over GJLP, verifies.  ``wall`` (``now`` if not given) stamps ``last_seen``."""
+        descriptor, fetched over GJLP, verifies.  ``wall`` (``now`` if not given) stamps ``last_seen``;
+        ``source`` is the address that announced it (fetches are limited per address)."""
         record = self.groups.get(gid)
         new = record is None
-        if new:
-            if not self._make_room():
-                return
+        stamp = now if wall is None else wall
+        if record is None:
             record = self.groups[gid] = GroupRecord(gid, desc, "", 0, private)
+            self._strangers[gid] = None
+            self._trim_strangers(keep=gid)
+        elif gid in self._strangers:
+            self._strangers[gid] = self._strangers.pop(gid)  # the most recently seen now
         changed = new or "zeroconf" not in record.sources or record.member_count_hint != member_count
         record.sources.add("zeroconf")
         record.member_count_hint = member_count
-        record.last_seen = now if wall is None else wall
+        record.last_seen = stamp
         if not record.verified and not record.legacy:
-            self._want_descriptor(gid, now)
+            self._want_descriptor(gid, now, source)
         if changed:
             self._events.append(GroupSeen(gid, new))
 
-    def _make_room(self) -> bool:
-        """Whether one more group fits, evicting the least recently seen group this peer
-        neither joined nor stored; counted when nothing can go."""
-        if len(self.groups) < MAX_GROUPS:
+    # -- the two tables ------------------------------------------------------
+
+    def _is_known(self, pid: str) -> bool:
+        """Whether ``pid`` is this peer or holds a record in a group this peer is in."""
+        return pid == self.pid or any(pid in record.members for record in self._joined_records())
+
+    def _vouched(self, record: GroupRecord) -> bool:
+        """Whether a known peer's record says it is in ``record`` (records are signed per gid,
+        so nobody else can put a known peer in a group of theirs)."""
+        return any(member.joined and self._is_known(pid) for pid, member in record.members.items())
+
+    def _protected(self, record: GroupRecord) -> bool:
+        """Groups this peer created, joined, stored or was ever in: never evicted."""
+        return record.legacy or "local" in record.sources or self.pid in record.members
+
+    def _place(self, record: GroupRecord, now: float, stamp: float) -> None:
+        """Move a verified group of the stranger table to the main table if it is vouched for,
+        or admitted (a token, and room); otherwise it stays there and the table is trimmed."""
+        gid = record.gid
+        if gid not in self._strangers:
+            return
+        if record.verified:
+            vouched = self._vouched(record)
+            if (vouched or self._admit_token(now) >= 1) and self._make_room(now, stamp, vouched):
+                if not vouched:
+                    self._admit_tokens -= 1
+                del self._strangers[gid]
+                return
+        self._trim_strangers(keep=gid)
+
+    def _admit_token(self, now: float) -> float:
+        """The admission tokens at ``now`` (ADMIT_RATE a second, at most ADMIT_BURST)."""
+        if self._admit_at is not None:
+            self._admit_tokens = min(float(ADMIT_BURST), self._admit_tokens + max(0.0, now - self._admit_at) * ADMIT_RATE)
+        self._admit_at = now
+        return self._admit_tokens
+
+    def _make_room(self, now: float, stamp: float, vouched: bool) -> bool:
+        """Whether one more group fits in the main table, evicting the least recently seen
+        group that is neither protected nor vouched for (for a stranger's group: only one
+        unseen for STALE_AFTER); counted when nothing can go.  A search that found nothing
+        is not repeated for ROOM_RETRY seconds: a flood costs one search a second, not one a datagram."""
+        if len(self.groups) - len(self._strangers) < MAX_GROUPS:
             return True
-        spare = [r for r in self.groups.values() if not r.legacy and "local" not in r.sources
-                 and not r.is_current(self.pid)]
-        if not spare:
+        if now < self._no_room_until[vouched]:
             self.groups_refused += 1
             return False
-        oldest = min(spare, key=lambda r: r.last_seen)
-        del self.groups[oldest.gid]
-        self._outside_records -= len(oldest.members)
-        self._wanted.discard(oldest.gid)
-        self._answer_gids.discard(oldest.gid)
+        spare = [r for gid, r in self.groups.items() if gid not in self._strangers and not self._protected(r)
+                 and (vouched or stamp - r.last_seen > STALE_AFTER) and not self._vouched(r)]
+        if not spare:
+            self._no_room_until[vouched] = now + ROOM_RETRY
+            self.groups_refused += 1
+            return False
+        self._forget(min(spare, key=lambda r: r.last_seen).gid)
         return True
 
-    def _want_descriptor(self, gid: str, now: float) -> None:
-        self._wanted.add(gid)
+    def _trim_strangers(self, keep: str) -> None:
+        """Evict the least recently seen groups of a full stranger table (never ``keep``)."""
+        while len(self._strangers) > MAX_STRANGER_GROUPS:
+            oldest = next(gid for gid in self._strangers if gid != keep)
+            self._forget(oldest)
+            self.stranger_groups_evicted += 1
+
+    def _forget(self, gid: str) -> None:
+        record = self.groups.pop(gid)
+        self._strangers.pop(gid, None)
+        self._outside_records -= len(record.members)
+        self._wanted.pop(gid, None)
+        self._answer_gids.discard(gid)
+
+    def _want_descriptor(self, gid: str, now: float, source: str) -> None:
+        self._wanted.setdefault(gid, source)
         if self._fetch_at is None:
             self._fetch_at = max(now, self._last_fetch + FETCH_INTERVAL)
 
@@ -418,6 +527,7 @@ class Gjlp:
                     continue
                 for member in info.members:
                     self._apply(record, member)
+                self._place(record, now, stamp)
                 if sender != self.pid:
                     self._suppress_if_covered(info)
                     if info.gid in self._joining:
@@ -470,17 +580,18 @@ class Gjlp:
             else:
                 self.descriptors_rejected += 1
             return None
-        elif record is None:
-            if not self._make_room():
-                return None
+        elif record is None:  # in the stranger table until _place() says otherwise
             record = self.groups[info.gid] = GroupRecord.from_descriptor(info.gid, info.descriptor)
+            self._strangers[info.gid] = None
             self._events.append(GroupSeen(info.gid, True))
         else:  # seen in zeroconf (or only locally) so far: now it is verified
             hint, sources = record.member_count_hint, record.sources
             record = self.groups[info.gid] = GroupRecord.from_descriptor(info.gid, info.descriptor)
             record.member_count_hint, record.sources = hint, sources
-            self._wanted.discard(info.gid)
+            self._wanted.pop(info.gid, None)
             self._events.append(GroupSeen(info.gid, False))
+        if info.gid in self._strangers:
+            self._strangers[info.gid] = self._strangers.pop(info.gid)  # the most recently seen now
         record.sources.add("gjlp")
         record.last_seen = stamp
         return record
@@ -644,13 +755,7 @@ class Gjlp:
     def handle_timer(self, now: float) -> None:
         self._check_joins(now)
         if self._fetch_at is not None and now >= self._fetch_at:
-            wanted = sorted(gid for gid in self._wanted if gid in self.groups and not self.groups[gid].verified)
-            self._wanted.clear()
-            self._fetch_at = None
-            if wanted:
-                self._last_fetch = now
-                for start in range(0, len(wanted), MAX_FETCH):
-                    self._outbox.append(wire.Adv(self.name, tuple(wanted[start:start + MAX_FETCH])))
+            self._fetch(now)
         if self._answer_at is None or now < self._answer_at:
             return
         infos = [info for gid in sorted(self._answer_gids) if self.is_member(gid) for info in self.groups[gid].to_wire()]
@@ -667,6 +772,25 @@ class Gjlp:
             size += _info_size(info)
         if batch:
             self._outbox.append(wire.GroupsInfo(tuple(batch)))
+
+    def _fetch(self, now: float) -> None:
+        """One ADV asking for the descriptors of at most MAX_FETCH wanted gids, at most
+        FETCH_PER_SOURCE from each announcing address, oldest wish first; the rest wait."""
+        self._fetch_at = None
+        batch: list[str] = []
+        per_source: dict[str, int] = {}
+        for gid, source in list(self._wanted.items()):
+            if len(batch) == MAX_FETCH:
+                break
+            if per_source.get(source, 0) < FETCH_PER_SOURCE:
+                per_source[source] = per_source.get(source, 0) + 1
+                batch.append(gid)
+                del self._wanted[gid]
+        if batch:
+            self._last_fetch = now
+            self._outbox.append(wire.Adv(self.name, tuple(sorted(batch))))
+        if self._wanted:
+            self._fetch_at = self._last_fetch + FETCH_INTERVAL
 
     # -- output ---------------------------------------------------------------
 

@@ -366,6 +366,7 @@ class GroupManager(rules.OperationCalls):
             "bytes_out": self.network.bytes_out,
             **counters,
             "control_backlog_dropped": self.control_backlog_dropped,
+            "resolves_skipped": self.discovery.resolves_skipped if self.discovery else 0,
         }
 
     # -- internals -------------------------------------------------------------------
@@ -427,8 +428,8 @@ class GroupManager(rules.OperationCalls):
             self.core.receive(data, now, wall)
         self._after_input()
 
-    def _on_zeroconf(self, gid: str, desc: str, private: bool, member_count: int) -> None:
-        self.core.note_zeroconf(gid, desc, private, member_count, clock.now(), clock.wall())
+    def _on_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, source: str) -> None:
+        self.core.note_zeroconf(gid, desc, private, member_count, clock.now(), clock.wall(), source)
         self._after_input()
 
     # Under load, commits (one fsync-free WAL append each) are coalesced to one per

@@ -406,8 +406,10 @@ class PeerCore:
             channel.receive(envelope.sender, message, now, envelope.public_key, wall)
             self.gjlp.heard(channel.gid, envelope.sender)  # the member caps prefer whoever speaks
 
-    def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float) -> None:
-        self.gjlp.note_zeroconf(gid, desc, private, member_count, now, wall)
+    def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float,
+                      source: str = "") -> None:
+        """A DNS-SD sighting; ``source``: the address that announced it (as the adapter heard it)."""
+        self.gjlp.note_zeroconf(gid, desc, private, member_count, now, wall, source)
 
     def _is_member_anywhere(self, pid: str) -> bool:
         """Whether ``pid`` is a current member of a group this peer is in.  Only members are
@@ -674,6 +676,7 @@ class PeerCore:
             "member_records_given_way": self.gjlp.member_records_given_way,
             "joins_unacknowledged": self.gjlp.joins_unacknowledged,
             "groups_refused": self.gjlp.groups_refused,
+            "stranger_groups_evicted": self.gjlp.stranger_groups_evicted,
             "plaintext_refused": self.plaintext_refused,
             "storage_error": self.storage_error,
             "unstored": len(self._unstored),
