@@ -649,6 +649,7 @@ class PeerCore:
                            "stranger_dropped", "requests_over_budget", "sync_requests_refused", "rate_cuts")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
             "operations_rejected": sum(ops.rejected for ops in self._operations.values()),
+            "reactions_refused": sum(ops.core.reactions_refused for ops in self._operations.values()),
             "operations_pending": sum(ops.core.pending for ops in self._operations.values()),
             "held_bytes": sum(c.orderer.held_bytes for c in self.channels.values()),
             "delivered": s.delivered,
