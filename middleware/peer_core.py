@@ -224,8 +224,7 @@ class PeerCore:
         if record.legacy:
             raise UsageError(_LEGACY.format(desc=record.desc))
         if not record.verified:
-            raise UsageError(f"group {record.desc!r} has not been verified yet (its creator's signed description "
-                             "has not arrived): try again in a moment")
+            raise rules.not_verified(record.desc)
         rules.check_join_passphrase(record.desc, record.private, passphrase)
         return record
 

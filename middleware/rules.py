@@ -104,6 +104,11 @@ def bad_parent(gid: str, parent: tuple[str, int]) -> UsageError:
     return UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {gid}")
 
 
+def not_verified(desc: str) -> UsageError:
+    return UsageError(f"group {desc!r} has not been verified yet (its creator's signed description "
+                      "has not arrived): try again in a moment")
+
+
 def unknown_group(gid: str) -> UsageError:
     return UsageError(f"unknown group {gid!r:.80}")
 
