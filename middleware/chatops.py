@@ -26,7 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .obg import ObgCore, ObgError, Operation
+from .obg import MAX_REACTION_EMOJI, ObgCore, ObgError, Operation, is_reaction_emoji
 from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
 
 OP_MARKER = "\x00obg1"
@@ -34,6 +34,7 @@ MAX_EDIT_TEXT = 7_800
 """An edit's text: the message limit less room for the operation's own fields."""
 MAX_TOPIC = 300
 MAX_EMOJI = 16
+"""A reaction's characters on the wire; the longest emoji of Unicode's data (a ZWJ sequence) has 10."""
 
 
 def encode(kind: str, seen: Mid | None, counter: int, text: str = "", emoji: str = "", on: bool = True) -> str:
@@ -165,8 +166,11 @@ class GroupOperations:
             raise UsageError(f"text too long: {len(text)} characters, limit is {MAX_EDIT_TEXT}")
         if kind == "topic" and len(text) > MAX_TOPIC:
             raise UsageError(f"text too long: {len(text)} characters, limit is {MAX_TOPIC}")
-        if kind == "react" and not 0 < len(emoji) <= MAX_EMOJI:
-            raise UsageError(f"emoji must be 1..{MAX_EMOJI} characters")
+        if kind == "react" and not is_reaction_emoji(emoji):
+            raise UsageError(f"a reaction is a single emoji, such as 👍; {emoji[:MAX_EMOJI]!r} is not one")
+        if kind == "react" and on and target is not None and not self.core.takes_reaction(target, emoji):
+            raise UsageError(f"message {format_mid(target)} already has {MAX_REACTION_EMOJI} different reactions: "
+                             "add yourself to one of them")
         seen, counter = self.core.stamp(kind, target, author, emoji)
         # the seqno is not known yet; no rule looks at it but "names itself", and seqnos start at 1
         draft = Operation((author, 0), kind, target, seen, counter, text=text, emoji=emoji, on=on)

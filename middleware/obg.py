@@ -8,7 +8,9 @@ as they come.  Here the objects and their conflicts are:
 * ``("text", mid)``: a message's text.  Only its author edits or deletes it;
   edits conflict with one another and a delete absorbs every edit.
 * ``("react", mid, reactor, emoji)``: one reactor's add/remove of one emoji.
-  Two reactors, or two emoji, never conflict.
+  Two reactors, or two emoji, never conflict.  An emoji is one emoji grapheme from
+  Unicode's emoji data (:func:`is_reaction_emoji`); one message shows at most
+  ``MAX_REACTION_EMOJI`` distinct ones.
 * ``("pin", mid)``: pin/unpin of a message, by any member.
 * ``("topic",)``: the group topic, set by any member.
 
@@ -47,9 +49,15 @@ give the same state as live delivery.
 Rules that reject an operation depend only on the operation and the one it
 names, so every member rejects the same ones: an edit or delete by anyone but
 the message's author, an operation naming itself, one naming an operation on
-another object, and one with a counter out of range.  Dependants of a rejected
-operation are rejected too.  ``refusal`` says in advance whether, and why, an
-operation would be refused: the caller checks its own before sending it.
+another object, one with a counter out of range, and a reaction that is not one
+emoji.  Dependants of a rejected operation are rejected too.  One rule depends
+on what was delivered before: a reaction that would add a new emoji to a message
+that already shows ``MAX_REACTION_EMOJI`` is refused (first come, first kept;
+adding a reactor to an emoji already shown always works, and an emoji whose last
+reactor takes it back frees its place).  Members that delivered the reactions in
+one order agree; only reactions racing for a message's last places may be kept by
+some and not others.  ``refusal`` says in advance whether, and why, an operation
+would be refused: the caller checks its own before sending it.
 
 Held operations are bounded by count and bytes.  Past either bound the oldest
 held one is evicted: it is forgotten, not marked as seen, so it is accepted
@@ -67,6 +75,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
+import emoji as emoji_data
+
 Mid = tuple[str, int]
 OpId = tuple[str, int]
 Rank = tuple[int, str, int]
@@ -77,6 +87,19 @@ KINDS = ("edit", "delete", "react", "pin", "topic")
 MAX_COUNTER = 2**53
 """A counter on the wire is below this (JSON's exact integers), refused otherwise.  It costs no
 one anything: ranks use the effective counter, which any successor raises past it."""
+
+
+MAX_REACTION_EMOJI = 50
+"""Distinct emoji one message shows: a member cannot grow a message (its history entry, its
+memory, every member's layout of it) without bound by one new emoji per operation."""
+_EMOJI_COMPONENT = emoji_data.STATUS["component"]
+
+
+def is_reaction_emoji(text: str) -> bool:
+    """One emoji grapheme of Unicode's emoji data (``emoji.EMOJI_DATA``): a single emoji, a
+    sequence such as a flag, a skin tone or a ZWJ family; not a bare component like a skin tone."""
+    data = emoji_data.EMOJI_DATA.get(text)
+    return data is not None and data["status"] != _EMOJI_COMPONENT
 
 
 class ObgError(ValueError):
@@ -128,8 +151,8 @@ def check_operation(op: Operation) -> None:
         raise ObgError("a topic setting names no message; every other operation names one")
     if op.kind in ("edit", "delete") and op.target is not None and op.target[0] != op.author:
         raise ObgError("only a message's author may edit or delete it")
-    if op.kind == "react" and not op.emoji:
-        raise ObgError("a reaction needs an emoji")
+    if op.kind == "react" and not is_reaction_emoji(op.emoji):
+        raise ObgError("a reaction needs an emoji, a single one from Unicode's emoji data")
     if not 0 < op.counter < MAX_COUNTER:
         raise ObgError(f"counter out of range: {op.counter}")
     if op.seen == op.op_id:
@@ -189,6 +212,8 @@ class ObgCore:
         self.rejected = 0
         self.duplicates = 0
         self.evicted = 0
+        self.reactions_refused = 0
+        """Of ``rejected``: reactions that would have added an emoji past ``MAX_REACTION_EMOJI``."""
 
     # -- building our own operations ----------------------------------------------
 
@@ -300,6 +325,12 @@ class ObgCore:
     def is_deleted(self, mid: Mid) -> bool:
         return mid in self._deleted
 
+    def takes_reaction(self, mid: Mid, emoji: str) -> bool:
+        """Whether a reaction with ``emoji`` may be added to ``mid``: it is shown there already,
+        or the message shows fewer than ``MAX_REACTION_EMOJI`` distinct emoji."""
+        shown = self._reactors.get(mid, {})
+        return emoji in shown or len(shown) < MAX_REACTION_EMOJI
+
     def touches(self, mid: Mid) -> bool:
         """Has any delivered operation acted on message ``mid``?"""
         return mid in self._edits or mid in self._deleted or mid in self._reactors or ("pin", mid) in self._winner
@@ -342,6 +373,10 @@ class ObgCore:
         todo = [first]
         while todo:
             op = todo.pop()
+            if op.kind == "react" and op.on and op.target is not None and not self.takes_reaction(op.target, op.emoji):
+                self.reactions_refused += 1
+                self._reject(op.op_id)
+                continue
             self._apply(op)
             delivered.append(op)
             for op_id in reversed(list(self._waiting.pop(("op", op.op_id), ()))):
@@ -379,11 +414,14 @@ class ObgCore:
             return
         self._winner[key] = op
         if op.kind == "react" and target is not None:
-            reactors = self._reactors.setdefault(target, {}).setdefault(op.emoji, set())
+            shown = self._reactors.setdefault(target, {})
             if op.on:
-                reactors.add(op.author)
+                shown.setdefault(op.emoji, set()).add(op.author)
             else:
+                reactors = shown.get(op.emoji, set())
                 reactors.discard(op.author)
+                if not reactors:  # frees its place among the message's MAX_REACTION_EMOJI
+                    shown.pop(op.emoji, None)
 
     def _hold(self, op: Operation, size: int, blocker: tuple) -> None:
         self._held[op.op_id] = (op, size, blocker)

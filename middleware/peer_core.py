@@ -226,8 +226,7 @@ class PeerCore:
         if record.legacy:
             raise UsageError(_LEGACY.format(desc=record.desc))
         if not record.verified:
-            raise UsageError(f"group {record.desc!r} has not been verified yet (its creator's signed description "
-                             "has not arrived): try again in a moment")
+            raise rules.not_verified(record.desc)
         rules.check_join_passphrase(record.desc, record.private, passphrase)
         return record
 
@@ -660,6 +659,7 @@ class PeerCore:
                            "sent_at_clamped")},
             "evicted": sum(c.orderer.evicted for c in self.channels.values()),
             "operations_rejected": sum(ops.rejected for ops in self._operations.values()),
+            "reactions_refused": sum(ops.core.reactions_refused for ops in self._operations.values()),
             "operations_pending": sum(ops.core.pending for ops in self._operations.values()),
             "held_bytes": sum(c.orderer.held_bytes for c in self.channels.values()),
             "delivered": s.delivered,

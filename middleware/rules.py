@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import passphrase as passphrases, wire
 from .chatops import OP_MARKER
+from .obg import is_reaction_emoji
 from .types import Mid, PassphraseRefused, UsageError, check_unicode
 
 MAX_DESC = wire.MAX_DESC
@@ -103,6 +104,11 @@ def bad_parent(gid: str, parent: tuple[str, int]) -> UsageError:
     return UsageError(f"bad parent: message {parent[0]}:{parent[1]} is not in group {gid}")
 
 
+def not_verified(desc: str) -> UsageError:
+    return UsageError(f"group {desc!r} has not been verified yet (its creator's signed description "
+                      "has not arrived): try again in a moment")
+
+
 def unknown_group(gid: str) -> UsageError:
     return UsageError(f"unknown group {gid!r:.80}")
 
@@ -114,10 +120,13 @@ def check_target(target: object) -> None:
 
 
 def check_emoji(emoji: str) -> str:
-    """A reaction's emoji (its length is the operation's rule, in ``chatops``)."""
+    """A reaction's emoji: one emoji grapheme (how many a message may show is the operation's rule,
+    in ``chatops``)."""
     if not isinstance(emoji, str):
         raise UsageError("emoji must be a string")
-    return check_unicode(emoji, "emoji")
+    if not is_reaction_emoji(emoji):
+        raise UsageError(f"a reaction is a single emoji, such as 👍; {emoji[:16]!r} is not one")
+    return emoji
 
 
 class OperationCalls:

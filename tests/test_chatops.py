@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+import emoji as emoji_data
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from m2mc.middleware.chatops import MAX_EDIT_TEXT, OP_MARKER, GroupOperations, decode, encode, is_operation
-from m2mc.middleware.obg import ObgError
+from m2mc.middleware.obg import MAX_REACTION_EMOJI, ObgError, is_reaction_emoji
 from m2mc.middleware.types import ChatMessage, UsageError
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
@@ -96,6 +97,20 @@ def test_compose_gives_clear_errors():
         ops.compose(A, "topic", None, text="x" * 301)
     with pytest.raises(UsageError, match="emoji"):
         ops.compose(A, "react", (A, 1), emoji="")
+    with pytest.raises(UsageError, match="a reaction is a single emoji, such as 👍; 'lol' is not one"):
+        ops.compose(A, "react", (A, 1), emoji="lol")
+
+
+def test_compose_refuses_a_51st_distinct_emoji_but_not_another_reactor_on_one_shown():
+    ops = GroupOperations(GID)
+    ops.take([HELLO])
+    emojis = sorted(e for e in emoji_data.EMOJI_DATA if is_reaction_emoji(e))[:MAX_REACTION_EMOJI + 1]
+    ops.take([op_message(ops, (B, 10 + n), "react", (A, 1), emoji=e) for n, e in enumerate(emojis[:-1])])
+    with pytest.raises(UsageError, match=f"already has {MAX_REACTION_EMOJI} different reactions"):
+        ops.compose(C, "react", (A, 1), emoji=emojis[-1])
+    ops.take([op_message(ops, (C, 1), "react", (A, 1), emoji=emojis[0])])
+    assert ops.view(HELLO).reactions[emojis[0]] == [B, C]
+    assert ops.compose(C, "react", (A, 1), emoji=emojis[-1], on=False)  # taking back is never refused
 
 
 def test_a_second_operation_names_the_first_and_replaying_the_store_rebuilds_the_state():

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from m2mc.middleware.obg import ObgCore, ObgError, Operation
+import emoji as emoji_data
+
+from m2mc.middleware.obg import MAX_REACTION_EMOJI, ObgCore, ObgError, Operation, is_reaction_emoji
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
 MSG_A, MSG_B = (A, 1), (B, 1)
@@ -114,6 +116,60 @@ def test_reactions_of_two_reactors_commute_and_one_reactors_add_remove_are_order
     newer = Operation((C, 7), "react", MSG_B, None, 1, emoji="❤", on=False)
     obg.receive(newer)
     assert "❤" not in obg.state(MSG_B).reactions
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("👍", True), ("❤", True), ("❤️", True), ("👍🏽", True), ("🇫🇷", True), ("1️⃣", True),
+    ("👩\u200d👩\u200d👧\u200d👦", True),  # a ZWJ family: one grapheme
+    ("", False), ("lol", False), ("+1", False), ("👍👍", False), ("👍 ", False),
+    ("🏽", False),  # a skin tone alone is a component, not an emoji to react with
+    ("\u202e👍", False), ("👍\u200b", False),
+])
+def test_a_reaction_is_a_single_emoji_grapheme(text, ok):
+    assert is_reaction_emoji(text) is ok
+    op = Operation((B, 2), "react", MSG_A, None, 1, emoji=text)
+    obg = core()
+    if ok:
+        assert ids(obg.receive(op)) == [(B, 2)]
+    else:
+        with pytest.raises(ObgError, match="needs an emoji"):
+            obg.receive(op)
+        assert obg.rejected == 1 and not obg.touches(MSG_A)
+
+
+MANY_EMOJI = sorted(e for e, data in emoji_data.EMOJI_DATA.items() if is_reaction_emoji(e))[:MAX_REACTION_EMOJI + 5]
+
+
+def test_a_message_shows_at_most_50_distinct_emoji_first_come_first_kept():
+    obg = core()
+    for n, emoji in enumerate(MANY_EMOJI):
+        obg.receive(Operation((B, 10 + n), "react", MSG_A, None, 1 + n, emoji=emoji))
+    shown = obg.state(MSG_A).reactions
+    assert list(shown) == sorted(MANY_EMOJI[:MAX_REACTION_EMOJI])
+    assert obg.reactions_refused == 5 and obg.rejected == 5
+    assert len(obg.delivered_ops()) == MAX_REACTION_EMOJI  # a refused one is not kept
+    assert not obg.takes_reaction(MSG_A, MANY_EMOJI[-1]) and obg.takes_reaction(MSG_A, MANY_EMOJI[0])
+    # another reactor on an emoji already shown still counts
+    assert ids(obg.receive(Operation((C, 1), "react", MSG_A, None, 99, emoji=MANY_EMOJI[0]))) == [(C, 1)]
+    assert obg.state(MSG_A).reactions[MANY_EMOJI[0]] == [B, C]
+    # the refused reaction's own later removal names it, and goes with it
+    assert obg.receive(Operation((B, 100), "react", MSG_A, (B, 10 + MAX_REACTION_EMOJI), 100,
+                                 emoji=MANY_EMOJI[MAX_REACTION_EMOJI], on=False)) == []
+    assert obg.rejected == 6
+    # an emoji whose last reactor takes it back frees its place for a new one
+    obg.receive(Operation((B, 101), "react", MSG_A, (B, 11), 101, emoji=MANY_EMOJI[1], on=False))
+    assert MANY_EMOJI[1] not in obg.state(MSG_A).reactions and obg.takes_reaction(MSG_A, MANY_EMOJI[-1])
+    assert ids(obg.receive(Operation((C, 2), "react", MSG_A, None, 102, emoji=MANY_EMOJI[-1]))) == [(C, 2)]
+    assert len(obg.state(MSG_A).reactions) == MAX_REACTION_EMOJI
+    # other messages have places of their own
+    assert ids(obg.receive(Operation((C, 3), "react", MSG_B, None, 103, emoji=MANY_EMOJI[-2]))) == [(C, 3)]
+
+
+def test_removing_a_reaction_that_is_not_there_takes_no_place():
+    obg = core()
+    for n, emoji in enumerate(MANY_EMOJI[:MAX_REACTION_EMOJI]):
+        obg.receive(Operation((C, 1 + n), "react", MSG_A, None, 1 + n, emoji=emoji, on=False))
+    assert obg.state(MSG_A).reactions == {} and obg.takes_reaction(MSG_A, MANY_EMOJI[-1])
 
 
 def test_a_delete_absorbs_every_edit_whatever_their_order():

@@ -1,4 +1,4 @@
-"""Small dialogs: display name, create group (CreateNewGrpWindow), join by id, passphrase, warnings, about.
+"""Small dialogs: display name, create group (CreateNewGrpWindow), join by id, confirm a join, warnings, about.
 
 Create and Join check what they can at once (empty, too long, passphrases
 that differ, are short or too easy to guess: a strength meter under the
@@ -12,6 +12,14 @@ keyboard in its first field, and Enter is OK, which accepts only valid input
 
 Invites are one line of text: ``m2mc://join/<gid>?desc=<description>``
 after a sentence for people; :func:`parse_invite` also takes a bare gid.
+
+Nothing is joined before the user has seen what the group is: every join
+(the discovery window's Join, an invite, an id) first shows what this peer
+verified of the group (:class:`GroupSummary`: the description its creator
+signed, the creator's name and key fingerprint, the member count, open or
+private) and joins only on a second, explicit Join.  An invite's own
+description is only a claim: where it differs from the signed one, the dialog
+says so.  A group whose signed description has not arrived yet cannot be joined.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
+    QGroupBox,
     QProgressBar,
     QDialog,
     QDialogButtonBox,
@@ -38,7 +47,7 @@ from PySide6.QtWidgets import (
 
 from ..middleware import __version__, passphrase as passphrases
 from ..middleware.rules import MAX_DESC, MAX_NAME, MIN_PASSPHRASE
-from ..middleware.types import Mid, PassphraseRefused
+from ..middleware.types import GroupView, Mid, PassphraseRefused, short_fingerprint
 
 from .bridge import Backend, describe_error
 from .resources import app_icon
@@ -295,21 +304,97 @@ class CreateGroupDialog(_ValidatedDialog):
         self.accept()
 
 
+NOT_VERIFIED = ("Not verified yet: its creator's signed description has not arrived, so nothing here can be "
+                "trusted and it cannot be joined. Wait a moment, or ask a member to announce it.")
+
+
+def creator_text(view: GroupView) -> str:
+    """Who created ``view``'s group: the name its member record gives (if this peer knows one), and
+    always its key's fingerprint, the part nobody else can claim."""
+    if not view.creator:
+        return "unknown"
+    name = next((m.name for m in view.members + view.left if m.pid == view.creator), "")
+    key = f"key {short_fingerprint(view.creator)}"
+    return f"{name} ({key})" if name else f"a member not seen yet ({key})"
+
+
+class GroupSummary(QGroupBox):
+    """What this peer verified of a group, shown before joining it."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("The group", parent)
+        self.desc_label = _plain_label()
+        self.desc_label.setObjectName("summaryDesc")
+        self.creator_label = _plain_label()
+        self.members_label = _plain_label()
+        self.kind_label = _plain_label()
+        self.note_label = _plain_label()
+        self.note_label.setObjectName("summaryNote")
+        layout = QFormLayout(self)
+        layout.addRow("Description:", self.desc_label)
+        layout.addRow("Created by:", self.creator_label)
+        layout.addRow("Members:", self.members_label)
+        layout.addRow("Kind:", self.kind_label)
+        layout.addRow(self.note_label)
+
+    def show_view(self, view: GroupView, claimed_desc: str = "") -> None:
+        """Show ``view``; ``claimed_desc`` is what an invite called the group, checked against it."""
+        self.desc_label.setText(f"“{view.desc}”")
+        self.creator_label.setText(creator_text(view))
+        self.members_label.setText(str(view.member_count))
+        self.kind_label.setText("private: its members gave it a passphrase" if view.private
+                                else "open: anyone on this network can read and write in it")
+        if not view.verified:
+            note = NOT_VERIFIED
+        elif claimed_desc and claimed_desc.strip() != view.desc:
+            note = (f"The invite calls it “{claimed_desc.strip()}”, but the description its creator signed is "
+                    f"“{view.desc}”. Join only if you expected that group.")
+        else:
+            note = ("Description and key are checked against the creator's signature; "
+                    "the name is the one the creator chose, and anyone can choose any name.")
+        self.note_label.setText(note)
+        self.note_label.setProperty("alert", not view.verified or note.startswith("The invite calls"))
+        self.note_label.style().unpolish(self.note_label)  # the style sheet reads the new property
+        self.note_label.style().polish(self.note_label)
+
+
+def _plain_label() -> QLabel:
+    label = QLabel()
+    label.setTextFormat(Qt.TextFormat.PlainText)  # a description or a name is never markup
+    label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    return label
+
+
 class JoinDialog(_ValidatedDialog):
-    """Join a group by its id or a pasted invite (the discovery window's Join button needs no dialog)."""
+    """Join a group by its id or a pasted invite: OK looks the group up and shows what is verified
+    of it (:class:`GroupSummary`); a second OK, now labelled Join, joins it."""
 
     def __init__(self, backend: Backend, gid: str = "", parent: QWidget | None = None, invite: str = "") -> None:
         super().__init__("Join group", parent)
         self.backend = backend
         self.joined_gid: str | None = None
+        self.found: GroupView | None = None  # the group looked up, once OK was pressed
         if not gid and invite and INVITE.search(invite):
             gid = invite.strip()  # a copied invite on the clipboard: offered as it is
         self.gid_edit = QLineEdit(gid)
         self.gid_edit.setPlaceholderText("an invite (m2mc://join/…) or a group id (26 letters and digits)")
+        self.gid_edit.textEdited.connect(lambda _text: self._forget_found())
         self.form.addRow("Invite or id:", self.gid_edit)
         self.passphrase_edit = _passphrase_edit("only for a private group")
         self.form.addRow("Passphrase:", self.passphrase_edit)
+        self.summary = GroupSummary()
+        self.form.addRow(self.summary)
         self.form.addRow(_hint("Groups announced on your network are listed in the discovery window (Ctrl+G)."))
+        self.setMinimumWidth(460)
+        self._forget_found()
+
+    def _forget_found(self) -> None:
+        self.found = None
+        self.form.setRowVisible(self.summary, False)
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Look up")
+        self.show_error("")
+        self.adjustSize()
 
     def _try_accept(self) -> None:
         text = self.gid_edit.text().strip()
@@ -320,52 +405,91 @@ class JoinDialog(_ValidatedDialog):
         if parsed is None:
             self.show_error("That is neither an invite nor a group id. An invite looks like m2mc://join/….")
             return
-        gid = parsed[0]
+        gid, claimed = parsed
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
+        if self.found is None or self.found.gid != gid:
+            self.backend.call(lambda peer: peer.group(gid), on_result=lambda view: self._show_found(view, claimed),
+                              on_error=lambda exc: self.show_error(plain_error(exc)))
+            return
         passphrase = self.passphrase_edit.text() or None
         self.backend.call_async(lambda peer: peer.join_group_async(gid, passphrase), on_result=self._joined,
                                 on_error=lambda exc: self.show_error(plain_error(exc)))
+
+    def _show_found(self, view: GroupView, claimed_desc: str) -> None:
+        if view.joined:
+            self._joined(view.gid)
+            return
+        self.found = view
+        self.summary.show_view(view, claimed_desc)
+        self.form.setRowVisible(self.summary, True)
+        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        ok.setText("Join")
+        self.adjustSize()
+        if not view.verified:
+            self.show_error("This group cannot be joined yet: it is not verified.")
+            ok.setEnabled(False)
+        elif view.private and not self.passphrase_edit.text():
+            self.show_error(f"“{view.desc}” is a private group: enter its passphrase.")
+            self.passphrase_edit.setFocus()
+        else:
+            ok.setEnabled(True)
 
     def _joined(self, gid: str) -> None:
         self.joined_gid = gid
         self.accept()
 
 
-class PassphraseDialog(_ValidatedDialog):
-    """Join a private group: ask for its passphrase; a wrong one is said here and may be tried again."""
+class ConfirmJoinDialog(_ValidatedDialog):
+    """Join a group picked in the discovery window: what is verified of it, its passphrase if it is
+    private, and Join; Cancel leaves this peer out of it.  A wrong passphrase is said here and may be
+    tried again."""
 
-    def __init__(self, backend: Backend, gid: str, desc: str, parent: QWidget | None = None) -> None:
-        super().__init__("Join private group", parent)
+    def __init__(self, backend: Backend, view: GroupView, parent: QWidget | None = None) -> None:
+        super().__init__("Join private group" if view.private else "Join group", parent)
         self.backend = backend
-        self.gid = gid
+        self.gid = view.gid
         self.joined_gid: str | None = None
-        self.intro = QLabel(f"“{desc}” is a private group. Enter the passphrase its members gave you.")
-        self.intro.setTextFormat(Qt.TextFormat.PlainText)
-        self.intro.setWordWrap(True)
-        self.form.addRow(self.intro)
-        self.passphrase_edit = _passphrase_edit("passphrase")
+        self.summary = GroupSummary()
+        self.summary.show_view(view)
+        self.form.addRow(self.summary)
+        self.passphrase_edit = _passphrase_edit("the passphrase its members gave you")
         self.form.addRow("Passphrase:", self.passphrase_edit)
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Join")
-        self.setMinimumWidth(420)  # room for the intro and the error on a line or two
+        self._ask_passphrase(view.private)
+        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        ok.setText("Join")
+        if not view.verified:
+            self.show_error("This group cannot be joined yet: it is not verified.")
+            ok.setEnabled(False)
+        self.setMinimumWidth(460)  # room for the description and the error on a line or two
         self.adjustSize()  # a top-level window does not fit wrapped labels' height to its width by itself
 
+    def _ask_passphrase(self, on: bool) -> None:
+        self.form.setRowVisible(self.passphrase_edit, on)
+        self.passphrase_edit.setEnabled(on)
+
     def _try_accept(self) -> None:
-        passphrase = self.passphrase_edit.text()
-        if not passphrase:
+        private = self.passphrase_edit.isEnabled()
+        passphrase = self.passphrase_edit.text() if private else None
+        if private and not passphrase:
             self.show_error("Please enter the passphrase.")
             return
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        # Deriving the key takes about half a second (Argon2id) on a worker thread; GUI and network stay live.
+        # Deriving a private group's key takes about half a second (Argon2id) on a worker thread.
         gid = self.gid
         self.backend.call_async(lambda peer: peer.join_group_async(gid, passphrase), on_result=self._joined,
                                 on_error=self._refused)
 
     def _refused(self, error: Exception) -> None:
+        private = re.match(r"group '.*' is private", describe_error(error)) is not None
+        if private and not self.passphrase_edit.isEnabled():  # it turned out private after the list was drawn
+            self._ask_passphrase(True)
+            self.adjustSize()
         self.show_error(plain_error(error))
-        self.passphrase_edit.selectAll()
-        self.passphrase_edit.setFocus()
+        if self.passphrase_edit.isEnabled():
+            self.passphrase_edit.selectAll()
+            self.passphrase_edit.setFocus()
 
     def _joined(self, gid: str) -> None:
         self.joined_gid = gid

@@ -1,4 +1,5 @@
-"""The group discovery window (the thesis's GroupInfoWindow): groups seen on the LAN, with Join.
+"""The group discovery window (the thesis's GroupInfoWindow): groups seen on the LAN, with Join…
+(which asks first: ``ui.dialogs.ConfirmJoinDialog``).
 
 The list is live: every ``groups_discovered`` event updates or adds a row
 (``dataChanged`` / ``beginInsertRows``), and the "last seen" column is
@@ -147,7 +148,7 @@ class DiscoveryWindow(QWidget):
 
         self.empty_label = QLabel("Looking for groups on this network… (none announced yet)")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.join_button = QPushButton(icon("join"), "Join")
+        self.join_button = QPushButton(icon("join"), "Join…")
         self.join_button.setDefault(True)
         self.join_button.clicked.connect(self.join_selected)
         refresh = QPushButton(icon("discover"), "Ask again")
@@ -199,11 +200,8 @@ class DiscoveryWindow(QWidget):
         gid = self.selected_gid()
         view = self.model.view_for(gid) if gid else None
         self.join_button.setEnabled(view is not None and not view.joined and view.verified)
-        if view is not None and view.joined:
-            self.join_button.setText("Joined")
-        elif view is not None and view.private:
-            self.join_button.setText("Join…")  # a passphrase dialog follows
-        else:
-            self.join_button.setText("Join")
-        self.join_button.setToolTip("A private group: you will be asked for its passphrase"
-                                    if view is not None and view.private and not view.joined else "")
+        # a dialog follows: what is verified of the group, its passphrase if private, then Join
+        self.join_button.setText("Joined" if view is not None and view.joined else "Join…")
+        self.join_button.setToolTip("" if view is None or view.joined else
+                                    "Shows the group's signed description and its creator's key first"
+                                    + ("; asks for its passphrase" if view.private else ""))

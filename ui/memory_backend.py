@@ -74,6 +74,8 @@ class MemoryManager(rules.OperationCalls):
     def join_group(self, gid: str, passphrase: str | None = None) -> str:
         view = self.group(gid)
         if not view.joined:
+            if not view.verified:
+                raise rules.not_verified(view.desc)
             rules.check_join_passphrase(view.desc, view.private, passphrase)
             # A private group injected without a passphrase opens to none.
             if view.private and passphrase != self._passphrases.get(gid):
@@ -188,10 +190,15 @@ class MemoryManager(rules.OperationCalls):
 
     def inject_group(self, gid: str, desc: str, members: tuple[Member, ...] = (), private: bool = False,
                      joined: bool = False, left: tuple[Member, ...] = (), history: list[ChatMessage] | None = None,
-                     notify: bool = True, passphrase: str | None = None) -> GroupView:
+                     notify: bool = True, passphrase: str | None = None, creator: str | None = None,
+                     verified: bool = True) -> GroupView:
+        """A group seen on the network; its creator is its first member unless said otherwise."""
         private = private or passphrase is not None
+        if creator is None:
+            creator = members[0].pid if members else ""
         view = GroupView(gid, desc, "239.1.1.2", 47477, private, joined, tuple(members), tuple(left),
-                         len(members), time.time(), frozenset({"gjlp"}))
+                         len(members), time.time(), frozenset({"gjlp"} if verified else {"zeroconf"}),
+                         verified=verified, creator=creator if verified else "")
         if passphrase is not None:
             self._passphrases[gid] = passphrase
         self._groups[gid] = view

@@ -3,9 +3,10 @@
 Started by tests/ui/test_gui_lan.py with ``ip netns exec``.  It prints one JSON
 line per step on stdout and reads "go" lines on stdin, so the test can make
 the other peer talk at the right moments.  Screenshots go to build/screenshots/.
-With a third argument (the passphrase of a private group) the join goes through
-the passphrase dialog: a wrong passphrase first, whose refusal is reported, then
-the right one.
+Join opens the confirmation, whose verified description, creator and member
+count are reported before its Join is pressed.  With a third argument (the
+passphrase of a private group) the confirmation asks for it: a wrong passphrase
+first, whose refusal is reported, then the right one.
 """
 
 import json
@@ -70,18 +71,22 @@ def main():
     window.discovery.resize(640, 300)
     window.discovery.grab().save(str(SHOTS / "discovery-window-lan.png"))
     window.discovery.join_selected()
+    dialog = window.join_controller.join_dialog
+    if dialog is None or not dialog.isVisible():
+        say(step="confirm", error="no join dialog")
+        return 1
+    dialog.grab().save(str(SHOTS / "join-dialog-lan.png"))
+    summary = dialog.summary
+    say(step="confirm", desc=summary.desc_label.text(), creator=summary.creator_label.text(),
+        members=summary.members_label.text(), kind=summary.kind_label.text(), joined=window.current is not None)
     if passphrase is not None:
-        dialog = window.join_controller.passphrase_dialog
-        if dialog is None or not dialog.isVisible():
-            say(step="refused", error="no passphrase dialog")
-            return 1
         dialog.passphrase_edit.setText("not the passphrase")
         dialog.buttons.accepted.emit()
         wait(app, lambda: dialog.error_label.text(), timeout=10)
         dialog.grab().save(str(SHOTS / "passphrase-dialog-wrong-lan.png"))
         say(step="refused", error=dialog.error_label.text(), still_open=dialog.isVisible())
         dialog.passphrase_edit.setText(passphrase)
-        dialog.buttons.accepted.emit()
+    dialog.buttons.accepted.emit()
     wait(app, lambda: window.current is not None and window.current.gid == found)
     history = wait(app, lambda: len(tree_rows(window)) >= 3, timeout=10) is not None
     say(step="joined", history=tree_rows(window), history_complete=history)

@@ -1,4 +1,5 @@
-"""The real window on a private namespace LAN: discover a group an m2mc-peer announced, join, see the talk.
+"""The real window on a private namespace LAN: discover a group an m2mc-peer announced, confirm what is
+verified of it (signed description, creator's name and fingerprint, member count), join, see the talk.
 
 Once for an open group, once for a private one (a wrong passphrase refused in the dialog, then the right one).
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lan import LoopbackHost, PeerProcess
+from m2mc.middleware.types import short_fingerprint
 
 pytestmark = pytest.mark.netns
 CHECK = Path(__file__).with_name("gui_netns_check.py")
@@ -39,6 +41,12 @@ def test_window_discovers_joins_and_shows_the_tree(tmp_path, passphrase):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         discovered = read_event(gui)
         assert discovered == {"step": "discovered", "gid": gid}
+        confirm = read_event(gui)  # what the join dialog shows before its Join is pressed
+        fingerprint = short_fingerprint(ann.call("whoami")["pid"])
+        assert confirm == {"step": "confirm", "desc": "“GUI lunch”", "creator": f"Ann (key {fingerprint})",
+                           "members": "1", "joined": False,
+                           "kind": confirm["kind"]}, confirm
+        assert confirm["kind"].startswith("private" if passphrase else "open")
         if passphrase is not None:
             refused = read_event(gui)
             assert refused == {"step": "refused", "error": "That passphrase does not open this group.", "still_open": True}

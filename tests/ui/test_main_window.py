@@ -142,6 +142,9 @@ def test_discovery_lists_groups_and_joins(qtbot, window, backend):
     assert discovery.join_button.isEnabled()
     save_screenshot(discovery, "discovery-window.png")
     qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
+    confirm = window.join_controller.join_dialog  # what is verified of the group, then Join
+    assert confirm is not None and confirm.isVisible() and confirm.summary.desc_label.text() == "“Board games night”"
+    qtbot.mouseClick(confirm.buttons.button(QDialogButtonBox.StandardButton.Ok), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "b-9" in window.session_controller.sessions and window.current is window.session_controller.sessions["b-9"])
     qtbot.waitUntil(lambda: discovery.model.view_for("b-9").joined)
     assert not discovery.join_button.isEnabled()

@@ -5,10 +5,13 @@ so what these tests see is what a member sees when the network delivers the
 same operations.
 """
 
+import emoji as emoji_data
 from PySide6.QtCore import QPoint, Qt
 
 from conftest import ANN, BOB, CAT, lunch_conversation, message
+from m2mc.middleware.obg import MAX_REACTION_EMOJI, is_reaction_emoji
 from m2mc.middleware.types import Member
+from m2mc.ui.main_window import REACTION_CHOICES
 
 GID = ANN.pid + "-1"
 
@@ -101,6 +104,24 @@ def test_reactions_show_counts_who_and_toggle_from_the_picker_and_the_row(qtbot,
     qtbot.mouseClick(window.tree_view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.center()))
     qtbot.waitUntil(lambda: "🎉" not in (shown(window, lunch.mid).reactions or {}))
     assert shown(window, lunch.mid).reactions == {"👍": sorted([ANN.pid, CAT.pid])}
+
+
+def test_a_message_with_50_different_reactions_refuses_a_new_one_and_says_why(qtbot, window, backend):
+    talk = lunch_conversation(GID)
+    session = open_group(qtbot, window, backend, talk)
+    lunch = talk[6]
+    others = sorted(e for e in emoji_data.EMOJI_DATA if is_reaction_emoji(e) and e not in REACTION_CHOICES)
+    backend.manager.inject_messages(GID, [
+        backend.manager.operation_message(GID, (ANN, BOB, CAT)[n % 3], 100 + n, "react", lunch.mid, emoji=emoji)
+        for n, emoji in enumerate(others[:MAX_REACTION_EMOJI + 10])])
+    qtbot.waitUntil(lambda: len(shown(window, lunch.mid).reactions or {}) == MAX_REACTION_EMOJI)
+    menu_actions(menu_actions(window.message_menu(shown(window, lunch.mid)))["React"].menu())["🎉"].trigger()
+    qtbot.waitUntil(lambda: "50 different reactions" in window.statusBar().currentMessage())
+    assert "🎉" not in shown(window, lunch.mid).reactions
+    # adding yourself to one already shown still works
+    window.compose_controller.toggle_reaction(lunch.mid, others[0])
+    qtbot.waitUntil(lambda: backend.pid in shown(window, lunch.mid).reactions[others[0]])
+    assert session is window.current
 
 
 def test_pins_fill_the_pinned_list_live(qtbot, window, backend):

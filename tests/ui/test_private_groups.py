@@ -71,8 +71,8 @@ def test_joining_a_private_group_asks_for_the_passphrase_and_keeps_asking_when_w
     assert discovery.join_button.text() == "Join…"
     qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
 
-    dialog = window.join_controller.passphrase_dialog
-    assert dialog is not None and dialog.isVisible() and "Secret santa" in dialog.intro.text()
+    dialog = window.join_controller.join_dialog
+    assert dialog is not None and dialog.isVisible() and "Secret santa" in dialog.summary.desc_label.text()
     qtbot.keyClicks(dialog.passphrase_edit, "guess guess")
     ok_button(dialog).click()
     qtbot.waitUntil(dialog.error_label.isVisible)
@@ -104,6 +104,9 @@ def test_join_by_id_takes_an_optional_passphrase(qtbot, backend):
     open_join = JoinDialog(backend)
     qtbot.addWidget(open_join)
     open_join.gid_edit.setText("o-5")
+    ok_button(open_join).click()  # looks it up: what is verified of it shows, and OK becomes Join
+    qtbot.waitUntil(lambda: open_join.found is not None and ok_button(open_join).text() == "Join")
+    assert open_join.joined_gid is None and not backend.manager.group("o-5").joined
     ok_button(open_join).click()
     qtbot.waitUntil(lambda: open_join.joined_gid == "o-5")
 

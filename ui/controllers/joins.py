@@ -1,7 +1,9 @@
 """Joins: finding, creating, joining and leaving groups, invites, and the display name.
 
-Joining a private group asks for its passphrase in a window-modal dialog that stays open on a
-wrong one; a group that turns out private after the list was drawn is asked for, not refused.
+Joining from the discovery window opens a window-modal dialog that shows what is verified of the
+group (its signed description, its creator's name and fingerprint, its member count) and joins only
+on its Join button; for a private group it asks the passphrase too and stays open on a wrong one.
+A group that turns out private after the list was drawn is asked for, not refused.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from ..bridge import describe_error
-from ..dialogs import CreateGroupDialog, JoinDialog, NameDialog, PassphraseDialog, invite_text
+from ...middleware.types import GroupView
+from ..dialogs import ConfirmJoinDialog, CreateGroupDialog, JoinDialog, NameDialog, invite_text
 
 if TYPE_CHECKING:
     from ..main_window import MainWindow
@@ -27,7 +29,7 @@ class JoinController(QObject):
         super().__init__(window)
         self.window = window
         self.backend = window.backend
-        self.passphrase_dialog: PassphraseDialog | None = None
+        self.join_dialog: ConfirmJoinDialog | None = None
 
     def show_discovery(self) -> None:
         if not self.window.discovery.isVisible():
@@ -48,30 +50,24 @@ class JoinController(QObject):
             self._joined(dialog.joined_gid)
 
     def join_group(self, gid: str) -> None:
+        """Ask before joining ``gid``: the confirmation shows what is verified of it."""
         view = self.window.session_controller.known_groups.get(gid) or self.window.discovery.model.view_for(gid)
-        if view is not None and view.private and not view.joined:
-            self.ask_passphrase(gid, view.desc)
-            return
-        self.backend.call(lambda peer: peer.join_group(gid), on_result=self._joined,
-                          on_error=lambda exc, gid=gid: self._join_refused(gid, exc))
-
-    def _join_refused(self, gid: str, error: Exception) -> None:
-        # The group may have turned out private after the list was drawn: ask, rather than just refuse.
-        view = self.window.session_controller.known_groups.get(gid)
-        if view is not None and view.private and not view.joined:
-            self.ask_passphrase(gid, view.desc)
+        if view is None:
+            self.window.status_controller.show_error(f"unknown group {gid!r:.80}")
+        elif view.joined:
+            self._joined(gid)
         else:
-            self.window.status_controller.show_error(describe_error(error))
+            self.confirm_join(view)
 
-    def ask_passphrase(self, gid: str, desc: str) -> PassphraseDialog:
-        """The passphrase dialog for a private group; window-modal, it returns at once."""
-        if self.passphrase_dialog is not None:
-            self.passphrase_dialog.close()
-            self.passphrase_dialog.deleteLater()
+    def confirm_join(self, view: GroupView) -> ConfirmJoinDialog:
+        """The join confirmation for ``view``'s group; window-modal, it returns at once."""
+        if self.join_dialog is not None:
+            self.join_dialog.close()
+            self.join_dialog.deleteLater()
         parent = self.window.discovery if self.window.discovery.isVisible() else self.window
-        dialog = PassphraseDialog(self.backend, gid, desc, parent)
+        dialog = ConfirmJoinDialog(self.backend, view, parent)
         dialog.accepted.connect(lambda d=dialog: d.joined_gid and self._joined(d.joined_gid))
-        self.passphrase_dialog = dialog
+        self.join_dialog = dialog
         dialog.open()
         return dialog
 

@@ -1,0 +1,107 @@
+"""A member floods one message with distinct reactions, on a namespace LAN: Ann's real peer and
+Mal's host as the attacker.  Mal's key is a real member's (its peer joined, posted, then
+stopped), so its operations are validly signed and delivered; the bound is the reaction rule
+itself (a single emoji from Unicode's emoji data, at most ``MAX_REACTION_EMOJI`` per message)."""
+
+import json
+import time
+
+import emoji as emoji_data
+import pytest
+
+from lan import Lan, PeerProcess, rss_bytes, send_from
+from m2mc.middleware import chatops, wire
+from m2mc.middleware.obg import MAX_REACTION_EMOJI
+from m2mc.middleware.store import Store
+
+pytestmark = pytest.mark.netns
+
+EMOJI_FLOOD = 2_000
+TEXT_FLOOD = 1_000
+MAX_HISTORY_ENTRY = 8 * 1024
+"""Bytes of the attacked message's history entry: 50 emoji with one reactor each is about 4 KB."""
+MAX_WHOAMI_SECONDS = 0.5
+MAX_RSS_GROWTH = 20 * 1024 * 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+
+
+def test_a_member_flooding_a_message_with_distinct_reactions_leaves_at_most_50(tmp_path):
+    lan = Lan(2)
+    peers = []
+    try:
+        ann = PeerProcess(lan.hosts[0], lan.addresses[0], tmp_path / "Ann", "Ann", extra=["--no-zeroconf"])
+        peers.append(ann)
+        mal_peer = PeerProcess(lan.hosts[1], lan.addresses[1], tmp_path / "Mal", "Mal", extra=["--no-zeroconf"])
+        peers.append(mal_peer)
+        gid = ann.call("create_group", {"desc": "Reactions"})["gid"]
+        mal_peer.wait_notification("group_discovered", lambda p: p["gid"] == gid)
+        mal_peer.call("join_group", {"gid": gid})
+        target = ann.call("send", {"gid": gid, "text": "react to me", "parent": None})["mid"]
+        mal_peer.wait_for(lambda: any(m["mid"] == target for m in mal_peer.delivered(gid)), what="Ann's message")
+        mal_peer.call("send", {"gid": gid, "text": "hello from Mal", "parent": None})
+        ann.wait_for(lambda: any(m["text"] == "hello from Mal" for m in ann.delivered(gid)), what="Mal's hello")
+        group = next(g for g in ann.call("list_groups") if g["gid"] == gid)
+        mal_peer.shutdown()
+        peers.remove(mal_peer)
+        store = Store(tmp_path / "Mal" / "m2mc.sqlite3")
+        mal = store.identity()
+        store.close()
+
+        owner, seqno = target.split(":")
+        parent = (owner, int(seqno))
+        emojis = sorted(e for e, data in emoji_data.EMOJI_DATA.items() if data["status"] == 2)[:EMOJI_FLOOD]
+        texts = emojis + [f"not{n}" for n in range(TEXT_FLOOD)]
+        now = int(time.time() * 1000)
+        flood = [wire.encode(mal, wire.signed_data(mal, gid, 2 + n, parent, now, "Mal",
+                                                   chatops.encode("react", None, 1 + n, emoji=text)))
+                 for n, text in enumerate(texts)]
+        last = 2 + len(texts)
+        flood.append(wire.encode(mal, wire.signed_data(mal, gid, last, None, now, "Mal", "after the flood")))
+        cpu_before, rss_before = cpu_seconds(ann.proc.pid), rss_bytes(ann.proc.pid)
+
+        send_from(lan.hosts[1], lan.addresses[1], group["addr"], group["port"], flood, pause=0.0003)
+        whoami = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(m["text"] == "after the flood" for m in ann.delivered(gid)):
+            started = time.monotonic()
+            ann.call("whoami")
+            whoami.append(time.monotonic() - started)
+            time.sleep(0.05)
+        assert any(m["text"] == "after the flood" for m in ann.delivered(gid)), "the flood never fully arrived"
+        started = time.monotonic()
+        ann.call("whoami")
+        whoami.append(time.monotonic() - started)
+
+        entry = next(m for m in ann.call("history", {"gid": gid}, timeout=30) if m["mid"] == target)
+        size = len(json.dumps(entry, ensure_ascii=False).encode())
+        stats = ann.call("stats")
+        cpu, growth = cpu_seconds(ann.proc.pid) - cpu_before, rss_bytes(ann.proc.pid) - rss_before
+        print(f"{len(texts)} distinct reactions ({EMOJI_FLOOD} emoji, {TEXT_FLOOD} other texts): "
+              f"{len(entry['reactions'])} kept, history entry {size} bytes, slowest whoami "
+              f"{max(whoami) * 1000:.0f} ms, CPU {cpu:.2f} s, RSS +{growth / 2**20:.1f} MB, "
+              f"rejected {stats.get('operations_rejected')}, of them {stats.get('reactions_refused')} past the cap")
+        assert len(entry["reactions"]) == MAX_REACTION_EMOJI
+        assert set(entry["reactions"]) == set(emojis[:MAX_REACTION_EMOJI])  # first come, first kept
+        assert size <= MAX_HISTORY_ENTRY
+        assert max(whoami) <= MAX_WHOAMI_SECONDS
+        assert growth <= MAX_RSS_GROWTH
+        assert stats["reactions_refused"] == EMOJI_FLOOD - MAX_REACTION_EMOJI
+        assert stats["operations_rejected"] == len(texts) - MAX_REACTION_EMOJI
+
+        # Ann may still add herself to an emoji that is there, but not bring a 51st, nor text.
+        ann.call("react", {"gid": gid, "mid": target, "emoji": emojis[0]})
+        refused = ann.request("react", {"gid": gid, "mid": target, "emoji": emojis[-1]})
+        assert "error" in refused and "50 different" in refused["error"]["message"], refused
+        not_emoji = ann.request("react", {"gid": gid, "mid": target, "emoji": "lol"})
+        assert "error" in not_emoji and "single emoji" in not_emoji["error"]["message"], not_emoji
+        ann_pid = ann.call("whoami")["pid"]
+        ann.wait_for(lambda: ann_pid in next(m for m in ann.call("history", {"gid": gid})
+                                             if m["mid"] == target)["reactions"][emojis[0]], what="Ann's reaction")
+    finally:
+        for peer in peers:
+            peer.shutdown()
+        lan.close()
