@@ -35,7 +35,7 @@ import hmac
 import random
 from dataclasses import dataclass, field
 
-from . import crypto, wire
+from . import crypto, names, wire
 from .types import GroupView, Member, UsageError
 
 MAX_MEMBERS = 1_000  # member records (joined or left) kept per group
@@ -144,10 +144,10 @@ class GroupRecord:
         return record is not None and record.joined
 
     def current(self) -> tuple[Member, ...]:
-        return tuple(Member(p, r.name, r.counter) for p, r in sorted(self.members.items()) if r.joined)
+        return tuple(_member(p, r) for p, r in sorted(self.members.items()) if r.joined)
 
     def left(self) -> tuple[Member, ...]:
-        return tuple(Member(p, r.name, r.counter) for p, r in sorted(self.members.items()) if not r.joined)
+        return tuple(_member(p, r) for p, r in sorted(self.members.items()) if not r.joined)
 
     def to_wire(self) -> list[wire.GroupInfo]:
         """The group as GroupInfos of at most RECORDS_PER_INFO member records each."""
@@ -166,6 +166,11 @@ class GroupRecord:
             verified=self.verified, legacy=self.legacy,
             creator=crypto.pid_of(self.descriptor.creator_key) if self.descriptor else "",
         )
+
+
+def _member(pid: str, record: wire.MemberRecord) -> Member:
+    """A member as shown: the name of its own record, without invisible or text-direction characters."""
+    return Member(pid, names.shown(record.name), record.counter)
 
 
 def _info_size(info: wire.GroupInfo) -> int:
@@ -411,7 +416,7 @@ class Gjlp:
             return
         record.members[pid] = member
         self._outside_records += outside and old is None
-        shown = Member(pid, member.name, member.counter)
+        shown = _member(pid, member)
         if old is None or old.joined != member.joined:
             self._events.append(MemberJoined(gid, shown) if member.joined else MemberLeft(gid, shown))
         else:

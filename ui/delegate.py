@@ -30,6 +30,7 @@ from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QS
 
 from ..middleware.types import ChatMessage, Mid
 
+from .member_list import marked_name
 from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole, ThreadModel,
                             UnreadRole)
 
@@ -113,7 +114,8 @@ class MessageDelegate(QStyledItemDelegate):
         self._heights: dict[tuple, int] = {}
         self._bodies: OrderedDict[tuple, _Body] = OrderedDict()
         self.own_pid = ""
-        self.names: dict[str, str] = {}  # pid -> display name, for who reacted
+        self.names: dict[str, str] = {}  # pid -> the member record's name: authors and who reacted
+        self.lookalikes: set[str] = set()  # members whose names look like another's: shown with ⚠ and fingerprint
         self.refresh_style()
 
     def refresh_style(self) -> None:
@@ -279,9 +281,10 @@ class MessageDelegate(QStyledItemDelegate):
         if message.reactions:
             chips = self._reaction_chips(message, left, y + 3, width)
             y += self.meta_metrics.height() + 4 + 3
-        name = message.sender_name or message.sender[:8]
+        name = self.names.get(message.sender) or message.sender_name or message.sender[:8]
         if index.data(OwnRole):
             name += " (you)"
+        name = marked_name(name, message.sender, self.lookalikes)
         name_width = self.header_metrics.horizontalAdvance(name)
         meta = clock(message.sent_at) + (" · edited" if message.edited and not message.deleted else "") + \
             (" · pinned" if message.pinned else "")
