@@ -13,7 +13,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QListWidget, QListWidgetItem
 
-from ..middleware.names import lookalikes
+from ..middleware.names import lookalikes, shown
 from ..middleware.types import GroupView, Member, short_fingerprint
 
 from .resources import icon
@@ -23,7 +23,10 @@ PRESENCE_MARKS = {"online": "●", "away": "◐", "offline": "○"}
 
 
 def marked_name(name: str, pid: str, look_alike: set[str]) -> str:
-    """``name``, with ⚠ and the key's fingerprint when ``pid`` is among the members whose names look alike."""
+    """``name`` as shown (the middleware already removed what may not be shown, but a name that
+    reverses the text after it must never reach a label), with ⚠ and the key's fingerprint when
+    ``pid`` is among the members whose names look alike."""
+    name = shown(name)
     return f"{DUPLICATE_MARK} {name} · {short_fingerprint(pid)[:9]}" if pid in look_alike else name
 
 
@@ -61,7 +64,7 @@ def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, heade
     if view.left:
         widget.addItem(header(f"Left ({len(view.left)})"))
         for member in sorted(view.left, key=lambda m: (m.name.lower(), m.pid)):
-            item = QListWidgetItem(icon("close"), f"{member.name} — left the group")
+            item = QListWidgetItem(icon("close"), f"{shown(member.name)} — left the group")
             item.setFlags(Qt.ItemFlag.ItemIsEnabled)  # readable, not greyed out, not selectable
             item.setToolTip(member_tooltip(member, set(), left=True))
             item.setData(Qt.ItemDataRole.UserRole, "left")

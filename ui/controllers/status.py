@@ -124,7 +124,7 @@ class StatusController(QObject):
         if view is not None:
             names = {m.pid: m.name for m in (*view.members, *view.left)}
             look_alike = lookalikes(view.members)
-            for conversation in (self.window.tree_view, self.window.timeline_view):
+            for conversation in (self.window.tree_view, self.window.timeline_view, self.window.thread_list):
                 delegate = conversation.itemDelegate()
                 if delegate.names != names or delegate.lookalikes != look_alike:
                     delegate.names, delegate.lookalikes = names, look_alike
