@@ -339,21 +339,18 @@ class PeerCore:
         """
         record = self.gjlp.groups.get(gid)
         members = record.members if record is not None else {}
-        shown_as: dict[tuple[str, str], str] = {}  # (pid, signed name) -> the name shown
+        # (pid, signed name) -> the name to show instead, or None to show the message as it is
+        instead: dict[tuple[str, str], str | None] = {}
         out = []
         for message in messages:
-            pid = message.mid[0]
-            member = members.get(pid)
-            if member is not None and member.name == message.sender_name and message.sender_name.isascii() \
-                    and message.sender_name.isprintable():
-                out.append(message)  # the common case: the record's name, signed as it is shown
-                continue
-            shown = shown_as.get((pid, message.sender_name))
-            if shown is None:
-                shown = shown_as[pid, message.sender_name] = names.shown(member.name) if member is not None else \
-                    names.unverified(message.sender_name, pid)
-            out.append(message if shown == message.sender_name else
-                       message._replace(sender_name=shown, signed_name=message.sender_name))
+            pid, signed = key = (message.mid[0], message.sender_name)
+            if key in instead:
+                shown = instead[key]
+            else:
+                member = members.get(pid)
+                shown = names.shown(member.name) if member is not None else names.unverified(signed, pid)
+                shown = instead[key] = None if shown == signed else shown
+            out.append(message if shown is None else message._replace(sender_name=shown, signed_name=signed))
         return out
 
     def pending(self, gid: str | None = None) -> int:

@@ -56,3 +56,21 @@ def test_look_alike_names_are_marked_in_the_member_list_and_the_conversation(qtb
     assert titles == headers  # the threads list names each starter as the conversation does
     window.resize(1100, 760)
     save_screenshot(window, "look-alike-names.png")
+
+
+def test_the_name_dialog_refuses_a_right_to_left_override_before_it_closes(qtbot):
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from m2mc.ui.dialogs import NameDialog
+
+    dialog = NameDialog("")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    dialog.name_edit.setText("\u202eecila")
+    QTest.keyClick(dialog.name_edit, Qt.Key.Key_Return)
+    assert dialog.isVisible() and "U+202E" in dialog.error_label.text()
+    dialog.name_edit.setText("Ann 👩\u200d💻")
+    QTest.keyClick(dialog.name_edit, Qt.Key.Key_Return)
+    assert not dialog.isVisible() and dialog.name == "Ann 👩\u200d💻"
