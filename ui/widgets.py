@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..middleware.names import shown
 from ..middleware.types import ChatMessage
 
 from .delegate import clock, snippet
@@ -313,7 +314,7 @@ class ThreadListDelegate(QStyledItemDelegate):
         painter.setFont(option.font)
         painter.setPen(muted)
         replies = f"{summary.replies} repl{'ies' if summary.replies != 1 else 'y'}"
-        people = ", ".join(summary.participants[:4]) + (f" +{len(summary.participants) - 4}"
+        people = ", ".join(shown(name) for name in summary.participants[:4]) + (f" +{len(summary.participants) - 4}"
                                                          if len(summary.participants) > 4 else "")
         third = QRect(rect.left(), rect.top() + 2 * line + 4, rect.width(), line)
         painter.drawText(third, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
