@@ -76,7 +76,7 @@ import hmac
 import random
 from dataclasses import dataclass, field
 
-from . import crypto, wire
+from . import crypto, names, wire
 from .types import GroupView, Member, UsageError
 
 MAX_MEMBERS = 1_000  # current members' records kept per group (left ones do not count)
@@ -229,10 +229,10 @@ class GroupRecord:
         return sum(r.joined for r in self.members.values())
 
     def current(self) -> tuple[Member, ...]:
-        return tuple(Member(p, r.name, r.counter) for p, r in sorted(self.members.items()) if r.joined)
+        return tuple(_member(p, r) for p, r in sorted(self.members.items()) if r.joined)
 
     def left(self) -> tuple[Member, ...]:
-        return tuple(Member(p, r.name, r.counter) for p, r in sorted(self.members.items()) if not r.joined)
+        return tuple(_member(p, r) for p, r in sorted(self.members.items()) if not r.joined)
 
     def to_wire(self) -> list[wire.GroupInfo]:
         """The group as GroupInfos of at most RECORDS_PER_INFO member records each."""
@@ -260,6 +260,11 @@ class _JoinWait:
     retry_at: float
     deadline: float
     retries: int = 0
+
+
+def _member(pid: str, record: wire.MemberRecord) -> Member:
+    """A member as shown: the name of its own record, without invisible or text-direction characters."""
+    return Member(pid, names.shown(record.name), record.counter)
 
 
 def _info_size(info: wire.GroupInfo) -> int:
@@ -646,7 +651,7 @@ class Gjlp:
             record.heard.add(pid)
         if old is not None and old.joined and not member.joined:
             self._trim_left(record, pid)
-        shown = Member(pid, member.name, member.counter)
+        shown = _member(pid, member)
         if old is None or old.joined != member.joined:
             self._events.append(MemberJoined(gid, shown) if member.joined else MemberLeft(gid, shown))
         else:

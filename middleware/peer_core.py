@@ -32,7 +32,7 @@ import sqlite3
 from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
-from . import crypto, rules, wire
+from . import crypto, names, rules, wire
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
@@ -143,6 +143,7 @@ class PeerCore:
         self._rng = rng or random.Random()
         self.gjlp = Gjlp(self.identity, self.name, self._rng, control_addr=control_addr)
         self.plaintext_refused = 0
+        self.sender_names_differing = 0  # messages delivered whose signed name is not their author's record's
         self.channels: dict[str, GroupChannel] = {}
         self.stats = Stats()
         self.presence = Presence()  # last heard per pid; idle beacons (middleware/presence.py)
@@ -317,14 +318,41 @@ class PeerCore:
         return replace(view, topic=topic) if topic else view
 
     def history(self, gid: str) -> list[ChatMessage]:
-        """What the store holds of ``gid`` (flush first for the latest), operations applied."""
+        """What the store holds of ``gid`` (flush first for the latest), operations applied, each
+        author shown by its member record's current name (:meth:`by_record`)."""
         self.known(gid)
         messages = self.store.history(gid)
         if gid not in self.channels:
-            return [m for m in messages if not is_operation(m)]
+            return self.by_record(gid, [m for m in messages if not is_operation(m)])
         ops = self.ops(gid, messages)
         touched = ops.core.touched_messages()  # a 100,000-message history: few messages touched
-        return [ops.view(m) if m.mid in touched else m for m in messages if not m.text.startswith(OP_MARKER)]
+        return self.by_record(gid, [ops.view(m) if m.mid in touched else m for m in messages
+                                    if not m.text.startswith(OP_MARKER)])
+
+    def by_record(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
+        """``messages`` with each author's name taken from its member record, never from the message.
+
+        A message's own ``name`` is whatever its writer signed, and any member can sign "alice";
+        only alice signs alice's member record.  Where the name differs, the message keeps it as
+        ``signed_name``.  An author whose record this peer does not hold (none was ever heard, or
+        it was dropped) is shown by the signed name marked unverified, with its key's fingerprint.
+        The store keeps the messages as signed: this is how they are shown, not what they are.
+        """
+        record = self.gjlp.groups.get(gid)
+        members = record.members if record is not None else {}
+        # (pid, signed name) -> the name to show instead, or None to show the message as it is
+        instead: dict[tuple[str, str], str | None] = {}
+        out = []
+        for message in messages:
+            pid, signed = key = (message.mid[0], message.sender_name)
+            if key in instead:
+                shown = instead[key]
+            else:
+                member = members.get(pid)
+                shown = names.shown(member.name) if member is not None else names.unverified(signed, pid)
+                shown = instead[key] = None if shown == signed else shown
+            out.append(message if shown is None else message._replace(sender_name=shown, signed_name=signed))
+        return out
 
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""
@@ -564,18 +592,28 @@ class PeerCore:
         """Chat messages to the listener; operations to the group's OBG core, and what they changed."""
         ops = self._operations.get(gid)
         if ops is None:  # left the group meanwhile
-            self.notices.on_messages(gid, [m for m in delivered if not is_operation(m)])
+            self.notices.on_messages(gid, self._shown_new(gid, [m for m in delivered if not is_operation(m)]))
             return
         changes = ops.take(delivered)
         if changes.messages:
-            self.notices.on_messages(gid, changes.messages)  # new: no operation can have reached them yet
+            # new: no operation can have reached them yet
+            self.notices.on_messages(gid, self._shown_new(gid, changes.messages))
         if changes.updated:
-            updated = [ops.view(m) for m in self._stored(gid, changes.updated)]
+            updated = self.by_record(gid, [ops.view(m) for m in self._stored(gid, changes.updated)])
             if updated:
                 self.notices.on_updated(gid, updated)
         if changes.topic_changed:
             topic, by = ops.topic()
             self.notices.on_topic_changed(gid, topic, by)
+
+    def _shown_new(self, gid: str, delivered: list[ChatMessage]) -> list[ChatMessage]:
+        """Newly delivered messages as shown (:meth:`by_record`), counting those signed with
+        another name than their author's record holds."""
+        record = self.gjlp.groups.get(gid)
+        members = record.members if record is not None else {}
+        self.sender_names_differing += sum(1 for m in delivered if m.mid[0] not in members
+                                           or members[m.mid[0]].name != m.sender_name)
+        return self.by_record(gid, delivered)
 
     def _store(self, deliveries: list[ChatMessage], conflicts: list, now: float) -> list[ChatMessage] | None:
         """Commit seqnos, groups, delivered messages and equivocations learnt (``conflicts``:
@@ -678,6 +716,7 @@ class PeerCore:
             "groups_refused": self.gjlp.groups_refused,
             "stranger_groups_evicted": self.gjlp.stranger_groups_evicted,
             "plaintext_refused": self.plaintext_refused,
+            "sender_names_differing": self.sender_names_differing,
             "storage_error": self.storage_error,
             "unstored": len(self._unstored),
         }

@@ -10,7 +10,7 @@ passphrase) with a sentence the GUI can show as it is.
 
 from __future__ import annotations
 
-from . import passphrase as passphrases, wire
+from . import names, passphrase as passphrases, wire
 from .chatops import OP_MARKER
 from .obg import is_reaction_emoji
 from .types import Mid, PassphraseRefused, UsageError, check_unicode
@@ -45,13 +45,13 @@ def check_new_passphrase(passphrase: str) -> None:
 
 
 def check_name(name: str) -> str:
-    """A display name, stripped."""
+    """A display name, stripped, without invisible or text-direction characters (``names.check_new``)."""
     if not isinstance(name, str) or not name.strip():
         raise UsageError("a display name must not be empty")
     name = check_unicode(name.strip(), "display name")
     if len(name) > MAX_NAME:
         raise UsageError(f"display name too long: {len(name)} characters, limit is {MAX_NAME}")
-    return name
+    return names.check_new(name)
 
 
 def check_join_passphrase(desc: str, private: bool, passphrase: str | None) -> None:

@@ -79,6 +79,9 @@ class ChatMessage(NamedTuple):
     deleted: bool = False
     reactions: dict | None = None  # {emoji: [pid, ...]}
     pinned: bool = False
+    # The name its author signed, when it is not the one shown: ``sender_name`` is then the name of
+    # the author's member record (a member cannot post as another), see PeerCore.history.
+    signed_name: str | None = None
 
     @property
     def sender(self) -> str:
@@ -95,7 +98,7 @@ class ChatMessage(NamedTuple):
         return self.shown_at != self.sent_at
 
     def to_json(self) -> dict:
-        return {
+        row = {
             "gid": self.gid,
             "mid": format_mid(self.mid),
             "parent": format_mid(self.parent) if self.parent else None,
@@ -109,6 +112,9 @@ class ChatMessage(NamedTuple):
             "reactions": self.reactions or {},
             "pinned": self.pinned,
         }
+        if self.signed_name is not None:
+            row["signed_name"] = self.signed_name
+        return row
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,17 +133,6 @@ def short_fingerprint(pid: str) -> str:
     the fingerprint of the member's key, and a display name can be claimed by anyone."""
     head = pid[:16]
     return " ".join(head[i:i + 4] for i in range(0, len(head), 4))
-
-
-def duplicate_names(members) -> set[str]:
-    """The display names (compared case-blind) that more than one of ``members`` uses."""
-    seen: dict[str, int] = {}
-    for member in members:
-        key = member.name.strip().casefold()
-        seen[key] = seen.get(key, 0) + 1
-    return {name for name, count in seen.items() if count > 1}
-
-
 
 
 @dataclass(frozen=True, slots=True)

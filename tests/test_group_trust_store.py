@@ -10,8 +10,9 @@ import pytest
 from m2mc.app.bench.kdf import while_ticking
 from m2mc.middleware import crypto, passphrase, wire
 from m2mc.middleware.manager import Config, GroupManager
+from m2mc.middleware.names import lookalikes
 from m2mc.middleware.store import Store
-from m2mc.middleware.types import ChatMessage, Member, PassphraseRefused, UsageError, duplicate_names, short_fingerprint
+from m2mc.middleware.types import ChatMessage, Member, PassphraseRefused, UsageError, short_fingerprint
 
 ANN, BOB = crypto.Identity.generate(), crypto.Identity.generate()
 
@@ -140,7 +141,7 @@ def test_weak_passphrases_are_refused_and_strength_is_estimated(tmp_path):
 
 def test_names_show_a_fingerprint_and_duplicates_are_found():
     members = [Member(ANN.pid, "Ann"), Member(BOB.pid, "ann "), Member("c" * 32, "Cat")]
-    assert duplicate_names(members) == {"ann"}
+    assert lookalikes(members) == {ANN.pid, BOB.pid}
     assert short_fingerprint(ANN.pid) == " ".join(ANN.pid[i:i + 4] for i in range(0, 16, 4))
 
 

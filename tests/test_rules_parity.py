@@ -29,6 +29,8 @@ BAD_CALLS = [
     ("set_name", ("   ",)),
     ("set_name", ("n" * 65,)),
     ("set_name", (7,)),
+    ("set_name", ("\u202eecila",)),
+    ("set_name", ("alice\u200b",)),
     ("send", ("{gid}", "")),
     ("send", ("{gid}", "  \n ")),
     ("send", ("{gid}", "t" * 8001)),

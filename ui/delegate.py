@@ -30,6 +30,7 @@ from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QS
 
 from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMessage, Mid, utc_datetime
 
+from .member_list import marked_name
 from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole, ThreadModel,
                             UnreadRole)
 
@@ -139,7 +140,8 @@ class MessageDelegate(QStyledItemDelegate):
         self._heights: dict[tuple, int] = {}
         self._bodies: OrderedDict[tuple, _Body] = OrderedDict()
         self.own_pid = ""
-        self.names: dict[str, str] = {}  # pid -> display name, for who reacted
+        self.names: dict[str, str] = {}  # pid -> the member record's name: authors and who reacted
+        self.lookalikes: set[str] = set()  # members whose names look like another's: shown with ⚠ and fingerprint
         self.refresh_style()
 
     def refresh_style(self) -> None:
@@ -305,9 +307,7 @@ class MessageDelegate(QStyledItemDelegate):
         if message.reactions:
             chips = self._reaction_chips(message, left, y + 3, width)
             y += self.meta_metrics.height() + 4 + 3
-        name = message.sender_name or message.sender[:8]
-        if index.data(OwnRole):
-            name += " (you)"
+        name = self.author(message, bool(index.data(OwnRole)))
         name_width = self.header_metrics.horizontalAdvance(name)
         meta = clock(message.shown_at) + (" · edited" if message.edited and not message.deleted else "") + \
             (" · pinned" if message.pinned else "")
@@ -320,6 +320,12 @@ class MessageDelegate(QStyledItemDelegate):
                 "name": name, "name_width": name_width, "meta": meta, "time": time_rect, "quote": quote,
                 "body": body, "body_top": body_top, "more": more, "reply": reply, "toggle": toggle, "chips": chips,
                 "bottom": y + PAD}
+
+    def author(self, message: ChatMessage, own: bool = False) -> str:
+        """The header's name: the author's member record's (the middleware's ``sender_name`` when this
+        view has no record), with ⚠ and the key's fingerprint when it looks like another member's."""
+        name = (self.names.get(message.sender) or message.sender_name or message.sender[:8]) + (" (you)" if own else "")
+        return marked_name(name, message.sender, self.lookalikes)
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         # Scrolled by pixels, the view asks for every shown row's height after each insert:

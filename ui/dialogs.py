@@ -46,6 +46,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..middleware import __version__, passphrase as passphrases
+from ..middleware.names import refused_code_points
 from ..middleware.rules import MAX_DESC, MAX_NAME, MIN_PASSPHRASE
 from ..middleware.types import GroupView, Mid, PassphraseRefused, short_fingerprint
 
@@ -217,6 +218,11 @@ class NameDialog(_ValidatedDialog):
             return
         if len(self.name) > MAX_NAME:
             self.show_error(f"A display name has at most {MAX_NAME} characters.")
+            return
+        bad = refused_code_points(self.name)
+        if bad:  # the middleware refuses them too (rules.check_name): say so before the dialog closes
+            self.show_error(f"A display name cannot hold invisible or text-direction characters "
+                            f"(U+{ord(bad[0]):04X} here).")
             return
         self.accept()
 

@@ -2,8 +2,10 @@
 
 Anyone can pick any display name, so a name alone says little: each member's
 tooltip shows the short fingerprint of their key (the start of their pid), and
-two or more members using one name (compared case-blind) are marked with ⚠ and
-their fingerprints shown in the row itself, so they can be told apart.
+two or more members whose names look alike (identical, or equal once case,
+invisible characters and confusable letters are set aside: ``middleware.names``)
+are marked with ⚠ and their fingerprints shown in the row itself, so they can be
+told apart.  The conversation marks their messages the same way (``delegate.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QListWidget, QListWidgetItem
 
-from ..middleware.types import GroupView, Member, duplicate_names, short_fingerprint
+from ..middleware.names import lookalikes, shown
+from ..middleware.types import GroupView, Member, short_fingerprint
 
 from .resources import icon
 
@@ -19,17 +22,23 @@ DUPLICATE_MARK = "⚠"
 PRESENCE_MARKS = {"online": "●", "away": "◐", "offline": "○"}
 
 
-def member_text(member: Member, me: str, duplicates: set[str]) -> str:
-    text = member.name + (" (you)" if member.pid == me else "")
-    if member.name.strip().casefold() in duplicates:
-        text = f"{DUPLICATE_MARK} {text} · {short_fingerprint(member.pid)[:9]}"
-    return text
+def marked_name(name: str, pid: str, look_alike: set[str]) -> str:
+    """``name`` as shown (the middleware already removed what may not be shown, but a name that
+    reverses the text after it must never reach a label), with ⚠ and the key's fingerprint when
+    ``pid`` is among the members whose names look alike."""
+    name = shown(name)
+    return f"{DUPLICATE_MARK} {name} · {short_fingerprint(pid)[:9]}" if pid in look_alike else name
 
 
-def member_tooltip(member: Member, duplicates: set[str], left: bool = False) -> str:
+def member_text(member: Member, me: str, look_alike: set[str]) -> str:
+    return marked_name(member.name + (" (you)" if member.pid == me else ""), member.pid, look_alike)
+
+
+def member_tooltip(member: Member, look_alike: set[str], left: bool = False) -> str:
     lines = [f"key fingerprint {short_fingerprint(member.pid)}", f"peer id {member.pid}"]
-    if member.name.strip().casefold() in duplicates:
-        lines.insert(0, f"More than one member is called “{member.name}”: tell them apart by the fingerprint.")
+    if member.pid in look_alike:
+        lines.insert(0, f"More than one member is called “{member.name}”, or by a name that looks the same: "
+                        "tell them apart by the fingerprint.")
     if left:
         lines.append("left the group")
     return "\n".join(lines)
@@ -44,7 +53,7 @@ def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, heade
     widget.clear()
     if view is None:
         return
-    duplicates = duplicate_names(view.members)
+    duplicates = lookalikes(view.members)
     widget.addItem(header(f"In the group ({len(view.members)})"))
     for member in sorted(view.members, key=lambda m: (m.name.lower(), m.pid)):
         status = "online" if member.pid == me else status_of(member.pid)
@@ -55,7 +64,7 @@ def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, heade
     if view.left:
         widget.addItem(header(f"Left ({len(view.left)})"))
         for member in sorted(view.left, key=lambda m: (m.name.lower(), m.pid)):
-            item = QListWidgetItem(icon("close"), f"{member.name} — left the group")
+            item = QListWidgetItem(icon("close"), f"{shown(member.name)} — left the group")
             item.setFlags(Qt.ItemFlag.ItemIsEnabled)  # readable, not greyed out, not selectable
             item.setToolTip(member_tooltip(member, set(), left=True))
             item.setData(Qt.ItemDataRole.UserRole, "left")

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from ..middleware import rules
 from ..middleware.chatops import GroupOperations, is_operation
+from ..middleware.names import shown
 from ..middleware.rangeset import RangeSet
 from ..middleware.types import ChatMessage, GroupListener, GroupView, Member, Mid, iso_millis
 
@@ -144,7 +145,15 @@ class MemoryManager(rules.OperationCalls):
     def history(self, gid: str) -> list[ChatMessage]:
         self.group(gid)
         ops = self._group_ops(gid)
-        return [ops.view(m) for m in self._history.get(gid, []) if not is_operation(m)]
+        return self._by_record(gid, [ops.view(m) for m in self._history.get(gid, []) if not is_operation(m)])
+
+    def _by_record(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
+        """Each author by its member's name, as the middleware shows them (``PeerCore.by_record``);
+        authors injected without a member entry keep the name their message carries."""
+        view = self._groups[gid]
+        names = {m.pid: shown(m.name) for m in (*view.members, *view.left)}
+        return [m if names.get(m.sender, m.sender_name) == m.sender_name else
+                m._replace(sender_name=names[m.sender], signed_name=m.sender_name) for m in messages]
 
     def pending(self, gid: str | None = None) -> int:
         return self.pending_count.get(gid, 0) if gid else sum(self.pending_count.values())
@@ -264,11 +273,12 @@ class MemoryManager(rules.OperationCalls):
     def _deliver(self, gid: str, messages: list[ChatMessage]) -> None:
         changes = self._group_ops(gid).take(self._store(gid, messages))
         if changes.messages:
-            self.listener.on_messages(gid, changes.messages)
+            self.listener.on_messages(gid, self._by_record(gid, changes.messages))
         if changes.updated:
             by_mid = {m.mid: m for m in self._history[gid]}
             ops = self._group_ops(gid)
-            self.listener.on_updated(gid, [ops.view(by_mid[mid]) for mid in changes.updated if mid in by_mid])
+            self.listener.on_updated(gid, self._by_record(gid, [ops.view(by_mid[mid]) for mid in changes.updated
+                                                                if mid in by_mid]))
         if changes.topic_changed:
             text, by = self._group_ops(gid).topic()
             self.listener.on_topic_changed(gid, text, by)

@@ -19,10 +19,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..middleware.names import shown
 from ..middleware.types import ChatMessage
 
 from .delegate import clock, snippet
-from .message_model import ThreadRole
+from .member_list import marked_name
+from .message_model import ThreadRole, ThreadSummary
 from .resources import icon, theme_colors
 
 UnreadCountRole = Qt.ItemDataRole.UserRole + 11
@@ -253,6 +255,16 @@ class ConversationView(QTreeView):
 class ThreadListDelegate(QStyledItemDelegate):
     """A line of the threads list: root's sender and snippet, replies, participants, last activity, unread."""
 
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.names: dict[str, str] = {}  # pid -> the member record's name
+        self.lookalikes: set[str] = set()  # members whose names look like another's: ⚠ and fingerprint
+
+    def author(self, summary: ThreadSummary) -> str:
+        """Who started the thread, as the conversation names them (``MessageDelegate.author``)."""
+        root = summary.root
+        return marked_name(self.names.get(root.sender) or root.sender_name, root.sender, self.lookalikes)
+
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         return QSize(200, option.fontMetrics.height() * 3 + 14)
 
@@ -285,7 +297,7 @@ class ThreadListDelegate(QStyledItemDelegate):
         painter.setPen(text_color)
         first = QRect(rect.left(), rect.top(), rect.width() - when_width, line)
         painter.drawText(first, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         QFontMetrics(bold).elidedText(summary.root.sender_name, Qt.TextElideMode.ElideRight,
+                         QFontMetrics(bold).elidedText(self.author(summary), Qt.TextElideMode.ElideRight,
                                                        first.width()))
         painter.setFont(option.font)
         painter.setPen(muted)
@@ -302,7 +314,7 @@ class ThreadListDelegate(QStyledItemDelegate):
         painter.setFont(option.font)
         painter.setPen(muted)
         replies = f"{summary.replies} repl{'ies' if summary.replies != 1 else 'y'}"
-        people = ", ".join(summary.participants[:4]) + (f" +{len(summary.participants) - 4}"
+        people = ", ".join(shown(name) for name in summary.participants[:4]) + (f" +{len(summary.participants) - 4}"
                                                          if len(summary.participants) > 4 else "")
         third = QRect(rect.left(), rect.top() + 2 * line + 4, rect.width(), line)
         painter.drawText(third, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QListWidgetItem, QStyle
 
+from ...middleware.names import lookalikes
 from ..member_list import fill_member_list
 
 if TYPE_CHECKING:
@@ -122,8 +123,12 @@ class StatusController(QObject):
         view = session.view if session is not None else None
         if view is not None:
             names = {m.pid: m.name for m in (*view.members, *view.left)}
-            for conversation in (self.window.tree_view, self.window.timeline_view):
-                conversation.itemDelegate().names = names
+            look_alike = lookalikes(view.members)
+            for conversation in (self.window.tree_view, self.window.timeline_view, self.window.thread_list):
+                delegate = conversation.itemDelegate()
+                if delegate.names != names or delegate.lookalikes != look_alike:
+                    delegate.names, delegate.lookalikes = names, look_alike
+                    conversation.viewport().update()
         fill_member_list(self.window.member_list, session.view if session is not None else None, self.backend.pid,
                          self._member_header, lambda pid: session.presence.get(pid, "offline"))
 
