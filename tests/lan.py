@@ -199,3 +199,72 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for {pid}")
+
+
+class MemberAttack:
+    """Real peers (``names``) in one open group, and Mal on the last host: Mal's peer joined and
+    posted once, then stopped, so its key (``mal``) is a member's in good standing and what a
+    test signs with it is a member's validly signed traffic, sent from Mal's host."""
+
+    def __init__(self, tmp_path: Path, names: tuple[str, ...] = ("Ann", "Bob"), desc: str = "Members only") -> None:
+        from m2mc.middleware.store import Store
+
+        self.tmp_path = tmp_path
+        self.lan = Lan(len(names) + 1)
+        self.peers: list[PeerProcess] = []
+        try:
+            self.peers = [PeerProcess(host, addr, tmp_path / name, name, extra=["--no-zeroconf"])
+                          for host, addr, name in zip(self.lan.hosts, self.lan.addresses, [*names, "Mal"])]
+            creator, *joiners = self.peers
+            self.gid = gid = creator.call("create_group", {"desc": desc})["gid"]
+            for peer in joiners:
+                peer.wait_notification("group_discovered", lambda p: p["gid"] == gid)
+                peer.call("join_group", {"gid": gid})
+            *honest, mal = self.peers
+            for peer in honest:
+                peer.wait_for(lambda p=peer: len(self.group_at(p)["members"]) == len(self.peers),
+                              what=f"{len(self.peers)} members")
+            mal.call("send", {"gid": gid, "text": "hello from Mal", "parent": None})
+            for peer in honest:
+                peer.wait_for(lambda p=peer: p.delivered(gid), what="Mal's first message")
+            self.group = self.group_at(creator)
+            mal.shutdown()
+            self.peers.remove(mal)
+            store = Store(tmp_path / "Mal" / "m2mc.sqlite3")
+            self.mal = store.identity()
+            store.close()
+        except BaseException:
+            self.close()
+            raise
+
+    def group_at(self, peer: PeerProcess) -> dict:
+        return next(g for g in peer.call("list_groups") if g["gid"] == self.gid)
+
+    def send(self, datagrams: list[bytes], pause: float = 0.0) -> None:
+        """Multicast ``datagrams`` to the group from Mal's host."""
+        send_from(self.lan.hosts[-1], self.lan.addresses[-1], self.group["addr"], self.group["port"], datagrams, pause)
+
+    def block(self, index: int, on: bool = True) -> None:
+        """Make host ``index`` deaf to Mal (or hear it again)."""
+        subprocess.run(["ip", "netns", "exec", self.lan.hosts[index], "iptables", "-I" if on else "-D", "INPUT",
+                        "-s", self.lan.addresses[-1], "-j", "DROP"], check=True, capture_output=True)
+
+    def restart(self, peer: PeerProcess) -> PeerProcess:
+        """Stop ``peer`` and start it again from its data dir; the new process takes its place."""
+        index = self.peers.index(peer)
+        peer.shutdown()
+        again = PeerProcess(peer.netns, peer.iface, peer.data_dir, peer.name, extra=peer.extra)
+        self.peers[index] = again
+        return again
+
+    def close(self) -> None:
+        for peer in self.peers:
+            if peer.proc.poll() is None:
+                peer.shutdown()
+        self.lan.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user and system CPU time, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -3,14 +3,12 @@ member's host as the attacker: equivocation, and a flood of maximum-size replies
 parents never come.  The attacker's key is a real member's (it joined, posted, then
 stopped its peer), so these bounds hold however strictly senders are admitted."""
 
-import subprocess
 import time
 
 import pytest
 
-from lan import Lan, PeerProcess, rss_bytes, send_from
+from lan import MemberAttack, rss_bytes
 from m2mc.middleware import wire
-from m2mc.middleware.store import Store
 
 pytestmark = pytest.mark.netns
 
@@ -20,59 +18,14 @@ MAX_RSS_GROWTH = 150 * 1024 * 1024
 FLOOD = 12_000
 
 
-class MemberAttack:
-    """Ann, Bob and Cat, and Mal, whose peer ran, joined and posted once, then stopped."""
-
-    def __init__(self, tmp_path) -> None:
-        self.lan = Lan(4)
-        self.peers = []
-        try:
-            names = ["Ann", "Bob", "Cat", "Mal"]
-            self.peers = [PeerProcess(host, addr, tmp_path / name, name, extra=["--no-zeroconf"])
-                          for host, addr, name in zip(self.lan.hosts, self.lan.addresses, names)]
-            ann, bob, cat, mal = self.peers
-            self.gid = gid = ann.call("create_group", {"desc": "Members only"})["gid"]
-            for peer in (bob, cat, mal):
-                peer.wait_notification("group_discovered", lambda p: p["gid"] == gid)
-                peer.call("join_group", {"gid": gid})
-            for peer in (ann, bob, cat):
-                peer.wait_for(lambda p=peer: len(next(g for g in p.call("list_groups")
-                                                      if g["gid"] == gid)["members"]) == 4, what="four members")
-            mal.call("send", {"gid": gid, "text": "hello from Mal", "parent": None})
-            for peer in (ann, bob, cat):
-                peer.wait_for(lambda p=peer: p.delivered(gid), what="Mal's first message")
-            self.group = next(g for g in ann.call("list_groups") if g["gid"] == gid)
-            mal.shutdown()
-            self.peers.remove(mal)
-            store = Store(tmp_path / "Mal" / "m2mc.sqlite3")
-            self.mal = store.identity()
-            store.close()
-        except BaseException:
-            self.close()
-            raise
-
-    def send(self, datagrams: list[bytes], pause: float = 0.0) -> None:
-        send_from(self.lan.hosts[3], self.lan.addresses[3], self.group["addr"], self.group["port"], datagrams, pause)
-
-    def block(self, index: int, on: bool = True) -> None:
-        """Make host ``index`` deaf to Mal (or hear it again)."""
-        subprocess.run(["ip", "netns", "exec", self.lan.hosts[index], "iptables", "-I" if on else "-D", "INPUT",
-                        "-s", self.lan.addresses[3], "-j", "DROP"], check=True, capture_output=True)
-
-    def close(self) -> None:
-        for peer in self.peers:
-            peer.shutdown()
-        self.lan.close()
-
-
 @pytest.fixture
 def attack(tmp_path):
-    setup = MemberAttack(tmp_path)
+    setup = MemberAttack(tmp_path, ("Ann", "Bob", "Cat"))
     yield setup
     setup.close()
 
 
-def test_equivocation_converges_and_its_warning_survives_a_restart(attack, tmp_path):
+def test_equivocation_converges_and_its_warning_survives_a_restart(attack):
     ann, bob, cat = attack.peers
     gid, mal = attack.gid, attack.mal
     now = int(time.time() * 1000)
@@ -99,10 +52,7 @@ def test_equivocation_converges_and_its_warning_survives_a_restart(attack, tmp_p
         assert peer.call("stats")["conflicts"] == 1
         peer.wait_notification("warning", lambda p: mal.pid in p["text"], timeout=5)
 
-    ann.shutdown()
-    attack.peers.remove(ann)
-    ann = PeerProcess(attack.lan.hosts[0], attack.lan.addresses[0], tmp_path / "Ann", "Ann", extra=["--no-zeroconf"])
-    attack.peers.append(ann)
+    ann = attack.restart(ann)
     assert ann.call("stats")["conflicts"] == 1
     ann.wait_notification("warning", lambda p: p["gid"] == gid and mal.pid in p["text"], timeout=5)
     assert {m["text"] for m in ann.call("history", {"gid": gid}) if m["mid"] == mid} == texts

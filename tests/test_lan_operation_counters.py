@@ -14,11 +14,10 @@ import time
 
 import pytest
 
-from lan import Lan, PeerProcess, send_from
+from lan import MemberAttack
 from m2mc.middleware import wire
 from m2mc.middleware.chatops import encode
 from m2mc.middleware.obg import MAX_COUNTER
-from m2mc.middleware.store import Store
 
 pytestmark = pytest.mark.netns
 
@@ -34,35 +33,20 @@ def shown(peer, gid, mid):
 
 
 def test_an_operation_at_the_counter_limit_freezes_no_honest_operation_also_after_a_restart(tmp_path):
-    lan = Lan(3)
-    peers = []
+    attack = MemberAttack(tmp_path, ("Ann", "Bob"), "Counters")
     try:
-        peers = [PeerProcess(host, addr, tmp_path / name, name, extra=["--no-zeroconf"])
-                 for host, addr, name in zip(lan.hosts, lan.addresses, ["Ann", "Bob", "Mal"])]
-        ann, bob, mal_peer = peers
-        gid = ann.call("create_group", {"desc": "Counters"})["gid"]
-        for peer in (bob, mal_peer):
-            peer.wait_notification("group_discovered", lambda p: p["gid"] == gid)
-            peer.call("join_group", {"gid": gid})
+        ann, bob = attack.peers
+        gid, mal = attack.gid, attack.mal
         hello = ann.call("send", {"gid": gid, "text": "hello", "parent": None})["mid"]
-        mal_peer.wait_for(lambda: mal_peer.delivered(gid), what="Ann's message at Mal")
-        mal_peer.call("send", {"gid": gid, "text": "hi, Mal here", "parent": None})
-        for peer in (ann, bob):
-            peer.wait_for(lambda p=peer: len(p.delivered(gid)) == 2, what="both messages")
-        group = next(g for g in ann.call("list_groups") if g["gid"] == gid)
-        mal_peer.shutdown()
-        peers.remove(mal_peer)
-        store = Store(tmp_path / "Mal" / "m2mc.sqlite3")
-        mal = store.identity()
-        store.close()
-
+        bob.wait_for(lambda: any(m["mid"] == hello for m in bob.delivered(gid)), what="Ann's message")
         now = int(time.time() * 1000)
         top = MAX_COUNTER - 1
         hello_mid = (hello.split(":")[0], int(hello.split(":")[1]))
-        attack = [wire.encode(mal, wire.signed_data(mal, gid, 2, None, now, "Mal", encode("topic", None, top, "Mal's")))]
-        attack.append(wire.encode(mal, wire.signed_data(mal, gid, 3, hello_mid, now, "Mal",
+        datagrams = [wire.encode(mal, wire.signed_data(mal, gid, 2, None, now, "Mal",
+                                                       encode("topic", None, top, "Mal's")))]
+        datagrams.append(wire.encode(mal, wire.signed_data(mal, gid, 3, hello_mid, now, "Mal",
                                                         encode("pin", None, top, on=False))))
-        send_from(lan.hosts[2], lan.addresses[2], group["addr"], group["port"], attack)
+        attack.send(datagrams)
         for peer in (ann, bob):
             peer.wait_for(lambda p=peer: shown(p, gid, hello)[0] == "Mal's", what="Mal's topic")
 
@@ -80,10 +64,7 @@ def test_an_operation_at_the_counter_limit_freezes_no_honest_operation_also_afte
               f"rejected: {[p.call('stats')['operations_rejected'] for p in (ann, bob)]}")
         assert [p.call("stats")["operations_rejected"] for p in (ann, bob)] == [0, 0]
 
-        bob.shutdown()
-        peers.remove(bob)
-        bob = PeerProcess(lan.hosts[1], lan.addresses[1], tmp_path / "Bob", "Bob", extra=["--no-zeroconf"])
-        peers.append(bob)
+        bob = attack.restart(bob)
         assert shown(bob, gid, hello) == expected  # the store's replay freezes nothing either
         bob.call("set_topic", {"gid": gid, "text": "after Bob's restart"})
         bob.call("pin", {"gid": gid, "mid": hello, "on": False})
@@ -92,7 +73,4 @@ def test_an_operation_at_the_counter_limit_freezes_no_honest_operation_also_afte
             peer.wait_for(lambda p=peer: shown(p, gid, hello) == expected, timeout=APPLIED_WITHIN,
                           what="operations after the restart applied")
     finally:
-        for peer in peers:
-            if peer.proc.poll() is None:
-                peer.shutdown()
-        lan.close()
+        attack.close()

@@ -9,10 +9,9 @@ import time
 import emoji as emoji_data
 import pytest
 
-from lan import Lan, PeerProcess, rss_bytes, send_from
+from lan import MemberAttack, cpu_seconds, rss_bytes
 from m2mc.middleware import chatops, wire
 from m2mc.middleware.obg import MAX_REACTION_EMOJI
-from m2mc.middleware.store import Store
 
 pytestmark = pytest.mark.netns
 
@@ -24,33 +23,12 @@ MAX_WHOAMI_SECONDS = 0.5
 MAX_RSS_GROWTH = 20 * 1024 * 1024
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
-
-
 def test_a_member_flooding_a_message_with_distinct_reactions_leaves_at_most_50(tmp_path):
-    lan = Lan(2)
-    peers = []
+    attack = MemberAttack(tmp_path, ("Ann",), "Reactions")
     try:
-        ann = PeerProcess(lan.hosts[0], lan.addresses[0], tmp_path / "Ann", "Ann", extra=["--no-zeroconf"])
-        peers.append(ann)
-        mal_peer = PeerProcess(lan.hosts[1], lan.addresses[1], tmp_path / "Mal", "Mal", extra=["--no-zeroconf"])
-        peers.append(mal_peer)
-        gid = ann.call("create_group", {"desc": "Reactions"})["gid"]
-        mal_peer.wait_notification("group_discovered", lambda p: p["gid"] == gid)
-        mal_peer.call("join_group", {"gid": gid})
+        (ann,) = attack.peers
+        gid, mal = attack.gid, attack.mal
         target = ann.call("send", {"gid": gid, "text": "react to me", "parent": None})["mid"]
-        mal_peer.wait_for(lambda: any(m["mid"] == target for m in mal_peer.delivered(gid)), what="Ann's message")
-        mal_peer.call("send", {"gid": gid, "text": "hello from Mal", "parent": None})
-        ann.wait_for(lambda: any(m["text"] == "hello from Mal" for m in ann.delivered(gid)), what="Mal's hello")
-        group = next(g for g in ann.call("list_groups") if g["gid"] == gid)
-        mal_peer.shutdown()
-        peers.remove(mal_peer)
-        store = Store(tmp_path / "Mal" / "m2mc.sqlite3")
-        mal = store.identity()
-        store.close()
-
         owner, seqno = target.split(":")
         parent = (owner, int(seqno))
         emojis = sorted(e for e, data in emoji_data.EMOJI_DATA.items() if data["status"] == 2)[:EMOJI_FLOOD]
@@ -63,7 +41,7 @@ def test_a_member_flooding_a_message_with_distinct_reactions_leaves_at_most_50(t
         flood.append(wire.encode(mal, wire.signed_data(mal, gid, last, None, now, "Mal", "after the flood")))
         cpu_before, rss_before = cpu_seconds(ann.proc.pid), rss_bytes(ann.proc.pid)
 
-        send_from(lan.hosts[1], lan.addresses[1], group["addr"], group["port"], flood, pause=0.0003)
+        attack.send(flood, pause=0.0003)
         whoami = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(m["text"] == "after the flood" for m in ann.delivered(gid)):
@@ -102,6 +80,4 @@ def test_a_member_flooding_a_message_with_distinct_reactions_leaves_at_most_50(t
         ann.wait_for(lambda: ann_pid in next(m for m in ann.call("history", {"gid": gid})
                                              if m["mid"] == target)["reactions"][emojis[0]], what="Ann's reaction")
     finally:
-        for peer in peers:
-            peer.shutdown()
-        lan.close()
+        attack.close()

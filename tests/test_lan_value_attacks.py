@@ -10,9 +10,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from lan import Lan, PeerProcess, send_from
+from lan import MemberAttack
 from m2mc.middleware import wire
-from m2mc.middleware.store import Store
 
 pytestmark = pytest.mark.netns
 
@@ -23,30 +22,14 @@ ISO = re.compile(r"(\d{4})-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def test_far_future_and_far_past_stamps_leave_the_group_readable_and_are_shown_clamped(tmp_path):
-    lan = Lan(3)
-    peers = []
+    attack = MemberAttack(tmp_path, ("Ann", "Bob"), "Clocks")
     try:
-        peers = [PeerProcess(host, addr, tmp_path / name, name, extra=["--no-zeroconf"])
-                 for host, addr, name in zip(lan.hosts, lan.addresses, ("Ann", "Bob", "Mal"))]
-        ann, bob, mal_peer = peers
-        gid = ann.call("create_group", {"desc": "Clocks"})["gid"]
-        for peer in (bob, mal_peer):
-            peer.wait_notification("group_discovered", lambda p: p["gid"] == gid)
-            peer.call("join_group", {"gid": gid})
-        mal_peer.call("send", {"gid": gid, "text": "hello from Mal", "parent": None})
-        for peer in (ann, bob):
-            peer.wait_for(lambda p=peer: p.delivered(gid), what="Mal's first message")
-        group = next(g for g in ann.call("list_groups") if g["gid"] == gid)
-        mal_peer.shutdown()
-        peers.remove(mal_peer)
-        store = Store(tmp_path / "Mal" / "m2mc.sqlite3")
-        mal = store.identity()
-        store.close()
-
-        attack = [wire.encode(mal, wire.signed_data(mal, gid, seqno, None, sent_at, "Mal", text))
-                  for seqno, (text, sent_at) in enumerate(STAMPS.items(), start=2)]
+        ann, bob = attack.peers
+        gid, mal = attack.gid, attack.mal
+        datagrams = [wire.encode(mal, wire.signed_data(mal, gid, seqno, None, sent_at, "Mal", text))
+                     for seqno, (text, sent_at) in enumerate(STAMPS.items(), start=2)]
         started = time.monotonic()
-        send_from(lan.hosts[2], lan.addresses[2], group["addr"], group["port"], attack)
+        attack.send(datagrams)
         this_year = datetime.now(timezone.utc).year
         for peer in (ann, bob):
             def announced(p=peer):
@@ -72,6 +55,4 @@ def test_far_future_and_far_past_stamps_leave_the_group_readable_and_are_shown_c
                             what="a real message")
         assert not note["sent_at_clamped"]
     finally:
-        for peer in peers:
-            peer.shutdown()
-        lan.close()
+        attack.close()
