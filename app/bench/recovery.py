@@ -125,6 +125,92 @@ with open(out, "w") as f:
 """
 
 
+# With --trace, each peer runs under this wrapper (with its side's interpreter): it hooks the
+# group channel's receive and timer from outside, so the product pays nothing for it, and logs
+# what each decision was: a NAK received and whether (and when) it is answered, NAK schedules
+# and their back-off, sync requests and answers, budget refusals and rate cuts.
+PEER_TRACE_SCRIPT = r"""
+import sys, time
+try:
+    from m2mc.middleware import channel as core
+    from m2mc.app import peer as peer_main
+except ImportError:
+    from middleware import channel as core
+    from app import peer as peer_main
+out = open(sys.argv[1], "a", buffering=1)
+COUNTERS = ("requests_over_budget", "sync_requests_refused", "rate_cuts", "gaps_reported")
+
+def log(channel, text):
+    out.write("%.6f %s %s\n" % (time.time(), channel.pid, text))
+
+def ranges(rs):
+    return ",".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in rs)
+
+def counters(channel):
+    return {k: channel.stats.get(k, 0) for k in COUNTERS}
+
+def changed(before, after):
+    return " ".join("%s%+d" % (k, after[k] - before[k]) for k in after if after[k] != before[k])
+
+receive = core.GroupChannel.receive
+def traced_receive(self, sender, message, now, *args, **kwargs):
+    kind = type(message).__name__
+    if kind not in ("Nak", "SyncReq", "SyncResp", "Repair"):
+        return receive(self, sender, message, now, *args, **kwargs)
+    before, answers = counters(self), dict(getattr(self, "_answers", {}))
+    syncs = set(getattr(self, "_sync_answers", {}))
+    result = receive(self, sender, message, now, *args, **kwargs)
+    note = changed(before, counters(self))
+    if kind == "Nak":
+        answer = getattr(self, "_answers", {}).get(message.target)
+        if answer is None:
+            what = "no answer from here"
+        else:
+            what = "answer due in %.3f s (%s)" % (answer.next_at - now,
+                                                  "added to one due" if message.target in answers else "new")
+        log(self, "got NAK from %s for %s:%s -> %s %s" % (sender, message.target, ranges(message.ranges), what, note))
+    elif kind == "SyncReq":
+        new = set(getattr(self, "_sync_answers", {})) - syncs
+        log(self, "got SYNC_REQ #%s from %s -> %s %s" % (message.sync_seqno, sender,
+            "will answer" if new else "no answer from here", note))
+    elif kind == "SyncResp" and message.requester == self.pid:
+        log(self, "got SYNC_RESP from %s, %d messages, remaining %d; syncing=%s" % (
+            sender, len(message.messages), message.remaining, getattr(self, "_sync_active", None)))
+    elif kind == "Repair":
+        log(self, "got REPAIR from %s, %d messages %s" % (sender, len(message.messages), note))
+    return result
+
+handle_timer = core.GroupChannel.handle_timer
+def traced_handle_timer(self, now, *args, **kwargs):
+    before, syncing = counters(self), getattr(self, "_sync_active", None)
+    nak_at = dict(getattr(self, "_nak_at", {}))
+    result = handle_timer(self, now, *args, **kwargs)
+    tries = getattr(self, "_nak_tries", {})
+    for sender, at in getattr(self, "_nak_at", {}).items():
+        if nak_at.get(sender) != at:
+            log(self, "NAK for %s (missing %s) next in %.3f s, tries %s" % (
+                sender, ranges(self.missing(sender)), at - now, tries.get(sender, 0)))
+    if getattr(self, "_sync_active", None) != syncing:
+        log(self, "syncing %s -> %s (tries %s); NAKs %s" % (syncing, self._sync_active,
+            getattr(self, "_sync_tries", "?"), "held" if self._sync_active else "go"))
+    note = changed(before, counters(self))
+    if note:
+        log(self, "timer: " + note)
+    return result
+
+core.GroupChannel.receive = traced_receive
+core.GroupChannel.handle_timer = traced_handle_timer
+start_sync = core.GroupChannel.start_sync
+def traced_start_sync(self, now, *args, **kwargs):
+    result = start_sync(self, now, *args, **kwargs)
+    log(self, "SYNC_REQ #%s sent (try %s)" % (self._sync_seqno, getattr(self, "_sync_tries", "?")))
+    return result
+core.GroupChannel.start_sync = traced_start_sync
+sys.argv = ["m2mc-peer"] + sys.argv[2:]
+sys.exit(peer_main.main())
+"""
+
+
 class PeerGone(RuntimeError):
     pass
 
@@ -135,7 +221,8 @@ class RpcPeer:
 
     started: list["RpcPeer"] = []  # every one, so that a failed run leaves none behind
 
-    def __init__(self, binary: Path, netns: str, iface: str, data_dir: Path, name: str) -> None:
+    def __init__(self, side: "Side", netns: str, iface: str, data_dir: Path, name: str,
+                 trace: Path | None = None) -> None:
         self.name = name
         self.arrived: dict[str, float] = {}  # mid -> monotonic time it was delivered (or found stored)
         self._ids = itertools.count(1)
@@ -144,8 +231,9 @@ class RpcPeer:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = data_dir / f"peer-{name}.stderr"
         with open(self.stderr_path, "ab") as stderr:
+            program = [str(side.python), "-c", PEER_TRACE_SCRIPT, str(trace)] if trace else [str(side.binary)]
             self.proc = subprocess.Popen(
-                ["ip", "netns", "exec", netns, str(binary), "--name", name, "--data-dir", str(data_dir),
+                ["ip", "netns", "exec", netns, *program, "--name", name, "--data-dir", str(data_dir),
                  "--iface", iface, "--no-zeroconf"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
         RpcPeer.started.append(self)
@@ -279,10 +367,24 @@ class Tracer:
                 except ValueError:
                     continue  # the observer was killed mid-line
                 rows.append((row["t"], describe_datagram(row, names)))
+        peer_lines = self.path.with_suffix(".peers")
+        if peer_lines.exists():
+            for text in peer_lines.read_text().splitlines():
+                at, pid, rest = (text.split(" ", 2) + ["", ""])[:3]
+                try:
+                    rows.append((float(at), f"{names.get(pid, pid[:6])} peer {_names_in(rest, names)}"))
+                except ValueError:
+                    continue
         rows.sort(key=lambda r: r[0])
         with open(self.path, "w") as f:
             for at, text in rows:
                 f.write(f"{at - self.t0:8.3f} {text}\n")
+
+
+def _names_in(text: str, names: dict[str, str]) -> str:
+    for pid, name in names.items():
+        text = text.replace(pid, name)
+    return text
 
 
 def _ranges_text(ranges: list) -> str:
@@ -373,7 +475,9 @@ def one_run(side: Side, run: int, phases: list[str], args, lan_class) -> dict[st
     try:
         with lan_class(4) as lan:
             names = ["A", "B", "C"]
-            peers = [RpcPeer(side.binary, lan.hosts[i], lan.addresses[i], work / n, n) for i, n in enumerate(names)]
+            peer_trace = trace_path.with_suffix(".peers") if trace_path else None
+            peers = [RpcPeer(side, lan.hosts[i], lan.addresses[i], work / n, n, peer_trace)
+                     for i, n in enumerate(names)]
             gid = peers[0].call("create_group", {"desc": "recovery benchmark"}, timeout=60)["gid"]
             for peer in peers[1:]:
                 deadline = time.monotonic() + 30
@@ -411,7 +515,7 @@ def one_run(side: Side, run: int, phases: list[str], args, lan_class) -> dict[st
                     lan.set_link(2, True)
                     tracer.line("bench: link of C restored")
                 else:
-                    last = kill_phase(side, lan, current, gid, rng, sent, work, tracer)
+                    last = kill_phase(side, lan, current, gid, rng, sent, work, tracer, peer_trace)
                 expected = set(sent)
                 tracer.line(f"bench: last send ({time.monotonic() - last:.3f} s ago); {len(expected)} messages expected")
                 results[phase] = wait_complete(current, expected, last, args.timeout)
@@ -437,7 +541,7 @@ def one_run(side: Side, run: int, phases: list[str], args, lan_class) -> dict[st
 
 
 def kill_phase(side: Side, lan, current: list[RpcPeer], gid: str, rng: random.Random, sent: list[str],
-               work: Path, tracer: Tracer) -> float:
+               work: Path, tracer: Tracer, peer_trace: Path | None) -> float:
     """Messages flow from two members; the third is killed, then restarted while they go on."""
     victim = current[2]
     counter = itertools.count(1)
@@ -447,7 +551,7 @@ def kill_phase(side: Side, lan, current: list[RpcPeer], gid: str, rng: random.Ra
     lock = threading.Lock()
 
     def restart() -> None:
-        peer = RpcPeer(side.binary, lan.hosts[2], lan.addresses[2], work / victim.name, victim.name)
+        peer = RpcPeer(side, lan.hosts[2], lan.addresses[2], work / victim.name, victim.name, peer_trace)
         peer.note_stored(gid)
         restarted.append(peer)
         ready_at.append(time.monotonic())
