@@ -231,7 +231,8 @@ class RpcPeer:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = data_dir / f"peer-{name}.stderr"
         with open(self.stderr_path, "ab") as stderr:
-            program = [str(side.python), "-c", PEER_TRACE_SCRIPT, str(trace)] if trace else [str(side.binary)]
+            # -I: the side's own packages, never the checkout's folders of the same names beside cwd
+            program = [str(side.python), "-I", "-c", PEER_TRACE_SCRIPT, str(trace)] if trace else [str(side.binary)]
             self.proc = subprocess.Popen(
                 ["ip", "netns", "exec", netns, *program, "--name", name, "--data-dir", str(data_dir),
                  "--iface", iface, "--no-zeroconf"],
@@ -576,7 +577,7 @@ def kill_phase(side: Side, lan, current: list[RpcPeer], gid: str, rng: random.Ra
 
 
 def start_observer(side: Side, lan, addr: str, port: int, out: Path) -> subprocess.Popen:
-    observer = subprocess.Popen(["ip", "netns", "exec", lan.hosts[3], str(side.python), "-c", OBSERVER_SCRIPT,
+    observer = subprocess.Popen(["ip", "netns", "exec", lan.hosts[3], str(side.python), "-I", "-c", OBSERVER_SCRIPT,
                                  lan.addresses[3], addr, str(port), str(out)],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert observer.stdout is not None
