@@ -28,7 +28,8 @@ a clock.
   one's REPAIR and drops what it carried, before each chunk.  What was repaired
   within ``REPAIR_HOLDOFF`` is not repaired again.  A NAK costs O(ranges): it
   is intersected with what we hold as ranges.  Requests retry with
-  exponential back-off and give up after ``NAK_TRIES``: the gap is reported
+  exponential back-off, which starts again whenever some of what was asked
+  for arrived, and give up after ``NAK_TRIES`` without it: the gap is reported
   (the held replies stay held, visible as waiting).
 - **Hold store**: replies waiting for a parent are bounded in count and bytes by the
   orderer; one it evicts is a gap again, not asked for until its parent is delivered.
@@ -383,7 +384,8 @@ class GroupChannel:
         # NAK state per sender: when to (re)ask, and how often we have asked.
         self._nak_at: dict[str, float] = {}
         self._nak_tries: dict[str, int] = {}
-        self._nak_progress: dict[str, int] = {}
+        # Per sender: how many seqnos were missing, and which ones were asked for, at the last NAK.
+        self._nak_progress: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {}
         self._asked: dict[str, _RecentRanges] = {}  # sender -> seqnos other members NAKed lately
         self._requested: dict[str, list[_RecentRanges]] = {}  # asked for 1, 2, 3 times within REPEAT_WINDOW
         # Repairs this peer will send, per sender, and what was repaired lately (by anyone).
@@ -769,9 +771,8 @@ class GroupChannel:
                 self._nak_tries.pop(sender, None)
                 continue
             outstanding = sum(b - a + 1 for a, b in gaps)
-            if outstanding < self._nak_progress.get(sender, outstanding + 1):
+            if self._progressed(sender, outstanding):
                 self._nak_tries[sender] = 0  # repairs are arriving: this is not a dead end
-            self._nak_progress[sender] = outstanding
             tries = self._nak_tries.get(sender, 0)
             if tries >= NAK_TRIES:
                 abandoned = self._abandoned.setdefault(sender, RangeSet())
@@ -801,8 +802,20 @@ class GroupChannel:
                 budget -= b - a + 1
             self._outbox.append(wire.Nak(self.gid, sender, tuple(ranges)))
             self.stats["naks_sent"] += 1
+            self._nak_progress[sender] = (outstanding, tuple(ranges))
             self._nak_tries[sender] = tries + 1
             self._nak_at[sender] = now + NAK_RETRY * (2 ** min(tries, 5)) * self.rng.uniform(0.9, 1.1)
+
+    def _progressed(self, sender: str, outstanding: int) -> bool:
+        """Whether repairs came since the last NAK for ``sender``: fewer seqnos are missing, or some
+        that it asked for arrived.  The second counts while ``sender`` is still sending: new losses
+        then outweigh what the repairs fill, and the back-off must not grow as if nobody answered."""
+        last = self._nak_progress.get(sender)
+        if last is None:
+            return False
+        before, asked = last
+        received = self._received.get(sender)
+        return outstanding < before or received is not None and bool(received.intersection(asked, 1))
 
     # -- loss repair: answering --------------------------------------------------------
 
