@@ -55,7 +55,10 @@ a clock.
   answering the same request removes what was sent from its MIR and yields
   while that one is active (the thesis's suppression), and stale requests are
   dropped (the PSSIT).  What the requester holds and a member lacks is asked
-  for with NAKs, so synchronization goes both ways.
+  for with NAKs, so synchronization goes both ways.  The requester's own NAKs
+  wait only while answers are expected (``SYNC_ANSWER_WAIT`` after the request
+  and after each answer that announces more): members that have nothing to send
+  stay silent, so a sync nobody answers must not hold NAKs until its retry.
 """
 
 from __future__ import annotations
@@ -110,6 +113,12 @@ SYNC_PACE = 0.008  # between two chunks of one sync answer (s)
 SYNC_YIELD = 0.5  # how long to defer to another responder that is answering (s)
 SYNC_RETRY = 1.0
 SYNC_TRIES = 3
+# NAKs wait for a sync's answers (which carry the same messages) this long after the request and
+# after each answer that announces more (s).  Members answer only with what the requester lacks, so
+# a request that nobody answers means nothing was missing (or it was lost: the retry covers that),
+# and NAKs must not wait for the retry.  The first answer comes within ANSWER_SLOT per member
+# before it in the line, and the next chunk SYNC_PACE later.
+SYNC_ANSWER_WAIT = 0.2
 # Flow control, in messages per second.  The floor keeps a chat-paced stream (and the
 # 1,000 msg/s latency target) out of reach of pacing: only a flood is slowed.
 PACE_FLOOR = 2_000
@@ -412,6 +421,7 @@ class GroupChannel:
         self._sync_seqno = 0
         self._sync_active = False
         self._sync_retry_at: float | None = None
+        self._naks_held_until: float | None = None  # while a sync's answers are expected
         self._sync_tries = 0
         self._sync_received = 0
         self._sync_expected = 0
@@ -482,6 +492,7 @@ class GroupChannel:
         self._sync_active = True
         self._sync_tries += 1
         self._sync_retry_at = now + SYNC_RETRY
+        self._naks_held_until = now + SYNC_ANSWER_WAIT
         digest = tuple(
             (pid, tuple(seen.ranges())) for pid, seen in sorted(self._received.items()) if seen
         )[: wire.MAX_ITEMS]
@@ -1059,6 +1070,9 @@ class GroupChannel:
             if not any(self._sync_remaining.values()):
                 self._sync_active = False
                 self._sync_retry_at = None
+                self._naks_held_until = None
+            else:
+                self._naks_held_until = now + SYNC_ANSWER_WAIT
 
     def _send_sync_answers(self, now: float) -> None:
         for key, answer in list(self._sync_answers.items()):
@@ -1099,8 +1113,10 @@ class GroupChannel:
         self._arm_heartbeat()
         deadlines = [d for d in (self._heartbeat_at, self._sync_retry_at, self._next_release()) if d is not None]
         deadlines.extend(answer.next_at for answer in self._answers.values())
-        if self._nak_at and not self._sync_active:
-            deadlines.append(min(self._nak_at.values()))
+        if self._nak_at:
+            held = self._naks_held_until
+            due = min(self._nak_at.values())
+            deadlines.append(due if held is None else max(due, held))
         deadlines.extend(answer.next_at for answer in self._sync_answers.values())
         if self._evidence_at:
             deadlines.append(min(when for when, _ in self._evidence_at.values()))
@@ -1108,7 +1124,9 @@ class GroupChannel:
 
     def handle_timer(self, now: float) -> None:
         self._arm_heartbeat()
-        if self._nak_at and not self._sync_active:
+        if self._naks_held_until is not None and self._naks_held_until <= now:
+            self._naks_held_until = None
+        if self._nak_at and self._naks_held_until is None:
             self._send_naks(now)
         if self._answers:
             self._send_repairs(now)
@@ -1122,6 +1140,7 @@ class GroupChannel:
             else:  # nobody (else) has anything for us, or the answers stopped: done
                 self._sync_active = False
                 self._sync_retry_at = None
+                self._naks_held_until = None
         if self._heartbeat_at is not None and self._heartbeat_at <= now:
             self._outbox.append(wire.Heartbeat(self.gid, self._released_seqno))
             self._heartbeat_interval = min(HEARTBEAT_MAX, self._heartbeat_interval * 2)
