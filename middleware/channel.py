@@ -28,8 +28,8 @@ a clock.
   one's REPAIR and drops what it carried, before each chunk.  What was repaired
   within ``REPAIR_HOLDOFF`` is not repaired again.  A NAK costs O(ranges): it
   is intersected with what we hold as ranges.  Requests retry with
-  exponential back-off, which starts again whenever some of what was asked
-  for arrived, and give up after ``NAK_TRIES`` without it: the gap is reported
+  exponential back-off up to ``NAK_RETRY_MAX``, which starts again whenever some
+  of what was asked for arrived, and give up after ``NAK_TRIES`` without it: the gap is reported
   (the held replies stay held, visible as waiting).
 - **Hold store**: replies waiting for a parent are bounded in count and bytes by the
   orderer; one it evicts is a gap again, not asked for until its parent is delivered.
@@ -84,8 +84,10 @@ NAK_DELAY = (0.005, 0.030)  # first NAK after this random back-off (s)...
 NAK_SPREAD = 0.001  # ...or up to this much per member, when longer: of all the members that lost a
 # message, the first asks about as soon as in a small group, and the next one has heard it
 # (the more members, the more of them lost it)
-NAK_RETRY = 0.25  # then retry after this, doubling per try
-NAK_TRIES = 8
+NAK_RETRY = 0.25  # then retry after this, doubling per try,
+NAK_RETRY_MAX = 1.0  # up to this: at 20 % loss, 36 % of NAK -> REPAIR round trips fail, and four
+# failing in a row cost 7.75 s with no cap (2.75 s with it); a gap is reported after NAK_TRIES,
+NAK_TRIES = 32  # about 31 s without progress, as long as eight doubling tries took
 NAK_MAX_SEQNOS = 5_000  # seqnos asked for, or answered, per NAK
 NAK_MAX_RANGES = 500  # ranges asked for, or answered, per NAK: a NAK costs O(ranges)
 ANSWER_SLOT = 0.010  # the next responder in line waits this long per member before it (s)
@@ -815,7 +817,8 @@ class GroupChannel:
             self.stats["naks_sent"] += 1
             self._nak_progress[sender] = (outstanding, tuple(ranges))
             self._nak_tries[sender] = tries + 1
-            self._nak_at[sender] = now + NAK_RETRY * (2 ** min(tries, 5)) * self.rng.uniform(0.9, 1.1)
+            retry = min(NAK_RETRY * 2 ** min(tries, 8), NAK_RETRY_MAX)
+            self._nak_at[sender] = now + retry * self.rng.uniform(0.9, 1.1)
 
     def _progressed(self, sender: str, outstanding: int) -> bool:
         """Whether repairs came since the last NAK for ``sender``: fewer seqnos are missing, or some
