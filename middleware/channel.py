@@ -490,6 +490,13 @@ class GroupChannel:
         numbers at the wall clock's milliseconds: the members remember each requester's latest
         number to drop stale copies, and a restarted peer counting again from 1 would be
         dropped until its retries ran out."""
+        # A new sync: its retries and progress start again (a lost request on return is asked
+        # again, however many requests went before).
+        self._sync_tries = self._sync_received = self._sync_expected = 0
+        self._sync_remaining = {}
+        self._request_sync(now, wall)
+
+    def _request_sync(self, now: float, wall: float | None = None) -> None:
         self._sync_seqno = max(self._sync_seqno + 1, 0 if wall is None else int(wall * 1000))
         self._sync_active = True
         self._sync_tries += 1
@@ -1139,7 +1146,7 @@ class GroupChannel:
             self._send_evidence(now)
         if self._sync_retry_at is not None and self._sync_retry_at <= now:
             if self._sync_tries < SYNC_TRIES and self._sync_received == 0:
-                self.start_sync(now)
+                self._request_sync(now)
             else:  # nobody (else) has anything for us, or the answers stopped: done
                 self._sync_active = False
                 self._sync_retry_at = None

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from m2mc.middleware import crypto, wire
-from m2mc.middleware.channel import GapReported, SyncProgress
+from m2mc.middleware.channel import SYNC_RETRY, GapReported, SyncProgress
 from tests.testbed.faults import FaultInjector
 from sim import SimLan
 
@@ -206,3 +206,35 @@ def test_a_nak_retries_at_least_once_a_second_after_failed_round_trips():
     while lost not in victim.stored and lan.now - began < 30:
         lan.step_until(lan.now + 0.01)
     assert lan.now - began <= 4.0 + 1.2, f"repaired {lan.now - began:.2f} s after the gap"
+
+
+def test_a_lost_sync_request_on_return_is_asked_again_after_an_earlier_sync():
+    # A sync's retries counted across syncs, and stopped once any sync had been answered: a
+    # member back after a cut-off whose SYNC_REQ was lost waited for heartbeats, which fall
+    # silent 30 s after a member's last send.
+    lan = SimLan(3)
+    away = lan.peers[2]
+    history = chat(lan, 20)
+    lan.settle(1)
+    lan.cut.add(away.pid)
+    missed = chat(lan, 30)
+    lan.settle(40)  # the writers' heartbeats are quiet by now
+    lan.cut.clear()
+    away.channel.start_sync(lan.now)  # on joining: answered
+    lan.faults.drop = 1.0
+    lan.transmit(away)
+    lan.faults.drop = 0.0
+    began = lan.now
+    lan.step_until(began + SYNC_RETRY + 0.5)
+    assert set(history + missed) <= away.stored.keys(), f"{len(away.stored)} of {len(history + missed)}"
+    lan.cut.add(away.pid)
+    later = chat(lan, 10)
+    lan.settle(40)
+    lan.cut.clear()
+    away.channel.start_sync(lan.now)  # back after a second cut-off: this request is lost too
+    lan.faults.drop = 1.0
+    lan.transmit(away)
+    lan.faults.drop = 0.0
+    began = lan.now
+    lan.step_until(began + SYNC_RETRY + 0.5)
+    assert set(later) <= away.stored.keys(), f"{len(set(later) & away.stored.keys())} of {len(later)} after a retry"

@@ -200,12 +200,14 @@ def traced_handle_timer(self, now, *args, **kwargs):
 
 core.GroupChannel.receive = traced_receive
 core.GroupChannel.handle_timer = traced_handle_timer
-start_sync = core.GroupChannel.start_sync
+# Every request, retries included (they went through start_sync before _request_sync existed).
+sync_hook = "_request_sync" if hasattr(core.GroupChannel, "_request_sync") else "start_sync"
+start_sync = getattr(core.GroupChannel, sync_hook)
 def traced_start_sync(self, now, *args, **kwargs):
     result = start_sync(self, now, *args, **kwargs)
     log(self, "SYNC_REQ #%s sent (try %s)" % (self._sync_seqno, getattr(self, "_sync_tries", "?")))
     return result
-core.GroupChannel.start_sync = traced_start_sync
+setattr(core.GroupChannel, sync_hook, traced_start_sync)
 sys.argv = ["m2mc-peer"] + sys.argv[2:]
 sys.exit(peer_main.main())
 """
