@@ -103,6 +103,7 @@ ANSWER_RATE = 30_000  # messages per second this peer sends as repairs or sync a
 REQUESTER_MESSAGES = 20_000
 REQUESTER_BYTES = 10_000_000
 MAX_SYNC_ANSWERS = 4  # sync answers streamed at once; further requests wait for a retry
+RECENT_SLICES = 8  # what was NAKed or repaired lately is kept in this many slices of its window
 MAX_STRANGERS = 1_024  # non-members remembered (their highest seqno) in case their join is late
 CHUNK_BYTES = 60_000
 # A burst of new messages goes out in DATA_BATCH datagrams that fit one Ethernet frame
@@ -280,19 +281,57 @@ class _RepairAnswer:
 
 
 class _RecentRanges:
-    """Seqnos of one sender seen in the last ``window`` seconds (NAKed or repaired), approximately:
-    the set is forgotten as a whole once its oldest entry is ``window`` old."""
+    """Seqnos of one sender seen lately (NAKed or repaired), each for about ``window`` seconds.
 
-    __slots__ = ("seqnos", "since")
+    Kept in time slices of ``window / RECENT_SLICES``: an entry is forgotten with its slice,
+    between ``window`` and ``window * (1 + 1 / RECENT_SLICES)`` after it came, so memory is at
+    most ``RECENT_SLICES + 1`` range sets.  (A single set forgotten as a whole once its oldest
+    entry was old forgot a NAK heard a moment ago with it, and the members that had held their
+    own NAK back for it asked again before its repair could come.)"""
+
+    __slots__ = ("slices",)
 
     def __init__(self) -> None:
-        self.seqnos = RangeSet()
-        self.since = -math.inf
+        self.slices: list[tuple[float, list[float], RangeSet]] = []  # (started, [last added], seqnos)
 
-    def fresh(self, now: float, window: float) -> RangeSet:
-        if now - self.since > window:
-            self.seqnos, self.since = RangeSet(), now
-        return self.seqnos
+    def _live(self, now: float, window: float) -> list[tuple[float, list[float], RangeSet]]:
+        slices = self.slices
+        while slices and now - slices[0][1][0] > window:
+            del slices[0]
+        return slices
+
+    def _current(self, now: float, window: float) -> RangeSet:
+        slices = self._live(now, window)
+        if not slices or now - slices[-1][0] > window / RECENT_SLICES:
+            slices.append((now, [now], RangeSet()))
+        slices[-1][1][0] = now
+        return slices[-1][2]
+
+    def add(self, seqno: int, now: float, window: float) -> None:
+        self._current(now, window).add(seqno)
+
+    def add_range(self, start: int, end: int, now: float, window: float) -> None:
+        self._current(now, window).add_range(start, end)
+
+    def intersection(self, ranges: list[tuple[int, int]], max_ranges: int, now: float,
+                     window: float) -> list[tuple[int, int]]:
+        """The parts of inclusive ``ranges`` (ascending, disjoint) seen within ``window``."""
+        slices = self._live(now, window)
+        if len(slices) == 1:
+            return slices[0][2].intersection(ranges, max_ranges)
+        found = RangeSet()
+        for _, _, seqnos in slices:
+            for first, last in seqnos.intersection(ranges, max_ranges):
+                found.add_range(first, last + 1)
+        return found.ranges()[:max_ranges]
+
+    def forgotten_at(self, ranges: list[tuple[int, int]], now: float, window: float) -> float:
+        """When the last of ``ranges`` seen within ``window`` is forgotten (``now`` if none is)."""
+        until = now
+        for _, last, seqnos in self._live(now, window):
+            if seqnos.intersection(ranges, 1):
+                until = max(until, last[0] + window)
+        return until
 
 
 def _rank_key(*parts: object) -> bytes:
@@ -804,13 +843,14 @@ class GroupChannel:
                 continue
             asked = self._asked.get(sender)
             if asked is not None:
-                recent = asked.fresh(now, NAK_RETRY)
+                recent = asked.intersection(gaps, NAK_MAX_RANGES, now, NAK_RETRY)
                 if recent:
                     unasked = RangeSet.from_ranges(gaps)
-                    for a, b in recent.ranges():
+                    for a, b in recent:
                         unasked.remove_range(a, b + 1)
-                    if not unasked:  # another member asked for all of it: wait for the repair
-                        self._nak_at[sender] = asked.since + NAK_RETRY * self.rng.uniform(1.0, 1.2)
+                    if not unasked:  # other members asked for all of it: wait for their repairs
+                        self._nak_at[sender] = asked.forgotten_at(gaps, now, NAK_RETRY) \
+                            + NAK_RETRY * self.rng.uniform(0.0, 0.2)
                         continue
                     gaps = unasked.ranges()
             ranges, budget = [], NAK_MAX_SEQNOS
@@ -867,21 +907,21 @@ class GroupChannel:
             return  # nobody we hold messages of, nor a member: no state for it
         ranges = nak.ranges[:NAK_MAX_RANGES]
         # Someone else asked: our own NAK leaves this out until the repair had time to come.
-        asked = self._asked.setdefault(target, _RecentRanges()).fresh(now, NAK_RETRY)
+        asked = self._asked.setdefault(target, _RecentRanges())
         for first, last in ranges:
-            asked.add_range(first, min(last, first + NAK_MAX_SEQNOS) + 1)
+            asked.add_range(first, min(last, first + NAK_MAX_SEQNOS) + 1, now, NAK_RETRY)
         # How often this was asked for lately: each time, the line of responders grows 4-fold.
         levels = self._requested.get(target)
         if levels is None:
             levels = self._requested[target] = [_RecentRanges() for _ in range(REPEAT_LEVELS)]
         repeats = 0
         for level in reversed(range(REPEAT_LEVELS)):
-            below = levels[level - 1].seqnos if level else None
-            seen = levels[level].fresh(now, REPEAT_WINDOW)
-            if seen.intersection(ranges, 1):
+            seen = levels[level]
+            if seen.intersection(ranges, 1, now, REPEAT_WINDOW):
                 repeats = max(repeats, level + 1)
-            for first, last in (below.intersection(ranges, NAK_MAX_RANGES) if below is not None else ranges):
-                seen.add_range(first, min(last, first + NAK_MAX_SEQNOS) + 1)
+            below = levels[level - 1].intersection(ranges, NAK_MAX_RANGES, now, REPEAT_WINDOW) if level else ranges
+            for first, last in below:
+                seen.add_range(first, min(last, first + NAK_MAX_SEQNOS) + 1, now, REPEAT_WINDOW)
         # What we hold of it, as ranges (O(ranges), however many seqnos they span), less what
         # was repaired a moment ago, within the requester's budget.
         budget = self._budget(requester, now)
@@ -897,7 +937,7 @@ class GroupChannel:
             count += last - first + 1
         repaired = self._repaired.get(target)
         if repaired is not None and wanted:
-            for first, last in repaired.fresh(now, REPAIR_HOLDOFF).intersection(wanted.ranges(), NAK_MAX_RANGES):
+            for first, last in repaired.intersection(wanted.ranges(), NAK_MAX_RANGES, now, REPAIR_HOLDOFF):
                 wanted.remove_range(first, last + 1)
         if not wanted:
             return
@@ -929,7 +969,7 @@ class GroupChannel:
             recent = self._repaired.get(stored.sender)
             if recent is None:
                 recent = self._repaired[stored.sender] = _RecentRanges()
-            recent.fresh(now, REPAIR_HOLDOFF).add(stored.seqno)
+            recent.add(stored.seqno, now, REPAIR_HOLDOFF)
         if responder != self.pid:
             # Another member is answering: let it go on, and drop what it carries as it comes.
             for sender in {stored.sender for stored in repair.messages}:
@@ -971,9 +1011,9 @@ class GroupChannel:
                 self._outbox.append(wire.Repair(self.gid, tuple(chunk)))
                 self.stats["repairs_sent"] += len(chunk)
                 budget.bytes -= sum(_approx_size(m) for m in chunk)
-                recent = self._repaired.setdefault(sender, _RecentRanges()).fresh(now, REPAIR_HOLDOFF)
+                recent = self._repaired.setdefault(sender, _RecentRanges())
                 for message in chunk:
-                    recent.add(message.seqno)
+                    recent.add(message.seqno, now, REPAIR_HOLDOFF)
             if answer.wanted:
                 answer.next_at = now + (REPAIR_PACE if granted else SYNC_PACE)
             else:
