@@ -342,8 +342,11 @@ def bundle(tmp_path_factory) -> Path:
         pytest.skip("PyInstaller is not installed (pip install 'pyinstaller>=6.3')")
     base = tmp_path_factory.mktemp("bundle")
     started = time.monotonic()
+    # PyInstaller's cache of stripped binaries is its own here: build-bundle.sh passes --clean, which
+    # empties the cache, and another build on this machine (a parallel run) may be reading it.
     result = subprocess.run(["bash", str(REPO / "packaging" / "build-bundle.sh"), "--dist", str(base / "dist"),
-                             "--work", str(base / "work")], capture_output=True, text=True, timeout=1200)
+                             "--work", str(base / "work")], capture_output=True, text=True, timeout=1200,
+                            env={**os.environ, "PYINSTALLER_CONFIG_DIR": str(base / "pyinstaller-cache")})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     print(f"bundle built in {time.monotonic() - started:.0f} s")
     # Move it away from where it was built, as a user copying the folder would.
