@@ -31,9 +31,9 @@ SLOW_UNITS = (
 _MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 
 
-def _extra_providing(module: str) -> str | None:
+def _extras_providing(module: str) -> list[str]:
     top = module.split(".")[0]
-    return next((extra for extra, modules in EXTRA_MODULES.items() if top in modules), None)
+    return [extra for extra, modules in EXTRA_MODULES.items() if top in modules]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -41,10 +41,10 @@ def pytest_make_collect_report(collector):
     report = yield
     if report.failed and isinstance(collector, pytest.Module):
         found = _MISSING_MODULE.search(str(report.longrepr))
-        extra = found and _extra_providing(found.group(1))
-        if extra:
-            reason = (f"needs the [{extra}] extra ({found.group(1)} is not installed): "
-                      f"pip install -e '.[{extra}]', or run make test")
+        extras = _extras_providing(found.group(1)) if found else []
+        if extras:
+            reason = (f"needs {found.group(1)}, which the {' or the '.join(f'[{e}]' for e in extras)} extra "
+                      f"installs: pip install -e '.[{','.join(extras)}]' (make setup installs every extra)")
             if STRICT:
                 report.longrepr = f"{reason}\n{report.longrepr}"
             else:
@@ -60,7 +60,7 @@ def pytest_make_collect_report(collector):
 def pytest_runtest_makereport(item, call):
     report = yield
     if STRICT and report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        reason = report.longrepr[2].removeprefix("Skipped: ") if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skipped in a strict run (CI or make test), where nothing may be skipped: {reason}"
     return report

@@ -4,28 +4,11 @@ SparkSession for them all: local[1], one shuffle partition, no web UI."""
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-JAVA_NEEDED = 17  # pyspark 4 runs on Java 17 or newer
-
-
-def java_problem() -> str | None:
-    """Why Spark cannot start here, or None when a Java it can use is found."""
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not java or not os.access(java, os.X_OK):
-        return f"the Spark tests need Java {JAVA_NEEDED} or newer, and none was found: install openjdk-17-jre-headless"
-    said = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
-    found = re.search(r'version "(\d+)', said)
-    if found is None or int(found.group(1)) < JAVA_NEEDED:
-        return f"the Spark tests need Java {JAVA_NEEDED} or newer; {java} says: {said.strip()[:200]}"
-    return None
+from tests.spark.support import TEST_JVM_OPTIONS, java_problem
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +33,7 @@ def spark(java):
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

@@ -21,14 +21,11 @@ import pytest
 
 from m2mc.app.analytics import gen_logs, job, schema
 from tests.lan import LoopbackHost
+from tests.spark.support import TEST_JVM_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 MASTER_PORT = 7077  # inside our own namespace: nothing else listens there
-# Every JVM here (master, workers, driver, executors) lives for seconds: C1 alone compiles what
-# they run soon enough, and one GC thread is all a 2-core machine spares; together they halve the
-# CPU the test takes. The job's plan and results do not depend on either.
-SHORT_LIVED_JVM = os.environ.get("M2MC_TEST_JVM_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 def _spark_env(work: Path) -> dict:
@@ -40,7 +37,7 @@ def _spark_env(work: Path) -> dict:
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOG_DIR=str(work / "logs"),
         SPARK_WORKER_OPTS="-Dspark.worker.cleanup.enabled=false",
-        SPARK_DAEMON_JAVA_OPTS=SHORT_LIVED_JVM,
+        SPARK_DAEMON_JAVA_OPTS=TEST_JVM_OPTIONS,
     )
 
 
@@ -104,8 +101,8 @@ def submit(cluster, cwd: Path, script: Path, *args: str) -> subprocess.Completed
         "--conf", "spark.cores.max=2", "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
         "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.shuffle.partitions=4", "--driver-java-options", SHORT_LIVED_JVM,
-        "--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED_JVM}", str(script), *args,
+        "--conf", "spark.sql.shuffle.partitions=4", "--driver-java-options", TEST_JVM_OPTIONS,
+        "--conf", f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}", str(script), *args,
     ]
     return subprocess.run(command, cwd=cwd, env=cluster["env"], capture_output=True, text=True, timeout=300)
 
