@@ -35,8 +35,13 @@ run: setup
 	elif [ -x $(BIN)/m2mc-peer ]; then echo "m2mc-chat is not built yet; running the headless peer m2mc-peer (JSON-RPC on stdin)."; exec $(BIN)/m2mc-peer $(ARGS); \
 	else echo "No chat program is built yet; running the S_b ordering benchmark instead."; exec $(BIN)/python -m m2mc.app.bench.mop --quick; fi
 
+# Test processes for `make test`: most tests wait on peers, sockets and JVMs rather than the CPU,
+# so four share two cores well (tests/conftest.py keeps tests that share a fixture together).
+TEST_WORKERS ?= 4
+
+# M2MC_NO_SKIP: a skipped test fails here, as under CI (tests/conftest.py).
 test: setup check-java
-	$(BIN)/python -m pytest
+	M2MC_NO_SKIP=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15
 
 bench-mop: setup
 	$(BIN)/python -m m2mc.app.bench.mop

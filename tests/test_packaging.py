@@ -271,10 +271,25 @@ def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(distribut
 
 # --- the wheel in a clean venv (slow) -----------------------------------------------------------
 
+def pip_cache_dir() -> str | None:
+    """Where this machine's pip keeps the wheels it downloaded and built (None when it keeps none)."""
+    found = subprocess.run([sys.executable, "-m", "pip", "cache", "dir"], capture_output=True, text=True, timeout=60)
+    if found.returncode != 0:  # PIP_NO_CACHE_DIR, for one
+        return None
+    return found.stdout.strip() or None
+
+
 def clean_env(venv: Path, home: Path) -> dict[str, str]:
-    """No PYTHONPATH and no checkout on the path: only what the venv holds is importable."""
+    """No PYTHONPATH and no checkout on the path: only what the venv holds is importable.
+
+    HOME is a fresh folder, so no user site-packages leak in; pip still uses this machine's wheel
+    cache, which only spares it downloading and building the extras again (pyspark alone is 400 MB).
+    """
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env.update(PATH=f"{venv / 'bin'}:/usr/bin:/bin", HOME=str(home), QT_QPA_PLATFORM="offscreen")
+    cache = pip_cache_dir()
+    if cache:
+        env.setdefault("PIP_CACHE_DIR", cache)
     return env
 
 
@@ -284,8 +299,10 @@ def run_command(venv: Path, command: str, arg: str, env: dict, cwd: Path) -> sub
 
 
 def pip_install(venv: Path, requirement: str, env: dict, cwd: Path) -> None:
-    # pip's own configuration (index, find-links, cache) supplies the dependencies.
-    result = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", requirement],
+    # pip's own configuration (index, find-links, cache) supplies the dependencies. --no-compile: byte-
+    # compiling the 1 GB that the extras bring would take most of the install's CPU, for modules that
+    # the commands run here mostly never import (and Python compiles those that they do).
+    result = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-compile", requirement],
                             capture_output=True, text=True, timeout=900, cwd=cwd, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
@@ -342,8 +359,11 @@ def bundle(tmp_path_factory) -> Path:
         pytest.skip("PyInstaller is not installed (pip install 'pyinstaller>=6.3')")
     base = tmp_path_factory.mktemp("bundle")
     started = time.monotonic()
+    # PyInstaller's cache of stripped binaries is its own here: build-bundle.sh passes --clean, which
+    # empties the cache, and another build on this machine (a parallel run) may be reading it.
     result = subprocess.run(["bash", str(REPO / "packaging" / "build-bundle.sh"), "--dist", str(base / "dist"),
-                             "--work", str(base / "work")], capture_output=True, text=True, timeout=1200)
+                             "--work", str(base / "work")], capture_output=True, text=True, timeout=1200,
+                            env={**os.environ, "PYINSTALLER_CONFIG_DIR": str(base / "pyinstaller-cache")})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     print(f"bundle built in {time.monotonic() - started:.0f} s")
     # Move it away from where it was built, as a user copying the folder would.

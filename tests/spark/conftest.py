@@ -1,4 +1,5 @@
-"""Shared SparkSession for the Spark tests: local[1], one shuffle partition, no web UI."""
+"""Shared fixtures of the Spark tests: Java found (or the tests skip, saying why), and one
+SparkSession for them all: local[1], one shuffle partition, no web UI."""
 
 from __future__ import annotations
 
@@ -7,9 +8,18 @@ import sys
 
 import pytest
 
+from tests.spark.support import TEST_JVM_OPTIONS, java_problem
+
 
 @pytest.fixture(scope="session")
-def spark():
+def java():
+    problem = java_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def spark(java):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -23,6 +33,7 @@ def spark():
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

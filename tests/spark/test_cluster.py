@@ -21,6 +21,7 @@ import pytest
 
 from m2mc.app.analytics import gen_logs, job, schema
 from tests.lan import LoopbackHost
+from tests.spark.support import TEST_JVM_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -36,6 +37,7 @@ def _spark_env(work: Path) -> dict:
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOG_DIR=str(work / "logs"),
         SPARK_WORKER_OPTS="-Dspark.worker.cleanup.enabled=false",
+        SPARK_DAEMON_JAVA_OPTS=TEST_JVM_OPTIONS,
     )
 
 
@@ -49,7 +51,7 @@ def _wait_for(path: Path, text: str, count: int, timeout: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, java):
     work = tmp_path_factory.mktemp("cluster")
     hidden = work / "hidden"  # the second worker sees a tmpfs here, the driver the real folder
     hidden.mkdir()
@@ -99,7 +101,8 @@ def submit(cluster, cwd: Path, script: Path, *args: str) -> subprocess.Completed
         "--conf", "spark.cores.max=2", "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
         "--conf", "spark.executor.memory=512m", "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.shuffle.partitions=4", str(script), *args,
+        "--conf", "spark.sql.shuffle.partitions=4", "--driver-java-options", TEST_JVM_OPTIONS,
+        "--conf", f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}", str(script), *args,
     ]
     return subprocess.run(command, cwd=cwd, env=cluster["env"], capture_output=True, text=True, timeout=300)
 
