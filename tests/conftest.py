@@ -5,9 +5,9 @@
 - Strict runs skip nothing: under CI (env CI) or ``make test`` (env M2MC_NO_SKIP), every skip,
   of a test or of a whole module, is reported as a failure with its reason.
 - Under pytest-xdist (``make test`` runs ``-n``), each test module is one unit of work, so
-  module-scoped fixtures are built once; the Spark tests are one unit (one JVM, one cluster) and
-  the packaging module is cut where its fixtures are. The units that take longest are handed out
-  first, so that the short ones fill in around them.
+  module-scoped fixtures are built once; the Spark tests are two units (the cluster test, and the
+  rest on one SparkSession) and the packaging module is cut where its fixtures are. The units
+  that take longest are handed out first, so that the short ones fill in around them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ STRICT = bool(os.environ.get("CI") or os.environ.get("M2MC_NO_SKIP"))
 
 # Units of work that take a minute or more, longest first (`pytest --durations`).
 SLOW_UNITS = (
+    "spark-cluster",
     "bundle",
     "spark",
     "wheel",
@@ -70,10 +71,13 @@ def work_unit(nodeid: str) -> str:
     """The unit of work a test belongs to: tests that share an expensive fixture, or state, share one.
 
     Decided from the node id alone, since xdist's controller sees nothing else: by test module, but
-    all the Spark tests together (one SparkSession, one JVM), and test_packaging.py cut by name, where
-    its module fixtures are: test_bundle_* share the PyInstaller bundle, test_wheel_* the wheel.
+    the Spark tests other than the cluster's together (one SparkSession, one JVM), and test_packaging.py
+    cut by name where its module fixtures are: test_bundle_* share the PyInstaller bundle, test_wheel_*
+    the wheel.
     """
     path, _, name = nodeid.partition("::")
+    if path == "tests/spark/test_cluster.py":
+        return "spark-cluster"  # the critical path: worth a SparkSession of its own to run beside the rest
     if path.startswith("tests/spark/"):
         return "spark"
     if path == "tests/test_packaging.py":
