@@ -4,6 +4,7 @@
 #   tests:   iproute2 and iptables, for the private network-namespace LAN tests; Xvfb, the
 #            virtual display the GUI tests open real windows on
 #   report:  a font with CJK glyphs (Droid Sans Fallback, 2 MB), for group names in the plots
+#   analytics: a Java runtime (17 or newer) for PySpark, when no `java` is on the PATH
 #   build:   a C compiler, OpenSSL's headers, and Python's headers when the interpreter given
 #            as $1 lacks them, for the compiled cores (the S_b orderer, the Merkle trees;
 #            without them the middleware falls back to Python)
@@ -21,6 +22,10 @@ packages=(
 )
 if ! "$python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
   packages+=(python3-dev)
+fi
+
+if ! command -v java >/dev/null 2>&1; then
+  packages+=(openjdk-17-jre-headless)
 fi
 
 command -v dpkg-query >/dev/null || { echo "system-deps: not a Debian/Ubuntu system; install the equivalents of: ${packages[*]}" >&2; exit 0; }
