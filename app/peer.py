@@ -3,8 +3,7 @@
 One JSON object per line in each direction; logs go to stderr.  Requests are
 answered after the work they caused has been committed to the store and sent,
 so a script that saw ``{"mid": …}`` knows the message is safe.  Events arrive
-as notifications (no id): ``delivered``, ``group_discovered``,
-``member_joined``, ``member_left``, ``sync_progress``, ``warning``.
+as notifications (no id), made in :meth:`JsonRpcPeer.__call__`.
 
 Whatever arrives on stdin gets an answer and never stops the loop: malformed
 JSON, ids that are not a string, number or null, nesting past ``MAX_NESTING``,
@@ -29,7 +28,9 @@ from typing import Any, Callable
 
 from ..middleware.manager import Config, GroupManager
 from ..middleware.transport import TransportError
-from ..middleware.types import ChatMessage, GroupView, Member, NullListener, UsageError, format_mid, parse_mid
+from ..middleware.events import (Event, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated,
+                                 SyncProgress, TopicChanged, WarningRaised)
+from ..middleware.types import UsageError, format_mid, parse_mid
 
 from .cli import add_common_options, default_data_dir
 
@@ -50,8 +51,8 @@ class RpcError(Exception):
         self.message = message
 
 
-class JsonRpcPeer(NullListener):
-    """Maps JSON-RPC methods onto a GroupManager and its events onto notifications."""
+class JsonRpcPeer:
+    """Maps JSON-RPC methods onto a GroupManager and, as its listener, its events onto notifications."""
 
     def __init__(self, write: Callable[[dict], None]) -> None:
         self.write = write
@@ -76,40 +77,37 @@ class JsonRpcPeer(NullListener):
             "shutdown": self.shutdown,
         }
 
-    # -- listener -> notifications -------------------------------------------------
+    # -- events -> notifications -------------------------------------------------
 
     def notify(self, method: str, params: dict) -> None:
         self.write({"jsonrpc": "2.0", "method": method, "params": params})
 
-    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        for message in messages:
-            self.notify("delivered", message.to_json())
-
-    def on_groups_discovered(self, groups: list[GroupView]) -> None:
-        for group in groups:
-            self.notify("group_discovered", {
-                "gid": group.gid, "desc": group.desc, "members": group.member_count,
-                "private": group.private, "sources": sorted(group.sources),
-            })
-
-    def on_member_joined(self, gid: str, member: Member) -> None:
-        self.notify("member_joined", {"gid": gid, "pid": member.pid, "name": member.name})
-
-    def on_member_left(self, gid: str, member: Member) -> None:
-        self.notify("member_left", {"gid": gid, "pid": member.pid, "name": member.name})
-
-    def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        self.notify("sync_progress", {"gid": gid, "received": received, "expected": expected})
-
-    def on_warning(self, gid: str, text: str) -> None:
-        self.notify("warning", {"gid": gid, "text": text})
-
-    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
-        for message in messages:
-            self.notify("updated", message.to_json())
-
-    def on_topic_changed(self, gid: str, topic: str, by: str) -> None:
-        self.notify("topic_changed", {"gid": gid, "topic": topic, "by": by})
+    def __call__(self, event: Event) -> None:
+        """The one place events become notifications: the table of them in the JSON-RPC reference is
+        tested against this ``match`` (tests/test_jsonrpc_robustness.py); events without an arm are not told."""
+        match event:
+            case MessagesDelivered(messages=messages):
+                for message in messages:
+                    self.notify("delivered", message.to_json())
+            case MessagesUpdated(messages=messages):
+                for message in messages:
+                    self.notify("updated", message.to_json())
+            case GroupsDiscovered(groups):
+                for group in groups:
+                    self.notify("group_discovered", {
+                        "gid": group.gid, "desc": group.desc, "members": group.member_count,
+                        "private": group.private, "sources": sorted(group.sources),
+                    })
+            case MemberJoined(gid, member):
+                self.notify("member_joined", {"gid": gid, "pid": member.pid, "name": member.name})
+            case MemberLeft(gid, member):
+                self.notify("member_left", {"gid": gid, "pid": member.pid, "name": member.name})
+            case SyncProgress(gid, received, expected):
+                self.notify("sync_progress", {"gid": gid, "received": received, "expected": expected})
+            case WarningRaised(gid, text):
+                self.notify("warning", {"gid": gid, "text": text})
+            case TopicChanged(gid, topic, by):
+                self.notify("topic_changed", {"gid": gid, "topic": topic, "by": by})
 
     # -- methods ------------------------------------------------------------------------
 

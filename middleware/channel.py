@@ -78,6 +78,7 @@ from typing import Callable, Iterable
 
 from . import crypto, rules, wire
 from .crypto import Identity
+from .events import SyncProgress  # told to the application as it is
 from .mop import DEFAULT_MAX_HELD_BYTES, SbOrderer
 from .rangeset import RangeSet
 from .types import SENT_AT_EARLIEST_MS, SENT_AT_MAX_AHEAD_MS, ChatMessage, Mid, UsageError, check_unicode
@@ -152,13 +153,6 @@ EVIDENCE_ROUNDS = (0.0, 2.0, 8.0, 20.0)
 EVIDENCE_JITTER = 0.5
 EVIDENCE_FIRST = 0.05  # the first round goes out within this (s)
 MAX_CONFLICTS = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class SyncProgress:
-    gid: str
-    received: int
-    expected: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,6 +77,7 @@ import random
 from dataclasses import dataclass, field
 
 from . import crypto, names, wire
+from .events import MemberJoined, MemberLeft  # told to the application as they are
 from .types import GroupView, Member, UsageError
 
 MAX_MEMBERS = 1_000  # current members' records kept per group (left ones do not count)
@@ -135,18 +136,6 @@ class GroupSeen:
 
     gid: str
     new: bool
-
-
-@dataclass(frozen=True, slots=True)
-class MemberJoined:
-    gid: str
-    member: Member
-
-
-@dataclass(frozen=True, slots=True)
-class MemberLeft:
-    gid: str
-    member: Member
 
 
 @dataclass(frozen=True, slots=True)

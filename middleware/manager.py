@@ -8,9 +8,9 @@ reads the clocks (:mod:`middleware.clock`) and passes ``now`` (and the wall
 stamp) in.  All methods run on the asyncio loop thread (use
 :class:`~middleware.runner.ManagerThread` from other threads).
 
-Writes are batched per event-loop turn (:meth:`GroupManager.flush`): the core
-commits them, then the adapter transmits what the core hands out, then tells
-the listener, so whatever was sent or shown survives a crash.
+Writes are batched per event-loop turn (:meth:`GroupManager.flush`), and handed
+out in the core's crash-safe order (persist, transmit, notify: see
+:mod:`middleware.peer_core`).
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from typing import cast
 from . import clock, crypto, rules
 from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
+from .events import Listener, ignore
 from .gjlp import Gjlp, GroupRecord
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
 from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
-from .types import (ChatMessage, GroupListener, GroupView, Mid, NullListener, PassphraseRefused, UsageError,
-                    format_mid, iso_millis)
+from .types import ChatMessage, GroupView, Mid, PassphraseRefused, UsageError, format_mid, iso_millis
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,10 @@ class Config:
 
 
 class GroupManager(rules.OperationCalls):
-    def __init__(self, config: Config, listener: GroupListener | None = None) -> None:
+    def __init__(self, config: Config, listener: Listener | None = None) -> None:
+        """``listener``: called with each event (:mod:`middleware.events`) on the loop's thread."""
         self.config = config
-        self.listener: GroupListener = listener or NullListener()
+        self.listener: Listener = listener or ignore
         store = Store(Path(config.data_dir) / "m2mc.sqlite3")
         name = rules.check_name(config.name) if config.name and config.name != store.name() else config.name
         self.core = PeerCore(store, clock.now(), name, wall=clock.wall(), control_addr=config.control_addr, port=config.port,
@@ -141,7 +142,7 @@ class GroupManager(rules.OperationCalls):
                 self._announce(gid)
         self._started = True
         self.core.warn_conflicts_held()
-        self.core.notify(self.listener)
+        self._notify()
         self._link_name = interface_name(self.interface)
         self._link_up = link_is_up(self._link_name) if self._link_name else True
         self._spawn(self._watch_link())
@@ -467,10 +468,14 @@ class GroupManager(rules.OperationCalls):
         if self._started:  # transmit (a manager never started keeps its datagrams in the core)
             for addr, port, data in self.core.datagrams_to_send():
                 self.network.send(addr, port, data)
-        self.core.notify(self.listener)  # notify
+        self._notify()
         for gid in self.core.take_announcements():
             self._announce(gid)
         self._arm_timer()
+
+    def _notify(self) -> None:
+        for event in self.core.events():
+            self.listener(event)
 
     def _arm_timer(self) -> None:
         deadline = self.core.get_timer()

@@ -11,8 +11,9 @@ does, :meth:`PeerCore.flush` hands out in the crash-safe order:
 2. transmit: only then do the datagrams of the batch reach
    :meth:`PeerCore.datagrams_to_send` (each with its destination: the control
    address or a group's);
-3. notify: only then are the listener's calls queued, for
-   :meth:`PeerCore.notify` to replay once the datagrams are sent.
+3. notify: only then are its events (:mod:`middleware.events`) queued, for
+   :meth:`PeerCore.events` to hand out; the adapter drains them after it has
+   sent the datagrams.
 
 So whatever was sent or shown survives a crash.  When the commit fails (a
 full disk), it is rolled back and nothing of the batch is transmitted or
@@ -30,7 +31,7 @@ import logging
 import random
 import sqlite3
 from dataclasses import dataclass, field, replace
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from . import crypto, names, rules, wire
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
@@ -40,7 +41,9 @@ from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinU
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import Presence
 from .store_api import PeerStore
-from .types import ChatMessage, GroupListener, GroupView, Member, Mid, UsageError, format_mid
+from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, TopicChanged,
+                     WarningRaised)
+from .types import ChatMessage, GroupView, Mid, UsageError, format_mid
 
 log = logging.getLogger(__name__)
 
@@ -70,52 +73,6 @@ class Stats:
     delivered: int = 0
     own_looped_back: int = 0
     extra: dict = field(default_factory=dict)
-
-
-class Notices:
-    """A :class:`~middleware.types.GroupListener` that keeps the calls made to it, in order,
-    until :meth:`replay` makes them to a real listener."""
-
-    def __init__(self) -> None:
-        self._calls: list[Callable[[GroupListener], None]] = []
-
-    def __len__(self) -> int:
-        return len(self._calls)
-
-    def replay(self, listener: GroupListener) -> None:
-        calls, self._calls = self._calls, []
-        for call in calls:
-            call(listener)
-
-    def clear(self) -> None:
-        self._calls.clear()
-
-    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        self._calls.append(lambda listener: listener.on_messages(gid, messages))
-
-    def on_groups_discovered(self, groups: list[GroupView]) -> None:
-        self._calls.append(lambda listener: listener.on_groups_discovered(groups))
-
-    def on_group_created(self, gid: str) -> None:
-        self._calls.append(lambda listener: listener.on_group_created(gid))
-
-    def on_member_joined(self, gid: str, member: Member) -> None:
-        self._calls.append(lambda listener: listener.on_member_joined(gid, member))
-
-    def on_member_left(self, gid: str, member: Member) -> None:
-        self._calls.append(lambda listener: listener.on_member_left(gid, member))
-
-    def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        self._calls.append(lambda listener: listener.on_sync_progress(gid, received, expected))
-
-    def on_warning(self, gid: str, text: str) -> None:
-        self._calls.append(lambda listener: listener.on_warning(gid, text))
-
-    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
-        self._calls.append(lambda listener: listener.on_updated(gid, messages))
-
-    def on_topic_changed(self, gid: str, topic: str, by: str) -> None:
-        self._calls.append(lambda listener: listener.on_topic_changed(gid, topic, by))
 
 
 class PeerCore:
@@ -148,7 +105,7 @@ class PeerCore:
         self.stats = Stats()
         self.presence = Presence()  # last heard per pid; idle beacons (middleware/presence.py)
         self._outbox: list[Datagram] = []  # committed, for datagrams_to_send()
-        self.notices = Notices()  # committed, for notify()
+        self._events: list[Event] = []  # committed, for events()
         self._announce_due: set[str] = set()  # groups whose zeroconf announcement is stale
         self._seqnos_to_save: set[str] = set()
         # While the store cannot be written: what failed, and what waits to be stored.
@@ -195,7 +152,7 @@ class PeerCore:
         """Equivocations learnt before this start: their warnings stand."""
         for gid in self.channels:
             for kept, _ in self.store.conflicts(gid):
-                self.notices.on_warning(gid, _conflict_warning((kept.sender, kept.seqno)))
+                self._events.append(WarningRaised(gid, _conflict_warning((kept.sender, kept.seqno))))
 
     def create_group(self, desc: str, salt: bytes, key: bytes | None, wall: float) -> str:
         """A new group (``desc`` checked; private with ``key``), made at ``wall``."""
@@ -216,7 +173,7 @@ class PeerCore:
             self.store.set_group_key(gid, key)
             self._ciphers[gid] = crypto.GroupCipher(key)
         self._open_channel(gid, 1, None, wall)
-        self.notices.on_group_created(gid)
+        self._events.append(GroupCreated(gid))
         return gid
 
     def joinable(self, gid: str, passphrase: str | None) -> GroupRecord | None:
@@ -482,13 +439,15 @@ class PeerCore:
     # -- output -----------------------------------------------------------------------
 
     def datagrams_to_send(self) -> list[Datagram]:
-        """What the flushes so far committed for sending, oldest first (transmit before :meth:`notify`)."""
+        """What the flushes so far committed for sending, oldest first (transmit before :meth:`events`)."""
         outbox, self._outbox = self._outbox, []
         return outbox
 
-    def notify(self, listener: GroupListener) -> None:
-        """Tell ``listener`` what the flushes so far committed (after transmitting their datagrams)."""
-        self.notices.replay(listener)
+    def events(self) -> list[Event]:
+        """What the flushes so far committed for telling, oldest first: call it after
+        :meth:`datagrams_to_send`, once they are sent (the order in the module's docstring)."""
+        events, self._events = self._events, []
+        return events
 
     def flush(self, now: float) -> int:
         """Persist, then transmit, then notify: everything since the last flush.  Returns how many
@@ -558,53 +517,54 @@ class PeerCore:
             if isinstance(event, MemberJoined):
                 if event.gid in self.channels:  # what it sent before we knew it is asked for now
                     self.channels[event.gid].member_joined(event.member.pid, now)
-                self.notices.on_member_joined(event.gid, event.member)
+                self._events.append(event)
                 membership_changed.add(event.gid)
             elif isinstance(event, MemberLeft):
-                self.notices.on_member_left(event.gid, event.member)
+                self._events.append(event)
                 membership_changed.add(event.gid)
             elif isinstance(event, MemberUpdated):
                 changed_groups.setdefault(event.gid, False)
             elif isinstance(event, MemberGaveWay):
                 membership_changed.add(event.gid)
             elif isinstance(event, JoinUnacknowledged):
-                self.notices.on_warning(event.gid, _unacknowledged_warning(self.gjlp.groups[event.gid].desc,
-                                                                          event.full))
+                self._events.append(WarningRaised(event.gid, _unacknowledged_warning(
+                    self.gjlp.groups[event.gid].desc, event.full)))
         for gid in membership_changed:
             changed_groups.setdefault(gid, False)
             if gid in self.channels:
                 self._announce_due.add(gid)
         if changed_groups:
-            self.notices.on_groups_discovered([self.gjlp.groups[gid].view(self.pid) for gid in changed_groups])
+            self._events.append(GroupsDiscovered([self.gjlp.groups[gid].view(self.pid) for gid in changed_groups]))
         for news in channel_events:
             if isinstance(news, SyncProgress):
-                self.notices.on_sync_progress(news.gid, news.received, news.expected)
+                self._events.append(news)
             elif isinstance(news, GapReported):
                 log.warning("group %s: no member holds %s's messages %s; replies to them stay held",
                             news.gid, news.sender, news.ranges)
             elif isinstance(news, Conflict):
                 warning = _conflict_warning(news.mid)
                 log.warning("group %s: %s", news.gid, warning)
-                self.notices.on_warning(news.gid, warning)
+                self._events.append(WarningRaised(news.gid, warning))
         return len(stored)
 
     def _tell(self, gid: str, delivered: list[ChatMessage]) -> None:
         """Chat messages to the listener; operations to the group's OBG core, and what they changed."""
         ops = self._operations.get(gid)
         if ops is None:  # left the group meanwhile
-            self.notices.on_messages(gid, self._shown_new(gid, [m for m in delivered if not is_operation(m)]))
+            self._events.append(MessagesDelivered(gid, self._shown_new(gid, [m for m in delivered
+                                                                             if not is_operation(m)])))
             return
         changes = ops.take(delivered)
         if changes.messages:
             # new: no operation can have reached them yet
-            self.notices.on_messages(gid, self._shown_new(gid, changes.messages))
+            self._events.append(MessagesDelivered(gid, self._shown_new(gid, changes.messages)))
         if changes.updated:
             updated = self.by_record(gid, [ops.view(m) for m in self._stored(gid, changes.updated)])
             if updated:
-                self.notices.on_updated(gid, updated)
+                self._events.append(MessagesUpdated(gid, updated))
         if changes.topic_changed:
             topic, by = ops.topic()
-            self.notices.on_topic_changed(gid, topic, by)
+            self._events.append(TopicChanged(gid, topic, by))
 
     def _shown_new(self, gid: str, delivered: list[ChatMessage]) -> list[ChatMessage]:
         """Newly delivered messages as shown (:meth:`by_record`), counting those signed with
@@ -654,8 +614,8 @@ class PeerCore:
                     taken_back.add(mid)
                     self._unsent[mid] = f"not sent: cannot store messages ({reason})"
                 if retracted:
-                    self.notices.on_warning(gid, f"{len(retracted)} message(s) not sent: cannot store messages "
-                                                 f"({reason})")
+                    self._events.append(WarningRaised(gid, f"{len(retracted)} message(s) not sent: cannot store "
+                                                           f"messages ({reason})"))
             self._unstored += [m for m in deliveries if m.mid not in taken_back]
             self._unstored_conflicts += conflicts
             if len(taken_back) < len(own):

@@ -2,7 +2,7 @@
 
 The GUI (or any other threaded caller) talks to it through :meth:`call`, which
 runs a function on the loop thread and returns a ``concurrent.futures.Future``;
-listener callbacks arrive on the loop thread, so a GUI bridge must re-post them
+the listener hears each event on the loop thread, so a GUI bridge must re-post them
 to its own thread.  The middleware's timers keep running while the caller is busy.
 """
 
@@ -14,11 +14,11 @@ import threading
 from typing import Any, Callable
 
 from .manager import Config, GroupManager
-from .types import GroupListener
+from .events import Listener
 
 
 class ManagerThread:
-    def __init__(self, config: Config, listener: GroupListener | None = None) -> None:
+    def __init__(self, config: Config, listener: Listener | None = None) -> None:
         self.config = config
         self.listener = listener
         self.manager: GroupManager | None = None

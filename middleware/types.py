@@ -1,10 +1,10 @@
-"""Value types the middleware hands to applications, and the listener they implement."""
+"""Value types the middleware hands to applications (its events are in :mod:`middleware.events`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 Mid = tuple[str, int]
 
@@ -172,59 +172,6 @@ class GroupView:
             "creator": self.creator,
             "topic": self.topic,
         }
-
-
-class GroupListener(Protocol):
-    """Callbacks of a GroupManager, called on the middleware's event-loop thread."""
-
-    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None: ...
-
-    def on_groups_discovered(self, groups: list[GroupView]) -> None: ...
-
-    def on_group_created(self, gid: str) -> None: ...
-
-    def on_member_joined(self, gid: str, member: Member) -> None: ...
-
-    def on_member_left(self, gid: str, member: Member) -> None: ...
-
-    def on_sync_progress(self, gid: str, received: int, expected: int) -> None: ...
-
-    def on_warning(self, gid: str, text: str) -> None: ...
-
-    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None: ...
-
-    def on_topic_changed(self, gid: str, topic: str, by: str) -> None: ...
-
-
-class NullListener:
-    """A listener that ignores everything; subclass it and override what you need."""
-
-    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        pass
-
-    def on_groups_discovered(self, groups: list[GroupView]) -> None:
-        pass
-
-    def on_group_created(self, gid: str) -> None:
-        pass
-
-    def on_member_joined(self, gid: str, member: Member) -> None:
-        pass
-
-    def on_member_left(self, gid: str, member: Member) -> None:
-        pass
-
-    def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        pass
-
-    def on_warning(self, gid: str, text: str) -> None:
-        """Something the user should know of (e.g. two messages under one id)."""
-
-    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
-        """Delivered messages that operations changed (edited, deleted, reacted to, pinned), as they are now."""
-
-    def on_topic_changed(self, gid: str, topic: str, by: str) -> None:
-        """The group's topic is now ``topic``, set by member ``by``."""
 
 
 class UsageError(ValueError):

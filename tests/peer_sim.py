@@ -19,7 +19,8 @@ from typing import Callable
 from m2mc.middleware import crypto
 from m2mc.middleware.peer_core import CONTROL_ADDR, Datagram, PeerCore
 from m2mc.middleware.store_api import PeerStore
-from m2mc.middleware.types import ChatMessage, Mid, NullListener
+from m2mc.middleware.events import Event, MessagesDelivered, WarningRaised
+from m2mc.middleware.types import ChatMessage, Mid
 from tests.testbed.faults import FaultInjector
 from tests.testbed.stores import after_crash
 
@@ -29,18 +30,18 @@ BEFORE_TRANSMIT = "before transmit"
 BEFORE_NOTIFY = "before notify"
 
 
-class Recorder(NullListener):
+class Recorder:
     """What the user of a peer was shown, kept across its restarts."""
 
     def __init__(self) -> None:
         self.shown: list[ChatMessage] = []
         self.warnings: list[str] = []
 
-    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        self.shown += messages
-
-    def on_warning(self, gid: str, text: str) -> None:
-        self.warnings.append(text)
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, MessagesDelivered):
+            self.shown += event.messages
+        elif isinstance(event, WarningRaised):
+            self.warnings.append(event.text)
 
 
 class SimNode:
@@ -102,7 +103,8 @@ class PeerLan:
         if crash == BEFORE_NOTIFY:
             self.kill(node)
             return result
-        core.notify(node.recorder)
+        for event in core.events():
+            node.recorder(event)
         return result
 
     def transmit(self, sender: SimNode, datagrams: list[Datagram]) -> None:

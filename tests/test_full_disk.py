@@ -13,7 +13,7 @@ import pytest
 from lan import LoopbackHost, PeerProcess
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.manager import Config, GroupManager
-from m2mc.middleware.types import NullListener
+from m2mc.middleware.events import Event, MessagesDelivered, WarningRaised
 
 TMPFS_SIZE = "1m"  # issue 16's case: a 1 MB tmpfs
 
@@ -107,15 +107,15 @@ def test_a_full_disk_refuses_sends_cleanly_and_recovers_without_a_restart(small_
         host.close()
 
 
-class Recorder(NullListener):
+class Recorder:
     def __init__(self):
         self.messages, self.warnings = [], []
 
-    def on_messages(self, gid, messages):
-        self.messages += messages
-
-    def on_warning(self, gid, text):
-        self.warnings.append(text)
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, MessagesDelivered):
+            self.messages += event.messages
+        elif isinstance(event, WarningRaised):
+            self.warnings.append(event.text)
 
 
 def test_a_failed_commit_takes_own_messages_back_and_keeps_the_others(tmp_path, monkeypatch):

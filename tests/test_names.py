@@ -5,9 +5,10 @@ the message carries (PeerCore.by_record).  Issue 26, item 5."""
 import pytest
 
 from m2mc.middleware import crypto, names, rules, wire
+from m2mc.middleware.events import MessagesDelivered
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.peer_core import PeerCore
-from m2mc.middleware.types import ChatMessage, Member, NullListener, UsageError
+from m2mc.middleware.types import Member, UsageError
 
 ALICE = "alice"
 # Each shows as "alice" (or nearly): the issue's look-alikes and two more.
@@ -73,14 +74,6 @@ def test_a_received_name_is_shown_without_what_a_new_one_may_not_hold():
     assert names.shown("\u200b") == ""
 
 
-class Shown(NullListener):
-    def __init__(self) -> None:
-        self.messages: list[ChatMessage] = []
-
-    def on_messages(self, gid, messages):
-        self.messages += messages
-
-
 def test_a_member_posting_as_alice_is_shown_by_its_own_record_and_counted():
     alice = PeerCore(MemoryStore(), 0.0, ALICE)
     gid = alice.create_group("Payroll", crypto.new_salt(), None, 1_700_000_000.0)
@@ -91,10 +84,8 @@ def test_a_member_posting_as_alice_is_shown_by_its_own_record_and_counted():
         data = wire.signed_data(mal, gid, seqno, None, int(wall * 1000), name, f"message {seqno}")
         alice.receive(wire.encode(mal, data), 1.0, wall)
     alice.flush(1.0)
-    listener = Shown()
-    alice.notify(listener)
-
-    delivered = {m.mid[1]: m for m in listener.messages}
+    delivered = {m.mid[1]: m for event in alice.events() if isinstance(event, MessagesDelivered)
+                 for m in event.messages}
     history = {m.mid[1]: m for m in alice.history(gid)}
     for shown in (delivered, history):
         assert [shown[s].sender_name for s in (1, 2, 3)] == ["Mal", "Mal", "Mal"]

@@ -8,21 +8,22 @@ import pytest
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.chatops import encode
 from m2mc.middleware.manager import Config, GroupManager
-from m2mc.middleware.types import NullListener, UsageError
+from m2mc.middleware.events import Event, MessagesDelivered, MessagesUpdated, TopicChanged
+from m2mc.middleware.types import UsageError
 
 
-class Recorder(NullListener):
+class Recorder:
     def __init__(self):
         self.updated, self.topics, self.messages = [], [], []
 
-    def on_messages(self, gid, messages):
-        self.messages += messages
-
-    def on_updated(self, gid, messages):
-        self.updated += messages
-
-    def on_topic_changed(self, gid, topic, by):
-        self.topics.append((topic, by))
+    def __call__(self, event: Event) -> None:
+        match event:
+            case MessagesDelivered(messages=messages):
+                self.messages += messages
+            case MessagesUpdated(messages=messages):
+                self.updated += messages
+            case TopicChanged(topic=topic, by=by):
+                self.topics.append((topic, by))
 
 
 CAROL = crypto.Identity.generate()

@@ -9,7 +9,8 @@ import pytest
 
 from m2mc.middleware.chatops import OP_MARKER
 from m2mc.middleware.manager import Config, GroupManager
-from m2mc.middleware.types import NullListener, UsageError
+from m2mc.middleware.events import ignore
+from m2mc.middleware.types import UsageError
 from m2mc.ui.memory_backend import MemoryManager
 
 GOOD_PASSPHRASE = "violet kettle marching uphill"
@@ -88,8 +89,8 @@ class Peer:
 @pytest.fixture(scope="module")
 def peers(tmp_path_factory):
     real = GroupManager(Config(tmp_path_factory.mktemp("real"), name="Ann", iface="127.0.0.1", zeroconf=False),
-                        NullListener())
-    memory = MemoryManager(NullListener(), name="Ann")
+                        ignore)
+    memory = MemoryManager(ignore, name="Ann")
     both = Peer(real), Peer(memory)
     for peer in both:  # leaving needs no network on either backend
         peer.manager.leave_group(peer.left_open)

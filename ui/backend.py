@@ -6,8 +6,9 @@
 ``backend.call(lambda peer: peer.send(gid, text, parent), on_result=...)``, so
 a misspelt method or a wrong argument is a type error, not a string that fails
 at run time.  What the middleware tells its listener crosses the thread
-boundary as one of the event values below (frozen, named in the past tense),
-and the bridge re-emits each as the matching Qt signal on the GUI thread.
+boundary as the event values of :mod:`middleware.events`, as they are, and
+the bridge emits each on the GUI thread; a call's outcome crosses back as a
+:class:`CallFinished`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-# GJLP's membership events and the channel's sync progress cross the seam as they are.
-from ..middleware.channel import SyncProgress
-from ..middleware.gjlp import MemberJoined, MemberLeft
 from ..middleware.types import ChatMessage, GroupView, Mid
 
 
@@ -67,42 +65,7 @@ class Peer(Protocol):
     def export_log(self, path: str | Path, gid: str | None = None) -> int: ...
 
 
-# -- events: what the middleware's listener was told, as values ---------------------------------
-
-@dataclass(frozen=True, slots=True)
-class MessagesDelivered:
-    gid: str
-    messages: list[ChatMessage]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupsDiscovered:
-    groups: list[GroupView]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupCreated:
-    gid: str
-
-
-@dataclass(frozen=True, slots=True)
-class WarningRaised:
-    gid: str
-    text: str  # something the user should know (e.g. equivocation)
-
-
-@dataclass(frozen=True, slots=True)
-class MessagesUpdated:
-    gid: str
-    messages: list[ChatMessage]  # edited, deleted, reacted to, pinned
-
-
-@dataclass(frozen=True, slots=True)
-class TopicChanged:
-    gid: str
-    topic: str
-    by: str  # pid of who set it
-
+# -- what crosses back to the GUI thread besides the middleware's events (middleware.events) -----
 
 @dataclass(frozen=True, slots=True)
 class CallFinished:
@@ -111,7 +74,3 @@ class CallFinished:
     token: int
     result: Any
     error: Exception | None
-
-
-PeerEvent = (MessagesDelivered | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft | SyncProgress
-             | WarningRaised | MessagesUpdated | TopicChanged)

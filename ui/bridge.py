@@ -6,12 +6,14 @@ multicast; qasync would put the protocol timers on the GUI thread, where a
 long paint or a modal dialog would stall them.  So the middleware runs its own
 asyncio loop in a daemon thread (:class:`middleware.runner.ManagerThread`),
 stays Qt-free and runnable headless, and keeps its timers running while the
-GUI is busy.  :class:`Backend` is the listener the middleware calls on its
-loop thread; each callback becomes an event value (:mod:`ui.backend`), put on
-a thread-safe queue, and a payload-free
-signal, queued to the GUI thread, wakes the drain, so every public signal is
-emitted on the GUI thread.  The queue (rather than signal arguments) coalesces
-bursts: consecutive message batches of a group reach the window as one, and
+GUI is busy.  :meth:`Backend.post` is the listener the middleware calls on its
+loop thread; it puts each event (:mod:`middleware.events`) as it is on a
+thread-safe queue, and a payload-free signal, queued to the GUI thread, wakes
+the drain, which emits each as the one :attr:`Backend.peer_event` signal on the
+GUI thread.  There is no method or signal per kind: each controller connects
+to ``peer_event`` and ``match``-es the kinds it cares about.  The queue
+(rather than signal arguments) coalesces bursts: consecutive message batches
+of a group reach the window as one, and
 only plain Python objects cross the thread boundary (PySide6 6.12 on Python
 3.11 mis-counted references to ``object`` arguments of cross-thread signals
 under load, crashing at exit).  Calls (:meth:`Backend.call`, typed against
@@ -36,10 +38,10 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from ..middleware.manager import Config
 from ..middleware.runner import ManagerThread
-from ..middleware.types import ChatMessage, GroupView, Member, UsageError
+from ..middleware.events import Event, MessagesDelivered
+from ..middleware.types import UsageError
 
-from .backend import (CallFinished, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
-                      MessagesUpdated, Peer, PeerEvent, SyncProgress, TopicChanged, WarningRaised)
+from .backend import CallFinished, Peer
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +51,9 @@ ErrorCallback = Callable[[Exception], None]
 
 
 class Backend(QObject):
-    """Middleware events as GUI-thread signals, and middleware calls with GUI-thread callbacks."""
+    """Middleware events as a GUI-thread signal, and middleware calls with GUI-thread callbacks."""
 
-    messages_arrived = Signal(str, object)  # gid, list[ChatMessage]
-    groups_discovered = Signal(object)  # list[GroupView]
-    group_created = Signal(str)
-    member_joined = Signal(str, object)  # gid, Member
-    member_left = Signal(str, object)
-    sync_progress = Signal(str, int, int)  # gid, received, expected
-    warning = Signal(str, str)  # gid, text: something the user should know (e.g. equivocation)
-    messages_updated = Signal(str, object)  # gid, list[ChatMessage]: edited, deleted, reacted to, pinned
-    topic_changed = Signal(str, str, str)  # gid, topic, pid of who set it
+    peer_event = Signal(object)  # an Event (middleware.events), as the middleware told it
     failed = Signal(str)  # a call failed and nobody asked to hear about it
 
     _wake = Signal()  # from any thread; connected queued to _drain
@@ -72,42 +66,13 @@ class Backend(QObject):
         self.port = 0
         self._tokens = itertools.count(1)
         self._callbacks: dict[int, tuple[ResultCallback | None, ErrorCallback | None, str]] = {}
-        self._queue: deque[PeerEvent | CallFinished] = deque()
+        self._queue: deque[Event | CallFinished] = deque()
         self._wake.connect(self._drain, Qt.ConnectionType.QueuedConnection)
 
-    def _post(self, event: PeerEvent | CallFinished) -> None:
-        """Called from any thread."""
+    def post(self, event: Event | CallFinished) -> None:
+        """The middleware's listener (:data:`middleware.events.Listener`); called from any thread."""
         self._queue.append(event)
         self._wake.emit()
-
-    # -- GroupListener: called on the middleware thread --------------------------------
-
-    def on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
-        self._post(MessagesDelivered(gid, list(messages)))
-
-    def on_groups_discovered(self, groups: list[GroupView]) -> None:
-        self._post(GroupsDiscovered(list(groups)))
-
-    def on_group_created(self, gid: str) -> None:
-        self._post(GroupCreated(gid))
-
-    def on_member_joined(self, gid: str, member: Member) -> None:
-        self._post(MemberJoined(gid, member))
-
-    def on_member_left(self, gid: str, member: Member) -> None:
-        self._post(MemberLeft(gid, member))
-
-    def on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        self._post(SyncProgress(gid, received, expected))
-
-    def on_warning(self, gid: str, text: str) -> None:
-        self._post(WarningRaised(gid, text))
-
-    def on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
-        self._post(MessagesUpdated(gid, list(messages)))
-
-    def on_topic_changed(self, gid: str, topic: str, by: str) -> None:
-        self._post(TopicChanged(gid, topic, by))
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -131,7 +96,7 @@ class Backend(QObject):
         try:
             future = self._submit(work)
         except Exception as exc:  # e.g. the backend is closed
-            self._post(CallFinished(token, None, exc))
+            self.post(CallFinished(token, None, exc))
             return
         future.add_done_callback(functools.partial(self._post_result, token))
 
@@ -140,7 +105,7 @@ class Backend(QObject):
             result, error = done.result(), None
         except Exception as exc:
             result, error = None, exc
-        self._post(CallFinished(token, result, error))
+        self.post(CallFinished(token, result, error))
 
     def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:
         raise NotImplementedError
@@ -156,36 +121,24 @@ class Backend(QObject):
             event = self._queue.popleft()
             if isinstance(event, MessagesDelivered):
                 # A burst for one group reaches the window as one batch.
+                batch = event.messages
                 while self._queue:
                     following = self._queue[0]
                     if not isinstance(following, MessagesDelivered) or following.gid != event.gid:
                         break
-                    event.messages.extend(following.messages)
+                    if batch is event.messages:
+                        batch = list(batch)
+                    batch += following.messages
                     self._queue.popleft()
+                if batch is not event.messages:
+                    event = MessagesDelivered(event.gid, batch)
             self._dispatch(event)
 
-    def _dispatch(self, event: PeerEvent | CallFinished) -> None:
-        match event:
-            case MessagesDelivered(gid, messages):
-                self.messages_arrived.emit(gid, messages)
-            case GroupsDiscovered(groups):
-                self.groups_discovered.emit(groups)
-            case GroupCreated(gid):
-                self.group_created.emit(gid)
-            case MemberJoined(gid, member):
-                self.member_joined.emit(gid, member)
-            case MemberLeft(gid, member):
-                self.member_left.emit(gid, member)
-            case SyncProgress(gid, received, expected):
-                self.sync_progress.emit(gid, received, expected)
-            case WarningRaised(gid, text):
-                self.warning.emit(gid, text)
-            case MessagesUpdated(gid, messages):
-                self.messages_updated.emit(gid, messages)
-            case TopicChanged(gid, topic, by):
-                self.topic_changed.emit(gid, topic, by)
-            case CallFinished(token, result, error):
-                self._finish(token, result, error)
+    def _dispatch(self, event: Event | CallFinished) -> None:
+        if isinstance(event, CallFinished):
+            self._finish(event.token, event.result, event.error)
+        else:
+            self.peer_event.emit(event)
 
     def _finish(self, token: int, result: Any, error: Exception | None) -> None:
         on_result, on_error, name = self._callbacks.pop(token, (None, None, "?"))
@@ -220,7 +173,7 @@ class ManagerBackend(Backend):
 
     def __init__(self, config: Config, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.middleware = ManagerThread(config, self)  # not "thread": QObject.thread() is Qt's
+        self.middleware = ManagerThread(config, self.post)  # not "thread": QObject.thread() is Qt's
         self.config = config
 
     def start(self) -> None:

@@ -1,7 +1,7 @@
 """The group discovery window (the thesis's GroupInfoWindow): groups seen on the LAN, with Join…
 (which asks first: ``ui.dialogs.ConfirmJoinDialog``).
 
-The list is live: every ``groups_discovered`` event updates or adds a row
+The list is live: every ``GroupsDiscovered`` event updates or adds a row
 (``dataChanged`` / ``beginInsertRows``), and the "last seen" column is
 refreshed every few seconds.
 """
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..middleware.events import Event, GroupsDiscovered
 from ..middleware.types import GroupView, short_fingerprint
 
 from .bridge import Backend
@@ -170,11 +171,16 @@ class DiscoveryWindow(QWidget):
         layout.addWidget(self.empty_label)
         layout.addLayout(buttons)
 
-        backend.groups_discovered.connect(self.model.update)
+        backend.peer_event.connect(self._on_event)
         self._ticker = QTimer(self, interval=5000, timeout=self.model.refresh_times)
         self._ticker.start()
         self.model.rowsInserted.connect(lambda *_: self._update_buttons())
         self._update_buttons()
+
+    def _on_event(self, event: Event) -> None:
+        match event:
+            case GroupsDiscovered(views):
+                self.model.update(views)
 
     def load(self) -> None:
         self.backend.call(lambda peer: peer.groups(), on_result=self.model.update)

@@ -6,9 +6,10 @@ messages "from other peers" and member changes through its ``inject_*``
 methods, which reach the GUI by the same queued path as real events.
 Private groups keep their passphrase in plain memory (there is nothing to
 seal here).  Every input is checked by the middleware's own rules
-(:mod:`middleware.rules`), so a refusal has the words the real app shows;
-``inject_warning`` stands for the middleware's ``on_warning`` (e.g. two
-different messages under one mid).  Edits, deletes, reactions, pins and the
+(:mod:`middleware.rules`), so a refusal has the words the real app shows.
+It tells its listener the middleware's own event values (:mod:`middleware.events`);
+``inject_warning`` stands for its ``WarningRaised`` (e.g. two different
+messages under one mid).  Edits, deletes, reactions, pins and the
 topic go through the middleware's own rules (:class:`middleware.chatops.GroupOperations`):
 ``inject_messages`` takes operations other members made (``operation_message``)
 as the middleware would deliver them.
@@ -28,14 +29,16 @@ from ..middleware import rules
 from ..middleware.chatops import GroupOperations, is_operation
 from ..middleware.names import shown
 from ..middleware.rangeset import RangeSet
-from ..middleware.types import ChatMessage, GroupListener, GroupView, Member, Mid, iso_millis
+from ..middleware.events import (GroupCreated, GroupsDiscovered, Listener, MemberJoined, MemberLeft, MessagesDelivered,
+                                 MessagesUpdated, TopicChanged, WarningRaised)
+from ..middleware.types import ChatMessage, GroupView, Member, Mid, iso_millis
 
 from .backend import Peer
 from .bridge import Backend
 
 
 class MemoryManager(rules.OperationCalls):
-    def __init__(self, listener: GroupListener, pid: str = "me0000000000", name: str = "Me") -> None:
+    def __init__(self, listener: Listener, pid: str = "me0000000000", name: str = "Me") -> None:
         self.listener = listener
         self.pid = pid
         self.name = name
@@ -68,8 +71,8 @@ class MemoryManager(rules.OperationCalls):
         self._history[gid] = []
         if passphrase is not None:
             self._passphrases[gid] = passphrase
-        self.listener.on_group_created(gid)
-        self.listener.on_groups_discovered([self._groups[gid]])
+        self.listener(GroupCreated(gid))
+        self.listener(GroupsDiscovered([self._groups[gid]]))
         return gid
 
     def join_group(self, gid: str, passphrase: str | None = None) -> str:
@@ -85,8 +88,8 @@ class MemoryManager(rules.OperationCalls):
             view = _replace(view, joined=True, members=view.members + (me,), member_count=view.member_count + 1)
             self._groups[gid] = view
             self._history.setdefault(gid, [])
-            self.listener.on_member_joined(gid, me)
-            self.listener.on_groups_discovered([view])
+            self.listener(MemberJoined(gid, me))
+            self.listener(GroupsDiscovered([view]))
         return gid
 
     # The middleware derives keys off its loop in these; here there is nothing to derive (and so
@@ -215,7 +218,7 @@ class MemoryManager(rules.OperationCalls):
         self._ops.pop(gid, None)
         self._group_ops(gid).take(self._history[gid])
         if notify:
-            self.listener.on_groups_discovered([view])
+            self.listener(GroupsDiscovered([view]))
         return view
 
     def inject_messages(self, gid: str, messages: list[ChatMessage], notify: bool = True) -> None:
@@ -231,17 +234,17 @@ class MemoryManager(rules.OperationCalls):
         if joined:
             view = _replace(view, members=view.members + (member,), member_count=view.member_count + 1)
             self._groups[gid] = view
-            self.listener.on_member_joined(gid, member)
+            self.listener(MemberJoined(gid, member))
         else:
             members = tuple(m for m in view.members if m.pid != member.pid)
             view = _replace(view, members=members, left=view.left + (member,), member_count=len(members))
             self._groups[gid] = view
-            self.listener.on_member_left(gid, member)
-        self.listener.on_groups_discovered([view])
+            self.listener(MemberLeft(gid, member))
+        self.listener(GroupsDiscovered([view]))
 
     def inject_warning(self, gid: str, text: str) -> None:
-        """What the middleware tells through ``on_warning`` (equivocation, and the like)."""
-        self.listener.on_warning(gid, text)
+        """What the middleware tells as a :class:`WarningRaised` (equivocation, and the like)."""
+        self.listener(WarningRaised(gid, text))
 
     def _group_ops(self, gid: str) -> GroupOperations:
         ops = self._ops.get(gid)
@@ -273,15 +276,15 @@ class MemoryManager(rules.OperationCalls):
     def _deliver(self, gid: str, messages: list[ChatMessage]) -> None:
         changes = self._group_ops(gid).take(self._store(gid, messages))
         if changes.messages:
-            self.listener.on_messages(gid, self._by_record(gid, changes.messages))
+            self.listener(MessagesDelivered(gid, self._by_record(gid, changes.messages)))
         if changes.updated:
             by_mid = {m.mid: m for m in self._history[gid]}
             ops = self._group_ops(gid)
-            self.listener.on_updated(gid, self._by_record(gid, [ops.view(by_mid[mid]) for mid in changes.updated
-                                                                if mid in by_mid]))
+            self.listener(MessagesUpdated(gid, self._by_record(gid, [ops.view(by_mid[mid]) for mid in changes.updated
+                                                                      if mid in by_mid])))
         if changes.topic_changed:
             text, by = self._group_ops(gid).topic()
-            self.listener.on_topic_changed(gid, text, by)
+            self.listener(TopicChanged(gid, text, by))
 
 
 class MemoryBackend(Backend):
@@ -289,7 +292,7 @@ class MemoryBackend(Backend):
 
     def __init__(self, name: str = "Me", pid: str = "me0000000000", parent=None) -> None:
         super().__init__(parent)
-        self.manager = MemoryManager(self, pid, name)
+        self.manager = MemoryManager(self.post, pid, name)
         self.pid, self.name, self.interface, self.port = pid, name, "127.0.0.1", 47477
 
     def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:

@@ -26,6 +26,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QElapsedTimer, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from ...middleware.events import MessagesDelivered  # noqa: E402
 from ...middleware.types import ChatMessage, Member  # noqa: E402
 from ...ui.main_window import MainWindow  # noqa: E402
 from ...ui.message_model import MessageRole  # noqa: E402
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         for start in range(0, total, batch):
             if stop.is_set():
                 return
-            backend.on_messages(gid, incoming[start:start + batch])  # what the middleware thread does
+            backend.post(MessagesDelivered(gid, incoming[start:start + batch]))  # what the middleware thread does
             sent[0] += len(incoming[start:start + batch])
             next_at += period
             time.sleep(max(0.0, next_at - time.perf_counter()))

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ...middleware.manager import Config, GroupManager
-from ...middleware.types import NullListener
+from ...middleware.events import Event, MessagesDelivered
 
 
 def cpu_times() -> tuple[float, float]:
@@ -36,12 +36,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-class Recorder(NullListener):
+class Recorder:
     def __init__(self) -> None:
         self.arrivals: dict[str, list[tuple[float, float]]] = {"fast": [], "steady": []}
         self.fast_cpu: list[tuple[float, float]] = []  # (user, system) CPU seconds at the first and latest fast arrival
 
-    def on_messages(self, gid, messages) -> None:
+    def __call__(self, event: Event) -> None:
+        if not isinstance(event, MessagesDelivered):
+            return
+        messages = event.messages
         now = time.time()
         for message in messages:
             phase, _, sent = message.text.split(" ")

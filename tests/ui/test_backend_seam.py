@@ -10,7 +10,8 @@ import threading
 from pathlib import Path
 
 from m2mc.middleware.manager import Config, GroupManager
-from m2mc.middleware.types import ChatMessage, Member, NullListener
+from m2mc.middleware.events import MemberJoined, MessagesDelivered, TopicChanged, ignore
+from m2mc.middleware.types import ChatMessage, Member
 from m2mc.ui.backend import Peer
 from m2mc.ui.memory_backend import MemoryBackend, MemoryManager
 
@@ -73,10 +74,10 @@ def test_mypy_holds_both_peers_and_the_calls_to_the_protocol(tmp_path):
 
 
 def test_both_peers_are_peers_at_run_time(tmp_path):
-    real = GroupManager(Config(tmp_path, name="Ann", iface="127.0.0.1", zeroconf=False), NullListener())
+    real = GroupManager(Config(tmp_path, name="Ann", iface="127.0.0.1", zeroconf=False), ignore)
     try:
         assert isinstance(real, Peer)
-        assert isinstance(MemoryManager(NullListener()), Peer)
+        assert isinstance(MemoryManager(ignore), Peer)
         assert not isinstance(object(), Peer)
     finally:
         real.store.close()
@@ -86,27 +87,35 @@ def test_events_cross_as_values_and_a_burst_reaches_the_window_as_one_batch(qtbo
     backend = MemoryBackend()
     ann = Member("a" * 64, "Ann")
     batches, joined, topics = [], [], []
-    backend.messages_arrived.connect(lambda gid, messages: batches.append((gid, [m.text for m in messages])))
-    backend.member_joined.connect(lambda gid, member: joined.append((gid, member)))
-    backend.topic_changed.connect(lambda gid, topic, by: topics.append((gid, topic, by)))
+
+    def heard(event) -> None:
+        match event:
+            case MessagesDelivered(gid, messages):
+                batches.append((gid, [m.text for m in messages]))
+            case MemberJoined():
+                joined.append(event)
+            case TopicChanged():
+                topics.append(event)
+
+    backend.peer_event.connect(heard)
 
     def message(gid: str, seqno: int) -> ChatMessage:
         return ChatMessage(gid, (ann.pid, seqno), None, "Ann", f"{gid}#{seqno}", 0, 0)
 
     def middleware_thread() -> None:  # as the middleware's loop thread calls its listener
-        backend.on_messages("g1", [message("g1", 1)])
-        backend.on_messages("g1", [message("g1", 2), message("g1", 3)])
-        backend.on_member_joined("g1", ann)
-        backend.on_messages("g1", [message("g1", 4)])
-        backend.on_messages("g2", [message("g2", 1)])
-        backend.on_topic_changed("g2", "Lunch", ann.pid)
+        backend.post(MessagesDelivered("g1", [message("g1", 1)]))
+        backend.post(MessagesDelivered("g1", [message("g1", 2), message("g1", 3)]))
+        backend.post(MemberJoined("g1", ann))
+        backend.post(MessagesDelivered("g1", [message("g1", 4)]))
+        backend.post(MessagesDelivered("g2", [message("g2", 1)]))
+        backend.post(TopicChanged("g2", "Lunch", ann.pid))
 
     thread = threading.Thread(target=middleware_thread)
     thread.start()
     thread.join()
     qtbot.waitUntil(lambda: len(topics) == 1)
     assert batches == [("g1", ["g1#1", "g1#2", "g1#3"]), ("g1", ["g1#4"]), ("g2", ["g2#1"])]
-    assert joined == [("g1", ann)] and topics == [("g2", "Lunch", ann.pid)]
+    assert joined == [MemberJoined("g1", ann)] and topics == [TopicChanged("g2", "Lunch", ann.pid)]
 
 
 def test_a_typed_call_and_a_coroutine_call_come_back_to_their_callbacks(qtbot):

@@ -5,6 +5,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
 from conftest import ANN, BOB, CAT
+from m2mc.middleware.events import GroupsDiscovered
 from m2mc.middleware.types import Member, short_fingerprint
 from m2mc.ui.dialogs import CreateGroupDialog
 from m2mc.ui.member_list import DUPLICATE_MARK
@@ -55,13 +56,13 @@ def test_a_group_seen_only_in_zeroconf_is_checking_and_not_joinable(qtbot, windo
     view = backend.manager.inject_group("z-1", "Board (open!)", members=(ANN,), notify=False)
     unverified = replace(view, verified=False, sources=frozenset({"zeroconf"}))
     backend.manager._groups["z-1"] = unverified
-    backend.manager.listener.on_groups_discovered([unverified])
+    backend.manager.listener(GroupsDiscovered([unverified]))
     discovery = window.discovery
     qtbot.waitUntil(lambda: discovery.model.rowCount() == 1)
     assert discovery.model.index(0, 2).data() == "checking…"
     assert discovery.select_gid("z-1") and not discovery.join_button.isEnabled()
     verified = replace(unverified, verified=True, creator=ANN.pid)
-    backend.manager.listener.on_groups_discovered([verified])
+    backend.manager.listener(GroupsDiscovered([verified]))
     qtbot.waitUntil(lambda: discovery.model.index(0, 2).data() == "open")
     discovery.select_gid("z-1")
     assert discovery.join_button.isEnabled()

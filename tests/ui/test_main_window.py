@@ -6,6 +6,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
 from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
+from m2mc.middleware.events import SyncProgress
 from m2mc.middleware.types import Member
 from m2mc.ui.dialogs import CreateGroupDialog, JoinDialog
 from m2mc.ui.message_model import MessageRole
@@ -112,10 +113,10 @@ def test_members_pane_and_status_bar(qtbot, window, backend):
     assert "127.0.0.1" in window.address_label.text()
     backend.manager.pending_count[GID] = 2
     qtbot.waitUntil(lambda: "2 replies waiting" in window.pending_label.text(), timeout=3000)
-    backend.on_sync_progress(GID, 3, 10)
+    backend.post(SyncProgress(GID, 3, 10))
     qtbot.waitUntil(window.sync_bar.isVisible)
     assert (window.sync_bar.value(), window.sync_bar.maximum()) == (3, 10)
-    backend.on_sync_progress(GID, 10, 10)
+    backend.post(SyncProgress(GID, 10, 10))
     qtbot.waitUntil(lambda: not window.sync_bar.isVisible())
     backend.manager.inject_member(GID, CAT, joined=False)
     qtbot.waitUntil(lambda: "Left (2)" in [window.member_list.item(i).text() for i in range(window.member_list.count())])

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QPoint, QTimer
 from PySide6.QtWidgets import QAbstractItemView, QListWidgetItem
 
+from ...middleware.events import (Event, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
+                                  MessagesUpdated, TopicChanged)
 from ...middleware.rangeset import RangeSet
 from ...middleware.types import ChatMessage, GroupView, Member, Mid
 from ..delegate import snippet
@@ -71,14 +73,22 @@ class SessionController(QObject):
         self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
         self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS, timeout=self._drain_inbox)
         self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS, timeout=self.save_read_marks)
-        backend = self.backend
-        backend.messages_arrived.connect(self._on_messages)
-        backend.groups_discovered.connect(self._on_groups_discovered)
-        backend.group_created.connect(self._on_group_created)
-        backend.member_joined.connect(self._on_member_changed)
-        backend.member_left.connect(self._on_member_changed)
-        backend.messages_updated.connect(self._on_updated)
-        backend.topic_changed.connect(self._on_topic_changed)
+        self.backend.peer_event.connect(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        match event:
+            case MessagesDelivered(gid, messages):
+                self._on_messages(gid, messages)
+            case MessagesUpdated(gid, messages):
+                self._on_updated(gid, messages)
+            case GroupsDiscovered(views):
+                self._on_groups_discovered(views)
+            case GroupCreated(gid):
+                self._on_group_created(gid)
+            case MemberJoined(gid, member) | MemberLeft(gid, member):
+                self._on_member_changed(gid, member)
+            case TopicChanged(gid, topic, by):
+                self._on_topic_changed(gid, topic, by)
 
     def load(self) -> None:
         """Open a session for every joined group and load its history (asynchronously)."""

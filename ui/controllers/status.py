@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QListWidgetItem, QStyle
 
+from ...middleware.events import Event, SyncProgress, WarningRaised
 from ...middleware.names import lookalikes
 from ..member_list import fill_member_list
 
@@ -36,9 +37,15 @@ class StatusController(QObject):
         self._pending_timer.start()
         self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS, timeout=self.poll_presence)
         self._presence_timer.start()
-        self.backend.sync_progress.connect(self._on_sync_progress)
-        self.backend.warning.connect(self._on_warning)
+        self.backend.peer_event.connect(self._on_event)
         self.backend.failed.connect(self.show_error)
+
+    def _on_event(self, event: Event) -> None:
+        match event:
+            case SyncProgress(gid, received, expected):
+                self._on_sync_progress(gid, received, expected)
+            case WarningRaised(gid, text):
+                self._on_warning(gid, text)
 
     def _on_sync_progress(self, gid: str, received: int, expected: int) -> None:
         session = self.window.session_controller.sessions.get(gid) or self.window.session_controller.session(gid)

@@ -1,0 +1,102 @@
+"""What the middleware reports to its application, as values (as aioquic's and h11's events are).
+
+Every report is one of the frozen, slotted dataclasses below, named in the
+past tense; :data:`Event` is their union, and a :data:`Listener` is any
+callable taking one.  :meth:`middleware.peer_core.PeerCore.events` drains them,
+the asyncio adapter hands each to its listener, and each application turns
+them into what it shows with one ``match``: ``app/peer.py`` into JSON-RPC
+notifications, ``ui/bridge.py`` into one Qt signal that the GUI's controllers
+match on, ``ui/memory_backend.py`` emits the same values.  A new event is one
+dataclass here, added to :data:`Event`, plus the ``match`` arms that care about
+it: an application ignores the events it has no arm for.
+
+When an event is told is the crash-order invariant, stated once, in
+:mod:`middleware.peer_core`: persist, then transmit, then notify.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .types import ChatMessage, GroupView, Member
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesDelivered:
+    """New chat messages of a group, in this peer's delivery order (operations never show as messages)."""
+
+    gid: str
+    messages: list[ChatMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesUpdated:
+    """Delivered messages that operations changed (edited, deleted, reacted to, pinned), as they are now."""
+
+    gid: str
+    messages: list[ChatMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsDiscovered:
+    """Groups learnt of, or whose view changed (members, description, sources)."""
+
+    groups: list[GroupView]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCreated:
+    """This peer created the group (its view follows as :class:`GroupsDiscovered`)."""
+
+    gid: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberJoined:
+    gid: str
+    member: Member
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLeft:
+    gid: str
+    member: Member
+
+
+@dataclass(frozen=True, slots=True)
+class SyncProgress:
+    """MSP catch-up of a group: ``received`` of the ``expected`` messages so far."""
+
+    gid: str
+    received: int
+    expected: int
+
+
+@dataclass(frozen=True, slots=True)
+class WarningRaised:
+    """Something the user should know of (two messages under one id, a join nobody acknowledged,
+    messages not sent because the disk is full)."""
+
+    gid: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChanged:
+    """The group's topic is now ``topic``, set by member ``by`` (a pid)."""
+
+    gid: str
+    topic: str
+    by: str
+
+
+Event = (MessagesDelivered | MessagesUpdated | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft
+         | SyncProgress | WarningRaised | TopicChanged)
+
+Listener = Callable[[Event], None]
+"""Called on the middleware's event-loop thread, once per event, in the order they happened."""
+
+
+def ignore(event: Event) -> None:
+    """The listener of a peer nobody listens to."""
