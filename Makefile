@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 # Extra arguments for `make run`, e.g. make run ARGS="--iface 10.77.0.1 --name Ann"
 ARGS   ?=
 
-.PHONY: setup run test check-python check-java bench-mop bundle install-desktop clean
+.PHONY: setup run test test-core test-lan test-ui test-spark test-packaging check-python check-java bench-mop bundle \
+        install-desktop clean
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -40,8 +41,22 @@ run: setup
 TEST_WORKERS ?= 4
 
 # M2MC_NO_SKIP: a skipped test fails here, as under CI (tests/conftest.py).
+PYTEST := M2MC_NO_SKIP=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15
+
 test: setup check-java
-	M2MC_NO_SKIP=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=15
+	$(PYTEST)
+
+# One area of the suite each (tests/<area>/); `make test` runs them all. Only the Spark tests need Java.
+test-core: setup  # in-process: protocol cores, wire, stores, simulators, contracts
+	$(PYTEST) tests/core
+test-lan: setup  # m2mc-peer processes on private network namespaces (needs root)
+	$(PYTEST) tests/lan
+test-ui: setup  # the GUI on Xvfb, and m2mc-chat's command line
+	$(PYTEST) tests/ui
+test-spark: setup check-java
+	$(PYTEST) tests/spark
+test-packaging: setup  # the wheel in a clean venv, the PyInstaller bundle, the desktop files
+	$(PYTEST) tests/packaging
 
 bench-mop: setup
 	$(BIN)/python -m m2mc.app.bench.mop

@@ -84,7 +84,7 @@ class JsonRpcPeer:
 
     def __call__(self, event: Event) -> None:
         """The one place events become notifications: the table of them in the JSON-RPC reference is
-        tested against this ``match`` (tests/test_jsonrpc_robustness.py); events without an arm are not told."""
+        tested against this ``match`` (tests/core/test_jsonrpc_notifications.py); events without an arm are not told."""
         match event:
             case MessagesDelivered(messages=messages):
                 for message in messages:

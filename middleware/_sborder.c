@@ -8,7 +8,7 @@
  *
  * Semantics (delivery order, duplicates, self-parents, eviction of the oldest
  * held message, the delivered-id state as a run plus loose values merged into
- * ranges) follow mop.py line for line; tests/test_mop.py runs both against each
+ * ranges) follow mop.py line for line; tests/core/test_mop.py runs both against each
  * other.  Memory comes from PyMem_*, so tracemalloc sees it.
  */
 

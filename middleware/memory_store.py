@@ -1,6 +1,6 @@
 """A peer's store held in memory: the :class:`~middleware.store_api.PeerStore` contract without a file.
 
-It serves the simulator (``tests/peer_sim.py``), which runs whole peers and
+It serves the simulator (``tests/testbed/peer_sim.py``), which runs whole peers and
 restarts them after a crash, and any test that wants a peer without SQLite.
 Writes go into the live state at once and are noted in an undo log;
 :meth:`MemoryStore.commit` forgets the log, :meth:`MemoryStore.rollback` plays

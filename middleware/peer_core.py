@@ -20,7 +20,7 @@ full disk), it is rolled back and nothing of the batch is transmitted or
 shown; :meth:`PeerCore.get_timer` then asks for a retry.
 
 The asyncio adapter (:class:`middleware.manager.GroupManager`) owns the
-sockets, zeroconf and the timer; ``tests/peer_sim.py`` drives whole peers
+sockets, zeroconf and the timer; ``tests/testbed/peer_sim.py`` drives whole peers
 with a hand-set clock through crashes.
 """
 

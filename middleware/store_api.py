@@ -2,7 +2,7 @@
 
 Two stores honour it: :class:`middleware.store.Store` (SQLite, one file per data
 dir) and :class:`middleware.memory_store.MemoryStore` (for the simulator and
-tests).  The contract, tested against both in ``tests/test_store_contract.py``:
+tests).  The contract, tested against both in ``tests/core/test_store_contract.py``:
 
 - writes are a transaction: nothing is kept until :meth:`PeerStore.commit`;
   :meth:`PeerStore.rollback` drops every write since the last commit (and what

@@ -80,7 +80,7 @@ def work_unit(nodeid: str) -> str:
         return "spark-cluster"  # the critical path: worth a SparkSession of its own to run beside the rest
     if path.startswith("tests/spark/"):
         return "spark"
-    if path == "tests/test_packaging.py":
+    if path == "tests/packaging/test_packaging.py":
         for prefix in ("bundle", "wheel"):
             if name.startswith(f"test_{prefix}_"):
                 return prefix

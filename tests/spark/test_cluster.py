@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from m2mc.app.analytics import gen_logs, job, schema
-from tests.lan import LoopbackHost
+from tests.testbed.lan import LoopbackHost
 from tests.spark.support import TEST_JVM_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]

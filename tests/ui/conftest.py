@@ -6,15 +6,11 @@ events; without a display Qt falls back to its offscreen platform.
 """
 
 import os
-import sys
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for lan.py
+import pytest
 
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-
-from m2mc.middleware.types import ChatMessage, Member  # noqa: E402
+from m2mc.middleware.types import ChatMessage, Member
 
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lan import LoopbackHost, PeerProcess
+from tests.testbed.lan import LoopbackHost, PeerProcess
 from m2mc.middleware.types import short_fingerprint
 
 pytestmark = pytest.mark.netns

@@ -21,7 +21,7 @@ import pytest
 
 from m2mc.middleware import __version__
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESOURCES = REPO / "resources"
 DESKTOP_FILE = RESOURCES / "desktop" / "m2mc-chat.desktop"
 METAINFO = RESOURCES / "desktop" / "io.github.m2mc.chat.metainfo.xml"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the tools come with the dev extra, next to this interpreter
 PACKAGES = ("app", "ui", "middleware")
 

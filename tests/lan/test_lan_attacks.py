@@ -14,11 +14,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from lan import Lan, PeerProcess
+from tests.testbed.lan import Lan, PeerProcess
 from m2mc.middleware import crypto, wire
 
 pytestmark = pytest.mark.netns
-TAP = str(Path(__file__).with_name("udp_tap.py"))
+TAP = str(Path(__file__).parents[1] / "testbed" / "udp_tap.py")
 
 HISTORY = 1_000  # messages Ann posts before the attacks: what a repair or sync answer could carry
 NON_MEMBER_NAK_BYTES = 64_000  # all members together, answering one non-member NAK

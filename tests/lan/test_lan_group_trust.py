@@ -16,11 +16,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from lan import Lan, PeerProcess
+from tests.testbed.lan import Lan, PeerProcess
 from m2mc.middleware import crypto, wire
 
 pytestmark = pytest.mark.netns
-TAP = str(Path(__file__).with_name("udp_tap.py"))
+TAP = str(Path(__file__).parents[1] / "testbed" / "udp_tap.py")
 CONTROL = ("239.255.77.77", "47477")
 PASSPHRASE = "correct horse battery staple"
 FLOOD_MEMBERS = 2_200
@@ -282,7 +282,7 @@ def test_gid_squatting_and_the_private_downgrade_fail_and_no_plaintext_leaves(la
     # Zeroconf-only sighting first, claiming the gid is an open group: shown, not joinable.
     zc = subprocess.Popen(["ip", "netns", "exec", net.hosts[3], sys.executable, "-c", ZEROCONF_ATTACKER,
                            net.addresses[3], gid, "30"], stdout=subprocess.PIPE, text=True,
-                          cwd=str(Path(__file__).parents[1]))
+                          cwd=str(Path(__file__).parents[2]))
     try:
         assert zc.stdout.readline().strip() == "registered"
         for peer in (bob, cat):

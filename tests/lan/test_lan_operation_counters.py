@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from lan import MemberAttack
+from tests.testbed.lan import MemberAttack
 from m2mc.middleware import wire
 from m2mc.middleware.chatops import encode
 from m2mc.middleware.obg import MAX_COUNTER

@@ -16,11 +16,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from lan import Lan, PeerProcess, send_from
+from tests.testbed.lan import Lan, PeerProcess, send_from
 from m2mc.middleware import crypto, gjlp, wire
 
 pytestmark = pytest.mark.netns
-TAP = str(Path(__file__).with_name("udp_tap.py"))
+TAP = str(Path(__file__).parents[1] / "testbed" / "udp_tap.py")
 CONTROL = ("239.255.77.77", 47477)
 STRANGER_GROUPS = 1_500  # descriptors of fresh keys' groups: more than gjlp.MAX_GROUPS
 MDNS_ANNOUNCEMENTS = 3_000  # the issue's flood
@@ -162,7 +162,7 @@ def mdns_flood(net, kind):
     """MDNS_ANNOUNCEMENTS announcements from the attacker: ``full`` (PTR, SRV, TXT, A) or ``bare`` (PTR only)."""
     attacker = subprocess.run(["ip", "netns", "exec", net.hosts[2], sys.executable, "-c", MDNS_ATTACKER,
                                net.addresses[2], str(MDNS_ANNOUNCEMENTS), str(MDNS_PER_SECOND), kind],
-                              capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).parents[1]))
+                              capture_output=True, text=True, timeout=120, cwd=str(Path(__file__).parents[2]))
     assert attacker.returncode == 0, attacker.stderr
 
 

@@ -1,6 +1,6 @@
 """Test support: whole peers (PeerCore and its store) on a simulated lossy LAN with a hand-driven clock.
 
-Like ``tests/sim.py`` one level up: each peer is a :class:`PeerCore` with its own
+Like ``tests/testbed/sim.py`` one level up: each peer is a :class:`PeerCore` with its own
 store (memory or SQLite), datagrams cross a :class:`FaultInjector`, and the
 clock only moves when a test steps it.  A peer runs each input as the asyncio
 adapter does: the input, then ``flush`` (persist), then ``datagrams_to_send``

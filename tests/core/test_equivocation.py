@@ -9,7 +9,7 @@ import pytest
 
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.channel import Conflict
-from sim import GID, SimLan
+from tests.testbed.sim import GID, SimLan
 
 
 def version_hash(message: wire.Data, sender: str) -> bytes:

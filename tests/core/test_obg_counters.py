@@ -3,7 +3,7 @@
 In-process: the OBG core alone (a property test over any counters an attacker
 may choose), the text composer, and a whole GroupManager (never started: no
 sockets) fed a member's signed operation at the counter limit, then restarted.
-The namespace-LAN version is ``tests/test_lan_operation_counters.py``.
+The namespace-LAN version is ``tests/lan/test_lan_operation_counters.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import pytest
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.channel import SYNC_RETRY, GapReported, SyncProgress
 from tests.testbed.faults import FaultInjector
-from sim import SimLan
+from tests.testbed.sim import SimLan
 
 
 def chat(lan: SimLan, messages: int, reply_share: float = 0.7, rate: float = 200.0, seed: int = 3):

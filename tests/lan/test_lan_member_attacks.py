@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from lan import MemberAttack, rss_bytes
+from tests.testbed.lan import MemberAttack, rss_bytes
 from m2mc.middleware import wire
 
 pytestmark = pytest.mark.netns

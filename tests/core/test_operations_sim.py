@@ -10,7 +10,7 @@ import random
 from m2mc.middleware.chatops import GroupOperations, encode
 from tests.testbed.faults import FaultInjector
 from m2mc.middleware.types import ChatMessage
-from sim import GID, SimLan, SimPeer
+from tests.testbed.sim import GID, SimLan, SimPeer
 
 
 class OpsPeer:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from lan import Lan, PeerProcess
+from tests.testbed.lan import Lan, PeerProcess
 
 pytestmark = pytest.mark.netns
 

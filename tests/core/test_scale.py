@@ -1,7 +1,7 @@
 """Repair at scale, in the in-process simulator: NAKs and repairs per lost message stay flat as groups grow.
 
-    PYTHONPATH=. .venv/bin/python tests/test_scale.py --members 1000   # the documented run (README)
-    PYTHONPATH=. .venv/bin/python tests/test_scale.py --members 200 --compare   # issue 34: two ways, measured
+    PYTHONPATH=. .venv/bin/python tests/core/test_scale.py --members 1000   # the documented run (README)
+    PYTHONPATH=. .venv/bin/python tests/core/test_scale.py --members 200 --compare   # issue 34: two ways, measured
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import random
 import statistics
-import sys
 import time
 from collections import defaultdict
 from typing import Iterator
@@ -19,8 +18,8 @@ from m2mc.middleware import channel, crypto, wire
 from m2mc.middleware.channel import NAK_RETRY, GroupChannel
 
 from tests.testbed.faults import FaultInjector
-import sim
-from sim import SimLan
+from tests.testbed import sim
+from tests.testbed.sim import SimLan
 
 # Targets of issue 16, per message that at least one member missed when first sent.
 MAX_NAKS_PER_LOST = 1.5  # issue 16 asks 1.2: see README, "Repair at scale"
@@ -206,5 +205,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
     main()

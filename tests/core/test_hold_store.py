@@ -11,7 +11,7 @@ import pytest
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.channel import HELD_OVERHEAD, GroupChannel
 from m2mc.middleware.mop import DEFAULT_MAX_HELD_BYTES
-from sim import GID, SimLan
+from tests.testbed.sim import GID, SimLan
 
 HOLD_BOUND = 10
 # Done-when bound of issue 16: 12,000 maximum-size held messages grow RSS by at most this.
@@ -124,7 +124,7 @@ print(before, after, channel.pending, channel.orderer.evicted, channel.orderer.h
 
 def test_12000_maximum_size_held_messages_grow_rss_by_at_most_150_mb():
     """Before the byte bound, 12,000 of them added 760 MB (issue 16)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-c", RSS_SCRIPT, "12000"], capture_output=True, text=True,
                             timeout=300, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     assert result.returncode == 0, result.stderr

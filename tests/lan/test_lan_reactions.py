@@ -9,7 +9,7 @@ import time
 import emoji as emoji_data
 import pytest
 
-from lan import MemberAttack, cpu_seconds, rss_bytes
+from tests.testbed.lan import MemberAttack, cpu_seconds, rss_bytes
 from m2mc.middleware import chatops, wire
 from m2mc.middleware.obg import MAX_REACTION_EMOJI
 

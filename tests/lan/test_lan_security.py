@@ -8,11 +8,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from lan import Lan, PeerProcess
+from tests.testbed.lan import Lan, PeerProcess
 from m2mc.middleware import crypto, wire
 
 pytestmark = pytest.mark.netns
-TAP = str(Path(__file__).with_name("udp_tap.py"))
+TAP = str(Path(__file__).parents[1] / "testbed" / "udp_tap.py")
 PASSPHRASE = "correct horse battery staple"
 
 

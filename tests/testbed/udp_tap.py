@@ -1,7 +1,7 @@
 """Test helper run inside a namespace host: listen to a multicast group, or send raw datagrams.
 
-    python tests/udp_tap.py listen IFACE GROUP PORT SECONDS OUTFILE   # every datagram, msgpack'ed list
-    python tests/udp_tap.py send IFACE GROUP PORT INFILE [GAP]        # each datagram of a msgpack'ed list,
+    python tests/testbed/udp_tap.py listen IFACE GROUP PORT SECONDS OUTFILE   # every datagram, msgpack'ed list
+    python tests/testbed/udp_tap.py send IFACE GROUP PORT INFILE [GAP]        # each datagram of a msgpack'ed list,
                                                                       # GAP seconds apart (default 0.005)
 """
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from lan import Lan, PeerProcess, send_from
+from tests.testbed.lan import Lan, PeerProcess, send_from
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.peer_core import CONTROL_ADDR, DEFAULT_PORT as CONTROL_PORT
 

@@ -13,7 +13,7 @@ import pytest
 from m2mc.app.chat import NO_DISPLAY, display_missing
 from m2mc.middleware import __version__
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DISPLAY_VARIABLES = ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
 
 

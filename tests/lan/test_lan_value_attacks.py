@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from lan import MemberAttack
+from tests.testbed.lan import MemberAttack
 from m2mc.middleware import wire
 
 pytestmark = pytest.mark.netns

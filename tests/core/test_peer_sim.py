@@ -1,4 +1,4 @@
-"""Whole peers (PeerCore and store) through crashes, restarts, loss and a full disk (tests/peer_sim.py).
+"""Whole peers (PeerCore and store) through crashes, restarts, loss and a full disk (tests/testbed/peer_sim.py).
 
 The rule under test is the core's: persist, then transmit, then notify.  A peer
 killed between two of those steps and started again from its store must lose
@@ -13,7 +13,7 @@ import pytest
 
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.store import Store
-from tests.peer_sim import BEFORE_NOTIFY, BEFORE_TRANSMIT, PeerLan, SimNode
+from tests.testbed.peer_sim import BEFORE_NOTIFY, BEFORE_TRANSMIT, PeerLan, SimNode
 from tests.testbed.faults import FaultInjector
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from m2mc.app.peer import MAX_BATCH, MAX_LINE_BYTES, MAX_NESTING, JsonRpcPeer, LineSplitter, to_json_line
-from lan import LoopbackHost, PeerProcess
+from tests.testbed.lan import LoopbackHost, PeerProcess
 
 # Done-when bound of issue 16: the peer answers whoami this soon after each hostile line.
 WHOAMI_WITHIN = 2.0

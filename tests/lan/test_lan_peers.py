@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lan import Lan, LoopbackHost, PeerProcess
+from tests.testbed.lan import Lan, LoopbackHost, PeerProcess
 
 pytestmark = pytest.mark.netns
 

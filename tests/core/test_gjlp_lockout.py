@@ -9,7 +9,7 @@ import pytest
 from m2mc.middleware import crypto, gjlp, wire
 from m2mc.middleware.gjlp import ACK_TIMEOUT, Gjlp, JoinUnacknowledged, MemberGaveWay, MemberJoined
 from m2mc.middleware.memory_store import MemoryStore
-from tests.peer_sim import PeerLan
+from tests.testbed.peer_sim import PeerLan
 
 ANN, NEW, EVE = (crypto.Identity.generate() for _ in range(3))
 CAP = 10  # MAX_MEMBERS for these tests: the rules do not depend on its size

@@ -13,7 +13,7 @@ from m2mc.app.peer import JsonRpcPeer
 from m2mc.middleware import events
 from m2mc.middleware.types import ChatMessage, GroupView, Member
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TABLE_HEADER = re.compile(r"^\| notification \| params \|")
 MESSAGE_OBJECT = "a message object as in `history`"
 

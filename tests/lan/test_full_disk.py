@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from lan import LoopbackHost, PeerProcess
+from tests.testbed.lan import LoopbackHost, PeerProcess
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.events import Event, MessagesDelivered, WarningRaised

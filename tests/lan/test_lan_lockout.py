@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from lan import Lan, PeerProcess, send_from
+from tests.testbed.lan import Lan, PeerProcess, send_from
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.gjlp import ACK_TIMEOUT, MAX_MEMBERS
 from m2mc.middleware.peer_core import CONTROL_ADDR, DEFAULT_PORT

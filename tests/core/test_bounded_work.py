@@ -7,7 +7,7 @@ import time
 from m2mc.middleware import channel as ch
 from m2mc.middleware import crypto, wire
 from tests.testbed.faults import FaultInjector
-from sim import GID, SimLan
+from tests.testbed.sim import GID, SimLan
 
 BIG_NAK_CPU = 0.2  # seconds for a member's NAK of 4,900 ranges (24.5 million seqnos)
 
