@@ -74,6 +74,9 @@ class JsonRpcPeer:
             "export_log": self.export_log,
             "stats": self.stats,
             "advertise": self.advertise,
+            "invite": self.invite,
+            "add_peer": self.add_peer,
+            "peers": self.peers,
             "shutdown": self.shutdown,
         }
 
@@ -123,8 +126,19 @@ class JsonRpcPeer:
         return [group.to_json() for group in self.manager.groups()]
 
     async def join_group(self, params: dict) -> dict:
-        return {"gid": await self.manager.join_group_async(_param(params, "gid", str),
-                                                           _optional_str(params, "passphrase"))}
+        passphrase = _optional_str(params, "passphrase")
+        if "invite" in params and "gid" not in params:
+            return {"gid": await self.manager.join_invite_async(_param(params, "invite", str), passphrase)}
+        return {"gid": await self.manager.join_group_async(_param(params, "gid", str), passphrase)}
+
+    def invite(self, params: dict) -> dict:
+        return {"invite": self.manager.invite(_param(params, "gid", str))}
+
+    def add_peer(self, params: dict) -> dict:
+        return {"endpoint": str(self.manager.add_peer(_param(params, "address", str)))}
+
+    def peers(self, params: dict) -> list:
+        return self.manager.peers()
 
     def leave_group(self, params: dict) -> dict:
         self.manager.leave_group(_param(params, "gid", str))

@@ -35,7 +35,8 @@ from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
-from .addresses import Endpoint, GroupAddress
+from .addresses import Endpoint, GroupAddress, parse_endpoint
+from .invites import invite_link, parse_invite
 from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
 from .types import ChatMessage, GroupView, Mid, PassphraseRefused, UsageError, format_mid, iso_millis
 
@@ -71,11 +72,12 @@ class GroupManager(rules.OperationCalls):
         self.interface = resolve_interface(config.iface)
         # Key derivations run here, one at a time (Argon2id takes 256 MiB and ~0.6 s), never on the loop.
         self._kdf_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-kdf")
-        self._control_backlog: collections.deque[tuple[bytes, Endpoint]] = collections.deque()
+        # (data, source, path): control datagrams, broadcasts and whatever reaches this peer's endpoint
+        self._control_backlog: collections.deque[tuple[bytes, Endpoint, str]] = collections.deque()
         self._control_backlog_bytes = 0
         self._control_draining = False
         self.control_backlog_dropped = 0
-        self.network: Transport = MulticastNetwork(self.interface)
+        self.network: Transport = MulticastNetwork(self.interface, config.port)
         self.discovery = ZeroconfDiscovery(self.interface, self.pid, self._on_zeroconf) if config.zeroconf else None
         self._flush_scheduled = False
         self._last_flush = 0.0
@@ -135,6 +137,10 @@ class GroupManager(rules.OperationCalls):
         self._loop = asyncio.get_running_loop()
         await self.network.open()
         await self.network.listen(self.core.control_group, self._on_control_datagrams)
+        if self.network.endpoint is not None:
+            self.core.reach.own.add(self.network.endpoint)
+        self.network.listen_unicast(self._on_unicast_datagrams)
+        self.network.listen_broadcast(self.config.port, self._on_broadcast_datagrams)
         for gid in self.channels:
             await self._listen_group(gid)
         if self.discovery is not None:
@@ -197,6 +203,28 @@ class GroupManager(rules.OperationCalls):
         self.core.advertise()
         self._after_input()
 
+    def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
+        """A peer's ``host:port`` (the port defaults to this peer's): probed, then asked for its groups."""
+        try:
+            endpoint = parse_endpoint(address, self.config.port)
+        except ValueError as exc:
+            raise UsageError(f"bad address: {exc}") from None
+        if endpoint == self.network.endpoint:
+            raise UsageError(f"{endpoint} is this peer's own address")
+        self.core.add_peer(endpoint, clock.now(), found_by)
+        self._after_input()
+        return endpoint
+
+    def peers(self) -> list[dict]:
+        """Every peer known by endpoint or heard by multicast (``last_heard`` in seconds ago)."""
+        now = clock.now()
+        return [{**row, "last_heard": round(now - row["last_heard"], 1)} for row in self.core.peers(now)]
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """Where this peer receives unicast (for invites), once started."""
+        return self.network.endpoint
+
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
         """A new group; with a passphrase it is private (content sealed with a key derived from it).
 
@@ -257,6 +285,35 @@ class GroupManager(rules.OperationCalls):
         self._join(record, key)
         self.flush()  # the caller (GUI or JSON-RPC) hears of it once it is stored and sent
         return gid
+
+    # How long joining from an invite waits for the inviter to answer with the group.
+    INVITE_WAIT = 10.0
+
+    async def join_invite_async(self, text: str, passphrase: str | None = None) -> str:
+        """Join the group an invite names.  Its ``peer`` endpoints are probed first, so the group
+        is found where multicast does not flow; an unknown group is waited for up to
+        :attr:`INVITE_WAIT` seconds."""
+        invite = parse_invite(text)
+        if invite is None:
+            raise UsageError("not an invite: an invite looks like m2mc://join/<group id>?desc=…&peer=host:port")
+        for endpoint in invite.peers:
+            if endpoint != self.network.endpoint:
+                self.core.add_peer(endpoint, clock.now(), "invite")
+        self._after_input()
+        deadline = clock.now() + self.INVITE_WAIT
+        while invite.gid not in self.gjlp.groups or not self.gjlp.groups[invite.gid].verified:
+            if clock.now() >= deadline:
+                where = ", ".join(map(str, invite.peers)) or "the LAN"
+                raise UsageError(f"group {invite.desc or invite.gid!r} was not found within {self.INVITE_WAIT:.0f} s "
+                                 f"(asked {where}): is the inviter's app running, and is its address "
+                                 "reachable from here?")
+            await asyncio.sleep(0.05)
+        return await self.join_group_async(invite.gid, passphrase)
+
+    def invite(self, gid: str) -> str:
+        """The invite link for ``gid``: its id, description and this peer's endpoint."""
+        record = self.core.known(gid)
+        return invite_link(gid, record.desc, [self.network.endpoint] if self.network.endpoint else [])
 
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
         gid = self.core.join(record, key, clock.now(), clock.wall())
@@ -368,6 +425,8 @@ class GroupManager(rules.OperationCalls):
             "bytes_out": self.network.bytes_out,
             **counters,
             "control_backlog_dropped": self.control_backlog_dropped,
+            "unicast_out": getattr(self.network, "unicast_out", 0),
+            "broadcast_out": getattr(self.network, "broadcast_out", 0),
             "resolves_skipped": self.discovery.resolves_skipped if self.discovery else 0,
         }
 
@@ -400,12 +459,12 @@ class GroupManager(rules.OperationCalls):
     CONTROL_SLICE = 0.01
     MAX_CONTROL_BACKLOG = 8_000_000  # bytes
 
-    def _on_control_datagrams(self, batch: Received) -> None:
+    def _on_control_datagrams(self, batch: Received, path: str = "multicast") -> None:
         for data, source in batch:
             if self._control_backlog_bytes + len(data) > self.MAX_CONTROL_BACKLOG:
                 self.control_backlog_dropped += 1
                 continue
-            self._control_backlog.append((data, source))
+            self._control_backlog.append((data, source, path))
             self._control_backlog_bytes += len(data)
         if not self._control_draining:
             self._drain_control()
@@ -415,14 +474,21 @@ class GroupManager(rules.OperationCalls):
         deadline = time.perf_counter() + self.CONTROL_SLICE
         now, wall = clock.now(), clock.wall()
         while self._control_backlog:
-            data, source = self._control_backlog.popleft()
+            data, source, path = self._control_backlog.popleft()
             self._control_backlog_bytes -= len(data)
-            self.core.receive(data, source, now, wall, control=True)
+            self.core.receive(data, source, now, wall, control=True, path=path)
             if self._control_backlog and time.perf_counter() > deadline and self._loop is not None:
                 self._control_draining = True
                 self._loop.call_soon(self._drain_control)
                 break
         self._after_input()
+
+    def _on_unicast_datagrams(self, batch: Received) -> None:
+        """Anything may arrive at this peer's endpoint, so it queues with the control datagrams."""
+        self._on_control_datagrams(batch, "unicast")
+
+    def _on_broadcast_datagrams(self, batch: Received) -> None:
+        self._on_control_datagrams(batch, "broadcast")
 
     def _on_data_datagrams(self, batch: Received) -> None:
         now, wall = clock.now(), clock.wall()

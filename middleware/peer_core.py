@@ -34,13 +34,14 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from . import crypto, names, rules, wire
-from .addresses import Destination, Endpoint, GroupAddress
+from .addresses import Broadcast, Destination, Endpoint, GroupAddress
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import Presence
+from .reach import BROADCAST_GRACE, Reach
 from .store_api import PeerStore
 from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, TopicChanged,
                      WarningRaised)
@@ -50,11 +51,13 @@ log = logging.getLogger(__name__)
 
 CONTROL_ADDR = "239.255.77.77"
 DEFAULT_PORT = 47477
+BROADCAST_INTERVAL = 30.0  # announcements to the subnet broadcast address, for LANs that drop multicast
+_CONTROL_MESSAGES = (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)
 
 
 class Datagram(NamedTuple):
-    """A datagram to send, and where to: today always a multicast group (the control
-    address or a joined group's); one peer's :class:`Endpoint` is the other kind."""
+    """A datagram to send, and where to: a multicast group (the control address or a
+    joined group's), one peer's :class:`Endpoint`, or the subnet's :class:`Broadcast`."""
 
     data: bytes
     destination: Destination
@@ -101,6 +104,12 @@ class PeerCore:
         self.name = name or stored_name or ""
         self._rng = rng or random.Random()
         self.gjlp = Gjlp(self.identity, self.name, self._rng, control_addr=control_addr)
+        self.reach = Reach(self.pid, self.name, self._rng)  # who is heard by which path (middleware/reach.py)
+        self.unicast_copies = 0  # datagrams sent by unicast to peers multicast does not reach
+        self._wall = now if wall is None else wall  # the last wall time given: the peer cache's stamps
+        self._peers_to_cache: dict[str, tuple[Endpoint, float]] = {}  # proven since the last commit
+        self._broadcast_at: float | None = None  # the next announcement to the subnet's broadcast address
+        self._broadcast_due = False
         self.plaintext_refused = 0
         self.sender_names_differing = 0  # messages delivered whose signed name is not their author's record's
         self.channels: dict[str, GroupChannel] = {}
@@ -125,6 +134,7 @@ class PeerCore:
                 self.gjlp.keys[record.gid] = key
             if self.gjlp.is_member(record.gid):
                 self._open_channel(record.gid, next_seqno, now, now if wall is None else wall)
+        self.reach.add_cached(store.cached_peers(), now, self._wall)
         if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
             for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
                 store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
@@ -134,6 +144,7 @@ class PeerCore:
     def set_name(self, name: str) -> list[str]:
         """A new (checked) display name, kept and re-announced in every joined group; returns those groups."""
         self.name = name
+        self.reach.name = name
         self.store.set_name(name)
         renamed = self.gjlp.rename(name)
         for gid in renamed:
@@ -143,6 +154,15 @@ class PeerCore:
     def advertise(self) -> None:
         """GJLP advertisement: ask every peer on the LAN for the groups it knows."""
         self.gjlp.advertise()
+
+    def add_peer(self, endpoint: Endpoint, now: float, found_by: str = "manual") -> None:
+        """A peer's address, from the user or an invite: it is probed, and once it proves itself
+        it is asked for its groups like any peer that answers an advertisement."""
+        self.reach.add(endpoint, found_by, now)
+
+    def peers(self, now: float) -> list[dict]:
+        """Every peer known by endpoint or heard by multicast: how it was found, how it is reached."""
+        return self.reach.peers(now)
 
     def resync(self, now: float) -> None:
         """Ask every joined group for what this peer missed, and re-advertise."""
@@ -370,18 +390,39 @@ class PeerCore:
     # -- network input ----------------------------------------------------------------
 
     def receive(self, data: bytes, source: Endpoint | None, now: float, wall: float, *,
-                control: bool = False) -> None:
+                control: bool = False, path: str = "multicast") -> None:
         """One datagram, from a stranger until its signature and the group's rules say otherwise.
 
         ``source``: the endpoint it came from, as the socket saw it (None where nobody knows, as
-        in a simulation); spoofable, so it is never taken as who sent it.  ``control`` if it came
-        to the control address, else to a group's."""
+        in a simulation); spoofable, so it is never taken as who sent it, and never answered
+        with more than a HELLO until a HELLO's nonce has made the round trip (:mod:`.reach`).
+        ``path``: "multicast" (``control`` if it came to the control address, else to a
+        group's), "broadcast" (to the control port), or "unicast" (to this peer's endpoint,
+        where the message's type says which channel it is for)."""
         envelope = self._decode(data, now)
         if envelope is None:
             return
+        self._wall = wall
         message = envelope.message
+        if isinstance(message, (wire.Hello, wire.PeerList)):
+            if path != "unicast" or source is None:
+                self.stats.malformed_dropped += 1  # these are only ever sent to one endpoint
+            elif isinstance(message, wire.Hello):
+                self.reach.hello(envelope.sender, message, source, now)
+            else:
+                self.reach.peer_list(envelope.sender, message, source, now)
+            return
+        if source is not None:
+            self.reach.heard(envelope.sender, source, path, now)
+        if path == "broadcast":
+            if isinstance(message, wire.Adv) and source is not None and self.reach.path(envelope.sender, now) is None:
+                # Someone on the subnet whose multicast has not reached us: probe it, unless it does soon.
+                self.reach.add(source, "broadcast", now, envelope.sender, delay=BROADCAST_GRACE)
+            return  # broadcasts only find peers; what they ask is asked again once they are proven
+        if path == "unicast":
+            control = isinstance(message, _CONTROL_MESSAGES)
         if control:
-            if isinstance(message, (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)):
+            if isinstance(message, _CONTROL_MESSAGES):
                 self.gjlp.receive(envelope.sender, message, now, wall)
             else:
                 self.stats.malformed_dropped += 1
@@ -434,10 +475,15 @@ class PeerCore:
     def get_timer(self) -> float | None:
         """The next deadline (on the ``now`` clock) at which :meth:`handle_timer` is due."""
         deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()),
-                                 self.presence.get_timer(list(self.channels)), self._retry_at) if d is not None]
+                                 self.presence.get_timer(list(self.channels)), self._retry_at,
+                                 self.reach.get_timer(), self._broadcast_at) if d is not None]
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float) -> None:
+        cached = self.store.cached_peers() if self.reach.cache_probe_due(now) else None
+        self.reach.handle_timer(now, cached, self._wall)
+        if self._broadcast_at is not None and now >= self._broadcast_at:
+            self._broadcast_due = True
         self.gjlp.handle_timer(now)
         for channel in self.channels.values():
             channel.handle_timer(now)
@@ -459,11 +505,31 @@ class PeerCore:
         """Persist, then transmit, then notify: everything since the last flush.  Returns how many
         messages were stored (and delivered)."""
         staged: list[Datagram] = []
+        for reached in self.reach.events():  # a peer proved its endpoint: ask it for its groups, keep it
+            self.gjlp.advertise()
+            self._peers_to_cache[reached.pid] = (reached.endpoint, self._wall)
+        for handshake, endpoint in self.reach.datagrams_to_send():
+            staged.append(Datagram(wire.encode(self.identity, handshake), endpoint))
+        # Peers that multicast does not reach get a unicast copy of what goes to multicast.
+        unicast = self.reach.unicast_peers(now)
+        broadcast = self._broadcast_due
         for message in self.gjlp.datagrams_to_send():
             try:
-                staged.append(Datagram(wire.encode(self.identity, message), self.control_group))
+                data = wire.encode(self.identity, message)
             except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
                 log.warning("not sent: %s", exc)
+                continue
+            staged.append(Datagram(data, self.control_group))
+            staged += [Datagram(data, endpoint) for _, endpoint in unicast]
+            self.unicast_copies += len(unicast)
+            if type(message) is wire.Adv and not message.gids:  # an announcement: the subnet hears it too
+                staged.append(Datagram(data, Broadcast(self.port)))
+                broadcast = False
+                self._broadcast_at = now + BROADCAST_INTERVAL
+        if broadcast:  # the periodic one goes to the subnet only: multicast has its own
+            staged.append(Datagram(wire.encode(self.identity, wire.Adv(self.name)), Broadcast(self.port)))
+            self._broadcast_at = now + BROADCAST_INTERVAL
+        self._broadcast_due = False
         events = self.gjlp.events()
         changed_groups: dict[str, bool] = {}
         for event in events:
@@ -481,6 +547,7 @@ class PeerCore:
         for gid, channel in self.channels.items():
             record = self.gjlp.groups[gid]
             destination = GroupAddress(record.addr, record.port)
+            members_by_unicast = [endpoint for pid, endpoint in unicast if record.is_current(pid)]
             channel.group_size = max(1, len(record.current()))
             outbox = channel.datagrams_to_send(now)
             if outbox:
@@ -494,10 +561,14 @@ class PeerCore:
                 outbox = []
             for message in outbox:
                 try:
-                    staged.append(Datagram(wire.encode(self.identity, message, self._ciphers.get(gid)),
-                                           destination))
+                    data = wire.encode(self.identity, message, self._ciphers.get(gid))
                 except wire.WireError as exc:  # e.g. a digest past the datagram limit
                     log.warning("not sent: %s", exc)
+                    continue
+                staged.append(Datagram(data, destination))
+                if members_by_unicast:
+                    staged += [Datagram(data, endpoint) for endpoint in members_by_unicast]
+                    self.unicast_copies += len(members_by_unicast)
             deliveries += channel.deliveries()
             events_now = channel.events()
             channel_events += events_now
@@ -594,6 +665,8 @@ class PeerCore:
             for gid in self._seqnos_to_save:
                 if gid in self.channels:
                     self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
+            for pid, (endpoint, seen) in self._peers_to_cache.items():
+                self.store.cache_peer(pid, endpoint, seen)
             for gid, pids in self._members_to_save.items():  # one row per member that changed
                 members = self.gjlp.groups[gid].members if gid in self.gjlp.groups else {}
                 self.store.save_members(gid, [members[pid] for pid in pids if pid in members])
@@ -637,6 +710,7 @@ class PeerCore:
         self._unstored_conflicts = []
         self._seqnos_to_save.clear()
         self._members_to_save.clear()
+        self._peers_to_cache.clear()
         self._retry_at = self._retry_deadline(now)
         return stored
 
@@ -684,6 +758,9 @@ class PeerCore:
             "stranger_groups_evicted": self.gjlp.stranger_groups_evicted,
             "plaintext_refused": self.plaintext_refused,
             "sender_names_differing": self.sender_names_differing,
+            "unicast_copies": self.unicast_copies,
+            "hellos_refused": self.reach.hellos_refused,
+            "probes_evicted": self.reach.candidates_evicted,
             "storage_error": self.storage_error,
             "unstored": len(self._unstored),
         }

@@ -24,7 +24,7 @@ import struct
 from pathlib import Path
 from typing import Callable, Protocol
 
-from .addresses import Destination, Endpoint, GroupAddress
+from .addresses import Broadcast, Destination, Endpoint, GroupAddress
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,22 @@ def resolve_interface(iface: str | None) -> str:
     return "127.0.0.1"
 
 
+def broadcast_addresses(address: str) -> list[str]:
+    """The subnet broadcast address of each IPv4 network ``address`` is in (none on loopback
+    or a /31 or /32, which have no broadcast)."""
+    import ifaddr
+
+    out = []
+    for adapter in ifaddr.get_adapters():
+        for ip in adapter.ips:
+            if ip.ip != address or not isinstance(ip.ip, str) or ip.network_prefix >= 31:
+                continue
+            network = ipaddress.IPv4Network(f"{ip.ip}/{ip.network_prefix}", strict=False)
+            if not network.is_loopback:
+                out.append(str(network.broadcast_address))
+    return out
+
+
 def interface_name(address: str) -> str | None:
     """The name of the interface that holds ``address``."""
     for name, addr in _ipv4_addresses():
@@ -110,7 +126,13 @@ class Transport(Protocol):
 
     async def open(self) -> None: ...
 
+    endpoint: Endpoint | None  # where this peer receives unicast, once open
+
     async def listen(self, group: GroupAddress, on_datagrams: Callable[[Received], None]) -> None: ...
+
+    def listen_unicast(self, on_datagrams: Callable[[Received], None]) -> None: ...
+
+    def listen_broadcast(self, port: int, on_datagrams: Callable[[Received], None]) -> None: ...
 
     def stop_listening(self, group: GroupAddress) -> None: ...
 
@@ -163,14 +185,24 @@ class _Sender(asyncio.DatagramProtocol):
 
 
 class MulticastNetwork:
-    """A :class:`Transport` over multicast: one sending socket, and a listener per group address."""
+    """A :class:`Transport` over multicast: one sending socket, a listener per group address,
+    and one unicast socket (this peer's endpoint) that also sends to the subnet's broadcast
+    address, for LANs that drop multicast."""
 
-    def __init__(self, interface: str) -> None:
+    def __init__(self, interface: str, unicast_port: int = 0) -> None:
         self.interface = interface
+        self.unicast_port = unicast_port
         self._sender: asyncio.DatagramTransport | None = None
+        self._unicast: socket.socket | None = None
+        self._unicast_listener: _Listener | None = None
+        self._broadcast: list[str] = []
         self._listeners: dict[GroupAddress, _Listener] = {}
+        self.endpoint: Endpoint | None = None
         self.datagrams_out = 0
         self.bytes_out = 0
+        self.unicast_out = 0
+        self.broadcast_out = 0
+        self.send_errors = 0
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -186,6 +218,56 @@ class MulticastNetwork:
             raise TransportError(f"cannot send multicast from {self.interface}: {exc}") from exc
         sock.setblocking(False)
         self._sender, _ = await loop.create_datagram_endpoint(_Sender, sock=sock)
+        self._open_unicast()
+
+    def _open_unicast(self) -> None:
+        """This peer's endpoint: the chosen port where it is free, else one the kernel picks
+        (a second peer on one host).  Never shared (no SO_REUSEPORT): unicast to a shared port
+        would reach only one of the peers."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, RECEIVE_BUFFER)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, RECEIVE_BUFFER)
+            except (OSError, AttributeError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+            try:
+                sock.bind((self.interface, self.unicast_port))
+            except OSError:
+                sock.bind((self.interface, 0))
+        except OSError as exc:
+            sock.close()
+            raise TransportError(f"cannot open a unicast socket on {self.interface}: {exc}") from exc
+        sock.setblocking(False)
+        self._unicast = sock
+        host, port = sock.getsockname()
+        self.endpoint = Endpoint(host, port)
+        self._broadcast = broadcast_addresses(self.interface)
+
+    def listen_unicast(self, on_datagrams: Callable[[Received], None]) -> None:
+        """Receive what is sent to this peer's endpoint, in batches."""
+        if self._unicast is not None and self._unicast_listener is None:
+            self._unicast_listener = _Listener(self._unicast, on_datagrams)
+
+    def listen_broadcast(self, port: int, on_datagrams: Callable[[Received], None]) -> None:
+        """Receive what is sent to the subnet's broadcast address at ``port`` (shared by every
+        peer of the host, like the multicast listeners)."""
+        for address in self._broadcast:
+            key = GroupAddress(address, port)
+            if key in self._listeners:
+                continue
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                sock.bind((address, port))
+            except OSError as exc:
+                sock.close()
+                log.warning("cannot listen for broadcasts on %s:%d: %s", address, port, exc)
+                continue
+            sock.setblocking(False)
+            self._listeners[key] = _Listener(sock, on_datagrams)
 
     async def listen(self, group: GroupAddress, on_datagrams: Callable[[Received], None]) -> None:
         """Receive what is sent to ``group``, in batches, until :meth:`stop_listening`."""
@@ -218,13 +300,40 @@ class MulticastNetwork:
     def send(self, data: bytes, destination: Destination) -> None:
         if self._sender is None or self._sender.is_closing():
             return
-        self._sender.sendto(data, (destination.host, destination.port))
+        if type(destination) is GroupAddress:
+            self._sender.sendto(data, (destination.host, destination.port))
+        elif type(destination) is Endpoint:
+            if not self._send_unicast(data, destination.host, destination.port):
+                return
+            self.unicast_out += 1
+        else:
+            assert type(destination) is Broadcast
+            sent = sum(self._send_unicast(data, address, destination.port) for address in self._broadcast)
+            if not sent:
+                return
+            self.broadcast_out += sent
         self.datagrams_out += 1
         self.bytes_out += len(data)
+
+    def _send_unicast(self, data: bytes, host: str, port: int) -> bool:
+        if self._unicast is None:
+            return False
+        try:
+            self._unicast.sendto(data, (host, port))
+            return True
+        except OSError as exc:  # a full buffer or an unreachable host: the reliability layer repairs
+            self.send_errors += 1
+            log.debug("unicast to %s:%d failed: %s", host, port, exc)
+            return False
 
     def close(self) -> None:
         for listener in self._listeners.values():
             listener.close()
         self._listeners.clear()
+        if self._unicast_listener is not None:
+            self._unicast_listener.close()
+        elif self._unicast is not None:
+            self._unicast.close()
+        self._unicast = self._unicast_listener = None
         if self._sender is not None:
             self._sender.close()

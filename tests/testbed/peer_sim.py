@@ -110,8 +110,10 @@ class PeerLan:
 
     def transmit(self, sender: SimNode, datagrams: list[Datagram]) -> None:
         for datagram in datagrams:
-            # Every peer hears every group's datagrams here; one peer's endpoint would need routing.
-            assert isinstance(datagram.destination, GroupAddress), datagram.destination
+            # Multicast reaches everyone here, so nobody needs the broadcasts, or unicast to an endpoint.
+            if not isinstance(datagram.destination, GroupAddress):
+                self.sent["not multicast"] += 1
+                continue
             self.sent["control" if datagram.destination.host == CONTROL_ADDR else "group"] += 1
             self.sent_by[sender.name] += 1
             for index, node in enumerate(self.nodes):

