@@ -301,7 +301,11 @@ class GroupManager(rules.OperationCalls):
                 self.core.add_peer(endpoint, clock.now(), "invite")
         self._after_input()
         deadline = clock.now() + self.INVITE_WAIT
+        ask_at = clock.now() + 1.0
         while invite.gid not in self.gjlp.groups or not self.gjlp.groups[invite.gid].verified:
+            if clock.now() >= ask_at:  # an advertisement or its answer was lost: ask again
+                ask_at = clock.now() + 1.0
+                self.advertise()
             if clock.now() >= deadline:
                 where = ", ".join(map(str, invite.peers)) or "the LAN"
                 raise UsageError(f"group {invite.desc or invite.gid!r} was not found within {self.INVITE_WAIT:.0f} s "

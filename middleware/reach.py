@@ -1,17 +1,20 @@
 """Reach: which peers this one can get datagrams to, and by which path, where multicast may not flow.
 
-A peer heard by multicast is reached by multicast.  A peer that is not, but whose
-unicast endpoint has proven itself, gets unicast copies of what this peer sends to
-the control channel and to the groups they share (:class:`~middleware.peer_core.PeerCore`
-adds them).
+A peer heard by multicast is reached by multicast.  A peer that is not, or that says
+this peer's multicast does not reach it (HELLO's ``unheard``, repeated every
+:data:`REPORT_INTERVAL` to every proven peer not heard by multicast), gets unicast
+copies of what this peer sends to the control channel and to the groups they share
+(:class:`~middleware.peer_core.PeerCore` adds them), provided its unicast endpoint has
+proven itself.  Filtering that works one way only is so covered as well.
 
 Endpoints come from invites, the user, the peer cache, broadcast announcements and
 peer exchange.  None is believed until the handshake: this peer sends HELLO(nonce)
 there; the other answers, from that endpoint, with a signed HELLO that echoes the nonce
 (and carries a nonce of its own, which this peer echoes back).  Only an echoed nonce
 proves that the signer is at the endpoint.  Until then an endpoint gets nothing but
-HELLOs, at most :data:`HELLO_BUDGET` per :data:`HELLO_WINDOW`, so a forged source
-address can aim a few hundred bytes a minute at its victim, and no more.
+HELLOs, at most :data:`HELLO_BUDGET` per :data:`HELLO_WINDOW`, and one address at most
+:data:`HOST_HELLO_BUDGET` whatever its ports, so a forged source address can aim about
+700 bytes a minute at its victim, and no more.
 
 No I/O and no clock: datagrams, ``now`` and ``wall`` go in; HELLOs, events and a
 deadline come out.
@@ -30,7 +33,8 @@ from .addresses import Endpoint
 # How a peer's endpoint was first learnt (the `peers` call shows it); "inbound": it said HELLO first.
 FOUND_BY = ("multicast", "broadcast", "cache", "invite", "exchange", "manual", "inbound")
 
-HELLO_BUDGET = 3  # HELLOs to one unproven endpoint per window: the reflection bound
+HELLO_BUDGET = 3  # HELLOs to one unproven endpoint per window
+HOST_HELLO_BUDGET = 4  # HELLOs to all unproven endpoints of one address per window: the reflection bound
 HELLO_WINDOW = 60.0
 HELLOS_PER_SECOND = 50  # all HELLOs to unproven endpoints together
 PROBE_RETRY = 1.0  # a probe unanswered is sent again after 1 s, then 2 s (HELLO_BUDGET in all)
@@ -40,6 +44,7 @@ MULTICAST_FRESH = 65.0
 # A broadcast announcement is probed only if the same peer's multicast has not arrived
 # within this time: where multicast flows, the two come together and nothing is probed.
 BROADCAST_GRACE = 1.0
+REPORT_INTERVAL = 20.0  # "your multicast does not reach me", to each proven peer it concerns
 CACHE_PROBE_INTERVAL = 60.0
 CACHE_EXPIRY = 31 * 24 * 3600.0
 MAX_ENDPOINTS = 256  # endpoints being probed; the oldest gives way (a stranger's flood costs only probes)
@@ -55,7 +60,7 @@ class Candidate:
     found_by: str
     pid: str | None  # who it is said to be (by the cache or a broadcast); None from an invite or the user
     probe_at: float | None  # the next HELLO; None once the budget is spent
-    nonce: bytes = b""
+    nonces: list[bytes] = field(default_factory=list)  # of the HELLOs sent within the window: any may come back
     sent: list[float] = field(default_factory=list)  # HELLOs sent there within the window
 
 
@@ -70,6 +75,7 @@ class ReachedPeer:
     proven_at: float
     last_heard: float
     last_multicast: float | None = None
+    unheard_until: float | None = None  # it said our multicast does not reach it; believed until then
     answers: list[float] = field(default_factory=list)  # HELLOs answered within the window
 
 
@@ -91,11 +97,13 @@ class Reach:
         self._candidates: OrderedDict[Endpoint, Candidate] = OrderedDict()  # oldest first
         self._peers: OrderedDict[str, ReachedPeer] = OrderedDict()  # least recently heard first
         self._by_endpoint: dict[Endpoint, str] = {}
-        self._multicast_heard: dict[str, float] = {}  # bounded with _peers' cap, for the grace check
+        self._multicast_heard: OrderedDict[str, float] = OrderedDict()  # least recently heard first
         self._outbox: list[tuple[wire.Hello | wire.PeerList, Endpoint]] = []
         self._events: list[PeerReached] = []
         self._hellos_this_second: tuple[float, int] = (0.0, 0)
+        self._host_hellos: OrderedDict[str, list[float]] = OrderedDict()  # per address, within the window
         self._cache_probe_at: float | None = None
+        self._report_at: float | None = 0.0
         self.hellos_refused = 0  # HELLOs not sent: the endpoint's budget or the global rate was spent
         self.candidates_evicted = 0
         self.peer_lists_ignored = 0  # from peers not proven, or not from their endpoint
@@ -128,10 +136,11 @@ class Reach:
     def heard(self, pid: str, source: Endpoint | None, path: str, now: float) -> None:
         """A verified datagram from ``pid``, by ``path`` ("multicast", "broadcast" or "unicast")."""
         if path == "multicast":
-            self._multicast_heard[pid] = now
-            if len(self._multicast_heard) > 4 * MAX_PEERS:
-                oldest = min(self._multicast_heard, key=self._multicast_heard.__getitem__)
-                del self._multicast_heard[oldest]
+            heard = self._multicast_heard
+            heard[pid] = now
+            heard.move_to_end(pid)
+            if len(heard) > 4 * MAX_PEERS:
+                heard.popitem(last=False)
         peer = self._peers.get(pid)
         if peer is None:
             return
@@ -146,19 +155,18 @@ class Reach:
             return
         candidate = self._candidates.get(source)
         peer = self._peers.get(sender)
-        if hello.echo and candidate is not None and candidate.nonce and hello.echo == candidate.nonce \
-                and candidate.pid in (None, sender):
+        if hello.echo and candidate is not None and hello.echo in candidate.nonces and candidate.pid in (None, sender):
             del self._candidates[source]
             peer = self._prove(sender, hello.name, source, candidate.found_by, now)
-        elif hello.echo and peer is not None and peer.endpoint == source:
-            peer.last_heard = now  # an echo of an answer: nothing new
+        if peer is not None and peer.endpoint == source:
+            peer.unheard_until = now + 2.5 * REPORT_INTERVAL if hello.unheard else None
         if not hello.nonce:
             return
         if peer is not None and peer.endpoint == source:  # proven: answer, but not faster than budgeted
             peer.answers = [at for at in peer.answers if at > now - HELLO_WINDOW]
             if len(peer.answers) < 4 * HELLO_BUDGET:
                 peer.answers.append(now)
-                self._outbox.append((wire.Hello(b"", hello.nonce, self.name), source))
+                self._outbox.append((wire.Hello(b"", hello.nonce, self.name, self._unheard(sender, now)), source))
             else:
                 self.hellos_refused += 1
             return
@@ -178,7 +186,8 @@ class Reach:
         :data:`MAX_UNICAST_COPIES`): what goes to multicast goes to these by unicast too."""
         out = []
         for peer in reversed(self._peers.values()):
-            if peer.last_multicast is None or now - peer.last_multicast > MULTICAST_FRESH:
+            if peer.last_multicast is None or now - peer.last_multicast > MULTICAST_FRESH \
+                    or peer.unheard_until is not None and peer.unheard_until > now:
                 out.append((peer.pid, peer.endpoint))
                 if len(out) == MAX_UNICAST_COPIES:
                     break
@@ -233,6 +242,8 @@ class Reach:
         deadlines = [c.probe_at for c in self._candidates.values() if c.probe_at is not None]
         if self._cache_probe_at is not None:
             deadlines.append(self._cache_probe_at)
+        if self._report_at is not None and self._peers:
+            deadlines.append(self._report_at)
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float, cached: list[tuple[str, Endpoint, float]] | None = None,
@@ -242,19 +253,23 @@ class Reach:
         for candidate in list(self._candidates.values()):
             if candidate.probe_at is None or candidate.probe_at > now:
                 continue
-            if candidate.found_by == "broadcast" and candidate.pid is not None \
-                    and now - self._multicast_heard.get(candidate.pid, -1e18) <= MULTICAST_FRESH:
+            if candidate.pid is not None and not self._unheard(candidate.pid, now):
                 del self._candidates[candidate.endpoint]  # multicast reaches it: nothing to probe
                 continue
             self._send_hello(candidate, now)
+        if self._report_at is not None and now >= self._report_at and self._peers:
+            self._report_at = now + REPORT_INTERVAL
+            for peer in self._peers.values():
+                if self._unheard(peer.pid, now):
+                    self._outbox.append((wire.Hello(b"", b"", self.name, True), peer.endpoint))
         if self._cache_probe_at is not None and now >= self._cache_probe_at:
             self._cache_probe_at = now + CACHE_PROBE_INTERVAL
             for pid, endpoint, seen in cached or []:
                 if wall is not None and wall - seen > CACHE_EXPIRY:
                     continue
-                peer = self._peers.get(pid)
-                if peer is None or now - peer.last_heard > MULTICAST_FRESH:
-                    if peer is not None and peer.endpoint == endpoint:
+                known = self._peers.get(pid)
+                if known is None or now - known.last_heard > MULTICAST_FRESH:
+                    if known is not None and known.endpoint == endpoint:
                         self._forget(pid)  # silent: prove it again
                     self.add(endpoint, "cache", now, pid)
 
@@ -263,24 +278,42 @@ class Reach:
 
     # -- internals ----------------------------------------------------------------------
 
+    def _unheard(self, pid: str, now: float) -> bool:
+        """Whether ``pid``'s multicast has not reached this peer lately."""
+        return now - self._multicast_heard.get(pid, -1e18) > MULTICAST_FRESH
+
     def _spent(self, candidate: Candidate, now: float) -> bool:
         candidate.sent = [at for at in candidate.sent if at > now - HELLO_WINDOW]
         return len(candidate.sent) >= HELLO_BUDGET
+
+    def _host_spent(self, host: str, now: float) -> bool:
+        sent = self._host_hellos.get(host)
+        if sent is None:
+            return False
+        sent[:] = [at for at in sent if at > now - HELLO_WINDOW]
+        return len(sent) >= HOST_HELLO_BUDGET
 
     def _send_hello(self, candidate: Candidate, now: float, echo: bytes = b"") -> None:
         second, count = self._hellos_this_second
         if now - second >= 1.0:
             second, count = now, 0
-        if self._spent(candidate, now) or count >= HELLOS_PER_SECOND:
+        host = candidate.endpoint.host
+        if self._spent(candidate, now) or self._host_spent(host, now) or count >= HELLOS_PER_SECOND:
             self.hellos_refused += 1
             candidate.probe_at = None if self._spent(candidate, now) else now + PROBE_RETRY
             return
         self._hellos_this_second = (second, count + 1)
-        candidate.nonce = self._rng.randbytes(wire.NONCE_BYTES)
+        self._host_hellos.setdefault(host, []).append(now)
+        self._host_hellos.move_to_end(host)
+        if len(self._host_hellos) > HELLOS_PER_SECOND * HELLO_WINDOW:  # so the oldest's window has passed
+            self._host_hellos.popitem(last=False)
+        nonce = self._rng.randbytes(wire.NONCE_BYTES)
+        candidate.nonces = [*candidate.nonces[-(HELLO_BUDGET - 1):], nonce]
         candidate.sent.append(now)
         tries = len(candidate.sent)
         candidate.probe_at = now + PROBE_RETRY * 2 ** (tries - 1) if tries < HELLO_BUDGET else None
-        self._outbox.append((wire.Hello(candidate.nonce, echo, self.name), candidate.endpoint))
+        unheard = candidate.pid is None or self._unheard(candidate.pid, now)
+        self._outbox.append((wire.Hello(nonce, echo, self.name, unheard), candidate.endpoint))
 
     def _prove(self, pid: str, name: str, endpoint: Endpoint, found_by: str, now: float) -> ReachedPeer:
         old = self._peers.get(pid)
@@ -294,12 +327,14 @@ class Reach:
         self._peers.move_to_end(pid)
         self._by_endpoint[endpoint] = pid
         self._events.append(PeerReached(pid, endpoint, found_by))
-        # Peer exchange: the newcomer learns the peers proven here, and they learn of it.
+        # Peer exchange, between peers that multicast does not join: the newcomer learns the
+        # peers proven here, and they learn of it.
         others = [p for p in reversed(self._peers.values()) if p.pid != pid][:wire.MAX_PEER_LIST]
-        if others:
+        if others and self._unheard(pid, now):
             self._outbox.append((wire.PeerList(tuple((p.pid, p.endpoint.host, p.endpoint.port) for p in others)),
                                  endpoint))
-            for other in others:
+        for other in others:
+            if self._unheard(other.pid, now):
                 self._outbox.append((wire.PeerList(((pid, endpoint.host, endpoint.port),)), other.endpoint))
         return peer
 

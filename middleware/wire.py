@@ -645,15 +645,18 @@ NONCE_BYTES = 16
 @dataclass(frozen=True, slots=True)
 class Hello:
     """The unicast handshake (:mod:`middleware.reach`): ``nonce`` asks the other to echo it,
-    ``echo`` returns the other's nonce and so proves that this endpoint is where the signer is."""
+    ``echo`` returns the other's nonce and so proves that this endpoint is where the signer is.
+    ``unheard``: the receiver's multicast does not reach the sender, so it should copy what it
+    multicasts to the sender by unicast (sent again every ``reach.REPORT_INTERVAL`` while true)."""
 
     TYPE: ClassVar[MsgType] = MsgType.HELLO
     nonce: bytes
     echo: bytes
     name: str
+    unheard: bool = False
 
     FIELDS: ClassVar = (("nonce", _bytes_or_empty(NONCE_BYTES)), ("echo", _bytes_or_empty(NONCE_BYTES)),
-                        ("name", _string(MAX_NAME, allow_empty=True)))
+                        ("name", _string(MAX_NAME, allow_empty=True)), ("unheard", _bool))
 
 
 MAX_PEER_LIST = 64

@@ -70,8 +70,8 @@ def reached(peer: PeerProcess) -> dict[str, str]:
 def test_a_without_multicast_peers_find_each_other_by_broadcast_converse_and_sync_after_a_restart(tmp_path):
     with Lan(3) as lan:
         for i in range(3):
+            lan.set_loss(i, LOSS)  # first: it flushes INPUT
             drop_multicast(lan, i)
-            lan.set_loss(i, LOSS)
         peers = [start(lan, i, tmp_path, name) for i, name in enumerate(NAMES)]
         try:
             ann, bob, cat = peers
@@ -104,9 +104,9 @@ def test_a_without_multicast_peers_find_each_other_by_broadcast_converse_and_syn
 def test_b_without_multicast_or_broadcast_invites_chain_and_the_cache_finds_everyone_after_a_restart(tmp_path):
     with Lan(3) as lan:
         for i in range(3):
+            lan.set_loss(i, LOSS)  # first: it flushes INPUT
             drop_multicast(lan, i)
             drop_broadcast(lan, i)
-            lan.set_loss(i, LOSS)
         peers = [start(lan, i, tmp_path, name) for i, name in enumerate(NAMES)]
         try:
             ann, bob, cat = peers
@@ -123,6 +123,90 @@ def test_b_without_multicast_or_broadcast_invites_chain_and_the_cache_finds_ever
             converse(peers, gid, "after all three restarted", timeout=60)
             for peer in peers:
                 assert {row["found_by"] for row in peer.call("peers")} <= {"cache", "invite", "inbound"}
+        finally:
+            for peer in peers:
+                if peer.proc.poll() is None:
+                    peer.shutdown()
+
+
+def udp_counter(lan: Lan, index: int, source: str) -> None:
+    """Count the unicast UDP that host ``index`` receives from ``source`` (a rule without a target)."""
+    iptables(lan, index, "-I", "INPUT", "-s", source, "-d", lan.addresses[index], "-p", "udp")
+
+
+def udp_received(lan: Lan, index: int, source: str) -> tuple[int, int]:
+    """(packets, bytes) of unicast UDP host ``index`` received from ``source``, IP headers included."""
+    out = subprocess.run(["ip", "netns", "exec", lan.hosts[index], "iptables", "-L", "INPUT", "-v", "-x", "-n"],
+                         check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        fields = line.split()  # pkts bytes [target] prot opt in out source destination
+        if source in fields and lan.addresses[index] in fields and fields[-2:] == [source, lan.addresses[index]] \
+                and len(fields) == 8:
+            return int(fields[0]), int(fields[1])
+    raise AssertionError(f"no counter for {source} on host {index}:\n{out}")
+
+
+def test_e_a_spoofed_source_aims_no_more_than_the_handshake_bound_at_its_victim(tmp_path):
+    from m2mc.middleware import crypto, wire
+    from tests.testbed.lan import send_spoofed
+
+    with Lan(3) as lan:  # the peer, the victim (no M2MC there), the attacker
+        peer = start(lan, 0, tmp_path, "Ann")
+        try:
+            udp_counter(lan, 1, lan.addresses[0])
+            strangers = [crypto.Identity.generate() for _ in range(20)]
+            hellos = [wire.encode(strangers[i % 20], wire.Hello(bytes([i % 256]) * 16, b"", "x")) for i in range(600)]
+            # Aimed at one victim port, then spread over 300 ports of the same address.
+            send_spoofed(lan.hosts[2], (lan.addresses[1], 47477), (lan.addresses[0], 47477), hellos[:300], 0.001)
+            send_spoofed(lan.hosts[2], (lan.addresses[1], 20000), (lan.addresses[0], 47477), hellos[300:], 0.001,
+                         spread_ports=True)
+            time.sleep(1.0)
+            packets, size = udp_received(lan, 1, lan.addresses[0])
+            stats = peer.call("stats")
+            print(f"600 spoofed HELLOs (300 to one port, 1 to each of 300 ports): the victim received {packets} "
+                  f"datagrams, {size} bytes; the peer refused {stats['hellos_refused']} answers")
+            assert 1 <= packets <= 4 and size <= 4 * 250, (packets, size)
+            assert stats["hellos_refused"] >= 590
+            assert peer.call("whoami")["pid"]  # still answers
+        finally:
+            peer.shutdown()
+
+
+def test_d_a_host_whose_multicast_is_filtered_is_reached_by_unicast_and_only_it(tmp_path):
+    with Lan(4) as lan:
+        for i in range(4):
+            lan.set_loss(i, LOSS)
+        drop_multicast(lan, 3)
+        peers = [start(lan, i, tmp_path, name) for i, name in enumerate((*NAMES, "Fay"))]
+        try:
+            ann, bob, cat, fay = peers
+            gid = ann.call("create_group", {"desc": "Mostly multicast"})["gid"]
+            for peer in (bob, cat, fay):
+                peer.wait_notification("group_discovered", lambda p: p["gid"] == gid, timeout=40)
+                peer.call("join_group", {"gid": gid})
+            try:
+                for peer in peers:
+                    peer.wait_for(lambda p=peer: members(p, gid) == 4, timeout=30, what="4 members")
+            except AssertionError:
+                for peer in peers:
+                    print(peer.name, members(peer, gid), peer.call("peers"), {k: v for k, v in peer.call("stats").items() if "hello" in k or "unicast" in k or "broadcast" in k})
+                raise
+            for i in range(3):  # count unicast among the three where multicast flows, from now on
+                for j in range(3):
+                    if i != j:
+                        udp_counter(lan, i, lan.addresses[j])
+            converse(peers, gid, "first")
+            converse(peers, gid, "second")
+            among_three = {(i, j): udp_received(lan, i, lan.addresses[j])[0] for i in range(3) for j in range(3)
+                           if i != j}
+            print("unicast datagrams among the three multicast hosts while conversing:", among_three)
+            print("Fay reached by:", {ann.pid: reached(ann)[fay.pid], bob.pid: reached(bob)[fay.pid]})
+            for peer in (ann, bob, cat):
+                paths = reached(peer)
+                assert paths[fay.pid] == "unicast"
+                assert all(paths[p.pid] == "multicast" for p in (ann, bob, cat) if p is not peer)
+                assert peer.call("stats")["unicast_copies"] > 0
+            assert sum(among_three.values()) == 0, among_three
         finally:
             for peer in peers:
                 if peer.proc.poll() is None:
