@@ -526,8 +526,10 @@ class PeerCore:
                 staged.append(Datagram(data, Broadcast(self.port)))
                 broadcast = False
                 self._broadcast_at = now + BROADCAST_INTERVAL
-        if broadcast:  # the periodic one goes to the subnet only: multicast has its own
-            staged.append(Datagram(wire.encode(self.identity, wire.Adv(self.name)), Broadcast(self.port)))
+        if broadcast:  # the periodic one: to the subnet, and to the peers multicast does not reach
+            data = wire.encode(self.identity, wire.Adv(self.name))
+            staged.append(Datagram(data, Broadcast(self.port)))
+            staged += [Datagram(data, endpoint) for _, endpoint in unicast]
             self._broadcast_at = now + BROADCAST_INTERVAL
         self._broadcast_due = False
         events = self.gjlp.events()

@@ -98,6 +98,9 @@ class Reach:
         self._peers: OrderedDict[str, ReachedPeer] = OrderedDict()  # least recently heard first
         self._by_endpoint: dict[Endpoint, str] = {}
         self._multicast_heard: OrderedDict[str, float] = OrderedDict()  # least recently heard first
+        # Where each peer heard by multicast sends from: its endpoint, unproven (a source can be
+        # forged), passed on in peer exchange as a hint for peers that multicast does not join.
+        self._multicast_source: dict[str, Endpoint] = {}
         self._outbox: list[tuple[wire.Hello | wire.PeerList, Endpoint]] = []
         self._events: list[PeerReached] = []
         self._hellos_this_second: tuple[float, int] = (0.0, 0)
@@ -139,8 +142,10 @@ class Reach:
             heard = self._multicast_heard
             heard[pid] = now
             heard.move_to_end(pid)
+            if source is not None:
+                self._multicast_source[pid] = source
             if len(heard) > 4 * MAX_PEERS:
-                heard.popitem(last=False)
+                self._multicast_source.pop(heard.popitem(last=False)[0], None)
         peer = self._peers.get(pid)
         if peer is None:
             return
@@ -259,9 +264,10 @@ class Reach:
             self._send_hello(candidate, now)
         if self._report_at is not None and now >= self._report_at and self._peers:
             self._report_at = now + REPORT_INTERVAL
-            for peer in self._peers.values():
+            for peer in list(self._peers.values()):
                 if self._unheard(peer.pid, now):
                     self._outbox.append((wire.Hello(b"", b"", self.name, True), peer.endpoint))
+                    self._send_peer_list(peer.pid, peer.endpoint, now)  # again: a lost one is not asked for
         if self._cache_probe_at is not None and now >= self._cache_probe_at:
             self._cache_probe_at = now + CACHE_PROBE_INTERVAL
             for pid, endpoint, seen in cached or []:
@@ -328,15 +334,28 @@ class Reach:
         self._by_endpoint[endpoint] = pid
         self._events.append(PeerReached(pid, endpoint, found_by))
         # Peer exchange, between peers that multicast does not join: the newcomer learns the
-        # peers proven here, and they learn of it.
+        # peers proven here and those heard here by multicast, and the proven ones learn of it.
         others = [p for p in reversed(self._peers.values()) if p.pid != pid][:wire.MAX_PEER_LIST]
-        if others and self._unheard(pid, now):
-            self._outbox.append((wire.PeerList(tuple((p.pid, p.endpoint.host, p.endpoint.port) for p in others)),
-                                 endpoint))
+        if self._unheard(pid, now):
+            self._send_peer_list(pid, endpoint, now)
         for other in others:
             if self._unheard(other.pid, now):
                 self._outbox.append((wire.PeerList(((pid, endpoint.host, endpoint.port),)), other.endpoint))
         return peer
+
+    def _send_peer_list(self, pid: str, endpoint: Endpoint, now: float) -> None:
+        """To ``pid``, which multicast does not join to this peer: the peers proven here, and
+        where those heard here by multicast send from (the most recent first)."""
+        entries = {p.pid: p.endpoint for p in reversed(self._peers.values()) if p.pid != pid}
+        for heard_pid in reversed(self._multicast_heard):
+            if len(entries) >= wire.MAX_PEER_LIST or now - self._multicast_heard[heard_pid] > MULTICAST_FRESH:
+                break
+            source = self._multicast_source.get(heard_pid)
+            if source is not None and heard_pid != pid:
+                entries.setdefault(heard_pid, source)
+        if entries:
+            rows = tuple((p, e.host, e.port) for p, e in list(entries.items())[:wire.MAX_PEER_LIST])
+            self._outbox.append((wire.PeerList(rows), endpoint))
 
     def _forget(self, pid: str) -> None:
         peer = self._peers.pop(pid, None)

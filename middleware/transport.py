@@ -17,6 +17,7 @@ on one host share the ports.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ipaddress
 import logging
 import socket
@@ -178,22 +179,70 @@ class _Listener:
         self.sock.close()
 
 
-class _Sender(asyncio.DatagramProtocol):
-    def error_received(self, exc: Exception) -> None:
-        # A send that failed (e.g. the link is down): the reliability layer repairs it.
-        log.debug("send error: %s", exc)
+class _Outbox:
+    """Non-blocking sends on one socket: what the kernel cannot take now waits here, in order,
+    until the socket is writable again (as asyncio's datagram transport does, but on a socket
+    this module also reads in batches).  Bounded: past ``MAX_BYTES`` the newest give way."""
+
+    MAX_BYTES = 16 * 2**20
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+        self.waiting: collections.deque[tuple[bytes, tuple[str, int]]] = collections.deque()
+        self.waiting_bytes = 0
+        self.dropped = 0
+        self.errors = 0
+
+    def send(self, data: bytes, address: tuple[str, int]) -> bool:
+        if not self.waiting:
+            try:
+                self.sock.sendto(data, address)
+                return True
+            except (BlockingIOError, InterruptedError):
+                self.loop.add_writer(self.sock.fileno(), self._writable)
+            except OSError as exc:  # the link is down, or the host unreachable: the reliability layer repairs
+                self.errors += 1
+                log.debug("send to %s:%d failed: %s", *address, exc)
+                return False
+        if self.waiting_bytes + len(data) > self.MAX_BYTES:
+            self.dropped += 1
+            return False
+        self.waiting.append((data, address))
+        self.waiting_bytes += len(data)
+        return True
+
+    def _writable(self) -> None:
+        while self.waiting:
+            data, address = self.waiting[0]
+            try:
+                self.sock.sendto(data, address)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self.errors += 1
+                log.debug("send to %s:%d failed: %s", *address, exc)
+            self.waiting.popleft()
+            self.waiting_bytes -= len(data)
+        self.loop.remove_writer(self.sock.fileno())
+
+    def close(self) -> None:
+        if self.waiting:
+            self.loop.remove_writer(self.sock.fileno())
+        self.waiting.clear()
 
 
 class MulticastNetwork:
-    """A :class:`Transport` over multicast: one sending socket, a listener per group address,
-    and one unicast socket (this peer's endpoint) that also sends to the subnet's broadcast
-    address, for LANs that drop multicast."""
+    """A :class:`Transport` over multicast: a listener per group address, and one socket, this
+    peer's unicast endpoint, that sends everything (to groups, to one peer, to the subnet's
+    broadcast address) and receives what is sent to this peer alone.  Sending multicast from
+    the endpoint makes the source of every datagram a peer sends the place to reach it."""
 
     def __init__(self, interface: str, unicast_port: int = 0) -> None:
         self.interface = interface
         self.unicast_port = unicast_port
-        self._sender: asyncio.DatagramTransport | None = None
         self._unicast: socket.socket | None = None
+        self._outbox: _Outbox | None = None
         self._unicast_listener: _Listener | None = None
         self._broadcast: list[str] = []
         self._listeners: dict[GroupAddress, _Listener] = {}
@@ -202,30 +251,20 @@ class MulticastNetwork:
         self.bytes_out = 0
         self.unicast_out = 0
         self.broadcast_out = 0
-        self.send_errors = 0
+
+    @property
+    def send_errors(self) -> int:
+        return self._outbox.errors + self._outbox.dropped if self._outbox else 0
 
     async def open(self) -> None:
-        loop = asyncio.get_running_loop()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
-        try:
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.interface))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, RECEIVE_BUFFER)
-            sock.bind((self.interface, 0))
-        except OSError as exc:
-            sock.close()
-            raise TransportError(f"cannot send multicast from {self.interface}: {exc}") from exc
-        sock.setblocking(False)
-        self._sender, _ = await loop.create_datagram_endpoint(_Sender, sock=sock)
-        self._open_unicast()
-
-    def _open_unicast(self) -> None:
         """This peer's endpoint: the chosen port where it is free, else one the kernel picks
         (a second peer on one host).  Never shared (no SO_REUSEPORT): unicast to a shared port
         would reach only one of the peers."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
         try:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.interface))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, RECEIVE_BUFFER)
             try:
@@ -238,9 +277,10 @@ class MulticastNetwork:
                 sock.bind((self.interface, 0))
         except OSError as exc:
             sock.close()
-            raise TransportError(f"cannot open a unicast socket on {self.interface}: {exc}") from exc
+            raise TransportError(f"cannot open a UDP socket on {self.interface}: {exc}") from exc
         sock.setblocking(False)
         self._unicast = sock
+        self._outbox = _Outbox(sock)
         host, port = sock.getsockname()
         self.endpoint = Endpoint(host, port)
         self._broadcast = broadcast_addresses(self.interface)
@@ -298,42 +338,31 @@ class MulticastNetwork:
             listener.close()
 
     def send(self, data: bytes, destination: Destination) -> None:
-        if self._sender is None or self._sender.is_closing():
+        outbox = self._outbox
+        if outbox is None:
             return
-        if type(destination) is GroupAddress:
-            self._sender.sendto(data, (destination.host, destination.port))
-        elif type(destination) is Endpoint:
-            if not self._send_unicast(data, destination.host, destination.port):
-                return
-            self.unicast_out += 1
-        else:
-            assert type(destination) is Broadcast
-            sent = sum(self._send_unicast(data, address, destination.port) for address in self._broadcast)
+        if type(destination) is Broadcast:
+            sent = sum(outbox.send(data, (address, destination.port)) for address in self._broadcast)
             if not sent:
                 return
             self.broadcast_out += sent
+        else:
+            assert type(destination) is GroupAddress or type(destination) is Endpoint
+            if not outbox.send(data, (destination.host, destination.port)):
+                return
+            if type(destination) is Endpoint:
+                self.unicast_out += 1
         self.datagrams_out += 1
         self.bytes_out += len(data)
-
-    def _send_unicast(self, data: bytes, host: str, port: int) -> bool:
-        if self._unicast is None:
-            return False
-        try:
-            self._unicast.sendto(data, (host, port))
-            return True
-        except OSError as exc:  # a full buffer or an unreachable host: the reliability layer repairs
-            self.send_errors += 1
-            log.debug("unicast to %s:%d failed: %s", host, port, exc)
-            return False
 
     def close(self) -> None:
         for listener in self._listeners.values():
             listener.close()
         self._listeners.clear()
+        if self._outbox is not None:
+            self._outbox.close()
         if self._unicast_listener is not None:
             self._unicast_listener.close()
         elif self._unicast is not None:
             self._unicast.close()
-        self._unicast = self._unicast_listener = None
-        if self._sender is not None:
-            self._sender.close()
+        self._unicast = self._unicast_listener = self._outbox = None

@@ -211,3 +211,52 @@ def test_d_a_host_whose_multicast_is_filtered_is_reached_by_unicast_and_only_it(
             for peer in peers:
                 if peer.proc.poll() is None:
                     peer.shutdown()
+
+
+def test_c_two_subnets_behind_a_unicast_router_join_by_invite_and_each_side_keeps_multicast(tmp_path):
+    from tests.testbed.netns import Router
+
+    left, right = Lan(2), Lan(2)
+    router = Router(left, right)
+    hosts = [(left, 0), (left, 1), (right, 0), (right, 1)]
+    peers: list[PeerProcess] = []
+    try:
+        for lan, i in hosts:
+            lan.set_loss(i, LOSS)
+        subprocess.run(["ip", "netns", "exec", router.name, "iptables", "-A", "FORWARD", "-p", "udp"], check=True)
+        peers = [PeerProcess(lan.hosts[i], lan.addresses[i], tmp_path / name, name, extra=["--no-zeroconf"])
+                 for (lan, i), name in zip(hosts, ("Ann", "Abe", "Bob", "Bea"))]
+        ann, abe, bob, bea = peers
+        gid = ann.call("create_group", {"desc": "Two floors"})["gid"]
+        invite = ann.call("invite", {"gid": gid})["invite"]
+        for peer in (abe, bob, bea):
+            peer.call("join_group", {"invite": invite}, timeout=20)
+        try:
+            for peer in peers:
+                peer.wait_for(lambda p=peer: members(p, gid) == 4, timeout=40, what="4 members")
+        except AssertionError:
+            for peer in peers:
+                print(peer.name, members(peer, gid), [(r["name"], r["endpoints"], r["found_by"], r["reached_by"]) for r in peer.call("peers")])
+            raise
+        for lan in (left, right):  # unicast between the two hosts of one side, from now on
+            for i in range(2):
+                udp_counter(lan, i, lan.addresses[1 - i])
+        converse(peers, gid, "first", timeout=40)
+        converse(peers, gid, "second", timeout=40)
+        same_side = {f"{lan.addresses[1 - i]}->{lan.addresses[i]}": udp_received(lan, i, lan.addresses[1 - i])[0]
+                     for lan in (left, right) for i in range(2)}
+        forward = subprocess.run(["ip", "netns", "exec", router.name, "iptables", "-L", "FORWARD", "-v", "-x", "-n"],
+                                 check=True, capture_output=True, text=True).stdout.splitlines()[2].split()
+        print(f"the router forwarded {forward[0]} datagrams, {forward[1]} bytes; unicast within one side while "
+              f"conversing: {same_side}")
+        for peer, other_side in ((ann, (bob, bea)), (bob, (ann, abe))):
+            paths = reached(peer)
+            assert all(paths[p.pid] == "unicast" for p in other_side), paths
+        assert sum(same_side.values()) == 0, same_side
+    finally:
+        for peer in peers:
+            if peer.proc.poll() is None:
+                peer.shutdown()
+        router.close()
+        left.close()
+        right.close()
