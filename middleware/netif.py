@@ -1,13 +1,20 @@
 """What the middleware asks of the operating system's network: interface addresses, flags and
 link state, and the options of a socket that receives one multicast group.
 
-:class:`LinuxNetwork` reads ``/sys/class/net`` and sets Linux-only socket options
-(``IP_MULTICAST_ALL``, ``SO_RCVBUFFORCE``).
+Two implementations answer the same calls.  :class:`LinuxNetwork` reads ``/sys/class/net`` and
+sets Linux-only socket options (``IP_MULTICAST_ALL``, ``SO_RCVBUFFORCE``).  :class:`PortableNetwork`
+uses only what Windows and macOS have as well: ``ifaddr`` for addresses, ``psutil`` for interface
+state and flags, and the socket options the ``socket`` module offers there.  One is chosen at
+import: the Linux one on Linux, the portable one elsewhere or when ``M2MC_PORTABLE=1`` forces it
+(the tests force it, so the path other systems take is run on Linux too).
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -88,7 +95,54 @@ class LinuxNetwork:
         return group
 
 
-SYSTEM: NetworkCalls = LinuxNetwork()
+class PortableNetwork:
+    """Windows, macOS and the BSDs: ifaddr and psutil, and only socket options the system has."""
+
+    name = "portable"
+
+    def __init__(self, windows: bool = os.name == "nt") -> None:
+        self.windows = windows
+
+    def ipv4_addresses(self) -> list[tuple[str, str]]:
+        # Windows names an adapter by a GUID and shows (and psutil reports) its friendly name,
+        # e.g. "Ethernet": --iface takes that one. Elsewhere the two are the same.
+        return _ifaddr_pairs(friendly_names=True)
+
+    def multicast_capable(self, interface: str) -> bool:
+        import psutil
+
+        stats = psutil.net_if_stats().get(interface)
+        if stats is None or not stats.isup:
+            return False
+        flags = set(stats.flags.split(",")) if stats.flags else set()
+        if flags:  # POSIX systems report them
+            return "multicast" in flags and "loopback" not in flags
+        # Windows reports no flags: only the loopback adapter's addresses are 127/8.
+        return not any(name == interface and address.startswith("127.") for name, address in self.ipv4_addresses())
+
+    def link_is_up(self, interface: str) -> bool:
+        import psutil
+
+        stats = psutil.net_if_stats().get(interface)
+        return True if stats is None else bool(stats.isup)
+
+    def prepare_group_socket(self, sock: socket.socket, buffer: int) -> None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):  # the BSDs and macOS share a port only with it; Windows has none
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)  # the system may grant less
+
+    def group_bind_address(self, group: str) -> str:
+        # Windows cannot bind to a multicast address; it filters by each socket's own memberships instead.
+        return "" if self.windows else group
+
+
+def forced_portable(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``M2MC_PORTABLE`` asks for :class:`PortableNetwork` even on Linux."""
+    return environ.get("M2MC_PORTABLE", "") not in ("", "0")
+
+
+SYSTEM: NetworkCalls = LinuxNetwork() if sys.platform == "linux" and not forced_portable() else PortableNetwork()
 ipv4_addresses = SYSTEM.ipv4_addresses
 multicast_capable = SYSTEM.multicast_capable
 link_is_up = SYSTEM.link_is_up
