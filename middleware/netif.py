@@ -77,8 +77,8 @@ class LinuxNetwork:
     def link_is_up(self, interface: str) -> bool:
         try:
             return (self.sys_class_net / interface / "carrier").read_text().strip() != "0"
-        except OSError:
-            return True
+        except OSError:  # switched off (ip link set down), it has no carrier to read; gone, it counts as up
+            return not (self.sys_class_net / interface).exists()
 
     def prepare_group_socket(self, sock: socket.socket, buffer: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
