@@ -43,6 +43,26 @@ class NetworkCalls(Protocol):
         """The address a socket receiving ``group`` binds to."""
 
 
+SMALLEST_BUFFER = 64 * 1024
+
+
+def request_buffer(sock: socket.socket, option: int, size: int) -> int:
+    """Ask for a ``size``-byte socket buffer (``SO_RCVBUF`` or ``SO_SNDBUF``), halving it while the
+    system refuses; returns the size asked for last.
+
+    Linux and Windows grant less without a word; macOS refuses (ENOBUFS) what is past
+    ``kern.ipc.maxsockbuf``, 8 MiB less its bookkeeping by default.
+    """
+    while True:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, size)
+            return size
+        except OSError:
+            if size <= SMALLEST_BUFFER:
+                raise
+            size //= 2
+
+
 def _ifaddr_pairs(friendly_names: bool) -> list[tuple[str, str]]:
     import ifaddr  # zeroconf's own dependency, so always present
 
@@ -130,7 +150,7 @@ class PortableNetwork:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if hasattr(socket, "SO_REUSEPORT"):  # the BSDs and macOS share a port only with it; Windows has none
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)  # the system may grant less
+        request_buffer(sock, socket.SO_RCVBUF, buffer)
 
     def group_bind_address(self, group: str) -> str:
         # Windows cannot bind to a multicast address; it filters by each socket's own memberships instead.

@@ -125,7 +125,7 @@ class MulticastNetwork:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.interface))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, RECEIVE_BUFFER)
+            netif.request_buffer(sock, socket.SO_SNDBUF, RECEIVE_BUFFER)
             sock.bind((self.interface, 0))
         except OSError as exc:
             sock.close()

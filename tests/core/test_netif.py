@@ -106,3 +106,24 @@ def test_the_fallbacks_are_chosen_at_import(env, chosen):
 def test_the_default_data_dir_follows_the_platforms_convention(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert default_data_dir() == tmp_path / "m2mc"
+
+
+class RefusingSocket:
+    """A socket that refuses buffers past ``limit`` bytes, as macOS does past kern.ipc.maxsockbuf."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.options = limit, {}
+
+    def setsockopt(self, level: int, option: int, value: int) -> None:
+        if option in (socket.SO_RCVBUF, socket.SO_SNDBUF) and value > self.limit:
+            raise OSError(55, "No buffer space available")
+        self.options[option] = value
+
+
+def test_a_buffer_the_system_refuses_is_asked_for_again_smaller():
+    sock = RefusingSocket(limit=7_000_000)
+    assert netif.request_buffer(sock, socket.SO_SNDBUF, 8 * 2**20) == 4 * 2**20
+    PORTABLE.prepare_group_socket(sock, 8 * 2**20)
+    assert sock.options[socket.SO_RCVBUF] == 4 * 2**20
+    with pytest.raises(OSError):
+        netif.request_buffer(RefusingSocket(limit=1000), socket.SO_RCVBUF, 8 * 2**20)
