@@ -107,8 +107,8 @@ class LinuxNetwork:
             sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, buffer)
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
-        # Bound to the group's address, the socket already gets only that group; this also
-        # keeps out the groups that other sockets of the process joined on the same port.
+        # Only the groups this socket joined: by default Linux also hands it any group joined
+        # elsewhere on the host whose datagrams match its binding.
         sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
 
     def group_bind_address(self, group: str) -> str:
