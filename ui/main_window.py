@@ -490,7 +490,7 @@ class MainWindow(QMainWindow):
     def _set_view_models(self) -> None:
         session = self.current
         filtering = bool(self.filter_edit.text().strip())
-        tree_source = session.thread if session.thread is not None else session.tree
+        tree_source = session.thread if session.thread is not None else session.tree_model
         if filtering:
             if self.tree_proxy.sourceModel() is not tree_source:
                 self.tree_proxy.setSourceModel(tree_source)
@@ -546,7 +546,7 @@ class MainWindow(QMainWindow):
             if self.tree_view.model() is session.thread:
                 self.tree_view.expandAll()
             return
-        if self.tree_view.model() is not session.tree:
+        if self.tree_view.model() is not session.tree_model:
             return
         if len(session.tree) <= EXPAND_ALL_LIMIT:
             self.tree_view.expandAll()
@@ -594,7 +594,7 @@ class MainWindow(QMainWindow):
         session = self.current
         if session.thread is not None:
             return session.thread.index_for(mid)
-        return session.tree.index_for(mid)
+        return session.tree_model.index_for(mid)
 
     def expand_path(self, mid: Mid) -> None:
         session = self.current
@@ -847,7 +847,7 @@ class MainWindow(QMainWindow):
         if self.time_ordered:
             self.set_time_ordered(False)
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
-        session.thread = ThreadModel(session.tree, root_mid, self)
+        session.thread = ThreadModel(session.tree_model, root_mid, self)
         root = session.tree.message(root_mid)
         self.thread_label.setText(f"Thread: {root.sender_name} — {snippet(root.text, 80)}")
         self._set_view_models()

@@ -22,6 +22,7 @@ from ...middleware.rangeset import RangeSet
 from ...middleware.types import ChatMessage, GroupView, Member, Mid
 from ..delegate import snippet
 from ..message_model import MessageRole, MessageTreeModel, ThreadListModel, ThreadModel, TimelineModel
+from ..message_tree import MessageTree
 from ..resources import icon
 from ..widgets import GroupIdRole, UnreadCountRole
 
@@ -37,7 +38,8 @@ READ_SAVE_MS = 1000  # read marks go to the store at most once a second
 @dataclass
 class GroupSession:
     gid: str
-    tree: MessageTreeModel
+    tree: MessageTree
+    tree_model: MessageTreeModel
     timeline: TimelineModel
     view: GroupView | None = None
     loaded: bool = False
@@ -108,17 +110,18 @@ class SessionController(QObject):
         session = self.sessions.get(gid)
         if session is not None:
             return session
-        tree = MessageTreeModel(self.backend.pid, self.window)
-        session = GroupSession(gid, tree, TimelineModel(tree, self.window), self.known_groups.get(gid))
-        session.threads = ThreadListModel(tree, self.window)
+        tree = MessageTree(self.backend.pid)
+        tree_model = MessageTreeModel(tree, self.window)
+        session = GroupSession(gid, tree, tree_model, TimelineModel(tree_model, self.window), self.known_groups.get(gid))
+        session.threads = ThreadListModel(tree_model, self.window)
         self.sessions[gid] = session
         item = QListWidgetItem(self.group_icon(session), session.title)
         item.setData(GroupIdRole, gid)
         item.setData(UnreadCountRole, 0)
         session.item = item
         self.window.group_list.addItem(item)
-        tree.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
-        tree.read_state_changed.connect(lambda mids, s=session: self._on_read_changed(s, mids))
+        tree_model.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
+        tree_model.read_state_changed.connect(lambda mids, s=session: self._on_read_changed(s, mids))
         if load_history:
             self.backend.call(lambda peer: peer.read_marks(gid),
                               on_result=lambda marks, s=session: self._load_history(s, marks),
@@ -182,7 +185,7 @@ class SessionController(QObject):
         at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
         reading = None  # the row at the top of the tree, and where it is: the reader's place
         if (session is self.window.current and not at_bottom and view is self.window.tree_view
-                and view.model() is session.tree):
+                and view.model() is session.tree_model):
             top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
             if top.isValid():
                 reading = (top.data(MessageRole).mid, view.visualRect(top).top())
@@ -214,10 +217,10 @@ class SessionController(QObject):
         spare = self.window.compose_controller.reply_target if current else None
         opened = session.thread.root.message.mid if session.thread is not None else None
         tree, timeline = session.tree, session.timeline
-        if tree.rowCount() > tree.window + TRIM_SLACK:
+        if tree.shown_thread_count() > tree.window + TRIM_SLACK:
             hidden = tree.hide_oldest(tree.window, [spare, opened, reading[0] if reading else None])
             if hidden and reading is not None:
-                self.window.tree_view.scrollTo(tree.index_for(reading[0]), QAbstractItemView.ScrollHint.PositionAtTop)
+                self.window.tree_view.scrollTo(session.tree_model.index_for(reading[0]), QAbstractItemView.ScrollHint.PositionAtTop)
                 bar = self.window.tree_view.verticalScrollBar()
                 bar.setValue(bar.value() - reading[1])
         if ((at_bottom or not current or not self.window.time_ordered)
