@@ -5,7 +5,10 @@ group's session at a time (tree or time order, one thread on its own, the
 filter) and keeps the reader's place.  Its controllers
 (:mod:`ui.controllers`) hold the rest, as qutebrowser keeps its completion
 model, view and controller apart: sessions and read state, compose, status,
-and joins.  It talks to the middleware only through a
+and joins; each sees the window only through its own view protocol.  What the
+reader has chosen (the group and message selected, what the compose box
+answers, tree or time order and the filter) is Qt-free (:mod:`ui.state`) and
+shared by the window and the controllers.  It talks to the middleware only through a
 :class:`~ui.bridge.Backend`: typed calls with callbacks, events as signals,
 all on the GUI thread.  Each joined group has a
 :class:`~ui.controllers.sessions.GroupSession` holding its tree and
@@ -24,8 +27,9 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Iterator
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
+from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -57,9 +61,10 @@ from .discovery_window import DiscoveryWindow
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
 from .controllers.joins import JoinController
-from .controllers.sessions import GroupSession, SessionController
+from .controllers.sessions import GroupSession, ReaderPlace, SessionController
 from .controllers.status import StatusController
 from .notifier import Notifier
+from .state import ComposeTarget, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
@@ -85,8 +90,10 @@ class MainWindow(QMainWindow):
         self.backend = backend
         # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
         self.settings = settings if settings is not None else {}
-        self.current: GroupSession | None = None
-        self.time_ordered = False
+        # What the reader has chosen, shared with the controllers (Qt-free: ui/state.py).
+        self.selection: Selection[GroupSession] = Selection()
+        self.compose_target = ComposeTarget()
+        self.view_filter = ThreadFilter()
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
@@ -97,10 +104,11 @@ class MainWindow(QMainWindow):
         self.warning_log = WarningLogWindow(self)
         # Each controller hears the backend's events for its concern; nothing reaches them
         # before the panes are built (events come through the event loop).
-        self.session_controller = SessionController(self)
-        self.join_controller = JoinController(self)
-        self.status_controller = StatusController(self)
-        self.compose_controller = ComposeController(self)
+        self.session_controller = SessionController(backend, self.selection, self.compose_target, self.view_filter,
+                                                    self, self.settings, self)
+        self.join_controller = JoinController(backend, self.selection, self.session_controller, self, self)
+        self.status_controller = StatusController(backend, self.selection, self.session_controller, self, self)
+        self.compose_controller = ComposeController(backend, self.selection, self.compose_target, self, self)
         self.discovery.join_requested.connect(self.join_controller.join_group)
         self.discovery.create_requested.connect(self.join_controller.create_group)
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
@@ -113,6 +121,15 @@ class MainWindow(QMainWindow):
         self._follow_timer = QTimer(self, singleShot=True, interval=100,
                                     timeout=lambda: self.current_view().scrollToBottom())
         self.show_session(None)
+
+    @property
+    def current(self) -> GroupSession | None:
+        """The session of the group shown."""
+        return self.selection.session
+
+    @property
+    def time_ordered(self) -> bool:
+        return self.view_filter.time_ordered
 
     # -- layout -------------------------------------------------------------------------
 
@@ -442,13 +459,13 @@ class MainWindow(QMainWindow):
     def show_session(self, session: GroupSession | None) -> None:
         if self.current is not None and self.current is not session:
             self.session_controller.save_read_marks()
-        self.current = session
-        self.compose_controller.reply_target = None
-        self.compose_controller.edit_target = None
+        self.selection.open(session)
+        self.compose_target.clear()
         self.reply_banner.show_target(None)
         self.filter_edit.blockSignals(True)
         self.filter_edit.clear()
         self.filter_edit.blockSignals(False)
+        self.view_filter.set_text("")
         self._apply_highlight("")
         enabled = session is not None
         for widget in (self.compose, self.send_button, self.filter_edit, self.tree_button, self.time_button,
@@ -489,7 +506,7 @@ class MainWindow(QMainWindow):
 
     def _set_view_models(self) -> None:
         session = self.current
-        filtering = bool(self.filter_edit.text().strip())
+        filtering = self.view_filter.active
         tree_source = session.thread if session.thread is not None else session.tree_model
         if filtering:
             if self.tree_proxy.sourceModel() is not tree_source:
@@ -501,7 +518,7 @@ class MainWindow(QMainWindow):
             tree_model, timeline_model = tree_source, session.timeline
         if session.thread is not None:
             timeline_model = None  # one thread is a tree; the time order is of the whole group
-            self.time_ordered = False
+            self.view_filter.time_ordered = False
         # The unfiltered views show the models directly: a proxy over 100,000 rows costs
         # more than it gives, and filtering swaps one in.
         if self.tree_view.model() is not tree_model:
@@ -518,6 +535,7 @@ class MainWindow(QMainWindow):
             if timeline_model is not None:
                 self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
         self.stack.setCurrentWidget(self.timeline_view if self.time_ordered else self.tree_view)
+        self._sync_selection()
         self.update_older_button()
 
     def update_older_button(self) -> None:
@@ -610,12 +628,8 @@ class MainWindow(QMainWindow):
 
     # -- operations: edits, deletes, reactions, pins, the topic ------------------------------
 
-    @staticmethod
-    def shown_topic(session: GroupSession) -> str:
-        return session.topic if session.topic is not None else (session.view.topic if session.view else "")
-
     def show_topic(self, session: GroupSession) -> None:
-        topic = self.shown_topic(session)
+        topic = session.shown_topic
         if not self.topic_edit.hasFocus() or self.topic_edit.text() == topic:
             self.topic_edit.setText(topic)
             self.topic_edit.setCursorPosition(0)
@@ -643,6 +657,81 @@ class MainWindow(QMainWindow):
 
     # -- status -------------------------------------------------------------------------------
 
+    # -- what the controllers ask of the view (their *View protocols) ----------------------------
+
+    def dialog_parent(self) -> QWidget:
+        return self
+
+    def show_status(self, text: str, timeout: int) -> None:
+        self.statusBar().showMessage(text, timeout)
+
+    def show_error(self, message: str) -> None:
+        self.status_controller.show_error(message)
+
+    def refresh_status(self) -> None:
+        self.status_controller.refresh()
+
+    def fill_members(self) -> None:
+        self.status_controller.fill_members()
+
+    def start_new_thread(self) -> None:
+        self.compose_controller.start_new_thread()
+
+    def notify(self, title: str, text: str) -> None:
+        self.notifier.notify(title, text)
+
+    def add_group_item(self, item: QListWidgetItem) -> None:
+        self.group_list.addItem(item)
+
+    def remove_group_item(self, item: QListWidgetItem) -> None:
+        self.group_list.takeItem(self.group_list.row(item))
+
+    def clear_filter(self) -> None:
+        if self.filter_edit.text():
+            self.filter_edit.clear()
+
+    def show_heading(self, session: GroupSession) -> None:
+        self.title_label.setText(session.title)
+        self.show_topic(session)
+
+    def named_views(self) -> tuple[QAbstractItemView, ...]:
+        """The views whose delegates name members (and mark look-alike names)."""
+        return self.tree_view, self.timeline_view, self.thread_list
+
+    def forget_rendered(self, mids: list[Mid]) -> None:
+        for view in (self.tree_view, self.timeline_view):
+            delegate = self._message_delegate(view)
+            for mid in mids:
+                delegate.forget(mid)
+
+    def relayout_messages(self) -> None:
+        for view in (self.tree_view, self.timeline_view):
+            view.scheduleDelayedItemsLayout()
+            view.viewport().update()
+
+    def reader_place(self, session: GroupSession) -> tuple[bool, ReaderPlace | None]:
+        """Whether the view on show is at its end, and the reader's place in the tree if ``session`` is shown."""
+        view = self.current_view()
+        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
+        reading = None  # the row at the top of the tree, and where it is: the reader's place
+        if (session is self.current and not at_bottom and view is self.tree_view
+                and view.model() is session.tree_model):
+            top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
+            if top.isValid():
+                reading = (top.data(MessageRole).mid, view.visualRect(top).top())
+        return at_bottom, reading
+
+    def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None:
+        self.tree_view.scrollTo(session.tree_model.index_for(place[0]), QAbstractItemView.ScrollHint.PositionAtTop)
+        bar = self.tree_view.verticalScrollBar()
+        bar.setValue(bar.value() - place[1])
+
+    @staticmethod
+    def _message_delegate(view: QAbstractItemView) -> MessageDelegate:
+        delegate = view.itemDelegate()
+        assert isinstance(delegate, MessageDelegate)
+        return delegate
+
     # -- reading ---------------------------------------------------------------------------------
 
     def follow_end(self) -> None:
@@ -655,12 +744,20 @@ class MainWindow(QMainWindow):
     def _on_current_message(self, current: QModelIndex, _previous: QModelIndex) -> None:
         # Selecting is reading: it never changes what the compose box answers.
         message = current.data(MessageRole) if current.isValid() else None
+        if current.model() is self.current_view().model():
+            self.selection.select(message.mid if message is not None else None)
         if message is not None and self.current is not None:
             self.current.tree.mark_read([message.mid])
 
-    def selected_message(self) -> ChatMessage | None:
+    def _sync_selection(self) -> None:
+        """The selection is the current row of the view on show (a new model has none)."""
         index = self.current_view().currentIndex()
-        return index.data(MessageRole) if index.isValid() else None
+        message = index.data(MessageRole) if index.isValid() else None
+        self.selection.select(message.mid if message is not None else None)
+
+    def selected_message(self) -> ChatMessage | None:
+        session, mid = self.selection.session, self.selection.message
+        return session.tree.message(mid) if session is not None and mid is not None else None
 
     def schedule_seen(self, *_args) -> None:
         if self.current is not None and self.current.tree.unread:
@@ -721,7 +818,7 @@ class MainWindow(QMainWindow):
             self.close_thread()
         message = self.selected_message() if self.current is not None else None
         selected = message.mid if message is not None else None
-        self.time_ordered = on
+        self.view_filter.time_ordered = on
         self.time_action.setChecked(on)
         self.tree_button.setChecked(not on)
         self.time_button.setChecked(on)
@@ -738,11 +835,10 @@ class MainWindow(QMainWindow):
         self.filter_edit.selectAll()
 
     def _apply_filter(self, text: str) -> None:
+        pattern = self.view_filter.set_text(text)
         if self.current is None:
             return
-        message = self.selected_message()
-        selected = message.mid if message is not None else None
-        pattern = text.strip()
+        selected = self.selection.message
         self.tree_proxy.setFilterFixedString(pattern)
         self.timeline_proxy.setFilterFixedString(pattern)
         self._set_view_models()
@@ -768,23 +864,19 @@ class MainWindow(QMainWindow):
 
     def matches(self) -> list[Mid]:
         """The messages matching the filter, in the order of the view shown."""
-        pattern = self.filter_edit.text().strip().lower()
-        session = self.current
-        if not pattern or session is None:
+        if not self.view_filter.active or self.current is None:
             return []
-        found = []
-        view = self.current_view()
-        model = view.model()
-        index = model.index(0, 0) if model is not None else QModelIndex()
+        model = self.current_view().model()
+        return self.view_filter.matching(self._messages_in_view_order(model)) if model is not None else []
+
+    def _messages_in_view_order(self, model: QAbstractItemModel) -> Iterator[ChatMessage]:
+        index = model.index(0, 0)
         while index.isValid():  # in view order: the proxy keeps matches and their ancestors
-            message = index.data(MessageRole)
-            if pattern in f"{message.sender_name}\n{message.text}".lower():
-                found.append(message.mid)
+            yield index.data(MessageRole)
             index = self._next_row(model, index)
-        return found
 
     @staticmethod
-    def _next_row(model, index: QModelIndex) -> QModelIndex:
+    def _next_row(model: QAbstractItemModel, index: QModelIndex) -> QModelIndex:
         """Depth first through every row of ``model`` (expanded or not)."""
         if model.rowCount(index):
             return model.index(0, 0, index)
@@ -799,24 +891,21 @@ class MainWindow(QMainWindow):
         """F3 / Shift+F3: select the next / previous match of the filter."""
         found = self.matches()
         if not found:
-            self.statusBar().showMessage("No matches" if self.filter_edit.text().strip() else
-                                         "Type in the filter (Ctrl+F) first", 3000)
+            self.show_status("No matches" if self.view_filter.active else "Type in the filter (Ctrl+F) first", 3000)
             return
-        current = self.selected_message()
-        position = found.index(current.mid) if current is not None and current.mid in found else -1 if step > 0 else 0
-        target = found[(position + step) % len(found)]
+        target = self.view_filter.step(found, self.selection.message, step)
         self.select_message(target)
         self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
 
     def _escape(self) -> None:
         if self.topic_edit.hasFocus():  # undo what was typed there
             if self.current is not None:
-                self.topic_edit.setText(self.shown_topic(self.current))
+                self.topic_edit.setText(self.current.shown_topic)
             self.compose.setFocus()
         elif self.filter_edit.hasFocus() or self.filter_edit.text():
             self.filter_edit.clear()
             self.compose.setFocus()
-        elif self.compose_controller.reply_target is not None or self.compose_controller.edit_target is not None:
+        elif self.compose_target.active:
             self.compose_controller.start_new_thread()
         elif self.current is not None and self.current.thread is not None:
             self.close_thread()
