@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Iterable, Protocol, cast
 
+from ..middleware.rangeset import RangeSet
 from ..middleware.types import ChatMessage, Mid
 
 THREAD_WINDOW = 200  # scrolled by pixels, every shown row costs each re-layout
@@ -89,6 +90,7 @@ class MessageTree:
         self._waiting: dict[Mid, list[ChatMessage]] = {}  # parent mid -> replies that came first
         self.arrival: list[Node] = []
         self.unread: set[Mid] = set()
+        self.read_unsaved: list[int] = []  # the delivery orders of messages read since take_read_ranges()
         self.listener: TreeListener = SilentListener()
 
     # -- feeding -------------------------------------------------------------------------
@@ -292,6 +294,8 @@ class MessageTree:
         for mid in changed:
             node = self._nodes[mid]
             node.root.unread -= 1
+            if node.message.order:
+                self.read_unsaved.append(node.message.order)
             self.listener.node_changed(node, True)
         self.listener.read_marks_changed(changed)
         self.listener.unread_total_changed(len(self.unread))
@@ -312,3 +316,11 @@ class MessageTree:
 
     def mark_all_read(self) -> None:
         self.mark_read(list(self.unread))
+
+    def take_read_ranges(self) -> list[tuple[int, int]]:
+        """What was read since the last call, as ranges of delivery orders for the store's read marks."""
+        if not self.read_unsaved:
+            return []
+        ranges = RangeSet(self.read_unsaved).ranges()
+        self.read_unsaved = []
+        return ranges

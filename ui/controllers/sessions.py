@@ -53,7 +53,6 @@ class GroupSession:
     thread: ThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
     divider: Mid | None = None  # "New messages" above this one: the first unread when opened
     opened: bool = False  # scrolled to where it opens
-    read_orders: list[int] = field(default_factory=list)  # read since the marks were last saved
     presence: dict[str, str] = field(default_factory=dict)
     topic: str | None = None  # None: not heard yet (the group view has it)
     pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
@@ -162,7 +161,7 @@ class SessionController(QObject):
         session.item = item
         self.view.add_group_item(item)
         tree_model.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
-        tree_model.read_state_changed.connect(lambda mids, s=session: self._on_read_changed(s, mids))
+        tree_model.read_state_changed.connect(lambda _mids, s=session: self._on_read_changed(s))
         if load_history:
             self.backend.call(lambda peer: peer.read_marks(gid),
                               on_result=lambda marks, s=session: self._load_history(s, marks),
@@ -324,21 +323,15 @@ class SessionController(QObject):
         total = sum(len(s.tree.unread) for s in self.sessions.values())
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
-    def _on_read_changed(self, session: GroupSession, mids: list) -> None:
-        for mid in mids:
-            if mid not in session.tree.unread:
-                message = session.tree.message(mid)
-                if message is not None and message.order:
-                    session.read_orders.append(message.order)
-        if session.read_orders and not self._read_timer.isActive():
+    def _on_read_changed(self, session: GroupSession) -> None:
+        if session.tree.read_unsaved and not self._read_timer.isActive():
             self._read_timer.start()
 
     def save_read_marks(self) -> None:
         """Send what was read since the last time to the store (it survives a restart)."""
         for session in self.sessions.values():
-            if session.read_orders:
-                ranges = RangeSet(session.read_orders).ranges()
-                session.read_orders = []
+            ranges = session.tree.take_read_ranges()
+            if ranges:
                 self.backend.call(lambda peer, gid=session.gid, ranges=ranges: peer.mark_read(gid, ranges),
                                   on_error=lambda _e: None)
 
