@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Iterator
+from functools import partial
+from typing import Callable, Iterator
 
 from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
@@ -117,9 +118,10 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_status_bar()
 
-        self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
-        self._follow_timer = QTimer(self, singleShot=True, interval=100,
-                                    timeout=lambda: self.current_view().scrollToBottom())
+        self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS)
+        self._seen_timer.timeout.connect(self.mark_visible_read)
+        self._follow_timer = QTimer(self, singleShot=True, interval=100)
+        self._follow_timer.timeout.connect(lambda: self.current_view().scrollToBottom())
         self.show_session(None)
 
     @property
@@ -130,6 +132,12 @@ class MainWindow(QMainWindow):
     @property
     def time_ordered(self) -> bool:
         return self.view_filter.time_ordered
+
+    def _shown(self) -> GroupSession:
+        """The current session, for what is only done while a group is shown."""
+        session = self.selection.session
+        assert session is not None, "no group is shown"
+        return session
 
     # -- layout -------------------------------------------------------------------------
 
@@ -142,7 +150,9 @@ class MainWindow(QMainWindow):
         groups_pane = self._titled("Groups", self.group_list)
         discover_button = QPushButton(icon("discover"), "Find groups…")
         discover_button.clicked.connect(self.join_controller.show_discovery)
-        groups_pane.layout().addWidget(discover_button)
+        groups_layout = groups_pane.layout()
+        assert groups_layout is not None  # _titled gives the pane one
+        groups_layout.addWidget(discover_button)
 
         self.title_label = QLabel()
         self.title_label.setObjectName("conversationTitle")
@@ -220,8 +230,8 @@ class MainWindow(QMainWindow):
             view.reply_requested.connect(self.compose_controller.reply_to)
             view.link_activated.connect(self.open_link)
             view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
-            view.itemDelegate().own_pid = self.backend.pid
-            view.customContextMenuRequested.connect(lambda pos, v=view: self._message_menu(v, pos))
+            self._message_delegate(view).own_pid = self.backend.pid
+            view.customContextMenuRequested.connect(partial(self._message_menu, view))
         self.tree_proxy = QSortFilterProxyModel(self)
         self.tree_proxy.setRecursiveFilteringEnabled(True)
         self.tree_proxy.setFilterRole(SearchRole)
@@ -347,8 +357,8 @@ class MainWindow(QMainWindow):
         layout.addWidget(body, 1)
         return pane
 
-    def _action(self, text: str, shortcut: QKeySequence | str | None, slot, icon_name: str | None = None,
-                checkable: bool = False) -> QAction:
+    def _action(self, text: str, shortcut: QKeySequence | QKeySequence.StandardKey | str | None,
+                slot: Callable[..., object], icon_name: str | None = None, checkable: bool = False) -> QAction:
         action = QAction(text, self)
         if icon_name:
             action.setIcon(icon(icon_name))
@@ -488,7 +498,8 @@ class MainWindow(QMainWindow):
         self.title_label.setText(session.title)
         self.show_topic(session)
         self.update_pinned_button()
-        session.item.setIcon(self.session_controller.group_icon(session))  # its warnings, if any, are on the banner now
+        if session.item is not None:  # its warnings, if any, are on the banner now
+            session.item.setIcon(self.session_controller.group_icon(session))
         self.notify_action.setChecked(self.session_controller.notifies(session.gid))
         self.thread_list.setModel(session.threads)
         self.set_divider(session)
@@ -498,16 +509,16 @@ class MainWindow(QMainWindow):
             self.open_position(session)
         self.status_controller.fill_members()
         self.status_controller.refresh()
-        gid = session.gid
-        self.backend.call(lambda peer: peer.group(gid), on_result=self.session_controller.on_group_view,
-                          on_error=lambda _e: None)
+        self.session_controller.refresh_group_view(session.gid)
         self.status_controller.poll_presence()
         self.schedule_seen()
 
     def _set_view_models(self) -> None:
-        session = self.current
+        session = self._shown()
         filtering = self.view_filter.active
-        tree_source = session.thread if session.thread is not None else session.tree_model
+        tree_source: QAbstractItemModel = session.thread if session.thread is not None else session.tree_model
+        tree_model: QAbstractItemModel
+        timeline_model: QAbstractItemModel | None
         if filtering:
             if self.tree_proxy.sourceModel() is not tree_source:
                 self.tree_proxy.setSourceModel(tree_source)
@@ -602,20 +613,20 @@ class MainWindow(QMainWindow):
 
     def set_divider(self, session: GroupSession) -> None:
         for view in (self.tree_view, self.timeline_view):
-            delegate = view.itemDelegate()
+            delegate = self._message_delegate(view)
             if delegate.divider != session.divider:
                 delegate.set_divider(session.divider)
                 view.scheduleDelayedItemsLayout()
 
     def _source_index(self, mid: Mid) -> QModelIndex:
         """The index of ``mid`` in the tree view's source model (the whole tree, or the open thread)."""
-        session = self.current
+        session = self._shown()
         if session.thread is not None:
             return session.thread.index_for(mid)
         return session.tree_model.index_for(mid)
 
     def expand_path(self, mid: Mid) -> None:
-        session = self.current
+        session = self._shown()
         model = self.tree_view.model()
         for ancestor in session.tree.ancestors(mid):
             index = self._source_index(ancestor)
@@ -646,7 +657,7 @@ class MainWindow(QMainWindow):
         for message in self.pinned_messages():
             mid = message.mid
             label = f"{message.sender_name}: {snippet(message.text or 'message deleted', 60)}"
-            self.pinned_menu.addAction(label, lambda mid=mid: self.select_message(mid))
+            self.pinned_menu.addAction(label, partial(self.select_message, mid))
 
     def pinned_messages(self) -> list[ChatMessage]:
         """The current group's pinned messages, in delivery order."""
@@ -738,7 +749,7 @@ class MainWindow(QMainWindow):
         """Scroll to the end once a burst of arrivals is in (deferred and coalesced: scrolling forces a layout)."""
         self._follow_timer.start()
 
-    def current_view(self) -> QAbstractItemView:
+    def current_view(self) -> ConversationView:
         return self.timeline_view if self.time_ordered else self.tree_view
 
     def _on_current_message(self, current: QModelIndex, _previous: QModelIndex) -> None:
@@ -786,7 +797,7 @@ class MainWindow(QMainWindow):
         return visible
 
     def _view_index(self, mid: Mid) -> QModelIndex:
-        session = self.current
+        session = self._shown()
         if self.time_ordered:
             index = session.timeline.index_for(mid)
             return self.timeline_proxy.mapFromSource(index) if self.timeline_view.model() is self.timeline_proxy else index
@@ -853,7 +864,7 @@ class MainWindow(QMainWindow):
     def _apply_highlight(self, pattern: str) -> None:
         """Matches highlighted, ancestors shown for context dimmed, and the matches counted."""
         for view in (self.tree_view, self.timeline_view):
-            view.itemDelegate().set_highlight(pattern)
+            self._message_delegate(view).set_highlight(pattern)
             view.viewport().update()
         if not pattern or self.current is None:
             self.match_label.hide()
@@ -926,9 +937,11 @@ class MainWindow(QMainWindow):
     def open_thread(self, root_mid: Mid) -> bool:
         """Show one thread on its own (the tree of its root alone); "← All threads" goes back."""
         session = self.current
-        if session is None or session.tree.node(root_mid) is None:
+        node = session.tree.node(root_mid) if session is not None else None
+        if session is None or node is None:
             return False
-        root_mid = session.tree.thread_of(root_mid)
+        root = node.root.message
+        root_mid = root.mid
         if session.thread is not None:
             if session.thread.root.message.mid == root_mid:
                 return True
@@ -937,7 +950,6 @@ class MainWindow(QMainWindow):
             self.set_time_ordered(False)
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
         session.thread = ThreadModel(session.tree_model, root_mid, self)
-        root = session.tree.message(root_mid)
         self.thread_label.setText(f"Thread: {root.sender_name} — {snippet(root.text, 80)}")
         self._set_view_models()
         self.tree_view.expandAll()
@@ -985,7 +997,7 @@ class MainWindow(QMainWindow):
         react = menu.addMenu("React")
         mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}
         for emoji in REACTION_CHOICES:
-            action = react.addAction(emoji, lambda e=emoji: self.compose_controller.toggle_reaction(message.mid, e))
+            action = react.addAction(emoji, partial(self.compose_controller.toggle_reaction, message.mid, emoji))
             action.setCheckable(True)
             action.setChecked(emoji in mine)
         if message.pinned:

@@ -160,6 +160,7 @@ class MessageTreeModel(NodeRows, QAbstractItemModel):
             return QModelIndex()
         return self.createIndex(row, 0, children[row + offset])
 
+    # Qt's parent(index); QObject's parent() is never asked of a model.
     def parent(self, index: AnyIndex) -> QModelIndex:  # type: ignore[override]  # noqa: A003 - Qt's name
         if not index.isValid():
             return QModelIndex()
@@ -472,11 +473,12 @@ class ThreadModel(NodeRows, QAbstractItemModel):
         children = parent.internalPointer().children
         return self.createIndex(row, 0, children[row]) if row < len(children) else QModelIndex()
 
-    def parent(self, index: AnyIndex) -> QModelIndex:  # noqa: A003 - Qt's name
+    # Qt's parent(index); QObject's parent() is never asked of a model.
+    def parent(self, index: AnyIndex) -> QModelIndex:  # type: ignore[override]  # noqa: A003 - Qt's name
         if not index.isValid():
             return QModelIndex()
         node: Node = index.internalPointer()
-        if node is self.root:
+        if node is self.root or node.parent is None:
             return QModelIndex()
         return self._index_of(node.parent)
 

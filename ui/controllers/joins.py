@@ -82,7 +82,7 @@ class JoinController(QObject):
             self.join_dialog.deleteLater()
         parent = self.view.discovery if self.view.discovery.isVisible() else self.view.dialog_parent()
         dialog = ConfirmJoinDialog(self.backend, view, parent)
-        dialog.accepted.connect(lambda d=dialog: d.joined_gid and self._joined(d.joined_gid))
+        dialog.accepted.connect(lambda: self._joined(dialog.joined_gid) if dialog.joined_gid else None)
         self.join_dialog = dialog
         dialog.open()
         return dialog
@@ -101,7 +101,7 @@ class JoinController(QObject):
         if answer != QMessageBox.StandardButton.Yes:
             return
         gid = session.gid
-        self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r, s=session: self._left(s))
+        self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r: self._left(session))
 
     def _left(self, session: GroupSession) -> None:
         self.sessions.sessions.pop(session.gid, None)
@@ -134,8 +134,7 @@ class JoinController(QObject):
         self.backend.name = name
         self.view.show_status(f"Your display name is now {name}", 5000)
         for gid in self.sessions.sessions:
-            self.backend.call(lambda peer, gid=gid: peer.group(gid),
-                              on_result=self.sessions.on_group_view, on_error=lambda _e: None)
+            self.sessions.refresh_group_view(gid)
 
     def _place_beside(self, window: QWidget) -> None:
         """Put ``window`` next to the main window where the screen has room, else leave it to the desktop."""

@@ -113,8 +113,10 @@ class SessionController(QObject):
         self.sessions: dict[str, GroupSession] = {}
         self.known_groups: dict[str, GroupView] = {}
         self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
-        self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS, timeout=self._drain_inbox)
-        self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS, timeout=self.save_read_marks)
+        self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS)
+        self._inbox_timer.timeout.connect(self._drain_inbox)
+        self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS)
+        self._read_timer.timeout.connect(self.save_read_marks)
         self.backend.peer_event.connect(self._on_event)
 
     def _on_event(self, event: Event) -> None:
@@ -164,14 +166,14 @@ class SessionController(QObject):
         tree_model.read_state_changed.connect(lambda _mids, s=session: self._on_read_changed(s))
         if load_history:
             self.backend.call(lambda peer: peer.read_marks(gid),
-                              on_result=lambda marks, s=session: self._load_history(s, marks),
-                              on_error=lambda _e, s=session: self._load_history(s, None))
+                              on_result=lambda marks: self._load_history(session, marks),
+                              on_error=lambda _e: self._load_history(session, None))
         return session
 
     def _load_history(self, session: GroupSession, marks: list | None) -> None:
         gid = session.gid
         self.backend.call(lambda peer: peer.history(gid),
-                          on_result=lambda messages, s=session: self._on_history(s, messages, marks))
+                          on_result=lambda messages: self._on_history(session, messages, marks))
 
     def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
         # What the stored read marks do not cover is unread; a group never marked (from an
@@ -184,8 +186,8 @@ class SessionController(QObject):
                 gid, read = session.gid, [(min(orders), max(orders))]
                 self.backend.call(lambda peer: peer.mark_read(gid, read), on_error=lambda _e: None)
         else:
-            read = RangeSet.from_ranges(marks)
-            session.tree.set_unread(m.mid for m in messages if m.order and m.order not in read)
+            stored = RangeSet.from_ranges(marks)
+            session.tree.set_unread(m.mid for m in messages if m.order and m.order not in stored)
         unread = session.tree.unread_in_arrival_order()
         session.divider = unread[0] if unread else None
         session.loaded = True
@@ -278,6 +280,10 @@ class SessionController(QObject):
     def on_group_view(self, view: GroupView) -> None:
         self._on_groups_discovered([view])
 
+    def refresh_group_view(self, gid: str) -> None:
+        """Ask the middleware for ``gid``'s view again (members, names, topic)."""
+        self.backend.call(lambda peer: peer.group(gid), on_result=self.on_group_view, on_error=lambda _e: None)
+
     def _on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
         session = self.sessions.get(gid)
         if session is None:
@@ -315,7 +321,7 @@ class SessionController(QObject):
 
     def _on_member_changed(self, gid: str, _member: Member) -> None:
         if gid in self.sessions:
-            self.backend.call(lambda peer: peer.group(gid), on_result=self.on_group_view, on_error=lambda _e: None)
+            self.refresh_group_view(gid)
 
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
         if session.item is not None:
@@ -332,8 +338,10 @@ class SessionController(QObject):
         for session in self.sessions.values():
             ranges = session.tree.take_read_ranges()
             if ranges:
-                self.backend.call(lambda peer, gid=session.gid, ranges=ranges: peer.mark_read(gid, ranges),
-                                  on_error=lambda _e: None)
+                self._save_marks(session.gid, ranges)
+
+    def _save_marks(self, gid: str, ranges: list[tuple[int, int]]) -> None:
+        self.backend.call(lambda peer: peer.mark_read(gid, ranges), on_error=lambda _e: None)
 
     def mark_all_read(self) -> None:
         if self.selection.session is not None:

@@ -54,9 +54,11 @@ class StatusController(QObject):
         self.backend = backend
         self.selection = selection
         self.sessions = sessions
-        self._pending_timer = QTimer(self, interval=1000, timeout=self._poll_pending)
+        self._pending_timer = QTimer(self, interval=1000)
+        self._pending_timer.timeout.connect(self._poll_pending)
         self._pending_timer.start()
-        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS, timeout=self.poll_presence)
+        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS)
+        self._presence_timer.timeout.connect(self.poll_presence)
         self._presence_timer.start()
         self.backend.peer_event.connect(self._on_event)
         self.backend.failed.connect(self.show_error)
@@ -114,7 +116,7 @@ class StatusController(QObject):
         if session is None:
             return
         gid = session.gid
-        self.backend.call(lambda peer: peer.pending(gid), on_result=lambda n, s=session: self._on_pending(s, n),
+        self.backend.call(lambda peer: peer.pending(gid), on_result=lambda n: self._on_pending(session, n),
                           on_error=lambda _e: None)
 
     def _on_pending(self, session: GroupSession, count: int) -> None:
@@ -159,8 +161,9 @@ class StatusController(QObject):
                 if delegate.names != names or delegate.lookalikes != look_alike:
                     delegate.names, delegate.lookalikes = names, look_alike
                     conversation.viewport().update()
-        fill_member_list(self.view.member_list, session.view if session is not None else None, self.backend.pid,
-                         self._member_header, lambda pid: session.presence.get(pid, "offline"))
+        presence = session.presence if session is not None else {}
+        fill_member_list(self.view.member_list, view, self.backend.pid, self._member_header,
+                         lambda pid: presence.get(pid, "offline"))
 
     def _member_header(self, text: str) -> QListWidgetItem:
         item = QListWidgetItem(text)
@@ -179,7 +182,7 @@ class StatusController(QObject):
             return
         gid = session.gid
         self.backend.call(lambda peer: peer.presence_of(gid),
-                          on_result=lambda statuses, s=session: self._on_presence(s, statuses),
+                          on_result=lambda statuses: self._on_presence(session, statuses),
                           on_error=lambda _e: None)
 
     def _on_presence(self, session: GroupSession, statuses: dict) -> None:
