@@ -1,7 +1,7 @@
 """The contracts in pyproject.toml, run as tests so that `make test` fails when one breaks:
 import-linter (app -> ui -> middleware; a Qt-free middleware, view state and reply tree; analytics apart from
 both; no cycles),
-ruff (pyflakes and pycodestyle's E7/E9) and mypy over middleware/."""
+ruff (pyflakes and pycodestyle's E7/E9) and mypy over the packages [tool.mypy] names (middleware/ and ui/)."""
 
 from __future__ import annotations
 
