@@ -39,7 +39,7 @@ class Node:
         self.depth: int = parent.depth + 1 if parent is not None else -1
         self.root: Node = self if parent is None or parent.parent is None else parent.root
         self.replies = 0
-        self.senders: dict[str, str] = {}
+        self.senders: dict[str, str] | None = None  # a root's alone: one dict per message would cost memory and GC
         self.unread = 0
         self.last = 0
 
@@ -193,7 +193,9 @@ class MessageTree:
             root.senders = {message.sender: message.sender_name}
         else:
             root.replies += 1
-            root.senders.setdefault(message.sender, message.sender_name)
+            senders = root.senders
+            assert senders is not None  # given when the root came
+            senders.setdefault(message.sender, message.sender_name)
         self.arrival.append(node)
         if unread and message.sender != self.own_pid:
             self.unread.add(message.mid)
