@@ -1,4 +1,4 @@
-"""A controller of the main window driven through a small fake of its view protocol: no MainWindow is built."""
+"""Controllers of the main window driven through small fakes of their view protocols: no MainWindow is built."""
 
 from PySide6.QtWidgets import QLabel, QLineEdit
 
@@ -8,7 +8,7 @@ from m2mc.ui.controllers.compose import ComposeController
 from m2mc.ui.controllers.sessions import GroupSession
 from m2mc.ui.message_model import MessageTreeModel, TimelineModel
 from m2mc.ui.message_tree import MessageTree
-from m2mc.ui.state import ComposeTarget, Selection
+from m2mc.ui.state import ComposeTarget, Selection, ThreadFilter
 from m2mc.ui.widgets import ComposeEdit, ReplyBanner
 
 GID = "g-1"
@@ -57,3 +57,45 @@ def test_the_compose_controller_answers_edits_and_sends_through_its_view_alone(q
     assert (target.reply, target.edit) == (None, talk[-1].mid) and view.compose.toPlainText() == "I'll be late"
     composer.start_new_thread()
     assert not target.active and view.compose.toPlainText() == "" and view.errors == []
+
+
+class FakeSessionsView:
+    """SessionsView: writes down every call; the reader is at the end of the view."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def reader_place(self, session):
+        return True, None
+
+    def select_message(self, mid) -> bool:
+        self.calls.append(("select_message", mid))
+        return True
+
+    def __getattr__(self, name: str):
+        return lambda *args: self.calls.append((name, *args))
+
+
+def test_the_session_controller_restores_read_marks_saves_new_ones_and_finds_the_next_unread(qtbot, backend,
+                                                                                             monkeypatch):
+    import m2mc.ui.controllers.sessions as sessions
+
+    monkeypatch.setattr(sessions, "READ_SAVE_MS", 0)
+    talk = [m._replace(order=n) for n, m in enumerate(lunch_conversation(GID), start=1)]  # as delivered
+    backend.manager.inject_group(GID, "Lunch", members=(ANN, BOB), joined=True, history=talk, notify=False)
+    backend.manager.mark_read(GID, [(1, 6)])  # read before this run: the first six
+    selection: Selection[GroupSession] = Selection()
+    view = FakeSessionsView()
+    controller = sessions.SessionController(backend, selection, ComposeTarget(), ThreadFilter(), view, {})
+
+    session = controller.session(GID)
+    qtbot.waitUntil(lambda: session.loaded)
+    assert session.tree.unread_in_arrival_order() == [talk[6].mid, talk[7].mid]
+    assert ("setWindowTitle", "(2) M2MC chat") in view.calls
+
+    session.tree.mark_read([talk[6].mid])
+    qtbot.waitUntil(lambda: backend.manager.read_marks(GID) == [(1, 7)])
+
+    view.calls.clear()
+    controller.next_unread()
+    assert view.calls == [("select_group", GID), ("clear_filter",), ("select_message", talk[7].mid)]
