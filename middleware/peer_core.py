@@ -505,9 +505,15 @@ class PeerCore:
         """Persist, then transmit, then notify: everything since the last flush.  Returns how many
         messages were stored (and delivered)."""
         staged: list[Datagram] = []
-        for reached in self.reach.events():  # a peer proved its endpoint: ask it for its groups, keep it
-            self.gjlp.advertise()
+        reached_now = self.reach.events()
+        for reached in reached_now:  # a peer proved its endpoint: ask it for its groups, keep it
             self._peers_to_cache[reached.pid] = (reached.endpoint, self._wall)
+        if reached_now:
+            # What was asked before it could hear us is asked again: its groups, and what we missed.
+            self.gjlp.advertise()
+            for gid, channel in self.channels.items():
+                if any(self.gjlp.groups[gid].is_current(r.pid) for r in reached_now):
+                    channel.start_sync(now)
         for handshake, endpoint in self.reach.datagrams_to_send():
             staged.append(Datagram(wire.encode(self.identity, handshake), endpoint))
         # Peers that multicast does not reach get a unicast copy of what goes to multicast.

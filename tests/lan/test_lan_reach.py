@@ -75,14 +75,17 @@ def test_a_without_multicast_peers_find_each_other_by_broadcast_converse_and_syn
         peers = [start(lan, i, tmp_path, name) for i, name in enumerate(NAMES)]
         try:
             ann, bob, cat = peers
+            began = time.monotonic()
             gid = ann.call("create_group", {"desc": "No multicast here"})["gid"]
             for peer in (bob, cat):
                 peer.wait_notification("group_discovered", lambda p: p["gid"] == gid, timeout=40)
                 peer.call("join_group", {"gid": gid})
             for peer in peers:
                 peer.wait_for(lambda p=peer: members(p, gid) == 3, timeout=30, what="3 members")
+            joined = time.monotonic()
             converse(peers, gid, "first")
             assert all(set(reached(p).values()) == {"unicast"} for p in peers)
+            print(f"found and joined in {joined - began:.1f} s, conversed in {time.monotonic() - joined:.1f} s")
             print("stats of Ann:", {k: v for k, v in ann.call("stats").items()
                                     if k in ("unicast_out", "broadcast_out", "unicast_copies", "hellos_refused")})
 
@@ -92,9 +95,13 @@ def test_a_without_multicast_peers_find_each_other_by_broadcast_converse_and_syn
             peers = [restart(ann), restart(bob), PeerProcess(cat.netns, cat.iface, cat.data_dir, cat.name,
                                                                 extra=cat.extra)]
             ann, bob, cat = peers
+            restarted = time.monotonic()
             cat.wait_for(lambda: "while Cat was away" in {m["text"] for m in cat.call("history", {"gid": gid})},
                          timeout=40, what="Cat syncs what it missed")
+            synced = time.monotonic()
             converse(peers, gid, "after the restart", timeout=40)
+            print(f"after the restart: Cat synced in {synced - restarted:.1f} s, all conversed in "
+                  f"{time.monotonic() - synced:.1f} s")
         finally:
             for peer in peers:
                 if peer.proc.poll() is None:
