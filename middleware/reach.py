@@ -45,6 +45,9 @@ MULTICAST_FRESH = 65.0
 # within this time: where multicast flows, the two come together and nothing is probed.
 BROADCAST_GRACE = 1.0
 REPORT_INTERVAL = 20.0  # "your multicast does not reach me", to each proven peer it concerns
+# A peer proven this recently is not yet said to be unheard: an idle peer sends multicast only
+# with its presence beacons (every 30 s), so silence says nothing before one has had its turn.
+REPORT_AFTER = 35.0
 CACHE_PROBE_INTERVAL = 60.0
 CACHE_EXPIRY = 31 * 24 * 3600.0
 MAX_ENDPOINTS = 256  # endpoints being probed; the oldest gives way (a stranger's flood costs only probes)
@@ -171,7 +174,8 @@ class Reach:
             peer.answers = [at for at in peer.answers if at > now - HELLO_WINDOW]
             if len(peer.answers) < 4 * HELLO_BUDGET:
                 peer.answers.append(now)
-                self._outbox.append((wire.Hello(b"", hello.nonce, self.name, self._unheard(sender, now)), source))
+                self._outbox.append((wire.Hello(b"", hello.nonce, self.name, self._reports_unheard(peer, now)),
+                                     source))
             else:
                 self.hellos_refused += 1
             return
@@ -265,7 +269,7 @@ class Reach:
         if self._report_at is not None and now >= self._report_at and self._peers:
             self._report_at = now + REPORT_INTERVAL
             for peer in list(self._peers.values()):
-                if self._unheard(peer.pid, now):
+                if self._unheard(peer.pid, now) and now - peer.proven_at >= REPORT_AFTER:
                     self._outbox.append((wire.Hello(b"", b"", self.name, True), peer.endpoint))
                     self._send_peer_list(peer.pid, peer.endpoint, now)  # again: a lost one is not asked for
         if self._cache_probe_at is not None and now >= self._cache_probe_at:
@@ -283,6 +287,9 @@ class Reach:
         return self._cache_probe_at is not None and now >= self._cache_probe_at
 
     # -- internals ----------------------------------------------------------------------
+
+    def _reports_unheard(self, peer: ReachedPeer, now: float) -> bool:
+        return self._unheard(peer.pid, now) and now - peer.proven_at >= REPORT_AFTER
 
     def _unheard(self, pid: str, now: float) -> bool:
         """Whether ``pid``'s multicast has not reached this peer lately."""
@@ -318,8 +325,7 @@ class Reach:
         candidate.sent.append(now)
         tries = len(candidate.sent)
         candidate.probe_at = now + PROBE_RETRY * 2 ** (tries - 1) if tries < HELLO_BUDGET else None
-        unheard = candidate.pid is None or self._unheard(candidate.pid, now)
-        self._outbox.append((wire.Hello(nonce, echo, self.name, unheard), candidate.endpoint))
+        self._outbox.append((wire.Hello(nonce, echo, self.name), candidate.endpoint))
 
     def _prove(self, pid: str, name: str, endpoint: Endpoint, found_by: str, now: float) -> ReachedPeer:
         old = self._peers.get(pid)

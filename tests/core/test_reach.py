@@ -11,7 +11,7 @@ from m2mc.middleware import reach as reach_module
 from m2mc.middleware import wire
 from m2mc.middleware.addresses import Endpoint, parse_endpoint
 from m2mc.middleware.invites import invite_link, parse_invite
-from m2mc.middleware.reach import HELLO_BUDGET, HOST_HELLO_BUDGET, MULTICAST_FRESH, REPORT_INTERVAL, Reach
+from m2mc.middleware.reach import HELLO_BUDGET, HOST_HELLO_BUDGET, MULTICAST_FRESH, REPORT_AFTER, REPORT_INTERVAL, Reach
 
 ANN_AT, BOB_AT, CAT_AT = Endpoint("10.0.0.1", 47477), Endpoint("10.0.0.2", 47477), Endpoint("10.0.0.3", 47477)
 
@@ -91,18 +91,21 @@ def test_peers_heard_by_multicast_get_no_unicast_copies_unless_they_say_they_do_
     ann, bob = make("ann", ANN_AT), make("bob", BOB_AT)
     bob.add(ANN_AT, "invite", 0.0)
     exchange({ANN_AT: ("ann", ann), BOB_AT: ("bob", bob)}, 0.0)
+    assert all(not m.unheard for m, _ in ann.datagrams_to_send() + bob.datagrams_to_send())
     ann.heard("bob", BOB_AT, "multicast", 1.0)
-    # Bob had not heard Ann by multicast when he said HELLO: Ann believes that for a while ...
-    assert ann.unicast_peers(1.0) == [("bob", BOB_AT)]
-    later = 2.5 * REPORT_INTERVAL + 1  # ... and Bob, hearing her now, sends no more reports
+    assert ann.unicast_peers(1.0) == []
+    # Bob's multicast reaches Ann, but hers does not reach him (filtered one way): once she has
+    # had time to send a beacon, his report makes Ann copy to him.
+    bob.handle_timer(REPORT_AFTER - 1)
+    assert not [m for m, _ in bob.datagrams_to_send() if isinstance(m, wire.Hello) and m.unheard]
+    bob.handle_timer(REPORT_AFTER + REPORT_INTERVAL)
+    (report, to), = [(m, to) for m, to in bob.datagrams_to_send() if isinstance(m, wire.Hello) and m.unheard]
+    later = REPORT_AFTER + REPORT_INTERVAL
     ann.heard("bob", BOB_AT, "multicast", later)
-    assert ann.unicast_peers(later) == []
-    # Bob's multicast reaches Ann, but hers does not reach him (filtered one way): his report
-    # makes Ann copy to him.
-    ann.hello("bob", wire.Hello(b"", b"", "Bob", True), BOB_AT, later + 1)
-    assert ann.unicast_peers(later + 1) == [("bob", BOB_AT)]
-    ann.hello("bob", wire.Hello(b"", b"", "Bob", False), BOB_AT, later + 2)
-    assert ann.unicast_peers(later + 2) == []
+    ann.hello("bob", report, BOB_AT, later)
+    assert ann.unicast_peers(later) == [("bob", BOB_AT)]
+    ann.hello("bob", wire.Hello(b"", b"", "Bob", False), BOB_AT, later + 1)
+    assert ann.unicast_peers(later + 1) == []
     assert ann.unicast_peers(later + MULTICAST_FRESH + 1) == [("bob", BOB_AT)]  # silent by multicast since
 
 
@@ -112,8 +115,8 @@ def test_the_periodic_report_tells_only_peers_not_heard_by_multicast():
     cat.add(ANN_AT, "invite", 0.0)
     sides = {ANN_AT: ("ann", ann), BOB_AT: ("bob", bob), CAT_AT: ("cat", cat)}
     exchange(sides, 0.0)
-    ann.heard("cat", CAT_AT, "multicast", 30.0)
-    ann.handle_timer(30.0)
+    ann.heard("cat", CAT_AT, "multicast", REPORT_AFTER + 1)
+    ann.handle_timer(REPORT_AFTER + 1)
     reports = [(m, to) for m, to in ann.datagrams_to_send() if isinstance(m, wire.Hello) and m.unheard]
     assert [to for _, to in reports] == [BOB_AT]
 
