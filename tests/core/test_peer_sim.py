@@ -11,6 +11,7 @@ import random
 
 import pytest
 
+from m2mc.middleware.events import GroupsDiscovered
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.store import Store
 from tests.testbed.peer_sim import BEFORE_NOTIFY, BEFORE_TRANSMIT, PeerLan, SimNode
@@ -176,3 +177,25 @@ def test_a_restarted_peer_is_answered_at_its_first_sync_request(kind, tmp_path):
     assert missed <= {m.mid for m in away.history(gid)}
     for node in lan.nodes:
         node.store.close()
+
+
+def test_joining_and_leaving_tell_the_group_s_new_view():
+    """The GUI's group lists show "joined" from the event that follows the join (and not after a leave)."""
+    lan = PeerLan([MemoryStore(), MemoryStore()])
+    creator, joiner = lan.nodes
+    gid = lan.create_group(creator)
+    lan.settle(2.0)
+    core = joiner.core
+    assert core is not None
+    record = core.joinable(gid, None)
+    assert record is not None
+
+    def views(action) -> list:
+        action(core)
+        core.flush(lan.now)
+        core.datagrams_to_send()
+        return [view for event in core.events() if isinstance(event, GroupsDiscovered) for view in event.groups
+                if view.gid == gid]
+
+    assert [view.joined for view in views(lambda c: c.join(record, None, lan.now, lan.now))] == [True]
+    assert [view.joined for view in views(lambda c: c.leave(gid, lan.now))] == [False]
