@@ -37,7 +37,8 @@ from ..middleware.chatops import OP_MARKER
 from ..middleware.crypto import Identity
 from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised, ignore
 from ..middleware.memory_store import MemoryStore
-from ..middleware.peer_core import CONTROL_ADDR, Datagram, PeerCore
+from ..middleware.addresses import Endpoint
+from ..middleware.peer_core import Datagram, PeerCore
 from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError, iso_millis
 
 from .backend import Peer
@@ -79,6 +80,7 @@ class MemoryLan:
         self.now = self.START
         self._wall0 = wall
         self.cores: dict[str, PeerCore] = {}
+        self.endpoints: dict[str, Endpoint] = {}  # where each peer's datagrams come from (a port each, no socket)
         self.down: set[str] = set()  # pids that hear nothing (their app is closed, or their link down)
         self._listeners: dict[str, Listener] = {}
         self._queue: collections.deque[tuple[str, Datagram]] = collections.deque()
@@ -89,6 +91,7 @@ class MemoryLan:
 
     def add(self, core: PeerCore, listener: Listener = ignore) -> None:
         self.cores[core.pid] = core
+        self.endpoints[core.pid] = Endpoint("127.0.0.1", 40_000 + len(self.endpoints))
         self._listeners[core.pid] = listener
 
     def run(self, core: PeerCore, action: Callable[[PeerCore], T]) -> T:
@@ -108,12 +111,18 @@ class MemoryLan:
 
     def _deliver(self) -> None:
         while self._queue:
-            sender, datagram = self._queue.popleft()
-            control = datagram.addr == CONTROL_ADDR
+            sender, (data, destination) = self._queue.popleft()
+            source = self.endpoints[sender]
             for pid, core in list(self.cores.items()):
                 if pid == sender or pid in self.down:
                     continue
-                core.receive(datagram.data, self.now, self.wall(), control=control)
+                if isinstance(destination, Endpoint):  # one peer's: to it alone
+                    if destination != self.endpoints[pid]:
+                        continue
+                    control = False
+                else:
+                    control = destination.host == core.control_addr
+                core.receive(data, source, self.now, self.wall(), control=control)
                 self._flush(core)
 
     def settle(self, seconds: float = SETTLE) -> None:
