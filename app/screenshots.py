@@ -19,11 +19,12 @@ from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QStyleFactory
 
+from ..middleware.presence import OFFLINE_AFTER
 from ..middleware.types import ChatMessage, Member
 from ..ui.main_window import MainWindow
-from ..middleware.presence import OFFLINE_AFTER
 from ..ui.memory_backend import MemoryBackend, sim_member
 from ..ui.resources import apply_theme
+from .qt_app import application
 
 ANN, BOB, CAT, DEV, EVE = (sim_member(name) for name in ("Ann", "Bob", "Cat", "Dev", "Eve"))
 T0 = 1_795_000_000_000
@@ -130,14 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     QCoreApplication.setApplicationName("M2MC chat")
-    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app = application()
     app.setStyle(QStyleFactory.create("Fusion"))
     light = app.palette()
     apply_theme(app)
 
     window, _backend = make_window(app)
-    window.select_message(window.current.tree.arrival[3].message.mid)
-    window.compose_controller.reply_to(window.current.tree.arrival[2].message.mid)
+    assert window.current is not None  # make_window() waits for the group to open
+    arrived = [node.message.mid for node in window.current.tree.arrival if node.message is not None]
+    window.select_message(arrived[3])
+    window.compose_controller.reply_to(arrived[2])
     settle(app)
     saved = [out / "screenshot-main.png"]
     window.grab().save(str(saved[-1]))
@@ -146,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     window, backend = make_window(app, size=(800, 640))
     for member in (CAT, DEV):  # back, to answer in the thread
         backend.manager.set_online(member, True)
+    assert window.current is not None  # make_window() waits for the group to open
     chain = deep_thread(window.current.gid, 40)
     backend.manager.inject_messages(window.current.gid, chain)
     settle(app)
