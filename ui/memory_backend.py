@@ -26,7 +26,6 @@ import concurrent.futures
 import contextlib
 import hashlib
 import inspect
-import json
 import random
 import time
 from pathlib import Path
@@ -36,10 +35,11 @@ from ..middleware import crypto, rules
 from ..middleware.chatops import OP_MARKER
 from ..middleware.crypto import Identity
 from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised, ignore
+from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.addresses import Endpoint
 from ..middleware.peer_core import Datagram, PeerCore
-from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError, iso_millis
+from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError
 
 from .backend import Peer
 from .bridge import Backend
@@ -249,18 +249,9 @@ class MemoryManager(rules.OperationCalls):
         self.store.commit()
 
     def export_log(self, path: str | Path, gid: str | None = None) -> int:
-        gids = [gid] if gid else list(self.core.channels)
-        count = 0
-        with Path(path).open("w", encoding="utf-8") as out:
-            for g in gids:
-                desc = self.core.known(g).desc
-                for message in self.history(g):
-                    row = message.to_json()
-                    row["group_desc"] = desc
-                    row["received_at"] = iso_millis(message.received_at)
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    count += 1
-        return count
+        if gid:
+            self.core.known(gid)
+        return export_log(self.core, path, gid)
 
     def stats_dict(self) -> dict:
         return self.core.stats_dict()
