@@ -34,10 +34,10 @@ from typing import Any, Callable, Iterator, TypeVar
 from ..middleware import crypto, rules
 from ..middleware.chatops import OP_MARKER
 from ..middleware.crypto import Identity
+from ..middleware.addresses import Endpoint
 from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised, ignore
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
-from ..middleware.addresses import Endpoint
 from ..middleware.peer_core import Datagram, PeerCore
 from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError
 
@@ -148,7 +148,7 @@ class MemoryManager(rules.OperationCalls):
         self.listener = listener
         self.interface = "127.0.0.1"
         self.lan = MemoryLan(time.time())
-        identity = sim_identity(f"{name}\0{seed}" if seed is not None else name)
+        identity = sim_identity(f"this peer\0{name}\0{seed or ''}")  # never a sim_member()'s key
         self.store = MemoryStore(identity)
         self.core = PeerCore(self.store, self.lan.now, rules.check_name(name), wall=self.lan.wall(),
                              rng=random.Random(identity.pid))
