@@ -284,7 +284,7 @@ class MemoryManager(rules.OperationCalls):
         its descriptor is fetched over GJLP (within :attr:`MemoryLan.SETTLE` of :meth:`pass_time`)."""
         others = tuple(m for m in members if m.pid != self.pid)
         if private and passphrase is None:
-            passphrase = f"nobody knows this passphrase {random.random()}"
+            passphrase = f"the passphrase of {desc!r}, told to nobody"
         with self._quiet():
             if not verified:  # made while this peer heard nothing; then its zeroconf announcement came
                 self.lan.down.add(self.pid)
