@@ -3,7 +3,7 @@
 The core (:mod:`middleware.peer_core`) holds the peer's protocol logic and its
 store.  This adapter owns what does I/O: the multicast sockets
 (:mod:`middleware.transport`), zeroconf (:mod:`middleware.discovery`), the
-``/sys`` link watch, the key-derivation worker thread and the one timer.  It
+link watch (:mod:`middleware.netif`), the key-derivation worker thread and the one timer.  It
 reads the clocks (:mod:`middleware.clock`) and passes ``now`` (and the wall
 stamp) in.  All methods run on the asyncio loop thread (use
 :class:`~middleware.runner.ManagerThread` from other threads).

@@ -11,7 +11,8 @@ channel and each joined group's data channel).  Receiving sockets bind to the
 multicast address itself and turn ``IP_MULTICAST_ALL`` off, so the kernel hands
 a socket only its own group's datagrams: a host not in a group never
 processes that group's traffic.  SO_REUSEADDR/SO_REUSEPORT let several peers
-on one host share the ports.
+on one host share the ports.  What differs between operating systems (those
+socket options, interface flags, link state) is asked of :mod:`middleware.netif`.
 """
 
 from __future__ import annotations
@@ -21,39 +22,19 @@ import ipaddress
 import logging
 import socket
 import struct
-from pathlib import Path
 from typing import Callable, Protocol
 
 from .addresses import Destination, Endpoint, GroupAddress
 
+from . import netif
+
 log = logging.getLogger(__name__)
 
-IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
 RECEIVE_BUFFER = 8 * 2**20
-IFF_UP, IFF_LOOPBACK, IFF_MULTICAST = 0x1, 0x8, 0x1000
 
 
 class TransportError(OSError):
     """The network could not be set up as asked (bad interface, address in use…)."""
-
-
-def _interface_flags(name: str) -> int:
-    try:
-        return int(Path(f"/sys/class/net/{name}/flags").read_text(), 16)
-    except (OSError, ValueError):
-        return 0
-
-
-def _ipv4_addresses() -> list[tuple[str, str]]:
-    """``(interface name, IPv4 address)`` pairs, in the kernel's interface order."""
-    import ifaddr  # zeroconf's own dependency, so always present
-
-    pairs = []
-    for adapter in ifaddr.get_adapters():
-        for ip in adapter.ips:
-            if isinstance(ip.ip, str):
-                pairs.append((adapter.name, ip.ip))
-    return pairs
 
 
 def resolve_interface(iface: str | None) -> str:
@@ -62,7 +43,7 @@ def resolve_interface(iface: str | None) -> str:
     Without one: the first interface that is up, not loopback and multicast
     capable; 127.0.0.1 when there is none.
     """
-    pairs = _ipv4_addresses()
+    pairs = netif.ipv4_addresses()
     if iface:
         try:
             address = str(ipaddress.IPv4Address(iface))
@@ -76,26 +57,20 @@ def resolve_interface(iface: str | None) -> str:
             raise TransportError(f"{address} is not an address of this host")
         return address
     for name, addr in pairs:
-        flags = _interface_flags(name)
-        if flags & IFF_UP and flags & IFF_MULTICAST and not flags & IFF_LOOPBACK:
+        if netif.multicast_capable(name):
             return addr
     return "127.0.0.1"
 
 
 def interface_name(address: str) -> str | None:
     """The name of the interface that holds ``address``."""
-    for name, addr in _ipv4_addresses():
+    for name, addr in netif.ipv4_addresses():
         if addr == address:
             return name
     return None
 
 
-def link_is_up(name: str) -> bool:
-    """Whether ``name`` has carrier (loopback and unknown interfaces count as up)."""
-    try:
-        return Path(f"/sys/class/net/{name}/carrier").read_text().strip() != "0"
-    except OSError:
-        return True
+link_is_up = netif.link_is_up
 
 
 Received = list[tuple[bytes, Endpoint]]
@@ -179,7 +154,7 @@ class MulticastNetwork:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.interface))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, RECEIVE_BUFFER)
+            netif.request_buffer(sock, socket.SO_SNDBUF, RECEIVE_BUFFER)
             sock.bind((self.interface, 0))
         except OSError as exc:
             sock.close()
@@ -194,14 +169,8 @@ class MulticastNetwork:
         port = group.port
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            try:  # as root, past net.core.rmem_max: bursts of a fast sender fit
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, RECEIVE_BUFFER)
-            except (OSError, AttributeError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
-            sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
-            sock.bind((group.host, port))
+            netif.prepare_group_socket(sock, RECEIVE_BUFFER)
+            sock.bind((netif.group_bind_address(group.host), port))
             membership = struct.pack("4s4s", socket.inet_aton(group.host), socket.inet_aton(self.interface))
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
         except OSError as exc:

@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
+    QPushButton,
     QGroupBox,
     QProgressBar,
     QDialog,
@@ -143,7 +144,8 @@ class _ValidatedDialog(QDialog):
         self.buttons.accepted.connect(self._try_accept)
         self.buttons.rejected.connect(self.reject)
         for button in self.buttons.buttons():
-            button.setAutoDefault(False)
+            if isinstance(button, QPushButton):  # the box makes push buttons
+                button.setAutoDefault(False)
             button.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click must not take the focus from a field
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setDefault(True)  # Enter = OK, validated
         layout = QVBoxLayout(self)
@@ -151,7 +153,7 @@ class _ValidatedDialog(QDialog):
         layout.addWidget(self.error_label)
         layout.addWidget(self.buttons)
 
-    def first_field(self) -> QWidget | None:
+    def first_field(self) -> QLineEdit | None:
         """The field the keyboard starts in."""
         for row in range(self.form.rowCount()):
             for role in (QFormLayout.ItemRole.FieldRole, QFormLayout.ItemRole.SpanningRole):

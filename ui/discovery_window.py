@@ -172,7 +172,8 @@ class DiscoveryWindow(QWidget):
         layout.addLayout(buttons)
 
         backend.peer_event.connect(self._on_event)
-        self._ticker = QTimer(self, interval=5000, timeout=self.model.refresh_times)
+        self._ticker = QTimer(self, interval=5000)
+        self._ticker.timeout.connect(self.model.refresh_times)
         self._ticker.start()
         self.model.rowsInserted.connect(lambda *_: self._update_buttons())
         self._update_buttons()

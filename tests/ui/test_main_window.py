@@ -40,7 +40,7 @@ def test_reply_flow_select_type_enter_sends_with_that_parent(qtbot, window, back
     qtbot.waitUntil(lambda: len(session.tree) == 7)
     assert backend.manager.sent == [(session.gid, "Try December\nor January", talk[3].mid)]
     assert window.compose.toPlainText() == ""
-    mine = session.tree.index_for((backend.pid, 1))
+    mine = session.tree_model.index_for((backend.pid, 1))
     assert mine.parent().data(MessageRole).mid == talk[3].mid
     assert window.tree_view.isExpanded(mine.parent())
     assert not session.tree.unread  # own messages are never new
@@ -71,7 +71,7 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     assert session.tree.unread == {talk[6].mid, talk[7].mid}
     assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 2  # the groups pane badge
     assert window.windowTitle().startswith("(2)")
-    assert window.tree_view.isExpanded(session.tree.index_for(talk[6].mid))  # path to the new reply
+    assert window.tree_view.isExpanded(session.tree_model.index_for(talk[6].mid))  # path to the new reply
     save_screenshot(window, "main-window.png")
     window.session_controller.next_unread()
     assert window.selected_message().mid == talk[6].mid
@@ -102,7 +102,7 @@ def test_time_ordered_view_and_filter(qtbot, window, backend):
     top = proxy.index(0, 0)
     assert top.data(MessageRole).text == "Did you visit Chennai?"
     window.filter_edit.clear()
-    assert window.tree_view.model() is session.tree
+    assert window.tree_view.model() is session.tree_model
 
 
 def test_members_pane_and_status_bar(qtbot, window, backend):

@@ -48,8 +48,8 @@ def test_edit_by_context_menu_and_up_key_marks_the_message_edited(qtbot, window,
     qtbot.waitUntil(lambda: shown(window, mine.mid).text == "See you at 13:00")
     assert shown(window, mine.mid).edited == 1 and window.compose_controller.edit_target is None
     # the delegate draws the mark, and the row is where it was
-    index = window.tree_view.model().mapFromSource(session.tree.index_for(mine.mid)) \
-        if hasattr(window.tree_view.model(), "mapFromSource") else session.tree.index_for(mine.mid)
+    index = window.tree_view.model().mapFromSource(session.tree_model.index_for(mine.mid)) \
+        if hasattr(window.tree_view.model(), "mapFromSource") else session.tree_model.index_for(mine.mid)
     delegate = window.tree_view.itemDelegate()
     geometry = delegate._geometry(window.tree_view.visualRect(index), index)
     assert "edited" in geometry["meta"]
@@ -71,7 +71,7 @@ def test_a_deleted_message_shows_message_deleted_and_keeps_its_replies(qtbot, wi
     assert shown(window, question.mid).text == ""
     node = session.tree.node(question.mid)
     assert [child.message.mid for child in node.children] == [talk[4].mid]
-    index = session.tree.index_for(question.mid)
+    index = session.tree_model.index_for(question.mid)
     assert window.tree_view.itemDelegate().body_layout(index).text() == "message deleted"
     # a forged delete (by someone else) changes nothing
     as_ann = backend.manager.operation_message(session.gid, ANN, 0, "delete", talk[0].mid).text
@@ -94,7 +94,7 @@ def test_reactions_show_counts_who_and_toggle_from_the_picker_and_the_row(qtbot,
     react = menu_actions(menu)["React"].menu()
     menu_actions(react)["🎉"].trigger()
     qtbot.waitUntil(lambda: "🎉" in (shown(window, lunch.mid).reactions or {}))
-    index = session.tree.index_for(lunch.mid)
+    index = session.tree_model.index_for(lunch.mid)
     window.tree_view.scrollTo(index)
     delegate = window.tree_view.itemDelegate()
     chips = delegate._geometry(window.tree_view.visualRect(index), index)["chips"]
