@@ -396,24 +396,10 @@ class GroupManager(rules.OperationCalls):
 
     def export_log(self, path: str | Path, gid: str | None = None) -> int:
         """Write delivered messages as JSON Lines (the analytics export format)."""
-        gids = [gid] if gid else list(self.channels)
         if gid:
             self.core.known(gid)
         self.flush()
-        count = 0
-        path = Path(path)
-        tmp = path.with_name(path.name + ".part")
-        with tmp.open("w", encoding="utf-8") as out:
-            for g in gids:
-                desc = self.gjlp.groups[g].desc
-                for message in self.history(g):
-                    row = message.to_json()
-                    row["group_desc"] = desc
-                    row["received_at"] = iso_millis(message.received_at)
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    count += 1
-        tmp.replace(path)
-        return count
+        return export_log(self.core, path, gid)
 
     def take_unsent(self) -> dict[Mid, str]:
         """Own messages taken back since the last call because they could not be stored
@@ -565,4 +551,24 @@ class GroupManager(rules.OperationCalls):
         self.flush()
 
 
-__all__ = ["Config", "GroupManager", "UsageError", "format_mid", "DEFAULT_PORT", "PassphraseRefused", "Stats"]
+def export_log(core: PeerCore, path: str | Path, gid: str | None = None) -> int:
+    """``gid``'s delivered messages (every joined group's without one) as JSON Lines, the analytics
+    export format, as ``core`` holds them (flush it first); written whole to ``path`` or not at all."""
+    gids = [gid] if gid else list(core.channels)
+    count = 0
+    path = Path(path)
+    tmp = path.with_name(path.name + ".part")
+    with tmp.open("w", encoding="utf-8") as out:
+        for g in gids:
+            desc = core.known(g).desc
+            for message in core.history(g):
+                row = message.to_json()
+                row["group_desc"] = desc
+                row["received_at"] = iso_millis(message.received_at)
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+    tmp.replace(path)
+    return count
+
+
+__all__ = ["Config", "GroupManager", "export_log", "UsageError", "format_mid", "DEFAULT_PORT", "PassphraseRefused", "Stats"]

@@ -118,6 +118,7 @@ class PeerCore:
         self._outbox: list[Datagram] = []  # committed, for datagrams_to_send()
         self._events: list[Event] = []  # committed, for events()
         self._announce_due: set[str] = set()  # groups whose zeroconf announcement is stale
+        self._membership_changed: set[str] = set()  # groups this peer joined or left since the last flush
         self._seqnos_to_save: set[str] = set()
         # While the store cannot be written: what failed, and what waits to be stored.
         self.storage_error: str | None = None
@@ -233,6 +234,7 @@ class PeerCore:
             self.store.set_group_key(gid, key)
             self._ciphers[gid] = crypto.GroupCipher(key)
         self._open_channel(gid, None, now, wall)
+        self._membership_changed.add(gid)
         return gid
 
     def leave(self, gid: str, wall: float) -> GroupRecord:
@@ -244,6 +246,7 @@ class PeerCore:
         channel = self.channels.pop(gid)
         self._operations.pop(gid, None)
         self.store.set_next_seqno(gid, channel.next_seqno)
+        self._membership_changed.add(gid)
         return record
 
     def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float) -> Mid:
@@ -615,6 +618,9 @@ class PeerCore:
             elif isinstance(event, JoinUnacknowledged):
                 self._events.append(WarningRaised(event.gid, _unacknowledged_warning(
                     self.gjlp.groups[event.gid].desc, event.full)))
+        for gid in self._membership_changed:  # the views say "joined" (or not) once it is stored
+            changed_groups.setdefault(gid, False)
+        self._membership_changed.clear()
         for gid in membership_changed:
             changed_groups.setdefault(gid, False)
             if gid in self.channels:

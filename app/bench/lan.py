@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ...middleware.manager import Config, GroupManager
 from ...middleware.events import Event, MessagesDelivered
@@ -113,7 +114,7 @@ async def run_receiver(args) -> None:
         elif (coord / "sender.json").exists() and time.time() - quiet_since > 3:
             break  # the sender is done and nothing more is coming: the rest was lost
         await asyncio.sleep(0.05)
-    result = {}
+    result: dict[str, Any] = {}
     for phase, arrivals in recorder.arrivals.items():
         latencies = [(got - sent) * 1000 for sent, got in arrivals]
         span = arrivals[-1][1] - arrivals[0][1] if len(arrivals) > 1 else float("nan")

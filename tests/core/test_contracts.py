@@ -1,7 +1,7 @@
 """The contracts in pyproject.toml, run as tests so that `make test` fails when one breaks:
 import-linter (app -> ui -> middleware; a Qt-free middleware, view state and reply tree; analytics apart from
 both; no cycles),
-ruff (pyflakes and pycodestyle's E7/E9) and mypy over the packages [tool.mypy] names (middleware/ and ui/)."""
+ruff (pyflakes and pycodestyle's E7/E9) and mypy over the packages [tool.mypy] names (middleware/, ui/, app/)."""
 
 from __future__ import annotations
 
@@ -93,3 +93,4 @@ def test_mypy_passes_over_the_middleware():
     result = run_tool("mypy", "--no-incremental")  # files and settings: [tool.mypy] in pyproject.toml
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "Success: no issues found" in result.stdout, result.stdout[-2000:]
+

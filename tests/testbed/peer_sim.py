@@ -20,7 +20,7 @@ from m2mc.middleware import crypto
 from m2mc.middleware.addresses import GroupAddress
 from m2mc.middleware.peer_core import CONTROL_ADDR, Datagram, PeerCore
 from m2mc.middleware.store_api import PeerStore
-from m2mc.middleware.events import Event, MessagesDelivered, WarningRaised
+from m2mc.middleware.events import Event, MessagesDelivered, MessagesUpdated, WarningRaised
 from m2mc.middleware.types import ChatMessage, Mid
 from tests.testbed.faults import FaultInjector
 from tests.testbed.stores import after_crash
@@ -36,11 +36,14 @@ class Recorder:
 
     def __init__(self) -> None:
         self.shown: list[ChatMessage] = []
+        self.updated: list[ChatMessage] = []  # messages shown again, as operations changed them
         self.warnings: list[str] = []
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, MessagesDelivered):
             self.shown += event.messages
+        elif isinstance(event, MessagesUpdated):
+            self.updated += event.messages
         elif isinstance(event, WarningRaised):
             self.warnings.append(event.text)
 

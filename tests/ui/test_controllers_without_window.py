@@ -2,7 +2,7 @@
 
 from PySide6.QtWidgets import QLabel, QLineEdit
 
-from conftest import ANN, BOB, lunch_conversation, message
+from conftest import ANN, BOB, CAT, lunch_conversation, message
 from m2mc.middleware.types import Member
 from m2mc.ui.controllers.compose import ComposeController
 from m2mc.ui.controllers.sessions import GroupSession
@@ -11,7 +11,7 @@ from m2mc.ui.message_tree import MessageTree
 from m2mc.ui.state import ComposeTarget, Selection, ThreadFilter
 from m2mc.ui.widgets import ComposeEdit, ReplyBanner
 
-GID = "g-1"
+GID = ""  # the messages' own gid: inject_group takes them into the group it makes
 
 
 class FakeComposeView:
@@ -31,11 +31,12 @@ class FakeComposeView:
 def test_the_compose_controller_answers_edits_and_sends_through_its_view_alone(qtbot, backend):
     me = Member(backend.pid, backend.name)
     talk = lunch_conversation(GID) + [message(GID, me, 1, "I'll be late")]
-    backend.manager.inject_group(GID, "Lunch", members=(ANN, BOB, me), joined=True, history=talk, notify=False)
+    gid = backend.manager.inject_group("Lunch", members=(ANN, BOB, CAT, me), joined=True, history=talk,
+                                       notify=False).gid
     tree = MessageTree(backend.pid)
     tree_model = MessageTreeModel(tree)
-    session = GroupSession(GID, tree, tree_model, TimelineModel(tree_model))
-    tree.add_messages(backend.manager.history(GID), unread=False)
+    session = GroupSession(gid, tree, tree_model, TimelineModel(tree_model))
+    tree.add_messages(backend.manager.history(gid), unread=False)
     selection: Selection[GroupSession] = Selection()
     selection.open(session)
     target = ComposeTarget()
@@ -49,7 +50,7 @@ def test_the_compose_controller_answers_edits_and_sends_through_its_view_alone(q
     view.compose.setPlainText("Count me in too")
     composer.send_message()
     qtbot.waitUntil(lambda: view.compose.toPlainText() == "")
-    sent = backend.manager.history(GID)[-1]
+    sent = backend.manager.history(gid)[-1]
     assert (sent.text, sent.parent) == ("Count me in too", talk[6].mid)
     assert target.reply == talk[6].mid  # sending keeps answering the same message
 
@@ -82,20 +83,21 @@ def test_the_session_controller_restores_read_marks_saves_new_ones_and_finds_the
 
     monkeypatch.setattr(sessions, "READ_SAVE_MS", 0)
     talk = [m._replace(order=n) for n, m in enumerate(lunch_conversation(GID), start=1)]  # as delivered
-    backend.manager.inject_group(GID, "Lunch", members=(ANN, BOB), joined=True, history=talk, notify=False)
-    backend.manager.mark_read(GID, [(1, 6)])  # read before this run: the first six
+    gid = backend.manager.inject_group("Lunch", members=(ANN, BOB, CAT), joined=True, history=talk,
+                                       notify=False).gid
+    backend.manager.mark_read(gid, [(1, 6)])  # read before this run: the first six
     selection: Selection[GroupSession] = Selection()
     view = FakeSessionsView()
     controller = sessions.SessionController(backend, selection, ComposeTarget(), ThreadFilter(), view, {})
 
-    session = controller.session(GID)
+    session = controller.session(gid)
     qtbot.waitUntil(lambda: session.loaded)
     assert session.tree.unread_in_arrival_order() == [talk[6].mid, talk[7].mid]
     assert ("setWindowTitle", "(2) M2MC chat") in view.calls
 
     session.tree.mark_read([talk[6].mid])
-    qtbot.waitUntil(lambda: backend.manager.read_marks(GID) == [(1, 7)])
+    qtbot.waitUntil(lambda: backend.manager.read_marks(gid) == [(1, 7)])
 
     view.calls.clear()
     controller.next_unread()
-    assert view.calls == [("select_group", GID), ("clear_filter",), ("select_message", talk[7].mid)]
+    assert view.calls == [("select_group", gid), ("clear_filter",), ("select_message", talk[7].mid)]
