@@ -35,8 +35,8 @@ from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
-from .addresses import Endpoint, GroupAddress, parse_endpoint
-from .invites import invite_link, parse_invite
+from .addresses import Endpoint, GroupAddress
+from .invites import parse_invite
 from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
 from .types import ChatMessage, GroupView, Mid, PassphraseRefused, UsageError, format_mid, iso_millis
 
@@ -205,20 +205,17 @@ class GroupManager(rules.OperationCalls):
 
     def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
         """A peer's ``host:port`` (the port defaults to this peer's): probed, then asked for its groups."""
-        try:
-            endpoint = parse_endpoint(address, self.config.port)
-        except ValueError as exc:
-            raise UsageError(f"bad address: {exc}") from None
-        if endpoint == self.network.endpoint:
-            raise UsageError(f"{endpoint} is this peer's own address")
-        self.core.add_peer(endpoint, clock.now(), found_by)
+        endpoint = self.core.add_peer(address, clock.now(), found_by)
         self._after_input()
         return endpoint
 
+    def reached_directly(self, gid: str) -> list[str]:
+        """The members of ``gid`` reached by unicast (multicast does not join them to this peer)."""
+        return self.core.reached_directly(gid, clock.now())
+
     def peers(self) -> list[dict]:
         """Every peer known by endpoint or heard by multicast (``last_heard`` in seconds ago)."""
-        now = clock.now()
-        return [{**row, "last_heard": round(now - row["last_heard"], 1)} for row in self.core.peers(now)]
+        return self.core.peers(clock.now())
 
     @property
     def endpoint(self) -> Endpoint | None:
@@ -290,14 +287,19 @@ class GroupManager(rules.OperationCalls):
     INVITE_WAIT = 10.0
 
     async def join_invite_async(self, text: str, passphrase: str | None = None) -> str:
-        """Join the group an invite names.  Its ``peer`` endpoints are probed first, so the group
-        is found where multicast does not flow; an unknown group is waited for up to
+        """Join the group an invite names (:meth:`find_invited_async`)."""
+        view = await self.find_invited_async(text)
+        return await self.join_group_async(view.gid, passphrase)
+
+    async def find_invited_async(self, text: str) -> GroupView:
+        """The group an invite names.  Its ``peer`` endpoints are probed first, so the group is
+        found where multicast does not flow; an unknown group is waited for up to
         :attr:`INVITE_WAIT` seconds."""
         invite = parse_invite(text)
         if invite is None:
             raise UsageError("not an invite: an invite looks like m2mc://join/<group id>?desc=…&peer=host:port")
         for endpoint in invite.peers:
-            if endpoint != self.network.endpoint:
+            if endpoint not in self.core.reach.own:
                 self.core.add_peer(endpoint, clock.now(), "invite")
         self._after_input()
         deadline = clock.now() + self.INVITE_WAIT
@@ -312,12 +314,11 @@ class GroupManager(rules.OperationCalls):
                                  f"(asked {where}): is the inviter's app running, and is its address "
                                  "reachable from here?")
             await asyncio.sleep(0.05)
-        return await self.join_group_async(invite.gid, passphrase)
+        return self.core.group(invite.gid)
 
     def invite(self, gid: str) -> str:
         """The invite link for ``gid``: its id, description and this peer's endpoint."""
-        record = self.core.known(gid)
-        return invite_link(gid, record.desc, [self.network.endpoint] if self.network.endpoint else [])
+        return self.core.invite(gid)
 
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
         gid = self.core.join(record, key, clock.now(), clock.wall())

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from . import crypto, names, rules, wire
-from .addresses import Broadcast, Destination, Endpoint, GroupAddress
+from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
+from .invites import invite_link
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
@@ -156,14 +157,30 @@ class PeerCore:
         """GJLP advertisement: ask every peer on the LAN for the groups it knows."""
         self.gjlp.advertise()
 
-    def add_peer(self, endpoint: Endpoint, now: float, found_by: str = "manual") -> None:
-        """A peer's address, from the user or an invite: it is probed, and once it proves itself
-        it is asked for its groups like any peer that answers an advertisement."""
+    def add_peer(self, address: str | Endpoint, now: float, found_by: str = "manual") -> Endpoint:
+        """A peer's address (``host:port``, the port defaulting to this peer's), from the user or
+        an invite: it is probed, and once it proves itself it is asked for its groups like any
+        peer that answers an advertisement."""
+        if isinstance(address, Endpoint):
+            endpoint = address
+        else:
+            try:
+                endpoint = parse_endpoint(address, self.port)
+            except ValueError as exc:
+                raise UsageError(f"bad address: {exc}") from None
+        if endpoint in self.reach.own:
+            raise UsageError(f"{endpoint} is this peer's own address")
         self.reach.add(endpoint, found_by, now)
+        return endpoint
+
+    def invite(self, gid: str) -> str:
+        """The invite link for ``gid``: its id, description and this peer's endpoints."""
+        return invite_link(gid, self.known(gid).desc, sorted(self.reach.own, key=str))
 
     def peers(self, now: float) -> list[dict]:
-        """Every peer known by endpoint or heard by multicast: how it was found, how it is reached."""
-        return self.reach.peers(now)
+        """Every peer known by endpoint or heard by multicast: how it was found, how it is reached,
+        and ``last_heard`` in seconds ago."""
+        return [{**row, "last_heard": round(now - row["last_heard"], 1)} for row in self.reach.peers(now)]
 
     def resync(self, now: float) -> None:
         """Ask every joined group for what this peer missed, and re-advertise."""
@@ -345,6 +362,12 @@ class PeerCore:
         """Each current member's presence ("online", "away", "offline"); this peer is online."""
         return {m.pid: "online" if m.pid == self.pid else self.presence.status(m.pid, now)
                 for m in self.known(gid).current()}
+
+    def reached_directly(self, gid: str, now: float) -> list[str]:
+        """The current members of ``gid`` that multicast does not join to this peer: they get
+        what it sends by unicast."""
+        record = self.known(gid)
+        return sorted(pid for pid, _ in self.reach.unicast_peers(now) if record.is_current(pid))
 
     def take_unsent(self) -> dict[Mid, str]:
         """Own messages taken back since the last call because they could not be stored

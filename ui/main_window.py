@@ -82,6 +82,8 @@ log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
+ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here. Ask a member for an invite, "
+                "or add a peer by address (File menu).")
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
 
 
@@ -113,6 +115,8 @@ class MainWindow(QMainWindow):
         self.discovery.join_requested.connect(self.join_controller.join_group)
         self.discovery.create_requested.connect(self.join_controller.create_group)
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
+        self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
+        self.discovery.alone_changed.connect(self._on_alone)
 
         self._build_panes()
         self._build_actions()
@@ -379,12 +383,13 @@ class MainWindow(QMainWindow):
         self.join_action = self._action("&Join group by id…", None, joins.join_by_id, "join")
         self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", joins.join_from_invite, "join")
         self.invite_action = self._action("&Copy invite", None, joins.copy_invite)
+        self.add_peer_action = self._action("&Add peer by address…", None, joins.add_peer)
         self.leave_action = self._action("&Leave group", None, joins.leave_current_group)
         self.name_action = self._action("Change display &name…", None, joins.change_name)
         self.export_action = self._action("&Export chat log…", "Ctrl+E", self.export_dialog, "export")
         quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.close)
         for action in (self.create_action, self.discover_action, self.join_action, self.join_invite_action,
-                       self.invite_action, self.leave_action):
+                       self.add_peer_action, self.invite_action, self.leave_action):
             menu.addAction(action)
         menu.addSeparator()
         menu.addAction(self.name_action)
@@ -684,6 +689,13 @@ class MainWindow(QMainWindow):
 
     def fill_members(self) -> None:
         self.status_controller.fill_members()
+
+    def _on_alone(self, alone: bool) -> None:
+        """Nobody heard of after a while: say why that may be, where the user looks first."""
+        if alone:
+            self.statusBar().showMessage(ALONE_STATUS)
+        elif self.statusBar().currentMessage() == ALONE_STATUS:
+            self.statusBar().clearMessage()
 
     def start_new_thread(self) -> None:
         self.compose_controller.start_new_thread()

@@ -35,6 +35,7 @@ from ..middleware import crypto, rules
 from ..middleware.chatops import OP_MARKER
 from ..middleware.crypto import Identity
 from ..middleware.addresses import Broadcast, Endpoint
+from ..middleware.invites import parse_invite
 from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised, ignore
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
@@ -92,6 +93,7 @@ class MemoryLan:
     def add(self, core: PeerCore, listener: Listener = ignore) -> None:
         self.cores[core.pid] = core
         self.endpoints[core.pid] = Endpoint("127.0.0.1", 40_000 + len(self.endpoints))
+        core.reach.own.add(self.endpoints[core.pid])
         self._listeners[core.pid] = listener
 
     def run(self, core: PeerCore, action: Callable[[PeerCore], T]) -> T:
@@ -199,6 +201,27 @@ class MemoryManager(rules.OperationCalls):
 
     async def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
         return self.join_group(gid, passphrase)
+
+    async def find_invited_async(self, text: str) -> GroupView:
+        """The group an invite names: everyone here hears multicast, so its peers need no probing."""
+        invite = parse_invite(text)
+        if invite is None:
+            raise UsageError("not an invite: an invite looks like m2mc://join/<group id>?desc=…&peer=host:port")
+        return self.core.group(invite.gid)
+
+    def invite(self, gid: str) -> str:
+        return self.core.invite(gid)
+
+    def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
+        endpoint = self._run(lambda core: core.add_peer(address, self.lan.now, found_by))
+        self.lan.settle()
+        return endpoint
+
+    def peers(self) -> list[dict]:
+        return self.core.peers(self.lan.now)
+
+    def reached_directly(self, gid: str) -> list[str]:
+        return self.core.reached_directly(gid, self.lan.now)
 
     def leave_group(self, gid: str) -> None:
         self._run(lambda core: core.leave(gid, self.lan.wall()))

@@ -12,11 +12,11 @@ from typing import Protocol
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QListWidgetItem, QMessageBox, QWidget
+from PySide6.QtWidgets import QInputDialog, QListWidgetItem, QMessageBox, QWidget
 
 from ...middleware.types import GroupView
 from ..bridge import Backend
-from ..dialogs import ConfirmJoinDialog, CreateGroupDialog, JoinDialog, NameDialog, invite_text
+from ..dialogs import ConfirmJoinDialog, CreateGroupDialog, JoinDialog, NameDialog, invite_text, plain_error
 from ..discovery_window import DiscoveryWindow
 from ..state import Selection
 from .sessions import GroupSession, SessionController
@@ -116,13 +116,34 @@ class JoinController(QObject):
             self._joined(dialog.joined_gid)
 
     def copy_invite(self) -> None:
+        """The group's invite, with this peer's address in it, so that it also works where
+        multicast does not flow."""
         session = self.selection.session
         if session is None:
             return
-        QGuiApplication.clipboard().setText(invite_text(session.gid, session.title))
+        gid, title = session.gid, session.title
         private = session.view is not None and session.view.private
-        self.view.show_status("Invite copied" + (" — give the passphrase separately, in person"
-                                                               if private else ""), 5000)
+
+        def copied(link: str) -> None:
+            QGuiApplication.clipboard().setText(invite_text(title, link))
+            self.view.show_status("Invite copied" + (" — give the passphrase separately, in person"
+                                                     if private else ""), 5000)
+
+        self.backend.call(lambda peer: peer.invite(gid), on_result=copied,
+                          on_error=lambda exc: self.view.show_error(plain_error(exc)))
+
+    def add_peer(self) -> None:
+        """Add a peer by the address the user types: for networks where multicast does not flow."""
+        address, ok = QInputDialog.getText(
+            self.view.dialog_parent(), "Add peer by address",
+            "The other computer's address, as it shows it (host:port, e.g. 192.168.1.20:47477).\n"
+            "Use this where groups on your network do not show up: it is asked directly.")
+        if not ok or not address.strip():
+            return
+        self.backend.call(lambda peer: peer.add_peer(address.strip()),
+                          on_result=lambda endpoint: self.view.show_status(
+                              f"Asking {endpoint}… its groups appear under Find groups (Ctrl+G)", 8000),
+                          on_error=lambda exc: self.view.show_error(plain_error(exc)))
 
     def change_name(self) -> None:
         dialog = NameDialog(self.backend.name, self.view.dialog_parent(), title="Change display name")

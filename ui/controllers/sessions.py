@@ -54,6 +54,7 @@ class GroupSession:
     divider: Mid | None = None  # "New messages" above this one: the first unread when opened
     opened: bool = False  # scrolled to where it opens
     presence: dict[str, str] = field(default_factory=dict)
+    direct: set[str] = field(default_factory=set)  # members reached by unicast (reach: multicast misses them)
     topic: str | None = None  # None: not heard yet (the group view has it)
     pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
 

@@ -163,7 +163,7 @@ class StatusController(QObject):
                     conversation.viewport().update()
         presence = session.presence if session is not None else {}
         fill_member_list(self.view.member_list, view, self.backend.pid, self._member_header,
-                         lambda pid: presence.get(pid, "offline"))
+                         lambda pid: presence.get(pid, "offline"), session.direct if session is not None else set())
 
     def _member_header(self, text: str) -> QListWidgetItem:
         item = QListWidgetItem(text)
@@ -181,12 +181,13 @@ class StatusController(QObject):
         if session is None or session.view is None or not session.view.joined:
             return
         gid = session.gid
-        self.backend.call(lambda peer: peer.presence_of(gid),
-                          on_result=lambda statuses: self._on_presence(session, statuses),
+        self.backend.call(lambda peer: (peer.presence_of(gid), peer.reached_directly(gid)),
+                          on_result=lambda result: self._on_presence(session, *result),
                           on_error=lambda _e: None)
 
-    def _on_presence(self, session: GroupSession, statuses: dict) -> None:
-        if statuses != session.presence:
+    def _on_presence(self, session: GroupSession, statuses: dict, direct: list[str]) -> None:
+        if statuses != session.presence or set(direct) != session.direct:
             session.presence = dict(statuses)
+            session.direct = set(direct)
             if self.selection.is_current(session):
                 self.fill_members()
