@@ -159,6 +159,10 @@ class MemoryStore:
                                    self._keys.get(m.mid[0], b""), m.signature)
                 for m in sorted(found, key=lambda m: m.order)]
 
+    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        found = [self._messages[(gid, mid)] for mid in set(mids) if (gid, mid) in self._messages]
+        return [self._with_key(m) for m in sorted(found, key=lambda m: m.order)]
+
     def delivered_mids(self, gid: str) -> list[Mid]:
         return [mid for g, mid in self._delivered if g == gid]
 

@@ -301,8 +301,7 @@ class PeerCore:
         return ops
 
     def _stored(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
-        return [ChatMessage(gid, (m.sender, m.seqno), m.parent, m.name, m.text, m.sent_at, 0)
-                for m in self.store.fetch(gid, mids)]
+        return self.store.messages(gid, mids)
 
     def groups(self) -> list[GroupView]:
         return [self._with_topic(record.view(self.pid)) for record in self.gjlp.groups.values()]

@@ -438,6 +438,19 @@ class Store:
 
     def fetch(self, gid: str, mids: list[Mid]) -> list[wire.StoredMessage]:
         """The stored messages among ``mids``, in delivery order (for repairs and sync)."""
+        keys = dict(self._db.execute("SELECT pid, public_key FROM peer_keys"))
+        return [wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, sa, n, t, keys.get(s, b""), sig)
+                for _, (s, q, ps, pq, n, t, sa, ra, sig) in self._rows_of(gid, mids)]
+
+    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        """The stored messages among ``mids`` as delivered, arrival time and order included."""
+        keys = dict(self._db.execute("SELECT pid, public_key FROM peer_keys"))
+        return [ChatMessage(gid, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, order, sig,
+                            keys.get(s, b""))
+                for order, (s, q, ps, pq, n, t, sa, ra, sig) in self._rows_of(gid, mids)]
+
+    def _rows_of(self, gid: str, mids: list[Mid]) -> list[tuple[int, tuple]]:
+        """(delivery order, row) of each stored message among ``mids``, in delivery order."""
         by_sender: dict[str, list[int]] = {}
         for sender, seqno in mids:
             by_sender.setdefault(sender, []).append(seqno)
@@ -447,14 +460,13 @@ class Store:
                 wanted.setdefault(segment, set()).add((sender, seqno))
         if not wanted:
             return []
-        keys = dict(self._db.execute("SELECT pid, public_key FROM peer_keys"))
         found = []
         for segment in sorted(wanted):
             take = wanted[segment]
-            found += [
-                wire.StoredMessage(s, q, (ps, pq) if ps is not None else None, sa, n, t, keys.get(s, b""), sig)
-                for s, q, ps, pq, n, t, sa, ra, sig in self._segment_rows(segment) if (s, q) in take
-            ]
+            (first_order,) = self._db.execute("SELECT first_order FROM segments WHERE segment = ?",
+                                              (segment,)).fetchone()
+            found += [(order, row) for order, row in enumerate(self._segment_rows(segment), first_order)
+                      if (row[0], row[1]) in take]
         return found
 
     def _segment_rows(self, segment: int) -> list:

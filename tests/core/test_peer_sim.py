@@ -201,9 +201,6 @@ def test_joining_and_leaving_tell_the_group_s_new_view():
     assert [view.joined for view in views(lambda c: c.leave(gid, lan.now))] == [False]
 
 
-@pytest.mark.xfail(strict=True, reason="PeerCore._tell builds updated messages from store.fetch (PeerCore._stored), "
-                                       "which has no received_at or order: the GUI then shows a reacted message "
-                                       "as sent on 1 January 2020 (shown_sent_at clamps to received_at 0)")
 def test_an_updated_message_keeps_its_arrival_and_its_place():
     lan = PeerLan([MemoryStore(), MemoryStore()])
     writer, reader = lan.nodes

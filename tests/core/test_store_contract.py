@@ -154,3 +154,29 @@ def test_read_marks_merge_refuse_bad_ranges_and_stay_bounded(store):
     s.add_read_marks("h", [(2 * i, 2 * i) for i in range(200)])
     marks = s.read_marks("h")
     assert len(marks) <= 50 and marks[-1] == (398, 398) and marks[0][0] == 0
+
+
+def test_messages_by_mid_keep_their_arrival_and_delivery_order(store):
+    s = store[0]
+    stored = s.add_messages([message(ANN, seqno, "g") for seqno in range(1, 40)] + [message(BOB, 1, "other")])
+    s.commit()
+    wanted = [(ANN.pid, 30), (ANN.pid, 2), (BOB.pid, 1), (ANN.pid, 99)]
+    got = s.messages("g", wanted)
+    assert [(m.mid, m.received_at, m.order) for m in got] == [
+        (m.mid, m.received_at, m.order) for m in stored if m.gid == "g" and m.mid in wanted]
+    assert all(m.public_key == ANN.public_key for m in got)
+
+
+def test_a_peer_cache_keeps_the_newest_rows_up_to_its_cap(store):
+    from m2mc.middleware.addresses import Endpoint
+    from m2mc.middleware.store_api import MAX_CACHED_PEERS
+
+    s = store[0]
+    for i in range(MAX_CACHED_PEERS + 10):
+        s.cache_peer(f"peer{i}", Endpoint("10.0.0.1", 1000 + i), 1_800_000_000.0 + i)
+    s.cache_peer("peer0", Endpoint("10.0.0.2", 47477), 1_900_000_000.0)  # seen again, elsewhere
+    s.commit()
+    cached = s.cached_peers()
+    assert len(cached) == MAX_CACHED_PEERS
+    assert cached[0] == ("peer0", Endpoint("10.0.0.2", 47477), 1_900_000_000.0)
+    assert {pid for pid, _, _ in cached} == {"peer0", *(f"peer{i}" for i in range(11, MAX_CACHED_PEERS + 10))}
