@@ -3,7 +3,6 @@ another's (a Cyrillic letter, a zero-width space, a right-to-left override, uppe
 letters) get the ⚠ and their fingerprints in the member list and in the conversation, and a
 message is headed by its author's member record, not by the name it carries."""
 
-import pytest
 
 from conftest import BOB, message, save_screenshot
 from m2mc.middleware.names import shown
