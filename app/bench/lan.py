@@ -1,6 +1,6 @@
 """Benchmark of the whole stack on a namespace LAN: three peers, one sending.
 
-    sudo .venv/bin/python -m m2mc.app.bench.lan [--messages 20000] [--steady-seconds 5] [--mode both]
+    sudo .venv/bin/python -m m2mc.app.bench.lan [--messages 20000] [--steady-seconds 5] [--mode both] [--rounds 1]
 
 Phase 1 sends as fast as the stack allows; phase 2 sends at a steady 1,000
 msg/s.  Each receiver reports delivered msg/s and the latency from send to
@@ -134,11 +134,15 @@ async def run_receiver(args) -> None:
 
 def orchestrate(args) -> int:
     modes = ["multicast", "unicast"] if args.mode == "both" else [args.mode]
-    rates = {mode: run_mode(args, mode) for mode in modes}
-    if len(rates) == 2:
-        fast = [u / m for u, m in zip(rates["unicast"], rates["multicast"])]
-        print("unicast/multicast delivered msg/s in the fast phase, per receiver: "
-              + ", ".join(f"{ratio:.2f}" for ratio in fast))
+    ratios = []
+    for _ in range(args.rounds):  # both: multicast, unicast, multicast, unicast, ... paired per round
+        rates = {mode: run_mode(args, mode) for mode in modes}
+        if len(rates) == 2:
+            ratios += [u / m for u, m in zip(rates["unicast"], rates["multicast"])]
+            print("unicast/multicast delivered msg/s in the fast phase, per receiver: "
+                  + ", ".join(f"{ratio:.2f}" for ratio in ratios[-len(rates["unicast"]):]))
+    if len(ratios) > 2:
+        print(f"median of the {len(ratios)} unicast/multicast ratios: {statistics.median(ratios):.2f}")
     return 0
 
 
@@ -200,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-seconds", type=float, default=5.0)
     parser.add_argument("--peers", type=int, default=3)
     parser.add_argument("--mode", choices=["multicast", "unicast", "both"], default="both")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each mode, alternating")
     parser.add_argument("--role", choices=["sender", "receiver"])
     parser.add_argument("--iface")
     parser.add_argument("--data-dir")
