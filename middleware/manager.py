@@ -36,7 +36,6 @@ from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
 from .addresses import Endpoint, GroupAddress
-from .invites import parse_invite
 from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
 from .types import ChatMessage, GroupView, Mid, PassphraseRefused, UsageError, format_mid, iso_millis
 
@@ -295,12 +294,7 @@ class GroupManager(rules.OperationCalls):
         """The group an invite names.  Its ``peer`` endpoints are probed first, so the group is
         found where multicast does not flow; an unknown group is waited for up to
         :attr:`INVITE_WAIT` seconds."""
-        invite = parse_invite(text)
-        if invite is None:
-            raise UsageError("not an invite: an invite looks like m2mc://join/<group id>?desc=…&peer=host:port")
-        for endpoint in invite.peers:
-            if endpoint not in self.core.reach.own:
-                self.core.add_peer(endpoint, clock.now(), "invite")
+        invite = self.core.accept_invite(text, clock.now())
         self._after_input()
         deadline = clock.now() + self.INVITE_WAIT
         ask_at = clock.now() + 1.0

@@ -37,7 +37,7 @@ from . import crypto, names, rules, wire
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
-from .invites import invite_link
+from .invites import Invite, invite_link, parse_invite
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
@@ -172,6 +172,16 @@ class PeerCore:
             raise UsageError(f"{endpoint} is this peer's own address")
         self.reach.add(endpoint, found_by, now)
         return endpoint
+
+    def accept_invite(self, text: str, now: float) -> Invite:
+        """The invite in ``text``; its ``peer`` endpoints are probed (found by "invite")."""
+        invite = parse_invite(text)
+        if invite is None:
+            raise UsageError("not an invite: an invite looks like m2mc://join/<group id>?desc=…&peer=host:port")
+        for endpoint in invite.peers:
+            if endpoint not in self.reach.own:
+                self.add_peer(endpoint, now, "invite")
+        return invite
 
     def invite(self, gid: str) -> str:
         """The invite link for ``gid``: its id, description and this peer's endpoints."""

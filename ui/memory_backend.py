@@ -35,7 +35,6 @@ from ..middleware import crypto, rules
 from ..middleware.chatops import OP_MARKER
 from ..middleware.crypto import Identity
 from ..middleware.addresses import Broadcast, Endpoint
-from ..middleware.invites import parse_invite
 from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised, ignore
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
@@ -204,9 +203,7 @@ class MemoryManager(rules.OperationCalls):
 
     async def find_invited_async(self, text: str) -> GroupView:
         """The group an invite names: everyone here hears multicast, so its peers need no probing."""
-        invite = parse_invite(text)
-        if invite is None:
-            raise UsageError("not an invite: an invite looks like m2mc://join/<group id>?desc=…&peer=host:port")
+        invite = self._run(lambda core: core.accept_invite(text, self.lan.now))
         return self.core.group(invite.gid)
 
     def invite(self, gid: str) -> str:

@@ -9,10 +9,8 @@ passphrase of a private group) the confirmation asks for it: a wrong passphrase
 first, whose refusal is reported, then the right one.
 """
 
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -23,23 +21,11 @@ from m2mc.middleware.manager import Config  # noqa: E402
 from m2mc.ui.bridge import ManagerBackend  # noqa: E402
 from m2mc.ui.main_window import MainWindow  # noqa: E402
 from m2mc.ui.resources import apply_theme  # noqa: E402
+from tests.ui.gui_check_support import say, wait  # noqa: E402
 
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
 
-def say(**event):
-    print(json.dumps(event), flush=True)
-
-
-def wait(app, predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        app.processEvents()
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    return None
 
 
 def tree_rows(window):

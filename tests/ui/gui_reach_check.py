@@ -7,10 +7,8 @@ invite.  It prints one JSON line per step.  Dialogs are driven with keys, as a p
 into the focused field, Enter to accept.  Screenshots go to build/screenshots/.
 """
 
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -25,23 +23,11 @@ from m2mc.ui.bridge import ManagerBackend  # noqa: E402
 from m2mc.ui.discovery_window import DiscoveryWindow  # noqa: E402
 from m2mc.ui.main_window import MainWindow  # noqa: E402
 from m2mc.ui.resources import apply_theme  # noqa: E402
+from tests.ui.gui_check_support import say, wait  # noqa: E402
 
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
 
-def say(**event):
-    print(json.dumps(event), flush=True)
-
-
-def wait(app, predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        app.processEvents()
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    return None
 
 
 def type_into_dialog(app, kind, text, then=None):

@@ -4,7 +4,6 @@ verified of it (signed description, creator's name and fingerprint, member count
 Once for an open group, once for a private one (a wrong passphrase refused in the dialog, then the right one).
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -12,17 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.ui.gui_check_support import read_event
 from tests.testbed.lan import LoopbackHost, PeerProcess
 from m2mc.middleware.types import short_fingerprint
 
 pytestmark = pytest.mark.netns
 CHECK = Path(__file__).with_name("gui_netns_check.py")
 
-
-def read_event(proc):
-    line = proc.stdout.readline()
-    assert line, f"the GUI check ended early: {proc.stderr.read()[-2000:]}"
-    return json.loads(line)
 
 
 @pytest.mark.parametrize("passphrase", [None, "lunch is at noon"], ids=["open", "private"])

@@ -1,7 +1,6 @@
 """The real window on a namespace LAN that carries neither multicast nor broadcast: it says why it finds
 nobody, refuses a bad address, joins from an invite and marks the inviter as reached directly."""
 
-import json
 import os
 import subprocess
 import sys
@@ -9,16 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.ui.gui_check_support import read_event
 from tests.testbed.lan import Lan, PeerProcess
 
 pytestmark = pytest.mark.netns
 CHECK = Path(__file__).with_name("gui_reach_check.py")
 
-
-def read_event(proc):
-    line = proc.stdout.readline()
-    assert line, f"the GUI check ended early: {proc.stderr.read()[-3000:]}"
-    return json.loads(line)
 
 
 def test_window_without_multicast_says_why_joins_from_an_invite_and_marks_the_member_reached_directly(tmp_path):
