@@ -24,7 +24,6 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 from . import clock, crypto, rules
 from .channel import GroupChannel
@@ -382,12 +381,7 @@ class GroupManager(rules.OperationCalls):
 
     def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
         """Add delivery-order ranges to what was read in ``gid`` (kept across restarts)."""
-        self.core.known(gid)
-        try:
-            self.store.add_read_marks(gid, [cast(tuple[int, int], tuple(r)) for r in ranges])
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"bad read marks: {exc}") from None
-        self.store.commit()
+        self.core.mark_read(gid, ranges)
 
     def export_log(self, path: str | Path, gid: str | None = None) -> int:
         """Write delivered messages as JSON Lines (the analytics export format)."""

@@ -31,7 +31,7 @@ import logging
 import random
 import sqlite3
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from . import crypto, names, rules, wire
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
@@ -377,6 +377,16 @@ class PeerCore:
         what it sends by unicast."""
         record = self.known(gid)
         return sorted(pid for pid, _ in self.reach.unicast_peers(now) if record.is_current(pid))
+
+    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
+        """Add delivery-order ranges to what was read in ``gid``, kept at once (a person's reading
+        is not part of any flush)."""
+        self.known(gid)
+        try:
+            self.store.add_read_marks(gid, [cast(tuple[int, int], tuple(r)) for r in ranges])
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad read marks: {exc}") from None
+        self.store.commit()
 
     def take_unsent(self) -> dict[Mid, str]:
         """Own messages taken back since the last call because they could not be stored

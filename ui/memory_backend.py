@@ -39,7 +39,7 @@ from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
-from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError
+from ..middleware.types import ChatMessage, GroupView, Member, Mid
 
 from .backend import Peer
 from .bridge import Backend
@@ -262,12 +262,7 @@ class MemoryManager(rules.OperationCalls):
         return self.store.read_marks(gid)
 
     def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
-        self.core.known(gid)
-        try:
-            self.store.add_read_marks(gid, [(first, last) for first, last in ranges])
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"bad read marks: {exc}") from None
-        self.store.commit()
+        self.core.mark_read(gid, ranges)
 
     def export_log(self, path: str | Path, gid: str | None = None) -> int:
         if gid:
