@@ -218,6 +218,9 @@ class PeerCore:
         record = self.gjlp.create_group(descriptor, created_at / 1000, key)
         gid = record.gid
         self.store.save_group(record)
+        # Nothing read yet, said in the store: a group with no read marks at all is one from before
+        # read marks existed, whose history the app takes as read.
+        self.store.add_read_marks(record.gid, [])
         self.store.save_members(gid, record.members.values())
         if key:
             self.store.set_group_key(gid, key)
@@ -256,6 +259,9 @@ class PeerCore:
         self.gjlp.join(gid, now, key, wall=wall)
         self.gjlp.advertise()  # the members' answers tell us who they are: we take datagrams only from them
         self.store.save_group(record)
+        # Nothing read yet, said in the store: a group with no read marks at all is one from before
+        # read marks existed, whose history the app takes as read.
+        self.store.add_read_marks(record.gid, [])
         self.store.save_members(gid, record.members.values())  # what was known before joining, once
         if key is not None:
             self.store.set_group_key(gid, key)

@@ -199,7 +199,9 @@ class DiscoveryWindow(QWidget):
         self._update_buttons()
         self._alone_timer = QTimer(self, interval=self.ALONE_CHECK)
         self._alone_timer.timeout.connect(self._check_alone)
-        QTimer.singleShot(self.ALONE_AFTER, self._start_alone_checks)
+        self._alone_start = QTimer(self, singleShot=True, interval=self.ALONE_AFTER)  # dies with the window
+        self._alone_start.timeout.connect(self._start_alone_checks)
+        self._alone_start.start()
 
     def _start_alone_checks(self) -> None:
         self._check_alone()

@@ -291,13 +291,14 @@ class MemoryManager(rules.OperationCalls):
     def inject_group(self, desc: str, members: tuple[Member, ...] = (), private: bool = False,
                      joined: bool = False, left: tuple[Member, ...] = (), history: list[ChatMessage] | None = None,
                      notify: bool = True, passphrase: str | None = None, creator: Member | None = None,
-                     verified: bool = True) -> GroupView:
+                     verified: bool = True, unread: bool = False) -> GroupView:
         """A group made by ``creator`` (else the first of ``members``), which ``members`` and ``left`` join
         (``left`` leave it again) and ``history`` is written in, before this peer hears of it.  This peer
         is in it if ``joined`` (this peer in ``members`` says nothing).  ``notify``: the GUI is told of
         the group at the end.  ``private`` without a passphrase: a passphrase nobody is told.
         ``verified=False``: this peer has only seen the group's zeroconf announcement so far: it verifies once
-        its descriptor is fetched over GJLP (within :attr:`MemoryLan.SETTLE` of :meth:`pass_time`)."""
+        its descriptor is fetched over GJLP (within :attr:`MemoryLan.SETTLE` of :meth:`pass_time`).
+        A joined group's ``history`` counts as read here already, unless ``unread``."""
         others = tuple(m for m in members if m.pid != self.pid)
         if private and passphrase is None:
             passphrase = f"the passphrase of {desc!r}, told to nobody"
@@ -316,6 +317,9 @@ class MemoryManager(rules.OperationCalls):
                 self._join_all(gid, [self.core], passphrase)
             self._write(gid, history or [])
             self.lan.settle()
+            orders = [m.order for m in self.store.history(gid) if m.order]
+            if joined and orders and not unread:  # the history was read here before: what comes later is news
+                self.core.mark_read(gid, [(min(orders), max(orders))])
         return self._told(gid, notify)
 
     def _make_group(self, desc: str, others: tuple[Member, ...], left: tuple[Member, ...], passphrase: str | None,

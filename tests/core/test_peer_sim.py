@@ -215,3 +215,19 @@ def test_an_updated_message_keeps_its_arrival_and_its_place():
     lan.settle(1.0)
     updated = [m for m in reader.recorder.updated if m.mid == mid]
     assert updated and all((m.received_at, m.order) == (stored.received_at, stored.order) for m in updated)
+
+
+def test_a_group_joined_and_never_opened_keeps_its_history_unread_across_a_restart():
+    """Issue 32's first item: "no read marks stored" must mean a group from an older version,
+    never one joined and not opened yet (whose 300 messages the app then took as read)."""
+    lan = PeerLan([MemoryStore(), MemoryStore()])
+    writer, reader = lan.nodes
+    gid = lan.create_group(writer)
+    for i in range(5):
+        lan.send(writer, gid, f"message {i}")
+    lan.join_all(gid)
+    lan.settle(2.0)
+    lan.restart(reader)
+    assert reader.core is not None
+    assert reader.core.store.read_marks(gid) == []
+    assert writer.core is not None and writer.core.store.read_marks(gid) == []

@@ -84,7 +84,7 @@ def test_the_session_controller_restores_read_marks_saves_new_ones_and_finds_the
     monkeypatch.setattr(sessions, "READ_SAVE_MS", 0)
     talk = [m._replace(order=n) for n, m in enumerate(lunch_conversation(GID), start=1)]  # as delivered
     gid = backend.manager.inject_group("Lunch", members=(ANN, BOB, CAT), joined=True, history=talk,
-                                       notify=False).gid
+                                       notify=False, unread=True).gid
     backend.manager.mark_read(gid, [(1, 6)])  # read before this run: the first six
     selection: Selection[GroupSession] = Selection()
     view = FakeSessionsView()

@@ -436,9 +436,10 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
     qtbot.waitUntil(lambda: len(window.current.tree) == 4)
     assert notified == ["Bob in Travel & lunch"]
 
-    window.invite_action.trigger()
+    window.invite_action.trigger()  # the invite (with this peer's address) comes from the middleware's thread
+    qtbot.waitUntil(lambda: gid in QGuiApplication.clipboard().text())
     invite = QGuiApplication.clipboard().text()
-    assert gid in invite and "Travel & lunch" in invite
+    assert "Travel & lunch" in invite and "&peer=127.0.0.1:" in invite
     board = backend.manager.inject_group("Board games", members=(BOB,)).gid
 
     def paste_invite():
