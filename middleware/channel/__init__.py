@@ -76,12 +76,12 @@ from dataclasses import dataclass
 from sys import getsizeof
 from typing import Callable, Iterable
 
-from . import crypto, rules, wire
-from .crypto import Identity
-from .events import SyncProgress  # told to the application as it is
-from .mop import DEFAULT_MAX_HELD_BYTES, SbOrderer
-from .rangeset import RangeSet
-from .types import SENT_AT_EARLIEST_MS, SENT_AT_MAX_AHEAD_MS, ChatMessage, Mid, UsageError, check_unicode
+from .. import crypto, rules, wire
+from ..crypto import Identity
+from ..events import SyncProgress  # told to the application as it is
+from ..mop import DEFAULT_MAX_HELD_BYTES, SbOrderer
+from ..rangeset import RangeSet
+from ..types import SENT_AT_EARLIEST_MS, SENT_AT_MAX_AHEAD_MS, ChatMessage, Mid, UsageError, check_unicode
 
 Fetch = Callable[[str, list[Mid]], list[wire.StoredMessage]]
 """``fetch(gid, mids)`` -> the stored messages among ``mids``, in delivery order."""
