@@ -2,8 +2,9 @@
 
 Driven like aioquic's connection: user calls (``compose``, ``start_sync``),
 ``receive(sender, message, now)`` for the group channel's datagrams and
-``handle_timer(now)``; drained by ``datagrams_to_send()``, then ``deliveries()``
-and ``events()``, and ``get_timer()``.  It reads stored messages through ``fetch``
+``handle_timer(now)``; drained by ``datagrams_to_send()``, then ``deliveries()`` (which
+refuses to run while composed messages wait to be signed by the former) and ``events()``,
+and ``get_timer()``.  It reads stored messages through ``fetch``
 (the SQLite store in the app, a dict in tests) and never touches a socket or
 a clock.
 
@@ -258,7 +259,11 @@ class GroupChannel:
         return out
 
     def deliveries(self) -> list[ChatMessage]:
-        """Messages delivered since the last call (call after :meth:`datagrams_to_send`)."""
+        """Messages delivered since the last call.  This peer's own messages get their proofs
+        when :meth:`datagrams_to_send` signs them, so it comes first: delivered unsigned, they
+        would be stored without a signature and could not be relayed."""
+        if self._pacer.unsigned:
+            raise UsageError("deliveries() before datagrams_to_send(): the messages composed are not signed yet")
         state = self._state
         out, state.deliveries = state.deliveries, []
         return out
