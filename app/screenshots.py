@@ -1,4 +1,5 @@
-"""Makes the README's screenshots of m2mc-chat from a scripted conversation (in-memory backend, no network).
+"""Makes the screenshots of m2mc-chat in README.md and resources/docs/user-guide.md from a scripted
+conversation (in-memory backend, no network).
 
     xvfb-run -a python -m m2mc.app.screenshots [--out resources]
 

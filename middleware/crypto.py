@@ -47,7 +47,7 @@ KEY_CHECK_BYTES = 16
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
 # Argon2id cost of new private groups: 4 passes over 256 MiB.  libsodium's "moderate"
 # (3 passes) measured 0.46-0.58 CPU seconds per guess here, too close to the 0.5 floor;
-# 4 passes cost 0.6-0.75 (python -m m2mc.app.bench.kdf; figures in the README), so an offline
+# 4 passes cost 0.6-0.75 (python -m m2mc.app.bench.kdf; figures in resources/docs/benchmarks.md), so an offline
 # guess costs an attacker >= 0.5 core-seconds while a join stays under 1 s.
 ARGON2ID = "argon2id"
 ARGON2_OPSLIMIT = 4

@@ -35,7 +35,8 @@ from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
-from .transport import MulticastNetwork, interface_name, link_is_up, resolve_interface
+from .addresses import Endpoint, GroupAddress
+from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
 from .types import ChatMessage, GroupView, Mid, PassphraseRefused, UsageError, format_mid, iso_millis
 
 log = logging.getLogger(__name__)
@@ -70,11 +71,11 @@ class GroupManager(rules.OperationCalls):
         self.interface = resolve_interface(config.iface)
         # Key derivations run here, one at a time (Argon2id takes 256 MiB and ~0.6 s), never on the loop.
         self._kdf_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-kdf")
-        self._control_backlog: collections.deque[bytes] = collections.deque()
+        self._control_backlog: collections.deque[tuple[bytes, Endpoint]] = collections.deque()
         self._control_backlog_bytes = 0
         self._control_draining = False
         self.control_backlog_dropped = 0
-        self.network = MulticastNetwork(self.interface)
+        self.network: Transport = MulticastNetwork(self.interface)
         self.discovery = ZeroconfDiscovery(self.interface, self.pid, self._on_zeroconf) if config.zeroconf else None
         self._flush_scheduled = False
         self._last_flush = 0.0
@@ -133,7 +134,7 @@ class GroupManager(rules.OperationCalls):
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.network.open()
-        await self.network.listen(self.config.control_addr, self.config.port, self._on_control_datagrams)
+        await self.network.listen(self.core.control_group, self._on_control_datagrams)
         for gid in self.channels:
             await self._listen_group(gid)
         if self.discovery is not None:
@@ -266,7 +267,7 @@ class GroupManager(rules.OperationCalls):
 
     def leave_group(self, gid: str) -> None:
         record = self.core.leave(gid, clock.wall())
-        self.network.stop_listening(record.addr, record.port)
+        self.network.stop_listening(GroupAddress(record.addr, record.port))
         if self.discovery is not None:
             self._spawn(self.discovery.withdraw(gid))
         self._after_input()
@@ -374,7 +375,7 @@ class GroupManager(rules.OperationCalls):
 
     async def _listen_group(self, gid: str) -> None:
         record = self.gjlp.groups[gid]
-        await self.network.listen(record.addr, record.port, self._on_data_datagrams)
+        await self.network.listen(GroupAddress(record.addr, record.port), self._on_data_datagrams)
 
     def _announce(self, gid: str) -> None:
         if self.discovery is None or not self._started and self._loop is None:
@@ -399,12 +400,12 @@ class GroupManager(rules.OperationCalls):
     CONTROL_SLICE = 0.01
     MAX_CONTROL_BACKLOG = 8_000_000  # bytes
 
-    def _on_control_datagrams(self, batch: list[bytes]) -> None:
-        for data in batch:
+    def _on_control_datagrams(self, batch: Received) -> None:
+        for data, source in batch:
             if self._control_backlog_bytes + len(data) > self.MAX_CONTROL_BACKLOG:
                 self.control_backlog_dropped += 1
                 continue
-            self._control_backlog.append(data)
+            self._control_backlog.append((data, source))
             self._control_backlog_bytes += len(data)
         if not self._control_draining:
             self._drain_control()
@@ -414,19 +415,20 @@ class GroupManager(rules.OperationCalls):
         deadline = time.perf_counter() + self.CONTROL_SLICE
         now, wall = clock.now(), clock.wall()
         while self._control_backlog:
-            data = self._control_backlog.popleft()
+            data, source = self._control_backlog.popleft()
             self._control_backlog_bytes -= len(data)
-            self.core.receive(data, now, wall, control=True)
+            self.core.receive(data, source, now, wall, control=True)
             if self._control_backlog and time.perf_counter() > deadline and self._loop is not None:
                 self._control_draining = True
                 self._loop.call_soon(self._drain_control)
                 break
         self._after_input()
 
-    def _on_data_datagrams(self, batch: list[bytes]) -> None:
+    def _on_data_datagrams(self, batch: Received) -> None:
         now, wall = clock.now(), clock.wall()
-        for data in batch:
-            self.core.receive(data, now, wall)
+        receive = self.core.receive
+        for data, source in batch:
+            receive(data, source, now, wall)
         self._after_input()
 
     def _on_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, source: str) -> None:
@@ -466,8 +468,8 @@ class GroupManager(rules.OperationCalls):
         stored = self.core.flush(now)  # persist
         self._flush_interval = self.BUSY_FLUSH_INTERVAL if stored >= self.BUSY_MESSAGES else self.FLUSH_INTERVAL
         if self._started:  # transmit (a manager never started keeps its datagrams in the core)
-            for addr, port, data in self.core.datagrams_to_send():
-                self.network.send(addr, port, data)
+            for data, destination in self.core.datagrams_to_send():
+                self.network.send(data, destination)
         self._notify()
         for gid in self.core.take_announcements():
             self._announce(gid)

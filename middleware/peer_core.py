@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from . import crypto, names, rules, wire
+from .addresses import Destination, Endpoint, GroupAddress
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
@@ -52,11 +53,11 @@ DEFAULT_PORT = 47477
 
 
 class Datagram(NamedTuple):
-    """A datagram to send: to the control address, or to a group's address."""
+    """A datagram to send, and where to: today always a multicast group (the control
+    address or a joined group's); one peer's :class:`Endpoint` is the other kind."""
 
-    addr: str
-    port: int
     data: bytes
+    destination: Destination
 
 
 @dataclass
@@ -90,6 +91,7 @@ class PeerCore:
         self._pid_bytes = self.pid.encode()
         self.control_addr = control_addr
         self.port = port
+        self.control_group = GroupAddress(control_addr, port)
         self.max_held = max_held
         self.max_held_bytes = max_held_bytes
         self._ciphers: dict[str, crypto.GroupCipher] = {}  # private groups this peer holds the key of
@@ -367,9 +369,13 @@ class PeerCore:
 
     # -- network input ----------------------------------------------------------------
 
-    def receive(self, data: bytes, now: float, wall: float, control: bool = False) -> None:
-        """One datagram, from a stranger until its signature and the group's rules say otherwise:
-        ``control`` if it came to the control address, else to a group's."""
+    def receive(self, data: bytes, source: Endpoint | None, now: float, wall: float, *,
+                control: bool = False) -> None:
+        """One datagram, from a stranger until its signature and the group's rules say otherwise.
+
+        ``source``: the endpoint it came from, as the socket saw it (None where nobody knows, as
+        in a simulation); spoofable, so it is never taken as who sent it.  ``control`` if it came
+        to the control address, else to a group's."""
         envelope = self._decode(data, now)
         if envelope is None:
             return
@@ -455,7 +461,7 @@ class PeerCore:
         staged: list[Datagram] = []
         for message in self.gjlp.datagrams_to_send():
             try:
-                staged.append(Datagram(self.control_addr, self.port, wire.encode(self.identity, message)))
+                staged.append(Datagram(wire.encode(self.identity, message), self.control_group))
             except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
                 log.warning("not sent: %s", exc)
         events = self.gjlp.events()
@@ -474,6 +480,7 @@ class PeerCore:
         beacons = set(self.presence.beacons_due(list(self.channels), now))
         for gid, channel in self.channels.items():
             record = self.gjlp.groups[gid]
+            destination = GroupAddress(record.addr, record.port)
             channel.group_size = max(1, len(record.current()))
             outbox = channel.datagrams_to_send(now)
             if outbox:
@@ -487,8 +494,8 @@ class PeerCore:
                 outbox = []
             for message in outbox:
                 try:
-                    staged.append(Datagram(record.addr, record.port,
-                                           wire.encode(self.identity, message, self._ciphers.get(gid))))
+                    staged.append(Datagram(wire.encode(self.identity, message, self._ciphers.get(gid)),
+                                           destination))
                 except wire.WireError as exc:  # e.g. a digest past the datagram limit
                     log.warning("not sent: %s", exc)
             deliveries += channel.deliveries()

@@ -1,4 +1,9 @@
-"""Asyncio UDP multicast on one chosen IPv4 interface.
+"""The peer's network: the :class:`Transport` seam, and asyncio UDP multicast on one IPv4 interface.
+
+The adapter (:mod:`middleware.manager`) talks to a :class:`Transport`: it
+listens on group addresses and gets batches of ``(data, source endpoint)``,
+and sends datagrams to a destination (:mod:`middleware.addresses`).
+:class:`MulticastNetwork` is the implementation over multicast sockets.
 
 One sending socket per peer (TTL 1, multicast loop on, so peers on one host
 hear each other) and one receiving socket per multicast address (the control
@@ -17,7 +22,9 @@ import logging
 import socket
 import struct
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
+
+from .addresses import Destination, Endpoint, GroupAddress
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,27 @@ def link_is_up(name: str) -> bool:
         return True
 
 
+Received = list[tuple[bytes, Endpoint]]
+"""A batch of datagrams, each with the endpoint it came from (as the socket saw it)."""
+
+
+class Transport(Protocol):
+    """What the adapter needs of a network: listen on group addresses, send to a destination."""
+
+    datagrams_out: int
+    bytes_out: int
+
+    async def open(self) -> None: ...
+
+    async def listen(self, group: GroupAddress, on_datagrams: Callable[[Received], None]) -> None: ...
+
+    def stop_listening(self, group: GroupAddress) -> None: ...
+
+    def send(self, data: bytes, destination: Destination) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class _Listener:
     """A receiving socket drained in batches straight from the selector.
 
@@ -102,7 +130,7 @@ class _Listener:
 
     BATCH = 512
 
-    def __init__(self, sock: socket.socket, on_datagrams: Callable[[list[bytes]], None]) -> None:
+    def __init__(self, sock: socket.socket, on_datagrams: Callable[[Received], None]) -> None:
         self.sock = sock
         self.on_datagrams = on_datagrams
         self.loop = asyncio.get_running_loop()
@@ -110,10 +138,11 @@ class _Listener:
 
     def _read_ready(self) -> None:
         batch = []
-        recv = self.sock.recv
+        recvfrom = self.sock.recvfrom
         for _ in range(self.BATCH):
             try:
-                batch.append(recv(65536))
+                data, (host, port) = recvfrom(65536)
+                batch.append((data, Endpoint(host, port)))
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
@@ -134,12 +163,12 @@ class _Sender(asyncio.DatagramProtocol):
 
 
 class MulticastNetwork:
-    """The sockets of one peer: ``send(addr, port, data)`` and per-address listeners."""
+    """A :class:`Transport` over multicast: one sending socket, and a listener per group address."""
 
     def __init__(self, interface: str) -> None:
         self.interface = interface
         self._sender: asyncio.DatagramTransport | None = None
-        self._listeners: dict[tuple[str, int], _Listener] = {}
+        self._listeners: dict[GroupAddress, _Listener] = {}
         self.datagrams_out = 0
         self.bytes_out = 0
 
@@ -158,10 +187,11 @@ class MulticastNetwork:
         sock.setblocking(False)
         self._sender, _ = await loop.create_datagram_endpoint(_Sender, sock=sock)
 
-    async def listen(self, group: str, port: int, on_datagrams: Callable[[list[bytes]], None]) -> None:
-        """Receive what is sent to ``group:port``, in batches, until :meth:`stop_listening`."""
-        if (group, port) in self._listeners:
+    async def listen(self, group: GroupAddress, on_datagrams: Callable[[Received], None]) -> None:
+        """Receive what is sent to ``group``, in batches, until :meth:`stop_listening`."""
+        if group in self._listeners:
             return
+        port = group.port
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -171,24 +201,24 @@ class MulticastNetwork:
             except (OSError, AttributeError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
             sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
-            sock.bind((group, port))
-            membership = struct.pack("4s4s", socket.inet_aton(group), socket.inet_aton(self.interface))
+            sock.bind((group.host, port))
+            membership = struct.pack("4s4s", socket.inet_aton(group.host), socket.inet_aton(self.interface))
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
         except OSError as exc:
             sock.close()
-            raise TransportError(f"cannot join multicast group {group}:{port} on {self.interface}: {exc}") from exc
+            raise TransportError(f"cannot join multicast group {group} on {self.interface}: {exc}") from exc
         sock.setblocking(False)
-        self._listeners[(group, port)] = _Listener(sock, on_datagrams)
+        self._listeners[group] = _Listener(sock, on_datagrams)
 
-    def stop_listening(self, group: str, port: int) -> None:
-        listener = self._listeners.pop((group, port), None)
+    def stop_listening(self, group: GroupAddress) -> None:
+        listener = self._listeners.pop(group, None)
         if listener is not None:
             listener.close()
 
-    def send(self, group: str, port: int, data: bytes) -> None:
+    def send(self, data: bytes, destination: Destination) -> None:
         if self._sender is None or self._sender.is_closing():
             return
-        self._sender.sendto(data, (group, port))
+        self._sender.sendto(data, (destination.host, destination.port))
         self.datagrams_out += 1
         self.bytes_out += len(data)
 

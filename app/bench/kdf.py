@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ...middleware.addresses import Endpoint
 from ...middleware import crypto, wire
 from ...middleware.manager import Config, GroupManager
 
@@ -73,7 +74,7 @@ def joins(rounds: int) -> list[tuple[float, float]]:
             gid = creator.create_group(f"bench {i}", PASSPHRASE)
             joiner = GroupManager(Config(Path(tmp) / f"joiner{i}", name="joiner", iface="127.0.0.1", zeroconf=False))
             infos = wire.GroupsInfo(tuple(creator.gjlp.groups[gid].to_wire()))
-            joiner._on_control_datagrams([wire.encode(creator.identity, infos)])
+            joiner._on_control_datagrams([(wire.encode(creator.identity, infos), Endpoint("127.0.0.1", 47477))])
             results.append(asyncio.run(timed_join(joiner, gid)))
             joiner.store.close()
         creator.store.close()

@@ -8,8 +8,8 @@ before each chunk.  What was repaired within ``REPAIR_HOLDOFF`` is not repaired 
 NAKed or repaired lately ages entry by entry, in ``RECENT_SLICES`` slices).  One REPAIR per
 request, neither sent twice nor held to merge: at 200 members and 5 % loss that is 1.48 NAKs
 and 1.40 repairs per lost message, where a second copy gives 1.1 NAKs but 2.05 repairs and
-merging costs more of both (README, "Repair at scale", issue 34).  A NAK costs O(ranges): it is
-intersected with what we hold as ranges.  Requests retry with exponential back-off up to
+merging costs more of both (resources/docs/protocol.md, "Repair at scale", issue 34).  A NAK
+costs O(ranges): it is intersected with what we hold as ranges.  Requests retry with exponential back-off up to
 ``NAK_RETRY_MAX``, which starts again whenever some of what was asked for arrived, and give up
 after ``NAK_TRIES`` without it: the gap is reported (the held replies stay held, visible as
 waiting).  NAK state exists only for members and for senders whose messages we hold.

@@ -13,6 +13,7 @@ from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.names import lookalikes
 from m2mc.middleware.store import Store
 from m2mc.middleware.types import ChatMessage, Member, PassphraseRefused, UsageError, short_fingerprint
+from tests.testbed.arrivals import arriving
 
 ANN, BOB = crypto.Identity.generate(), crypto.Identity.generate()
 
@@ -23,7 +24,7 @@ def manager(path, name="Me"):
 
 
 def feed(m, *messages, sender=ANN):
-    m._on_control_datagrams([wire.encode(sender, message) for message in messages])
+    m._on_control_datagrams(arriving([wire.encode(sender, message) for message in messages]))
     m.flush()
 
 
@@ -63,7 +64,7 @@ def test_set_name_reaches_the_members_as_a_new_signed_record(tmp_path):
     m.flush()
     m._outgoing.clear()  # never started: what it would send waits here
     m.set_name("Renamed")
-    (sent,) = [wire.decode(data).message for _, _, data in m._outgoing]
+    (sent,) = [wire.decode(data).message for data, _ in m._outgoing]
     assert isinstance(sent, wire.Join) and sent.record.name == "Renamed" and sent.record.counter == 2
     assert wire.verify_member(sent.record) and m.group(gid).members[0].name == "Renamed"
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.types import parse_mid
+from tests.testbed.arrivals import arriving
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def manager(tmp_path_factory):
 
 
 def feed(manager, *datagrams, control=False):
-    (manager._on_control_datagrams if control else manager._on_data_datagrams)(list(datagrams))
+    (manager._on_control_datagrams if control else manager._on_data_datagrams)(arriving(datagrams))
     manager.flush()
 
 

@@ -20,6 +20,7 @@ from m2mc.middleware.chatops import GroupOperations, encode
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.obg import MAX_COUNTER, ObgCore, ObgError, Operation
 from m2mc.middleware.types import UsageError
+from tests.testbed.arrivals import arriving
 
 HONEST, MAL, MAL2 = "h" * 32, "m" * 32, "n" * 32
 TOP = MAX_COUNTER - 1
@@ -188,7 +189,7 @@ def from_carol(gid, seqno, text, parent=None):
 
 
 def feed(manager, *datagrams):
-    manager._on_data_datagrams(list(datagrams))
+    manager._on_data_datagrams(arriving(list(datagrams)))
     manager.flush()
 
 
@@ -202,7 +203,7 @@ def test_a_members_operation_at_the_counter_limit_freezes_nothing_also_after_a_r
     again = None
     try:
         gid = ann.create_group("counters")
-        ann._on_control_datagrams([wire.encode(CAROL, wire.Join(wire.sign_member(CAROL, gid, "Carol", 1, True)))])
+        ann._on_control_datagrams(arriving([wire.encode(CAROL, wire.Join(wire.sign_member(CAROL, gid, "Carol", 1, True)))]))
         ann.flush()
         hello = ann.send(gid, "hello", None)
         ann.flush()

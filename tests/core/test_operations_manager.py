@@ -10,6 +10,7 @@ from m2mc.middleware.chatops import encode
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.events import Event, MessagesDelivered, MessagesUpdated, TopicChanged
 from m2mc.middleware.types import UsageError
+from tests.testbed.arrivals import arriving
 
 
 class Recorder:
@@ -40,7 +41,7 @@ def ann(tmp_path):
     manager.recorder = recorder
     manager.gid = manager.create_group("ops")
     # Carol joins the way a peer does (a signed JOIN on the control channel): only members' datagrams count
-    manager._on_control_datagrams([wire.encode(CAROL, wire.Join(wire.sign_member(CAROL, manager.gid, "Carol", 1, True)))])
+    manager._on_control_datagrams(arriving([wire.encode(CAROL, wire.Join(wire.sign_member(CAROL, manager.gid, "Carol", 1, True)))]))
     manager.flush()
     yield manager
     if not getattr(manager, "store_closed", False):
@@ -48,7 +49,7 @@ def ann(tmp_path):
 
 
 def feed(manager, *datagrams):
-    manager._on_data_datagrams(list(datagrams))
+    manager._on_data_datagrams(arriving(list(datagrams)))
     manager.flush()
 
 

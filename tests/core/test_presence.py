@@ -6,6 +6,7 @@ from m2mc.middleware import clock as clock_module, crypto, manager as manager_mo
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.presence import AWAY, BEACON_INTERVAL, OFFLINE, ONLINE, Presence
 from m2mc.middleware.store import Store
+from tests.testbed.arrivals import arriving
 
 
 def test_a_peer_heard_then_silent_goes_away_then_offline_within_60_s():
@@ -53,14 +54,14 @@ def manager(tmp_path, monkeypatch):
 
 
 def heartbeats_in(m):
-    sent = [wire.decode(data).message for _addr, _port, data in m._outgoing]
+    sent = [wire.decode(data).message for data, _destination in m._outgoing]
     m._outgoing.clear()
     return [msg for msg in sent if isinstance(msg, wire.Heartbeat)]
 
 
 def join(m, who, gid, name):
     """``who`` joins ``gid`` the way a peer does: its own signed member record on the control channel."""
-    m._on_control_datagrams([wire.encode(who, wire.Join(wire.sign_member(who, gid, name, 1, True)))])
+    m._on_control_datagrams(arriving([wire.encode(who, wire.Join(wire.sign_member(who, gid, name, 1, True)))]))
     m.flush()
 
 
@@ -68,11 +69,11 @@ def test_strangers_are_not_heard_and_cannot_push_a_member_out(manager):
     gid = manager.create_group("lunch")
     bob = crypto.Identity.generate()
     join(manager, bob, gid, "Bob")
-    manager._on_data_datagrams([wire.encode(bob, wire.Heartbeat(gid, 1))])
+    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))
     flood = [wire.encode(crypto.Identity.generate(), wire.Heartbeat(gid, 1)) for _ in range(300)]
     manager.presence.max_tracked = 100  # a flood past the table's size, kept small for speed
-    manager._on_data_datagrams(flood)
-    manager._on_control_datagrams(flood)
+    manager._on_data_datagrams(arriving(flood))
+    manager._on_control_datagrams(arriving(flood))
     assert set(manager.presence._heard) == {bob.pid}
     assert manager.presence_of(gid)[bob.pid] == ONLINE
 
@@ -93,7 +94,7 @@ def test_an_idle_member_sends_one_heartbeat_per_group_per_30_s_and_what_it_hears
     bob = crypto.Identity.generate()
     join(manager, bob, gid, "Bob")
     datagram = wire.encode(bob, wire.Heartbeat(gid, 3))
-    manager._on_data_datagrams([datagram])
+    manager._on_data_datagrams(arriving([datagram]))
     assert manager.presence.status(bob.pid, manager.clock[0]) == ONLINE
     manager.clock[0] += 55
     assert manager.presence.status(bob.pid, manager.clock[0]) == OFFLINE

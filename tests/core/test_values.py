@@ -14,6 +14,7 @@ from m2mc.middleware.channel import GroupChannel
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.types import (SENT_AT_EARLIEST_MS, SENT_AT_MAX_AHEAD_MS, ChatMessage, iso_millis,
                                    shown_sent_at)
+from tests.testbed.arrivals import arriving
 
 STORABLE = st.integers(-(2**63), 2**63 - 1)  # what an SQLite INTEGER (the store's columns) holds
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -58,7 +59,7 @@ def manager(tmp_path_factory):
 
 
 def feed(manager, *datagrams, control=False):
-    (manager._on_control_datagrams if control else manager._on_data_datagrams)(list(datagrams))
+    (manager._on_control_datagrams if control else manager._on_data_datagrams)(arriving(datagrams))
     manager.flush()
 
 

@@ -267,3 +267,10 @@ def test_sent_by_recognises_the_sender_without_decoding(pid):
     assert wire.sent_by(data, pid.encode())
     assert not wire.sent_by(data, pid[:-1].encode() + b"x")
     assert not wire.sent_by(encode(Named("other"), Adv("n")), pid.encode())
+
+
+def test_a_group_address_and_an_endpoint_are_never_equal():
+    from m2mc.middleware.addresses import Endpoint, GroupAddress
+    assert GroupAddress("239.1.2.3", 47477) != Endpoint("239.1.2.3", 47477)
+    assert len({GroupAddress("239.1.2.3", 47477), Endpoint("239.1.2.3", 47477)}) == 2
+    assert str(Endpoint("10.0.0.2", 5000)) == "10.0.0.2:5000"

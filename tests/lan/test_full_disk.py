@@ -14,6 +14,7 @@ from tests.testbed.lan import LoopbackHost, PeerProcess
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.events import Event, MessagesDelivered, WarningRaised
+from tests.testbed.arrivals import arriving
 
 TMPFS_SIZE = "1m"  # issue 16's case: a 1 MB tmpfs
 
@@ -134,8 +135,8 @@ def test_a_failed_commit_takes_own_messages_back_and_keeps_the_others(tmp_path, 
         monkeypatch.setattr(manager.store, "commit", full)
         lost = manager.send(gid, "not sent")
         bob = crypto.Identity.generate()
-        manager._on_control_datagrams([wire.encode(bob, wire.Join(wire.sign_member(bob, gid, "Bob", 1, True)))])
-        manager._on_data_datagrams([wire.encode(bob, wire.signed_data(bob, gid, 1, None, 0, "Bob", "from Bob"))])
+        manager._on_control_datagrams(arriving([wire.encode(bob, wire.Join(wire.sign_member(bob, gid, "Bob", 1, True)))]))
+        manager._on_data_datagrams(arriving([wire.encode(bob, wire.signed_data(bob, gid, 1, None, 0, "Bob", "from Bob"))]))
         manager.flush()
         assert manager.take_unsent() == {lost: "not sent: cannot store messages (database or disk is full)"}
         assert manager.storage_error == "database or disk is full" and manager.stats_dict()["unstored"] == 1

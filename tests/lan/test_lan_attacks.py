@@ -3,7 +3,7 @@
 The attacker builds validly signed datagrams with our own codec (``middleware.wire``,
 ``middleware.crypto``) from freshly made keys, and sends them to the group's address.
 Each test measures what the members spent (bytes sent, CPU, RSS, latency of real
-messages) and asserts the bound named beside it; the README's attack table lists them.
+messages) and asserts the bound named beside it; resources/docs/security.md's attack table lists them.
 """
 
 import subprocess

@@ -1,10 +1,12 @@
 """Packaging: desktop entry and metainfo validate, icons, the XDG install script, the wheel's
-entry points, version and contents, (slow) the wheel in a clean venv with and without its extras,
-and (slow) the PyInstaller bundle built and started without the repo."""
+entry points, version, contents and long description (the README, whose links the sdist carries),
+(slow) the wheel in a clean venv with and without its extras, and (slow) the PyInstaller bundle
+built and started without the repo."""
 
 from __future__ import annotations
 
 import configparser
+import email
 import os
 import shutil
 import signal
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from m2mc.middleware import __version__
+from tests.testbed.markdown_links import relative_paths
 
 REPO = Path(__file__).resolve().parents[2]
 RESOURCES = REPO / "resources"
@@ -187,7 +190,7 @@ def build_distributions(tmp_path: Path) -> tuple[Path, Path]:
     """Wheel and sdist from a copy of the sources, so the build leaves nothing in the repo."""
     source = tmp_path / "src"
     source.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "MANIFEST.in"):
         shutil.copy(REPO / name, source / name)
     for folder in ("app", "middleware", "ui", "resources", "packaging/m2mc"):
         shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
@@ -267,6 +270,25 @@ def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(distribut
                                 cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site), "QT_QPA_PLATFORM": "offscreen"})
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == f"{script} {__version__}"
+
+
+
+def test_long_description_is_the_readme_and_what_it_links_to_ships_in_the_sdist(distributions):
+    """PyPI-like renderers show the README as the long description. There is no public URL to point
+    images at, so its links stay relative: they resolve in the repository and in the unpacked sdist,
+    which carries every file they name (MANIFEST.in)."""
+    wheel, sdist = distributions
+    with zipfile.ZipFile(wheel) as archive:
+        metadata_name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = email.message_from_string(archive.read(metadata_name).decode())
+    readme = (REPO / "README.md").read_text()
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    assert metadata.get_payload().strip() == readme.strip()
+    linked = relative_paths(readme)
+    assert "resources/screenshot-main.png" in linked
+    with tarfile.open(sdist) as archive:
+        shipped = set(archive.getnames())
+    assert [path for path in linked if f"m2mc-{__version__}/{path}" not in shipped] == []
 
 
 # --- the wheel in a clean venv (slow) -----------------------------------------------------------

@@ -3,7 +3,7 @@ venv's pyspark, all inside a private network namespace with only loopback (nothi
 anywhere else). The second worker runs in a mount namespace of its own, with a tmpfs over
 one folder, so it acts as a second host that does not share that folder with the driver.
 
-The job runs through spark-submit, as the README shows, with a relative --out and a
+The job runs through spark-submit, as resources/docs/thread-stats.md shows, with a relative --out and a
 file:// --out, and its tables must equal a local run's; an --out the second worker cannot
 reach must fail fast, before the heavy stage, leaving nothing marked complete.
 """
@@ -93,7 +93,7 @@ def cluster(tmp_path_factory, java):
 
 
 def submit(cluster, cwd: Path, script: Path, *args: str) -> subprocess.CompletedProcess:
-    """spark-submit a script on the cluster, from `cwd`, as the README shows."""
+    """spark-submit a script on the cluster, from `cwd`, as resources/docs/thread-stats.md shows."""
     cwd.mkdir(parents=True, exist_ok=True)
     command = [
         "ip", "netns", "exec", cluster["netns"], str(BIN / "spark-submit"), "--master", cluster["url"],

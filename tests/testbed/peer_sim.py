@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Callable
 
 from m2mc.middleware import crypto
+from m2mc.middleware.addresses import GroupAddress
 from m2mc.middleware.peer_core import CONTROL_ADDR, Datagram, PeerCore
 from m2mc.middleware.store_api import PeerStore
 from m2mc.middleware.events import Event, MessagesDelivered, WarningRaised
@@ -109,7 +110,9 @@ class PeerLan:
 
     def transmit(self, sender: SimNode, datagrams: list[Datagram]) -> None:
         for datagram in datagrams:
-            self.sent["control" if datagram.addr == CONTROL_ADDR else "group"] += 1
+            # Every peer hears every group's datagrams here; one peer's endpoint would need routing.
+            assert isinstance(datagram.destination, GroupAddress), datagram.destination
+            self.sent["control" if datagram.destination.host == CONTROL_ADDR else "group"] += 1
             self.sent_by[sender.name] += 1
             for index, node in enumerate(self.nodes):
                 if node is sender:
@@ -147,8 +150,8 @@ class PeerLan:
                 node = self.nodes[index]
                 if node.core is None:
                     continue  # a dead peer hears nothing
-                self.run(node, lambda core: core.receive(datagram.data, self.now, self.now,
-                                                          control=datagram.addr == CONTROL_ADDR))
+                self.run(node, lambda core: core.receive(datagram.data, None, self.now, self.now,
+                                                          control=datagram.destination.host == CONTROL_ADDR))
             else:
                 assert next_timer is not None
                 self.run(self.nodes[next_timer[1]], lambda core: core.handle_timer(self.now))
