@@ -227,6 +227,7 @@ class PeerCore:
         self.gjlp.leave(gid, wall)
         self.store.save_members(gid, [record.members[self.pid]])
         joined = self.joined.pop(gid)
+        self.presence.forget(gid)  # when this peer last spoke there: a rejoin beacons afresh
         self.store.set_next_seqno(gid, joined.channel.next_seqno)
         return record
 

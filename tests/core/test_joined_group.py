@@ -22,6 +22,7 @@ def test_leaving_a_private_group_drops_its_key_with_it_and_a_rejoin_takes_it_bac
     assert [m.text for m in bob.history(gid)] == ["before"]
     lan.run(bob, lambda core: core.leave(gid, lan.now))
     assert gid not in bob.core.joined and bob.core.stats_dict()["groups_joined"] == 0
+    assert bob.core.presence.get_timer([gid]) is None  # no beacon schedule left behind either
     before = bob.core.stats_dict()
     lan.send(ann, gid, "while away")
     lan.settle(1.0)
