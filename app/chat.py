@@ -27,6 +27,7 @@ from ..ui.main_window import MainWindow
 from ..ui.resources import app_icon, apply_theme
 
 from .cli import add_common_options, default_data_dir
+from .qt_app import application
 
 log = logging.getLogger("m2mc.chat")
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("zeroconf").setLevel(logging.WARNING)
 
-    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app = application()
     app.setApplicationName("M2MC chat")
     app.setDesktopFileName("m2mc-chat")
     app.setWindowIcon(app_icon())
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl+C in the terminal and SIGTERM (logout, kill) quit cleanly; the timer lets Python see the signal.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: app.quit())
-    heartbeat = QTimer(interval=300, timeout=lambda: None)
+    heartbeat = QTimer(interval=300)
+    heartbeat.timeout.connect(lambda: None)
     heartbeat.start()
     try:
         return app.exec()

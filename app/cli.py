@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
+
+import platformdirs
 
 from ..middleware import __version__
 from ..middleware.manager import DEFAULT_PORT
 
 
 def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "m2mc"
+    """$XDG_DATA_HOME/m2mc (~/.local/share/m2mc) on Linux, ~/Library/Application Support/m2mc on
+    macOS, %LOCALAPPDATA%\\m2mc on Windows."""
+    return Path(platformdirs.user_data_dir("m2mc", appauthor=False))
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

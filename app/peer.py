@@ -24,7 +24,7 @@ import signal
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..middleware.manager import Config, GroupManager
 from ..middleware.transport import TransportError
@@ -74,6 +74,9 @@ class JsonRpcPeer:
             "export_log": self.export_log,
             "stats": self.stats,
             "advertise": self.advertise,
+            "invite": self.invite,
+            "add_peer": self.add_peer,
+            "peers": self.peers,
             "shutdown": self.shutdown,
         }
 
@@ -111,23 +114,41 @@ class JsonRpcPeer:
 
     # -- methods ------------------------------------------------------------------------
 
+    @property
+    def running(self) -> GroupManager:
+        """The manager the methods call: main() sets it before the first request is read."""
+        if self.manager is None:
+            raise RpcError(APP_ERROR, "the peer has not started")
+        return self.manager
+
     def whoami(self, params: dict) -> dict:
-        return {"pid": self.manager.pid, "name": self.manager.name}
+        return {"pid": self.running.pid, "name": self.running.name}
 
     async def create_group(self, params: dict) -> dict:
         # The key derivation runs off the loop; the answer comes once the group is stored.
-        return {"gid": await self.manager.create_group_async(_param(params, "desc", str),
+        return {"gid": await self.running.create_group_async(_param(params, "desc", str),
                                                              _optional_str(params, "passphrase"))}
 
     def list_groups(self, params: dict) -> list:
-        return [group.to_json() for group in self.manager.groups()]
+        return [group.to_json() for group in self.running.groups()]
 
     async def join_group(self, params: dict) -> dict:
-        return {"gid": await self.manager.join_group_async(_param(params, "gid", str),
-                                                           _optional_str(params, "passphrase"))}
+        passphrase = _optional_str(params, "passphrase")
+        if "invite" in params and "gid" not in params:
+            return {"gid": await self.running.join_invite_async(_param(params, "invite", str), passphrase)}
+        return {"gid": await self.running.join_group_async(_param(params, "gid", str), passphrase)}
+
+    def invite(self, params: dict) -> dict:
+        return {"invite": self.running.invite(_param(params, "gid", str))}
+
+    def add_peer(self, params: dict) -> dict:
+        return {"endpoint": str(self.running.add_peer(_param(params, "address", str)))}
+
+    def peers(self, params: dict) -> list:
+        return self.running.peers()
 
     def leave_group(self, params: dict) -> dict:
-        self.manager.leave_group(_param(params, "gid", str))
+        self.running.leave_group(_param(params, "gid", str))
         return {}
 
     def send(self, params: dict) -> dict:
@@ -140,30 +161,30 @@ class JsonRpcPeer:
             parent = parse_mid(parent_text) if parent_text is not None else None
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
-        return {"mid": format_mid(self.manager.send(gid, text, parent))}
+        return {"mid": format_mid(self.running.send(gid, text, parent))}
 
     def edit(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)
-        return {"mid": format_mid(self.manager.edit(gid, mid, _param(params, "text", str)))}
+        return {"mid": format_mid(self.running.edit(gid, mid, _param(params, "text", str)))}
 
     def delete(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)
-        return {"mid": format_mid(self.manager.delete(gid, mid))}
+        return {"mid": format_mid(self.running.delete(gid, mid))}
 
     def react(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)
-        return {"mid": format_mid(self.manager.react(gid, mid, _param(params, "emoji", str), _on_param(params)))}
+        return {"mid": format_mid(self.running.react(gid, mid, _param(params, "emoji", str), _on_param(params)))}
 
     def pin(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)
-        return {"mid": format_mid(self.manager.pin(gid, mid, _on_param(params)))}
+        return {"mid": format_mid(self.running.pin(gid, mid, _on_param(params)))}
 
     def set_topic(self, params: dict) -> dict:
         gid = _param(params, "gid", str)
-        return {"mid": format_mid(self.manager.set_topic(gid, _param(params, "text", str)))}
+        return {"mid": format_mid(self.running.set_topic(gid, _param(params, "text", str)))}
 
     def history(self, params: dict) -> list:
-        return [message.to_json() for message in self.manager.history(_param(params, "gid", str))]
+        return [message.to_json() for message in self.running.history(_param(params, "gid", str))]
 
     def export_log(self, params: dict) -> dict:
         path = _param(params, "path", str)
@@ -171,16 +192,16 @@ class JsonRpcPeer:
         if gid is not None and not isinstance(gid, str):
             raise RpcError(INVALID_PARAMS, "'gid' must be a string")
         try:
-            count = self.manager.export_log(path, gid)
+            count = self.running.export_log(path, gid)
         except OSError as exc:
             raise RpcError(APP_ERROR, f"cannot write {path}: {exc.strerror or exc}") from None
         return {"path": str(Path(path)), "messages": count}
 
     def stats(self, params: dict) -> dict:
-        return self.manager.stats_dict()
+        return self.running.stats_dict()
 
     def advertise(self, params: dict) -> dict:
-        self.manager.advertise()
+        self.running.advertise()
         return {}
 
     def shutdown(self, params: dict) -> dict:
@@ -304,7 +325,7 @@ async def _gather_batch(responses: list) -> list | None:
 
 def _unsent_as_error(response: dict | list, unsent: dict[str, str]) -> dict | list:
     """A ``send`` whose message could not be stored (so was taken back) answers with the reason."""
-    if type(response) is list:
+    if isinstance(response, list):
         return [_unsent_as_error(r, unsent) for r in response]
     result = response.get("result")
     if type(result) is dict and result.get("mid") in unsent:
@@ -333,6 +354,7 @@ def _nesting_exceeds(value: Any, limit: int) -> bool:
     stack = [(value, 1)]
     while stack:
         value, depth = stack.pop()
+        children: Iterable[Any]
         if type(value) is list:
             children = value
         elif type(value) is dict:
@@ -449,7 +471,7 @@ async def serve(args: argparse.Namespace) -> int:
 
     def answer(lines: list[bytes | None]) -> None:
         """Handle a burst of lines, then answer them once their work is stored and sent."""
-        responses = []
+        responses: list[dict | list] = []
         for line in lines:
             if line is None:
                 responses.append(_error(None, INVALID_REQUEST,

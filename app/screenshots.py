@@ -19,12 +19,14 @@ from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QStyleFactory
 
+from ..middleware.presence import OFFLINE_AFTER
 from ..middleware.types import ChatMessage, Member
 from ..ui.main_window import MainWindow
-from ..ui.memory_backend import MemoryBackend
+from ..ui.memory_backend import MemoryBackend, sim_member
 from ..ui.resources import apply_theme
+from .qt_app import application
 
-ANN, BOB, CAT, DEV = (Member(c * 32, n) for c, n in (("a", "Ann"), ("b", "Bob"), ("c", "Cat"), ("d", "Dev")))
+ANN, BOB, CAT, DEV, EVE = (sim_member(name) for name in ("Ann", "Bob", "Cat", "Dev", "Eve"))
 T0 = 1_795_000_000_000
 
 
@@ -60,7 +62,7 @@ def conversation(gid: str) -> tuple[list[ChatMessage], list[ChatMessage]]:
 
 
 def deep_thread(gid: str, depth: int) -> list[ChatMessage]:
-    chain = [ChatMessage(gid, (ANN.pid, 1), None, "Ann", "Tabs or spaces? Settle it once and for all.", T0, T0)]
+    chain = [ChatMessage(gid, (ANN.pid, 90), None, "Ann", "Tabs or spaces? Settle it once and for all.", T0, T0)]
     speakers = (BOB, CAT, ANN, DEV)
     for level in range(1, depth):
         member = speakers[level % 4]
@@ -95,25 +97,27 @@ def settle(app: QApplication, ms: int = 300) -> None:
 
 
 def make_window(app: QApplication, size=(1180, 720)) -> tuple[MainWindow, MemoryBackend]:
-    backend = MemoryBackend(name="Dana", pid="e" * 32)
+    backend = MemoryBackend(name="Dana")
+    manager = backend.manager
     me = Member(backend.pid, "Dana")
-    gid = "a" * 32 + "-1"
-    history, arrivals = conversation(gid)
-    backend.manager.inject_group(gid, "Travel & lunch", members=(ANN, BOB, CAT, DEV, me), joined=True,
-                                 left=(Member("f" * 32, "Eve"),), history=history)
-    backend.manager.inject_group("b" * 32 + "-2", "Board games night", members=(BOB, CAT, me), joined=True,
-                                 history=[])
-    backend.manager.inject_group("c" * 32 + "-3", "Salary talk", members=(ANN, DEV, me), joined=True,
-                                 private=True, history=[])
-    backend.manager.presence = {ANN.pid: "online", BOB.pid: "online", CAT.pid: "away"}
+    history, arrivals = conversation("")  # their gid is the group's, once it is made
+    gid = manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, DEV, me), joined=True, left=(EVE,),
+                               history=history).gid
+    manager.inject_group("Board games night", members=(BOB, CAT, me), joined=True)
+    manager.inject_group("Salary talk", members=(ANN, DEV, me), joined=True, private=True)
     window = MainWindow(backend)
     window.resize(*size)
     window.show()
     window.start()
     while window.current is None or not window.current.loaded:
         app.processEvents()
-    backend.manager.inject_messages(gid, arrivals)
+    manager.inject_messages(gid, arrivals)
     operations(backend, gid, history)
+    manager.set_online(DEV, False)  # Dev's app closed a while ago, Cat's a little later: offline and away
+    manager.pass_time(OFFLINE_AFTER + 1)
+    manager.set_online(CAT, False)
+    while manager.presence_of(gid)[CAT.pid] == "online":
+        manager.pass_time(1.0)
     settle(app)
     window.status_controller.poll_presence()
     settle(app)
@@ -127,20 +131,25 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     QCoreApplication.setApplicationName("M2MC chat")
-    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app = application()
     app.setStyle(QStyleFactory.create("Fusion"))
     light = app.palette()
     apply_theme(app)
 
     window, _backend = make_window(app)
-    window.select_message(window.current.tree.arrival[3].message.mid)
-    window.compose_controller.reply_to(window.current.tree.arrival[2].message.mid)
+    assert window.current is not None  # make_window() waits for the group to open
+    arrived = [node.message.mid for node in window.current.tree.arrival if node.message is not None]
+    window.select_message(arrived[3])
+    window.compose_controller.reply_to(arrived[2])
     settle(app)
     saved = [out / "screenshot-main.png"]
     window.grab().save(str(saved[-1]))
     window.close()
 
     window, backend = make_window(app, size=(800, 640))
+    for member in (CAT, DEV):  # back, to answer in the thread
+        backend.manager.set_online(member, True)
+    assert window.current is not None  # make_window() waits for the group to open
     chain = deep_thread(window.current.gid, 40)
     backend.manager.inject_messages(window.current.gid, chain)
     settle(app)

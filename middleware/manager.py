@@ -3,7 +3,7 @@
 The core (:mod:`middleware.peer_core`) holds the peer's protocol logic and its
 store.  This adapter owns what does I/O: the multicast sockets
 (:mod:`middleware.transport`), zeroconf (:mod:`middleware.discovery`), the
-``/sys`` link watch, the key-derivation worker thread and the one timer.  It
+link watch (:mod:`middleware.netif`), the key-derivation worker thread and the one timer.  It
 reads the clocks (:mod:`middleware.clock`) and passes ``now`` (and the wall
 stamp) in.  All methods run on the asyncio loop thread (use
 :class:`~middleware.runner.ManagerThread` from other threads).
@@ -36,6 +36,7 @@ from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
 from .addresses import Endpoint, GroupAddress
+from .invites import parse_invite
 from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
 from .types import ChatMessage, GroupView, Mid, PassphraseRefused, UsageError, format_mid, iso_millis
 
@@ -71,11 +72,12 @@ class GroupManager(rules.OperationCalls):
         self.interface = resolve_interface(config.iface)
         # Key derivations run here, one at a time (Argon2id takes 256 MiB and ~0.6 s), never on the loop.
         self._kdf_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-kdf")
-        self._control_backlog: collections.deque[tuple[bytes, Endpoint]] = collections.deque()
+        # (data, source, path): control datagrams, broadcasts and whatever reaches this peer's endpoint
+        self._control_backlog: collections.deque[tuple[bytes, Endpoint, str]] = collections.deque()
         self._control_backlog_bytes = 0
         self._control_draining = False
         self.control_backlog_dropped = 0
-        self.network: Transport = MulticastNetwork(self.interface)
+        self.network: Transport = MulticastNetwork(self.interface, config.port)
         self.discovery = ZeroconfDiscovery(self.interface, self.pid, self._on_zeroconf) if config.zeroconf else None
         self._flush_scheduled = False
         self._last_flush = 0.0
@@ -131,6 +133,10 @@ class GroupManager(rules.OperationCalls):
         self._loop = asyncio.get_running_loop()
         await self.network.open()
         await self.network.listen(self.core.control_group, self._on_control_datagrams)
+        if self.network.endpoint is not None:
+            self.core.reach.own.add(self.network.endpoint)
+        self.network.listen_unicast(self._on_unicast_datagrams)
+        self.network.listen_broadcast(self.config.port, self._on_broadcast_datagrams)
         for gid in self.channels:
             await self._listen_group(gid)
         if self.discovery is not None:
@@ -193,6 +199,25 @@ class GroupManager(rules.OperationCalls):
         self.core.advertise()
         self._after_input()
 
+    def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
+        """A peer's ``host:port`` (the port defaults to this peer's): probed, then asked for its groups."""
+        endpoint = self.core.add_peer(address, clock.now(), found_by)
+        self._after_input()
+        return endpoint
+
+    def reached_directly(self, gid: str) -> list[str]:
+        """The members of ``gid`` reached by unicast (multicast does not join them to this peer)."""
+        return self.core.reached_directly(gid, clock.now())
+
+    def peers(self) -> list[dict]:
+        """Every peer known by endpoint or heard by multicast (``last_heard`` in seconds ago)."""
+        return self.core.peers(clock.now())
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """Where this peer receives unicast (for invites), once started."""
+        return self.network.endpoint
+
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
         """A new group; with a passphrase it is private (content sealed with a key derived from it).
 
@@ -253,6 +278,43 @@ class GroupManager(rules.OperationCalls):
         self._join(record, key)
         self.flush()  # the caller (GUI or JSON-RPC) hears of it once it is stored and sent
         return gid
+
+    # How long joining from an invite waits for the inviter to answer with the group.
+    INVITE_WAIT = 10.0
+
+    async def join_invite_async(self, text: str, passphrase: str | None = None) -> str:
+        """Join the group an invite names (:meth:`find_invited_async`)."""
+        view = await self.find_invited_async(text)
+        return await self.join_group_async(view.gid, passphrase)
+
+    async def find_invited_async(self, text: str) -> GroupView:
+        """The group an invite names.  Its ``peer`` endpoints are probed first, so the group is
+        found where multicast does not flow; an unknown group is waited for up to
+        :attr:`INVITE_WAIT` seconds."""
+        invite = parse_invite(text)
+        if invite is None:
+            raise UsageError("not an invite: an invite looks like m2mc://join/<group id>?desc=…&peer=host:port")
+        for endpoint in invite.peers:
+            if endpoint not in self.core.reach.own:
+                self.core.add_peer(endpoint, clock.now(), "invite")
+        self._after_input()
+        deadline = clock.now() + self.INVITE_WAIT
+        ask_at = clock.now() + 1.0
+        while invite.gid not in self.gjlp.groups or not self.gjlp.groups[invite.gid].verified:
+            if clock.now() >= ask_at:  # an advertisement or its answer was lost: ask again
+                ask_at = clock.now() + 1.0
+                self.advertise()
+            if clock.now() >= deadline:
+                where = ", ".join(map(str, invite.peers)) or "the LAN"
+                raise UsageError(f"group {invite.desc or invite.gid!r} was not found within {self.INVITE_WAIT:.0f} s "
+                                 f"(asked {where}): is the inviter's app running, and is its address "
+                                 "reachable from here?")
+            await asyncio.sleep(0.05)
+        return self.core.group(invite.gid)
+
+    def invite(self, gid: str) -> str:
+        """The invite link for ``gid``: its id, description and this peer's endpoint."""
+        return self.core.invite(gid)
 
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
         gid = self.core.join(record, key, clock.now(), clock.wall())
@@ -331,24 +393,10 @@ class GroupManager(rules.OperationCalls):
 
     def export_log(self, path: str | Path, gid: str | None = None) -> int:
         """Write delivered messages as JSON Lines (the analytics export format)."""
-        gids = [gid] if gid else list(self.channels)
         if gid:
             self.core.known(gid)
         self.flush()
-        count = 0
-        path = Path(path)
-        tmp = path.with_name(path.name + ".part")
-        with tmp.open("w", encoding="utf-8") as out:
-            for g in gids:
-                desc = self.gjlp.groups[g].desc
-                for message in self.history(g):
-                    row = message.to_json()
-                    row["group_desc"] = desc
-                    row["received_at"] = iso_millis(message.received_at)
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    count += 1
-        tmp.replace(path)
-        return count
+        return export_log(self.core, path, gid)
 
     def take_unsent(self) -> dict[Mid, str]:
         """Own messages taken back since the last call because they could not be stored
@@ -364,6 +412,8 @@ class GroupManager(rules.OperationCalls):
             "bytes_out": self.network.bytes_out,
             **counters,
             "control_backlog_dropped": self.control_backlog_dropped,
+            "unicast_out": getattr(self.network, "unicast_out", 0),
+            "broadcast_out": getattr(self.network, "broadcast_out", 0),
             "resolves_skipped": self.discovery.resolves_skipped if self.discovery else 0,
         }
 
@@ -396,12 +446,12 @@ class GroupManager(rules.OperationCalls):
     CONTROL_SLICE = 0.01
     MAX_CONTROL_BACKLOG = 8_000_000  # bytes
 
-    def _on_control_datagrams(self, batch: Received) -> None:
+    def _on_control_datagrams(self, batch: Received, path: str = "multicast") -> None:
         for data, source in batch:
             if self._control_backlog_bytes + len(data) > self.MAX_CONTROL_BACKLOG:
                 self.control_backlog_dropped += 1
                 continue
-            self._control_backlog.append((data, source))
+            self._control_backlog.append((data, source, path))
             self._control_backlog_bytes += len(data)
         if not self._control_draining:
             self._drain_control()
@@ -411,14 +461,21 @@ class GroupManager(rules.OperationCalls):
         deadline = time.perf_counter() + self.CONTROL_SLICE
         now, wall = clock.now(), clock.wall()
         while self._control_backlog:
-            data, source = self._control_backlog.popleft()
+            data, source, path = self._control_backlog.popleft()
             self._control_backlog_bytes -= len(data)
-            self.core.receive(data, source, now, wall, control=True)
+            self.core.receive(data, source, now, wall, control=True, path=path)
             if self._control_backlog and time.perf_counter() > deadline and self._loop is not None:
                 self._control_draining = True
                 self._loop.call_soon(self._drain_control)
                 break
         self._after_input()
+
+    def _on_unicast_datagrams(self, batch: Received) -> None:
+        """Anything may arrive at this peer's endpoint, so it queues with the control datagrams."""
+        self._on_control_datagrams(batch, "unicast")
+
+    def _on_broadcast_datagrams(self, batch: Received) -> None:
+        self._on_control_datagrams(batch, "broadcast")
 
     def _on_data_datagrams(self, batch: Received) -> None:
         now, wall = clock.now(), clock.wall()
@@ -491,4 +548,24 @@ class GroupManager(rules.OperationCalls):
         self.flush()
 
 
-__all__ = ["Config", "GroupManager", "UsageError", "format_mid", "DEFAULT_PORT", "PassphraseRefused", "Stats"]
+def export_log(core: PeerCore, path: str | Path, gid: str | None = None) -> int:
+    """``gid``'s delivered messages (every joined group's without one) as JSON Lines, the analytics
+    export format, as ``core`` holds them (flush it first); written whole to ``path`` or not at all."""
+    gids = [gid] if gid else list(core.channels)
+    count = 0
+    path = Path(path)
+    tmp = path.with_name(path.name + ".part")
+    with tmp.open("w", encoding="utf-8") as out:
+        for g in gids:
+            desc = core.known(g).desc
+            for message in core.history(g):
+                row = message.to_json()
+                row["group_desc"] = desc
+                row["received_at"] = iso_millis(message.received_at)
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+    tmp.replace(path)
+    return count
+
+
+__all__ = ["Config", "GroupManager", "export_log", "UsageError", "format_mid", "DEFAULT_PORT", "PassphraseRefused", "Stats"]

@@ -18,7 +18,8 @@ from typing import Callable, Iterable
 from . import wire
 from .crypto import Identity
 from .gjlp import GroupRecord
-from .store_api import MAX_READ_RANGES, PeerStore, merged_read_marks
+from .addresses import Endpoint
+from .store_api import MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, merged_read_marks
 from .types import ChatMessage, Mid
 
 _MISSING = object()
@@ -43,6 +44,7 @@ class MemoryStore:
         self._keys: dict[str, bytes] = {}  # pid -> public key, as first stored
         self._conflicts: dict[tuple[str, Mid], tuple[wire.StoredMessage, wire.StoredMessage]] = {}
         self._read_marks: dict[str, list[tuple[int, int]]] = {}
+        self._peer_cache: dict[str, tuple[Endpoint, float]] = {}
         self._undo: list[Callable[[], object]] = []
         self.fail_commits: str | None = None  # a reason: commit raises as on a full disk
         self.commits = 0
@@ -187,6 +189,19 @@ class MemoryStore:
     def add_read_marks(self, gid: str, ranges: Iterable[tuple[int, int]]) -> None:
         self._put(self._read_marks, gid, merged_read_marks(self._read_marks.get(gid, []), ranges,
                                                             self.MAX_READ_RANGES))
+
+    # -- the peer cache -----------------------------------------------------------------
+
+    def cached_peers(self) -> list[tuple[str, Endpoint, float]]:
+        rows = [(pid, endpoint, seen) for pid, (endpoint, seen) in self._peer_cache.items()]
+        return sorted(rows, key=lambda row: -row[2])
+
+    def cache_peer(self, pid: str, endpoint: Endpoint, wall: float) -> None:
+        self._put(self._peer_cache, pid, (endpoint, wall))
+        if len(self._peer_cache) > MAX_CACHED_PEERS:
+            oldest = min(self._peer_cache, key=lambda p: self._peer_cache[p][1])
+            row = self._peer_cache.pop(oldest)
+            self._undo.append(lambda: self._peer_cache.__setitem__(oldest, row))
 
 
 def _as_peer_store(store: MemoryStore) -> PeerStore:

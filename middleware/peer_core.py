@@ -34,13 +34,15 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from . import crypto, names, rules, wire
-from .addresses import Destination, Endpoint, GroupAddress
+from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
+from .invites import invite_link
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import Presence
+from .reach import BROADCAST_GRACE, Reach
 from .store_api import PeerStore
 from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, TopicChanged,
                      WarningRaised)
@@ -50,11 +52,13 @@ log = logging.getLogger(__name__)
 
 CONTROL_ADDR = "239.255.77.77"
 DEFAULT_PORT = 47477
+BROADCAST_INTERVAL = 30.0  # announcements to the subnet broadcast address, for LANs that drop multicast
+_CONTROL_MESSAGES = (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)
 
 
 class Datagram(NamedTuple):
-    """A datagram to send, and where to: today always a multicast group (the control
-    address or a joined group's); one peer's :class:`Endpoint` is the other kind."""
+    """A datagram to send, and where to: a multicast group (the control address or a
+    joined group's), one peer's :class:`Endpoint`, or the subnet's :class:`Broadcast`."""
 
     data: bytes
     destination: Destination
@@ -111,6 +115,12 @@ class PeerCore:
         self.name = name or stored_name or ""
         self._rng = rng or random.Random()
         self.gjlp = Gjlp(self.identity, self.name, self._rng, control_addr=control_addr)
+        self.reach = Reach(self.pid, self.name, self._rng)  # who is heard by which path (middleware/reach.py)
+        self.unicast_copies = 0  # datagrams sent by unicast to peers multicast does not reach
+        self._wall = now if wall is None else wall  # the last wall time given: the peer cache's stamps
+        self._peers_to_cache: dict[str, tuple[Endpoint, float]] = {}  # proven since the last commit
+        self._broadcast_at: float | None = None  # the next announcement to the subnet's broadcast address
+        self._broadcast_due = False
         self.plaintext_refused = 0
         self.sender_names_differing = 0  # messages delivered whose signed name is not their author's record's
         self.joined: dict[str, JoinedGroup] = {}
@@ -118,6 +128,7 @@ class PeerCore:
         self.presence = Presence()  # last heard per pid; idle beacons (middleware/presence.py)
         self._outbox: list[Datagram] = []  # committed, for datagrams_to_send()
         self._events: list[Event] = []  # committed, for events()
+        self._membership_changed: set[str] = set()  # groups this peer joined or left since the last flush
         # While the store cannot be written: what failed, and what waits to be stored.
         self.storage_error: str | None = None
         self._unstored: list[ChatMessage] = []
@@ -132,6 +143,7 @@ class PeerCore:
                 self.gjlp.keys[record.gid] = key
             if self.gjlp.is_member(record.gid):
                 self._open_channel(record.gid, next_seqno, now, now if wall is None else wall)
+        self.reach.add_cached(store.cached_peers(), now, self._wall)
         if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
             for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
                 store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
@@ -141,6 +153,7 @@ class PeerCore:
     def set_name(self, name: str) -> list[str]:
         """A new (checked) display name, kept and re-announced in every joined group; returns those groups."""
         self.name = name
+        self.reach.name = name
         self.store.set_name(name)
         renamed = self.gjlp.rename(name)
         for gid in renamed:
@@ -150,6 +163,31 @@ class PeerCore:
     def advertise(self) -> None:
         """GJLP advertisement: ask every peer on the LAN for the groups it knows."""
         self.gjlp.advertise()
+
+    def add_peer(self, address: str | Endpoint, now: float, found_by: str = "manual") -> Endpoint:
+        """A peer's address (``host:port``, the port defaulting to this peer's), from the user or
+        an invite: it is probed, and once it proves itself it is asked for its groups like any
+        peer that answers an advertisement."""
+        if isinstance(address, Endpoint):
+            endpoint = address
+        else:
+            try:
+                endpoint = parse_endpoint(address, self.port)
+            except ValueError as exc:
+                raise UsageError(f"bad address: {exc}") from None
+        if endpoint in self.reach.own:
+            raise UsageError(f"{endpoint} is this peer's own address")
+        self.reach.add(endpoint, found_by, now)
+        return endpoint
+
+    def invite(self, gid: str) -> str:
+        """The invite link for ``gid``: its id, description and this peer's endpoints."""
+        return invite_link(gid, self.known(gid).desc, sorted(self.reach.own, key=str))
+
+    def peers(self, now: float) -> list[dict]:
+        """Every peer known by endpoint or heard by multicast: how it was found, how it is reached,
+        and ``last_heard`` in seconds ago."""
+        return [{**row, "last_heard": round(now - row["last_heard"], 1)} for row in self.reach.peers(now)]
 
     def resync(self, now: float) -> None:
         """Ask every joined group for what this peer missed, and re-advertise."""
@@ -218,6 +256,7 @@ class PeerCore:
         if key is not None:
             self.store.set_group_key(gid, key)
         self._open_channel(gid, None, now, wall)
+        self._membership_changed.add(gid)
         return gid
 
     def leave(self, gid: str, wall: float) -> GroupRecord:
@@ -229,6 +268,7 @@ class PeerCore:
         joined = self.joined.pop(gid)
         self.presence.forget(gid)  # when this peer last spoke there: a rejoin beacons afresh
         self.store.set_next_seqno(gid, joined.channel.next_seqno)
+        self._membership_changed.add(gid)
         return record
 
     def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float) -> Mid:
@@ -329,6 +369,12 @@ class PeerCore:
         return {m.pid: "online" if m.pid == self.pid else self.presence.status(m.pid, now)
                 for m in self.known(gid).current()}
 
+    def reached_directly(self, gid: str, now: float) -> list[str]:
+        """The current members of ``gid`` that multicast does not join to this peer: they get
+        what it sends by unicast."""
+        record = self.known(gid)
+        return sorted(pid for pid, _ in self.reach.unicast_peers(now) if record.is_current(pid))
+
     def take_unsent(self) -> dict[Mid, str]:
         """Own messages taken back since the last call because they could not be stored
         (never sent; their seqnos go to the next messages), each with the reason."""
@@ -382,18 +428,39 @@ class PeerCore:
     # -- network input ----------------------------------------------------------------
 
     def receive(self, data: bytes, source: Endpoint | None, now: float, wall: float, *,
-                control: bool = False) -> None:
+                control: bool = False, path: str = "multicast") -> None:
         """One datagram, from a stranger until its signature and the group's rules say otherwise.
 
         ``source``: the endpoint it came from, as the socket saw it (None where nobody knows, as
-        in a simulation); spoofable, so it is never taken as who sent it.  ``control`` if it came
-        to the control address, else to a group's."""
+        in a simulation); spoofable, so it is never taken as who sent it, and never answered
+        with more than a HELLO until a HELLO's nonce has made the round trip (:mod:`.reach`).
+        ``path``: "multicast" (``control`` if it came to the control address, else to a
+        group's), "broadcast" (to the control port), or "unicast" (to this peer's endpoint,
+        where the message's type says which channel it is for)."""
         envelope = self._decode(data, now)
         if envelope is None:
             return
+        self._wall = wall
         message = envelope.message
+        if isinstance(message, (wire.Hello, wire.PeerList)):
+            if path != "unicast" or source is None:
+                self.stats.malformed_dropped += 1  # these are only ever sent to one endpoint
+            elif isinstance(message, wire.Hello):
+                self.reach.hello(envelope.sender, message, source, now)
+            else:
+                self.reach.peer_list(envelope.sender, message, source, now)
+            return
+        if source is not None:
+            self.reach.heard(envelope.sender, source, path, now)
+        if path == "broadcast":
+            if isinstance(message, wire.Adv) and source is not None and self.reach.path(envelope.sender, now) is None:
+                # Someone on the subnet whose multicast has not reached us: probe it, unless it does soon.
+                self.reach.add(source, "broadcast", now, envelope.sender, delay=BROADCAST_GRACE)
+            return  # broadcasts only find peers; what they ask is asked again once they are proven
+        if path == "unicast":
+            control = isinstance(message, _CONTROL_MESSAGES)
         if control:
-            if isinstance(message, (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)):
+            if isinstance(message, _CONTROL_MESSAGES):
                 self.gjlp.receive(envelope.sender, message, now, wall)
             else:
                 self.stats.malformed_dropped += 1
@@ -451,10 +518,15 @@ class PeerCore:
     def get_timer(self) -> float | None:
         """The next deadline (on the ``now`` clock) at which :meth:`handle_timer` is due."""
         deadlines = [d for d in (self.gjlp.get_timer(), *(g.channel.get_timer() for g in self.joined.values()),
-                                 self.presence.get_timer(list(self.joined)), self._retry_at) if d is not None]
+                                 self.presence.get_timer(list(self.joined)), self._retry_at,
+                                 self.reach.get_timer(), self._broadcast_at) if d is not None]
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float) -> None:
+        cached = self.store.cached_peers() if self.reach.cache_probe_due(now) else None
+        self.reach.handle_timer(now, cached, self._wall)
+        if self._broadcast_at is not None and now >= self._broadcast_at:
+            self._broadcast_due = True
         self.gjlp.handle_timer(now)
         for joined in self.joined.values():
             joined.channel.handle_timer(now)
@@ -476,11 +548,39 @@ class PeerCore:
         """Persist, then transmit, then notify: everything since the last flush.  Returns how many
         messages were stored (and delivered)."""
         staged: list[Datagram] = []
+        reached_now = self.reach.events()
+        for reached in reached_now:  # a peer proved its endpoint: ask it for its groups, keep it
+            self._peers_to_cache[reached.pid] = (reached.endpoint, self._wall)
+        if reached_now:
+            # What was asked before it could hear us is asked again: its groups, and what we missed.
+            self.gjlp.advertise()
+            for gid, joined in self.joined.items():
+                if any(self.gjlp.groups[gid].is_current(r.pid) for r in reached_now):
+                    joined.channel.start_sync(now)
+        for handshake, endpoint in self.reach.datagrams_to_send():
+            staged.append(Datagram(wire.encode(self.identity, handshake), endpoint))
+        # Peers that multicast does not reach get a unicast copy of what goes to multicast.
+        unicast = self.reach.unicast_peers(now)
+        broadcast = self._broadcast_due
         for message in self.gjlp.datagrams_to_send():
             try:
-                staged.append(Datagram(wire.encode(self.identity, message), self.control_group))
+                data = wire.encode(self.identity, message)
             except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
                 log.warning("not sent: %s", exc)
+                continue
+            staged.append(Datagram(data, self.control_group))
+            staged += [Datagram(data, endpoint) for _, endpoint in unicast]
+            self.unicast_copies += len(unicast)
+            if type(message) is wire.Adv and not message.gids:  # an announcement: the subnet hears it too
+                staged.append(Datagram(data, Broadcast(self.port)))
+                broadcast = False
+                self._broadcast_at = now + BROADCAST_INTERVAL
+        if broadcast:  # the periodic one: to the subnet, and to the peers multicast does not reach
+            data = wire.encode(self.identity, wire.Adv(self.name))
+            staged.append(Datagram(data, Broadcast(self.port)))
+            staged += [Datagram(data, endpoint) for _, endpoint in unicast]
+            self._broadcast_at = now + BROADCAST_INTERVAL
+        self._broadcast_due = False
         events = self.gjlp.events()
         changed_groups: dict[str, bool] = {}
         for event in events:
@@ -499,6 +599,7 @@ class PeerCore:
             channel = joined.channel
             record = self.gjlp.groups[gid]
             destination = GroupAddress(record.addr, record.port)
+            members_by_unicast = [endpoint for pid, endpoint in unicast if record.is_current(pid)]
             channel.group_size = max(1, len(record.current()))
             outbox = channel.datagrams_to_send(now)
             if outbox:
@@ -512,10 +613,14 @@ class PeerCore:
                 outbox = []
             for message in outbox:
                 try:
-                    staged.append(Datagram(wire.encode(self.identity, message, joined.cipher),
-                                           destination))
+                    data = wire.encode(self.identity, message, joined.cipher)
                 except wire.WireError as exc:  # e.g. a digest past the datagram limit
                     log.warning("not sent: %s", exc)
+                    continue
+                staged.append(Datagram(data, destination))
+                if members_by_unicast:
+                    staged += [Datagram(data, endpoint) for endpoint in members_by_unicast]
+                    self.unicast_copies += len(members_by_unicast)
             deliveries += channel.deliveries()
             events_now = channel.events()
             channel_events += events_now
@@ -555,6 +660,9 @@ class PeerCore:
             elif isinstance(event, JoinUnacknowledged):
                 self._events.append(WarningRaised(event.gid, _unacknowledged_warning(
                     self.gjlp.groups[event.gid].desc, event.full)))
+        for gid in self._membership_changed:  # the views say "joined" (or not) once it is stored
+            changed_groups.setdefault(gid, False)
+        self._membership_changed.clear()
         for gid in membership_changed:
             changed_groups.setdefault(gid, False)
             if gid in self.joined:
@@ -614,6 +722,8 @@ class PeerCore:
             for gid, joined in self.joined.items():
                 if joined.seqno_to_save:
                     self.store.set_next_seqno(gid, joined.channel.next_seqno)
+            for pid, (endpoint, seen) in self._peers_to_cache.items():
+                self.store.cache_peer(pid, endpoint, seen)
             for gid, pids in self._members_to_save.items():  # one row per member that changed
                 members = self.gjlp.groups[gid].members if gid in self.gjlp.groups else {}
                 self.store.save_members(gid, [members[pid] for pid in pids if pid in members])
@@ -658,6 +768,7 @@ class PeerCore:
         for joined in self.joined.values():
             joined.seqno_to_save = False
         self._members_to_save.clear()
+        self._peers_to_cache.clear()
         self._retry_at = self._retry_deadline(now)
         return stored
 
@@ -707,6 +818,9 @@ class PeerCore:
             "stranger_groups_evicted": self.gjlp.stranger_groups_evicted,
             "plaintext_refused": self.plaintext_refused,
             "sender_names_differing": self.sender_names_differing,
+            "unicast_copies": self.unicast_copies,
+            "hellos_refused": self.reach.hellos_refused,
+            "probes_evicted": self.reach.candidates_evicted,
             "storage_error": self.storage_error,
             "unstored": len(self._unstored),
         }

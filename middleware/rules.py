@@ -1,8 +1,8 @@
 """The rules a user's input must meet, and the words that refuse it, defined once.
 
-The middleware checks every call against these, and so does the GUI's
-in-memory stand-in for it (``ui/memory_backend.py``), so that a test against
-the stand-in sees the refusal a user of the real app would see.  Each check
+The middleware checks every call against these (the GUI's in-memory backend,
+``ui/memory_backend.py``, runs the same core), so that a GUI test sees the
+refusal a user of the real app would see.  Each check
 returns the value as it is kept (stripped, for a description or a name) or
 raises :class:`~middleware.types.UsageError` (:class:`PassphraseRefused` for a
 passphrase) with a sentence the GUI can show as it is.

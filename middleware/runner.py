@@ -22,7 +22,9 @@ class ManagerThread:
         self.config = config
         self.listener = listener
         self.manager: GroupManager | None = None
-        self._loop = asyncio.new_event_loop()
+        # A selector loop on every system: the transport watches its sockets with add_reader, which
+        # Windows' default (proactor) loop lacks. Elsewhere this is the default loop anyway.
+        self._loop: asyncio.AbstractEventLoop = asyncio.SelectorEventLoop()
         self._thread = threading.Thread(target=self._run, name="m2mc-middleware", daemon=True)
         self._started = concurrent.futures.Future()
 

@@ -23,10 +23,11 @@ from typing import Iterable, Iterator
 import msgpack
 
 from . import crypto, wire
+from .addresses import Endpoint
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
-from .store_api import MAX_READ_RANGES, merged_read_marks
+from .store_api import MAX_CACHED_PEERS, MAX_READ_RANGES, merged_read_marks
 from .types import ChatMessage, Mid
 
 # Version 2: the messages one flush delivers to a group are stored as one row, a segment
@@ -512,6 +513,31 @@ class Store:
     def group_desc(self, gid: str) -> str:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()
         return row[0] if row else ""
+
+    # -- the peer cache (reach: where peers were last proven to be) --------------------
+
+    # Made on first use, like read_marks: a database without it has an empty cache.
+    PEER_CACHE_SCHEMA = ("CREATE TABLE IF NOT EXISTS peer_cache (pid TEXT PRIMARY KEY, host TEXT NOT NULL, "
+                         "port INTEGER NOT NULL, seen REAL NOT NULL)")
+
+    def _peer_cache_table(self) -> None:
+        if not getattr(self, "_peer_cache_ready", False):
+            self._db.execute(self.PEER_CACHE_SCHEMA)
+            self._peer_cache_ready = True
+
+    def cached_peers(self) -> list[tuple[str, Endpoint, float]]:
+        self._peer_cache_table()
+        rows = self._db.execute("SELECT pid, host, port, seen FROM peer_cache ORDER BY seen DESC LIMIT ?",
+                                (MAX_CACHED_PEERS,)).fetchall()
+        return [(pid, Endpoint(host, port), seen) for pid, host, port, seen in rows]
+
+    def cache_peer(self, pid: str, endpoint: Endpoint, wall: float) -> None:
+        """Keep ``pid``'s proven endpoint (commit is the caller's); past the cap the oldest give way."""
+        self._peer_cache_table()
+        self._db.execute("INSERT OR REPLACE INTO peer_cache (pid, host, port, seen) VALUES (?, ?, ?, ?)",
+                         (pid, endpoint.host, endpoint.port, wall))
+        self._db.execute("DELETE FROM peer_cache WHERE pid NOT IN "
+                         "(SELECT pid FROM peer_cache ORDER BY seen DESC LIMIT ?)", (MAX_CACHED_PEERS,))
 
     # -- read marks (the GUI's unread state, kept across restarts) -------------------
 

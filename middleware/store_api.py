@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Iterable, Protocol
 
 from . import wire
+from .addresses import Endpoint
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
@@ -27,6 +28,9 @@ from .types import ChatMessage, Mid
 
 # Past this many read ranges per group, the oldest gaps count as read.
 MAX_READ_RANGES = 10_000
+
+
+MAX_CACHED_PEERS = 256
 
 
 class PeerStore(Protocol):
@@ -88,6 +92,14 @@ class PeerStore(Protocol):
 
     def add_read_marks(self, gid: str, ranges: Iterable[tuple[int, int]]) -> None:
         """Add inclusive delivery-order ranges (ValueError for a bad one); commit is the caller's."""
+        ...
+
+    def cached_peers(self) -> list[tuple[str, Endpoint, float]]:
+        """The peer cache: ``(pid, last proven endpoint, wall time last seen)``, newest first."""
+        ...
+
+    def cache_peer(self, pid: str, endpoint: Endpoint, wall: float) -> None:
+        """Keep ``pid``'s proven endpoint (at most MAX_CACHED_PEERS rows; the oldest give way)."""
         ...
 
     def commit(self) -> None: ...

@@ -36,7 +36,7 @@ Every number a datagram carries, its bound at ``decode``, and what bounds it whe
 field                           decode accepts  bounded where used
 ==============================  ==============  ===================================================
 envelope ``version``            ``VERSION``     anything else is refused
-envelope ``type``               1..11           a ``MsgType``; anything else is refused
+envelope ``type``               1..13           a ``MsgType``; anything else is refused
 DATA / item ``seqno``           1..2**63-1      fits SQLite's INTEGER; the orderer counts in uint64
 ``parent`` seqno                1..2**63-1      as ``seqno``
 ``sent_at`` (ms)                0..2**63-1      signed, so kept; shown and exported clamped to
@@ -98,7 +98,7 @@ class WireError(ValueError):
 
 class MsgType(enum.IntEnum):
     """Datagram types. DATA, DATA_BATCH, NAK, REPAIR, HEARTBEAT and SYNC_* travel on a group's own
-    channel; ADV, GROUPS_INFO, JOIN and LEAVE on the control channel."""
+    channel; ADV, GROUPS_INFO, JOIN and LEAVE on the control channel; HELLO only by unicast."""
 
     DATA = 1
     ADV = 2
@@ -111,6 +111,8 @@ class MsgType(enum.IntEnum):
     HEARTBEAT = 9
     REPAIR = 10
     DATA_BATCH = 11
+    HELLO = 12
+    PEER_LIST = 13
 
 
 # ---------------------------------------------------------------------------
@@ -637,10 +639,64 @@ class Heartbeat:
     FIELDS: ClassVar = (("gid", _gid), ("seqno", _seqno))
 
 
-Message = Data | DataBatch | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat | Repair
+NONCE_BYTES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The unicast handshake (:mod:`middleware.reach`): ``nonce`` asks the other to echo it,
+    ``echo`` returns the other's nonce and so proves that this endpoint is where the signer is.
+    ``unheard``: the receiver's multicast does not reach the sender, so it should copy what it
+    multicasts to the sender by unicast (sent again every ``reach.REPORT_INTERVAL`` while true)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.HELLO
+    nonce: bytes
+    echo: bytes
+    name: str
+    unheard: bool = False
+
+    FIELDS: ClassVar = (("nonce", _bytes_or_empty(NONCE_BYTES)), ("echo", _bytes_or_empty(NONCE_BYTES)),
+                        ("name", _string(MAX_NAME, allow_empty=True)), ("unheard", _bool))
+
+
+MAX_PEER_LIST = 64
+
+
+def _unicast_host(value: Any, name: str) -> str:
+    """One peer's IPv4 address, in dotted form (never a multicast or broadcast one)."""
+    text = _string(15)(value, name)
+    parts = text.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 3 and int(p) <= 255 for p in parts) \
+            or not 1 <= int(parts[0]) <= 223 or text == "255.255.255.255":
+        raise _fail(name, f"expected a unicast IPv4 address, got {text!r:.20}")
+    return text
+
+
+def _peer_entries(value: Any, name: str) -> tuple:
+    entries = _list_of(_fixed(_pid, _unicast_host, _port))(value, name)
+    if len(entries) > MAX_PEER_LIST:
+        raise _fail(name, f"{len(entries)} entries, limit is {MAX_PEER_LIST}")
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class PeerList:
+    """Peer exchange: endpoints where the sender has proven other peers to be, ``(pid, host,
+    port)``.  A hint only: the receiver believes an endpoint once its own HELLO's nonce comes
+    back from there signed by that pid (:mod:`middleware.reach`)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.PEER_LIST
+    peers: tuple[tuple[str, str, int], ...]
+
+    FIELDS: ClassVar = (("peers", _peer_entries),)
+
+
+Message = (Data | DataBatch | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat | Repair | Hello
+           | PeerList)
 
 _BY_TYPE: dict[int, type] = {
-    cls.TYPE: cls for cls in (Data, DataBatch, Adv, GroupsInfo, Join, Leave, SyncReq, SyncResp, Nak, Heartbeat, Repair)
+    cls.TYPE: cls for cls in (Data, DataBatch, Adv, GroupsInfo, Join, Leave, SyncReq, SyncResp, Nak, Heartbeat, Repair,
+                              Hello, PeerList)
 }
 _SELF_SIGNED = (Data, DataBatch)  # their signature is in the body, not in a trailer
 

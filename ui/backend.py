@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ..middleware.addresses import Endpoint
 from ..middleware.types import ChatMessage, GroupView, Mid
 
 
@@ -63,6 +64,16 @@ class Peer(Protocol):
     def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None: ...
 
     def export_log(self, path: str | Path, gid: str | None = None) -> int: ...
+
+    def invite(self, gid: str) -> str: ...
+
+    async def find_invited_async(self, text: str) -> GroupView: ...
+
+    def add_peer(self, address: str, found_by: str = "manual") -> Endpoint: ...
+
+    def peers(self) -> list[dict]: ...
+
+    def reached_directly(self, gid: str) -> list[str]: ...
 
 
 # -- what crosses back to the GUI thread besides the middleware's events (middleware.events) -----

@@ -23,6 +23,7 @@ import re
 import unicodedata
 from collections import OrderedDict
 from datetime import date, datetime
+from typing import Any
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QTextCharFormat, QTextLayout, QTextOption
@@ -197,7 +198,8 @@ class MessageDelegate(QStyledItemDelegate):
             del self._bodies[key]
 
     def _reaction_chips(self, message: ChatMessage, left: int, top: int, width: int) -> list[tuple[QRect, str, list]]:
-        chips, x = [], left
+        chips: list[tuple[QRect, str, list]] = []
+        x = left
         height = self.meta_metrics.height() + 4
         for emoji, pids in (message.reactions or {}).items():
             label = f"{emoji} {len(pids)}"
@@ -365,8 +367,9 @@ class MessageDelegate(QStyledItemDelegate):
 
     # -- clicks and tooltips ------------------------------------------------------------
 
-    def hit(self, index: QModelIndex, rect: QRect, pos) -> tuple[str, object] | None:
-        """What a click at ``pos`` (viewport coordinates) in the row at ``rect`` means."""
+    def hit(self, index: QModelIndex, rect: QRect, pos) -> tuple[str, Any] | None:
+        """What a click at ``pos`` (viewport coordinates) in the row at ``rect`` means: a kind and what it
+        is about (an index for "toggle" and "more", a mid for "reply", (mid, emoji) for "react", a URL)."""
         if index.data(MessageRole) is None:
             return None
         geometry = self._geometry(rect, index)

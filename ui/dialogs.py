@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import re
 import time
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
+    QPushButton,
     QGroupBox,
     QProgressBar,
     QDialog,
@@ -45,7 +46,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..middleware import __version__, passphrase as passphrases
+from ..middleware import __version__, invites, passphrase as passphrases
 from ..middleware.names import refused_code_points
 from ..middleware.rules import MAX_DESC, MAX_NAME, MIN_PASSPHRASE
 from ..middleware.types import GroupView, Mid, PassphraseRefused, short_fingerprint
@@ -58,8 +59,9 @@ INVITE = re.compile(r"m2mc://join/([^\s?]+)(\?\S*)?")
 MESSAGE_LINK = re.compile(r"m2mc://message/([^\s/]+)/([0-9a-fA-F]+):([0-9]+)")
 
 
-def invite_text(gid: str, desc: str) -> str:
-    return f"Join “{desc}” on M2MC: m2mc://join/{quote(gid, safe='')}?desc={quote(desc, safe='')}"
+def invite_text(desc: str, link: str) -> str:
+    """What *Copy invite* puts on the clipboard: a sentence, then the link (:mod:`middleware.invites`)."""
+    return f"Join “{desc}” on M2MC: {link}"
 
 
 def parse_invite(text: str) -> tuple[str, str] | None:
@@ -143,7 +145,8 @@ class _ValidatedDialog(QDialog):
         self.buttons.accepted.connect(self._try_accept)
         self.buttons.rejected.connect(self.reject)
         for button in self.buttons.buttons():
-            button.setAutoDefault(False)
+            if isinstance(button, QPushButton):  # the box makes push buttons
+                button.setAutoDefault(False)
             button.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click must not take the focus from a field
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setDefault(True)  # Enter = OK, validated
         layout = QVBoxLayout(self)
@@ -151,7 +154,7 @@ class _ValidatedDialog(QDialog):
         layout.addWidget(self.error_label)
         layout.addWidget(self.buttons)
 
-    def first_field(self) -> QWidget | None:
+    def first_field(self) -> QLineEdit | None:
         """The field the keyboard starts in."""
         for row in range(self.form.rowCount()):
             for role in (QFormLayout.ItemRole.FieldRole, QFormLayout.ItemRole.SpanningRole):
@@ -391,6 +394,10 @@ class JoinDialog(_ValidatedDialog):
         self.form.addRow("Passphrase:", self.passphrase_edit)
         self.summary = GroupSummary()
         self.form.addRow(self.summary)
+        self.looking = _hint("")
+        self.looking.setObjectName("lookingForGroup")
+        self.form.addRow(self.looking)
+        self.form.setRowVisible(self.looking, False)
         self.form.addRow(_hint("Groups announced on your network are listed in the discovery window (Ctrl+G)."))
         self.setMinimumWidth(460)
         self._forget_found()
@@ -415,6 +422,15 @@ class JoinDialog(_ValidatedDialog):
         self.show_error("")
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
         if self.found is None or self.found.gid != gid:
+            invite = invites.parse_invite(text)
+            if invite is not None and invite.peers:  # ask the inviter directly: multicast may not flow here
+                where = ", ".join(map(str, invite.peers))
+                self.looking.setText(f"Asking {where} for the group… (up to 10 s)")
+                self.form.setRowVisible(self.looking, True)
+                self.backend.call_async(lambda peer: peer.find_invited_async(text),
+                                        on_result=lambda view: self._show_found(view, claimed),
+                                        on_error=lambda exc: self._not_found(plain_error(exc)))
+                return
             self.backend.call(lambda peer: peer.group(gid), on_result=lambda view: self._show_found(view, claimed),
                               on_error=lambda exc: self.show_error(plain_error(exc)))
             return
@@ -422,7 +438,13 @@ class JoinDialog(_ValidatedDialog):
         self.backend.call_async(lambda peer: peer.join_group_async(gid, passphrase), on_result=self._joined,
                                 on_error=lambda exc: self.show_error(plain_error(exc)))
 
+    def _not_found(self, message: str) -> None:
+        self.form.setRowVisible(self.looking, False)
+        self.show_error(message)
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(True)
+
     def _show_found(self, view: GroupView, claimed_desc: str) -> None:
+        self.form.setRowVisible(self.looking, False)
         if view.joined:
             self._joined(view.gid)
             return

@@ -116,12 +116,22 @@ class GroupTableModel(QAbstractTableModel):
         return None
 
 
+ALONE_TEXT = ("Nobody found on this network yet. Multicast may be blocked here: switches, Wi-Fi access "
+              "points, VPNs and routers often drop it. Ask a member of a group for an invite and use "
+              "File → Join from invite…, or add a peer by its address (the button below).")
+
+
 class DiscoveryWindow(QWidget):
     """Lists discovered groups; Join joins the selected one."""
 
     join_requested = Signal(str)
     create_requested = Signal()
     join_by_id_requested = Signal()
+    add_peer_requested = Signal()
+    alone_changed = Signal(bool)  # nobody heard of, ALONE_AFTER seconds after start (or no longer)
+
+    ALONE_AFTER = 10_000  # ms
+    ALONE_CHECK = 5_000  # ms
 
     def __init__(self, backend: Backend, parent: QWidget | None = None) -> None:
         super().__init__(parent, Qt.WindowType.Window)
@@ -159,23 +169,53 @@ class DiscoveryWindow(QWidget):
         create.clicked.connect(self.create_requested)
         by_id = QPushButton("Join by id…")
         by_id.clicked.connect(self.join_by_id_requested)
+        add_peer = QPushButton("Add peer by address…")
+        add_peer.setToolTip("Ask another computer directly, by its address: where multicast does not flow")
+        add_peer.clicked.connect(self.add_peer_requested)
+        self.alone_label = QLabel(ALONE_TEXT)
+        self.alone_label.setObjectName("aloneNotice")
+        self.alone_label.setWordWrap(True)
+        self.alone_label.hide()
+        self.alone = False
 
         buttons = QHBoxLayout()
         buttons.addWidget(refresh)
         buttons.addWidget(by_id)
+        buttons.addWidget(add_peer)
         buttons.addStretch(1)
         buttons.addWidget(create)
         buttons.addWidget(self.join_button)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.empty_label)
+        layout.addWidget(self.alone_label)
         layout.addLayout(buttons)
 
         backend.peer_event.connect(self._on_event)
-        self._ticker = QTimer(self, interval=5000, timeout=self.model.refresh_times)
+        self._ticker = QTimer(self, interval=5000)
+        self._ticker.timeout.connect(self.model.refresh_times)
         self._ticker.start()
         self.model.rowsInserted.connect(lambda *_: self._update_buttons())
         self._update_buttons()
+        self._alone_timer = QTimer(self, interval=self.ALONE_CHECK)
+        self._alone_timer.timeout.connect(self._check_alone)
+        QTimer.singleShot(self.ALONE_AFTER, self._start_alone_checks)
+
+    def _start_alone_checks(self) -> None:
+        self._check_alone()
+        self._alone_timer.start()
+
+    def _check_alone(self) -> None:
+        self.backend.call(lambda peer: peer.peers(), on_result=lambda rows: self.set_alone(not rows),
+                          on_error=lambda _e: None)
+
+    def set_alone(self, alone: bool) -> None:
+        """Nobody heard of: say so in plain words, and what to do (or take it back)."""
+        self.alone_label.setVisible(alone)
+        self.empty_label.setVisible(self.model.rowCount() == 0 and not alone)
+        if alone != self.alone:
+            self.alone = alone
+            self.alone_changed.emit(alone)
 
     def _on_event(self, event: Event) -> None:
         match event:
@@ -202,7 +242,7 @@ class DiscoveryWindow(QWidget):
             self.join_requested.emit(gid)
 
     def _update_buttons(self) -> None:
-        self.empty_label.setVisible(self.model.rowCount() == 0)
+        self.empty_label.setVisible(self.model.rowCount() == 0 and not self.alone)
         gid = self.selected_gid()
         view = self.model.view_for(gid) if gid else None
         self.join_button.setEnabled(view is not None and not view.joined and view.verified)

@@ -5,7 +5,10 @@ group's session at a time (tree or time order, one thread on its own, the
 filter) and keeps the reader's place.  Its controllers
 (:mod:`ui.controllers`) hold the rest, as qutebrowser keeps its completion
 model, view and controller apart: sessions and read state, compose, status,
-and joins.  It talks to the middleware only through a
+and joins; each sees the window only through its own view protocol.  What the
+reader has chosen (the group and message selected, what the compose box
+answers, tree or time order and the filter) is Qt-free (:mod:`ui.state`) and
+shared by the window and the controllers.  It talks to the middleware only through a
 :class:`~ui.bridge.Backend`: typed calls with callbacks, events as signals,
 all on the GUI thread.  Each joined group has a
 :class:`~ui.controllers.sessions.GroupSession` holding its tree and
@@ -24,8 +27,10 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from functools import partial
+from typing import Callable, Iterator
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
+from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -57,9 +62,10 @@ from .discovery_window import DiscoveryWindow
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
 from .controllers.joins import JoinController
-from .controllers.sessions import GroupSession, SessionController
+from .controllers.sessions import GroupSession, ReaderPlace, SessionController
 from .controllers.status import StatusController
 from .notifier import Notifier
+from .state import ComposeTarget, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
@@ -76,6 +82,8 @@ log = logging.getLogger(__name__)
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
+ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here. Ask a member for an invite, "
+                "or add a peer by address (File menu).")
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
 
 
@@ -85,8 +93,10 @@ class MainWindow(QMainWindow):
         self.backend = backend
         # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
         self.settings = settings if settings is not None else {}
-        self.current: GroupSession | None = None
-        self.time_ordered = False
+        # What the reader has chosen, shared with the controllers (Qt-free: ui/state.py).
+        self.selection: Selection[GroupSession] = Selection()
+        self.compose_target = ComposeTarget()
+        self.view_filter = ThreadFilter()
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
@@ -97,22 +107,41 @@ class MainWindow(QMainWindow):
         self.warning_log = WarningLogWindow(self)
         # Each controller hears the backend's events for its concern; nothing reaches them
         # before the panes are built (events come through the event loop).
-        self.session_controller = SessionController(self)
-        self.join_controller = JoinController(self)
-        self.status_controller = StatusController(self)
-        self.compose_controller = ComposeController(self)
+        self.session_controller = SessionController(backend, self.selection, self.compose_target, self.view_filter,
+                                                    self, self.settings, self)
+        self.join_controller = JoinController(backend, self.selection, self.session_controller, self, self)
+        self.status_controller = StatusController(backend, self.selection, self.session_controller, self, self)
+        self.compose_controller = ComposeController(backend, self.selection, self.compose_target, self, self)
         self.discovery.join_requested.connect(self.join_controller.join_group)
         self.discovery.create_requested.connect(self.join_controller.create_group)
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
+        self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
+        self.discovery.alone_changed.connect(self._on_alone)
 
         self._build_panes()
         self._build_actions()
         self._build_status_bar()
 
-        self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS, timeout=self.mark_visible_read)
-        self._follow_timer = QTimer(self, singleShot=True, interval=100,
-                                    timeout=lambda: self.current_view().scrollToBottom())
+        self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS)
+        self._seen_timer.timeout.connect(self.mark_visible_read)
+        self._follow_timer = QTimer(self, singleShot=True, interval=100)
+        self._follow_timer.timeout.connect(lambda: self.current_view().scrollToBottom())
         self.show_session(None)
+
+    @property
+    def current(self) -> GroupSession | None:
+        """The session of the group shown."""
+        return self.selection.session
+
+    @property
+    def time_ordered(self) -> bool:
+        return self.view_filter.time_ordered
+
+    def _shown(self) -> GroupSession:
+        """The current session, for what is only done while a group is shown."""
+        session = self.selection.session
+        assert session is not None, "no group is shown"
+        return session
 
     # -- layout -------------------------------------------------------------------------
 
@@ -125,7 +154,9 @@ class MainWindow(QMainWindow):
         groups_pane = self._titled("Groups", self.group_list)
         discover_button = QPushButton(icon("discover"), "Find groups…")
         discover_button.clicked.connect(self.join_controller.show_discovery)
-        groups_pane.layout().addWidget(discover_button)
+        groups_layout = groups_pane.layout()
+        assert groups_layout is not None  # _titled gives the pane one
+        groups_layout.addWidget(discover_button)
 
         self.title_label = QLabel()
         self.title_label.setObjectName("conversationTitle")
@@ -203,8 +234,8 @@ class MainWindow(QMainWindow):
             view.reply_requested.connect(self.compose_controller.reply_to)
             view.link_activated.connect(self.open_link)
             view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
-            view.itemDelegate().own_pid = self.backend.pid
-            view.customContextMenuRequested.connect(lambda pos, v=view: self._message_menu(v, pos))
+            self._message_delegate(view).own_pid = self.backend.pid
+            view.customContextMenuRequested.connect(partial(self._message_menu, view))
         self.tree_proxy = QSortFilterProxyModel(self)
         self.tree_proxy.setRecursiveFilteringEnabled(True)
         self.tree_proxy.setFilterRole(SearchRole)
@@ -330,8 +361,8 @@ class MainWindow(QMainWindow):
         layout.addWidget(body, 1)
         return pane
 
-    def _action(self, text: str, shortcut: QKeySequence | str | None, slot, icon_name: str | None = None,
-                checkable: bool = False) -> QAction:
+    def _action(self, text: str, shortcut: QKeySequence | QKeySequence.StandardKey | str | None,
+                slot: Callable[..., object], icon_name: str | None = None, checkable: bool = False) -> QAction:
         action = QAction(text, self)
         if icon_name:
             action.setIcon(icon(icon_name))
@@ -352,12 +383,13 @@ class MainWindow(QMainWindow):
         self.join_action = self._action("&Join group by id…", None, joins.join_by_id, "join")
         self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", joins.join_from_invite, "join")
         self.invite_action = self._action("&Copy invite", None, joins.copy_invite)
+        self.add_peer_action = self._action("&Add peer by address…", None, joins.add_peer)
         self.leave_action = self._action("&Leave group", None, joins.leave_current_group)
         self.name_action = self._action("Change display &name…", None, joins.change_name)
         self.export_action = self._action("&Export chat log…", "Ctrl+E", self.export_dialog, "export")
         quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.close)
         for action in (self.create_action, self.discover_action, self.join_action, self.join_invite_action,
-                       self.invite_action, self.leave_action):
+                       self.add_peer_action, self.invite_action, self.leave_action):
             menu.addAction(action)
         menu.addSeparator()
         menu.addAction(self.name_action)
@@ -442,13 +474,13 @@ class MainWindow(QMainWindow):
     def show_session(self, session: GroupSession | None) -> None:
         if self.current is not None and self.current is not session:
             self.session_controller.save_read_marks()
-        self.current = session
-        self.compose_controller.reply_target = None
-        self.compose_controller.edit_target = None
+        self.selection.open(session)
+        self.compose_target.clear()
         self.reply_banner.show_target(None)
         self.filter_edit.blockSignals(True)
         self.filter_edit.clear()
         self.filter_edit.blockSignals(False)
+        self.view_filter.set_text("")
         self._apply_highlight("")
         enabled = session is not None
         for widget in (self.compose, self.send_button, self.filter_edit, self.tree_button, self.time_button,
@@ -471,7 +503,8 @@ class MainWindow(QMainWindow):
         self.title_label.setText(session.title)
         self.show_topic(session)
         self.update_pinned_button()
-        session.item.setIcon(self.session_controller.group_icon(session))  # its warnings, if any, are on the banner now
+        if session.item is not None:  # its warnings, if any, are on the banner now
+            session.item.setIcon(self.session_controller.group_icon(session))
         self.notify_action.setChecked(self.session_controller.notifies(session.gid))
         self.thread_list.setModel(session.threads)
         self.set_divider(session)
@@ -481,16 +514,16 @@ class MainWindow(QMainWindow):
             self.open_position(session)
         self.status_controller.fill_members()
         self.status_controller.refresh()
-        gid = session.gid
-        self.backend.call(lambda peer: peer.group(gid), on_result=self.session_controller.on_group_view,
-                          on_error=lambda _e: None)
+        self.session_controller.refresh_group_view(session.gid)
         self.status_controller.poll_presence()
         self.schedule_seen()
 
     def _set_view_models(self) -> None:
-        session = self.current
-        filtering = bool(self.filter_edit.text().strip())
-        tree_source = session.thread if session.thread is not None else session.tree
+        session = self._shown()
+        filtering = self.view_filter.active
+        tree_source: QAbstractItemModel = session.thread if session.thread is not None else session.tree_model
+        tree_model: QAbstractItemModel
+        timeline_model: QAbstractItemModel | None
         if filtering:
             if self.tree_proxy.sourceModel() is not tree_source:
                 self.tree_proxy.setSourceModel(tree_source)
@@ -501,7 +534,7 @@ class MainWindow(QMainWindow):
             tree_model, timeline_model = tree_source, session.timeline
         if session.thread is not None:
             timeline_model = None  # one thread is a tree; the time order is of the whole group
-            self.time_ordered = False
+            self.view_filter.time_ordered = False
         # The unfiltered views show the models directly: a proxy over 100,000 rows costs
         # more than it gives, and filtering swaps one in.
         if self.tree_view.model() is not tree_model:
@@ -518,6 +551,7 @@ class MainWindow(QMainWindow):
             if timeline_model is not None:
                 self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
         self.stack.setCurrentWidget(self.timeline_view if self.time_ordered else self.tree_view)
+        self._sync_selection()
         self.update_older_button()
 
     def update_older_button(self) -> None:
@@ -546,7 +580,7 @@ class MainWindow(QMainWindow):
             if self.tree_view.model() is session.thread:
                 self.tree_view.expandAll()
             return
-        if self.tree_view.model() is not session.tree:
+        if self.tree_view.model() is not session.tree_model:
             return
         if len(session.tree) <= EXPAND_ALL_LIMIT:
             self.tree_view.expandAll()
@@ -584,20 +618,20 @@ class MainWindow(QMainWindow):
 
     def set_divider(self, session: GroupSession) -> None:
         for view in (self.tree_view, self.timeline_view):
-            delegate = view.itemDelegate()
+            delegate = self._message_delegate(view)
             if delegate.divider != session.divider:
                 delegate.set_divider(session.divider)
                 view.scheduleDelayedItemsLayout()
 
     def _source_index(self, mid: Mid) -> QModelIndex:
         """The index of ``mid`` in the tree view's source model (the whole tree, or the open thread)."""
-        session = self.current
+        session = self._shown()
         if session.thread is not None:
             return session.thread.index_for(mid)
-        return session.tree.index_for(mid)
+        return session.tree_model.index_for(mid)
 
     def expand_path(self, mid: Mid) -> None:
-        session = self.current
+        session = self._shown()
         model = self.tree_view.model()
         for ancestor in session.tree.ancestors(mid):
             index = self._source_index(ancestor)
@@ -610,12 +644,8 @@ class MainWindow(QMainWindow):
 
     # -- operations: edits, deletes, reactions, pins, the topic ------------------------------
 
-    @staticmethod
-    def shown_topic(session: GroupSession) -> str:
-        return session.topic if session.topic is not None else (session.view.topic if session.view else "")
-
     def show_topic(self, session: GroupSession) -> None:
-        topic = self.shown_topic(session)
+        topic = session.shown_topic
         if not self.topic_edit.hasFocus() or self.topic_edit.text() == topic:
             self.topic_edit.setText(topic)
             self.topic_edit.setCursorPosition(0)
@@ -632,7 +662,7 @@ class MainWindow(QMainWindow):
         for message in self.pinned_messages():
             mid = message.mid
             label = f"{message.sender_name}: {snippet(message.text or 'message deleted', 60)}"
-            self.pinned_menu.addAction(label, lambda mid=mid: self.select_message(mid))
+            self.pinned_menu.addAction(label, partial(self.select_message, mid))
 
     def pinned_messages(self) -> list[ChatMessage]:
         """The current group's pinned messages, in delivery order."""
@@ -643,24 +673,114 @@ class MainWindow(QMainWindow):
 
     # -- status -------------------------------------------------------------------------------
 
+    # -- what the controllers ask of the view (their *View protocols) ----------------------------
+
+    def dialog_parent(self) -> QWidget:
+        return self
+
+    def show_status(self, text: str, timeout: int) -> None:
+        self.statusBar().showMessage(text, timeout)
+
+    def show_error(self, message: str) -> None:
+        self.status_controller.show_error(message)
+
+    def refresh_status(self) -> None:
+        self.status_controller.refresh()
+
+    def fill_members(self) -> None:
+        self.status_controller.fill_members()
+
+    def _on_alone(self, alone: bool) -> None:
+        """Nobody heard of after a while: say why that may be, where the user looks first."""
+        if alone:
+            self.statusBar().showMessage(ALONE_STATUS)
+        elif self.statusBar().currentMessage() == ALONE_STATUS:
+            self.statusBar().clearMessage()
+
+    def start_new_thread(self) -> None:
+        self.compose_controller.start_new_thread()
+
+    def notify(self, title: str, text: str) -> None:
+        self.notifier.notify(title, text)
+
+    def add_group_item(self, item: QListWidgetItem) -> None:
+        self.group_list.addItem(item)
+
+    def remove_group_item(self, item: QListWidgetItem) -> None:
+        self.group_list.takeItem(self.group_list.row(item))
+
+    def clear_filter(self) -> None:
+        if self.filter_edit.text():
+            self.filter_edit.clear()
+
+    def show_heading(self, session: GroupSession) -> None:
+        self.title_label.setText(session.title)
+        self.show_topic(session)
+
+    def named_views(self) -> tuple[QAbstractItemView, ...]:
+        """The views whose delegates name members (and mark look-alike names)."""
+        return self.tree_view, self.timeline_view, self.thread_list
+
+    def forget_rendered(self, mids: list[Mid]) -> None:
+        for view in (self.tree_view, self.timeline_view):
+            delegate = self._message_delegate(view)
+            for mid in mids:
+                delegate.forget(mid)
+
+    def relayout_messages(self) -> None:
+        for view in (self.tree_view, self.timeline_view):
+            view.scheduleDelayedItemsLayout()
+            view.viewport().update()
+
+    def reader_place(self, session: GroupSession) -> tuple[bool, ReaderPlace | None]:
+        """Whether the view on show is at its end, and the reader's place in the tree if ``session`` is shown."""
+        view = self.current_view()
+        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
+        reading = None  # the row at the top of the tree, and where it is: the reader's place
+        if (session is self.current and not at_bottom and view is self.tree_view
+                and view.model() is session.tree_model):
+            top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
+            if top.isValid():
+                reading = (top.data(MessageRole).mid, view.visualRect(top).top())
+        return at_bottom, reading
+
+    def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None:
+        self.tree_view.scrollTo(session.tree_model.index_for(place[0]), QAbstractItemView.ScrollHint.PositionAtTop)
+        bar = self.tree_view.verticalScrollBar()
+        bar.setValue(bar.value() - place[1])
+
+    @staticmethod
+    def _message_delegate(view: QAbstractItemView) -> MessageDelegate:
+        delegate = view.itemDelegate()
+        assert isinstance(delegate, MessageDelegate)
+        return delegate
+
     # -- reading ---------------------------------------------------------------------------------
 
     def follow_end(self) -> None:
         """Scroll to the end once a burst of arrivals is in (deferred and coalesced: scrolling forces a layout)."""
         self._follow_timer.start()
 
-    def current_view(self) -> QAbstractItemView:
+    def current_view(self) -> ConversationView:
         return self.timeline_view if self.time_ordered else self.tree_view
 
     def _on_current_message(self, current: QModelIndex, _previous: QModelIndex) -> None:
         # Selecting is reading: it never changes what the compose box answers.
         message = current.data(MessageRole) if current.isValid() else None
+        if current.model() is self.current_view().model():
+            self.selection.select(message.mid if message is not None else None)
         if message is not None and self.current is not None:
             self.current.tree.mark_read([message.mid])
 
-    def selected_message(self) -> ChatMessage | None:
+    def _sync_selection(self) -> None:
+        """The selection is the current row of the view on show (a new model has none)."""
         index = self.current_view().currentIndex()
-        return index.data(MessageRole) if index.isValid() else None
+        message = index.data(MessageRole) if index.isValid() else None
+        self.selection.select(message.mid if message is not None else None)
+
+    def selected_message(self) -> ChatMessage | None:
+        session, mid = self.selection.session, self.selection.message
+        return session.tree.message(mid) if session is not None and mid is not None else None
 
     def schedule_seen(self, *_args) -> None:
         if self.current is not None and self.current.tree.unread:
@@ -689,7 +809,7 @@ class MainWindow(QMainWindow):
         return visible
 
     def _view_index(self, mid: Mid) -> QModelIndex:
-        session = self.current
+        session = self._shown()
         if self.time_ordered:
             index = session.timeline.index_for(mid)
             return self.timeline_proxy.mapFromSource(index) if self.timeline_view.model() is self.timeline_proxy else index
@@ -721,7 +841,7 @@ class MainWindow(QMainWindow):
             self.close_thread()
         message = self.selected_message() if self.current is not None else None
         selected = message.mid if message is not None else None
-        self.time_ordered = on
+        self.view_filter.time_ordered = on
         self.time_action.setChecked(on)
         self.tree_button.setChecked(not on)
         self.time_button.setChecked(on)
@@ -738,11 +858,10 @@ class MainWindow(QMainWindow):
         self.filter_edit.selectAll()
 
     def _apply_filter(self, text: str) -> None:
+        pattern = self.view_filter.set_text(text)
         if self.current is None:
             return
-        message = self.selected_message()
-        selected = message.mid if message is not None else None
-        pattern = text.strip()
+        selected = self.selection.message
         self.tree_proxy.setFilterFixedString(pattern)
         self.timeline_proxy.setFilterFixedString(pattern)
         self._set_view_models()
@@ -757,7 +876,7 @@ class MainWindow(QMainWindow):
     def _apply_highlight(self, pattern: str) -> None:
         """Matches highlighted, ancestors shown for context dimmed, and the matches counted."""
         for view in (self.tree_view, self.timeline_view):
-            view.itemDelegate().set_highlight(pattern)
+            self._message_delegate(view).set_highlight(pattern)
             view.viewport().update()
         if not pattern or self.current is None:
             self.match_label.hide()
@@ -768,23 +887,19 @@ class MainWindow(QMainWindow):
 
     def matches(self) -> list[Mid]:
         """The messages matching the filter, in the order of the view shown."""
-        pattern = self.filter_edit.text().strip().lower()
-        session = self.current
-        if not pattern or session is None:
+        if not self.view_filter.active or self.current is None:
             return []
-        found = []
-        view = self.current_view()
-        model = view.model()
-        index = model.index(0, 0) if model is not None else QModelIndex()
+        model = self.current_view().model()
+        return self.view_filter.matching(self._messages_in_view_order(model)) if model is not None else []
+
+    def _messages_in_view_order(self, model: QAbstractItemModel) -> Iterator[ChatMessage]:
+        index = model.index(0, 0)
         while index.isValid():  # in view order: the proxy keeps matches and their ancestors
-            message = index.data(MessageRole)
-            if pattern in f"{message.sender_name}\n{message.text}".lower():
-                found.append(message.mid)
+            yield index.data(MessageRole)
             index = self._next_row(model, index)
-        return found
 
     @staticmethod
-    def _next_row(model, index: QModelIndex) -> QModelIndex:
+    def _next_row(model: QAbstractItemModel, index: QModelIndex) -> QModelIndex:
         """Depth first through every row of ``model`` (expanded or not)."""
         if model.rowCount(index):
             return model.index(0, 0, index)
@@ -799,24 +914,21 @@ class MainWindow(QMainWindow):
         """F3 / Shift+F3: select the next / previous match of the filter."""
         found = self.matches()
         if not found:
-            self.statusBar().showMessage("No matches" if self.filter_edit.text().strip() else
-                                         "Type in the filter (Ctrl+F) first", 3000)
+            self.show_status("No matches" if self.view_filter.active else "Type in the filter (Ctrl+F) first", 3000)
             return
-        current = self.selected_message()
-        position = found.index(current.mid) if current is not None and current.mid in found else -1 if step > 0 else 0
-        target = found[(position + step) % len(found)]
+        target = self.view_filter.step(found, self.selection.message, step)
         self.select_message(target)
         self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
 
     def _escape(self) -> None:
         if self.topic_edit.hasFocus():  # undo what was typed there
             if self.current is not None:
-                self.topic_edit.setText(self.shown_topic(self.current))
+                self.topic_edit.setText(self.current.shown_topic)
             self.compose.setFocus()
         elif self.filter_edit.hasFocus() or self.filter_edit.text():
             self.filter_edit.clear()
             self.compose.setFocus()
-        elif self.compose_controller.reply_target is not None or self.compose_controller.edit_target is not None:
+        elif self.compose_target.active:
             self.compose_controller.start_new_thread()
         elif self.current is not None and self.current.thread is not None:
             self.close_thread()
@@ -837,9 +949,11 @@ class MainWindow(QMainWindow):
     def open_thread(self, root_mid: Mid) -> bool:
         """Show one thread on its own (the tree of its root alone); "← All threads" goes back."""
         session = self.current
-        if session is None or session.tree.node(root_mid) is None:
+        node = session.tree.node(root_mid) if session is not None else None
+        if session is None or node is None:
             return False
-        root_mid = session.tree.thread_of(root_mid)
+        root = node.root.message
+        root_mid = root.mid
         if session.thread is not None:
             if session.thread.root.message.mid == root_mid:
                 return True
@@ -847,8 +961,7 @@ class MainWindow(QMainWindow):
         if self.time_ordered:
             self.set_time_ordered(False)
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
-        session.thread = ThreadModel(session.tree, root_mid, self)
-        root = session.tree.message(root_mid)
+        session.thread = ThreadModel(session.tree_model, root_mid, self)
         self.thread_label.setText(f"Thread: {root.sender_name} — {snippet(root.text, 80)}")
         self._set_view_models()
         self.tree_view.expandAll()
@@ -896,7 +1009,7 @@ class MainWindow(QMainWindow):
         react = menu.addMenu("React")
         mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}
         for emoji in REACTION_CHOICES:
-            action = react.addAction(emoji, lambda e=emoji: self.compose_controller.toggle_reaction(message.mid, e))
+            action = react.addAction(emoji, partial(self.compose_controller.toggle_reaction, message.mid, emoji))
             action.setCheckable(True)
             action.setChecked(emoji in mine)
         if message.pinned:

@@ -44,11 +44,17 @@ def member_tooltip(member: Member, look_alike: set[str], left: bool = False) -> 
     return "\n".join(lines)
 
 
-def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, header, status_of) -> None:
+DIRECT_MARK = "⇄"
+
+
+def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, header, status_of,
+                     direct: set[str] | frozenset[str] = frozenset()) -> None:
     """Show ``view``'s members (and those who left) in ``widget``.
 
     ``header(text)`` makes a section title; ``status_of(pid)`` says "online", "away" or "offline"
-    as heard by this peer.  Each row keeps its status under ``Qt.UserRole`` ("left" for those who left).
+    as heard by this peer; ``direct`` holds the members reached directly (by unicast, where
+    multicast does not join them to this peer), marked with ⇄.  Each row keeps its status
+    under ``Qt.UserRole`` ("left" for those who left).
     """
     widget.clear()
     if view is None:
@@ -57,8 +63,14 @@ def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, heade
     widget.addItem(header(f"In the group ({len(view.members)})"))
     for member in sorted(view.members, key=lambda m: (m.name.lower(), m.pid)):
         status = "online" if member.pid == me else status_of(member.pid)
-        item = QListWidgetItem(icon("member"), f"{PRESENCE_MARKS[status]} {member_text(member, me, duplicates)}")
-        item.setToolTip(f"{member.name} is {status} (as heard by this peer)\n{member_tooltip(member, duplicates)}")
+        text = f"{PRESENCE_MARKS[status]} {member_text(member, me, duplicates)}"
+        tooltip = f"{member.name} is {status} (as heard by this peer)\n{member_tooltip(member, duplicates)}"
+        if member.pid in direct:
+            text += f"  {DIRECT_MARK}"
+            tooltip += ("\nReached directly: multicast does not get through between you, so what you send "
+                        "goes to this member by unicast as well")
+        item = QListWidgetItem(icon("member"), text)
+        item.setToolTip(tooltip)
         item.setData(Qt.ItemDataRole.UserRole, status)
         widget.addItem(item)
     if view.left:

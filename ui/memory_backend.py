@@ -1,299 +1,454 @@
-"""An in-memory stand-in for the middleware (no sockets), for tests, screenshots and benchmarks.
+"""The GUI's in-process backend: the real protocol core on a LAN held in memory (no sockets), for tests,
+screenshots and benchmarks.
 
-:class:`MemoryManager` answers the same calls as ``GroupManager`` for one
-peer that is alone with its fake LAN: tests add groups "seen on the network",
-messages "from other peers" and member changes through its ``inject_*``
-methods, which reach the GUI by the same queued path as real events.
-Private groups keep their passphrase in plain memory (there is nothing to
-seal here).  Every input is checked by the middleware's own rules
-(:mod:`middleware.rules`), so a refusal has the words the real app shows.
-It tells its listener the middleware's own event values (:mod:`middleware.events`);
-``inject_warning`` stands for its ``WarningRaised`` (e.g. two different
-messages under one mid).  Edits, deletes, reactions, pins and the
-topic go through the middleware's own rules (:class:`middleware.chatops.GroupOperations`):
-``inject_messages`` takes operations other members made (``operation_message``)
-as the middleware would deliver them.
+:class:`MemoryManager` answers the same calls as ``GroupManager`` (the GUI's
+:class:`~ui.backend.Peer`), and like it is a thin adapter over a
+:class:`~middleware.peer_core.PeerCore`, here over a
+:class:`~middleware.memory_store.MemoryStore`.  Its datagrams cross a
+:class:`MemoryLan` to other whole peers (cores of their own), run by the
+``inject_*`` methods as "the others on the network": they create groups, join,
+leave, write and operate through their own cores, signed with keys of their own
+(:func:`sim_member`).  So every group rule, OBG operation, name check and
+refusal is the middleware's, and the GUI hears the middleware's own events
+(:mod:`middleware.events`), by the same queued path as a real peer's.
+
+Two things are not the real ones.  The clock is virtual: time moves only when
+the LAN settles (a join's answers and acknowledgements arrive within
+:attr:`MemoryLan.SETTLE`), and the wall clock moves with it.  A private group's
+key is derived by a cheap hash instead of Argon2id: there is nothing to keep
+from an attacker here, and a GUI test should not wait 0.6 s per passphrase.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import contextlib
+import hashlib
 import inspect
-import json
+import random
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, TypeVar
 
-from ..middleware import rules
-from ..middleware.chatops import GroupOperations, is_operation
-from ..middleware.names import shown
-from ..middleware.rangeset import RangeSet
-from ..middleware.events import (GroupCreated, GroupsDiscovered, Listener, MemberJoined, MemberLeft, MessagesDelivered,
-                                 MessagesUpdated, TopicChanged, WarningRaised)
-from ..middleware.types import ChatMessage, GroupView, Member, Mid, iso_millis
+from ..middleware import crypto, rules
+from ..middleware.chatops import OP_MARKER
+from ..middleware.crypto import Identity
+from ..middleware.addresses import Broadcast, Endpoint
+from ..middleware.invites import parse_invite
+from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised, ignore
+from ..middleware.manager import export_log
+from ..middleware.memory_store import MemoryStore
+from ..middleware.peer_core import Datagram, PeerCore
+from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError
 
 from .backend import Peer
 from .bridge import Backend
 
+T = TypeVar("T")
+
+# Every peer that sim_member() made, by pid: the LAN runs a member's core under its own key.
+_IDENTITIES: dict[str, Identity] = {}
+
+
+def sim_identity(seed: str) -> Identity:
+    """A key drawn from ``seed``: the same seed makes the same pid on every run."""
+    return Identity.from_bytes(hashlib.sha256(b"m2mc memory peer\0" + seed.encode()).digest())
+
+
+def sim_member(name: str, seed: str | None = None) -> Member:
+    """A member that the in-memory LAN can run as a peer (its key drawn from ``seed``, else the name)."""
+    identity = sim_identity(name if seed is None else seed)
+    _IDENTITIES[identity.pid] = identity
+    return Member(identity.pid, name)
+
+
+def cheap_group_key(passphrase: str, salt: bytes) -> bytes:
+    """A private group's key in memory: a hash of the passphrase, not Argon2id (see the module docstring)."""
+    return hashlib.blake2b(passphrase.encode(), key=salt[:64], digest_size=32).digest()
+
+
+class MemoryLan:
+    """Cores joined by an in-memory network: each datagram reaches every other core that is up, at once,
+    and timers fire only in :meth:`settle`.  Each input is run as the asyncio adapter runs it: the input,
+    then ``flush`` (persist), then ``datagrams_to_send`` (transmit), then ``events`` (notify)."""
+
+    SETTLE = 3.0  # virtual seconds after a join: the members' answers, acknowledgements and sync fit in it
+    MAX_STEPS = 100_000  # timer firings in one settle: far past what a join or a sync needs
+    START = 1_000.0
+
+    def __init__(self, wall: float) -> None:
+        self.now = self.START
+        self._wall0 = wall
+        self.cores: dict[str, PeerCore] = {}
+        self.endpoints: dict[str, Endpoint] = {}  # where each peer's datagrams come from (a port each, no socket)
+        self.down: set[str] = set()  # pids that hear nothing (their app is closed, or their link down)
+        self._listeners: dict[str, Listener] = {}
+        self._queue: collections.deque[tuple[str, Datagram]] = collections.deque()
+
+    def wall(self) -> float:
+        """The wall clock, in seconds since the epoch: it starts at the real one and moves with ``now``."""
+        return self._wall0 + self.now - self.START
+
+    def add(self, core: PeerCore, listener: Listener = ignore) -> None:
+        self.cores[core.pid] = core
+        self.endpoints[core.pid] = Endpoint("127.0.0.1", 40_000 + len(self.endpoints))
+        core.reach.own.add(self.endpoints[core.pid])
+        self._listeners[core.pid] = listener
+
+    def run(self, core: PeerCore, action: Callable[[PeerCore], T]) -> T:
+        """``action`` on ``core``, then its flush; then every datagram it leads to, until the LAN is quiet."""
+        result = action(core)
+        self._flush(core)
+        self._deliver()
+        return result
+
+    def _flush(self, core: PeerCore) -> None:
+        core.flush(self.now)
+        for datagram in core.datagrams_to_send():
+            self._queue.append((core.pid, datagram))
+        listener = self._listeners[core.pid]
+        for event in core.events():
+            listener(event)
+
+    def _deliver(self) -> None:
+        while self._queue:
+            sender, (data, destination) = self._queue.popleft()
+            source = self.endpoints[sender]
+            if isinstance(destination, Broadcast):
+                continue  # multicast reaches everyone here: nobody needs the subnet's broadcasts
+            for pid, core in list(self.cores.items()):
+                if pid == sender or pid in self.down:
+                    continue
+                if isinstance(destination, Endpoint):  # one peer's: to it alone
+                    if destination != self.endpoints[pid]:
+                        continue
+                    core.receive(data, source, self.now, self.wall(), path="unicast")
+                else:
+                    core.receive(data, source, self.now, self.wall(), control=destination.host == core.control_addr)
+                self._flush(core)
+
+    def settle(self, seconds: float = SETTLE) -> None:
+        """Fire the cores' timers in time order for ``seconds`` of virtual time."""
+        until = self.now + seconds
+        for _ in range(self.MAX_STEPS):
+            due = [(at, pid) for pid, core in self.cores.items()
+                   if pid not in self.down and (at := core.get_timer()) is not None]
+            if not due or min(due)[0] > until:
+                self.now = until
+                return
+            at, pid = min(due)
+            self.now = max(self.now, at)
+            self.run(self.cores[pid], lambda core: core.handle_timer(self.now))
+        raise RuntimeError(f"the in-memory LAN found no rest after {self.MAX_STEPS} timers")
+
 
 class MemoryManager(rules.OperationCalls):
-    def __init__(self, listener: Listener, pid: str = "me0000000000", name: str = "Me") -> None:
+    """One peer (``name``, its key drawn from ``seed``) on a :class:`MemoryLan`; the ``inject_*`` methods
+    run the others.  ``sent`` lists what this peer sent, as ``(gid, text, parent)``."""
+
+    def __init__(self, listener: Listener, name: str = "Me", seed: str | None = None) -> None:
         self.listener = listener
-        self.pid = pid
-        self.name = name
         self.interface = "127.0.0.1"
-        self._groups: dict[str, GroupView] = {}
-        self._history: dict[str, list[ChatMessage]] = {}
-        self._seqno = 0
-        self._counter = 0
-        self._order = 0
+        self.lan = MemoryLan(time.time())
+        identity = sim_identity(f"this peer\0{name}\0{seed or ''}")  # never a sim_member()'s key
+        self.store = MemoryStore(identity)
+        self.core = PeerCore(self.store, self.lan.now, rules.check_name(name), wall=self.lan.wall(),
+                             rng=random.Random(identity.pid))
+        self.pid = self.core.pid
+        self.lan.add(self.core, self._tell)
         self.sent: list[tuple[str, str, Mid | None]] = []
-        self.pending_count: dict[str, int] = {}
-        self.advertised = 0
-        self._passphrases: dict[str, str] = {}
-        self.marks: dict[str, list[tuple[int, int]]] = {}  # the store's read marks
-        self.presence: dict[str, str] = {}  # pid -> status; members not listed are offline
-        self._ops: dict[str, GroupOperations] = {}
+        self._muted = 0  # while > 0, this peer's events are not told (the network's past, set up by a test)
+
+    @property
+    def name(self) -> str:
+        return self.core.name
+
+    def _tell(self, event: Event) -> None:
+        if not self._muted:
+            self.listener(event)
+
+    def _run(self, action: Callable[[PeerCore], T]) -> T:
+        return self.lan.run(self.core, action)
 
     # -- GroupManager's API ------------------------------------------------------------
 
+    def set_name(self, name: str) -> None:
+        name = rules.check_name(name)
+        self._run(lambda core: core.set_name(name))
+
+    def advertise(self) -> None:
+        self._run(lambda core: core.advertise())
+        self.lan.settle()
+
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
         desc = rules.check_desc(desc)
-        private = passphrase is not None
+        salt = crypto.new_salt()
+        key = None
         if passphrase is not None:
             rules.check_new_passphrase(passphrase)
-        self._counter += 1
-        gid = f"{self.pid}-{self._counter}"
-        me = Member(self.pid, self.name)
-        self._groups[gid] = GroupView(gid, desc, "239.1.1.1", 47477, private, True, (me,), (), 1, time.time(),
-                                      frozenset({"gjlp"}))
-        self._history[gid] = []
-        if passphrase is not None:
-            self._passphrases[gid] = passphrase
-        self.listener(GroupCreated(gid))
-        self.listener(GroupsDiscovered([self._groups[gid]]))
-        return gid
+            key = cheap_group_key(passphrase, salt)
+        return self._run(lambda core: core.create_group(desc, salt, key, self.lan.wall()))
 
     def join_group(self, gid: str, passphrase: str | None = None) -> str:
-        view = self.group(gid)
-        if not view.joined:
-            if not view.verified:
-                raise rules.not_verified(view.desc)
-            rules.check_join_passphrase(view.desc, view.private, passphrase)
-            # A private group injected without a passphrase opens to none.
-            if view.private and passphrase != self._passphrases.get(gid):
-                raise rules.wrong_passphrase(view.desc)
-            me = Member(self.pid, self.name)
-            view = _replace(view, joined=True, members=view.members + (me,), member_count=view.member_count + 1)
-            self._groups[gid] = view
-            self._history.setdefault(gid, [])
-            self.listener(MemberJoined(gid, me))
-            self.listener(GroupsDiscovered([view]))
+        _join(self.lan, self.core, gid, passphrase)
+        self.lan.settle()
         return gid
 
-    # The middleware derives keys off its loop in these; here there is nothing to derive (and so
-    # nothing to wait for: MemoryBackend runs them to their end at once).
+    # Nothing here derives a key off a loop, so nothing to wait for: MemoryBackend runs these to their end at once.
     async def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
         return self.create_group(desc, passphrase)
 
     async def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
         return self.join_group(gid, passphrase)
 
+    async def find_invited_async(self, text: str) -> GroupView:
+        """The group an invite names: everyone here hears multicast, so its peers need no probing."""
+        invite = parse_invite(text)
+        if invite is None:
+            raise UsageError("not an invite: an invite looks like m2mc://join/<group id>?desc=…&peer=host:port")
+        return self.core.group(invite.gid)
+
+    def invite(self, gid: str) -> str:
+        return self.core.invite(gid)
+
+    def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
+        endpoint = self._run(lambda core: core.add_peer(address, self.lan.now, found_by))
+        self.lan.settle()
+        return endpoint
+
+    def peers(self) -> list[dict]:
+        return self.core.peers(self.lan.now)
+
+    def reached_directly(self, gid: str) -> list[str]:
+        return self.core.reached_directly(gid, self.lan.now)
+
     def leave_group(self, gid: str) -> None:
-        view = self.group(gid)
-        if not view.joined:
-            raise rules.not_a_member(gid)
-        self._groups[gid] = _replace(view, joined=False)
+        self._run(lambda core: core.leave(gid, self.lan.wall()))
 
     def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid:
-        view = self.group(gid)
-        if not view.joined:
-            raise rules.not_a_member(gid)
-        text = rules.check_message_text(text)
-        if parent is not None and all(m.mid != parent for m in self._history[gid]):
-            raise rules.bad_parent(gid, parent)
-        self._seqno += 1
-        mid = (self.pid, self._seqno)
+        mid = self._run(lambda core: core.send(gid, text, parent, self.lan.now, self.lan.wall()))
         self.sent.append((gid, text, parent))
-        now = int(time.time() * 1000)
-        self._deliver(gid, [ChatMessage(gid, mid, parent, self.name, text, now, now)])
         return mid
 
-    def operation_message(self, gid: str, author: Member, seqno: int, kind: str, target: Mid | None = None,
-                          **fields) -> ChatMessage:
-        """An operation by another member, as it would arrive (for ``inject_messages``)."""
-        text = self._group_ops(gid).compose(author.pid, kind, target, **fields)
-        now = int(time.time() * 1000)
-        return ChatMessage(gid, (author.pid, seqno), target, author.name, text, now, now)
+    def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
+        self.core.channel(gid)
+        rules.check_target(target)
+        return self._run(lambda core: core.operate(gid, kind, target, self.lan.now, self.lan.wall(), **fields))
 
     def topic(self, gid: str) -> tuple[str, str]:
-        self.group(gid)
-        return self._group_ops(gid).topic()
+        """``(topic, pid of who set it)``; ``("", "")`` if none."""
+        self.core.channel(gid)
+        return self.core.ops(gid).topic()
 
     def pinned(self, gid: str) -> list[ChatMessage]:
-        pinned = set(self._group_ops(gid).pinned())
+        pinned = set(self.core.ops(gid).pinned()) if gid in self.core.channels else set()
         return [m for m in self.history(gid) if m.mid in pinned]
 
     def groups(self) -> list[GroupView]:
-        return [self.group(gid) for gid in self._groups]
+        return self.core.groups()
 
     def group(self, gid: str) -> GroupView:
-        view = self._groups.get(gid)
-        if view is None:
-            raise rules.unknown_group(gid)
-        ops = self._ops.get(gid)
-        return replace(view, topic=ops.topic()[0]) if ops is not None else view
+        return self.core.group(gid)
 
     def history(self, gid: str) -> list[ChatMessage]:
-        self.group(gid)
-        ops = self._group_ops(gid)
-        return self._by_record(gid, [ops.view(m) for m in self._history.get(gid, []) if not is_operation(m)])
-
-    def _by_record(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
-        """Each author by its member's name, as the middleware shows them (``PeerCore.by_record``);
-        authors injected without a member entry keep the name their message carries."""
-        view = self._groups[gid]
-        names = {m.pid: shown(m.name) for m in (*view.members, *view.left)}
-        return [m if names.get(m.sender, m.sender_name) == m.sender_name else
-                m._replace(sender_name=names[m.sender], signed_name=m.sender_name) for m in messages]
+        return self.core.history(gid)
 
     def pending(self, gid: str | None = None) -> int:
-        return self.pending_count.get(gid, 0) if gid else sum(self.pending_count.values())
-
-    def export_log(self, path: str | Path, gid: str | None = None) -> int:
-        gids = [gid] if gid else [g for g, v in self._groups.items() if v.joined]
-        count = 0
-        with Path(path).open("w", encoding="utf-8") as out:
-            for g in gids:
-                for message in self.history(g):
-                    row = message.to_json()
-                    row["group_desc"] = self._groups[g].desc
-                    row["received_at"] = iso_millis(message.received_at)
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    count += 1
-        return count
-
-    def stats_dict(self) -> dict:
-        return {"delivered": sum(len(h) for h in self._history.values()), "pending": self.pending()}
-
-    def advertise(self) -> None:
-        self.advertised += 1
-
-    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
-        self.group(gid)
-        return list(self.marks[gid]) if gid in self.marks else None
-
-    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
-        self.group(gid)
-        merged = RangeSet.from_ranges(self.marks.get(gid, []))
-        for first, last in ranges:
-            merged.add_range(first, last + 1)
-        self.marks[gid] = merged.ranges()
+        return self.core.pending(gid)
 
     def presence_of(self, gid: str) -> dict[str, str]:
-        return {m.pid: "online" if m.pid == self.pid else self.presence.get(m.pid, "offline")
-                for m in self.group(gid).members}
+        return self.core.presence_of(gid, self.lan.now)
 
-    def set_name(self, name: str) -> None:
-        self.name = rules.check_name(name)
+    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
+        self.core.known(gid)
+        return self.store.read_marks(gid)
 
-    # -- the fake network ---------------------------------------------------------------------
+    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
+        self.core.known(gid)
+        try:
+            self.store.add_read_marks(gid, [(first, last) for first, last in ranges])
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad read marks: {exc}") from None
+        self.store.commit()
 
-    def inject_group(self, gid: str, desc: str, members: tuple[Member, ...] = (), private: bool = False,
+    def export_log(self, path: str | Path, gid: str | None = None) -> int:
+        if gid:
+            self.core.known(gid)
+        return export_log(self.core, path, gid)
+
+    def stats_dict(self) -> dict:
+        return self.core.stats_dict()
+
+    # -- the others on the network ------------------------------------------------------
+
+    def peer(self, member: Member) -> PeerCore:
+        """``member``'s own core on the LAN (made of :func:`sim_member`), started on first use."""
+        if member.pid == self.pid:
+            return self.core
+        core = self.lan.cores.get(member.pid)
+        if core is None:
+            identity = _IDENTITIES.get(member.pid)
+            if identity is None:
+                raise ValueError(f"{member.name} ({member.pid}) is not a sim_member(): the LAN has no key for it")
+            core = PeerCore(MemoryStore(identity), self.lan.now, member.name, wall=self.lan.wall(),
+                            rng=random.Random(member.pid))
+            self.lan.add(core)
+        return core
+
+    def inject_group(self, desc: str, members: tuple[Member, ...] = (), private: bool = False,
                      joined: bool = False, left: tuple[Member, ...] = (), history: list[ChatMessage] | None = None,
-                     notify: bool = True, passphrase: str | None = None, creator: str | None = None,
+                     notify: bool = True, passphrase: str | None = None, creator: Member | None = None,
                      verified: bool = True) -> GroupView:
-        """A group seen on the network; its creator is its first member unless said otherwise."""
-        private = private or passphrase is not None
-        if creator is None:
-            creator = members[0].pid if members else ""
-        view = GroupView(gid, desc, "239.1.1.2", 47477, private, joined, tuple(members), tuple(left),
-                         len(members), time.time(), frozenset({"gjlp"} if verified else {"zeroconf"}),
-                         verified=verified, creator=creator if verified else "")
-        if passphrase is not None:
-            self._passphrases[gid] = passphrase
-        self._groups[gid] = view
-        self._history[gid] = list(history or [])
-        self._ops.pop(gid, None)
-        self._group_ops(gid).take(self._history[gid])
+        """A group made by ``creator`` (else the first of ``members``), which ``members`` and ``left`` join
+        (``left`` leave it again) and ``history`` is written in, before this peer hears of it.  This peer
+        is in it if ``joined`` (this peer in ``members`` says nothing).  ``notify``: the GUI is told of
+        the group at the end.  ``private`` without a passphrase: a passphrase nobody is told.
+        ``verified=False``: this peer has only seen the group's zeroconf announcement so far: it verifies once
+        its descriptor is fetched over GJLP (within :attr:`MemoryLan.SETTLE` of :meth:`pass_time`)."""
+        others = tuple(m for m in members if m.pid != self.pid)
+        if private and passphrase is None:
+            passphrase = f"the passphrase of {desc!r}, told to nobody"
+        with self._quiet():
+            if not verified:  # made while this peer heard nothing; then its zeroconf announcement came
+                self.lan.down.add(self.pid)
+                try:
+                    gid = self._make_group(desc, others, left, passphrase, creator, members)
+                finally:
+                    self.lan.down.discard(self.pid)
+                self._run(lambda core: core.note_zeroconf(gid, desc, private, len(others), self.lan.now,
+                                                          self.lan.wall(), "10.77.0.9"))
+                return self._told(gid, notify)
+            gid = self._make_group(desc, others, left, passphrase, creator, members)
+            if joined and gid not in self.core.channels:
+                self._join_all(gid, [self.core], passphrase)
+            self._write(gid, history or [])
+            self.lan.settle()
+        return self._told(gid, notify)
+
+    def _make_group(self, desc: str, others: tuple[Member, ...], left: tuple[Member, ...], passphrase: str | None,
+                    creator: Member | None, members: tuple[Member, ...]) -> str:
+        author = creator or (others[0] if others else Member(self.pid, self.name))
+        author_core = self.peer(author)
+        salt = crypto.new_salt()
+        key = cheap_group_key(passphrase, salt) if passphrase is not None else None
+        gid = self.lan.run(author_core, lambda core: core.create_group(desc, salt, key, self.lan.wall()))
+        self._join_all(gid, [self.peer(m) for m in (*others, *left) if m.pid != author.pid], passphrase)
+        for member in left:
+            self.lan.run(self.peer(member), lambda core: core.leave(gid, self.lan.wall()))
+        if creator is not None and creator not in members:  # a creator that is not a member any more
+            self.lan.run(author_core, lambda core: core.leave(gid, self.lan.wall()))
+        return gid
+
+    def _told(self, gid: str, notify: bool) -> GroupView:
+        view = self.group(gid)
         if notify:
             self.listener(GroupsDiscovered([view]))
         return view
 
-    def inject_messages(self, gid: str, messages: list[ChatMessage], notify: bool = True) -> None:
-        """Messages from other peers, in delivery order (stored, and told to the GUI if joined)."""
-        self._history.setdefault(gid, [])
-        if self._groups.get(gid) is not None and self._groups[gid].joined and notify:
-            self._deliver(gid, messages)
-        else:
-            self._group_ops(gid).take(self._store(gid, messages))
+    def _join_all(self, gid: str, cores: list[PeerCore], passphrase: str | None) -> None:
+        for core in cores:  # each learns of the group over GJLP, then joins it
+            self.lan.run(core, lambda core: core.advertise())
+        self.lan.settle()
+        for core in cores:
+            _join(self.lan, core, gid, passphrase)
+        self.lan.settle()
+
+    def inject_messages(self, gid: str, messages: list[ChatMessage], notify: bool = True,
+                        missed: bool = False) -> None:
+        """Messages written by their authors' peers, in this order, each with its mid's seqno (an author's
+        next seqnos are skipped to reach it), its ``sent_at`` and its signed name; an operation's text
+        (:meth:`operation_message`) goes out as written, for the group's rules to judge.  ``notify``:
+        the GUI hears of them; ``missed``: this peer loses them on the way (a reply to one is then held)."""
+        if missed:
+            self.lan.down.add(self.pid)
+        try:
+            if notify:
+                self._write(gid, messages)
+            else:
+                with self._quiet():
+                    self._write(gid, messages)
+        finally:
+            self.lan.down.discard(self.pid)
+
+    def _write(self, gid: str, messages: list[ChatMessage]) -> None:
+        for message in messages:
+            core = self.peer(Member(message.sender, message.sender_name))
+            self.lan.run(core, lambda core: _write_as_signed(core, gid, message, self.lan.now))
+
+    def operation_message(self, gid: str, author: Member, seqno: int, kind: str, target: Mid | None = None,
+                          **fields) -> ChatMessage:
+        """An operation by ``author`` as its peer composes it (for :meth:`inject_messages`)."""
+        text = self.peer(author).ops(gid).compose(author.pid, kind, target, **fields)
+        wall = int(self.lan.wall() * 1000)
+        return ChatMessage(gid, (author.pid, seqno), target, author.name, text, wall, wall)
 
     def inject_member(self, gid: str, member: Member, joined: bool = True) -> None:
-        view = self.group(gid)
+        """``member`` joins ``gid`` (or leaves it), as the GUI hears it live."""
         if joined:
-            view = _replace(view, members=view.members + (member,), member_count=view.member_count + 1)
-            self._groups[gid] = view
-            self.listener(MemberJoined(gid, member))
+            self._join_all(gid, [self.peer(member)], None)
         else:
-            members = tuple(m for m in view.members if m.pid != member.pid)
-            view = _replace(view, members=members, left=view.left + (member,), member_count=len(members))
-            self._groups[gid] = view
-            self.listener(MemberLeft(gid, member))
-        self.listener(GroupsDiscovered([view]))
+            self.lan.run(self.peer(member), lambda core: core.leave(gid, self.lan.wall()))
+
+    def set_online(self, member: Member, online: bool) -> None:
+        """``member``'s app runs (it hears, and catches up on what it missed) or is closed (it hears nothing)."""
+        if online:
+            self.lan.down.discard(member.pid)
+            self.lan.run(self.peer(member), lambda core: core.resync(self.lan.now))
+            self.lan.settle()
+        else:
+            self.lan.down.add(member.pid)
+
+    def pass_time(self, seconds: float) -> None:
+        """Let ``seconds`` of virtual time go by, the peers' timers firing (their beacons, for presence)."""
+        self.lan.settle(seconds)
 
     def inject_warning(self, gid: str, text: str) -> None:
         """What the middleware tells as a :class:`WarningRaised` (equivocation, and the like)."""
         self.listener(WarningRaised(gid, text))
 
-    def _group_ops(self, gid: str) -> GroupOperations:
-        ops = self._ops.get(gid)
-        if ops is None:
-            ops = self._ops[gid] = GroupOperations(gid)
-        return ops
+    @contextlib.contextmanager
+    def _quiet(self) -> Iterator[None]:
+        """Within it, this peer's events are not told: what the network did before the GUI looked."""
+        self._muted += 1
+        try:
+            yield
+        finally:
+            self._muted -= 1
 
-    def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
-        view = self.group(gid)
-        if not view.joined:
-            raise rules.not_a_member(gid)
-        rules.check_target(target)
-        known = target is None or any(m.mid == target and not is_operation(m) for m in self._history[gid])
-        text = self._group_ops(gid).compose(self.pid, kind, target, target_known=known, **fields)
-        self._seqno += 1
-        mid = (self.pid, self._seqno)
-        now = int(time.time() * 1000)
-        self._deliver(gid, [ChatMessage(gid, mid, target, self.name, text, now, now)])
-        return mid
 
-    def _store(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
-        stored = []
-        for message in messages:
-            self._order += 1
-            stored.append(_with_order(message, self._order))
-        self._history[gid].extend(stored)
-        return stored
+def _join(lan: MemoryLan, core: PeerCore, gid: str, passphrase: str | None) -> None:
+    """What GroupManager.join_group does, with the in-memory key."""
+    record = core.joinable(gid, passphrase)
+    if record is None:
+        return
+    key = None
+    if record.private and passphrase:  # joinable() refuses a private group without one
+        key = core.checked_key(record, cheap_group_key(passphrase, core.kdf_args(record)[0]))
+    lan.run(core, lambda core: core.join(record, key, lan.now, lan.wall()))
 
-    def _deliver(self, gid: str, messages: list[ChatMessage]) -> None:
-        changes = self._group_ops(gid).take(self._store(gid, messages))
-        if changes.messages:
-            self.listener(MessagesDelivered(gid, self._by_record(gid, changes.messages)))
-        if changes.updated:
-            by_mid = {m.mid: m for m in self._history[gid]}
-            ops = self._group_ops(gid)
-            self.listener(MessagesUpdated(gid, self._by_record(gid, [ops.view(by_mid[mid]) for mid in changes.updated
-                                                                      if mid in by_mid])))
-        if changes.topic_changed:
-            text, by = self._group_ops(gid).topic()
-            self.listener(TopicChanged(gid, text, by))
+
+def _write_as_signed(core: PeerCore, gid: str, message: ChatMessage, now: float) -> Mid:
+    """``message`` written by ``core``'s peer: at its seqno, stamped with its sent_at, signed with its name."""
+    channel = core.channel(gid)
+    seqno = message.mid[1]
+    if seqno < channel.next_seqno:
+        raise ValueError(f"{message.sender_name} has already written seqno {seqno} in {gid}")
+    channel.next_seqno = seqno
+    wall = message.sent_at / 1000
+    if message.text.startswith(OP_MARKER) or message.sender_name != core.name:  # as a peer of other code could
+        channel.compose(message.sender_name, message.text, message.parent, now, wall)
+        return message.mid
+    return core.send(gid, message.text, message.parent, now, wall)
 
 
 class MemoryBackend(Backend):
     """A :class:`~ui.bridge.Backend` over a :class:`MemoryManager`; calls complete at once."""
 
-    def __init__(self, name: str = "Me", pid: str = "me0000000000", parent=None) -> None:
+    def __init__(self, name: str = "Me", seed: str | None = None, parent=None) -> None:
         super().__init__(parent)
-        self.manager = MemoryManager(self.post, pid, name)
-        self.pid, self.name, self.interface, self.port = pid, name, "127.0.0.1", 47477
+        self.manager = MemoryManager(self.post, name, seed)
+        self.pid, self.name, self.interface, self.port = self.manager.pid, name, "127.0.0.1", self.manager.core.port
 
     def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -315,10 +470,3 @@ def _run_to_end(result: Any) -> Any:
     result.close()
     raise RuntimeError("a MemoryManager coroutine waited for something")
 
-
-def _replace(view: GroupView, **changes) -> GroupView:
-    return replace(view, **changes)
-
-
-def _with_order(message: ChatMessage, order: int) -> ChatMessage:
-    return message._replace(order=order)

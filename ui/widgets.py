@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from ..middleware.names import shown
 from ..middleware.types import ChatMessage
 
-from .delegate import clock, snippet
+from .delegate import MessageDelegate, clock, snippet
 from .member_list import marked_name
 from .message_model import ThreadRole, ThreadSummary
 from .resources import icon, theme_colors
@@ -225,14 +225,15 @@ class ConversationView(QTreeView):
         pos = event.position().toPoint()
         index = self.indexAt(pos)
         delegate = self.itemDelegate()
-        hit = delegate.hit(index, self.visualRect(index), pos) if index.isValid() and hasattr(delegate, "hit") else None
+        hit = (delegate.hit(index, self.visualRect(index), pos)
+               if index.isValid() and isinstance(delegate, MessageDelegate) else None)
         if hit is not None and event.button() == Qt.MouseButton.LeftButton:
             kind, payload = hit
             if kind == "toggle":
                 self.setExpanded(payload, not self.isExpanded(payload))
             elif kind == "reply":
                 self.reply_requested.emit(payload)
-            elif kind == "more":
+            elif kind == "more" and isinstance(delegate, MessageDelegate):
                 delegate.toggle_expanded(payload)
             elif kind == "link":
                 self.link_activated.emit(payload)
@@ -247,7 +248,8 @@ class ConversationView(QTreeView):
         pos = event.position().toPoint()
         index = self.indexAt(pos)
         delegate = self.itemDelegate()
-        hit = delegate.hit(index, self.visualRect(index), pos) if index.isValid() and hasattr(delegate, "hit") else None
+        hit = (delegate.hit(index, self.visualRect(index), pos)
+               if index.isValid() and isinstance(delegate, MessageDelegate) else None)
         clickable = hit is not None
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if clickable else Qt.CursorShape.ArrowCursor)
 

@@ -70,14 +70,15 @@ class ClassArchive:
     def finish(self, timeout: float = 120.0) -> None:
         """After a recording run's session stopped: end the driver's JVM, which writes the
         archive as it exits, and keep the archive under its final name."""
-        if self.recording is None:
+        recording, path = self.recording, self.path
+        if recording is None or path is None:  # a recording run has both
             return
         from pyspark import SparkContext
 
         gateway = SparkContext._gateway
         process = getattr(gateway, "proc", None)
         try:
-            if process is not None:
+            if process is not None and gateway is not None:
                 # The gateway JVM exits when its stdin closes (pyspark's own shutdown signal).
                 gateway.shutdown()
                 process.stdin.close()
@@ -85,10 +86,10 @@ class ClassArchive:
                 # The next session in this process must start a JVM of its own.
                 SparkContext._gateway = None
                 SparkContext._jvm = None
-            if process is not None and process.returncode == 0 and self.recording.is_file():
-                os.replace(self.recording, self.path)
-                log.info("recorded the JVM class archive %s for faster starts", self.path)
+            if process is not None and process.returncode == 0 and recording.is_file():
+                os.replace(recording, path)
+                log.info("recorded the JVM class archive %s for faster starts", path)
         except Exception as exc:  # noqa: BLE001 - the archive is an optimisation only
             log.debug("no JVM class archive: %s", exc)
         finally:
-            self.recording.unlink(missing_ok=True)
+            recording.unlink(missing_ok=True)

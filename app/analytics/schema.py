@@ -91,7 +91,11 @@ OVER_TIME_WIDTHS_S = (1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400, 28 * 864
 
 
 def _fields(spec: str) -> list[tuple[str, str]]:
-    return [tuple(part.split(" ", 1)) for part in spec.split(", ")]
+    fields = []
+    for part in spec.split(", "):
+        name, kind = part.split(" ", 1)
+        fields.append((name, kind))
+    return fields
 
 
 def _struct_ddl(spec: str) -> str:

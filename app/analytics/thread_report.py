@@ -42,7 +42,7 @@ def collect_plot_data(results) -> dict:
     """The plots' points from the run's histograms: no Spark job, the counts are small."""
     counts = results.histograms
     points = {name: [(v, c) for v, c in counts.get(name, []) if v is not None] for name in ("size", "depth", "width", "per_depth")}
-    over: dict[tuple[str, int], int] = {}
+    over: dict[tuple[str | None, int], int] = {}  # (gid, or None for the other groups; bin)
     lo, bin_s, bins, last = 0.0, 1, 0, 0.0
     if results.time_span_ms is not None and results.over_time:
         # Plot bins: the first round width (BIN_NAMES) that is at least the widest task bin

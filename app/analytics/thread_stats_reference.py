@@ -55,6 +55,7 @@ def place_all(parents: dict[tuple[str, str], str | None]) -> dict[tuple[str, str
         path: list[tuple[str, str]] = []
         on_path: set[tuple[str, str]] = set()
         node = start
+        base: Placement | None
         while True:
             if node in placed:
                 base = placed[node]
@@ -76,7 +77,8 @@ def place_all(parents: dict[tuple[str, str], str | None]) -> dict[tuple[str, str
             base = placed[root]
             path.pop()
         for offset, member in enumerate(reversed(path), start=1):
-            placed[member] = Placement(None, None) if base.root is None else Placement(base.root, base.depth + offset)
+            placed[member] = (Placement(None, None) if base.root is None or base.depth is None
+                              else Placement(base.root, base.depth + offset))
     return placed
 
 
@@ -92,7 +94,7 @@ def tree_measures(parents, placed) -> dict[tuple[str, str], dict]:
             members[where.root].append(key)
     result = {}
     for root, nodes in members.items():
-        children = Counter()
+        children: Counter[tuple[str, str]] = Counter()
         for key in nodes:
             if placed[key].depth:
                 children[(key[0], parents[key])] += 1

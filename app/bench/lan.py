@@ -1,11 +1,14 @@
 """Benchmark of the whole stack on a namespace LAN: three peers, one sending.
 
-    sudo .venv/bin/python -m m2mc.app.bench.lan [--messages 20000] [--steady-seconds 5]
+    sudo .venv/bin/python -m m2mc.app.bench.lan [--messages 20000] [--steady-seconds 5] [--mode both]
 
 Phase 1 sends as fast as the stack allows; phase 2 sends at a steady 1,000
 msg/s.  Each receiver reports delivered msg/s and the latency from send to
-delivery (p50/p99; the hosts share one kernel clock).  Every socket lives in
-private namespaces made (and deleted) here.
+delivery (p50/p99; the hosts share one kernel clock).  ``--mode unicast`` drops
+multicast on the receivers' hosts (iptables), so they are reached only by
+unicast (middleware/reach.py); ``both`` (the default) runs multicast, then
+unicast, in one run.  Every socket lives in private namespaces made (and
+deleted) here.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ...middleware.manager import Config, GroupManager
 from ...middleware.events import Event, MessagesDelivered
@@ -110,7 +114,7 @@ async def run_receiver(args) -> None:
         elif (coord / "sender.json").exists() and time.time() - quiet_since > 3:
             break  # the sender is done and nothing more is coming: the rest was lost
         await asyncio.sleep(0.05)
-    result = {}
+    result: dict[str, Any] = {}
     for phase, arrivals in recorder.arrivals.items():
         latencies = [(got - sent) * 1000 for sent, got in arrivals]
         span = arrivals[-1][1] - arrivals[0][1] if len(arrivals) > 1 else float("nan")
@@ -129,10 +133,29 @@ async def run_receiver(args) -> None:
 
 
 def orchestrate(args) -> int:
+    modes = ["multicast", "unicast"] if args.mode == "both" else [args.mode]
+    rates = {mode: run_mode(args, mode) for mode in modes}
+    if len(rates) == 2:
+        fast = [u / m for u, m in zip(rates["unicast"], rates["multicast"])]
+        print("unicast/multicast delivered msg/s in the fast phase, per receiver: "
+              + ", ".join(f"{ratio:.2f}" for ratio in fast))
+    return 0
+
+
+def run_mode(args, mode: str) -> list[float]:
+    """One run with the receivers reached by ``mode``; prints its table, returns the receivers'
+    fast-phase rates."""
+    import subprocess
+
     from tests.testbed.netns import Lan
 
     work = Path(tempfile.mkdtemp(prefix="m2mc-bench-lan-"))
     with Lan(args.peers) as lan:
+        if mode == "unicast":
+            for host in lan.hosts[1:]:
+                for chain, way in (("OUTPUT", "-d"), ("INPUT", "-d")):
+                    subprocess.run(["ip", "netns", "exec", host, "iptables", "-A", chain, way, "224.0.0.0/4", "-j",
+                                    "DROP"], check=True, capture_output=True)
         procs = [
             lan.run(index, [
                 sys.executable, "-m", "m2mc.app.bench.lan", "--role", "sender" if index == 0 else "receiver",
@@ -146,12 +169,15 @@ def orchestrate(args) -> int:
         for proc in procs:
             proc.wait(timeout=300)
     sender = json.loads((work / "sender.json").read_text())
+    print(f"mode {mode}: the receivers are reached by {mode}")
     print(f"3 peers on a namespace LAN; sender: {args.messages:,} messages as fast as possible "
           f"({args.messages / sender['fast_seconds']:,.0f} msg/s offered), then {sender['steady']:,} at 1,000 msg/s")
     print(f"{'receiver':>9} {'phase':>7} {'delivered':>10} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
     cpu = {"sender": [seconds / args.messages for seconds in sender["fast_cpu"]]}
+    rates = []
     for index in range(1, args.peers):
         result = json.loads((work / f"receiver-{index}.json").read_text())
+        rates.append(result["fast"]["rate"])
         for phase in ("fast", "steady"):
             r = result[phase]
             print(f"{index:>9} {phase:>7} {r['delivered']:>10,} {r['rate']:>9,.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
@@ -164,7 +190,8 @@ def orchestrate(args) -> int:
     # CPU time per message depends far less on what else the machine runs than msg/s does.
     print("CPU per message in the fast phase (user + system): " + ", ".join(
         f"{who} {user * 1e6:.0f} + {system * 1e6:.0f} µs" for who, (user, system) in cpu.items()))
-    return 0
+    print(f"unicast copies sent by the sender: {stats[0].get('unicast_copies', 0):,}")
+    return rates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--steady-seconds", type=float, default=5.0)
     parser.add_argument("--peers", type=int, default=3)
+    parser.add_argument("--mode", choices=["multicast", "unicast", "both"], default="both")
     parser.add_argument("--role", choices=["sender", "receiver"])
     parser.add_argument("--iface")
     parser.add_argument("--data-dir")

@@ -70,7 +70,7 @@ class PaperOrderer:
         if parent is not None and not self._in_ol(parent):
             self.osmt.append([mid, parent, data])
             return []
-        delivered = []
+        delivered: list[tuple] = []
         self._deliver(mid, parent, data, delivered)
         return delivered
 

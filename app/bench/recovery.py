@@ -408,9 +408,9 @@ class Tracer:
         peer_lines = self.path.with_suffix(".peers")
         if peer_lines.exists():
             for text in peer_lines.read_text().splitlines():
-                at, pid, rest = (text.split(" ", 2) + ["", ""])[:3]
+                stamp, pid, rest = (text.split(" ", 2) + ["", ""])[:3]
                 try:
-                    rows.append((float(at), f"{names.get(pid, pid[:6])} peer {_names_in(rest, names)}"))
+                    rows.append((float(stamp), f"{names.get(pid, pid[:6])} peer {_names_in(rest, names)}"))
                 except ValueError:
                     continue
         rows.sort(key=lambda r: r[0])

@@ -80,7 +80,7 @@ def run_measured(command: list[str]) -> tuple[float, int, float, str]:
             pass
         peak = max(peak, total)
         time.sleep(0.2)
-    output = process.stdout.read()
+    output = process.stdout.read() if process.stdout is not None else ""
     elapsed = time.perf_counter() - started
     if process.returncode:
         raise SystemExit(f"{command[:4]} failed with exit code {process.returncode}")

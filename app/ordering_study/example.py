@@ -50,7 +50,7 @@ class ExampleOutcome:
 def _causal_past(result: SimResult, index: int) -> set[int]:
     """Messages delivered at the writer of ``index`` before it was sent (what its vector clock covers)."""
     writer = result.workload.messages[index].sender
-    past = set()
+    past: set[int] = set()
     for event, k in result.events[writer]:
         if event == "send" and k == index:
             return past
@@ -68,6 +68,8 @@ def outcome(policy_name: str, seed: int = 0) -> ExampleOutcome:
     candidates: dict[str, tuple[str, ...]] = {}
     can_tell = True
     for answer in (m for m in messages if m.parent is not None):
+        assert answer.parent is not None
+        possible: set[int]
         if policy_cls.names_parent:
             possible = {answer.parent}
         else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .simulator import SimResult
+from .simulator import PolicyClass, SimResult
 
 HELD_EPSILON_MS = 1e-9
 
@@ -45,6 +45,12 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
+def _at(ms: float | None) -> float:
+    """A receipt or delivery time of a copy that arrived: simulate() fails on one that never did."""
+    assert ms is not None, "a copy that never arrived (simulate() refuses such a run)"
+    return ms
+
+
 def delivery_delays(result: SimResult, operations: bool = False) -> list[float]:
     delays = []
     for k, msg in enumerate(result.workload.messages):
@@ -53,7 +59,7 @@ def delivery_delays(result: SimResult, operations: bool = False) -> list[float]:
         receipts, deliveries = result.receipt_ms[k], result.delivery_ms[k]
         for r in range(result.workload.processes):
             if r != msg.sender:
-                delays.append(deliveries[r] - receipts[r])
+                delays.append(_at(deliveries[r]) - _at(receipts[r]))
     return delays
 
 
@@ -86,6 +92,8 @@ def object_violations(result: SimResult) -> tuple[int, int]:
             if not msg.op:
                 continue
             key = msg.object_key
+            if key is None:  # an operation always acts on an object
+                continue
             if kind == "send":
                 before = [j for j in (msg.parent, last_on.get(key)) if j is not None]
                 must_follow[index] = before
@@ -122,13 +130,13 @@ class Row:
         return {name: getattr(self, name) for name in COLUMNS}
 
 
-def summarize(scenario: str, result: SimResult, policy_cls: type, operations: bool = False) -> Row:
+def summarize(scenario: str, result: SimResult, policy_cls: PolicyClass, operations: bool = False) -> Row:
     delays = sorted(delivery_delays(result, operations))
     violations, checked = object_violations(result) if operations else parent_violations(result)
     workload = result.workload
     n, m = workload.processes, len(workload.messages)
     end_to_end = [
-        result.delivery_ms[k][r] - result.send_ms[k]
+        _at(result.delivery_ms[k][r]) - result.send_ms[k]
         for k, msg in enumerate(workload.messages)
         for r in range(n)
         if r != msg.sender and (msg.op or not operations)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -12,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from .metrics import Row  # noqa: E402
 from .study import ScenarioRun  # noqa: E402
 
-STYLE = {
+STYLE: dict[str, dict[str, Any]] = {
     "sb": dict(color="tab:green", linewidth=2.5),
     "causal": dict(color="tab:blue"),
     "total_sequencer": dict(color="tab:orange"),

@@ -136,7 +136,9 @@ class ObgPolicy(OrderingPolicy):
         super().__init__(pid, workload, net)
         self.messages = workload.messages
         self.orderer = SbOrderer()
-        self.obg = ObgCore(self.orderer.is_delivered, max_held=len(workload.messages) + 1)
+        # The study numbers its processes 0..n-1, and ObgCore only hashes and orders pids: the ints stand
+        # in for the middleware's str pids, so mids here are (int, int) where ObgCore's types say (str, int).
+        self.obg: Any = ObgCore(self.orderer.is_delivered, max_held=len(workload.messages) + 1)
         self._index: dict[tuple[int, int], int] = {}
 
     @staticmethod
@@ -167,7 +169,8 @@ class ObgPolicy(OrderingPolicy):
             return delivered
         target, seen, counter = body.header
         index[body.mid] = body.index
-        op = Operation(body.mid, msg.op, target, seen, counter, text=msg.text, emoji=msg.emoji)
+        op_mid: Any = body.mid  # (int, int): see __init__
+        op = Operation(op_mid, msg.op, target, seen, counter, text=msg.text, emoji=msg.emoji)
         return [index[done.op_id] for done in self.obg.receive(op)]
 
 
@@ -416,7 +419,7 @@ class LinearClockPolicy(OrderingPolicy):
         return []
 
     def _drain(self) -> list[int]:
-        delivered = []
+        delivered: list[int] = []
         queue, heard, n = self._queue, self._heard, self.n
         while queue:
             head = queue[0]

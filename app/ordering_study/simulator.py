@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .network import Transit
 from .workload import Workload
@@ -79,8 +79,20 @@ class SimResult:
     control_packets: dict[str, int] = field(default_factory=dict)
 
 
+class PolicyClass(Protocol):
+    """What the simulator and the metrics use of an ordering policy's class (``ordering_study.policies``)."""
+
+    name: str
+
+    def __call__(self, pid: int, workload: Workload, net: Net) -> Any: ...
+
+    def header_bytes(self, processes: int) -> int: ...
+
+    def control_bytes(self, kind: str, processes: int) -> int: ...
+
+
 class Simulation:
-    def __init__(self, workload: Workload, policy_cls: type, seed: int) -> None:
+    def __init__(self, workload: Workload, policy_cls: PolicyClass, seed: int) -> None:
         self.workload = workload
         self.now = 0.0
         self._queue: list[tuple] = []
@@ -198,7 +210,7 @@ class Simulation:
             self.schedule(self.now + self.workload.messages[reply].think_ms, _SEND, reply)
 
 
-def simulate(workload: Workload, policy_cls: type, seed: int = 0) -> SimResult:
+def simulate(workload: Workload, policy_cls: PolicyClass, seed: int = 0) -> SimResult:
     result = Simulation(workload, policy_cls, seed).run()
     missing = sum(
         1

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from .metrics import Row, delivery_delays, summarize
 from .network import LAN, LOSSY_WIRELESS, WIRELESS, NetworkProfile
-from .policies import OPS_POLICIES, POLICIES
+from .policies import OPS_POLICIES, POLICIES, OrderingPolicy
 from .simulator import simulate
 from .workload import ChatParams, generate
 
@@ -23,7 +23,7 @@ class Scenario:
     """The trace mixes operations into the chat; rows measure the operations only."""
 
     @property
-    def policies(self) -> dict[str, type]:
+    def policies(self) -> dict[str, type[OrderingPolicy]]:
         return OPS_POLICIES if self.operations else POLICIES
 
 

@@ -405,6 +405,7 @@ def test_bundle_reports_the_version_without_the_repo(bundle, tmp_path):
         assert result.stdout.strip() == f"{program} {__version__}"
     assert (bundle / "install-desktop.sh").exists()
     assert (bundle / "_internal" / "resources" / "m2mc.qss").exists()
+    assert (bundle / "_internal" / "psutil").is_dir(), "middleware.netif's portable path (M2MC_PORTABLE=1) needs psutil"
     assert not list(bundle.rglob("pyspark")), "the analytics stack does not belong in the chat bundle"
 
 

@@ -268,3 +268,35 @@ def cpu_seconds(pid: int) -> float:
     """A process's user and system CPU time, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SPOOF_SCRIPT = """
+import socket, struct, sys, time
+source, source_port, target, target_port = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+pause, spread = float(sys.argv[5]), sys.argv[6] == "1"
+sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)  # IP_HDRINCL: we write the header
+data, at = memoryview(sys.stdin.buffer.read()), 0
+while at < len(data):
+    size = int.from_bytes(data[at:at + 4], "big")
+    payload = bytes(data[at + 4:at + 4 + size])
+    at += 4 + size
+    udp = struct.pack("!HHHH", source_port, target_port, 8 + len(payload), 0) + payload  # checksum 0: none
+    source_port += spread
+    # The kernel fills in the IP checksum, and the id when it is 0.
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, socket.IPPROTO_UDP, 0,
+                     socket.inet_aton(source), socket.inet_aton(target))
+    sock.sendto(ip + udp, (target, 0))
+    if pause:
+        time.sleep(pause)
+"""
+
+
+def send_spoofed(host: str, source: tuple[str, int], target: tuple[str, int], datagrams: list[bytes],
+                 pause: float = 0.0, spread_ports: bool = False) -> None:
+    """Send UDP ``datagrams`` from namespace ``host`` to ``target`` with a forged ``source`` address
+    (a raw socket writes the IP header), as an attacker aiming a peer's answers at a victim;
+    ``spread_ports``: each datagram from the next source port."""
+    payload = b"".join(len(d).to_bytes(4, "big") + d for d in datagrams)
+    subprocess.run(["ip", "netns", "exec", host, sys.executable, "-c", SPOOF_SCRIPT, source[0], str(source[1]),
+                    target[0], str(target[1]), str(pause), "1" if spread_ports else "0"], input=payload, check=True,
+                   timeout=600)

@@ -123,3 +123,34 @@ class LoopbackHost:
         _ip("netns", "del", self.name, check=False)
 
 
+
+
+class Router:
+    """A router namespace between two :class:`Lan`\\ s: it forwards unicast between their
+    subnets (``.254`` on each side, every host's route to the other subnet), and, as routers
+    do, neither multicast nor broadcast."""
+
+    def __init__(self, left: Lan, right: Lan) -> None:
+        self.name = f"{left.prefix}rt"
+        self.lans = (left, right)
+        _ip("netns", "add", self.name)
+        try:
+            _ip("-n", self.name, "link", "set", "lo", "up")
+            for side, lan in enumerate(self.lans):
+                inside, outside = f"r{side}{lan.prefix}", f"rport{side}"
+                _ip("link", "add", inside, "netns", self.name, "type", "veth", "peer", "name", outside,
+                    "netns", lan.hub)
+                _ip("-n", lan.hub, "link", "set", outside, "master", "br0")
+                _ip("-n", lan.hub, "link", "set", outside, "up")
+                _ip("-n", self.name, "addr", "add", f"{lan.subnet}.254/24", "dev", inside)
+                _ip("-n", self.name, "link", "set", inside, "up")
+            subprocess.run(["ip", "netns", "exec", self.name, "sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True)
+            for lan, other in (self.lans, self.lans[::-1]):
+                for host in lan.hosts:
+                    _ip("-n", host, "route", "add", f"{other.subnet}.0/24", "via", f"{lan.subnet}.254")
+        except Exception:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        _ip("netns", "del", self.name, check=False)

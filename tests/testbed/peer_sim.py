@@ -20,7 +20,7 @@ from m2mc.middleware import crypto
 from m2mc.middleware.addresses import GroupAddress
 from m2mc.middleware.peer_core import CONTROL_ADDR, Datagram, PeerCore
 from m2mc.middleware.store_api import PeerStore
-from m2mc.middleware.events import Event, MessagesDelivered, WarningRaised
+from m2mc.middleware.events import Event, MessagesDelivered, MessagesUpdated, WarningRaised
 from m2mc.middleware.types import ChatMessage, Mid
 from tests.testbed.faults import FaultInjector
 from tests.testbed.stores import after_crash
@@ -36,11 +36,14 @@ class Recorder:
 
     def __init__(self) -> None:
         self.shown: list[ChatMessage] = []
+        self.updated: list[ChatMessage] = []  # messages shown again, as operations changed them
         self.warnings: list[str] = []
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, MessagesDelivered):
             self.shown += event.messages
+        elif isinstance(event, MessagesUpdated):
+            self.updated += event.messages
         elif isinstance(event, WarningRaised):
             self.warnings.append(event.text)
 
@@ -110,8 +113,10 @@ class PeerLan:
 
     def transmit(self, sender: SimNode, datagrams: list[Datagram]) -> None:
         for datagram in datagrams:
-            # Every peer hears every group's datagrams here; one peer's endpoint would need routing.
-            assert isinstance(datagram.destination, GroupAddress), datagram.destination
+            # Multicast reaches everyone here, so nobody needs the broadcasts, or unicast to an endpoint.
+            if not isinstance(datagram.destination, GroupAddress):
+                self.sent["not multicast"] += 1
+                continue
             self.sent["control" if datagram.destination.host == CONTROL_ADDR else "group"] += 1
             self.sent_by[sender.name] += 1
             for index, node in enumerate(self.nodes):

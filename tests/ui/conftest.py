@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from m2mc.middleware.types import ChatMessage, Member
+from m2mc.middleware.types import ChatMessage
+from m2mc.ui.memory_backend import sim_member
 
 
 
@@ -21,9 +22,10 @@ def pytest_sessionstart(session):
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
-ANN = Member("a11a" * 8, "Ann")
-BOB = Member("b0b0" * 8, "Bob")
-CAT = Member("ca7c" * 8, "Cat")
+# Peers the in-memory LAN runs (each with a key of its own): what they write is signed and checked.
+ANN = sim_member("Ann")
+BOB = sim_member("Bob")
+CAT = sim_member("Cat")
 
 
 def message(gid, member, seqno, text, parent=None, at=1_700_000_000_000):
@@ -48,7 +50,7 @@ def lunch_conversation(gid):
 def backend(qapp):
     from m2mc.ui.memory_backend import MemoryBackend
 
-    return MemoryBackend(name="Dana", pid="da4a" * 8)
+    return MemoryBackend(name="Dana")
 
 
 @pytest.fixture

@@ -15,15 +15,17 @@ from PySide6.QtWidgets import QApplication, QDialogButtonBox
 from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot
 from m2mc.middleware.types import Member
 from m2mc.ui.dialogs import ConfirmJoinDialog, CreateGroupDialog, JoinDialog, NameDialog
+from m2mc.middleware.presence import BEACON_INTERVAL, OFFLINE_AFTER
 from m2mc.ui.message_model import MessageRole
 from m2mc.ui.resources import apply_theme
 
-GID = ANN.pid + "-1"
+# Messages are written before their group exists: inject_* takes the group's real gid, not theirs.
+GID = ""
 
 
-def open_group(qtbot, window, backend, history, gid=GID, desc="Travel & lunch", **extra):
+def open_group(qtbot, window, backend, history, desc="Travel & lunch", **extra):
     me = Member(backend.pid, backend.name)
-    backend.manager.inject_group(gid, desc, members=(ANN, BOB, CAT, me), joined=True, history=history, **extra)
+    backend.manager.inject_group(desc, members=(ANN, BOB, CAT, me), joined=True, history=history, **extra)
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == len(history))
     return window.current
@@ -49,7 +51,7 @@ def test_reply_steps_of_defect_1_post_under_the_chosen_message(qtbot, window, ba
     open_group(qtbot, window, backend, talk)
     cat = talk[3]  # "No, not yet. Is it worth the trip in summer?"
     click_message(qtbot, window.tree_view, cat.mid, window)
-    assert selected(window) == cat
+    assert selected(window).mid == cat.mid
     qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply
     assert window.reply_banner.label.text().startswith("Replying to Cat:")
     # Read elsewhere: arrows, filter, Esc; none of it changes the answer's target.
@@ -64,7 +66,7 @@ def test_reply_steps_of_defect_1_post_under_the_chosen_message(qtbot, window, ba
     qtbot.keyClicks(window.compose, "Go in winter")
     qtbot.keyClick(window.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: window.compose.toPlainText() == "")  # sent
-    assert backend.manager.sent == [(GID, "Go in winter", cat.mid)]
+    assert backend.manager.sent == [(window.current.gid, "Go in winter", cat.mid)]
     # Esc (with nothing to clear in the filter) forgets the target: a new thread.
     qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
     qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
@@ -72,7 +74,7 @@ def test_reply_steps_of_defect_1_post_under_the_chosen_message(qtbot, window, ba
     qtbot.keyClicks(window.compose, "Anyone for tea?")
     qtbot.keyClick(window.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(backend.manager.sent) == 2)
-    assert backend.manager.sent[-1] == (GID, "Anyone for tea?", None)
+    assert backend.manager.sent[-1] == (window.current.gid, "Anyone for tea?", None)
 
 
 def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, backend):
@@ -85,17 +87,17 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     qtbot.mouseMove(view.viewport(), reply_rect.center())
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=reply_rect.center())
     assert window.compose_controller.reply_target == talk[6].mid
-    menu = window.message_menu(talk[1])
+    menu = window.message_menu(window.current.tree_model.index_for(talk[1].mid).data(MessageRole))
     assert [a.text() for a in menu.actions() if a.text()] == ["Reply", "Quote", "Copy text", "Copy link",
                                                               "Open thread", "React", "Pin"]
     next(a for a in menu.actions() if a.text() == "Copy link").trigger()
     link = QGuiApplication.clipboard().text()
-    assert link == f"m2mc://message/{GID}/{ANN.pid}:2"
+    assert link == f"m2mc://message/{window.current.gid}/{ANN.pid}:2"
     next(a for a in menu.actions() if a.text() == "Quote").trigger()
     assert window.compose_controller.reply_target == talk[1].mid
     assert window.compose.toPlainText().startswith("> Did you visit Chennai?")
     window.open_link(link)  # another member's app opens the same reference
-    assert window.selected_message() == talk[1]
+    assert window.selected_message().mid == talk[1].mid
 
 
 # -- defect 2: dialogs open with focus on OK ------------------------------------------------------
@@ -119,11 +121,11 @@ def test_a_name_typed_into_the_first_dialog_is_the_name_stored(qtbot, backend):
 
 
 def test_every_dialog_starts_in_its_first_field_and_enter_accepts_only_valid_input(qtbot, backend):
-    backend.manager.inject_group("p-4", "Poker", members=(BOB,), passphrase="correct horse battery")
+    poker = backend.manager.inject_group("Poker", members=(BOB,), passphrase="correct horse battery")
     name = NameDialog("root")
     create = CreateGroupDialog(backend)
     join = JoinDialog(backend)
-    passphrase = ConfirmJoinDialog(backend, backend.manager.group("p-4"))
+    passphrase = ConfirmJoinDialog(backend, poker)
     for dialog, first in ((name, name.name_edit), (create, create.desc_edit), (join, join.gid_edit),
                           (passphrase, passphrase.passphrase_edit)):
         qtbot.addWidget(dialog)
@@ -210,7 +212,7 @@ def test_unread_state_survives_a_restart_and_the_group_opens_at_the_first_unread
     first.resize(1000, 650)
     first.show()
     open_group(qtbot, first, backend, talk[:4])
-    backend.manager.inject_messages(GID, talk[4:])
+    backend.manager.inject_messages(first.current.gid, talk[4:])
     qtbot.waitUntil(lambda: len(first.current.tree.unread) == 4)
     first.select_message(talk[4].mid)  # read one of the four
     assert len(first.current.tree.unread) == 3
@@ -311,7 +313,7 @@ def test_shortcuts_work_from_the_discovery_window_which_does_not_cover_the_main_
     assert not window.discovery.isVisible()  # not pushed over the main window on first start
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:6])
-    backend.manager.inject_messages(GID, talk[6:])
+    backend.manager.inject_messages(window.current.gid, talk[6:])
     qtbot.waitUntil(lambda: len(window.current.tree.unread) == 2)
     window.join_controller.show_discovery()
     qtbot.waitExposed(window.discovery)
@@ -331,7 +333,7 @@ def test_left_members_lock_and_peers_seen(qtbot, window, backend):
     assert window.current.item.icon().pixmap(16, 16).toImage() == \
         __import__("m2mc.ui.resources", fromlist=["icon"]).icon("lock").pixmap(16, 16).toImage()
     assert window.peers_label.text() == "3 peers seen"
-    backend.manager.inject_member(GID, CAT, joined=False)
+    backend.manager.inject_member(window.current.gid, CAT, joined=False)
     qtbot.waitUntil(lambda: any(window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left"
                                 for i in range(window.member_list.count())))
     left = next(window.member_list.item(i) for i in range(window.member_list.count())
@@ -345,15 +347,22 @@ def test_left_members_lock_and_peers_seen(qtbot, window, backend):
 
 def test_presence_shows_in_the_members_pane_and_follows_changes(qtbot, window, backend):
     window.status_controller._presence_timer.setInterval(50)
-    open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
-    backend.manager.presence = {ANN.pid: "online", BOB.pid: "away"}
+    gid = open_group(qtbot, window, backend, lunch_conversation(GID)[:2]).gid
+    manager = backend.manager
 
     def statuses():
         return {window.member_list.item(i).text() for i in range(window.member_list.count())}
 
+    manager.pass_time(BEACON_INTERVAL + 1)  # every member's idle beacon has come
+    qtbot.waitUntil(lambda: {"● Ann", "● Bob", "● Cat"} <= statuses())
+    manager.set_online(CAT, False)  # Cat's app closed
+    manager.pass_time(OFFLINE_AFTER + 1)
+    manager.set_online(BOB, False)  # Bob's too, a little later: first away, then offline
+    while manager.presence_of(gid)[BOB.pid] == "online":
+        manager.pass_time(1.0)
     qtbot.waitUntil(lambda: {"● Ann", "◐ Bob", "○ Cat"} <= statuses())
-    backend.manager.presence = {BOB.pid: "online"}  # Ann's app closed
-    qtbot.waitUntil(lambda: {"○ Ann", "● Bob"} <= statuses())
+    manager.set_online(CAT, True)  # back: heard at once
+    qtbot.waitUntil(lambda: {"● Ann", "◐ Bob", "● Cat"} <= statuses())
 
 
 # -- threads view, search, settings ------------------------------------------------------------------
@@ -367,23 +376,23 @@ def test_threads_view_lists_by_last_activity_and_opens_one_thread_live(qtbot, wi
     summary = threads.index(1).data(Qt.ItemDataRole.UserRole + 8)
     assert (summary.replies, summary.participants) == (3, ("Ann", "Cat"))
     late = message(GID, BOB, 9, "Delhi again next year!", talk[2].mid)
-    backend.manager.inject_messages(GID, [late])  # an old thread comes back to the top, live
-    qtbot.waitUntil(lambda: threads.index(0).data(MessageRole) == talk[0])
+    backend.manager.inject_messages(window.current.gid, [late])  # an old thread comes back to the top, live
+    qtbot.waitUntil(lambda: threads.index(0).data(MessageRole).mid == talk[0].mid)
     summary = threads.index(0).data(Qt.ItemDataRole.UserRole + 8)
     assert (summary.replies, summary.unread, summary.last.mid) == (2, 1, late.mid)
     rect = window.thread_list.visualRect(threads.index(0))
     qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert window.thread_bar.isVisible()
     model = window.tree_view.model()
-    assert model.rowCount() == 1 and model.index(0, 0).data(MessageRole) == talk[0]
+    assert model.rowCount() == 1 and model.index(0, 0).data(MessageRole).mid == talk[0].mid
     more = message(GID, CAT, 9, "Take me along", late.mid)
-    backend.manager.inject_messages(GID, [more])
+    backend.manager.inject_messages(window.current.gid, [more])
     qtbot.waitUntil(lambda: window.current.thread.index_for(more.mid).isValid())
     window.tree_view.expandAll()
     assert window._view_index(more.mid).isValid()
     save_screenshot(window, "thread-open.png")
     qtbot.mouseClick(window.back_button, Qt.MouseButton.LeftButton)
-    assert not window.thread_bar.isVisible() and window.tree_view.model() is window.current.tree
+    assert not window.thread_bar.isVisible() and window.tree_view.model() is window.current.tree_model
 
 
 def test_search_highlights_counts_and_f3_walks_the_matches(qtbot, window, backend):
@@ -394,17 +403,17 @@ def test_search_highlights_counts_and_f3_walks_the_matches(qtbot, window, backen
     assert window.match_label.text() == "2 matches"
     assert window.tree_view.itemDelegate().highlight == "december"
     qtbot.keyClick(window.filter_edit, Qt.Key.Key_F3)
-    assert window.selected_message() == talk[4]
+    assert window.selected_message().mid == talk[4].mid
     qtbot.keyClick(window.filter_edit, Qt.Key.Key_F3)
-    assert window.selected_message() == talk[5]
+    assert window.selected_message().mid == talk[5].mid
     qtbot.keyClick(window.filter_edit, Qt.Key.Key_F3, Qt.KeyboardModifier.ShiftModifier)
-    assert window.selected_message() == talk[4] and window.match_label.text() == "1 of 2"
+    assert window.selected_message().mid == talk[4].mid and window.match_label.text() == "1 of 2"
     save_screenshot(window, "search.png")
 
 
 def test_display_name_notifications_per_group_and_invites(qtbot, window, backend):
     talk = lunch_conversation(GID)
-    open_group(qtbot, window, backend, talk[:2])
+    gid = open_group(qtbot, window, backend, talk[:2]).gid
 
     def rename():
         dialog = QApplication.activeModalWidget()
@@ -418,23 +427,23 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
 
     notified = []
     window.notifier.notify = lambda title, body: notified.append(title)
-    backend.manager.inject_messages(GID, talk[2:3])
+    backend.manager.inject_messages(gid, talk[2:3])
     qtbot.waitUntil(lambda: len(window.current.tree) == 3)
     assert notified == ["Bob in Travel & lunch"]
     window.notify_action.trigger()  # off for this group
     assert not window.notify_action.isChecked()
-    backend.manager.inject_messages(GID, talk[3:4])
+    backend.manager.inject_messages(gid, talk[3:4])
     qtbot.waitUntil(lambda: len(window.current.tree) == 4)
     assert notified == ["Bob in Travel & lunch"]
 
     window.invite_action.trigger()
     invite = QGuiApplication.clipboard().text()
-    assert GID in invite and "Travel & lunch" in invite
-    backend.manager.inject_group("b-9", "Board games", members=(BOB,))
+    assert gid in invite and "Travel & lunch" in invite
+    board = backend.manager.inject_group("Board games", members=(BOB,)).gid
 
     def paste_invite():
         dialog = QApplication.activeModalWidget()
-        assert isinstance(dialog, JoinDialog) and "b-9" in dialog.gid_edit.text()
+        assert isinstance(dialog, JoinDialog) and board in dialog.gid_edit.text()
         ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
         ok.click()  # looks the group up; a second click, on Join, joins
 
@@ -446,10 +455,10 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
 
         join_once_shown()
 
-    QGuiApplication.clipboard().setText("Join “Board games” on M2MC: m2mc://join/b-9?desc=Board%20games")
+    QGuiApplication.clipboard().setText(f"Join “Board games” on M2MC: m2mc://join/{board}?desc=Board%20games")
     QTimer.singleShot(200, paste_invite)
     window.join_invite_action.trigger()
-    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == "b-9")
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == board)
 
 
 def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reader_keeps_their_place(
@@ -462,9 +471,9 @@ def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reade
     session.tree.window = 25
     assert window.open_thread(history[-3].mid)
     fresh = [message(GID, BOB, 100 + i, f"New thread {i}") for i in range(30)]
-    backend.manager.inject_messages(GID, fresh)
+    backend.manager.inject_messages(session.gid, fresh)
     qtbot.waitUntil(lambda: len(session.tree) == 70)
-    assert session.tree.rowCount() < 60 and session.thread.index_for(history[-3].mid).isValid()
+    assert session.tree.shown_thread_count() < 60 and session.thread.index_for(history[-3].mid).isValid()
     window.close_thread()
     qtbot.waitUntil(lambda: not window._follow_timer.isActive())  # done following the end
     view = window.tree_view
@@ -474,7 +483,7 @@ def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reade
     assert view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - 100  # reading, not at the end
     before = view.indexAt(QPoint(4, 2)).data(MessageRole).mid, view.visualRect(view.indexAt(QPoint(4, 2))).top()
     more = [message(GID, CAT, 200 + i, f"Later thread {i}") for i in range(25)]
-    backend.manager.inject_messages(GID, more)
+    backend.manager.inject_messages(session.gid, more)
     qtbot.waitUntil(lambda: len(session.tree) == 95)
     top = view.indexAt(QPoint(4, 2))
     assert (top.data(MessageRole).mid, view.visualRect(top).top()) == before

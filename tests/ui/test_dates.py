@@ -14,7 +14,7 @@ from conftest import ANN, BOB, CAT
 from m2mc.middleware.types import SENT_AT_EARLIEST_MS, ChatMessage, Member
 from m2mc.ui.delegate import clock, full_date
 
-GID = ANN.pid + "-dates"
+GID = ""  # the messages' own gid: inject_group takes them into the group it makes
 STORABLE = st.integers(-(2**63), 2**63 - 1)  # what an SQLite INTEGER (the store's columns) holds
 
 
@@ -37,12 +37,14 @@ def test_clock_and_full_date_format_every_value_the_store_can_hold(epoch_ms):
 
 def test_far_future_and_far_past_messages_render_with_clamped_dates(qtbot, window, backend):
     now = int(time.time() * 1000)
-    stamps = {"from year 292 million": 2**63 - 1, "from 1970": 0, "from now": now}
+    # 2**63 - 1024: the latest stamp a clock kept in float seconds (as every peer's is) can sign.
+    stamps = {"from year 292 million": 2**63 - 1024, "from 1970": 0, "from now": now}
     seqnos = (2**63 - 1, 1, 1)  # the largest seqno the wire takes, too
     history = [ChatMessage(GID, (who.pid, seqno), None, who.name, text, sent_at, now)
                for who, seqno, (text, sent_at) in zip((ANN, BOB, CAT), seqnos, stamps.items())]
     me = Member(backend.pid, backend.name)
-    backend.manager.inject_group(GID, "Dates", members=(ANN, BOB, CAT, me), joined=True, history=history)
+    gid = backend.manager.inject_group("Dates", members=(ANN, BOB, CAT, me), joined=True, history=history).gid
+    arrived = {m.text: m.received_at for m in backend.manager.history(gid)}
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == len(history))
     view = window.tree_view
@@ -61,6 +63,6 @@ def test_far_future_and_far_past_messages_render_with_clamped_dates(qtbot, windo
         assert ("sender's clock" in tip) == (message.text != "from now"), tip
         QToolTip.hideText()
     print(shown)
-    assert shown["from year 292 million"] == clock(now + 24 * 3600 * 1000)  # a day after it arrived
+    assert shown["from year 292 million"] == clock(arrived["from year 292 million"] + 24 * 3600 * 1000)  # a day after it arrived
     assert shown["from 1970"] == clock(SENT_AT_EARLIEST_MS)  # 1 January 2020
     assert shown["from now"] == clock(now)

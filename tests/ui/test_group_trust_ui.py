@@ -5,9 +5,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
 from conftest import ANN, BOB, CAT
-from m2mc.middleware.events import GroupsDiscovered
+from m2mc.middleware.gjlp import FETCH_INTERVAL
 from m2mc.middleware.types import Member, short_fingerprint
 from m2mc.ui.dialogs import CreateGroupDialog
+from m2mc.ui.memory_backend import sim_member
 from m2mc.ui.member_list import DUPLICATE_MARK
 
 
@@ -34,9 +35,9 @@ def test_the_create_dialog_meters_strength_and_refuses_a_common_password(qtbot, 
 
 
 def test_members_show_fingerprints_and_a_shared_name_is_marked(qtbot, window, backend):
-    impostor = Member("e5e5" * 8, "Ann")
+    impostor = sim_member("Ann", seed="impostor")
     me = Member(backend.pid, "Me")
-    backend.manager.inject_group("g-1", "Lunch", members=(ANN, BOB, CAT, impostor, me), joined=True, notify=False)
+    backend.manager.inject_group("Lunch", members=(ANN, BOB, CAT, impostor, me), joined=True, notify=False)
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and window.member_list.count() >= 6)
     # Each member row starts with its presence mark ("○ Bob"); compare what follows it.
@@ -51,19 +52,14 @@ def test_members_show_fingerprints_and_a_shared_name_is_marked(qtbot, window, ba
 
 
 def test_a_group_seen_only_in_zeroconf_is_checking_and_not_joinable(qtbot, window, backend):
-    from dataclasses import replace
     window.start()
-    view = backend.manager.inject_group("z-1", "Board (open!)", members=(ANN,), notify=False)
-    unverified = replace(view, verified=False, sources=frozenset({"zeroconf"}))
-    backend.manager._groups["z-1"] = unverified
-    backend.manager.listener(GroupsDiscovered([unverified]))
+    view = backend.manager.inject_group("Board (open!)", members=(ANN,), verified=False)
     discovery = window.discovery
     qtbot.waitUntil(lambda: discovery.model.rowCount() == 1)
     assert discovery.model.index(0, 2).data() == "checking…"
-    assert discovery.select_gid("z-1") and not discovery.join_button.isEnabled()
-    verified = replace(unverified, verified=True, creator=ANN.pid)
-    backend.manager.listener(GroupsDiscovered([verified]))
+    assert discovery.select_gid(view.gid) and not discovery.join_button.isEnabled()
+    backend.manager.pass_time(FETCH_INTERVAL + 1)  # this peer fetches the signed descriptor, and checks it
     qtbot.waitUntil(lambda: discovery.model.index(0, 2).data() == "open")
-    discovery.select_gid("z-1")
+    discovery.select_gid(view.gid)
     assert discovery.join_button.isEnabled()
     assert short_fingerprint(ANN.pid) in discovery.model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)

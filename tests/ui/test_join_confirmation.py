@@ -3,13 +3,16 @@ its creator's name and key fingerprint, its member count) and join only on Join;
 out, an invite's own description is checked against the signed one, and an unverified group cannot
 be joined.  Driven like a user: real windows, mouse clicks and keys."""
 
+from dataclasses import replace
+
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QDialogButtonBox
 
 from conftest import ANN, BOB, CAT, save_screenshot
-from m2mc.middleware.types import Member, short_fingerprint
+from m2mc.middleware.types import short_fingerprint
 from m2mc.ui.dialogs import ConfirmJoinDialog, JoinDialog
+from m2mc.ui.memory_backend import sim_member
 
 
 def button(dialog, which):
@@ -21,16 +24,16 @@ OK, CANCEL = QDialogButtonBox.StandardButton.Ok, QDialogButtonBox.StandardButton
 
 def test_join_from_discovery_shows_the_verified_group_and_cancel_leaves_you_out(qtbot, window, backend):
     window.start()
-    backend.manager.inject_group("pay-1", "Payroll questions", members=(ANN, BOB, CAT))
+    pay = backend.manager.inject_group("Payroll questions", members=(ANN, BOB, CAT)).gid
     discovery = window.discovery
     discovery.show()
     qtbot.waitUntil(lambda: discovery.model.rowCount() == 1)
-    assert discovery.select_gid("pay-1")
+    assert discovery.select_gid(pay)
     qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
 
     dialog = window.join_controller.join_dialog
     assert dialog is not None and dialog.isVisible(), "Join must ask first"
-    assert not backend.manager.group("pay-1").joined and "pay-1" not in window.session_controller.sessions
+    assert not backend.manager.group(pay).joined and pay not in window.session_controller.sessions
     summary = dialog.summary
     assert summary.desc_label.text() == "“Payroll questions”"
     assert summary.creator_label.text() == f"Ann (key {short_fingerprint(ANN.pid)})"
@@ -43,7 +46,7 @@ def test_join_from_discovery_shows_the_verified_group_and_cancel_leaves_you_out(
     qtbot.mouseClick(button(dialog, CANCEL), Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not dialog.isVisible())
     qtbot.wait(50)
-    assert not backend.manager.group("pay-1").joined and "pay-1" not in window.session_controller.sessions
+    assert not backend.manager.group(pay).joined and pay not in window.session_controller.sessions
 
     # Double-click the row this time, and press Join.
     rect = discovery.table.visualRect(discovery.model.index(0, 0))
@@ -52,13 +55,15 @@ def test_join_from_discovery_shows_the_verified_group_and_cancel_leaves_you_out(
     qtbot.waitUntil(lambda: window.join_controller.join_dialog is not dialog
                     and window.join_controller.join_dialog.isVisible())
     qtbot.mouseClick(button(window.join_controller.join_dialog, OK), Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == "pay-1")
-    assert backend.manager.group("pay-1").joined
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == pay)
+    assert backend.manager.group(pay).joined
 
 
 def test_a_creator_without_a_known_record_shows_its_fingerprint_and_escape_cancels(qtbot, backend):
-    stranger = "5e5e" * 8
-    view = backend.manager.inject_group("g-2", "Book club", members=(BOB,), creator=stranger, passphrase="long enough words")
+    stranger = sim_member("Stranger").pid
+    made = backend.manager.inject_group("Book club", members=(BOB,), passphrase="long enough words")
+    # As the view reads when the creator's record is not held (never heard, or dropped at the member cap).
+    view = replace(made, creator=stranger)
     dialog = ConfirmJoinDialog(backend, view)
     qtbot.addWidget(dialog)
     dialog.show()
@@ -67,13 +72,13 @@ def test_a_creator_without_a_known_record_shows_its_fingerprint_and_escape_cance
     assert dialog.summary.kind_label.text().startswith("private") and dialog.passphrase_edit.isVisible()
     assert dialog.focusWidget() is dialog.passphrase_edit
     QTest.keyClick(dialog.focusWidget(), Qt.Key.Key_Escape)
-    assert not dialog.isVisible() and dialog.joined_gid is None and not backend.manager.group("g-2").joined
+    assert not dialog.isVisible() and dialog.joined_gid is None and not backend.manager.group(view.gid).joined
 
 
 def test_an_invite_naming_a_group_falsely_is_contradicted_before_joining(qtbot, backend):
-    mal = Member("ba0d" * 8, "Payroll team")
-    backend.manager.inject_group("mal-7", "Mal's giveaway", members=(mal,))
-    join = JoinDialog(backend, invite="Join “Payroll” on M2MC: m2mc://join/mal-7?desc=Payroll")
+    mal = sim_member("Payroll team", seed="mal")
+    giveaway = backend.manager.inject_group("Mal's giveaway", members=(mal,)).gid
+    join = JoinDialog(backend, invite=f"Join “Payroll” on M2MC: m2mc://join/{giveaway}?desc=Payroll")
     qtbot.addWidget(join)
     join.show()
     qtbot.waitExposed(join)
@@ -85,12 +90,12 @@ def test_an_invite_naming_a_group_falsely_is_contradicted_before_joining(qtbot, 
     assert join.summary.note_label.text().startswith("The invite calls it “Payroll”, but the description "
                                                      "its creator signed is “Mal's giveaway”.")
     assert join.summary.creator_label.text() == f"Payroll team (key {short_fingerprint(mal.pid)})"
-    assert button(join, OK).text() == "Join" and not backend.manager.group("mal-7").joined
+    assert button(join, OK).text() == "Join" and not backend.manager.group(giveaway).joined
     qtbot.mouseClick(button(join, CANCEL), Qt.MouseButton.LeftButton)
-    assert join.joined_gid is None and not backend.manager.group("mal-7").joined
+    assert join.joined_gid is None and not backend.manager.group(giveaway).joined
 
     # Editing the id forgets what was looked up: the next OK looks up again.
-    again = JoinDialog(backend, invite="m2mc://join/mal-7?desc=Payroll")
+    again = JoinDialog(backend, invite=f"m2mc://join/{giveaway}?desc=Payroll")
     qtbot.addWidget(again)
     again.show()
     qtbot.mouseClick(button(again, OK), Qt.MouseButton.LeftButton)
@@ -101,7 +106,7 @@ def test_an_invite_naming_a_group_falsely_is_contradicted_before_joining(qtbot, 
 
 def test_an_unverified_group_says_so_and_cannot_be_joined(qtbot, window, backend):
     window.start()
-    view = backend.manager.inject_group("z-9", "Board (open!)", members=(ANN,), verified=False)
+    view = backend.manager.inject_group("Board (open!)", members=(ANN,), verified=False)
     dialog = ConfirmJoinDialog(backend, view)
     qtbot.addWidget(dialog)
     dialog.show()
@@ -109,7 +114,7 @@ def test_an_unverified_group_says_so_and_cannot_be_joined(qtbot, window, backend
     assert not button(dialog, OK).isEnabled() and dialog.error_label.text().endswith("it is not verified.")
     assert dialog.summary.creator_label.text() == "unknown"
 
-    join = JoinDialog(backend, gid="z-9")
+    join = JoinDialog(backend, gid=view.gid)
     qtbot.addWidget(join)
     join.show()
     qtbot.mouseClick(button(join, OK), Qt.MouseButton.LeftButton)
@@ -117,4 +122,4 @@ def test_an_unverified_group_says_so_and_cannot_be_joined(qtbot, window, backend
     assert join.summary.note_label.text().startswith("Not verified yet") and not button(join, OK).isEnabled()
     QTest.keyClick(join.gid_edit, Qt.Key.Key_Return)
     qtbot.wait(50)
-    assert not backend.manager.group("z-9").joined
+    assert not backend.manager.group(view.gid).joined

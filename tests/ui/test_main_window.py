@@ -5,19 +5,20 @@ import json
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
-from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
+from conftest import ANN, BOB, CAT, lunch_conversation, message, save_screenshot
 from m2mc.middleware.events import SyncProgress
 from m2mc.middleware.types import Member
 from m2mc.ui.dialogs import CreateGroupDialog, JoinDialog
+from m2mc.ui.memory_backend import sim_member
 from m2mc.ui.message_model import MessageRole
 
-GID = ANN.pid + "-1"
+EVE = sim_member("Eve")
 
 
 def open_lunch(qtbot, window, backend, history=6):
     me = Member(backend.pid, backend.name)
-    backend.manager.inject_group(GID, "Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
-                                 left=(Member("e" * 32, "Eve"),), history=lunch_conversation(GID)[:history])
+    backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                 left=(EVE,), history=lunch_conversation("")[:history])
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == history)
     return window.current
@@ -25,7 +26,7 @@ def open_lunch(qtbot, window, backend, history=6):
 
 def test_reply_flow_select_type_enter_sends_with_that_parent(qtbot, window, backend):
     session = open_lunch(qtbot, window, backend)
-    talk = lunch_conversation(GID)
+    talk = lunch_conversation(session.gid)
     assert window.select_message(talk[3].mid)
     assert not window.reply_banner.isVisible()  # selecting is reading, not answering
     qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
@@ -37,10 +38,10 @@ def test_reply_flow_select_type_enter_sends_with_that_parent(qtbot, window, back
     qtbot.keyClicks(window.compose, "or January")
     qtbot.keyClick(window.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(session.tree) == 7)
-    assert backend.manager.sent == [(GID, "Try December\nor January", talk[3].mid)]
+    assert backend.manager.sent == [(session.gid, "Try December\nor January", talk[3].mid)]
     assert window.compose.toPlainText() == ""
-    mine = session.tree.index_for((backend.pid, 1))
-    assert mine.parent().data(MessageRole) == talk[3]
+    mine = session.tree_model.index_for((backend.pid, 1))
+    assert mine.parent().data(MessageRole).mid == talk[3].mid
     assert window.tree_view.isExpanded(mine.parent())
     assert not session.tree.unread  # own messages are never new
 
@@ -50,7 +51,7 @@ def test_reply_flow_select_type_enter_sends_with_that_parent(qtbot, window, back
     qtbot.keyClicks(window.compose, "New topic")
     qtbot.keyClick(window.compose, Qt.Key.Key_Enter)
     qtbot.waitUntil(lambda: len(backend.manager.sent) == 2)
-    assert backend.manager.sent[-1] == (GID, "New topic", None)
+    assert backend.manager.sent[-1] == (session.gid, "New topic", None)
 
 
 def test_send_error_is_shown_and_text_kept(qtbot, window, backend):
@@ -64,13 +65,13 @@ def test_send_error_is_shown_and_text_kept(qtbot, window, backend):
 
 def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backend):
     session = open_lunch(qtbot, window, backend)
-    talk = lunch_conversation(GID)
-    backend.manager.inject_messages(GID, talk[6:])
+    talk = lunch_conversation(session.gid)
+    backend.manager.inject_messages(session.gid, talk[6:])
     qtbot.waitUntil(lambda: len(session.tree) == 8)
     assert session.tree.unread == {talk[6].mid, talk[7].mid}
     assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 2  # the groups pane badge
     assert window.windowTitle().startswith("(2)")
-    assert window.tree_view.isExpanded(session.tree.index_for(talk[6].mid))  # path to the new reply
+    assert window.tree_view.isExpanded(session.tree_model.index_for(talk[6].mid))  # path to the new reply
     save_screenshot(window, "main-window.png")
     window.session_controller.next_unread()
     assert window.selected_message().mid == talk[6].mid
@@ -87,7 +88,7 @@ def test_time_ordered_view_and_filter(qtbot, window, backend):
     assert window.stack.currentWidget() is window.timeline_view
     model = window.timeline_view.model()
     assert [model.index(r, 0).data(MessageRole).text for r in range(model.rowCount())] == \
-        [m.text for m in lunch_conversation(GID)]
+        [m.text for m in lunch_conversation(session.gid)]
     save_screenshot(window, "main-window-time-ordered.png")
     window.time_action.trigger()
     assert window.stack.currentWidget() is window.tree_view
@@ -101,24 +102,28 @@ def test_time_ordered_view_and_filter(qtbot, window, backend):
     top = proxy.index(0, 0)
     assert top.data(MessageRole).text == "Did you visit Chennai?"
     window.filter_edit.clear()
-    assert window.tree_view.model() is session.tree
+    assert window.tree_view.model() is session.tree_model
 
 
 def test_members_pane_and_status_bar(qtbot, window, backend):
-    open_lunch(qtbot, window, backend)
+    session = open_lunch(qtbot, window, backend)
     names = [window.member_list.item(i).text() for i in range(window.member_list.count())]
-    assert names == ["In the group (4)", "○ Ann", "○ Bob", "○ Cat", "● Dana (you)", "Left (1)",
+    assert names == ["In the group (4)", "● Ann", "● Bob", "● Cat", "● Dana (you)", "Left (1)",
                      "Eve — left the group"]
     assert window.peers_label.text() == "4 peers seen"  # Eve left the group, not the network
     assert "127.0.0.1" in window.address_label.text()
-    backend.manager.pending_count[GID] = 2
+    # Two replies to a message this peer missed: held until it comes (the LAN's timers stand still).
+    missed = message(session.gid, BOB, 2, "Whose turn is it to book?")
+    backend.manager.inject_messages(session.gid, [missed], missed=True)
+    backend.manager.inject_messages(session.gid, [message(session.gid, ANN, 4, "Mine", missed.mid),
+                                                  message(session.gid, CAT, 3, "Not mine", missed.mid)])
     qtbot.waitUntil(lambda: "2 replies waiting" in window.pending_label.text(), timeout=3000)
-    backend.post(SyncProgress(GID, 3, 10))
+    backend.post(SyncProgress(session.gid, 3, 10))
     qtbot.waitUntil(window.sync_bar.isVisible)
     assert (window.sync_bar.value(), window.sync_bar.maximum()) == (3, 10)
-    backend.post(SyncProgress(GID, 10, 10))
+    backend.post(SyncProgress(session.gid, 10, 10))
     qtbot.waitUntil(lambda: not window.sync_bar.isVisible())
-    backend.manager.inject_member(GID, CAT, joined=False)
+    backend.manager.inject_member(session.gid, CAT, joined=False)
     qtbot.waitUntil(lambda: "Left (2)" in [window.member_list.item(i).text() for i in range(window.member_list.count())])
 
 
@@ -128,26 +133,26 @@ def test_export_writes_json_lines(qtbot, window, backend, tmp_path):
     window.export_to(str(out))
     qtbot.waitUntil(out.exists)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["text"] for r in rows] == [m.text for m in lunch_conversation(GID)[:6]]
+    assert [r["text"] for r in rows] == [m.text for m in lunch_conversation("")[:6]]
     assert rows[2]["parent"] == f"{ANN.pid}:1" and rows[0]["group_desc"] == "Travel & lunch"
 
 
 def test_discovery_lists_groups_and_joins(qtbot, window, backend):
     window.start()
-    backend.manager.inject_group("b-9", "Board games night", members=(BOB, CAT))
-    backend.manager.inject_group("p-3", "Secret santa", members=(ANN,), private=True)
+    board = backend.manager.inject_group("Board games night", members=(BOB, CAT)).gid
+    backend.manager.inject_group("Secret santa", members=(ANN,), private=True)
     discovery = window.discovery
     qtbot.waitUntil(lambda: discovery.model.rowCount() == 2)
     discovery.resize(640, 300)
-    assert discovery.select_gid("b-9")
+    assert discovery.select_gid(board)
     assert discovery.join_button.isEnabled()
     save_screenshot(discovery, "discovery-window.png")
     qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
     confirm = window.join_controller.join_dialog  # what is verified of the group, then Join
     assert confirm is not None and confirm.isVisible() and confirm.summary.desc_label.text() == "“Board games night”"
     qtbot.mouseClick(confirm.buttons.button(QDialogButtonBox.StandardButton.Ok), Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "b-9" in window.session_controller.sessions and window.current is window.session_controller.sessions["b-9"])
-    qtbot.waitUntil(lambda: discovery.model.view_for("b-9").joined)
+    qtbot.waitUntil(lambda: board in window.session_controller.sessions and window.current is window.session_controller.sessions[board])
+    qtbot.waitUntil(lambda: discovery.model.view_for(board).joined)
     assert not discovery.join_button.isEnabled()
     assert discovery.model.index(1, 2).data() == "private"
 

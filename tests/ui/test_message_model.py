@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from PySide6.QtCore import QModelIndex
 
 from conftest import ANN, BOB, CAT, lunch_conversation, message
+from m2mc.ui.message_tree import MessageTree
 from m2mc.ui.message_model import (
     MessageRole,
     MessageTreeModel,
@@ -49,70 +50,74 @@ def test_tree_follows_any_arrival_order_under_the_model_tester(qtmodeltester, se
     messages = random_tree(rng, count)
     shuffled = messages[:]
     rng.shuffle(shuffled)
-    model = MessageTreeModel(own_pid=ANN.pid)
+    tree = MessageTree(own_pid=ANN.pid)
+    model = MessageTreeModel(tree)
     timeline = TimelineModel(model)
     qtmodeltester.check(model, force_py=False)
     qtmodeltester.check(timeline, force_py=False)
     shown = []
     for start in range(0, len(shuffled), batch):
-        shown += model.add_messages(shuffled[start:start + batch] + shuffled[start:start + 1])  # with a duplicate
+        shown += tree.add_messages(shuffled[start:start + batch] + shuffled[start:start + 1])  # with a duplicate
     assert tree_shape(model) == {m.mid: m.parent for m in messages}
-    assert model.waiting_count == 0
+    assert tree.waiting_count == 0
     assert sorted(m.mid for m in shown) == sorted(m.mid for m in messages)  # each shown exactly once
     # The timeline lists each message once, every reply after what it answers.
     order = [timeline.index(row).data(MessageRole).mid for row in range(timeline.rowCount())]
     assert sorted(order) == sorted(m.mid for m in messages)
     position = {mid: i for i, mid in enumerate(order)}
     assert all(m.parent is None or position[m.parent] < position[m.mid] for m in messages)
-    assert model.unread == {m.mid for m in messages if m.sender != ANN.pid}
+    assert tree.unread == {m.mid for m in messages if m.sender != ANN.pid}
 
 
 def test_replies_that_come_first_wait_for_their_parent(qtmodeltester):
     talk = lunch_conversation(GID)
-    model = MessageTreeModel()
+    tree = MessageTree()
+    model = MessageTreeModel(tree)
     qtmodeltester.check(model, force_py=False)
-    model.add_messages([talk[0]])
-    assert model.add_messages([talk[5], talk[4]]) == []  # both wait: their parents are missing
-    assert model.waiting_count == 2
-    shown = model.add_messages([talk[1], talk[3]])
+    tree.add_messages([talk[0]])
+    assert tree.add_messages([talk[5], talk[4]]) == []  # both wait: their parents are missing
+    assert tree.waiting_count == 2
+    shown = tree.add_messages([talk[1], talk[3]])
     assert [m.mid for m in shown] == [talk[1].mid, talk[3].mid, talk[4].mid, talk[5].mid]
-    assert model.waiting_count == 0
+    assert tree.waiting_count == 0
     deepest = model.index_for(talk[5].mid)
     assert deepest.parent().data(MessageRole) == talk[4]
     assert deepest.parent().parent().parent() == model.index_for(talk[1].mid)
 
 
 def test_incremental_inserts_never_reset_the_model(qtmodeltester):
-    model = MessageTreeModel()
+    tree = MessageTree()
+    model = MessageTreeModel(tree)
     qtmodeltester.check(model, force_py=False)
     talk = lunch_conversation(GID)
-    model.add_messages(talk[:2], unread=False)  # opening: one reset is fine
+    tree.add_messages(talk[:2], unread=False)  # opening: one reset is fine
     resets = []
     model.modelReset.connect(lambda: resets.append(1))
     for msg in talk[2:]:
-        model.add_messages([msg])
+        tree.add_messages([msg])
     assert resets == []
-    assert len(model) == len(talk)
+    assert len(tree) == len(talk)
 
 
 def test_unread_marks_and_time_ordered_parent_role(qtmodeltester):
     talk = lunch_conversation(GID)
-    model = MessageTreeModel(own_pid=BOB.pid)
+    tree = MessageTree(own_pid=BOB.pid)
+    model = MessageTreeModel(tree)
     timeline = TimelineModel(model)
     qtmodeltester.check(timeline, force_py=False)
-    model.add_messages(talk[:4], unread=False)
+    tree.add_messages(talk[:4], unread=False)
     counts = []
     model.unread_count_changed.connect(counts.append)
-    model.add_messages(talk[4:])
+    tree.add_messages(talk[4:])
     own = {m.mid for m in talk[4:] if m.sender == BOB.pid}
-    assert model.unread == {m.mid for m in talk[4:]} - own
-    assert model.unread_in_arrival_order() == [m.mid for m in talk[4:] if m.mid not in own]
+    assert tree.unread == {m.mid for m in talk[4:]} - own
+    assert tree.unread_in_arrival_order() == [m.mid for m in talk[4:] if m.mid not in own]
     changed = []
     timeline.dataChanged.connect(lambda top, bottom, roles: changed.append(top.row()))
-    model.mark_read([talk[4].mid])
+    tree.mark_read([talk[4].mid])
     assert not model.index_for(talk[4].mid).data(UnreadRole)
     assert changed == [4]
-    assert counts[-1] == len(model.unread)
+    assert counts[-1] == len(tree.unread)
     reply_row = timeline.index(4)
     assert reply_row.data(ParentMessageRole) == talk[3]
     assert timeline.index(0).data(ParentMessageRole) is None
@@ -121,21 +126,22 @@ def test_unread_marks_and_time_ordered_parent_role(qtmodeltester):
 def test_big_groups_show_a_window_of_newest_threads(qtmodeltester):
     rng = random.Random(3)
     messages = random_tree(rng, 120)
-    model = MessageTreeModel(window=5)
+    tree = MessageTree(window=5)
+    model = MessageTreeModel(tree)
     timeline = TimelineModel(model, window=10)
     qtmodeltester.check(model, force_py=False)
     qtmodeltester.check(timeline, force_py=False)
-    model.add_messages(messages[:100], unread=False)
+    tree.add_messages(messages[:100], unread=False)
     threads = [m for m in messages[:100] if m.parent is None]
-    assert model.rowCount() == 5 and model.hidden_threads == len(threads) - 5
+    assert model.rowCount() == 5 and tree.hidden_threads == len(threads) - 5
     assert timeline.rowCount() == 10
     assert model.index(0, 0).data(MessageRole) == threads[-5]
     for msg in messages[100:]:  # live messages, some into hidden threads
-        model.add_messages([msg])
+        tree.add_messages([msg])
     assert model.rowCount() == 5 + sum(1 for m in messages[100:] if m.parent is None)
     assert timeline.rowCount() == 30
     assert not model.index_for(threads[0].mid).isValid()
-    assert model.reveal(threads[0].mid) and model.hidden_threads == 0
+    assert tree.reveal(threads[0].mid) and tree.hidden_threads == 0
     assert model.index_for(threads[0].mid).row() == 0
     assert tree_shape(model) == {m.mid: m.parent for m in messages}
     assert timeline.reveal(messages[0].mid) and timeline.rowCount() == 120
@@ -145,21 +151,22 @@ def test_big_groups_show_a_window_of_newest_threads(qtmodeltester):
 def test_hiding_the_oldest_threads_again_keeps_the_newest_and_the_spared_one(qtmodeltester):
     rng = random.Random(5)
     messages = random_tree(rng, 200)
-    model = MessageTreeModel(window=1000)
+    tree = MessageTree(window=1000)
+    model = MessageTreeModel(tree)
     timeline = TimelineModel(model, window=1000)
     qtmodeltester.check(model, force_py=False)
     qtmodeltester.check(timeline, force_py=False)
-    model.add_messages(messages[:150], unread=False)
+    tree.add_messages(messages[:150], unread=False)
     for msg in messages[150:]:
-        model.add_messages([msg])
+        tree.add_messages([msg])
     threads = [m for m in messages if m.parent is None]
     spared = threads[-8]
-    assert model.hide_oldest(5, spare=spared.mid) == len(threads) - 8
+    assert tree.hide_oldest(5, spare=spared.mid) == len(threads) - 8
     assert model.rowCount() == 8 and model.index(0, 0).data(MessageRole) == spared
-    assert model.hide_oldest(5) == 3
+    assert tree.hide_oldest(5) == 3
     assert [model.index(row, 0).data(MessageRole) for row in range(5)] == threads[-5:]
-    assert model.hide_oldest(5) == 0
+    assert tree.hide_oldest(5) == 0
     assert timeline.hide_oldest(20, spare=messages[170].mid) == 170
     assert timeline.hide_oldest(20) == 10
-    assert timeline.index(0).data(MessageRole) == model.arrival[180].message
-    assert model.reveal(threads[0].mid) and tree_shape(model) == {m.mid: m.parent for m in messages}
+    assert timeline.index(0).data(MessageRole) == tree.arrival[180].message
+    assert tree.reveal(threads[0].mid) and tree_shape(model) == {m.mid: m.parent for m in messages}

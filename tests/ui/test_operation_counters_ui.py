@@ -11,7 +11,6 @@ from m2mc.middleware.chatops import encode
 from m2mc.middleware.obg import MAX_COUNTER
 from m2mc.middleware.types import ChatMessage, Member
 
-GID = ANN.pid + "-1"
 
 
 def set_topic_in_header(qtbot, window, text):
@@ -24,22 +23,22 @@ def set_topic_in_header(qtbot, window, text):
 def test_the_topic_is_set_after_a_hostile_counter_and_a_refused_operation_is_shown(qtbot, window, backend, monkeypatch):
     me = Member(backend.pid, backend.name)
     manager = backend.manager
-    manager.inject_group(GID, "Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
-                         history=lunch_conversation(GID))
+    gid = manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                               history=lunch_conversation("")).gid
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
     hostile = encode("topic", None, MAX_COUNTER - 1, "Bob owns the topic")
-    manager.inject_messages(GID, [ChatMessage(GID, (BOB.pid, 60), None, BOB.name, hostile, 0, 0)])
+    manager.inject_messages(gid, [ChatMessage(gid, (BOB.pid, 60), None, BOB.name, hostile, 0, 0)])
     qtbot.waitUntil(lambda: window.topic_edit.text() == "Bob owns the topic")
 
     set_topic_in_header(qtbot, window, "Friday lunch plans")
-    qtbot.waitUntil(lambda: manager.topic(GID) == ("Friday lunch plans", backend.pid))
+    qtbot.waitUntil(lambda: manager.topic(gid) == ("Friday lunch plans", backend.pid))
     qtbot.waitUntil(lambda: window.current.topic == "Friday lunch plans")
 
     # Should the core ever refuse our own operation, the user reads why; nothing is sent.
-    sent_before = len(manager.history(GID))
-    monkeypatch.setattr(manager._group_ops(GID).core, "stamp", lambda *args: (None, MAX_COUNTER))
+    sent_before = len(manager.history(gid))
+    monkeypatch.setattr(manager.core.ops(gid).core, "stamp", lambda *args: (None, MAX_COUNTER))
     set_topic_in_header(qtbot, window, "never sent")
     qtbot.waitUntil(lambda: "counter out of range" in window.statusBar().currentMessage())
     assert window.statusBar().currentMessage().startswith("Topic not set: topic refused")
-    assert manager.topic(GID)[0] == "Friday lunch plans" and len(manager.history(GID)) == sent_before
+    assert manager.topic(gid)[0] == "Friday lunch plans" and len(manager.history(gid)) == sent_before

@@ -13,12 +13,12 @@ from m2mc.middleware.obg import MAX_REACTION_EMOJI, is_reaction_emoji
 from m2mc.middleware.types import Member
 from m2mc.ui.main_window import REACTION_CHOICES
 
-GID = ANN.pid + "-1"
+GID = ""  # the messages' own gid: inject_* takes the group's real one
 
 
 def open_group(qtbot, window, backend, history):
     me = Member(backend.pid, backend.name)
-    backend.manager.inject_group(GID, "Travel & lunch", members=(ANN, BOB, CAT, me), joined=True, history=history)
+    backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True, history=history)
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
     return window.current
@@ -48,8 +48,8 @@ def test_edit_by_context_menu_and_up_key_marks_the_message_edited(qtbot, window,
     qtbot.waitUntil(lambda: shown(window, mine.mid).text == "See you at 13:00")
     assert shown(window, mine.mid).edited == 1 and window.compose_controller.edit_target is None
     # the delegate draws the mark, and the row is where it was
-    index = window.tree_view.model().mapFromSource(session.tree.index_for(mine.mid)) \
-        if hasattr(window.tree_view.model(), "mapFromSource") else session.tree.index_for(mine.mid)
+    index = window.tree_view.model().mapFromSource(session.tree_model.index_for(mine.mid)) \
+        if hasattr(window.tree_view.model(), "mapFromSource") else session.tree_model.index_for(mine.mid)
     delegate = window.tree_view.itemDelegate()
     geometry = delegate._geometry(window.tree_view.visualRect(index), index)
     assert "edited" in geometry["meta"]
@@ -65,35 +65,36 @@ def test_a_deleted_message_shows_message_deleted_and_keeps_its_replies(qtbot, wi
     talk = lunch_conversation(GID)
     session = open_group(qtbot, window, backend, talk)
     question = talk[3]  # Cat's, answered by Ann, answered by Cat
-    deletion = backend.manager.operation_message(GID, CAT, 50, "delete", question.mid)
-    backend.manager.inject_messages(GID, [deletion])
+    deletion = backend.manager.operation_message(session.gid, CAT, 50, "delete", question.mid)
+    backend.manager.inject_messages(session.gid, [deletion])
     qtbot.waitUntil(lambda: shown(window, question.mid).deleted)
     assert shown(window, question.mid).text == ""
     node = session.tree.node(question.mid)
     assert [child.message.mid for child in node.children] == [talk[4].mid]
-    index = session.tree.index_for(question.mid)
+    index = session.tree_model.index_for(question.mid)
     assert window.tree_view.itemDelegate().body_layout(index).text() == "message deleted"
     # a forged delete (by someone else) changes nothing
-    forged = message(GID, BOB, 60, "", talk[0].mid)._replace(text=backend.manager._group_ops(GID).compose(
-        ANN.pid, "delete", talk[0].mid))
-    backend.manager.inject_messages(GID, [forged])
-    assert not backend.manager.history(GID)[0].deleted and backend.manager._group_ops(GID).rejected == 1
+    as_ann = backend.manager.operation_message(session.gid, ANN, 0, "delete", talk[0].mid).text
+    forged = message(GID, BOB, 60, as_ann, talk[0].mid)  # Ann's delete, sent by Bob
+    backend.manager.inject_messages(session.gid, [forged])
+    assert not backend.manager.history(session.gid)[0].deleted
+    assert backend.manager.stats_dict()["operations_rejected"] == 1
 
 
 def test_reactions_show_counts_who_and_toggle_from_the_picker_and_the_row(qtbot, window, backend):
     talk = lunch_conversation(GID)
     session = open_group(qtbot, window, backend, talk)
     lunch = talk[6]
-    backend.manager.inject_messages(GID, [
-        backend.manager.operation_message(GID, ANN, 50, "react", lunch.mid, emoji="👍"),
-        backend.manager.operation_message(GID, CAT, 50, "react", lunch.mid, emoji="👍"),
+    backend.manager.inject_messages(session.gid, [
+        backend.manager.operation_message(session.gid, ANN, 50, "react", lunch.mid, emoji="👍"),
+        backend.manager.operation_message(session.gid, CAT, 50, "react", lunch.mid, emoji="👍"),
     ])
     qtbot.waitUntil(lambda: shown(window, lunch.mid).reactions == {"👍": sorted([ANN.pid, CAT.pid])})
     menu = window.message_menu(shown(window, lunch.mid))
     react = menu_actions(menu)["React"].menu()
     menu_actions(react)["🎉"].trigger()
     qtbot.waitUntil(lambda: "🎉" in (shown(window, lunch.mid).reactions or {}))
-    index = session.tree.index_for(lunch.mid)
+    index = session.tree_model.index_for(lunch.mid)
     window.tree_view.scrollTo(index)
     delegate = window.tree_view.itemDelegate()
     chips = delegate._geometry(window.tree_view.visualRect(index), index)["chips"]
@@ -111,8 +112,8 @@ def test_a_message_with_50_different_reactions_refuses_a_new_one_and_says_why(qt
     session = open_group(qtbot, window, backend, talk)
     lunch = talk[6]
     others = sorted(e for e in emoji_data.EMOJI_DATA if is_reaction_emoji(e) and e not in REACTION_CHOICES)
-    backend.manager.inject_messages(GID, [
-        backend.manager.operation_message(GID, (ANN, BOB, CAT)[n % 3], 100 + n, "react", lunch.mid, emoji=emoji)
+    backend.manager.inject_messages(session.gid, [
+        backend.manager.operation_message(session.gid, (ANN, BOB, CAT)[n % 3], 100 + n, "react", lunch.mid, emoji=emoji)
         for n, emoji in enumerate(others[:MAX_REACTION_EMOJI + 10])])
     qtbot.waitUntil(lambda: len(shown(window, lunch.mid).reactions or {}) == MAX_REACTION_EMOJI)
     menu_actions(menu_actions(window.message_menu(shown(window, lunch.mid)))["React"].menu())["🎉"].trigger()
@@ -126,10 +127,10 @@ def test_a_message_with_50_different_reactions_refuses_a_new_one_and_says_why(qt
 
 def test_pins_fill_the_pinned_list_live(qtbot, window, backend):
     talk = lunch_conversation(GID)
-    open_group(qtbot, window, backend, talk)
+    session = open_group(qtbot, window, backend, talk)
     assert not window.pinned_button.isVisible()
     menu_actions(window.message_menu(shown(window, talk[6].mid)))["Pin"].trigger()
-    backend.manager.inject_messages(GID, [backend.manager.operation_message(GID, BOB, 50, "pin", talk[0].mid)])
+    backend.manager.inject_messages(session.gid, [backend.manager.operation_message(session.gid, BOB, 50, "pin", talk[0].mid)])
     qtbot.waitUntil(lambda: len(window.pinned_messages()) == 2)
     assert [m.mid for m in window.pinned_messages()] == [talk[0].mid, talk[6].mid]
     assert window.pinned_button.isVisible() and window.pinned_button.text() == "Pinned (2)"
@@ -141,19 +142,19 @@ def test_pins_fill_the_pinned_list_live(qtbot, window, backend):
 
 
 def test_the_topic_shows_in_the_header_edits_there_and_follows_others_live(qtbot, window, backend):
-    open_group(qtbot, window, backend, lunch_conversation(GID))
+    session = open_group(qtbot, window, backend, lunch_conversation(GID))
     assert window.topic_edit.text() == "" and window.topic_edit.isEnabled()
     window.topic_edit.setFocus()
     qtbot.keyClicks(window.topic_edit, "Friday lunch plans")
     qtbot.keyClick(window.topic_edit, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: backend.manager.topic(GID) == ("Friday lunch plans", backend.pid))
+    qtbot.waitUntil(lambda: backend.manager.topic(session.gid) == ("Friday lunch plans", backend.pid))
     qtbot.waitUntil(lambda: window.current.topic == "Friday lunch plans")  # heard back, as from the network
     window.topic_edit.setFocus()
     qtbot.keyClicks(window.topic_edit, " and more")
     qtbot.keyClick(window.topic_edit, Qt.Key.Key_Escape)  # undoes the typing, sets nothing
     assert window.topic_edit.text() == "Friday lunch plans" and not window.topic_edit.hasFocus()
-    assert backend.manager.topic(GID) == ("Friday lunch plans", backend.pid)
+    assert backend.manager.topic(session.gid) == ("Friday lunch plans", backend.pid)
     window.tree_view.setFocus()
-    backend.manager.inject_messages(GID, [backend.manager.operation_message(GID, BOB, 50, "topic", text="Moved to Monday")])
+    backend.manager.inject_messages(session.gid, [backend.manager.operation_message(session.gid, BOB, 50, "topic", text="Moved to Monday")])
     qtbot.waitUntil(lambda: window.topic_edit.text() == "Moved to Monday")
-    assert backend.manager.group(GID).topic == "Moved to Monday"
+    assert backend.manager.group(session.gid).topic == "Moved to Monday"

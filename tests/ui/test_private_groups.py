@@ -6,6 +6,7 @@ from PySide6.QtWidgets import QApplication, QDialogButtonBox
 from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
 from m2mc.middleware.types import Member
 from m2mc.ui.dialogs import CreateGroupDialog, JoinDialog
+from m2mc.ui.memory_backend import cheap_group_key
 from m2mc.ui.resources import apply_theme
 
 SECRET = "correct horse battery"
@@ -46,7 +47,9 @@ def test_create_dialog_private_option_validates_and_creates_a_private_group(qtbo
     qtbot.waitUntil(lambda: dialog.created_gid is not None)
     view = backend.manager.group(dialog.created_gid)
     assert view.private and view.desc == "Board room"
-    assert backend.manager._passphrases[dialog.created_gid] == SECRET
+    core = backend.manager.core  # the group's key is the one SECRET makes (checked_key refuses another)
+    record = core.known(dialog.created_gid)
+    core.checked_key(record, cheap_group_key(SECRET, core.kdf_args(record)[0]))
 
 
 def test_unticking_private_creates_an_open_group(qtbot, backend):
@@ -63,11 +66,11 @@ def test_unticking_private_creates_an_open_group(qtbot, backend):
 
 def test_joining_a_private_group_asks_for_the_passphrase_and_keeps_asking_when_wrong(qtbot, window, backend):
     window.start()
-    backend.manager.inject_group("p-3", "Secret santa", members=(ANN,), passphrase=SECRET)
+    santa = backend.manager.inject_group("Secret santa", members=(ANN,), passphrase=SECRET).gid
     discovery = window.discovery
     qtbot.waitUntil(lambda: discovery.model.rowCount() == 1)
     assert discovery.model.index(0, 2).data() == "private"
-    assert discovery.select_gid("p-3")
+    assert discovery.select_gid(santa)
     assert discovery.join_button.text() == "Join…"
     qtbot.mouseClick(discovery.join_button, Qt.MouseButton.LeftButton)
 
@@ -77,46 +80,45 @@ def test_joining_a_private_group_asks_for_the_passphrase_and_keeps_asking_when_w
     ok_button(dialog).click()
     qtbot.waitUntil(dialog.error_label.isVisible)
     assert dialog.error_label.text() == "That passphrase does not open this group."
-    assert dialog.isVisible() and "p-3" not in window.session_controller.sessions
+    assert dialog.isVisible() and santa not in window.session_controller.sessions
     assert ok_button(dialog).isEnabled()  # free to try again
 
     dialog.passphrase_edit.setText(SECRET)
     ok_button(dialog).click()
-    qtbot.waitUntil(lambda: "p-3" in window.session_controller.sessions and window.current is window.session_controller.sessions["p-3"])
+    qtbot.waitUntil(lambda: santa in window.session_controller.sessions and window.current is window.session_controller.sessions[santa])
     assert not dialog.isVisible()
-    assert backend.manager.group("p-3").joined
+    assert backend.manager.group(santa).joined
 
 
 def test_join_by_id_takes_an_optional_passphrase(qtbot, backend):
-    backend.manager.inject_group("p-4", "Poker", members=(BOB,), passphrase=SECRET)
-    backend.manager.inject_group("o-5", "Open chess", members=(CAT,))
+    poker = backend.manager.inject_group("Poker", members=(BOB,), passphrase=SECRET).gid
+    chess = backend.manager.inject_group("Open chess", members=(CAT,)).gid
     join = JoinDialog(backend)
     qtbot.addWidget(join)
     join.show()
-    join.gid_edit.setText("p-4")
+    join.gid_edit.setText(poker)
     ok_button(join).click()
     qtbot.waitUntil(join.error_label.isVisible)
     assert join.error_label.text() == "“Poker” is a private group: enter its passphrase."
     join.passphrase_edit.setText(SECRET)
     ok_button(join).click()
-    qtbot.waitUntil(lambda: join.joined_gid == "p-4")
+    qtbot.waitUntil(lambda: join.joined_gid == poker)
 
     open_join = JoinDialog(backend)
     qtbot.addWidget(open_join)
-    open_join.gid_edit.setText("o-5")
+    open_join.gid_edit.setText(chess)
     ok_button(open_join).click()  # looks it up: what is verified of it shows, and OK becomes Join
     qtbot.waitUntil(lambda: open_join.found is not None and ok_button(open_join).text() == "Join")
-    assert open_join.joined_gid is None and not backend.manager.group("o-5").joined
+    assert open_join.joined_gid is None and not backend.manager.group(chess).joined
     ok_button(open_join).click()
-    qtbot.waitUntil(lambda: open_join.joined_gid == "o-5")
+    qtbot.waitUntil(lambda: open_join.joined_gid == chess)
 
 
 def test_a_warning_shows_in_the_main_window_without_blocking(qtbot, window, backend):
-    gid = ANN.pid + "-1"
     me = Member(backend.pid, backend.name)
-    backend.manager.inject_group(gid, "Travel & lunch", members=(ANN, BOB, me), joined=True,
-                                 history=lunch_conversation(gid)[:4])
-    backend.manager.inject_group("other-2", "Quiet group", members=(CAT, me), joined=True)
+    gid = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                       history=lunch_conversation("")[:4]).gid
+    quiet_gid = backend.manager.inject_group("Quiet group", members=(CAT, me), joined=True).gid
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and window.current.gid == gid)
     assert not window.warning_banner.isVisible()
@@ -131,16 +133,16 @@ def test_a_warning_shows_in_the_main_window_without_blocking(qtbot, window, back
     save_screenshot(window, "main-window-warning.png")
 
     # A warning for a group not on screen: status bar, log and a sign on that group; the banner stays ours.
-    backend.manager.inject_warning("other-2", "two different messages claim id x:1; the first one is kept")
+    backend.manager.inject_warning(quiet_gid, "two different messages claim id x:1; the first one is kept")
     qtbot.waitUntil(lambda: len(window.warning_log.texts()) == 2)
-    quiet = window.session_controller.sessions["other-2"]
+    quiet = window.session_controller.sessions[quiet_gid]
     assert "Quiet group" in window.statusBar().currentMessage()
     assert quiet.item.toolTip().startswith("Warning: two different messages")
     assert window.warning_banner.text == f"⚠  {EQUIVOCATION}"
 
     qtbot.mouseClick(window.warning_banner.close_button, Qt.MouseButton.LeftButton)
     assert not window.warning_banner.isVisible()
-    window.select_group("other-2")
+    window.select_group(quiet_gid)
     assert window.warning_banner.isVisible() and "x:1" in window.warning_banner.text
     window.select_group(gid)
     assert not window.warning_banner.isVisible()  # dismissed stays dismissed until the next warning

@@ -8,52 +8,68 @@ A group that turns out private after the list was drawn is asked for, not refuse
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QInputDialog, QListWidgetItem, QMessageBox, QWidget
 
 from ...middleware.types import GroupView
-from ..dialogs import ConfirmJoinDialog, CreateGroupDialog, JoinDialog, NameDialog, invite_text
+from ..bridge import Backend
+from ..dialogs import ConfirmJoinDialog, CreateGroupDialog, JoinDialog, NameDialog, invite_text, plain_error
+from ..discovery_window import DiscoveryWindow
+from ..state import Selection
+from .sessions import GroupSession, SessionController
 
-if TYPE_CHECKING:
-    from ..main_window import MainWindow
-    from .sessions import GroupSession
+
+class JoinsView(Protocol):
+    """The discovery window, the widget the dialogs belong to, and what a join or leave changes on screen."""
+
+    discovery: DiscoveryWindow
+
+    def dialog_parent(self) -> QWidget: ...
+    def select_group(self, gid: str) -> None: ...
+    def show_session(self, session: GroupSession | None) -> None: ...
+    def remove_group_item(self, item: QListWidgetItem) -> None: ...
+    def show_status(self, text: str, timeout: int) -> None: ...
+    def show_error(self, message: str) -> None: ...
 
 
 class JoinController(QObject):
     """The dialogs and calls that change which groups this peer is in."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.backend = window.backend
+    def __init__(self, backend: Backend, selection: Selection[GroupSession], sessions: SessionController,
+                 view: JoinsView, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.view = view
+        self.backend = backend
+        self.selection = selection
+        self.sessions = sessions
         self.join_dialog: ConfirmJoinDialog | None = None
 
     def show_discovery(self) -> None:
-        if not self.window.discovery.isVisible():
-            self._place_beside(self.window.discovery)
-        self.window.discovery.show()
-        self.window.discovery.raise_()
-        self.window.discovery.activateWindow()
+        if not self.view.discovery.isVisible():
+            self._place_beside(self.view.discovery)
+        self.view.discovery.show()
+        self.view.discovery.raise_()
+        self.view.discovery.activateWindow()
         self.backend.call(lambda peer: peer.advertise())
 
     def create_group(self) -> None:
-        dialog = CreateGroupDialog(self.backend, self.window)
+        dialog = CreateGroupDialog(self.backend, self.view.dialog_parent())
         if dialog.exec() and dialog.created_gid:
-            self.window.select_group(dialog.created_gid)
+            self.view.select_group(dialog.created_gid)
 
     def join_by_id(self) -> None:
-        dialog = JoinDialog(self.backend, parent=self.window)
+        dialog = JoinDialog(self.backend, parent=self.view.dialog_parent())
         if dialog.exec() and dialog.joined_gid:
             self._joined(dialog.joined_gid)
 
     def join_group(self, gid: str) -> None:
         """Ask before joining ``gid``: the confirmation shows what is verified of it."""
-        view = self.window.session_controller.known_groups.get(gid) or self.window.discovery.model.view_for(gid)
+        view = self.sessions.known_groups.get(gid) or self.view.discovery.model.view_for(gid)
         if view is None:
-            self.window.status_controller.show_error(f"unknown group {gid!r:.80}")
+            self.view.show_error(f"unknown group {gid!r:.80}")
         elif view.joined:
             self._joined(gid)
         else:
@@ -64,66 +80,88 @@ class JoinController(QObject):
         if self.join_dialog is not None:
             self.join_dialog.close()
             self.join_dialog.deleteLater()
-        parent = self.window.discovery if self.window.discovery.isVisible() else self.window
+        parent = self.view.discovery if self.view.discovery.isVisible() else self.view.dialog_parent()
         dialog = ConfirmJoinDialog(self.backend, view, parent)
-        dialog.accepted.connect(lambda d=dialog: d.joined_gid and self._joined(d.joined_gid))
+        dialog.accepted.connect(lambda: self._joined(dialog.joined_gid) if dialog.joined_gid else None)
         self.join_dialog = dialog
         dialog.open()
         return dialog
 
     def _joined(self, gid: str) -> None:
-        self.window.session_controller.session(gid, load_history=True)
-        self.window.select_group(gid)
-        self.window.statusBar().showMessage(f"Joined {self.window.session_controller.sessions[gid].title}", 4000)
+        self.sessions.session(gid, load_history=True)
+        self.view.select_group(gid)
+        self.view.show_status(f"Joined {self.sessions.sessions[gid].title}", 4000)
 
     def leave_current_group(self) -> None:
-        session = self.window.current
+        session = self.selection.session
         if session is None:
             return
-        answer = QMessageBox.question(self.window, "Leave group",
+        answer = QMessageBox.question(self.view.dialog_parent(), "Leave group",
                                       f"Leave “{session.title}”? Others will see that you left.")
         if answer != QMessageBox.StandardButton.Yes:
             return
         gid = session.gid
-        self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r, s=session: self._left(s))
+        self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r: self._left(session))
 
     def _left(self, session: GroupSession) -> None:
-        self.window.session_controller.sessions.pop(session.gid, None)
-        self.window.group_list.takeItem(self.window.group_list.row(session.item))
-        if self.window.current is session:
-            self.window.show_session(None)
+        self.sessions.sessions.pop(session.gid, None)
+        if session.item is not None:
+            self.view.remove_group_item(session.item)
+        if self.selection.session is session:
+            self.view.show_session(None)
 
     def join_from_invite(self) -> None:
-        dialog = JoinDialog(self.backend, parent=self.window, invite=QGuiApplication.clipboard().text())
+        dialog = JoinDialog(self.backend, parent=self.view.dialog_parent(), invite=QGuiApplication.clipboard().text())
         if dialog.exec() and dialog.joined_gid:
             self._joined(dialog.joined_gid)
 
     def copy_invite(self) -> None:
-        session = self.window.current
+        """The group's invite, with this peer's address in it, so that it also works where
+        multicast does not flow."""
+        session = self.selection.session
         if session is None:
             return
-        QGuiApplication.clipboard().setText(invite_text(session.gid, session.title))
+        gid, title = session.gid, session.title
         private = session.view is not None and session.view.private
-        self.window.statusBar().showMessage("Invite copied" + (" — give the passphrase separately, in person"
-                                                               if private else ""), 5000)
+
+        def copied(link: str) -> None:
+            QGuiApplication.clipboard().setText(invite_text(title, link))
+            self.view.show_status("Invite copied" + (" — give the passphrase separately, in person"
+                                                     if private else ""), 5000)
+
+        self.backend.call(lambda peer: peer.invite(gid), on_result=copied,
+                          on_error=lambda exc: self.view.show_error(plain_error(exc)))
+
+    def add_peer(self) -> None:
+        """Add a peer by the address the user types: for networks where multicast does not flow."""
+        address, ok = QInputDialog.getText(
+            self.view.dialog_parent(), "Add peer by address",
+            "The other computer's address, as it shows it (host:port, e.g. 192.168.1.20:47477).\n"
+            "Use this where groups on your network do not show up: it is asked directly.")
+        if not ok or not address.strip():
+            return
+        self.backend.call(lambda peer: peer.add_peer(address.strip()),
+                          on_result=lambda endpoint: self.view.show_status(
+                              f"Asking {endpoint}… its groups appear under Find groups (Ctrl+G)", 8000),
+                          on_error=lambda exc: self.view.show_error(plain_error(exc)))
 
     def change_name(self) -> None:
-        dialog = NameDialog(self.backend.name, self.window, title="Change display name")
+        dialog = NameDialog(self.backend.name, self.view.dialog_parent(), title="Change display name")
         if dialog.exec() and dialog.name != self.backend.name:
             name = dialog.name
             self.backend.call(lambda peer: peer.set_name(name), on_result=lambda _r: self._name_changed(name))
 
     def _name_changed(self, name: str) -> None:
         self.backend.name = name
-        self.window.statusBar().showMessage(f"Your display name is now {name}", 5000)
-        for gid in self.window.session_controller.sessions:
-            self.backend.call(lambda peer, gid=gid: peer.group(gid),
-                              on_result=self.window.session_controller.on_group_view, on_error=lambda _e: None)
+        self.view.show_status(f"Your display name is now {name}", 5000)
+        for gid in self.sessions.sessions:
+            self.sessions.refresh_group_view(gid)
 
     def _place_beside(self, window: QWidget) -> None:
         """Put ``window`` next to the main window where the screen has room, else leave it to the desktop."""
-        screen = (self.window.screen() or QGuiApplication.primaryScreen()).availableGeometry()
-        frame = self.window.frameGeometry()
+        main = self.view.dialog_parent()
+        screen = (main.screen() or QGuiApplication.primaryScreen()).availableGeometry()
+        frame = main.frameGeometry()
         width = window.width()
         if frame.right() + 12 + width <= screen.right():
             window.move(frame.right() + 12, frame.top())

@@ -11,22 +11,23 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from PySide6.QtCore import QObject, QPoint, QTimer
-from PySide6.QtWidgets import QAbstractItemView, QListWidgetItem
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QListWidgetItem
 
 from ...middleware.events import (Event, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
                                   MessagesUpdated, TopicChanged)
 from ...middleware.rangeset import RangeSet
 from ...middleware.types import ChatMessage, GroupView, Member, Mid
 from ..delegate import snippet
-from ..message_model import MessageRole, MessageTreeModel, ThreadListModel, ThreadModel, TimelineModel
+from ..bridge import Backend
+from ..message_model import MessageTreeModel, ThreadListModel, ThreadModel, TimelineModel
+from ..message_tree import MessageTree
 from ..resources import icon
+from ..state import ComposeTarget, Selection, ThreadFilter
 from ..widgets import GroupIdRole, UnreadCountRole
-
-if TYPE_CHECKING:
-    from ..main_window import MainWindow
 
 MAX_PER_TURN = 300
 INTAKE_MS = 100
@@ -37,7 +38,8 @@ READ_SAVE_MS = 1000  # read marks go to the store at most once a second
 @dataclass
 class GroupSession:
     gid: str
-    tree: MessageTreeModel
+    tree: MessageTree
+    tree_model: MessageTreeModel
     timeline: TimelineModel
     view: GroupView | None = None
     loaded: bool = False
@@ -51,8 +53,8 @@ class GroupSession:
     thread: ThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
     divider: Mid | None = None  # "New messages" above this one: the first unread when opened
     opened: bool = False  # scrolled to where it opens
-    read_orders: list[int] = field(default_factory=list)  # read since the marks were last saved
     presence: dict[str, str] = field(default_factory=dict)
+    direct: set[str] = field(default_factory=set)  # members reached by unicast (reach: multicast misses them)
     topic: str | None = None  # None: not heard yet (the group view has it)
     pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
 
@@ -60,19 +62,63 @@ class GroupSession:
     def title(self) -> str:
         return self.view.desc if self.view is not None else self.gid
 
+    @property
+    def shown_topic(self) -> str:
+        return self.topic if self.topic is not None else (self.view.topic if self.view else "")
+
+
+ReaderPlace = tuple[Mid, int]  # the message at the top of the tree view, and its row's top in pixels
+
+
+class SessionsView(Protocol):
+    """What the session controller asks of the window."""
+
+    def setWindowTitle(self, title: str) -> None: ...
+    def add_group_item(self, item: QListWidgetItem) -> None: ...
+    def select_group(self, gid: str) -> None: ...
+    def select_message(self, mid: Mid) -> bool: ...
+    def clear_filter(self) -> None: ...
+    def show_status(self, text: str, timeout: int) -> None: ...
+    def show_heading(self, session: GroupSession) -> None: ...
+    def show_topic(self, session: GroupSession) -> None: ...
+    def refresh_status(self) -> None: ...
+    def fill_members(self) -> None: ...
+    def update_pinned_button(self) -> None: ...
+    def update_older_button(self) -> None: ...
+    def set_divider(self, session: GroupSession) -> None: ...
+    def expand_default(self, session: GroupSession) -> None: ...
+    def expand_path(self, mid: Mid) -> None: ...
+    def open_position(self, session: GroupSession) -> None: ...
+    def follow_end(self) -> None: ...
+    def schedule_seen(self, *_args: object) -> None: ...
+    def reader_place(self, session: GroupSession) -> tuple[bool, ReaderPlace | None]: ...
+    def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None: ...
+    def forget_rendered(self, mids: list[Mid]) -> None: ...
+    def relayout_messages(self) -> None: ...
+    def start_new_thread(self) -> None: ...
+    def notify(self, title: str, text: str) -> None: ...
+
 
 class SessionController(QObject):
     """The sessions of the joined groups, kept for as long as the window."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.backend = window.backend
+    def __init__(self, backend: Backend, selection: Selection[GroupSession], target: ComposeTarget,
+                 view_filter: ThreadFilter, view: SessionsView, settings: Any, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.view = view
+        self.backend = backend
+        self.selection = selection
+        self.target = target
+        self.view_filter = view_filter
+        # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
+        self.settings = settings
         self.sessions: dict[str, GroupSession] = {}
         self.known_groups: dict[str, GroupView] = {}
         self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
-        self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS, timeout=self._drain_inbox)
-        self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS, timeout=self.save_read_marks)
+        self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS)
+        self._inbox_timer.timeout.connect(self._drain_inbox)
+        self._read_timer = QTimer(self, singleShot=True, interval=READ_SAVE_MS)
+        self._read_timer.timeout.connect(self.save_read_marks)
         self.backend.peer_event.connect(self._on_event)
 
     def _on_event(self, event: Event) -> None:
@@ -99,8 +145,8 @@ class SessionController(QObject):
         joined = [view for view in views if view.joined]
         for view in joined:
             self.session(view.gid, load_history=True)
-        if joined and self.window.current is None:
-            self.window.select_group(joined[0].gid)
+        if joined and self.selection.session is None:
+            self.view.select_group(joined[0].gid)
         # With no group the main window's empty page offers Find / Create / Join from invite:
         # the discovery window is not pushed over the main window.
 
@@ -108,27 +154,28 @@ class SessionController(QObject):
         session = self.sessions.get(gid)
         if session is not None:
             return session
-        tree = MessageTreeModel(self.backend.pid, self.window)
-        session = GroupSession(gid, tree, TimelineModel(tree, self.window), self.known_groups.get(gid))
-        session.threads = ThreadListModel(tree, self.window)
+        tree = MessageTree(self.backend.pid)
+        tree_model = MessageTreeModel(tree, self)
+        session = GroupSession(gid, tree, tree_model, TimelineModel(tree_model, self), self.known_groups.get(gid))
+        session.threads = ThreadListModel(tree_model, self)
         self.sessions[gid] = session
         item = QListWidgetItem(self.group_icon(session), session.title)
         item.setData(GroupIdRole, gid)
         item.setData(UnreadCountRole, 0)
         session.item = item
-        self.window.group_list.addItem(item)
-        tree.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
-        tree.read_state_changed.connect(lambda mids, s=session: self._on_read_changed(s, mids))
+        self.view.add_group_item(item)
+        tree_model.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
+        tree_model.read_state_changed.connect(lambda _mids, s=session: self._on_read_changed(s))
         if load_history:
             self.backend.call(lambda peer: peer.read_marks(gid),
-                              on_result=lambda marks, s=session: self._load_history(s, marks),
-                              on_error=lambda _e, s=session: self._load_history(s, None))
+                              on_result=lambda marks: self._load_history(session, marks),
+                              on_error=lambda _e: self._load_history(session, None))
         return session
 
     def _load_history(self, session: GroupSession, marks: list | None) -> None:
         gid = session.gid
         self.backend.call(lambda peer: peer.history(gid),
-                          on_result=lambda messages, s=session: self._on_history(s, messages, marks))
+                          on_result=lambda messages: self._on_history(session, messages, marks))
 
     def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
         # What the stored read marks do not cover is unread; a group never marked (from an
@@ -141,16 +188,16 @@ class SessionController(QObject):
                 gid, read = session.gid, [(min(orders), max(orders))]
                 self.backend.call(lambda peer: peer.mark_read(gid, read), on_error=lambda _e: None)
         else:
-            read = RangeSet.from_ranges(marks)
-            session.tree.set_unread(m.mid for m in messages if m.order and m.order not in read)
+            stored = RangeSet.from_ranges(marks)
+            session.tree.set_unread(m.mid for m in messages if m.order and m.order not in stored)
         unread = session.tree.unread_in_arrival_order()
         session.divider = unread[0] if unread else None
         session.loaded = True
-        if session is self.window.current:
-            self.window.set_divider(session)
-            self.window.expand_default(session)
-            self.window.open_position(session)
-            self.window.status_controller.refresh()
+        if self.selection.is_current(session):
+            self.view.set_divider(session)
+            self.view.expand_default(session)
+            self.view.open_position(session)
+            self.view.refresh_status()
 
     def _on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
         # Taken in slices: every insert makes QTreeView lay out all its visible rows again
@@ -178,53 +225,44 @@ class SessionController(QObject):
         session = self.sessions.get(gid)
         if session is None:
             session = self.session(gid, load_history=True)
-        view = self.window.current_view()
-        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
-        reading = None  # the row at the top of the tree, and where it is: the reader's place
-        if (session is self.window.current and not at_bottom and view is self.window.tree_view
-                and view.model() is session.tree):
-            top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
-            if top.isValid():
-                reading = (top.data(MessageRole).mid, view.visualRect(top).top())
+        at_bottom, reading = self.view.reader_place(session)
         shown = session.tree.add_messages(messages, unread=True)
         if not shown:
             return
         self._trim(session, at_bottom, reading)
-        if session is self.window.current:
+        if self.selection.is_current(session):
             for message in shown:
                 if message.parent is not None:
-                    self.window.expand_path(message.mid)
+                    self.view.expand_path(message.mid)
             if at_bottom:
                 # Only follow the end when the user is already there; otherwise keep their place.
                 # Deferred and coalesced: scrolling forces a layout, once per burst is enough.
-                self.window.follow_end()
-            self.window.schedule_seen()
+                self.view.follow_end()
+            self.view.schedule_seen()
         others = [m for m in shown if m.sender != self.backend.pid]
         if others and self.notifies(gid):
             last = others[-1]
             extra = f" (+{len(others) - 1} more)" if len(others) > 1 else ""
-            self.window.notifier.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
+            self.view.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
 
-    def _trim(self, session: GroupSession, at_bottom: bool, reading: tuple | None = None) -> None:
+    def _trim(self, session: GroupSession, at_bottom: bool, reading: ReaderPlace | None = None) -> None:
         # A steady stream adds rows without end, and each re-layout costs every row on show
         # (scrolled by pixels, the tree needs every row's height): hide the oldest threads
         # again, never the selected message's, the open one's or those from the top of the
         # view on; the view is put back where the reader was.
-        current = session is self.window.current
-        spare = self.window.compose_controller.reply_target if current else None
+        current = self.selection.is_current(session)
+        spare = self.target.reply if current else None
         opened = session.thread.root.message.mid if session.thread is not None else None
         tree, timeline = session.tree, session.timeline
-        if tree.rowCount() > tree.window + TRIM_SLACK:
+        if tree.shown_thread_count() > tree.window + TRIM_SLACK:
             hidden = tree.hide_oldest(tree.window, [spare, opened, reading[0] if reading else None])
             if hidden and reading is not None:
-                self.window.tree_view.scrollTo(tree.index_for(reading[0]), QAbstractItemView.ScrollHint.PositionAtTop)
-                bar = self.window.tree_view.verticalScrollBar()
-                bar.setValue(bar.value() - reading[1])
-        if ((at_bottom or not current or not self.window.time_ordered)
+                self.view.restore_reader_place(session, reading)
+        if ((at_bottom or not current or not self.view_filter.time_ordered)
                 and timeline.rowCount() > timeline.window + TRIM_SLACK):
             timeline.hide_oldest(timeline.window, spare)
-        if session is self.window.current:
-            self.window.update_older_button()
+        if self.selection.is_current(session):
+            self.view.update_older_button()
 
     def _on_groups_discovered(self, views: list[GroupView]) -> None:
         for view in views:
@@ -232,17 +270,21 @@ class SessionController(QObject):
             session = self.sessions.get(view.gid)
             if session is not None:
                 session.view = view
-                session.item.setText(view.desc)
-                if not session.warnings or session.warning_dismissed or session is self.window.current:
-                    session.item.setIcon(self.group_icon(session))
-                if session is self.window.current:
-                    self.window.title_label.setText(view.desc)
-                    self.window.show_topic(session)
-                    self.window.status_controller.fill_members()
-        self.window.status_controller.refresh()
+                if session.item is not None:
+                    session.item.setText(view.desc)
+                    if not session.warnings or session.warning_dismissed or self.selection.is_current(session):
+                        session.item.setIcon(self.group_icon(session))
+                if self.selection.is_current(session):
+                    self.view.show_heading(session)
+                    self.view.fill_members()
+        self.view.refresh_status()
 
     def on_group_view(self, view: GroupView) -> None:
         self._on_groups_discovered([view])
+
+    def refresh_group_view(self, gid: str) -> None:
+        """Ask the middleware for ``gid``'s view again (members, names, topic)."""
+        self.backend.call(lambda peer: peer.group(gid), on_result=self.on_group_view, on_error=lambda _e: None)
 
     def _on_updated(self, gid: str, messages: list[ChatMessage]) -> None:
         session = self.sessions.get(gid)
@@ -257,94 +299,86 @@ class SessionController(QObject):
                 session.pinned[message.mid] = message
             else:
                 session.pinned.pop(message.mid, None)
-        for view in (self.window.tree_view, self.window.timeline_view):
-            for message in messages:
-                view.itemDelegate().forget(message.mid)
+        self.view.forget_rendered([m.mid for m in messages])
         changed = session.tree.update_messages(messages)
-        if session is self.window.current:
+        if self.selection.is_current(session):
             if changed:
-                for view in (self.window.tree_view, self.window.timeline_view):
-                    view.scheduleDelayedItemsLayout()
-                    view.viewport().update()
-            self.window.update_pinned_button()
-            composer = self.window.compose_controller
-            if composer.edit_target is not None and by_mid.get(composer.edit_target, None) is not None \
-                    and by_mid[composer.edit_target].deleted:
-                composer.start_new_thread()
+                self.view.relayout_messages()
+            self.view.update_pinned_button()
+            edited = by_mid.get(self.target.edit) if self.target.edit is not None else None
+            if edited is not None and edited.deleted:
+                self.view.start_new_thread()
 
     def _on_topic_changed(self, gid: str, topic: str, by: str) -> None:
         session = self.sessions.get(gid)
         if session is None:
             return
         session.topic = topic
-        if session is self.window.current:
-            self.window.show_topic(session)
+        if self.selection.is_current(session):
+            self.view.show_topic(session)
 
     def _on_group_created(self, gid: str) -> None:
         self.session(gid, load_history=False).loaded = True
-        self.window.select_group(gid)
+        self.view.select_group(gid)
 
     def _on_member_changed(self, gid: str, _member: Member) -> None:
         if gid in self.sessions:
-            self.backend.call(lambda peer: peer.group(gid), on_result=self.on_group_view, on_error=lambda _e: None)
+            self.refresh_group_view(gid)
 
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
-        session.item.setData(UnreadCountRole, count)
+        if session.item is not None:
+            session.item.setData(UnreadCountRole, count)
         total = sum(len(s.tree.unread) for s in self.sessions.values())
-        self.window.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
+        self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
-    def _on_read_changed(self, session: GroupSession, mids: list) -> None:
-        for mid in mids:
-            if mid not in session.tree.unread:
-                message = session.tree.message(mid)
-                if message is not None and message.order:
-                    session.read_orders.append(message.order)
-        if session.read_orders and not self._read_timer.isActive():
+    def _on_read_changed(self, session: GroupSession) -> None:
+        if session.tree.read_unsaved and not self._read_timer.isActive():
             self._read_timer.start()
 
     def save_read_marks(self) -> None:
         """Send what was read since the last time to the store (it survives a restart)."""
         for session in self.sessions.values():
-            if session.read_orders:
-                ranges = RangeSet(session.read_orders).ranges()
-                session.read_orders = []
-                self.backend.call(lambda peer, gid=session.gid, ranges=ranges: peer.mark_read(gid, ranges),
-                                  on_error=lambda _e: None)
+            ranges = session.tree.take_read_ranges()
+            if ranges:
+                self._save_marks(session.gid, ranges)
+
+    def _save_marks(self, gid: str, ranges: list[tuple[int, int]]) -> None:
+        self.backend.call(lambda peer: peer.mark_read(gid, ranges), on_error=lambda _e: None)
 
     def mark_all_read(self) -> None:
-        if self.window.current is not None:
-            self.window.current.tree.mark_all_read()
+        if self.selection.session is not None:
+            self.selection.session.tree.mark_all_read()
 
     def next_unread(self) -> None:
         """Select the oldest unread message, in this group or the next one with news."""
-        order = [self.window.current] if self.window.current is not None else []
-        order += [s for s in self.sessions.values() if s is not self.window.current]
+        current = self.selection.session
+        order = [current] if current is not None else []
+        order += [s for s in self.sessions.values() if s is not current]
         for session in order:
             unread = session.tree.unread_in_arrival_order()
             if not unread:
                 continue
-            if session is not self.window.current:
-                self.window.select_group(session.gid)
-            if self.window.filter_edit.text():
-                self.window.filter_edit.clear()
-            self.window.select_message(unread[0])
+            if session is not current:
+                self.view.select_group(session.gid)
+            self.view.clear_filter()
+            self.view.select_message(unread[0])
             return
-        self.window.statusBar().showMessage("No unread messages", 3000)
+        self.view.show_status("No unread messages", 3000)
 
     def notifies(self, gid: str) -> bool:
-        return str(self.window.settings.value(f"notify/{gid}", "true") if hasattr(self.window.settings, "value")
-                   else self.window.settings.get(f"notify/{gid}", "true")) == "true"
+        return str(self.settings.value(f"notify/{gid}", "true") if hasattr(self.settings, "value")
+                   else self.settings.get(f"notify/{gid}", "true")) == "true"
 
     def toggle_notify(self, on: bool) -> None:
-        if self.window.current is None:
+        session = self.selection.session
+        if session is None:
             return
-        key = f"notify/{self.window.current.gid}"
-        if hasattr(self.window.settings, "setValue"):
-            self.window.settings.setValue(key, "true" if on else "false")
+        key = f"notify/{session.gid}"
+        if hasattr(self.settings, "setValue"):
+            self.settings.setValue(key, "true" if on else "false")
         else:
-            self.window.settings[key] = "true" if on else "false"
-        self.window.statusBar().showMessage(f"Notifications {'on' if on else 'off'} for {self.window.current.title}",
-                                            3000)
+            self.settings[key] = "true" if on else "false"
+        self.view.show_status(f"Notifications {'on' if on else 'off'} for {session.title}", 3000)
 
-    def group_icon(self, session: GroupSession):
+    def group_icon(self, session: GroupSession) -> QIcon:
         return icon("lock") if session.view is not None and session.view.private else icon("group")

@@ -8,34 +8,57 @@ looked at, and the warnings window keeps them all.  Pending replies and presence
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt, QTimer
-from PySide6.QtWidgets import QListWidgetItem, QStyle
+from PySide6.QtWidgets import QAbstractItemView, QLabel, QListWidget, QListWidgetItem, QProgressBar, QStyle
 
 from ...middleware.events import Event, SyncProgress, WarningRaised
 from ...middleware.names import lookalikes
+from ..bridge import Backend
+from ..delegate import MessageDelegate
+from ..dialogs import WarningLogWindow
 from ..member_list import fill_member_list
-
-if TYPE_CHECKING:
-    from ..main_window import MainWindow
-    from .sessions import GroupSession
+from ..state import Selection
+from ..widgets import ThreadListDelegate, WarningBanner
+from .sessions import GroupSession, SessionController
 
 log = logging.getLogger(__name__)
 
 PRESENCE_POLL_MS = 5000
 
 
+class StatusView(Protocol):
+    """The status bar's labels, the warnings, the members pane and the views whose names it keeps."""
+
+    warning_log: WarningLogWindow
+    warning_banner: WarningBanner
+    address_label: QLabel
+    peers_label: QLabel
+    pending_label: QLabel
+    sync_bar: QProgressBar
+    member_list: QListWidget
+
+    def named_views(self) -> tuple[QAbstractItemView, ...]: ...
+    def show_status(self, text: str, timeout: int) -> None: ...
+    def style(self) -> QStyle: ...
+
+
 class StatusController(QObject):
     """What the status bar, the warnings and the members pane show."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.backend = window.backend
-        self._pending_timer = QTimer(self, interval=1000, timeout=self._poll_pending)
+    def __init__(self, backend: Backend, selection: Selection[GroupSession], sessions: SessionController,
+                 view: StatusView, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.view = view
+        self.backend = backend
+        self.selection = selection
+        self.sessions = sessions
+        self._pending_timer = QTimer(self, interval=1000)
+        self._pending_timer.timeout.connect(self._poll_pending)
         self._pending_timer.start()
-        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS, timeout=self.poll_presence)
+        self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS)
+        self._presence_timer.timeout.connect(self.poll_presence)
         self._presence_timer.start()
         self.backend.peer_event.connect(self._on_event)
         self.backend.failed.connect(self.show_error)
@@ -48,51 +71,52 @@ class StatusController(QObject):
                 self._on_warning(gid, text)
 
     def _on_sync_progress(self, gid: str, received: int, expected: int) -> None:
-        session = self.window.session_controller.sessions.get(gid) or self.window.session_controller.session(gid)
+        session = self.sessions.sessions.get(gid) or self.sessions.session(gid)
         session.sync = (received, expected) if received < expected else None
-        if session is self.window.current:
+        if self.selection.is_current(session):
             self.refresh()
 
     def _on_warning(self, gid: str, text: str) -> None:
-        view = self.window.session_controller.known_groups.get(gid)
-        session = self.window.session_controller.sessions.get(gid)
+        view = self.sessions.known_groups.get(gid)
+        session = self.sessions.sessions.get(gid)
         title = session.title if session is not None else view.desc if view is not None else gid or "network"
         log.warning("group %s: %s", gid, text)
-        self.window.warning_log.add(title, text)
-        self.window.statusBar().showMessage(f"⚠ Warning in {title}: {text}", 15000)
+        self.view.warning_log.add(title, text)
+        self.view.show_status(f"⚠ Warning in {title}: {text}", 15000)
         if session is None:
             return
         session.warnings.append(text)
         session.warning_dismissed = False
-        if session is self.window.current:
+        if self.selection.is_current(session):
             self.show_warning_banner()
-        else:
-            session.item.setIcon(self.window.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning))
+        elif session.item is not None:
+            session.item.setIcon(self.view.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning))
             session.item.setToolTip(f"Warning: {text}")
 
     def show_warning_banner(self) -> None:
-        session = self.window.current
+        session = self.selection.session
         if session is None or not session.warnings or session.warning_dismissed:
-            self.window.warning_banner.show_warning(None)
+            self.view.warning_banner.show_warning(None)
         else:
-            self.window.warning_banner.show_warning(session.warnings[-1], len(session.warnings))
-            session.item.setToolTip("")
+            self.view.warning_banner.show_warning(session.warnings[-1], len(session.warnings))
+            if session.item is not None:
+                session.item.setToolTip("")
 
     def dismiss_warning(self) -> None:
-        if self.window.current is not None:
-            self.window.current.warning_dismissed = True
+        if self.selection.session is not None:
+            self.selection.session.warning_dismissed = True
 
     def show_warning_log(self) -> None:
-        self.window.warning_log.show()
-        self.window.warning_log.raise_()
-        self.window.warning_log.activateWindow()
+        self.view.warning_log.show()
+        self.view.warning_log.raise_()
+        self.view.warning_log.activateWindow()
 
     def _poll_pending(self) -> None:
-        session = self.window.current
+        session = self.selection.session
         if session is None:
             return
         gid = session.gid
-        self.backend.call(lambda peer: peer.pending(gid), on_result=lambda n, s=session: self._on_pending(s, n),
+        self.backend.call(lambda peer: peer.pending(gid), on_result=lambda n: self._on_pending(session, n),
                           on_error=lambda _e: None)
 
     def _on_pending(self, session: GroupSession, count: int) -> None:
@@ -101,43 +125,45 @@ class StatusController(QObject):
             self.refresh()
 
     def refresh(self) -> None:
-        self.window.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
-        self.window.address_label.setToolTip("Interface address and control port in use")
+        self.view.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
+        self.view.address_label.setToolTip("Interface address and control port in use")
         # A member who left a group is still a peer that was seen: their machine is still there.
-        known = self.window.session_controller.known_groups.values()
+        known = self.sessions.known_groups.values()
         peers = {m.pid for view in known for m in view.members + view.left} - {self.backend.pid}
-        self.window.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
-        session = self.window.current
+        self.view.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
+        session = self.selection.session
         waiting = (session.pending + session.tree.waiting_count) if session is not None else 0
         replies = f"repl{'ies' if waiting != 1 else 'y'}"
-        self.window.pending_label.setText(f"{waiting} {replies} waiting for a missing message"
+        self.view.pending_label.setText(f"{waiting} {replies} waiting for a missing message"
                                           if waiting else "no replies waiting")
-        self.window.pending_label.setToolTip("Replies that arrived before the message they answer; "
+        self.view.pending_label.setToolTip("Replies that arrived before the message they answer; "
                                              "they appear as soon as it does")
-        self.window.pending_label.setProperty("waiting", "true" if waiting else "false")
-        self.window.pending_label.style().unpolish(self.window.pending_label)
-        self.window.pending_label.style().polish(self.window.pending_label)
+        self.view.pending_label.setProperty("waiting", "true" if waiting else "false")
+        self.view.pending_label.style().unpolish(self.view.pending_label)
+        self.view.pending_label.style().polish(self.view.pending_label)
         sync = session.sync if session is not None else None
         if sync is not None:
-            self.window.sync_bar.setRange(0, max(1, sync[1]))
-            self.window.sync_bar.setValue(sync[0])
-            self.window.sync_bar.show()
+            self.view.sync_bar.setRange(0, max(1, sync[1]))
+            self.view.sync_bar.setValue(sync[0])
+            self.view.sync_bar.show()
         else:
-            self.window.sync_bar.hide()
+            self.view.sync_bar.hide()
 
     def fill_members(self) -> None:
-        session = self.window.current
+        session = self.selection.session
         view = session.view if session is not None else None
         if view is not None:
             names = {m.pid: m.name for m in (*view.members, *view.left)}
             look_alike = lookalikes(view.members)
-            for conversation in (self.window.tree_view, self.window.timeline_view, self.window.thread_list):
+            for conversation in self.view.named_views():
                 delegate = conversation.itemDelegate()
+                assert isinstance(delegate, (MessageDelegate, ThreadListDelegate))
                 if delegate.names != names or delegate.lookalikes != look_alike:
                     delegate.names, delegate.lookalikes = names, look_alike
                     conversation.viewport().update()
-        fill_member_list(self.window.member_list, session.view if session is not None else None, self.backend.pid,
-                         self._member_header, lambda pid: session.presence.get(pid, "offline"))
+        presence = session.presence if session is not None else {}
+        fill_member_list(self.view.member_list, view, self.backend.pid, self._member_header,
+                         lambda pid: presence.get(pid, "offline"), session.direct if session is not None else set())
 
     def _member_header(self, text: str) -> QListWidgetItem:
         item = QListWidgetItem(text)
@@ -148,19 +174,20 @@ class StatusController(QObject):
         return item
 
     def show_error(self, message: str) -> None:
-        self.window.statusBar().showMessage(message, 8000)
+        self.view.show_status(message, 8000)
 
     def poll_presence(self) -> None:
-        session = self.window.current
+        session = self.selection.session
         if session is None or session.view is None or not session.view.joined:
             return
         gid = session.gid
-        self.backend.call(lambda peer: peer.presence_of(gid),
-                          on_result=lambda statuses, s=session: self._on_presence(s, statuses),
+        self.backend.call(lambda peer: (peer.presence_of(gid), peer.reached_directly(gid)),
+                          on_result=lambda result: self._on_presence(session, *result),
                           on_error=lambda _e: None)
 
-    def _on_presence(self, session: GroupSession, statuses: dict) -> None:
-        if statuses != session.presence:
+    def _on_presence(self, session: GroupSession, statuses: dict, direct: list[str]) -> None:
+        if statuses != session.presence or set(direct) != session.direct:
             session.presence = dict(statuses)
-            if session is self.window.current:
+            session.direct = set(direct)
+            if self.selection.is_current(session):
                 self.fill_members()

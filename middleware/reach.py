@@ -1,0 +1,369 @@
+"""Reach: which peers this one can get datagrams to, and by which path, where multicast may not flow.
+
+A peer heard by multicast is reached by multicast.  A peer that is not, or that says
+this peer's multicast does not reach it (HELLO's ``unheard``, repeated every
+:data:`REPORT_INTERVAL` to every proven peer not heard by multicast), gets unicast
+copies of what this peer sends to the control channel and to the groups they share
+(:class:`~middleware.peer_core.PeerCore` adds them), provided its unicast endpoint has
+proven itself.  Filtering that works one way only is so covered as well.
+
+Endpoints come from invites, the user, the peer cache, broadcast announcements and
+peer exchange.  None is believed until the handshake: this peer sends HELLO(nonce)
+there; the other answers, from that endpoint, with a signed HELLO that echoes the nonce
+(and carries a nonce of its own, which this peer echoes back).  Only an echoed nonce
+proves that the signer is at the endpoint.  Until then an endpoint gets nothing but
+HELLOs, at most :data:`HELLO_BUDGET` per :data:`HELLO_WINDOW`, and one address at most
+:data:`HOST_HELLO_BUDGET` whatever its ports, so a forged source address can aim about
+700 bytes a minute at its victim, and no more.
+
+No I/O and no clock: datagrams, ``now`` and ``wall`` go in; HELLOs, events and a
+deadline come out.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import wire
+from .addresses import Endpoint
+
+# How a peer's endpoint was first learnt (the `peers` call shows it); "inbound": it said HELLO first.
+FOUND_BY = ("multicast", "broadcast", "cache", "invite", "exchange", "manual", "inbound")
+
+HELLO_BUDGET = 3  # HELLOs to one unproven endpoint per window
+HOST_HELLO_BUDGET = 4  # HELLOs to all unproven endpoints of one address per window: the reflection bound
+HELLO_WINDOW = 60.0
+HELLOS_PER_SECOND = 50  # all HELLOs to unproven endpoints together
+PROBE_RETRY = 1.0  # a probe unanswered is sent again after 1 s, then 2 s (HELLO_BUDGET in all)
+# A peer not heard by multicast for this long is reached by unicast: more than two of the
+# presence beacons (30 s) that every member sends to every group, so one lost beacon is no switch.
+MULTICAST_FRESH = 65.0
+# A broadcast announcement is probed only if the same peer's multicast has not arrived
+# within this time: where multicast flows, the two come together and nothing is probed.
+BROADCAST_GRACE = 1.0
+REPORT_INTERVAL = 20.0  # "your multicast does not reach me", to each proven peer it concerns
+# A peer proven this recently is not yet said to be unheard: an idle peer sends multicast only
+# with its presence beacons (every 30 s), so silence says nothing before one has had its turn.
+REPORT_AFTER = 35.0
+CACHE_PROBE_INTERVAL = 60.0
+CACHE_EXPIRY = 31 * 24 * 3600.0
+MAX_ENDPOINTS = 256  # endpoints being probed; the oldest gives way (a stranger's flood costs only probes)
+MAX_PEERS = 1024  # proven peers; the least recently heard gives way
+MAX_UNICAST_COPIES = 64  # peers one datagram is copied to by unicast; the most recently heard first
+
+
+@dataclass(slots=True)
+class Candidate:
+    """An endpoint being probed: it has not proven who is there yet."""
+
+    endpoint: Endpoint
+    found_by: str
+    pid: str | None  # who it is said to be (by the cache or a broadcast); None from an invite or the user
+    probe_at: float | None  # the next HELLO; None once the budget is spent
+    nonces: list[bytes] = field(default_factory=list)  # of the HELLOs sent within the window: any may come back
+    sent: list[float] = field(default_factory=list)  # HELLOs sent there within the window
+
+
+@dataclass(slots=True)
+class ReachedPeer:
+    """A peer whose endpoint has proven itself, and how it is heard."""
+
+    pid: str
+    name: str
+    endpoint: Endpoint
+    found_by: str
+    proven_at: float
+    last_heard: float
+    last_multicast: float | None = None
+    unheard_until: float | None = None  # it said our multicast does not reach it; believed until then
+    answers: list[float] = field(default_factory=list)  # HELLOs answered within the window
+
+
+@dataclass(frozen=True, slots=True)
+class PeerReached:
+    """``pid`` proved that it is at ``endpoint``: the peer core advertises to it and caches it."""
+
+    pid: str
+    endpoint: Endpoint
+    found_by: str
+
+
+class Reach:
+    def __init__(self, pid: str, name: str, rng: random.Random | None = None) -> None:
+        self.pid = pid
+        self.name = name
+        self.own: set[Endpoint] = set()  # this peer's endpoints, as the transport bound them
+        self._rng = rng or random.Random()
+        self._candidates: OrderedDict[Endpoint, Candidate] = OrderedDict()  # oldest first
+        self._peers: OrderedDict[str, ReachedPeer] = OrderedDict()  # least recently heard first
+        self._by_endpoint: dict[Endpoint, str] = {}
+        self._multicast_heard: OrderedDict[str, float] = OrderedDict()  # least recently heard first
+        # Where each peer heard by multicast sends from: its endpoint, unproven (a source can be
+        # forged), passed on in peer exchange as a hint for peers that multicast does not join.
+        self._multicast_source: dict[str, Endpoint] = {}
+        self._outbox: list[tuple[wire.Hello | wire.PeerList, Endpoint]] = []
+        self._events: list[PeerReached] = []
+        self._hellos_this_second: tuple[float, int] = (0.0, 0)
+        self._host_hellos: OrderedDict[str, list[float]] = OrderedDict()  # per address, within the window
+        self._cache_probe_at: float | None = None
+        self._report_at: float | None = 0.0
+        self.hellos_refused = 0  # HELLOs not sent: the endpoint's budget or the global rate was spent
+        self.candidates_evicted = 0
+        self.peer_lists_ignored = 0  # from peers not proven, or not from their endpoint
+
+    # -- what the peer core tells it ----------------------------------------------------
+
+    def add(self, endpoint: Endpoint, found_by: str, now: float, pid: str | None = None,
+            delay: float = 0.0) -> None:
+        """A place where a peer may be: probe it (after ``delay``) unless it is already proven."""
+        assert found_by in FOUND_BY, found_by
+        if endpoint in self.own or pid == self.pid or endpoint in self._by_endpoint:
+            return
+        candidate = self._candidates.get(endpoint)
+        if candidate is not None:
+            if candidate.probe_at is None and not self._spent(candidate, now):
+                candidate.probe_at = now + delay
+            return
+        if len(self._candidates) >= MAX_ENDPOINTS:
+            self._candidates.popitem(last=False)
+            self.candidates_evicted += 1
+        self._candidates[endpoint] = Candidate(endpoint, found_by, pid, now + delay)
+
+    def add_cached(self, cached: list[tuple[str, Endpoint, float]], now: float, wall: float) -> None:
+        """The peer cache at start: ``(pid, endpoint, last seen wall time)``; expired ones are skipped."""
+        for pid, endpoint, seen in cached:
+            if wall - seen <= CACHE_EXPIRY:
+                self.add(endpoint, "cache", now, pid)
+        self._cache_probe_at = now + CACHE_PROBE_INTERVAL
+
+    def heard(self, pid: str, source: Endpoint | None, path: str, now: float) -> None:
+        """A verified datagram from ``pid``, by ``path`` ("multicast", "broadcast" or "unicast")."""
+        if path == "multicast":
+            heard = self._multicast_heard
+            heard[pid] = now
+            heard.move_to_end(pid)
+            if source is not None:
+                self._multicast_source[pid] = source
+            if len(heard) > 4 * MAX_PEERS:
+                self._multicast_source.pop(heard.popitem(last=False)[0], None)
+        peer = self._peers.get(pid)
+        if peer is None:
+            return
+        peer.last_heard = now
+        self._peers.move_to_end(pid)
+        if path == "multicast":
+            peer.last_multicast = now
+
+    def hello(self, sender: str, hello: wire.Hello, source: Endpoint, now: float) -> None:
+        """A HELLO from ``source``, signed by ``sender``."""
+        if sender == self.pid:
+            return
+        candidate = self._candidates.get(source)
+        peer = self._peers.get(sender)
+        if hello.echo and candidate is not None and hello.echo in candidate.nonces and candidate.pid in (None, sender):
+            del self._candidates[source]
+            peer = self._prove(sender, hello.name, source, candidate.found_by, now)
+        if peer is not None and peer.endpoint == source:
+            peer.unheard_until = now + 2.5 * REPORT_INTERVAL if hello.unheard else None
+        if not hello.nonce:
+            return
+        if peer is not None and peer.endpoint == source:  # proven: answer, but not faster than budgeted
+            peer.answers = [at for at in peer.answers if at > now - HELLO_WINDOW]
+            if len(peer.answers) < 4 * HELLO_BUDGET:
+                peer.answers.append(now)
+                self._outbox.append((wire.Hello(b"", hello.nonce, self.name, self._reports_unheard(peer, now)),
+                                     source))
+            else:
+                self.hellos_refused += 1
+            return
+        # Unproven: answer with an echo and a nonce of ours, within the endpoint's budget.
+        if candidate is None:
+            self.add(source, "inbound", now, sender)
+            candidate = self._candidates.get(source)
+            if candidate is None:
+                return
+            candidate.probe_at = None  # this answer is its probe
+        self._send_hello(candidate, now, echo=hello.nonce)
+
+    # -- what it tells the peer core ----------------------------------------------------
+
+    def unicast_peers(self, now: float) -> list[tuple[str, Endpoint]]:
+        """Proven peers not heard by multicast lately, most recently heard first (at most
+        :data:`MAX_UNICAST_COPIES`): what goes to multicast goes to these by unicast too."""
+        out = []
+        for peer in reversed(self._peers.values()):
+            if peer.last_multicast is None or now - peer.last_multicast > MULTICAST_FRESH \
+                    or peer.unheard_until is not None and peer.unheard_until > now:
+                out.append((peer.pid, peer.endpoint))
+                if len(out) == MAX_UNICAST_COPIES:
+                    break
+        return out
+
+    def path(self, pid: str, now: float) -> str | None:
+        """"multicast" or "unicast" for a peer this one knows how to reach, else None."""
+        peer = self._peers.get(pid)
+        heard = self._multicast_heard.get(pid)
+        if heard is not None and now - heard <= MULTICAST_FRESH:
+            return "multicast"
+        return "unicast" if peer is not None else None
+
+    def peers(self, now: float) -> list[dict]:
+        """Every peer known by endpoint or heard by multicast, for the ``peers`` call."""
+        rows: dict[str, dict[str, Any]] = {}
+        for pid, at in self._multicast_heard.items():
+            if now - at <= MULTICAST_FRESH:
+                rows[pid] = {"pid": pid, "name": "", "endpoints": [], "found_by": "multicast",
+                             "reached_by": "multicast", "last_heard": at}
+        for peer in self._peers.values():
+            row = rows.setdefault(peer.pid, {"pid": peer.pid})
+            row.update(name=peer.name, endpoints=[str(peer.endpoint)], found_by=peer.found_by,
+                       reached_by=self.path(peer.pid, now), last_heard=max(peer.last_heard,
+                                                                            row.get("last_heard", 0.0)))
+        return list(rows.values())
+
+    def probing(self) -> list[Candidate]:
+        return list(self._candidates.values())
+
+    def peer_list(self, sender: str, peer_list: wire.PeerList, source: Endpoint, now: float) -> None:
+        """Peer exchange: taken only from a proven peer, at its endpoint; each entry is probed."""
+        peer = self._peers.get(sender)
+        if peer is None or peer.endpoint != source:
+            self.peer_lists_ignored += 1
+            return
+        for pid, host, port in peer_list.peers:
+            endpoint = Endpoint(host, port)
+            known = self._peers.get(pid)
+            if pid != self.pid and (known is None or known.endpoint != endpoint):
+                self.add(endpoint, "exchange", now, pid)
+
+    def datagrams_to_send(self) -> list[tuple[wire.Hello | wire.PeerList, Endpoint]]:
+        outbox, self._outbox = self._outbox, []
+        return outbox
+
+    def events(self) -> list[PeerReached]:
+        events, self._events = self._events, []
+        return events
+
+    def get_timer(self) -> float | None:
+        deadlines = [c.probe_at for c in self._candidates.values() if c.probe_at is not None]
+        if self._cache_probe_at is not None:
+            deadlines.append(self._cache_probe_at)
+        if self._report_at is not None and self._peers:
+            deadlines.append(self._report_at)
+        return min(deadlines) if deadlines else None
+
+    def handle_timer(self, now: float, cached: list[tuple[str, Endpoint, float]] | None = None,
+                     wall: float | None = None) -> None:
+        """Send the probes that are due; every :data:`CACHE_PROBE_INTERVAL`, probe the cached
+        peers not heard lately (``cached``: the store's cache, asked for only then)."""
+        for candidate in list(self._candidates.values()):
+            if candidate.probe_at is None or candidate.probe_at > now:
+                continue
+            if candidate.pid is not None and not self._unheard(candidate.pid, now):
+                del self._candidates[candidate.endpoint]  # multicast reaches it: nothing to probe
+                continue
+            self._send_hello(candidate, now)
+        if self._report_at is not None and now >= self._report_at and self._peers:
+            self._report_at = now + REPORT_INTERVAL
+            for peer in list(self._peers.values()):
+                if self._unheard(peer.pid, now) and now - peer.proven_at >= REPORT_AFTER:
+                    self._outbox.append((wire.Hello(b"", b"", self.name, True), peer.endpoint))
+                    self._send_peer_list(peer.pid, peer.endpoint, now)  # again: a lost one is not asked for
+        if self._cache_probe_at is not None and now >= self._cache_probe_at:
+            self._cache_probe_at = now + CACHE_PROBE_INTERVAL
+            for pid, endpoint, seen in cached or []:
+                if wall is not None and wall - seen > CACHE_EXPIRY:
+                    continue
+                known = self._peers.get(pid)
+                if known is None or now - known.last_heard > MULTICAST_FRESH:
+                    if known is not None and known.endpoint == endpoint:
+                        self._forget(pid)  # silent: prove it again
+                    self.add(endpoint, "cache", now, pid)
+
+    def cache_probe_due(self, now: float) -> bool:
+        return self._cache_probe_at is not None and now >= self._cache_probe_at
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _reports_unheard(self, peer: ReachedPeer, now: float) -> bool:
+        return self._unheard(peer.pid, now) and now - peer.proven_at >= REPORT_AFTER
+
+    def _unheard(self, pid: str, now: float) -> bool:
+        """Whether ``pid``'s multicast has not reached this peer lately."""
+        return now - self._multicast_heard.get(pid, -1e18) > MULTICAST_FRESH
+
+    def _spent(self, candidate: Candidate, now: float) -> bool:
+        candidate.sent = [at for at in candidate.sent if at > now - HELLO_WINDOW]
+        return len(candidate.sent) >= HELLO_BUDGET
+
+    def _host_spent(self, host: str, now: float) -> bool:
+        sent = self._host_hellos.get(host)
+        if sent is None:
+            return False
+        sent[:] = [at for at in sent if at > now - HELLO_WINDOW]
+        return len(sent) >= HOST_HELLO_BUDGET
+
+    def _send_hello(self, candidate: Candidate, now: float, echo: bytes = b"") -> None:
+        second, count = self._hellos_this_second
+        if now - second >= 1.0:
+            second, count = now, 0
+        host = candidate.endpoint.host
+        if self._spent(candidate, now) or self._host_spent(host, now) or count >= HELLOS_PER_SECOND:
+            self.hellos_refused += 1
+            candidate.probe_at = None if self._spent(candidate, now) else now + PROBE_RETRY
+            return
+        self._hellos_this_second = (second, count + 1)
+        self._host_hellos.setdefault(host, []).append(now)
+        self._host_hellos.move_to_end(host)
+        if len(self._host_hellos) > HELLOS_PER_SECOND * HELLO_WINDOW:  # so the oldest's window has passed
+            self._host_hellos.popitem(last=False)
+        nonce = self._rng.randbytes(wire.NONCE_BYTES)
+        candidate.nonces = [*candidate.nonces[-(HELLO_BUDGET - 1):], nonce]
+        candidate.sent.append(now)
+        tries = len(candidate.sent)
+        candidate.probe_at = now + PROBE_RETRY * 2 ** (tries - 1) if tries < HELLO_BUDGET else None
+        self._outbox.append((wire.Hello(nonce, echo, self.name), candidate.endpoint))
+
+    def _prove(self, pid: str, name: str, endpoint: Endpoint, found_by: str, now: float) -> ReachedPeer:
+        old = self._peers.get(pid)
+        if old is not None:
+            self._by_endpoint.pop(old.endpoint, None)
+            found_by = old.found_by if old.endpoint == endpoint else found_by
+        elif len(self._peers) >= MAX_PEERS:
+            self._forget(next(iter(self._peers)))
+        peer = ReachedPeer(pid, name, endpoint, found_by, now, now, self._multicast_heard.get(pid))
+        self._peers[pid] = peer
+        self._peers.move_to_end(pid)
+        self._by_endpoint[endpoint] = pid
+        self._events.append(PeerReached(pid, endpoint, found_by))
+        # Peer exchange, between peers that multicast does not join: the newcomer learns the
+        # peers proven here and those heard here by multicast, and the proven ones learn of it.
+        others = [p for p in reversed(self._peers.values()) if p.pid != pid][:wire.MAX_PEER_LIST]
+        if self._unheard(pid, now):
+            self._send_peer_list(pid, endpoint, now)
+        for other in others:
+            if self._unheard(other.pid, now):
+                self._outbox.append((wire.PeerList(((pid, endpoint.host, endpoint.port),)), other.endpoint))
+        return peer
+
+    def _send_peer_list(self, pid: str, endpoint: Endpoint, now: float) -> None:
+        """To ``pid``, which multicast does not join to this peer: the peers proven here, and
+        where those heard here by multicast send from (the most recent first)."""
+        entries = {p.pid: p.endpoint for p in reversed(self._peers.values()) if p.pid != pid}
+        for heard_pid in reversed(self._multicast_heard):
+            if len(entries) >= wire.MAX_PEER_LIST or now - self._multicast_heard[heard_pid] > MULTICAST_FRESH:
+                break
+            source = self._multicast_source.get(heard_pid)
+            if source is not None and heard_pid != pid:
+                entries.setdefault(heard_pid, source)
+        if entries:
+            rows = tuple((p, e.host, e.port) for p, e in list(entries.items())[:wire.MAX_PEER_LIST])
+            self._outbox.append((wire.PeerList(rows), endpoint))
+
+    def _forget(self, pid: str) -> None:
+        peer = self._peers.pop(pid, None)
+        if peer is not None:
+            self._by_endpoint.pop(peer.endpoint, None)

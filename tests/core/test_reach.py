@@ -1,0 +1,185 @@
+"""The reach core (middleware/reach.py) and invites, in-process: the handshake, its budgets,
+who gets unicast copies, peer exchange and the cache."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from m2mc.middleware import reach as reach_module
+from m2mc.middleware import wire
+from m2mc.middleware.addresses import Endpoint, parse_endpoint
+from m2mc.middleware.invites import invite_link, parse_invite
+from m2mc.middleware.reach import HELLO_BUDGET, HOST_HELLO_BUDGET, MULTICAST_FRESH, REPORT_AFTER, REPORT_INTERVAL, Reach
+
+ANN_AT, BOB_AT, CAT_AT = Endpoint("10.0.0.1", 47477), Endpoint("10.0.0.2", 47477), Endpoint("10.0.0.3", 47477)
+
+
+def make(pid: str, at: Endpoint) -> Reach:
+    reach = Reach(pid, pid.capitalize(), random.Random(pid))
+    reach.own.add(at)
+    return reach
+
+
+def exchange(sides: dict[Endpoint, tuple[str, Reach]], now: float, rounds: int = 4) -> None:
+    """Deliver every HELLO and PEER_LIST between the reaches, as a lossless LAN would."""
+    for _ in range(rounds):
+        for source, (pid, reach) in sides.items():
+            reach.handle_timer(now)
+            for message, to in reach.datagrams_to_send():
+                if to not in sides:
+                    continue
+                receiver = sides[to][1]
+                if isinstance(message, wire.Hello):
+                    receiver.hello(pid, message, source, now)
+                else:
+                    receiver.peer_list(pid, message, source, now)
+
+
+def test_an_invite_handshake_proves_both_endpoints():
+    ann, bob = make("ann", ANN_AT), make("bob", BOB_AT)
+    bob.add(ANN_AT, "invite", 0.0)
+    exchange({ANN_AT: ("ann", ann), BOB_AT: ("bob", bob)}, 0.0)
+    assert bob.unicast_peers(0.0) == [("ann", ANN_AT)]
+    assert ann.unicast_peers(0.0) == [("bob", BOB_AT)]
+    assert [e.pid for e in bob.events()] == ["ann"] and [e.pid for e in ann.events()] == ["bob"]
+    assert {row["found_by"] for row in bob.peers(0.0)} == {"invite"}
+    assert {row["found_by"] for row in ann.peers(0.0)} == {"inbound"}
+
+
+def test_an_echo_from_another_endpoint_or_of_a_wrong_nonce_proves_nothing():
+    ann = make("ann", ANN_AT)
+    ann.add(BOB_AT, "manual", 0.0)
+    ann.handle_timer(0.0)
+    (hello, to), = ann.datagrams_to_send()
+    ann.hello("mal", wire.Hello(b"", hello.nonce, "Mal"), CAT_AT, 0.1)  # right nonce, wrong endpoint
+    ann.hello("mal", wire.Hello(b"", b"x" * 16, "Mal"), BOB_AT, 0.1)  # right endpoint, wrong nonce
+    assert ann.unicast_peers(0.2) == [] and ann.events() == []
+
+
+def test_a_forged_source_gets_at_most_the_budget_of_hellos_per_address_whatever_its_ports():
+    ann = make("ann", ANN_AT)
+    sent = []
+    for i in range(500):
+        ann.hello(f"stranger{i % 7}", wire.Hello(bytes([i % 251]) * 16, b"", "x"), Endpoint("10.0.0.9", 20000 + i),
+                  i * 0.01)
+        ann.handle_timer(i * 0.01)
+        sent += ann.datagrams_to_send()
+    assert len(sent) == HOST_HELLO_BUDGET
+    assert {to.host for _, to in sent} == {"10.0.0.9"}
+    ann.hello("stranger", wire.Hello(b"y" * 16, b"", "x"), Endpoint("10.0.0.9", 20000), 5.0 + 61)
+    assert len(ann.datagrams_to_send()) == 1  # the window has passed
+
+
+def test_one_endpoint_is_probed_at_most_the_budget_times_a_window():
+    ann = make("ann", ANN_AT)
+    ann.add(BOB_AT, "manual", 0.0)
+    sent = []
+    now = 0.0
+    while now < 30:
+        deadline = ann.get_timer()
+        if deadline is None:
+            break
+        now = max(now, deadline)
+        ann.handle_timer(now)
+        sent += ann.datagrams_to_send()
+    assert len(sent) == HELLO_BUDGET
+
+
+def test_peers_heard_by_multicast_get_no_unicast_copies_unless_they_say_they_do_not_hear_us():
+    ann, bob = make("ann", ANN_AT), make("bob", BOB_AT)
+    bob.add(ANN_AT, "invite", 0.0)
+    exchange({ANN_AT: ("ann", ann), BOB_AT: ("bob", bob)}, 0.0)
+    assert all(not m.unheard for m, _ in ann.datagrams_to_send() + bob.datagrams_to_send())
+    ann.heard("bob", BOB_AT, "multicast", 1.0)
+    assert ann.unicast_peers(1.0) == []
+    # Bob's multicast reaches Ann, but hers does not reach him (filtered one way): once she has
+    # had time to send a beacon, his report makes Ann copy to him.
+    bob.handle_timer(REPORT_AFTER - 1)
+    assert not [m for m, _ in bob.datagrams_to_send() if isinstance(m, wire.Hello) and m.unheard]
+    bob.handle_timer(REPORT_AFTER + REPORT_INTERVAL)
+    (report, to), = [(m, to) for m, to in bob.datagrams_to_send() if isinstance(m, wire.Hello) and m.unheard]
+    later = REPORT_AFTER + REPORT_INTERVAL
+    ann.heard("bob", BOB_AT, "multicast", later)
+    ann.hello("bob", report, BOB_AT, later)
+    assert ann.unicast_peers(later) == [("bob", BOB_AT)]
+    ann.hello("bob", wire.Hello(b"", b"", "Bob", False), BOB_AT, later + 1)
+    assert ann.unicast_peers(later + 1) == []
+    assert ann.unicast_peers(later + MULTICAST_FRESH + 1) == [("bob", BOB_AT)]  # silent by multicast since
+
+
+def test_the_periodic_report_tells_only_peers_not_heard_by_multicast():
+    ann, bob, cat = make("ann", ANN_AT), make("bob", BOB_AT), make("cat", CAT_AT)
+    bob.add(ANN_AT, "invite", 0.0)
+    cat.add(ANN_AT, "invite", 0.0)
+    sides = {ANN_AT: ("ann", ann), BOB_AT: ("bob", bob), CAT_AT: ("cat", cat)}
+    exchange(sides, 0.0)
+    ann.heard("cat", CAT_AT, "multicast", REPORT_AFTER + 1)
+    ann.handle_timer(REPORT_AFTER + 1)
+    reports = [(m, to) for m, to in ann.datagrams_to_send() if isinstance(m, wire.Hello) and m.unheard]
+    assert [to for _, to in reports] == [BOB_AT]
+
+
+def test_a_broadcast_sighting_is_not_probed_when_multicast_arrives_within_the_grace():
+    ann = make("ann", ANN_AT)
+    ann.add(BOB_AT, "broadcast", 0.0, "bob", delay=reach_module.BROADCAST_GRACE)
+    ann.heard("bob", BOB_AT, "multicast", 0.3)
+    ann.handle_timer(reach_module.BROADCAST_GRACE)
+    assert ann.datagrams_to_send() == []
+    ann.add(CAT_AT, "broadcast", 0.0, "cat", delay=reach_module.BROADCAST_GRACE)
+    ann.handle_timer(reach_module.BROADCAST_GRACE)
+    assert [to for _, to in ann.datagrams_to_send()] == [CAT_AT]
+
+
+def test_peer_exchange_joins_an_invite_chain_and_is_taken_only_from_proven_peers():
+    ann, bob, cat = make("ann", ANN_AT), make("bob", BOB_AT), make("cat", CAT_AT)
+    sides = {ANN_AT: ("ann", ann), BOB_AT: ("bob", bob), CAT_AT: ("cat", cat)}
+    bob.add(ANN_AT, "invite", 0.0)
+    exchange(sides, 0.0)
+    cat.add(BOB_AT, "invite", 1.0)
+    exchange(sides, 1.0, rounds=6)
+    assert {pid for pid, _ in ann.unicast_peers(1.0)} == {"bob", "cat"}
+    assert {pid for pid, _ in cat.unicast_peers(1.0)} == {"ann", "bob"}
+    ignored = ann.peer_lists_ignored
+    ann.peer_list("mal", wire.PeerList((("victim", "10.0.0.99", 47477),)), Endpoint("10.0.0.66", 47477), 2.0)
+    ann.handle_timer(2.0)
+    assert all(to.host != "10.0.0.99" for _, to in ann.datagrams_to_send())
+    assert ann.peer_lists_ignored == ignored + 1
+
+
+def test_the_cache_is_probed_at_start_and_expired_entries_are_not():
+    ann = make("ann", ANN_AT)
+    wall = 1_800_000_000.0
+    ann.add_cached([("bob", BOB_AT, wall - 3600), ("cat", CAT_AT, wall - 32 * 24 * 3600)], 0.0, wall)
+    ann.handle_timer(0.0)
+    assert [to for _, to in ann.datagrams_to_send()] == [BOB_AT]
+
+
+def test_invites_carry_the_inviters_endpoint_and_bad_parts_are_skipped():
+    link = invite_link("abc123", "Lunch & more", [ANN_AT])
+    assert link == "m2mc://join/abc123?desc=Lunch%20%26%20more&peer=10.0.0.1:47477"
+    invite = parse_invite(f"Join “Lunch” on M2MC: {link}")
+    assert invite is not None and (invite.gid, invite.desc, invite.peers) == ("abc123", "Lunch & more", (ANN_AT,))
+    assert parse_invite("m2mc://join/abc?peer=239.1.1.1:5&peer=nonsense&peer=10.0.0.2:70000").peers == ()
+    assert parse_invite("no invite here") is None
+
+
+@pytest.mark.parametrize("text, why", [("", "looks like"), ("host.example:1", "not an IPv4"),
+                                        ("10.0.0.1:0", "not a port"), ("224.0.0.1:5", "not one peer's"),
+                                        ("10.0.0.1", "no port")])
+def test_a_bad_address_gets_a_reason(text, why):
+    with pytest.raises(ValueError, match=why):
+        parse_endpoint(text)
+
+
+def test_hello_and_peer_list_keep_to_their_bounds():
+    from m2mc.middleware.crypto import Identity
+    me = Identity.generate()
+    hello = wire.Hello(b"n" * 16, b"", "Ann", True)
+    assert wire.decode(wire.encode(me, hello)).message == hello
+    assert len(wire.encode(me, hello)) < 250
+    with pytest.raises(wire.WireError):
+        wire.encode(me, wire.PeerList((("x", "224.0.0.1", 1),)))
+    with pytest.raises(wire.WireError):
+        wire.encode(me, wire.PeerList(tuple(("x", "10.0.0.1", 1) for _ in range(wire.MAX_PEER_LIST + 1))))
