@@ -125,10 +125,6 @@ class GroupManager(rules.OperationCalls):
         """What the core holds for sending (a manager never started keeps it here)."""
         return self.core._outbox
 
-    @property
-    def _seqnos_to_save(self) -> set[str]:
-        return self.core._seqnos_to_save
-
     # -- life cycle ---------------------------------------------------------------
 
     async def start(self) -> None:

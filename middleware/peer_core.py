@@ -64,6 +64,17 @@ class Datagram(NamedTuple):
     destination: Destination
 
 
+@dataclass(slots=True)
+class JoinedGroup:
+    """What this peer keeps for one group it is a member of; leaving drops it whole."""
+
+    channel: GroupChannel
+    cipher: crypto.GroupCipher | None  # a private group's key
+    operations: GroupOperations | None = None  # built from the store on first use (PeerCore.ops)
+    seqno_to_save: bool = False  # composed since the last commit: the next seqno is stored with it
+    announce_due: bool = False  # its membership changed: the zeroconf announcement is stale
+
+
 @dataclass
 class Stats:
     datagrams_in: int = 0
@@ -98,7 +109,6 @@ class PeerCore:
         self.control_group = GroupAddress(control_addr, port)
         self.max_held = max_held
         self.max_held_bytes = max_held_bytes
-        self._ciphers: dict[str, crypto.GroupCipher] = {}  # private groups this peer holds the key of
         stored_name = store.name()
         if name and name != stored_name:
             store.set_name(name)
@@ -113,14 +123,12 @@ class PeerCore:
         self._broadcast_due = False
         self.plaintext_refused = 0
         self.sender_names_differing = 0  # messages delivered whose signed name is not their author's record's
-        self.channels: dict[str, GroupChannel] = {}
+        self.joined: dict[str, JoinedGroup] = {}
         self.stats = Stats()
         self.presence = Presence()  # last heard per pid; idle beacons (middleware/presence.py)
         self._outbox: list[Datagram] = []  # committed, for datagrams_to_send()
         self._events: list[Event] = []  # committed, for events()
-        self._announce_due: set[str] = set()  # groups whose zeroconf announcement is stale
         self._membership_changed: set[str] = set()  # groups this peer joined or left since the last flush
-        self._seqnos_to_save: set[str] = set()
         # While the store cannot be written: what failed, and what waits to be stored.
         self.storage_error: str | None = None
         self._unstored: list[ChatMessage] = []
@@ -128,7 +136,6 @@ class PeerCore:
         self._members_to_save: dict[str, set[str]] = {}  # gid -> pids whose rows changed
         self._unsent: dict[Mid, str] = {}  # own messages taken back since take_unsent()
         self._retry_at: float | None = None
-        self._operations: dict[str, GroupOperations] = {}  # per joined group, rebuilt from the store on first use
         for record, next_seqno in store.load_groups():
             self.gjlp.restore(record)
             key = store.group_key(record.gid) if record.private else None
@@ -194,13 +201,13 @@ class PeerCore:
 
     def resync(self, now: float) -> None:
         """Ask every joined group for what this peer missed, and re-advertise."""
-        for channel in self.channels.values():
-            channel.start_sync(now)
+        for joined in self.joined.values():
+            joined.channel.start_sync(now)
         self.gjlp.advertise()
 
     def warn_conflicts_held(self) -> None:
         """Equivocations learnt before this start: their warnings stand."""
-        for gid in self.channels:
+        for gid in self.joined:
             for kept, _ in self.store.conflicts(gid):
                 self._events.append(WarningRaised(gid, _conflict_warning((kept.sender, kept.seqno))))
 
@@ -224,7 +231,6 @@ class PeerCore:
         self.store.save_members(gid, record.members.values())
         if key:
             self.store.set_group_key(gid, key)
-            self._ciphers[gid] = crypto.GroupCipher(key)
         self._open_channel(gid, 1, None, wall)
         self._events.append(GroupCreated(gid))
         return gid
@@ -265,7 +271,6 @@ class PeerCore:
         self.store.save_members(gid, record.members.values())  # what was known before joining, once
         if key is not None:
             self.store.set_group_key(gid, key)
-            self._ciphers[gid] = crypto.GroupCipher(key)
         self._open_channel(gid, None, now, wall)
         self._membership_changed.add(gid)
         return gid
@@ -276,9 +281,9 @@ class PeerCore:
             raise rules.not_a_member(gid)
         self.gjlp.leave(gid, wall)
         self.store.save_members(gid, [record.members[self.pid]])
-        channel = self.channels.pop(gid)
-        self._operations.pop(gid, None)
-        self.store.set_next_seqno(gid, channel.next_seqno)
+        joined = self.joined.pop(gid)
+        self.presence.forget(gid)  # when this peer last spoke there: a rejoin beacons afresh
+        self.store.set_next_seqno(gid, joined.channel.next_seqno)
         self._membership_changed.add(gid)
         return record
 
@@ -293,7 +298,7 @@ class PeerCore:
         if parent is not None and self.ops(gid).is_operation_mid(parent):
             raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
         data = channel.compose(self.name, text, parent, now, wall)
-        self._seqnos_to_save.add(gid)
+        self.joined[gid].seqno_to_save = True
         return self.pid, data.seqno
 
     def operate(self, gid: str, kind: str, target: Mid | None, now: float, wall: float, **fields) -> Mid:
@@ -305,14 +310,15 @@ class PeerCore:
         known = target is None or channel.orderer.is_delivered(target)
         text = ops.compose(self.pid, kind, target, target_known=known, **fields)
         data = channel.compose(self.name, text, target, now, wall)
-        self._seqnos_to_save.add(gid)
+        self.joined[gid].seqno_to_save = True
         return self.pid, data.seqno
 
     def ops(self, gid: str, history: list[ChatMessage] | None = None) -> GroupOperations:
         """The group's operations, built on first use by replaying the store (``history`` if at hand)."""
-        ops = self._operations.get(gid)
+        joined = self.joined[gid]
+        ops = joined.operations
         if ops is None:
-            ops = self._operations[gid] = GroupOperations(gid, fetch=functools.partial(self._stored, gid))
+            ops = joined.operations = GroupOperations(gid, fetch=functools.partial(self._stored, gid))
             ops.take(self.store.history(gid) if history is None else history)
         return ops
 
@@ -326,7 +332,7 @@ class PeerCore:
         return self._with_topic(self.known(gid).view(self.pid))
 
     def _with_topic(self, view: GroupView) -> GroupView:
-        if view.gid not in self.channels:
+        if view.gid not in self.joined:
             return view
         topic = self.ops(view.gid).topic()[0]
         return replace(view, topic=topic) if topic else view
@@ -336,7 +342,7 @@ class PeerCore:
         author shown by its member record's current name (:meth:`by_record`)."""
         self.known(gid)
         messages = self.store.history(gid)
-        if gid not in self.channels:
+        if gid not in self.joined:
             return self.by_record(gid, [m for m in messages if not is_operation(m)])
         ops = self.ops(gid, messages)
         touched = ops.core.touched_messages()  # a 100,000-message history: few messages touched
@@ -370,7 +376,7 @@ class PeerCore:
 
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""
-        channels = [self.channel(gid)] if gid else self.channels.values()
+        channels = [self.channel(gid)] if gid else [joined.channel for joined in self.joined.values()]
         return sum(channel.pending for channel in channels)
 
     def presence_of(self, gid: str, now: float) -> dict[str, str]:
@@ -402,8 +408,10 @@ class PeerCore:
 
     def take_announcements(self) -> list[str]:
         """Joined groups whose zeroconf announcement changed (their membership did)."""
-        due, self._announce_due = self._announce_due, set()
-        return [gid for gid in due if gid in self.channels]
+        due = [gid for gid, joined in self.joined.items() if joined.announce_due]
+        for gid in due:
+            self.joined[gid].announce_due = False
+        return due
 
     def known(self, gid: str) -> GroupRecord:
         record = self.gjlp.groups.get(gid) if isinstance(gid, str) else None
@@ -411,9 +419,15 @@ class PeerCore:
             raise rules.unknown_group(gid)
         return record
 
+    @property
+    def channels(self) -> dict[str, GroupChannel]:
+        """The joined groups' channels, by gid."""
+        return {gid: joined.channel for gid, joined in self.joined.items()}
+
     def channel(self, gid: str) -> GroupChannel:
         record = self.known(gid)
-        channel = self.channels.get(gid)
+        joined = self.joined.get(gid)
+        channel = None if joined is None else joined.channel
         if channel is None and record.legacy:
             raise UsageError(_LEGACY.format(desc=record.desc))
         if channel is None:
@@ -426,15 +440,13 @@ class PeerCore:
         if next_seqno is None:
             next_seqno = self.store.next_seqno(gid)
         key = self.store.group_key(gid)
-        if key:
-            self._ciphers[gid] = crypto.GroupCipher(key)
         record = self.gjlp.groups[gid]
         channel = GroupChannel(gid, self.identity, next_seqno, fetch=self.store.fetch, rng=self._rng,
                                max_held=self.max_held, max_held_bytes=self.max_held_bytes,
                                is_member=record.is_current, members=lambda: [m.pid for m in record.current()])
         channel.restore(self.store.delivered_mids(gid))
         channel.restore_conflicts(self.store.conflicts(gid))
-        self.channels[gid] = channel
+        self.joined[gid] = JoinedGroup(channel, crypto.GroupCipher(key) if key else None)
         if sync_at is not None:
             channel.start_sync(sync_at, wall)
 
@@ -479,12 +491,13 @@ class PeerCore:
                 self.stats.malformed_dropped += 1
             return
         gid = getattr(message, "gid", None)
-        channel = self.channels.get(gid) if isinstance(gid, str) else None
-        if channel is None:
+        joined = self.joined.get(gid) if isinstance(gid, str) else None
+        if joined is None:
             self.stats.not_member_dropped += 1
-        elif self._ciphers.get(channel.gid) and not envelope.sealed:
+        elif joined.cipher and not envelope.sealed:
             self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
         else:
+            channel = joined.channel
             channel.receive(envelope.sender, message, now, envelope.public_key, wall)
             self.gjlp.heard(channel.gid, envelope.sender)  # the member caps prefer whoever speaks
 
@@ -497,7 +510,11 @@ class PeerCore:
         """Whether ``pid`` is a current member of a group this peer is in.  Only members are
         kept in the presence table, so a flood of fresh keys cannot push members out of it."""
         groups = self.gjlp.groups
-        return any(groups[gid].is_current(pid) for gid in self.channels)
+        return any(groups[gid].is_current(pid) for gid in self.joined)
+
+    def _cipher(self, gid: str) -> crypto.GroupCipher | None:
+        joined = self.joined.get(gid)
+        return None if joined is None else joined.cipher
 
     def _decode(self, data: bytes, now: float) -> wire.Envelope | None:
         self.stats.datagrams_in += 1
@@ -506,7 +523,7 @@ class PeerCore:
             self.stats.own_looped_back += 1  # multicast loop echoes our own datagrams
             return None
         try:
-            envelope = wire.decode(data, self._ciphers.get)
+            envelope = wire.decode(data, self._cipher)
             if self._is_member_anywhere(envelope.sender):
                 self.presence.heard(envelope.sender, now)
             return envelope
@@ -525,8 +542,8 @@ class PeerCore:
 
     def get_timer(self) -> float | None:
         """The next deadline (on the ``now`` clock) at which :meth:`handle_timer` is due."""
-        deadlines = [d for d in (self.gjlp.get_timer(), *(c.get_timer() for c in self.channels.values()),
-                                 self.presence.get_timer(list(self.channels)), self._retry_at,
+        deadlines = [d for d in (self.gjlp.get_timer(), *(g.channel.get_timer() for g in self.joined.values()),
+                                 self.presence.get_timer(list(self.joined)), self._retry_at,
                                  self.reach.get_timer(), self._broadcast_at) if d is not None]
         return min(deadlines) if deadlines else None
 
@@ -536,8 +553,8 @@ class PeerCore:
         if self._broadcast_at is not None and now >= self._broadcast_at:
             self._broadcast_due = True
         self.gjlp.handle_timer(now)
-        for channel in self.channels.values():
-            channel.handle_timer(now)
+        for joined in self.joined.values():
+            joined.channel.handle_timer(now)
 
     # -- output -----------------------------------------------------------------------
 
@@ -562,9 +579,9 @@ class PeerCore:
         if reached_now:
             # What was asked before it could hear us is asked again: its groups, and what we missed.
             self.gjlp.advertise()
-            for gid, channel in self.channels.items():
+            for gid, joined in self.joined.items():
                 if any(self.gjlp.groups[gid].is_current(r.pid) for r in reached_now):
-                    channel.start_sync(now)
+                    joined.channel.start_sync(now)
         for handshake, endpoint in self.reach.datagrams_to_send():
             staged.append(Datagram(wire.encode(self.identity, handshake), endpoint))
         # Peers that multicast does not reach get a unicast copy of what goes to multicast.
@@ -602,8 +619,9 @@ class PeerCore:
         deliveries: list[ChatMessage] = []
         channel_events = []
         conflict_writes = []
-        beacons = set(self.presence.beacons_due(list(self.channels), now))
-        for gid, channel in self.channels.items():
+        beacons = set(self.presence.beacons_due(list(self.joined), now))
+        for gid, joined in self.joined.items():
+            channel = joined.channel
             record = self.gjlp.groups[gid]
             destination = GroupAddress(record.addr, record.port)
             members_by_unicast = [endpoint for pid, endpoint in unicast if record.is_current(pid)]
@@ -613,14 +631,14 @@ class PeerCore:
                 self.presence.spoke(gid, now)
             elif gid in beacons:  # idle: one heartbeat says this peer is still here
                 outbox = [wire.Heartbeat(gid, channel.next_seqno - 1)]
-            if outbox and record.private and gid not in self._ciphers:
+            if outbox and record.private and joined.cipher is None:
                 # Never plaintext to a group held to be private (nothing should lead here).
                 self.plaintext_refused += len(outbox)
                 log.error("group %s is private and its key is missing: nothing sent", gid)
                 outbox = []
             for message in outbox:
                 try:
-                    data = wire.encode(self.identity, message, self._ciphers.get(gid))
+                    data = wire.encode(self.identity, message, joined.cipher)
                 except wire.WireError as exc:  # e.g. a digest past the datagram limit
                     log.warning("not sent: %s", exc)
                     continue
@@ -633,7 +651,7 @@ class PeerCore:
             channel_events += events_now
             conflict_writes += [e for e in events_now if isinstance(e, (Conflict, Replaced))]
         for gid in {m.gid for m in deliveries}:
-            if gid in self.channels:
+            if gid in self.joined:
                 self.ops(gid)  # built from the store before this batch joins it
         # 1. persist
         committed = self._store(deliveries, conflict_writes, now)
@@ -652,8 +670,9 @@ class PeerCore:
         membership_changed = set()
         for event in events:
             if isinstance(event, MemberJoined):
-                if event.gid in self.channels:  # what it sent before we knew it is asked for now
-                    self.channels[event.gid].member_joined(event.member.pid, now)
+                joined_group = self.joined.get(event.gid)
+                if joined_group is not None:  # what it sent before we knew it is asked for now
+                    joined_group.channel.member_joined(event.member.pid, now)
                 self._events.append(event)
                 membership_changed.add(event.gid)
             elif isinstance(event, MemberLeft):
@@ -671,8 +690,8 @@ class PeerCore:
         self._membership_changed.clear()
         for gid in membership_changed:
             changed_groups.setdefault(gid, False)
-            if gid in self.channels:
-                self._announce_due.add(gid)
+            if gid in self.joined:
+                self.joined[gid].announce_due = True
         if changed_groups:
             self._events.append(GroupsDiscovered([self.gjlp.groups[gid].view(self.pid) for gid in changed_groups]))
         for news in channel_events:
@@ -689,7 +708,8 @@ class PeerCore:
 
     def _tell(self, gid: str, delivered: list[ChatMessage]) -> None:
         """Chat messages to the listener; operations to the group's OBG core, and what they changed."""
-        ops = self._operations.get(gid)
+        joined = self.joined.get(gid)
+        ops = None if joined is None else joined.operations
         if ops is None:  # left the group meanwhile
             self._events.append(MessagesDelivered(gid, self._shown_new(gid, [m for m in delivered
                                                                              if not is_operation(m)])))
@@ -724,9 +744,9 @@ class PeerCore:
         again, the caller told through :meth:`take_unsent`), the others' wait in memory and
         are stored, and shown, by the first flush that can write again."""
         try:
-            for gid in self._seqnos_to_save:
-                if gid in self.channels:
-                    self.store.set_next_seqno(gid, self.channels[gid].next_seqno)
+            for gid, joined in self.joined.items():
+                if joined.seqno_to_save:
+                    self.store.set_next_seqno(gid, joined.channel.next_seqno)
             for pid, (endpoint, seen) in self._peers_to_cache.items():
                 self.store.cache_peer(pid, endpoint, seen)
             for gid, pids in self._members_to_save.items():  # one row per member that changed
@@ -750,8 +770,8 @@ class PeerCore:
             self.storage_error = reason
             own = [m.mid for m in deliveries if m.sender == self.pid]
             taken_back = set()
-            for gid, channel in self.channels.items():
-                retracted = channel.retract(m.mid for m in deliveries if m.gid == gid and m.sender == self.pid)
+            for gid, joined in self.joined.items():
+                retracted = joined.channel.retract(m.mid for m in deliveries if m.gid == gid and m.sender == self.pid)
                 for mid in retracted:
                     taken_back.add(mid)
                     self._unsent[mid] = f"not sent: cannot store messages ({reason})"
@@ -770,7 +790,8 @@ class PeerCore:
             self.storage_error = None
         self._unstored = []
         self._unstored_conflicts = []
-        self._seqnos_to_save.clear()
+        for joined in self.joined.values():
+            joined.seqno_to_save = False
         self._members_to_save.clear()
         self._peers_to_cache.clear()
         self._retry_at = self._retry_deadline(now)
@@ -779,35 +800,37 @@ class PeerCore:
     def _retry_deadline(self, now: float) -> float | None:
         """When the next flush should try the store again: while anything waits to be stored."""
         waiting = self._unstored or self._unstored_conflicts or self.storage_error is not None and (
-            self._seqnos_to_save or self._members_to_save)
+            any(joined.seqno_to_save for joined in self.joined.values()) or self._members_to_save)
         return now + self.STORAGE_RETRY if waiting else None
 
     def stats_dict(self) -> dict:
         """Counters of the protocol (the adapter adds the network's)."""
         s = self.stats
+        channels = [joined.channel for joined in self.joined.values()]
+        operations = [joined.operations for joined in self.joined.values() if joined.operations is not None]
         return {
             "datagrams_in": s.datagrams_in,
             "bytes_in": s.bytes_in,
             "malformed_dropped": s.malformed_dropped,
             "bad_signature_dropped": s.bad_signature_dropped
-            + sum(c.stats["bad_signature_dropped"] for c in self.channels.values()),
+            + sum(c.stats["bad_signature_dropped"] for c in channels),
             "sealed_dropped": s.sealed_dropped,
             "not_member_dropped": s.not_member_dropped,
-            "duplicates_dropped": sum(c.orderer.duplicates for c in self.channels.values()),
-            **{key: sum(c.stats[key] for c in self.channels.values())
+            "duplicates_dropped": sum(c.orderer.duplicates for c in channels),
+            **{key: sum(c.stats[key] for c in channels)
                for key in ("naks_sent", "repairs_sent", "sync_messages_sent", "gaps_reported", "conflicts",
                            "stranger_dropped", "requests_over_budget", "sync_requests_refused", "rate_cuts",
                            "sent_at_clamped")},
-            "evicted": sum(c.orderer.evicted for c in self.channels.values()),
-            "operations_rejected": sum(ops.rejected for ops in self._operations.values()),
-            "reactions_refused": sum(ops.core.reactions_refused for ops in self._operations.values()),
-            "operations_pending": sum(ops.core.pending for ops in self._operations.values()),
-            "held_bytes": sum(c.orderer.held_bytes for c in self.channels.values()),
+            "evicted": sum(c.orderer.evicted for c in channels),
+            "operations_rejected": sum(ops.rejected for ops in operations),
+            "reactions_refused": sum(ops.core.reactions_refused for ops in operations),
+            "operations_pending": sum(ops.core.pending for ops in operations),
+            "held_bytes": sum(c.orderer.held_bytes for c in channels),
             "delivered": s.delivered,
             "own_looped_back": s.own_looped_back,
             "pending": self.pending(),
             "groups_known": len(self.gjlp.groups),
-            "groups_joined": len(self.channels),
+            "groups_joined": len(self.joined),
             "answers_suppressed": self.gjlp.answers_suppressed,
             "descriptors_rejected": self.gjlp.descriptors_rejected,
             "descriptor_conflicts": self.gjlp.descriptor_conflicts,

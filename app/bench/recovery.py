@@ -152,17 +152,44 @@ def counters(channel):
 def changed(before, after):
     return " ".join("%s%+d" % (k, after[k] - before[k]) for k in after if after[k] != before[k])
 
+# The channel's state, read from its layers (today) or from the fields older commits kept on it.
+LAYERED = hasattr(getattr(core, "sync", None), "Msp")
+
+def repair_answers(ch):
+    if LAYERED:
+        return {pid: record.answer for pid, record in ch._repair.answering.items()}
+    return getattr(ch, "_answers", {})
+
+def sync_answers(ch):
+    return ch._sync.answers if LAYERED else getattr(ch, "_sync_answers", {})
+
+def sync_active(ch):
+    return ch._sync.syncing if LAYERED else getattr(ch, "_sync_active", None)
+
+def sync_tries(ch):
+    return ch._sync._tries if LAYERED else getattr(ch, "_sync_tries", "?")
+
+def naks_due(ch):
+    if LAYERED:
+        return {pid: record.nak_at for pid, record in ch._loss.naks_due.items()}
+    return getattr(ch, "_nak_at", {})
+
+def nak_tries(ch):
+    if LAYERED:
+        return {pid: record.nak_tries for pid, record in ch._loss.naks_due.items()}
+    return getattr(ch, "_nak_tries", {})
+
 receive = core.GroupChannel.receive
 def traced_receive(self, sender, message, now, *args, **kwargs):
     kind = type(message).__name__
     if kind not in ("Nak", "SyncReq", "SyncResp", "Repair"):
         return receive(self, sender, message, now, *args, **kwargs)
-    before, answers = counters(self), dict(getattr(self, "_answers", {}))
-    syncs = set(getattr(self, "_sync_answers", {}))
+    before, answers = counters(self), dict(repair_answers(self))
+    syncs = set(sync_answers(self))
     result = receive(self, sender, message, now, *args, **kwargs)
     note = changed(before, counters(self))
     if kind == "Nak":
-        answer = getattr(self, "_answers", {}).get(message.target)
+        answer = repair_answers(self).get(message.target)
         if answer is None:
             what = "no answer from here"
         else:
@@ -170,29 +197,29 @@ def traced_receive(self, sender, message, now, *args, **kwargs):
                                                   "added to one due" if message.target in answers else "new")
         log(self, "got NAK from %s for %s:%s -> %s %s" % (sender, message.target, ranges(message.ranges), what, note))
     elif kind == "SyncReq":
-        new = set(getattr(self, "_sync_answers", {})) - syncs
+        new = set(sync_answers(self)) - syncs
         log(self, "got SYNC_REQ #%s from %s -> %s %s" % (message.sync_seqno, sender,
             "will answer" if new else "no answer from here", note))
     elif kind == "SyncResp" and message.requester == self.pid:
         log(self, "got SYNC_RESP from %s, %d messages, remaining %d; syncing=%s" % (
-            sender, len(message.messages), message.remaining, getattr(self, "_sync_active", None)))
+            sender, len(message.messages), message.remaining, sync_active(self)))
     elif kind == "Repair":
         log(self, "got REPAIR from %s, %d messages %s" % (sender, len(message.messages), note))
     return result
 
 handle_timer = core.GroupChannel.handle_timer
 def traced_handle_timer(self, now, *args, **kwargs):
-    before, syncing = counters(self), getattr(self, "_sync_active", None)
-    nak_at = dict(getattr(self, "_nak_at", {}))
+    before, syncing = counters(self), sync_active(self)
+    nak_at = dict(naks_due(self))
     result = handle_timer(self, now, *args, **kwargs)
-    tries = getattr(self, "_nak_tries", {})
-    for sender, at in getattr(self, "_nak_at", {}).items():
+    tries = nak_tries(self)
+    for sender, at in naks_due(self).items():
         if nak_at.get(sender) != at:
             log(self, "NAK for %s (missing %s) next in %.3f s, tries %s" % (
                 sender, ranges(self.missing(sender)), at - now, tries.get(sender, 0)))
-    if getattr(self, "_sync_active", None) != syncing:
-        log(self, "syncing %s -> %s (tries %s); NAKs %s" % (syncing, self._sync_active,
-            getattr(self, "_sync_tries", "?"), "held" if self._sync_active else "go"))
+    if sync_active(self) != syncing:
+        log(self, "syncing %s -> %s (tries %s); NAKs %s" % (syncing, sync_active(self),
+            sync_tries(self), "held" if sync_active(self) else "go"))
     note = changed(before, counters(self))
     if note:
         log(self, "timer: " + note)
@@ -200,14 +227,22 @@ def traced_handle_timer(self, now, *args, **kwargs):
 
 core.GroupChannel.receive = traced_receive
 core.GroupChannel.handle_timer = traced_handle_timer
-# Every request, retries included (they went through start_sync before _request_sync existed).
-sync_hook = "_request_sync" if hasattr(core.GroupChannel, "_request_sync") else "start_sync"
-start_sync = getattr(core.GroupChannel, sync_hook)
+# Every request, retries included (they went through start_sync before _request_sync existed,
+# and through the MSP layer's _request since the channel has layers).
+if LAYERED:
+    hooked, sync_hook = core.sync.Msp, "_request"
+else:
+    hooked = core.GroupChannel
+    sync_hook = "_request_sync" if hasattr(core.GroupChannel, "_request_sync") else "start_sync"
+start_sync = getattr(hooked, sync_hook)
 def traced_start_sync(self, now, *args, **kwargs):
     result = start_sync(self, now, *args, **kwargs)
-    log(self, "SYNC_REQ #%s sent (try %s)" % (self._sync_seqno, getattr(self, "_sync_tries", "?")))
+    if LAYERED:
+        log(self.state, "SYNC_REQ #%s sent (try %s)" % (self._seqno, self._tries))
+    else:
+        log(self, "SYNC_REQ #%s sent (try %s)" % (self._sync_seqno, getattr(self, "_sync_tries", "?")))
     return result
-setattr(core.GroupChannel, sync_hook, traced_start_sync)
+setattr(hooked, sync_hook, traced_start_sync)
 sys.argv = ["m2mc-peer"] + sys.argv[2:]
 sys.exit(peer_main.main())
 """

@@ -5,6 +5,7 @@ import random
 import time
 
 from m2mc.middleware import channel as ch
+from m2mc.middleware.channel import pacing, senders
 from m2mc.middleware import crypto, wire
 from tests.testbed.faults import FaultInjector
 from tests.testbed.sim import GID, SimLan
@@ -69,8 +70,8 @@ def test_one_member_answers_a_nak_and_the_next_in_line_only_when_the_sender_is_g
 
 
 def test_a_member_requester_is_held_to_its_budget(monkeypatch):
-    monkeypatch.setattr(ch, "REQUESTER_MESSAGES", 300)  # scaled down from 20,000/s to keep this fast
-    monkeypatch.setattr(ch, "REQUESTER_BYTES", 60_000)
+    monkeypatch.setattr(senders, "REQUESTER_MESSAGES", 300)  # scaled down from 20,000/s to keep this fast
+    monkeypatch.setattr(senders, "REQUESTER_BYTES", 60_000)
     lan = SimLan(2)
     ann, bob = lan.peers
     history(lan, ann, 1_000)
@@ -93,12 +94,12 @@ def test_sync_answers_open_at_once_are_capped():
     lan.members.update(r.pid for r in requesters)
     for requester in requesters:
         ann.channel.receive(requester.pid, wire.SyncReq(GID, 1, ()), lan.now)
-    assert len(ann.channel._sync_answers) == ch.MAX_SYNC_ANSWERS
+    assert len(ann.channel._sync.answers) == ch.MAX_SYNC_ANSWERS
     assert ann.channel.stats["sync_requests_refused"] == 10 - ch.MAX_SYNC_ANSWERS
     # A refused request is taken when asked again, once the answers are done.
     lan.settle(5)
     ann.channel.receive(requesters[-1].pid, wire.SyncReq(GID, 2, ()), lan.now)
-    assert (requesters[-1].pid, 2) in ann.channel._sync_answers
+    assert (requesters[-1].pid, 2) in ann.channel._sync.answers
 
 
 def test_strangers_get_nothing_and_leave_no_nak_state():
@@ -112,7 +113,7 @@ def test_strangers_get_nothing_and_leave_no_nak_state():
     # A member's reply to a parent of an invented pid: held, but no NAK state for the invented pid.
     ann.channel.receive(bob.pid, wire.signed_data(bob.identity, GID, 1, ("f" * 32, 5), 0, "b", "re"), lan.now)
     lan.settle(3)
-    assert not (ann.channel._nak_at.keys() | bob.channel._nak_at.keys())
+    assert not (ann.channel._loss.naks_due.keys() | bob.channel._loss.naks_due.keys())
     assert ann.channel.stats["repairs_sent"] == bob.channel.stats["repairs_sent"] == 0
     assert bob.channel.stats["sync_messages_sent"] == 0
     assert ann.channel.stats["stranger_dropped"] == 1 and bob.channel.stats["stranger_dropped"] == 2
@@ -167,7 +168,7 @@ def test_a_flat_out_sender_is_paced_to_what_a_slow_member_receives(monkeypatch):
 
     repaired, cuts = run()
     assert cuts >= 1 and repaired <= 2.5 * 2_000
-    monkeypatch.setattr(ch, "PACE_CEILING", 0)  # never paced: what the same flood cost before
+    monkeypatch.setattr(pacing, "PACE_CEILING", 0)  # never paced: what the same flood cost before
     unpaced, _ = run()
     assert repaired < 0.6 * unpaced
 
@@ -177,7 +178,7 @@ def test_a_1000_msg_per_s_stream_is_never_held_back_by_pacing():
     writer = lan.peers[0]
     for i in range(1_000):
         lan.send(writer, f"steady {i}")
-        assert not writer.channel._paced, "a message waited for credit"
+        assert not writer.channel._pacer.waiting, "a message waited for credit"
         lan.step_until(lan.now + 0.001)
     lan.settle(10)
     assert writer.channel.stats["rate_cuts"] >= 1  # members did report loss; the floor kept it flowing

@@ -7,6 +7,7 @@ import pytest
 from m2mc.middleware import channel as channel_module
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.channel import GroupChannel
+from m2mc.middleware.types import UsageError
 
 WRITER = crypto.Identity.generate()
 
@@ -47,3 +48,16 @@ def test_a_burst_of_short_messages_shares_datagrams():
     batches = group.datagrams_to_send()
     assert len(batches) <= 100 // 15  # about 20 such messages fit one frame
     assert {proof[:64] for proof in batches[0].proofs} == {batches[0].signature}
+
+
+def test_own_messages_are_delivered_signed_and_only_after_datagrams_to_send():
+    # datagrams_to_send() signs the burst and gives the deliveries their proofs: delivered before
+    # it, our own messages went out unsigned to the store, and a member could not relay them.
+    group = GroupChannel("g", WRITER, 1, lambda g, m: [], random.Random(1))
+    group.compose("Ann", "hello", None, 1.7e9)
+    with pytest.raises(UsageError, match="datagrams_to_send"):
+        group.deliveries()
+    (batch,) = group.datagrams_to_send()
+    (delivered,) = group.deliveries()
+    assert delivered.signature == batch.proofs[0] != b""
+    assert group.deliveries() == []  # nothing composed since: no need to flush first

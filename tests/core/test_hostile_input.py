@@ -115,9 +115,9 @@ def test_floods_keep_memory_bounded(manager):
     many = [data(manager.gid, f"sybil{i}", 1, "x") for i in range(12_000)]
     for start in range(0, len(many), 1000):
         feed(manager, *many[start:start + 1000])
-    assert len(channel._received) <= 10_000
+    assert len(channel._state.senders.by_pid) <= 10_000
     assert manager.stats_dict()["stranger_dropped"] == strangers + 12_000  # not members: dropped and counted
-    assert len(channel._strangers) <= 1_024 and not channel._nak_at.keys() - {identity("dave").pid}
+    assert len(channel._presence.strangers) <= 1_024 and not channel._loss.naks_due.keys() - {identity("dave").pid}
 
 
 def test_forged_and_tampered_datagrams_are_dropped_and_counted(manager):

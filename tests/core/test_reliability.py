@@ -133,7 +133,7 @@ def test_duplicates_and_reordering_alone_never_double_deliver(seed):
 
 
 def test_a_sync_answer_sends_oldest_first_whatever_is_put_back():
-    from m2mc.middleware.channel import _SyncAnswer
+    from m2mc.middleware.channel.sync import SyncAnswer as _SyncAnswer
 
     missing = {(sender, seqno) for sender in "ab" for seqno in range(1, 6)}
     answer = _SyncAnswer("r", 1, set(missing), 0.0)

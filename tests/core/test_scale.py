@@ -16,6 +16,7 @@ from typing import Iterator
 
 from m2mc.middleware import channel, crypto, wire
 from m2mc.middleware.channel import NAK_RETRY, GroupChannel
+from m2mc.middleware.channel.repair import NakRepair
 
 from tests.testbed.faults import FaultInjector
 from tests.testbed import sim
@@ -99,51 +100,55 @@ def repair_variant(name: str, window: float = 0.0) -> Iterator[dict[tuple, list[
     every REPAIR's second copy ``window`` s after the first (a burst loss does not take both);
     ``merge``, a responder holds a new answer ``window`` s so that later NAKs join it.  Yields
     mid -> [first delivery, last delivery] on the LAN's clock."""
-    send_repairs, on_nak, collect = GroupChannel._send_repairs, GroupChannel._on_nak, sim.SimPeer.collect
+    send_repairs, on_nak, collect = NakRepair.send_repairs, NakRepair.on_nak, sim.SimPeer.collect
     get_timer, handle_timer = GroupChannel.get_timer, GroupChannel.handle_timer
     seen: dict[tuple, list[float]] = defaultdict(lambda: [float("inf"), 0.0])
     lans: list[SimLan] = []
     lan_init = SimLan.__init__
+    # Keyed by the id of the channel's shared state, which the facade and its repair layer both hold.
     copies: dict[int, list[tuple[float, wire.Repair]]] = defaultdict(list)  # channel -> second copies due
     doubled: dict[int, set[str]] = defaultdict(set)  # channel -> senders whose next repair goes twice
 
     def send_twice(self, now):
-        before = len(self._outbox)
+        outbox = self.state.outbox
+        before = len(outbox)
         send_repairs(self, now)
-        for message in self._outbox[before:]:
-            if isinstance(message, wire.Repair) and (name != "again" or message.messages[0].sender in doubled[id(self)]):
+        for message in outbox[before:]:
+            if isinstance(message, wire.Repair) and (name != "again" or message.messages[0].sender in doubled[id(self.state)]):
                 if name == "later":
-                    copies[id(self)].append((now + window, message))
+                    copies[id(self.state)].append((now + window, message))
                 else:
-                    self._outbox.append(message)
-                self.stats["repairs_sent"] += len(message.messages)
+                    outbox.append(message)
+                self.state.stats["repairs_sent"] += len(message.messages)
         if name == "again":
-            doubled[id(self)].intersection_update(self._answers)
+            doubled[id(self.state)].intersection_update(self.answering)
 
     def variant_on_nak(self, requester, nak, now):
-        new = nak.target not in self._answers
-        levels = self._requested.get(nak.target)
+        new = nak.target not in self.answering
+        record = self.state.senders.get(nak.target)
+        levels = record.requested if record is not None else None
         again = levels is not None and bool(levels[0].intersection(list(nak.ranges), 1, now, channel.REPEAT_WINDOW))
         on_nak(self, requester, nak, now)
-        answer = self._answers.get(nak.target)
+        record = self.state.senders.get(nak.target)
+        answer = record.answer if record is not None else None
         if name == "merge" and new and answer is not None:
             answer.next_at = max(answer.next_at, now + window)
         if name == "again" and again and answer is not None:
-            doubled[id(self)].add(nak.target)
+            doubled[id(self.state)].add(nak.target)
 
     def timer_with_copies(self):
         due = get_timer(self)
-        pending = copies.get(id(self))
+        pending = copies.get(id(self._state))
         return min(due, pending[0][0]) if pending and due is not None else (pending[0][0] if pending else due)
 
     def handle_with_copies(self, now):
-        pending = copies.get(id(self))
+        pending = copies.get(id(self._state))
         while pending and pending[0][0] <= now:
-            self._outbox.append(pending.pop(0)[1])
+            self._state.outbox.append(pending.pop(0)[1])
         handle_timer(self, now)
 
     def timed_collect(self):
-        for message in self.channel._deliveries:
+        for message in self.channel._state.deliveries:
             times = seen[message.mid]
             times[0], times[1] = min(times[0], lans[-1].now), max(times[1], lans[-1].now)
         collect(self)
@@ -154,14 +159,14 @@ def repair_variant(name: str, window: float = 0.0) -> Iterator[dict[tuple, list[
 
     try:
         if name in ("twice", "again", "later"):
-            GroupChannel._send_repairs = send_twice  # type: ignore[method-assign]
-        GroupChannel._on_nak = variant_on_nak  # type: ignore[method-assign]
+            NakRepair.send_repairs = send_twice  # type: ignore[method-assign]
+        NakRepair.on_nak = variant_on_nak  # type: ignore[method-assign]
         GroupChannel.get_timer, GroupChannel.handle_timer = timer_with_copies, handle_with_copies  # type: ignore[method-assign]
         sim.SimPeer.collect = timed_collect  # type: ignore[method-assign]
         SimLan.__init__ = init  # type: ignore[method-assign]
         yield seen
     finally:
-        GroupChannel._send_repairs, GroupChannel._on_nak = send_repairs, on_nak  # type: ignore[method-assign]
+        NakRepair.send_repairs, NakRepair.on_nak = send_repairs, on_nak  # type: ignore[method-assign]
         GroupChannel.get_timer, GroupChannel.handle_timer = get_timer, handle_timer  # type: ignore[method-assign]
         sim.SimPeer.collect, SimLan.__init__ = collect, lan_init  # type: ignore[method-assign]
 

@@ -30,7 +30,7 @@ async def main():
     # a member's own channel, past the peer's author check: signed by Eve, editing Ann's message
     manager.channels[gid].compose(manager.name, encode("edit", None, 10**6, "forged by Eve"), parse_mid(target),
                                   time.time())
-    manager._seqnos_to_save.add(gid)
+    manager.core.joined[gid].seqno_to_save = True
     manager.flush()
     await asyncio.sleep(4)  # long enough to answer NAKs for it
     await manager.close()
