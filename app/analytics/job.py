@@ -76,9 +76,9 @@ def build_session(master: str | None, driver_memory: str, archive=None):
     # not have M2MC installed.
     from pyspark import cloudpickle
 
-    from . import kernels, schema
+    from . import hyperconvo, kernels, schema
 
-    for module in (sys.modules[__name__], kernels, schema):
+    for module in (sys.modules[__name__], hyperconvo, kernels, schema):
         cloudpickle.register_pickle_by_value(module)
     spark.sparkContext.setLogLevel("WARN")
     if not spark.conf.get("spark.sql.shuffle.partitions.userSet", None):
@@ -457,8 +457,14 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
     location.delete(placed_uri)
     if fmt == "csv":
         sc.setJobDescription("CSV copies")
+        from pyspark.sql import functions as F
+
         for name, spec in TABLE_SPECS.items():
-            spark.read.schema(spec).parquet(f"{staging}/{name}").write.option("header", True).csv(f"{staging}/{name}.csv")
+            frame = spark.read.schema(spec).parquet(f"{staging}/{name}")
+            # CSV has no lists: a list column is written as its JSON text, "[1,4,2]".
+            frame = frame.select([F.to_json(field).alias(field) if kind.startswith("array<") else F.col(field)
+                                  for field, kind in _fields(spec)])
+            frame.write.option("header", True).csv(f"{staging}/{name}.csv")
     summary = {
         "input_lines": lines,
         "blank_lines": blank,

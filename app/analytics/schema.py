@@ -3,6 +3,8 @@ their Arrow and Spark schemas. Plain data, shared by the kernels, the job and th
 
 from __future__ import annotations
 
+from .hyperconvo import columns as hyperconvo_columns
+
 
 EXPORT_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", "text", "sent_at", "received_at")
 
@@ -56,7 +58,10 @@ MESSAGE_FIELDS = (
 THREAD_FIELDS = (
     "gid string, root_mid string, size long, depth int, max_width long, leaves long, participants long, "
     "first_at timestamp, last_at timestamp, duration_s double, median_reply_latency_s double, "
-    "root_reply_fraction double, wiener_index double, h_index int, orphan boolean"
+    "root_reply_fraction double, wiener_index double, h_index int, orphan boolean, p90_reply_latency_s double, "
+    "participation_gini double, width_per_depth array<long>"
+    # ConvoKit's HyperConvo measures (hyperconvo.py), null for threads under its minimum size.
+    + "".join(f", {name} {kind}" for name, kind, _ in hyperconvo_columns())
 )
 
 
@@ -65,7 +70,7 @@ STRUCT_FIELDS = {
         "desc string, lines long, messages long, threads long, participants long, mean_thread_size double, "
         "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
         "reciprocity double, size_sum long, depth_sum long, pairs long, reciprocated_pairs long, first_ms long, last_ms long, "
-        "edited_messages long, deleted_messages long, reactions long"
+        "edited_messages long, deleted_messages long, reactions long, participation_gini double"
     ),
     "posts": (
         "name string, messages long, threads long, threads_started long, replies_sent long, replies_received long, "
@@ -107,6 +112,7 @@ def _arrow_type(kind: str):
     return {
         "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"), "long": pa.int64(), "int": pa.int32(),
         "double": pa.float64(), "boolean": pa.bool_(), "array<double>": pa.list_(pa.float64()), "binary": pa.binary(),
+        "array<long>": pa.list_(pa.int64()),
     }[kind]
 
 
@@ -173,7 +179,7 @@ SENDER_PASS_SCHEMA = PARTICIPANT_FIELDS + ", latency double, latency_count long"
 GROUP_FIELDS = (
     "gid string, group_desc string, messages long, threads long, participants long, mean_thread_size double, "
     "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
-    "reciprocity double, edited_messages long, deleted_messages long, reactions long"
+    "reciprocity double, edited_messages long, deleted_messages long, reactions long, participation_gini double"
 )
 
 
