@@ -12,7 +12,7 @@ defines every column as ConvoKit's `convokit.hyperconvo` computes it.
 
 A thread contributes at most PREFIX messages, so a batch of threads is a dense
 (threads x PREFIX) array, and every measure is a few array operations over the whole
-batch (small batched matrix products for the edge sets): no loop over threads.
+batch (edge sets as bit masks, one per node): no loop over threads.
 """
 
 from __future__ import annotations
@@ -100,48 +100,60 @@ def hypergraph_measures(parent_slot, speaker):
     `parent_slot`: (threads x N) slot of each message's parent among the row's N, -1
     when it is not among them; `speaker`: (threads x N) any integer speaker codes. Slots
     are in ConvoKit's time order. Returns {column suffix: (values, null mask or None)}.
+
+    N <= 16, so each node's edge set is a bit mask in one int32 per row: the loops below
+    run over the N slots, each step one vector operation over all the threads.
     """
     import numpy as np
 
     t, n = parent_slot.shape
     spk, n_speakers = first_appearance(speaker)
+    rows = np.arange(t)
+    has_parent = parent_slot >= 0
+    parent = np.maximum(parent_slot, 0)
+    popcount = np.array([bin(v).count("1") for v in range(1 << n)], dtype=np.int64)
+    speaker_bit = (1 << spk).astype(np.int32)
+    # C->c: per speaker, the messages it replied to; C->C: per speaker, the speakers it replied to.
+    to_message = np.zeros((t, n), dtype=np.int32)
+    for i in range(n):
+        to_message[rows, spk[:, i]] |= np.where(has_parent[:, i], 1 << parent[:, i], 0).astype(np.int32)
+    to_speaker = np.zeros((t, n), dtype=np.int32)
+    for v in range(n):
+        to_speaker |= np.where((to_message >> v) & 1 == 1, speaker_bit[:, v:v + 1], 0)
+    from_speaker = np.zeros((t, n), dtype=np.int32)  # per speaker, the speakers who replied to it
+    for s in range(n):
+        from_speaker |= ((to_speaker[:, s:s + 1] >> np.arange(n)) & 1) << s
     slots = np.arange(n)
-    # One-hot reply matrix (message i replies to v) and speaker matrix (message i is by s), as
-    # float32 so the edge sets are batched BLAS products; the counts stay exact.
-    reply = (parent_slot[:, :, None] == slots).astype(np.float32)
-    by = (spk[:, :, None] == slots).astype(np.float32)
-    speaker_to_message = (by.transpose(0, 2, 1) @ reply) > 0  # C->c: s replied to message v
-    speaker_to_speaker = (speaker_to_message.astype(np.float32) @ by) > 0  # C->C: s replied to s'
     degrees = {
-        "ss_out": (speaker_to_speaker.sum(axis=2), n_speakers),
-        "ss_in": (speaker_to_speaker.sum(axis=1), n_speakers),
-        "su_out": (speaker_to_message.sum(axis=2), n_speakers),
-        "su_in": (speaker_to_message.sum(axis=1), np.full(t, n)),
-        "uu_in": (reply.sum(axis=1).astype(np.int64), np.full(t, n)),
+        "ss_out": (popcount[to_speaker], n_speakers),
+        "ss_in": (popcount[from_speaker], n_speakers),
+        "su_out": (popcount[to_message], n_speakers),
+        "su_in": (np.stack([((to_message >> v) & 1).sum(axis=1) for v in range(n)], axis=1), np.full(t, n)),
+        "uu_in": ((parent_slot[:, :, None] == slots).sum(axis=1), np.full(t, n)),
     }
     out = {}
     for stem, (values, length) in degrees.items():
         for suffix, value in degree_stats(values.astype(np.int64), length).items():
             out[f"{stem}_{suffix}"] = value
 
-    has_parent = parent_slot >= 0
-    parent = np.maximum(parent_slot, 0)
     # Reciprocity: a reply c2 -> c1, and a message of c1's speaker replying to c2.
-    children_by = (reply.transpose(0, 2, 1) @ by).astype(np.int64)  # [t, i, s]: replies to i written by s
+    children_by = np.zeros((t, n, n), dtype=np.int64)  # [t, i, s]: replies to i written by s
+    for x in range(n):
+        children_by[rows, parent[:, x], spk[:, x]] += has_parent[:, x]
     parent_speaker = np.take_along_axis(spk, parent, axis=1)
-    back = np.take_along_axis(children_by, parent_speaker[:, :, None], axis=2)[:, :, 0]
+    back = children_by[rows[:, None], slots, parent_speaker]
     reciprocity = np.where(has_parent, back, 0).sum(axis=1)
     # External reciprocity: x -> c2 -> c1 with c1 not by x's speaker.
     grand = np.take_along_axis(parent_slot, parent, axis=1)
     chained = has_parent & (grand >= 0)
     grand_speaker = np.take_along_axis(spk, np.maximum(grand, 0), axis=1)
     external = (chained & (grand_speaker != spk)).sum(axis=1)
-    mutual = speaker_to_speaker & speaker_to_speaker.transpose(0, 2, 1) & ~np.eye(n, dtype=bool)
-    ss_in, ss_out = degrees["ss_in"][0].astype(np.int64), degrees["ss_out"][0].astype(np.int64)
+    mutual = popcount[to_speaker & from_speaker & ~(1 << slots).astype(np.int32)].sum(axis=1) // 2
+    ss_in, ss_out = degrees["ss_in"][0], degrees["ss_out"][0]
     motifs = {
         "reciprocity_motifs": reciprocity,
         "external_reciprocity_motifs": external,
-        "dyadic_motifs": mutual.sum(axis=(1, 2)) // 2,
+        "dyadic_motifs": mutual,
         "incoming_triads": (ss_in * (ss_in - 1) // 2).sum(axis=1),
         "outgoing_triads": (ss_out * (ss_out - 1) // 2).sum(axis=1),
     }
@@ -163,7 +175,7 @@ def prefix_measures(parent_slot, speaker) -> dict:
     return result
 
 
-# Threads per batch: the one-hot arrays take about 2 KB per thread.
+# Threads per batch: the per-thread arrays take about 2 KB per thread.
 BATCH = 50_000
 
 
