@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .schema import (
     EXPORT_FIELDS, FILE_ROWS, GROUP, HIST, INFO, LATENCY_BINS_PER_OCTAVE, MESSAGE_FIELDS, NON_EMPTY_REACTIONS,
     OPERATION_FIELDS, OVER_TIME_WIDTHS_S, PARQUET_MAGIC, PARTICIPANT_FIELDS, SENDER, SENDER_PASS_SCHEMA, THREAD_FIELDS,
-    THREAD_PLOTS, TIME_FIELDS, arrow_schema, export_arrow_schema, parsed_arrow_schema, summary_arrow_schema,
+    THREAD_PLOTS, TIME_FIELDS, TOP, TOP_THREADS, TREE_NODES, TREE_THREADS, arrow_schema, export_arrow_schema, parsed_arrow_schema, summary_arrow_schema,
 )
 from . import hyperconvo
 from .thread_report import OVER_TIME_GROUPS
@@ -760,8 +760,46 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
         _part(schema, SENDER, n_senders, sender_part),
         *histograms,
         _info_part(schema, lines, blank, malformed, conflicts, rounds),
+        _top_part(schema, threads, root_rows, root_pos, depth, sent_ms, parent_pos),
     ])
     return Placed(messages, threads, summary)
+
+
+def _top_part(schema, threads, root_rows, root_pos, depth, sent_ms, parent_pos):
+    """TOP rows: the task's TOP_THREADS largest threads (size, then gid and root mid), the
+    TREE_THREADS largest with their tree: the first TREE_NODES messages by depth then time
+    (a node's parent always comes before it, so the cut keeps a tree)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not threads.num_rows:
+        return schema.empty_table()
+    order = pc.sort_indices(threads, sort_keys=[("size", "descending"), ("gid", "ascending"), ("root_mid", "ascending")])
+    top = order.to_numpy()[:TOP_THREADS]
+    drawn = top[:TREE_THREADS]
+    tree_of_root = np.full(root_pos.size, -1, dtype=np.int64)
+    tree_of_root[root_rows[drawn]] = np.arange(drawn.size)
+    members = np.flatnonzero(root_pos >= 0)
+    members = members[tree_of_root[root_pos[members]] >= 0]
+    tree = tree_of_root[root_pos[members]]
+    members = members[np.lexsort((sent_ms[members], depth[members], tree))]
+    tree = tree_of_root[root_pos[members]]
+    counts = np.bincount(tree, minlength=drawn.size)
+    rank = np.arange(members.size) - np.r_[0, np.cumsum(counts)[:-1]][tree]
+    kept = rank < TREE_NODES
+    members, tree, rank = members[kept], tree[kept], rank[kept]
+    index_of_row = np.full(root_pos.size, -1, dtype=np.int64)
+    index_of_row[members] = rank
+    parent_index = np.where(depth[members] > 0, index_of_row[np.maximum(parent_pos[members], 0)], -1)
+    sizes = np.bincount(tree, minlength=drawn.size)
+    offsets = np.r_[0, np.cumsum(sizes), np.full(top.size - drawn.size, sizes.sum())].astype(np.int32)
+    tree_parent = pa.ListArray.from_arrays(pa.array(offsets), pa.array(parent_index), mask=pa.array(np.arange(top.size) >= drawn.size))
+    chosen = threads.take(pa.array(top))
+    columns = {name: chosen.column(name) for name in chosen.column_names}
+    columns["first_at_ms"] = pc.divide(chosen.column("first_at").cast(pa.int64()), 1000)
+    columns["tree_parent"] = tree_parent
+    return _part(schema, TOP, top.size, {"gid": chosen.column("gid"), "top": _struct(schema.field("top").type, columns, np.zeros(top.size, dtype=bool))})
 
 
 def _hist_part(schema, plot: str, values, nulls: int = 0, series=None, counts=None, width=None):

@@ -47,6 +47,10 @@ def parsed_arrow_schema():
 # lines, conflicting keys, pointer-jumping rounds). Spark's mapInArrow has one output
 # schema, so the kinds share it, each kind's measures in one struct column.
 GROUP, SENDER, HIST, INFO = 0, 1, 2, 3
+# TOP rows: each task's TOP_THREADS largest threads for the explorer's table, the
+# TREE_THREADS largest of them with their first TREE_NODES messages as a tree.
+TOP = 4
+TOP_THREADS, TREE_THREADS, TREE_NODES = 200, 20, 500
 
 
 MESSAGE_FIELDS = (
@@ -81,6 +85,13 @@ STRUCT_FIELDS = {
     # time bin's width in seconds for "over_time" (value: its start), else null.
     "hist": "plot string, series string, value double, width long, count long",
     "info": "lines long, blank_lines long, malformed_lines long, conflicting_copies long, jump_rounds int",
+    # tree_parent: for the tree threads, each drawn message's parent as an index into the list
+    # (-1 for the root), messages by depth then time; null for the others.
+    "top": (
+        "root_mid string, size long, depth int, max_width long, leaves long, participants long, first_at_ms long, "
+        "duration_s double, median_reply_latency_s double, p90_reply_latency_s double, participation_gini double, "
+        "wiener_index double, h_index int, orphan boolean, tree_parent array<long>"
+    ),
 }
 
 

@@ -18,6 +18,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from m2mc.app.analytics import gen_logs, hyperconvo, job
+from m2mc.app.analytics.thread_explorer import THREAD_COLUMNS
 from tests.spark.test_thread_stats import ALICE, BOB, CAROL, G1, line, write_export
 
 CONVOKIT_VERSION = "5.0.0"
@@ -47,8 +48,9 @@ def convokit_venv() -> Path:
 
 
 @pytest.fixture(scope="module")
-def measured(spark, tmp_path_factory):
-    """One job over a generated log plus threads built to hit ConvoKit's corner cases."""
+def run(spark, tmp_path_factory):
+    """One job over a generated log plus threads built to hit ConvoKit's corner cases: its
+Results and its output folder."""
     tmp_path = tmp_path_factory.mktemp("measures")
     export = tmp_path / "gen.jsonl"
     assert gen_logs.main(["--messages", "4000", "--out", str(export), "--seed", "5"]) == 0
@@ -62,10 +64,11 @@ def measured(spark, tmp_path_factory):
         corner.append(line(G1, f"t:{i}", parent, sender, at))
     orphan = [line(G1, "o:0", "gone:1", CAROL, 100)] + [line(G1, f"o:{i}", f"o:{i // 2}", (ALICE, BOB, CAROL)[i % 3], 100 + i) for i in range(1, 12)]
     paths = [str(export), write_export(tmp_path, "corner.jsonl", corner + orphan)]
-    return job.analyse(spark, paths, tmp_path / "out")
+    return job.analyse(spark, paths, tmp_path / "out", report=True), tmp_path / "out"
 
 
-def test_hyperconvo_measures_match_convokit(measured):
+def test_hyperconvo_measures_match_convokit(run):
+    measured, _ = run
     messages = measured.messages.filter(~F.col("invalid")).select(
         "mid", "parent", "sender", "sent_at", "root_mid", "parent_missing").collect()
     threads = {row["root_mid"]: row.asDict() for row in measured.threads.collect()}
@@ -95,7 +98,8 @@ def test_hyperconvo_measures_match_convokit(measured):
     assert small and all(row[column] is None for row in small for column, _, _ in hyperconvo.columns())
 
 
-def test_latency_percentiles_are_sparks_percentile(measured):
+def test_latency_percentiles_are_sparks_percentile(run):
+    measured, _ = run
     spark_percentiles = (measured.messages.filter(F.col("reply_latency_s").isNotNull()).groupBy("root_mid")
                          .agg(F.percentile("reply_latency_s", 0.5).alias("p50"), F.percentile("reply_latency_s", 0.9).alias("p90")))
     rows = spark_percentiles.join(measured.threads, "root_mid").select("p50", "p90", "median_reply_latency_s", "p90_reply_latency_s").collect()
@@ -111,7 +115,8 @@ def gini(counts: list[int]) -> float:
     return sum(abs(a - b) for a in counts for b in counts) / (2 * n * n * mean)
 
 
-def test_participation_gini_and_width_per_depth(measured):
+def test_participation_gini_and_width_per_depth(run):
+    measured, _ = run
     posts: dict[str, Counter] = defaultdict(Counter)
     group_posts: dict[str, Counter] = defaultdict(Counter)
     levels: dict[str, Counter] = defaultdict(Counter)
@@ -142,3 +147,49 @@ def test_kernels_give_convokit_nulls_and_entropy_on_hand_built_prefixes():
     # One speaker alone: the speaker arrays have one entry, so no second largest.
     alone = hyperconvo.prefix_measures(np.array([[-1] + list(range(9))]), np.zeros((1, 10), dtype=int))
     assert alone["hc_ss_out_second"][1][0] and alone["hc_ss_out_max"][0][0] == 1  # a self-loop
+
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's (packaging/system-deps.sh); Playwright's own download is not reachable
+
+
+def test_explorer_opens_offline_sorts_and_logs_no_errors(run):
+    from playwright.sync_api import sync_playwright
+
+    results, out = run
+    page_file = out / "explore.html"
+    assert page_file.stat().st_size < 10_000_000
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as playwright:
+        # As root, Chromium starts only without its sandbox.
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.on("console", lambda message: errors.append(message.text) if message.type in ("error", "warning") else None)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.on("request", lambda request: requests.append(request.url))
+            page.goto(page_file.as_uri(), wait_until="load")
+            # The plots are drawn as they scroll into view.
+            for plot in page.locator(".plot").all():
+                plot.scroll_into_view_if_needed()
+            page.wait_for_function("document.querySelectorAll('.plot').length === document.querySelectorAll('.js-plotly-plot').length")
+            plots = page.locator(".js-plotly-plot").count()
+            # Sort the threads table by participants, ascending then descending.
+            column = list(THREAD_COLUMNS).index("participants")
+            header = page.locator("#threads th").nth(column)
+
+            def participants() -> list[float]:
+                return [float(v) for v in page.locator(f"#threads tbody tr td:nth-child({column + 1})").evaluate_all(
+                    "cells => cells.map(c => c.dataset.v)")]
+
+            shown = participants()
+            header.click()
+            ascending = participants()
+            header.click()
+            descending = participants()
+        finally:
+            browser.close()
+    assert errors == []
+    assert [url for url in requests if not url.startswith("file:")] == []  # self-contained: nothing fetched
+    assert plots == 4 + len([t for t in results.top_threads if t.get("tree_parent") is not None]) and plots >= 4 + 20
+    assert shown != ascending and ascending == sorted(shown) and descending == sorted(shown, reverse=True)
