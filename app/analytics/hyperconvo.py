@@ -199,7 +199,7 @@ def thread_prefix_measures(thread, order_rows, parent_pos, sender_code, k) -> di
     slot = rank[chosen]
     slot_of_row = np.full(parent_pos.size, -1, dtype=np.int64)
     slot_of_row[rows] = slot
-    # Rows come thread by thread, PREFIX per big thread, in slot order.
+    # Rows come thread by thread, PREFIX per big thread (MIN_SIZE >= PREFIX), in slot order.
     parents = parent_pos[rows]
     parent_slot = np.where(parents >= 0, slot_of_row[np.maximum(parents, 0)], -1).reshape(m, PREFIX)
     speaker = sender_code[rows].reshape(m, PREFIX)

@@ -14,7 +14,7 @@ from pathlib import Path
 from .kernels import _children, _file_rows, median_of_counts, merge_senders, middle_bins, parse_lines, place_groups
 from .schema import (
     FILES_SCHEMA, GROUP, GROUP_FIELDS, HIST, INFO, MESSAGES_PART, MESSAGE_FIELDS, PARQUET_MAGIC,
-    PARTICIPANT_FIELDS, SENDER, SENDERS_PART, TOP, TOP_THREADS, SENDER_PASS_SCHEMA, STRUCT_FIELDS, SUMMARY_PART, SUMMARY_SCHEMA,
+    PARTICIPANT_FIELDS, SENDER, SENDERS_PART, TOP, TOP_THREADS, TREE_THREADS, SENDER_PASS_SCHEMA, STRUCT_FIELDS, SUMMARY_PART, SUMMARY_SCHEMA,
     TABLE_NAMES, TABLE_SPECS, THREADS_PART, THREAD_FIELDS, _fields, _struct_ddl, arrow_schema, parsed_arrow_schema,
     summary_arrow_schema,
 )
@@ -427,6 +427,8 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
     write_table(_frame(spark, groups_table, GROUP_FIELDS), "groups")
     top_rows = pa.table({"gid": of_kind(TOP, "gid"), **_children(of_kind(TOP, "top"))}).to_pylist()
     top_rows = sorted(top_rows, key=lambda row: (-row["size"], row["gid"], row["root_mid"]))[:TOP_THREADS]
+    for row in top_rows[TREE_THREADS:]:
+        row["tree_parent"] = None  # each task sent the trees of its own largest: keep the run's
     busiest = groups_table.take(pc.sort_indices(groups_table, sort_keys=[("messages", "descending"), ("gid", "ascending")])[:EXPLORER_GROUPS])
 
     def total(name: str, how=pc.sum):

@@ -491,10 +491,10 @@ def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_cod
 
     # HyperConvo's first messages: the big threads' rows by (thread, time, mid). Arrow's
     # sort compares the mids only where thread and time tie.
-    big_rows = rows[(size >= hyperconvo.MIN_SIZE)[thread]]
-    order = pc.sort_indices(pa.table({"thread": thread[(size >= hyperconvo.MIN_SIZE)[thread]], "sent": sent_ms[big_rows],
-                                      "mid": mid.take(pa.array(big_rows))}),
-                            sort_keys=[("thread", "ascending"), ("sent", "ascending"), ("mid", "ascending")]).to_numpy()
+    in_big = (size >= hyperconvo.MIN_SIZE)[thread]
+    big_rows = rows[in_big]
+    prefix_order = pa.table({"thread": thread[in_big], "sent": sent_ms[big_rows], "mid": mid.take(pa.array(big_rows))})
+    order = pc.sort_indices(prefix_order, sort_keys=[("thread", "ascending"), ("sent", "ascending"), ("mid", "ascending")]).to_numpy()
     thread_of_row = np.full(n, -1, dtype=np.int64)
     thread_of_row[rows] = thread
     convo = hyperconvo.thread_prefix_measures(thread_of_row, big_rows[order], parent_pos, sender_code, k)

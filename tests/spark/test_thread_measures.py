@@ -64,7 +64,13 @@ Results and its output folder."""
         corner.append(line(G1, f"t:{i}", parent, sender, at))
     orphan = [line(G1, "o:0", "gone:1", CAROL, 100)] + [line(G1, f"o:{i}", f"o:{i // 2}", (ALICE, BOB, CAROL)[i % 3], 100 + i) for i in range(1, 12)]
     paths = [str(export), write_export(tmp_path, "corner.jsonl", corner + orphan)]
-    return job.analyse(spark, paths, tmp_path / "out", report=True), tmp_path / "out"
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    # Several tasks, each sending its own largest threads and their trees to the driver.
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+    try:
+        return job.analyse(spark, paths, tmp_path / "out", report=True), tmp_path / "out"
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
 
 
 def test_hyperconvo_measures_match_convokit(run):
@@ -132,6 +138,23 @@ def test_participation_gini_and_width_per_depth(run):
     assert any(row["participation_gini"] > 0.3 for row in threads)
     for row in measured.groups.select("gid", "participation_gini").collect():
         assert row["participation_gini"] == pytest.approx(gini(list(group_posts[row["gid"]].values())), abs=1e-12)
+
+
+def test_the_largest_threads_and_their_trees(run):
+    measured, _ = run
+    threads = sorted(measured.threads.collect(), key=lambda r: (-r["size"], r["gid"], r["root_mid"]))
+    top = measured.top_threads
+    assert [t["root_mid"] for t in top] == [r["root_mid"] for r in threads[:len(top)]] and len(top) == min(200, len(threads))
+    trees = [t for t in top if t["tree_parent"] is not None]
+    assert trees == top[:20]
+    for tree, row in zip(trees, threads):
+        parents = tree["tree_parent"]
+        assert len(parents) == min(row["size"], 500) and parents[0] == -1
+        depth = [0] * len(parents)
+        for i, parent in enumerate(parents[1:], start=1):
+            assert 0 <= parent < i  # parents come first: the drawn messages form a tree
+            depth[i] = depth[parent] + 1
+        assert [depth.count(d) for d in range(max(depth) + 1)] == row["width_per_depth"]
 
 
 def test_kernels_give_convokit_nulls_and_entropy_on_hand_built_prefixes():
