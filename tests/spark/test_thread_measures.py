@@ -179,6 +179,7 @@ def test_explorer_opens_offline_sorts_and_logs_no_errors(run):
     from playwright.sync_api import sync_playwright
 
     results, out = run
+    assert Path(CHROMIUM).exists(), "the explorer's test needs Debian's chromium: run make setup (packaging/system-deps.sh)"
     page_file = out / "explore.html"
     assert page_file.stat().st_size < 10_000_000
     errors: list[str] = []
