@@ -3,7 +3,9 @@
 #   runtime: the X11/xcb libraries Qt's xcb platform plugin loads (a desktop session)
 #   tests:   iproute2 and iptables, for the private network-namespace LAN tests; Xvfb, the
 #            virtual display the GUI tests open real windows on
-#   report:  a font with CJK glyphs (Droid Sans Fallback, 2 MB), for group names in the plots
+#   report:  a font with CJK glyphs (Droid Sans Fallback, 2 MB), for group names in the plots;
+#            chromium, the headless browser the explorer page's test opens it in (Playwright's own
+#            browser download is not reachable everywhere)
 #   analytics: a Java runtime (17 or newer) for PySpark, when no `java` is on the PATH
 #   build:   a C compiler, OpenSSL's headers, and Python's headers when the interpreter given
 #            as $1 lacks them, for the compiled cores (the S_b orderer, the Merkle trees;
@@ -16,7 +18,7 @@ packages=(
   libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xkb1 libxcb-randr0
   libxcb-render-util0 libxcb-image0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3
   iproute2 iptables xvfb xauth
-  fonts-droid-fallback
+  fonts-droid-fallback chromium
   desktop-file-utils appstream  # validators for the desktop entry and metainfo tests
   gcc libc6-dev libssl-dev
 )

@@ -8,19 +8,21 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .kernels import _children, _file_rows, median_of_counts, merge_senders, middle_bins, parse_lines, place_groups
 from .schema import (
     FILES_SCHEMA, GROUP, GROUP_FIELDS, HIST, INFO, MESSAGES_PART, MESSAGE_FIELDS, PARQUET_MAGIC,
-    PARTICIPANT_FIELDS, SENDER, SENDERS_PART, SENDER_PASS_SCHEMA, STRUCT_FIELDS, SUMMARY_PART, SUMMARY_SCHEMA,
+    PARTICIPANT_FIELDS, SENDER, SENDERS_PART, TOP, TOP_THREADS, TREE_THREADS, SENDER_PASS_SCHEMA, STRUCT_FIELDS, SUMMARY_PART, SUMMARY_SCHEMA,
     TABLE_NAMES, TABLE_SPECS, THREADS_PART, THREAD_FIELDS, _fields, _struct_ddl, arrow_schema, parsed_arrow_schema,
     summary_arrow_schema,
 )
 from .thread_report import PLOT_FILES
 
 log = logging.getLogger("m2mc.thread_stats")
+
+EXPLORER_GROUPS = 1000  # the busiest groups the explorer's table lists
 
 
 class UsageError(Exception):
@@ -76,9 +78,9 @@ def build_session(master: str | None, driver_memory: str, archive=None):
     # not have M2MC installed.
     from pyspark import cloudpickle
 
-    from . import kernels, schema
+    from . import hyperconvo, kernels, schema
 
-    for module in (sys.modules[__name__], kernels, schema):
+    for module in (sys.modules[__name__], hyperconvo, kernels, schema):
         cloudpickle.register_pickle_by_value(module)
     spark.sparkContext.setLogLevel("WARN")
     if not spark.conf.get("spark.sql.shuffle.partitions.userSet", None):
@@ -329,11 +331,13 @@ class Results:
     over_time: list  # [(gid, bin start, bin width in seconds, messages)], a width per task (see HIST)
     time_span_ms: tuple | None  # first and last sent_at of the valid messages
     group_names: dict  # gid -> group_desc
+    top_threads: list = field(default_factory=list)  # the largest threads' rows (see TOP), largest first
+    group_rows: list = field(default_factory=list)  # the busiest groups' rows of the groups table
 
 
 def output_names() -> list[str]:
     """Every name a run may leave in DIR: a rerun deletes them all before renaming its own in."""
-    return [*TABLE_NAMES, *(f"{name}.csv" for name in TABLE_NAMES), "summary.json", "report.html", *PLOT_FILES]
+    return [*TABLE_NAMES, *(f"{name}.csv" for name in TABLE_NAMES), "summary.json", "report.html", "explore.html", *PLOT_FILES]
 
 
 def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = False) -> Results:
@@ -421,6 +425,11 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
         [of_kind(GROUP, "gid"), group["desc"]] + [group[name] for name in names[2:]], schema=arrow_schema(GROUP_FIELDS)
     ).sort_by("gid")
     write_table(_frame(spark, groups_table, GROUP_FIELDS), "groups")
+    top_rows = pa.table({"gid": of_kind(TOP, "gid"), **_children(of_kind(TOP, "top"))}).to_pylist()
+    top_rows = sorted(top_rows, key=lambda row: (-row["size"], row["gid"], row["root_mid"]))[:TOP_THREADS]
+    for row in top_rows[TREE_THREADS:]:
+        row["tree_parent"] = None  # each task sent the trees of its own largest: keep the run's
+    busiest = groups_table.take(pc.sort_indices(groups_table, sort_keys=[("messages", "descending"), ("gid", "ascending")])[:EXPLORER_GROUPS])
 
     def total(name: str, how=pc.sum):
         return how(group[name]).as_py()
@@ -457,8 +466,14 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
     location.delete(placed_uri)
     if fmt == "csv":
         sc.setJobDescription("CSV copies")
+        from pyspark.sql import functions as F
+
         for name, spec in TABLE_SPECS.items():
-            spark.read.schema(spec).parquet(f"{staging}/{name}").write.option("header", True).csv(f"{staging}/{name}.csv")
+            frame = spark.read.schema(spec).parquet(f"{staging}/{name}")
+            # CSV has no lists: a list column is written as its JSON text, "[1,4,2]".
+            frame = frame.select([F.to_json(field).alias(field) if kind.startswith("array<") else F.col(field)
+                                  for field, kind in _fields(spec)])
+            frame.write.option("header", True).csv(f"{staging}/{name}.csv")
     summary = {
         "input_lines": lines,
         "blank_lines": blank,
@@ -490,6 +505,7 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
         summary=summary, histograms=histograms, over_time=over_time,
         time_span_ms=None if first is None else (first, last),
         group_names=dict(zip(groups_table.column("gid").to_pylist(), groups_table.column("group_desc").to_pylist())),
+        top_threads=top_rows, group_rows=busiest.to_pylist(),
     )
     import tempfile
 
@@ -502,6 +518,9 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
 
             report_started = time.perf_counter()
             thread_report.write_report(results, local_dir)
+            from . import thread_explorer
+
+            thread_explorer.write_explorer(results, local_dir)
             files += [p.name for p in local_dir.iterdir() if p.name != "summary.json"]
             log.info("report (%.1f s)", time.perf_counter() - report_started)
         for name in files:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from .schema import (
     EXPORT_FIELDS, FILE_ROWS, GROUP, HIST, INFO, LATENCY_BINS_PER_OCTAVE, MESSAGE_FIELDS, NON_EMPTY_REACTIONS,
     OPERATION_FIELDS, OVER_TIME_WIDTHS_S, PARQUET_MAGIC, PARTICIPANT_FIELDS, SENDER, SENDER_PASS_SCHEMA, THREAD_FIELDS,
-    THREAD_PLOTS, TIME_FIELDS, arrow_schema, export_arrow_schema, parsed_arrow_schema, summary_arrow_schema,
+    THREAD_PLOTS, TIME_FIELDS, TOP, TOP_THREADS, TREE_NODES, TREE_THREADS, arrow_schema, export_arrow_schema, parsed_arrow_schema, summary_arrow_schema,
 )
+from . import hyperconvo
 from .thread_report import OVER_TIME_GROUPS
 
 
@@ -233,7 +234,14 @@ def _max_strings(code, strings, k):
 
 def grouped_median(group, values, k, divisor: float = 1.0):
     """Per group 0..k-1, the median of `values` / `divisor` (NaN for an empty group), as Spark's
-    percentile computes it: the middle value, or 0.5 * lower + 0.5 * upper of the middle two.
+    percentile computes it: the middle value, or lower + 0.5 * (upper - lower) of the middle two."""
+    return grouped_percentiles(group, values, k, (0.5,), divisor)[0]
+
+
+def grouped_percentiles(group, values, k, quantiles, divisor: float = 1.0) -> list:
+    """Per group 0..k-1 and per quantile q, the percentile of `values` / `divisor` (NaN for an
+    empty group) as Spark's `percentile` computes it: at position q * (n - 1) of the sorted
+    values, lower + (position - below) * (upper - lower) of the two values around it.
 
     `values` are whole numbers (int64: latencies in ms, sizes), so one sort of an integer
     key (group, value) orders them, many times faster than a lexsort; the doubles are the
@@ -243,7 +251,7 @@ def grouped_median(group, values, k, divisor: float = 1.0):
 
     counts = np.bincount(group, minlength=k)
     if not values.size:
-        return np.full(k, np.nan)
+        return [np.full(k, np.nan) for _ in quantiles]
     low = int(values.min())
     span = int(values.max()) - low + 1
     if k * span < 2**62:
@@ -253,9 +261,42 @@ def grouped_median(group, values, k, divisor: float = 1.0):
     ordered = ordered / divisor
     start = np.r_[0, np.cumsum(counts)[:-1]]
     has = counts > 0
-    lo = np.where(has, start + (counts - 1) // 2, 0)
-    hi = np.where(has, start + counts // 2, 0)
-    return np.where(has, 0.5 * ordered[lo] + 0.5 * ordered[hi], np.nan)
+    found = []
+    for q in quantiles:
+        position = q * np.maximum(counts - 1, 0)
+        below = np.floor(position)
+        above = np.ceil(position)
+        lo = np.where(has, start + below.astype(np.int64), 0)
+        hi = np.where(has, start + above.astype(np.int64), 0)
+        # Spark's own arithmetic (PercentileBase.getPercentile), to the last bit.
+        mixed = ordered[lo] + (position - below) * (ordered[hi] - ordered[lo])
+        found.append(np.where(has, np.where(ordered[lo] == ordered[hi], ordered[lo], mixed), np.nan))
+    return found
+
+
+def grouped_gini(group, values, k):
+    """Per group 0..k-1, the Gini coefficient of its non-negative whole `values` (NaN for an
+    empty group): sum |x_i - x_j| over all ordered pairs / (2 n^2 mean), computed from the
+    sorted values as 2 sum(i x_(i)) / (n sum x) - (n + 1) / n, i from 1."""
+    import numpy as np
+
+    counts = np.bincount(group, minlength=k)
+    if not values.size:
+        return np.full(k, np.nan)
+    span = int(values.max()) + 1
+    if k * span < 2**62:
+        ordered_key = np.sort(group.astype(np.int64) * span + values)
+        ordered_group, ordered = ordered_key // span, ordered_key % span
+    else:
+        order = np.lexsort((values, group))
+        ordered_group, ordered = group[order], values[order]
+    start = np.r_[0, np.cumsum(counts)[:-1]]
+    rank = np.arange(1, ordered.size + 1) - start[ordered_group]
+    total = np.bincount(ordered_group, weights=ordered, minlength=k)
+    weighted = np.bincount(ordered_group, weights=rank * ordered.astype(np.float64), minlength=k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gini = 2.0 * weighted / (counts * total) - (counts + 1.0) / counts
+    return np.where(counts > 0, gini, np.nan)
 
 
 def operation_counts(table, gid_code, n_groups) -> dict:
@@ -375,13 +416,17 @@ def distinct_pairs(major, minor, n_minor):
     return pairs // width, pairs % width, counts
 
 
-def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_code, n_senders):
+def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_code, n_senders, mid):
     """Per-thread measures over the valid nodes (root_pos >= 0), one numpy pass.
 
-    Returns (root row positions, dict of per-thread arrays in that order, and per sender
-    the number of threads posted in and of threads posted in more than once).
+    `mid` (Arrow strings) orders messages sent in the same millisecond, for HyperConvo's
+    first messages. Returns (root row positions, dict of per-thread arrays in that order
+    (a (values, null mask) pair for each HyperConvo column), and per sender the number of
+    threads posted in and of threads posted in more than once).
     """
     import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     n = parent_pos.size
     valid = root_pos >= 0
@@ -429,6 +474,9 @@ def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_cod
     level_thread, level_depth = level_key // levels, level_key % levels
     max_width = np.zeros(k, dtype=np.int64)
     np.maximum.at(max_width, level_thread, level_count)
+    # Every level from 0 to a thread's depth holds a node, so the counts, in (thread, depth)
+    # order, are the threads' width lists back to back.
+    width_per_depth = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(max_depth + 1)].astype(np.int32)), pa.array(level_count.astype(np.int64)))
     h_index = np.zeros(k, dtype=np.int64)
     qualifies = level_count >= level_depth
     np.maximum.at(h_index, level_thread[qualifies], level_depth[qualifies])
@@ -438,7 +486,18 @@ def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_cod
     sender_threads = np.bincount(poster, minlength=n_senders).astype(np.int64)
     sender_reentry = np.bincount(poster, weights=posts > 1, minlength=n_senders).astype(np.int64)
 
-    median = grouped_median(thread[reply], latency_ms[replies], k, divisor=1000.0)
+    median, p90 = grouped_percentiles(thread[reply], latency_ms[replies], k, (0.5, 0.9), divisor=1000.0)
+    gini = grouped_gini(poster_thread, posts, k)
+
+    # HyperConvo's first messages: the big threads' rows by (thread, time, mid). Arrow's
+    # sort compares the mids only where thread and time tie.
+    in_big = (size >= hyperconvo.MIN_SIZE)[thread]
+    big_rows = rows[in_big]
+    prefix_order = pa.table({"thread": thread[in_big], "sent": sent_ms[big_rows], "mid": mid.take(pa.array(big_rows))})
+    order = pc.sort_indices(prefix_order, sort_keys=[("thread", "ascending"), ("sent", "ascending"), ("mid", "ascending")]).to_numpy()
+    thread_of_row = np.full(n, -1, dtype=np.int64)
+    thread_of_row[rows] = thread
+    convo = hyperconvo.thread_prefix_measures(thread_of_row, big_rows[order], parent_pos, sender_code, k)
 
     measures = {
         "size": size.astype(np.int64),
@@ -452,6 +511,10 @@ def thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_cod
         "root_reply_fraction": root_fraction,
         "wiener_index": wiener,
         "h_index": h_index.astype(np.int32),
+        "p90_latency_s": p90,
+        "participation_gini": gini,
+        "width_per_depth": width_per_depth,
+        **convo,
     }
     return root_rows, measures, sender_threads, sender_reentry
 
@@ -563,7 +626,8 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
 
     sender_code, senders = _codes(table.column("sender"))
     n_senders = len(senders)
-    root_rows, measures, sender_threads, sender_reentry = thread_measures(parent_pos, root_pos, depth, sent_ms, latency_ms, sender_code, n_senders)
+    root_rows, measures, sender_threads, sender_reentry = thread_measures(
+        parent_pos, root_pos, depth, sent_ms, latency_ms, sender_code, n_senders, table.column("mid").combine_chunks())
 
     mid = table.column("mid")
     messages = pa.Table.from_arrays([
@@ -579,25 +643,33 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
     root_index = pa.array(root_rows)
     no_mask = np.zeros(k, dtype=bool)
     first_ms, last_ms = measures["first_ms"], measures["last_ms"]
-    threads = pa.Table.from_arrays([
-        table.column("gid").take(root_index),
-        mid.take(root_index),
-        pa.array(measures["size"]),
-        pa.array(measures["depth"]),
-        pa.array(measures["max_width"]),
-        pa.array(measures["leaves"]),
-        pa.array(measures["participants"]),
-        pa.array(first_ms * 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(last_ms * 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.array((last_ms - first_ms) / 1000.0),
-        _arrow(measures["median_latency_s"], no_mask),
-        _arrow(measures["root_reply_fraction"], no_mask),
-        _arrow(measures["wiener_index"], no_mask),
-        pa.array(measures["h_index"]),
-        pa.array(parent_missing[root_rows]),
-    ], schema=arrow_schema(THREAD_FIELDS))
+    thread_columns = {
+        "gid": table.column("gid").take(root_index),
+        "root_mid": mid.take(root_index),
+        "size": pa.array(measures["size"]),
+        "depth": pa.array(measures["depth"]),
+        "max_width": pa.array(measures["max_width"]),
+        "leaves": pa.array(measures["leaves"]),
+        "participants": pa.array(measures["participants"]),
+        "first_at": pa.array(first_ms * 1000).cast(pa.timestamp("us", tz="UTC")),
+        "last_at": pa.array(last_ms * 1000).cast(pa.timestamp("us", tz="UTC")),
+        "duration_s": pa.array((last_ms - first_ms) / 1000.0),
+        "median_reply_latency_s": _arrow(measures["median_latency_s"], no_mask),
+        "root_reply_fraction": _arrow(measures["root_reply_fraction"], no_mask),
+        "wiener_index": _arrow(measures["wiener_index"], no_mask),
+        "h_index": pa.array(measures["h_index"]),
+        "orphan": pa.array(parent_missing[root_rows]),
+        "p90_reply_latency_s": _arrow(measures["p90_latency_s"], no_mask),
+        "participation_gini": _arrow(measures["participation_gini"], no_mask),
+        "width_per_depth": measures["width_per_depth"],
+    }
+    for name, _, _ in hyperconvo.columns():
+        values, missing = measures[name]
+        thread_columns[name] = _arrow(values, missing)
+    thread_schema = arrow_schema(THREAD_FIELDS)
+    threads = pa.Table.from_arrays([thread_columns[f.name].cast(f.type) for f in thread_schema], schema=thread_schema)
 
-    member_group, _, _ = distinct_pairs(gid_code, sender_code, n_senders)
+    member_group, _, member_messages = distinct_pairs(gid_code, sender_code, n_senders)
     thread_gid = gid_code[root_rows]
     sizes, thread_depths = measures["size"], measures["depth"]
     thread_count = np.bincount(thread_gid, minlength=n_groups)
@@ -628,6 +700,7 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
         "orphan_messages": _counts(gid_code, n_groups, parent_missing),
         "invalid_messages": _counts(gid_code, n_groups, ~valid),
         "reciprocity": _arrow(reciprocity, pairs == 0),
+        "participation_gini": _arrow(grouped_gini(member_group, member_messages, n_groups), np.zeros(n_groups, dtype=bool)),
         "size_sum": pa.array(size_sum),
         "depth_sum": pa.array(np.bincount(thread_gid, weights=thread_depths, minlength=n_groups).astype(np.int64)),
         "pairs": pa.array(pairs),
@@ -687,8 +760,46 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
         _part(schema, SENDER, n_senders, sender_part),
         *histograms,
         _info_part(schema, lines, blank, malformed, conflicts, rounds),
+        _top_part(schema, threads, root_rows, root_pos, depth, sent_ms, parent_pos),
     ])
     return Placed(messages, threads, summary)
+
+
+def _top_part(schema, threads, root_rows, root_pos, depth, sent_ms, parent_pos):
+    """TOP rows: the task's TOP_THREADS largest threads (size, then gid and root mid), the
+    TREE_THREADS largest with their tree: the first TREE_NODES messages by depth then time
+    (a node's parent always comes before it, so the cut keeps a tree)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not threads.num_rows:
+        return schema.empty_table()
+    order = pc.sort_indices(threads, sort_keys=[("size", "descending"), ("gid", "ascending"), ("root_mid", "ascending")])
+    top = order.to_numpy()[:TOP_THREADS]
+    drawn = top[:TREE_THREADS]
+    tree_of_root = np.full(root_pos.size, -1, dtype=np.int64)
+    tree_of_root[root_rows[drawn]] = np.arange(drawn.size)
+    members = np.flatnonzero(root_pos >= 0)
+    members = members[tree_of_root[root_pos[members]] >= 0]
+    tree = tree_of_root[root_pos[members]]
+    members = members[np.lexsort((sent_ms[members], depth[members], tree))]
+    tree = tree_of_root[root_pos[members]]
+    counts = np.bincount(tree, minlength=drawn.size)
+    rank = np.arange(members.size) - np.r_[0, np.cumsum(counts)[:-1]][tree]
+    kept = rank < TREE_NODES
+    members, tree, rank = members[kept], tree[kept], rank[kept]
+    index_of_row = np.full(root_pos.size, -1, dtype=np.int64)
+    index_of_row[members] = rank
+    parent_index = np.where(depth[members] > 0, index_of_row[np.maximum(parent_pos[members], 0)], -1)
+    sizes = np.bincount(tree, minlength=drawn.size)
+    offsets = np.r_[0, np.cumsum(sizes), np.full(top.size - drawn.size, sizes.sum())].astype(np.int32)
+    tree_parent = pa.ListArray.from_arrays(pa.array(offsets), pa.array(parent_index), mask=pa.array(np.arange(top.size) >= drawn.size))
+    chosen = threads.take(pa.array(top))
+    columns = {name: chosen.column(name) for name in chosen.column_names}
+    columns["first_at_ms"] = pc.divide(chosen.column("first_at").cast(pa.int64()), 1000)
+    columns["tree_parent"] = tree_parent
+    return _part(schema, TOP, top.size, {"gid": chosen.column("gid"), "top": _struct(schema.field("top").type, columns, np.zeros(top.size, dtype=bool))})
 
 
 def _hist_part(schema, plot: str, values, nulls: int = 0, series=None, counts=None, width=None):

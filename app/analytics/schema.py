@@ -3,6 +3,8 @@ their Arrow and Spark schemas. Plain data, shared by the kernels, the job and th
 
 from __future__ import annotations
 
+from .hyperconvo import columns as hyperconvo_columns
+
 
 EXPORT_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", "text", "sent_at", "received_at")
 
@@ -45,6 +47,10 @@ def parsed_arrow_schema():
 # lines, conflicting keys, pointer-jumping rounds). Spark's mapInArrow has one output
 # schema, so the kinds share it, each kind's measures in one struct column.
 GROUP, SENDER, HIST, INFO = 0, 1, 2, 3
+# TOP rows: each task's TOP_THREADS largest threads for the explorer's table, the
+# TREE_THREADS largest of them with their first TREE_NODES messages as a tree.
+TOP = 4
+TOP_THREADS, TREE_THREADS, TREE_NODES = 200, 20, 500
 
 
 MESSAGE_FIELDS = (
@@ -56,7 +62,10 @@ MESSAGE_FIELDS = (
 THREAD_FIELDS = (
     "gid string, root_mid string, size long, depth int, max_width long, leaves long, participants long, "
     "first_at timestamp, last_at timestamp, duration_s double, median_reply_latency_s double, "
-    "root_reply_fraction double, wiener_index double, h_index int, orphan boolean"
+    "root_reply_fraction double, wiener_index double, h_index int, orphan boolean, p90_reply_latency_s double, "
+    "participation_gini double, width_per_depth array<long>"
+    # ConvoKit's HyperConvo measures (hyperconvo.py), null for threads under its minimum size.
+    + "".join(f", {name} {kind}" for name, kind, _ in hyperconvo_columns())
 )
 
 
@@ -65,7 +74,7 @@ STRUCT_FIELDS = {
         "desc string, lines long, messages long, threads long, participants long, mean_thread_size double, "
         "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
         "reciprocity double, size_sum long, depth_sum long, pairs long, reciprocated_pairs long, first_ms long, last_ms long, "
-        "edited_messages long, deleted_messages long, reactions long"
+        "edited_messages long, deleted_messages long, reactions long, participation_gini double"
     ),
     "posts": (
         "name string, messages long, threads long, threads_started long, replies_sent long, replies_received long, "
@@ -76,6 +85,13 @@ STRUCT_FIELDS = {
     # time bin's width in seconds for "over_time" (value: its start), else null.
     "hist": "plot string, series string, value double, width long, count long",
     "info": "lines long, blank_lines long, malformed_lines long, conflicting_copies long, jump_rounds int",
+    # tree_parent: for the tree threads, each drawn message's parent as an index into the list
+    # (-1 for the root), messages by depth then time; null for the others.
+    "top": (
+        "root_mid string, size long, depth int, max_width long, leaves long, participants long, first_at_ms long, "
+        "duration_s double, median_reply_latency_s double, p90_reply_latency_s double, participation_gini double, "
+        "wiener_index double, h_index int, orphan boolean, tree_parent array<long>"
+    ),
 }
 
 
@@ -111,6 +127,7 @@ def _arrow_type(kind: str):
     return {
         "string": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"), "long": pa.int64(), "int": pa.int32(),
         "double": pa.float64(), "boolean": pa.bool_(), "array<double>": pa.list_(pa.float64()), "binary": pa.binary(),
+        "array<long>": pa.list_(pa.int64()),
     }[kind]
 
 
@@ -177,7 +194,7 @@ SENDER_PASS_SCHEMA = PARTICIPANT_FIELDS + ", latency double, latency_count long"
 GROUP_FIELDS = (
     "gid string, group_desc string, messages long, threads long, participants long, mean_thread_size double, "
     "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
-    "reciprocity double, edited_messages long, deleted_messages long, reactions long"
+    "reciprocity double, edited_messages long, deleted_messages long, reactions long, participation_gini double"
 )
 
 

@@ -199,7 +199,8 @@ def write_report(results, out: Path) -> Path:
 figure{{margin:2em 0}}img{{max-width:100%}}</style></head>
 <body><h1>M2MC thread statistics</h1>
 <h2>Summary</h2><table>{summary_rows}</table>
-<p>Tables: messages/, threads/, groups/, participants/ (Parquet) beside this file.</p>
+<p>Tables: messages/, threads/, groups/, participants/ (Parquet) beside this file.
+Sortable tables, interactive plots and the largest threads as trees: <a href="explore.html">explore.html</a>.</p>
 <h2>Plots</h2>{figures}
 </body></html>
 """

@@ -4,7 +4,8 @@ Generates the logs once under build/bench/ (kept between runs), runs the whole c
 end to end (JVM start, report included) as a subprocess on `local[2]`, polls the peak
 resident memory of its process tree (the Python driver, the JVM and the Python
 workers), and runs the plain-Python reference (roots, depths, thread sizes) as the
-single-process baseline. The driver JVM's class archive (`app.analytics.jvm_archive`) is recorded
+single-process baseline, or (the default) the DuckDB query the issue measures against
+(`DUCKDB_QUERY`). The driver JVM's class archive (`app.analytics.jvm_archive`) is recorded
 first if missing, so every timed run starts the way all runs after an install's first do.
 Run: python -m m2mc.app.bench.thread_stats [--sizes N ...]
 """
@@ -26,6 +27,42 @@ BASELINE_CODE = (
     "import json, sys; from m2mc.app.analytics.thread_stats_reference import summarise; "
     "print(json.dumps(summarise(sys.argv[1:])))"
 )
+
+# The issue's yardstick: one DuckDB process doing only deduplication (earliest received
+# copy per (gid, mid)), roots (no parent, or a parent not in the log) and depths by a
+# recursive CTE, and per-thread size, depth, participants and duration, written as Parquet.
+# Lines DuckDB cannot read are skipped; cycles are never reached from a root.
+DUCKDB_QUERY = """
+COPY (
+WITH RECURSIVE
+raw AS (SELECT * FROM read_json({logs}, format = 'newline_delimited', ignore_errors = true,
+        columns = {{gid: 'VARCHAR', mid: 'VARCHAR', parent: 'VARCHAR', sender: 'VARCHAR', sent_at: 'VARCHAR',
+                   received_at: 'VARCHAR'}})),
+m AS (SELECT gid, mid, NULLIF(parent, '') AS parent, sender, CAST(sent_at AS TIMESTAMPTZ) AS sent
+      FROM (SELECT *, row_number() OVER (PARTITION BY gid, mid ORDER BY received_at) AS copy FROM raw
+            WHERE gid <> '' AND mid <> '' AND sender <> '') WHERE copy = 1),
+roots AS (SELECT c.gid, c.mid FROM m c LEFT JOIN m p ON p.gid = c.gid AND p.mid = c.parent
+          WHERE c.parent IS NULL OR p.mid IS NULL),
+walk(gid, mid, root, depth) AS (
+  SELECT gid, mid, mid, 0 FROM roots
+  UNION ALL
+  SELECT c.gid, c.mid, w.root, w.depth + 1 FROM m c JOIN walk w ON c.gid = w.gid AND c.parent = w.mid)
+SELECT w.gid, w.root, count(*) AS size, max(w.depth) AS depth, count(DISTINCT m.sender) AS participants,
+       epoch(max(m.sent)) - epoch(min(m.sent)) AS duration_s
+FROM walk w JOIN m USING (gid, mid) GROUP BY w.gid, w.root
+) TO '{out}' (FORMAT parquet)
+"""
+
+
+def duckdb_baseline(logs: list[str], out: Path, threads: int = 2) -> dict:
+    """Run DUCKDB_QUERY on `threads` threads (local[2]'s two cores); its summary figures."""
+    import duckdb
+
+    connection = duckdb.connect()
+    connection.execute(f"SET threads TO {threads}")
+    connection.execute(DUCKDB_QUERY.format(logs=repr([str(p) for p in logs]), out=str(out)))
+    threads_count, max_depth, max_size = connection.execute(f"SELECT count(*), max(depth), max(size) FROM '{out}'").fetchone()
+    return {"threads": threads_count, "max_depth": max_depth, "max_thread_size": max_size}
 
 
 def ensure_log(size: int, workdir: Path, seed: int) -> Path:
@@ -94,7 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "bench")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--baseline", choices=("duckdb", "python"), default="duckdb",
+                        help="the single-process yardstick: the DuckDB query (default) or the plain-Python reference")
+    parser.add_argument("--duckdb-only", nargs="+", metavar="LOG",
+                        help="run only the DuckDB query on these logs (for timing it as a whole process) and exit")
     args = parser.parse_args(argv)
+    if args.duckdb_only:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        print(json.dumps(duckdb_baseline(args.duckdb_only, args.workdir / "duckdb_threads.parquet")))
+        return 0
     args.workdir.mkdir(parents=True, exist_ok=True)
 
     ensure_class_archive(args.workdir, args.master, args.seed)
@@ -110,16 +155,23 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary['threads']:,} threads, max depth {summary['max_depth']}, {summary['pointer_jumping_rounds']} jumping rounds; "
               f"1-min load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after", flush=True)
         if not args.no_baseline:
-            base_wall, base_peak, _, output = run_measured([sys.executable, "-c", BASELINE_CODE, str(log_path)])
+            if args.baseline == "duckdb":
+                command = [sys.executable, "-m", "m2mc.app.bench.thread_stats", "--workdir", str(args.workdir), "--duckdb-only", str(log_path)]
+                keys = ("threads", "max_depth", "max_thread_size")
+            else:
+                command = [sys.executable, "-c", BASELINE_CODE, str(log_path)]
+                keys = ("threads", "max_depth", "max_thread_size", "invalid_messages")
+            base_wall, base_peak, _, output = run_measured(command)
             baseline = json.loads(output)
-            agree = all(summary[k] == baseline[k] for k in ("threads", "max_depth", "max_thread_size", "invalid_messages"))
+            agree = all(summary[k] == baseline[k] for k in keys)
             row.update(base_s=base_wall, base_rss=base_peak, agree=agree)
-            print(f"python {size:>10,} messages: {base_wall:7.1f} s, peak RSS {base_peak / 2**30:5.2f} GiB "
-                  f"(single-process baseline; results {'agree' if agree else 'DISAGREE'})", flush=True)
+            print(f"{args.baseline} {size:>10,} messages: {base_wall:7.1f} s, peak RSS {base_peak / 2**30:5.2f} GiB "
+                  f"(single-process baseline; results {'agree' if agree else 'DISAGREE'}); "
+                  f"Spark / {args.baseline} {wall / base_wall:.2f}", flush=True)
         rows.append(row)
 
     print()
-    print("| messages | Spark wall s | Spark CPU s | Spark peak RSS GiB | Python baseline s | baseline peak RSS GiB | Spark / baseline |")
+    print("| messages | Spark wall s | Spark CPU s | Spark peak RSS GiB | baseline s | baseline peak RSS GiB | Spark / baseline |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         base = f"{row['base_s']:.1f} | {row['base_rss'] / 2**30:.2f} | {row['spark_s'] / row['base_s']:.2f}" if "base_s" in row else "- | - | -"
