@@ -61,7 +61,9 @@ def duckdb_baseline(logs: list[str], out: Path, threads: int = 2) -> dict:
     connection = duckdb.connect()
     connection.execute(f"SET threads TO {threads}")
     connection.execute(DUCKDB_QUERY.format(logs=repr([str(p) for p in logs]), out=str(out)))
-    threads_count, max_depth, max_size = connection.execute(f"SELECT count(*), max(depth), max(size) FROM '{out}'").fetchone()
+    row = connection.execute(f"SELECT count(*), max(depth), max(size) FROM '{out}'").fetchone()
+    assert row is not None, "an aggregate query always answers one row"
+    threads_count, max_depth, max_size = row
     return {"threads": threads_count, "max_depth": max_depth, "max_thread_size": max_size}
 
 
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_baseline:
             if args.baseline == "duckdb":
                 command = [sys.executable, "-m", "m2mc.app.bench.thread_stats", "--workdir", str(args.workdir), "--duckdb-only", str(log_path)]
-                keys = ("threads", "max_depth", "max_thread_size")
+                keys: tuple[str, ...] = ("threads", "max_depth", "max_thread_size")
             else:
                 command = [sys.executable, "-c", BASELINE_CODE, str(log_path)]
                 keys = ("threads", "max_depth", "max_thread_size", "invalid_messages")
