@@ -84,6 +84,7 @@ class GroupManager(rules.OperationCalls):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._closed = False
+        self._store_closed = False
         self._background: set[asyncio.Task] = set()
 
     # The core's state, as the callers and tests of this class have always seen it.
@@ -181,6 +182,7 @@ class GroupManager(rules.OperationCalls):
         if self.discovery is not None:
             await self.discovery.close()
         self.network.close()
+        self._store_closed = True  # a flush scheduled by input that came in while closing finds nothing to do
         self.store.close()
         self._kdf_executor.shutdown(wait=False, cancel_futures=True)
 
@@ -503,6 +505,8 @@ class GroupManager(rules.OperationCalls):
     def flush(self) -> None:
         """Persist, then transmit, then notify: everything batched since the last flush."""
         self._flush_scheduled = False
+        if self._store_closed:
+            return
         now = clock.now()
         if self._loop is not None:
             self._last_flush = now

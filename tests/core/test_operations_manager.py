@@ -193,3 +193,14 @@ async def _json_rpc_session(tmp_path):
         assert "deleted" in (await rpc("edit", gid=gid, mid=mid, text="too late"))[1]
     finally:
         peer.manager.store.close()
+
+
+def test_a_flush_scheduled_while_closing_touches_no_closed_store(tmp_path, caplog):
+    """Input that arrives while close() awaits zeroconf schedules a flush; it must find nothing to do."""
+    manager = GroupManager(Config(tmp_path / "m", name="Ann", iface="127.0.0.1", zeroconf=False))
+    gid = manager.create_group("lunch")
+    asyncio.run(manager.close())
+    manager.core.send(gid, "written as the app closed", None, 1.0, 1.0)
+    with caplog.at_level("ERROR"):
+        manager.flush()
+    assert not [r for r in caplog.records if "cannot store" in r.getMessage()], caplog.text
