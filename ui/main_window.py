@@ -476,8 +476,10 @@ class MainWindow(QMainWindow):
     def show_session(self, session: GroupSession | None) -> None:
         if self.current is not None and self.current is not session:
             self.session_controller.save_read_marks()
+        reopened = self.current is session and session is not None
         self.selection.open(session)
-        self.compose_controller.restore_draft(session)
+        if not reopened:  # the same group again: an edit in progress stays
+            self.compose_controller.restore_draft(session)
         self.filter_edit.blockSignals(True)
         self.filter_edit.clear()
         self.filter_edit.blockSignals(False)

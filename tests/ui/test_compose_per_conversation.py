@@ -8,6 +8,7 @@ from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_
 from m2mc.middleware.types import Member
 from m2mc.ui.main_window import MainWindow
 from m2mc.ui.message_model import MessageRole
+from m2mc.ui.state import Draft
 
 GID = ""  # inject_group takes the messages into the group it makes
 
@@ -78,6 +79,8 @@ def test_a_draft_stays_in_its_group_and_comes_back_after_a_restart(qtbot, backen
 
     click_group(qtbot, window, private)
     assert window.compose.toPlainText() == "" and not window.reply_banner.isVisible()
+    click_message(qtbot, window, (ANN.pid, 7))  # "Not a word to Bob!"
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
     qtbot.keyClicks(window.compose, "Cake at 6")
 
     click_group(qtbot, window, lunch)
@@ -104,6 +107,7 @@ def test_a_draft_stays_in_its_group_and_comes_back_after_a_restart(qtbot, backen
     qtbot.waitUntil(lambda: private in sessions and sessions[private].loaded and lunch in sessions)
     click_group(qtbot, again, private)
     assert again.compose.toPlainText() == "Cake at 6\ncandles?"
+    assert again.reply_banner.label.text() == "Replying to Ann: Not a word to Bob!"
     click_group(qtbot, again, lunch)
     assert again.compose.toPlainText() == "" and not again.reply_banner.isVisible()  # sent: no draft left
 
@@ -151,3 +155,16 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     assert type_and_send(qtbot, window, backend, "Booked!")[2] == q2.mid
     assert not window.reply_banner.isVisible()
     assert type_and_send(qtbot, window, backend, "Lunch tomorrow?")[2] is None
+
+
+def test_a_draft_answering_a_message_is_named_in_the_banner_once_the_history_is_in(qtbot, backend):
+    me = Member(backend.pid, backend.name)
+    talk = lunch_conversation(GID)
+    lunch = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                         history=talk).gid
+    settings = {"draft/" + lunch: Draft("It is worth it", talk[3].mid).encode()}  # left by the last run
+    window = make_window(qtbot, backend, settings)
+    window.start()  # the group opens at start, before its history is in
+    qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
+    assert window.compose.toPlainText() == "It is worth it"
+    assert window.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
