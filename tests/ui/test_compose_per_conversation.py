@@ -168,3 +168,28 @@ def test_a_draft_answering_a_message_is_named_in_the_banner_once_the_history_is_
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
     assert window.compose.toPlainText() == "It is worth it"
     assert window.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
+
+
+def test_editing_a_message_does_not_lose_the_draft_typed_before_it(qtbot, window, backend):
+    lunch, _private, talk = two_groups(qtbot, window, backend)
+    click_group(qtbot, window, lunch)
+    type_and_send(qtbot, window, backend, "See you at 12:30")
+    mine = (backend.pid, 1)
+    qtbot.waitUntil(lambda: window.current.tree.message(mine) is not None)
+    click_message(qtbot, window, talk[6].mid)  # Bob: "Lunch at the canteen at 12:30?"
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(window.compose, "Half a thought")
+    edit = next(a for a in window.message_menu(window.current.tree.message(mine)).actions() if a.text() == "Edit")
+    edit.trigger()  # the context menu's Edit
+    assert window.compose.toPlainText() == "See you at 12:30"
+    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)  # give the edit up: the draft is back, target and all
+    assert window.compose.toPlainText() == "Half a thought"
+    assert window.reply_banner.label.text().startswith("Replying to Bob: Lunch at the canteen")
+    edit = next(a for a in window.message_menu(window.current.tree.message(mine)).actions() if a.text() == "Edit")
+    edit.trigger()
+    window.compose.selectAll()
+    qtbot.keyClicks(window.compose, "See you at 13:00")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)  # saved: the draft is back again
+    qtbot.waitUntil(lambda: window.current.tree.message(mine).text == "See you at 13:00")
+    qtbot.waitUntil(lambda: window.compose.toPlainText() == "Half a thought")
+    assert window.reply_banner.label.text().startswith("Replying to Bob: Lunch at the canteen")

@@ -81,13 +81,11 @@ class ComposeController(QObject):
     def keep_draft(self) -> None:
         """Store what the open group's compose box holds (on every change: a crash loses nothing).
 
-        An edit in progress is not a draft: restored without its target it would post the
-        edited text as a new message."""
+        An edit in progress is not a draft (restored without its target it would post the
+        edited text as a new message): the draft typed before it stays stored, and comes back
+        when the edit ends."""
         session = self.selection.session
-        if session is None or self._restoring:
-            return
-        if self.target.edit is not None:
-            self.drafts.put(session.gid, Draft())
+        if session is None or self._restoring or self.target.edit is not None:
             return
         self.drafts.put(session.gid, Draft(self.view.compose.toPlainText(), self.target.reply))
 
@@ -99,15 +97,28 @@ class ComposeController(QObject):
             self.target.open_thread(session.thread.root.message.mid)
         if draft.reply is not None:
             self.target.reply_to(draft.reply)
+        self._show_text(draft.text)
+        self.show_target()
+
+    def _show_text(self, text: str) -> None:
         self._restoring = True
         try:
             compose = self.view.compose
-            if compose.toPlainText() != draft.text:
-                compose.setPlainText(draft.text)
+            if compose.toPlainText() != text:
+                compose.setPlainText(text)
                 compose.moveCursor(compose.textCursor().MoveOperation.End)
         finally:
             self._restoring = False
-        self.show_target()
+
+    def _end_edit(self) -> None:
+        """Back from an edit (saved or given up): the draft typed before it returns."""
+        self.target.edit = None
+        session = self.selection.session
+        draft = self.drafts.get(session.gid) if session is not None else Draft()
+        if self.target.reply is None and not self.target.new_thread:
+            self.target.reply = draft.reply
+        self._show_text(draft.text)
+        self.keep_draft()
 
     # -- the target ----------------------------------------------------------------------------
 
@@ -122,11 +133,13 @@ class ComposeController(QObject):
 
     def reset_target(self) -> None:
         """Esc: forget the chosen target (or edit); the default (the open thread's root) is back."""
-        editing = self.target.edit is not None
-        self.target.reset()
-        if editing:
-            self.view.compose.clear()
-        self.keep_draft()
+        if self.target.edit is not None:  # the draft comes back with its own target
+            self.target.reply = None
+            self.target.new_thread = False
+            self._end_edit()
+        else:
+            self.target.reset()
+            self.keep_draft()
         self.show_target()
 
     def reply_to(self, mid: Mid) -> None:
@@ -149,10 +162,10 @@ class ComposeController(QObject):
 
     def start_new_thread(self) -> None:
         """Forget the reply target (and an edit): the next message starts a thread (✕ or Esc)."""
-        editing = self.target.edit is not None
+        if self.target.edit is not None:
+            self.target.new_thread = True
+            self._end_edit()
         self.target.start_new_thread()
-        if editing:
-            self.view.compose.clear()
         self.keep_draft()
         self.show_target()
         self.view.compose.setFocus()
@@ -174,8 +187,7 @@ class ComposeController(QObject):
 
     def _edited(self, text: str) -> None:
         if self.view.compose.toPlainText() == text:
-            self.target.edit = None
-            self.view.compose.clear()
+            self._end_edit()
             self.show_target()
 
     def _sent(self, gid: str, text: str) -> None:
