@@ -113,7 +113,7 @@ def test_a_draft_stays_in_its_group_and_comes_back_after_a_restart(qtbot, backen
 
 
 def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, window, backend):
-    lunch, _private, talk = two_groups(qtbot, window, backend)
+    lunch, private, talk = two_groups(qtbot, window, backend)
     q1, q2, a3, a4 = talk[0], talk[1], talk[4], talk[5]
     click_group(qtbot, window, lunch)
     click_thread(qtbot, window, q2.mid)  # "Did you visit Chennai?", opened alone
@@ -137,11 +137,19 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     qtbot.mouseClick(window.back_button, Qt.MouseButton.LeftButton)
     click_thread(qtbot, window, q1.mid)
     assert window.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Delhi?"
+    click_group(qtbot, window, private)  # away and back: the thread is still open, and still the target
+    assert not window.reply_banner.isVisible()
+    click_group(qtbot, window, lunch)
+    assert window.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Delhi?"
     assert type_and_send(qtbot, window, backend, "When?")[2] == q1.mid
+    when = (backend.pid, 4)
+    qtbot.waitUntil(lambda: window._view_index(when).isValid())
+    assert window.current.tree.message(when).text == "When?"
 
     # ✕ still starts a thread of its own; Esc brings the thread's root back.
     qtbot.mouseClick(window.reply_banner.close_button, Qt.MouseButton.LeftButton)
     assert window.reply_banner.label.text().startswith("New thread")
+    save_screenshot(window, "thread-new-thread-banner.png")
     qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
     assert window.reply_banner.label.text().startswith("Replying in the thread of Ann: Did you visit Delhi?")
     qtbot.mouseClick(window.reply_banner.close_button, Qt.MouseButton.LeftButton)
