@@ -111,7 +111,8 @@ class MainWindow(QMainWindow):
                                                     self, self.settings, self)
         self.join_controller = JoinController(backend, self.selection, self.session_controller, self, self)
         self.status_controller = StatusController(backend, self.selection, self.session_controller, self, self)
-        self.compose_controller = ComposeController(backend, self.selection, self.compose_target, self, self)
+        self.compose_controller = ComposeController(backend, self.selection, self.compose_target, self, self,
+                                                    settings=self.settings)
         self.discovery.join_requested.connect(self.join_controller.join_group)
         self.discovery.create_requested.connect(self.join_controller.create_group)
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
@@ -285,6 +286,7 @@ class MainWindow(QMainWindow):
         self.reply_banner.cancelled.connect(self.compose_controller.start_new_thread)
         self.compose = ComposeEdit()
         self.compose.submitted.connect(self.compose_controller.send_message)
+        self.compose.textChanged.connect(self.compose_controller.keep_draft)
         self.compose.edit_last_requested.connect(self.compose_controller.edit_last)
         self.send_button = QPushButton(icon("send"), "Send")
         self.send_button.setObjectName("sendButton")
@@ -474,9 +476,10 @@ class MainWindow(QMainWindow):
     def show_session(self, session: GroupSession | None) -> None:
         if self.current is not None and self.current is not session:
             self.session_controller.save_read_marks()
+        reopened = self.current is session and session is not None
         self.selection.open(session)
-        self.compose_target.clear()
-        self.reply_banner.show_target(None)
+        if not reopened:  # the same group again: an edit in progress stays
+            self.compose_controller.restore_draft(session)
         self.filter_edit.blockSignals(True)
         self.filter_edit.clear()
         self.filter_edit.blockSignals(False)
@@ -601,6 +604,7 @@ class MainWindow(QMainWindow):
         if session is not self.current or session.opened or not len(session.tree):
             return
         session.opened = True
+        self.compose_controller.show_target()  # a restored draft's target is known now
         view = self.current_view()
         unread = session.tree.unread_in_arrival_order()
         if not unread:
@@ -929,7 +933,7 @@ class MainWindow(QMainWindow):
             self.filter_edit.clear()
             self.compose.setFocus()
         elif self.compose_target.active:
-            self.compose_controller.start_new_thread()
+            self.compose_controller.reset_target()
         elif self.current is not None and self.current.thread is not None:
             self.close_thread()
         else:
@@ -962,6 +966,7 @@ class MainWindow(QMainWindow):
             self.set_time_ordered(False)
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
         session.thread = ThreadModel(session.tree_model, root_mid, self)
+        self.compose_controller.thread_opened(root_mid)
         self.thread_label.setText(f"Thread: {root.sender_name} — {snippet(root.text, 80)}")
         self._set_view_models()
         self.tree_view.expandAll()
@@ -981,6 +986,7 @@ class MainWindow(QMainWindow):
         root_mid = session.thread.root.message.mid
         session.thread.detach()
         session.thread = None
+        self.compose_controller.thread_closed()
         self._set_view_models()
         self.expand_default(session)
         self.select_message(root_mid)

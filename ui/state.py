@@ -1,5 +1,5 @@
 """What the main window's reader has chosen, without Qt: the open group and selected message, what the
-compose box answers or edits, and how the conversation is filtered.
+compose box answers or edits, how the conversation is filtered, and a draft per group.
 
 The window and its controllers share these objects instead of reading each other's widgets, so the
 rules they hold can be tested without a window (tests/ui/test_view_state.py).
@@ -7,8 +7,9 @@ rules they hold can be tested without a window (tests/ui/test_view_state.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Generic, Iterable, TypeVar
+from typing import Any, Generic, Iterable, TypeVar
 
 from ..middleware.types import ChatMessage, Mid
 
@@ -43,26 +44,125 @@ class ComposeTarget:
     """What the compose box answers (``reply``) or edits (``edit``, an own message).
 
     Selecting a message never changes it: only Reply or Quote sets ``reply``, and
-    starting an edit forgets it.
+    starting an edit forgets it.  With a thread open on its own, its root (``thread``)
+    is where a message goes when nothing else was chosen: typed there, a message stays
+    in view.  ``new_thread`` is the user's ✕ (or Ctrl+N) that overrides that default.
     """
 
     reply: Mid | None = None
     edit: Mid | None = None
+    thread: Mid | None = None
+    new_thread: bool = False
 
     def reply_to(self, mid: Mid) -> None:
         self.reply = mid
+        self.new_thread = False
 
     def start_edit(self, mid: Mid) -> None:
         self.reply = None
         self.edit = mid
 
-    def clear(self) -> None:
+    def start_new_thread(self) -> None:
         self.reply = None
         self.edit = None
+        self.new_thread = True
+
+    def open_thread(self, root: Mid) -> None:
+        """A target chosen in another thread would post out of view: the new root takes over."""
+        self.thread = root
+        self.reply = None
+        self.new_thread = False
+
+    def close_thread(self) -> None:
+        self.thread = None
+        self.new_thread = False
+
+    def sent(self) -> None:
+        """After a message is sent: in an open thread the next one goes to its root again, so a
+        follow-up lands in the thread as in a chat app's thread pane; in the all-threads view
+        the next one starts a thread unless Reply is chosen again."""
+        self.reply = None
+        self.new_thread = False
+
+    def reset(self) -> None:
+        """Forget what was chosen (Esc): back to the default, the open thread's root or a new thread."""
+        self.reply = None
+        self.edit = None
+        self.new_thread = False
+
+    def clear(self) -> None:
+        self.reset()
+        self.thread = None
+
+    @property
+    def parent(self) -> Mid | None:
+        """Where a message sent now goes: the chosen reply, else the open thread's root."""
+        if self.edit is not None or self.new_thread:
+            return None
+        return self.reply if self.reply is not None else self.thread
 
     @property
     def active(self) -> bool:
-        return self.reply is not None or self.edit is not None
+        """Whether the user chose something that Esc would forget."""
+        return self.reply is not None or self.edit is not None or self.new_thread
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Text typed in one group's compose box and not sent yet, and the message it answers."""
+
+    text: str = ""
+    reply: Mid | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.text and self.reply is None
+
+    def encode(self) -> str:
+        """The draft as one settings value (JSON: a mid is ``[pid, seqno]``)."""
+        return json.dumps({"text": self.text, "reply": list(self.reply) if self.reply is not None else None})
+
+    @classmethod
+    def decode(cls, value: object) -> Draft:
+        """The draft ``encode`` wrote; an unreadable value is no draft (a hand-edited settings file)."""
+        try:
+            data = json.loads(str(value))
+            reply = data.get("reply")
+            mid = (str(reply[0]), int(reply[1])) if reply is not None else None
+            return cls(str(data.get("text", "")), mid)
+        except (ValueError, TypeError, AttributeError, IndexError, KeyError):
+            return cls()
+
+
+class Drafts:
+    """One draft per group, so that text half-typed in one group never follows the reader into another.
+
+    ``store`` is where drafts outlive the process: a mapping-like settings object
+    (QSettings in the app, a dict in tests) under ``draft/<gid>``.
+    """
+
+    def __init__(self, store: Any = None) -> None:
+        self.store = store if store is not None else {}
+
+    @staticmethod
+    def key(gid: str) -> str:
+        return f"draft/{gid}"
+
+    def get(self, gid: str) -> Draft:
+        value = self.store.value(self.key(gid), None) if hasattr(self.store, "value") else self.store.get(self.key(gid))
+        return Draft.decode(value) if value else Draft()
+
+    def put(self, gid: str, draft: Draft) -> None:
+        key = self.key(gid)
+        if draft.empty:
+            if hasattr(self.store, "remove"):
+                self.store.remove(key)
+            else:
+                self.store.pop(key, None)
+        elif hasattr(self.store, "setValue"):
+            self.store.setValue(key, draft.encode())
+        else:
+            self.store[key] = draft.encode()
 
 
 class ThreadFilter:

@@ -76,7 +76,7 @@ class ReplyBanner(QFrame):
         self.icon_label.setPixmap(icon("reply").pixmap(16, 16))
         close = QToolButton()
         close.setText("✕")
-        close.setToolTip("Start a new thread instead (Esc)")
+        close.setToolTip("Start a new thread instead")
         close.setAutoRaise(True)
         close.clicked.connect(self.cancelled)
         self.close_button = close
@@ -87,12 +87,22 @@ class ReplyBanner(QFrame):
         layout.addWidget(close)
         self.hide()
 
-    def show_target(self, message: ChatMessage | None) -> None:
-        if message is None:
+    def show_target(self, message: ChatMessage | None, in_thread: bool = False, known: bool = True) -> None:
+        """``in_thread``: the target is the open thread's root, chosen by default, not by the user."""
+        if message is None and known:
             self.label.clear()
             self.hide()
             return
-        self.label.setText(f"Replying to {message.sender_name}: {snippet(message.text, 80)}")
+        if message is None:
+            self.label.setText("Replying to a message not loaded yet")
+        else:
+            where = "Replying in the thread of" if in_thread else "Replying to"
+            self.label.setText(f"{where} {message.sender_name}: {snippet(message.text, 80)}")
+        self.show()
+
+    def show_new_thread(self) -> None:
+        """✕ in an open thread: the next message starts a thread of its own, out of this view."""
+        self.label.setText("New thread (it will not show in this thread; Esc replies here again)")
         self.show()
 
     def show_editing(self, message: ChatMessage) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from m2mc.middleware.types import ChatMessage, Member
 from m2mc.ui.message_tree import MessageTree, Node
-from m2mc.ui.state import ComposeTarget, Selection, ThreadFilter
+from m2mc.ui.state import ComposeTarget, Draft, Drafts, Selection, ThreadFilter
 
 GID = "g-1"
 ANN = Member("a11a" * 8, "Ann")
@@ -45,6 +45,47 @@ def test_editing_forgets_the_reply_target_and_clearing_forgets_both():
     assert (target.reply, target.edit) == ((BOB.pid, 5), (ANN.pid, 2))
     target.clear()
     assert (target.reply, target.edit) == (None, None) and not target.active
+
+
+def test_an_open_thread_is_where_a_message_goes_until_another_target_is_chosen():
+    root, other_root, deep = (ANN.pid, 1), (BOB.pid, 1), (BOB.pid, 3)
+    target = ComposeTarget()
+    target.open_thread(root)
+    assert target.parent == root and not target.active  # the default: Esc does not forget it
+    target.reply_to(deep)
+    assert target.parent == deep and target.active
+    target.sent()  # a follow-up lands in the thread again, not under the old target
+    assert target.parent == root
+    target.reply_to(deep)
+    target.open_thread(other_root)  # a target chosen in one thread is not carried to another
+    assert target.parent == other_root
+    target.start_new_thread()  # ✕ still starts a thread of its own
+    assert target.parent is None and target.active
+    target.reset()  # Esc: back to the default
+    assert target.parent == other_root
+    target.start_edit((ANN.pid, 2))
+    assert target.parent is None  # an edit answers nothing
+    target.reset()
+    target.close_thread()
+    assert target.parent is None
+    target.reply_to(deep)
+    target.sent()  # in the all-threads view the target clears after sending
+    assert target.parent is None and not target.active
+
+
+def test_drafts_are_kept_per_group_and_an_empty_one_is_forgotten():
+    store: dict[str, str] = {}
+    drafts = Drafts(store)
+    drafts.put("g-1", Draft("half a thought", (BOB.pid, 4)))
+    drafts.put("g-2", Draft("other"))
+    assert drafts.get("g-1") == Draft("half a thought", (BOB.pid, 4))
+    assert Drafts(store).get("g-2") == Draft("other")  # what a restart reads back
+    assert drafts.get("g-3") == Draft()
+    drafts.put("g-1", Draft())
+    assert "draft/g-1" not in store and drafts.get("g-1").empty
+    assert drafts.get("g-2") == Draft("other")
+    store["draft/g-4"] = "{not json"  # a hand-edited settings file: no draft, no crash
+    assert drafts.get("g-4") == Draft()
 
 
 # -- the thread filter -------------------------------------------------------------------------

@@ -52,12 +52,14 @@ def test_the_compose_controller_answers_edits_and_sends_through_its_view_alone(q
     qtbot.waitUntil(lambda: view.compose.toPlainText() == "")
     sent = backend.manager.history(gid)[-1]
     assert (sent.text, sent.parent) == ("Count me in too", talk[6].mid)
-    assert target.reply == talk[6].mid  # sending keeps answering the same message
+    assert target.parent is None  # in the all-threads view the next message starts a thread (issue 32)
+    assert not view.reply_banner.label.text()
 
     composer.edit_last()  # Up in the empty box: our last message
     assert (target.reply, target.edit) == (None, talk[-1].mid) and view.compose.toPlainText() == "I'll be late"
     composer.start_new_thread()
-    assert not target.active and view.compose.toPlainText() == "" and view.errors == []
+    assert target.edit is None and target.parent is None
+    assert view.compose.toPlainText() == "" and view.errors == []
 
 
 class FakeSessionsView:

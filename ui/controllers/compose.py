@@ -2,21 +2,23 @@
 (edit, delete, react, pin, the topic).
 
 Selecting a message never changes the reply target; only Reply (hover button, context menu,
-Ctrl+R) or Quote does, and ✕ or Esc clears it.  The compose box is cleared once the middleware
+Ctrl+R) or Quote does, and ✕ or Esc clears it.  With a thread open on its own, a message goes to
+its root unless another target is chosen.  Each group keeps its own draft (text and reply target),
+in the window's settings so that it outlives a restart.  The compose box is cleared once the middleware
 has taken the message, and a refusal is shown above it.  The target itself is a Qt-free
 :class:`~ui.state.ComposeTarget` that the window shares.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel, QLineEdit
 
 from ...middleware.types import ChatMessage, Mid
 from ..bridge import Backend, describe_error
-from ..state import ComposeTarget, Selection
+from ..state import ComposeTarget, Draft, Drafts, Selection
 from ..widgets import ComposeEdit, ReplyBanner
 from .sessions import GroupSession
 
@@ -36,12 +38,14 @@ class ComposeController(QObject):
     """The compose box's target and the calls that write to a group."""
 
     def __init__(self, backend: Backend, selection: Selection[GroupSession], target: ComposeTarget,
-                 view: ComposeView, parent: QObject | None = None) -> None:
+                 view: ComposeView, parent: QObject | None = None, settings: Any = None) -> None:
         super().__init__(parent)
         self.view = view
         self.backend = backend
         self.selection = selection
         self.target = target
+        self.drafts = Drafts(settings)
+        self._restoring = False
 
     @property
     def reply_target(self) -> Mid | None:
@@ -56,13 +60,96 @@ class ComposeController(QObject):
         session = self.selection.session
         return session.tree.message(mid) if session is not None else None
 
+    def show_target(self) -> None:
+        """The banner says where the next message goes (or what it edits)."""
+        banner = self.view.reply_banner
+        if self.target.edit is not None:
+            edited = self._message(self.target.edit)
+            if edited is not None:
+                banner.show_editing(edited)
+                return
+        parent = self.target.parent
+        if parent is not None:
+            banner.show_target(self._message(parent), in_thread=parent == self.target.thread, known=False)
+        elif self.target.new_thread and self.target.thread is not None:
+            banner.show_new_thread()
+        else:
+            banner.show_target(None)
+
+    # -- drafts ------------------------------------------------------------------------------
+
+    def keep_draft(self) -> None:
+        """Store what the open group's compose box holds (on every change: a crash loses nothing).
+
+        An edit in progress is not a draft (restored without its target it would post the
+        edited text as a new message): the draft typed before it stays stored, and comes back
+        when the edit ends."""
+        session = self.selection.session
+        if session is None or self._restoring or self.target.edit is not None:
+            return
+        self.drafts.put(session.gid, Draft(self.view.compose.toPlainText(), self.target.reply))
+
+    def restore_draft(self, session: GroupSession | None) -> None:
+        """Show ``session``'s own draft and target (on opening a group)."""
+        draft = self.drafts.get(session.gid) if session is not None else Draft()
+        self.target.clear()
+        if session is not None and session.thread is not None:
+            self.target.open_thread(session.thread.root.message.mid)
+        if draft.reply is not None:
+            self.target.reply_to(draft.reply)
+        self._show_text(draft.text)
+        self.show_target()
+
+    def _show_text(self, text: str) -> None:
+        self._restoring = True
+        try:
+            compose = self.view.compose
+            if compose.toPlainText() != text:
+                compose.setPlainText(text)
+                compose.moveCursor(compose.textCursor().MoveOperation.End)
+        finally:
+            self._restoring = False
+
+    def _end_edit(self) -> None:
+        """Back from an edit (saved or given up): the draft typed before it returns."""
+        self.target.edit = None
+        session = self.selection.session
+        draft = self.drafts.get(session.gid) if session is not None else Draft()
+        if self.target.reply is None and not self.target.new_thread:
+            self.target.reply = draft.reply
+        self._show_text(draft.text)
+        self.keep_draft()
+
+    # -- the target ----------------------------------------------------------------------------
+
+    def thread_opened(self, root: Mid) -> None:
+        self.target.open_thread(root)
+        self.keep_draft()
+        self.show_target()
+
+    def thread_closed(self) -> None:
+        self.target.close_thread()
+        self.show_target()
+
+    def reset_target(self) -> None:
+        """Esc: forget the chosen target (or edit); the default (the open thread's root) is back."""
+        if self.target.edit is not None:  # the draft comes back with its own target
+            self.target.reply = None
+            self.target.new_thread = False
+            self._end_edit()
+        else:
+            self.target.reset()
+            self.keep_draft()
+        self.show_target()
+
     def reply_to(self, mid: Mid) -> None:
         """Make ``mid`` what the compose box answers (hover button, context menu, Ctrl+R)."""
         message = self._message(mid)
         if message is None:
             return
         self.target.reply_to(mid)
-        self.view.reply_banner.show_target(message)
+        self.keep_draft()
+        self.show_target()
         self.view.compose.setFocus()
 
     def reply_to_selected(self) -> None:
@@ -75,11 +162,12 @@ class ComposeController(QObject):
 
     def start_new_thread(self) -> None:
         """Forget the reply target (and an edit): the next message starts a thread (✕ or Esc)."""
-        editing = self.target.edit is not None
-        self.target.clear()
-        if editing:
-            self.view.compose.clear()
-        self.view.reply_banner.show_target(None)
+        if self.target.edit is not None:
+            self.target.new_thread = True
+            self._end_edit()
+        self.target.start_new_thread()
+        self.keep_draft()
+        self.show_target()
         self.view.compose.setFocus()
 
     def send_message(self) -> None:
@@ -87,25 +175,32 @@ class ComposeController(QObject):
         text = self.view.compose.toPlainText()
         if session is None or not text.strip():
             return
-        parent = self.target.reply
+        parent = self.target.parent
         self.view.compose_error.hide()
         gid, target = session.gid, self.target.edit
         if target is not None:
             self.backend.call(lambda peer: peer.edit(gid, target, text), on_result=lambda _mid: self._edited(text),
                               on_error=self._send_failed)
             return
-        self.backend.call(lambda peer: peer.send(gid, text, parent), on_result=lambda _mid: self._sent(text),
+        self.backend.call(lambda peer: peer.send(gid, text, parent), on_result=lambda _mid: self._sent(gid, text),
                           on_error=self._send_failed)
 
     def _edited(self, text: str) -> None:
         if self.view.compose.toPlainText() == text:
-            self.target.edit = None
-            self.view.compose.clear()
-            self.view.reply_banner.show_target(None)
+            self._end_edit()
+            self.show_target()
 
-    def _sent(self, text: str) -> None:
+    def _sent(self, gid: str, text: str) -> None:
+        session = self.selection.session
+        if session is None or session.gid != gid:
+            # Sent, then the reader moved on before the answer: the stored draft must not post it twice.
+            if self.drafts.get(gid).text == text:
+                self.drafts.put(gid, Draft())
+            return
         if self.view.compose.toPlainText() == text:
+            self.target.sent()
             self.view.compose.clear()
+            self.show_target()
 
     def _send_failed(self, error: Exception) -> None:
         self.view.compose_error.setText(f"Not sent: {describe_error(error)}")
@@ -118,7 +213,7 @@ class ComposeController(QObject):
             return False
         self.target.start_edit(mid)
         compose = self.view.compose
-        self.view.reply_banner.show_editing(message)
+        self.show_target()
         compose.setPlainText(message.text)
         compose.moveCursor(compose.textCursor().MoveOperation.End)
         compose.setFocus()
