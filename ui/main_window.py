@@ -694,6 +694,9 @@ class MainWindow(QMainWindow):
     def fill_members(self) -> None:
         self.status_controller.fill_members()
 
+    def messages_shown(self, mids: list[Mid]) -> None:
+        self.compose_controller.messages_shown(mids)
+
     def _on_alone(self, alone: bool) -> None:
         """Nobody heard of after a while: say why that may be, where the user looks first."""
         if alone:

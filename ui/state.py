@@ -77,11 +77,11 @@ class ComposeTarget:
         self.thread = None
         self.new_thread = False
 
-    def sent(self) -> None:
-        """After a message is sent: in an open thread the next one goes to its root again, so a
-        follow-up lands in the thread as in a chat app's thread pane; in the all-threads view
-        the next one starts a thread unless Reply is chosen again."""
-        self.reply = None
+    def sent(self, mid: Mid) -> None:
+        """After ``mid`` was sent: in an open thread the next message answers it, so a follow-up
+        continues the user's own line of the thread (Slack's thread pane); in the all-threads
+        view the next one starts a thread unless Reply is chosen again."""
+        self.reply = mid if self.thread is not None and not self.new_thread else None
         self.new_thread = False
 
     def reset(self) -> None:

@@ -54,7 +54,10 @@ def test_an_open_thread_is_where_a_message_goes_until_another_target_is_chosen()
     assert target.parent == root and not target.active  # the default: Esc does not forget it
     target.reply_to(deep)
     assert target.parent == deep and target.active
-    target.sent()  # a follow-up lands in the thread again, not under the old target
+    mine = (ANN.pid, 7)
+    target.sent(mine)  # in an open thread the next message follows the user's own reply (Slack)
+    assert target.parent == mine and target.active
+    target.reset()  # Esc: back to the thread's root
     assert target.parent == root
     target.reply_to(deep)
     target.open_thread(other_root)  # a target chosen in one thread is not carried to another
@@ -69,7 +72,7 @@ def test_an_open_thread_is_where_a_message_goes_until_another_target_is_chosen()
     target.close_thread()
     assert target.parent is None
     target.reply_to(deep)
-    target.sent()  # in the all-threads view the target clears after sending
+    target.sent((ANN.pid, 8))  # in the all-threads view the target clears after sending
     assert target.parent is None and not target.active
 
 

@@ -123,13 +123,18 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     mine = (backend.pid, 1)
     qtbot.waitUntil(lambda: window._view_index(mine).isValid())  # in view, not a thread elsewhere
 
-    # Another target in the thread; after sending, the next message goes to the thread's root again.
+    # Another target in the thread; after sending, the next message follows the user's own reply
+    # (Slack's thread pane), and Esc goes back to the thread's root.
     click_message(qtbot, window, a4.mid)
     qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
     assert window.reply_banner.label.text().startswith("Replying to Cat: Noted")
     assert type_and_send(qtbot, window, backend, "Me too")[2] == a4.mid
+    me_too = (backend.pid, 2)
+    qtbot.waitUntil(lambda: window.reply_banner.label.text().endswith(": Me too"))  # once it is shown
+    assert type_and_send(qtbot, window, backend, "And the food?")[2] == me_too
+    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
     assert window.reply_banner.label.text().startswith("Replying in the thread of Ann")
-    assert type_and_send(qtbot, window, backend, "And the food?")[2] == q2.mid
+    assert type_and_send(qtbot, window, backend, "Any bookshops?")[2] == q2.mid
 
     # A target chosen in one thread does not follow the reader into another.
     click_message(qtbot, window, a3.mid)
@@ -142,7 +147,7 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     click_group(qtbot, window, lunch)
     assert window.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Delhi?"
     assert type_and_send(qtbot, window, backend, "When?")[2] == q1.mid
-    when = (backend.pid, 4)
+    when = (backend.pid, 5)
     qtbot.waitUntil(lambda: window._view_index(when).isValid())
     assert window.current.tree.message(when).text == "When?"
 

@@ -76,6 +76,12 @@ class ComposeController(QObject):
         else:
             banner.show_target(None)
 
+    def messages_shown(self, mids: list[Mid]) -> None:
+        """Messages just shown: the banner names its target once that one is in (the user's own
+        reply, which the next message follows, arrives after the send's answer)."""
+        if self.target.parent in mids or self.target.edit in mids:
+            self.show_target()
+
     # -- drafts ------------------------------------------------------------------------------
 
     def keep_draft(self) -> None:
@@ -182,7 +188,7 @@ class ComposeController(QObject):
             self.backend.call(lambda peer: peer.edit(gid, target, text), on_result=lambda _mid: self._edited(text),
                               on_error=self._send_failed)
             return
-        self.backend.call(lambda peer: peer.send(gid, text, parent), on_result=lambda _mid: self._sent(gid, text),
+        self.backend.call(lambda peer: peer.send(gid, text, parent), on_result=lambda mid: self._sent(gid, text, mid),
                           on_error=self._send_failed)
 
     def _edited(self, text: str) -> None:
@@ -190,7 +196,7 @@ class ComposeController(QObject):
             self._end_edit()
             self.show_target()
 
-    def _sent(self, gid: str, text: str) -> None:
+    def _sent(self, gid: str, text: str, mid: Mid) -> None:
         session = self.selection.session
         if session is None or session.gid != gid:
             # Sent, then the reader moved on before the answer: the stored draft must not post it twice.
@@ -198,7 +204,7 @@ class ComposeController(QObject):
                 self.drafts.put(gid, Draft())
             return
         if self.view.compose.toPlainText() == text:
-            self.target.sent()
+            self.target.sent(mid)
             self.view.compose.clear()
             self.show_target()
 
