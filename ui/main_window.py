@@ -65,7 +65,7 @@ from .controllers.joins import JoinController
 from .controllers.sessions import GroupSession, ReaderPlace, SessionController
 from .controllers.status import StatusController
 from .notifier import Notifier
-from .state import ComposeTarget, Selection, ThreadFilter
+from .state import ComposeTarget, PaneFolds, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
@@ -84,6 +84,9 @@ EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
 ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here. Ask a member for an invite, "
                 "or add a peer by address (File menu).")
+# Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
+PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
+MINIMUM_WIDTH = 640
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
 
 
@@ -122,6 +125,7 @@ class MainWindow(QMainWindow):
         self._build_panes()
         self._build_actions()
         self._build_status_bar()
+        self._restore_pane_sizes()
 
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS)
         self._seen_timer.timeout.connect(self.mark_visible_read)
@@ -349,8 +353,11 @@ class MainWindow(QMainWindow):
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([200, 640, 260])
         splitter.setCollapsible(1, False)  # side panes fold away on a small screen; the talk does not
-        self.splitter = splitter
+        self.splitter, self.side_splitter = splitter, side
         self.setCentralWidget(splitter)
+        self.setMinimumWidth(MINIMUM_WIDTH)
+        splitter.splitterMoved.connect(self._save_pane_sizes)
+        side.splitterMoved.connect(self._save_pane_sizes)
 
     def _titled(self, title: str, body: QWidget) -> QWidget:
         pane = QWidget()
@@ -425,11 +432,18 @@ class MainWindow(QMainWindow):
             menu.addAction(action)
 
         menu = self.menuBar().addMenu("&View")
-        for title, pane in (("&Groups pane", self.groups_pane), ("&Threads pane", self.threads_pane),
-                            ("&Members pane", self.members_pane)):
+        self.pane_folds = PaneFolds(PANE_FOLD_WIDTHS)
+        self.pane_toggles: dict[str, QAction] = {}
+        for name, title, pane in (("groups", "&Groups pane", self.groups_pane),
+                                  ("threads", "&Threads pane", self.threads_pane),
+                                  ("members", "&Members pane", self.members_pane)):
             toggle = QAction(title, self, checkable=True, checked=True)
             toggle.toggled.connect(pane.setVisible)
+            toggle.toggled.connect(self._fit_side)
+            # triggered is the reader's choice only; a fold on resize sets the check without it.
+            toggle.triggered.connect(lambda on, name=name: self._pane_chosen(name, on))
             menu.addAction(toggle)
+            self.pane_toggles[name] = toggle
         escape = QAction(self)
         escape.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         escape.triggered.connect(self._escape)
@@ -1073,12 +1087,60 @@ class MainWindow(QMainWindow):
 
     # -- window ----------------------------------------------------------------------------------------
 
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if not hasattr(self, "pane_folds"):
+            return  # a resize before the View menu is built
+        shown = {name: toggle.isChecked() for name, toggle in self.pane_toggles.items()}
+        for name, show in self.pane_folds.resized(event.size().width(), shown).items():
+            self.pane_toggles[name].setChecked(show)
+
+    def _fit_side(self) -> None:
+        # An empty side splitter would keep its width; it goes with its last pane.
+        self.side_splitter.setVisible(self.pane_toggles["threads"].isChecked()
+                                      or self.pane_toggles["members"].isChecked())
+
+    def _pane_chosen(self, name: str, shown: bool) -> None:
+        self.pane_folds.chosen(name, shown, self.width())
+
+    def _setting(self, key: str) -> str | None:
+        value = self.settings.value(key, None) if hasattr(self.settings, "value") else self.settings.get(key)
+        return None if value is None else str(value)
+
+    def _save_pane_sizes(self, *_args) -> None:
+        """Each splitter's sizes, a folded pane keeping the size it had when shown."""
+        for key, splitter in (("window/panes", self.splitter), ("window/side", self.side_splitter)):
+            sizes = splitter.sizes()
+            if not sum(sizes):
+                continue  # not laid out yet
+            kept = self._pane_sizes(key, len(sizes))
+            widths = [size or (kept[i] if kept else 0) for i, size in enumerate(sizes)]
+            value = ",".join(map(str, widths))
+            if hasattr(self.settings, "setValue"):
+                self.settings.setValue(key, value)
+            else:
+                self.settings[key] = value
+
+    def _pane_sizes(self, key: str, count: int) -> list[int] | None:
+        try:
+            sizes = [int(part) for part in (self._setting(key) or "").split(",")]
+        except ValueError:
+            return None  # a hand-edited settings file
+        return sizes if len(sizes) == count and all(size >= 0 for size in sizes) else None
+
+    def _restore_pane_sizes(self) -> None:
+        for key, splitter in (("window/panes", self.splitter), ("window/side", self.side_splitter)):
+            sizes = self._pane_sizes(key, splitter.count())
+            if sizes:
+                splitter.setSizes(sizes)
+
     def changeEvent(self, event) -> None:
         super().changeEvent(event)
         if event.type() == event.Type.ActivationChange and self.isActiveWindow():
             self.schedule_seen()
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        self._save_pane_sizes()
         self.session_controller.save_read_marks()
         self.discovery.close()
         self.warning_log.close()

@@ -204,3 +204,40 @@ class ThreadFilter:
         """The match ``step`` places from ``current`` (from the ends when it is not a match)."""
         position = found.index(current) if current in found else -1 if step > 0 else 0
         return found[(position + step) % len(found)]
+
+
+class PaneFolds:
+    """Which side panes fold away on their own as the window narrows, and which come back as it widens.
+
+    ``limits`` maps a pane's name to the window width below which it folds.  A pane folded here comes
+    back when the window is wide enough again; one the reader closed stays closed.  One the reader
+    reopens on a narrow window stays open until the window shrinks below the width it was reopened at.
+    """
+
+    def __init__(self, limits: dict[str, int]) -> None:
+        self.limits = dict(limits)
+        self.folded: set[str] = set()
+        self.reopened_at: dict[str, int] = {}
+
+    def resized(self, width: int, shown: dict[str, bool]) -> dict[str, bool]:
+        """The panes whose shown state must change at ``width``, given what is ``shown`` now."""
+        changes: dict[str, bool] = {}
+        for name, limit in self.limits.items():
+            if width < limit:
+                if shown[name] and width < self.reopened_at.get(name, limit):
+                    self.folded.add(name)
+                    self.reopened_at.pop(name, None)
+                    changes[name] = False
+            else:
+                self.reopened_at.pop(name, None)
+                if name in self.folded:
+                    self.folded.discard(name)
+                    changes[name] = True
+        return changes
+
+    def chosen(self, name: str, shown: bool, width: int) -> None:
+        """The reader opened or closed ``name`` by hand (the View menu) at window ``width``."""
+        self.folded.discard(name)
+        self.reopened_at.pop(name, None)
+        if shown and width < self.limits[name]:
+            self.reopened_at[name] = width

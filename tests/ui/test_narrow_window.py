@@ -1,0 +1,93 @@
+"""The main window on a small screen (issue 32 item 4): side panes fold on their own, pane sizes hold and are kept.
+
+Real resizes of the real window under the test's Qt platform; screenshots at 800 x 600 and 1400 x 900.
+"""
+
+from conftest import save_screenshot
+from test_main_window import open_lunch
+
+from m2mc.ui.main_window import MainWindow
+
+
+def resize(qtbot, window, width, height=600):
+    window.resize(width, height)
+    qtbot.waitUntil(lambda: window.width() == width)
+    qtbot.wait(20)  # the splitters lay out after the window's resize
+
+
+def shown(window):
+    return {name: pane.isVisible() for name, pane in
+            (("groups", window.groups_pane), ("threads", window.threads_pane), ("members", window.members_pane))}
+
+
+def checked(window):
+    return {name: toggle.isChecked() for name, toggle in window.pane_toggles.items()}
+
+
+def test_side_panes_fold_on_a_narrow_window_and_come_back(qtbot, window, backend):
+    open_lunch(qtbot, window, backend, history=8)
+    resize(qtbot, window, 1400, 900)
+    assert shown(window) == {"groups": True, "threads": True, "members": True}
+    save_screenshot(window, "main-window-1400x900.png")
+
+    resize(qtbot, window, 800)
+    assert shown(window) == checked(window) == {"groups": True, "threads": False, "members": False}
+    assert window.splitter.sizes()[2] == 0  # the talk has the room the side panes had
+    save_screenshot(window, "main-window-800x600.png")
+
+    resize(qtbot, window, 640)
+    assert window.minimumWidth() <= 640 and window.minimumSizeHint().width() <= 640
+    assert window.width() == 640
+    assert shown(window) == checked(window) == {"groups": False, "threads": False, "members": False}
+    assert window.splitter.sizes()[1] == 640
+
+    resize(qtbot, window, 1400, 900)
+    assert shown(window) == checked(window) == {"groups": True, "threads": True, "members": True}
+
+
+def test_a_pane_chosen_by_hand_wins_until_the_window_shrinks_further(qtbot, window, backend):
+    open_lunch(qtbot, window, backend)
+    window.pane_toggles["members"].trigger()  # closed by the reader on a wide window
+    resize(qtbot, window, 800)
+    resize(qtbot, window, 1200)
+    assert not window.members_pane.isVisible()  # it was not folded by the window: it stays closed
+    assert window.threads_pane.isVisible()
+
+    resize(qtbot, window, 900)
+    assert not window.threads_pane.isVisible()
+    window.pane_toggles["threads"].trigger()  # reopened by hand on the narrow window
+    resize(qtbot, window, 920)
+    assert window.threads_pane.isVisible() and window.pane_toggles["threads"].isChecked()
+    resize(qtbot, window, 850)
+    assert not window.threads_pane.isVisible() and not window.pane_toggles["threads"].isChecked()
+
+
+def test_filter_typing_does_not_move_the_panes(qtbot, window, backend):
+    open_lunch(qtbot, window, backend, history=8)
+    for width in (1100, 1000):
+        resize(qtbot, window, width)
+        before = window.splitter.sizes(), window.side_splitter.sizes()
+        qtbot.keyClicks(window.filter_edit, "december")
+        qtbot.wait(20)
+        assert (window.splitter.sizes(), window.side_splitter.sizes()) == before
+        window.filter_edit.clear()
+        qtbot.wait(20)
+        assert (window.splitter.sizes(), window.side_splitter.sizes()) == before
+
+
+def test_pane_sizes_are_remembered_across_windows(qtbot, backend):
+    settings = {}
+    first = MainWindow(backend, settings=settings)
+    qtbot.addWidget(first)
+    first.show()
+    resize(qtbot, first, 1200, 700)
+    first.splitter.setSizes([300, 600, 292])
+    first.side_splitter.setSizes([250, 400])
+    kept = first.splitter.sizes(), first.side_splitter.sizes()
+    first.close()
+
+    second = MainWindow(backend, settings=settings)
+    qtbot.addWidget(second)
+    second.show()
+    resize(qtbot, second, 1200, 700)
+    assert (second.splitter.sizes(), second.side_splitter.sizes()) == kept
