@@ -70,6 +70,7 @@ from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
     ConversationView,
+    ElidedLabel,
     GroupIdRole,
     GroupListDelegate,
     ReplyBanner,
@@ -163,7 +164,7 @@ class MainWindow(QMainWindow):
         assert groups_layout is not None  # _titled gives the pane one
         groups_layout.addWidget(discover_button)
 
-        self.title_label = QLabel()
+        self.title_label = ElidedLabel()
         self.title_label.setObjectName("conversationTitle")
         font = self.title_label.font()
         font.setPointSizeF(font.pointSizeF() * 1.2)

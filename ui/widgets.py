@@ -31,6 +31,28 @@ UnreadCountRole = Qt.ItemDataRole.UserRole + 11
 GroupIdRole = Qt.ItemDataRole.UserRole + 12
 
 
+class ElidedLabel(QLabel):
+    """A one-line label that ends its text with "…" when short of room, instead of widening its pane.
+
+    A plain QLabel's minimum width is its whole text: a long group title held the window above 900 px
+    and made the panes jump whenever the header gained a widget (issue 32).
+    """
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setToolTip(text)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance("M…") * 2, super().minimumSizeHint().height())
+
+    def paintEvent(self, _event) -> None:
+        painter = QPainter(self)
+        room = self.contentsRect()
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, room.width())
+        self.style().drawItemText(painter, room, int(self.alignment()), self.palette(), self.isEnabled(), text,
+                                  self.foregroundRole())
+
+
 class ComposeEdit(QPlainTextEdit):
     """Enter sends, Shift+Enter starts a new line, Up in an empty box edits our last message."""
 

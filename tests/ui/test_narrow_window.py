@@ -3,10 +3,22 @@
 Real resizes of the real window under the test's Qt platform; screenshots at 800 x 600 and 1400 x 900.
 """
 
-from conftest import save_screenshot
+from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
 from test_main_window import open_lunch
 
+from m2mc.middleware.types import Member
 from m2mc.ui.main_window import MainWindow
+
+# A plain label's whole text was its minimum width: this title alone held the window above 900 px.
+LONG_TITLE = "Travel & lunch planning for the whole department, summer outing 2024"
+
+
+def open_long_titled(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group(LONG_TITLE, members=(ANN, BOB, CAT, me), joined=True,
+                                 history=lunch_conversation(""))
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == 8)
 
 
 def resize(qtbot, window, width, height=600):
@@ -25,7 +37,7 @@ def checked(window):
 
 
 def test_side_panes_fold_on_a_narrow_window_and_come_back(qtbot, window, backend):
-    open_lunch(qtbot, window, backend, history=8)
+    open_long_titled(qtbot, window, backend)
     resize(qtbot, window, 1400, 900)
     assert shown(window) == {"groups": True, "threads": True, "members": True}
     save_screenshot(window, "main-window-1400x900.png")
@@ -63,7 +75,7 @@ def test_a_pane_chosen_by_hand_wins_until_the_window_shrinks_further(qtbot, wind
 
 
 def test_filter_typing_does_not_move_the_panes(qtbot, window, backend):
-    open_lunch(qtbot, window, backend, history=8)
+    open_long_titled(qtbot, window, backend)
     for width in (1100, 1000):
         resize(qtbot, window, width)
         before = window.splitter.sizes(), window.side_splitter.sizes()
