@@ -1,5 +1,5 @@
 """What the main window's reader has chosen, without Qt: the open group and selected message, what the
-compose box answers or edits, how the conversation is filtered, and a draft per group.
+compose box answers or edits, how the conversation is filtered, a draft per group, and which panes fold on a narrow window.
 
 The window and its controllers share these objects instead of reading each other's widgets, so the
 rules they hold can be tested without a window (tests/ui/test_view_state.py).

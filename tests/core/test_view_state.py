@@ -1,11 +1,11 @@
-"""The GUI's state without a window or Qt: the selection, the compose box's target, the thread filter
-(ui/state.py), and one group's reply tree with its read state (ui/message_tree.py)."""
+"""The GUI's state without a window or Qt: the selection, the compose box's target, the thread filter, the panes
+that fold on a narrow window (ui/state.py), and one group's reply tree with its read state (ui/message_tree.py)."""
 
 from __future__ import annotations
 
 from m2mc.middleware.types import ChatMessage, Member
 from m2mc.ui.message_tree import MessageTree, Node
-from m2mc.ui.state import ComposeTarget, Draft, Drafts, Selection, ThreadFilter
+from m2mc.ui.state import ComposeTarget, Draft, Drafts, PaneFolds, Selection, ThreadFilter
 
 GID = "g-1"
 ANN = Member("a11a" * 8, "Ann")
@@ -180,3 +180,22 @@ def test_a_reply_waits_for_its_parent_and_the_listener_hears_rows_in_shown_numbe
     assert tree.ancestors(late_reply.mid) == [threads[3].mid, reply.mid]
     assert tree.thread_of(late_reply.mid) == threads[3].mid
     assert isinstance(thread4, Node) and thread4.senders == {ANN.pid: "Ann", BOB.pid: "Bob"}
+
+
+def test_pane_folds_fold_narrow_and_give_back_only_what_they_folded():
+    folds = PaneFolds({"side": 1000})
+    assert folds.resized(1200, {"side": True}) == {}
+    assert folds.resized(900, {"side": True}) == {"side": False}
+    assert folds.resized(1100, {"side": False}) == {"side": True}
+    folds.chosen("side", False, 1100)  # closed by the reader: no window width brings it back
+    assert folds.resized(900, {"side": False}) == {}
+    assert folds.resized(1300, {"side": False}) == {}
+
+
+def test_pane_folds_leave_a_pane_reopened_by_hand_until_the_window_shrinks_further():
+    folds = PaneFolds({"side": 1000})
+    folds.resized(900, {"side": True})
+    folds.chosen("side", True, 900)
+    assert folds.resized(950, {"side": True}) == {}
+    assert folds.resized(900, {"side": True}) == {}
+    assert folds.resized(880, {"side": True}) == {"side": False}
