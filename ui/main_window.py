@@ -1093,7 +1093,10 @@ class MainWindow(QMainWindow):
         if not hasattr(self, "pane_folds"):
             return  # a resize before the View menu is built
         shown = {name: toggle.isChecked() for name, toggle in self.pane_toggles.items()}
-        for name, show in self.pane_folds.resized(event.size().width(), shown).items():
+        changes = self.pane_folds.resized(event.size().width(), shown)
+        if changes:
+            self._save_pane_sizes()  # while the panes about to fold still have their width
+        for name, show in changes.items():
             self.pane_toggles[name].setChecked(show)
 
     def _fit_side(self) -> None:
@@ -1112,8 +1115,8 @@ class MainWindow(QMainWindow):
         """Each splitter's sizes, a folded pane keeping the size it had when shown."""
         for key, splitter in (("window/panes", self.splitter), ("window/side", self.side_splitter)):
             sizes = splitter.sizes()
-            if not sum(sizes):
-                continue  # not laid out yet
+            if splitter.isHidden() or not sum(sizes):
+                continue  # folded, or not laid out yet: the sizes kept stand
             kept = self._pane_sizes(key, len(sizes))
             widths = [size or (kept[i] if kept else 0) for i, size in enumerate(sizes)]
             value = ",".join(map(str, widths))

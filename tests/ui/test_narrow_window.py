@@ -103,3 +103,22 @@ def test_pane_sizes_are_remembered_across_windows(qtbot, backend):
     second.show()
     resize(qtbot, second, 1200, 700)
     assert (second.splitter.sizes(), second.side_splitter.sizes()) == kept
+
+
+def test_pane_sizes_kept_through_a_fold_and_a_new_window(qtbot, backend):
+    settings = {}
+    first = MainWindow(backend, settings=settings)
+    qtbot.addWidget(first)
+    first.show()
+    resize(qtbot, first, 1200, 700)
+    first.side_splitter.setSizes([250, 400])
+    kept = first.side_splitter.sizes()
+    resize(qtbot, first, 640, 700)  # every side pane folds
+    first.close()
+
+    second = MainWindow(backend, settings=settings)
+    qtbot.addWidget(second)
+    second.show()
+    resize(qtbot, second, 1200, 700)
+    assert all(size > 100 for size in second.splitter.sizes())
+    assert second.side_splitter.sizes() == kept
