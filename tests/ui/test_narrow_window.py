@@ -3,6 +3,7 @@
 Real resizes of the real window under the test's Qt platform; screenshots at 800 x 600 and 1400 x 900.
 """
 
+import pytest
 from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
 from test_main_window import open_lunch
 
@@ -87,8 +88,17 @@ def test_filter_typing_does_not_move_the_panes(qtbot, window, backend):
         assert (window.splitter.sizes(), window.side_splitter.sizes()) == before
 
 
-def test_pane_sizes_are_remembered_across_windows(qtbot, backend):
-    settings = {}
+@pytest.fixture(params=["dict", "ini"])
+def settings(request, tmp_path):
+    """A dict (as in other tests) and the app's own kind: a QSettings ini file."""
+    if request.param == "dict":
+        return {}
+    from PySide6.QtCore import QSettings
+
+    return QSettings(str(tmp_path / "gui.ini"), QSettings.Format.IniFormat)
+
+
+def test_pane_sizes_are_remembered_across_windows(qtbot, backend, settings):
     first = MainWindow(backend, settings=settings)
     qtbot.addWidget(first)
     first.show()
