@@ -213,11 +213,6 @@ class GroupManager(rules.OperationCalls):
         """Every peer known by endpoint or heard by multicast (``last_heard`` in seconds ago)."""
         return self.core.peers(clock.now())
 
-    @property
-    def endpoint(self) -> Endpoint | None:
-        """Where this peer receives unicast (for invites), once started."""
-        return self.network.endpoint
-
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
         """A new group; with a passphrase it is private (content sealed with a key derived from it).
 
@@ -404,6 +399,7 @@ class GroupManager(rules.OperationCalls):
             "control_backlog_dropped": self.control_backlog_dropped,
             "unicast_out": getattr(self.network, "unicast_out", 0),
             "broadcast_out": getattr(self.network, "broadcast_out", 0),
+            "send_errors": getattr(self.network, "send_errors", 0),
             "resolves_skipped": self.discovery.resolves_skipped if self.discovery else 0,
         }
 

@@ -77,7 +77,6 @@ class ReachedPeer:
     found_by: str
     proven_at: float
     last_heard: float
-    last_multicast: float | None = None
     unheard_until: float | None = None  # it said our multicast does not reach it; believed until then
     answers: list[float] = field(default_factory=list)  # HELLOs answered within the window
 
@@ -154,8 +153,6 @@ class Reach:
             return
         peer.last_heard = now
         self._peers.move_to_end(pid)
-        if path == "multicast":
-            peer.last_multicast = now
 
     def hello(self, sender: str, hello: wire.Hello, source: Endpoint, now: float) -> None:
         """A HELLO from ``source``, signed by ``sender``."""
@@ -195,20 +192,19 @@ class Reach:
         :data:`MAX_UNICAST_COPIES`): what goes to multicast goes to these by unicast too."""
         out = []
         for peer in reversed(self._peers.values()):
-            if peer.last_multicast is None or now - peer.last_multicast > MULTICAST_FRESH \
-                    or peer.unheard_until is not None and peer.unheard_until > now:
+            if self._gets_copies(peer, now):
                 out.append((peer.pid, peer.endpoint))
                 if len(out) == MAX_UNICAST_COPIES:
                     break
         return out
 
     def path(self, pid: str, now: float) -> str | None:
-        """"multicast" or "unicast" for a peer this one knows how to reach, else None."""
+        """"unicast" for a proven peer that gets unicast copies, "multicast" for one heard by
+        multicast, else None (this peer does not know how to reach it)."""
         peer = self._peers.get(pid)
-        heard = self._multicast_heard.get(pid)
-        if heard is not None and now - heard <= MULTICAST_FRESH:
-            return "multicast"
-        return "unicast" if peer is not None else None
+        if peer is not None and self._gets_copies(peer, now):
+            return "unicast"
+        return None if self._unheard(pid, now) else "multicast"
 
     def peers(self, now: float) -> list[dict]:
         """Every peer known by endpoint or heard by multicast, for the ``peers`` call."""
@@ -223,9 +219,6 @@ class Reach:
                        reached_by=self.path(peer.pid, now), last_heard=max(peer.last_heard,
                                                                             row.get("last_heard", 0.0)))
         return list(rows.values())
-
-    def probing(self) -> list[Candidate]:
-        return list(self._candidates.values())
 
     def peer_list(self, sender: str, peer_list: wire.PeerList, source: Endpoint, now: float) -> None:
         """Peer exchange: taken only from a proven peer, at its endpoint; each entry is probed."""
@@ -288,6 +281,11 @@ class Reach:
 
     # -- internals ----------------------------------------------------------------------
 
+    def _gets_copies(self, peer: ReachedPeer, now: float) -> bool:
+        """Whether what goes to multicast goes to ``peer`` by unicast too: its multicast does not
+        reach this peer, or it said this peer's does not reach it."""
+        return self._unheard(peer.pid, now) or peer.unheard_until is not None and peer.unheard_until > now
+
     def _reports_unheard(self, peer: ReachedPeer, now: float) -> bool:
         return self._unheard(peer.pid, now) and now - peer.proven_at >= REPORT_AFTER
 
@@ -334,7 +332,7 @@ class Reach:
             found_by = old.found_by if old.endpoint == endpoint else found_by
         elif len(self._peers) >= MAX_PEERS:
             self._forget(next(iter(self._peers)))
-        peer = ReachedPeer(pid, name, endpoint, found_by, now, now, self._multicast_heard.get(pid))
+        peer = ReachedPeer(pid, name, endpoint, found_by, now, now)
         self._peers[pid] = peer
         self._peers.move_to_end(pid)
         self._by_endpoint[endpoint] = pid
