@@ -194,9 +194,16 @@ def search_words(text: str) -> Iterator[tuple[int, int, str]]:
 
 
 def fold_word(word: str) -> str:
-    """Lower case, without diacritics (é -> e)."""
-    decomposed = unicodedata.normalize("NFD", word.lower())
-    return unicodedata.normalize("NFC", "".join(c for c in decomposed if unicodedata.category(c) != "Mn"))
+    """Lower case, Latin letters without diacritics (é -> e), as unicode61 folds: it leaves
+    other scripts' marks (ё, ά) in place."""
+    folded = []
+    for char in word:
+        decomposed = unicodedata.normalize("NFD", char.lower())
+        if ord(decomposed[0]) < 0x250 or 0x1E00 <= ord(decomposed[0]) < 0x1F00:  # Latin
+            folded.append("".join(c for c in decomposed if unicodedata.category(c) != "Mn"))
+        else:
+            folded.append(char.lower())
+    return "".join(folded)
 
 
 def plain_match(query: str) -> Callable[[str], list[tuple[int, int]]]:
