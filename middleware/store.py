@@ -90,6 +90,8 @@ CREATE VIRTUAL TABLE message_search USING fts5(
     tokenize = "unicode61 remove_diacritics 2"
 );
 """
+RELEVANCE_WINDOW = 10_000
+"""A search by relevance ranks the newest this many matches (older ones are found by time order)."""
 SEARCH_BUILD_REPORT = 100_000
 """Building the index for an old data dir logs its progress every this many messages."""
 # A segment holds at most this many messages, so finding one message decodes little.
@@ -629,6 +631,15 @@ class Store:
                 args.append(value)
         order = "rowid DESC" if by_time else "rank, rowid DESC"
         try:
+            if not by_time:
+                # Ranking scores every match: a common word's 300,000 take half a second.  Only the
+                # newest RELEVANCE_WINDOW matches are ranked, found first in rowid order (cheap).
+                oldest = self._db.execute(
+                    f"SELECT rowid FROM message_search WHERE {where} ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                    [*args, RELEVANCE_WINDOW - 1]).fetchone()
+                if oldest is not None:
+                    where += " AND rowid >= ?"
+                    args.append(oldest[0])
             rows = self._db.execute(
                 f"SELECT gid, sender, seqno, rowid, sent_at, snippet(message_search, 0, ?, ?, '…', ?) "
                 f"FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
