@@ -257,3 +257,14 @@ def test_thread_method_errors(rpc):
     assert rpc("thread", gid=gid, root="nonsense")["code"] == INVALID_PARAMS
     assert rpc("thread", gid=gid, root=f"{rpc.manager.core.pid}:99")["code"] == APP_ERROR
     assert rpc("thread", gid="unknown", root=f"{rpc.manager.core.pid}:1")["code"] == APP_ERROR
+
+
+def test_relevance_ranks_only_the_newest_matches(tmp_path, monkeypatch):
+    from m2mc.middleware import store as store_module
+    store = Store(tmp_path / "s.db")
+    store.add_messages([ChatMessage("g", ("p", n), None, "n", "word " * (1 + n % 3), NOW, NOW, 0, b"s", b"k")
+                        for n in range(1, 21)])
+    monkeypatch.setattr(store_module, "RELEVANCE_WINDOW", 5)
+    assert {h.order for h in store.search("word", limit=100)} == {16, 17, 18, 19, 20}
+    assert len(store.search("word", limit=100, by_time=True)) == 20
+    store.close()
