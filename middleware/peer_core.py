@@ -327,7 +327,8 @@ class PeerCore:
 
     def _index_current_text(self, gid: str, views: list[ChatMessage]) -> None:
         for view in views:
-            self.store.set_search_text(gid, view.mid, None if view.deleted else view.text)
+            if view.edited or view.deleted:  # reactions and pins leave the text as stored
+                self.store.set_search_text(gid, view.mid, None if view.deleted else view.text)
 
     def _stored(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         return self.store.messages(gid, mids)
