@@ -209,6 +209,8 @@ class JsonRpcPeer:
 
     def search(self, params: dict) -> dict:
         query = _param(params, "query", str)
+        if not query.strip():
+            raise RpcError(INVALID_PARAMS, "empty search query: give at least one word")
         order = params.get("order", "relevance")
         if order not in ("relevance", "time"):
             raise RpcError(INVALID_PARAMS, "invalid parameter 'order' (expected \"relevance\" or \"time\")")

@@ -649,8 +649,8 @@ class Store:
             # FTS5 reports a query it cannot parse as an OperationalError ("fts5: syntax error near
             # ...", "no such column: ..."); the disk's own errors are not of that kind.
             message = str(exc)
-            if "fts5" in message or "no such column" in message or "unterminated" in message \
-                    or "malformed MATCH" in message:
+            if any(sign in message for sign in ("fts5", "no such column", "unterminated", "malformed MATCH",
+                                                "special query")):
                 raise SearchQueryError(message) from None
             raise
         return [SearchHit(g, (s, q), order, sent_at, snippet) for g, s, q, order, sent_at, snippet in rows]

@@ -96,7 +96,7 @@ def test_filters_order_and_offset(store):
 
 
 def test_bad_query_syntax_is_a_search_query_error(store):
-    for query in ['"unclosed', "a AND", "(", "col:umn", "NOT"]:
+    for query in ['"unclosed', "a AND", "(", "col:umn", "NOT", "*"]:
         with pytest.raises(SearchQueryError):
             store.search(query)
 
@@ -214,6 +214,9 @@ def test_search_method_answers_fields_pages_and_thread_roots(rpc):
     ({"query": '"unclosed'}, "bad search query"),
     ({"query": "a:b"}, "bad search query"),
     ({"query": "("}, "bad search query"),
+    ({"query": "*"}, "bad search query"),
+    ({"query": "don't"}, "double quotes"),
+    ({"query": "  "}, "empty search query"),
     ({}, "'query'"),
     ({"query": "x", "order": "random"}, "'order'"),
     ({"query": "x", "limit": 0}, "'limit'"),
