@@ -23,6 +23,7 @@ import math
 import signal
 import sqlite3
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -30,7 +31,8 @@ from ..middleware.manager import Config, GroupManager
 from ..middleware.transport import TransportError
 from ..middleware.events import (Event, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated,
                                  SyncProgress, TopicChanged, WarningRaised)
-from ..middleware.types import UsageError, format_mid, parse_mid
+from ..middleware.store_api import SearchQueryError
+from ..middleware.types import UsageError, format_mid, iso_millis, parse_mid
 
 from .cli import add_common_options, default_data_dir
 
@@ -42,6 +44,12 @@ MAX_LINE_BYTES = 1 << 20  # one request line; a send's 8,000 characters take at 
 MAX_NESTING = 32  # arrays and objects inside each other; our requests need 3
 MAX_BATCH = 1_000  # requests in one batch
 READ_CHUNK = 1 << 16
+MAX_WHOLE_HISTORY = 10_000
+"""'history' without paging parameters answers groups of up to this many stored messages."""
+DEFAULT_HISTORY_PAGE = 50
+MAX_HISTORY_PAGE = 1_000
+DEFAULT_SEARCH_RESULTS = 20
+MAX_SEARCH_RESULTS = 200
 
 
 class RpcError(Exception):
@@ -71,6 +79,8 @@ class JsonRpcPeer:
             "pin": self.pin,
             "set_topic": self.set_topic,
             "history": self.history,
+            "search": self.search,
+            "thread": self.thread,
             "export_log": self.export_log,
             "stats": self.stats,
             "advertise": self.advertise,
@@ -184,7 +194,55 @@ class JsonRpcPeer:
         return {"mid": format_mid(self.running.set_topic(gid, _param(params, "text", str)))}
 
     def history(self, params: dict) -> list:
-        return [message.to_json() for message in self.running.history(_param(params, "gid", str))]
+        gid = _param(params, "gid", str)
+        before, after = _optional_int(params, "before"), _optional_int(params, "after")
+        limit = _optional_int(params, "limit", 1, MAX_HISTORY_PAGE)
+        if before is None and after is None and limit is None:
+            count = self.running.message_count(gid)
+            if count > MAX_WHOLE_HISTORY:
+                raise RpcError(APP_ERROR, f"group {gid} holds {count} messages, more than the {MAX_WHOLE_HISTORY} "
+                                          "'history' returns in one answer: ask for pages with 'before' or 'after' "
+                                          f"(a message's 'order') and 'limit' (at most {MAX_HISTORY_PAGE})")
+            return [message.to_json() for message in self.running.history(gid)]
+        page = self.running.history_page(gid, before, after, DEFAULT_HISTORY_PAGE if limit is None else limit)
+        return [{**message.to_json(), "order": message.order} for message in page]
+
+    def search(self, params: dict) -> dict:
+        query = _param(params, "query", str)
+        if not query.strip():
+            raise RpcError(INVALID_PARAMS, "empty search query: give at least one word")
+        order = params.get("order", "relevance")
+        if order not in ("relevance", "time"):
+            raise RpcError(INVALID_PARAMS, "invalid parameter 'order' (expected \"relevance\" or \"time\")")
+        cursor = _optional_str(params, "cursor")
+        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 9):
+            raise RpcError(INVALID_PARAMS, "invalid parameter 'cursor' (pass back the 'cursor' of a previous answer)")
+        limit = _optional_int(params, "limit", 1, MAX_SEARCH_RESULTS)
+        limit = DEFAULT_SEARCH_RESULTS if limit is None else limit
+        offset = int(cursor) if cursor is not None else 0
+        try:
+            found = self.running.search(
+                query, gid=_optional_str(params, "gid"), sender=_optional_str(params, "sender"),
+                since=_optional_time(params, "since"), until=_optional_time(params, "until"), limit=limit + 1,
+                offset=offset, by_time=order == "time")
+        except SearchQueryError as exc:
+            raise RpcError(INVALID_PARAMS, f"bad search query {query[:200]!r}: {exc} (use words, \"phrases\", "
+                                           "prefix*, AND, OR, NOT; put other characters inside double quotes)") from None
+        results = [{"gid": hit.gid, "mid": format_mid(hit.mid), "sender": hit.mid[0], "sent_at": iso_millis(hit.sent_at),
+                    "order": hit.order, "snippet": hit.snippet, "thread_root": format_mid(root)}
+                   for hit, root in found[:limit]]
+        return {"results": results, "cursor": str(offset + limit) if len(found) > limit else None}
+
+    def thread(self, params: dict) -> list:
+        gid = _param(params, "gid", str)
+        try:
+            root = parse_mid(_param(params, "root", str))
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"bad root: {exc}") from None
+        thread = self.running.thread(gid, root)
+        if not thread:
+            raise RpcError(APP_ERROR, f"no message {format_mid(root)} in group {gid}")
+        return [message.to_json() for message in thread]
 
     def export_log(self, params: dict) -> dict:
         path = _param(params, "path", str)
@@ -304,6 +362,30 @@ def _on_param(params: dict) -> bool:
     if not isinstance(on, bool):
         raise RpcError(INVALID_PARAMS, "invalid parameter 'on' (expected true or false)")
     return on
+
+
+def _optional_int(params: dict, key: str, low: int = 0, high: int = 2**62) -> int | None:
+    value = params.get(key)
+    if value is None:
+        return None
+    if type(value) is not int or not low <= value <= high:
+        raise RpcError(INVALID_PARAMS, f"invalid parameter {key!r} (expected an integer from {low} to {high})")
+    return value
+
+
+def _optional_time(params: dict, key: str) -> int | None:
+    """An ISO-8601 time (as 'sent_at' is written) as ms since the epoch."""
+    value = _optional_str(params, key)
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise RpcError(INVALID_PARAMS, f"invalid parameter {key!r} (expected an ISO-8601 time such as "
+                                       "2026-01-31T09:00:00Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
 
 
 def _optional_str(params: dict, key: str) -> str | None:

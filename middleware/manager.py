@@ -34,6 +34,7 @@ from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
+from .store_api import SearchHit
 from .addresses import Endpoint, GroupAddress
 from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
 from .types import ChatMessage, GroupView, Mid, PassphraseRefused, UsageError, format_mid, iso_millis
@@ -358,6 +359,25 @@ class GroupManager(rules.OperationCalls):
         self.core.known(gid)
         self.flush()
         return self.core.history(gid)
+
+    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
+                     limit: int = 50) -> list[ChatMessage]:
+        self.core.known(gid)
+        self.flush()
+        return self.core.history_page(gid, before, after, limit)
+
+    def message_count(self, gid: str) -> int:
+        return self.core.message_count(gid)
+
+    def search(self, query: str, **filters) -> list[tuple[SearchHit, Mid]]:
+        """PeerCore.search, after a flush (what was just delivered is found)."""
+        self.flush()
+        return self.core.search(query, **filters)
+
+    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
+        self.core.known(gid)
+        self.flush()
+        return self.core.thread(gid, root)
 
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""

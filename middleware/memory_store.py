@@ -19,7 +19,9 @@ from . import wire
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .addresses import Endpoint
-from .store_api import MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, merged_read_marks
+from .chatops import OP_MARKER
+from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit,
+                        merged_read_marks, plain_match)
 from .types import ChatMessage, Mid
 
 _MISSING = object()
@@ -44,6 +46,7 @@ class MemoryStore:
         self._keys: dict[str, bytes] = {}  # pid -> public key, as first stored
         self._conflicts: dict[tuple[str, Mid], tuple[wire.StoredMessage, wire.StoredMessage]] = {}
         self._read_marks: dict[str, list[tuple[int, int]]] = {}
+        self._search_text: dict[tuple[str, Mid], str | None] = {}  # edited (str) or deleted (None)
         self._peer_cache: dict[str, tuple[Endpoint, float]] = {}
         self._undo: list[Callable[[], object]] = []
         self.fail_commits: str | None = None  # a reason: commit raises as on a full disk
@@ -182,7 +185,47 @@ class MemoryStore:
         self._put(self._messages, key, old._replace(parent=message.parent, sender_name=message.name,
                                                     text=message.text, sent_at=message.sent_at,
                                                     signature=message.sig))
+        if (gid, (message.sender, message.seqno)) in self._search_text:  # as the SQLite index: the new text
+            self._put(self._search_text, (gid, (message.sender, message.seqno)), message.text)
         return True
+
+    # -- paging and search: plain scans, with the SQLite store's answers ---------------------
+
+    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
+                     limit: int = 50) -> list[ChatMessage]:
+        rows = [m for m in self.history(gid) if (before is None or m.order < before)
+                and (after is None or m.order > after) and not m.text.startswith(OP_MARKER)]
+        return rows[:limit] if after is not None else rows[-limit:] if limit else []
+
+    def message_count(self, gid: str) -> int:
+        return sum(1 for g, _ in self._delivered if g == gid)
+
+    def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
+               since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
+               by_time: bool = False) -> list[SearchHit]:
+        """A scan of every message: FTS5's words and prefixes, all required; newest first in both
+        orders (the plain scan has no relevance rank)."""
+        matches = plain_match(query)
+        hits = []
+        for message in reversed(self.history(gid)):
+            text = self._search_text.get((message.gid, message.mid), message.text)
+            if text is None or text.startswith(OP_MARKER) or (sender is not None and message.mid[0] != sender) \
+                    or (since is not None and message.shown_at < since) \
+                    or (until is not None and message.shown_at > until):
+                continue
+            spans = matches(text)
+            if spans:
+                snippet, last = "", 0
+                for start, end in spans:
+                    snippet += text[last:start] + MATCH_START + text[start:end] + MATCH_END
+                    last = end
+                hits.append(SearchHit(message.gid, message.mid, message.order, message.shown_at,
+                                      snippet + text[last:]))
+        return hits[offset:offset + limit]
+
+    def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
+        if (gid, mid) in self._messages:
+            self._put(self._search_text, (gid, mid), text)
 
     # -- read marks -----------------------------------------------------------------------
 

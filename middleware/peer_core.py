@@ -43,7 +43,7 @@ from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinU
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import Presence
 from .reach import BROADCAST_GRACE, Reach
-from .store_api import PeerStore
+from .store_api import PeerStore, SearchHit
 from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, TopicChanged,
                      WarningRaised)
 from .types import ChatMessage, GroupView, Mid, UsageError, format_mid
@@ -320,7 +320,15 @@ class PeerCore:
         if ops is None:
             ops = joined.operations = GroupOperations(gid, fetch=functools.partial(self._stored, gid))
             ops.take(self.store.history(gid) if history is None else history)
+            # The index follows edits as they come (_tell), committed with the next batch; redoing
+            # the touched messages here mends what a crash before that commit left behind.
+            self._index_current_text(gid, [ops.view(m) for m in self._stored(gid, list(ops.core.touched_messages()))])
         return ops
+
+    def _index_current_text(self, gid: str, views: list[ChatMessage]) -> None:
+        for view in views:
+            if view.edited or view.deleted:  # reactions and pins leave the text as stored
+                self.store.set_search_text(gid, view.mid, None if view.deleted else view.text)
 
     def _stored(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         return self.store.messages(gid, mids)
@@ -348,6 +356,53 @@ class PeerCore:
         touched = ops.core.touched_messages()  # a 100,000-message history: few messages touched
         return self.by_record(gid, [ops.view(m) if m.mid in touched else m for m in messages
                                     if not m.text.startswith(OP_MARKER)])
+
+    def _shown(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
+        """Stored chat messages as :meth:`history` shows them."""
+        if gid in self.joined:
+            ops = self.ops(gid)
+            messages = [ops.view(m) for m in messages]
+        return self.by_record(gid, messages)
+
+    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
+                     limit: int = 50) -> list[ChatMessage]:
+        """One page of :meth:`history`, by delivery order (PeerStore.history_page)."""
+        self.known(gid)
+        return self._shown(gid, self.store.history_page(gid, before, after, limit))
+
+    def message_count(self, gid: str) -> int:
+        self.known(gid)
+        return self.store.message_count(gid)
+
+    def search(self, query: str, *, gid: str | None = None, sender: str | None = None, since: int | None = None,
+               until: int | None = None, limit: int = 20, offset: int = 0,
+               by_time: bool = False) -> list[tuple[SearchHit, Mid]]:
+        """Messages matching ``query`` (PeerStore.search), each with its thread's root."""
+        if gid is not None:
+            self.known(gid)
+        hits = self.store.search(query, gid=gid, sender=sender, since=since, until=until, limit=limit,
+                                 offset=offset, by_time=by_time)
+        return [(hit, self.thread_root(hit.gid, hit.mid)) for hit in hits]
+
+    def thread_root(self, gid: str, mid: Mid) -> Mid:
+        """The message that starts ``mid``'s thread: up its parents to one that answers none."""
+        root = mid
+        for _ in range(100_000):  # a chain of answers cannot loop (a parent is older), but stay bounded
+            found = self.store.messages(gid, [root])
+            if not found or found[0].parent is None:
+                return root
+            root = found[0].parent
+        return root
+
+    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
+        """``root`` and every answer under it, in delivery order (a parent is delivered before its answers)."""
+        members = {root}
+        thread = []
+        for message in self.history(gid):
+            if message.mid == root or message.parent in members:
+                members.add(message.mid)
+                thread.append(message)
+        return thread
 
     def by_record(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
         """``messages`` with each author's name taken from its member record, never from the message.
@@ -719,7 +774,9 @@ class PeerCore:
             # new: no operation can have reached them yet
             self._events.append(MessagesDelivered(gid, self._shown_new(gid, changes.messages)))
         if changes.updated:
-            updated = self.by_record(gid, [ops.view(m) for m in self._stored(gid, changes.updated)])
+            views = [ops.view(m) for m in self._stored(gid, changes.updated)]
+            self._index_current_text(gid, views)
+            updated = self.by_record(gid, views)
             if updated:
                 self._events.append(MessagesUpdated(gid, updated))
         if changes.topic_changed:

@@ -13,6 +13,7 @@ messages are kept with their writers' signatures so that any member can relay th
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from bisect import bisect_right
@@ -24,11 +25,15 @@ import msgpack
 
 from . import crypto, wire
 from .addresses import Endpoint
+from .chatops import OP_MARKER
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
-from .store_api import MAX_CACHED_PEERS, MAX_READ_RANGES, merged_read_marks
-from .types import ChatMessage, Mid
+from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
+                        SearchQueryError, merged_read_marks)
+from .types import ChatMessage, Mid, shown_sent_at
+
+log = logging.getLogger(__name__)
 
 # Version 2: the messages one flush delivers to a group are stored as one row, a segment
 # (msgpack, in delivery order), with one row per run of consecutive seqnos of a sender
@@ -76,6 +81,19 @@ CREATE TABLE IF NOT EXISTS conflicts (
     PRIMARY KEY (gid, sender, seqno)
 );
 """
+# The full-text index: one row per chat message (operations are not), its rowid the delivery
+# order, its text the current one (edits replace it, deletes remove the row).  It is written
+# with the segment, in the same transaction.  A database without it gets it built on open.
+SEARCH_SCHEMA = """
+CREATE VIRTUAL TABLE message_search USING fts5(
+    text, gid UNINDEXED, sender UNINDEXED, seqno UNINDEXED, sent_at UNINDEXED,
+    tokenize = "unicode61 remove_diacritics 2"
+);
+"""
+RELEVANCE_WINDOW = 10_000
+"""A search by relevance ranks the newest this many matches (older ones are found by time order)."""
+SEARCH_BUILD_REPORT = 100_000
+"""Building the index for an old data dir logs its progress every this many messages."""
 # A segment holds at most this many messages, so finding one message decodes little.
 SEGMENT_MESSAGES = 256
 # Version 1's message table, the step between a version-0 database and segments.
@@ -142,6 +160,7 @@ class Store:
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = _Checkpointer(self.path)
         self._packer = msgpack.Packer(use_bin_type=True)
+        self._indexing = False  # migrations write segments before the index exists: it is built after them
         if self._db.execute("PRAGMA user_version").fetchone()[0] == 2:
             self._migrate_segments()
         self._migrate()
@@ -153,6 +172,9 @@ class Store:
                 self._db.execute(f"ALTER TABLE groups ADD COLUMN {column} {kind}")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._db.commit()
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'message_search'").fetchone():
+            self._build_search_index()
+        self._indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
         self._keys_stored: set[str] = set()
@@ -193,6 +215,32 @@ class Store:
             self._write_segment(segment[0][1], segment[0][0], [r[2:10] for r in segment], [r[10] for r in segment])
         self._db.execute("DROP TABLE messages")
         self._db.commit()
+
+    def _build_search_index(self) -> None:
+        """Index every stored chat message (a data dir from before the index), in one transaction."""
+        total = self._db.execute("SELECT COALESCE(SUM(count), 0) FROM segments").fetchone()[0]
+        if total:
+            log.info("building the search index of %s: %d messages", self.path, total)
+        self._db.execute("BEGIN")
+        self._db.execute(SEARCH_SCHEMA)
+        done = reported = 0
+        for _, gid, first_order, rows in self._segments("1", ()):
+            self._index_rows(gid, first_order, rows)
+            done += len(rows)
+            if done - reported >= SEARCH_BUILD_REPORT:
+                log.info("search index: %d of %d messages", done, total)
+                reported = done
+        self._db.commit()
+        if total:
+            log.info("search index built: %d messages", total)
+
+    def _index_rows(self, gid: str, first_order: int, rows: list) -> None:
+        """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, sent_at,
+        received_at, ...) delivered from ``first_order`` on."""
+        self._db.executemany(
+            "INSERT INTO message_search (rowid, text, gid, sender, seqno, sent_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [(order, row[5], gid, row[0], row[1], shown_sent_at(row[6], row[7]))
+             for order, row in enumerate(rows, first_order) if not row[5].startswith(OP_MARKER)])
 
     def _migrate_segments(self) -> None:
         """Version 2 kept each proof whole inside its segment's rows: write them compactly."""
@@ -387,6 +435,8 @@ class Store:
             (gid, first_order, len(rows), self._packer.pack([rows, crypto.compact_proofs(proofs)])),
         )
         segment = cursor.lastrowid
+        if self._indexing:
+            self._index_rows(gid, first_order, rows)
         seqnos: dict[str, list[int]] = {}
         for row in rows:
             seqnos.setdefault(row[0], []).append(row[1])
@@ -520,7 +570,101 @@ class Store:
         body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
         self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
         self._decoded.pop(segment, None)
+        if not message.text.startswith(OP_MARKER):
+            self.set_search_text(gid, (message.sender, message.seqno), message.text)
         return True
+
+    # -- paging and search ------------------------------------------------------------
+
+    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
+                     limit: int = 50) -> list[ChatMessage]:
+        """Up to ``limit`` of ``gid``'s chat messages between the delivery orders ``after`` and
+        ``before`` (exclusive), in delivery order: the first ones after ``after`` if given, else the
+        last ones.  Segments are read from the near end until the page is full."""
+        keys: dict[str, bytes] = {}
+        backwards = after is None
+        where = "gid = ?"
+        args: list = [gid]
+        if before is not None:
+            where += " AND first_order < ?"
+            args.append(before)
+        if after is not None:
+            where += " AND first_order + count > ?"
+            args.append(after + 1)
+        page: list[ChatMessage] = []
+        for first_order, blob in self._db.execute(
+            f"SELECT first_order, messages FROM segments WHERE {where} ORDER BY segment {'DESC' if backwards else ''}",
+            args,
+        ):
+            rows = [(order, row) for order, row in enumerate(_decode_segment(blob), first_order)
+                    if (before is None or order < before) and (after is None or order > after)
+                    and not row[5].startswith(OP_MARKER)]
+            for order, (s, q, ps, pq, n, t, sa, ra, sig) in reversed(rows) if backwards else rows:
+                if s not in keys:
+                    keys[s] = self._public_key(s)
+                page.append(ChatMessage(gid, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, order, sig,
+                                        keys[s]))
+                if len(page) == limit:
+                    break
+            if len(page) == limit:
+                break
+        return page[::-1] if backwards else page
+
+    def _public_key(self, pid: str) -> bytes:
+        row = self._db.execute("SELECT public_key FROM peer_keys WHERE pid = ?", (pid,)).fetchone()
+        return row[0] if row else b""
+
+    def message_count(self, gid: str) -> int:
+        return self._db.execute("SELECT COALESCE(SUM(count), 0) FROM segments WHERE gid = ?", (gid,)).fetchone()[0]
+
+    def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
+               since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
+               by_time: bool = False) -> list[SearchHit]:
+        """Matches of ``query`` (FTS5 syntax) in the current text of chat messages, best first
+        (FTS5's bm25 rank) or, ``by_time``, newest first."""
+        where = "message_search MATCH ?"
+        args: list = [query]
+        for column, test, value in (("gid", "=", gid), ("sender", "=", sender), ("sent_at", ">=", since),
+                                    ("sent_at", "<=", until)):
+            if value is not None:
+                where += f" AND {column} {test} ?"
+                args.append(value)
+        order = "rowid DESC" if by_time else "rank, rowid DESC"
+        try:
+            if not by_time:
+                # Ranking scores every match: a common word's 300,000 take half a second.  Only the
+                # newest RELEVANCE_WINDOW matches are ranked, found first in rowid order (cheap).
+                oldest = self._db.execute(
+                    f"SELECT rowid FROM message_search WHERE {where} ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                    [*args, RELEVANCE_WINDOW - 1]).fetchone()
+                if oldest is not None:
+                    where += " AND rowid >= ?"
+                    args.append(oldest[0])
+            rows = self._db.execute(
+                f"SELECT gid, sender, seqno, rowid, sent_at, snippet(message_search, 0, ?, ?, '…', ?) "
+                f"FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+                [MATCH_START, MATCH_END, SNIPPET_TOKENS, *args, limit, offset],
+            ).fetchall()
+        except sqlite3.OperationalError as exc:
+            # FTS5 reports a query it cannot parse as an OperationalError ("fts5: syntax error near
+            # ...", "no such column: ..."); the disk's own errors are not of that kind.
+            message = str(exc)
+            if any(sign in message for sign in ("fts5", "no such column", "unterminated", "malformed MATCH",
+                                                "special query")):
+                raise SearchQueryError(message) from None
+            raise
+        return [SearchHit(g, (s, q), order, sent_at, snippet) for g, s, q, order, sent_at, snippet in rows]
+
+    def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
+        found = self._rows_of(gid, [mid])
+        if not found:
+            return
+        order, row = found[0]
+        self._db.execute("DELETE FROM message_search WHERE rowid = ?", (order,))
+        if text is not None:
+            self._db.execute(
+                "INSERT INTO message_search (rowid, text, gid, sender, seqno, sent_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (order, text, gid, row[0], row[1], shown_sent_at(row[6], row[7])))
 
     def group_desc(self, gid: str) -> str:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()

@@ -17,20 +17,43 @@ tests).  The contract, tested against both in ``tests/core/test_store_contract.p
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+import unicodedata
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Protocol
 
 from . import wire
 from .addresses import Endpoint
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
-from .types import ChatMessage, Mid
+from .types import ChatMessage, Mid, UsageError
 
 # Past this many read ranges per group, the oldest gaps count as read.
 MAX_READ_RANGES = 10_000
 
 
 MAX_CACHED_PEERS = 256
+
+# A search snippet marks each matched word with these (control characters never appear in chat text).
+MATCH_START = "\x02"
+MATCH_END = "\x03"
+SNIPPET_TOKENS = 16
+"""Words of context a snippet shows around the matches."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One message a search found: where it is, who wrote it when, and its text around the matches."""
+
+    gid: str
+    mid: Mid
+    order: int
+    sent_at: int  # ms since the epoch, as readers are shown it (ChatMessage.shown_at)
+    snippet: str
+
+
+class SearchQueryError(UsageError):
+    """A search query the index cannot read (bad FTS5 syntax)."""
 
 
 class PeerStore(Protocol):
@@ -92,6 +115,29 @@ class PeerStore(Protocol):
         """Put ``message`` in place of the stored version of its mid; False if none is stored."""
         ...
 
+    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
+                     limit: int = 50) -> list[ChatMessage]:
+        """Up to ``limit`` of ``gid``'s messages (operations left out) in delivery order, those after
+        ``after`` and before ``before`` (delivery orders, both exclusive): the first ones after
+        ``after`` if it is given, else the last ones before ``before`` (or the end)."""
+        ...
+
+    def message_count(self, gid: str) -> int:
+        """Stored messages of ``gid``, operations included."""
+        ...
+
+    def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
+               since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
+               by_time: bool = False) -> list[SearchHit]:
+        """Messages whose current text matches ``query`` (FTS5 syntax: words, "phrases", prefix*,
+        AND/OR/NOT), best first or, ``by_time``, newest first; ``since``/``until`` bound the shown
+        time (ms, inclusive).  SearchQueryError for a query that does not parse."""
+        ...
+
+    def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
+        """The text ``mid`` is found by from now on (an edit's), or None to find it no more (deleted)."""
+        ...
+
     def read_marks(self, gid: str) -> list[tuple[int, int]] | None: ...
 
     def add_read_marks(self, gid: str, ranges: Iterable[tuple[int, int]]) -> None:
@@ -127,3 +173,62 @@ def merged_read_marks(marks: list[tuple[int, int]], ranges: Iterable[tuple[int, 
         keep = result[-(max_ranges - 1):]
         result = RangeSet.from_ranges([(0, keep[0][0] - 1)] + keep).ranges()
     return result
+
+
+def _is_token_char(char: str) -> bool:
+    # SQLite's unicode61: letters, numbers and private-use characters make words
+    return unicodedata.category(char)[0] in "LN" or unicodedata.category(char) == "Co"
+
+
+def search_words(text: str) -> Iterator[tuple[int, int, str]]:
+    """``(start, end, folded word)`` of each word in ``text``, as FTS5's ``unicode61
+    remove_diacritics 2`` cuts and folds them (the plain scan's half of the contract)."""
+    start = None
+    for index, char in enumerate(text + " "):
+        if _is_token_char(char) and index < len(text):
+            if start is None:
+                start = index
+        elif start is not None:
+            yield start, index, fold_word(text[start:index])
+            start = None
+
+
+def fold_word(word: str) -> str:
+    """Lower case, Latin letters without diacritics (é -> e), as unicode61 folds: it leaves
+    other scripts' marks (ё, ά) in place."""
+    folded = []
+    for char in word:
+        decomposed = unicodedata.normalize("NFD", char.lower())
+        if ord(decomposed[0]) < 0x250 or 0x1E00 <= ord(decomposed[0]) < 0x1F00:  # Latin
+            folded.append("".join(c for c in decomposed if unicodedata.category(c) != "Mn"))
+        else:
+            folded.append(char.lower())
+    return "".join(folded)
+
+
+def plain_match(query: str) -> Callable[[str], list[tuple[int, int]]]:
+    """A plain-scan matcher for ``query`` (words, each maybe ending in ``*``, all required: the part of
+    the FTS5 syntax the memory store takes); it returns a text's matched spans, [] if it does not match.
+    SearchQueryError for anything else (phrases, operators, columns)."""
+    terms: list[tuple[str, bool]] = []
+    for part in query.split():
+        prefix = part.endswith("*")
+        body = part[:-1] if prefix else part
+        words = [word for _, _, word in search_words(body)]
+        if len(words) != 1 or body in ("AND", "OR", "NOT", "NEAR") or any(not _is_token_char(c) for c in body):
+            raise SearchQueryError(f"the plain scan takes words and prefix* only, not {part!r}")
+        terms.append((words[0], prefix))
+    if not terms:
+        raise SearchQueryError("an empty query")
+
+    def matches(text: str) -> list[tuple[int, int]]:
+        spans = []
+        found = set()
+        for start, end, word in search_words(text):
+            for index, (term, prefix) in enumerate(terms):
+                if word == term or (prefix and word.startswith(term)):
+                    spans.append((start, end))
+                    found.add(index)
+        return spans if len(found) == len(terms) else []
+
+    return matches

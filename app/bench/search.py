@@ -1,0 +1,176 @@
+"""Search and paging benchmark: a store of many messages in 20 groups, built once, then measured.
+
+Figures (issue 31's targets in brackets):
+  * a history page of 50 from the largest group, at random places [< 20 ms];
+  * search over all groups, p95 of 20 queries of common and rare words [< 100 ms];
+  * delivery throughput (flushes of 90 messages, each committed) with and without the
+    index, in one run, alternating [indexing costs < 10 %];
+  * the index's size on disk against the text's [< 1.5x].
+
+The store is kept at --store (built when absent, reused after), so a second run measures at once.
+
+    python -m m2mc.app.bench.search [--messages 1000000] [--store /tmp/m2mc-search-bench.db]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from pathlib import Path
+
+from ...middleware.store import Store
+from ...middleware.types import ChatMessage
+
+GROUPS = 20
+LARGEST_SHARE = 0.2  # 200,000 of 1,000,000 in the largest group, the rest spread evenly
+FLUSH = 90  # messages per delivery flush, as a busy group's
+SENDERS = 50
+
+
+def vocabulary(rng: random.Random, size: int = 20_000) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyzéèàüöñ"
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(2, 10))) for _ in range(size)]
+
+
+def texts(rng: random.Random, words: list[str]):
+    """Zipf-like talk: a few words very common, most rare; 3 to 25 words a message."""
+    weights = [1 / (rank + 1) for rank in range(len(words))]
+    while True:
+        batch = rng.choices(words, weights, k=50_000)
+        position = 0
+        while position < len(batch) - 25:
+            count = rng.randint(3, 25)
+            yield " ".join(batch[position:position + count])
+            position += count
+
+
+def messages(count: int, rng: random.Random, words: list[str], first_seqno: int = 1, tag: str = ""):
+    """``count`` messages in flushes of FLUSH, each flush to one group."""
+    source = texts(rng, words)
+    now = int(time.time() * 1000)
+    seqnos: dict[tuple[str, str], int] = {}
+    made = 0
+    while made < count:
+        group = 0 if rng.random() < LARGEST_SHARE else rng.randrange(1, GROUPS)
+        gid = f"group-{group}{tag}"
+        flush = []
+        for _ in range(min(FLUSH, count - made)):
+            sender = f"sender-{rng.randrange(SENDERS)}"
+            seqno = seqnos[(gid, sender)] = seqnos.get((gid, sender), first_seqno - 1) + 1
+            flush.append(ChatMessage(gid, (sender, seqno), None, sender, next(source), now + made, now + made,
+                                     0, b"\x01" * 64, b"\x02" * 32))
+            made += 1
+        yield flush
+
+
+def build(path: Path, count: int) -> None:
+    rng = random.Random(31)
+    words = vocabulary(rng)
+    store = Store(path)
+    started = time.perf_counter()
+    for done, flush in enumerate(messages(count, rng, words), 1):
+        store.add_messages(flush)
+        store.commit()
+        if done % 1000 == 0:
+            print(f"  built {done * FLUSH:,} messages in {time.perf_counter() - started:.0f} s", flush=True)
+    store.close()
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def delivery_rate(path: Path, flushes: list[list[ChatMessage]], indexed: bool) -> float:
+    """Messages per second stored by fresh flushes, each committed, with or without the index."""
+    path.unlink(missing_ok=True)
+    store = Store(path)
+    if not indexed:
+        store._indexing = False  # what delivery cost before the index
+    started = time.perf_counter()
+    for flush in flushes:
+        store.add_messages(flush)
+        store.commit()
+    elapsed = time.perf_counter() - started
+    store.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return sum(len(f) for f in flushes) / elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--store", type=Path, default=None, help="default /tmp/m2mc-search-bench-<messages>.db")
+    parser.add_argument("--delivery", type=int, default=50_000, help="messages delivered in each throughput round")
+    args = parser.parse_args(argv)
+    path = args.store or Path(f"/tmp/m2mc-search-bench-{args.messages}.db")
+    if not path.exists():
+        print(f"building {args.messages:,} messages in {GROUPS} groups at {path} (once)", flush=True)
+        build(path, args.messages)
+    store = Store(path)
+    db = store._db
+    sizes = dict(db.execute("SELECT gid, SUM(count) FROM segments GROUP BY gid"))
+    largest = max(sizes, key=lambda gid: sizes[gid])
+    print(f"store: {sum(sizes.values()):,} messages, largest group {sizes[largest]:,}")
+
+    rng = random.Random(7)
+    orders = [row[0] for row in db.execute("SELECT first_order FROM segments WHERE gid = ?", (largest,))]
+    page_times = []
+    for _ in range(100):
+        before = rng.choice(orders) + 1
+        started = time.perf_counter()
+        page = store.history_page(largest, before=before, limit=50)
+        page_times.append((time.perf_counter() - started) * 1000)
+        assert page
+    started = time.perf_counter()
+    store.history_page(largest, limit=50)
+    last_page = (time.perf_counter() - started) * 1000
+    print(f"history page of 50 (largest group, 100 random places): median {statistics.median(page_times):.2f} ms, "
+          f"p95 {percentile(page_times, 0.95):.2f} ms; the last page {last_page:.2f} ms")
+
+    # common words are the vocabulary's first (Zipf), rare ones from its tail
+    words = vocabulary(random.Random(31))
+    queries = words[:10] + words[-10:]
+    for by_time in (False, True):
+        times = []
+        for query in queries:
+            started = time.perf_counter()
+            store.search(f'"{query}"', limit=20, by_time=by_time)
+            times.append((time.perf_counter() - started) * 1000)
+        common, rare = times[:10], times[10:]
+        print(f"search over all groups, {'time' if by_time else 'relevance'} order, 20 queries: "
+              f"p95 {percentile(times, 0.95):.1f} ms, max {max(times):.1f} ms "
+              f"(common words median {statistics.median(common):.1f} ms, rare {statistics.median(rare):.1f} ms)")
+    started = time.perf_counter()
+    store.search(f'"{words[0][:2]}"*', limit=20)
+    print(f"prefix search {words[0][:2]}*: {(time.perf_counter() - started) * 1000:.1f} ms")
+
+    text_bytes = db.execute("SELECT SUM(length(CAST(text AS BLOB))) FROM message_search").fetchone()[0]
+    stat = dict(db.execute("SELECT name, SUM(pgsize) FROM dbstat WHERE name LIKE 'message_search%' GROUP BY name"))
+    index_bytes = sum(size for name, size in stat.items() if name != "message_search_content")
+    content_bytes = stat.get("message_search_content", 0)
+    segments_bytes = db.execute("SELECT SUM(pgsize) FROM dbstat WHERE name = 'segments'").fetchone()[0]
+    print(f"text {text_bytes / 2**20:.1f} MiB; index (terms, doclists, sizes) {index_bytes / 2**20:.1f} MiB "
+          f"= {index_bytes / text_bytes:.2f}x the text; its copy of the text (for snippets) "
+          f"{content_bytes / 2**20:.1f} MiB, index with copy {(index_bytes + content_bytes) / text_bytes:.2f}x; "
+          f"segments (messages as stored) {segments_bytes / 2**20:.1f} MiB")
+    store.close()
+
+    flushes = list(messages(args.delivery, random.Random(11), words, tag="-fresh"))
+    scratch = path.with_name(path.stem + "-delivery.db")
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(3):  # alternating, so the machine's noise falls on both
+        for indexed in (False, True):
+            rates[indexed].append(delivery_rate(scratch, flushes, indexed))
+    without, with_index = max(rates[False]), max(rates[True])
+    print(f"delivery of {args.delivery:,} messages in flushes of {FLUSH}, each committed (best of 3): "
+          f"{without:,.0f}/s without the index, {with_index:,.0f}/s with it: "
+          f"indexing costs {(1 - with_index / without) * 100:.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,273 @@
+"""Full-text search and history pages: the FTS5 index against a plain scan, edits and deletes,
+an old data dir's index built on open, and the m2mc-peer methods ``history``, ``search`` and ``thread``."""
+
+import json
+import logging
+import random
+import sqlite3
+import time
+
+import pytest
+
+from m2mc.app import peer as peer_module
+from m2mc.app.peer import INVALID_PARAMS, APP_ERROR, JsonRpcPeer
+from m2mc.middleware.manager import Config, GroupManager
+from m2mc.middleware.memory_store import MemoryStore
+from m2mc.middleware.store import Store
+from m2mc.middleware.store_api import MATCH_END, MATCH_START, SearchQueryError, fold_word, search_words
+from m2mc.middleware.types import ChatMessage, format_mid
+
+# Latin with and without accents, Cyrillic (ё keeps its mark: unicode61 folds Latin only), Greek, CJK
+VOCABULARY = [
+    "café", "cafe", "CAFÉ", "résumé", "resume", "naïve", "Łódź", "lodz", "Ñandú", "crème", "brûlée", "über",
+    "Straße", "Ørsted", "İstanbul", "façade", "piñata", "ёлка", "Ёлка", "елка", "привет", "мир", "город",
+    "Αθήνα", "θάλασσα", "λόγος", "東京", "北京", "こんにちは", "서울", "مرحبا", "שלום", "apple", "banana",
+    "cherry", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike",
+    "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey",
+]
+NOW = int(time.time() * 1000)
+
+
+def random_messages(rng: random.Random, count: int) -> list[ChatMessage]:
+    messages = []
+    for index in range(count):
+        text = " ".join(rng.choice(VOCABULARY) for _ in range(rng.randint(1, 8)))
+        text += rng.choice(["", ".", "!", ", ok?", " (again)"])
+        messages.append(ChatMessage(f"g{index % 3}", (f"p{index % 5}", index + 1), None, "n", text, NOW + index,
+                                    NOW + index, 0, b"sig", b"key"))
+    return messages
+
+
+def scanned(history: list[ChatMessage], word: str, prefix: bool = False, edits: dict | None = None) -> set:
+    """The mids whose (current) text holds ``word``: the plain scan the index must agree with."""
+    edits = edits or {}
+    term = fold_word(word)
+    found = set()
+    for message in history:
+        text = edits.get(message.mid, message.text)
+        if text is None:
+            continue
+        words = [w for _, _, w in search_words(text)]
+        if any(w == term or (prefix and w.startswith(term)) for w in words):
+            found.add(message.mid)
+    return found
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request, tmp_path):
+    made = Store(tmp_path / "store.db") if request.param == "sqlite" else MemoryStore()
+    yield made
+    made.close()
+
+
+def test_search_finds_what_a_plain_scan_finds_for_50_random_words(store):
+    rng = random.Random(31)
+    store.add_messages(random_messages(rng, 600))
+    store.commit()
+    history = store.history()
+    edits = {}
+    for message in rng.sample(history, 40):  # some edited, some deleted: the index takes the current text
+        edits[message.mid] = None if rng.random() < 0.5 else " ".join(rng.sample(VOCABULARY, 3))
+        store.set_search_text(message.gid, message.mid, edits[message.mid])
+    words = rng.sample(VOCABULARY, 50)
+    assert any(not w.isascii() for w in words) and any(w != fold_word(w) for w in words)
+    for word in words:
+        prefix = word.isascii() and len(word) > 3 and rng.random() < 0.3
+        query = f'"{word[:3]}"*' if prefix else f'"{word}"'
+        if isinstance(store, MemoryStore):
+            query = query.replace('"', "")
+        hits = store.search(query, limit=10_000)
+        expected = scanned(history, word[:3] if prefix else word, prefix, edits)
+        assert {hit.mid for hit in hits} == expected, query
+        assert all(MATCH_START in hit.snippet and MATCH_END in hit.snippet for hit in hits)
+
+
+def test_filters_order_and_offset(store):
+    store.add_messages(random_messages(random.Random(7), 300))
+    all_hits = store.search("apple", limit=1000, by_time=True)
+    assert [h.order for h in all_hits] == sorted((h.order for h in all_hits), reverse=True)
+    assert {h.gid for h in store.search("apple", gid="g1", limit=1000)} == {"g1"}
+    assert {h.mid[0] for h in store.search("apple", sender="p2", limit=1000)} == {"p2"}
+    since = all_hits[len(all_hits) // 2].sent_at
+    assert all(h.sent_at >= since for h in store.search("apple", since=since, limit=1000))
+    assert all(h.sent_at <= since for h in store.search("apple", until=since, limit=1000))
+    pages = store.search("apple", limit=5, by_time=True) + store.search("apple", limit=5, offset=5, by_time=True)
+    assert pages == all_hits[:10]
+
+
+def test_bad_query_syntax_is_a_search_query_error(store):
+    for query in ['"unclosed', "a AND", "(", "col:umn", "NOT", "*"]:
+        with pytest.raises(SearchQueryError):
+            store.search(query)
+
+
+def test_history_pages_in_delivery_order_without_operations(store):
+    messages = random_messages(random.Random(3), 40)
+    messages[5] = messages[5]._replace(text="\x00obg1[]")  # an operation: never a row of a page
+    store.add_messages(messages)
+    chat = [m for m in store.history("g0") if not m.text.startswith("\x00obg1")]
+    assert store.history_page("g0", limit=5) == chat[-5:]
+    assert store.history_page("g0", before=chat[-5].order, limit=5) == chat[-10:-5]
+    assert store.history_page("g0", after=chat[2].order, limit=3) == chat[3:6]
+    assert store.history_page("g0", after=chat[2].order, before=chat[4].order) == chat[3:4]
+    assert store.message_count("g0") == len(store.history("g0"))
+
+
+def test_an_old_data_dir_gets_its_index_built_on_open(tmp_path, caplog):
+    path = tmp_path / "old.db"
+    store = Store(path)
+    store.add_messages(random_messages(random.Random(5), 100))
+    store.commit()
+    expected = {h.mid for h in store.search("apple", limit=1000)}
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE message_search")  # as a data dir written before the index
+    db.commit()
+    db.close()
+    with caplog.at_level(logging.INFO, logger="m2mc.middleware.store"):
+        store = Store(path)
+    assert expected and {h.mid for h in store.search("apple", limit=1000)} == expected
+    assert "search index built: 100 messages" in caplog.text
+    store.close()
+
+
+def test_a_rolled_back_message_is_not_found(tmp_path):
+    store = Store(tmp_path / "s.db")
+    store.add_messages(random_messages(random.Random(1), 1)[:1])
+    store.commit()
+    store.add_messages([ChatMessage("g0", ("p9", 1), None, "n", "zebra", NOW, NOW, 0, b"s", b"k")])
+    assert store.search("zebra")
+    store.rollback()
+    assert not store.search("zebra")  # the index is in the message's transaction
+    store.close()
+
+
+# -- through a GroupManager and m2mc-peer's JSON-RPC ---------------------------------------
+
+
+@pytest.fixture
+def rpc(tmp_path):
+    peer = JsonRpcPeer(lambda line: None)
+    peer.manager = GroupManager(Config(tmp_path / "p", name="Pat", iface="127.0.0.1", zeroconf=False), peer)
+
+    def call(method, **params):
+        answer = peer.handle_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        return answer.get("result", answer.get("error"))
+
+    call.manager = peer.manager
+    call.store_closed = False
+    yield call
+    if not call.store_closed:
+        peer.manager.store.close()
+
+
+def test_edits_and_deletes_show_in_search_at_once_and_after_a_restart(rpc, tmp_path):
+    manager = rpc.manager
+    gid = manager.create_group("search")
+    first = manager.send(gid, "the quarterly numbers", None)
+    second = manager.send(gid, "lunch at noon", None)
+    assert [r["mid"] for r in rpc("search", query="quarterly")["results"]] == [format_mid(first)]
+    manager.edit(gid, first, "the yearly numbers")
+    manager.delete(gid, second)
+    assert rpc("search", query="quarterly")["results"] == []
+    assert [r["mid"] for r in rpc("search", query="yearly")["results"]] == [format_mid(first)]
+    assert rpc("search", query="lunch")["results"] == []
+    manager.flush()
+    manager.store.close()
+    rpc.store_closed = True
+    again = GroupManager(Config(tmp_path / "p", name="Pat", iface="127.0.0.1", zeroconf=False), lambda e: None)
+    try:
+        assert [h.mid for h, _ in again.search("yearly")] == [first]
+        assert again.search("quarterly") == [] and again.search("lunch") == []
+    finally:
+        again.store.close()
+
+
+def test_search_method_answers_fields_pages_and_thread_roots(rpc):
+    manager = rpc.manager
+    gid = manager.create_group("threads")
+    root = manager.send(gid, "where is the café?", None)
+    reply = manager.send(gid, "the cafe is downstairs", root)
+    deeper = manager.send(gid, "which cafe exactly", reply)
+    other = manager.send(gid, "unrelated", None)
+    answer = rpc("search", query="cafe", order="time")
+    assert [r["mid"] for r in answer["results"]] == [format_mid(m) for m in (deeper, reply, root)]
+    first = answer["results"][0]
+    assert set(first) == {"gid", "mid", "sender", "sent_at", "order", "snippet", "thread_root"}
+    assert first["gid"] == gid and first["sender"] == manager.core.pid and first["sent_at"].endswith("Z")
+    assert first["thread_root"] == format_mid(root) and f"{MATCH_START}cafe{MATCH_END}" in first["snippet"]
+    assert answer["cursor"] is None
+    page = rpc("search", query="cafe", order="time", limit=2)
+    assert len(page["results"]) == 2 and page["cursor"] is not None
+    rest = rpc("search", query="cafe", order="time", limit=2, cursor=page["cursor"])
+    assert [r["mid"] for r in page["results"] + rest["results"]] == [r["mid"] for r in answer["results"]]
+    assert rest["cursor"] is None
+    assert rpc("search", query="cafe", gid=gid, sender=manager.core.pid, since="2020-01-01T00:00:00Z",
+               until="2999-01-01T00:00:00Z")["results"]
+    assert rpc("search", query="cafe", until="2020-01-01T00:00:00Z")["results"] == []
+    thread = rpc("thread", gid=gid, root=format_mid(root))
+    assert [m["mid"] for m in thread] == [format_mid(m) for m in (root, reply, deeper)]
+    assert format_mid(other) not in {m["mid"] for m in thread}
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"query": '"unclosed'}, "bad search query"),
+    ({"query": "a:b"}, "bad search query"),
+    ({"query": "("}, "bad search query"),
+    ({"query": "*"}, "bad search query"),
+    ({"query": "don't"}, "double quotes"),
+    ({"query": "  "}, "empty search query"),
+    ({}, "'query'"),
+    ({"query": "x", "order": "random"}, "'order'"),
+    ({"query": "x", "limit": 0}, "'limit'"),
+    ({"query": "x", "limit": True}, "'limit'"),
+    ({"query": "x", "cursor": "-1"}, "'cursor'"),
+    ({"query": "x", "since": "yesterday"}, "'since'"),
+    ({"query": "x", "gid": 5}, "'gid'"),
+])
+def test_bad_search_requests_get_clear_invalid_params_errors(rpc, params, words):
+    rpc.manager.create_group("g")
+    error = rpc("search", **params)
+    assert error["code"] == INVALID_PARAMS and words in error["message"], error
+
+
+def test_search_in_an_unknown_group_is_an_error(rpc):
+    assert rpc("search", query="x", gid="nope")["code"] == APP_ERROR
+
+
+def test_history_pages_and_refuses_a_big_group_whole(rpc, monkeypatch):
+    manager = rpc.manager
+    gid = manager.create_group("paged")
+    mids = [manager.send(gid, f"message {n}", None) for n in range(12)]
+    whole = rpc("history", gid=gid)
+    assert [m["mid"] for m in whole] == [format_mid(m) for m in mids] and "order" not in whole[0]
+    last = rpc("history", gid=gid, limit=5)
+    assert [m["mid"] for m in last] == [format_mid(m) for m in mids[-5:]]
+    before = rpc("history", gid=gid, before=last[0]["order"], limit=5)
+    assert [m["mid"] for m in before] == [format_mid(m) for m in mids[2:7]]
+    after = rpc("history", gid=gid, after=before[-1]["order"], limit=2)
+    assert [m["mid"] for m in after] == [format_mid(m) for m in mids[7:9]]
+    monkeypatch.setattr(peer_module, "MAX_WHOLE_HISTORY", 10)
+    refused = rpc("history", gid=gid)
+    assert refused["code"] == APP_ERROR
+    assert all(word in refused["message"] for word in ("12 messages", "'before'", "'after'", "'limit'"))
+    for bad in ({"limit": 0}, {"limit": 1001}, {"before": "x"}, {"after": -1}, {"before": 1.5}):
+        assert rpc("history", gid=gid, **bad)["code"] == INVALID_PARAMS, bad
+
+
+def test_thread_method_errors(rpc):
+    gid = rpc.manager.create_group("t")
+    assert rpc("thread", gid=gid, root="nonsense")["code"] == INVALID_PARAMS
+    assert rpc("thread", gid=gid, root=f"{rpc.manager.core.pid}:99")["code"] == APP_ERROR
+    assert rpc("thread", gid="unknown", root=f"{rpc.manager.core.pid}:1")["code"] == APP_ERROR
+
+
+def test_relevance_ranks_only_the_newest_matches(tmp_path, monkeypatch):
+    from m2mc.middleware import store as store_module
+    store = Store(tmp_path / "s.db")
+    store.add_messages([ChatMessage("g", ("p", n), None, "n", "word " * (1 + n % 3), NOW, NOW, 0, b"s", b"k")
+                        for n in range(1, 21)])
+    monkeypatch.setattr(store_module, "RELEVANCE_WINDOW", 5)
+    assert {h.order for h in store.search("word", limit=100)} == {16, 17, 18, 19, 20}
+    assert len(store.search("word", limit=100, by_time=True)) == 20
+    store.close()
