@@ -13,6 +13,7 @@ messages are kept with their writers' signatures so that any member can relay th
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import threading
@@ -72,6 +73,7 @@ CREATE TABLE IF NOT EXISTS segments (
     messages BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS segments_by_group ON segments (gid, segment);
+CREATE INDEX IF NOT EXISTS segments_by_order ON segments (first_order);
 CREATE TABLE IF NOT EXISTS segment_runs (
     gid TEXT NOT NULL, sender TEXT NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
     segment INTEGER NOT NULL, PRIMARY KEY (gid, sender, first)
@@ -81,14 +83,24 @@ CREATE TABLE IF NOT EXISTS conflicts (
     PRIMARY KEY (gid, sender, seqno)
 );
 """
-# The full-text index: one row per chat message (operations are not), its rowid the delivery
-# order, its text the current one (edits replace it, deletes remove the row).  It is written
-# with the segment, in the same transaction.  A database without it gets it built on open.
-SEARCH_SCHEMA = """
+# The full-text index: one entry per chat message (operations are not), its rowid the delivery
+# order, over the current text (edits replace it, deletes remove it).  It is written with the
+# segment, in the same transaction.  A database without it gets it built on open.
+# It holds the index alone (content=''): the text stays in the segments, where snippets and
+# results are read from, so it is not stored twice; no per-message sizes (columnsize=0), so a
+# message costs one entry in the terms' doclists and nothing else (bm25 then ranks by how often
+# the words occur, not by the message's length).  automerge=16 merges the index's b-trees less
+# often than the default 4.  Together they halve what indexing adds to storing a message
+# (resources/docs/benchmarks.md).  A contentless index can only forget a text it is handed
+# back, so message_search_changed keeps the indexed text of the few messages whose current text
+# is not their stored one (edited; NULL when deleted).
+SEARCH_TOKENIZER = "unicode61 remove_diacritics 2"
+SEARCH_SCHEMA = f"""
 CREATE VIRTUAL TABLE message_search USING fts5(
-    text, gid UNINDEXED, sender UNINDEXED, seqno UNINDEXED, sent_at UNINDEXED,
-    tokenize = "unicode61 remove_diacritics 2"
+    text, content='', columnsize=0, tokenize = "{SEARCH_TOKENIZER}"
 );
+INSERT INTO message_search (message_search, rank) VALUES ('automerge', 16);
+CREATE TABLE message_search_changed (delivery_order INTEGER PRIMARY KEY, text TEXT);
 """
 RELEVANCE_WINDOW = 10_000
 """A search by relevance ranks the newest this many matches (older ones are found by time order)."""
@@ -145,6 +157,26 @@ def _decode_segment(blob: bytes) -> list[tuple]:
     return [(*row, proof) for row, proof in zip(rows, crypto.expand_proofs(proofs))]
 
 
+class _Snippets:
+    """Snippets of found messages, made by FTS5 itself on a scratch in-memory index of just those
+    messages (the store's index keeps no text to make them from), so the words marked are the
+    ones the query matched, tokenized alike."""
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        self._db.execute(f"CREATE VIRTUAL TABLE hits USING fts5(text, tokenize = \"{SEARCH_TOKENIZER}\")")
+
+    def of(self, query: str, texts: dict[int, str]) -> dict[int, str]:
+        """Each text of ``texts`` (by delivery order) cut around its matches of ``query``, marked."""
+        with self._db:
+            self._db.executemany("INSERT INTO hits (rowid, text) VALUES (?, ?)", texts.items())
+            found = dict(self._db.execute(
+                "SELECT rowid, snippet(hits, 0, ?, ?, '…', ?) FROM hits WHERE hits MATCH ?",
+                (MATCH_START, MATCH_END, SNIPPET_TOKENS, query)))
+            self._db.execute("DELETE FROM hits")
+        return {order: found.get(order, text) for order, text in texts.items()}
+
+
 class Store:
     DECODED_SEGMENTS = 16
 
@@ -172,8 +204,9 @@ class Store:
                 self._db.execute(f"ALTER TABLE groups ADD COLUMN {column} {kind}")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._db.commit()
-        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'message_search'").fetchone():
-            self._build_search_index()
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"message_search", "message_search_changed"} <= tables:
+            self._build_search_index()  # no index, or one that kept a copy of the text
         self._indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
@@ -181,6 +214,9 @@ class Store:
         # Per (gid, sender), the seqnos stored: a message delivered twice is kept once.
         self._stored: dict[tuple[str, str], RangeSet] = {}
         self._decoded: OrderedDict[int, list] = OrderedDict()  # segment -> rows, most recent last
+        self._snippets = _Snippets()
+        self._db.create_function("search_sender", 1, functools.partial(self._search_column, 0), deterministic=True)
+        self._db.create_function("search_sent_at", 1, functools.partial(self._search_column, 1), deterministic=True)
 
     def _migrate(self) -> None:
         """Bring a version-0 or version-1 database (a row per message) to the current schema."""
@@ -222,10 +258,13 @@ class Store:
         if total:
             log.info("building the search index of %s: %d messages", self.path, total)
         self._db.execute("BEGIN")
-        self._db.execute(SEARCH_SCHEMA)
+        self._db.execute("DROP TABLE IF EXISTS message_search")
+        self._db.execute("DROP TABLE IF EXISTS message_search_changed")
+        for statement in SEARCH_SCHEMA.split(";")[:-1]:
+            self._db.execute(statement)
         done = reported = 0
         for _, gid, first_order, rows in self._segments("1", ()):
-            self._index_rows(gid, first_order, rows)
+            self._index_rows(first_order, rows)
             done += len(rows)
             if done - reported >= SEARCH_BUILD_REPORT:
                 log.info("search index: %d of %d messages", done, total)
@@ -234,13 +273,12 @@ class Store:
         if total:
             log.info("search index built: %d messages", total)
 
-    def _index_rows(self, gid: str, first_order: int, rows: list) -> None:
-        """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, sent_at,
-        received_at, ...) delivered from ``first_order`` on."""
-        self._db.executemany(
-            "INSERT INTO message_search (rowid, text, gid, sender, seqno, sent_at) VALUES (?, ?, ?, ?, ?, ?)",
-            [(order, row[5], gid, row[0], row[1], shown_sent_at(row[6], row[7]))
-             for order, row in enumerate(rows, first_order) if not row[5].startswith(OP_MARKER)])
+    def _index_rows(self, first_order: int, rows: list) -> None:
+        """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, ...)
+        delivered from ``first_order`` on."""
+        self._db.executemany("INSERT INTO message_search (rowid, text) VALUES (?, ?)",
+                             [(order, row[5]) for order, row in enumerate(rows, first_order)
+                              if not row[5].startswith(OP_MARKER)])
 
     def _migrate_segments(self) -> None:
         """Version 2 kept each proof whole inside its segment's rows: write them compactly."""
@@ -436,7 +474,7 @@ class Store:
         )
         segment = cursor.lastrowid
         if self._indexing:
-            self._index_rows(gid, first_order, rows)
+            self._index_rows(first_order, rows)
         seqnos: dict[str, list[int]] = {}
         for row in rows:
             seqnos.setdefault(row[0], []).append(row[1])
@@ -562,6 +600,11 @@ class Store:
             return False
         segment = located[0][1]
         rows = [list(row) for row in self._segment_rows(segment)]
+        (first_order,) = self._db.execute("SELECT first_order FROM segments WHERE segment = ?", (segment,)).fetchone()
+        for order, row in enumerate(rows, first_order):
+            if (row[0], row[1]) == (message.sender, message.seqno):
+                self._reindex(order, self._indexed_text(order, row[5]),
+                              None if message.text.startswith(OP_MARKER) else message.text, message.text)
         for row in rows:
             if (row[0], row[1]) == (message.sender, message.seqno):
                 parent_sender, parent_seqno = message.parent or (None, None)
@@ -570,8 +613,6 @@ class Store:
         body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
         self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
         self._decoded.pop(segment, None)
-        if not message.text.startswith(OP_MARKER):
-            self.set_search_text(gid, (message.sender, message.seqno), message.text)
         return True
 
     # -- paging and search ------------------------------------------------------------
@@ -624,10 +665,14 @@ class Store:
         (FTS5's bm25 rank) or, ``by_time``, newest first."""
         where = "message_search MATCH ?"
         args: list = [query]
-        for column, test, value in (("gid", "=", gid), ("sender", "=", sender), ("sent_at", ">=", since),
-                                    ("sent_at", "<=", until)):
+        # The index holds no column but the text: a match's group is its segment's, found by
+        # delivery order; sender and time are read from the segment (a decode per segment touched).
+        for test, value in (("(SELECT gid FROM segments WHERE first_order <= message_search.rowid "
+                             "ORDER BY first_order DESC LIMIT 1) = ?", gid),
+                            ("search_sender(rowid) = ?", sender), ("search_sent_at(rowid) >= ?", since),
+                            ("search_sent_at(rowid) <= ?", until)):
             if value is not None:
-                where += f" AND {column} {test} ?"
+                where += f" AND {test}"
                 args.append(value)
         order = "rowid DESC" if by_time else "rank, rowid DESC"
         try:
@@ -640,11 +685,9 @@ class Store:
                 if oldest is not None:
                     where += " AND rowid >= ?"
                     args.append(oldest[0])
-            rows = self._db.execute(
-                f"SELECT gid, sender, seqno, rowid, sent_at, snippet(message_search, 0, ?, ?, '…', ?) "
-                f"FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
-                [MATCH_START, MATCH_END, SNIPPET_TOKENS, *args, limit, offset],
-            ).fetchall()
+            orders = [row[0] for row in self._db.execute(
+                f"SELECT rowid FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+                [*args, limit, offset])]
         except sqlite3.OperationalError as exc:
             # FTS5 reports a query it cannot parse as an OperationalError ("fts5: syntax error near
             # ...", "no such column: ..."); the disk's own errors are not of that kind.
@@ -653,18 +696,57 @@ class Store:
                                                 "special query")):
                 raise SearchQueryError(message) from None
             raise
-        return [SearchHit(g, (s, q), order, sent_at, snippet) for g, s, q, order, sent_at, snippet in rows]
+        found = [(order, self._message_at(order)) for order in orders]
+        messages = {order: (at[0], at[1], self._indexed_text(order, at[1][5])) for order, at in found if at}
+        snippets = self._snippets.of(query, {order: text or "" for order, (_, _, text) in messages.items()})
+        return [SearchHit(g, (row[0], row[1]), order, shown_sent_at(row[6], row[7]), snippets[order])
+                for order, (g, row, _) in messages.items()]
+
+    def _message_at(self, order: int) -> tuple[str, tuple] | None:
+        """(gid, row) of the message delivered as ``order``."""
+        found = self._db.execute("SELECT segment, gid, first_order FROM segments WHERE first_order <= ? "
+                                 "ORDER BY first_order DESC LIMIT 1", (order,)).fetchone()
+        if found is None:
+            return None
+        segment, gid, first_order = found
+        rows = self._segment_rows(segment)
+        return (gid, rows[order - first_order]) if order - first_order < len(rows) else None
+
+    def _search_column(self, index: int, order: int):
+        found = self._message_at(order)
+        if found is None:
+            return None
+        row = found[1]
+        return row[0] if index == 0 else shown_sent_at(row[6], row[7])
+
+    def _indexed_text(self, order: int, stored_text: str) -> str | None:
+        """The text the index holds for the message delivered as ``order``, stored as ``stored_text``."""
+        changed = self._db.execute("SELECT text FROM message_search_changed WHERE delivery_order = ?",
+                                   (order,)).fetchone()
+        if changed is not None:
+            return changed[0]
+        return None if stored_text.startswith(OP_MARKER) else stored_text
+
+    def _reindex(self, order: int, old: str | None, new: str | None, stored_text: str) -> None:
+        """Index ``new`` (None: nothing) for ``order`` in place of ``old``, what the index holds."""
+        if old == new:
+            return
+        if old is not None:
+            self._db.execute("INSERT INTO message_search (message_search, rowid, text) VALUES ('delete', ?, ?)",
+                             (order, old))
+        if new is not None:
+            self._db.execute("INSERT INTO message_search (rowid, text) VALUES (?, ?)", (order, new))
+        if new == (None if stored_text.startswith(OP_MARKER) else stored_text):
+            self._db.execute("DELETE FROM message_search_changed WHERE delivery_order = ?", (order,))
+        else:
+            self._db.execute("INSERT OR REPLACE INTO message_search_changed VALUES (?, ?)", (order, new))
 
     def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
         found = self._rows_of(gid, [mid])
         if not found:
             return
         order, row = found[0]
-        self._db.execute("DELETE FROM message_search WHERE rowid = ?", (order,))
-        if text is not None:
-            self._db.execute(
-                "INSERT INTO message_search (rowid, text, gid, sender, seqno, sent_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (order, text, gid, row[0], row[1], shown_sent_at(row[6], row[7])))
+        self._reindex(order, self._indexed_text(order, row[5]), text, row[5])
 
     def group_desc(self, gid: str) -> str:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()

@@ -1,6 +1,7 @@
 """Full-text search and history pages: the FTS5 index against a plain scan, edits and deletes,
 an old data dir's index built on open, and the m2mc-peer methods ``history``, ``search`` and ``thread``."""
 
+import dataclasses
 import json
 import logging
 import random
@@ -122,6 +123,7 @@ def test_an_old_data_dir_gets_its_index_built_on_open(tmp_path, caplog):
     store.close()
     db = sqlite3.connect(path)
     db.execute("DROP TABLE message_search")  # as a data dir written before the index
+    db.execute("DROP TABLE message_search_changed")
     db.commit()
     db.close()
     with caplog.at_level(logging.INFO, logger="m2mc.middleware.store"):
@@ -129,6 +131,50 @@ def test_an_old_data_dir_gets_its_index_built_on_open(tmp_path, caplog):
     assert expected and {h.mid for h in store.search("apple", limit=1000)} == expected
     assert "search index built: 100 messages" in caplog.text
     store.close()
+
+
+def test_the_index_forgets_every_text_it_held_through_edits_replays_and_replacements(tmp_path):
+    # The index keeps no copy of the text (contentless): forgetting a text means handing it back,
+    # so the store must always know which text it indexed, whatever came before.
+    store = Store(tmp_path / "s.db")
+    message = ChatMessage("g0", ("p1", 1), None, "n", "alpha", NOW, NOW, 0, b"s", b"k")
+    store.add_messages([message])
+    for text in ["bravo", "bravo", "charlie", None, None, "delta"]:  # a replayed edit, a replayed delete
+        store.set_search_text("g0", message.mid, text)
+    store.commit()
+    assert [h.mid for h in store.search("delta")] == [message.mid]
+    assert not any(store.search(word) for word in ("alpha", "bravo", "charlie"))
+    store.set_search_text("g0", message.mid, "alpha")  # back to the stored text
+    assert store.search("alpha") and not store.search("delta")
+    store.replace_message("g0", dataclasses.replace(store.fetch("g0", [message.mid])[0], text="echo"))
+    assert store.search("echo") and not store.search("alpha")
+    store.close()
+    store = Store(tmp_path / "s.db")
+    assert store.search("echo") and not store.search("alpha")
+    assert store.search("echo")[0].snippet == f"{MATCH_START}echo{MATCH_END}"
+    store.close()
+
+
+def test_the_index_holds_no_copy_of_the_text_and_an_index_that_did_is_rebuilt(tmp_path):
+    path = tmp_path / "old.db"
+    store = Store(path)
+    store.add_messages(random_messages(random.Random(5), 100))
+    store.commit()
+    expected = {h.mid for h in store.search("apple", limit=1000)}
+    store.close()
+    db = sqlite3.connect(path)
+    assert not db.execute("SELECT name FROM sqlite_master WHERE name = 'message_search_content'").fetchall()
+    db.execute("DROP TABLE message_search")
+    db.execute("DROP TABLE message_search_changed")
+    db.execute("CREATE VIRTUAL TABLE message_search USING fts5(text, gid UNINDEXED)")  # as an earlier branch's
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert expected and {h.mid for h in store.search("apple", limit=1000)} == expected
+    store.close()
+    db = sqlite3.connect(path)
+    assert not db.execute("SELECT name FROM sqlite_master WHERE name = 'message_search_content'").fetchall()
+    db.close()
 
 
 def test_a_rolled_back_message_is_not_found(tmp_path):
