@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..middleware.addresses import Endpoint
+from ..middleware.store_api import SearchHit
 from ..middleware.types import ChatMessage, GroupView, Mid
 
 
@@ -74,6 +75,8 @@ class Peer(Protocol):
     def peers(self) -> list[dict]: ...
 
     def reached_directly(self, gid: str) -> list[str]: ...
+
+    def search(self, query: str, *, limit: int = 20) -> list[tuple[SearchHit, Mid]]: ...
 
 
 # -- what crosses back to the GUI thread besides the middleware's events (middleware.events) -----

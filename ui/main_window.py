@@ -59,6 +59,7 @@ from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, snippet
 from .dialogs import (WarningLogWindow, parse_message_link, show_about)
 from .discovery_window import DiscoveryWindow
+from .search_window import SearchWindow
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
 from .controllers.joins import JoinController
@@ -122,6 +123,7 @@ class MainWindow(QMainWindow):
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
         self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
         self.discovery.alone_changed.connect(self._on_alone)
+        self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message)
 
         self._build_panes()
         self._build_actions()
@@ -421,6 +423,7 @@ class MainWindow(QMainWindow):
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.session_controller.next_unread, "unread")
         self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.session_controller.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
+        self.search_action = self._action("Search &everywhere…", "Ctrl+Shift+F", self.search_window.show_search, "search")
         self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
         self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
                                         "timeline", checkable=True)
@@ -428,7 +431,7 @@ class MainWindow(QMainWindow):
         collapse = self._action("C&ollapse all", None, self.tree_view.collapseAll)
         for action in (self.send_action, self.reply_action, self.new_thread_action, self.next_unread_action,
                        self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
-                       self.time_action, self.back_action, expand, collapse, self.notify_action,
+                       self.search_action, self.time_action, self.back_action, expand, collapse, self.notify_action,
                        self.warnings_action):
             menu.addAction(action)
 
@@ -1051,14 +1054,24 @@ class MainWindow(QMainWindow):
         if target is None:
             QDesktopServices.openUrl(QUrl(url))
             return
-        gid, mid = target
-        if gid not in self.session_controller.sessions:
+        self.show_message(*target)
+
+    def show_message(self, gid: str, mid: Mid) -> bool:
+        """Open ``mid`` in its thread, in view and selected, whichever group is shown (message links,
+        search results)."""
+        session = self.session_controller.sessions.get(gid)
+        if session is None:
             self.status_controller.show_error("That message is in a group you have not joined.")
-            return
-        if self.current is None or self.current.gid != gid:
+            return False
+        if self.current is not session:
             self.select_group(gid)
-        if not self.select_message(mid):
+        root = session.tree.thread_of(mid) if self.current is session else None
+        if root is None or not self.open_thread(root) or not self.select_message(mid):
             self.status_controller.show_error("That message has not reached this peer (yet).")
+            return False
+        self.raise_()
+        self.activateWindow()
+        return True
 
     # -- settings and invites -------------------------------------------------------------------
 
@@ -1147,6 +1160,7 @@ class MainWindow(QMainWindow):
         self._save_pane_sizes()
         self.session_controller.save_read_marks()
         self.discovery.close()
+        self.search_window.close()
         self.warning_log.close()
         super().closeEvent(event)
 

@@ -39,6 +39,7 @@ from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
+from ..middleware.store_api import SearchHit
 from ..middleware.types import ChatMessage, GroupView, Member, Mid
 
 from .backend import Peer
@@ -256,6 +257,9 @@ class MemoryManager(rules.OperationCalls):
 
     def presence_of(self, gid: str) -> dict[str, str]:
         return self.core.presence_of(gid, self.lan.now)
+
+    def search(self, query: str, *, limit: int = 20) -> list[tuple[SearchHit, Mid]]:
+        return self.core.search(query, limit=limit)
 
     def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
         self.core.known(gid)

@@ -1,0 +1,102 @@
+"""Search everywhere (Ctrl+Shift+F) over the in-memory backend, with real keys and clicks: results
+grouped by conversation with the matched words marked, Enter and a click opening a result in its
+thread across groups, and m2mc://message/ links taking the same way."""
+
+from PySide6.QtCore import Qt
+
+from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot
+from m2mc.middleware.types import Member, format_mid
+from m2mc.ui.search_window import query_of
+
+
+def two_groups(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    lunch = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                         history=lunch_conversation(""))
+    plans = message("", BOB, 1, "Plans for the winter trip?")
+    trips = [plans, message("", CAT, 1, "Chennai in December, then Goa", plans.mid),
+             message("", ANN, 1, "Budget first, please")]
+    winter = backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True, history=trips)
+    window.start()
+    qtbot.waitUntil(lambda: all(s.loaded and len(s.tree) for s in window.session_controller.sessions.values())
+                    and len(window.session_controller.sessions) == 2)
+    return window.session_controller.sessions[lunch.gid], window.session_controller.sessions[winter.gid]
+
+
+def test_typed_words_make_a_query_that_never_fails_to_parse():
+    assert query_of("Décemb") == "decemb*"
+    assert query_of('go "in" Dec AND (') == "go in dec and"  # quotes and operators are only words
+    assert query_of("marina beach ") == "marina beach"  # a space ends the word: no prefix
+    assert query_of("  ") is None
+
+
+def test_search_everywhere_lists_by_conversation_and_opens_results_in_their_threads(qtbot, window, backend):
+    lunch, winter = two_groups(qtbot, window, backend)
+    window.select_group(lunch.gid)
+    qtbot.waitUntil(lambda: window.current is lunch)
+
+    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    search = window.search_window
+    qtbot.waitUntil(search.isVisible)
+    activate(qtbot, search)
+    assert search.query_edit.hasFocus()
+    qtbot.keyClicks(search.query_edit, "decemb")
+    qtbot.waitUntil(lambda: len(search.result_items()) == 3, timeout=3000)
+    groups = [search.results.topLevelItem(i).text(0) for i in range(search.results.topLevelItemCount())]
+    assert sorted(groups) == ["Travel & lunch — 2 results", "Winter trip — 1 result"]
+    labels = [search.results.itemWidget(item, 0).text() for item in search.result_items()]
+    assert all("<b style=" in text and ">December</b>" in text for text in labels), labels
+    assert search.status.text() == "3 results in 2 conversations"
+    save_screenshot(search, "search-everywhere.png")
+
+    # Enter goes to the first result; Down, Enter opens the next one in its thread, selected.
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(search.results.hasFocus)
+    items = search.result_items()
+    assert search.results.currentItem() is items[0]
+    qtbot.keyClick(search.results, Qt.Key.Key_Down)
+    assert search.results.currentItem() is items[1]
+    wanted = items[1].data(0, Qt.ItemDataRole.UserRole + 1)
+    qtbot.keyClick(search.results, Qt.Key.Key_Return)
+    shown = window.session_controller.sessions[wanted.gid]
+    qtbot.waitUntil(lambda: window.current is shown)
+    assert window.selected_message().mid == wanted.mid
+    assert shown.thread is not None and shown.thread.root.message.mid == shown.tree.thread_of(wanted.mid)
+    index = window._view_index(wanted.mid)
+    assert window.tree_view.viewport().rect().intersects(window.tree_view.visualRect(index))  # scrolled into view
+    save_screenshot(window, "search-result-opened.png")
+
+    # A click on a result of the other conversation switches groups.
+    other = next(item for item in items if item.data(0, Qt.ItemDataRole.UserRole + 1).gid != wanted.gid)
+    hit = other.data(0, Qt.ItemDataRole.UserRole + 1)
+    rect = search.results.visualItemRect(other)
+    qtbot.mouseClick(search.results.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    target = window.session_controller.sessions[hit.gid]
+    qtbot.waitUntil(lambda: window.current is target)
+    assert window.selected_message().mid == hit.mid
+    assert target.thread is not None and target.thread.root.message.mid == target.tree.thread_of(hit.mid)
+
+
+def test_a_message_link_opens_its_thread_in_another_group(qtbot, window, backend):
+    lunch, winter = two_groups(qtbot, window, backend)
+    window.select_group(lunch.gid)
+    qtbot.waitUntil(lambda: window.current is lunch)
+    plans = winter.tree.roots()[0].message
+    answer = next(node.message for node in winter.tree.roots()[0].children if node.message.text.startswith("Chennai"))
+    window.open_link(f"m2mc://message/{winter.gid}/{format_mid(answer.mid)}")
+    assert window.current is winter
+    assert window.selected_message().mid == answer.mid
+    assert winter.thread is not None and winter.thread.root.message.mid == plans.mid == answer.parent
+
+
+def test_escape_closes_and_a_query_without_matches_says_so(qtbot, window, backend):
+    two_groups(qtbot, window, backend)
+    window.search_action.trigger()
+    search = window.search_window
+    qtbot.waitUntil(search.isVisible)
+    activate(qtbot, search)
+    qtbot.keyClicks(search.query_edit, "zanzibar")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: search.status.text() == "No results")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Escape)
+    assert not search.isVisible()

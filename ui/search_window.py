@@ -1,0 +1,223 @@
+"""Search everywhere (Ctrl+Shift+F): one query over the stored text of every conversation.
+
+What the user types becomes an FTS5 query of its words, all required, the last one a prefix
+while it is being typed (:func:`query_of`).  The store's search runs on the middleware's thread;
+its results are listed grouped by conversation, best conversation first, with the matched words
+marked.  Enter or a click on a result asks the main window to show that message in its thread
+(``open_message``, the same path an ``m2mc://message/…`` link takes).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Callable, Mapping
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QKeyEvent, QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QLabel,
+    QLineEdit,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..middleware.store_api import MATCH_END, MATCH_START, SearchHit, search_words
+from ..middleware.types import Mid
+
+from .bridge import Backend
+from .controllers.sessions import GroupSession
+from .delegate import clock
+from .resources import app_icon
+
+RESULT_LIMIT = 200
+TYPING_PAUSE_MS = 250  # a search runs once typing pauses this long (Enter runs it at once)
+PREFIX_FROM = 3  # the word being typed matches as a prefix from this many letters (fewer match too much)
+HitRole = Qt.ItemDataRole.UserRole + 1
+
+
+def query_of(text: str) -> str | None:
+    """The FTS5 query for what the user typed: its words (as the index cuts and folds them), all
+    required, the last one also as a prefix; None when there is no word.  Folded words are plain
+    FTS5 barewords, so nothing typed is ever a syntax error (no quotes, operators or columns)."""
+    found = list(search_words(text))
+    if not found:
+        return None
+    words = [word for _, _, word in found]
+    if len(words[-1]) >= PREFIX_FROM and found[-1][1] == len(text):  # still being typed
+        words[-1] += "*"
+    return " ".join(words)
+
+
+def marked_html(snippet: str, mark: str) -> str:
+    """``snippet`` as HTML, the matches (between MATCH_START and MATCH_END) in bold on ``mark``."""
+    escaped = html.escape(snippet)
+    return (escaped.replace(MATCH_START, f'<b style="background-color:{mark}">')
+            .replace(MATCH_END, "</b>").replace("\n", " "))
+
+
+class SearchWindow(QWidget):
+    """The Search everywhere window: a query field over results grouped by conversation."""
+
+    def __init__(self, backend: Backend, sessions: Mapping[str, GroupSession],
+                 open_message: Callable[[str, Mid], bool]) -> None:
+        super().__init__(None, Qt.WindowType.Window)
+        self.backend = backend
+        self.sessions = sessions  # the conversations' titles, and their senders' names
+        self.open_message = open_message
+        self.setWindowTitle("Search everywhere — M2MC")
+        self.setWindowIcon(app_icon())
+        self.resize(640, 480)
+        self.query_edit = QLineEdit(placeholderText="Search every conversation…", clearButtonEnabled=True)
+        self.query_edit.textEdited.connect(self._typed)
+        self.query_edit.returnPressed.connect(lambda: self._search_now(focus_results=True))
+        self.query_edit.installEventFilter(self)
+        self.status = QLabel()
+        self.results = QTreeWidget()
+        self.results.setHeaderHidden(True)
+        self.results.setRootIsDecorated(False)
+        self.results.setIndentation(12)
+        self.results.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.results.itemActivated.connect(self._open)  # Enter, double click
+        self.results.itemClicked.connect(self._open)
+        self.results.currentItemChanged.connect(self._step_over_heading)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.query_edit)
+        layout.addWidget(self.status)
+        layout.addWidget(self.results, 1)
+        self._typing = QTimer(self, singleShot=True, interval=TYPING_PAUSE_MS)
+        self._typing.timeout.connect(self._search_now)
+        self._asked = 0  # the latest search asked: an older answer arriving late is dropped
+        self.shown_query: str | None = None  # the query whose results are listed
+
+    def show_search(self) -> None:
+        """Show, raised, with the query selected for typing over."""
+        self.show()
+        self.raise_()
+        self.activateWindow()
+        self.query_edit.setFocus()
+        self.query_edit.selectAll()
+
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self.query_edit and isinstance(event, QKeyEvent) and event.type() == QKeyEvent.Type.KeyPress \
+                and event.key() == Qt.Key.Key_Down and self.results.topLevelItemCount():
+            self._focus_first_result()
+            return True
+        return super().eventFilter(watched, event)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Escape:
+            self.close()
+            return
+        super().keyPressEvent(event)
+
+    def _typed(self, _text: str) -> None:
+        self._typing.start()
+
+    def _search_now(self, focus_results: bool = False) -> None:
+        """Search for what is typed; ``focus_results`` (Enter): the first result then takes the focus."""
+        self._typing.stop()
+        query = query_of(self.query_edit.text())
+        if query is None:
+            self._show(None, [])
+            return
+        if query == self.shown_query:
+            if focus_results:
+                self._focus_first_result()
+            return
+        self._asked += 1
+        asked = self._asked
+        self.status.setText("Searching…")
+        self.backend.call(
+            lambda peer: peer.search(query, limit=RESULT_LIMIT),
+            on_result=lambda found: self._answered(asked, query, found, focus_results),
+            on_error=lambda exc: self._failed(asked, exc),
+        )
+
+    def _answered(self, asked: int, query: str, found: list[tuple[SearchHit, Mid]], focus_results: bool) -> None:
+        if asked == self._asked:
+            self._show(query, [hit for hit, _root in found])
+            if focus_results and not self._typing.isActive():
+                self._focus_first_result()
+
+    def _failed(self, asked: int, exc: BaseException) -> None:
+        if asked == self._asked:
+            self.status.setText(f"Search failed: {exc}")
+
+    def _show(self, query: str | None, hits: list[SearchHit]) -> None:
+        self.shown_query = query
+        self.results.clear()
+        if query is None:
+            self.status.setText("")
+            return
+        groups: dict[str, QTreeWidgetItem] = {}
+        mark = self.palette().color(QPalette.ColorRole.Highlight).lighter(170).name()
+        for hit in hits:
+            group = groups.get(hit.gid)
+            if group is None:
+                group = groups[hit.gid] = QTreeWidgetItem(self.results)
+                group.setFlags(Qt.ItemFlag.ItemIsEnabled)  # a heading, not a result
+                font = group.font(0)
+                font.setBold(True)
+                group.setFont(0, font)
+            item = QTreeWidgetItem(group)
+            item.setData(0, HitRole, hit)
+            label = QLabel(f"<b>{html.escape(self.sender_of(hit.gid, hit.mid))}</b> "
+                           f"<span style='color:gray'>{clock(hit.sent_at)}</span><br>"
+                           f"{marked_html(hit.snippet, mark)}")
+            label.setWordWrap(True)
+            label.setContentsMargins(0, 2, 0, 4)
+            label.setTextFormat(Qt.TextFormat.RichText)
+            label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)  # clicks go to the list
+            item.setSizeHint(0, label.sizeHint())
+            self.results.setItemWidget(item, 0, label)
+        for gid, group in groups.items():
+            count = group.childCount()
+            group.setText(0, f"{self.title_of(gid)} — {count} result{'s' if count != 1 else ''}")
+        self.results.expandAll()
+        total = len(hits)
+        self.status.setText(f"{total}{'+' if total == RESULT_LIMIT else ''} result{'s' if total != 1 else ''} "
+                            f"in {len(groups)} conversation{'s' if len(groups) != 1 else ''}" if hits else "No results")
+
+    def title_of(self, gid: str) -> str:
+        session = self.sessions.get(gid)
+        return session.title if session is not None else gid
+
+    def sender_of(self, gid: str, mid: Mid) -> str:
+        session = self.sessions.get(gid)
+        message = session.tree.message(mid) if session is not None else None
+        return message.sender_name if message is not None else mid[0][:8]
+
+    def result_items(self) -> list[QTreeWidgetItem]:
+        """The listed results, in the order shown."""
+        items = []
+        for index in range(self.results.topLevelItemCount()):
+            group = self.results.topLevelItem(index)
+            if group is not None:
+                items += [child for row in range(group.childCount()) if (child := group.child(row)) is not None]
+        return items
+
+    def _focus_first_result(self) -> None:
+        items = self.result_items()
+        if items:
+            self.results.setCurrentItem(items[0])
+            self.results.setFocus()
+
+    def _step_over_heading(self, current: QTreeWidgetItem | None, previous: QTreeWidgetItem | None) -> None:
+        """The arrow keys go from result to result: a conversation's heading passes the move on."""
+        if current is None or current.parent() is not None or not current.childCount():
+            return
+        items = self.result_items()
+        heading_first = current.child(0)
+        if heading_first is None:
+            return
+        first = items.index(heading_first)
+        down = previous is None or previous not in items or items.index(previous) < first
+        self.results.setCurrentItem(items[first] if down or first == 0 else items[first - 1])
+
+    def _open(self, item: QTreeWidgetItem, _column: int = 0) -> None:
+        hit = item.data(0, HitRole)
+        if isinstance(hit, SearchHit):
+            self.open_message(hit.gid, hit.mid)
