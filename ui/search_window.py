@@ -2,8 +2,8 @@
 
 What the user types becomes an FTS5 query of its words, all required, the last one a prefix
 while it is being typed (:func:`query_of`).  The store's search runs on the middleware's thread;
-its results are listed grouped by conversation, best conversation first, with the matched words
-marked.  Enter or a click on a result asks the main window to show that message in its thread
+its newest results are listed grouped by conversation, the one with the newest match first,
+with the matched words marked.  Enter or a click on a result asks the main window to show that message in its thread
 (``open_message``, the same path an ``m2mc://message/…`` link takes).
 """
 
@@ -32,7 +32,7 @@ from .controllers.sessions import GroupSession
 from .delegate import clock
 from .resources import app_icon
 
-RESULT_LIMIT = 200
+RESULT_LIMIT = 100
 TYPING_PAUSE_MS = 250  # a search runs once typing pauses this long (Enter runs it at once)
 PREFIX_FROM = 3  # the word being typed matches as a prefix from this many letters (fewer match too much)
 HitRole = Qt.ItemDataRole.UserRole + 1
@@ -131,7 +131,9 @@ class SearchWindow(QWidget):
         asked = self._asked
         self.status.setText("Searching…")
         self.backend.call(
-            lambda peer: peer.search(query, limit=RESULT_LIMIT),
+            # Newest first: a fraction of what ranking costs (a 3-letter prefix at 1,000,000 messages: 20
+            # against 70 ms), and this runs on the middleware's thread, between deliveries.
+            lambda peer: peer.search(query, limit=RESULT_LIMIT, by_time=True),
             on_result=lambda found: self._answered(asked, query, found, focus_results),
             on_error=lambda exc: self._failed(asked, exc),
         )

@@ -29,6 +29,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "contentless": (f"text, content='', {TOKENIZER}", []),
     "contentless, columnsize=0": (f"text, content='', columnsize=0, {TOKENIZER}", []),
     "contentless, columnsize=0, automerge=16 (kept)": (f"text, content='', columnsize=0, {TOKENIZER}", ["automerge=16"]),
+    "  ... pgsz=2000": (f"text, content='', columnsize=0, {TOKENIZER}", ["automerge=16", "pgsz=2000"]),
+    "  ... pgsz=1000": (f"text, content='', columnsize=0, {TOKENIZER}", ["automerge=16", "pgsz=1000"]),
     "  ... detail=column": (f"text, content='', columnsize=0, detail=column, {TOKENIZER}", ["automerge=16"]),
     "  ... detail=none": (f"text, content='', columnsize=0, detail=none, {TOKENIZER}", ["automerge=16"]),
     "  ... by one statement over json_each": (f"text, content='', columnsize=0, {TOKENIZER}", ["automerge=16"]),
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--texts", choices=["lan", "chat"], default="lan",
                         help="the LAN benchmark's 3-word messages, or chat messages of 3-25 words")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="", help="only the variants whose name holds this")
     args = parser.parse_args(argv)
     if args.texts == "lan":
         all_texts = [f"fast {n} {1_764_200_000 + n / 1e4:.6f}" for n in range(args.messages)]
@@ -86,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "index.db"
         for name, (columns, settings) in VARIANTS.items():
+            if args.only not in name and name != "no index":
+                continue
             runs = [cost(path, name, columns, settings, batches) for _ in range(args.rounds)]
             size = runs[-1][1]
             print(f"  {name:50s} {statistics.median(us for us, _ in runs):5.2f} µs"
