@@ -163,7 +163,7 @@ class _Snippets:
     ones the query matched, tokenized alike."""
 
     def __init__(self) -> None:
-        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        self._db = sqlite3.connect(":memory:")
         self._db.execute(f"CREATE VIRTUAL TABLE hits USING fts5(text, tokenize = \"{SEARCH_TOKENIZER}\")")
 
     def of(self, query: str, texts: dict[int, str]) -> dict[int, str]:
@@ -175,6 +175,9 @@ class _Snippets:
                 (MATCH_START, MATCH_END, SNIPPET_TOKENS, query)))
             self._db.execute("DELETE FROM hits")
         return {order: found.get(order, text) for order, text in texts.items()}
+
+    def close(self) -> None:
+        self._db.close()
 
 
 class Store:
@@ -291,6 +294,7 @@ class Store:
 
     def close(self) -> None:
         self._checkpointer.stop()
+        self._snippets.close()
         try:
             self._db.commit()
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
