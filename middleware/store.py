@@ -182,6 +182,7 @@ class _Snippets:
 
 class Store:
     DECODED_SEGMENTS = 16
+    SEARCHED_SEGMENTS = 64
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -218,8 +219,11 @@ class Store:
         self._stored: dict[tuple[str, str], RangeSet] = {}
         self._decoded: OrderedDict[int, list] = OrderedDict()  # segment -> rows, most recent last
         self._snippets = _Snippets()
-        self._db.create_function("search_sender", 1, functools.partial(self._search_column, 0), deterministic=True)
-        self._db.create_function("search_sent_at", 1, functools.partial(self._search_column, 1), deterministic=True)
+        self._searched: OrderedDict[int, list] = OrderedDict()  # segment -> rows without proofs, for searches
+        self._db.create_function("search_sender", 1, functools.partial(self._search_field, "sender"),
+                                 deterministic=True)
+        self._db.create_function("search_sent_at", 1, functools.partial(self._search_field, "sent_at"),
+                                 deterministic=True)
 
     def _migrate(self) -> None:
         """Bring a version-0 or version-1 database (a row per message) to the current schema."""
@@ -312,6 +316,7 @@ class Store:
         self._stored.clear()  # re-read from segment_runs on first use
         self._keys_stored.clear()
         self._decoded.clear()
+        self._searched.clear()
         self._read_marks_ready = False  # its table may have been made in the transaction rolled back
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
@@ -617,6 +622,7 @@ class Store:
         body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
         self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
         self._decoded.pop(segment, None)
+        self._searched.pop(segment, None)
         return True
 
     # -- paging and search ------------------------------------------------------------
@@ -707,21 +713,29 @@ class Store:
                 for order, (g, row, _) in messages.items()]
 
     def _message_at(self, order: int) -> tuple[str, tuple] | None:
-        """(gid, row) of the message delivered as ``order``."""
+        """(gid, row without its proof) of the message delivered as ``order``."""
         found = self._db.execute("SELECT segment, gid, first_order FROM segments WHERE first_order <= ? "
                                  "ORDER BY first_order DESC LIMIT 1", (order,)).fetchone()
         if found is None:
             return None
         segment, gid, first_order = found
-        rows = self._segment_rows(segment)
+        rows = self._decoded.get(segment) or self._searched.get(segment)
+        if rows is None:
+            # Searches keep their own few segments, decoded without the proofs: they must not push
+            # out the ones delivery and repairs are reading.
+            (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
+            rows = self._searched[segment] = msgpack.unpackb(blob, raw=False)[0]
+            if len(self._searched) > self.SEARCHED_SEGMENTS:
+                self._searched.popitem(last=False)
         return (gid, rows[order - first_order]) if order - first_order < len(rows) else None
 
-    def _search_column(self, index: int, order: int):
+    def _search_field(self, field: str, order: int) -> str | int | None:
+        """The sender or shown time of the message delivered as ``order`` (search filters in SQL)."""
         found = self._message_at(order)
         if found is None:
             return None
         row = found[1]
-        return row[0] if index == 0 else shown_sent_at(row[6], row[7])
+        return row[0] if field == "sender" else shown_sent_at(row[6], row[7])
 
     def _indexed_text(self, order: int, stored_text: str) -> str | None:
         """The text the index holds for the message delivered as ``order``, stored as ``stored_text``."""

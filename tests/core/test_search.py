@@ -145,9 +145,15 @@ def test_the_index_forgets_every_text_it_held_through_edits_replays_and_replacem
     assert [h.mid for h in store.search("delta")] == [message.mid]
     assert not any(store.search(word) for word in ("alpha", "bravo", "charlie"))
     store.set_search_text("g0", message.mid, "alpha")  # back to the stored text
+    store.commit()
     assert store.search("alpha") and not store.search("delta")
     store.replace_message("g0", dataclasses.replace(store.fetch("g0", [message.mid])[0], text="echo"))
     assert store.search("echo") and not store.search("alpha")
+    assert store.search("echo")[0].snippet == f"{MATCH_START}echo{MATCH_END}"  # not the text read before
+    store.rollback()
+    assert store.search("alpha")[0].snippet == f"{MATCH_START}alpha{MATCH_END}"
+    store.replace_message("g0", dataclasses.replace(store.fetch("g0", [message.mid])[0], text="echo"))
+    store.commit()
     store.close()
     store = Store(tmp_path / "s.db")
     assert store.search("echo") and not store.search("alpha")
