@@ -93,7 +93,10 @@ class SearchWindow(QWidget):
         self.shown_query: str | None = None  # the query whose results are listed
 
     def show_search(self) -> None:
-        """Show, raised, with the query selected for typing over."""
+        """Show, raised, with the query selected for typing over (and its results brought up to date)."""
+        if self.query_edit.text():
+            self.shown_query = None
+            self._search_now()
         self.show()
         self.raise_()
         self.activateWindow()

@@ -100,3 +100,12 @@ def test_escape_closes_and_a_query_without_matches_says_so(qtbot, window, backen
     qtbot.waitUntil(lambda: search.status.text() == "No results")
     qtbot.keyClick(search.query_edit, Qt.Key.Key_Escape)
     assert not search.isVisible()
+
+    # Shown again, it searches again: what arrived meanwhile is found.
+    session = window.current
+    backend.manager.send(session.gid, "A zanzibar trip?", None)
+    window.search_action.trigger()
+    qtbot.waitUntil(lambda: search.status.text() == "1 result in 1 conversation")
+    activate(qtbot, search)
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Down)  # Down goes to the results too
+    assert search.results.hasFocus() and search.results.currentItem() is search.result_items()[0]
