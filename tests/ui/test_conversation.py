@@ -530,3 +530,25 @@ def test_hovering_over_the_time_shows_the_date_and_time(qtbot, window, backend):
     QApplication.sendEvent(view.viewport(), event)
     qtbot.waitUntil(QToolTip.isVisible)
     assert "2023" in QToolTip.text() and ":" in QToolTip.text()  # 14 November 2023, 22:13:22 and the weekday
+
+
+def test_hovering_over_a_message_shows_no_developer_ids(qtbot, window, backend):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QToolTip
+
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk[:2])
+    view = window.tree_view
+    index = window._view_index(talk[1].mid)
+    QToolTip.hideText()
+    qtbot.waitUntil(lambda: not QToolTip.isVisible())
+    from PySide6.QtCore import QPoint
+
+    geometry = view.itemDelegate()._geometry(view.visualRect(index), index)
+    on_text = QPoint(geometry["left"] + 8, geometry["body_top"] + 6)
+    event = QHelpEvent(QEvent.Type.ToolTip, on_text, view.viewport().mapToGlobal(on_text))
+    QApplication.sendEvent(view.viewport(), event)
+    qtbot.wait(300)
+    shown = QToolTip.text() if QToolTip.isVisible() else ""
+    assert talk[1].sender not in shown and talk[1].sender[:8] not in shown and "message " not in shown
