@@ -245,6 +245,18 @@ class ConversationView(QTreeView):
         self.viewport().setAttribute(Qt.WidgetAttribute.WA_Hover)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self._last_width = -1
+        self._current_at_press = QPersistentModelIndex()
+
+    def mousePressEvent(self, event) -> None:
+        # Whether the row was already selected before this click: a click meant to select a
+        # message must not open a link that happens to lie under the pointer.
+        self._current_at_press = QPersistentModelIndex(self.currentIndex())
+        super().mousePressEvent(event)
+
+    def _opens_links(self, index, event) -> bool:
+        """A link opens from a message already selected, or at once with Ctrl held."""
+        return (bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier)
+                or (self._current_at_press.isValid() and self._current_at_press == index))
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -259,6 +271,8 @@ class ConversationView(QTreeView):
         delegate = self.itemDelegate()
         hit = (delegate.hit(index, self.visualRect(index), pos)
                if index.isValid() and isinstance(delegate, MessageDelegate) else None)
+        if hit is not None and hit[0] == "link" and not self._opens_links(index, event):
+            hit = None  # this click selects the message; the next one (or Ctrl+click) opens the link
         if hit is not None and event.button() == Qt.MouseButton.LeftButton:
             kind, payload = hit
             if kind == "toggle":
@@ -282,7 +296,9 @@ class ConversationView(QTreeView):
         delegate = self.itemDelegate()
         hit = (delegate.hit(index, self.visualRect(index), pos)
                if index.isValid() and isinstance(delegate, MessageDelegate) else None)
-        clickable = hit is not None
+        # A link shows the hand only where a click opens it (see _opens_links).
+        clickable = hit is not None and (hit[0] != "link" or index == self.currentIndex()
+                                         or bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier))
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if clickable else Qt.CursorShape.ArrowCursor)
 
 

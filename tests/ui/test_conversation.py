@@ -552,3 +552,31 @@ def test_hovering_over_a_message_shows_no_developer_ids(qtbot, window, backend):
     qtbot.wait(300)
     shown = QToolTip.text() if QToolTip.isVisible() else ""
     assert talk[1].sender not in shown and talk[1].sender[:8] not in shown and "message " not in shown
+
+
+def test_a_click_that_selects_a_message_does_not_open_its_link(qtbot, window, backend):
+    url = "https://example.org/menu"
+    history = [message(GID, ANN, 1, f"{url} is the menu"), message(GID, BOB, 1, f"{url}/2 is the other")]
+    open_group(qtbot, window, backend, history)
+    view = window.tree_view
+    opened: list[str] = []
+    view.link_activated.disconnect()
+    view.link_activated.connect(opened.append)
+
+    def link_point(mid):
+        index = window._view_index(mid)
+        geometry = view.itemDelegate()._geometry(view.visualRect(index), index)
+        return QPoint(geometry["left"] + 12, geometry["body_top"] + 6)
+
+    first = history[0].mid
+    view.setCurrentIndex(window._view_index(history[1].mid))
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=link_point(first))
+    assert selected(window).mid == first and opened == []  # the click selected the message
+    qtbot.wait(QApplication.doubleClickInterval() + 50)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=link_point(first))
+    assert opened == [url]  # clicked again, now that it is selected
+    qtbot.wait(QApplication.doubleClickInterval() + 50)
+    second = history[1].mid
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ControlModifier,
+                     pos=link_point(second))
+    assert opened == [url, f"{url}/2"]  # Ctrl+click opens at once
