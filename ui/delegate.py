@@ -62,6 +62,11 @@ def snippet(text: str, limit: int = 60) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def root_text(message: ChatMessage, limit: int = 60) -> str:
+    """How a thread's first message is named in lists and headers: its text, or that it was deleted."""
+    return "message deleted" if message.deleted else snippet(message.text, limit)
+
+
 def local_datetime(epoch_ms: int) -> datetime:
     """A stamp in local time, for any integer the store can hold (beyond datetime's years 1..9999,
     a day inside them, so that no time zone pushes it over)."""

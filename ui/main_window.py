@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSplitter,
@@ -56,7 +57,7 @@ from PySide6.QtWidgets import (
 from ..middleware.types import ChatMessage, Mid, format_mid
 
 from .bridge import Backend, describe_error
-from .delegate import MessageDelegate, snippet
+from .delegate import MessageDelegate, root_text, snippet
 from .dialogs import (WarningLogWindow, parse_message_link, show_about)
 from .discovery_window import DiscoveryWindow
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
@@ -985,7 +986,7 @@ class MainWindow(QMainWindow):
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
         session.thread = ThreadModel(session.tree_model, root_mid, self)
         self.compose_controller.thread_opened(root_mid)
-        self.thread_label.setText(f"Thread: {root.sender_name} — {snippet(root.text, 80)}")
+        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80)}")
         self._set_view_models()
         self.tree_view.expandAll()
         first_unread = next((mid for mid in session.tree.unread_in_arrival_order()
@@ -1042,8 +1043,24 @@ class MainWindow(QMainWindow):
             menu.addAction("Pin", lambda: self.compose_controller.set_pinned(message.mid, True))
         if message.sender == self.backend.pid and not message.deleted:
             menu.addAction("Edit", lambda: self.compose_controller.start_edit(message.mid))
-            menu.addAction("Delete", lambda: self.compose_controller.delete_message(message.mid))
+            menu.addSeparator()  # away from Edit: a slip of the pointer must not delete
+            menu.addAction("Delete…", lambda: self.confirm_delete(message))
         return menu
+
+    def confirm_delete(self, message: ChatMessage) -> bool:
+        """Ask before deleting: a delete reaches every member and cannot be taken back."""
+        box = QMessageBox(QMessageBox.Icon.Question, "Delete message",
+                          f"Delete your message “{snippet(message.text, 60)}” for everyone?", parent=self)
+        box.setInformativeText("Members will see “message deleted” in its place, and its replies stay. "
+                               "This cannot be undone.")
+        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)  # Enter keeps the message
+        box.exec()
+        if box.clickedButton() is not delete:
+            return False
+        self.compose_controller.delete_message(message.mid)
+        return True
 
     def open_link(self, url: str) -> None:
         """A message link (m2mc://message/…) selects that message; any other link opens outside."""

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from ..middleware.names import shown
 from ..middleware.types import ChatMessage
 
-from .delegate import MessageDelegate, clock, snippet
+from .delegate import MessageDelegate, clock, root_text, snippet
 from .member_list import marked_name
 from .message_model import ThreadRole, ThreadSummary
 from .resources import icon, theme_colors
@@ -119,7 +119,7 @@ class ReplyBanner(QFrame):
             self.label.setText("Replying to a message not loaded yet")
         else:
             where = "Replying in the thread of" if in_thread else "Replying to"
-            self.label.setText(f"{where} {message.sender_name}: {snippet(message.text, 80)}")
+            self.label.setText(f"{where} {message.sender_name}: {root_text(message, 80)}")
         self.show()
 
     def show_new_thread(self) -> None:
@@ -355,11 +355,12 @@ class ThreadListDelegate(QStyledItemDelegate):
                          Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, when)
         font = QFont(option.font)
         font.setBold(bool(summary.unread))
+        font.setItalic(summary.root.deleted)  # as the conversation shows a deleted message
         painter.setFont(font)
-        painter.setPen(text_color)
+        painter.setPen(muted if summary.root.deleted else text_color)
         second = QRect(rect.left(), rect.top() + line + 2, rect.width() - badge_width - 4, line)
         painter.drawText(second, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         QFontMetrics(font).elidedText(snippet(summary.root.text, 200), Qt.TextElideMode.ElideRight,
+                         QFontMetrics(font).elidedText(root_text(summary.root, 200), Qt.TextElideMode.ElideRight,
                                                        second.width()))
         painter.setFont(option.font)
         painter.setPen(muted)

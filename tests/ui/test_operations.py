@@ -6,7 +6,7 @@ same operations.
 """
 
 import emoji as emoji_data
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, Qt, QTimer
 
 from conftest import ANN, BOB, CAT, lunch_conversation, message
 from m2mc.middleware.obg import MAX_REACTION_EMOJI, is_reaction_emoji
@@ -158,3 +158,45 @@ def test_the_topic_shows_in_the_header_edits_there_and_follows_others_live(qtbot
     backend.manager.inject_messages(session.gid, [backend.manager.operation_message(session.gid, BOB, 50, "topic", text="Moved to Monday")])
     qtbot.waitUntil(lambda: window.topic_edit.text() == "Moved to Monday")
     assert backend.manager.group(session.gid).topic == "Moved to Monday"
+
+
+def test_delete_asks_first_and_a_deleted_thread_root_is_named_in_the_threads_pane(qtbot, window, backend):
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from conftest import save_screenshot
+    from m2mc.ui.delegate import root_text
+    from m2mc.ui.message_model import ThreadRole
+
+    session = open_group(qtbot, window, backend, lunch_conversation(GID))
+    qtbot.keyClicks(window.compose, "Who brings the cake?")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: any(n.message.sender == backend.pid for n in session.tree.arrival))
+    mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]
+    actions = [a.text() for a in window.message_menu(shown(window, mine.mid)).actions()]
+    assert actions[-3:] == ["Edit", "", "Delete…"]  # a separator between them
+
+    answers = []
+
+    def answer(key_or_button):
+        box = QApplication.activeModalWidget()
+        assert isinstance(box, QMessageBox) and "for everyone" in box.text()
+        answers.append(box.text())
+        if key_or_button == "enter":
+            QTest.keyClick(box, Qt.Key.Key_Return)  # the default is Cancel
+        else:
+            delete = next(b for b in box.buttons() if b.text() == "Delete")
+            qtbot.mouseClick(delete, Qt.MouseButton.LeftButton)
+
+    QTimer.singleShot(150, lambda: answer("enter"))
+    menu_actions(window.message_menu(shown(window, mine.mid)))["Delete…"].trigger()
+    assert answers and not backend.manager.history(session.gid)[-1].deleted
+    QTimer.singleShot(150, lambda: answer("click"))
+    menu_actions(window.message_menu(shown(window, mine.mid)))["Delete…"].trigger()
+    qtbot.waitUntil(lambda: shown(window, mine.mid).deleted)
+
+    threads = window.thread_list.model()
+    rows = [threads.index(row, 0).data(ThreadRole) for row in range(threads.rowCount())]
+    root = next(summary.root for summary in rows if summary.root.mid == mine.mid)
+    assert root.deleted and root_text(root) == "message deleted"
+    save_screenshot(window, "deleted-thread-root.png")
