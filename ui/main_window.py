@@ -297,6 +297,7 @@ class MainWindow(QMainWindow):
         self.send_button = QPushButton(icon("send"), "Send")
         self.send_button.setObjectName("sendButton")
         self.send_button.clicked.connect(self.compose_controller.send_message)
+        self.reply_banner.editing_changed.connect(self._show_send_or_save)
         self.compose_error = QLabel()
         self.compose_error.setObjectName("dialogError")
         self.compose_error.hide()
@@ -1046,6 +1047,11 @@ class MainWindow(QMainWindow):
             menu.addSeparator()  # away from Edit: a slip of the pointer must not delete
             menu.addAction("Delete…", lambda: self.confirm_delete(message))
         return menu
+
+    def _show_send_or_save(self, editing: bool) -> None:
+        self.send_button.setText("Save" if editing else "Send")
+        self.send_button.setIcon(icon("edit" if editing else "send"))
+        self.send_button.setToolTip("Save the edit (Enter)" if editing else "Send (Enter)")
 
     def confirm_delete(self, message: ChatMessage) -> bool:
         """Ask before deleting: a delete reaches every member and cannot be taken back."""

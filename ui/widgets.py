@@ -88,10 +88,12 @@ class ReplyBanner(QFrame):
     """'Replying to <sender>: <snippet> ✕' above the compose box; hidden for a new thread."""
 
     cancelled = Signal()
+    editing_changed = Signal(bool)  # the compose box now edits an own message (Save), or writes a new one (Send)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("replyBanner")
+        self.editing = False
         self.label = QLabel()
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.icon_label = QLabel()
@@ -109,8 +111,16 @@ class ReplyBanner(QFrame):
         layout.addWidget(close)
         self.hide()
 
+    def _set_editing(self, on: bool) -> None:
+        self.icon_label.setPixmap(icon("edit" if on else "reply").pixmap(16, 16))
+        self.close_button.setToolTip("Cancel the edit (Esc)" if on else "Start a new thread instead")
+        if on != self.editing:
+            self.editing = on
+            self.editing_changed.emit(on)
+
     def show_target(self, message: ChatMessage | None, in_thread: bool = False, known: bool = True) -> None:
         """``in_thread``: the target is the open thread's root, chosen by default, not by the user."""
+        self._set_editing(False)
         if message is None and known:
             self.label.clear()
             self.hide()
@@ -124,10 +134,12 @@ class ReplyBanner(QFrame):
 
     def show_new_thread(self) -> None:
         """✕ in an open thread: the next message starts a thread of its own, out of this view."""
+        self._set_editing(False)
         self.label.setText("New thread (it will not show in this thread; Esc replies here again)")
         self.show()
 
     def show_editing(self, message: ChatMessage) -> None:
+        self._set_editing(True)
         self.label.setText(f"Editing your message: {snippet(message.text, 80)}")
         self.show()
 

@@ -200,3 +200,26 @@ def test_delete_asks_first_and_a_deleted_thread_root_is_named_in_the_threads_pan
     root = next(summary.root for summary in rows if summary.root.mid == mine.mid)
     assert root.deleted and root_text(root) == "message deleted"
     save_screenshot(window, "deleted-thread-root.png")
+
+
+def test_editing_shows_a_pencil_and_save_instead_of_reply_and_send(qtbot, window, backend):
+    from conftest import save_screenshot
+
+    session = open_group(qtbot, window, backend, lunch_conversation(GID))
+    qtbot.keyClicks(window.compose, "See you at 12:30")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: any(n.message.sender == backend.pid for n in session.tree.arrival))
+    assert window.send_button.text() == "Send"
+    qtbot.keyClick(window.compose, Qt.Key.Key_Up)
+    assert window.reply_banner.editing and window.send_button.text() == "Save"
+    assert window.reply_banner.close_button.toolTip().startswith("Cancel the edit")
+    save_screenshot(window, "editing-a-message.png")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
+    assert not window.reply_banner.editing and window.send_button.text() == "Send"
+    qtbot.keyClick(window.compose, Qt.Key.Key_Up)
+    window.compose.selectAll()
+    qtbot.keyClicks(window.compose, "See you at 13:00")
+    qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.send_button.text() == "Send")
+    mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]
+    assert mine.text == "See you at 13:00" and mine.edited
