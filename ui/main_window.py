@@ -89,6 +89,8 @@ ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here
 # Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
 PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
 MINIMUM_WIDTH = 640
+EMPTY_GROUP_HINT = ("No messages here yet.\n\nWrite the first one below: it starts a thread. "
+                    "Replies show under the message they answer (Reply, or a click on ↩).")
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
 
 
@@ -571,6 +573,7 @@ class MainWindow(QMainWindow):
             if timeline_model is not None:
                 self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
         self.stack.setCurrentWidget(self.timeline_view if self.time_ordered else self.tree_view)
+        self._show_empty_hint(session)
         self._sync_selection()
         self.update_older_button()
 
@@ -611,6 +614,14 @@ class MainWindow(QMainWindow):
                 self.expand_path(mid)
         self.update_older_button()
 
+    def _show_empty_hint(self, session: GroupSession) -> None:
+        """What an empty conversation says: loading, or how to start (a filter that matches
+        nothing says so beside the filter instead)."""
+        hint = "" if self.view_filter.active else EMPTY_GROUP_HINT if session.loaded else "Loading messages…"
+        for view in (self.tree_view, self.timeline_view):
+            view.empty_hint = hint
+            view.viewport().update()
+
     def open_position(self, session: GroupSession) -> None:
         """A group opens at its first unread message, else at its end, where the newest talk is.
 
@@ -618,6 +629,8 @@ class MainWindow(QMainWindow):
         empty area.  A reply in an old thread is the Threads pane's top entry; the tree opens
         at the end so that it follows new messages, and only rows of recent threads are kept.
         """
+        if session is self.current:
+            self._show_empty_hint(session)  # loaded now
         if session is not self.current or session.opened or not len(session.tree):
             return
         session.opened = True

@@ -258,6 +258,20 @@ class ConversationView(QTreeView):
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self._last_width = -1
         self._current_at_press = QPersistentModelIndex()
+        self.empty_hint = ""  # drawn in the middle while the view has no rows (ui.main_window sets it)
+
+    def paintEvent(self, event) -> None:
+        super().paintEvent(event)
+        model = self.model()
+        if not self.empty_hint or (model is not None and model.rowCount() > 0):
+            return
+        painter = QPainter(self.viewport())
+        muted = QColor(self.palette().color(QPalette.ColorRole.Text))
+        muted.setAlpha(150)
+        painter.setPen(muted)
+        painter.drawText(self.viewport().rect().adjusted(32, 32, -32, -32),
+                         int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap), self.empty_hint)
+        painter.end()
 
     def mousePressEvent(self, event) -> None:
         # Whether the row was already selected before this click: a click meant to select a

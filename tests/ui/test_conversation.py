@@ -580,3 +580,24 @@ def test_a_click_that_selects_a_message_does_not_open_its_link(qtbot, window, ba
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ControlModifier,
                      pos=link_point(second))
     assert opened == [url, f"{url}/2"]  # Ctrl+click opens at once
+
+
+def test_a_new_empty_group_says_how_to_start_and_the_hint_goes_with_the_first_message(qtbot, window, backend):
+    from m2mc.ui.main_window import EMPTY_GROUP_HINT
+
+    open_group(qtbot, window, backend, [], desc="Brand new")
+    view = window.tree_view
+    qtbot.waitUntil(lambda: view.empty_hint == EMPTY_GROUP_HINT)
+    empty = view.viewport().grab().toImage()
+    save_screenshot(window, "empty-group.png")
+    background = empty.pixelColor(2, 2)
+    inked = sum(1 for x in range(0, empty.width(), 3) for y in range(0, empty.height(), 3)
+                if empty.pixelColor(x, y) != background)
+    assert inked > 50, "the hint is drawn"
+    qtbot.keyClicks(window.compose, "Hello, first!")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: view.model().rowCount() == 1)
+    # With a row, the hint is not drawn: only the one message's pixels remain near the centre.
+    centre = view.viewport().grab().toImage()
+    middle_y = centre.height() // 2
+    assert all(centre.pixelColor(x, middle_y) == centre.pixelColor(2, middle_y) for x in range(0, centre.width(), 2))
