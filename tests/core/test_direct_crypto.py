@@ -226,3 +226,12 @@ def test_open_direct_never_raises_on_damaged_messages(body, position, flip):
     sealed = bytearray(seal_direct(ANN, BOB.pid, BOB.direct_public, body))
     sealed[position % len(sealed)] ^= flip
     assert open_direct(BOB, bytes(sealed), KEYS.get) is None
+
+
+def test_a_recipient_key_that_is_no_usable_x25519_key_is_a_value_error_for_the_sender():
+    # A hostile member can sign a low-order point into its own record: sending to it fails cleanly.
+    for key in (bytes(32), b"\x01" + bytes(31), b"short"):
+        with pytest.raises(ValueError):
+            seal_direct(ANN, EVE.pid, key, b"hello")
+    with pytest.raises(ValueError):
+        seal_direct(ANN, "not a pid", BOB.direct_public, b"hello")
