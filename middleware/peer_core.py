@@ -144,8 +144,10 @@ class PeerCore:
             if self.gjlp.is_member(record.gid):
                 self._open_channel(record.gid, next_seqno, now, now if wall is None else wall)
         self.reach.add_cached(store.cached_peers(), now, self._wall)
-        if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
-            for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
+        own = [self.gjlp.groups[gid].members[self.pid] for gid in self.gjlp.joined_gids()]
+        if any(record.name != self.name or not record.dh for record in own):
+            # Renamed while away (--name), or records signed before direct-message keys: re-signed at start
+            for gid in self.gjlp.rename(self.name):
                 store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
 
     # -- user calls -------------------------------------------------------------------
