@@ -31,7 +31,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QCheckBox,
+    QHeaderView,
+    QTableWidget,
+    QTableWidgetItem,
     QPushButton,
     QGroupBox,
     QProgressBar,
@@ -588,6 +592,35 @@ class WarningLogWindow(QDialog):
 
     def texts(self) -> list[str]:
         return [self.list.item(row).text() for row in range(self.list.count())]
+
+
+def show_shortcuts(parent: QWidget | None, rows: list[tuple[str, str]]) -> QDialog:
+    """Help → Keyboard shortcuts: what each key does, in a window that stays open beside the chat."""
+    dialog = QDialog(parent)
+    dialog.setObjectName("shortcutsDialog")
+    dialog.setWindowTitle("Keyboard shortcuts")
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    table = QTableWidget(len(rows), 2, dialog)
+    table.setObjectName("shortcutTable")
+    table.setHorizontalHeaderLabels(["Action", "Keys"])
+    table.verticalHeader().hide()
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+    table.setShowGrid(False)
+    table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
+    for row, (what, keys) in enumerate(rows):
+        table.setItem(row, 0, QTableWidgetItem(what))
+        table.setItem(row, 1, QTableWidgetItem(keys))
+    table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+    close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+    close.rejected.connect(dialog.reject)
+    layout = QVBoxLayout(dialog)
+    layout.addWidget(table)
+    layout.addWidget(close)
+    dialog.resize(480, min(640, 80 + 26 * len(rows)))
+    dialog.show()
+    return dialog
 
 
 def show_about(parent: QWidget | None) -> None:

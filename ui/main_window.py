@@ -58,7 +58,7 @@ from ..middleware.types import ChatMessage, Mid, format_mid
 
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, root_text, snippet
-from .dialogs import (WarningLogWindow, parse_message_link, show_about)
+from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_shortcuts)
 from .discovery_window import DiscoveryWindow
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
@@ -89,6 +89,11 @@ ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here
 # Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
 PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
 MINIMUM_WIDTH = 640
+# Keys the compose box and the views take themselves (no menu action holds them).
+TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
+               ("Edit your last message (empty compose box)", "Up"),
+               ("Cancel the reply, edit or filter; close the thread", "Esc"),
+               ("Move between the panes", "Tab"))
 EMPTY_GROUP_HINT = ("No messages here yet.\n\nWrite the first one below: it starts a thread. "
                     "Replies show under the message they answer (Reply, or a click on ↩).")
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
@@ -199,6 +204,9 @@ class MainWindow(QMainWindow):
         self.topic_edit.setPlaceholderText("Add a topic for everyone…")
         self.topic_edit.setFrame(False)
         self.topic_edit.setMaxLength(300)
+        # Out of the Tab chain: tabbing through the window must not land in a field whose Enter
+        # changes the topic for everyone.  A click (or Conversation → Topic) still edits it.
+        self.topic_edit.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.topic_edit.setToolTip("The group's topic: any member may change it (Enter saves, Esc undoes)")
         self.topic_edit.editingFinished.connect(self.compose_controller.save_topic)
         self.pinned_button = QToolButton()
@@ -428,12 +436,13 @@ class MainWindow(QMainWindow):
         self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
         self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
                                         "timeline", checkable=True)
+        self.topic_action = self._action("Edit the &topic…", None, self.focus_topic)
         expand = self._action("E&xpand all", None, self.tree_view.expandAll)
         collapse = self._action("C&ollapse all", None, self.tree_view.collapseAll)
         for action in (self.send_action, self.reply_action, self.new_thread_action, self.next_unread_action,
                        self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
-                       self.time_action, self.back_action, expand, collapse, self.notify_action,
-                       self.warnings_action):
+                       self.time_action, self.back_action, expand, collapse, self.topic_action,
+                       self.notify_action, self.warnings_action):
             menu.addAction(action)
 
         menu = self.menuBar().addMenu("&View")
@@ -455,6 +464,8 @@ class MainWindow(QMainWindow):
         self.addAction(escape)
 
         menu = self.menuBar().addMenu("&Help")
+        self.shortcuts_action = self._action("&Keyboard shortcuts", "F1", self.show_shortcuts)
+        menu.addAction(self.shortcuts_action)
         menu.addAction(self._action("&About M2MC", None, lambda: show_about(self)))
 
     def _build_status_bar(self) -> None:
@@ -1060,6 +1071,24 @@ class MainWindow(QMainWindow):
             menu.addSeparator()  # away from Edit: a slip of the pointer must not delete
             menu.addAction("Delete…", lambda: self.confirm_delete(message))
         return menu
+
+    def focus_topic(self) -> None:
+        """The topic field is out of the Tab chain (a stray Enter there changes it for everyone);
+        this is its way in from the keyboard."""
+        if self.current is not None:
+            self.topic_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
+            self.topic_edit.selectAll()
+
+    def shortcut_rows(self) -> list[tuple[str, str]]:
+        """Every key the window answers: its menus' shortcuts (read from the actions themselves, so
+        the list cannot drift from them) and the keys the compose box and views take."""
+        rows = [(action.text().replace("&", "").rstrip("…"), action.shortcut().toString(
+                 QKeySequence.SequenceFormat.NativeText))
+                for action in self.actions() if not action.shortcut().isEmpty() and action.text()]
+        return rows + list(TYPING_KEYS)
+
+    def show_shortcuts(self) -> None:
+        show_shortcuts(self, self.shortcut_rows())
 
     def _show_send_or_save(self, editing: bool) -> None:
         self.send_button.setText("Save" if editing else "Send")
