@@ -60,6 +60,7 @@ from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, root_text, snippet
 from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_shortcuts)
 from .discovery_window import DiscoveryWindow
+from .member_list import presence_legend
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
 from .controllers.joins import JoinController
@@ -342,7 +343,12 @@ class MainWindow(QMainWindow):
         self.member_list.setObjectName("memberList")
         self.member_list.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.member_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        members_pane = self._titled("Members", self.member_list)
+        self.presence_legend = QLabel(presence_legend())
+        self.presence_legend.setObjectName("presenceLegend")
+        self.presence_legend.setTextFormat(Qt.TextFormat.RichText)
+        self.presence_legend.setToolTip("As heard by this peer: online within 40 s, away after a missed "
+                                        "beacon, offline after 50 s or when the app closed")
+        members_pane = self._titled("Members", self.member_list, self.presence_legend)
 
         self.thread_list = QListView()
         self.thread_list.setObjectName("threadList")
@@ -372,7 +378,7 @@ class MainWindow(QMainWindow):
         splitter.splitterMoved.connect(self._save_pane_sizes)
         side.splitterMoved.connect(self._save_pane_sizes)
 
-    def _titled(self, title: str, body: QWidget) -> QWidget:
+    def _titled(self, title: str, body: QWidget, footer: QWidget | None = None) -> QWidget:
         pane = QWidget()
         layout = QVBoxLayout(pane)
         layout.setContentsMargins(0, 0, 0, 4)
@@ -381,6 +387,8 @@ class MainWindow(QMainWindow):
         label.setProperty("class", "paneTitle")
         layout.addWidget(label)
         layout.addWidget(body, 1)
+        if footer is not None:
+            layout.addWidget(footer)
         return pane
 
     def _action(self, text: str, shortcut: QKeySequence | QKeySequence.StandardKey | str | None,

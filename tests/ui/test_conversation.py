@@ -601,3 +601,31 @@ def test_a_new_empty_group_says_how_to_start_and_the_hint_goes_with_the_first_me
     centre = view.viewport().grab().toImage()
     middle_y = centre.height() // 2
     assert all(centre.pixelColor(x, middle_y) == centre.pixelColor(2, middle_y) for x in range(0, centre.width(), 2))
+
+
+def test_presence_marks_have_colours_a_badge_and_a_legend(qtbot, window, backend):
+    from m2mc.ui.member_list import PRESENCE_COLOURS
+
+    window.status_controller._presence_timer.setInterval(50)
+    open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
+    manager = backend.manager
+    manager.pass_time(BEACON_INTERVAL + 1)
+    manager.set_online(CAT, False)
+    manager.pass_time(OFFLINE_AFTER + 1)
+
+    def row(name):
+        items = [window.member_list.item(i) for i in range(window.member_list.count())]
+        return next((item for item in items if item.text().endswith(f" {name}")), None)
+
+    qtbot.waitUntil(lambda: row("Cat") is not None and row("Cat").data(Qt.ItemDataRole.UserRole) == "offline")
+    legend = window.presence_legend
+    assert legend.isVisible() and all(word in legend.text() for word in ("online", "away", "offline"))
+    # The badge's colour is in the icon's bottom-right corner: green for Ann, grey ring for Cat.
+    def badge_colours(name):
+        image = row(name).icon().pixmap(20, 20).toImage()
+        return {image.pixelColor(x, y).name() for x in range(10, 20) for y in range(10, 20)}
+
+    assert PRESENCE_COLOURS["online"] in badge_colours("Ann")
+    assert PRESENCE_COLOURS["offline"] in badge_colours("Cat") and PRESENCE_COLOURS["online"] not in badge_colours("Cat")
+    assert row("Cat").data(Qt.ItemDataRole.AccessibleTextRole) == "Cat, offline"
+    save_screenshot(window.members_pane, "members-presence.png")
