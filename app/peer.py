@@ -77,6 +77,7 @@ class JsonRpcPeer:
             "invite": self.invite,
             "add_peer": self.add_peer,
             "peers": self.peers,
+            "presence": self.presence,
             "shutdown": self.shutdown,
         }
 
@@ -146,6 +147,9 @@ class JsonRpcPeer:
 
     def peers(self, params: dict) -> list:
         return self.running.peers()
+
+    def presence(self, params: dict) -> dict:
+        return self.running.presence_of(_param(params, "gid", str))
 
     def leave_group(self, params: dict) -> dict:
         self.running.leave_group(_param(params, "gid", str))

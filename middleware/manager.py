@@ -170,10 +170,12 @@ class GroupManager(rules.OperationCalls):
         self._after_input()
 
     async def close(self) -> None:
-        """Leave announcements are not sent: closing is not leaving (a restart resumes)."""
+        """Leave announcements are not sent: closing is not leaving (a restart resumes); a goodbye
+        is, so members show this peer offline at once."""
         if self._closed:
             return
         self._closed = True
+        self.core.say_goodbye()
         self.flush()
         if self._timer is not None:
             self._timer.cancel()

@@ -126,6 +126,7 @@ class PeerCore:
         self.joined: dict[str, JoinedGroup] = {}
         self.stats = Stats()
         self.presence = Presence()  # last heard per pid; idle beacons (middleware/presence.py)
+        self._goodbye_due = False  # the app is closing: the next flush says goodbye in every group
         self._outbox: list[Datagram] = []  # committed, for datagrams_to_send()
         self._events: list[Event] = []  # committed, for events()
         self._membership_changed: set[str] = set()  # groups this peer joined or left since the last flush
@@ -200,6 +201,11 @@ class PeerCore:
         """Every peer known by endpoint or heard by multicast: how it was found, how it is reached,
         and ``last_heard`` in seconds ago."""
         return [{**row, "last_heard": round(now - row["last_heard"], 1)} for row in self.reach.peers(now)]
+
+    def say_goodbye(self) -> None:
+        """The app is closing (not leaving): the next flush tells every joined group, so members
+        show this peer offline at once."""
+        self._goodbye_due = bool(self.joined)
 
     def resync(self, now: float) -> None:
         """Ask every joined group for what this peer missed, and re-advertise."""
@@ -498,6 +504,9 @@ class PeerCore:
             self.stats.not_member_dropped += 1
         elif joined.cipher and not envelope.sealed:
             self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
+        elif isinstance(message, wire.Goodbye):
+            if self.gjlp.groups[message.gid].is_current(envelope.sender):
+                self.presence.gone(envelope.sender)
         else:
             channel = joined.channel
             channel.receive(envelope.sender, message, now, envelope.public_key, wall)
@@ -526,8 +535,10 @@ class PeerCore:
             return None
         try:
             envelope = wire.decode(data, self._cipher)
-            if self._is_member_anywhere(envelope.sender):
-                self.presence.heard(envelope.sender, now)
+            if self._is_member_anywhere(envelope.sender) and self.presence.heard(envelope.sender, now):
+                for gid in self.joined:  # back from offline: its view of who is here fills at once
+                    if self.gjlp.groups[gid].is_current(envelope.sender):
+                        self.presence.beacon_soon(gid, now)
             return envelope
         except wire.SignatureError as exc:
             self.stats.bad_signature_dropped += 1
@@ -633,6 +644,8 @@ class PeerCore:
                 self.presence.spoke(gid, now)
             elif gid in beacons:  # idle: one heartbeat says this peer is still here
                 outbox = [wire.Heartbeat(gid, channel.next_seqno - 1)]
+            if self._goodbye_due:
+                outbox = [*outbox, wire.Goodbye(gid)]
             if outbox and record.private and joined.cipher is None:
                 # Never plaintext to a group held to be private (nothing should lead here).
                 self.plaintext_refused += len(outbox)
@@ -652,6 +665,7 @@ class PeerCore:
             events_now = channel.events()
             channel_events += events_now
             conflict_writes += [e for e in events_now if isinstance(e, (Conflict, Replaced))]
+        self._goodbye_due = False
         for gid in {m.gid for m in deliveries}:
             if gid in self.joined:
                 self.ops(gid)  # built from the store before this batch joins it

@@ -114,6 +114,7 @@ class MsgType(enum.IntEnum):
     DATA_BATCH = 11
     HELLO = 12
     PEER_LIST = 13
+    GOODBYE = 17  # (14-16 are kept for direct messages)
 
 
 # ---------------------------------------------------------------------------
@@ -654,6 +655,17 @@ class Heartbeat:
     FIELDS: ClassVar = (("gid", _gid), ("seqno", _seqno))
 
 
+@dataclass(frozen=True, slots=True)
+class Goodbye:
+    """The sender's app is closing: show it offline now rather than after its beacons stop.
+    Not leaving: its membership stands, and anything it sends later shows it online again."""
+
+    TYPE: ClassVar[MsgType] = MsgType.GOODBYE
+    gid: str
+
+    FIELDS: ClassVar = (("gid", _gid),)
+
+
 NONCE_BYTES = 16
 
 
@@ -707,11 +719,11 @@ class PeerList:
 
 
 Message = (Data | DataBatch | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat | Repair | Hello
-           | PeerList)
+           | PeerList | Goodbye)
 
 _BY_TYPE: dict[int, type] = {
     cls.TYPE: cls for cls in (Data, DataBatch, Adv, GroupsInfo, Join, Leave, SyncReq, SyncResp, Nak, Heartbeat, Repair,
-                              Hello, PeerList)
+                              Hello, PeerList, Goodbye)
 }
 _SELF_SIGNED = (Data, DataBatch)  # their signature is in the body, not in a trailer
 
