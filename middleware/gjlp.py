@@ -547,14 +547,18 @@ class Gjlp:
                 self._apply(record, message.record)
                 record.last_seen = stamp
 
-    def heard(self, gid: str, pid: str) -> None:
+    def heard(self, gid: str, pid: str, wall: float | None = None) -> None:
         """``pid`` sent a verified datagram on ``gid``'s channel (a message, heartbeat, NAK or
-        sync request): its record, or the one it sends next, is preferred by the caps."""
+        sync request): its record, or the one it sends next, is preferred by the caps.  A
+        member's datagram is news of the group (``wall`` stamps ``last_seen``): a group that
+        talks is seen now, not when it was last announced."""
         record = self.groups.get(gid)
         if record is None or pid == self.pid:
             return
         if pid in record.members:
             record.heard.add(pid)
+            if wall is not None and wall > record.last_seen:
+                record.last_seen = wall
             return
         waiting = record.refused.pop(pid, None)
         strangers = record.heard_strangers

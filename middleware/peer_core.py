@@ -510,7 +510,7 @@ class PeerCore:
         else:
             channel = joined.channel
             channel.receive(envelope.sender, message, now, envelope.public_key, wall)
-            self.gjlp.heard(channel.gid, envelope.sender)  # the member caps prefer whoever speaks
+            self.gjlp.heard(channel.gid, envelope.sender, wall)  # the member caps prefer whoever speaks
 
     def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float,
                       source: str = "") -> None:

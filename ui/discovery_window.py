@@ -195,7 +195,7 @@ class DiscoveryWindow(QWidget):
 
         backend.peer_event.connect(self._on_event)
         self._ticker = QTimer(self, interval=5000)
-        self._ticker.timeout.connect(self.model.refresh_times)
+        self._ticker.timeout.connect(self._tick)
         self._ticker.start()
         self.model.rowsInserted.connect(lambda *_: self._update_buttons())
         self._update_buttons()
@@ -249,6 +249,14 @@ class DiscoveryWindow(QWidget):
         match event:
             case GroupsDiscovered(views):
                 self.model.update(views)
+
+    def _tick(self) -> None:
+        """While shown, ask again: a joined group's "last seen" follows its talk, which no
+        announcement reports; hidden, only the "… ago" texts age."""
+        if self.isVisible():
+            self.load()
+        else:
+            self.model.refresh_times()
 
     def load(self) -> None:
         self.backend.call(lambda peer: peer.groups(), on_result=self.model.update)

@@ -199,3 +199,15 @@ def test_presence_says_whether_a_pid_comes_back():
     assert presence.heard("bob", 100.0) is True  # silent past OFFLINE_AFTER: back
     presence.gone("bob")
     assert presence.status("bob", 100.0) == OFFLINE and presence.heard("bob", 101.0) is True
+
+
+def test_a_group_that_talks_is_seen_now_not_when_it_was_last_announced(manager):
+    gid = manager.create_group("lunch")
+    bob, mallory = crypto.Identity.generate(), crypto.Identity.generate()
+    join(manager, bob, gid, "Bob")
+    announced = manager.group(gid).last_seen
+    manager.clock[0] += 120
+    manager._on_data_datagrams(arriving([wire.encode(mallory, wire.Heartbeat(gid, 1))]))  # not a member
+    assert manager.group(gid).last_seen == announced
+    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))
+    assert manager.group(gid).last_seen == manager.clock[0]
