@@ -57,6 +57,8 @@ what bounds the harm.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -106,10 +108,6 @@ def _vector_from_wire(raw: object, pids: list[str], max_parties: int, where: str
         if count:
             vector[pid] = count
     return vector
-
-
-def _leq(small: Mapping[str, int], large: Mapping[str, int], ignore: str | None = None) -> bool:
-    return all(count <= large.get(pid, 0) for pid, count in small.items() if pid != ignore)
 
 
 def _cut_to(vector: Mapping[str, int], ceiling: Mapping[str, int]) -> Vector:
@@ -171,6 +169,8 @@ class _Held:
     sender: str
     stamp: SesStamp
     received_at: float
+    blocker: tuple[str, int]
+    """The first component of the pair about us that our vector time has not reached."""
 
 
 class Ses:
@@ -189,6 +189,11 @@ class Ses:
         self._clock: OrderedDict[str, int] = OrderedDict()
         self._buffer: OrderedDict[str, Vector] = OrderedDict()
         self._held: dict[Hashable, _Held] = {}
+        # Per pid, held messages by the count they wait for: a raise re-examines only those it satisfies,
+        # so releasing a chain of n held messages costs O(n log n), not n scans of everything held.
+        self._waiting: dict[str, list[tuple[int, int, Hashable]]] = {}
+        self._tie = itertools.count()
+        self._raised: list[str] = []
         self._held_per_sender: dict[str, int] = {}
         # Recently delivered keys, so a duplicate is ignored; the caller dedups across restarts.
         self._delivered: set[Hashable] = set()
@@ -215,15 +220,17 @@ class Ses:
         if key in self._held or key in self._delivered:
             return []
         stamp = self._sanitised(stamp)
-        if self._deliverable(stamp):
+        blocker = self._blocker(stamp)
+        if blocker is None:
             delivered = [key]
             self._deliver(sender, key, stamp)
             delivered += self._release()
             return delivered
         if len(self._held) >= self.max_held or self._held_per_sender.get(sender, 0) >= self.max_held_per_sender:
             return None
-        self._held[key] = _Held(sender, stamp, now)
+        self._held[key] = held = _Held(sender, stamp, now, blocker)
         self._held_per_sender[sender] = self._held_per_sender.get(sender, 0) + 1
+        self._wait(key, held)
         return []
 
     def expire(self, now: float) -> list[Hashable]:
@@ -276,11 +283,18 @@ class Ses:
         return SesStamp(stamp.clock, tuple((destination, _cut_to(vector, stamp.clock))
                                            for destination, vector in stamp.buffer))
 
-    def _deliverable(self, stamp: SesStamp) -> bool:
+    def _blocker(self, stamp: SesStamp) -> tuple[str, int] | None:
+        """The delivery condition: None if met, else a (pid, count) our vector time has yet to reach."""
         for destination, vector in stamp.buffer:
             if destination == self.me:
-                return _leq(vector, self._clock, ignore=self.me)
-        return True
+                for pid, count in vector.items():
+                    if pid != self.me and count > self._clock.get(pid, 0):
+                        return pid, count
+        return None
+
+    def _wait(self, key: Hashable, held: _Held) -> None:
+        pid, count = held.blocker
+        heapq.heappush(self._waiting.setdefault(pid, []), (count, next(self._tie), key))
 
     def _deliver(self, sender: str, key: Hashable, stamp: SesStamp) -> None:
         self._remember(key)
@@ -303,15 +317,26 @@ class Ses:
 
     def _release(self) -> list[Hashable]:
         released: list[Hashable] = []
-        progress = True
-        while progress:
-            progress = False
-            for key, held in list(self._held.items()):
-                if self._deliverable(held.stamp):
-                    self._unhold(key)
-                    self._deliver(held.sender, key, held.stamp)
-                    released.append(key)
-                    progress = True
+        while self._raised:
+            pid = self._raised.pop()
+            waiting = self._waiting.get(pid)
+            reached = self._clock.get(pid, 0)
+            while waiting and waiting[0][0] <= reached:
+                count, _, key = heapq.heappop(waiting)
+                held = self._held.get(key)
+                if held is None or held.blocker != (pid, count):
+                    continue                 # delivered by expire, or waiting on something else since
+                blocker = self._blocker(held.stamp)
+                if blocker is not None:
+                    held.blocker = blocker
+                    self._wait(key, held)
+                    continue
+                self._unhold(key)
+                self._deliver(held.sender, key, held.stamp)
+                released.append(key)
+                reached = self._clock.get(pid, 0)
+            if not waiting:
+                self._waiting.pop(pid, None)
         return released
 
     def _unhold(self, key: Hashable) -> None:
@@ -331,6 +356,8 @@ class Ses:
     def _raise(self, pid: str, count: int) -> None:
         self._clock.pop(pid, None)
         self._clock[pid] = count
+        if pid in self._waiting:
+            self._raised.append(pid)
         while len(self._clock) > self.max_parties:
             forgotten = next(pid for pid in self._clock if pid != self.me)
             del self._clock[forgotten]

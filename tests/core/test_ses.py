@@ -279,3 +279,24 @@ def test_random_schedules_never_deliver_against_causal_order_and_deliver_everyth
         addressed = {key for key, destination in world.destination.items() if destination == peer}
         assert set(world.delivered[peer]) == addressed
         assert world.cores[peer].held() == 0
+
+
+def test_a_long_chain_fed_backwards_is_released_in_sending_order():
+    a, b = Ses(A), Ses(B)
+    chain = [a.stamp(B) for _ in range(200)]
+    for index in range(199, 0, -1):
+        assert b.receive(A, index, chain[index], 0.0) == []
+    assert b.receive(A, 0, chain[0], 0.0) == list(range(200))
+    assert b.held() == 0
+
+
+def test_expiry_releases_what_waited_on_the_late_message():
+    a, b, c = Ses(A), Ses(B, hold_limit=10.0), Ses(C)
+    a.stamp(B)                                   # lost for good
+    waiting = a.stamp(B)
+    c.receive(A, "x", a.stamp(C), 0.0)
+    behind = c.stamp(B)                          # follows A's second message to B
+    assert b.receive(A, "waiting", waiting, 1.0) == []
+    assert b.receive(C, "behind", behind, 5.0) == []
+    assert b.expire(11.0) == ["waiting", "behind"]
+    assert b.deadline() is None
