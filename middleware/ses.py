@@ -28,7 +28,9 @@ that a vector time already implies:
   vector time (the stamp's) goes, and S_m's pair about P_j is not merged: P_j
   is there already.
 
-Bounds.  At most ``max_parties`` components in the vector time and pairs in S;
+Bounds.  At most ``max_parties`` components in the vector time and pairs in S,
+and ``2 * max_parties`` components in all of S (so a stamp stays within
+``max_stamp_bytes(max_parties)`` on the wire: 4,940 bytes for the default 64);
 beyond that the *oldest knowledge gives way*: the component raised least
 recently (never one's own) and the pair inserted least recently.  Forgetting a
 component or a pair only lowers what later messages ask of their receivers, so
@@ -88,6 +90,15 @@ def _count_from_wire(raw: object, where: str) -> int:
     if type(raw) is not int or not 0 <= raw <= MAX_COUNT:
         raise ValueError(f"{where}: a count is an int in 0..2**63-1")
     return raw
+
+
+def max_stamp_bytes(max_parties: int = DEFAULT_MAX_PARTIES) -> int:
+    """The most bytes a stamp that ``SesStamp.from_wire`` accepts takes in msgpack."""
+    pid, count, index = 2 + PID_BYTES, 9, 2       # bin8 header; uint64; uint8 index (or fixint)
+    header = 3 * 3 + 3                            # array headers, generously
+    pair = 3 + index + 3                          # [index, vector] and the vector's own header
+    return (header + 2 * max_parties * pid + max_parties * (index + count)
+            + max_parties * pair + 2 * max_parties * (index + count))
 
 
 def _pid_at(pids: list[str], raw: object, where: str) -> str:
@@ -154,6 +165,7 @@ class SesStamp:
         if not isinstance(raw_buffer, list) or len(raw_buffer) > max_parties:
             raise ValueError(f"ses buffer: S holds at most {max_parties} pairs")
         buffer: dict[str, Vector] = {}
+        components = 0
         for pair in raw_buffer:
             if not isinstance(pair, list) or len(pair) != 2:
                 raise ValueError("ses buffer: a pair of S is [pid, vector]")
@@ -161,6 +173,9 @@ class SesStamp:
             if destination in buffer:
                 raise ValueError("ses buffer: a destination twice in S")
             buffer[destination] = _vector_from_wire(pair[1], pids, max_parties, "ses buffer")
+            components += len(pair[1]) // 2
+            if components > 2 * max_parties:
+                raise ValueError(f"ses buffer: S holds at most {2 * max_parties} components in all")
         return cls(clock, tuple(buffer.items()))
 
 
@@ -188,6 +203,7 @@ class Ses:
         # Both ordered oldest knowledge first: that is what gives way at the bounds.
         self._clock: OrderedDict[str, int] = OrderedDict()
         self._buffer: OrderedDict[str, Vector] = OrderedDict()
+        self._buffer_components = 0
         self._held: dict[Hashable, _Held] = {}
         # Per pid, held messages by the count they wait for: a raise re-examines only those it satisfies,
         # so releasing a chain of n held messages costs O(n log n), not n scans of everything held.
@@ -362,17 +378,19 @@ class Ses:
             forgotten = next(pid for pid in self._clock if pid != self.me)
             del self._clock[forgotten]
             for destination, vector in list(self._buffer.items()):
-                vector.pop(forgotten, None)
-                if not vector:
-                    del self._buffer[destination]
+                if vector.pop(forgotten, None) is not None:
+                    self._buffer_components -= 1
+                    if not vector:
+                        del self._buffer[destination]
 
     def _put_pair(self, destination: str, vector: Vector) -> None:
-        self._buffer.pop(destination, None)
+        self._buffer_components -= len(self._buffer.pop(destination, {}))
         if destination == self.me or not vector:
             return
         self._buffer[destination] = vector
-        while len(self._buffer) > self.max_parties:
-            self._buffer.popitem(last=False)
+        self._buffer_components += len(vector)
+        while len(self._buffer) > self.max_parties or self._buffer_components > 2 * self.max_parties:
+            self._buffer_components -= len(self._buffer.popitem(last=False)[1])
 
     # For tests and the study: read-only views.
     def clock(self) -> dict[str, int]:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from m2mc.middleware.ses import MAX_COUNT, Ses, SesStamp
+from m2mc.middleware.ses import MAX_COUNT, Ses, SesStamp, max_stamp_bytes
 
 A, B, C, D, E = (letter * 32 for letter in "abcde")
 PEERS = (A, B, C, D, E)
@@ -300,3 +300,28 @@ def test_expiry_releases_what_waited_on_the_late_message():
     assert b.receive(C, "behind", behind, 5.0) == []
     assert b.expire(11.0) == ["waiting", "behind"]
     assert b.deadline() is None
+
+
+def test_the_largest_stamp_from_wire_accepts_fits_max_stamp_bytes():
+    pids = [index.to_bytes(16, "big") for index in range(128)]
+    clock = [part for index in range(64) for part in (index, MAX_COUNT)]
+    buffer = [[64 + pair, [part for index in range(2) for part in (index, MAX_COUNT)]] for pair in range(64)]
+    stamp = SesStamp.from_wire([pids, clock, buffer])
+    assert sum(len(vector) for _, vector in stamp.buffer) == 128
+    assert len(msgpack.packb(stamp.to_wire(), use_bin_type=True)) <= max_stamp_bytes()
+    buffer[0][1] += [2, 1]
+    with pytest.raises(ValueError):
+        SesStamp.from_wire([pids, clock, buffer])
+
+
+def test_s_holds_at_most_twice_max_parties_components_the_oldest_pairs_giving_way():
+    me = Ses(A, max_parties=4)
+    writers = [Ses(f"{index:032x}") for index in range(1, 4)]
+    for index, writer in enumerate(writers):
+        me.receive(writer.me, index, writer.stamp(A), 0.0)
+    # Pairs about others, each naming the three writers (as relayed knowledge would), in this order.
+    for destination in (B, C, D):
+        me.receive(writers[0].me, destination, SesStamp(
+            {writer.me: 1 for writer in writers}, ((destination, {writer.me: 1 for writer in writers}),)), 0.0)
+    assert sum(len(vector) for vector in me.buffer().values()) <= 8
+    assert list(me.buffer()) == [C, D]
