@@ -35,9 +35,13 @@ beyond that the *oldest knowledge gives way*: the component raised least
 recently (never one's own) and the pair inserted least recently.  Forgetting a
 component or a pair only lowers what later messages ask of their receivers, so
 it can weaken the order of messages involving a forgotten party but never make
-a receiver wait for something that will not come.  (A receiver that forgot a
-component of its *own* vector time may hold a message that needs it until
-``hold_limit``; this takes more than ``max_parties`` parties in its causal past.)
+a receiver wait for something that will not come.  The one exception is a
+component of one's *own* vector time that a later message to oneself needs:
+that message waits until ``hold_limit``.  Only the components of peers that
+write to us can be needed so, so the vector time forgets the others (hearsay)
+first, and the correspondents (up to ``max_parties``, least recently heard
+first) only when nothing else is left: a stamp naming 63 made-up pids does not
+push out the people one talks with.
 
 Held messages are capped per sender (``max_held_per_sender``) and in all
 (``max_held``): ``receive`` refuses with ``None`` and the sender's reliable
@@ -71,7 +75,7 @@ import msgpack
 MAX_COUNT = 2**63 - 1
 PID_BYTES = 16
 DEFAULT_MAX_PARTIES = 64
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 1: without the correspondents
 
 Vector = dict[str, int]
 
@@ -204,6 +208,8 @@ class Ses:
         self._clock: OrderedDict[str, int] = OrderedDict()
         self._buffer: OrderedDict[str, Vector] = OrderedDict()
         self._buffer_components = 0
+        # Who we delivered from, least recently first: their components are kept before hearsay.
+        self._correspondents: OrderedDict[str, None] = OrderedDict()
         self._held: dict[Hashable, _Held] = {}
         # Per pid, held messages by the count they wait for: a raise re-examines only those it satisfies,
         # so releasing a chain of n held messages costs O(n log n), not n scans of everything held.
@@ -275,17 +281,23 @@ class Ses:
 
     def to_bytes(self) -> bytes:
         state = SesStamp(dict(self._clock), tuple(self._buffer.items()))
-        return msgpack.packb([_STATE_VERSION, state.to_wire()], use_bin_type=True)
+        correspondents = [_pid_to_wire(pid) for pid in self._correspondents]
+        return msgpack.packb([_STATE_VERSION, state.to_wire(), correspondents], use_bin_type=True)
 
     @classmethod
     def from_bytes(cls, me: str, data: bytes, **limits: Any) -> Ses:
         ses = cls(me, **limits)
         try:
-            version, wire = msgpack.unpackb(data, raw=False)
+            version, wire, *rest = msgpack.unpackb(data, raw=False)
         except (ValueError, TypeError, msgpack.UnpackException) as error:
             raise ValueError(f"ses state: {error}") from error
-        if version != _STATE_VERSION:
+        if (version, len(rest)) not in ((1, 0), (_STATE_VERSION, 1)):
             raise ValueError(f"ses state: unknown version {version!r}")
+        correspondents = rest[0] if rest else []
+        if not isinstance(correspondents, list) or len(correspondents) > ses.max_parties:
+            raise ValueError("ses state: correspondents")
+        for raw in correspondents:
+            ses._correspondents[_pid_from_wire(raw, "ses state")] = None
         state = SesStamp.from_wire(wire, ses.max_parties)
         for pid, count in state.clock.items():
             ses._raise(pid, count)
@@ -314,6 +326,10 @@ class Ses:
 
     def _deliver(self, sender: str, key: Hashable, stamp: SesStamp) -> None:
         self._remember(key)
+        self._correspondents.pop(sender, None)
+        self._correspondents[sender] = None
+        while len(self._correspondents) > self.max_parties:
+            self._correspondents.popitem(last=False)
         for pid, count in stamp.clock.items():
             if pid != self.me and count > self._clock.get(pid, 0):
                 self._raise(pid, count)
@@ -375,7 +391,9 @@ class Ses:
         if pid in self._waiting:
             self._raised.append(pid)
         while len(self._clock) > self.max_parties:
-            forgotten = next(pid for pid in self._clock if pid != self.me)
+            # Hearsay goes first: only the components of peers that write to us can hold our messages.
+            others = [other for other in self._clock if other != self.me]
+            forgotten = next((other for other in others if other not in self._correspondents), others[0])
             del self._clock[forgotten]
             for destination, vector in list(self._buffer.items()):
                 if vector.pop(forgotten, None) is not None:

@@ -344,3 +344,18 @@ def test_state_bounds_below_the_number_of_parties_delay_but_never_block_for_good
             world.on_delivered(peer, key)
         addressed = {key for key, destination in world.destination.items() if destination == peer}
         assert sorted(world.delivered[peer]) == sorted(addressed)
+
+
+def test_a_stamp_full_of_made_up_pids_does_not_push_out_the_people_one_talks_with():
+    a, b = Ses(A), Ses(B)
+    assert b.receive(A, "a1", a.stamp(B), 0.0) == ["a1"]
+    made_up = {f"{index:032x}": 1 for index in range(1, 64)}
+    assert b.receive(D, "flood", SesStamp({D: 1, **made_up}, ()), 0.0) == ["flood"]
+    assert len(b.clock()) == 64 and b.clock()[A] == 1
+    assert b.receive(A, "a2", a.stamp(B), 1.0) == ["a2"]
+    # The correspondents survive a restart too (and a state of the first format still loads).
+    b = Ses.from_bytes(B, b.to_bytes())
+    assert b.receive(D, "flood2", SesStamp({D: 2, **{pid: 2 for pid in made_up}}, ()), 2.0) == ["flood2"]
+    assert b.receive(A, "a3", a.stamp(B), 3.0) == ["a3"]
+    old_format = msgpack.packb([1, SesStamp({B: 1, A: 3}, ()).to_wire()], use_bin_type=True)
+    assert Ses.from_bytes(B, old_format).clock() == {B: 1, A: 3}
