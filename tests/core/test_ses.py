@@ -276,7 +276,7 @@ def play(world: Schedule, count: int, schedule: list) -> None:
     world.flush()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(count=st.integers(3, 5), schedule=steps)
 def test_random_schedules_never_deliver_against_causal_order_and_deliver_everything(count, schedule):
     world = Schedule(count)
@@ -333,7 +333,7 @@ def test_s_holds_at_most_twice_max_parties_components_the_oldest_pairs_giving_wa
     assert list(me.buffer()) == [C, D]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(count=st.integers(4, 5), schedule=steps)
 def test_state_bounds_below_the_number_of_parties_delay_but_never_block_for_good(count, schedule):
     # With room for two parties, forgotten components weaken the order; the hold limit ends every wait.
