@@ -75,6 +75,7 @@ from .widgets import (
     ElidedLabel,
     GroupIdRole,
     GroupListDelegate,
+    CatchUpBar,
     ReplyBanner,
     ThreadListDelegate,
     WarningBanner,
@@ -95,6 +96,10 @@ TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift
                ("Edit your last message (empty compose box)", "Up"),
                ("Cancel the reply, edit or filter; close the thread", "Esc"),
                ("Move between the panes", "Tab"))
+# A group holding this many unread messages that reached this peer CATCH_UP_LAG_MS or more
+# after they were written (a big join's history, a long absence) offers to mark those read.
+CATCH_UP_MIN = 200
+CATCH_UP_LAG_MS = 10 * 60 * 1000
 EMPTY_GROUP_HINT = ("No messages here yet.\n\nWrite the first one below: it starts a thread. "
                     "Replies show under the message they answer (Reply, or a click on ↩).")
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
@@ -335,6 +340,16 @@ class MainWindow(QMainWindow):
         banner_row.setContentsMargins(8, 0, 8, 4)
         banner_row.addWidget(self.warning_banner)
         centre_layout.addLayout(banner_row)
+        self.catch_up_bar = CatchUpBar()
+        self.catch_up_bar.mark_read.connect(self.mark_caught_up_read)
+        self.catch_up_bar.dismissed.connect(self._keep_caught_up_unread)
+        catch_up_row = QHBoxLayout()
+        catch_up_row.setContentsMargins(8, 0, 8, 4)
+        catch_up_row.addWidget(self.catch_up_bar)
+        centre_layout.addLayout(catch_up_row)
+        # Counted once a burst of arrivals is in (a scan of the unread), not per arrival.
+        self._catch_up_timer = QTimer(self, singleShot=True, interval=300)
+        self._catch_up_timer.timeout.connect(self._count_caught_up)
         centre_layout.addWidget(self.thread_bar)
         centre_layout.addWidget(self.stack, 1)
         centre_layout.addWidget(compose_frame)
@@ -593,6 +608,7 @@ class MainWindow(QMainWindow):
                 self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
         self.stack.setCurrentWidget(self.timeline_view if self.time_ordered else self.tree_view)
         self._show_empty_hint(session)
+        self.update_catch_up()
         self._sync_selection()
         self.update_older_button()
 
@@ -804,6 +820,39 @@ class MainWindow(QMainWindow):
         self.tree_view.scrollTo(session.tree_model.index_for(place[0]), QAbstractItemView.ScrollHint.PositionAtTop)
         bar = self.tree_view.verticalScrollBar()
         bar.setValue(bar.value() - place[1])
+
+    def update_catch_up(self) -> None:
+        self._catch_up_timer.start()
+
+    def _caught_up(self, session: GroupSession) -> list[Mid]:
+        return session.tree.caught_up_unread(CATCH_UP_LAG_MS)
+
+    def _count_caught_up(self) -> None:
+        session = self.current
+        if session is None or session.catch_up_dismissed or len(session.tree.unread) < CATCH_UP_MIN:
+            self.catch_up_bar.show_count(0)
+            return
+        count = len(self._caught_up(session))
+        self.catch_up_bar.show_count(count if count >= CATCH_UP_MIN else 0)
+
+    def mark_caught_up_read(self) -> None:
+        """Mark the history that came in late read; what was heard live stays unread."""
+        session = self.current
+        if session is not None:
+            session.tree.mark_read(self._caught_up(session))
+            self.catch_up_bar.show_count(0)
+
+    def _keep_caught_up_unread(self) -> None:
+        if self.current is not None:
+            self.current.catch_up_dismissed = True
+        self.catch_up_bar.show_count(0)
+
+    def keep_reader_place(self, session: GroupSession, place: ReaderPlace) -> None:
+        """Rows inserted above the reader (replies to older threads, a join's history syncing in)
+        push what they read down: put it back where it was, to the pixel."""
+        index = session.tree_model.index_for(place[0])
+        if index.isValid() and self.tree_view.visualRect(index).top() != place[1]:
+            self.restore_reader_place(session, place)
 
     @staticmethod
     def _message_delegate(view: QAbstractItemView) -> MessageDelegate:

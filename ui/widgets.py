@@ -148,6 +148,43 @@ class ReplyBanner(QFrame):
         return self.label.text() if self.isVisible() or self.label.text() else ""
 
 
+class CatchUpBar(QFrame):
+    """'1,234 unread messages came in from before you were here · Mark them read ✕': a big join (or
+    a long absence) need not leave the reader with thousands of "new" to walk past."""
+
+    mark_read = Signal()
+    dismissed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("catchUpBar")
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.read_button = QPushButton("Mark them read")
+        self.read_button.setObjectName("catchUpRead")
+        self.read_button.clicked.connect(self.mark_read)
+        close = QToolButton()
+        close.setText("✕")
+        close.setToolTip("Keep them unread")
+        close.setAutoRaise(True)
+        close.clicked.connect(self.dismissed)
+        self.close_button = close
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 2, 2, 2)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.read_button)
+        layout.addWidget(close)
+        self.hide()
+
+    def show_count(self, count: int) -> None:
+        if count <= 0:
+            self.hide()
+            return
+        self.label.setText(f"{count:,} unread messages were written before they reached you "
+                           "(history synced in when you joined or came back).")
+        self.show()
+
+
 class WarningBanner(QFrame):
     """'⚠ <warning> · Show all (n) ✕' above the conversation: seen at once, yet never blocking.
 

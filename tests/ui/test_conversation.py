@@ -629,3 +629,65 @@ def test_presence_marks_have_colours_a_badge_and_a_legend(qtbot, window, backend
     assert PRESENCE_COLOURS["offline"] in badge_colours("Cat") and PRESENCE_COLOURS["online"] not in badge_colours("Cat")
     assert row("Cat").data(Qt.ItemDataRole.AccessibleTextRole) == "Cat, offline"
     save_screenshot(window.members_pane, "members-presence.png")
+
+
+def test_replies_syncing_in_above_the_reader_do_not_move_what_they_read(qtbot, window, backend):
+    # A big join syncs history in while the newcomer reads: replies land in threads above the
+    # rows on show, and every one of them pushed the reader's text down the screen.
+    history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(60)]
+    session = open_group(qtbot, window, backend, history)
+    qtbot.waitUntil(lambda: not window._follow_timer.isActive())
+    view = window.tree_view
+    view.scrollTo(window._view_index(history[40].mid), view.ScrollHint.PositionAtTop)
+    view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 5)
+    assert view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - 100
+    top = view.indexAt(QPoint(4, 2))
+    before = top.data(MessageRole).mid, view.visualRect(top).top()
+    replies = [message(GID, (BOB, CAT)[i % 2], 300 + i, f"A late reply {i}", history[i].mid) for i in range(20)]
+    backend.manager.inject_messages(session.gid, replies)
+    qtbot.waitUntil(lambda: len(session.tree) == 80)
+    qtbot.wait(50)
+    top = view.indexAt(QPoint(4, 2))
+    assert (top.data(MessageRole).mid, view.visualRect(top).top()) == before
+
+
+def test_a_big_join_offers_to_mark_the_history_it_synced_read_and_keeps_live_talk_unread(qtbot, window, backend):
+    import time
+
+    from m2mc.ui.main_window import CATCH_UP_MIN
+
+    old = [message(GID, (ANN, BOB, CAT)[i % 3], i + 2, f"From last year {i}") for i in range(CATCH_UP_MIN + 50)]
+    session = open_group(qtbot, window, backend, [message(GID, ANN, 1, "Welcome")])
+    backend.manager.inject_messages(session.gid, old)  # the history a join syncs in
+    bar = window.catch_up_bar
+    qtbot.waitUntil(bar.isVisible)
+    assert bar.label.text().startswith(f"{len(old):,} unread messages")
+    save_screenshot(window, "catch-up-bar.png")
+    now_ms = int(time.time() * 1000)
+    live = [message(GID, ANN, 1000 + i, f"Said just now {i}", at=now_ms - 1000 * (1000 + i)) for i in range(3)]
+    backend.manager.inject_messages(session.gid, live)
+    qtbot.waitUntil(lambda: len(session.tree) == len(old) + 4)
+    qtbot.mouseClick(bar.read_button, Qt.MouseButton.LeftButton)
+    assert not bar.isVisible()
+    assert session.tree.unread == {m.mid for m in live}
+    # The marks reach the store: a restart does not bring the history back as unread.
+    window.session_controller.save_read_marks()
+    qtbot.waitUntil(lambda: len(backend.manager.read_marks(session.gid) or []) > 0)
+    read = sum(hi - lo + 1 for lo, hi in backend.manager.read_marks(session.gid))
+    assert read >= len(old)
+
+
+def test_the_catch_up_offer_can_be_declined_and_does_not_come_back(qtbot, window, backend):
+    from m2mc.ui.main_window import CATCH_UP_MIN
+
+    old = [message(GID, (ANN, BOB, CAT)[i % 3], i + 2, f"Old {i}") for i in range(CATCH_UP_MIN)]
+    session = open_group(qtbot, window, backend, [message(GID, ANN, 1, "Welcome")])
+    backend.manager.inject_messages(session.gid, old)
+    bar = window.catch_up_bar
+    qtbot.waitUntil(bar.isVisible)
+    qtbot.mouseClick(bar.close_button, Qt.MouseButton.LeftButton)
+    assert not bar.isVisible() and len(session.tree.unread) == CATCH_UP_MIN
+    backend.manager.inject_messages(session.gid, [message(GID, BOB, 900, "one more old one")])
+    qtbot.waitUntil(lambda: len(session.tree) == CATCH_UP_MIN + 2)
+    qtbot.wait(400)
+    assert not bar.isVisible()

@@ -57,6 +57,7 @@ class GroupSession:
     direct: set[str] = field(default_factory=set)  # members reached by unicast (reach: multicast misses them)
     topic: str | None = None  # None: not heard yet (the group view has it)
     pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
+    catch_up_dismissed: bool = False  # the reader chose to keep a big join's history unread
 
     @property
     def title(self) -> str:
@@ -93,6 +94,8 @@ class SessionsView(Protocol):
     def schedule_seen(self, *_args: object) -> None: ...
     def reader_place(self, session: GroupSession) -> tuple[bool, ReaderPlace | None]: ...
     def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None: ...
+    def update_catch_up(self) -> None: ...
+    def keep_reader_place(self, session: GroupSession, place: ReaderPlace) -> None: ...
     def forget_rendered(self, mids: list[Mid]) -> None: ...
     def relayout_messages(self) -> None: ...
     def start_new_thread(self) -> None: ...
@@ -231,6 +234,8 @@ class SessionController(QObject):
         if not shown:
             return
         self._trim(session, at_bottom, reading)
+        if reading is not None and self.selection.is_current(session):
+            self.view.keep_reader_place(session, reading)  # replies above (a join's sync) must not move it
         if self.selection.is_current(session):
             for message in shown:
                 if message.parent is not None:
@@ -330,6 +335,8 @@ class SessionController(QObject):
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
         if session.item is not None:
             session.item.setData(UnreadCountRole, count)
+        if self.selection.is_current(session):
+            self.view.update_catch_up()
         total = sum(len(s.tree.unread) for s in self.sessions.values())
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
