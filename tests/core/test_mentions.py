@@ -1,5 +1,7 @@
 """@mentions: the token in the text, its bounds, send with mentions, and the mentions query through a GroupManager."""
 
+import asyncio
+import json
 import time
 
 import pytest
@@ -126,3 +128,33 @@ def test_the_mentions_query_stays_an_index_lookup_at_100k_messages(tmp_path):
     found = store.mentions(ANN, 50)
     assert len(found) == 50 and found[0].mid == (CAROL.pid, 100_000)
     store.close()
+
+
+def test_json_rpc_send_takes_mentions_messages_carry_them_and_mentions_lists_them(tmp_path):
+    asyncio.run(_json_rpc_session(tmp_path))
+
+
+async def _json_rpc_session(tmp_path):
+    from m2mc.app.peer import JsonRpcPeer
+
+    peer = JsonRpcPeer(lambda line: None)
+    peer.manager = GroupManager(Config(tmp_path / "p", name="Pat", iface="127.0.0.1", zeroconf=False), peer)
+
+    async def rpc(method, **params):
+        answer = peer.handle_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        answer = await answer if isinstance(answer, asyncio.Future) else answer
+        return answer.get("result"), answer.get("error", {}).get("message", "")
+
+    try:
+        gid = (await rpc("create_group", desc="rpc"))[0]["gid"]
+        pid = peer.manager.pid
+        mid = (await rpc("send", gid=gid, text="@Pat, remember", parent=None, mentions=[pid]))[0]["mid"]
+        peer.manager.flush()
+        (message,) = (await rpc("history", gid=gid))[0]
+        assert message["mentions"] == [pid] and message["text"] == f"{token(pid)}, remember"
+        assert [m["mid"] for m in (await rpc("mentions"))[0]] == [mid] and (await rpc("mentions", limit=1))[0][0]["mid"] == mid
+        assert "limit" in (await rpc("mentions", limit=0))[1] and "limit" in (await rpc("mentions", limit="5"))[1]
+        assert "mentions" in (await rpc("send", gid=gid, text="x", mentions=pid))[1]
+        assert "too many" in (await rpc("send", gid=gid, text="x", mentions=[f"{i:032x}" for i in range(50)]))[1]
+    finally:
+        peer.manager.store.close()
