@@ -148,7 +148,7 @@ def test_a_renamed_member_is_shown_by_the_new_name_and_the_mentions_list_jumps(q
     bob = backend.manager.peer(BOB)
     backend.manager.lan.run(bob, lambda core: core.set_name("Robert"))
     backend.manager.lan.settle()
-    window.session_controller.refresh_group_view(gid)
+    # no refresh asked: the app hears of the new member record itself
     qtbot.waitUntil(lambda: delegate.names.get(BOB.pid) == "Robert")
     assert delegate._body(window.current.tree.message(about_bob.mid), width).layout.text() == \
         "Ask @Robert about the fort"
