@@ -103,9 +103,12 @@ def test_a_mention_of_me_is_highlighted_and_notifies_at_mentions_only_not_at_not
     save_screenshot(window, "mentions-highlighted.png")
 
     window.notify_actions["nothing"].trigger()
-    backend.manager.inject_messages(gid, [message(gid, CAT, 1, f"{token(backend.pid)} too?")])
+    stranger = "f" * 32  # no member: the token stays as it was written
+    backend.manager.inject_messages(gid, [message(gid, CAT, 1, f"{token(backend.pid)} and {token(stranger)} too?")])
     qtbot.waitUntil(lambda: len(window.current.tree) == 5)
     assert len(told) == 1  # nothing: not even a mention
+    body = delegate._body(window.current.tree.message((CAT.pid, 1)), delegate._text_width(0))
+    assert body.layout.text() == f"@Dana and {token(stranger)} too?"
     window.notify_actions["all"].trigger()
     backend.manager.inject_messages(gid, [message(gid, CAT, 2, "See you there")])
     qtbot.waitUntil(lambda: len(window.current.tree) == 6)
