@@ -1081,7 +1081,7 @@ class MainWindow(QMainWindow):
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
         session.thread = ThreadModel(session.tree_model, root_mid, self)
         self.compose_controller.thread_opened(root_mid)
-        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80)}")
+        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view))}")
         self._set_view_models()
         self.tree_view.expandAll()
         first_unread = next((mid for mid in session.tree.unread_in_arrival_order()

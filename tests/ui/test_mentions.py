@@ -101,6 +101,9 @@ def test_a_mention_of_me_is_highlighted_and_notifies_at_mentions_only_not_at_not
     assert delegate.mentions_me(window.current.tree.message(mention.mid))
     window.select_message(mention.mid)
     save_screenshot(window, "mentions-highlighted.png")
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply: the banner names it
+    assert window.reply_banner.label.text() == "Replying to Bob: @Dana are you coming?"
+    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
 
     window.notify_actions["nothing"].trigger()
     stranger = "f" * 32  # no member: the token stays as it was written

@@ -69,17 +69,22 @@ class ComposeController(QObject):
         session = self.selection.session
         return session.tree.message(mid) if session is not None else None
 
+    def _as_shown(self, message: ChatMessage | None) -> ChatMessage | None:
+        """``message`` with its mention tokens as "@Name", for the banner."""
+        return message._replace(text=self._shown(message.text)) if message is not None else None
+
     def show_target(self) -> None:
         """The banner says where the next message goes (or what it edits)."""
         banner = self.view.reply_banner
         if self.target.edit is not None:
-            edited = self._message(self.target.edit)
+            edited = self._as_shown(self._message(self.target.edit))
             if edited is not None:
                 banner.show_editing(edited)
                 return
         parent = self.target.parent
         if parent is not None:
-            banner.show_target(self._message(parent), in_thread=parent == self.target.thread, known=False)
+            banner.show_target(self._as_shown(self._message(parent)), in_thread=parent == self.target.thread,
+                               known=False)
         elif self.target.new_thread and self.target.thread is not None:
             banner.show_new_thread()
         else:
