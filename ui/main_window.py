@@ -815,8 +815,11 @@ class MainWindow(QMainWindow):
     def start_new_thread(self) -> None:
         self.compose_controller.start_new_thread()
 
-    def notify(self, title: str, text: str) -> None:
-        self.notifier.notify(title, text)
+    def notify(self, title: str, text: str, mention: bool = False) -> None:
+        if mention:
+            self.notifier.notify(title, text, mention=True)
+        else:
+            self.notifier.notify(title, text)
 
     def add_group_item(self, item: QListWidgetItem) -> None:
         self.group_list.addItem(item)

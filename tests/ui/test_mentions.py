@@ -42,7 +42,7 @@ def save_screen(window, name):
 
 def notifications(window):
     told = []
-    window.notifier.notify = lambda title, body: told.append((title, body))
+    window.notifier.notify = lambda title, body, mention=False: told.append((title, body))
     return told
 
 
@@ -183,3 +183,20 @@ def test_a_renamed_member_is_shown_by_the_new_name_and_the_mentions_list_jumps(q
     rect = mentions.list.visualItemRect(item)
     qtbot.mouseClick(mentions.list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert window.selected_message().mid == for_me.mid
+
+
+def test_a_busy_group_never_holds_back_a_mention_and_mentions_have_their_own_limit(qtbot):
+    from PySide6.QtWidgets import QWidget
+
+    from m2mc.ui.notifier import DesktopNotifications, Notifier
+
+    shown = []
+    widget = QWidget()
+    qtbot.addWidget(widget)
+    notifier = Notifier(widget, DesktopNotifications(run=lambda _p, args: shown.append(args[-5]) or True,
+                                                     available=True))
+    assert notifier.notify("Bob in Lunch", "noon?")
+    assert not notifier.notify("Cat in Lunch", "yes")  # at most one per few seconds
+    assert notifier.notify("Cat mentioned you in Lunch", "@Dana?", mention=True)
+    assert not notifier.notify("Cat mentioned you in Lunch", "@Dana??", mention=True)  # a flood of them too
+    assert shown == ["'Bob in Lunch'", "'Cat mentioned you in Lunch'"]

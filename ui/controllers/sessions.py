@@ -105,7 +105,7 @@ class SessionsView(Protocol):
     def relayout_messages(self) -> None: ...
     def start_new_thread(self) -> None: ...
     def messages_shown(self, mids: list[Mid]) -> None: ...
-    def notify(self, title: str, text: str) -> None: ...
+    def notify(self, title: str, text: str, mention: bool = False) -> None: ...
 
 
 class SessionController(QObject):
@@ -258,7 +258,8 @@ class SessionController(QObject):
             extra = f" (+{len(told) - 1} more)" if len(told) > 1 else ""
             how = "mentioned you in" if mentioning else "in"
             text = shown_text(last.text, member_names(session.view))
-            self.view.notify(f"{last.sender_name} {how} {session.title}", snippet(text, 120) + extra)
+            self.view.notify(f"{last.sender_name} {how} {session.title}", snippet(text, 120) + extra,
+                             mention=bool(mentioning))
 
     def _trim(self, session: GroupSession, at_bottom: bool, reading: ReaderPlace | None = None) -> None:
         # A steady stream adds rows without end, and each re-layout costs every row on show
