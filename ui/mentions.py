@@ -45,7 +45,6 @@ class MentionCompleter(QObject):
         self.completer.activated.connect(self.insert)  # its (str) overload, the first declared
         self.popup = QListView()
         self.completer.setPopup(self.popup)
-        self._at: int | None = None  # where the "@" being completed is in the text
         edit.mention_popup = self.popup
         edit.typed.connect(self.update)
 
@@ -72,10 +71,9 @@ class MentionCompleter(QObject):
         found = self.typed_prefix()
         popup = self.popup
         if found is None or not self.model.rowCount():
-            self._at = None
             popup.hide()
             return
-        self._at, typed = found
+        _at, typed = found
         self.completer.setCompletionPrefix(typed)
         if not self.completer.completionCount():
             popup.hide()
