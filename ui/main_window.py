@@ -64,7 +64,7 @@ from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
 from .controllers.joins import JoinController
 from .controllers.sessions import GroupSession, ReaderPlace, SessionController, member_names
-from .mentions import MentionCompleter, MentionsWindow
+from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
 from .controllers.status import StatusController
 from .notifier import Notifier
 from .state import ComposeTarget, PaneFolds, Selection, ThreadFilter
@@ -94,9 +94,7 @@ MINIMUM_WIDTH = 640
 TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
                ("Edit your last message (empty compose box)", "Up"),
                ("Cancel the reply, edit or filter; close the thread", "Esc"),
-               ("Move between the panes", "Tab"),
-               ("Name a member (then Down, Enter or Tab)", "@"))
-MENTIONS_LISTED = 200  # the Mentions window's newest
+               ("Move between the panes", "Tab"))
 EMPTY_GROUP_HINT = ("No messages here yet.\n\nWrite the first one below: it starts a thread. "
                     "Replies show under the message they answer (Reply, or a click on ↩).")
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
@@ -1158,7 +1156,7 @@ class MainWindow(QMainWindow):
         rows = [(action.text().replace("&", "").rstrip("…"), action.shortcut().toString(
                  QKeySequence.SequenceFormat.NativeText))
                 for action in self.actions() if not action.shortcut().isEmpty() and action.text()]
-        return rows + list(TYPING_KEYS)
+        return rows + list(TYPING_KEYS) + list(MENTION_KEYS)
 
     def show_shortcuts(self) -> None:
         show_shortcuts(self, self.shortcut_rows())

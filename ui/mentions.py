@@ -27,6 +27,8 @@ from .widgets import ComposeEdit
 # "@" at the start of the text or after a space, then what was typed of a name (names may hold spaces).
 TYPED_MENTION = re.compile(r"(?:^|(?<=\s))@([^@\n]{0,%d})$" % MAX_NAME)
 MentionRole = Qt.ItemDataRole.UserRole + 40
+MENTION_KEYS = (("Name a member (then Down, Enter or Tab)", "@"),)  # for Help → Keyboard shortcuts
+MENTIONS_LISTED = 200  # the Mentions window's newest
 
 
 class MentionCompleter(QObject):
