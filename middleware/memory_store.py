@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from . import wire
+from .chatops import OP_MARKER
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .addresses import Endpoint
@@ -162,6 +163,17 @@ class MemoryStore:
     def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         found = [self._messages[(gid, mid)] for mid in set(mids) if (gid, mid) in self._messages]
         return [self._with_key(m) for m in sorted(found, key=lambda m: m.order)]
+
+    def mentions(self, pid: str, limit: int) -> list[ChatMessage]:
+        """A scan, newest first: this store serves simulations and tests, not 100,000-message histories."""
+        found: list[ChatMessage] = []
+        for key in reversed(self._delivered):
+            if len(found) >= limit:
+                break
+            message = self._messages[key]
+            if pid in message.mentions and not message.text.startswith(OP_MARKER):
+                found.append(self._with_key(message))
+        return found
 
     def delivered_mids(self, gid: str) -> list[Mid]:
         return [mid for g, mid in self._delivered if g == gid]

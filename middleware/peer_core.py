@@ -31,13 +31,14 @@ import logging
 import random
 import sqlite3
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, cast
+from typing import NamedTuple, Sequence, cast
 
 from . import crypto, names, rules, wire
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
 from .invites import Invite, invite_link, parse_invite
+from .mentions import with_tokens
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
@@ -295,12 +296,17 @@ class PeerCore:
         self._membership_changed.add(gid)
         return record
 
-    def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float) -> Mid:
+    def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float,
+             mentions: Sequence[str] = ()) -> Mid:
         """Compose and queue a message; it is stored and sent by the next flush.  If that
-        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`)."""
+        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`).
+        ``mentions``: pids of current members whose "@Name" in ``text`` becomes their token
+        (middleware.mentions); tokens already in ``text`` are kept as they are."""
         channel = self.channel(gid)
         if not isinstance(text, str):
             raise UsageError("text must be a string")
+        if mentions:
+            text = with_tokens(text, rules.check_mentions(mentions), self._current_names(gid))
         if text.startswith(OP_MARKER):
             raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
         if parent is not None and self.ops(gid).is_operation_mid(parent):
@@ -381,6 +387,21 @@ class PeerCore:
                 shown = instead[key] = None if shown == signed else shown
             out.append(message if shown is None else message._replace(sender_name=shown, signed_name=signed))
         return out
+
+    def _current_names(self, gid: str) -> dict[str, str]:
+        return {member.pid: member.name for member in self.known(gid).current()}
+
+    def mentions(self, limit: int) -> list[ChatMessage]:
+        """Messages that mention this peer, newest first, across groups, as :meth:`history` shows
+        them (deleted ones left out; an edit shows its current text)."""
+        found = []
+        for message in self.store.mentions(self.pid, limit):
+            gid = message.gid
+            if gid in self.joined:
+                message = self.ops(gid).view(message)
+            if not message.deleted:
+                found.append(self.by_record(gid, [message])[0])
+        return found
 
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""

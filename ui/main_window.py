@@ -31,7 +31,7 @@ from functools import partial
 from typing import Callable, Iterator
 
 from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QListView,
@@ -64,7 +64,8 @@ from .member_list import presence_legend
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
 from .controllers.joins import JoinController
-from .controllers.sessions import GroupSession, ReaderPlace, SessionController
+from .controllers.sessions import GroupSession, ReaderPlace, SessionController, member_names
+from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
 from .controllers.status import StatusController
 from .notifier import Notifier
 from .state import ComposeTarget, PaneFolds, Selection, ThreadFilter
@@ -171,6 +172,8 @@ class MainWindow(QMainWindow):
         self.group_list.setItemDelegate(GroupListDelegate(self.group_list))
         self.group_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.group_list.currentItemChanged.connect(self._on_group_selected)
+        self.group_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.group_list.customContextMenuRequested.connect(self._group_menu)
         groups_pane = self._titled("Groups", self.group_list)
         discover_button = QPushButton(icon("discover"), "Find groups…")
         discover_button.clicked.connect(self.join_controller.show_discovery)
@@ -310,6 +313,8 @@ class MainWindow(QMainWindow):
         self.compose.submitted.connect(self.compose_controller.send_message)
         self.compose.textChanged.connect(self.compose_controller.keep_draft)
         self.compose.edit_last_requested.connect(self.compose_controller.edit_last)
+        self.mention_completer = MentionCompleter(self.compose)
+        self.mentions_window: MentionsWindow | None = None
         self.send_button = QPushButton(icon("send"), "Send")
         self.send_button.setObjectName("sendButton")
         self.send_button.clicked.connect(self.compose_controller.send_message)
@@ -447,8 +452,9 @@ class MainWindow(QMainWindow):
         composer = self.compose_controller
         self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
         self.reply_action = self._action("&Reply to selected", "Ctrl+R", composer.reply_to_selected, "reply")
-        self.notify_action = self._action("&Notify me for this group", None, self.session_controller.toggle_notify,
-                                          checkable=True)
+        self.notify_menu = self._notify_menu(lambda: self.current.gid if self.current is not None else None)
+        self.notify_actions = {action.data(): action for action in self.notify_menu.actions()}
+        self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", self.show_mentions)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
         self.back_action = self._action("&Back to all threads", "Alt+Left", self.close_thread)
@@ -465,7 +471,7 @@ class MainWindow(QMainWindow):
         for action in (self.send_action, self.reply_action, self.new_thread_action, self.next_unread_action,
                        self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
                        self.time_action, self.back_action, expand, collapse, self.topic_action,
-                       self.notify_action, self.warnings_action):
+                       self.mentions_action, self.notify_menu.menuAction(), self.warnings_action):
             menu.addAction(action)
 
         menu = self.menuBar().addMenu("&View")
@@ -543,7 +549,7 @@ class MainWindow(QMainWindow):
                        self.topic_edit):
             widget.setEnabled(enabled)
         for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
-                       self.mark_read_action, self.send_action, self.invite_action, self.notify_action):
+                       self.mark_read_action, self.send_action, self.invite_action, self.notify_menu.menuAction()):
             action.setEnabled(enabled)
         self.status_controller.show_warning_banner()
         if session is None:
@@ -561,7 +567,7 @@ class MainWindow(QMainWindow):
         self.update_pinned_button()
         if session.item is not None:  # its warnings, if any, are on the banner now
             session.item.setIcon(self.session_controller.group_icon(session))
-        self.notify_action.setChecked(self.session_controller.notifies(session.gid))
+        self.notify_actions[self.session_controller.notify_level(session.gid)].setChecked(True)
         self.thread_list.setModel(session.threads)
         self.set_divider(session)
         self._set_view_models()
@@ -758,6 +764,65 @@ class MainWindow(QMainWindow):
 
     def fill_members(self) -> None:
         self.status_controller.fill_members()
+        view = self.current.view if self.current is not None else None
+        self.mention_completer.set_members(list(view.members) if view is not None else [], self.backend.pid)
+
+    # -- mentions and notification levels (ui.mentions) ------------------------------------------
+
+    def _notify_menu(self, gid_of: Callable[[], str | None], parent: QWidget | None = None) -> QMenu:
+        """Notifications: All messages / Mentions only / Nothing, for the group ``gid_of()`` names."""
+        menu = QMenu("&Notifications", parent or self)
+        levels = QActionGroup(menu)
+        for level, text in (("all", "&All messages"), ("mentions", "&Mentions only"), ("nothing", "N&othing")):
+            action = QAction(text, menu, checkable=True)
+            action.setData(level)
+            levels.addAction(action)
+            action.triggered.connect(lambda _on, level=level: self._set_notify_level(gid_of(), level))
+            menu.addAction(action)
+        menu.aboutToShow.connect(lambda: self._check_notify_level(menu, gid_of()))
+        return menu
+
+    def _check_notify_level(self, menu: QMenu, gid: str | None) -> None:
+        level = self.session_controller.notify_level(gid) if gid is not None else None
+        for action in menu.actions():
+            action.setChecked(action.data() == level)
+
+    def _set_notify_level(self, gid: str | None, level: str) -> None:
+        if gid is None:
+            return
+        self.session_controller.set_notify_level(gid, level)
+        if self.current is not None and self.current.gid == gid:
+            self.notify_actions[level].setChecked(True)
+
+    def _group_menu(self, pos: QPoint) -> None:
+        item = self.group_list.itemAt(pos)
+        if item is None:
+            return
+        gid = item.data(GroupIdRole)
+        menu = QMenu(self)
+        menu.addMenu(self._notify_menu(lambda: gid, menu))
+        self.group_menu = menu  # kept for tests, which read it while it is open
+        menu.popup(self.group_list.viewport().mapToGlobal(pos))
+
+    def show_mentions(self) -> None:
+        """Conversation → Mentions…: the messages that mention me, newest first, across groups."""
+        window = self.mentions_window
+        if window is None:
+            window = self.mentions_window = MentionsWindow(self, self.jump_to_message)
+        self.backend.call(lambda peer: peer.mentions(MENTIONS_LISTED), on_result=self._show_mentions)
+        window.show()
+        window.raise_()
+        window.activateWindow()
+
+    def _show_mentions(self, messages: list[ChatMessage]) -> None:
+        sessions = self.session_controller.sessions
+        if self.mentions_window is not None:
+            self.mentions_window.show_mentions(
+                messages, {gid: session.title for gid, session in sessions.items()},
+                lambda gid: member_names(sessions[gid].view) if gid in sessions else {})
+
+    def jump_to_message(self, gid: str, mid: Mid) -> None:
+        self.open_link(f"m2mc://message/{gid}/{format_mid(mid)}")
 
     def messages_shown(self, mids: list[Mid]) -> None:
         self.compose_controller.messages_shown(mids)
@@ -772,8 +837,11 @@ class MainWindow(QMainWindow):
     def start_new_thread(self) -> None:
         self.compose_controller.start_new_thread()
 
-    def notify(self, title: str, text: str) -> None:
-        self.notifier.notify(title, text)
+    def notify(self, title: str, text: str, mention: bool = False) -> None:
+        if mention:
+            self.notifier.notify(title, text, mention=True)
+        else:
+            self.notifier.notify(title, text)
 
     def add_group_item(self, item: QListWidgetItem) -> None:
         self.group_list.addItem(item)
@@ -1026,7 +1094,10 @@ class MainWindow(QMainWindow):
         self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
 
     def _escape(self) -> None:
-        if self.topic_edit.hasFocus():  # undo what was typed there
+        popup = self.compose.mention_popup
+        if popup is not None and popup.isVisible():  # the @-completer's list: Esc closes only it
+            popup.hide()
+        elif self.topic_edit.hasFocus():  # undo what was typed there
             if self.current is not None:
                 self.topic_edit.setText(self.current.shown_topic)
             self.compose.setFocus()
@@ -1068,7 +1139,7 @@ class MainWindow(QMainWindow):
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
         session.thread = ThreadModel(session.tree_model, root_mid, self)
         self.compose_controller.thread_opened(root_mid)
-        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80)}")
+        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view))}")
         self._set_view_models()
         self.tree_view.expandAll()
         first_unread = next((mid for mid in session.tree.unread_in_arrival_order()
@@ -1142,7 +1213,7 @@ class MainWindow(QMainWindow):
         rows = [(action.text().replace("&", "").rstrip("…"), action.shortcut().toString(
                  QKeySequence.SequenceFormat.NativeText))
                 for action in self.actions() if not action.shortcut().isEmpty() and action.text()]
-        return rows + list(TYPING_KEYS)
+        return rows + list(TYPING_KEYS) + list(MENTION_KEYS)
 
     def show_shortcuts(self) -> None:
         show_shortcuts(self, self.shortcut_rows())

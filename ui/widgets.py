@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QKeyEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -53,17 +53,31 @@ class ElidedLabel(QLabel):
                                   self.foregroundRole())
 
 
+COMPLETER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Tab, Qt.Key.Key_Backtab, Qt.Key.Key_Escape)
+
+
 class ComposeEdit(QPlainTextEdit):
     """Enter sends, Shift+Enter starts a new line, Up in an empty box edits our last message."""
 
     submitted = Signal()
     edit_last_requested = Signal()
+    typed = Signal()  # after a key changed the text or moved the cursor (the @-completer follows it)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("compose")
-        self.setPlaceholderText("Write a message — Enter sends, Shift+Enter adds a line")
+        self.setPlaceholderText("Write a message — Enter sends, Shift+Enter adds a line, @ names someone")
         self.setTabChangesFocus(True)
+        self.mention_popup: QWidget | None = None  # the @-completer's list (ui.mentions)
+
+    def event(self, event: QEvent) -> bool:
+        # While the @-completer's list is open, Enter and Tab choose from it and Esc closes it:
+        # left unaccepted, the completer does that (Tab would otherwise move the focus first).
+        if (event.type() == QEvent.Type.KeyPress and self.mention_popup is not None and self.mention_popup.isVisible()
+                and isinstance(event, QKeyEvent) and event.key() in COMPLETER_KEYS):
+            event.ignore()
+            return False
+        return super().event(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
@@ -78,6 +92,7 @@ class ComposeEdit(QPlainTextEdit):
             event.accept()
             return
         super().keyPressEvent(event)
+        self.typed.emit()
 
     def sizeHint(self) -> QSize:
         lines = 3
@@ -423,7 +438,7 @@ class ThreadListDelegate(QStyledItemDelegate):
         painter.setPen(muted if summary.root.deleted else text_color)
         second = QRect(rect.left(), rect.top() + line + 2, rect.width() - badge_width - 4, line)
         painter.drawText(second, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         QFontMetrics(font).elidedText(root_text(summary.root, 200), Qt.TextElideMode.ElideRight,
+                         QFontMetrics(font).elidedText(root_text(summary.root, 200, self.names), Qt.TextElideMode.ElideRight,
                                                        second.width()))
         painter.setFont(option.font)
         painter.setPen(muted)

@@ -430,8 +430,8 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
     backend.manager.inject_messages(gid, talk[2:3])
     qtbot.waitUntil(lambda: len(window.current.tree) == 3)
     assert notified == ["Bob in Travel & lunch"]
-    window.notify_action.trigger()  # off for this group
-    assert not window.notify_action.isChecked()
+    window.notify_actions["mentions"].trigger()  # this group: mentions only
+    assert window.notify_actions["mentions"].isChecked()
     backend.manager.inject_messages(gid, talk[3:4])
     qtbot.waitUntil(lambda: len(window.current.tree) == 4)
     assert notified == ["Bob in Travel & lunch"]
