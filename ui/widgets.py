@@ -163,33 +163,40 @@ class ReplyBanner(QFrame):
         return self.label.text() if self.isVisible() or self.label.text() else ""
 
 
-class CatchUpBar(QFrame):
-    """'1,234 unread messages came in from before you were here · Mark them read ✕': a big join (or
-    a long absence) need not leave the reader with thousands of "new" to walk past."""
+class ActionBar(QFrame):
+    """A bar above the conversation: a sentence, one button that acts on it, and ✕."""
+
+    def __init__(self, name: str, action: str, close_tip: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName(name)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.action_button = QPushButton(action)
+        close = QToolButton()
+        close.setText("✕")
+        close.setToolTip(close_tip)
+        close.setAutoRaise(True)
+        self.close_button = close
+        self.bar_layout = QHBoxLayout(self)
+        self.bar_layout.setContentsMargins(8, 2, 2, 2)
+        self.bar_layout.addWidget(self.label, 1)
+        self.bar_layout.addWidget(self.action_button)
+        self.bar_layout.addWidget(close)
+        self.hide()
+
+
+class CatchUpBar(ActionBar):
+    """'1,234 unread messages were written before they reached you · Mark them read ✕': a big join
+    (or a long absence) need not leave the reader with thousands of "new" to walk past."""
 
     mark_read = Signal()
     dismissed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("catchUpBar")
-        self.label = QLabel()
-        self.label.setWordWrap(True)
-        self.read_button = QPushButton("Mark them read")
-        self.read_button.setObjectName("catchUpRead")
+        super().__init__("catchUpBar", "Mark them read", "Keep them unread", parent)
+        self.read_button = self.action_button
         self.read_button.clicked.connect(self.mark_read)
-        close = QToolButton()
-        close.setText("✕")
-        close.setToolTip("Keep them unread")
-        close.setAutoRaise(True)
-        close.clicked.connect(self.dismissed)
-        self.close_button = close
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 2, 2, 2)
-        layout.addWidget(self.label, 1)
-        layout.addWidget(self.read_button)
-        layout.addWidget(close)
-        self.hide()
+        self.close_button.clicked.connect(self.dismissed)
 
     def show_count(self, count: int) -> None:
         if count <= 0:
@@ -200,7 +207,7 @@ class CatchUpBar(QFrame):
         self.show()
 
 
-class WarningBanner(QFrame):
+class WarningBanner(ActionBar):
     """'⚠ <warning> · Show all (n) ✕' above the conversation: seen at once, yet never blocking.
 
     Coloured here rather than in m2mc.qss so that it carries the palette's warning
@@ -211,29 +218,16 @@ class WarningBanner(QFrame):
     show_all = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("warningBanner")
-        self.label = QLabel()
+        super().__init__("warningBanner", "", "Hide this warning (it stays in the warnings list)", parent)
         self.label.setTextFormat(Qt.TextFormat.PlainText)
-        self.label.setWordWrap(True)
-        self.all_button = QPushButton()
+        self.all_button = self.action_button
         self.all_button.setFlat(True)
         self.all_button.setToolTip("Open the list of all warnings of this session")
         self.all_button.clicked.connect(self.show_all)
-        close = QToolButton()
-        close.setText("✕")
-        close.setToolTip("Hide this warning (it stays in the warnings list)")
-        close.setAutoRaise(True)
-        close.clicked.connect(self._dismiss)
-        self.close_button = close
+        self.close_button.clicked.connect(self._dismiss)
+        self.bar_layout.setContentsMargins(8, 4, 2, 4)
         self._restyling = False
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 4, 2, 4)
-        layout.addWidget(self.label, 1)
-        layout.addWidget(self.all_button)
-        layout.addWidget(close)
         self._restyle()
-        self.hide()
 
     def show_warning(self, text: str | None, total: int = 0) -> None:
         if not text:

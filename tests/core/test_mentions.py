@@ -1,7 +1,6 @@
 """@mentions: the token in the text, its bounds, send with mentions, and the mentions query through a GroupManager."""
 
 import asyncio
-import json
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from m2mc.middleware.mentions import MAX_MENTIONS, Run, mentioned_pids, render, 
 from m2mc.middleware.store import Store
 from m2mc.middleware.types import ChatMessage, UsageError
 from tests.testbed.arrivals import arriving
+from tests.testbed.jsonrpc import in_process_peer
 
 ANN = "a" * 32
 BOB = "b" * 32
@@ -135,15 +135,7 @@ def test_json_rpc_send_takes_mentions_messages_carry_them_and_mentions_lists_the
 
 
 async def _json_rpc_session(tmp_path):
-    from m2mc.app.peer import JsonRpcPeer
-
-    peer = JsonRpcPeer(lambda line: None)
-    peer.manager = GroupManager(Config(tmp_path / "p", name="Pat", iface="127.0.0.1", zeroconf=False), peer)
-
-    async def rpc(method, **params):
-        answer = peer.handle_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-        answer = await answer if isinstance(answer, asyncio.Future) else answer
-        return answer.get("result"), answer.get("error", {}).get("message", "")
+    peer, rpc = in_process_peer(tmp_path / "p")
 
     try:
         gid = (await rpc("create_group", desc="rpc"))[0]["gid"]

@@ -32,12 +32,18 @@ def menu_actions(menu):
     return {action.text(): action for action in menu.actions() if action.text()}
 
 
+def send_own(qtbot, window, session, text):
+    """Type ``text`` and press Enter, as the user does; the message as this peer shows it."""
+    qtbot.keyClicks(window.compose, text)
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    own = window.backend.pid
+    qtbot.waitUntil(lambda: any(n.message.sender == own and n.message.text == text for n in session.tree.arrival))
+    return [n.message for n in session.tree.arrival if n.message.sender == own][-1]
+
+
 def test_edit_by_context_menu_and_up_key_marks_the_message_edited(qtbot, window, backend):
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
-    qtbot.keyClicks(window.compose, "See you at 12:30")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: any(n.message.sender == backend.pid for n in session.tree.arrival))
-    mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]
+    mine = send_own(qtbot, window, session, "See you at 12:30")
     # Up in the empty compose box: our last message comes back to be edited
     qtbot.keyClick(window.compose, Qt.Key.Key_Up)
     assert window.compose_controller.edit_target == mine.mid and window.compose.toPlainText() == "See you at 12:30"
@@ -169,10 +175,7 @@ def test_delete_asks_first_and_a_deleted_thread_root_is_named_in_the_threads_pan
     from m2mc.ui.message_model import ThreadRole
 
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
-    qtbot.keyClicks(window.compose, "Who brings the cake?")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: any(n.message.sender == backend.pid for n in session.tree.arrival))
-    mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]
+    mine = send_own(qtbot, window, session, "Who brings the cake?")
     actions = [a.text() for a in window.message_menu(shown(window, mine.mid)).actions()]
     assert actions[-3:] == ["Edit", "", "Delete…"]  # a separator between them
 
@@ -206,9 +209,7 @@ def test_editing_shows_a_pencil_and_save_instead_of_reply_and_send(qtbot, window
     from conftest import save_screenshot
 
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
-    qtbot.keyClicks(window.compose, "See you at 12:30")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: any(n.message.sender == backend.pid for n in session.tree.arrival))
+    send_own(qtbot, window, session, "See you at 12:30")
     assert window.send_button.text() == "Send"
     qtbot.keyClick(window.compose, Qt.Key.Key_Up)
     assert window.reply_banner.editing and window.send_button.text() == "Save"
