@@ -31,6 +31,7 @@ from ..middleware.manager import Config, GroupManager
 from ..middleware.transport import TransportError
 from ..middleware.events import (Event, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated,
                                  SyncProgress, TopicChanged, WarningRaised)
+from ..middleware.mentions import DEFAULT_MENTIONS_LISTED, MAX_MENTIONS_LISTED
 from ..middleware.store_api import SearchQueryError
 from ..middleware.types import UsageError, format_mid, iso_millis, parse_mid
 
@@ -81,12 +82,14 @@ class JsonRpcPeer:
             "history": self.history,
             "search": self.search,
             "thread": self.thread,
+            "mentions": self.mentions,
             "export_log": self.export_log,
             "stats": self.stats,
             "advertise": self.advertise,
             "invite": self.invite,
             "add_peer": self.add_peer,
             "peers": self.peers,
+            "presence": self.presence,
             "shutdown": self.shutdown,
         }
 
@@ -157,6 +160,9 @@ class JsonRpcPeer:
     def peers(self, params: dict) -> list:
         return self.running.peers()
 
+    def presence(self, params: dict) -> dict:
+        return self.running.presence_of(_param(params, "gid", str))
+
     def leave_group(self, params: dict) -> dict:
         self.running.leave_group(_param(params, "gid", str))
         return {}
@@ -171,7 +177,16 @@ class JsonRpcPeer:
             parent = parse_mid(parent_text) if parent_text is not None else None
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
-        return {"mid": format_mid(self.running.send(gid, text, parent))}
+        mentions = params.get("mentions", [])
+        if not isinstance(mentions, list) or not all(isinstance(pid, str) for pid in mentions):
+            raise RpcError(INVALID_PARAMS, "invalid parameter 'mentions' (expected a list of pids)")
+        return {"mid": format_mid(self.running.send(gid, text, parent, mentions))}
+
+    def mentions(self, params: dict) -> list:
+        limit = params.get("limit", DEFAULT_MENTIONS_LISTED)
+        if type(limit) is not int or not 1 <= limit <= MAX_MENTIONS_LISTED:
+            raise RpcError(INVALID_PARAMS, f"invalid parameter 'limit' (expected an integer 1..{MAX_MENTIONS_LISTED})")
+        return [message.to_json() for message in self.running.mentions(limit)]
 
     def edit(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)

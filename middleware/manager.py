@@ -24,6 +24,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from . import clock, crypto, rules
 from .channel import GroupChannel
@@ -171,10 +172,12 @@ class GroupManager(rules.OperationCalls):
         self._after_input()
 
     async def close(self) -> None:
-        """Leave announcements are not sent: closing is not leaving (a restart resumes)."""
+        """Leave announcements are not sent: closing is not leaving (a restart resumes); a goodbye
+        is, so members show this peer offline at once."""
         if self._closed:
             return
         self._closed = True
+        self.core.say_goodbye()
         self.flush()
         if self._timer is not None:
             self._timer.cancel()
@@ -321,12 +324,18 @@ class GroupManager(rules.OperationCalls):
             self._spawn(self.discovery.withdraw(gid))
         self._after_input()
 
-    def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid:
+    def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid:
         """Compose and queue a message; it is stored and sent by the next flush.  If that
-        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`)."""
-        mid = self.core.send(gid, text, parent, clock.now(), clock.wall())
+        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`).
+        ``mentions``: pids whose "@Name" in ``text`` becomes a mention (PeerCore.send)."""
+        mid = self.core.send(gid, text, parent, clock.now(), clock.wall(), mentions)
         self._after_input()
         return mid
+
+    def mentions(self, limit: int = 50) -> list[ChatMessage]:
+        """Messages that mention this peer, newest first, across groups."""
+        self.flush()
+        return self.core.mentions(limit)
 
     # -- operations (middleware.obg): edit, delete, react, pin and set_topic come from rules.OperationCalls;
     # each is a message of ours, so it is signed, repaired and stored

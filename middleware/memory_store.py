@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from . import wire
+from .chatops import OP_MARKER
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .addresses import Endpoint
-from .chatops import OP_MARKER
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit,
                         merged_read_marks, plain_match)
 from .types import ChatMessage, Mid
@@ -165,6 +165,17 @@ class MemoryStore:
     def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         found = [self._messages[(gid, mid)] for mid in set(mids) if (gid, mid) in self._messages]
         return [self._with_key(m) for m in sorted(found, key=lambda m: m.order)]
+
+    def mentions(self, pid: str, limit: int) -> list[ChatMessage]:
+        """A scan, newest first: this store serves simulations and tests, not 100,000-message histories."""
+        found: list[ChatMessage] = []
+        for key in reversed(self._delivered):
+            if len(found) >= limit:
+                break
+            message = self._messages[key]
+            if pid in message.mentions and not message.text.startswith(OP_MARKER):
+                found.append(self._with_key(message))
+        return found
 
     def delivered_mids(self, gid: str) -> list[Mid]:
         return [mid for g, mid in self._delivered if g == gid]

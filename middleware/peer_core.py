@@ -31,13 +31,14 @@ import logging
 import random
 import sqlite3
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, cast
+from typing import NamedTuple, Sequence, cast
 
 from . import crypto, names, rules, wire
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
 from .invites import Invite, invite_link, parse_invite
+from .mentions import with_tokens
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
@@ -126,6 +127,7 @@ class PeerCore:
         self.joined: dict[str, JoinedGroup] = {}
         self.stats = Stats()
         self.presence = Presence()  # last heard per pid; idle beacons (middleware/presence.py)
+        self._goodbye_due = False  # the app is closing: the next flush says goodbye in every group
         self._outbox: list[Datagram] = []  # committed, for datagrams_to_send()
         self._events: list[Event] = []  # committed, for events()
         self._membership_changed: set[str] = set()  # groups this peer joined or left since the last flush
@@ -144,8 +146,10 @@ class PeerCore:
             if self.gjlp.is_member(record.gid):
                 self._open_channel(record.gid, next_seqno, now, now if wall is None else wall)
         self.reach.add_cached(store.cached_peers(), now, self._wall)
-        if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
-            for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
+        own = [self.gjlp.groups[gid].members[self.pid] for gid in self.gjlp.joined_gids()]
+        if any(record.name != self.name or not record.dh for record in own):
+            # Renamed while away (--name), or records signed before direct-message keys: re-signed at start
+            for gid in self.gjlp.rename(self.name):
                 store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
 
     # -- user calls -------------------------------------------------------------------
@@ -198,6 +202,11 @@ class PeerCore:
         """Every peer known by endpoint or heard by multicast: how it was found, how it is reached,
         and ``last_heard`` in seconds ago."""
         return [{**row, "last_heard": round(now - row["last_heard"], 1)} for row in self.reach.peers(now)]
+
+    def say_goodbye(self) -> None:
+        """The app is closing (not leaving): the next flush tells every joined group, so members
+        show this peer offline at once."""
+        self._goodbye_due = bool(self.joined)
 
     def resync(self, now: float) -> None:
         """Ask every joined group for what this peer missed, and re-advertise."""
@@ -287,12 +296,17 @@ class PeerCore:
         self._membership_changed.add(gid)
         return record
 
-    def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float) -> Mid:
+    def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float,
+             mentions: Sequence[str] = ()) -> Mid:
         """Compose and queue a message; it is stored and sent by the next flush.  If that
-        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`)."""
+        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`).
+        ``mentions``: pids of current members whose "@Name" in ``text`` becomes their token
+        (middleware.mentions); tokens already in ``text`` are kept as they are."""
         channel = self.channel(gid)
         if not isinstance(text, str):
             raise UsageError("text must be a string")
+        if mentions:
+            text = with_tokens(text, rules.check_mentions(mentions), self._current_names(gid))
         if text.startswith(OP_MARKER):
             raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
         if parent is not None and self.ops(gid).is_operation_mid(parent):
@@ -429,6 +443,21 @@ class PeerCore:
             out.append(message if shown is None else message._replace(sender_name=shown, signed_name=signed))
         return out
 
+    def _current_names(self, gid: str) -> dict[str, str]:
+        return {member.pid: member.name for member in self.known(gid).current()}
+
+    def mentions(self, limit: int) -> list[ChatMessage]:
+        """Messages that mention this peer, newest first, across groups, as :meth:`history` shows
+        them (deleted ones left out; an edit shows its current text)."""
+        found = []
+        for message in self.store.mentions(self.pid, limit):
+            gid = message.gid
+            if gid in self.joined:
+                message = self.ops(gid).view(message)
+            if not message.deleted:
+                found.append(self.by_record(gid, [message])[0])
+        return found
+
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""
         channels = [self.channel(gid)] if gid else [joined.channel for joined in self.joined.values()]
@@ -551,10 +580,13 @@ class PeerCore:
             self.stats.not_member_dropped += 1
         elif joined.cipher and not envelope.sealed:
             self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
+        elif isinstance(message, wire.Goodbye):
+            if self.gjlp.groups[message.gid].is_current(envelope.sender):
+                self.presence.gone(envelope.sender)
         else:
             channel = joined.channel
             channel.receive(envelope.sender, message, now, envelope.public_key, wall)
-            self.gjlp.heard(channel.gid, envelope.sender)  # the member caps prefer whoever speaks
+            self.gjlp.heard(channel.gid, envelope.sender, wall)  # the member caps prefer whoever speaks
 
     def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float,
                       source: str = "") -> None:
@@ -579,8 +611,10 @@ class PeerCore:
             return None
         try:
             envelope = wire.decode(data, self._cipher)
-            if self._is_member_anywhere(envelope.sender):
-                self.presence.heard(envelope.sender, now)
+            if self._is_member_anywhere(envelope.sender) and self.presence.heard(envelope.sender, now):
+                for gid in self.joined:  # back from offline: its view of who is here fills at once
+                    if self.gjlp.groups[gid].is_current(envelope.sender):
+                        self.presence.beacon_soon(gid, now)
             return envelope
         except wire.SignatureError as exc:
             self.stats.bad_signature_dropped += 1
@@ -686,6 +720,8 @@ class PeerCore:
                 self.presence.spoke(gid, now)
             elif gid in beacons:  # idle: one heartbeat says this peer is still here
                 outbox = [wire.Heartbeat(gid, channel.next_seqno - 1)]
+            if self._goodbye_due:
+                outbox = [*outbox, wire.Goodbye(gid)]
             if outbox and record.private and joined.cipher is None:
                 # Never plaintext to a group held to be private (nothing should lead here).
                 self.plaintext_refused += len(outbox)
@@ -705,6 +741,7 @@ class PeerCore:
             events_now = channel.events()
             channel_events += events_now
             conflict_writes += [e for e in events_now if isinstance(e, (Conflict, Replaced))]
+        self._goodbye_due = False
         for gid in {m.gid for m in deliveries}:
             if gid in self.joined:
                 self.ops(gid)  # built from the store before this batch joins it

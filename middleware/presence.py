@@ -17,6 +17,17 @@ Status, as the GUI shows it:
 
 "Left the group" is GJLP membership and stays apart from all three.
 
+Two things make it quick where beacons alone would take a period:
+
+* a member whose app closes says **goodbye** (one GOODBYE per group), and shows
+  offline at once rather than "away" for a while;
+* a member heard again after being offline (a restart, a return to the LAN)
+  gets a beacon from this peer in each group they share within a second, not
+  up to a beacon period later, so its new view of who is online fills at once.
+  At most one such early beacon per group every ``EARLY_BEACON_GAP`` seconds,
+  however many return: a member that restarts in a loop cannot make this peer
+  send more.
+
 Bounded against strangers: at most ``MAX_TRACKED`` pids are remembered (a
 signature is cheap to make under a fresh key), the longest unheard going
 first; a pid costs one dict entry.
@@ -30,6 +41,7 @@ BEACON_INTERVAL = 30.0
 ONLINE_FOR = 40.0
 OFFLINE_AFTER = 50.0
 MAX_TRACKED = 10_000
+EARLY_BEACON_GAP = 5.0
 
 ONLINE = "online"
 AWAY = "away"
@@ -43,12 +55,29 @@ class Presence:
         self.max_tracked = max_tracked
         self._heard: OrderedDict[str, float] = OrderedDict()  # least recently heard first
         self._spoke: dict[str, float] = {}  # gid -> when this peer last sent on it
+        self._early: dict[str, float] = {}  # gid -> when it last had an early beacon (beacon_soon)
 
-    def heard(self, pid: str, now: float) -> None:
+    def heard(self, pid: str, now: float) -> bool:
+        """Note ``pid`` as heard; True when it was offline until now (never heard, gone silent,
+        or said goodbye): it has just come (back)."""
+        returning = self.status(pid, now) == OFFLINE
         self._heard[pid] = now
         self._heard.move_to_end(pid)
         while len(self._heard) > self.max_tracked:
             self._heard.popitem(last=False)
+        return returning
+
+    def gone(self, pid: str) -> None:
+        """``pid`` said goodbye: offline until it is heard again."""
+        self._heard.pop(pid, None)
+
+    def beacon_soon(self, gid: str, now: float) -> None:
+        """Someone in ``gid`` has just come back: the group's beacon is due now, unless an early
+        one went out there lately.  (What this peer sent before they came, they did not hear.)"""
+        self._early.setdefault(gid, now - EARLY_BEACON_GAP)
+        if now - self._early[gid] >= EARLY_BEACON_GAP:
+            self._early[gid] = now
+            self._spoke[gid] = now - BEACON_INTERVAL
 
     def status(self, pid: str, now: float) -> str:
         at = self._heard.get(pid)
@@ -68,6 +97,7 @@ class Presence:
 
     def forget(self, gid: str) -> None:
         self._spoke.pop(gid, None)
+        self._early.pop(gid, None)
 
     def beacons_due(self, gids: list[str], now: float) -> list[str]:
         """The groups this peer has been silent on for a beacon period; each is marked as spoken."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import names, passphrase as passphrases, wire
 from .chatops import OP_MARKER
+from .mentions import MAX_MENTIONS, TOKEN, token
 from .obg import is_reaction_emoji
 from .types import Mid, PassphraseRefused, UsageError, check_unicode
 
@@ -80,6 +81,19 @@ def check_message_text(text: str) -> str:
     if not text.strip():
         raise UsageError("text is empty")
     return check_unicode(text, "text")
+
+
+def check_mentions(mentions: object) -> list[str]:
+    """A send's ``mentions``: a list of pids, at most MAX_MENTIONS.  A pid that is no current member
+    of the group is let through and mentions no one (they may have left since the user typed)."""
+    if not isinstance(mentions, (list, tuple)) or not all(isinstance(pid, str) for pid in mentions):
+        raise UsageError("mentions must be a list of pids")
+    if len(set(mentions)) > MAX_MENTIONS:
+        raise UsageError(f"too many mentions: {len(set(mentions))}, limit is {MAX_MENTIONS}")
+    bad = next((pid for pid in mentions if not TOKEN.fullmatch(token(pid))), None)
+    if bad is not None:
+        raise UsageError(f"not a pid (32 lower-case hex digits): {bad!r:.80}")
+    return list(mentions)
 
 
 def check_edit_text(text: str) -> str:

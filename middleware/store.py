@@ -29,6 +29,7 @@ from .addresses import Endpoint
 from .chatops import OP_MARKER
 from .crypto import Identity
 from .gjlp import GroupRecord
+from .mentions import mentioned_pids
 from .rangeset import RangeSet
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
                         SearchQueryError, merged_read_marks)
@@ -151,6 +152,13 @@ def _stored_message(blob: bytes) -> wire.StoredMessage:
     return wire.StoredMessage(sender, seqno, tuple(parent) if parent else None, sent_at, name, text, public_key, sig)
 
 
+def _mention_rows(gid: str, sender: str, seqno: int, text: str, order: int) -> list[tuple]:
+    """The mentions table's rows for one message (none for an operation: its text is not shown as is)."""
+    if text.startswith(OP_MARKER):
+        return []
+    return [(pid, order, gid, sender, seqno) for pid in mentioned_pids(text)]
+
+
 def _decode_segment(blob: bytes) -> list[tuple]:
     """A segment's rows, each with its proof as the last field."""
     rows, proofs = msgpack.unpackb(blob, raw=False)
@@ -207,6 +215,7 @@ class Store:
             if column not in columns:  # data dirs from before private groups, or before descriptors
                 self._db.execute(f"ALTER TABLE groups ADD COLUMN {column} {kind}")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._mentions_table()
         self._db.commit()
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"message_search", "message_search_changed"} <= tables:
@@ -450,6 +459,7 @@ class Store:
         proofs: list[bytes] = []
         new_keys = {}
         segment_gid = None
+        mentions: list[tuple] = []
         for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key, *_ in messages:
             sender, seqno = mid
             if not self._stored_seqnos(gid, sender).add(seqno):
@@ -463,6 +473,8 @@ class Store:
             proofs.append(signature)
             stored.append(ChatMessage(gid, mid, parent, name, text, sent_at, received_at, self._next_order, signature,
                                       public_key))
+            if "<@" in text:
+                mentions += _mention_rows(gid, sender, seqno, text, self._next_order)
             self._next_order += 1
             if sender not in self._keys_stored and public_key:
                 new_keys[sender] = public_key
@@ -471,6 +483,8 @@ class Store:
         if new_keys:
             self._db.executemany("INSERT OR IGNORE INTO peer_keys VALUES (?, ?)", new_keys.items())
             self._keys_stored.update(new_keys)
+        if mentions:
+            self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)", mentions)
         return stored
 
     def _write_segment(self, gid: str, first_order: int, rows: list[tuple], proofs: list[bytes]) -> None:
@@ -614,11 +628,12 @@ class Store:
             if (row[0], row[1]) == (message.sender, message.seqno):
                 self._reindex(order, self._indexed_text(order, row[5]),
                               None if message.text.startswith(OP_MARKER) else message.text, message.text)
-        for row in rows:
-            if (row[0], row[1]) == (message.sender, message.seqno):
                 parent_sender, parent_seqno = message.parent or (None, None)
                 row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
                 row[8] = message.sig
+                self._db.execute("DELETE FROM mentions WHERE delivery_order = ?", (order,))
+                self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)",
+                                     _mention_rows(gid, message.sender, message.seqno, message.text, order))
         body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
         self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
         self._decoded.pop(segment, None)
@@ -765,6 +780,38 @@ class Store:
             return
         order, row = found[0]
         self._reindex(order, self._indexed_text(order, row[5]), text, row[5])
+
+    # -- mentions (middleware.mentions): who each message mentions, written with it --------------
+
+    # One row per (mentioned pid, message): mentions(pid) is then one index range, newest first,
+    # while the messages stay packed in segments.  Made at open when missing, and filled from
+    # the messages already stored (a data dir from before mentions, which may hold tokens
+    # that newer peers sent).
+    MENTIONS_SCHEMA = ("CREATE TABLE mentions (pid TEXT NOT NULL, delivery_order INTEGER NOT NULL, "
+                       "gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL, "
+                       "PRIMARY KEY (pid, delivery_order)) WITHOUT ROWID;"
+                       "CREATE INDEX mentions_by_order ON mentions (delivery_order)")
+
+    def _mentions_table(self) -> None:
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mentions'").fetchone():
+            return
+        for statement in self.MENTIONS_SCHEMA.split(";"):
+            self._db.execute(statement)
+        rows = [mention for _, gid, first_order, segment_rows in self._segments("1", ())
+                for order, (sender, seqno, _, _, _, text, *_) in enumerate(segment_rows, first_order)
+                if "<@" in text for mention in _mention_rows(gid, sender, seqno, text, order)]
+        self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)", rows)
+
+    def mentions(self, pid: str, limit: int) -> list[ChatMessage]:
+        """The stored messages that mention ``pid``, newest delivered first, at most ``limit``."""
+        found: dict[str, list[Mid]] = {}
+        for gid, sender, seqno in self._db.execute(
+            "SELECT gid, sender, seqno FROM mentions WHERE pid = ? ORDER BY delivery_order DESC LIMIT ?",
+            (pid, max(limit, 0)),
+        ):
+            found.setdefault(gid, []).append((sender, seqno))
+        messages = [message for gid, mids in found.items() for message in self.messages(gid, mids)]
+        return sorted(messages, key=lambda m: m.order, reverse=True)
 
     def group_desc(self, gid: str) -> str:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
+from .mentions import mentioned_pids
+
 Mid = tuple[str, int]
 
 
@@ -88,6 +90,11 @@ class ChatMessage(NamedTuple):
         return self.mid[0]
 
     @property
+    def mentions(self) -> tuple[str, ...]:
+        """The pids this message mentions (its ``<@pid>`` tokens, middleware.mentions)."""
+        return mentioned_pids(self.text)
+
+    @property
     def shown_at(self) -> int:
         """``sent_at`` as readers see it: clamped to a window around ``received_at`` (:func:`shown_sent_at`)."""
         return shown_sent_at(self.sent_at, self.received_at)
@@ -111,6 +118,7 @@ class ChatMessage(NamedTuple):
             "deleted": self.deleted,
             "reactions": self.reactions or {},
             "pinned": self.pinned,
+            "mentions": list(self.mentions),
         }
         if self.signed_name is not None:
             row["signed_name"] = self.signed_name

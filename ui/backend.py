@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..middleware.addresses import Endpoint
 from ..middleware.store_api import SearchHit
@@ -38,7 +38,9 @@ class Peer(Protocol):
 
     def advertise(self) -> None: ...
 
-    def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid: ...
+    def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid: ...
+
+    def mentions(self, limit: int = 50) -> list[ChatMessage]: ...
 
     def edit(self, gid: str, mid: Mid, text: str) -> Mid: ...
 

@@ -29,6 +29,7 @@ from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, Q
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QTextCharFormat, QTextLayout, QTextOption
 from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QToolTip
 
+from ..middleware.mentions import render, shown_text
 from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMessage, Mid, utc_datetime
 
 from .member_list import marked_name
@@ -47,6 +48,7 @@ COLLAPSE_CHARS = 3000  # and past this many characters the collapsed text is not
 DIVIDER_HEIGHT = 22
 LINK = re.compile(r"(?:https?|m2mc)://[^\s<>\"]+")
 REPLY_LABEL = "↩ Reply"
+MENTION_MARK = "@ you"  # on a row that mentions the reader
 _NODE_MODELS = (MessageTreeModel, ThreadModel)  # their indexes carry the message's node
 _DAY_MS = 24 * 3600 * 1000
 
@@ -60,6 +62,12 @@ def sender_color(pid: str, dark: bool) -> QColor:
 def snippet(text: str, limit: int = 60) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def root_text(message: ChatMessage, limit: int = 60, names: dict[str, str] | None = None) -> str:
+    """How a thread's first message is named in lists and headers: its text (mentions by ``names``,
+    pid -> name), or that it was deleted."""
+    return "message deleted" if message.deleted else snippet(shown_text(message.text, names or {}), limit)
 
 
 def local_datetime(epoch_ms: int) -> datetime:
@@ -141,7 +149,7 @@ class MessageDelegate(QStyledItemDelegate):
         self._heights: dict[tuple, int] = {}
         self._bodies: OrderedDict[tuple, _Body] = OrderedDict()
         self.own_pid = ""
-        self.names: dict[str, str] = {}  # pid -> the member record's name: authors and who reacted
+        self._names: dict[str, str] = {}  # pid -> the member record's name: authors, who reacted, mentions
         self.lookalikes: set[str] = set()  # members whose names look like another's: shown with ⚠ and fingerprint
         self.refresh_style()
 
@@ -160,6 +168,7 @@ class MessageDelegate(QStyledItemDelegate):
         colors = theme_colors(self.view.palette())
         self.unread_color = QColor(colors["unread"])
         self.accent = QColor(colors["accent"])
+        self.on_accent = QColor("#ffffff" if self.accent.lightnessF() < 0.6 else "#000000")
         self.match_color = QColor("#7c5e10" if self.dark else "#fde68a")
         self.muted = self.view.palette().color(QPalette.ColorRole.Text)
         self.muted.setAlpha(150)
@@ -170,6 +179,21 @@ class MessageDelegate(QStyledItemDelegate):
     def invalidate(self) -> None:
         self._heights.clear()
         self._bodies.clear()
+
+    @property
+    def names(self) -> dict[str, str]:
+        return self._names
+
+    @names.setter
+    def names(self, names: dict[str, str]) -> None:
+        # A renamed member's mentions read "@NewName": bodies laid out with the old one go.
+        if names != self._names:
+            self._names = names
+            self.invalidate()
+            self.view.scheduleDelayedItemsLayout()
+
+    def mentions_me(self, message: ChatMessage) -> bool:
+        return bool(self.own_pid) and not message.deleted and self.own_pid in message.mentions
 
     def set_highlight(self, text: str) -> None:
         self.highlight = text.strip().lower()
@@ -232,6 +256,14 @@ class MessageDelegate(QStyledItemDelegate):
             self._bodies.move_to_end(key)
             return body
         text = "message deleted" if message.deleted else message.text
+        mentions: list[tuple[int, int, bool]] = []  # (start, length, of me) of each "@Name" shown
+        if "<@" in text and not message.deleted:
+            text, at = "", 0
+            for run in render(message.text, self._names):
+                if run.pid is not None:
+                    mentions.append((at, len(run.text), run.pid == self.own_pid))
+                text += run.text
+                at += len(run.text)
         cut = not expanded and len(text) > COLLAPSE_CHARS
         shown = text[:COLLAPSE_CHARS] if cut else text
         # QTextLayout breaks lines at U+2028 only; the same length keeps link offsets valid.
@@ -251,6 +283,16 @@ class MessageDelegate(QStyledItemDelegate):
             link_format.setForeground(self.accent)
             link_format.setFontUnderline(True)
             formats.append(_format_range(start, end - start, link_format))
+        for start, length, of_me in mentions:
+            if start < len(shown):
+                mention_format = QTextCharFormat()
+                mention_format.setFontWeight(QFont.Weight.Bold)
+                if of_me:  # the reader's own name: on the accent, as chat apps mark "you"
+                    mention_format.setBackground(self.accent)
+                    mention_format.setForeground(self.on_accent)
+                else:
+                    mention_format.setForeground(self.accent)
+                formats.append(_format_range(start, min(length, len(shown) - start), mention_format))
         if message.deleted:
             deleted_format = QTextCharFormat()
             deleted_format.setFontItalic(True)
@@ -478,6 +520,23 @@ class MessageDelegate(QStyledItemDelegate):
             painter.setFont(bold_meta)
             painter.drawText(QRect(x, header.top(), max(0, header.right() - x), header.height()),
                              Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, "● new")
+            x += QFontMetrics(bold_meta).horizontalAdvance("● new") + 8
+        if self.mentions_me(message):
+            # The row's marker: an accent chip in the header, and the edge strip unread rows use.
+            painter.fillRect(QRect(left - PAD - MARK_WIDTH, header.top() - PAD + 2, MARK_WIDTH,
+                                   geometry["bottom"] - header.top() - 2), self.accent)
+            bold_meta = QFont(self.meta_font)
+            bold_meta.setBold(True)
+            chip = QRect(x, header.top() + 1, QFontMetrics(bold_meta).horizontalAdvance(MENTION_MARK) + 10,
+                         header.height() - 2)
+            if chip.right() <= header.right():
+                painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+                painter.setPen(Qt.PenStyle.NoPen)
+                painter.setBrush(self.accent)
+                painter.drawRoundedRect(chip, 6, 6)
+                painter.setPen(self.on_accent)
+                painter.setFont(bold_meta)
+                painter.drawText(chip, Qt.AlignmentFlag.AlignCenter, MENTION_MARK)
         if option.state & QStyle.StateFlag.State_MouseOver:
             reply = geometry["reply"]
             painter.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -490,7 +549,8 @@ class MessageDelegate(QStyledItemDelegate):
         quote = geometry["quote"]
         if quote is not None:
             parent: ChatMessage | None = index.data(ParentMessageRole)
-            quoted = (f"↳ replying to {parent.sender_name}: {snippet(parent.text)}" if parent is not None
+            quoted = (f"↳ replying to {parent.sender_name}: {snippet(shown_text(parent.text, self._names))}"
+                      if parent is not None
                       else "↳ replying to a message not shown")
             painter.setFont(self.meta_font)
             painter.setPen(self.accent)

@@ -29,8 +29,13 @@ import time
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QCheckBox,
+    QHeaderView,
+    QTableWidget,
+    QTableWidgetItem,
     QPushButton,
     QGroupBox,
     QProgressBar,
@@ -52,7 +57,7 @@ from ..middleware.rules import MAX_DESC, MAX_NAME, MIN_PASSPHRASE
 from ..middleware.types import GroupView, Mid, PassphraseRefused, short_fingerprint
 
 from .bridge import Backend, describe_error
-from .resources import app_icon
+from .resources import app_icon, icon
 
 WRONG_PASSPHRASE = "That passphrase does not open this group."
 INVITE = re.compile(r"m2mc://join/([^\s?]+)(\?\S*)?")
@@ -141,6 +146,11 @@ class _ValidatedDialog(QDialog):
         self.error_label.setObjectName("dialogError")
         self.error_label.setWordWrap(True)
         self.error_label.hide()
+        # Deriving a private group's key takes about a second: say so while the button is greyed.
+        self.busy_label = QLabel()
+        self.busy_label.setObjectName("dialogBusy")
+        self.busy_label.setWordWrap(True)
+        self.busy_label.hide()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.accepted.connect(self._try_accept)
         self.buttons.rejected.connect(self.reject)
@@ -152,6 +162,7 @@ class _ValidatedDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addLayout(self.form)
         layout.addWidget(self.error_label)
+        layout.addWidget(self.busy_label)
         layout.addWidget(self.buttons)
 
     def first_field(self) -> QLineEdit | None:
@@ -171,7 +182,14 @@ class _ValidatedDialog(QDialog):
             field.setFocus(Qt.FocusReason.OtherFocusReason)
             field.selectAll()
 
+    def set_busy(self, message: str) -> None:
+        """Say what the dialog is waiting for, with OK greyed until an answer (or an error) comes."""
+        self.busy_label.setText(message)
+        self.busy_label.show()
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
+
     def show_error(self, message: str) -> None:
+        self.busy_label.hide()
         self.error_label.setText(message)
         self.error_label.setVisible(bool(message))
         if self.height() < self.sizeHint().height():
@@ -190,11 +208,29 @@ def _hint(text: str) -> QLabel:
 
 
 def _passphrase_edit(placeholder: str) -> QLineEdit:
+    """A passphrase field, hidden as it is typed, with an eye at its end that shows it (a long
+    passphrase is easier to get right when the user can read it back)."""
     edit = QLineEdit()
     edit.setEchoMode(QLineEdit.EchoMode.Password)
     edit.setMaxLength(1024)
     edit.setPlaceholderText(placeholder)
+    reveal = QAction(icon("eye"), "Show passphrase", edit)
+    reveal.setObjectName("showPassphrase")
+    reveal.setCheckable(True)
+
+    def show_it(shown: bool) -> None:
+        edit.setEchoMode(QLineEdit.EchoMode.Normal if shown else QLineEdit.EchoMode.Password)
+        reveal.setIcon(icon("eye-off" if shown else "eye"))
+        reveal.setText("Hide passphrase" if shown else "Show passphrase")
+        reveal.setToolTip(reveal.text())
+
+    reveal.toggled.connect(show_it)
+    show_it(False)
+    edit.addAction(reveal, QLineEdit.ActionPosition.TrailingPosition)
     return edit
+
+
+CHECKING_PASSPHRASE = "Checking the passphrase… (this takes about a second)"
 
 
 class NameDialog(_ValidatedDialog):
@@ -304,7 +340,8 @@ class CreateGroupDialog(_ValidatedDialog):
                 self.confirm_edit.setFocus()
                 return
         self.show_error("")
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
+        self.set_busy("Making the group's key… (this takes about a second)" if passphrase is not None
+                      else "Creating the group…")
         self.backend.call_async(lambda peer: peer.create_group_async(desc, passphrase), on_result=self._created,
                                 on_error=lambda exc: self.show_error(plain_error(exc)))
 
@@ -435,6 +472,7 @@ class JoinDialog(_ValidatedDialog):
                               on_error=lambda exc: self.show_error(plain_error(exc)))
             return
         passphrase = self.passphrase_edit.text() or None
+        self.set_busy(CHECKING_PASSPHRASE if passphrase else "Joining…")
         self.backend.call_async(lambda peer: peer.join_group_async(gid, passphrase), on_result=self._joined,
                                 on_error=lambda exc: self.show_error(plain_error(exc)))
 
@@ -503,8 +541,8 @@ class ConfirmJoinDialog(_ValidatedDialog):
             self.show_error("Please enter the passphrase.")
             return
         self.show_error("")
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
         # Deriving a private group's key takes about half a second (Argon2id) on a worker thread.
+        self.set_busy(CHECKING_PASSPHRASE if private else "Joining…")
         gid = self.gid
         self.backend.call_async(lambda peer: peer.join_group_async(gid, passphrase), on_result=self._joined,
                                 on_error=self._refused)
@@ -554,6 +592,35 @@ class WarningLogWindow(QDialog):
 
     def texts(self) -> list[str]:
         return [self.list.item(row).text() for row in range(self.list.count())]
+
+
+def show_shortcuts(parent: QWidget | None, rows: list[tuple[str, str]]) -> QDialog:
+    """Help → Keyboard shortcuts: what each key does, in a window that stays open beside the chat."""
+    dialog = QDialog(parent)
+    dialog.setObjectName("shortcutsDialog")
+    dialog.setWindowTitle("Keyboard shortcuts")
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    table = QTableWidget(len(rows), 2, dialog)
+    table.setObjectName("shortcutTable")
+    table.setHorizontalHeaderLabels(["Action", "Keys"])
+    table.verticalHeader().hide()
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+    table.setShowGrid(False)
+    table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
+    for row, (what, keys) in enumerate(rows):
+        table.setItem(row, 0, QTableWidgetItem(what))
+        table.setItem(row, 1, QTableWidgetItem(keys))
+    table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+    close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+    close.rejected.connect(dialog.reject)
+    layout = QVBoxLayout(dialog)
+    layout.addWidget(table)
+    layout.addWidget(close)
+    dialog.resize(480, min(640, 80 + 26 * len(rows)))
+    dialog.show()
+    return dialog
 
 
 def show_about(parent: QWidget | None) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QRect, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -139,6 +140,7 @@ class DiscoveryWindow(QWidget):
         self.setWindowTitle("M2MC — groups on this network")
         self.setWindowIcon(app_icon())
         self.resize(640, 360)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self.close)  # a tool window closes as a dialog does
         self.model = GroupTableModel(self)
         self.table = QTableView()
         self.table.setObjectName("groupTable")
@@ -193,7 +195,7 @@ class DiscoveryWindow(QWidget):
 
         backend.peer_event.connect(self._on_event)
         self._ticker = QTimer(self, interval=5000)
-        self._ticker.timeout.connect(self.model.refresh_times)
+        self._ticker.timeout.connect(self._tick)
         self._ticker.start()
         self.model.rowsInserted.connect(lambda *_: self._update_buttons())
         self._update_buttons()
@@ -202,6 +204,30 @@ class DiscoveryWindow(QWidget):
         self._alone_start = QTimer(self, singleShot=True, interval=self.ALONE_AFTER)  # dies with the window
         self._alone_start.timeout.connect(self._start_alone_checks)
         self._alone_start.start()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.place_on_screen()
+
+    def place_on_screen(self) -> None:
+        """Move the window wholly onto its screen's free area (a window manager may place a new
+        window partly off a small screen), shrinking it only if the screen is smaller than it."""
+        screen = self.screen()
+        if screen is None:
+            return
+        area = screen.availableGeometry()
+        frame = self.frameGeometry()
+        margins = frame.size() - self.geometry().size()  # the title bar and borders
+        width = min(self.width(), area.width() - margins.width())
+        height = min(self.height(), area.height() - margins.height())
+        if (width, height) != (self.width(), self.height()):
+            self.resize(width, height)
+            frame = self.frameGeometry()
+        placed = QRect(frame)
+        placed.moveLeft(min(max(frame.left(), area.left()), area.right() - frame.width() + 1))
+        placed.moveTop(min(max(frame.top(), area.top()), area.bottom() - frame.height() + 1))
+        if placed.topLeft() != frame.topLeft():
+            self.move(placed.topLeft())
 
     def _start_alone_checks(self) -> None:
         self._check_alone()
@@ -223,6 +249,14 @@ class DiscoveryWindow(QWidget):
         match event:
             case GroupsDiscovered(views):
                 self.model.update(views)
+
+    def _tick(self) -> None:
+        """While shown, ask again: a joined group's "last seen" follows its talk, which no
+        announcement reports; hidden, only the "… ago" texts age."""
+        if self.isVisible():
+            self.load()
+        else:
+            self.model.refresh_times()
 
     def load(self) -> None:
         self.backend.call(lambda peer: peer.groups(), on_result=self.model.update)

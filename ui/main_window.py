@@ -31,7 +31,7 @@ from functools import partial
 from typing import Callable, Iterator
 
 from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QListView,
@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSplitter,
@@ -56,14 +57,16 @@ from PySide6.QtWidgets import (
 from ..middleware.types import ChatMessage, Mid, format_mid
 
 from .bridge import Backend, describe_error
-from .delegate import MessageDelegate, snippet
-from .dialogs import (WarningLogWindow, parse_message_link, show_about)
+from .delegate import MessageDelegate, root_text, snippet
+from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_shortcuts)
 from .discovery_window import DiscoveryWindow
+from .member_list import presence_legend
 from .search_window import SearchWindow
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
 from .controllers.joins import JoinController
-from .controllers.sessions import GroupSession, ReaderPlace, SessionController
+from .controllers.sessions import GroupSession, ReaderPlace, SessionController, member_names
+from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
 from .controllers.status import StatusController
 from .notifier import Notifier
 from .state import ComposeTarget, PaneFolds, Selection, ThreadFilter
@@ -74,6 +77,7 @@ from .widgets import (
     ElidedLabel,
     GroupIdRole,
     GroupListDelegate,
+    CatchUpBar,
     ReplyBanner,
     ThreadListDelegate,
     WarningBanner,
@@ -89,6 +93,17 @@ ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here
 # Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
 PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
 MINIMUM_WIDTH = 640
+# Keys the compose box and the views take themselves (no menu action holds them).
+TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
+               ("Edit your last message (empty compose box)", "Up"),
+               ("Cancel the reply, edit or filter; close the thread", "Esc"),
+               ("Move between the panes", "Tab"))
+# A group holding this many unread messages that reached this peer CATCH_UP_LAG_MS or more
+# after they were written (a big join's history, a long absence) offers to mark those read.
+CATCH_UP_MIN = 200
+CATCH_UP_LAG_MS = 10 * 60 * 1000
+EMPTY_GROUP_HINT = ("No messages here yet.\n\nWrite the first one below: it starts a thread. "
+                    "Replies show under the message they answer (Reply, or a click on ↩).")
 REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
 
 
@@ -159,6 +174,8 @@ class MainWindow(QMainWindow):
         self.group_list.setItemDelegate(GroupListDelegate(self.group_list))
         self.group_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.group_list.currentItemChanged.connect(self._on_group_selected)
+        self.group_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.group_list.customContextMenuRequested.connect(self._group_menu)
         groups_pane = self._titled("Groups", self.group_list)
         discover_button = QPushButton(icon("discover"), "Find groups…")
         discover_button.clicked.connect(self.join_controller.show_discovery)
@@ -198,6 +215,9 @@ class MainWindow(QMainWindow):
         self.topic_edit.setPlaceholderText("Add a topic for everyone…")
         self.topic_edit.setFrame(False)
         self.topic_edit.setMaxLength(300)
+        # Out of the Tab chain: tabbing through the window must not land in a field whose Enter
+        # changes the topic for everyone.  A click (or Conversation → Topic) still edits it.
+        self.topic_edit.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.topic_edit.setToolTip("The group's topic: any member may change it (Enter saves, Esc undoes)")
         self.topic_edit.editingFinished.connect(self.compose_controller.save_topic)
         self.pinned_button = QToolButton()
@@ -295,9 +315,12 @@ class MainWindow(QMainWindow):
         self.compose.submitted.connect(self.compose_controller.send_message)
         self.compose.textChanged.connect(self.compose_controller.keep_draft)
         self.compose.edit_last_requested.connect(self.compose_controller.edit_last)
+        self.mention_completer = MentionCompleter(self.compose)
+        self.mentions_window: MentionsWindow | None = None
         self.send_button = QPushButton(icon("send"), "Send")
         self.send_button.setObjectName("sendButton")
         self.send_button.clicked.connect(self.compose_controller.send_message)
+        self.reply_banner.editing_changed.connect(self._show_send_or_save)
         self.compose_error = QLabel()
         self.compose_error.setObjectName("dialogError")
         self.compose_error.hide()
@@ -324,6 +347,16 @@ class MainWindow(QMainWindow):
         banner_row.setContentsMargins(8, 0, 8, 4)
         banner_row.addWidget(self.warning_banner)
         centre_layout.addLayout(banner_row)
+        self.catch_up_bar = CatchUpBar()
+        self.catch_up_bar.mark_read.connect(self.mark_caught_up_read)
+        self.catch_up_bar.dismissed.connect(self._keep_caught_up_unread)
+        catch_up_row = QHBoxLayout()
+        catch_up_row.setContentsMargins(8, 0, 8, 4)
+        catch_up_row.addWidget(self.catch_up_bar)
+        centre_layout.addLayout(catch_up_row)
+        # Counted once a burst of arrivals is in (a scan of the unread), not per arrival.
+        self._catch_up_timer = QTimer(self, singleShot=True, interval=300)
+        self._catch_up_timer.timeout.connect(self._count_caught_up)
         centre_layout.addWidget(self.thread_bar)
         centre_layout.addWidget(self.stack, 1)
         centre_layout.addWidget(compose_frame)
@@ -332,7 +365,12 @@ class MainWindow(QMainWindow):
         self.member_list.setObjectName("memberList")
         self.member_list.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.member_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        members_pane = self._titled("Members", self.member_list)
+        self.presence_legend = QLabel(presence_legend())
+        self.presence_legend.setObjectName("presenceLegend")
+        self.presence_legend.setTextFormat(Qt.TextFormat.RichText)
+        self.presence_legend.setToolTip("As heard by this peer: online within 40 s, away after a missed "
+                                        "beacon, offline after 50 s or when the app closed")
+        members_pane = self._titled("Members", self.member_list, self.presence_legend)
 
         self.thread_list = QListView()
         self.thread_list.setObjectName("threadList")
@@ -362,7 +400,7 @@ class MainWindow(QMainWindow):
         splitter.splitterMoved.connect(self._save_pane_sizes)
         side.splitterMoved.connect(self._save_pane_sizes)
 
-    def _titled(self, title: str, body: QWidget) -> QWidget:
+    def _titled(self, title: str, body: QWidget, footer: QWidget | None = None) -> QWidget:
         pane = QWidget()
         layout = QVBoxLayout(pane)
         layout.setContentsMargins(0, 0, 0, 4)
@@ -371,6 +409,8 @@ class MainWindow(QMainWindow):
         label.setProperty("class", "paneTitle")
         layout.addWidget(label)
         layout.addWidget(body, 1)
+        if footer is not None:
+            layout.addWidget(footer)
         return pane
 
     def _action(self, text: str, shortcut: QKeySequence | QKeySequence.StandardKey | str | None,
@@ -414,8 +454,9 @@ class MainWindow(QMainWindow):
         composer = self.compose_controller
         self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
         self.reply_action = self._action("&Reply to selected", "Ctrl+R", composer.reply_to_selected, "reply")
-        self.notify_action = self._action("&Notify me for this group", None, self.session_controller.toggle_notify,
-                                          checkable=True)
+        self.notify_menu = self._notify_menu(lambda: self.current.gid if self.current is not None else None)
+        self.notify_actions = {action.data(): action for action in self.notify_menu.actions()}
+        self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", self.show_mentions)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
         self.back_action = self._action("&Back to all threads", "Alt+Left", self.close_thread)
@@ -427,12 +468,13 @@ class MainWindow(QMainWindow):
         self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
         self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
                                         "timeline", checkable=True)
+        self.topic_action = self._action("Edit the &topic…", None, self.focus_topic)
         expand = self._action("E&xpand all", None, self.tree_view.expandAll)
         collapse = self._action("C&ollapse all", None, self.tree_view.collapseAll)
         for action in (self.send_action, self.reply_action, self.new_thread_action, self.next_unread_action,
                        self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
-                       self.search_action, self.time_action, self.back_action, expand, collapse, self.notify_action,
-                       self.warnings_action):
+                       self.search_action, self.time_action, self.back_action, expand, collapse, self.topic_action,
+                       self.mentions_action, self.notify_menu.menuAction(), self.warnings_action):
             menu.addAction(action)
 
         menu = self.menuBar().addMenu("&View")
@@ -454,6 +496,8 @@ class MainWindow(QMainWindow):
         self.addAction(escape)
 
         menu = self.menuBar().addMenu("&Help")
+        self.shortcuts_action = self._action("&Keyboard shortcuts", "F1", self.show_shortcuts)
+        menu.addAction(self.shortcuts_action)
         menu.addAction(self._action("&About M2MC", None, lambda: show_about(self)))
 
     def _build_status_bar(self) -> None:
@@ -508,7 +552,7 @@ class MainWindow(QMainWindow):
                        self.topic_edit):
             widget.setEnabled(enabled)
         for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
-                       self.mark_read_action, self.send_action, self.invite_action, self.notify_action):
+                       self.mark_read_action, self.send_action, self.invite_action, self.notify_menu.menuAction()):
             action.setEnabled(enabled)
         self.status_controller.show_warning_banner()
         if session is None:
@@ -526,7 +570,7 @@ class MainWindow(QMainWindow):
         self.update_pinned_button()
         if session.item is not None:  # its warnings, if any, are on the banner now
             session.item.setIcon(self.session_controller.group_icon(session))
-        self.notify_action.setChecked(self.session_controller.notifies(session.gid))
+        self.notify_actions[self.session_controller.notify_level(session.gid)].setChecked(True)
         self.thread_list.setModel(session.threads)
         self.set_divider(session)
         self._set_view_models()
@@ -572,6 +616,8 @@ class MainWindow(QMainWindow):
             if timeline_model is not None:
                 self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
         self.stack.setCurrentWidget(self.timeline_view if self.time_ordered else self.tree_view)
+        self._show_empty_hint(session)
+        self.update_catch_up()
         self._sync_selection()
         self.update_older_button()
 
@@ -612,6 +658,14 @@ class MainWindow(QMainWindow):
                 self.expand_path(mid)
         self.update_older_button()
 
+    def _show_empty_hint(self, session: GroupSession) -> None:
+        """What an empty conversation says: loading, or how to start (a filter that matches
+        nothing says so beside the filter instead)."""
+        hint = "" if self.view_filter.active else EMPTY_GROUP_HINT if session.loaded else "Loading messages…"
+        for view in (self.tree_view, self.timeline_view):
+            view.empty_hint = hint
+            view.viewport().update()
+
     def open_position(self, session: GroupSession) -> None:
         """A group opens at its first unread message, else at its end, where the newest talk is.
 
@@ -619,6 +673,8 @@ class MainWindow(QMainWindow):
         empty area.  A reply in an old thread is the Threads pane's top entry; the tree opens
         at the end so that it follows new messages, and only rows of recent threads are kept.
         """
+        if session is self.current:
+            self._show_empty_hint(session)  # loaded now
         if session is not self.current or session.opened or not len(session.tree):
             return
         session.opened = True
@@ -711,6 +767,65 @@ class MainWindow(QMainWindow):
 
     def fill_members(self) -> None:
         self.status_controller.fill_members()
+        view = self.current.view if self.current is not None else None
+        self.mention_completer.set_members(list(view.members) if view is not None else [], self.backend.pid)
+
+    # -- mentions and notification levels (ui.mentions) ------------------------------------------
+
+    def _notify_menu(self, gid_of: Callable[[], str | None], parent: QWidget | None = None) -> QMenu:
+        """Notifications: All messages / Mentions only / Nothing, for the group ``gid_of()`` names."""
+        menu = QMenu("&Notifications", parent or self)
+        levels = QActionGroup(menu)
+        for level, text in (("all", "&All messages"), ("mentions", "&Mentions only"), ("nothing", "N&othing")):
+            action = QAction(text, menu, checkable=True)
+            action.setData(level)
+            levels.addAction(action)
+            action.triggered.connect(lambda _on, level=level: self._set_notify_level(gid_of(), level))
+            menu.addAction(action)
+        menu.aboutToShow.connect(lambda: self._check_notify_level(menu, gid_of()))
+        return menu
+
+    def _check_notify_level(self, menu: QMenu, gid: str | None) -> None:
+        level = self.session_controller.notify_level(gid) if gid is not None else None
+        for action in menu.actions():
+            action.setChecked(action.data() == level)
+
+    def _set_notify_level(self, gid: str | None, level: str) -> None:
+        if gid is None:
+            return
+        self.session_controller.set_notify_level(gid, level)
+        if self.current is not None and self.current.gid == gid:
+            self.notify_actions[level].setChecked(True)
+
+    def _group_menu(self, pos: QPoint) -> None:
+        item = self.group_list.itemAt(pos)
+        if item is None:
+            return
+        gid = item.data(GroupIdRole)
+        menu = QMenu(self)
+        menu.addMenu(self._notify_menu(lambda: gid, menu))
+        self.group_menu = menu  # kept for tests, which read it while it is open
+        menu.popup(self.group_list.viewport().mapToGlobal(pos))
+
+    def show_mentions(self) -> None:
+        """Conversation → Mentions…: the messages that mention me, newest first, across groups."""
+        window = self.mentions_window
+        if window is None:
+            window = self.mentions_window = MentionsWindow(self, self.jump_to_message)
+        self.backend.call(lambda peer: peer.mentions(MENTIONS_LISTED), on_result=self._show_mentions)
+        window.show()
+        window.raise_()
+        window.activateWindow()
+
+    def _show_mentions(self, messages: list[ChatMessage]) -> None:
+        sessions = self.session_controller.sessions
+        if self.mentions_window is not None:
+            self.mentions_window.show_mentions(
+                messages, {gid: session.title for gid, session in sessions.items()},
+                lambda gid: member_names(sessions[gid].view) if gid in sessions else {})
+
+    def jump_to_message(self, gid: str, mid: Mid) -> None:
+        self.open_link(f"m2mc://message/{gid}/{format_mid(mid)}")
 
     def messages_shown(self, mids: list[Mid]) -> None:
         self.compose_controller.messages_shown(mids)
@@ -725,8 +840,11 @@ class MainWindow(QMainWindow):
     def start_new_thread(self) -> None:
         self.compose_controller.start_new_thread()
 
-    def notify(self, title: str, text: str) -> None:
-        self.notifier.notify(title, text)
+    def notify(self, title: str, text: str, mention: bool = False) -> None:
+        if mention:
+            self.notifier.notify(title, text, mention=True)
+        else:
+            self.notifier.notify(title, text)
 
     def add_group_item(self, item: QListWidgetItem) -> None:
         self.group_list.addItem(item)
@@ -773,6 +891,39 @@ class MainWindow(QMainWindow):
         self.tree_view.scrollTo(session.tree_model.index_for(place[0]), QAbstractItemView.ScrollHint.PositionAtTop)
         bar = self.tree_view.verticalScrollBar()
         bar.setValue(bar.value() - place[1])
+
+    def update_catch_up(self) -> None:
+        self._catch_up_timer.start()
+
+    def _caught_up(self, session: GroupSession) -> list[Mid]:
+        return session.tree.caught_up_unread(CATCH_UP_LAG_MS)
+
+    def _count_caught_up(self) -> None:
+        session = self.current
+        if session is None or session.catch_up_dismissed or len(session.tree.unread) < CATCH_UP_MIN:
+            self.catch_up_bar.show_count(0)
+            return
+        count = len(self._caught_up(session))
+        self.catch_up_bar.show_count(count if count >= CATCH_UP_MIN else 0)
+
+    def mark_caught_up_read(self) -> None:
+        """Mark the history that came in late read; what was heard live stays unread."""
+        session = self.current
+        if session is not None:
+            session.tree.mark_read(self._caught_up(session))
+            self.catch_up_bar.show_count(0)
+
+    def _keep_caught_up_unread(self) -> None:
+        if self.current is not None:
+            self.current.catch_up_dismissed = True
+        self.catch_up_bar.show_count(0)
+
+    def keep_reader_place(self, session: GroupSession, place: ReaderPlace) -> None:
+        """Rows inserted above the reader (replies to older threads, a join's history syncing in)
+        push what they read down: put it back where it was, to the pixel."""
+        index = session.tree_model.index_for(place[0])
+        if index.isValid() and self.tree_view.visualRect(index).top() != place[1]:
+            self.restore_reader_place(session, place)
 
     @staticmethod
     def _message_delegate(view: QAbstractItemView) -> MessageDelegate:
@@ -946,7 +1097,10 @@ class MainWindow(QMainWindow):
         self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
 
     def _escape(self) -> None:
-        if self.topic_edit.hasFocus():  # undo what was typed there
+        popup = self.compose.mention_popup
+        if popup is not None and popup.isVisible():  # the @-completer's list: Esc closes only it
+            popup.hide()
+        elif self.topic_edit.hasFocus():  # undo what was typed there
             if self.current is not None:
                 self.topic_edit.setText(self.current.shown_topic)
             self.compose.setFocus()
@@ -988,7 +1142,7 @@ class MainWindow(QMainWindow):
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
         session.thread = ThreadModel(session.tree_model, root_mid, self)
         self.compose_controller.thread_opened(root_mid)
-        self.thread_label.setText(f"Thread: {root.sender_name} — {snippet(root.text, 80)}")
+        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view))}")
         self._set_view_models()
         self.tree_view.expandAll()
         first_unread = next((mid for mid in session.tree.unread_in_arrival_order()
@@ -1045,8 +1199,47 @@ class MainWindow(QMainWindow):
             menu.addAction("Pin", lambda: self.compose_controller.set_pinned(message.mid, True))
         if message.sender == self.backend.pid and not message.deleted:
             menu.addAction("Edit", lambda: self.compose_controller.start_edit(message.mid))
-            menu.addAction("Delete", lambda: self.compose_controller.delete_message(message.mid))
+            menu.addSeparator()  # away from Edit: a slip of the pointer must not delete
+            menu.addAction("Delete…", lambda: self.confirm_delete(message))
         return menu
+
+    def focus_topic(self) -> None:
+        """The topic field is out of the Tab chain (a stray Enter there changes it for everyone);
+        this is its way in from the keyboard."""
+        if self.current is not None:
+            self.topic_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
+            self.topic_edit.selectAll()
+
+    def shortcut_rows(self) -> list[tuple[str, str]]:
+        """Every key the window answers: its menus' shortcuts (read from the actions themselves, so
+        the list cannot drift from them) and the keys the compose box and views take."""
+        rows = [(action.text().replace("&", "").rstrip("…"), action.shortcut().toString(
+                 QKeySequence.SequenceFormat.NativeText))
+                for action in self.actions() if not action.shortcut().isEmpty() and action.text()]
+        return rows + list(TYPING_KEYS) + list(MENTION_KEYS)
+
+    def show_shortcuts(self) -> None:
+        show_shortcuts(self, self.shortcut_rows())
+
+    def _show_send_or_save(self, editing: bool) -> None:
+        self.send_button.setText("Save" if editing else "Send")
+        self.send_button.setIcon(icon("edit" if editing else "send"))
+        self.send_button.setToolTip("Save the edit (Enter)" if editing else "Send (Enter)")
+
+    def confirm_delete(self, message: ChatMessage) -> bool:
+        """Ask before deleting: a delete reaches every member and cannot be taken back."""
+        box = QMessageBox(QMessageBox.Icon.Question, "Delete message",
+                          f"Delete your message “{snippet(message.text, 60)}” for everyone?", parent=self)
+        box.setInformativeText("Members will see “message deleted” in its place, and its replies stay. "
+                               "This cannot be undone.")
+        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)  # Enter keeps the message
+        box.exec()
+        if box.clickedButton() is not delete:
+            return False
+        self.compose_controller.delete_message(message.mid)
+        return True
 
     def open_link(self, url: str) -> None:
         """A message link (m2mc://message/…) selects that message; any other link opens outside."""

@@ -10,7 +10,10 @@ told apart.  The conversation marks their messages the same way (``delegate.py``
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from functools import lru_cache
+
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import QListWidget, QListWidgetItem
 
 from ..middleware.names import lookalikes, shown
@@ -19,7 +22,40 @@ from ..middleware.types import GroupView, Member, short_fingerprint
 from .resources import icon
 
 DUPLICATE_MARK = "⚠"
+# Shape and colour both say it (a colour alone fails one reader in twelve): the mark in the text,
+# and a coloured badge on the member's icon.
 PRESENCE_MARKS = {"online": "●", "away": "◐", "offline": "○"}
+PRESENCE_COLOURS = {"online": "#2e9d4a", "away": "#d08a00", "offline": "#8a8a8a"}
+
+
+def presence_legend() -> str:
+    """The members pane's key to the marks, in rich text with the marks' own colours."""
+    return "&nbsp;&nbsp;".join(f'<span style="color:{PRESENCE_COLOURS[status]}">{mark}</span>&nbsp;{status}'
+                               for status, mark in PRESENCE_MARKS.items())
+
+
+@lru_cache(maxsize=8)
+def presence_icon(status: str, size: int = 20) -> QIcon:
+    """The member icon with a badge in the status's colour: filled when online, half when away,
+    a ring when offline."""
+    pixmap = QPixmap(size, size)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    icon("member").paint(painter, 0, 0, size, size)
+    colour = QColor(PRESENCE_COLOURS[status])
+    badge = QRectF(size * 0.52, size * 0.52, size * 0.46, size * 0.46)
+    painter.setPen(QPen(QColor("#ffffff"), 1.2))
+    painter.setBrush(QColor("#ffffff"))
+    painter.drawEllipse(badge.adjusted(-1, -1, 1, 1))
+    painter.setPen(QPen(colour, 1.6))
+    painter.setBrush(colour if status == "online" else Qt.GlobalColor.transparent)
+    painter.drawEllipse(badge)
+    if status == "away":
+        painter.setBrush(colour)
+        painter.drawPie(badge, 90 * 16, 180 * 16)
+    painter.end()
+    return QIcon(pixmap)
 
 
 def marked_name(name: str, pid: str, look_alike: set[str]) -> str:
@@ -69,8 +105,9 @@ def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, heade
             text += f"  {DIRECT_MARK}"
             tooltip += ("\nReached directly: multicast does not get through between you, so what you send "
                         "goes to this member by unicast as well")
-        item = QListWidgetItem(icon("member"), text)
+        item = QListWidgetItem(presence_icon(status), text)
         item.setToolTip(tooltip)
+        item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{member_text(member, me, duplicates)}, {status}")
         item.setData(Qt.ItemDataRole.UserRole, status)
         widget.addItem(item)
     if view.left:

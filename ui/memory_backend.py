@@ -29,7 +29,7 @@ import inspect
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ..middleware import crypto, rules
 from ..middleware.chatops import OP_MARKER
@@ -224,10 +224,13 @@ class MemoryManager(rules.OperationCalls):
     def leave_group(self, gid: str) -> None:
         self._run(lambda core: core.leave(gid, self.lan.wall()))
 
-    def send(self, gid: str, text: str, parent: Mid | None = None) -> Mid:
-        mid = self._run(lambda core: core.send(gid, text, parent, self.lan.now, self.lan.wall()))
+    def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid:
+        mid = self._run(lambda core: core.send(gid, text, parent, self.lan.now, self.lan.wall(), mentions))
         self.sent.append((gid, text, parent))
         return mid
+
+    def mentions(self, limit: int = 50) -> list[ChatMessage]:
+        return self.core.mentions(limit)
 
     def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
         self.core.channel(gid)

@@ -295,9 +295,7 @@ def _message_data(message: ChatMessage, role: int, tree: MessageTree, node: Node
         return int(message.sender == tree.own_pid)
     if role == ReplyCountRole:
         return len(node.children)
-    if role == Qt.ItemDataRole.ToolTipRole:
-        return f"{message.sender_name} ({message.sender[:8]}…), message {message.mid[1]}"
-    return None
+    return None  # no tooltip over the text: the time and the reactions have their own (ui.delegate)
 
 
 @dataclass(frozen=True, slots=True)

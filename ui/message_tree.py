@@ -288,6 +288,13 @@ class MessageTree:
             return []
         return [node.message.mid for node in self.arrival if node.message.mid in self.unread]
 
+    def caught_up_unread(self, lag_ms: int) -> list[Mid]:
+        """Unread messages that reached this peer ``lag_ms`` or more after they were written: history
+        synced in on a join or a return, rather than talk heard as it happened."""
+        return [mid for mid in self.unread
+                if (node := self._nodes.get(mid)) is not None
+                and node.message.received_at - node.message.sent_at >= lag_ms]
+
     def mark_read(self, mids: Iterable[Mid]) -> None:
         changed = [mid for mid in mids if mid in self.unread]
         if not changed:

@@ -79,7 +79,7 @@ class Notifier:
         self.tray: QSystemTrayIcon | None = None
         self.shown = 0
         self.last_via = ""
-        self._last = 0.0
+        self._last = {False: 0.0, True: 0.0}  # per kind: a busy group's messages never hold back a mention
         if not self.desktop.available and QSystemTrayIcon.isSystemTrayAvailable():
             self.tray = QSystemTrayIcon(app_icon(), window)
             self.tray.setToolTip("M2MC chat")
@@ -87,15 +87,16 @@ class Notifier:
             self.tray.messageClicked.connect(self._raise)
             self.tray.show()
 
-    def notify(self, title: str, body: str) -> bool:
-        """Show a notification unless the window is active; True if one was shown."""
+    def notify(self, title: str, body: str, mention: bool = False) -> bool:
+        """Show a notification unless the window is active; True if one was shown.  Mentions of
+        this peer are limited apart from other messages (each kind at most one per MIN_INTERVAL)."""
         if self.window.isActiveWindow():
             return False
         QApplication.alert(self.window)
         now = time.monotonic()
-        if now - self._last < MIN_INTERVAL:
+        if now - self._last[mention] < MIN_INTERVAL:
             return False
-        self._last = now
+        self._last[mention] = now
         if self.desktop.notify(title, body):
             self.last_via = "desktop"
         elif self.tray is not None and QSystemTrayIcon.supportsMessages():

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QRectF, Qt
-from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QApplication
 
@@ -83,8 +83,29 @@ def stylesheet(palette: QPalette | None = None) -> str:
     return template
 
 
+REACTION_FONT = "NotoColorEmoji-reactions.ttf"
+
+
+@lru_cache(maxsize=1)
+def load_bundled_fonts() -> str | None:
+    """Register the shipped emoji (the reaction picker's, ``resources/fonts``) as the app's emoji
+    fallback, so they draw where the system has no colour emoji font; the system's own emoji
+    font, where there is one, still draws every other emoji.  Returns the family, or None."""
+    font_id = QFontDatabase.addApplicationFont(str(resource_path("fonts", REACTION_FONT)))
+    families = QFontDatabase.applicationFontFamilies(font_id) if font_id >= 0 else []
+    if not families:
+        log.warning("the bundled emoji font %s could not be loaded", REACTION_FONT)
+        return None
+    if hasattr(QFontDatabase, "addApplicationEmojiFontFamily"):  # Qt 6.9 and later
+        QFontDatabase.addApplicationEmojiFontFamily(families[0])
+    else:  # older Qt: a substitute for the default family, tried for glyphs it lacks
+        QFont.insertSubstitution(QFont().family(), families[0])
+    return families[0]
+
+
 def apply_theme(app: QApplication) -> None:
     """Style the app for its palette now and whenever the system switches light/dark."""
+    load_bundled_fonts()
 
     def restyle(*_args) -> None:
         _icon.cache_clear()

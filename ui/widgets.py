@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QKeyEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from ..middleware.names import shown
 from ..middleware.types import ChatMessage
 
-from .delegate import MessageDelegate, clock, snippet
+from .delegate import MessageDelegate, clock, root_text, snippet
 from .member_list import marked_name
 from .message_model import ThreadRole, ThreadSummary
 from .resources import icon, theme_colors
@@ -53,17 +53,31 @@ class ElidedLabel(QLabel):
                                   self.foregroundRole())
 
 
+COMPLETER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Tab, Qt.Key.Key_Backtab, Qt.Key.Key_Escape)
+
+
 class ComposeEdit(QPlainTextEdit):
     """Enter sends, Shift+Enter starts a new line, Up in an empty box edits our last message."""
 
     submitted = Signal()
     edit_last_requested = Signal()
+    typed = Signal()  # after a key changed the text or moved the cursor (the @-completer follows it)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("compose")
-        self.setPlaceholderText("Write a message — Enter sends, Shift+Enter adds a line")
+        self.setPlaceholderText("Write a message — Enter sends, Shift+Enter adds a line, @ names someone")
         self.setTabChangesFocus(True)
+        self.mention_popup: QWidget | None = None  # the @-completer's list (ui.mentions)
+
+    def event(self, event: QEvent) -> bool:
+        # While the @-completer's list is open, Enter and Tab choose from it and Esc closes it:
+        # left unaccepted, the completer does that (Tab would otherwise move the focus first).
+        if (event.type() == QEvent.Type.KeyPress and self.mention_popup is not None and self.mention_popup.isVisible()
+                and isinstance(event, QKeyEvent) and event.key() in COMPLETER_KEYS):
+            event.ignore()
+            return False
+        return super().event(event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
@@ -78,6 +92,7 @@ class ComposeEdit(QPlainTextEdit):
             event.accept()
             return
         super().keyPressEvent(event)
+        self.typed.emit()
 
     def sizeHint(self) -> QSize:
         lines = 3
@@ -88,10 +103,12 @@ class ReplyBanner(QFrame):
     """'Replying to <sender>: <snippet> ✕' above the compose box; hidden for a new thread."""
 
     cancelled = Signal()
+    editing_changed = Signal(bool)  # the compose box now edits an own message (Save), or writes a new one (Send)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("replyBanner")
+        self.editing = False
         self.label = QLabel()
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.icon_label = QLabel()
@@ -109,8 +126,16 @@ class ReplyBanner(QFrame):
         layout.addWidget(close)
         self.hide()
 
+    def _set_editing(self, on: bool) -> None:
+        self.icon_label.setPixmap(icon("edit" if on else "reply").pixmap(16, 16))
+        self.close_button.setToolTip("Cancel the edit (Esc)" if on else "Start a new thread instead")
+        if on != self.editing:
+            self.editing = on
+            self.editing_changed.emit(on)
+
     def show_target(self, message: ChatMessage | None, in_thread: bool = False, known: bool = True) -> None:
         """``in_thread``: the target is the open thread's root, chosen by default, not by the user."""
+        self._set_editing(False)
         if message is None and known:
             self.label.clear()
             self.hide()
@@ -119,15 +144,17 @@ class ReplyBanner(QFrame):
             self.label.setText("Replying to a message not loaded yet")
         else:
             where = "Replying in the thread of" if in_thread else "Replying to"
-            self.label.setText(f"{where} {message.sender_name}: {snippet(message.text, 80)}")
+            self.label.setText(f"{where} {message.sender_name}: {root_text(message, 80)}")
         self.show()
 
     def show_new_thread(self) -> None:
         """✕ in an open thread: the next message starts a thread of its own, out of this view."""
+        self._set_editing(False)
         self.label.setText("New thread (it will not show in this thread; Esc replies here again)")
         self.show()
 
     def show_editing(self, message: ChatMessage) -> None:
+        self._set_editing(True)
         self.label.setText(f"Editing your message: {snippet(message.text, 80)}")
         self.show()
 
@@ -136,7 +163,51 @@ class ReplyBanner(QFrame):
         return self.label.text() if self.isVisible() or self.label.text() else ""
 
 
-class WarningBanner(QFrame):
+class ActionBar(QFrame):
+    """A bar above the conversation: a sentence, one button that acts on it, and ✕."""
+
+    def __init__(self, name: str, action: str, close_tip: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName(name)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.action_button = QPushButton(action)
+        close = QToolButton()
+        close.setText("✕")
+        close.setToolTip(close_tip)
+        close.setAutoRaise(True)
+        self.close_button = close
+        self.bar_layout = QHBoxLayout(self)
+        self.bar_layout.setContentsMargins(8, 2, 2, 2)
+        self.bar_layout.addWidget(self.label, 1)
+        self.bar_layout.addWidget(self.action_button)
+        self.bar_layout.addWidget(close)
+        self.hide()
+
+
+class CatchUpBar(ActionBar):
+    """'1,234 unread messages were written before they reached you · Mark them read ✕': a big join
+    (or a long absence) need not leave the reader with thousands of "new" to walk past."""
+
+    mark_read = Signal()
+    dismissed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("catchUpBar", "Mark them read", "Keep them unread", parent)
+        self.read_button = self.action_button
+        self.read_button.clicked.connect(self.mark_read)
+        self.close_button.clicked.connect(self.dismissed)
+
+    def show_count(self, count: int) -> None:
+        if count <= 0:
+            self.hide()
+            return
+        self.label.setText(f"{count:,} unread messages were written before they reached you "
+                           "(history synced in when you joined or came back).")
+        self.show()
+
+
+class WarningBanner(ActionBar):
     """'⚠ <warning> · Show all (n) ✕' above the conversation: seen at once, yet never blocking.
 
     Coloured here rather than in m2mc.qss so that it carries the palette's warning
@@ -147,29 +218,16 @@ class WarningBanner(QFrame):
     show_all = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("warningBanner")
-        self.label = QLabel()
+        super().__init__("warningBanner", "", "Hide this warning (it stays in the warnings list)", parent)
         self.label.setTextFormat(Qt.TextFormat.PlainText)
-        self.label.setWordWrap(True)
-        self.all_button = QPushButton()
+        self.all_button = self.action_button
         self.all_button.setFlat(True)
         self.all_button.setToolTip("Open the list of all warnings of this session")
         self.all_button.clicked.connect(self.show_all)
-        close = QToolButton()
-        close.setText("✕")
-        close.setToolTip("Hide this warning (it stays in the warnings list)")
-        close.setAutoRaise(True)
-        close.clicked.connect(self._dismiss)
-        self.close_button = close
+        self.close_button.clicked.connect(self._dismiss)
+        self.bar_layout.setContentsMargins(8, 4, 2, 4)
         self._restyling = False
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 4, 2, 4)
-        layout.addWidget(self.label, 1)
-        layout.addWidget(self.all_button)
-        layout.addWidget(close)
         self._restyle()
-        self.hide()
 
     def show_warning(self, text: str | None, total: int = 0) -> None:
         if not text:
@@ -245,6 +303,32 @@ class ConversationView(QTreeView):
         self.viewport().setAttribute(Qt.WidgetAttribute.WA_Hover)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self._last_width = -1
+        self._current_at_press = QPersistentModelIndex()
+        self.empty_hint = ""  # drawn in the middle while the view has no rows (ui.main_window sets it)
+
+    def paintEvent(self, event) -> None:
+        super().paintEvent(event)
+        model = self.model()
+        if not self.empty_hint or (model is not None and model.rowCount() > 0):
+            return
+        painter = QPainter(self.viewport())
+        muted = QColor(self.palette().color(QPalette.ColorRole.Text))
+        muted.setAlpha(150)
+        painter.setPen(muted)
+        painter.drawText(self.viewport().rect().adjusted(32, 32, -32, -32),
+                         int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap), self.empty_hint)
+        painter.end()
+
+    def mousePressEvent(self, event) -> None:
+        # Whether the row was already selected before this click: a click meant to select a
+        # message must not open a link that happens to lie under the pointer.
+        self._current_at_press = QPersistentModelIndex(self.currentIndex())
+        super().mousePressEvent(event)
+
+    def _opens_links(self, index, event) -> bool:
+        """A link opens from a message already selected, or at once with Ctrl held."""
+        return (bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier)
+                or (self._current_at_press.isValid() and self._current_at_press == index))
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -259,6 +343,8 @@ class ConversationView(QTreeView):
         delegate = self.itemDelegate()
         hit = (delegate.hit(index, self.visualRect(index), pos)
                if index.isValid() and isinstance(delegate, MessageDelegate) else None)
+        if hit is not None and hit[0] == "link" and not self._opens_links(index, event):
+            hit = None  # this click selects the message; the next one (or Ctrl+click) opens the link
         if hit is not None and event.button() == Qt.MouseButton.LeftButton:
             kind, payload = hit
             if kind == "toggle":
@@ -282,7 +368,9 @@ class ConversationView(QTreeView):
         delegate = self.itemDelegate()
         hit = (delegate.hit(index, self.visualRect(index), pos)
                if index.isValid() and isinstance(delegate, MessageDelegate) else None)
-        clickable = hit is not None
+        # A link shows the hand only where a click opens it (see _opens_links).
+        clickable = hit is not None and (hit[0] != "link" or index == self.currentIndex()
+                                         or bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier))
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if clickable else Qt.CursorShape.ArrowCursor)
 
 
@@ -339,11 +427,12 @@ class ThreadListDelegate(QStyledItemDelegate):
                          Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, when)
         font = QFont(option.font)
         font.setBold(bool(summary.unread))
+        font.setItalic(summary.root.deleted)  # as the conversation shows a deleted message
         painter.setFont(font)
-        painter.setPen(text_color)
+        painter.setPen(muted if summary.root.deleted else text_color)
         second = QRect(rect.left(), rect.top() + line + 2, rect.width() - badge_width - 4, line)
         painter.drawText(second, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         QFontMetrics(font).elidedText(snippet(summary.root.text, 200), Qt.TextElideMode.ElideRight,
+                         QFontMetrics(font).elidedText(root_text(summary.root, 200, self.names), Qt.TextElideMode.ElideRight,
                                                        second.width()))
         painter.setFont(option.font)
         painter.setPen(muted)

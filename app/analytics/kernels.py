@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .schema import (
     EXPORT_FIELDS, FILE_ROWS, GROUP, HIST, INFO, LATENCY_BINS_PER_OCTAVE, MESSAGE_FIELDS, NON_EMPTY_REACTIONS,
-    OPERATION_FIELDS, OVER_TIME_WIDTHS_S, PARQUET_MAGIC, PARTICIPANT_FIELDS, SENDER, SENDER_PASS_SCHEMA, THREAD_FIELDS,
+    MENTION_FIELDS, OPERATION_FIELDS, OVER_TIME_WIDTHS_S, PARQUET_MAGIC, PARTICIPANT_FIELDS, SENDER, SENDER_PASS_SCHEMA, THREAD_FIELDS,
     THREAD_PLOTS, TIME_FIELDS, TOP, TOP_THREADS, TREE_NODES, TREE_THREADS, arrow_schema, export_arrow_schema, parsed_arrow_schema, summary_arrow_schema,
 )
 from . import hyperconvo
@@ -110,7 +110,8 @@ def parse_lines(lines):
     if malformed + blank_count:
         lines = lines.filter(pa.array(candidate))
     # `reactions` as an object of no fields: Arrow checks the type and skips the content.
-    schema = export_arrow_schema().append(pa.field("reactions", pa.struct([])))
+    schema = export_arrow_schema().append(pa.field("reactions", pa.struct([]))).append(
+        pa.field("mentions", pa.list_(pa.string())))
     longest = int(pc.max(pc.binary_length(lines)).as_py() or 0) if len(lines) else 0
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     read = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 64), use_threads=False)
@@ -130,7 +131,10 @@ def parse_lines(lines):
         if table.num_rows != len(chunk):
             return None
         has_reactions = table.column("reactions").is_valid().to_numpy(zero_copy_only=False)
-        return table.drop_columns(["reactions"]).append_column("reaction_count", reaction_counts(chunk, has_reactions))
+        mention_count = pc.fill_null(pc.list_value_length(table.column("mentions")), 0).cast(pa.int64())
+        return (table.drop_columns(["reactions", "mentions"])
+                .append_column("reaction_count", reaction_counts(chunk, has_reactions))
+                .append_column("mention_count", mention_count))
 
     parsed = []
     for start in range(0, len(lines), PARSE_BLOCK):
@@ -198,7 +202,8 @@ def well_formed(table):
     parent = table.column("parent")
     if pc.any(pc.equal(parent, "")).as_py():
         table = table.set_column(table.schema.get_field_index("parent"), "parent", pc.if_else(pc.equal(parent, ""), pa.scalar(None, pa.string()), parent))
-    return table.select([name for name in EXPORT_FIELDS + OPERATION_FIELDS if name in table.column_names])
+    return table.select([name for name in EXPORT_FIELDS + OPERATION_FIELDS + MENTION_FIELDS
+                         if name in table.column_names])
 
 
 def _codes(column):
@@ -297,6 +302,18 @@ def grouped_gini(group, values, k):
     with np.errstate(invalid="ignore", divide="ignore"):
         gini = 2.0 * weighted / (counts * total) - (counts + 1.0) / counts
     return np.where(counts > 0, gini, np.nan)
+
+
+def thread_sums(root_pos, valid, table, name):
+    """Per row, the sum of column ``name`` over the thread that row roots (0 for other rows, and
+    for a table without the column); invalid rows (in a cycle) count in no thread."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if name not in table.column_names:
+        return np.zeros(len(root_pos), dtype=np.int64)
+    values = pc.fill_null(table.column(name), 0).to_numpy(zero_copy_only=False)
+    return np.bincount(root_pos[valid], weights=values[valid], minlength=len(root_pos)).astype(np.int64)
 
 
 def operation_counts(table, gid_code, n_groups) -> dict:
@@ -661,6 +678,7 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
         "orphan": pa.array(parent_missing[root_rows]),
         "p90_reply_latency_s": _arrow(measures["p90_latency_s"], no_mask),
         "participation_gini": _arrow(measures["participation_gini"], no_mask),
+        "mentions": pa.array(thread_sums(root_pos, valid, table, "mention_count")[root_rows]),
         "width_per_depth": measures["width_per_depth"],
     }
     for name, _, _ in hyperconvo.columns():

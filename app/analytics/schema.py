@@ -15,6 +15,11 @@ EXPORT_FIELDS = ("gid", "group_desc", "mid", "parent", "sender", "sender_name", 
 OPERATION_FIELDS = ("edited", "deleted", "reaction_count")
 
 
+# The members a message mentions (issue 32): `mentions`, a list of pids in the export, parsed
+# into its length (`mention_count`). Exports from before mentions lack the field, and count none.
+MENTION_FIELDS = ("mention_count",)
+
+
 # A "reactions" key (its quotes cannot be inside a string) holding an object with a key.
 NON_EMPTY_REACTIONS = r'"reactions":\s*\{\s*"'
 
@@ -30,10 +35,11 @@ def export_arrow_schema():
 
 
 def parsed_arrow_schema():
-    """What `parse_lines` returns: the export's fields and each line's reaction count."""
+    """What `parse_lines` returns: the export's fields and each line's reaction and mention counts."""
     import pyarrow as pa
 
-    return export_arrow_schema().append(pa.field("reaction_count", pa.int64()))
+    return export_arrow_schema().append(pa.field("reaction_count", pa.int64())).append(
+        pa.field("mention_count", pa.int64()))
 
 
 # What `place_groups` makes of a task's groups. The two big tables, one row per message
@@ -63,7 +69,7 @@ THREAD_FIELDS = (
     "gid string, root_mid string, size long, depth int, max_width long, leaves long, participants long, "
     "first_at timestamp, last_at timestamp, duration_s double, median_reply_latency_s double, "
     "root_reply_fraction double, wiener_index double, h_index int, orphan boolean, p90_reply_latency_s double, "
-    "participation_gini double, width_per_depth array<long>"
+    "participation_gini double, mentions long, width_per_depth array<long>"
     # ConvoKit's HyperConvo measures (hyperconvo.py), null for threads under its minimum size.
     + "".join(f", {name} {kind}" for name, kind, _ in hyperconvo_columns())
 )

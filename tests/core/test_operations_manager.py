@@ -11,6 +11,7 @@ from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.events import Event, MessagesDelivered, MessagesUpdated, TopicChanged
 from m2mc.middleware.types import UsageError
 from tests.testbed.arrivals import arriving
+from tests.testbed.jsonrpc import in_process_peer
 
 
 class Recorder:
@@ -158,16 +159,8 @@ def test_json_rpc_methods_answer_and_notify_and_bad_params_get_clear_errors(tmp_
 
 
 async def _json_rpc_session(tmp_path):
-    from m2mc.app.peer import JsonRpcPeer
-
     lines = []
-    peer = JsonRpcPeer(lines.append)
-    peer.manager = GroupManager(Config(tmp_path / "p", name="Pat", iface="127.0.0.1", zeroconf=False), peer)
-
-    async def rpc(method, **params):
-        answer = peer.handle_line(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-        answer = await answer if isinstance(answer, asyncio.Future) else answer
-        return answer.get("result"), answer.get("error", {}).get("message", "")
+    peer, rpc = in_process_peer(tmp_path / "p", write=lines.append)
 
     try:
         gid = (await rpc("create_group", desc="rpc"))[0]["gid"]

@@ -131,3 +131,83 @@ def test_the_manager_refuses_bad_read_marks_with_a_clear_error(manager):
     assert manager.read_marks(gid) == [(1, 3)]
     with pytest.raises(manager_module.UsageError, match="bad read marks"):
         manager.mark_read(gid, [["a", 3]])
+
+
+def test_a_member_back_from_offline_gets_a_beacon_at_once_but_at_most_one_per_gap(manager):
+    from m2mc.middleware.presence import EARLY_BEACON_GAP
+
+    gid = manager.create_group("lunch")
+    bob = crypto.Identity.generate()
+    join(manager, bob, gid, "Bob")
+    manager.clock[0] += 60  # idle, Bob unheard: offline
+    manager.flush()
+    heartbeats_in(manager)
+    manager.clock[0] += 2
+    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))  # Bob restarts
+    manager.flush()
+    assert heartbeats_in(manager) == [wire.Heartbeat(gid, 0)], "Bob learns at once that this peer is here"
+    manager.core.presence.gone(bob.pid)  # Bob says goodbye and comes back, again and again
+    manager.clock[0] += 1
+    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))
+    manager.flush()
+    assert heartbeats_in(manager) == [], "at most one early beacon per group per gap"
+    manager.core.presence.gone(bob.pid)
+    manager.clock[0] += EARLY_BEACON_GAP
+    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))
+    manager.flush()
+    assert heartbeats_in(manager) == [wire.Heartbeat(gid, 0)]
+    manager.clock[0] += 1
+    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))  # online already
+    manager.flush()
+    assert heartbeats_in(manager) == []
+
+
+def test_goodbye_shows_a_member_offline_at_once_and_only_a_member_can_say_it(manager):
+    gid = manager.create_group("lunch")
+    bob, cat, mallory = (crypto.Identity.generate() for _ in range(3))
+    join(manager, bob, gid, "Bob")
+    join(manager, cat, gid, "Cat")
+    for who in (bob, cat):
+        manager._on_data_datagrams(arriving([wire.encode(who, wire.Heartbeat(gid, 1))]))
+    assert manager.presence_of(gid)[bob.pid] == ONLINE
+    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Goodbye(gid))]))
+    assert manager.presence_of(gid)[bob.pid] == OFFLINE and manager.presence_of(gid)[cat.pid] == ONLINE
+    # A goodbye names only its signer: nobody can say it for Cat, and a stranger's is dropped.
+    manager._on_data_datagrams(arriving([wire.encode(mallory, wire.Goodbye(gid))]))
+    assert manager.presence_of(gid)[cat.pid] == ONLINE
+    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 2))]))  # Bob is back
+    assert manager.presence_of(gid)[bob.pid] == ONLINE
+
+
+def test_closing_says_goodbye_in_every_joined_group_once(manager):
+    first, second = manager.create_group("lunch"), manager.create_group("chess")
+    manager.flush()
+    manager._outgoing.clear()
+    manager.core.say_goodbye()
+    manager.flush()
+    said = [wire.decode(data).message for data, _destination in manager._outgoing]
+    assert sorted(m.gid for m in said if isinstance(m, wire.Goodbye)) == sorted([first, second])
+    manager._outgoing.clear()
+    manager.flush()
+    assert not any(isinstance(wire.decode(data).message, wire.Goodbye) for data, _d in manager._outgoing)
+
+
+def test_presence_says_whether_a_pid_comes_back():
+    presence = Presence()
+    assert presence.heard("bob", 0.0) is True
+    assert presence.heard("bob", 10.0) is False
+    assert presence.heard("bob", 100.0) is True  # silent past OFFLINE_AFTER: back
+    presence.gone("bob")
+    assert presence.status("bob", 100.0) == OFFLINE and presence.heard("bob", 101.0) is True
+
+
+def test_a_group_that_talks_is_seen_now_not_when_it_was_last_announced(manager):
+    gid = manager.create_group("lunch")
+    bob, mallory = crypto.Identity.generate(), crypto.Identity.generate()
+    join(manager, bob, gid, "Bob")
+    announced = manager.group(gid).last_seen
+    manager.clock[0] += 120
+    manager._on_data_datagrams(arriving([wire.encode(mallory, wire.Heartbeat(gid, 1))]))  # not a member
+    assert manager.group(gid).last_seen == announced
+    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))
+    assert manager.group(gid).last_seen == manager.clock[0]

@@ -180,3 +180,20 @@ def test_a_peer_cache_keeps_the_newest_rows_up_to_its_cap(store):
     assert len(cached) == MAX_CACHED_PEERS
     assert cached[0] == ("peer0", Endpoint("10.0.0.2", 47477), 1_900_000_000.0)
     assert {pid for pid, _, _ in cached} == {"peer0", *(f"peer{i}" for i in range(11, MAX_CACHED_PEERS + 10))}
+
+
+def test_mentions_of_a_pid_come_newest_first_operations_left_out_and_survive_a_crash(store):
+    from m2mc.middleware.chatops import encode
+    from m2mc.middleware.mentions import token
+
+    s = store[0]
+    about_bob = [message(ANN, 1, "g", text=f"hi {token(BOB.pid)}"), message(ANN, 2, "g", text="no one"),
+                 message(ANN, 3, "h", text=f"{token(BOB.pid)} again"),
+                 message(ANN, 4, "g", text=encode("edit", None, 1, f"{token(BOB.pid)}"))]
+    stored = s.add_messages(about_bob)
+    s.commit()
+    assert [m.mid for m in s.mentions(BOB.pid, 10)] == [(ANN.pid, 3), (ANN.pid, 1)]
+    assert s.mentions(BOB.pid, 1) == [stored[2]] and s.mentions(ANN.pid, 10) == []
+    s.add_messages([message(ANN, 5, "g", text=token(BOB.pid))])  # not committed
+    store.append(after_crash(s))
+    assert [m.mid for m in store[-1].mentions(BOB.pid, 10)] == [(ANN.pid, 3), (ANN.pid, 1)]

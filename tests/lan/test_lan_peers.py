@@ -115,10 +115,17 @@ def test_restart_keeps_pid_history_and_seqnos(lan3, tmp_path):
         a.call("send", {"gid": gid, "text": "two", "parent": first})
         b.wait_for(lambda: len(b.delivered(gid)) == 2, what="two messages")
         before = a.call("history", {"gid": gid})
+        bob = b.call("whoami")["pid"]
+        b.wait_for(lambda: b.call("presence", {"gid": gid})[pid] == "online", what="Ann online at Bob")
         assert a.shutdown() == 0
+        # Ann's goodbye: offline at Bob at once, not "away" for the 50 s her beacons would take to stop.
+        b.wait_for(lambda: b.call("presence", {"gid": gid})[pid] == "offline", timeout=3, what="Ann offline")
 
         a = PeerProcess(lan3.hosts[0], lan3.addresses[0], tmp_path / "a", "Ann")
         assert a.call("whoami")["pid"] == pid
+        # Back, Ann sees Bob online within seconds (his early beacon), not after his next one (30 s).
+        a.wait_for(lambda: a.call("presence", {"gid": gid}).get(bob) == "online", timeout=6, what="Bob online at Ann")
+        b.wait_for(lambda: b.call("presence", {"gid": gid})[pid] == "online", timeout=3, what="Ann back at Bob")
         assert a.call("history", {"gid": gid}) == before
         third = a.call("send", {"gid": gid, "text": "three", "parent": first})["mid"]
         assert third == f"{pid}:3"

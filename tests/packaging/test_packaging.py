@@ -265,6 +265,7 @@ def test_wheel_and_sdist_carry_the_entry_points_and_the_single_version(distribut
     resource_dir = Path(found.stdout.strip())
     assert resource_dir.is_relative_to(prefix), found.stderr  # the wheel's copy, not the checkout
     assert (resource_dir / "m2mc.qss").is_file() and (resource_dir / "icons" / "m2mc.svg").is_file()
+    assert (resource_dir / "fonts" / "NotoColorEmoji-reactions.ttf").is_file()
     for script in ("m2mc-peer", "m2mc-chat"):
         result = subprocess.run([prefix / "bin" / script, "--version"], capture_output=True, text=True, timeout=60,
                                 cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site), "QT_QPA_PLATFORM": "offscreen"})
@@ -405,6 +406,7 @@ def test_bundle_reports_the_version_without_the_repo(bundle, tmp_path):
         assert result.stdout.strip() == f"{program} {__version__}"
     assert (bundle / "install-desktop.sh").exists()
     assert (bundle / "_internal" / "resources" / "m2mc.qss").exists()
+    assert (bundle / "_internal" / "resources" / "fonts" / "NotoColorEmoji-reactions.ttf").exists()
     assert (bundle / "_internal" / "psutil").is_dir(), "middleware.netif's portable path (M2MC_PORTABLE=1) needs psutil"
     assert not list(bundle.rglob("pyspark")), "the analytics stack does not belong in the chat bundle"
 

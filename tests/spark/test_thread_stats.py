@@ -673,3 +673,23 @@ def test_edits_deletes_and_reactions_are_counted_per_group_and_older_lines_count
     assert (rows[G1]["edited_messages"], rows[G1]["deleted_messages"], rows[G1]["reactions"]) == (2, 1, 3)
     assert (rows[G2]["edited_messages"], rows[G2]["deleted_messages"], rows[G2]["reactions"]) == (0, 0, 0)
 
+
+
+def test_mentions_are_counted_per_thread_and_older_lines_count_none(spark, tmp_path):
+    def with_mentions(export_line, mentions):
+        row = json.loads(export_line)
+        row["mentions"] = mentions
+        return json.dumps(row)
+
+    path = write_export(tmp_path, "mentions.jsonl", [
+        with_mentions(line(G1, "a:1", None, ALICE, 0), [BOB, CAROL]),
+        with_mentions(line(G1, "b:1", "a:1", BOB, 10), [ALICE]),
+        with_mentions(line(G1, "c:1", None, CAROL, 20), []),
+        line(G2, "a:9", None, ALICE, 0),  # an export from before mentions
+        with_mentions(line(G2, "b:9", "a:9", BOB, 5), None),
+        with_mentions(line(G2, "c:9", "a:9", BOB, 6), "not a list"),
+    ])
+    results = analyse(spark, [path])
+    threads = {(r["gid"], r["root_mid"]): r["mentions"] for r in results.threads.collect()}
+    assert threads == {(G1, "a:1"): 3, (G1, "c:1"): 0, (G2, "a:9"): 0}
+    assert results.summary["malformed_lines"] == 1

@@ -430,8 +430,8 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
     backend.manager.inject_messages(gid, talk[2:3])
     qtbot.waitUntil(lambda: len(window.current.tree) == 3)
     assert notified == ["Bob in Travel & lunch"]
-    window.notify_action.trigger()  # off for this group
-    assert not window.notify_action.isChecked()
+    window.notify_actions["mentions"].trigger()  # this group: mentions only
+    assert window.notify_actions["mentions"].isChecked()
     backend.manager.inject_messages(gid, talk[3:4])
     qtbot.waitUntil(lambda: len(window.current.tree) == 4)
     assert notified == ["Bob in Travel & lunch"]
@@ -530,3 +530,164 @@ def test_hovering_over_the_time_shows_the_date_and_time(qtbot, window, backend):
     QApplication.sendEvent(view.viewport(), event)
     qtbot.waitUntil(QToolTip.isVisible)
     assert "2023" in QToolTip.text() and ":" in QToolTip.text()  # 14 November 2023, 22:13:22 and the weekday
+
+
+def test_hovering_over_a_message_shows_no_developer_ids(qtbot, window, backend):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QToolTip
+
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk[:2])
+    view = window.tree_view
+    index = window._view_index(talk[1].mid)
+    QToolTip.hideText()
+    qtbot.waitUntil(lambda: not QToolTip.isVisible())
+    from PySide6.QtCore import QPoint
+
+    geometry = view.itemDelegate()._geometry(view.visualRect(index), index)
+    on_text = QPoint(geometry["left"] + 8, geometry["body_top"] + 6)
+    event = QHelpEvent(QEvent.Type.ToolTip, on_text, view.viewport().mapToGlobal(on_text))
+    QApplication.sendEvent(view.viewport(), event)
+    qtbot.wait(300)
+    shown = QToolTip.text() if QToolTip.isVisible() else ""
+    assert talk[1].sender not in shown and talk[1].sender[:8] not in shown and "message " not in shown
+
+
+def test_a_click_that_selects_a_message_does_not_open_its_link(qtbot, window, backend):
+    url = "https://example.org/menu"
+    history = [message(GID, ANN, 1, f"{url} is the menu"), message(GID, BOB, 1, f"{url}/2 is the other")]
+    open_group(qtbot, window, backend, history)
+    view = window.tree_view
+    opened: list[str] = []
+    view.link_activated.disconnect()
+    view.link_activated.connect(opened.append)
+
+    def link_point(mid):
+        index = window._view_index(mid)
+        geometry = view.itemDelegate()._geometry(view.visualRect(index), index)
+        return QPoint(geometry["left"] + 12, geometry["body_top"] + 6)
+
+    first = history[0].mid
+    view.setCurrentIndex(window._view_index(history[1].mid))
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=link_point(first))
+    assert selected(window).mid == first and opened == []  # the click selected the message
+    qtbot.wait(QApplication.doubleClickInterval() + 50)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=link_point(first))
+    assert opened == [url]  # clicked again, now that it is selected
+    qtbot.wait(QApplication.doubleClickInterval() + 50)
+    second = history[1].mid
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ControlModifier,
+                     pos=link_point(second))
+    assert opened == [url, f"{url}/2"]  # Ctrl+click opens at once
+
+
+def test_a_new_empty_group_says_how_to_start_and_the_hint_goes_with_the_first_message(qtbot, window, backend):
+    from m2mc.ui.main_window import EMPTY_GROUP_HINT
+
+    open_group(qtbot, window, backend, [], desc="Brand new")
+    view = window.tree_view
+    qtbot.waitUntil(lambda: view.empty_hint == EMPTY_GROUP_HINT)
+    empty = view.viewport().grab().toImage()
+    save_screenshot(window, "empty-group.png")
+    background = empty.pixelColor(2, 2)
+    inked = sum(1 for x in range(0, empty.width(), 3) for y in range(0, empty.height(), 3)
+                if empty.pixelColor(x, y) != background)
+    assert inked > 50, "the hint is drawn"
+    qtbot.keyClicks(window.compose, "Hello, first!")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: view.model().rowCount() == 1)
+    # With a row, the hint is not drawn: only the one message's pixels remain near the centre.
+    centre = view.viewport().grab().toImage()
+    middle_y = centre.height() // 2
+    assert all(centre.pixelColor(x, middle_y) == centre.pixelColor(2, middle_y) for x in range(0, centre.width(), 2))
+
+
+def test_presence_marks_have_colours_a_badge_and_a_legend(qtbot, window, backend):
+    from m2mc.ui.member_list import PRESENCE_COLOURS
+
+    window.status_controller._presence_timer.setInterval(50)
+    open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
+    manager = backend.manager
+    manager.pass_time(BEACON_INTERVAL + 1)
+    manager.set_online(CAT, False)
+    manager.pass_time(OFFLINE_AFTER + 1)
+
+    def row(name):
+        items = [window.member_list.item(i) for i in range(window.member_list.count())]
+        return next((item for item in items if item.text().endswith(f" {name}")), None)
+
+    qtbot.waitUntil(lambda: row("Cat") is not None and row("Cat").data(Qt.ItemDataRole.UserRole) == "offline")
+    legend = window.presence_legend
+    assert legend.isVisible() and all(word in legend.text() for word in ("online", "away", "offline"))
+    # The badge's colour is in the icon's bottom-right corner: green for Ann, grey ring for Cat.
+    def badge_colours(name):
+        image = row(name).icon().pixmap(20, 20).toImage()
+        return {image.pixelColor(x, y).name() for x in range(10, 20) for y in range(10, 20)}
+
+    assert PRESENCE_COLOURS["online"] in badge_colours("Ann")
+    assert PRESENCE_COLOURS["offline"] in badge_colours("Cat") and PRESENCE_COLOURS["online"] not in badge_colours("Cat")
+    assert row("Cat").data(Qt.ItemDataRole.AccessibleTextRole) == "Cat, offline"
+    save_screenshot(window.members_pane, "members-presence.png")
+
+
+def test_replies_syncing_in_above_the_reader_do_not_move_what_they_read(qtbot, window, backend):
+    # A big join syncs history in while the newcomer reads: replies land in threads above the
+    # rows on show, and every one of them pushed the reader's text down the screen.
+    history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(60)]
+    session = open_group(qtbot, window, backend, history)
+    qtbot.waitUntil(lambda: not window._follow_timer.isActive())
+    view = window.tree_view
+    view.scrollTo(window._view_index(history[40].mid), view.ScrollHint.PositionAtTop)
+    view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 5)
+    assert view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - 100
+    top = view.indexAt(QPoint(4, 2))
+    before = top.data(MessageRole).mid, view.visualRect(top).top()
+    replies = [message(GID, (BOB, CAT)[i % 2], 300 + i, f"A late reply {i}", history[i].mid) for i in range(20)]
+    backend.manager.inject_messages(session.gid, replies)
+    qtbot.waitUntil(lambda: len(session.tree) == 80)
+    qtbot.wait(50)
+    top = view.indexAt(QPoint(4, 2))
+    assert (top.data(MessageRole).mid, view.visualRect(top).top()) == before
+
+
+def test_a_big_join_offers_to_mark_the_history_it_synced_read_and_keeps_live_talk_unread(qtbot, window, backend):
+    import time
+
+    from m2mc.ui.main_window import CATCH_UP_MIN
+
+    old = [message(GID, (ANN, BOB, CAT)[i % 3], i + 2, f"From last year {i}") for i in range(CATCH_UP_MIN + 50)]
+    session = open_group(qtbot, window, backend, [message(GID, ANN, 1, "Welcome")])
+    backend.manager.inject_messages(session.gid, old)  # the history a join syncs in
+    bar = window.catch_up_bar
+    qtbot.waitUntil(bar.isVisible)
+    assert bar.label.text().startswith(f"{len(old):,} unread messages")
+    save_screenshot(window, "catch-up-bar.png")
+    now_ms = int(time.time() * 1000)
+    live = [message(GID, ANN, 1000 + i, f"Said just now {i}", at=now_ms - 1000 * (1000 + i)) for i in range(3)]
+    backend.manager.inject_messages(session.gid, live)
+    qtbot.waitUntil(lambda: len(session.tree) == len(old) + 4)
+    qtbot.mouseClick(bar.read_button, Qt.MouseButton.LeftButton)
+    assert not bar.isVisible()
+    assert session.tree.unread == {m.mid for m in live}
+    # The marks reach the store: a restart does not bring the history back as unread.
+    window.session_controller.save_read_marks()
+    qtbot.waitUntil(lambda: len(backend.manager.read_marks(session.gid) or []) > 0)
+    read = sum(hi - lo + 1 for lo, hi in backend.manager.read_marks(session.gid))
+    assert read >= len(old)
+
+
+def test_the_catch_up_offer_can_be_declined_and_does_not_come_back(qtbot, window, backend):
+    from m2mc.ui.main_window import CATCH_UP_MIN
+
+    old = [message(GID, (ANN, BOB, CAT)[i % 3], i + 2, f"Old {i}") for i in range(CATCH_UP_MIN)]
+    session = open_group(qtbot, window, backend, [message(GID, ANN, 1, "Welcome")])
+    backend.manager.inject_messages(session.gid, old)
+    bar = window.catch_up_bar
+    qtbot.waitUntil(bar.isVisible)
+    qtbot.mouseClick(bar.close_button, Qt.MouseButton.LeftButton)
+    assert not bar.isVisible() and len(session.tree.unread) == CATCH_UP_MIN
+    backend.manager.inject_messages(session.gid, [message(GID, BOB, 900, "one more old one")])
+    qtbot.waitUntil(lambda: len(session.tree) == CATCH_UP_MIN + 2)
+    qtbot.wait(400)
+    assert not bar.isVisible()

@@ -6,7 +6,7 @@ same operations.
 """
 
 import emoji as emoji_data
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, Qt, QTimer
 
 from conftest import ANN, BOB, CAT, lunch_conversation, message
 from m2mc.middleware.obg import MAX_REACTION_EMOJI, is_reaction_emoji
@@ -32,12 +32,18 @@ def menu_actions(menu):
     return {action.text(): action for action in menu.actions() if action.text()}
 
 
+def send_own(qtbot, window, session, text):
+    """Type ``text`` and press Enter, as the user does; the message as this peer shows it."""
+    qtbot.keyClicks(window.compose, text)
+    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    own = window.backend.pid
+    qtbot.waitUntil(lambda: any(n.message.sender == own and n.message.text == text for n in session.tree.arrival))
+    return [n.message for n in session.tree.arrival if n.message.sender == own][-1]
+
+
 def test_edit_by_context_menu_and_up_key_marks_the_message_edited(qtbot, window, backend):
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
-    qtbot.keyClicks(window.compose, "See you at 12:30")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: any(n.message.sender == backend.pid for n in session.tree.arrival))
-    mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]
+    mine = send_own(qtbot, window, session, "See you at 12:30")
     # Up in the empty compose box: our last message comes back to be edited
     qtbot.keyClick(window.compose, Qt.Key.Key_Up)
     assert window.compose_controller.edit_target == mine.mid and window.compose.toPlainText() == "See you at 12:30"
@@ -158,3 +164,63 @@ def test_the_topic_shows_in_the_header_edits_there_and_follows_others_live(qtbot
     backend.manager.inject_messages(session.gid, [backend.manager.operation_message(session.gid, BOB, 50, "topic", text="Moved to Monday")])
     qtbot.waitUntil(lambda: window.topic_edit.text() == "Moved to Monday")
     assert backend.manager.group(session.gid).topic == "Moved to Monday"
+
+
+def test_delete_asks_first_and_a_deleted_thread_root_is_named_in_the_threads_pane(qtbot, window, backend):
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from conftest import save_screenshot
+    from m2mc.ui.delegate import root_text
+    from m2mc.ui.message_model import ThreadRole
+
+    session = open_group(qtbot, window, backend, lunch_conversation(GID))
+    mine = send_own(qtbot, window, session, "Who brings the cake?")
+    actions = [a.text() for a in window.message_menu(shown(window, mine.mid)).actions()]
+    assert actions[-3:] == ["Edit", "", "Delete…"]  # a separator between them
+
+    answers = []
+
+    def answer(key_or_button):
+        box = QApplication.activeModalWidget()
+        assert isinstance(box, QMessageBox) and "for everyone" in box.text()
+        answers.append(box.text())
+        if key_or_button == "enter":
+            QTest.keyClick(box, Qt.Key.Key_Return)  # the default is Cancel
+        else:
+            delete = next(b for b in box.buttons() if b.text() == "Delete")
+            qtbot.mouseClick(delete, Qt.MouseButton.LeftButton)
+
+    QTimer.singleShot(150, lambda: answer("enter"))
+    menu_actions(window.message_menu(shown(window, mine.mid)))["Delete…"].trigger()
+    assert answers and not backend.manager.history(session.gid)[-1].deleted
+    QTimer.singleShot(150, lambda: answer("click"))
+    menu_actions(window.message_menu(shown(window, mine.mid)))["Delete…"].trigger()
+    qtbot.waitUntil(lambda: shown(window, mine.mid).deleted)
+
+    threads = window.thread_list.model()
+    rows = [threads.index(row, 0).data(ThreadRole) for row in range(threads.rowCount())]
+    root = next(summary.root for summary in rows if summary.root.mid == mine.mid)
+    assert root.deleted and root_text(root) == "message deleted"
+    save_screenshot(window, "deleted-thread-root.png")
+
+
+def test_editing_shows_a_pencil_and_save_instead_of_reply_and_send(qtbot, window, backend):
+    from conftest import save_screenshot
+
+    session = open_group(qtbot, window, backend, lunch_conversation(GID))
+    send_own(qtbot, window, session, "See you at 12:30")
+    assert window.send_button.text() == "Send"
+    qtbot.keyClick(window.compose, Qt.Key.Key_Up)
+    assert window.reply_banner.editing and window.send_button.text() == "Save"
+    assert window.reply_banner.close_button.toolTip().startswith("Cancel the edit")
+    save_screenshot(window, "editing-a-message.png")
+    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
+    assert not window.reply_banner.editing and window.send_button.text() == "Send"
+    qtbot.keyClick(window.compose, Qt.Key.Key_Up)
+    window.compose.selectAll()
+    qtbot.keyClicks(window.compose, "See you at 13:00")
+    qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.send_button.text() == "Send")
+    mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]
+    assert mine.text == "See you at 13:00" and mine.edited

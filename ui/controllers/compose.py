@@ -16,11 +16,20 @@ from typing import Any, Protocol
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel, QLineEdit
 
-from ...middleware.types import ChatMessage, Mid
+from ...middleware.mentions import MAX_MENTIONS, shown_text, with_tokens
+from ...middleware.types import ChatMessage, GroupView, Mid
 from ..bridge import Backend, describe_error
 from ..state import ComposeTarget, Draft, Drafts, Selection
 from ..widgets import ComposeEdit, ReplyBanner
-from .sessions import GroupSession
+from .sessions import GroupSession, member_names
+
+
+def typed_mentions(text: str, view: GroupView | None) -> list[str]:
+    """The pids of the current members whose "@Name" is in ``text`` (completed or typed in full);
+    the middleware makes each a mention only where the name stands whole."""
+    if view is None or "@" not in text:
+        return []
+    return [m.pid for m in view.members if f"@{m.name}" in text][:MAX_MENTIONS]
 
 
 class ComposeView(Protocol):
@@ -60,17 +69,22 @@ class ComposeController(QObject):
         session = self.selection.session
         return session.tree.message(mid) if session is not None else None
 
+    def _as_shown(self, message: ChatMessage | None) -> ChatMessage | None:
+        """``message`` with its mention tokens as "@Name", for the banner."""
+        return message._replace(text=self._shown(message.text)) if message is not None else None
+
     def show_target(self) -> None:
         """The banner says where the next message goes (or what it edits)."""
         banner = self.view.reply_banner
         if self.target.edit is not None:
-            edited = self._message(self.target.edit)
+            edited = self._as_shown(self._message(self.target.edit))
             if edited is not None:
                 banner.show_editing(edited)
                 return
         parent = self.target.parent
         if parent is not None:
-            banner.show_target(self._message(parent), in_thread=parent == self.target.thread, known=False)
+            banner.show_target(self._as_shown(self._message(parent)), in_thread=parent == self.target.thread,
+                               known=False)
         elif self.target.new_thread and self.target.thread is not None:
             banner.show_new_thread()
         else:
@@ -184,12 +198,21 @@ class ComposeController(QObject):
         parent = self.target.parent
         self.view.compose_error.hide()
         gid, target = session.gid, self.target.edit
+        names = member_names(session.view)
+        mentions = typed_mentions(text, session.view)
         if target is not None:
-            self.backend.call(lambda peer: peer.edit(gid, target, text), on_result=lambda _mid: self._edited(text),
+            # An edit carries no mentions list: the tokens go in its text as a send's do.
+            edited = with_tokens(text, mentions, names)
+            self.backend.call(lambda peer: peer.edit(gid, target, edited), on_result=lambda _mid: self._edited(text),
                               on_error=self._send_failed)
             return
-        self.backend.call(lambda peer: peer.send(gid, text, parent), on_result=lambda mid: self._sent(gid, text, mid),
-                          on_error=self._send_failed)
+        self.backend.call(lambda peer: peer.send(gid, text, parent, mentions),
+                          on_result=lambda mid: self._sent(gid, text, mid), on_error=self._send_failed)
+
+    def _shown(self, text: str) -> str:
+        """A message's text with its mention tokens as "@Name", as the compose box holds it."""
+        session = self.selection.session
+        return shown_text(text, member_names(session.view if session is not None else None))
 
     def _edited(self, text: str) -> None:
         if self.view.compose.toPlainText() == text:
@@ -220,7 +243,7 @@ class ComposeController(QObject):
         self.target.start_edit(mid)
         compose = self.view.compose
         self.show_target()
-        compose.setPlainText(message.text)
+        compose.setPlainText(self._shown(message.text))
         compose.moveCursor(compose.textCursor().MoveOperation.End)
         compose.setFocus()
         return True
@@ -239,7 +262,7 @@ class ComposeController(QObject):
     def quote(self, message: ChatMessage) -> None:
         """Answer ``message`` with its text quoted ("> ") at the top of the compose box."""
         self.reply_to(message.mid)
-        quoted = "\n".join("> " + line for line in message.text[:500].splitlines()) + "\n"
+        quoted = "\n".join("> " + line for line in self._shown(message.text)[:500].splitlines()) + "\n"
         compose = self.view.compose
         compose.setPlainText(quoted + compose.toPlainText())
         compose.moveCursor(compose.textCursor().MoveOperation.End)

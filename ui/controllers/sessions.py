@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QListWidgetItem
 
 from ...middleware.events import (Event, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
                                   MessagesUpdated, TopicChanged)
+from ...middleware.mentions import shown_text
 from ...middleware.rangeset import RangeSet
 from ...middleware.types import ChatMessage, GroupView, Member, Mid
 from ..delegate import snippet
@@ -29,6 +30,8 @@ from ..resources import icon
 from ..state import ComposeTarget, Selection, ThreadFilter
 from ..widgets import GroupIdRole, UnreadCountRole
 
+NOTIFY_LEVELS = {"all": "all messages", "mentions": "mentions only", "nothing": "nothing"}
+NOTIFY_MIGRATED = {"true": "all", "false": "mentions"}  # the old per-group on/off switch
 MAX_PER_TURN = 300
 INTAKE_MS = 100
 TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
@@ -57,6 +60,7 @@ class GroupSession:
     direct: set[str] = field(default_factory=set)  # members reached by unicast (reach: multicast misses them)
     topic: str | None = None  # None: not heard yet (the group view has it)
     pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
+    catch_up_dismissed: bool = False  # the reader chose to keep a big join's history unread
 
     @property
     def title(self) -> str:
@@ -65,6 +69,11 @@ class GroupSession:
     @property
     def shown_topic(self) -> str:
         return self.topic if self.topic is not None else (self.view.topic if self.view else "")
+
+
+def member_names(view: GroupView | None) -> dict[str, str]:
+    """pid -> name of the group's members, current and former: what mention tokens are shown as."""
+    return {m.pid: m.name for m in (*view.members, *view.left)} if view is not None else {}
 
 
 ReaderPlace = tuple[Mid, int]  # the message at the top of the tree view, and its row's top in pixels
@@ -93,11 +102,13 @@ class SessionsView(Protocol):
     def schedule_seen(self, *_args: object) -> None: ...
     def reader_place(self, session: GroupSession) -> tuple[bool, ReaderPlace | None]: ...
     def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None: ...
+    def update_catch_up(self) -> None: ...
+    def keep_reader_place(self, session: GroupSession, place: ReaderPlace) -> None: ...
     def forget_rendered(self, mids: list[Mid]) -> None: ...
     def relayout_messages(self) -> None: ...
     def start_new_thread(self) -> None: ...
     def messages_shown(self, mids: list[Mid]) -> None: ...
-    def notify(self, title: str, text: str) -> None: ...
+    def notify(self, title: str, text: str, mention: bool = False) -> None: ...
 
 
 class SessionController(QObject):
@@ -231,6 +242,8 @@ class SessionController(QObject):
         if not shown:
             return
         self._trim(session, at_bottom, reading)
+        if reading is not None and self.selection.is_current(session):
+            self.view.keep_reader_place(session, reading)  # replies above (a join's sync) must not move it
         if self.selection.is_current(session):
             for message in shown:
                 if message.parent is not None:
@@ -242,10 +255,16 @@ class SessionController(QObject):
                 self.view.follow_end()
             self.view.schedule_seen()
         others = [m for m in shown if m.sender != self.backend.pid]
-        if others and self.notifies(gid):
-            last = others[-1]
-            extra = f" (+{len(others) - 1} more)" if len(others) > 1 else ""
-            self.view.notify(f"{last.sender_name} in {session.title}", snippet(last.text, 120) + extra)
+        level = self.notify_level(gid) if others else "nothing"
+        mentioning = [m for m in others if self.backend.pid in m.mentions] if level != "nothing" else []
+        told = mentioning if mentioning or level == "mentions" else others if level == "all" else []
+        if told:
+            last = told[-1]
+            extra = f" (+{len(told) - 1} more)" if len(told) > 1 else ""
+            how = "mentioned you in" if mentioning else "in"
+            text = shown_text(last.text, member_names(session.view))
+            self.view.notify(f"{last.sender_name} {how} {session.title}", snippet(text, 120) + extra,
+                             mention=bool(mentioning))
 
     def _trim(self, session: GroupSession, at_bottom: bool, reading: ReaderPlace | None = None) -> None:
         # A steady stream adds rows without end, and each re-layout costs every row on show
@@ -330,6 +349,8 @@ class SessionController(QObject):
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
         if session.item is not None:
             session.item.setData(UnreadCountRole, count)
+        if self.selection.is_current(session):
+            self.view.update_catch_up()
         total = sum(len(s.tree.unread) for s in self.sessions.values())
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
@@ -367,20 +388,30 @@ class SessionController(QObject):
             return
         self.view.show_status("No unread messages", 3000)
 
-    def notifies(self, gid: str) -> bool:
-        return str(self.settings.value(f"notify/{gid}", "true") if hasattr(self.settings, "value")
-                   else self.settings.get(f"notify/{gid}", "true")) == "true"
+    def notify_level(self, gid: str) -> str:
+        """``all``, ``mentions`` (only messages that mention me) or ``nothing``.  Kept where the old
+        on/off switch was (``notify/<gid>``), whose values read as: on -> all, off -> mentions."""
+        key = f"notify/{gid}"
+        stored = str(self.settings.value(key, "all") if hasattr(self.settings, "value")
+                     else self.settings.get(key, "all"))
+        level = NOTIFY_MIGRATED.get(stored, stored)
+        if level != stored:
+            self._put_setting(key, level)
+        return level if level in NOTIFY_LEVELS else "all"
 
-    def toggle_notify(self, on: bool) -> None:
-        session = self.selection.session
-        if session is None:
-            return
-        key = f"notify/{session.gid}"
+    def set_notify_level(self, gid: str, level: str) -> None:
+        if level not in NOTIFY_LEVELS:
+            raise ValueError(f"not a notification level: {level!r}")
+        self._put_setting(f"notify/{gid}", level)
+        session = self.sessions.get(gid)
+        title = session.title if session is not None else gid
+        self.view.show_status(f"Notifications for {title}: {NOTIFY_LEVELS[level]}", 3000)
+
+    def _put_setting(self, key: str, value: str) -> None:
         if hasattr(self.settings, "setValue"):
-            self.settings.setValue(key, "true" if on else "false")
+            self.settings.setValue(key, value)
         else:
-            self.settings[key] = "true" if on else "false"
-        self.view.show_status(f"Notifications {'on' if on else 'off'} for {session.title}", 3000)
+            self.settings[key] = value
 
     def group_icon(self, session: GroupSession) -> QIcon:
         return icon("lock") if session.view is not None and session.view.private else icon("group")

@@ -1,0 +1,83 @@
+"""Small things a person meets in the dialogs and the discovery window, driven with real clicks
+and keys: the passphrase can be shown to read it back, a join says it is checking the passphrase
+while the key is derived, and the discovery window closes with Esc and opens wholly on screen."""
+
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QDialogButtonBox, QLineEdit, QToolButton
+
+from conftest import ANN, activate, save_screenshot
+from m2mc.ui.dialogs import CHECKING_PASSPHRASE, ConfirmJoinDialog
+
+SECRET = "correct horse battery staple"
+
+
+def eye_button(edit: QLineEdit) -> QToolButton:
+    """The button Qt draws for the field's trailing action: what the user clicks."""
+    buttons = [b for b in edit.findChildren(QToolButton) if b.defaultAction() is not None
+               and b.defaultAction().objectName() == "showPassphrase"]
+    assert len(buttons) == 1, "the passphrase field has one show/hide button"
+    return buttons[0]
+
+
+def test_the_passphrase_can_be_shown_and_the_join_says_it_is_checking(qtbot, backend):
+    view = backend.manager.inject_group("Secret santa", members=(ANN,), passphrase=SECRET)
+    dialog = ConfirmJoinDialog(backend, view)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    edit = dialog.passphrase_edit
+    qtbot.keyClicks(edit, SECRET)
+    assert edit.echoMode() == QLineEdit.EchoMode.Password and edit.displayText() != SECRET
+
+    eye = eye_button(edit)
+    assert eye.isVisible() and eye.toolTip() == "Show passphrase"
+    qtbot.mouseClick(eye, Qt.MouseButton.LeftButton)
+    assert edit.echoMode() == QLineEdit.EchoMode.Normal and edit.displayText() == SECRET
+    assert eye.toolTip() == "Hide passphrase"
+    save_screenshot(dialog, "join-passphrase-shown.png")
+    qtbot.mouseClick(eye, Qt.MouseButton.LeftButton)
+    assert edit.echoMode() == QLineEdit.EchoMode.Password
+
+    ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+    QTest.keyClick(edit, Qt.Key.Key_Return)
+    # The key is derived on a worker: until its answer, the dialog says what it waits for.
+    assert dialog.busy_label.isVisible() and dialog.busy_label.text() == CHECKING_PASSPHRASE
+    assert not ok.isEnabled()
+    qtbot.waitUntil(lambda: dialog.joined_gid == view.gid, timeout=10_000)
+
+
+def test_a_wrong_passphrase_replaces_checking_with_the_reason(qtbot, backend):
+    view = backend.manager.inject_group("Poker night", members=(ANN,), passphrase=SECRET)
+    dialog = ConfirmJoinDialog(backend, view)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.keyClicks(dialog.passphrase_edit, "not the right one at all")
+    QTest.keyClick(dialog.passphrase_edit, Qt.Key.Key_Return)
+    assert dialog.busy_label.isVisible()
+    qtbot.waitUntil(dialog.error_label.isVisible, timeout=10_000)
+    assert not dialog.busy_label.isVisible()
+    assert dialog.error_label.text() == "That passphrase does not open this group."
+    assert dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).isEnabled()
+
+
+def test_the_discovery_window_closes_with_escape(qtbot, window):
+    window.start()
+    discovery = window.discovery
+    discovery.show()
+    qtbot.waitExposed(discovery)
+    activate(qtbot, discovery)
+    QTest.keyClick(discovery.table, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not discovery.isVisible())
+    assert window.isVisible()
+
+
+def test_the_discovery_window_opens_wholly_on_screen(qtbot, window):
+    discovery = window.discovery
+    area = discovery.screen().availableGeometry()
+    # Where a window manager put it on a small screen: its right half past the edge.
+    discovery.move(area.right() - discovery.width() // 2, area.bottom() - 40)
+    discovery.show()
+    qtbot.waitExposed(discovery)
+    qtbot.waitUntil(lambda: QRect(area).contains(discovery.frameGeometry()))
+    assert discovery.frameGeometry().width() >= discovery.width()
