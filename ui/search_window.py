@@ -24,11 +24,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..middleware.mentions import shown_text
 from ..middleware.store_api import MATCH_END, MATCH_START, SearchHit, search_words
 from ..middleware.types import Mid
 
 from .bridge import Backend
-from .controllers.sessions import GroupSession
+from .controllers.sessions import GroupSession, member_names
 from .delegate import clock
 from .resources import app_icon
 
@@ -171,7 +172,7 @@ class SearchWindow(QWidget):
             item.setData(0, HitRole, hit)
             label = QLabel(f"<b>{html.escape(self.sender_of(hit.gid, hit.mid))}</b> "
                            f"<span style='color:gray'>{clock(hit.sent_at)}</span><br>"
-                           f"{marked_html(hit.snippet, mark)}")
+                           f"{marked_html(self.snippet_of(hit), mark)}")
             label.setWordWrap(True)
             label.setContentsMargins(0, 2, 0, 4)
             label.setTextFormat(Qt.TextFormat.RichText)
@@ -194,6 +195,11 @@ class SearchWindow(QWidget):
         session = self.sessions.get(gid)
         message = session.tree.message(mid) if session is not None else None
         return message.sender_name if message is not None else mid[0][:8]
+
+    def snippet_of(self, hit: SearchHit) -> str:
+        """The hit's snippet with members' mention tokens shown as @Name."""
+        session = self.sessions.get(hit.gid)
+        return shown_text(hit.snippet, member_names(session.view if session is not None else None))
 
     def result_items(self) -> list[QTreeWidgetItem]:
         """The listed results, in the order shown."""

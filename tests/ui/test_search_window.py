@@ -15,7 +15,7 @@ def two_groups(qtbot, window, backend):
                                          history=lunch_conversation(""))
     plans = message("", BOB, 1, "Plans for the winter trip?")
     trips = [plans, message("", CAT, 1, "Chennai in December, then Goa", plans.mid),
-             message("", ANN, 1, "Budget first, please")]
+             message("", ANN, 1, f"Budget first, please <@{CAT.pid}>")]
     winter = backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True, history=trips)
     window.start()
     qtbot.waitUntil(lambda: all(s.loaded and len(s.tree) for s in window.session_controller.sessions.values())
@@ -87,6 +87,18 @@ def test_a_message_link_opens_its_thread_in_another_group(qtbot, window, backend
     assert window.current is winter
     assert window.selected_message().mid == answer.mid
     assert winter.thread is not None and winter.thread.root.message.mid == plans.mid == answer.parent
+
+
+def test_mentions_in_results_read_as_names(qtbot, window, backend):
+    two_groups(qtbot, window, backend)
+    window.search_action.trigger()
+    search = window.search_window
+    qtbot.waitUntil(search.isVisible)
+    activate(qtbot, search)
+    qtbot.keyClicks(search.query_edit, "budget")
+    qtbot.waitUntil(lambda: len(search.result_items()) == 1)
+    text = search.results.itemWidget(search.result_items()[0], 0).text()
+    assert "please @Cat" in text and "&lt;@" not in text
 
 
 def test_escape_closes_and_a_query_without_matches_says_so(qtbot, window, backend):
