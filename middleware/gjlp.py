@@ -403,6 +403,18 @@ class Gjlp:
             self._joined = [r for gid, r in self.groups.items() if self.is_member(gid)]
         return self._joined
 
+    def direct_keys(self, pid: str) -> tuple[bytes, bytes] | None:
+        """``pid``'s Ed25519 and X25519 (direct-message) keys, from its signed records in the
+        groups this peer is in (the one with the highest counter among those that carry a
+        key); None when no such record has one.  Records outside joined groups do not count:
+        a peer messages only people it shares a group with."""
+        best = None
+        for record in self._joined_records():
+            member = record.members.get(pid)
+            if member is not None and member.dh and (best is None or member.counter > best.counter):
+                best = member
+        return None if best is None else (best.public_key, best.dh)
+
     def is_stranger_group(self, gid: str) -> bool:
         """Whether ``gid`` is in the stranger table (see the module docstring)."""
         return gid in self._strangers

@@ -153,8 +153,10 @@ class PeerCore:
         self.direct = DirectCore(self.identity, self.gjlp.direct_keys, store.direct_message, ses,
                                  receipts=store.direct_setting(SETTING_RECEIPTS) != b"0")
         self.direct.restore(store.direct_conversations(), store.direct_unsettled(), store.direct_unread, now)
-        if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
-            for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
+        own = [self.gjlp.groups[gid].members[self.pid] for gid in self.gjlp.joined_gids()]
+        if any(record.name != self.name or not record.dh for record in own):
+            # Renamed while away (--name), or records signed before direct-message keys: re-signed at start
+            for gid in self.gjlp.rename(self.name):
                 store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
 
     # -- user calls -------------------------------------------------------------------

@@ -461,7 +461,10 @@ class MemberRecord:
 
     ``counter`` grows with every change the member makes (join, leave, new name), so
     a newer record replaces an older one and a replayed old one changes nothing.  In
-    a private group ``key_proof`` shows that the signer holds the group key.
+    a private group ``key_proof`` shows that the signer holds the group key.  ``dh``
+    is the member's X25519 key for direct messages, signed with the rest; records
+    made before it existed have none (b"") and keep their 7-field shape and signed
+    bytes, so they stay valid (their owner just cannot be messaged until it re-signs).
     """
 
     gid: str
@@ -472,6 +475,7 @@ class MemberRecord:
     key_proof: bytes
     signature: bytes
     pid: str = ""  # not on the wire: the fingerprint of public_key, filled in on decode
+    dh: bytes = b""  # on the wire as an 8th field, only when present
 
     FIELDS: ClassVar = (
         ("gid", _gid),
@@ -482,37 +486,47 @@ class MemberRecord:
         ("key_proof", _bytes_or_empty(crypto.KEY_CHECK_BYTES)),
         ("signature", _bytes(crypto.SIGNATURE_BYTES)),
     )
+    DH_FIELD: ClassVar = ("dh", _bytes(crypto.PUBLIC_KEY_BYTES))
 
     def content_bytes(self) -> bytes:
-        """What the key proof covers."""
-        return msgpack.packb(["m2mc-member", self.gid, self.public_key, self.name, self.counter, self.joined],
-                             use_bin_type=True)
+        """What the key proof covers (and the signature, with the proof)."""
+        content = ["m2mc-member", self.gid, self.public_key, self.name, self.counter, self.joined]
+        return msgpack.packb(content + [self.dh] if self.dh else content, use_bin_type=True)
 
     def signing_bytes(self) -> bytes:
         return self.content_bytes() + self.key_proof
 
+    def to_wire(self) -> list:
+        fields = [getattr(self, n) for n, _ in self.FIELDS]
+        return fields + [self.dh] if self.dh else fields
+
 
 def _member_record(value: Any, name: str) -> MemberRecord:
-    record = _unpack_obj(MemberRecord)(value, name)
-    if record.counter == 0:
+    if type(value) is not list or len(value) not in (len(MemberRecord.FIELDS), len(MemberRecord.FIELDS) + 1):
+        raise _fail(name, f"expected a list of {len(MemberRecord.FIELDS)} or {len(MemberRecord.FIELDS) + 1} values")
+    fields = MemberRecord.FIELDS + (MemberRecord.DH_FIELD,)
+    checked = {n: v(x, f"{name}.{n}") for (n, v), x in zip(fields, value)}
+    if checked["counter"] == 0:
         raise _fail(name, "member counters start at 1")
-    return MemberRecord(*(getattr(record, n) for n, _ in MemberRecord.FIELDS), crypto.pid_of(record.public_key))
+    return MemberRecord(**checked, pid=crypto.pid_of(checked["public_key"]))
 
 
 def sign_member(identity: Any, gid: str, name: str, counter: int, joined: bool, group_key: bytes | None = None
                 ) -> MemberRecord:
-    """This peer's record in ``gid``; with a private group's key it carries the key proof."""
+    """This peer's record in ``gid``, with its direct-message key; with a private group's key
+    it carries the key proof."""
     if not 1 <= counter <= MAX_MEMBER_COUNTER:
         raise WireError(f"member counter {counter} is out of range 1..{MAX_MEMBER_COUNTER}")
-    unsigned = MemberRecord(gid, identity.public_key, name, counter, joined, b"", bytes(crypto.SIGNATURE_BYTES))
+    dh = identity.direct_public
+    unsigned = MemberRecord(gid, identity.public_key, name, counter, joined, b"", bytes(crypto.SIGNATURE_BYTES), dh=dh)
     proof = crypto.key_proof(group_key, unsigned.content_bytes()) if group_key else b""
-    with_proof = MemberRecord(gid, identity.public_key, name, counter, joined, proof, unsigned.signature)
+    with_proof = MemberRecord(gid, identity.public_key, name, counter, joined, proof, unsigned.signature, dh=dh)
     return MemberRecord(gid, identity.public_key, name, counter, joined, proof,
-                        identity.sign(with_proof.signing_bytes()), identity.pid)
+                        identity.sign(with_proof.signing_bytes()), identity.pid, dh)
 
 
 def verify_member(record: MemberRecord) -> bool:
-    """Whether the member the record is about signed it."""
+    """Whether the member the record is about signed it (``dh`` included)."""
     return crypto.verify(record.public_key, record.signature, record.signing_bytes())
 
 
@@ -725,6 +739,8 @@ def _to_wire(value: Any) -> Any:
     if type(value) is DataBatch:  # the busiest message: its shape is known
         return [value.gid, [[seqno, parent and list(parent), sent_at, name, text]
                             for seqno, parent, sent_at, name, text in value.items], value.signature, value.burst_path]
+    if type(value) is MemberRecord:
+        return value.to_wire()
     fields = getattr(value, "FIELDS", None)
     if fields is not None:
         return [_to_wire(getattr(value, name)) for name, _ in fields]
