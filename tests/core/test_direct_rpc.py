@@ -154,5 +154,12 @@ def test_export_log_leaves_direct_messages_out_unless_asked(pair, tmp_path):
         (conversation, "just to you", None), (conversation, "thanks", mid)]
     assert set(dms[0]) >= set(rows[0]) - {"direct"}  # the group lines' fields, so the analytics read them alike
     assert format_mid((bob.pid, 1)) == dms[1]["mid"]
+    # m2mc-thread-stats reads the lines as it reads a group's: a conversation of two
+    pa = pytest.importorskip("pyarrow")
+    from m2mc.app.analytics import kernels
+    table, blank, malformed = kernels.parse_lines(pa.array(full.read_text().splitlines()))
+    assert (table.num_rows, blank, malformed) == (3, 0, 0)
+    assert table.column("gid").to_pylist()[1:] == [conversation, conversation]
+    assert table.column("parent").to_pylist()[2] == mid
     with pytest.raises(RuntimeError, match="'direct'"):
         ann.call("export_log", path=str(full), direct="yes")
