@@ -222,6 +222,7 @@ class DirectCore:
         conversation.next_order += 1
         conversation.outgoing[seqno] = Outgoing(row)
         self._busy.add(peer)
+        self._dirty.add(peer)
         self._write(row)
         self._settings[SETTING_SES] = self.ses.to_bytes()
         self._events.append(DirectDelivered(peer, [self.view(row)]))

@@ -750,6 +750,7 @@ class PeerCore:
             stored = committed
             self._outbox += staged
             self._events += self.direct.committed()
+            self._retry_at = self._retry_deadline(now)
         self.stats.delivered += len(stored)
         # 3. notify
         by_group: dict[str, list[ChatMessage]] = {}
@@ -882,7 +883,7 @@ class PeerCore:
                           len(own) - len(taken_back))
             self._retry_at = self._retry_deadline(now)
             return None
-        if self.storage_error is not None and stored:  # a commit without messages proves little
+        if self.storage_error is not None and (stored or direct_rows):  # a commit without messages proves little
             log.info("storing works again (%d messages were waiting)", len(self._unstored))
             self.storage_error = None
         self._unstored = []

@@ -13,7 +13,7 @@ from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.store import Store
 from m2mc.middleware.types import UsageError
 from tests.testbed.faults import FaultInjector
-from tests.testbed.peer_sim import PeerLan, SimNode
+from tests.testbed.peer_sim import BEFORE_TRANSMIT, PeerLan, SimNode
 
 
 def lan_of(count: int, faults: FaultInjector | None = None, stores=None, seed: int = 1) -> PeerLan:
@@ -303,3 +303,99 @@ def test_a_datagram_opening_to_garbage_is_counted_and_changes_nothing():
         lan.run(bob, lambda core: core.receive(sealed, ann.endpoint, lan.now, lan.now, path="unicast"))
     assert bob.core.stats_dict()["direct_malformed"] >= 4
     assert shown(bob, ann) == []
+
+
+# -- crashes, restarts and a full disk ------------------------------------------------------------
+
+
+def chain_lan(kind: str = "memory", tmp_path=None) -> PeerLan:
+    stores = [MemoryStore() for _ in range(3)] if kind == "memory" else \
+        [Store(tmp_path / f"{i}.db") for i in range(3)]
+    lan = lan_of(3, stores=stores)
+    a, b, c = lan.nodes
+    for x, y in ((a, b), (a, c), (c, b)):
+        dm(lan, x, y, "warm-up")
+        dm(lan, y, x, "warm-up")
+    lan.settle(5.0)
+    return lan
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_held_message_survives_a_restart_and_is_delivered_after_its_cause(kind, tmp_path):
+    lan = chain_lan(kind, tmp_path)
+    a, b, c = lan.nodes
+    lan.links[(0, 1)] = None  # A -> B lost for now
+    dm(lan, a, b, "the build is broken")
+    dm(lan, a, c, "I told B")
+    lan.settle(0.2)
+    dm(lan, c, b, "did you see A's note?")
+    lan.settle(0.5)
+    assert b.core.direct.held() == 1
+    lan.kill(b)
+    lan.restart(b)
+    assert b.core.direct.held() == 1  # from the store, fed to SES again
+    del lan.links[(0, 1)]
+    lan.settle(40.0)
+    order = [m.text for m in b.recorder.direct if not m.outgoing]
+    assert order[-2:] == ["the build is broken", "did you see A's note?"]
+    assert not any(m.late for m in b.recorder.direct)
+    assert [m.text for m in b.core.direct_history(c.pid)][-1] == "did you see A's note?"
+
+
+def test_a_message_whose_cause_never_comes_is_delivered_late_after_the_hold_limit():
+    lan = chain_lan()
+    a, b, c = lan.nodes
+    lan.links[(0, 1)] = None
+    dm(lan, a, b, "the build is broken")
+    dm(lan, a, c, "I told B")
+    lan.settle(0.2)
+    dm(lan, c, b, "did you see A's note?")
+    lan.settle(130.0)
+    (late,) = [m for m in b.recorder.direct if m.text == "did you see A's note?"]
+    assert late.late and b.core.direct.held() == 0
+    assert b.core.stats_dict()["direct_late"] == 1
+
+
+def test_a_peer_killed_between_commit_and_transmit_sends_the_message_after_its_restart():
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    dm(lan, ann, bob, "hello")
+    lan.settle(3.0)
+    mid = dm(lan, ann, bob, "kept", crash=BEFORE_TRANSMIT)
+    lan.restart(ann)
+    lan.settle(10.0)
+    assert shown(bob, ann) == ["hello", "kept"]
+    assert [m.mid for m in ann.core.direct_history(bob.pid)][-1] == mid
+    # Bob killed after storing a message, before his ACK went out: Ann sends it again, Bob shows it once.
+    captured = []
+    transmit = lan.transmit
+    lan.transmit = lambda sender, datagrams: (captured.extend(d for d in datagrams if d.data[:3] == b"\x93\x02\x0e"),
+                                               transmit(sender, datagrams))
+    lan.links[(0, 1)] = None
+    once = dm(lan, ann, bob, "once")
+    lan.transmit = transmit
+    lan.run(bob, lambda core: core.receive(captured[0].data, ann.endpoint, lan.now, lan.now, path="unicast"),
+            crash=BEFORE_TRANSMIT)
+    lan.restart(bob)
+    del lan.links[(0, 1)]
+    lan.settle(70.0)
+    assert [m.text for m in bob.core.direct_history(ann.pid)] == ["hello", "kept", "once"]
+    assert shown(bob, ann) == ["hello", "kept"]  # killed before it could tell: shown by the history
+    assert statuses(ann, once)[-1] == "delivered"
+    assert bob.core.stats_dict()["direct_duplicates"] >= 1
+
+
+def test_nothing_goes_out_while_the_disk_is_full_and_everything_does_once_it_is_not():
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    dm(lan, ann, bob, "hello")  # (the handshake's HELLOs are not sent either while the disk is full)
+    lan.settle(3.0)
+    ann.store.fail_commits = "database or disk is full"
+    mid = dm(lan, ann, bob, "stored first")
+    lan.settle(5.0)
+    assert shown(bob, ann) == ["hello"] and statuses(ann, mid) == []
+    assert shown(ann, bob, outgoing=True) == ["hello"]  # not shown before it is stored
+    ann.store.fail_commits = None
+    lan.settle(5.0)
+    assert shown(bob, ann) == ["hello", "stored first"] and statuses(ann, mid)[-1] == "delivered"
+    assert ann.core.stats_dict()["storage_error"] is None
