@@ -399,3 +399,24 @@ def test_nothing_goes_out_while_the_disk_is_full_and_everything_does_once_it_is_
     lan.settle(5.0)
     assert shown(bob, ann) == ["hello", "stored first"] and statuses(ann, mid)[-1] == "delivered"
     assert ann.core.stats_dict()["storage_error"] is None
+
+
+def test_what_ses_cannot_hold_is_refused_unacknowledged_and_comes_again_later():
+    lan = chain_lan()
+    a, b, c = lan.nodes
+    b.core.direct.ses.max_held_per_sender = 1
+    lan.links[(0, 1)] = None
+    dm(lan, a, b, "the build is broken")
+    dm(lan, a, c, "I told B")
+    lan.settle(0.2)
+    first = dm(lan, c, b, "did you see A's note?")
+    second = dm(lan, c, b, "hello?")
+    lan.settle(0.5)
+    assert b.core.direct.held() == 1 and b.core.stats_dict()["direct_refused_held"] >= 1
+    # whichever came first is held (and acknowledged), the other refused: C keeps it and tries again
+    assert sorted([statuses(c, first), statuses(c, second)]) == [["sent"], ["sent", "delivered"]]
+    del lan.links[(0, 1)]
+    lan.settle(40.0)
+    order = [m.text for m in b.recorder.direct if not m.outgoing]
+    assert order[-3:] == ["the build is broken", "did you see A's note?", "hello?"]
+    assert statuses(c, second)[-1] == "delivered"
