@@ -15,11 +15,18 @@ vectors are sparse (``pid -> count``, absent = 0), and a process ignores its
 own component in what it receives: nobody knows more of its sends than it does,
 so only a forged stamp could claim otherwise.
 
-Pruning.  Besides the seed's replacing insert and merge:
+Pruning.  Besides the seed's replacing insert and merge, nothing is kept in S
+that a vector time already implies:
 
+* the pair inserted on a send to P_j is ``(j, {me: my send count})``, not the
+  whole vector time: P_j cannot count that send of mine as seen without having
+  delivered it (SES itself holds whatever follows it), and on delivery it
+  merges the whole stamp, so the one component asks as much as the seed's
+  vector;
 * the pair about oneself in S_m is dropped after delivery (it has been met);
-* a pair ``(j, V)`` is dropped once P_j's vector time is known to be ``>= V``
-  (a message from P_j stamped ``>= V`` was delivered): P_j meets it anyway.
+* on delivering a message from P_j, what our pair about P_j asks up to P_j's
+  vector time (the stamp's) goes, and S_m's pair about P_j is not merged: P_j
+  is there already.
 
 Bounds.  At most ``max_parties`` components in the vector time and pairs in S;
 beyond that the *oldest knowledge gives way*: the component raised least
@@ -33,14 +40,19 @@ component of its *own* vector time may hold a message that needs it until
 Held messages are capped per sender (``max_held_per_sender``) and in all
 (``max_held``): ``receive`` refuses with ``None`` and the sender's reliable
 channel retries later.  A message held for ``hold_limit`` seconds is delivered
-anyway by ``expire`` (the caller marks it late), so a member's inflated stamp
-delays its own messages but never blocks a conversation for good.
+anyway by ``expire`` (the caller marks it late), so no stamp blocks a
+conversation for good.
 
-A stamp is sanitised where it enters: every vector in S_m is cut down to the
-stamp's vector time (an honest sender's S never exceeds its clock), so a
-forged pair about a third party costs that party nothing the forger has not
-also claimed in its own vector time, and the receiver's own component is
-never taken from a stamp.
+Forged stamps.  Every vector in S_m is cut down to the stamp's own vector time
+(an honest sender's S never exceeds it), and the receiver's own component is
+never taken from a stamp (nobody knows more of its sends than it does), so its
+counter cannot be pushed to overflow.  A member that inflates its stamp holds
+its own message until ``hold_limit``; one that inflates a pair about a third
+party P_j (and its vector time to match) gets the receiver to relay the demand
+to P_j, which may then hold that receiver's next message(s) for up to
+``hold_limit`` once, after which P_j has merged the inflated counts and asks
+nothing more.  SES cannot tell forged knowledge from real: the hold limit is
+what bounds the harm.
 """
 
 from __future__ import annotations
@@ -188,10 +200,12 @@ class Ses:
         """The send event of one new message to ``destination``: its stamp."""
         if destination == self.me:
             raise ValueError("ses: a direct message goes to someone else")
-        self._raise(self.me, min(self._clock.get(self.me, 0) + 1, MAX_COUNT))
-        clock = dict(self._clock)
-        stamp = SesStamp(clock, tuple((pid, dict(vector)) for pid, vector in self._buffer.items()))
-        self._put_pair(destination, dict(clock))
+        sends = min(self._clock.get(self.me, 0) + 1, MAX_COUNT)
+        self._raise(self.me, sends)
+        stamp = SesStamp(dict(self._clock), tuple((pid, dict(vector)) for pid, vector in self._buffer.items()))
+        # The seed inserts (destination, vector time); our own component alone implies the rest: once the
+        # destination has delivered our send number `sends`, it has merged this whole vector time.
+        self._put_pair(destination, {self.me: sends})
         return stamp
 
     # -- receiving -------------------------------------------------------------------------------------
@@ -276,16 +290,16 @@ class Ses:
         for destination, vector in stamp.buffer:
             if destination == self.me:
                 continue
-            if destination == sender and _leq(vector, stamp.clock):
-                continue
+            if destination == sender:
+                continue                 # cut to the sender's own vector time: it meets all of it
             mine = self._buffer.get(destination)
             merged = vector if mine is None else {pid: max(mine.get(pid, 0), vector.get(pid, 0))
                                                   for pid in mine.keys() | vector.keys()}
             self._put_pair(destination, _cut_to(merged, self._clock))
-        # The sender has reached its own stamp: what we would ask of it up to there it meets anyway.
+        # The sender's vector time is the stamp's: what we would ask of it up to there it meets anyway.
         mine = self._buffer.get(sender)
-        if mine is not None and _leq(mine, stamp.clock):
-            del self._buffer[sender]
+        if mine is not None:
+            self._put_pair(sender, {pid: count for pid, count in mine.items() if count > stamp.clock.get(pid, 0)})
 
     def _release(self) -> list[Hashable]:
         released: list[Hashable] = []
