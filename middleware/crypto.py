@@ -426,7 +426,9 @@ def direct_bucket(size: int) -> int:
 
 def seal_direct(identity: Identity, recipient_pid: str, recipient_dh: bytes, body: bytes) -> bytes:
     """``body`` signed by ``identity`` for ``recipient_pid``, padded to its bucket and sealed
-    for ``recipient_dh``; raises ValueError for a body over MAX_DIRECT_BODY or a bad key/pid."""
+    for ``recipient_dh``.  Raises ValueError for a body over MAX_DIRECT_BODY, a malformed pid,
+    or a key that is no usable X25519 key (a low-order point: only its owner can have signed
+    it into a record, so only messages to that owner fail)."""
     bucket = direct_bucket(len(body))
     sender = bytes.fromhex(identity.pid)
     recipient = bytes.fromhex(recipient_pid)
@@ -435,7 +437,10 @@ def seal_direct(identity: Identity, recipient_pid: str, recipient_dh: bytes, bod
     signature = identity.sign(_direct_signing_bytes(sender, recipient, body))
     plain = sender + signature + len(body).to_bytes(2, "big") + body
     plain += bytes(bucket - len(plain))
-    return nacl.public.SealedBox(nacl.public.PublicKey(recipient_dh)).encrypt(plain)
+    try:
+        return nacl.public.SealedBox(nacl.public.PublicKey(recipient_dh)).encrypt(plain)
+    except nacl.exceptions.CryptoError:  # libsodium refuses a shared secret of zero
+        raise ValueError("the recipient's direct-message key is not a usable X25519 key") from None
 
 
 def open_direct(identity: Identity, sealed: bytes,

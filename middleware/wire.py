@@ -10,7 +10,8 @@ message carries its own signature proof, so any member can relay it; every other
 ends in a 64-byte Ed25519 signature of the envelope.  The pid must be the
 fingerprint of the key.
 Groups are described by their creator's signed :class:`GroupDescriptor` (the gid is
-its hash) and members by their own signed :class:`MemberRecord`; ``decode`` checks
+its hash) and members by their own signed :class:`MemberRecord` (with the member's
+direct-message key as an 8th field; records made before it have 7); ``decode`` checks
 their shape, and :func:`verify_descriptor` / :func:`verify_member` their signatures
 (the GJLP calls them only when a record would change something).
 ``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it

@@ -4,12 +4,15 @@ Sealed messages open only for their recipient, only from a known sender's signat
 show an onlooker neither party nor the text; their sizes leak only a bucket; records made
 before direct-message keys stay valid, and a peer re-signs its own at start."""
 
+import os
 import random
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from m2mc.middleware import crypto, wire
+from m2mc.middleware import crypto, gjlp, wire
 from m2mc.middleware.crypto import DIRECT_BUCKETS, MAX_DIRECT_BODY, open_direct, seal_direct
 from m2mc.middleware.gjlp import Gjlp
 from m2mc.middleware.manager import Config, GroupManager
@@ -187,3 +190,48 @@ def test_sealed_bytes_show_no_pid_key_or_plaintext():
             assert secret[:8] not in sealed
         for start in range(0, len(text) - 6):
             assert text[start:start + 6].encode() not in sealed
+
+
+def test_the_groups_info_size_estimate_still_bounds_records_with_their_key():
+    # GROUPS_INFO answers are packed by this estimate up to gjlp.INFO_BUDGET, under MAX_DATAGRAM.
+    creator = crypto.Identity.generate()
+    d = wire.sign_descriptor(creator, "𝔊" * wire.MAX_DESC, True, crypto.ARGON2ID, 8, 2**30, bytes(16),
+                             crypto.key_check(bytes(32)), "239.255.255.254", 65535, 2**63 - 1)
+    records = tuple(wire.sign_member(crypto.Identity.generate(), d.gid, "𝔑" * wire.MAX_NAME,
+                                     wire.MAX_MEMBER_COUNTER, True, bytes(32)) for _ in range(gjlp.RECORDS_PER_INFO))
+    info = wire.GroupInfo(d.gid, d, records)
+    assert len(msgpack.packb(wire._to_wire(info), use_bin_type=True)) <= gjlp._info_size(info)
+
+
+def test_a_stranger_buys_at_most_one_open_and_one_key_look_up_per_datagram():
+    looked_up = []
+
+    def keys_of(pid):
+        looked_up.append(pid)
+        return KEYS.get(pid)
+
+    for junk in (bytes(1000), os.urandom(5000), os.urandom(DIRECT_BUCKETS[-1] + 49)):
+        assert open_direct(BOB, junk, keys_of) is None
+    assert looked_up == []  # lengths that are no bucket's: refused before any cryptography
+    for bucket in DIRECT_BUCKETS:
+        assert open_direct(BOB, os.urandom(bucket + crypto.DIRECT_SEAL_OVERHEAD), keys_of) is None
+    assert looked_up == []  # random bytes of the right size do not open: no look-up either
+    assert open_direct(BOB, seal_direct(ANN, BOB.pid, BOB.direct_public, b"x"), keys_of) == (ANN.pid, b"x")
+    assert looked_up == [ANN.pid]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=600), st.integers(min_value=0, max_value=255 + 48), st.integers(min_value=1, max_value=255))
+def test_open_direct_never_raises_on_damaged_messages(body, position, flip):
+    sealed = bytearray(seal_direct(ANN, BOB.pid, BOB.direct_public, body))
+    sealed[position % len(sealed)] ^= flip
+    assert open_direct(BOB, bytes(sealed), KEYS.get) is None
+
+
+def test_a_recipient_key_that_is_no_usable_x25519_key_is_a_value_error_for_the_sender():
+    # A hostile member can sign a low-order point into its own record: sending to it fails cleanly.
+    for key in (bytes(32), b"\x01" + bytes(31), b"short"):
+        with pytest.raises(ValueError):
+            seal_direct(ANN, EVE.pid, key, b"hello")
+    with pytest.raises(ValueError):
+        seal_direct(ANN, "not a pid", BOB.direct_public, b"hello")
