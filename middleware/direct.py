@@ -169,7 +169,8 @@ class DirectCore:
         self.stats = dict.fromkeys((
             "direct_sent", "direct_retransmitted", "direct_acks_sent", "direct_delivered", "direct_duplicates",
             "direct_unopened", "direct_malformed", "direct_over_budget", "direct_rate_dropped",
-            "direct_refused_ahead", "direct_refused_unread", "direct_refused_held", "direct_late"), 0)
+            "direct_refused_ahead", "direct_refused_unread", "direct_refused_held", "direct_late",
+            "direct_unsealable"), 0)
 
     # -- start ----------------------------------------------------------------------------
 
@@ -194,8 +195,13 @@ class DirectCore:
         """A new message to ``peer``: stored and sent by the next flush."""
         if not isinstance(peer, str) or peer == self.me:
             raise UsageError("a direct message goes to another peer's pid")
-        if self.keys_of(peer) is None:
+        keys = self.keys_of(peer)
+        if keys is None:
             raise UsageError(f"no key is known for {peer:.40}: share a group with them first")
+        try:
+            crypto.seal_direct(self.identity, peer, keys[1], b"")
+        except ValueError:  # a low-order point only its owner can have signed into its record
+            raise UsageError("this member's direct-message key is not usable: nothing can be sealed for it") from None
         if not isinstance(text, str) or not text.strip():
             raise UsageError("text must be a non-empty string")
         check_unicode(text, "text")
@@ -435,30 +441,42 @@ class DirectCore:
                     pending.next_at = None
                 conversation.receipt_at = None
                 continue
-            dh = keys[1]
-            receipt_due = receipt_open and (conversation.receipt_at is None or conversation.receipt_at <= now)
-            if conversation.ack_due or receipt_due:
-                out.append((self._seal(peer, dh, self._ack(conversation, receipt_open)), endpoint))
-                self.stats["direct_acks_sent"] += 1
-                conversation.ack_due = False
-                if receipt_due:
-                    conversation.receipt_tries += 1
-                    conversation.receipt_at = now + _backoff(conversation.receipt_tries)
-            for pending in list(conversation.outgoing.values())[:WINDOW]:
-                if pending.next_at is not None and pending.next_at > now:
-                    continue
-                row = pending.row
-                out.append((self._seal(peer, dh, self._message(row)), endpoint))
-                pending.tries += 1
-                pending.next_at = now + _backoff(pending.tries)
-                if pending.tries > 1:
-                    self.stats["direct_retransmitted"] += 1
-                else:
-                    self.stats["direct_sent"] += 1
-                if row.status == QUEUED:
-                    pending.row = row._replace(status=SENT)
-                    self._write(pending.row)
-                    self._events.append(DirectStatusChanged(peer, row.mid, SENT))
+            try:
+                out += self._prepare_for(conversation, keys[1], endpoint, receipt_open, now)
+            except ValueError:  # its key changed to an unusable one since: nothing goes to it
+                self.stats["direct_unsealable"] += 1
+                for pending in conversation.outgoing.values():
+                    pending.next_at = None
+                conversation.receipt_at = None
+        return out
+
+    def _prepare_for(self, conversation: Conversation, dh: bytes, endpoint: Endpoint, receipt_open: bool,
+                     now: float) -> list[tuple[bytes, Endpoint]]:
+        peer = conversation.peer
+        out: list[tuple[bytes, Endpoint]] = []
+        receipt_due = receipt_open and (conversation.receipt_at is None or conversation.receipt_at <= now)
+        if conversation.ack_due or receipt_due:
+            out.append((self._seal(peer, dh, self._ack(conversation, receipt_open)), endpoint))
+            self.stats["direct_acks_sent"] += 1
+            conversation.ack_due = False
+            if receipt_due:
+                conversation.receipt_tries += 1
+                conversation.receipt_at = now + _backoff(conversation.receipt_tries)
+        for pending in list(conversation.outgoing.values())[:WINDOW]:
+            if pending.next_at is not None and pending.next_at > now:
+                continue
+            row = pending.row
+            out.append((self._seal(peer, dh, self._message(row)), endpoint))
+            pending.tries += 1
+            pending.next_at = now + _backoff(pending.tries)
+            if pending.tries > 1:
+                self.stats["direct_retransmitted"] += 1
+            else:
+                self.stats["direct_sent"] += 1
+            if row.status == QUEUED:
+                pending.row = row._replace(status=SENT)
+                self._write(pending.row)
+                self._events.append(DirectStatusChanged(peer, row.mid, SENT))
         return out
 
     def _seal(self, peer: str, dh: bytes, frame: list) -> bytes:

@@ -404,8 +404,10 @@ class PeerCore:
         views = []
         for peer, conversation in self.direct.conversations.items():
             last = self.store.direct_history(peer, None, 1)
+            if not last:
+                continue  # nothing shown yet (only held messages, or a member's datagram that said nothing)
             views.append(ConversationView(peer, self._member_name(peer) or "", key_fingerprint(peer),
-                                          self._direct_shown(last[0]) if last else None, len(conversation.unread),
+                                          self._direct_shown(last[0]), len(conversation.unread),
                                           self.presence.status(peer, now) == ONLINE))
         return sorted(views, key=lambda v: -(v.last.received_at if v.last else 0))
 

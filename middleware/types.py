@@ -158,7 +158,7 @@ class ConversationView(NamedTuple):
     peer: str
     name: str
     fingerprint: str  # the peer's key, grouped hex for people to compare
-    last: DirectMessage | None
+    last: DirectMessage | None  # (the conversations listed have one)
     unread: int
     online: bool
 

@@ -420,3 +420,22 @@ def test_what_ses_cannot_hold_is_refused_unacknowledged_and_comes_again_later():
     order = [m.text for m in b.recorder.direct if not m.outgoing]
     assert order[-3:] == ["the build is broken", "did you see A's note?", "hello?"]
     assert statuses(c, second)[-1] == "delivered"
+
+
+def test_a_member_whose_key_is_unusable_cannot_be_written_to_and_breaks_nothing():
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    dm(lan, ann, bob, "hello")
+    lan.settle(3.0)
+    lan.links[(0, 1)] = None  # unacknowledged: it stays in flight
+    pending = dm(lan, ann, bob, "pending")
+    direct_keys = ann.core.gjlp.direct_keys
+    ann.core.direct.keys_of = lambda pid: (direct_keys(pid)[0], bytes(32)) if pid == bob.pid else direct_keys(pid)
+    with pytest.raises(UsageError, match="not usable"):
+        dm(lan, ann, bob, "x")
+    lan.settle(10.0)  # retransmissions find the key unusable: nothing is sent, nothing raises
+    assert ann.core.stats_dict()["direct_unsealable"] >= 1
+    ann.core.direct.keys_of = direct_keys
+    del lan.links[(0, 1)]
+    lan.settle(40.0)
+    assert statuses(ann, pending)[-1] == "delivered"
