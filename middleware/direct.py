@@ -164,6 +164,7 @@ class DirectCore:
         self._rows: dict[tuple[str, Mid], StoredDirect] = {}  # to store
         self._dirty: set[str] = set()  # conversations whose state is to store
         self._settings: dict[str, bytes] = {}
+        self._composed: list[Mid] = []  # since the last commit
         self._events: list[Event] = []  # of the writes not committed yet
         self._opens: tuple[float, int] = (0.0, 0)
         self.stats = dict.fromkeys((
@@ -232,6 +233,7 @@ class DirectCore:
         self._write(row)
         self._settings[SETTING_SES] = self.ses.to_bytes()
         self._events.append(DirectDelivered(peer, [self.view(row)]))
+        self._composed.append(row.mid)
         return self.me, seqno
 
     def mark_read(self, peer: str, mid: Mid) -> None:
@@ -498,11 +500,16 @@ class DirectCore:
         return (list(self._rows.values()), {peer: self.conversations[peer].pack() for peer in self._dirty},
                 dict(self._settings))
 
+    def composed(self) -> list[Mid]:
+        """This peer's messages composed since the last commit (not stored yet)."""
+        return list(self._composed)
+
     def committed(self) -> list[Event]:
         """The batch's writes are kept: forget them, and hand out its events."""
         self._rows.clear()
         self._dirty.clear()
         self._settings.clear()
+        self._composed.clear()
         events, self._events = self._events, []
         return events
 

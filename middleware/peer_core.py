@@ -878,6 +878,9 @@ class PeerCore:
                 if retracted:
                     self._events.append(WarningRaised(gid, f"{len(retracted)} message(s) not sent: cannot store "
                                                            f"messages ({reason})"))
+            for mid in self.direct.composed():  # kept, unlike a group's: its SES stamp is spent
+                self._unsent[mid] = (f"not stored yet: cannot store messages ({reason}); the direct message waits "
+                                     "in memory, neither shown nor sent, until it can be stored")
             self._unstored += [m for m in deliveries if m.mid not in taken_back]
             self._unstored_conflicts += conflicts
             if len(taken_back) < len(own):

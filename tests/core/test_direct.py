@@ -395,6 +395,7 @@ def test_nothing_goes_out_while_the_disk_is_full_and_everything_does_once_it_is_
     lan.settle(5.0)
     assert shown(bob, ann) == ["hello"] and statuses(ann, mid) == []
     assert shown(ann, bob, outgoing=True) == ["hello"]  # not shown before it is stored
+    assert "waits in memory" in ann.core.take_unsent()[mid]  # the caller is told (m2mc-peer: an error)
     ann.store.fail_commits = None
     lan.settle(5.0)
     assert shown(bob, ann) == ["hello", "stored first"] and statuses(ann, mid)[-1] == "delivered"
