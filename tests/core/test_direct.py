@@ -440,3 +440,17 @@ def test_a_member_whose_key_is_unusable_cannot_be_written_to_and_breaks_nothing(
     del lan.links[(0, 1)]
     lan.settle(40.0)
     assert statuses(ann, pending)[-1] == "delivered"
+
+
+def test_opening_attempts_are_capped_per_second(monkeypatch):
+    monkeypatch.setattr(direct, "OPENS_PER_SECOND", 3)
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    junk = wire.encode_direct(bytes(crypto.DIRECT_BUCKETS[0] + crypto.DIRECT_SEAL_OVERHEAD))
+    for _ in range(5):  # all within one second
+        bob.core.receive(junk, ann.endpoint, lan.now, lan.now, path="unicast")
+    stats = bob.core.stats_dict()
+    assert (stats["direct_unopened"], stats["direct_over_budget"]) == (3, 2)
+    lan.settle(1.5)
+    bob.core.receive(junk, ann.endpoint, lan.now, lan.now, path="unicast")
+    assert bob.core.stats_dict()["direct_unopened"] == 4  # the next second has its budget
