@@ -454,3 +454,25 @@ def test_opening_attempts_are_capped_per_second(monkeypatch):
     lan.settle(1.5)
     bob.core.receive(junk, ann.endpoint, lan.now, lan.now, path="unicast")
     assert bob.core.stats_dict()["direct_unopened"] == 4  # the next second has its budget
+
+
+def test_a_direct_message_completes_the_handshake_when_the_hello_that_echoed_is_lost():
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    send = lan._send
+    dropped = []
+
+    def losing_the_echo(source: int, index: int, datagram) -> None:
+        if datagram.data[:3] != b"\x93\x02\x0e":
+            message = wire.decode(datagram.data).message
+            if isinstance(message, wire.Hello) and message.echo and not message.nonce and source == 0:
+                dropped.append(message)
+                return  # Ann's echo of Bob's nonce: Bob cannot prove Ann's endpoint by HELLO
+        send(source, index, datagram)
+
+    lan._send = losing_the_echo
+    mid = dm(lan, ann, bob, "hello")
+    lan.settle(5.0)
+    assert dropped and shown(bob, ann) == ["hello"]
+    assert statuses(ann, mid) == ["sent", "delivered"]  # Bob's ACK went: the message echoed his nonce
+    assert bob.core.reach.endpoint(ann.pid) == ann.endpoint
