@@ -323,8 +323,8 @@ class DirectCore:
                 row, echo = _message_frame(frame, sender, self.me)
                 self._on_message(conversation, row, now, wall)
             elif frame[0] == ACK:
-                *fields, echo = _ack_frame(frame)
-                self._on_ack(conversation, *fields, now)
+                cumulative, ranges, receipt, heard, confirm, echo = _ack_frame(frame)
+                self._on_ack(conversation, cumulative, ranges, receipt, heard, confirm, now)
             else:
                 raise ValueError("unknown frame")
         except (ValueError, TypeError, msgpack.UnpackException):
