@@ -15,7 +15,7 @@ seqnos nor text.  The frames, msgpack inside the seal:
   them read (0 with read receipts off), the highest read receipt heard from the
   other, and whether this ACK's receipt wants confirming (an ACK back).
 
-``echo`` (both): the recipient's latest HELLO nonce (:meth:`middleware.reach.Reach.echo_for`)
+``echo`` (both; a frame may leave it out): the recipient's latest HELLO nonce (:meth:`middleware.reach.Reach.echo_for`)
 or b"".  It comes back signed by the sender from the sender's endpoint, which is what
 the reach handshake's echo proves; so the handshake completes with whichever datagram
 gets through, and a lost HELLO does not hold a conversation up for the HELLO budget's
@@ -558,9 +558,9 @@ def _echo(value: Any) -> bytes:
 def _message_frame(frame: list, sender: str, me: str) -> tuple[StoredDirect, bytes]:
     """A MSG frame from ``sender``, checked, as the row it would be stored as (arrival time unset),
     and its echo."""
-    if len(frame) != 8:
-        raise ValueError("a MSG frame has 8 fields")
-    _, seqno, parent, sent_at, name, text, stamp, echo = frame
+    if len(frame) not in (7, 8):
+        raise ValueError("a MSG frame has 7 fields and an echo")
+    _, seqno, parent, sent_at, name, text, stamp, echo = frame if len(frame) == 8 else [*frame, b""]
     if _uint(seqno) == 0:
         raise ValueError("seqnos start at 1")
     if parent is not None:
@@ -575,9 +575,9 @@ def _message_frame(frame: list, sender: str, me: str) -> tuple[StoredDirect, byt
 
 
 def _ack_frame(frame: list) -> tuple[int, list[tuple[int, int]], int, int, bool, bytes]:
-    if len(frame) != 7:
-        raise ValueError("an ACK frame has 7 fields")
-    _, cumulative, ranges, receipt, heard, confirm, echo = frame
+    if len(frame) not in (6, 7):
+        raise ValueError("an ACK frame has 6 fields and an echo")
+    _, cumulative, ranges, receipt, heard, confirm, echo = frame if len(frame) == 7 else [*frame, b""]
     if type(ranges) is not list or len(ranges) > MAX_ACK_RANGES or type(confirm) is not bool:
         raise ValueError("bad ACK")
     checked = []
