@@ -476,3 +476,39 @@ def test_a_direct_message_completes_the_handshake_when_the_hello_that_echoed_is_
     assert dropped and shown(bob, ann) == ["hello"]
     assert statuses(ann, mid) == ["sent", "delivered"]  # Bob's ACK went: the message echoed his nonce
     assert bob.core.reach.endpoint(ann.pid) == ann.endpoint
+
+
+def test_a_burst_is_paced_and_windowed_so_nothing_is_dropped_refused_or_sent_twice():
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    dm(lan, ann, bob, "warm-up")
+    lan.settle(3.0)
+    for i in range(400):  # a script pasting far faster than anyone types
+        dm(lan, ann, bob, f"line {i}")
+    lan.settle(15.0)
+    assert shown(bob, ann)[1:] == [f"line {i}" for i in range(400)]
+    a, b = ann.core.stats_dict(), bob.core.stats_dict()
+    assert (a["direct_retransmitted"], b["direct_rate_dropped"], b["direct_refused_held"]) == (0, 0, 0)
+    assert ann.core.direct.queued() == 0
+
+
+def test_a_gap_an_ack_shows_is_sent_again_at_once():
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    dm(lan, ann, bob, "warm-up")
+    lan.settle(3.0)
+    send = lan._send
+    lost = []
+
+    def losing_one(source: int, index: int, datagram) -> None:
+        if source == 0 and datagram.data[:3] == b"\x93\x02\x0e" and not lost:
+            lost.append(datagram)  # m0 (Ann sends no ACKs: Bob writes nothing)
+            return
+        send(source, index, datagram)
+
+    lan._send = losing_one
+    for i in range(5):
+        dm(lan, ann, bob, f"m{i}")
+        lan.settle(0.05)
+    lan.settle(0.3)  # well before the first retransmission timeout (1 s)
+    assert lost and shown(bob, ann)[1:] == [f"m{i}" for i in range(5)]
