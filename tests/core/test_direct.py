@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from m2mc.middleware import crypto, direct, reach, wire
+from m2mc.middleware import crypto, direct, wire
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.store import Store
 from m2mc.middleware.types import UsageError
@@ -122,9 +122,9 @@ def test_a_message_to_an_absent_peer_waits_and_is_delivered_after_both_restart(k
     lan.restart(ann)
     lan.settle(5.0)
     lan.restart(bob)
-    # Ann's probes of Bob's cached endpoint while he was away spent its HELLO budget (reach.py):
-    # the handshake, and so the message, waits for the budget's window at most.
-    lan.settle(reach.HELLO_WINDOW + 10.0)
+    # Ann's probes of Bob's cached endpoint while he was away spent its usual HELLO budget; a
+    # peer that direct messages wait for, heard from that endpoint, has a larger one (reach.py).
+    lan.settle(10.0)
     assert shown(bob, ann) == ["before", "while you were out"]
     assert statuses(ann, waiting) == ["sent", "delivered"]
     assert stored(ann, bob)[-1] == ("while you were out", "delivered")
@@ -556,3 +556,29 @@ def test_random_conversations_of_four_with_loss_are_delivered_whole_and_in_causa
                 before = first != second and all(stamp[first][k] <= stamp[second][k] for k in range(4))
                 assert not before or position[first] < position[second], (first, second)
     assert not any(m.late for node in nodes for m in node.recorder.direct)
+
+
+def test_a_member_that_direct_messages_wait_for_gets_a_larger_hello_budget_at_its_multicast_source_only():
+    from m2mc.middleware.addresses import Endpoint
+    from m2mc.middleware.reach import HELLO_BUDGET, HOST_HELLO_BUDGET, SOUGHT_BUDGET_FACTOR, Reach
+
+    bob_at, elsewhere = Endpoint("10.0.0.2", 47477), Endpoint("10.0.0.2", 40000)
+
+    def probes(seek_at: Endpoint) -> list:
+        ann = Reach("a" * 32, "Ann", random.Random(1))
+        ann.heard("b" * 32, bob_at, "multicast", 0.0)  # Bob's signed multicast came from bob_at
+        if seek_at != bob_at:
+            ann.add(seek_at, "manual", 0.0, "b" * 32)
+        sent, now = [], 0.0
+        while now < 40.0:
+            ann.seek("b" * 32, now)
+            ann.heard("b" * 32, bob_at, "multicast", now)
+            ann.handle_timer(now)
+            sent += [to for _, to in ann.datagrams_to_send()]
+            now += 0.5
+        return sent
+
+    assert probes(bob_at) == [bob_at] * (HELLO_BUDGET * SOUGHT_BUDGET_FACTOR)
+    both = probes(elsewhere)
+    assert both.count(elsewhere) <= HELLO_BUDGET  # any other endpoint: the usual budget
+    assert len(both) <= HOST_HELLO_BUDGET * SOUGHT_BUDGET_FACTOR  # and the address's, at most doubled
