@@ -15,23 +15,23 @@ seqnos nor text.  The frames, msgpack inside the seal:
   them read (0 with read receipts off), the highest read receipt heard from the
   other, and whether this ACK's receipt wants confirming (an ACK back).
 
-``echo`` (both; a frame may leave it out): the recipient's latest HELLO nonce (:meth:`middleware.reach.Reach.echo_for`)
-or b"".  It comes back signed by the sender from the sender's endpoint, which is what
-the reach handshake's echo proves; so the handshake completes with whichever datagram
-gets through, and a lost HELLO does not hold a conversation up for the HELLO budget's
-minute.
+``echo`` (both; a frame may leave it out): the recipient's latest HELLO nonce
+(:meth:`middleware.reach.Reach.echo_for`) or b"".  It comes back signed by the sender
+from the sender's endpoint, which is what the reach handshake's echo proves; so the
+handshake completes with whichever datagram gets through, and a lost HELLO does not
+hold a conversation up for the HELLO budget's minute.
 
 Reliability: a message is sent when composed if the peer is reachable (its endpoint
 proven by :mod:`middleware.reach` and heard lately), and again with exponential
-backoff (:data:`RETRY_FIRST` doubling to :data:`RETRY_MAX`) until acknowledged,
-at most :data:`WINDOW` seqnos past the first unacknowledged one, paced to
-:data:`PACE_RATE` a second per peer; a gap an ACK shows (a later message acknowledged) is
-sent again at once.  While the peer is away nothing is sent:
-the messages stay queued, in the store, and go when it is heard again, across
-restarts of either side.  The receiver acknowledges every MSG (a duplicate too, so a
-lost ACK is repaired), except one it refuses (see the bounds), which the sender then
-retries.  Status per outgoing message: queued -> sent -> delivered (acknowledged) ->
-read (a read receipt); per incoming one: received -> read.
+backoff (:data:`RETRY_FIRST` doubling to :data:`RETRY_MAX`) until acknowledged, and at
+once when an ACK shows it missing (a later one acknowledged); at most :data:`WINDOW`
+seqnos past the first unacknowledged one are in flight, paced to :data:`PACE_RATE` a
+second per peer.  While the peer is away nothing is sent: the messages stay queued, in
+the store, and go when it is heard again, across restarts of either side.  The receiver
+acknowledges every MSG (a duplicate too, so a lost ACK is repaired), except one it
+refuses (see the bounds), which the sender then retries.  Status per outgoing message:
+queued -> sent -> delivered (acknowledged) -> read (a read receipt); per incoming one:
+received -> read.
 
 Ordering: SES (:mod:`middleware.ses`) stamps each message when composed and holds an
 incoming one until the messages that causally precede it and are addressed to this
@@ -465,8 +465,9 @@ class DirectCore:
     def prepare(self, now: float, endpoint_of: Callable[[str, float], tuple[Endpoint, bytes] | None]
                 ) -> list[tuple[bytes, Endpoint]]:
         """The DIRECT datagrams due now, each with its destination: only to peers ``endpoint_of``
-        finds reachable (it gives their endpoint and the HELLO nonce to echo).  Statuses they change are written with the batch, so they go out only
-        once committed (the caller drops them if the commit fails)."""
+        finds reachable (it gives their endpoint and the HELLO nonce to echo).  Statuses they
+        change are written with the batch, so they go out only once committed (the caller
+        drops them if the commit fails)."""
         out: list[tuple[bytes, Endpoint]] = []
         for peer in list(self._busy):
             conversation = self.conversations[peer]
