@@ -135,7 +135,7 @@ class Conversation:
     receipt_confirmed: int = 0  # ... and that the peer confirmed hearing
     their_receipt: int = 0  # the highest of this peer's seqnos the peer read
     # in memory only
-    outgoing: dict[int, Outgoing] = field(default_factory=dict)  # unacknowledged, by seqno
+    outgoing: dict[int, Outgoing] = field(default_factory=dict)  # unacknowledged, by seqno, in seqno order
     unread: list[tuple[int, int]] = field(default_factory=list)  # (order, seqno) of incoming messages not read
     ack_due: bool = False
     receipt_at: float | None = None  # the next sending of an unconfirmed receipt
@@ -148,11 +148,14 @@ class Conversation:
     ack_at: float = 0.0  # the earliest next ACK
 
     def window(self) -> list[Outgoing]:
-        """The unacknowledged messages that may be in flight: from the first one, :data:`WINDOW` seqnos."""
-        if not self.outgoing:
-            return []
-        first = min(self.outgoing)
-        return [pending for seqno, pending in sorted(self.outgoing.items()) if seqno < first + WINDOW]
+        """The unacknowledged messages that may be in flight: from the first one, :data:`WINDOW` seqnos
+        (``outgoing`` is kept in seqno order)."""
+        window: list[Outgoing] = []
+        for seqno, pending in self.outgoing.items():
+            if window and seqno >= window[0].row.seqno + WINDOW:
+                break
+            window.append(pending)
+        return window
 
     def pack(self) -> bytes:
         return msgpack.packb([self.next_seqno, self.next_order, self.received.ranges(), self.read_order,
@@ -206,7 +209,8 @@ class DirectCore:
         for peer, state in states.items():
             conversation = self.conversations[peer] = Conversation.unpack(peer, state)
             conversation.unread = [tuple(row) for row in unread(peer, conversation.read_order)]  # type: ignore[misc]
-        for row in unsettled:
+        # Own messages in seqno order (a window needs it); held ones keep their arrival order (stable sort).
+        for row in sorted(unsettled, key=lambda row: row.seqno if row.sender == self.me else 0):
             conversation = self._conversation(row.peer)
             if row.sender == self.me:
                 conversation.outgoing[row.seqno] = Outgoing(row)
