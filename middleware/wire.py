@@ -37,7 +37,8 @@ Every number a datagram carries, its bound at ``decode``, and what bounds it whe
 field                           decode accepts  bounded where used
 ==============================  ==============  ===================================================
 envelope ``version``            ``VERSION``     anything else is refused
-envelope ``type``               1..13           a ``MsgType``; anything else is refused
+envelope ``type``               1..13           a ``MsgType``; anything else is refused (14,
+                                                DIRECT, is not an envelope: ``direct_payload``)
 DATA / item ``seqno``           1..2**63-1      fits SQLite's INTEGER; the orderer counts in uint64
 ``parent`` seqno                1..2**63-1      as ``seqno``
 ``sent_at`` (ms)                0..2**63-1      signed, so kept; shown and exported clamped to
@@ -114,7 +115,8 @@ class MsgType(enum.IntEnum):
     DATA_BATCH = 11
     HELLO = 12
     PEER_LIST = 13
-    GOODBYE = 17  # (14-16 are kept for direct messages)
+    DIRECT = 14  # not an envelope: see encode_direct
+    GOODBYE = 17  # (15 and 16 are kept for direct messages)
 
 
 # ---------------------------------------------------------------------------
@@ -844,6 +846,31 @@ def _unpack(data: bytes) -> Any:
         raise WireError(f"not a single msgpack value: {exc}") from None
     except (ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
         raise WireError(f"malformed msgpack: {exc}") from None
+
+
+_DIRECT_PREFIX = bytes((0x93, VERSION, MsgType.DIRECT))  # a msgpack fixarray of 3, then two fixints
+
+
+def encode_direct(sealed: bytes) -> bytes:
+    """A DIRECT datagram: ``[version, DIRECT, sealed]`` and nothing else, no sender, no signature
+    outside the seal (:func:`crypto.seal_direct` signs inside it), so an onlooker learns no pid."""
+    data = msgpack.packb([VERSION, int(MsgType.DIRECT), bytes(sealed)], use_bin_type=True)
+    if len(data) > MAX_DATAGRAM:
+        raise WireError(f"DIRECT of {len(data)} bytes exceeds the {MAX_DATAGRAM}-byte datagram limit")
+    return data
+
+
+def direct_payload(data: bytes) -> bytes | None:
+    """The sealed payload if ``data`` is a DIRECT datagram, else None (then it is an envelope, or
+    malformed); raises :class:`WireError` for a DIRECT datagram that is not well formed."""
+    if data[:3] != _DIRECT_PREFIX:
+        return None
+    if len(data) > MAX_DATAGRAM:
+        raise WireError(f"datagram of {len(data)} bytes exceeds {MAX_DATAGRAM}")
+    value = _unpack(bytes(data))
+    if type(value) is not list or len(value) != 3 or type(value[2]) is not bytes:
+        raise WireError("DIRECT must be [version, type, sealed bytes]")
+    return value[2]
 
 
 def sent_by(data: bytes, pid: bytes) -> bool:

@@ -16,7 +16,11 @@ from m2mc.ui.memory_backend import sim_member
 
 
 def pytest_sessionstart(session):
-    # Not at import: this conftest can load before pytest-xvfb has started the display.
+    # Not at import: this conftest can load before pytest-xvfb has started the display.  Not in an
+    # xdist controller either (tests/ui named on the command line loads this there): it runs no
+    # test and has no display, and its "offscreen" would pass to every worker it starts.
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
+        return
     os.environ.setdefault("QT_QPA_PLATFORM", "xcb" if os.environ.get("DISPLAY") else "offscreen")
 
 
