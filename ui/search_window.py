@@ -1,4 +1,5 @@
-"""Search everywhere (Ctrl+Shift+F): one query over the stored text of every conversation.
+"""Search everywhere (Ctrl+Shift+F): one query over the stored text of every group (the store's
+search index; direct messages, kept apart, are not in it yet).
 
 What the user types becomes an FTS5 query of its words, all required, the last one a prefix
 while it is being typed (:func:`query_of`).  The store's search runs on the middleware's thread;
@@ -71,7 +72,7 @@ class SearchWindow(QWidget):
         self.setWindowTitle("Search everywhere — M2MC")
         self.setWindowIcon(app_icon())
         self.resize(640, 480)
-        self.query_edit = QLineEdit(placeholderText="Search every conversation…", clearButtonEnabled=True)
+        self.query_edit = QLineEdit(placeholderText="Search every group…", clearButtonEnabled=True)
         self.query_edit.textEdited.connect(self._typed)
         self.query_edit.returnPressed.connect(lambda: self._search_now(focus_results=True))
         self.query_edit.installEventFilter(self)
