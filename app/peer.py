@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..middleware.manager import Config, GroupManager
+from ..middleware.files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, OfferError, is_offer_text, parse_offer
 from ..middleware.transport import TransportError
-from ..middleware.events import (Event, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated,
+from ..middleware.events import (Event, FileProgress, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated,
                                  SyncProgress, TopicChanged, WarningRaised)
-from ..middleware.types import UsageError, format_mid, parse_mid
+from ..middleware.types import ChatMessage, UsageError, format_mid, parse_mid
 
 from .cli import add_common_options, default_data_dir
 
@@ -78,6 +79,10 @@ class JsonRpcPeer:
             "add_peer": self.add_peer,
             "peers": self.peers,
             "shutdown": self.shutdown,
+            "send_file": self.send_file,
+            "fetch_file": self.fetch_file,
+            "cancel_file": self.cancel_file,
+            "files": self.files,
         }
 
     # -- events -> notifications -------------------------------------------------
@@ -91,10 +96,10 @@ class JsonRpcPeer:
         match event:
             case MessagesDelivered(messages=messages):
                 for message in messages:
-                    self.notify("delivered", message.to_json())
+                    self.notify("delivered", message_json(message))
             case MessagesUpdated(messages=messages):
                 for message in messages:
-                    self.notify("updated", message.to_json())
+                    self.notify("updated", message_json(message))
             case GroupsDiscovered(groups):
                 for group in groups:
                     self.notify("group_discovered", {
@@ -111,6 +116,8 @@ class JsonRpcPeer:
                 self.notify("warning", {"gid": gid, "text": text})
             case TopicChanged(gid, topic, by):
                 self.notify("topic_changed", {"gid": gid, "topic": topic, "by": by})
+            case FileProgress(gid, mid, state, held, size):
+                self.notify("file_progress", {"gid": gid, "mid": mid, "state": state, "bytes": held, "size": size})
 
     # -- methods ------------------------------------------------------------------------
 
@@ -154,14 +161,7 @@ class JsonRpcPeer:
     def send(self, params: dict) -> dict:
         gid = _param(params, "gid", str)
         text = _param(params, "text", str)
-        parent_text = params.get("parent")
-        if parent_text is not None and not isinstance(parent_text, str):
-            raise RpcError(INVALID_PARAMS, "bad parent: 'parent' must be a mid string '<pid>:<seqno>' or null")
-        try:
-            parent = parse_mid(parent_text) if parent_text is not None else None
-        except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
-        return {"mid": format_mid(self.running.send(gid, text, parent))}
+        return {"mid": format_mid(self.running.send(gid, text, _parent_param(params)))}
 
     def edit(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)
@@ -184,7 +184,7 @@ class JsonRpcPeer:
         return {"mid": format_mid(self.running.set_topic(gid, _param(params, "text", str)))}
 
     def history(self, params: dict) -> list:
-        return [message.to_json() for message in self.running.history(_param(params, "gid", str))]
+        return [message_json(message) for message in self.running.history(_param(params, "gid", str))]
 
     def export_log(self, params: dict) -> dict:
         path = _param(params, "path", str)
@@ -203,6 +203,22 @@ class JsonRpcPeer:
     def advertise(self, params: dict) -> dict:
         self.running.advertise()
         return {}
+
+    async def send_file(self, params: dict) -> dict:
+        gid, path = _param(params, "gid", str), _param(params, "path", str)
+        mid, sha256 = await self.running.send_file(gid, path, _parent_param(params))
+        return {"mid": format_mid(mid), "sha256": sha256}
+
+    def fetch_file(self, params: dict) -> dict:
+        gid, mid = _param(params, "gid", str), _mid_param(params)
+        return self.running.fetch_file(gid, mid, _optional_str(params, "dest"))
+
+    def cancel_file(self, params: dict) -> dict:
+        gid, mid = _param(params, "gid", str), _mid_param(params)
+        return self.running.cancel_file(gid, mid)
+
+    def files(self, params: dict) -> list:
+        return self.running.file_list(_param(params, "gid", str))
 
     def shutdown(self, params: dict) -> dict:
         self.stopping.set()
@@ -285,6 +301,17 @@ class JsonRpcPeer:
         return {"jsonrpc": "2.0", "id": rid, "result": result} if "id" in request else None
 
 
+def message_json(message: ChatMessage) -> dict:
+    """A message as JSON-RPC shows it: a file offer (middleware.files) has its fields as ``file``."""
+    row = message.to_json()
+    if is_offer_text(message.text):
+        try:
+            row["file"] = parse_offer(message.text).to_json()
+        except OfferError:
+            pass
+    return row
+
+
 def _param(params: dict, key: str, kind: type) -> Any:
     value = params.get(key)
     if not isinstance(value, kind):
@@ -297,6 +324,16 @@ def _mid_param(params: dict) -> tuple[str, int]:
         return parse_mid(_param(params, "mid", str))
     except ValueError as exc:
         raise RpcError(INVALID_PARAMS, f"bad mid: {exc}") from None
+
+
+def _parent_param(params: dict) -> tuple[str, int] | None:
+    parent_text = params.get("parent")
+    if parent_text is not None and not isinstance(parent_text, str):
+        raise RpcError(INVALID_PARAMS, "bad parent: 'parent' must be a mid string '<pid>:<seqno>' or null")
+    try:
+        return parse_mid(parent_text) if parent_text is not None else None
+    except ValueError as exc:
+        raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
 
 
 def _on_param(params: dict) -> bool:
@@ -427,7 +464,8 @@ async def serve(args: argparse.Namespace) -> int:
     peer = JsonRpcPeer(write)
     data_dir = args.data_dir or default_data_dir()
     name = args.name
-    config = Config(data_dir=data_dir, name=name, iface=args.iface, port=args.port, zeroconf=not args.no_zeroconf)
+    config = Config(data_dir=data_dir, name=name, iface=args.iface, port=args.port, zeroconf=not args.no_zeroconf,
+                    download_dir=args.download_dir, auto_download=args.auto_download, max_file_size=args.max_file_size)
     try:
         manager = GroupManager(config, peer)
         if not manager.name:
@@ -514,6 +552,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="m2mc-peer", description="Headless M2MC peer: JSON-RPC 2.0 on stdin/stdout.")
     add_common_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument("--download-dir", type=Path, default=None,
+                        help="where fetched files go (default: <data dir>/downloads)")
+    parser.add_argument("--auto-download", type=int, default=DEFAULT_AUTO_DOWNLOAD, metavar="BYTES",
+                        help=f"fetch offered files up to this size on their own (default {DEFAULT_AUTO_DOWNLOAD})")
+    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_SIZE, metavar="BYTES",
+                        help=f"refuse to fetch larger files (default {DEFAULT_MAX_FILE_SIZE})")
     args = parser.parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,

@@ -91,8 +91,21 @@ class TopicChanged:
     by: str
 
 
+@dataclass(frozen=True, slots=True)
+class FileProgress:
+    """A file of a group (offered by message ``mid``) at this peer: its ``state`` ("waiting",
+    "fetching", "verifying", "done", "failed", "cancelled") and the ``bytes`` of its ``size`` held.
+    Told at most four times a second per file, and at every change of state."""
+
+    gid: str
+    mid: str
+    state: str
+    bytes: int
+    size: int
+
+
 Event = (MessagesDelivered | MessagesUpdated | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft
-         | SyncProgress | WarningRaised | TopicChanged)
+         | SyncProgress | WarningRaised | TopicChanged | FileProgress)
 
 Listener = Callable[[Event], None]
 """Called on the middleware's event-loop thread, once per event, in the order they happened."""

@@ -37,6 +37,7 @@ from . import crypto, names, rules, wire
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
+from .files import FILE_MARKER
 from .invites import Invite, invite_link, parse_invite
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
@@ -287,14 +288,17 @@ class PeerCore:
         self._membership_changed.add(gid)
         return record
 
-    def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float) -> Mid:
+    def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float, *, offer: bool = False) -> Mid:
         """Compose and queue a message; it is stored and sent by the next flush.  If that
-        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`)."""
+        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`).
+        ``offer``: the text is a file offer (:mod:`middleware.files`), which only send_file writes."""
         channel = self.channel(gid)
         if not isinstance(text, str):
             raise UsageError("text must be a string")
         if text.startswith(OP_MARKER):
             raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
+        if text.startswith(FILE_MARKER) and not offer:
+            raise UsageError("text must not start with the file offer marker (U+0000 'file1'): use send_file")
         if parent is not None and self.ops(gid).is_operation_mid(parent):
             raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
         data = channel.compose(self.name, text, parent, now, wall)

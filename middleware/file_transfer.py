@@ -1,0 +1,775 @@
+"""Files over TCP: the asyncio layer that serves and fetches the chunks :mod:`middleware.files` plans.
+
+Every peer listens on TCP at its unicast endpoint's address and port (the UDP
+endpoint of :mod:`middleware.reach`), so wherever a member's datagrams come from,
+its chunks can be fetched.  One connection carries one file of one group:
+
+1. the client says HELLO (version, gid, offer mid, its public key, a nonce); a
+   server that does not hold the client to be a current member of the group
+   closes the connection, having sent nothing;
+2. the server answers with its public key, a nonce and its signature over both
+   nonces, the group, the file and the client's key; the client checks that the
+   key is the member it meant to reach;
+3. the client answers with its signature over the same and the server's key;
+   the server checks it, then says which chunks it has (HAVE, or NONE).
+
+In a private group every frame after that is sealed with ChaCha20-Poly1305, one
+key per direction derived (HKDF-SHA256) from the group key and both nonces, the
+nonce a frame counter.  Then the client asks for the hash list and for chunks;
+the server pushes HAVE_ONE as it gets chunks of its own.
+
+State lives in ``<data dir>/files/``: per transfer a JSON record, the hash list
+and a bitmap of the chunks held (one byte each), beside the partial file
+``<final name>.part``; a chunk is written before its byte in the bitmap, so
+after a kill -9 the bitmap never claims a chunk that is not on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import mimetypes
+import os
+import random
+import shutil
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import msgpack
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.exceptions import InvalidTag
+
+from . import clock, crypto
+from .events import FileProgress
+from .files import (DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, FILE_MARKER, HASH_BYTES, MAX_CHUNK, MAX_CHUNKS, Caps,
+                    ChunkPlan, FileOffer, OfferError, ProgressGate, check_fetch, chunk_size_for, leaf_hash,
+                    parse_offer, safe_name, split_leaves, tree_root, unique_name)
+from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
+
+if TYPE_CHECKING:
+    from .peer_core import PeerCore
+
+log = logging.getLogger(__name__)
+
+VERSION = "m2mc-file1"
+HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING = range(1, 13)
+MAX_FRAME = MAX_CHUNK + 64
+MAX_HANDSHAKE_FRAME = 4096
+HANDSHAKE_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 5.0
+WINDOW = 8  # chunks asked of one source before its answers come
+MAX_SOURCES = 8  # connections one download keeps
+MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
+UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
+MAX_UPLOADS = 32
+RETRY_SOURCE = 2.0  # a member that had nothing (or was unreachable) is asked again after this
+_INDEX = struct.Struct(">I")
+_LENGTH = struct.Struct(">I")
+
+
+class TransferError(Exception):
+    """The other side broke the protocol, or is not who it should be: the connection is closed."""
+
+
+# -- framing ---------------------------------------------------------------------------
+
+
+class _Seal:
+    """One direction of a private group's stream: ChaCha20-Poly1305, the nonce a frame counter."""
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = ChaCha20Poly1305(key)
+        self._counter = 0
+
+    def seal(self, body: bytes) -> bytes:
+        nonce = self._counter.to_bytes(12, "big")
+        self._counter += 1
+        return self._aead.encrypt(nonce, body, None)
+
+    def open(self, body: bytes) -> bytes:
+        nonce = self._counter.to_bytes(12, "big")
+        self._counter += 1
+        try:
+            return self._aead.decrypt(nonce, body, None)
+        except InvalidTag:
+            raise TransferError("a sealed frame does not open") from None
+
+
+def _session_keys(group_key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[bytes, bytes]:
+    """(client to server, server to client) keys of one connection."""
+    out = []
+    for info in (b"m2mc-file c2s", b"m2mc-file s2c"):
+        out.append(HKDF(algorithm=hashes.SHA256(), length=32, salt=nonce_c + nonce_s, info=info).derive(group_key))
+    return out[0], out[1]
+
+
+class _Stream:
+    """Frames (4-byte length, 1-byte type, payload) over an asyncio stream, sealed once keyed."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.seal_out: _Seal | None = None
+        self.seal_in: _Seal | None = None
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+    async def read(self, limit: int = MAX_FRAME) -> tuple[int, bytes]:
+        length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
+        if not 1 <= length <= limit + 16:
+            raise TransferError(f"a frame of {length} bytes")
+        body = await self.reader.readexactly(length)
+        self.bytes_in += 4 + length
+        if self.seal_in is not None:
+            body = self.seal_in.open(body)
+        if not body:
+            raise TransferError("an empty frame")
+        return body[0], body[1:]
+
+    def write(self, kind: int, *parts: bytes | memoryview) -> None:
+        if self.seal_out is not None:
+            body = self.seal_out.seal(bytes([kind]) + b"".join(parts))
+            self.writer.write(_LENGTH.pack(len(body)) + body)
+            self.bytes_out += 4 + len(body)
+            return
+        length = 1 + sum(len(p) for p in parts)
+        self.writer.write(_LENGTH.pack(length) + bytes([kind]))
+        for part in parts:
+            self.writer.write(part)
+        self.bytes_out += 4 + length
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _server_signed(gid: str, mid: str, nonce_c: bytes, nonce_s: bytes, client_key: bytes) -> bytes:
+    return b"\0".join([b"m2mc-file-server", gid.encode(), mid.encode(), nonce_c, nonce_s, client_key])
+
+
+def _client_signed(gid: str, mid: str, nonce_c: bytes, nonce_s: bytes, server_key: bytes) -> bytes:
+    return b"\0".join([b"m2mc-file-client", gid.encode(), mid.encode(), nonce_c, nonce_s, server_key])
+
+
+# -- transfers ---------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Source:
+    pid: str
+    stream: _Stream | None  # None while connecting
+    outstanding: int = 0
+
+
+@dataclass(eq=False)
+class Transfer:
+    """One file of one group at this peer: offered by it, or being (or done being) fetched."""
+
+    gid: str
+    mid: Mid
+    offer: FileOffer
+    role: str  # "offer" or "download"
+    path: Path  # the file offered, or the download's final name
+    state: str  # "waiting", "fetching", "verifying", "done", "failed", "cancelled"
+    have: bytearray
+    leaves: list[bytes] | None = None
+    error: str = ""
+    received: int = 0  # chunk bytes received (good, bad and needless), over every run
+    uploaded: int = 0
+    plan: ChunkPlan | None = None
+    sources: dict[str, _Source] = field(default_factory=dict)
+    retry_at: dict[str, float] = field(default_factory=dict)
+    subscribers: set[_Stream] = field(default_factory=set)
+    task: asyncio.Task | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    part_fd: int | None = None
+    bitmap_fd: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.gid}-{self.mid[0]}-{self.mid[1]}"
+
+    @property
+    def part(self) -> Path:
+        return self.path.with_name(self.path.name + ".part")
+
+    @property
+    def held_bytes(self) -> int:
+        offer = self.offer
+        return sum(offer.chunk_length(i) for i in range(offer.chunks) if self.have[i]) if offer.size else 0
+
+    def to_json(self) -> dict:
+        holders = sorted(pid for pid, own in (self.plan.sources.items() if self.plan else []) if any(own))
+        return {"gid": self.gid, "mid": format_mid(self.mid), **self.offer.to_json(), "role": self.role,
+                "state": self.state, "bytes": self.held_bytes, "received": self.received, "uploaded": self.uploaded,
+                "holders": holders, "path": str(self.path), "error": self.error,
+                "bad_chunks": self.plan.bad_chunks if self.plan else 0}
+
+
+def offer_from_file(path: Path) -> tuple[FileOffer, list[bytes]]:
+    """Read ``path`` once: its offer (SHA-256, chunk size, tree root) and its leaves.  Blocking."""
+    size = path.stat().st_size
+    chunk = chunk_size_for(size)
+    whole = hashlib.sha256()
+    leaves = []
+    with path.open("rb") as source:
+        while True:
+            data = source.read(chunk)
+            if not data:
+                break
+            whole.update(data)
+            leaves.append(leaf_hash(data))
+    if not leaves:
+        leaves = [leaf_hash(b"")]
+    if len(leaves) > MAX_CHUNKS:
+        raise UsageError(f"{path} grew while it was read")
+    mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return FileOffer(safe_name(path.name), size, mime, whole.hexdigest(), chunk, tree_root(leaves).hex()), leaves
+
+
+class FileService:
+    """Serves and fetches the files of one peer's groups; driven by the peer's event loop."""
+
+    def __init__(self, core: PeerCore, data_dir: Path, listener: Callable, *, download_dir: Path | None = None,
+                 auto_download: int = DEFAULT_AUTO_DOWNLOAD, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+                 rng: random.Random | None = None) -> None:
+        self.core = core
+        self.dir = Path(data_dir) / "files"
+        self.download_dir = Path(download_dir) if download_dir else Path(data_dir) / "downloads"
+        self.listener = listener
+        self.auto_download = auto_download
+        self.max_file_size = max_file_size
+        self._rng = rng or random.Random()
+        self.transfers: dict[tuple[str, Mid], Transfer] = {}
+        self.caps = Caps(UPLOADS_PER_PEER, MAX_UPLOADS)
+        self.progress = ProgressGate()
+        self.server: asyncio.base_events.Server | None = None
+        self.port: int | None = None
+        self.offers_rejected = 0
+        self.strangers_refused = 0
+        self.handshakes_failed = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_FRAME + 64)
+            self.port = port
+        except OSError as exc:
+            log.warning("files: cannot listen on TCP %s:%d (%s): this peer fetches files but serves none",
+                        host, port, exc)
+        for record in sorted(self.dir.glob("*.json")):
+            try:
+                self._restore(record)
+            except (OSError, ValueError, KeyError, OfferError) as exc:
+                log.warning("files: cannot resume %s: %s", record.name, exc)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self.server is not None:
+            self.server.close()
+        for transfer in self.transfers.values():
+            if transfer.task is not None:
+                transfer.task.cancel()
+            self._drop_sources(transfer)
+            for stream in list(transfer.subscribers):
+                stream.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for transfer in self.transfers.values():
+            self._close_fds(transfer)
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- what the user asks ---------------------------------------------------------------
+
+    async def offer(self, gid: str, path: str, parent: Mid | None, send: Callable[[str, str, Mid | None], Mid]
+                    ) -> tuple[Mid, str]:
+        """Offer the file at ``path`` in ``gid`` (a reply to ``parent``): hashed off the loop, then
+        posted by ``send(gid, text, parent)``; served from ``path`` from then on."""
+        self.core.channel(gid)
+        source = Path(path).expanduser()
+        if not source.is_file():
+            raise UsageError(f"not a file: {path}")
+        try:
+            offer, leaves = await asyncio.get_running_loop().run_in_executor(None, offer_from_file, source)
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        mid = send(gid, offer.to_text(), parent)
+        transfer = Transfer(gid, mid, offer, "offer", source.resolve(), "done", bytearray(b"\x01" * offer.chunks),
+                            leaves)
+        self.transfers[(gid, mid)] = transfer
+        self._save(transfer, leaves=True, bitmap=True)
+        return mid, offer.sha256
+
+    def fetch(self, gid: str, mid: Mid, dest: str | None = None) -> Transfer:
+        """Start (or resume) fetching the file offered by ``mid``; ``dest`` a folder or a file name."""
+        self.core.channel(gid)
+        transfer = self.transfers.get((gid, mid))
+        if transfer is not None:
+            if transfer.state in ("failed", "cancelled"):
+                transfer.state, transfer.error = "waiting", ""
+                self._start(transfer)
+            return transfer
+        offer = self._offer_of(gid, mid)
+        if mid[0] == self.core.pid:
+            raise UsageError("this peer offered that file")
+        target = Path(dest).expanduser() if dest else self.download_dir
+        folder, wanted = (target, offer.name) if not dest or target.is_dir() else (target.parent, target.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        check_fetch(offer, self.max_file_size, shutil.disk_usage(folder).free)
+        name = unique_name(wanted, lambda n: (folder / n).exists() or (folder / (n + ".part")).exists()
+                           or any(t.path == folder / n for t in self.transfers.values()))
+        transfer = Transfer(gid, mid, offer, "download", folder / name, "waiting", bytearray(offer.chunks))
+        self.transfers[(gid, mid)] = transfer
+        self._save(transfer, bitmap=True)
+        self._start(transfer)
+        return transfer
+
+    def cancel(self, gid: str, mid: Mid) -> Transfer:
+        transfer = self.transfers.get((gid, mid))
+        if transfer is None or transfer.role != "download":
+            raise UsageError(f"no download of {format_mid(mid)} in this group")
+        if transfer.state == "done":
+            return transfer
+        if transfer.task is not None:
+            transfer.task.cancel()
+            transfer.task = None
+        self._drop_sources(transfer)
+        transfer.state = "cancelled"
+        self._close_fds(transfer)
+        for stale in (transfer.part, self.dir / (transfer.key + ".bitmap")):
+            stale.unlink(missing_ok=True)
+        transfer.have = bytearray(transfer.offer.chunks)
+        transfer.plan = None
+        self._save(transfer)
+        self._report(transfer, final=True)
+        return transfer
+
+    def files(self, gid: str) -> list[dict]:
+        self.core.known(gid)
+        rows = {t.mid: t.to_json() for t in self.transfers.values() if t.gid == gid}
+        for message in self.core.store.history(gid):
+            if message.mid not in rows and message.text.startswith(FILE_MARKER):
+                try:
+                    offer = parse_offer(message.text)
+                except OfferError:
+                    continue
+                rows[message.mid] = {"gid": gid, "mid": format_mid(message.mid), **offer.to_json(), "role": "offered",
+                                     "state": "offered", "bytes": 0, "received": 0, "uploaded": 0,
+                                     "holders": [message.mid[0]], "path": "", "error": "", "bad_chunks": 0}
+        return list(rows.values())
+
+    def stats(self) -> dict:
+        return {"file_uploads_refused": self.caps.refused, "file_strangers_refused": self.strangers_refused,
+                "file_handshakes_failed": self.handshakes_failed, "file_offers_rejected": self.offers_rejected,
+                "file_bytes_uploaded": sum(t.uploaded for t in self.transfers.values()),
+                "file_bytes_received": sum(t.received for t in self.transfers.values())}
+
+    # -- what the group delivers -------------------------------------------------------------
+
+    def delivered(self, gid: str, messages: list[ChatMessage]) -> None:
+        """New messages of ``gid``: offers up to the auto-download size are fetched at once."""
+        for message in messages:
+            if not message.text.startswith(FILE_MARKER) or message.sender == self.core.pid:
+                continue
+            try:
+                offer = parse_offer(message.text)
+            except OfferError as exc:
+                self.offers_rejected += 1
+                log.info("files: offer %s refused: %s", format_mid(message.mid), exc)
+                continue
+            if offer.size <= self.auto_download and (gid, message.mid) not in self.transfers:
+                try:
+                    self.fetch(gid, message.mid)
+                except (UsageError, OSError) as exc:
+                    log.warning("files: not fetching %s: %s", offer.name, exc)
+
+    def _offer_of(self, gid: str, mid: Mid) -> FileOffer:
+        found = self.core.store.messages(gid, [mid])
+        if not found or not found[0].text.startswith(FILE_MARKER):
+            raise UsageError(f"no file offer {format_mid(mid)} in this group")
+        try:
+            return parse_offer(found[0].text)
+        except OfferError as exc:
+            raise UsageError(f"message {format_mid(mid)} is not a well-formed file offer: {exc}") from None
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def _save(self, transfer: Transfer, leaves: bool = False, bitmap: bool = False) -> None:
+        base = self.dir / transfer.key
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if leaves and transfer.leaves is not None:
+            base.with_suffix(".hashes").write_bytes(b"".join(transfer.leaves))
+        if bitmap:
+            base.with_suffix(".bitmap").write_bytes(bytes(transfer.have))
+        record = {"gid": transfer.gid, "mid": format_mid(transfer.mid), "offer": transfer.offer.to_text(),
+                  "role": transfer.role, "path": str(transfer.path), "state": transfer.state,
+                  "error": transfer.error, "received": transfer.received}
+        tmp = base.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(base.with_suffix(".json"))
+
+    def _restore(self, record_path: Path) -> None:
+        record = json.loads(record_path.read_text())
+        gid, mid = record["gid"], parse_mid(record["mid"])
+        offer = parse_offer(record["offer"])
+        base = record_path.with_suffix("")
+        have = bytearray(offer.chunks)
+        if (bitmap := base.with_suffix(".bitmap")).exists():
+            have[:] = bitmap.read_bytes()[:offer.chunks].ljust(offer.chunks, b"\0")
+        leaves = None
+        if (hashes_file := base.with_suffix(".hashes")).exists():
+            leaves = split_leaves(hashes_file.read_bytes(), offer)
+        transfer = Transfer(gid, mid, offer, record["role"], Path(record["path"]), record["state"], have, leaves,
+                            record.get("error", ""), int(record.get("received", 0)))
+        self.transfers[(gid, mid)] = transfer
+        if transfer.role == "download" and transfer.state in ("waiting", "fetching", "verifying"):
+            transfer.state = "waiting"
+            self._start(transfer)
+
+    def _close_fds(self, transfer: Transfer) -> None:
+        for fd in (transfer.part_fd, transfer.bitmap_fd):
+            if fd is not None:
+                os.close(fd)
+        transfer.part_fd = transfer.bitmap_fd = None
+
+    # -- fetching ----------------------------------------------------------------------------
+
+    def _start(self, transfer: Transfer) -> None:
+        if transfer.task is None or transfer.task.done():
+            transfer.task = self._spawn(self._download(transfer))
+
+    def _downloading(self) -> int:
+        return sum(1 for t in self.transfers.values() if t.state in ("fetching", "verifying"))
+
+    async def _download(self, transfer: Transfer) -> None:
+        try:
+            while self._downloading() >= MAX_DOWNLOADS:  # the cap on this peer's concurrent downloads
+                transfer.state = "waiting"
+                await asyncio.sleep(0.5)
+            transfer.state = "fetching"
+            self._save(transfer)
+            transfer.part.parent.mkdir(parents=True, exist_ok=True)
+            transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT, 0o600)
+            transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT, 0o600)
+            if transfer.leaves is not None:
+                transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng)
+            self._report(transfer)
+            while True:
+                if transfer.plan is not None and transfer.plan.complete:
+                    if await self._finish(transfer):
+                        return
+                self._connect_sources(transfer)
+                transfer.wake.clear()
+                try:
+                    await asyncio.wait_for(transfer.wake.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+        except asyncio.CancelledError:
+            raise
+        except (OSError, UsageError) as exc:
+            transfer.state, transfer.error = "failed", str(exc)
+            log.warning("files: %s failed: %s", transfer.offer.name, exc)
+            self._drop_sources(transfer)
+            self._close_fds(transfer)
+            self._save(transfer)
+            self._report(transfer, final=True)
+
+    def _connect_sources(self, transfer: Transfer) -> None:
+        now = clock.now()
+        record = self.core.gjlp.groups.get(transfer.gid)
+        if record is None:
+            return
+        candidates = [m.pid for m in record.current() if m.pid != self.core.pid]
+        candidates.sort(key=lambda pid: pid != transfer.mid[0])  # the offerer first
+        dropped = transfer.plan.dropped if transfer.plan else set()
+        for pid in candidates:
+            if len(transfer.sources) >= MAX_SOURCES:
+                break
+            if pid in transfer.sources or pid in dropped or transfer.retry_at.get(pid, 0.0) > now:
+                continue
+            address = self.core.reach.address_of(pid, now)
+            if address is None:
+                continue
+            transfer.retry_at[pid] = now + RETRY_SOURCE
+            transfer.sources[pid] = _Source(pid, None)
+            self._spawn(self._fetch_from(transfer, pid, address.host, address.port))
+
+    async def _fetch_from(self, transfer: Transfer, pid: str, host: str, port: int) -> None:
+        stream: _Stream | None = None
+        try:
+            stream = await self._connect(transfer, pid, host, port)
+            if stream is None:
+                return
+            source = transfer.sources[pid] = _Source(pid, stream)
+            kind, payload = await stream.read()
+            if kind != HAVE:
+                return  # NONE or BUSY: asked again later
+            if transfer.leaves is None:
+                stream.write(GET_HASHES)
+                await stream.writer.drain()
+                while True:
+                    kind, data = await stream.read()
+                    if kind == HASHES:
+                        break
+                try:
+                    transfer.leaves = split_leaves(data, transfer.offer)
+                except OfferError as exc:
+                    log.warning("files: %s sent a bad hash list: %s", pid, exc)
+                    transfer.retry_at[pid] = clock.now() + 60.0
+                    return
+                self._save(transfer, leaves=True)
+                transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng)
+            plan = transfer.plan
+            assert plan is not None
+            plan.add_source(pid, payload)
+            self._pump(transfer)
+            while transfer.state == "fetching":
+                kind, data = await stream.read()
+                if kind == CHUNK:
+                    source.outstanding -= 1
+                    self._take_chunk(transfer, pid, _INDEX.unpack_from(data)[0], memoryview(data)[4:])
+                    if pid in plan.dropped:
+                        return
+                elif kind == HAVE_ONE:
+                    plan.source_has(pid, _INDEX.unpack(data)[0])
+                elif kind == MISSING:
+                    source.outstanding -= 1
+                    plan.inflight.pop(_INDEX.unpack(data)[0], None)
+                self._pump(transfer)
+                if plan.complete:
+                    transfer.wake.set()
+                    return
+        except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError) as exc:
+            log.debug("files: source %s of %s: %s", pid, transfer.offer.name, exc)
+        finally:
+            current = transfer.sources.get(pid)
+            if current is not None and (stream is None or current.stream is stream or current.stream is None):
+                del transfer.sources[pid]
+            if transfer.plan is not None:
+                transfer.plan.drop_source(pid)
+                self._pump(transfer)
+            if stream is not None:
+                stream.close()
+            transfer.wake.set()
+
+    async def _connect(self, transfer: Transfer, pid: str, host: str, port: int) -> _Stream | None:
+        """The handshake, client side: a stream to ``pid`` proven to be it, sealed in a private group."""
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=MAX_FRAME + 64),
+                                                CONNECT_TIMEOUT)
+        stream = _Stream(reader, writer)
+        try:
+            gid, mid = transfer.gid, format_mid(transfer.mid)
+            identity = self.core.identity
+            nonce_c = os.urandom(32)
+            stream.write(HELLO, msgpack.packb([VERSION, gid, mid, identity.public_key, nonce_c]))
+            kind, payload = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
+            fields = msgpack.unpackb(payload)
+            if kind != CHALLENGE or type(fields) is not list or len(fields) != 3:
+                raise TransferError("expected a challenge")
+            server_key, nonce_s, signature = fields
+            if not isinstance(server_key, bytes) or crypto.pid_of(server_key) != pid or not isinstance(nonce_s, bytes) \
+                    or len(nonce_s) != 32 or not isinstance(signature, bytes) \
+                    or not crypto.verify(server_key, signature, _server_signed(gid, mid, nonce_c, nonce_s,
+                                                                               identity.public_key)):
+                self.handshakes_failed += 1
+                raise TransferError(f"the server at {host}:{port} did not prove it is {pid}")
+            stream.write(PROOF, identity.sign(_client_signed(gid, mid, nonce_c, nonce_s, server_key)))
+            key = self.core.store.group_key(gid)
+            if key:
+                to_server, to_client = _session_keys(key, nonce_c, nonce_s)
+                stream.seal_out, stream.seal_in = _Seal(to_server), _Seal(to_client)
+            await writer.drain()
+            return stream
+        except BaseException:
+            stream.close()
+            raise
+
+    def _pump(self, transfer: Transfer) -> None:
+        """Ask every connected source for as many chunks as its window has room for."""
+        plan = transfer.plan
+        if plan is None or transfer.state != "fetching":
+            return
+        for source in list(transfer.sources.values()):
+            if source.stream is None or source.outstanding > WINDOW // 2:
+                continue
+            for index in plan.pick(source.pid, WINDOW - source.outstanding):
+                source.stream.write(GET, _INDEX.pack(index))
+                source.outstanding += 1
+
+    def _take_chunk(self, transfer: Transfer, pid: str, index: int, data: memoryview) -> None:
+        plan = transfer.plan
+        assert plan is not None and transfer.leaves is not None
+        transfer.received += len(data)
+        if not 0 <= index < plan.count or len(data) != transfer.offer.chunk_length(index):
+            plan.received(pid, index, b"", transfer.leaves)  # counted as bad
+            return
+        if not plan.received(pid, index, data, transfer.leaves):
+            return
+        assert transfer.part_fd is not None and transfer.bitmap_fd is not None
+        os.pwrite(transfer.part_fd, data, index * transfer.offer.chunk_size)
+        os.pwrite(transfer.bitmap_fd, b"\x01", index)  # after the chunk: never claims what is not there
+        plan.stored(index)
+        for subscriber in list(transfer.subscribers):
+            subscriber.write(HAVE_ONE, _INDEX.pack(index))
+        self._report(transfer)
+
+    async def _finish(self, transfer: Transfer) -> bool:
+        """All chunks held: check the whole file, then give it its name.  False if chunks on disk
+        turned out bad (they are fetched again)."""
+        transfer.state = "verifying"
+        self._drop_sources(transfer)
+        assert transfer.leaves is not None and transfer.plan is not None
+        bad = await asyncio.get_running_loop().run_in_executor(None, _check_part, transfer.part, transfer.offer,
+                                                               transfer.leaves)
+        if bad:
+            log.warning("files: %d chunks of %s were bad on disk; fetching them again", len(bad), transfer.offer.name)
+            for index in bad:
+                transfer.plan.lost(index)
+                assert transfer.bitmap_fd is not None
+                os.pwrite(transfer.bitmap_fd, b"\x00", index)
+            transfer.state = "fetching"
+            return False
+        os.truncate(transfer.part, transfer.offer.size)
+        self._close_fds(transfer)
+        folder = transfer.path.parent
+        while True:  # a hard link never replaces a file that appeared meanwhile
+            try:
+                os.link(transfer.part, transfer.path)
+                break
+            except FileExistsError:
+                transfer.path = folder / unique_name(transfer.path.name, lambda n: (folder / n).exists())
+        transfer.part.unlink()
+        transfer.state = "done"
+        self._save(transfer, bitmap=True)
+        self._report(transfer, final=True)
+        log.info("files: %s done (%d bytes received for %d)", transfer.path, transfer.received, transfer.offer.size)
+        return True
+
+    def _drop_sources(self, transfer: Transfer) -> None:
+        for source in list(transfer.sources.values()):
+            if source.stream is not None:
+                source.stream.close()
+        transfer.sources.clear()
+
+    def _report(self, transfer: Transfer, final: bool = False) -> None:
+        if self.progress.allow(transfer.key, clock.now(), final or transfer.state != "fetching"):
+            self.listener(FileProgress(transfer.gid, format_mid(transfer.mid), transfer.state, transfer.held_bytes,
+                                       transfer.offer.size))
+
+    # -- serving -------------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = _Stream(reader, writer)
+        client = None
+        transfer = None
+        try:
+            kind, payload = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
+            fields = msgpack.unpackb(payload) if kind == HELLO else None
+            if type(fields) is not list or len(fields) != 5 or fields[0] != VERSION:
+                raise TransferError("expected a HELLO")
+            _, gid, mid_text, client_key, nonce_c = fields
+            if not (isinstance(gid, str) and isinstance(mid_text, str) and isinstance(client_key, bytes)
+                    and len(client_key) == 32 and isinstance(nonce_c, bytes) and len(nonce_c) == 32):
+                raise TransferError("a malformed HELLO")
+            record = self.core.gjlp.groups.get(gid)
+            pid = crypto.pid_of(client_key)
+            if record is None or gid not in self.core.joined or not record.is_current(pid):
+                self.strangers_refused += 1  # a stranger gets nothing, not even a signature
+                return
+            nonce_s = os.urandom(32)
+            identity = self.core.identity
+            stream.write(CHALLENGE, msgpack.packb([identity.public_key, nonce_s, identity.sign(
+                _server_signed(gid, mid_text, nonce_c, nonce_s, client_key))]))
+            kind, signature = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
+            if kind != PROOF or not crypto.verify(client_key, signature, _client_signed(
+                    gid, mid_text, nonce_c, nonce_s, identity.public_key)):
+                self.handshakes_failed += 1
+                raise TransferError(f"{pid} did not prove its key")
+            key = self.core.store.group_key(gid)
+            if key:
+                to_server, to_client = _session_keys(key, nonce_c, nonce_s)
+                stream.seal_in, stream.seal_out = _Seal(to_server), _Seal(to_client)
+            try:
+                transfer = self.transfers.get((gid, parse_mid(mid_text)))
+            except ValueError:
+                transfer = None
+            if transfer is None or transfer.leaves is None or transfer.state == "cancelled":
+                transfer = None
+                stream.write(NONE)
+                await writer.drain()
+                return
+            if not self.caps.acquire(pid):
+                stream.write(BUSY)
+                await writer.drain()
+                return
+            client = pid
+            transfer.subscribers.add(stream)
+            stream.write(HAVE, bytes(transfer.have))
+            while not self._closed:
+                await writer.drain()
+                kind, data = await stream.read(64)
+                if kind == GET_HASHES:
+                    stream.write(HASHES, b"".join(transfer.leaves))
+                elif kind == GET:
+                    index = _INDEX.unpack(data)[0]
+                    chunk = self._read_chunk(transfer, index)
+                    if chunk is None:
+                        stream.write(MISSING, data)
+                    else:
+                        stream.write(CHUNK, data, chunk)
+                        transfer.uploaded += len(chunk)
+                else:
+                    raise TransferError(f"unexpected frame {kind}")
+        except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,
+                msgpack.ExtraData, struct.error) as exc:
+            log.debug("files: serving: %s", exc)
+        finally:
+            if transfer is not None:
+                transfer.subscribers.discard(stream)
+            if client is not None:
+                self.caps.release(client)
+            stream.close()
+
+    def _read_chunk(self, transfer: Transfer, index: int) -> bytes | None:
+        if not 0 <= index < len(transfer.have) or not transfer.have[index]:
+            return None
+        offer = transfer.offer
+        path = transfer.part if transfer.role == "download" and transfer.state != "done" else transfer.path
+        try:
+            with open(path, "rb") as source:
+                return os.pread(source.fileno(), offer.chunk_length(index), index * offer.chunk_size)
+        except OSError:
+            return None
+
+
+def _check_part(part: Path, offer: FileOffer, leaves: list[bytes]) -> list[int]:
+    """The chunks of ``part`` that do not match their leaf ([] when the whole file is right).  Blocking."""
+    whole = hashlib.sha256()
+    bad = []
+    with part.open("rb") as source:
+        for index in range(offer.chunks):
+            data = source.read(offer.chunk_length(index))
+            whole.update(data)
+            if leaf_hash(data) != leaves[index]:
+                bad.append(index)
+    if not bad and whole.hexdigest() != offer.sha256:
+        raise UsageError(f"{offer.name}: every chunk matches the offer's tree but the file's SHA-256 does not: "
+                         "the offer is inconsistent")
+    return bad
+
+
+__all__ = ["FileService", "Transfer", "offer_from_file", "HASH_BYTES"]
