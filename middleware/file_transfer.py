@@ -68,7 +68,8 @@ MAX_SOURCES = 8  # connections one download keeps
 MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
 MAX_UPLOADS = 32
-RETRY_SOURCE = 2.0  # a member that had nothing (or was unreachable) is asked again after this
+RETRY_SOURCE = 0.5
+LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list  # a member that had nothing (or was unreachable) is asked again after this
 _INDEX = struct.Struct(">I")
 _LENGTH = struct.Struct(">I")
 
@@ -185,6 +186,7 @@ class Transfer:
     sources: dict[str, _Source] = field(default_factory=dict)
     retry_at: dict[str, float] = field(default_factory=dict)
     subscribers: set[_Stream] = field(default_factory=set)
+    holders: set[str] = field(default_factory=set)  # members that said they hold chunks of it
     task: asyncio.Task | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     part_fd: int | None = None
@@ -204,10 +206,9 @@ class Transfer:
         return sum(offer.chunk_length(i) for i in range(offer.chunks) if self.have[i]) if offer.size else 0
 
     def to_json(self) -> dict:
-        holders = sorted(pid for pid, own in (self.plan.sources.items() if self.plan else []) if any(own))
         return {"gid": self.gid, "mid": format_mid(self.mid), **self.offer.to_json(), "role": self.role,
                 "state": self.state, "bytes": self.held_bytes, "received": self.received, "uploaded": self.uploaded,
-                "holders": holders, "path": str(self.path), "error": self.error,
+                "holders": sorted(self.holders), "path": str(self.path), "error": self.error,
                 "bad_chunks": self.plan.bad_chunks if self.plan else 0}
 
 
@@ -466,7 +467,7 @@ class FileService:
             transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT, 0o600)
             transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT, 0o600)
             if transfer.leaves is not None:
-                transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng)
+                transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng, transfer.mid[0])
             self._report(transfer)
             while True:
                 if transfer.plan is not None and transfer.plan.complete:
@@ -532,10 +533,12 @@ class FileService:
                     transfer.retry_at[pid] = clock.now() + 60.0
                     return
                 self._save(transfer, leaves=True)
-                transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng)
+                transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng, transfer.mid[0])
             plan = transfer.plan
             assert plan is not None
             plan.add_source(pid, payload)
+            if any(payload):
+                transfer.holders.add(pid)
             self._pump(transfer)
             while transfer.state == "fetching":
                 kind, data = await stream.read()
@@ -546,6 +549,7 @@ class FileService:
                         return
                 elif kind == HAVE_ONE:
                     plan.source_has(pid, _INDEX.unpack(data)[0])
+                    transfer.holders.add(pid)
                 elif kind == MISSING:
                     source.outstanding -= 1
                     plan.inflight.pop(_INDEX.unpack(data)[0], None)
@@ -707,6 +711,10 @@ class FileService:
                 transfer = self.transfers.get((gid, parse_mid(mid_text)))
             except ValueError:
                 transfer = None
+            for _ in range(LEAVES_WAIT):  # a receiver that started at the same time: soon a holder
+                if transfer is None or transfer.leaves is not None or transfer.state != "fetching":
+                    break
+                await asyncio.sleep(0.1)
             if transfer is None or transfer.leaves is None or transfer.state == "cancelled":
                 transfer = None
                 stream.write(NONE)

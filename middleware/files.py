@@ -218,15 +218,17 @@ class ChunkPlan:
     """Which chunks one download still needs, which source has which, and what to ask whom.
 
     Sources are the members connected for this file, each with the bitmap it announced and
-    its updates.  A chunk is asked of one source at a time.  A source holding every chunk (a
-    seed: the offerer, or a member that has finished) is asked only for chunks no other source
-    has, so receivers fetching together trade chunks among themselves and the offerer uploads
-    each chunk about once.  A source that serves a bad chunk is never asked for that chunk again,
-    and after :data:`BAD_CHUNKS_TO_DROP` of them not at all.
+    its updates.  A chunk is asked of one source at a time.  The offerer (``spare``) is asked
+    only for chunks no other connected source holds, so receivers fetching together trade
+    chunks among themselves and the offerer uploads each chunk about once.  A source that
+    serves a bad chunk is never asked for that chunk again, and after
+    :data:`BAD_CHUNKS_TO_DROP` of them not at all.
     """
 
-    def __init__(self, count: int, have: bytearray | None = None, rng: random.Random | None = None) -> None:
+    def __init__(self, count: int, have: bytearray | None = None, rng: random.Random | None = None,
+                 spare: str | None = None) -> None:
         self.count = count
+        self.spare = spare
         self.have = have if have is not None else bytearray(count)
         self._rng = rng or random.Random()
         order = [i for i in range(count) if not self.have[i]]
@@ -275,17 +277,13 @@ class ChunkPlan:
         for index in [i for i, source in self.inflight.items() if source == pid]:
             del self.inflight[index]
 
-    def is_seed(self, pid: str) -> bool:
-        own = self.sources.get(pid)
-        return own is not None and all(own)
-
     def pick(self, pid: str, limit: int) -> list[int]:
         """Up to ``limit`` chunks to ask of ``pid`` now (marked in flight)."""
         own = self.sources.get(pid)
         if own is None or limit <= 0:
             return []
-        # A seed is asked only for what no other receiver holds: they serve each other the rest.
-        others = [(other, o) for other, o in self.sources.items() if other != pid and not all(o)] if all(own) else []
+        # The offerer is asked only for what no other source holds: the receivers serve each other the rest.
+        others = [(other, o) for other, o in self.sources.items() if other != pid] if pid == self.spare else []
         picked: list[int] = []
         for index in self._missing:
             if index in self.inflight or not own[index]:
