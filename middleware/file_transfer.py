@@ -671,6 +671,8 @@ class FileService:
 
     def _report(self, transfer: Transfer, final: bool = False) -> None:
         if self.progress.allow(transfer.key, clock.now(), final or transfer.state != "fetching"):
+            if transfer.role == "download" and transfer.state == "fetching":
+                self._save(transfer)  # what was received so far, for the bound over every run
             self.listener(FileProgress(transfer.gid, format_mid(transfer.mid), transfer.state, transfer.held_bytes,
                                        transfer.offer.size))
 
