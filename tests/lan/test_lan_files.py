@@ -2,8 +2,8 @@
 
 Ann offers a 20 MB file in a group of four; Bob and Cat fetch it on their own
 (under their auto-download size), Dan only when asked.  Every link is held to
-200 Mbit/s (tc) so that a transfer lasts long enough to be cut: Bob is killed
-(SIGKILL) halfway and restarted, and resumes, receiving no more than 1.1x the
+200 Mbit/s (tc) so that a transfer lasts long enough to be cut: Bob and Ann are
+killed (SIGKILL) when Bob is halfway, and restarted; Bob resumes, receiving no more than 1.1x the
 file in all (TCP payload counted by iptables in his namespace, across both
 runs).  Ann then shuts down, and Dan fetches the file from the members that hold
 it.  Every copy's SHA-256 is checked.  Eve, who is not a member, gets nothing:
@@ -111,7 +111,9 @@ def test_a_file_reaches_three_members_one_resumes_after_kill_one_fetches_from_ho
             assert shown["file"]["name"] == "survey results.bin" and shown["file"]["size"] == SIZE
 
             bob.wait_notification("file_progress", lambda p: p["mid"] == mid and p["bytes"] >= SIZE // 2, timeout=60)
-            bob.kill()
+            bob.kill()  # SIGKILL, both sides at once
+            ann.kill()
+            ann = peers[0] = start(lan, 0, tmp_path, "Ann", int(big))
             bob = peers[1] = start(lan, 1, tmp_path, "Bob", int(big))
             partial = file_row(bob, gid, mid)
             assert SIZE // 2 <= partial["bytes"] < SIZE or partial["state"] == "done", partial
