@@ -145,6 +145,11 @@ class _Stream:
             self.writer.write(part)
         self.bytes_out += 4 + length
 
+    def write_header(self, kind: int, length: int) -> None:
+        """The head of an unsealed frame whose ``length`` bytes of payload the caller writes itself."""
+        self.writer.write(_LENGTH.pack(1 + length) + bytes([kind]))
+        self.bytes_out += 5
+
     def close(self) -> None:
         self.writer.close()
 
@@ -735,13 +740,7 @@ class FileService:
                 if kind == GET_HASHES:
                     stream.write(HASHES, b"".join(transfer.leaves))
                 elif kind == GET:
-                    index = _INDEX.unpack(data)[0]
-                    chunk = self._read_chunk(transfer, index)
-                    if chunk is None:
-                        stream.write(MISSING, data)
-                    else:
-                        stream.write(CHUNK, data, chunk)
-                        transfer.uploaded += len(chunk)
+                    transfer.uploaded += await self._send_chunk(stream, transfer, _INDEX.unpack(data)[0])
                 else:
                     raise TransferError(f"unexpected frame {kind}")
         except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,
@@ -754,29 +753,52 @@ class FileService:
                 self.caps.release(client)
             stream.close()
 
-    def _read_chunk(self, transfer: Transfer, index: int) -> bytes | None:
-        if not 0 <= index < len(transfer.have) or not transfer.have[index]:
-            return None
+    async def _send_chunk(self, stream: _Stream, transfer: Transfer, index: int) -> int:
+        """CHUNK (or MISSING) for ``index``; the bytes of chunk sent.  Unsealed, the chunk goes from
+        the file to the socket by sendfile(2), never through this process's memory."""
         offer = transfer.offer
+        if not 0 <= index < len(transfer.have) or not transfer.have[index]:
+            stream.write(MISSING, _INDEX.pack(index))
+            return 0
         path = transfer.part if transfer.role == "download" and transfer.state != "done" else transfer.path
+        length, offset = offer.chunk_length(index), index * offer.chunk_size
         try:
             with open(path, "rb") as source:
-                return os.pread(source.fileno(), offer.chunk_length(index), index * offer.chunk_size)
-        except OSError:
-            return None
+                if os.fstat(source.fileno()).st_size < offset + length:
+                    raise OSError(f"{path} is shorter than the offer")
+                if stream.seal_out is not None:
+                    stream.write(CHUNK, _INDEX.pack(index), os.pread(source.fileno(), length, offset))
+                    return length
+                stream.write_header(CHUNK, 4 + length)
+                stream.writer.write(_INDEX.pack(index))
+                await stream.writer.drain()
+                sent = await asyncio.get_running_loop().sendfile(stream.writer.transport, source, offset, length)
+                if sent != length:
+                    raise TransferError(f"sent {sent} of a chunk's {length} bytes")
+                stream.bytes_out += length
+                return length
+        except OSError as exc:  # gone or changed since: the receivers ask others
+            log.info("files: cannot serve chunk %d of %s: %s", index, path, exc)
+            stream.write(MISSING, _INDEX.pack(index))
+            return 0
 
 
 def _check_part(part: Path, offer: FileOffer, leaves: list[bytes]) -> list[int]:
-    """The chunks of ``part`` that do not match their leaf ([] when the whole file is right).  Blocking."""
+    """The chunks of ``part`` that do not match their leaf ([] when the file's SHA-256 is the offer's).
+    Each chunk was checked when it came: the leaves are read again only if the whole does not match
+    (a power cut between a chunk and its bitmap byte).  Blocking."""
     whole = hashlib.sha256()
+    with part.open("rb") as source:
+        while data := source.read(1 << 20):
+            whole.update(data)
+    if whole.hexdigest() == offer.sha256:
+        return []
     bad = []
     with part.open("rb") as source:
         for index in range(offer.chunks):
-            data = source.read(offer.chunk_length(index))
-            whole.update(data)
-            if leaf_hash(data) != leaves[index]:
+            if leaf_hash(source.read(offer.chunk_length(index))) != leaves[index]:
                 bad.append(index)
-    if not bad and whole.hexdigest() != offer.sha256:
+    if not bad:
         raise UsageError(f"{offer.name}: every chunk matches the offer's tree but the file's SHA-256 does not: "
                          "the offer is inconsistent")
     return bad
