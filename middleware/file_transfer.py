@@ -268,7 +268,7 @@ class FileService:
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_FRAME + 64)
-            self.port = port
+            self.port = self.server.sockets[0].getsockname()[1]
         except OSError as exc:
             log.warning("files: cannot listen on TCP %s:%d (%s): this peer fetches files but serves none",
                         host, port, exc)
@@ -532,13 +532,15 @@ class FileService:
                     if kind == HASHES:
                         break
                 try:
-                    transfer.leaves = split_leaves(data, transfer.offer)
+                    leaves = split_leaves(data, transfer.offer)
                 except OfferError as exc:
                     log.warning("files: %s sent a bad hash list: %s", pid, exc)
                     transfer.retry_at[pid] = clock.now() + 60.0
                     return
-                self._save(transfer, leaves=True)
-                transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng, transfer.mid[0])
+                if transfer.plan is None:  # another source's list may have come first: one plan
+                    transfer.leaves = leaves
+                    self._save(transfer, leaves=True)
+                    transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng, transfer.mid[0])
             plan = transfer.plan
             assert plan is not None
             plan.add_source(pid, payload)

@@ -19,6 +19,7 @@ lives in private namespaces made (and deleted) here.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="plain copy and m2mc, alternating, this many times")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.testbed.lan import Lan, PeerProcess
+    testbed = importlib.import_module("tests.testbed.lan")  # the test bed's peers, not type-checked with the app
+    Lan, PeerProcess = testbed.Lan, testbed.PeerProcess
 
     work = Path(tempfile.mkdtemp(prefix="m2mc-bench-files-"))
     big, small = work / "one.bin", work / "three.bin"
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             began = time.monotonic()
             for peer in peers[1:]:
                 peer.call("fetch_file", {"gid": gid, "mid": mid})
-            done = {}
+            done: dict[str, float] = {}
             while len(done) < 3:
                 for peer in peers[1:]:
                     if peer.name not in done and fetched(peer, gid, mid)["state"] == "done":
