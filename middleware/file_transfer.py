@@ -27,6 +27,7 @@ after a kill -9 the bitmap never claims a chunk that is not on disk.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import logging
@@ -37,7 +38,7 @@ import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import msgpack
 from cryptography.hazmat.primitives import hashes
@@ -120,6 +121,7 @@ class _Stream:
         self.seal_in: _Seal | None = None
         self.bytes_in = 0
         self.bytes_out = 0
+        self._held: list[bytes] | None = None  # frames written while sendfile(2) has the socket
 
     async def read(self, limit: int = MAX_FRAME) -> tuple[int, bytes]:
         length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
@@ -134,6 +136,9 @@ class _Stream:
         return body[0], body[1:]
 
     def write(self, kind: int, *parts: bytes | memoryview) -> None:
+        if self._held is not None:  # asyncio refuses writes during sendfile: they follow it
+            self._held.append(bytes([kind]) + b"".join(parts))
+            return
         if self.seal_out is not None:
             body = self.seal_out.seal(bytes([kind]) + b"".join(parts))
             self.writer.write(_LENGTH.pack(len(body)) + body)
@@ -144,6 +149,16 @@ class _Stream:
         for part in parts:
             self.writer.write(part)
         self.bytes_out += 4 + length
+
+    async def send_file(self, source, offset: int, length: int) -> int:
+        """``length`` bytes of the open file ``source`` from ``offset``, by sendfile(2) (unsealed only)."""
+        self._held = []
+        try:
+            return await asyncio.get_running_loop().sendfile(self.writer.transport, source, offset, length)
+        finally:
+            held, self._held = self._held, None
+            for frame in held:
+                self.write(frame[0], frame[1:])
 
     def write_header(self, kind: int, length: int) -> None:
         """The head of an unsealed frame whose ``length`` bytes of payload the caller writes itself."""
@@ -196,6 +211,9 @@ class Transfer:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     part_fd: int | None = None
     bitmap_fd: int | None = None
+    whole: Any = None  # SHA-256 of the chunks held from the start on, hashed by a worker thread
+    whole_at: int = 0  # the first chunk not in ``whole``
+    whole_job: asyncio.Future | None = None
 
     @property
     def key(self) -> str:
@@ -261,6 +279,9 @@ class FileService:
         self.handshakes_failed = 0
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        # The whole file's SHA-256 is taken as the chunks come, on a thread of its own (hashlib lets go of
+        # the GIL): it runs beside the loop that receives and checks the chunks.
+        self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-files")
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -292,6 +313,7 @@ class FileService:
             task.cancel()
         for transfer in self.transfers.values():
             self._close_fds(transfer)
+        self._hasher.shutdown(wait=False, cancel_futures=True)
 
     def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -472,7 +494,9 @@ class FileService:
             transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT, 0o600)
             transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT, 0o600)
             if transfer.leaves is not None:
-                transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng, transfer.mid[0])
+                transfer.plan = self._plan(transfer)
+            transfer.whole, transfer.whole_at = hashlib.sha256(), 0
+            self._hash_ahead(transfer)
             self._report(transfer)
             while True:
                 if transfer.plan is not None and transfer.plan.complete:
@@ -493,6 +517,9 @@ class FileService:
             self._close_fds(transfer)
             self._save(transfer)
             self._report(transfer, final=True)
+
+    def _plan(self, transfer: Transfer) -> ChunkPlan:
+        return ChunkPlan(transfer.offer.chunks, transfer.have, spare=transfer.mid[0], me=self.core.pid)
 
     def _connect_sources(self, transfer: Transfer) -> None:
         now = clock.now()
@@ -540,7 +567,7 @@ class FileService:
                 if transfer.plan is None:  # another source's list may have come first: one plan
                     transfer.leaves = leaves
                     self._save(transfer, leaves=True)
-                    transfer.plan = ChunkPlan(transfer.offer.chunks, transfer.have, self._rng, transfer.mid[0])
+                    transfer.plan = self._plan(transfer)
             plan = transfer.plan
             assert plan is not None
             plan.add_source(pid, payload)
@@ -634,9 +661,37 @@ class FileService:
         os.pwrite(transfer.part_fd, data, index * transfer.offer.chunk_size)
         os.pwrite(transfer.bitmap_fd, b"\x01", index)  # after the chunk: never claims what is not there
         plan.stored(index)
+        self._hash_ahead(transfer)
         for subscriber in list(transfer.subscribers):
             subscriber.write(HAVE_ONE, _INDEX.pack(index))
         self._report(transfer)
+
+    def _hash_ahead(self, transfer: Transfer) -> None:
+        """Hash, on the worker thread, the chunks held next to what the whole-file hash has taken."""
+        whole = transfer.whole
+        if transfer.whole_job is not None or whole is None:
+            return
+        start = end = transfer.whole_at
+        while end < transfer.offer.chunks and transfer.have[end]:
+            end += 1
+        if end == start:
+            return
+        offer = transfer.offer
+        job = asyncio.get_running_loop().run_in_executor(
+            self._hasher, _hash_range, whole, transfer.part, start * offer.chunk_size,
+            min(offer.size, end * offer.chunk_size))
+        transfer.whole_job = job
+
+        def done(finished: asyncio.Future) -> None:
+            transfer.whole_job = None
+            if transfer.whole is not whole or finished.cancelled() or finished.exception() is not None:
+                transfer.whole = None  # cancelled, or the file is gone: the final check reads it all
+                return
+            transfer.whole_at = end
+            self._hash_ahead(transfer)
+            transfer.wake.set()
+
+        job.add_done_callback(done)
 
     async def _finish(self, transfer: Transfer) -> bool:
         """All chunks held: check the whole file, then give it its name.  False if chunks on disk
@@ -644,8 +699,18 @@ class FileService:
         transfer.state = "verifying"
         self._drop_sources(transfer)
         assert transfer.leaves is not None and transfer.plan is not None
+        while transfer.whole is not None and transfer.whole_at < transfer.offer.chunks:
+            self._hash_ahead(transfer)
+            job = transfer.whole_job
+            if job is None:
+                break
+            await asyncio.wait([job])
+            await asyncio.sleep(0)  # its done callback, which moves whole_at on, runs first
+        done = transfer.whole is not None and transfer.whole_at == transfer.offer.chunks
+        sha256 = transfer.whole.hexdigest() if done else None  # else _check_part reads the file whole
         bad = await asyncio.get_running_loop().run_in_executor(None, _check_part, transfer.part, transfer.offer,
-                                                               transfer.leaves)
+                                                               transfer.leaves, sha256)
+        transfer.whole, transfer.whole_at = hashlib.sha256(), 0
         if bad:
             log.warning("files: %d chunks of %s were bad on disk; fetching them again", len(bad), transfer.offer.name)
             for index in bad:
@@ -774,7 +839,7 @@ class FileService:
                 stream.write_header(CHUNK, 4 + length)
                 stream.writer.write(_INDEX.pack(index))
                 await stream.writer.drain()
-                sent = await asyncio.get_running_loop().sendfile(stream.writer.transport, source, offset, length)
+                sent = await stream.send_file(source, offset, length)
                 if sent != length:
                     raise TransferError(f"sent {sent} of a chunk's {length} bytes")
                 stream.bytes_out += length
@@ -785,15 +850,30 @@ class FileService:
             return 0
 
 
-def _check_part(part: Path, offer: FileOffer, leaves: list[bytes]) -> list[int]:
-    """The chunks of ``part`` that do not match their leaf ([] when the file's SHA-256 is the offer's).
-    Each chunk was checked when it came: the leaves are read again only if the whole does not match
-    (a power cut between a chunk and its bitmap byte).  Blocking."""
-    whole = hashlib.sha256()
-    with part.open("rb") as source:
-        while data := source.read(1 << 20):
+def _hash_range(whole: Any, path: Path, start: int, end: int) -> None:
+    """Feed bytes ``start`` to ``end`` of ``path`` to ``whole``.  Blocking (the worker thread)."""
+    with open(path, "rb") as source:
+        source.seek(start)
+        while start < end:
+            data = source.read(min(1 << 20, end - start))
+            if not data:
+                raise OSError(f"{path} ends before byte {end}")
             whole.update(data)
-    if whole.hexdigest() == offer.sha256:
+            start += len(data)
+
+
+def _check_part(part: Path, offer: FileOffer, leaves: list[bytes], sha256: str | None) -> list[int]:
+    """The chunks of ``part`` that do not match their leaf ([] when the file's SHA-256 is the offer's).
+    ``sha256``: the file's, if taken as it came (else it is read here).  Each chunk was checked
+    when it came: the leaves are read again only if the whole does not match (a power cut between
+    a chunk and its bitmap byte).  Blocking."""
+    if sha256 is None:
+        whole = hashlib.sha256()
+        with part.open("rb") as source:
+            while data := source.read(1 << 20):
+                whole.update(data)
+        sha256 = whole.hexdigest()
+    if sha256 == offer.sha256:
         return []
     bad = []
     with part.open("rb") as source:

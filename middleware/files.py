@@ -13,10 +13,10 @@ hands bytes and ``now`` in.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
-import random
 import unicodedata
 from dataclasses import dataclass
 from typing import Callable
@@ -37,6 +37,7 @@ MAX_MIME = 127
 DEFAULT_AUTO_DOWNLOAD = 10 * 2**20
 DEFAULT_MAX_FILE_SIZE = 64 * 2**30
 HASH_BYTES = 32
+STRIPE = 16  # chunks (4 MiB of 256 KiB chunks) receivers fetching together split the offerer's uploads by
 BAD_CHUNKS_TO_DROP = 3  # garbage chunks from one source before it is dropped for the transfer
 _NODE = b"\x01"  # the tree's inner nodes are hashed with a prefix: a node is never taken for a leaf
 
@@ -218,22 +219,22 @@ class ChunkPlan:
     """Which chunks one download still needs, which source has which, and what to ask whom.
 
     Sources are the members connected for this file, each with the bitmap it announced and
-    its updates.  A chunk is asked of one source at a time.  The offerer (``spare``) is asked
-    only for chunks no other connected source holds, so receivers fetching together trade
-    chunks among themselves and the offerer uploads each chunk about once.  A source that
-    serves a bad chunk is never asked for that chunk again, and after
-    :data:`BAD_CHUNKS_TO_DROP` of them not at all.
+    its updates.  A chunk is asked of one source at a time, lowest index first (so the whole
+    file's hash keeps up with the download).  The offerer (``spare``) is asked only for
+    chunks no other connected source holds; receivers fetching at once (connected sources
+    that hold part of the file, and this one) split the file into stripes of
+    :data:`STRIPE` chunks, each asking the offerer for its own stripes and the others for
+    theirs, so they trade chunks and the offerer uploads each about once; one whose stripes
+    are done asks the offerer for the rest.  A source that serves a bad chunk is never asked
+    for that chunk again, and after :data:`BAD_CHUNKS_TO_DROP` of them not at all.
     """
 
-    def __init__(self, count: int, have: bytearray | None = None, rng: random.Random | None = None,
-                 spare: str | None = None) -> None:
+    def __init__(self, count: int, have: bytearray | None = None, spare: str | None = None, me: str = "") -> None:
         self.count = count
         self.spare = spare
+        self.me = me
         self.have = have if have is not None else bytearray(count)
-        self._rng = rng or random.Random()
-        order = [i for i in range(count) if not self.have[i]]
-        self._rng.shuffle(order)  # each receiver its own order: their first chunks differ
-        self._missing = order  # not held, in this receiver's order (in flight ones too)
+        self._missing = [i for i in range(count) if not self.have[i]]  # in index order (in flight ones too)
         self.inflight: dict[int, str] = {}
         self.sources: dict[str, bytearray] = {}
         self._holders = [0] * count  # connected sources holding each chunk
@@ -282,20 +283,33 @@ class ChunkPlan:
         own = self.sources.get(pid)
         if own is None or limit <= 0:
             return []
-        # The offerer is asked only for what no other source holds: the receivers serve each other the rest.
-        others = [(other, o) for other, o in self.sources.items() if other != pid] if pid == self.spare else []
+        spare = pid == self.spare
+        others: list[tuple[str, bytearray]] = []
+        rank, ways = 0, 1
+        if spare:
+            others = [(other, o) for other, o in self.sources.items() if other != pid]
+            fetching = sorted([other for other, o in others if not all(o)] + [self.me])
+            rank, ways = fetching.index(self.me), len(fetching)
         picked: list[int] = []
+        theirs: list[int] = []
         for index in self._missing:
             if index in self.inflight or not own[index]:
                 continue
             refused = self._refused.get(index, ())
             if pid in refused:
                 continue
-            if others and self._holders[index] > 1 and any(o[index] and other not in refused for other, o in others):
-                continue
+            if spare:
+                if self._holders[index] > 1 and any(o[index] and other not in refused for other, o in others):
+                    continue  # another source has it
+                if (index // STRIPE) % ways != rank:
+                    if len(theirs) < limit:
+                        theirs.append(index)
+                    continue
             picked.append(index)
             if len(picked) == limit:
                 break
+        if not picked:  # this receiver's stripes are done: it helps with the others'
+            picked = theirs
         for index in picked:
             self.inflight[index] = pid
         return picked
@@ -320,14 +334,14 @@ class ChunkPlan:
     def stored(self, index: int) -> None:
         if not self.have[index]:
             self.have[index] = 1
-            self._missing.remove(index)
+            del self._missing[bisect.bisect_left(self._missing, index)]
             self._refused.pop(index, None)
 
     def lost(self, index: int) -> None:
         """A chunk held but found bad on disk (the final check failed): fetch it again."""
         if self.have[index]:
             self.have[index] = 0
-            self._missing.append(index)
+            bisect.insort(self._missing, index)
 
 
 # -- caps and progress --------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 
 import pytest
 
@@ -127,7 +126,7 @@ def chunks_and_leaves(count: int) -> tuple[list[bytes], list[bytes]]:
 
 
 def test_the_offerer_is_asked_only_for_what_no_other_source_holds():
-    plan = ChunkPlan(10, rng=random.Random(1), spare="offerer")
+    plan = ChunkPlan(10, spare="offerer")
     plan.add_source("offerer", b"\x01" * 10)
     plan.add_source("bob", bytes([1, 1, 1, 0, 0, 0, 0, 0, 0, 0]))
     asked = plan.pick("offerer", 10)
@@ -137,7 +136,7 @@ def test_the_offerer_is_asked_only_for_what_no_other_source_holds():
 
 
 def test_a_source_announces_chunks_as_it_gets_them_and_a_gone_source_frees_its_chunks():
-    plan = ChunkPlan(4, rng=random.Random(2), spare="offerer")
+    plan = ChunkPlan(4, spare="offerer")
     plan.add_source("offerer", b"\x01" * 4)
     plan.add_source("cat", b"\x00" * 4)
     plan.source_has("cat", 2)
@@ -150,7 +149,7 @@ def test_a_source_announces_chunks_as_it_gets_them_and_a_gone_source_frees_its_c
 def test_bitmap_and_window_limits():
     chunks, leaves = chunks_and_leaves(6)
     have = bytearray([1, 0, 0, 1, 0, 0])
-    plan = ChunkPlan(6, have, random.Random(3))
+    plan = ChunkPlan(6, have)
     assert plan.held == 2 and not plan.complete
     plan.add_source("ann", b"\x01" * 6)
     first = plan.pick("ann", 2)
@@ -164,7 +163,7 @@ def test_bitmap_and_window_limits():
 
 def test_a_bad_chunk_is_dropped_counted_and_fetched_elsewhere_and_a_garbage_server_is_dropped():
     chunks, leaves = chunks_and_leaves(8)
-    plan = ChunkPlan(8, rng=random.Random(4), spare="ann")
+    plan = ChunkPlan(8, spare="ann")
     plan.add_source("ann", b"\x01" * 8)
     plan.add_source("eve", b"\x01" * 8)  # a member that serves garbage
     asked = plan.pick("eve", 1)
@@ -184,7 +183,7 @@ def test_a_bad_chunk_is_dropped_counted_and_fetched_elsewhere_and_a_garbage_serv
 
 
 def test_a_chunk_found_bad_on_disk_is_fetched_again():
-    plan = ChunkPlan(2, bytearray(b"\x01\x01"), random.Random(5))
+    plan = ChunkPlan(2, bytearray(b"\x01\x01"))
     assert plan.complete
     plan.lost(1)
     plan.add_source("ann", b"\x01\x01")
