@@ -64,7 +64,7 @@ MAX_FRAME = MAX_CHUNK + 64
 MAX_HANDSHAKE_FRAME = 4096
 HANDSHAKE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 5.0
-WINDOW = 8  # chunks asked of one source before its answers come
+WINDOW_BYTES = 4 * 2**20  # asked of one source before its answers come (at least 4 chunks)
 MAX_SOURCES = 8  # connections one download keeps
 MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
@@ -149,6 +149,17 @@ class _Stream:
         for part in parts:
             self.writer.write(part)
         self.bytes_out += 4 + length
+
+    def write_many(self, kind: int, payloads: list[bytes]) -> None:
+        """Small frames of one kind, in one write when unsealed."""
+        if self.seal_out is not None or self._held is not None:
+            for payload in payloads:
+                self.write(kind, payload)
+            return
+        head = bytes([kind])
+        data = b"".join(_LENGTH.pack(1 + len(p)) + head + p for p in payloads)
+        self.writer.write(data)
+        self.bytes_out += len(data)
 
     async def send_file(self, source, offset: int, length: int) -> int:
         """``length`` bytes of the open file ``source`` from ``offset``, by sendfile(2) (unsealed only)."""
@@ -641,12 +652,14 @@ class FileService:
         plan = transfer.plan
         if plan is None or transfer.state != "fetching":
             return
+        window = max(4, WINDOW_BYTES // transfer.offer.chunk_size)
         for source in list(transfer.sources.values()):
-            if source.stream is None or source.outstanding > WINDOW // 2:
+            if source.stream is None or source.outstanding > window // 2:
                 continue
-            for index in plan.pick(source.pid, WINDOW - source.outstanding):
-                source.stream.write(GET, _INDEX.pack(index))
-                source.outstanding += 1
+            picked = plan.pick(source.pid, window - source.outstanding)
+            if picked:  # one write, one segment, for all of them
+                source.stream.write_many(GET, [_INDEX.pack(index) for index in picked])
+                source.outstanding += len(picked)
 
     def _take_chunk(self, transfer: Transfer, pid: str, index: int, data: memoryview) -> None:
         plan = transfer.plan
