@@ -18,7 +18,7 @@ import msgpack
 from m2mc.middleware.crypto import Identity
 from m2mc.middleware.file_transfer import HELLO, VERSION, FileService, Transfer
 from m2mc.middleware.files import BAD_CHUNKS_TO_DROP
-from m2mc.middleware.types import ChatMessage, Mid
+from m2mc.middleware.types import ChatMessage, Mid, UsageError
 
 GID = "g" * 26
 SIZE = 3 * 256 * 1024 + 1000  # four chunks
@@ -229,3 +229,34 @@ def test_a_name_taken_meanwhile_is_never_overwritten(tmp_path):
     transfer, downloads = asyncio.run(run())
     assert (downloads / "notes.txt").read_text() == "mine"
     assert transfer.path == downloads / "notes (2).txt" and transfer.state == "done"
+
+
+def test_a_file_past_the_size_cap_is_refused_with_a_clear_error_and_a_cancelled_one_can_be_fetched_again(tmp_path):
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob"])
+        ann, bob = services["ann"], services["bob"]
+        try:
+            path = source_file(tmp_path)
+            mid = await offer(ann, messages, path)
+            bob.max_file_size = SIZE - 1
+            try:
+                bob.fetch(GID, mid)
+                refused = ""
+            except UsageError as exc:
+                refused = str(exc)
+            bob.max_file_size = SIZE
+            transfer = bob.fetch(GID, mid)
+            cancelled = bob.cancel(GID, mid)
+            state = cancelled.state
+            part_left = transfer.part.exists()
+            again = bob.fetch(GID, mid)
+            await wait_done(again)
+            return refused, state, part_left, again, path.read_bytes()
+        finally:
+            for service in services.values():
+                await service.close()
+
+    refused, state, part_left, again, original = asyncio.run(run())
+    assert "file too large" in refused and "max file size" in refused
+    assert state == "cancelled" and not part_left
+    assert again.state == "done" and again.path.read_bytes() == original
