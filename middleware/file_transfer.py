@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 VERSION = "m2mc-file1"
 HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING = range(1, 13)
 MAX_FRAME = MAX_CHUNK + 64
+READ_BUFFER = 2**20  # a stream stops reading past twice this, unless a frame being read needs more
 MAX_HANDSHAKE_FRAME = 4096
 HANDSHAKE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 5.0
@@ -68,7 +69,7 @@ WINDOW_BYTES = 4 * 2**20  # asked of one source before its answers come (at leas
 MAX_SOURCES = 8  # connections one download keeps
 MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
-MAX_UPLOADS = 32
+MAX_UPLOADS = 16  # a sealed chunk is held twice while it is sent: 16 x 8 MiB at most
 RETRY_SOURCE = 0.5
 LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list  # a member that had nothing (or was unreachable) is asked again after this
 _INDEX = struct.Struct(">I")
@@ -299,7 +300,7 @@ class FileService:
     async def start(self, host: str, port: int) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.server = await asyncio.start_server(self._serve, host, port, limit=MAX_FRAME + 64)
+            self.server = await asyncio.start_server(self._serve, host, port, limit=READ_BUFFER)
             self.port = self.server.sockets[0].getsockname()[1]
         except OSError as exc:
             log.warning("files: cannot listen on TCP %s:%d (%s): this peer fetches files but serves none",
@@ -617,7 +618,7 @@ class FileService:
 
     async def _connect(self, transfer: Transfer, pid: str, host: str, port: int) -> _Stream | None:
         """The handshake, client side: a stream to ``pid`` proven to be it, sealed in a private group."""
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=MAX_FRAME + 64),
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=READ_BUFFER),
                                                 CONNECT_TIMEOUT)
         stream = _Stream(reader, writer)
         try:

@@ -27,11 +27,11 @@ FILE_MARKER = "\x00file1"
 MIN_CHUNK = 64 * 1024
 """The smallest chunk an offer may name: a million tiny chunks cannot be asked for."""
 DEFAULT_CHUNK = 256 * 1024
-MAX_CHUNK = 16 * 2**20
-"""The largest: one chunk is held in memory at a time per connection."""
-MAX_CHUNKS = 65_536
-"""Chunks of one file at most: its hash list is at most 2 MiB, its bitmap 64 KiB."""
-TARGET_CHUNKS = 1024  # the chunks of a file up to 16 GiB (1 MiB chunks from 256 MiB up)
+MAX_CHUNK = 4 * 2**20
+"""The largest: a chunk is held in memory (sealed: twice) per connection serving it."""
+MAX_CHUNKS = 262_144
+"""Chunks of one file at most: its hash list is at most 8 MiB, its bitmap 256 KiB."""
+TARGET_CHUNKS = 1024  # the chunks of a file up to 4 GiB (1 MiB chunks from 256 MiB up)
 MAX_OFFER_SIZE = MAX_CHUNK * MAX_CHUNKS  # 1 TiB: larger offers are refused as malformed
 MAX_NAME = 255  # bytes of UTF-8, what most file systems allow
 MAX_MIME = 127
@@ -120,7 +120,8 @@ def chunk_count(size: int, chunk_size: int) -> int:
 
 def chunk_size_for(size: int) -> int:
     """The chunk size an offer of ``size`` bytes uses: 256 KiB, or the smallest power of two that
-    keeps the chunks within :data:`TARGET_CHUNKS` (fewer, larger chunks cost less per byte)."""
+    keeps the chunks within :data:`TARGET_CHUNKS` (fewer, larger chunks cost less per byte), at
+    most :data:`MAX_CHUNK`."""
     chunk = DEFAULT_CHUNK
     while chunk_count(size, chunk) > TARGET_CHUNKS and chunk < MAX_CHUNK:
         chunk *= 2

@@ -54,8 +54,8 @@ def test_an_offer_round_trips_through_its_message_text():
 @pytest.mark.parametrize("change, reason", [
     ({"chunk": 1024}, "chunk size"),  # a million tiny chunks: the chunk size is bounded below
     ({"chunk": MIN_CHUNK + 1}, "power of two"),
-    ({"chunk": 2 * 2**30}, "chunk size"),
-    ({"size": 2**40 + 1, "chunk": 16 * 2**20}, "size"),  # past 1 TiB
+    ({"chunk": 8 * 2**20}, "chunk size"),
+    ({"size": 2**40 + 1, "chunk": 4 * 2**20}, "size"),  # past 1 TiB
     ({"size": MIN_CHUNK * MAX_CHUNKS + 1, "chunk": MIN_CHUNK}, "at most"),  # too many chunks
     ({"size": -1}, "size"),
     ({"size": True}, "type"),
@@ -78,11 +78,11 @@ def test_a_hostile_offer_is_refused_with_the_bound_it_breaks(change, reason):
 
 def test_a_terabyte_offer_is_well_formed_within_the_chunk_bounds():
     chunk = chunk_size_for(2**40)
-    assert chunk == 16 * 2**20 and 2**40 // chunk == MAX_CHUNKS
+    assert chunk == 4 * 2**20 and 2**40 // chunk == MAX_CHUNKS
     offer = parse_offer(FILE_MARKER + '{"name":"big","size":%d,"mime":"x/y","sha256":"%s","chunk":%d,"root":"%s"}'
                         % (2**40, "0" * 64, chunk, "0" * 64))
     assert offer.chunks == MAX_CHUNKS
-    assert chunk_size_for(20 * 2**20) == 256 * 1024
+    assert chunk_size_for(20 * 2**20) == 256 * 1024 and chunk_size_for(2**30) == 2**20
     with pytest.raises(UsageError, match="too large.*max file size"):
         check_fetch(offer, 64 * 2**30, 2**50)
     small, _ = offer_of(b"x" * 100)
