@@ -294,6 +294,7 @@ class FileService:
         # The whole file's SHA-256 is taken as the chunks come, on a thread of its own (hashlib lets go of
         # the GIL): it runs beside the loop that receives and checks the chunks.
         self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-files")
+        self._checker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-chunks")
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -326,6 +327,7 @@ class FileService:
         for transfer in self.transfers.values():
             self._close_fds(transfer)
         self._hasher.shutdown(wait=False, cancel_futures=True)
+        self._checker.shutdown(wait=False, cancel_futures=True)
 
     def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -589,10 +591,7 @@ class FileService:
             while transfer.state == "fetching":
                 kind, data = await stream.read()
                 if kind == CHUNK:
-                    source.outstanding -= 1
-                    self._take_chunk(transfer, pid, _INDEX.unpack_from(data)[0], memoryview(data)[4:])
-                    if pid in plan.dropped:
-                        return
+                    self._check_chunk(transfer, source, _INDEX.unpack_from(data)[0], memoryview(data)[4:])
                 elif kind == HAVE_ONE:
                     plan.source_has(pid, _INDEX.unpack(data)[0])
                     transfer.holders.add(pid)
@@ -600,9 +599,6 @@ class FileService:
                     source.outstanding -= 1
                     plan.inflight.pop(_INDEX.unpack(data)[0], None)
                 self._pump(transfer)
-                if plan.complete:
-                    transfer.wake.set()
-                    return
         except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError) as exc:
             log.debug("files: source %s of %s: %s", pid, transfer.offer.name, exc)
         finally:
@@ -662,14 +658,41 @@ class FileService:
                 source.stream.write_many(GET, [_INDEX.pack(index) for index in picked])
                 source.outstanding += len(picked)
 
-    def _take_chunk(self, transfer: Transfer, pid: str, index: int, data: memoryview) -> None:
+    def _check_chunk(self, transfer: Transfer, source: _Source, index: int, data: memoryview) -> None:
+        """A chunk came: hashed on the checker thread while the loop reads on, then taken."""
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
         transfer.received += len(data)
         if not 0 <= index < plan.count or len(data) != transfer.offer.chunk_length(index):
-            plan.received(pid, index, b"", transfer.leaves)  # counted as bad
+            source.outstanding -= 1
+            plan.received(source.pid, index, b"", transfer.leaves)  # counted as bad
+            self._after_chunk(transfer, source)
             return
-        if not plan.received(pid, index, data, transfer.leaves):
+        job = asyncio.get_running_loop().run_in_executor(self._checker, leaf_hash, data)
+
+        def checked(job: asyncio.Future) -> None:
+            source.outstanding -= 1
+            if job.cancelled() or job.exception() is not None or transfer.plan is not plan \
+                    or transfer.state != "fetching":
+                return
+            self._take_chunk(transfer, source.pid, index, data, job.result())
+            self._after_chunk(transfer, source)
+
+        job.add_done_callback(checked)
+
+    def _after_chunk(self, transfer: Transfer, source: _Source) -> None:
+        plan = transfer.plan
+        assert plan is not None
+        if source.pid in plan.dropped and source.stream is not None:
+            source.stream.close()  # served garbage once too often: its reader ends
+        self._pump(transfer)
+        if plan.complete:
+            transfer.wake.set()
+
+    def _take_chunk(self, transfer: Transfer, pid: str, index: int, data: memoryview, digest: bytes) -> None:
+        plan = transfer.plan
+        assert plan is not None and transfer.leaves is not None
+        if not plan.received(pid, index, data, transfer.leaves, digest):
             return
         assert transfer.part_fd is not None and transfer.bitmap_fd is not None
         os.pwrite(transfer.part_fd, data, index * transfer.offer.chunk_size)

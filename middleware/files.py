@@ -316,14 +316,16 @@ class ChunkPlan:
             self.inflight[index] = pid
         return picked
 
-    def received(self, pid: str, index: int, data: bytes | memoryview, leaves: list[bytes]) -> bool:
+    def received(self, pid: str, index: int, data: bytes | memoryview, leaves: list[bytes],
+                 digest: bytes | None = None) -> bool:
         """A chunk from ``pid``: True if it checks against the tree's leaf and is new (write it,
-        then call :meth:`stored`); False if it is garbage (dropped and counted) or not needed."""
+        then call :meth:`stored`); False if it is garbage (dropped and counted) or not needed.
+        ``digest``: its SHA-256, when already taken (off the event loop)."""
         if self.inflight.get(index) == pid:
             del self.inflight[index]
         if not 0 <= index < self.count or self.have[index]:
             return False
-        if leaf_hash(data) != leaves[index]:
+        if (digest if digest is not None else leaf_hash(data)) != leaves[index]:
             self.bad_chunks += 1
             self.bad[pid] = self.bad.get(pid, 0) + 1
             self._refused.setdefault(index, set()).add(pid)

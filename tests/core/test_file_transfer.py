@@ -207,7 +207,8 @@ def test_a_holder_serving_garbage_is_dropped_and_the_file_comes_whole_from_the_o
     assert transfer.state == "done" and transfer.path.read_bytes() == original
     assert hashlib.sha256(transfer.path.read_bytes()).hexdigest() == transfer.offer.sha256
     assert transfer.plan is not None and transfer.plan.bad_chunks >= 1 and eve_sent > 0
-    assert eve.core.pid in transfer.plan.dropped and transfer.plan.bad_chunks == BAD_CHUNKS_TO_DROP
+    # chunks already on their way when Eve is dropped are checked, and counted, too
+    assert eve.core.pid in transfer.plan.dropped and transfer.plan.bad_chunks >= BAD_CHUNKS_TO_DROP
 
 
 def test_a_name_taken_meanwhile_is_never_overwritten(tmp_path):
