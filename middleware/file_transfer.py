@@ -65,7 +65,7 @@ READ_BUFFER = 2**20  # a stream stops reading past twice this, unless a frame be
 MAX_HANDSHAKE_FRAME = 4096
 HANDSHAKE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 5.0
-WINDOW_BYTES = 4 * 2**20  # asked of one source before its answers come (at least 4 chunks)
+WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked (at least 4 chunks)
 MAX_SOURCES = 8  # connections one download keeps
 MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
@@ -651,7 +651,7 @@ class FileService:
             return
         window = max(4, WINDOW_BYTES // transfer.offer.chunk_size)
         for source in list(transfer.sources.values()):
-            if source.stream is None or source.outstanding > window // 2:
+            if source.stream is None or source.outstanding >= window:
                 continue
             picked = plan.pick(source.pid, window - source.outstanding)
             if picked:  # one write, one segment, for all of them
@@ -844,7 +844,8 @@ class FileService:
                 if kind == GET_HASHES:
                     stream.write(HASHES, b"".join(transfer.leaves))
                 elif kind == GET:
-                    transfer.uploaded += await self._send_chunk(stream, transfer, _INDEX.unpack(data)[0])
+                    sent = await self._send_chunk(stream, transfer, _INDEX.unpack(data)[0])
+                    transfer.uploaded += sent  # not "+= await": other connections add meanwhile
                 else:
                     raise TransferError(f"unexpected frame {kind}")
         except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,

@@ -293,28 +293,37 @@ class ChunkPlan:
             fetching = sorted([other for other, o in others if not all(o)] + [self.me])
             rank, ways = fetching.index(self.me), len(fetching)
         picked: list[int] = []
-        theirs: list[int] = []
+        helping = False
         for index in self._missing:
-            if index in self.inflight or not own[index]:
-                continue
-            refused = self._refused.get(index, ())
-            if pid in refused:
-                continue
-            if spare:
-                if self._holders[index] > 1 and any(o[index] and other not in refused for other, o in others):
-                    continue  # another source has it
-                if (index // STRIPE) % ways != rank:
-                    if len(theirs) < limit:
-                        theirs.append(index)
+            if self._askable(pid, own, index, others):
+                if spare and (index // STRIPE) % ways != rank:
+                    helping = True
                     continue
-            picked.append(index)
-            if len(picked) == limit:
-                break
-        if not picked:  # this receiver's stripes are done: it helps with the others'
-            picked = theirs
+                picked.append(index)
+                if len(picked) == limit:
+                    break
+        if not picked and helping:
+            # This receiver's stripes are done: it helps with the others', from their far end,
+            # where their owners (which go lowest index first) come last.
+            for index in reversed(self._missing):
+                if self._askable(pid, own, index, others):
+                    picked.append(index)
+                    if len(picked) == limit:
+                        break
         for index in picked:
             self.inflight[index] = pid
         return picked
+
+    def _askable(self, pid: str, own: bytearray, index: int, others: list[tuple[str, bytearray]]) -> bool:
+        """Whether chunk ``index`` may be asked of ``pid`` now (``others``: the other sources, when
+        ``pid`` is the offerer, which is asked only for chunks none of them holds)."""
+        if index in self.inflight or not own[index]:
+            return False
+        refused = self._refused.get(index, ())
+        if pid in refused:
+            return False
+        return not (others and self._holders[index] > 1
+                    and any(o[index] and other not in refused for other, o in others))
 
     def received(self, pid: str, index: int, data: bytes | memoryview, leaves: list[bytes],
                  digest: bytes | None = None) -> bool:

@@ -188,10 +188,10 @@ def test_a_holder_serving_garbage_is_dropped_and_the_file_comes_whole_from_the_o
         services, addresses, messages = await peers(tmp_path, ["ann", "bob", "eve"])
         ann, bob, eve = services["ann"], services["bob"], services["eve"]
         try:
-            path = source_file(tmp_path, 20 * 256 * 1024)  # more chunks than the offerer's first window
+            path = source_file(tmp_path, 64 * 256 * 1024)  # more chunks than the offerer's first window
             mid = await offer(ann, messages, path)
             garbage = tmp_path / "garbage.bin"
-            garbage.write_bytes(os.urandom(20 * 256 * 1024))
+            garbage.write_bytes(os.urandom(64 * 256 * 1024))
             good = ann.transfers[(GID, mid)]
             # Eve claims every chunk (the offer's own hash list) and serves random bytes.
             eve.transfers[(GID, mid)] = Transfer(GID, mid, good.offer, "offer", garbage, "done",

@@ -207,3 +207,17 @@ def test_progress_is_told_at_most_four_times_a_second_and_the_end_always():
     assert len(told) == 8
     assert gate.allow("f", 1.991, final=True)
     assert gate.allow("other", 1.992)
+
+
+def test_receivers_fetching_together_split_the_offerers_chunks_by_stripes_and_help_from_the_far_end():
+    have = bytearray(64)
+    plan = ChunkPlan(64, have, spare="ann", me="me")
+    plan.add_source("ann", b"\x01" * 64)
+    plan.add_source("bob", b"\x00" * 64)  # fetching too: "bob" < "me", so stripes 0 and 2 are his
+    assert plan.pick("ann", 4) == [16, 17, 18, 19]  # this receiver's first stripe, lowest first
+    for index in [*range(16, 32), *range(48, 64)]:
+        plan.inflight.pop(index, None)
+        plan.stored(index)
+    assert plan.pick("ann", 3) == [47, 46, 45]  # its stripes done: bob's, from the far end
+    plan.source_has("bob", 0)
+    assert 0 not in plan.pick("ann", 64) and plan.pick("bob", 4) == [0]
