@@ -124,7 +124,7 @@ class _Stream:
         self.bytes_out = 0
         self._held: list[bytes] | None = None  # frames written while sendfile(2) has the socket
 
-    async def read(self, limit: int = MAX_FRAME) -> tuple[int, bytes]:
+    async def read(self, limit: int = MAX_FRAME) -> tuple[int, Any]:
         length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
         if not 1 <= length <= limit + 16:
             raise TransferError(f"a frame of {length} bytes")
@@ -134,6 +134,8 @@ class _Stream:
             body = self.seal_in.open(body)
         if not body:
             raise TransferError("an empty frame")
+        if body[0] == CHUNK:  # its payload is not copied once more: chunks are most of the bytes
+            return CHUNK, memoryview(body)[1:]
         return body[0], body[1:]
 
     def write(self, kind: int, *parts: bytes | memoryview) -> None:
@@ -591,7 +593,7 @@ class FileService:
             while transfer.state == "fetching":
                 kind, data = await stream.read()
                 if kind == CHUNK:
-                    self._check_chunk(transfer, source, _INDEX.unpack_from(data)[0], memoryview(data)[4:])
+                    self._check_chunk(transfer, source, _INDEX.unpack_from(data)[0], data[4:])
                 elif kind == HAVE_ONE:
                     plan.source_has(pid, _INDEX.unpack(data)[0])
                     transfer.holders.add(pid)
