@@ -7,7 +7,10 @@ killed (SIGKILL) when Bob is halfway, and restarted; Bob resumes, receiving no m
 file in all (TCP payload counted by iptables in his namespace, across both
 runs).  Ann then shuts down, and Dan fetches the file from the members that hold
 it.  Every copy's SHA-256 is checked.  Eve, who is not a member, gets nothing:
-Ann closes her connection without sending a byte, and her own peer refuses to fetch.
+Bob closes her connection without sending a byte, and her own peer refuses to fetch.
+
+Where neither multicast nor broadcast flows, a private group's file reaches a
+member who joined by invite: the offerer is fetched at its proven unicast endpoint.
 """
 
 from __future__ import annotations
@@ -143,4 +146,34 @@ def test_a_file_reaches_three_members_one_resumes_after_kill_one_fetches_from_ho
             assert "error" in refused
         finally:
             for peer in peers:
+                peer.shutdown()
+
+
+def test_without_multicast_or_broadcast_a_private_group_s_file_reaches_a_member_joined_by_invite(tmp_path):
+    """Files go where the chat goes: the offerer is fetched at its proven unicast endpoint."""
+    secret = "correct horse battery staple"
+    source = tmp_path / "minutes.odt"
+    source.write_bytes(os.urandom(3 * 2**20))
+    with Lan(2) as lan:
+        for i in range(2):
+            lan.set_loss(i, LOSS)
+            for chain in ("OUTPUT", "INPUT"):
+                netns(lan, i, "iptables", "-A", chain, "-d", "224.0.0.0/4", "-j", "DROP")
+                netns(lan, i, "iptables", "-A", chain, "-m", "addrtype", "--dst-type", "BROADCAST", "-j", "DROP")
+        ann, bob = (start(lan, i, tmp_path, name, 10 * 2**20) for i, name in enumerate(("Ann", "Bob")))
+        try:
+            gid = ann.call("create_group", {"desc": "Unicast only", "passphrase": secret}, timeout=20)["gid"]
+            invite = ann.call("invite", {"gid": gid})["invite"]
+            bob.call("join_group", {"invite": invite, "passphrase": secret}, timeout=30)
+            for peer in (ann, bob):
+                peer.wait_for(lambda p=peer: len(next(g for g in p.call("list_groups")
+                                                      if g["gid"] == gid)["members"]) == 2,
+                              timeout=40, what="two members")
+            mid = ann.call("send_file", {"gid": gid, "path": str(source)}, timeout=30)["mid"]
+            bob.wait_notification("file_progress", lambda p: p["mid"] == mid and p["state"] == "done", timeout=60)
+            row = file_row(bob, gid, mid)
+            assert sha256_of(row["path"]) == hashlib.sha256(source.read_bytes()).hexdigest()
+            assert row["holders"] == [ann.pid]
+        finally:
+            for peer in (ann, bob):
                 peer.shutdown()
