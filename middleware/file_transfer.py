@@ -526,7 +526,9 @@ class FileService:
                     pass
         except asyncio.CancelledError:
             raise
-        except (OSError, UsageError) as exc:
+        except Exception as exc:  # the disk (OSError), the offer (UsageError), or a bug
+            if not isinstance(exc, (OSError, UsageError)):
+                log.exception("files: %s failed", transfer.offer.name)
             transfer.state, transfer.error = "failed", str(exc)
             log.warning("files: %s failed: %s", transfer.offer.name, exc)
             self._drop_sources(transfer)
@@ -567,6 +569,7 @@ class FileService:
             kind, payload = await stream.read()
             if kind != HAVE:
                 return  # NONE or BUSY: asked again later
+            announced = []  # what it gets while its hash list comes
             if transfer.leaves is None:
                 stream.write(GET_HASHES)
                 await stream.writer.drain()
@@ -574,6 +577,8 @@ class FileService:
                     kind, data = await stream.read()
                     if kind == HASHES:
                         break
+                    if kind == HAVE_ONE:
+                        announced.append(_INDEX.unpack(data)[0])
                 try:
                     leaves = split_leaves(data, transfer.offer)
                 except OfferError as exc:
@@ -587,7 +592,9 @@ class FileService:
             plan = transfer.plan
             assert plan is not None
             plan.add_source(pid, payload)
-            if any(payload):
+            for index in announced:
+                plan.source_has(pid, index)
+            if any(payload) or announced:
                 transfer.holders.add(pid)
             self._pump(transfer)
             while transfer.state == "fetching":
@@ -597,12 +604,15 @@ class FileService:
                 elif kind == HAVE_ONE:
                     plan.source_has(pid, _INDEX.unpack(data)[0])
                     transfer.holders.add(pid)
-                elif kind == MISSING:
+                elif kind == MISSING:  # its copy is gone or changed: not asked of it again
                     source.outstanding -= 1
-                    plan.inflight.pop(_INDEX.unpack(data)[0], None)
+                    plan.source_lacks(pid, _INDEX.unpack(data)[0])
                 self._pump(transfer)
-        except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError) as exc:
+        except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError,
+                ValueError, msgpack.ExtraData) as exc:
             log.debug("files: source %s of %s: %s", pid, transfer.offer.name, exc)
+        except Exception:  # a bug: this source is dropped, the download goes on with the others
+            log.exception("files: source %s of %s failed", pid, transfer.offer.name)
         finally:
             current = transfer.sources.get(pid)
             if current is not None and (stream is None or current.stream is stream or current.stream is None):
@@ -853,6 +863,8 @@ class FileService:
         except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,
                 msgpack.ExtraData, struct.error) as exc:
             log.debug("files: serving: %s", exc)
+        except Exception:  # a bug: this connection ends, the others go on
+            log.exception("files: serving failed")
         finally:
             if transfer is not None:
                 transfer.subscribers.discard(stream)

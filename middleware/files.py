@@ -256,7 +256,7 @@ class ChunkPlan:
     def add_source(self, pid: str, bitmap: bytes) -> None:
         if pid in self.dropped:
             return
-        self.drop_source(pid, forget=False)
+        self.drop_source(pid)
         own = bytearray(self.count)
         for i in range(min(self.count, len(bitmap))):
             if bitmap[i]:
@@ -270,7 +270,16 @@ class ChunkPlan:
             own[index] = 1
             self._holders[index] += 1
 
-    def drop_source(self, pid: str, forget: bool = True) -> None:
+    def source_lacks(self, pid: str, index: int) -> None:
+        """``pid`` could not serve ``index`` after all (its copy is gone): ask others for it."""
+        if self.inflight.get(index) == pid:
+            del self.inflight[index]
+        own = self.sources.get(pid)
+        if own is not None and 0 <= index < self.count and own[index]:
+            own[index] = 0
+            self._holders[index] -= 1
+
+    def drop_source(self, pid: str) -> None:
         """``pid`` disconnected: what it was asked for is free to ask of others."""
         own = self.sources.pop(pid, None)
         if own is not None:

@@ -221,3 +221,13 @@ def test_receivers_fetching_together_split_the_offerers_chunks_by_stripes_and_he
     assert plan.pick("ann", 3) == [47, 46, 45]  # its stripes done: bob's, from the far end
     plan.source_has("bob", 0)
     assert 0 not in plan.pick("ann", 64) and plan.pick("bob", 4) == [0]
+
+
+def test_a_chunk_a_source_cannot_serve_after_all_is_asked_of_others_and_never_of_it_again():
+    plan = ChunkPlan(2, spare="ann", me="me")
+    plan.add_source("ann", b"\x01\x01")
+    assert plan.pick("ann", 2) == [0, 1]
+    plan.source_lacks("ann", 1)  # its file changed or went away
+    assert plan.pick("ann", 2) == []
+    plan.add_source("cat", b"\x00\x01")
+    assert plan.pick("cat", 2) == [1]
