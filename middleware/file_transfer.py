@@ -529,12 +529,21 @@ class FileService:
         except Exception as exc:  # the disk (OSError), the offer (UsageError), or a bug
             if not isinstance(exc, (OSError, UsageError)):
                 log.exception("files: %s failed", transfer.offer.name)
-            transfer.state, transfer.error = "failed", str(exc)
-            log.warning("files: %s failed: %s", transfer.offer.name, exc)
-            self._drop_sources(transfer)
-            self._close_fds(transfer)
-            self._save(transfer)
-            self._report(transfer, final=True)
+            self._fail(transfer, exc)
+
+    def _fail(self, transfer: Transfer, exc: BaseException | None) -> None:
+        """The download stops with ``exc`` as its error (``fetch_file`` starts it again)."""
+        if transfer.state == "failed":
+            return
+        if transfer.task is not None and transfer.task is not asyncio.current_task():
+            transfer.task.cancel()
+            transfer.task = None
+        transfer.state, transfer.error = "failed", str(exc)
+        log.warning("files: %s failed: %s", transfer.offer.name, exc)
+        self._drop_sources(transfer)
+        self._close_fds(transfer)
+        self._save(transfer)
+        self._report(transfer, final=True)
 
     def _plan(self, transfer: Transfer) -> ChunkPlan:
         return ChunkPlan(transfer.offer.chunks, transfer.have, spare=transfer.mid[0], me=self.core.pid)
@@ -671,7 +680,8 @@ class FileService:
                 source.outstanding += len(picked)
 
     def _check_chunk(self, transfer: Transfer, source: _Source, index: int, data: memoryview) -> None:
-        """A chunk came: hashed on the checker thread while the loop reads on, then taken."""
+        """A chunk came: hashed, and written if it matches its leaf, on the checker thread while
+        the loop reads on; then taken (its bitmap byte, after the chunk is on disk)."""
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
         transfer.received += len(data)
@@ -680,12 +690,17 @@ class FileService:
             plan.received(source.pid, index, b"", transfer.leaves)  # counted as bad
             self._after_chunk(transfer, source)
             return
-        job = asyncio.get_running_loop().run_in_executor(self._checker, leaf_hash, data)
+        job = asyncio.get_running_loop().run_in_executor(
+            self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
+            index * transfer.offer.chunk_size)
 
         def checked(job: asyncio.Future) -> None:
             source.outstanding -= 1
-            if job.cancelled() or job.exception() is not None or transfer.plan is not plan \
-                    or transfer.state != "fetching":
+            if job.cancelled() or transfer.plan is not plan or transfer.state != "fetching":
+                return
+            if job.exception() is not None:  # the disk: full, gone, read-only
+                plan.inflight.pop(index, None)
+                self._fail(transfer, job.exception())
                 return
             self._take_chunk(transfer, source.pid, index, data, job.result())
             self._after_chunk(transfer, source)
@@ -706,8 +721,7 @@ class FileService:
         assert plan is not None and transfer.leaves is not None
         if not plan.received(pid, index, data, transfer.leaves, digest):
             return
-        assert transfer.part_fd is not None and transfer.bitmap_fd is not None
-        os.pwrite(transfer.part_fd, data, index * transfer.offer.chunk_size)
+        assert transfer.bitmap_fd is not None
         os.pwrite(transfer.bitmap_fd, b"\x01", index)  # after the chunk: never claims what is not there
         plan.stored(index)
         self._hash_ahead(transfer)
@@ -900,6 +914,20 @@ class FileService:
             log.info("files: cannot serve chunk %d of %s: %s", index, path, exc)
             stream.write(MISSING, _INDEX.pack(index))
             return 0
+
+
+def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int) -> bytes:
+    """The chunk's SHA-256; the chunk is written at ``offset`` of ``part`` if it is ``leaf``.
+    Blocking (the checker thread): the file is opened here, so no descriptor the loop may close
+    is used."""
+    digest = leaf_hash(data)
+    if digest == leaf:
+        fd = os.open(part, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, offset)
+        finally:
+            os.close(fd)
+    return digest
 
 
 def _hash_range(whole: Any, path: Path, start: int, end: int) -> None:
