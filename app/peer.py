@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..middleware.manager import Config, GroupManager
+from ..middleware.events import FileProgress
 from ..middleware.files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, OfferError, is_offer_text, parse_offer
+from ..middleware.types import ChatMessage
 from ..middleware.transport import TransportError
-from ..middleware.events import (Event, FileProgress, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated,
+from ..middleware.events import (Event, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated,
                                  SyncProgress, TopicChanged, WarningRaised)
-from ..middleware.types import ChatMessage, UsageError, format_mid, parse_mid
+from ..middleware.types import UsageError, format_mid, parse_mid
 
 from .cli import add_common_options, default_data_dir
 
@@ -114,10 +116,10 @@ class JsonRpcPeer:
                 self.notify("sync_progress", {"gid": gid, "received": received, "expected": expected})
             case WarningRaised(gid, text):
                 self.notify("warning", {"gid": gid, "text": text})
-            case TopicChanged(gid, topic, by):
-                self.notify("topic_changed", {"gid": gid, "topic": topic, "by": by})
             case FileProgress(gid, mid, state, held, size):
                 self.notify("file_progress", {"gid": gid, "mid": mid, "state": state, "bytes": held, "size": size})
+            case TopicChanged(gid, topic, by):
+                self.notify("topic_changed", {"gid": gid, "topic": topic, "by": by})
 
     # -- methods ------------------------------------------------------------------------
 
@@ -161,7 +163,14 @@ class JsonRpcPeer:
     def send(self, params: dict) -> dict:
         gid = _param(params, "gid", str)
         text = _param(params, "text", str)
-        return {"mid": format_mid(self.running.send(gid, text, _parent_param(params)))}
+        parent_text = params.get("parent")
+        if parent_text is not None and not isinstance(parent_text, str):
+            raise RpcError(INVALID_PARAMS, "bad parent: 'parent' must be a mid string '<pid>:<seqno>' or null")
+        try:
+            parent = parse_mid(parent_text) if parent_text is not None else None
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
+        return {"mid": format_mid(self.running.send(gid, text, parent))}
 
     def edit(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)

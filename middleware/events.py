@@ -83,15 +83,6 @@ class WarningRaised:
 
 
 @dataclass(frozen=True, slots=True)
-class TopicChanged:
-    """The group's topic is now ``topic``, set by member ``by`` (a pid)."""
-
-    gid: str
-    topic: str
-    by: str
-
-
-@dataclass(frozen=True, slots=True)
 class FileProgress:
     """A file of a group (offered by message ``mid``) at this peer: its ``state`` ("waiting",
     "fetching", "verifying", "done", "failed", "cancelled") and the ``bytes`` of its ``size`` held.
@@ -102,6 +93,15 @@ class FileProgress:
     state: str
     bytes: int
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChanged:
+    """The group's topic is now ``topic``, set by member ``by`` (a pid)."""
+
+    gid: str
+    topic: str
+    by: str
 
 
 Event = (MessagesDelivered | MessagesUpdated | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft

@@ -351,7 +351,7 @@ class GroupManager(rules.OperationCalls):
         return mid, sha256
 
     def _send_offer(self, gid: str, text: str, parent: Mid | None) -> Mid:
-        mid = self.core.send(gid, text, parent, clock.now(), clock.wall(), offer=True)
+        mid = self.core.offer_file(gid, text, parent, clock.now(), clock.wall())
         self._after_input()
         return mid
 

@@ -288,17 +288,26 @@ class PeerCore:
         self._membership_changed.add(gid)
         return record
 
-    def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float, *, offer: bool = False) -> Mid:
+    def send(self, gid: str, text: str, parent: Mid | None, now: float, wall: float) -> Mid:
         """Compose and queue a message; it is stored and sent by the next flush.  If that
-        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`).
-        ``offer``: the text is a file offer (:mod:`middleware.files`), which only send_file writes."""
+        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`)."""
         channel = self.channel(gid)
         if not isinstance(text, str):
             raise UsageError("text must be a string")
         if text.startswith(OP_MARKER):
             raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
-        if text.startswith(FILE_MARKER) and not offer:
+        if text.startswith(FILE_MARKER):
             raise UsageError("text must not start with the file offer marker (U+0000 'file1'): use send_file")
+        if parent is not None and self.ops(gid).is_operation_mid(parent):
+            raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
+        data = channel.compose(self.name, text, parent, now, wall)
+        self.joined[gid].seqno_to_save = True
+        return self.pid, data.seqno
+
+    def offer_file(self, gid: str, text: str, parent: Mid | None, now: float, wall: float) -> Mid:
+        """A file offer (``text`` from :meth:`middleware.files.FileOffer.to_text`) as a message of
+        ours, composed as :meth:`send` does, which refuses the offer's marker."""
+        channel = self.channel(gid)
         if parent is not None and self.ops(gid).is_operation_mid(parent):
             raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
         data = channel.compose(self.name, text, parent, now, wall)
