@@ -64,6 +64,7 @@ MAX_FRAME = MAX_CHUNK + 64
 READ_BUFFER = 2**20  # a stream stops reading past twice this, unless a frame being read needs more
 MAX_HANDSHAKE_FRAME = 4096
 HANDSHAKE_TIMEOUT = 10.0
+MAX_HANDSHAKES = 64  # connections not yet proven, at once: more are closed at once (a stranger's flood)
 CONNECT_TIMEOUT = 5.0
 WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked (at least 4 chunks)
 MAX_SOURCES = 8  # connections one download keeps
@@ -291,6 +292,8 @@ class FileService:
         self.offers_rejected = 0
         self.strangers_refused = 0
         self.handshakes_failed = 0
+        self.handshakes_refused = 0
+        self._handshaking = 0
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         # The whole file's SHA-256 is taken as the chunks come, on a thread of its own (hashlib lets go of
@@ -418,7 +421,8 @@ class FileService:
 
     def stats(self) -> dict:
         return {"file_uploads_refused": self.caps.refused, "file_strangers_refused": self.strangers_refused,
-                "file_handshakes_failed": self.handshakes_failed, "file_offers_rejected": self.offers_rejected,
+                "file_handshakes_failed": self.handshakes_failed, "file_handshakes_refused": self.handshakes_refused,
+                "file_offers_rejected": self.offers_rejected,
                 "file_bytes_uploaded": sum(t.uploaded for t in self.transfers.values()),
                 "file_bytes_received": sum(t.received for t in self.transfers.values())}
 
@@ -582,8 +586,8 @@ class FileService:
             if transfer.leaves is None:
                 stream.write(GET_HASHES)
                 await stream.writer.drain()
-                while True:
-                    kind, data = await stream.read()
+                while True:  # a hash list of 262,144 chunks is 8 MiB, more than a chunk frame
+                    kind, data = await stream.read(max(MAX_FRAME, transfer.offer.chunks * HASH_BYTES + 64))
                     if kind == HASHES:
                         break
                     if kind == HAVE_ONE:
@@ -817,6 +821,12 @@ class FileService:
         stream = _Stream(reader, writer)
         client = None
         transfer = None
+        if self._handshaking >= MAX_HANDSHAKES:
+            self.handshakes_refused += 1
+            stream.close()
+            return
+        self._handshaking += 1
+        proven = False
         try:
             kind, payload = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
             fields = msgpack.unpackb(payload) if kind == HELLO else None
@@ -840,6 +850,8 @@ class FileService:
                     gid, mid_text, nonce_c, nonce_s, identity.public_key)):
                 self.handshakes_failed += 1
                 raise TransferError(f"{pid} did not prove its key")
+            proven = True
+            self._handshaking -= 1
             key = self.core.store.group_key(gid)
             if key:
                 to_server, to_client = _session_keys(key, nonce_c, nonce_s)
@@ -880,6 +892,8 @@ class FileService:
         except Exception:  # a bug: this connection ends, the others go on
             log.exception("files: serving failed")
         finally:
+            if not proven:
+                self._handshaking -= 1
             if transfer is not None:
                 transfer.subscribers.discard(stream)
             if client is not None:

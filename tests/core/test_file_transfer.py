@@ -261,3 +261,23 @@ def test_a_file_past_the_size_cap_is_refused_with_a_clear_error_and_a_cancelled_
     assert "file too large" in refused and "max file size" in refused
     assert state == "cancelled" and not part_left
     assert again.state == "done" and again.path.read_bytes() == original
+
+
+def test_connections_waiting_for_their_handshake_are_capped(tmp_path, monkeypatch):
+    monkeypatch.setattr("m2mc.middleware.file_transfer.MAX_HANDSHAKES", 3)
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann"])
+        ann = services["ann"]
+        try:
+            idle = [await asyncio.open_connection("127.0.0.1", ann.port) for _ in range(5)]  # say nothing
+            await asyncio.sleep(0.2)
+            closed = [await asyncio.wait_for(reader.read(), 5) for reader, _ in idle[3:]]
+            for _, writer in idle:
+                writer.close()
+            return closed, ann.handshakes_refused
+        finally:
+            await ann.close()
+
+    closed, refused = asyncio.run(run())
+    assert closed == [b"", b""] and refused == 2
