@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -159,9 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for peer in peers:
                 peer.shutdown()
-    for path in work.rglob("*"):
-        if path.is_file():
-            path.unlink()
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
