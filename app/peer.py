@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..middleware.manager import Config, GroupManager
+from ..middleware.files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, OfferError, is_offer_text, parse_offer
 from ..middleware.transport import TransportError
-from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, GroupsDiscovered, MemberJoined, MemberLeft,
-                                 MessagesDelivered, MessagesUpdated, SyncProgress, TopicChanged, WarningRaised)
+from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, FileProgress, GroupsDiscovered,
+                                 MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated, SyncProgress,
+                                 TopicChanged, WarningRaised)
 from ..middleware.mentions import DEFAULT_MENTIONS_LISTED, MAX_MENTIONS_LISTED
 from ..middleware.store_api import SearchQueryError
-from ..middleware.types import UsageError, format_mid, iso_millis, parse_mid
+from ..middleware.types import ChatMessage, UsageError, format_mid, iso_millis, parse_mid
 
 from .cli import add_common_options, default_data_dir
 
@@ -96,6 +98,10 @@ class JsonRpcPeer:
             "mark_direct_read": self.mark_direct_read,
             "read_receipts": self.read_receipts,
             "shutdown": self.shutdown,
+            "send_file": self.send_file,
+            "fetch_file": self.fetch_file,
+            "cancel_file": self.cancel_file,
+            "files": self.files,
         }
 
     # -- events -> notifications -------------------------------------------------
@@ -109,10 +115,10 @@ class JsonRpcPeer:
         match event:
             case MessagesDelivered(messages=messages):
                 for message in messages:
-                    self.notify("delivered", message.to_json())
+                    self.notify("delivered", message_json(message))
             case MessagesUpdated(messages=messages):
                 for message in messages:
-                    self.notify("updated", message.to_json())
+                    self.notify("updated", message_json(message))
             case GroupsDiscovered(groups):
                 for group in groups:
                     self.notify("group_discovered", {
@@ -127,6 +133,8 @@ class JsonRpcPeer:
                 self.notify("sync_progress", {"gid": gid, "received": received, "expected": expected})
             case WarningRaised(gid, text):
                 self.notify("warning", {"gid": gid, "text": text})
+            case FileProgress(gid, mid, state, held, size):
+                self.notify("file_progress", {"gid": gid, "mid": mid, "state": state, "bytes": held, "size": size})
             case TopicChanged(gid, topic, by):
                 self.notify("topic_changed", {"gid": gid, "topic": topic, "by": by})
             case DirectDelivered(messages=direct_messages):
@@ -196,7 +204,7 @@ class JsonRpcPeer:
         limit = params.get("limit", DEFAULT_MENTIONS_LISTED)
         if type(limit) is not int or not 1 <= limit <= MAX_MENTIONS_LISTED:
             raise RpcError(INVALID_PARAMS, f"invalid parameter 'limit' (expected an integer 1..{MAX_MENTIONS_LISTED})")
-        return [message.to_json() for message in self.running.mentions(limit)]
+        return [message_json(message) for message in self.running.mentions(limit)]
 
     def edit(self, params: dict) -> dict:
         gid, mid = _param(params, "gid", str), _mid_param(params)
@@ -228,9 +236,9 @@ class JsonRpcPeer:
                 raise RpcError(APP_ERROR, f"group {gid} holds {count} messages, more than the {MAX_WHOLE_HISTORY} "
                                           "'history' returns in one answer: ask for pages with 'before' or 'after' "
                                           f"(a message's 'order') and 'limit' (at most {MAX_HISTORY_PAGE})")
-            return [message.to_json() for message in self.running.history(gid)]
+            return [message_json(message) for message in self.running.history(gid)]
         page = self.running.history_page(gid, before, after, DEFAULT_HISTORY_PAGE if limit is None else limit)
-        return [{**message.to_json(), "order": message.order} for message in page]
+        return [{**message_json(message), "order": message.order} for message in page]
 
     def search(self, params: dict) -> dict:
         query = _param(params, "query", str)
@@ -267,7 +275,7 @@ class JsonRpcPeer:
         thread = self.running.thread(gid, root)
         if not thread:
             raise RpcError(APP_ERROR, f"no message {format_mid(root)} in group {gid}")
-        return [message.to_json() for message in thread]
+        return [message_json(message) for message in thread]
 
     def export_log(self, params: dict) -> dict:
         path = _param(params, "path", str)
@@ -323,6 +331,22 @@ class JsonRpcPeer:
     def advertise(self, params: dict) -> dict:
         self.running.advertise()
         return {}
+
+    async def send_file(self, params: dict) -> dict:
+        gid, path = _param(params, "gid", str), _param(params, "path", str)
+        mid, sha256 = await self.running.send_file(gid, path, _parent_param(params))
+        return {"mid": format_mid(mid), "sha256": sha256}
+
+    def fetch_file(self, params: dict) -> dict:
+        gid, mid = _param(params, "gid", str), _mid_param(params)
+        return self.running.fetch_file(gid, mid, _optional_str(params, "dest"))
+
+    def cancel_file(self, params: dict) -> dict:
+        gid, mid = _param(params, "gid", str), _mid_param(params)
+        return self.running.cancel_file(gid, mid)
+
+    def files(self, params: dict) -> list:
+        return self.running.file_list(_param(params, "gid", str))
 
     def shutdown(self, params: dict) -> dict:
         self.stopping.set()
@@ -405,6 +429,17 @@ class JsonRpcPeer:
         return {"jsonrpc": "2.0", "id": rid, "result": result} if "id" in request else None
 
 
+def message_json(message: ChatMessage) -> dict:
+    """A message as JSON-RPC shows it: a file offer (middleware.files) has its fields as ``file``."""
+    row = message.to_json()
+    if is_offer_text(message.text):
+        try:
+            row["file"] = parse_offer(message.text).to_json()
+        except OfferError:
+            pass
+    return row
+
+
 def _param(params: dict, key: str, kind: type) -> Any:
     value = params.get(key)
     if not isinstance(value, kind):
@@ -417,6 +452,16 @@ def _mid_param(params: dict) -> tuple[str, int]:
         return parse_mid(_param(params, "mid", str))
     except ValueError as exc:
         raise RpcError(INVALID_PARAMS, f"bad mid: {exc}") from None
+
+
+def _parent_param(params: dict) -> tuple[str, int] | None:
+    parent_text = params.get("parent")
+    if parent_text is not None and not isinstance(parent_text, str):
+        raise RpcError(INVALID_PARAMS, "bad parent: 'parent' must be a mid string '<pid>:<seqno>' or null")
+    try:
+        return parse_mid(parent_text) if parent_text is not None else None
+    except ValueError as exc:
+        raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
 
 
 def _on_param(params: dict) -> bool:
@@ -571,7 +616,8 @@ async def serve(args: argparse.Namespace) -> int:
     peer = JsonRpcPeer(write)
     data_dir = args.data_dir or default_data_dir()
     name = args.name
-    config = Config(data_dir=data_dir, name=name, iface=args.iface, port=args.port, zeroconf=not args.no_zeroconf)
+    config = Config(data_dir=data_dir, name=name, iface=args.iface, port=args.port, zeroconf=not args.no_zeroconf,
+                    download_dir=args.download_dir, auto_download=args.auto_download, max_file_size=args.max_file_size)
     try:
         manager = GroupManager(config, peer)
         if not manager.name:
@@ -658,6 +704,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="m2mc-peer", description="Headless M2MC peer: JSON-RPC 2.0 on stdin/stdout.")
     add_common_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument("--download-dir", type=Path, default=None,
+                        help="where fetched files go (default: <data dir>/downloads)")
+    parser.add_argument("--auto-download", type=int, default=DEFAULT_AUTO_DOWNLOAD, metavar="BYTES",
+                        help=f"fetch offered files up to this size on their own (default {DEFAULT_AUTO_DOWNLOAD})")
+    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_SIZE, metavar="BYTES",
+                        help=f"refuse to fetch larger files (default {DEFAULT_MAX_FILE_SIZE})")
     args = parser.parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,

@@ -83,6 +83,19 @@ class WarningRaised:
 
 
 @dataclass(frozen=True, slots=True)
+class FileProgress:
+    """A file of a group (offered by message ``mid``) at this peer: its ``state`` ("waiting",
+    "fetching", "verifying", "done", "failed", "cancelled") and the ``bytes`` of its ``size`` held.
+    Told at most four times a second per file, and at every change of state."""
+
+    gid: str
+    mid: str
+    state: str
+    bytes: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicChanged:
     """The group's topic is now ``topic``, set by member ``by`` (a pid)."""
 
@@ -109,7 +122,7 @@ class DirectStatusChanged:
 
 
 Event = (MessagesDelivered | MessagesUpdated | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft
-         | SyncProgress | WarningRaised | TopicChanged | DirectDelivered | DirectStatusChanged)
+         | SyncProgress | WarningRaised | TopicChanged | DirectDelivered | DirectStatusChanged | FileProgress)
 
 Listener = Callable[[Event], None]
 """Called on the middleware's event-loop thread, once per event, in the order they happened."""

@@ -29,7 +29,9 @@ from typing import Sequence
 from . import clock, crypto, rules
 from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
-from .events import Listener, ignore
+from .events import Listener, MessagesDelivered, ignore
+from .file_transfer import FileService
+from .files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
 from .gjlp import Gjlp, GroupRecord
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
@@ -57,6 +59,9 @@ class Config:
     max_held: int = DEFAULT_MAX_HELD
     max_held_bytes: int = DEFAULT_MAX_HELD_BYTES
     seed: int | None = None
+    download_dir: Path | None = None  # files fetched go here; None: <data_dir>/downloads
+    auto_download: int = DEFAULT_AUTO_DOWNLOAD  # offers up to this many bytes are fetched on their own
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE  # larger offers are refused with an error
 
 
 class GroupManager(rules.OperationCalls):
@@ -90,6 +95,9 @@ class GroupManager(rules.OperationCalls):
         self._closed = False
         self._store_closed = False
         self._background: set[asyncio.Task] = set()
+        self.files = FileService(self.core, config.data_dir, lambda event: self.listener(event),
+                                 download_dir=config.download_dir, auto_download=config.auto_download,
+                                 max_file_size=config.max_file_size, rng=random.Random(config.seed))
 
     # The core's state, as the callers and tests of this class have always seen it.
 
@@ -140,6 +148,8 @@ class GroupManager(rules.OperationCalls):
             self.core.reach.own.add(self.network.endpoint)
         self.network.listen_unicast(self._on_unicast_datagrams)
         self.network.listen_broadcast(self.config.port, self._on_broadcast_datagrams)
+        if self.network.endpoint is not None:  # files are served on TCP where the endpoint is, same port
+            await self.files.start(self.network.endpoint.host, self.network.endpoint.port)
         for gid in self.channels:
             await self._listen_group(gid)
         if self.discovery is not None:
@@ -185,6 +195,7 @@ class GroupManager(rules.OperationCalls):
             self._timer.cancel()
         for task in list(self._background):
             task.cancel()
+        await self.files.close()
         if self.discovery is not None:
             await self.discovery.close()
         self.network.close()
@@ -342,6 +353,32 @@ class GroupManager(rules.OperationCalls):
     # -- operations (middleware.obg): edit, delete, react, pin and set_topic come from rules.OperationCalls;
     # each is a message of ours, so it is signed, repaired and stored
 
+    # -- files (middleware.files, middleware.file_transfer)
+
+    async def send_file(self, gid: str, path: str, parent: Mid | None = None) -> tuple[Mid, str]:
+        """Offer the file at ``path`` in ``gid``: its offer is a message (a reply to ``parent``);
+        returns the offer's mid and the file's SHA-256 once the offer is stored and sent."""
+        mid, sha256 = await self.files.offer(gid, path, parent, self._send_offer)
+        self.flush()
+        return mid, sha256
+
+    def _send_offer(self, gid: str, text: str, parent: Mid | None) -> Mid:
+        mid = self.core.offer_file(gid, text, parent, clock.now(), clock.wall())
+        self._after_input()
+        return mid
+
+    def fetch_file(self, gid: str, mid: Mid, dest: str | None = None) -> dict:
+        """Fetch (or resume fetching) the file offered by ``mid`` to ``dest`` (a folder or a name)."""
+        return self.files.fetch(gid, mid, dest).to_json()
+
+    def cancel_file(self, gid: str, mid: Mid) -> dict:
+        return self.files.cancel(gid, mid).to_json()
+
+    def file_list(self, gid: str) -> list[dict]:
+        """The files offered in ``gid``, each with its state here, bytes held and holders."""
+        self.flush()
+        return self.files.files(gid)
+
     def topic(self, gid: str) -> tuple[str, str]:
         """``(topic, pid of who set it)``; ``("", "")`` if none."""
         self.core.channel(gid)
@@ -461,6 +498,7 @@ class GroupManager(rules.OperationCalls):
             "broadcast_out": getattr(self.network, "broadcast_out", 0),
             "send_errors": getattr(self.network, "send_errors", 0),
             "resolves_skipped": self.discovery.resolves_skipped if self.discovery else 0,
+            **self.files.stats(),
         }
 
     # -- internals -------------------------------------------------------------------
@@ -579,6 +617,8 @@ class GroupManager(rules.OperationCalls):
     def _notify(self) -> None:
         for event in self.core.events():
             self.listener(event)
+            if isinstance(event, MessagesDelivered) and self._started:
+                self.files.delivered(event.gid, event.messages)  # offers within the auto-download size
 
     def _arm_timer(self) -> None:
         deadline = self.core.get_timer()

@@ -39,6 +39,7 @@ from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
+from .files import FILE_MARKER
 from .invites import Invite, invite_link, parse_invite
 from .mentions import with_tokens
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
@@ -319,6 +320,18 @@ class PeerCore:
             text = with_tokens(text, rules.check_mentions(mentions), self._current_names(gid))
         if text.startswith(OP_MARKER):
             raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
+        if text.startswith(FILE_MARKER):
+            raise UsageError("text must not start with the file offer marker (U+0000 'file1'): use send_file")
+        if parent is not None and self.ops(gid).is_operation_mid(parent):
+            raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
+        data = channel.compose(self.name, text, parent, now, wall)
+        self.joined[gid].seqno_to_save = True
+        return self.pid, data.seqno
+
+    def offer_file(self, gid: str, text: str, parent: Mid | None, now: float, wall: float) -> Mid:
+        """A file offer (``text`` from :meth:`middleware.files.FileOffer.to_text`) as a message of
+        ours, composed as :meth:`send` does, which refuses the offer's marker."""
+        channel = self.channel(gid)
         if parent is not None and self.ops(gid).is_operation_mid(parent):
             raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
         data = channel.compose(self.name, text, parent, now, wall)

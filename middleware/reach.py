@@ -243,6 +243,14 @@ class Reach:
             return "unicast"
         return None if self._unheard(pid, now) else "multicast"
 
+    def address_of(self, pid: str, now: float) -> Endpoint | None:
+        """Where ``pid`` is reached by unicast: its proven endpoint, else the source of its latest
+        multicast (unproven: whoever connects there must prove it is ``pid``, as files do)."""
+        peer = self._peers.get(pid)
+        if peer is not None:
+            return peer.endpoint
+        return self._multicast_source.get(pid)
+
     def peers(self, now: float) -> list[dict]:
         """Every peer known by endpoint or heard by multicast, for the ``peers`` call."""
         rows: dict[str, dict[str, Any]] = {}

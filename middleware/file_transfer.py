@@ -1,0 +1,983 @@
+"""Files over TCP: the asyncio layer that serves and fetches the chunks :mod:`middleware.files` plans.
+
+Every peer listens on TCP at its unicast endpoint's address and port (the UDP
+endpoint of :mod:`middleware.reach`), so wherever a member's datagrams come from,
+its chunks can be fetched.  One connection carries one file of one group:
+
+1. the client says HELLO (version, gid, offer mid, its public key, a nonce); a
+   server that does not hold the client to be a current member of the group
+   closes the connection, having sent nothing;
+2. the server answers with its public key, a nonce and its signature over both
+   nonces, the group, the file and the client's key; the client checks that the
+   key is the member it meant to reach;
+3. the client answers with its signature over the same and the server's key;
+   the server checks it, then says which chunks it has (HAVE, or NONE).
+
+In a private group every frame after that is sealed with ChaCha20-Poly1305, one
+key per direction derived (HKDF-SHA256) from the group key and both nonces, the
+nonce a frame counter.  Then the client asks for the hash list and for chunks;
+the server pushes HAVE_ONE as it gets chunks of its own.
+
+State lives in ``<data dir>/files/``: per transfer a JSON record, the hash list
+and a bitmap of the chunks held (one byte each), beside the partial file
+``<final name>.part``; a chunk is written before its byte in the bitmap, so
+after a kill -9 the bitmap never claims a chunk that is not on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import logging
+import mimetypes
+import os
+import random
+import shutil
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgpack
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.exceptions import InvalidTag
+
+from . import clock, crypto
+from .events import FileProgress
+from .files import (DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, FILE_MARKER, HASH_BYTES, MAX_CHUNK, MAX_CHUNKS, Caps,
+                    ChunkPlan, FileOffer, OfferError, ProgressGate, check_fetch, chunk_size_for, leaf_hash,
+                    parse_offer, safe_name, split_leaves, tree_root, unique_name)
+from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
+
+if TYPE_CHECKING:
+    from .peer_core import PeerCore
+
+log = logging.getLogger(__name__)
+
+VERSION = "m2mc-file1"
+HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING = range(1, 13)
+MAX_FRAME = MAX_CHUNK + 64
+READ_BUFFER = 2**20  # a stream stops reading past twice this, unless a frame being read needs more
+MAX_HANDSHAKE_FRAME = 4096
+HANDSHAKE_TIMEOUT = 10.0
+MAX_HANDSHAKES = 64  # connections not yet proven, at once: more are closed at once (a stranger's flood)
+CONNECT_TIMEOUT = 5.0
+WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked (at least 4 chunks)
+MAX_SOURCES = 8  # connections one download keeps
+MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
+UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
+MAX_UPLOADS = 16  # a sealed chunk is held twice while it is sent: 16 x 8 MiB at most
+RETRY_SOURCE = 0.5
+LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list  # a member that had nothing (or was unreachable) is asked again after this
+_INDEX = struct.Struct(">I")
+_LENGTH = struct.Struct(">I")
+
+
+class TransferError(Exception):
+    """The other side broke the protocol, or is not who it should be: the connection is closed."""
+
+
+# -- framing ---------------------------------------------------------------------------
+
+
+class _Seal:
+    """One direction of a private group's stream: ChaCha20-Poly1305, the nonce a frame counter."""
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = ChaCha20Poly1305(key)
+        self._counter = 0
+
+    def seal(self, body: bytes) -> bytes:
+        nonce = self._counter.to_bytes(12, "big")
+        self._counter += 1
+        return self._aead.encrypt(nonce, body, None)
+
+    def open(self, body: bytes) -> bytes:
+        nonce = self._counter.to_bytes(12, "big")
+        self._counter += 1
+        try:
+            return self._aead.decrypt(nonce, body, None)
+        except InvalidTag:
+            raise TransferError("a sealed frame does not open") from None
+
+
+def _session_keys(group_key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[bytes, bytes]:
+    """(client to server, server to client) keys of one connection."""
+    out = []
+    for info in (b"m2mc-file c2s", b"m2mc-file s2c"):
+        out.append(HKDF(algorithm=hashes.SHA256(), length=32, salt=nonce_c + nonce_s, info=info).derive(group_key))
+    return out[0], out[1]
+
+
+class _Stream:
+    """Frames (4-byte length, 1-byte type, payload) over an asyncio stream, sealed once keyed."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.seal_out: _Seal | None = None
+        self.seal_in: _Seal | None = None
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self._held: list[bytes] | None = None  # frames written while sendfile(2) has the socket
+
+    async def read(self, limit: int = MAX_FRAME) -> tuple[int, Any]:
+        length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
+        if not 1 <= length <= limit + 16:
+            raise TransferError(f"a frame of {length} bytes")
+        body = await self.reader.readexactly(length)
+        self.bytes_in += 4 + length
+        if self.seal_in is not None:
+            body = self.seal_in.open(body)
+        if not body:
+            raise TransferError("an empty frame")
+        if body[0] == CHUNK:  # its payload is not copied once more: chunks are most of the bytes
+            return CHUNK, memoryview(body)[1:]
+        return body[0], body[1:]
+
+    def write(self, kind: int, *parts: bytes | memoryview) -> None:
+        if self._held is not None:  # asyncio refuses writes during sendfile: they follow it
+            self._held.append(bytes([kind]) + b"".join(parts))
+            return
+        if self.seal_out is not None:
+            body = self.seal_out.seal(bytes([kind]) + b"".join(parts))
+            self.writer.write(_LENGTH.pack(len(body)) + body)
+            self.bytes_out += 4 + len(body)
+            return
+        length = 1 + sum(len(p) for p in parts)
+        self.writer.write(_LENGTH.pack(length) + bytes([kind]))
+        for part in parts:
+            self.writer.write(part)
+        self.bytes_out += 4 + length
+
+    def write_many(self, kind: int, payloads: list[bytes]) -> None:
+        """Small frames of one kind, in one write when unsealed."""
+        if self.seal_out is not None or self._held is not None:
+            for payload in payloads:
+                self.write(kind, payload)
+            return
+        head = bytes([kind])
+        data = b"".join(_LENGTH.pack(1 + len(p)) + head + p for p in payloads)
+        self.writer.write(data)
+        self.bytes_out += len(data)
+
+    async def send_file(self, source, offset: int, length: int) -> int:
+        """``length`` bytes of the open file ``source`` from ``offset``, by sendfile(2) (unsealed only)."""
+        self._held = []
+        try:
+            return await asyncio.get_running_loop().sendfile(self.writer.transport, source, offset, length)
+        finally:
+            held, self._held = self._held, None
+            for frame in held:
+                self.write(frame[0], frame[1:])
+
+    def write_header(self, kind: int, length: int) -> None:
+        """The head of an unsealed frame whose ``length`` bytes of payload the caller writes itself."""
+        self.writer.write(_LENGTH.pack(1 + length) + bytes([kind]))
+        self.bytes_out += 5
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _server_signed(gid: str, mid: str, nonce_c: bytes, nonce_s: bytes, client_key: bytes) -> bytes:
+    return b"\0".join([b"m2mc-file-server", gid.encode(), mid.encode(), nonce_c, nonce_s, client_key])
+
+
+def _client_signed(gid: str, mid: str, nonce_c: bytes, nonce_s: bytes, server_key: bytes) -> bytes:
+    return b"\0".join([b"m2mc-file-client", gid.encode(), mid.encode(), nonce_c, nonce_s, server_key])
+
+
+# -- transfers ---------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Source:
+    pid: str
+    stream: _Stream | None  # None while connecting
+    outstanding: int = 0
+
+
+@dataclass(eq=False)
+class Transfer:
+    """One file of one group at this peer: offered by it, or being (or done being) fetched."""
+
+    gid: str
+    mid: Mid
+    offer: FileOffer
+    role: str  # "offer" or "download"
+    path: Path  # the file offered, or the download's final name
+    state: str  # "waiting", "fetching", "verifying", "done", "failed", "cancelled"
+    have: bytearray
+    leaves: list[bytes] | None = None
+    error: str = ""
+    received: int = 0  # chunk bytes received (good, bad and needless), over every run
+    uploaded: int = 0
+    plan: ChunkPlan | None = None
+    sources: dict[str, _Source] = field(default_factory=dict)
+    retry_at: dict[str, float] = field(default_factory=dict)
+    subscribers: set[_Stream] = field(default_factory=set)
+    holders: set[str] = field(default_factory=set)  # members that said they hold chunks of it
+    task: asyncio.Task | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    part_fd: int | None = None
+    bitmap_fd: int | None = None
+    whole: Any = None  # SHA-256 of the chunks held from the start on, hashed by a worker thread
+    whole_at: int = 0  # the first chunk not in ``whole``
+    whole_job: asyncio.Future | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.gid}-{self.mid[0]}-{self.mid[1]}"
+
+    @property
+    def part(self) -> Path:
+        return self.path.with_name(self.path.name + ".part")
+
+    @property
+    def held_bytes(self) -> int:
+        offer = self.offer
+        return sum(offer.chunk_length(i) for i in range(offer.chunks) if self.have[i]) if offer.size else 0
+
+    def to_json(self) -> dict:
+        return {"gid": self.gid, "mid": format_mid(self.mid), **self.offer.to_json(), "role": self.role,
+                "state": self.state, "bytes": self.held_bytes, "received": self.received, "uploaded": self.uploaded,
+                "holders": sorted(self.holders), "path": str(self.path), "error": self.error,
+                "bad_chunks": self.plan.bad_chunks if self.plan else 0}
+
+
+def offer_from_file(path: Path) -> tuple[FileOffer, list[bytes]]:
+    """Read ``path`` once: its offer (SHA-256, chunk size, tree root) and its leaves.  Blocking."""
+    size = path.stat().st_size
+    chunk = chunk_size_for(size)
+    whole = hashlib.sha256()
+    leaves = []
+    with path.open("rb") as source:
+        while True:
+            data = source.read(chunk)
+            if not data:
+                break
+            whole.update(data)
+            leaves.append(leaf_hash(data))
+    if not leaves:
+        leaves = [leaf_hash(b"")]
+    if len(leaves) > MAX_CHUNKS:
+        raise UsageError(f"{path} grew while it was read")
+    mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return FileOffer(safe_name(path.name), size, mime, whole.hexdigest(), chunk, tree_root(leaves).hex()), leaves
+
+
+class FileService:
+    """Serves and fetches the files of one peer's groups; driven by the peer's event loop."""
+
+    def __init__(self, core: PeerCore, data_dir: Path, listener: Callable, *, download_dir: Path | None = None,
+                 auto_download: int = DEFAULT_AUTO_DOWNLOAD, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+                 rng: random.Random | None = None) -> None:
+        self.core = core
+        self.dir = Path(data_dir) / "files"
+        self.download_dir = Path(download_dir) if download_dir else Path(data_dir) / "downloads"
+        self.listener = listener
+        self.auto_download = auto_download
+        self.max_file_size = max_file_size
+        self._rng = rng or random.Random()
+        self.transfers: dict[tuple[str, Mid], Transfer] = {}
+        self.caps = Caps(UPLOADS_PER_PEER, MAX_UPLOADS)
+        self.progress = ProgressGate()
+        self.server: asyncio.base_events.Server | None = None
+        self.port: int | None = None
+        self.offers_rejected = 0
+        self.strangers_refused = 0
+        self.handshakes_failed = 0
+        self.handshakes_refused = 0
+        self._handshaking = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+        # The whole file's SHA-256 is taken as the chunks come, on a thread of its own (hashlib lets go of
+        # the GIL): it runs beside the loop that receives and checks the chunks.
+        self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-files")
+        self._checker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-chunks")
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.server = await asyncio.start_server(self._serve, host, port, limit=READ_BUFFER)
+            self.port = self.server.sockets[0].getsockname()[1]
+        except OSError as exc:
+            log.warning("files: cannot listen on TCP %s:%d (%s): this peer fetches files but serves none",
+                        host, port, exc)
+        for record in sorted(self.dir.glob("*.json")):
+            try:
+                self._restore(record)
+            except (OSError, ValueError, KeyError, OfferError) as exc:
+                log.warning("files: cannot resume %s: %s", record.name, exc)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self.server is not None:
+            self.server.close()
+        for transfer in self.transfers.values():
+            if transfer.task is not None:
+                transfer.task.cancel()
+            self._drop_sources(transfer)
+            for stream in list(transfer.subscribers):
+                stream.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for transfer in self.transfers.values():
+            self._close_fds(transfer)
+        self._hasher.shutdown(wait=False, cancel_futures=True)
+        self._checker.shutdown(wait=False, cancel_futures=True)
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- what the user asks ---------------------------------------------------------------
+
+    async def offer(self, gid: str, path: str, parent: Mid | None, send: Callable[[str, str, Mid | None], Mid]
+                    ) -> tuple[Mid, str]:
+        """Offer the file at ``path`` in ``gid`` (a reply to ``parent``): hashed off the loop, then
+        posted by ``send(gid, text, parent)``; served from ``path`` from then on."""
+        self.core.channel(gid)
+        source = Path(path).expanduser()
+        if not source.is_file():
+            raise UsageError(f"not a file: {path}")
+        try:
+            offer, leaves = await asyncio.get_running_loop().run_in_executor(None, offer_from_file, source)
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        mid = send(gid, offer.to_text(), parent)
+        transfer = Transfer(gid, mid, offer, "offer", source.resolve(), "done", bytearray(b"\x01" * offer.chunks),
+                            leaves)
+        self.transfers[(gid, mid)] = transfer
+        self._save(transfer, leaves=True, bitmap=True)
+        return mid, offer.sha256
+
+    def fetch(self, gid: str, mid: Mid, dest: str | None = None) -> Transfer:
+        """Start (or resume) fetching the file offered by ``mid``; ``dest`` a folder or a file name."""
+        self.core.channel(gid)
+        transfer = self.transfers.get((gid, mid))
+        if transfer is not None:
+            if transfer.state in ("failed", "cancelled"):
+                transfer.state, transfer.error = "waiting", ""
+                self._start(transfer)
+            return transfer
+        offer = self._offer_of(gid, mid)
+        if mid[0] == self.core.pid:
+            raise UsageError("this peer offered that file")
+        target = Path(dest).expanduser() if dest else self.download_dir
+        folder, wanted = (target, offer.name) if not dest or target.is_dir() else (target.parent, target.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        check_fetch(offer, self.max_file_size, shutil.disk_usage(folder).free)
+        name = unique_name(wanted, lambda n: (folder / n).exists() or (folder / (n + ".part")).exists()
+                           or any(t.path == folder / n for t in self.transfers.values()))
+        transfer = Transfer(gid, mid, offer, "download", folder / name, "waiting", bytearray(offer.chunks))
+        self.transfers[(gid, mid)] = transfer
+        self._save(transfer, bitmap=True)
+        self._start(transfer)
+        return transfer
+
+    def cancel(self, gid: str, mid: Mid) -> Transfer:
+        transfer = self.transfers.get((gid, mid))
+        if transfer is None or transfer.role != "download":
+            raise UsageError(f"no download of {format_mid(mid)} in this group")
+        if transfer.state == "done":
+            return transfer
+        if transfer.task is not None:
+            transfer.task.cancel()
+            transfer.task = None
+        self._drop_sources(transfer)
+        transfer.state = "cancelled"
+        self._close_fds(transfer)
+        for stale in (transfer.part, self.dir / (transfer.key + ".bitmap")):
+            stale.unlink(missing_ok=True)
+        transfer.have = bytearray(transfer.offer.chunks)
+        transfer.plan = None
+        self._save(transfer)
+        self._report(transfer, final=True)
+        return transfer
+
+    def files(self, gid: str) -> list[dict]:
+        self.core.known(gid)
+        rows = {t.mid: t.to_json() for t in self.transfers.values() if t.gid == gid}
+        for message in self.core.store.history(gid):
+            if message.mid not in rows and message.text.startswith(FILE_MARKER):
+                try:
+                    offer = parse_offer(message.text)
+                except OfferError:
+                    continue
+                rows[message.mid] = {"gid": gid, "mid": format_mid(message.mid), **offer.to_json(), "role": "offered",
+                                     "state": "offered", "bytes": 0, "received": 0, "uploaded": 0,
+                                     "holders": [message.mid[0]], "path": "", "error": "", "bad_chunks": 0}
+        return list(rows.values())
+
+    def stats(self) -> dict:
+        return {"file_uploads_refused": self.caps.refused, "file_strangers_refused": self.strangers_refused,
+                "file_handshakes_failed": self.handshakes_failed, "file_handshakes_refused": self.handshakes_refused,
+                "file_offers_rejected": self.offers_rejected,
+                "file_bytes_uploaded": sum(t.uploaded for t in self.transfers.values()),
+                "file_bytes_received": sum(t.received for t in self.transfers.values())}
+
+    # -- what the group delivers -------------------------------------------------------------
+
+    def delivered(self, gid: str, messages: list[ChatMessage]) -> None:
+        """New messages of ``gid``: offers up to the auto-download size are fetched at once."""
+        for message in messages:
+            if not message.text.startswith(FILE_MARKER) or message.sender == self.core.pid:
+                continue
+            try:
+                offer = parse_offer(message.text)
+            except OfferError as exc:
+                self.offers_rejected += 1
+                log.info("files: offer %s refused: %s", format_mid(message.mid), exc)
+                continue
+            if offer.size <= self.auto_download and (gid, message.mid) not in self.transfers:
+                try:
+                    self.fetch(gid, message.mid)
+                except (UsageError, OSError) as exc:
+                    log.warning("files: not fetching %s: %s", offer.name, exc)
+
+    def _offer_of(self, gid: str, mid: Mid) -> FileOffer:
+        found = self.core.store.messages(gid, [mid])
+        if not found or not found[0].text.startswith(FILE_MARKER):
+            raise UsageError(f"no file offer {format_mid(mid)} in this group")
+        try:
+            return parse_offer(found[0].text)
+        except OfferError as exc:
+            raise UsageError(f"message {format_mid(mid)} is not a well-formed file offer: {exc}") from None
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def _save(self, transfer: Transfer, leaves: bool = False, bitmap: bool = False) -> None:
+        base = self.dir / transfer.key
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if leaves and transfer.leaves is not None:
+            base.with_suffix(".hashes").write_bytes(b"".join(transfer.leaves))
+        if bitmap:
+            base.with_suffix(".bitmap").write_bytes(bytes(transfer.have))
+        record = {"gid": transfer.gid, "mid": format_mid(transfer.mid), "offer": transfer.offer.to_text(),
+                  "role": transfer.role, "path": str(transfer.path), "state": transfer.state,
+                  "error": transfer.error, "received": transfer.received}
+        tmp = base.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(base.with_suffix(".json"))
+
+    def _restore(self, record_path: Path) -> None:
+        record = json.loads(record_path.read_text())
+        gid, mid = record["gid"], parse_mid(record["mid"])
+        offer = parse_offer(record["offer"])
+        base = record_path.with_suffix("")
+        have = bytearray(offer.chunks)
+        if (bitmap := base.with_suffix(".bitmap")).exists():
+            have[:] = bitmap.read_bytes()[:offer.chunks].ljust(offer.chunks, b"\0")
+        leaves = None
+        if (hashes_file := base.with_suffix(".hashes")).exists():
+            leaves = split_leaves(hashes_file.read_bytes(), offer)
+        transfer = Transfer(gid, mid, offer, record["role"], Path(record["path"]), record["state"], have, leaves,
+                            record.get("error", ""), int(record.get("received", 0)))
+        self.transfers[(gid, mid)] = transfer
+        if transfer.role == "download" and transfer.state in ("waiting", "fetching", "verifying"):
+            transfer.state = "waiting"
+            self._start(transfer)
+
+    def _close_fds(self, transfer: Transfer) -> None:
+        for fd in (transfer.part_fd, transfer.bitmap_fd):
+            if fd is not None:
+                os.close(fd)
+        transfer.part_fd = transfer.bitmap_fd = None
+
+    # -- fetching ----------------------------------------------------------------------------
+
+    def _start(self, transfer: Transfer) -> None:
+        if transfer.task is None or transfer.task.done():
+            transfer.task = self._spawn(self._download(transfer))
+
+    def _downloading(self) -> int:
+        return sum(1 for t in self.transfers.values() if t.state in ("fetching", "verifying"))
+
+    async def _download(self, transfer: Transfer) -> None:
+        try:
+            while self._downloading() >= MAX_DOWNLOADS:  # the cap on this peer's concurrent downloads
+                transfer.state = "waiting"
+                await asyncio.sleep(0.5)
+            transfer.state = "fetching"
+            self._save(transfer)
+            transfer.part.parent.mkdir(parents=True, exist_ok=True)
+            transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT, 0o600)
+            transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT, 0o600)
+            if transfer.leaves is not None:
+                transfer.plan = self._plan(transfer)
+            transfer.whole, transfer.whole_at = hashlib.sha256(), 0
+            self._hash_ahead(transfer)
+            self._report(transfer)
+            while True:
+                if transfer.plan is not None and transfer.plan.complete:
+                    if await self._finish(transfer):
+                        return
+                self._connect_sources(transfer)
+                transfer.wake.clear()
+                try:
+                    await asyncio.wait_for(transfer.wake.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the disk (OSError), the offer (UsageError), or a bug
+            if not isinstance(exc, (OSError, UsageError)):
+                log.exception("files: %s failed", transfer.offer.name)
+            self._fail(transfer, exc)
+
+    def _fail(self, transfer: Transfer, exc: BaseException | None) -> None:
+        """The download stops with ``exc`` as its error (``fetch_file`` starts it again)."""
+        if transfer.state == "failed":
+            return
+        if transfer.task is not None and transfer.task is not asyncio.current_task():
+            transfer.task.cancel()
+            transfer.task = None
+        transfer.state, transfer.error = "failed", str(exc)
+        log.warning("files: %s failed: %s", transfer.offer.name, exc)
+        self._drop_sources(transfer)
+        self._close_fds(transfer)
+        self._save(transfer)
+        self._report(transfer, final=True)
+
+    def _plan(self, transfer: Transfer) -> ChunkPlan:
+        return ChunkPlan(transfer.offer.chunks, transfer.have, spare=transfer.mid[0], me=self.core.pid)
+
+    def _connect_sources(self, transfer: Transfer) -> None:
+        now = clock.now()
+        record = self.core.gjlp.groups.get(transfer.gid)
+        if record is None:
+            return
+        candidates = [m.pid for m in record.current() if m.pid != self.core.pid]
+        candidates.sort(key=lambda pid: pid != transfer.mid[0])  # the offerer first
+        dropped = transfer.plan.dropped if transfer.plan else set()
+        for pid in candidates:
+            if len(transfer.sources) >= MAX_SOURCES:
+                break
+            if pid in transfer.sources or pid in dropped or transfer.retry_at.get(pid, 0.0) > now:
+                continue
+            address = self.core.reach.address_of(pid, now)
+            if address is None:
+                continue
+            transfer.retry_at[pid] = now + RETRY_SOURCE
+            transfer.sources[pid] = _Source(pid, None)
+            self._spawn(self._fetch_from(transfer, pid, address.host, address.port))
+
+    async def _fetch_from(self, transfer: Transfer, pid: str, host: str, port: int) -> None:
+        stream: _Stream | None = None
+        try:
+            stream = await self._connect(transfer, pid, host, port)
+            if stream is None:
+                return
+            source = transfer.sources[pid] = _Source(pid, stream)
+            kind, payload = await stream.read()
+            if kind != HAVE:
+                return  # NONE or BUSY: asked again later
+            announced = []  # what it gets while its hash list comes
+            if transfer.leaves is None:
+                stream.write(GET_HASHES)
+                await stream.writer.drain()
+                while True:  # a hash list of 262,144 chunks is 8 MiB, more than a chunk frame
+                    kind, data = await stream.read(max(MAX_FRAME, transfer.offer.chunks * HASH_BYTES + 64))
+                    if kind == HASHES:
+                        break
+                    if kind == HAVE_ONE:
+                        announced.append(_INDEX.unpack(data)[0])
+                try:
+                    leaves = split_leaves(data, transfer.offer)
+                except OfferError as exc:
+                    log.warning("files: %s sent a bad hash list: %s", pid, exc)
+                    transfer.retry_at[pid] = clock.now() + 60.0
+                    return
+                if transfer.plan is None:  # another source's list may have come first: one plan
+                    transfer.leaves = leaves
+                    self._save(transfer, leaves=True)
+                    transfer.plan = self._plan(transfer)
+            plan = transfer.plan
+            assert plan is not None
+            plan.add_source(pid, payload)
+            for index in announced:
+                plan.source_has(pid, index)
+            if any(payload) or announced:
+                transfer.holders.add(pid)
+            self._pump(transfer)
+            while transfer.state == "fetching":
+                kind, data = await stream.read()
+                if kind == CHUNK:
+                    self._check_chunk(transfer, source, _INDEX.unpack_from(data)[0], data[4:])
+                elif kind == HAVE_ONE:
+                    plan.source_has(pid, _INDEX.unpack(data)[0])
+                    transfer.holders.add(pid)
+                elif kind == MISSING:  # its copy is gone or changed: not asked of it again
+                    source.outstanding -= 1
+                    plan.source_lacks(pid, _INDEX.unpack(data)[0])
+                self._pump(transfer)
+        except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError,
+                ValueError, msgpack.ExtraData) as exc:
+            log.debug("files: source %s of %s: %s", pid, transfer.offer.name, exc)
+        except Exception:  # a bug: this source is dropped, the download goes on with the others
+            log.exception("files: source %s of %s failed", pid, transfer.offer.name)
+        finally:
+            current = transfer.sources.get(pid)
+            if current is not None and (stream is None or current.stream is stream or current.stream is None):
+                del transfer.sources[pid]
+            if transfer.plan is not None:
+                transfer.plan.drop_source(pid)
+                self._pump(transfer)
+            if stream is not None:
+                stream.close()
+            transfer.wake.set()
+
+    async def _connect(self, transfer: Transfer, pid: str, host: str, port: int) -> _Stream | None:
+        """The handshake, client side: a stream to ``pid`` proven to be it, sealed in a private group."""
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=READ_BUFFER),
+                                                CONNECT_TIMEOUT)
+        stream = _Stream(reader, writer)
+        try:
+            gid, mid = transfer.gid, format_mid(transfer.mid)
+            identity = self.core.identity
+            nonce_c = os.urandom(32)
+            stream.write(HELLO, msgpack.packb([VERSION, gid, mid, identity.public_key, nonce_c]))
+            kind, payload = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
+            fields = msgpack.unpackb(payload)
+            if kind != CHALLENGE or type(fields) is not list or len(fields) != 3:
+                raise TransferError("expected a challenge")
+            server_key, nonce_s, signature = fields
+            if not isinstance(server_key, bytes) or crypto.pid_of(server_key) != pid or not isinstance(nonce_s, bytes) \
+                    or len(nonce_s) != 32 or not isinstance(signature, bytes) \
+                    or not crypto.verify(server_key, signature, _server_signed(gid, mid, nonce_c, nonce_s,
+                                                                               identity.public_key)):
+                self.handshakes_failed += 1
+                raise TransferError(f"the server at {host}:{port} did not prove it is {pid}")
+            stream.write(PROOF, identity.sign(_client_signed(gid, mid, nonce_c, nonce_s, server_key)))
+            key = self.core.store.group_key(gid)
+            if key:
+                to_server, to_client = _session_keys(key, nonce_c, nonce_s)
+                stream.seal_out, stream.seal_in = _Seal(to_server), _Seal(to_client)
+            await writer.drain()
+            return stream
+        except BaseException:
+            stream.close()
+            raise
+
+    def _pump(self, transfer: Transfer) -> None:
+        """Ask every connected source for as many chunks as its window has room for."""
+        plan = transfer.plan
+        if plan is None or transfer.state != "fetching":
+            return
+        window = max(4, WINDOW_BYTES // transfer.offer.chunk_size)
+        for source in list(transfer.sources.values()):
+            if source.stream is None or source.outstanding >= window:
+                continue
+            picked = plan.pick(source.pid, window - source.outstanding)
+            if picked:  # one write, one segment, for all of them
+                source.stream.write_many(GET, [_INDEX.pack(index) for index in picked])
+                source.outstanding += len(picked)
+
+    def _check_chunk(self, transfer: Transfer, source: _Source, index: int, data: memoryview) -> None:
+        """A chunk came: hashed, and written if it matches its leaf, on the checker thread while
+        the loop reads on; then taken (its bitmap byte, after the chunk is on disk)."""
+        plan = transfer.plan
+        assert plan is not None and transfer.leaves is not None
+        transfer.received += len(data)
+        if not 0 <= index < plan.count or len(data) != transfer.offer.chunk_length(index):
+            source.outstanding -= 1
+            plan.received(source.pid, index, b"", transfer.leaves)  # counted as bad
+            self._after_chunk(transfer, source)
+            return
+        job = asyncio.get_running_loop().run_in_executor(
+            self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
+            index * transfer.offer.chunk_size)
+
+        def checked(job: asyncio.Future) -> None:
+            source.outstanding -= 1
+            if job.cancelled() or transfer.plan is not plan or transfer.state != "fetching":
+                return
+            if job.exception() is not None:  # the disk: full, gone, read-only
+                plan.inflight.pop(index, None)
+                self._fail(transfer, job.exception())
+                return
+            self._take_chunk(transfer, source.pid, index, data, job.result())
+            self._after_chunk(transfer, source)
+
+        job.add_done_callback(checked)
+
+    def _after_chunk(self, transfer: Transfer, source: _Source) -> None:
+        plan = transfer.plan
+        assert plan is not None
+        if source.pid in plan.dropped and source.stream is not None:
+            source.stream.close()  # served garbage once too often: its reader ends
+        self._pump(transfer)
+        if plan.complete:
+            transfer.wake.set()
+
+    def _take_chunk(self, transfer: Transfer, pid: str, index: int, data: memoryview, digest: bytes) -> None:
+        plan = transfer.plan
+        assert plan is not None and transfer.leaves is not None
+        if not plan.received(pid, index, data, transfer.leaves, digest):
+            return
+        assert transfer.bitmap_fd is not None
+        os.pwrite(transfer.bitmap_fd, b"\x01", index)  # after the chunk: never claims what is not there
+        plan.stored(index)
+        self._hash_ahead(transfer)
+        for subscriber in list(transfer.subscribers):
+            subscriber.write(HAVE_ONE, _INDEX.pack(index))
+        self._report(transfer)
+
+    def _hash_ahead(self, transfer: Transfer) -> None:
+        """Hash, on the worker thread, the chunks held next to what the whole-file hash has taken."""
+        whole = transfer.whole
+        if transfer.whole_job is not None or whole is None:
+            return
+        start = end = transfer.whole_at
+        while end < transfer.offer.chunks and transfer.have[end]:
+            end += 1
+        if end == start:
+            return
+        offer = transfer.offer
+        job = asyncio.get_running_loop().run_in_executor(
+            self._hasher, _hash_range, whole, transfer.part, start * offer.chunk_size,
+            min(offer.size, end * offer.chunk_size))
+        transfer.whole_job = job
+
+        def done(finished: asyncio.Future) -> None:
+            transfer.whole_job = None
+            if transfer.whole is not whole or finished.cancelled() or finished.exception() is not None:
+                transfer.whole = None  # cancelled, or the file is gone: the final check reads it all
+                return
+            transfer.whole_at = end
+            self._hash_ahead(transfer)
+            transfer.wake.set()
+
+        job.add_done_callback(done)
+
+    async def _finish(self, transfer: Transfer) -> bool:
+        """All chunks held: check the whole file, then give it its name.  False if chunks on disk
+        turned out bad (they are fetched again)."""
+        transfer.state = "verifying"
+        self._drop_sources(transfer)
+        assert transfer.leaves is not None and transfer.plan is not None
+        while transfer.whole is not None and transfer.whole_at < transfer.offer.chunks:
+            self._hash_ahead(transfer)
+            job = transfer.whole_job
+            if job is None:
+                break
+            await asyncio.wait([job])
+            await asyncio.sleep(0)  # its done callback, which moves whole_at on, runs first
+        done = transfer.whole is not None and transfer.whole_at == transfer.offer.chunks
+        sha256 = transfer.whole.hexdigest() if done else None  # else _check_part reads the file whole
+        bad = await asyncio.get_running_loop().run_in_executor(None, _check_part, transfer.part, transfer.offer,
+                                                               transfer.leaves, sha256)
+        transfer.whole, transfer.whole_at = hashlib.sha256(), 0
+        if bad:
+            log.warning("files: %d chunks of %s were bad on disk; fetching them again", len(bad), transfer.offer.name)
+            for index in bad:
+                transfer.plan.lost(index)
+                assert transfer.bitmap_fd is not None
+                os.pwrite(transfer.bitmap_fd, b"\x00", index)
+            transfer.state = "fetching"
+            return False
+        os.truncate(transfer.part, transfer.offer.size)
+        self._close_fds(transfer)
+        folder = transfer.path.parent
+        while True:  # a hard link never replaces a file that appeared meanwhile
+            try:
+                os.link(transfer.part, transfer.path)
+                break
+            except FileExistsError:
+                transfer.path = folder / unique_name(transfer.path.name, lambda n: (folder / n).exists())
+        transfer.part.unlink()
+        transfer.state = "done"
+        self._save(transfer, bitmap=True)
+        self._report(transfer, final=True)
+        log.info("files: %s done (%d bytes received for %d)", transfer.path, transfer.received, transfer.offer.size)
+        return True
+
+    def _drop_sources(self, transfer: Transfer) -> None:
+        for source in list(transfer.sources.values()):
+            if source.stream is not None:
+                source.stream.close()
+        transfer.sources.clear()
+
+    def _report(self, transfer: Transfer, final: bool = False) -> None:
+        if self.progress.allow(transfer.key, clock.now(), final or transfer.state != "fetching"):
+            if transfer.role == "download" and transfer.state == "fetching":
+                self._save(transfer)  # what was received so far, for the bound over every run
+            self.listener(FileProgress(transfer.gid, format_mid(transfer.mid), transfer.state, transfer.held_bytes,
+                                       transfer.offer.size))
+
+    # -- serving -------------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stream = _Stream(reader, writer)
+        client = None
+        transfer = None
+        if self._handshaking >= MAX_HANDSHAKES:
+            self.handshakes_refused += 1
+            stream.close()
+            return
+        self._handshaking += 1
+        proven = False
+        try:
+            kind, payload = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
+            fields = msgpack.unpackb(payload) if kind == HELLO else None
+            if type(fields) is not list or len(fields) != 5 or fields[0] != VERSION:
+                raise TransferError("expected a HELLO")
+            _, gid, mid_text, client_key, nonce_c = fields
+            if not (isinstance(gid, str) and isinstance(mid_text, str) and isinstance(client_key, bytes)
+                    and len(client_key) == 32 and isinstance(nonce_c, bytes) and len(nonce_c) == 32):
+                raise TransferError("a malformed HELLO")
+            record = self.core.gjlp.groups.get(gid)
+            pid = crypto.pid_of(client_key)
+            if record is None or gid not in self.core.joined or not record.is_current(pid):
+                self.strangers_refused += 1  # a stranger gets nothing, not even a signature
+                return
+            nonce_s = os.urandom(32)
+            identity = self.core.identity
+            stream.write(CHALLENGE, msgpack.packb([identity.public_key, nonce_s, identity.sign(
+                _server_signed(gid, mid_text, nonce_c, nonce_s, client_key))]))
+            kind, signature = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
+            if kind != PROOF or not crypto.verify(client_key, signature, _client_signed(
+                    gid, mid_text, nonce_c, nonce_s, identity.public_key)):
+                self.handshakes_failed += 1
+                raise TransferError(f"{pid} did not prove its key")
+            proven = True
+            self._handshaking -= 1
+            key = self.core.store.group_key(gid)
+            if key:
+                to_server, to_client = _session_keys(key, nonce_c, nonce_s)
+                stream.seal_in, stream.seal_out = _Seal(to_server), _Seal(to_client)
+            try:
+                transfer = self.transfers.get((gid, parse_mid(mid_text)))
+            except ValueError:
+                transfer = None
+            for _ in range(LEAVES_WAIT):  # a receiver that started at the same time: soon a holder
+                if transfer is None or transfer.leaves is not None or transfer.state != "fetching":
+                    break
+                await asyncio.sleep(0.1)
+            if transfer is None or transfer.leaves is None or transfer.state == "cancelled":
+                transfer = None
+                stream.write(NONE)
+                await writer.drain()
+                return
+            if not self.caps.acquire(pid):
+                stream.write(BUSY)
+                await writer.drain()
+                return
+            client = pid
+            transfer.subscribers.add(stream)
+            stream.write(HAVE, bytes(transfer.have))
+            while not self._closed:
+                await writer.drain()
+                kind, data = await stream.read(64)
+                if kind == GET_HASHES:
+                    stream.write(HASHES, b"".join(transfer.leaves))
+                elif kind == GET:
+                    sent = await self._send_chunk(stream, transfer, _INDEX.unpack(data)[0])
+                    transfer.uploaded += sent  # not "+= await": other connections add meanwhile
+                else:
+                    raise TransferError(f"unexpected frame {kind}")
+        except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,
+                msgpack.ExtraData, struct.error) as exc:
+            log.debug("files: serving: %s", exc)
+        except Exception:  # a bug: this connection ends, the others go on
+            log.exception("files: serving failed")
+        finally:
+            if not proven:
+                self._handshaking -= 1
+            if transfer is not None:
+                transfer.subscribers.discard(stream)
+            if client is not None:
+                self.caps.release(client)
+            stream.close()
+
+    async def _send_chunk(self, stream: _Stream, transfer: Transfer, index: int) -> int:
+        """CHUNK (or MISSING) for ``index``; the bytes of chunk sent.  Unsealed, the chunk goes from
+        the file to the socket by sendfile(2), never through this process's memory."""
+        offer = transfer.offer
+        if not 0 <= index < len(transfer.have) or not transfer.have[index]:
+            stream.write(MISSING, _INDEX.pack(index))
+            return 0
+        path = transfer.part if transfer.role == "download" and transfer.state != "done" else transfer.path
+        length, offset = offer.chunk_length(index), index * offer.chunk_size
+        try:
+            with open(path, "rb") as source:
+                if os.fstat(source.fileno()).st_size < offset + length:
+                    raise OSError(f"{path} is shorter than the offer")
+                if stream.seal_out is not None:
+                    stream.write(CHUNK, _INDEX.pack(index), os.pread(source.fileno(), length, offset))
+                    return length
+                stream.write_header(CHUNK, 4 + length)
+                stream.writer.write(_INDEX.pack(index))
+                await stream.writer.drain()
+                sent = await stream.send_file(source, offset, length)
+                if sent != length:
+                    raise TransferError(f"sent {sent} of a chunk's {length} bytes")
+                stream.bytes_out += length
+                return length
+        except OSError as exc:  # gone or changed since: the receivers ask others
+            log.info("files: cannot serve chunk %d of %s: %s", index, path, exc)
+            stream.write(MISSING, _INDEX.pack(index))
+            return 0
+
+
+def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int) -> bytes:
+    """The chunk's SHA-256; the chunk is written at ``offset`` of ``part`` if it is ``leaf``.
+    Blocking (the checker thread): the file is opened here, so no descriptor the loop may close
+    is used."""
+    digest = leaf_hash(data)
+    if digest == leaf:
+        fd = os.open(part, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, offset)
+        finally:
+            os.close(fd)
+    return digest
+
+
+def _hash_range(whole: Any, path: Path, start: int, end: int) -> None:
+    """Feed bytes ``start`` to ``end`` of ``path`` to ``whole``.  Blocking (the worker thread)."""
+    with open(path, "rb") as source:
+        source.seek(start)
+        while start < end:
+            data = source.read(min(1 << 20, end - start))
+            if not data:
+                raise OSError(f"{path} ends before byte {end}")
+            whole.update(data)
+            start += len(data)
+
+
+def _check_part(part: Path, offer: FileOffer, leaves: list[bytes], sha256: str | None) -> list[int]:
+    """The chunks of ``part`` that do not match their leaf ([] when the file's SHA-256 is the offer's).
+    ``sha256``: the file's, if taken as it came (else it is read here).  Each chunk was checked
+    when it came: the leaves are read again only if the whole does not match (a power cut between
+    a chunk and its bitmap byte).  Blocking."""
+    if sha256 is None:
+        whole = hashlib.sha256()
+        with part.open("rb") as source:
+            while data := source.read(1 << 20):
+                whole.update(data)
+        sha256 = whole.hexdigest()
+    if sha256 == offer.sha256:
+        return []
+    bad = []
+    with part.open("rb") as source:
+        for index in range(offer.chunks):
+            if leaf_hash(source.read(offer.chunk_length(index))) != leaves[index]:
+                bad.append(index)
+    if not bad:
+        raise UsageError(f"{offer.name}: every chunk matches the offer's tree but the file's SHA-256 does not: "
+                         "the offer is inconsistent")
+    return bad
+
+
+__all__ = ["FileService", "Transfer", "offer_from_file", "HASH_BYTES"]

@@ -1,0 +1,283 @@
+"""The TCP layer of files (middleware/file_transfer.py) in-process, over loopback: the handshake
+both ways, a stranger refused, a private group's stream sealed, a holder serving garbage.
+
+The peers' cores are stand-ins holding what the file service asks of them (members, the
+group key, the offer message, addresses): no multicast, no namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import msgpack
+
+from m2mc.middleware.crypto import Identity
+from m2mc.middleware.file_transfer import HELLO, VERSION, FileService, Transfer
+from m2mc.middleware.files import BAD_CHUNKS_TO_DROP
+from m2mc.middleware.types import ChatMessage, Mid, UsageError
+
+GID = "g" * 26
+SIZE = 3 * 256 * 1024 + 1000  # four chunks
+
+
+class Core:
+    """What FileService reads of a PeerCore, for one group."""
+
+    def __init__(self, identity: Identity, members: set[str], key: bytes | None, addresses: dict,
+                 messages: dict[Mid, ChatMessage]) -> None:
+        self.identity, self.pid = identity, identity.pid
+        record = SimpleNamespace(is_current=members.__contains__,
+                                 current=lambda: [SimpleNamespace(pid=p) for p in sorted(members)])
+        self.gjlp = SimpleNamespace(groups={GID: record})
+        self.joined = {GID: object()}
+        self.store = SimpleNamespace(group_key=lambda gid: key,
+                                     messages=lambda gid, mids: [messages[m] for m in mids if m in messages],
+                                     history=lambda gid: list(messages.values()))
+        self.reach = SimpleNamespace(address_of=lambda pid, now: addresses.get(pid))
+
+    def channel(self, gid: str) -> None:
+        assert gid == GID
+
+    def known(self, gid: str) -> None:
+        assert gid == GID
+
+
+class Recorder:
+    """A TCP relay that keeps every byte it passes on, as a wire tap would see them."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.seen = bytearray()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _relay(self, reader, writer) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+
+        async def pipe(src, dst):
+            while data := await src.read(1 << 16):
+                self.seen += data
+                dst.write(data)
+                await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+
+
+async def peers(tmp_path: Path, names: list[str], key: bytes | None = None, members: set[str] | None = None):
+    identities = {name: Identity.generate() for name in names}
+    everyone = members if members is not None else {i.pid for i in identities.values()}
+    addresses: dict = {}
+    messages: dict = {}
+    services = {}
+    for name, identity in identities.items():
+        core = Core(identity, everyone, key, addresses, messages)
+        service = FileService(core, tmp_path / name, lambda event: None)  # type: ignore[arg-type]
+        await service.start("127.0.0.1", 0)
+        addresses[identity.pid] = SimpleNamespace(host="127.0.0.1", port=service.port)
+        services[name] = service
+    return services, addresses, messages
+
+
+async def offer(ann: FileService, messages: dict, path: Path) -> Mid:
+    def send(gid: str, text: str, parent) -> Mid:
+        mid = (ann.core.pid, len(messages) + 1)
+        messages[mid] = ChatMessage(gid, mid, None, "Ann", text, 0, 0)
+        return mid
+
+    mid, _ = await ann.offer(GID, str(path), None, send)
+    return mid
+
+
+async def wait_done(transfer: Transfer, seconds: float = 20) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if transfer.state in ("done", "failed"):
+            return
+        await asyncio.sleep(0.02)
+    plan = transfer.plan
+    raise AssertionError(f"transfer still {transfer.state}: held {plan and plan.held}, inflight {plan and plan.inflight}, sources {plan and list(plan.sources)}, dropped {plan and plan.dropped}, conns {[(s.pid, s.outstanding, s.stream is None) for s in transfer.sources.values()]}")
+
+
+def source_file(tmp_path: Path, size: int = SIZE) -> Path:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"PLAINTEXT-MARK " * (size // 15) + os.urandom(size % 15))
+    return path
+
+
+def fetch_through_recorder(tmp_path: Path, key: bytes | None) -> tuple[bytes, bytes]:
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob"], key)
+        ann, bob = services["ann"], services["bob"]
+        try:
+            path = source_file(tmp_path)
+            mid = await offer(ann, messages, path)
+            recorder = Recorder(("127.0.0.1", ann.port))
+            addresses[ann.core.pid] = SimpleNamespace(host="127.0.0.1", port=await recorder.start())
+            transfer = bob.fetch(GID, mid)
+            await wait_done(transfer)
+            assert transfer.state == "done", transfer.error
+            return path.read_bytes(), transfer.path.read_bytes(), bytes(recorder.seen)
+        finally:
+            for service in services.values():
+                await service.close()
+
+    original, copy, seen = asyncio.run(run())
+    assert copy == original
+    return original, seen
+
+
+def test_an_open_group_s_file_travels_in_the_clear_and_arrives_whole(tmp_path):
+    original, seen = fetch_through_recorder(tmp_path, None)
+    assert b"PLAINTEXT-MARK" in seen
+
+
+def test_a_private_group_s_stream_is_sealed_with_the_group_key(tmp_path):
+    original, seen = fetch_through_recorder(tmp_path, os.urandom(32))
+    assert b"PLAINTEXT-MARK" not in seen and len(seen) > SIZE
+
+
+def test_a_stranger_gets_nothing_not_even_a_signature(tmp_path):
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann"])
+        ann = services["ann"]
+        try:
+            mid = await offer(ann, messages, source_file(tmp_path))
+            reader, writer = await asyncio.open_connection("127.0.0.1", ann.port)
+            body = bytes([HELLO]) + msgpack.packb([VERSION, GID, f"{mid[0]}:{mid[1]}", Identity.generate().public_key,
+                                                   os.urandom(32)])
+            writer.write(struct.pack(">I", len(body)) + body)
+            got = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            return got, ann.strangers_refused
+        finally:
+            await ann.close()
+
+    got, refused = asyncio.run(run())
+    assert got == b"" and refused == 1
+
+
+def test_a_member_key_that_is_not_the_member_reached_is_refused(tmp_path):
+    """Bob reaches for Ann at an address where Cat answers: Cat cannot sign as Ann."""
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob", "cat"])
+        ann, bob, cat = services["ann"], services["bob"], services["cat"]
+        try:
+            mid = await offer(ann, messages, source_file(tmp_path))
+            cat.transfers[(GID, mid)] = ann.transfers[(GID, mid)]  # Cat would serve it, as Ann
+            addresses[ann.core.pid] = addresses[cat.core.pid]
+            del addresses[cat.core.pid]
+            transfer = bob.fetch(GID, mid)
+            await asyncio.sleep(1.0)
+            return transfer.held_bytes, bob.handshakes_failed
+        finally:
+            for service in services.values():
+                await service.close()
+
+    held, failed = asyncio.run(run())
+    assert held == 0 and failed >= 1
+
+
+def test_a_holder_serving_garbage_is_dropped_and_the_file_comes_whole_from_the_offerer(tmp_path):
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob", "eve"])
+        ann, bob, eve = services["ann"], services["bob"], services["eve"]
+        try:
+            path = source_file(tmp_path, 64 * 256 * 1024)  # more chunks than the offerer's first window
+            mid = await offer(ann, messages, path)
+            garbage = tmp_path / "garbage.bin"
+            garbage.write_bytes(os.urandom(64 * 256 * 1024))
+            good = ann.transfers[(GID, mid)]
+            # Eve claims every chunk (the offer's own hash list) and serves random bytes.
+            eve.transfers[(GID, mid)] = Transfer(GID, mid, good.offer, "offer", garbage, "done",
+                                                 bytearray(good.have), good.leaves)
+            transfer = bob.fetch(GID, mid)
+            await wait_done(transfer)
+            return path.read_bytes(), transfer, eve.transfers[(GID, mid)].uploaded, eve
+        finally:
+            for service in services.values():
+                await service.close()
+
+    original, transfer, eve_sent, eve = asyncio.run(run())
+    assert transfer.state == "done" and transfer.path.read_bytes() == original
+    assert hashlib.sha256(transfer.path.read_bytes()).hexdigest() == transfer.offer.sha256
+    assert transfer.plan is not None and transfer.plan.bad_chunks >= 1 and eve_sent > 0
+    # chunks already on their way when Eve is dropped are checked, and counted, too
+    assert eve.core.pid in transfer.plan.dropped and transfer.plan.bad_chunks >= BAD_CHUNKS_TO_DROP
+
+
+def test_a_name_taken_meanwhile_is_never_overwritten(tmp_path):
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob"])
+        ann, bob = services["ann"], services["bob"]
+        try:
+            mid = await offer(ann, messages, source_file(tmp_path))
+            downloads = tmp_path / "bob" / "downloads"
+            downloads.mkdir(parents=True)
+            (downloads / "notes.txt").write_text("mine")
+            transfer = bob.fetch(GID, mid)
+            await wait_done(transfer)
+            return transfer, downloads
+        finally:
+            for service in services.values():
+                await service.close()
+
+    transfer, downloads = asyncio.run(run())
+    assert (downloads / "notes.txt").read_text() == "mine"
+    assert transfer.path == downloads / "notes (2).txt" and transfer.state == "done"
+
+
+def test_a_file_past_the_size_cap_is_refused_with_a_clear_error_and_a_cancelled_one_can_be_fetched_again(tmp_path):
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob"])
+        ann, bob = services["ann"], services["bob"]
+        try:
+            path = source_file(tmp_path)
+            mid = await offer(ann, messages, path)
+            bob.max_file_size = SIZE - 1
+            try:
+                bob.fetch(GID, mid)
+                refused = ""
+            except UsageError as exc:
+                refused = str(exc)
+            bob.max_file_size = SIZE
+            transfer = bob.fetch(GID, mid)
+            cancelled = bob.cancel(GID, mid)
+            state = cancelled.state
+            part_left = transfer.part.exists()
+            again = bob.fetch(GID, mid)
+            await wait_done(again)
+            return refused, state, part_left, again, path.read_bytes()
+        finally:
+            for service in services.values():
+                await service.close()
+
+    refused, state, part_left, again, original = asyncio.run(run())
+    assert "file too large" in refused and "max file size" in refused
+    assert state == "cancelled" and not part_left
+    assert again.state == "done" and again.path.read_bytes() == original
+
+
+def test_connections_waiting_for_their_handshake_are_capped(tmp_path, monkeypatch):
+    monkeypatch.setattr("m2mc.middleware.file_transfer.MAX_HANDSHAKES", 3)
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann"])
+        ann = services["ann"]
+        try:
+            idle = [await asyncio.open_connection("127.0.0.1", ann.port) for _ in range(5)]  # say nothing
+            await asyncio.sleep(0.2)
+            closed = [await asyncio.wait_for(reader.read(), 5) for reader, _ in idle[3:]]
+            for _, writer in idle:
+                writer.close()
+            return closed, ann.handshakes_refused
+        finally:
+            await ann.close()
+
+    closed, refused = asyncio.run(run())
+    assert closed == [b"", b""] and refused == 2

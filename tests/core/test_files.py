@@ -1,0 +1,233 @@
+"""The sans-I/O part of files (middleware/files.py): the offer and its bounds, the hash tree, safe
+names, the chunk plan (who is asked for what, bad chunks), the caps and the progress gate."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from m2mc.middleware.files import (BAD_CHUNKS_TO_DROP, FILE_MARKER, MAX_CHUNKS, MIN_CHUNK, Caps, ChunkPlan, FileOffer,
+                                   OfferError, ProgressGate, check_fetch, chunk_size_for, leaf_hash, parse_offer,
+                                   safe_name, split_leaves, tree_root, unique_name)
+from m2mc.middleware.types import UsageError
+
+H = hashlib.sha256
+
+
+def offer_of(data: bytes, name: str = "report.pdf", chunk: int = MIN_CHUNK) -> tuple[FileOffer, list[bytes]]:
+    leaves = [leaf_hash(data[i:i + chunk]) for i in range(0, max(len(data), 1), chunk)]
+    return FileOffer(name, len(data), "application/pdf", H(data).hexdigest(), chunk, tree_root(leaves).hex()), leaves
+
+
+def test_the_tree_pairs_leaves_with_a_node_prefix_and_moves_an_odd_one_up():
+    a, b, c = (H(x).digest() for x in (b"a", b"b", b"c"))
+    assert tree_root([a]) == a
+    ab = H(b"\x01" + a + b).digest()
+    assert tree_root([a, b]) == ab
+    assert tree_root([a, b, c]) == H(b"\x01" + ab + c).digest()
+    with pytest.raises(ValueError):
+        tree_root([])
+
+
+def test_a_hash_list_is_taken_only_if_it_matches_the_offer_root():
+    data = os.urandom(3 * MIN_CHUNK + 5)
+    offer, leaves = offer_of(data)
+    assert offer.chunks == 4 and offer.chunk_length(3) == 5
+    assert split_leaves(b"".join(leaves), offer) == leaves
+    forged = list(leaves)
+    forged[2] = H(b"garbage").digest()
+    with pytest.raises(OfferError, match="root"):
+        split_leaves(b"".join(forged), offer)
+    with pytest.raises(OfferError, match="chunks"):
+        split_leaves(b"".join(leaves[:3]), offer)
+
+
+def test_an_offer_round_trips_through_its_message_text():
+    offer, _ = offer_of(os.urandom(1000))
+    text = offer.to_text()
+    assert text.startswith(FILE_MARKER)
+    assert parse_offer(text) == offer
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"chunk": 1024}, "chunk size"),  # a million tiny chunks: the chunk size is bounded below
+    ({"chunk": MIN_CHUNK + 1}, "power of two"),
+    ({"chunk": 8 * 2**20}, "chunk size"),
+    ({"size": 2**40 + 1, "chunk": 4 * 2**20}, "size"),  # past 1 TiB
+    ({"size": MIN_CHUNK * MAX_CHUNKS + 1, "chunk": MIN_CHUNK}, "at most"),  # too many chunks
+    ({"size": -1}, "size"),
+    ({"size": True}, "type"),
+    ({"sha256": "AB" * 32}, "hex"),
+    ({"root": "00"}, "hex"),
+    ({"mime": "text/\x00plain"}, "MIME"),
+    ({"name": 7}, "type"),
+])
+def test_a_hostile_offer_is_refused_with_the_bound_it_breaks(change, reason):
+    import json
+    fields = {"name": "a", "size": 10, "mime": "text/plain", "sha256": "0" * 64, "chunk": MIN_CHUNK, "root": "1" * 64}
+    fields.update(change)
+    with pytest.raises(OfferError, match=reason):
+        parse_offer(FILE_MARKER + json.dumps(fields))
+    with pytest.raises(OfferError):
+        parse_offer(FILE_MARKER + "[1, 2]")
+    with pytest.raises(OfferError):
+        parse_offer(FILE_MARKER + "{")
+
+
+def test_a_terabyte_offer_is_well_formed_within_the_chunk_bounds():
+    chunk = chunk_size_for(2**40)
+    assert chunk == 4 * 2**20 and 2**40 // chunk == MAX_CHUNKS
+    offer = parse_offer(FILE_MARKER + '{"name":"big","size":%d,"mime":"x/y","sha256":"%s","chunk":%d,"root":"%s"}'
+                        % (2**40, "0" * 64, chunk, "0" * 64))
+    assert offer.chunks == MAX_CHUNKS
+    assert chunk_size_for(20 * 2**20) == 256 * 1024 and chunk_size_for(2**30) == 2**20
+    with pytest.raises(UsageError, match="too large.*max file size"):
+        check_fetch(offer, 64 * 2**30, 2**50)
+    small, _ = offer_of(b"x" * 100)
+    with pytest.raises(UsageError, match="not enough free space"):
+        check_fetch(small, 2**30, 99)
+    check_fetch(small, 2**30, 100)
+
+
+@pytest.mark.parametrize("name, safe", [
+    ("../../etc/passwd", "passwd"),
+    ("..\\..\\windows\\system32\\cmd.exe", "cmd.exe"),
+    ("/absolute/path.txt", "path.txt"),
+    ("..", "file"),
+    ("", "file"),
+    (".bashrc", "bashrc"),
+    ("a\x00b\x1fc\x7f\u202ed.txt", "abcd.txt"),  # control and bidi format characters
+    ("line\u2028break.txt", "linebreak.txt"),
+    ('what?*<>|".txt', "what______.txt"),
+    ("CON.txt", "file_CON.txt"),
+    ("trailing. ", "trailing"),
+])
+def test_names_are_made_safe(name, safe):
+    assert safe_name(name) == safe
+
+
+def test_a_long_name_keeps_its_extension_within_255_bytes():
+    name = safe_name("é" * 300 + ".tar.gz")
+    assert len(name.encode()) <= 255 and name.endswith(".gz")
+
+
+def test_a_name_clash_gets_a_new_name_never_the_same():
+    taken = {"photo.jpg", "photo (2).jpg", "README"}
+    assert unique_name("photo.jpg", taken.__contains__) == "photo (3).jpg"
+    assert unique_name("README", taken.__contains__) == "README (2)"
+    assert unique_name("../photo.jpg", taken.__contains__) == "photo (3).jpg"
+
+
+def chunks_and_leaves(count: int) -> tuple[list[bytes], list[bytes]]:
+    chunks = [os.urandom(64) for _ in range(count)]
+    return chunks, [leaf_hash(c) for c in chunks]
+
+
+def test_the_offerer_is_asked_only_for_what_no_other_source_holds():
+    plan = ChunkPlan(10, spare="offerer")
+    plan.add_source("offerer", b"\x01" * 10)
+    plan.add_source("bob", bytes([1, 1, 1, 0, 0, 0, 0, 0, 0, 0]))
+    asked = plan.pick("offerer", 10)
+    assert sorted(asked) == list(range(3, 10))
+    assert sorted(plan.pick("bob", 10)) == [0, 1, 2]
+    assert plan.pick("offerer", 10) == [] and plan.pick("bob", 10) == []  # all in flight
+
+
+def test_a_source_announces_chunks_as_it_gets_them_and_a_gone_source_frees_its_chunks():
+    plan = ChunkPlan(4, spare="offerer")
+    plan.add_source("offerer", b"\x01" * 4)
+    plan.add_source("cat", b"\x00" * 4)
+    plan.source_has("cat", 2)
+    assert 2 not in plan.pick("offerer", 4)
+    assert plan.pick("cat", 4) == [2]
+    plan.drop_source("cat")
+    assert plan.pick("offerer", 4) == [2]  # nobody else has it now
+
+
+def test_bitmap_and_window_limits():
+    chunks, leaves = chunks_and_leaves(6)
+    have = bytearray([1, 0, 0, 1, 0, 0])
+    plan = ChunkPlan(6, have)
+    assert plan.held == 2 and not plan.complete
+    plan.add_source("ann", b"\x01" * 6)
+    first = plan.pick("ann", 2)
+    assert len(first) == 2 and not set(first) & {0, 3}
+    for index in first + plan.pick("ann", 5):
+        assert plan.received("ann", index, chunks[index], leaves)
+        plan.stored(index)
+    assert plan.complete and have == bytearray(b"\x01" * 6)
+    assert not plan.received("ann", 1, chunks[1], leaves)  # not needed any more: not written twice
+
+
+def test_a_bad_chunk_is_dropped_counted_and_fetched_elsewhere_and_a_garbage_server_is_dropped():
+    chunks, leaves = chunks_and_leaves(8)
+    plan = ChunkPlan(8, spare="ann")
+    plan.add_source("ann", b"\x01" * 8)
+    plan.add_source("eve", b"\x01" * 8)  # a member that serves garbage
+    asked = plan.pick("eve", 1)
+    assert not plan.received("eve", asked[0], b"garbage", leaves)
+    assert plan.bad_chunks == 1 and asked[0] not in plan.inflight
+    assert asked[0] not in plan.pick("eve", 8)  # never asked of eve again
+    plan.drop_source("eve")
+    plan.add_source("eve", b"\x01" * 8)
+    assert asked[0] in plan.pick("ann", 8)  # the offerer, though eve has it: eve refused it
+    for _ in range(BAD_CHUNKS_TO_DROP - 1):
+        index = plan.pick("eve", 1)[0]
+        plan.received("eve", index, b"x" * 64, leaves)
+    assert "eve" in plan.dropped and "eve" not in plan.sources
+    plan.add_source("eve", b"\x01" * 8)  # reconnecting does not bring it back
+    assert "eve" not in plan.sources
+    assert plan.bad_chunks == BAD_CHUNKS_TO_DROP
+
+
+def test_a_chunk_found_bad_on_disk_is_fetched_again():
+    plan = ChunkPlan(2, bytearray(b"\x01\x01"))
+    assert plan.complete
+    plan.lost(1)
+    plan.add_source("ann", b"\x01\x01")
+    assert plan.pick("ann", 2) == [1]
+
+
+def test_caps_bound_uploads_per_member_and_in_all():
+    caps = Caps(per_peer=2, total=3)
+    assert caps.acquire("bob") and caps.acquire("bob")
+    assert not caps.acquire("bob")
+    assert caps.acquire("cat")
+    assert not caps.acquire("dan")  # the total
+    caps.release("bob")
+    assert caps.acquire("dan")
+    assert caps.refused == 2
+
+
+def test_progress_is_told_at_most_four_times_a_second_and_the_end_always():
+    gate = ProgressGate()
+    told = [t / 100 for t in range(0, 200) if gate.allow("f", t / 100)]
+    assert len(told) == 8
+    assert gate.allow("f", 1.991, final=True)
+    assert gate.allow("other", 1.992)
+
+
+def test_receivers_fetching_together_split_the_offerers_chunks_by_stripes_and_help_from_the_far_end():
+    have = bytearray(64)
+    plan = ChunkPlan(64, have, spare="ann", me="me")
+    plan.add_source("ann", b"\x01" * 64)
+    plan.add_source("bob", b"\x00" * 64)  # fetching too: "bob" < "me", so stripes 0 and 2 are his
+    assert plan.pick("ann", 4) == [16, 17, 18, 19]  # this receiver's first stripe, lowest first
+    for index in [*range(16, 32), *range(48, 64)]:
+        plan.inflight.pop(index, None)
+        plan.stored(index)
+    assert plan.pick("ann", 3) == [47, 46, 45]  # its stripes done: bob's, from the far end
+    plan.source_has("bob", 0)
+    assert 0 not in plan.pick("ann", 64) and plan.pick("bob", 4) == [0]
+
+
+def test_a_chunk_a_source_cannot_serve_after_all_is_asked_of_others_and_never_of_it_again():
+    plan = ChunkPlan(2, spare="ann", me="me")
+    plan.add_source("ann", b"\x01\x01")
+    assert plan.pick("ann", 2) == [0, 1]
+    plan.source_lacks("ann", 1)  # its file changed or went away
+    assert plan.pick("ann", 2) == []
+    plan.add_source("cat", b"\x00\x01")
+    assert plan.pick("cat", 2) == [1]
