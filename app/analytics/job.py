@@ -133,18 +133,22 @@ JVM_PARSE_OPTIONS = {
     "allowSingleQuotes": "false", "allowNonNumericNumbers": "false",
 }
 STRICT_LINE = "line"  # the raw line, for the strict parser; null where the JVM's reading stands
+# Off: the JVM's parse costs more than the strict one it spares. At 1M generated lines on
+# local[2], from_json alone took ~2.4 CPU s and moving its nine columns into Arrow ~1.1 more,
+# against ~2 CPU s for Arrow's strict parse of the raw line in Python; a 10M run took 135
+# CPU s with it, 101 without (thread-stats.md, benchmarks.md).
+PARSE_IN_JVM = False
 
 
-def parsed_in_jvm(lines, parse_in_jvm: bool = True):
+def parsed_in_jvm(lines, parse_in_jvm: bool = PARSE_IN_JVM):
     """EXPORT_FIELDS as the JVM read them, and STRICT_LINE (see JVM_PARSE_OPTIONS).
 
-    Without `parse_in_jvm`, every line goes to the strict parser (the path before the JVM
-    parsed; tests compare the two)."""
+    Without `parse_in_jvm`, only STRICT_LINE: every line goes to the strict parser."""
     from pyspark.sql import functions as F
 
     value = F.col("value")
     if not parse_in_jvm:
-        return lines.select(*[F.lit(None).cast("string").alias(name) for name in EXPORT_FIELDS], value.alias(STRICT_LINE))
+        return lines.select(value.alias(STRICT_LINE))
     spec = ", ".join(f"{name} string" for name in (*EXPORT_FIELDS, "_corrupt_record"))
     record = F.from_json(value, spec, JVM_PARSE_OPTIONS)
     fields = [record[name].alias(name) for name in EXPORT_FIELDS]
@@ -172,11 +176,11 @@ def parse_batch(batch):
                    else pa.nulls(rows.num_rows, f.type) for f in schema]
         return pa.Table.from_arrays(columns, schema=schema)
 
+    if strict.all():
+        return parse_lines(line)
     if not strict.any():
         return read_in_jvm(batch), 0, 0
     table, blank, malformed, rows = parse_lines(line.filter(pa.array(strict)), with_rows=True)
-    if strict.all():
-        return table, blank, malformed
     kept = np.flatnonzero(~strict)
     table = pa.concat_tables([read_in_jvm(batch.filter(pa.array(~strict))), table])
     order = np.argsort(np.concatenate([kept, np.flatnonzero(strict)[rows]]), kind="stable")
@@ -214,7 +218,7 @@ def _placer(lines_seen):
     return place_batches
 
 
-def place_all(spark, paths: list[str], lines_seen, parse_in_jvm: bool = True):
+def place_all(spark, paths: list[str], lines_seen, parse_in_jvm: bool = PARSE_IN_JVM):
     """FILES_SCHEMA rows of the exports: one shuffle by gid (of the raw lines), the JVM's parse,
     one Arrow pass per task."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
@@ -409,7 +413,7 @@ def output_names() -> list[str]:
     return [*TABLE_NAMES, *(f"{name}.csv" for name in TABLE_NAMES), "summary.json", "report.html", "explore.html", *PLOT_FILES]
 
 
-def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = False, parse_in_jvm: bool = True) -> Results:
+def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = False, parse_in_jvm: bool = PARSE_IN_JVM) -> Results:
     """Run the whole analysis and commit the tables, summary.json and (with `report`) the
     report into `out`, a location as Spark resolves it.
 
