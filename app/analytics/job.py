@@ -116,8 +116,8 @@ def read_lines(spark, paths: list[str]):
     return spark.read.text(paths)
 
 
-# The JVM parses every line; Python's strict parser (`parse_lines`) sees only the lines
-# whose fields Spark may have read otherwise. Spark's reader is lenient where the strict one
+# With PARSE_IN_JVM, the JVM parses every line and Python's strict parser (`parse_lines`)
+# sees only the lines whose fields Spark may have read otherwise. Spark's reader is lenient where the strict one
 # is not: it writes a number, boolean, array or object found in a string field as its JSON
 # text; it keeps the last of repeated keys, ignores what follows the object on its line,
 # turns a lone surrogate escape into "?", and reads numbers too large for a double. And it
@@ -127,7 +127,7 @@ def read_lines(spark, paths: list[str]):
 # fields it read, compact (gen_logs) or with json.dumps' spacing: then it is one object of
 # the export's fields, string or null, each once, and any JSON parser reads it alike.
 # Every other line (a corrupt record, other fields or layouts, escapes Spark would not
-# write) goes to the strict parser, as all lines did before.
+# write) goes to the strict parser, as every line does without it.
 JVM_PARSE_OPTIONS = {
     "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record",
     "allowSingleQuotes": "false", "allowNonNumericNumbers": "false",

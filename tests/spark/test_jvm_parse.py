@@ -1,6 +1,6 @@
-"""The JVM parses the export lines and Python re-checks only the lines whose fields could be wrong:
-every output equals the strict path's (every line parsed by pyarrow in the Python workers) on a
-generated log and on an adversarial one."""
+"""With job.PARSE_IN_JVM the JVM parses the export lines and Python re-checks only the lines whose
+fields could be wrong: every output equals the strict path's (every line parsed by pyarrow in the
+Python workers, the default) on a generated log and on an adversarial one."""
 
 from __future__ import annotations
 
