@@ -86,9 +86,9 @@ def _classify_lines(lines):
     return blank, candidate
 
 
-def parse_lines(lines):
+def parse_lines(lines, *, with_rows: bool = False):
     """Strictly parsed export lines: (Table of EXPORT_FIELDS as strings with the operations' fields,
-    blank lines, malformed lines).
+    blank lines, malformed lines), and with `with_rows` the index of each parsed row's line.
 
     A line is well-formed JSON here when it is one JSON object whose export fields are
     strings or null (missing counts as null); other fields are ignored, whatever their
@@ -98,6 +98,7 @@ def parse_lines(lines):
     12345 or ["a"] into a string); it refuses a whole block for one bad line, so such a
     block goes line by line.
     """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj
@@ -107,6 +108,7 @@ def parse_lines(lines):
     blank, candidate = _classify_lines(lines)
     blank_count = int(blank.sum())
     malformed = len(lines) - blank_count - int(candidate.sum())
+    line_of = np.flatnonzero(candidate)
     if malformed + blank_count:
         lines = lines.filter(pa.array(candidate))
     # `reactions` as an object of no fields: Arrow checks the type and skips the content.
@@ -136,18 +138,24 @@ def parse_lines(lines):
                 .append_column("reaction_count", reaction_counts(chunk, has_reactions))
                 .append_column("mention_count", mention_count))
 
-    parsed = []
+    parsed, rows = [], []
     for start in range(0, len(lines), PARSE_BLOCK):
         block = lines.slice(start, PARSE_BLOCK)
         table = parse(block)
+        block_rows = line_of[start:start + len(block)]
         if table is None:
             good = [i for i in range(len(block)) if parse(block.slice(i, 1)) is not None]
             malformed += len(block) - len(good)
             table = parse(block.take(pa.array(good, pa.int64()))) if good else None
+            block_rows = block_rows[good]
         if table is not None:
             parsed.append(table)
+            rows.append(block_rows)
     table = pa.concat_tables(parsed) if parsed else parsed_arrow_schema().empty_table()
-    return table.cast(parsed_arrow_schema()), blank_count, malformed
+    table = table.cast(parsed_arrow_schema())
+    if with_rows:
+        return table, blank_count, malformed, np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    return table, blank_count, malformed
 
 
 def parse_times(strings):
