@@ -23,7 +23,7 @@ import re
 import unicodedata
 from collections import OrderedDict
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Callable
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QTextCharFormat, QTextLayout, QTextOption
@@ -149,6 +149,8 @@ class MessageDelegate(QStyledItemDelegate):
         self._heights: dict[tuple, int] = {}
         self._bodies: OrderedDict[tuple, _Body] = OrderedDict()
         self.own_pid = ""
+        # What an m2mc://message link shows instead of its ids (None: the link as written); the window sets it.
+        self.link_title: Callable[[str], str | None] | None = None
         self._names: dict[str, str] = {}  # pid -> the member record's name: authors, who reacted, mentions
         self.lookalikes: set[str] = set()  # members whose names look like another's: shown with ⚠ and fingerprint
         self.refresh_style()
@@ -248,6 +250,30 @@ class MessageDelegate(QStyledItemDelegate):
     def _text_width(self, depth: int) -> int:
         return max(80, self.view.viewport().width() - self._indent(depth) - 2 * PAD - MARK_WIDTH - 4)
 
+    def _titled_links(self, text: str, deleted: bool):
+        """``text`` with each m2mc://message link this peer can name (``link_title``) shown as its
+        title; every link with its range in the new text; and the map of an old offset to the new."""
+        found = [] if deleted else links_in(text)
+        titles = [self.link_title(url) if url.startswith("m2mc://message/") and self.link_title else None
+                  for _start, _end, url in found]
+        if not any(titles):
+            return text, found, lambda offset: offset
+        pieces, links, shifts, at, grown = [], [], [], 0, 0
+        for (start, end, url), title in zip(found, titles):
+            shown = title or url
+            pieces.append(text[at:start])
+            links.append((start + grown, start + grown + len(shown), url))
+            pieces.append(shown)
+            grown += len(shown) - (end - start)
+            shifts.append((end, grown))
+            at = end
+        pieces.append(text[at:])
+
+        def moved(offset: int) -> int:
+            return offset + next((g for end, g in reversed(shifts) if offset >= end), 0)
+
+        return "".join(pieces), links, moved
+
     def _body(self, message: ChatMessage, width: int) -> _Body:
         expanded = message.mid in self.expanded
         key = (message.mid, width, expanded, self.highlight)
@@ -264,6 +290,8 @@ class MessageDelegate(QStyledItemDelegate):
                     mentions.append((at, len(run.text), run.pid == self.own_pid))
                 text += run.text
                 at += len(run.text)
+        text, titled, moved = self._titled_links(text, message.deleted)
+        mentions = [(moved(start), length, of_me) for start, length, of_me in mentions]
         cut = not expanded and len(text) > COLLAPSE_CHARS
         shown = text[:COLLAPSE_CHARS] if cut else text
         # QTextLayout breaks lines at U+2028 only; the same length keeps link offsets valid.
@@ -276,7 +304,7 @@ class MessageDelegate(QStyledItemDelegate):
         else:
             option.setTextDirection(Qt.LayoutDirection.LeftToRight)
         layout.setTextOption(option)
-        links = links_in(shown)
+        links = [(start, end, url) for start, end, url in titled if end <= len(shown)]
         formats = []
         for start, end, _url in links:
             link_format = QTextCharFormat()

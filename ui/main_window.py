@@ -93,6 +93,7 @@ ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here
 # Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
 PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
 MINIMUM_WIDTH = 640
+MAX_WAY_BACK = 50  # places Back (Alt+Left) remembers
 # Keys the compose box and the views take themselves (no menu action holds them).
 TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
                ("Edit your last message (empty compose box)", "Up"),
@@ -145,6 +146,7 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
         self._restore_pane_sizes()
 
+        self._way_back: list[tuple[str, Mid | None, Mid | None]] = []  # (gid, open thread, selected) before a jump
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS)
         self._seen_timer.timeout.connect(self.mark_visible_read)
         self._follow_timer = QTimer(self, singleShot=True, interval=100)
@@ -263,6 +265,7 @@ class MainWindow(QMainWindow):
             view.link_activated.connect(self.open_link)
             view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
             self._message_delegate(view).own_pid = self.backend.pid
+            self._message_delegate(view).link_title = self.link_title
             view.customContextMenuRequested.connect(partial(self._message_menu, view))
         self.tree_proxy = QSortFilterProxyModel(self)
         self.tree_proxy.setRecursiveFilteringEnabled(True)
@@ -459,7 +462,8 @@ class MainWindow(QMainWindow):
         self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", self.show_mentions)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
-        self.back_action = self._action("&Back to all threads", "Alt+Left", self.close_thread)
+        self.back_action = self._action("&Back", "Alt+Left", self.go_back)
+        self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
         self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.session_controller.next_unread, "unread")
         self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.session_controller.mark_all_read)
@@ -1154,6 +1158,34 @@ class MainWindow(QMainWindow):
         self.schedule_seen()
         return True
 
+    def go_back(self) -> None:
+        """Alt+Left: to where the reader was before following a link or a search result, else out of
+        the open thread to all threads."""
+        while self._way_back:
+            gid, thread, mid = self._way_back.pop()
+            if gid not in self.session_controller.sessions:
+                continue  # left since
+            if self.current is None or self.current.gid != gid:
+                self.select_group(gid)
+            if thread is not None:
+                self.open_thread(thread)
+            else:
+                self.close_thread()
+            if mid is not None:
+                self.select_message(mid)
+            return
+        self.close_thread()
+
+    def link_title(self, url: str) -> str | None:
+        """What an m2mc://message link shows instead of its ids: the linked message's author and
+        first words, when that message has reached this peer."""
+        target = parse_message_link(url)
+        session = self.session_controller.sessions.get(target[0]) if target is not None else None
+        message = session.tree.message(target[1]) if session is not None and target is not None else None
+        if message is None or session is None:
+            return None
+        return f"↗ {message.sender_name}: {root_text(message, 50)} ({session.title})"
+
     def close_thread(self) -> None:
         session = self.current
         if session is None or session.thread is None:
@@ -1251,11 +1283,17 @@ class MainWindow(QMainWindow):
 
     def show_message(self, gid: str, mid: Mid) -> bool:
         """Open ``mid`` in its thread, in view and selected, whichever group is shown (message links,
-        search results)."""
+        search results).  Where the reader was is kept: Back (Alt+Left) returns there."""
         session = self.session_controller.sessions.get(gid)
         if session is None:
             self.status_controller.show_error("That message is in a group you have not joined.")
             return False
+        here = self.current
+        if here is not None:
+            selected = self.selected_message()
+            thread = here.thread.root.message.mid if here.thread is not None else None
+            self._way_back.append((here.gid, thread, selected.mid if selected is not None else None))
+            del self._way_back[:-MAX_WAY_BACK]
         if self.current is not session:
             self.select_group(gid)
         root = session.tree.thread_of(mid) if self.current is session else None

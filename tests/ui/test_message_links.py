@@ -1,0 +1,56 @@
+"""m2mc://message links as a person meets them: a link reads as the linked message's author and
+first words (not its ids), a click follows it across groups, and Back (Alt+Left) returns to where
+the reader was."""
+
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtTest import QTest
+
+from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot
+from m2mc.middleware.types import Member, format_mid
+from m2mc.ui.message_model import MessageRole
+
+
+def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    talk = lunch_conversation("")
+    lunch = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True, history=talk)
+    delhi = talk[0]
+    link = f"m2mc://message/{lunch.gid}/{format_mid(delhi.mid)}"
+    pointer = message("", BOB, 1, f"{link} was the answer, and more below")
+    plans = backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True,
+                                         history=[message("", CAT, 1, "Plans?"), pointer])
+    window.start()
+    qtbot.waitUntil(lambda: len(window.session_controller.sessions) == 2 and all(
+        s.loaded and len(s.tree) for s in window.session_controller.sessions.values()))
+    window.select_group(plans.gid)
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == plans.gid)
+    activate(qtbot, window)
+    view = window.tree_view
+    index = window._view_index(pointer.mid)
+    delegate = view.itemDelegate()
+    shown = delegate.body_layout(index).text()
+    assert shown.startswith("↗ Ann: Did you visit Delhi? (Travel & lunch)") and lunch.gid not in shown
+    assert shown.endswith("was the answer, and more below")
+    save_screenshot(window, "message-link-titled.png")
+
+    geometry = delegate._geometry(view.visualRect(index), index)
+    on_link = QPoint(geometry["left"] + 20, geometry["body_top"] + 6)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ControlModifier, pos=on_link)
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == lunch.gid)
+    assert window.selected_message().mid == delhi.mid
+
+    QTest.keyClick(window.tree_view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+    qtbot.waitUntil(lambda: window.current.gid == plans.gid)
+    assert window.selected_message() is not None and window.selected_message().mid == pointer.mid
+
+
+def test_a_link_to_a_message_not_here_stays_as_written(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    link = "m2mc://message/aaaaaaaaaaaaaaaaaaaaaaaaaa/0123456789abcdef0123456789abcdef:9"
+    note = message("", BOB, 1, f"see {link}")
+    backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True, history=[note])
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
+    index = window._view_index(note.mid)
+    assert index.data(MessageRole).mid == note.mid
+    assert window.tree_view.itemDelegate().body_layout(index).text() == f"see {link}"
