@@ -29,7 +29,8 @@ from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, Q
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QTextCharFormat, QTextLayout, QTextOption
 from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QToolTip
 
-from ..middleware.mentions import render, shown_text
+from ..middleware.files import is_offer_text, readable_text, shown_offer
+from ..middleware.mentions import render
 from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMessage, Mid, utc_datetime
 
 from .member_list import marked_name
@@ -67,7 +68,7 @@ def snippet(text: str, limit: int = 60) -> str:
 def root_text(message: ChatMessage, limit: int = 60, names: dict[str, str] | None = None) -> str:
     """How a thread's first message is named in lists and headers: its text (mentions by ``names``,
     pid -> name), or that it was deleted."""
-    return "message deleted" if message.deleted else snippet(shown_text(message.text, names or {}), limit)
+    return "message deleted" if message.deleted else snippet(readable_text(message.text, names or {}), limit)
 
 
 def local_datetime(epoch_ms: int) -> datetime:
@@ -255,7 +256,8 @@ class MessageDelegate(QStyledItemDelegate):
         if body is not None:
             self._bodies.move_to_end(key)
             return body
-        text = "message deleted" if message.deleted else message.text
+        text = "message deleted" if message.deleted else shown_offer(message.text) if is_offer_text(message.text) \
+            else message.text
         mentions: list[tuple[int, int, bool]] = []  # (start, length, of me) of each "@Name" shown
         if "<@" in text and not message.deleted:
             text, at = "", 0
@@ -549,7 +551,7 @@ class MessageDelegate(QStyledItemDelegate):
         quote = geometry["quote"]
         if quote is not None:
             parent: ChatMessage | None = index.data(ParentMessageRole)
-            quoted = (f"↳ replying to {parent.sender_name}: {snippet(shown_text(parent.text, self._names))}"
+            quoted = (f"↳ replying to {parent.sender_name}: {snippet(readable_text(parent.text, self._names))}"
                       if parent is not None
                       else "↳ replying to a message not shown")
             painter.setFont(self.meta_font)

@@ -739,7 +739,7 @@ class MainWindow(QMainWindow):
             return
         for message in self.pinned_messages():
             mid = message.mid
-            label = f"{message.sender_name}: {snippet(message.text or 'message deleted', 60)}"
+            label = f"{message.sender_name}: {root_text(message, 60, member_names(self.current.view))}"
             self.pinned_menu.addAction(label, partial(self.select_message, mid))
 
     def pinned_messages(self) -> list[ChatMessage]:

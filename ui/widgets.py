@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from ..middleware.names import shown
 from ..middleware.types import ChatMessage
 
-from .delegate import MessageDelegate, clock, root_text, snippet
+from .delegate import MessageDelegate, clock, root_text
 from .member_list import marked_name
 from .message_model import ThreadRole, ThreadSummary
 from .resources import icon, theme_colors
@@ -155,7 +155,7 @@ class ReplyBanner(QFrame):
 
     def show_editing(self, message: ChatMessage) -> None:
         self._set_editing(True)
-        self.label.setText(f"Editing your message: {snippet(message.text, 80)}")
+        self.label.setText(f"Editing your message: {root_text(message, 80)}")
         self.show()
 
     @property
