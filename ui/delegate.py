@@ -23,7 +23,7 @@ import re
 import unicodedata
 from collections import OrderedDict
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QTextCharFormat, QTextLayout, QTextOption
@@ -38,6 +38,9 @@ from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, P
                             UnreadRole)
 
 from .resources import is_dark, theme_colors
+
+if TYPE_CHECKING:
+    from .files_view import FilesView
 
 PAD = 6
 MARK_WIDTH = 4
@@ -152,6 +155,7 @@ class MessageDelegate(QStyledItemDelegate):
         self.own_pid = ""
         self._names: dict[str, str] = {}  # pid -> the member record's name: authors, who reacted, mentions
         self.lookalikes: set[str] = set()  # members whose names look like another's: shown with ⚠ and fingerprint
+        self.files: FilesView | None = None  # a file offer's strip (buttons, progress, thumbnail) comes from it
         self.refresh_style()
 
     def refresh_style(self) -> None:
@@ -349,6 +353,9 @@ class MessageDelegate(QStyledItemDelegate):
         if body.collapsible:
             more = QRect(left, y + 2, width, self.meta_metrics.height())
             y = more.bottom() + 1
+        strip = self.files.strip(message, left, y, width, self.meta_metrics) if self.files is not None else None
+        if strip is not None:
+            y += strip.height
         chips = []
         if message.reactions:
             chips = self._reaction_chips(message, left, y + 3, width)
@@ -365,6 +372,7 @@ class MessageDelegate(QStyledItemDelegate):
         return {"message": message, "depth": depth, "left": left, "width": width, "header": header,
                 "name": name, "name_width": name_width, "meta": meta, "time": time_rect, "quote": quote,
                 "body": body, "body_top": body_top, "more": more, "reply": reply, "toggle": toggle, "chips": chips,
+                "file": strip,
                 "bottom": y + PAD}
 
     def author(self, message: ChatMessage, own: bool = False) -> str:
@@ -405,6 +413,9 @@ class MessageDelegate(QStyledItemDelegate):
         height += body.height
         if body.collapsible:
             height += 2 + self.meta_metrics.height()
+        if self.files is not None:
+            strip = self.files.strip(message, 0, 0, self._text_width(depth), self.meta_metrics)
+            height += strip.height if strip is not None else 0
         if message.reactions:
             height += self.meta_metrics.height() + 4 + 3
         return height + PAD
@@ -427,6 +438,10 @@ class MessageDelegate(QStyledItemDelegate):
         for chip, emoji, _pids in geometry["chips"]:
             if chip.contains(pos):
                 return "react", (geometry["message"].mid, emoji)
+        if geometry["file"] is not None:
+            for button, action, _label in geometry["file"].buttons:
+                if button.contains(pos):
+                    return "file", (action, geometry["message"])
         body: _Body = geometry["body"]
         x, y = pos.x() - geometry["left"], pos.y() - geometry["body_top"]
         if body.links and 0 <= y < body.height:
@@ -569,6 +584,9 @@ class MessageDelegate(QStyledItemDelegate):
             label = ("Show less" if message.mid in self.expanded
                      else f"Show more ({body.hidden_chars:,} more characters)")
             painter.drawText(more, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
+        if geometry["file"] is not None and self.files is not None:
+            painter.setFont(self.meta_font)
+            self.files.paint_strip(painter, geometry["file"], option.palette, self.accent, self.muted)
         if geometry["chips"]:
             painter.setFont(self.meta_font)
             painter.setRenderHint(QPainter.RenderHint.Antialiasing)
