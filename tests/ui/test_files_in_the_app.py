@@ -14,6 +14,8 @@ from PySide6.QtWidgets import QApplication, QFileDialog
 from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
 from m2mc.middleware.files import is_offer_text, parse_offer
 from m2mc.middleware.types import Member
+from m2mc.ui.delegate import root_text
+from m2mc.ui.message_model import ThreadRole
 
 GID = ""
 
@@ -85,10 +87,12 @@ def test_an_offer_row_downloads_by_click_with_progress_rate_cancel_open_and_a_th
     layout = window.tree_view.itemDelegate().body_layout(row_index(window, session, mid))
     assert layout.text().startswith("\U0001F4CE beach.png · ") and layout.text().endswith(" · image/png")
     assert "{" not in layout.text()
-    threads = window.thread_list_view.model() if hasattr(window, "thread_list_view") else None
-    if threads is not None:
-        texts = [threads.index(row, 0).data(Qt.ItemDataRole.DisplayRole) for row in range(threads.rowCount())]
-        assert not any(is_offer_text(text or "") for text in texts)
+    threads = window.thread_list.model()
+    roots = [root_text(threads.index(row, 0).data(ThreadRole).root, 200) for row in range(threads.rowCount())]
+    assert any(text.startswith("\U0001F4CE beach.png · ") for text in roots), roots
+    window.compose_controller.reply_to(mid)  # the reply banner names it the same way
+    assert "Ann: \U0001F4CE beach.png · " in window.reply_banner.label.text()
+    window.compose_controller.start_new_thread()
 
     click_button(qtbot, window, session, mid, "Download")
     qtbot.waitUntil(lambda: window.files_view.states[(session.gid, mid)].state == "waiting")
