@@ -91,7 +91,7 @@ class FilesView(QObject):
         self.views: list[QAbstractItemView] = []
         self.clock: Callable[[], float] = time.monotonic
         self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
-        self._listed: set[str] = set()
+        self._listing: set[str] = set()  # groups whose file list is asked for and not answered yet
         self._thumbnails: dict[str, QPixmap | None] = {}
         backend.peer_event.connect(self._on_event)
 
@@ -127,11 +127,14 @@ class FilesView(QObject):
         elif state.state == "failed":
             self.window.notify("Download failed", f"{name}: {state.error or 'no member could send it'}")
 
-    def _list(self, gid: str, then: Callable[[], None] | None = None) -> None:
+    def _list(self, gid: str, then: Callable[[], None] | None = None, force: bool = False) -> None:
         """Ask the middleware for the group's files (paths, errors, what was there before the window looked)."""
-        self._listed.add(gid)
+        if not force and then is None and gid in self._listing:
+            return  # the answer on its way covers what is stored by now
+        self._listing.add(gid)
 
         def take(rows: list[dict]) -> None:
+            self._listing.discard(gid)
             for row in rows:
                 mid = parse_mid(row["mid"])
                 state = self.states.setdefault((gid, mid), FileState())
@@ -144,7 +147,8 @@ class FilesView(QObject):
             if then is not None:
                 then()
 
-        self.backend.call(lambda peer: peer.file_list(gid), on_result=take, on_error=lambda _e: None)
+        self.backend.call(lambda peer: peer.file_list(gid), on_result=take,
+                          on_error=lambda _e: self._listing.discard(gid))
 
     def _message(self, gid: str, mid: Mid) -> ChatMessage | None:
         session = self.window.session_controller.sessions.get(gid)
@@ -163,8 +167,7 @@ class FilesView(QObject):
         state = self.states.get(key)
         if state is None:
             state = self.states[key] = FileState("offer" if message.sender == self.backend.pid else "offered")
-            if message.gid not in self._listed:
-                self._list(message.gid)
+            self._list(message.gid)  # its path and state here, if it was fetched or offered before
         return state
 
     # -- actions ----------------------------------------------------------------------------
@@ -239,8 +242,12 @@ class FilesView(QObject):
 
     def _send_file(self, gid: str, path: str, parent: Mid | None) -> None:
         self.backend.call_async(lambda peer: peer.send_file(gid, path, parent),
-                                on_result=lambda _done: self.window.compose_error.hide(),
+                                on_result=lambda _done: self._attached(gid),
                                 on_error=lambda error: self._attach_failed(describe_error(error)))
+
+    def _attached(self, gid: str) -> None:
+        self.window.compose_error.hide()
+        self._list(gid, force=True)  # where our offer is served from: its row opens it
 
     def _attach_failed(self, text: str) -> None:
         self.window.compose_error.setText(f"Could not attach: {text}")
