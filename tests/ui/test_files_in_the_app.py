@@ -128,7 +128,8 @@ def test_an_offer_row_downloads_by_click_with_progress_rate_cancel_open_and_a_th
     save_screenshot(window, "files-done.png")
 
 
-def test_the_context_menu_downloads_and_a_refusal_is_said_in_plain_words(qtbot, window, backend, tmp_path):
+def test_the_context_menu_downloads_and_refusals_and_failures_are_said_in_plain_words(qtbot, window, backend,
+                                                                                   tmp_path, monkeypatch):
     backend.manager.files.auto_download = 0
     backend.manager.files.max_file_size = 1000  # the cap a user set
     session = open_group(qtbot, window, backend)
@@ -141,6 +142,24 @@ def test_the_context_menu_downloads_and_a_refusal_is_said_in_plain_words(qtbot, 
     assert shown.status.startswith("Download failed: file too large: 'beach.png' is ")
     assert "the limit is 1,000 bytes" in shown.status
     assert [label for _r, _a, label in shown.buttons] == ["Retry"]
+
+    # Retry, now short of disk space: said in plain words too
+    backend.manager.files.max_file_size = 2**30
+    backend.manager.files.free_bytes = 10
+    click_button(qtbot, window, session, mid, "Retry")
+    qtbot.waitUntil(lambda: "not enough free space" in strip(window, session, mid).status)
+    assert strip(window, session, mid).status.endswith("bytes, 10 are free")
+
+    # with room, it starts; a failure on the way is said in the row and announced
+    backend.manager.files.free_bytes = None
+    notified = []
+    monkeypatch.setattr(window.notifier, "notify", lambda title, body, mention=False: notified.append((title, body)))
+    click_button(qtbot, window, session, mid, "Retry")
+    qtbot.waitUntil(lambda: window.files_view.states[(session.gid, mid)].state == "waiting")
+    backend.manager.files.advance(session.gid, mid, error="no member that holds it can be reached")
+    qtbot.waitUntil(lambda: strip(window, session, mid).status
+                    == "Download failed: no member that holds it can be reached")
+    assert notified == [("Download failed", "beach.png: no member that holds it can be reached")]
 
 
 def test_a_small_offer_downloads_by_itself(qtbot, window, backend, tmp_path):
