@@ -208,9 +208,9 @@ class FilesView(QObject):
         """The file's actions in the row's context menu."""
         if not is_offer_text(message.text) or message.deleted or _offer(message) is None:
             return
-        menu.addSeparator()
         for action, label in self.actions_for(message):
             menu.addAction(label if action != "download" else "Download file", partial(self.act, action, message))
+        menu.addSeparator()
 
     # -- attaching --------------------------------------------------------------------------
 

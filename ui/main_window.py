@@ -1191,6 +1191,7 @@ class MainWindow(QMainWindow):
     def message_menu(self, message: ChatMessage) -> QMenu:
         """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
         menu = QMenu(self)
+        self.files_view.add_menu_actions(menu, message)  # a file offer's Download (or Open…) comes first
         menu.addAction(icon("reply"), "Reply", lambda: self.compose_controller.reply_to(message.mid))
         menu.addAction("Quote", lambda: self.compose_controller.quote(message))
         menu.addSeparator()
@@ -1198,7 +1199,6 @@ class MainWindow(QMainWindow):
         menu.addAction("Copy link", lambda: QGuiApplication.clipboard().setText(message_link(message)))
         menu.addSeparator()
         menu.addAction("Open thread", lambda: self.open_thread(message.mid))
-        self.files_view.add_menu_actions(menu, message)
         menu.addSeparator()
         react = menu.addMenu("React")
         mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}

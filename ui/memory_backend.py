@@ -40,7 +40,7 @@ from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
 from ..middleware.store_api import SearchHit
-from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError
+from ..middleware.types import ChatMessage, GroupView, Member, Mid
 
 from .backend import Peer
 from .bridge import Backend
@@ -238,9 +238,7 @@ class MemoryManager(rules.OperationCalls):
         return self.core.mentions(limit)
 
     async def send_file(self, gid: str, path: str, parent: Mid | None = None) -> tuple[Mid, str]:
-        source = Path(path).expanduser()
-        if not source.is_file():
-            raise UsageError(f"not a file: {path}")
+        source = self.files.readable(path)
         offer = offer_of_file(source)
         mid = self._run(lambda core: core.offer_file(gid, offer.to_text(), parent, self.lan.now, self.lan.wall()))
         self.sent.append((gid, offer.to_text(), parent))
@@ -409,6 +407,15 @@ class MemoryManager(rules.OperationCalls):
         wall = int(self.lan.wall() * 1000)
         return ChatMessage(gid, (author.pid, seqno), target, author.name, text, wall, wall)
 
+    def inject_file(self, gid: str, member: Member, path: Path, parent: Mid | None = None) -> Mid:
+        """``member`` offers the file at ``path`` in ``gid`` (its bytes are kept for :meth:`MemoryFiles.advance`)."""
+        offer = offer_of_file(path)
+        core = self.peer(member)
+        mid = self.lan.run(core, lambda core: core.offer_file(gid, offer.to_text(), parent, self.lan.now,
+                                                              self.lan.wall()))
+        self.lan.file_contents[(gid, mid)] = path.read_bytes()
+        return mid
+
     def inject_member(self, gid: str, member: Member, joined: bool = True) -> None:
         """``member`` joins ``gid`` (or leaves it), as the GUI hears it live."""
         if joined:
@@ -428,15 +435,6 @@ class MemoryManager(rules.OperationCalls):
     def pass_time(self, seconds: float) -> None:
         """Let ``seconds`` of virtual time go by, the peers' timers firing (their beacons, for presence)."""
         self.lan.settle(seconds)
-
-    def inject_file(self, gid: str, member: Member, path: Path, parent: Mid | None = None) -> Mid:
-        """``member`` offers the file at ``path`` in ``gid`` (its bytes are kept for :meth:`MemoryFiles.advance`)."""
-        offer = offer_of_file(path)
-        core = self.peer(member)
-        mid = self.lan.run(core, lambda core: core.offer_file(gid, offer.to_text(), parent, self.lan.now,
-                                                              self.lan.wall()))
-        self.lan.file_contents[(gid, mid)] = path.read_bytes()
-        return mid
 
     def inject_warning(self, gid: str, text: str) -> None:
         """What the middleware tells as a :class:`WarningRaised` (equivocation, and the like)."""

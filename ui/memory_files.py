@@ -58,6 +58,14 @@ class MemoryFiles:
         self.free_bytes: int | None = None  # a test's stand-in for the disk's free space
         self.transfers: dict[tuple[str, Mid], _Transfer] = {}
 
+    @staticmethod
+    def readable(path: str) -> Path:
+        """The file ``path`` names, as send_file takes it (UsageError if it is none)."""
+        source = Path(path).expanduser()
+        if not source.is_file():
+            raise UsageError(f"not a file: {path}")
+        return source
+
     def offered(self, gid: str, mid: Mid, path: Path) -> str:
         """This peer's offer ``mid`` of ``path`` was posted: it serves it from now on."""
         offer = parse_offer(self.core.store.messages(gid, [mid])[0].text)
