@@ -32,6 +32,7 @@ from .bridge import Backend, describe_error
 from .resources import icon
 
 THUMBNAIL = QSize(240, 160)  # an image's inline preview fits in this (the row stays a row, not a gallery)
+THUMBNAILS_KEPT = 200  # previews held at once (at most 150 KB each): scrolling back reads an image again
 RATE_WINDOW = 5.0  # seconds of progress the rate is measured over
 BUTTON_GAP = 6
 ACTIVE = ("waiting", "fetching", "verifying")
@@ -92,7 +93,7 @@ class FilesView(QObject):
         self.clock: Callable[[], float] = time.monotonic
         self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
         self._listing: set[str] = set()  # groups whose file list is asked for and not answered yet
-        self._thumbnails: dict[str, QPixmap | None] = {}
+        self._thumbnails: collections.OrderedDict[str, QPixmap | None] = collections.OrderedDict()
         backend.peer_event.connect(self._on_event)
 
     # -- what the middleware tells --------------------------------------------------------
@@ -336,6 +337,9 @@ class FilesView(QObject):
                 image = reader.read()
                 pixmap = QPixmap.fromImage(image) if not image.isNull() else None
             self._thumbnails[state.path] = pixmap
+            if len(self._thumbnails) > THUMBNAILS_KEPT:
+                self._thumbnails.popitem(last=False)
+        self._thumbnails.move_to_end(state.path)
         return self._thumbnails[state.path]
 
     def paint_strip(self, painter: QPainter, strip: FileStrip, palette: QPalette, accent: QColor,
