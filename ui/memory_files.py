@@ -160,7 +160,8 @@ class MemoryFiles:
             raise UsageError(f"message {format_mid(mid)} is not a well-formed file offer: {exc}") from None
 
     def _tell(self, transfer: _Transfer) -> None:
-        self.listener(FileProgress(transfer.gid, format_mid(transfer.mid), transfer.state, transfer.bytes, transfer.offer.size))
+        self.listener(FileProgress(transfer.gid, format_mid(transfer.mid), transfer.state, transfer.bytes,
+                                   transfer.offer.size))
 
 
 def offer_of_file(path: Path) -> FileOffer:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QImage
-from PySide6.QtWidgets import QApplication, QFileDialog
+from PySide6.QtWidgets import QApplication, QFileDialog, QMenu
 
 from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
 from m2mc.middleware.files import is_offer_text, parse_offer
@@ -134,9 +134,15 @@ def test_the_context_menu_downloads_and_refusals_and_failures_are_said_in_plain_
     backend.manager.files.max_file_size = 1000  # the cap a user set
     session = open_group(qtbot, window, backend)
     mid = offered(qtbot, window, session, backend, picture(tmp_path))
-    menu = window.message_menu(session.tree.message(mid))
-    actions = {action.text(): action for action in menu.actions() if action.text()}
-    actions["Download file"].trigger()
+    # right-click the row, then click Download file in its menu
+    index = row_index(window, session, mid)
+    rect = window.tree_view.visualRect(index)
+    window.tree_view.customContextMenuRequested.emit(rect.center())
+    qtbot.waitUntil(lambda: isinstance(QApplication.activePopupWidget(), QMenu))
+    menu = QApplication.activePopupWidget()
+    download = next(action for action in menu.actions() if action.text() == "Download file")
+    assert menu.actions()[0] is download  # a file's own action comes first
+    qtbot.mouseClick(menu, Qt.MouseButton.LeftButton, pos=menu.actionGeometry(download).center())
     qtbot.waitUntil(lambda: strip(window, session, mid).error)
     shown = strip(window, session, mid)
     assert shown.status.startswith("Download failed: file too large: 'beach.png' is ")
@@ -192,10 +198,11 @@ def test_attach_by_button_menu_drop_and_paste_posts_offers_in_the_targeted_threa
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 1)
     assert sent_offers(backend) == [("notes.txt", None)]
 
-    # Conversation → Attach file… while replying to Bob's lunch question: the offer is a reply there
+    # Conversation → Attach file… (Ctrl+Shift+A) while replying to Bob's lunch question: the offer is a reply there
     window.compose_controller.reply_to(talk[6].mid)
     assert window.compose_controller.target.parent == talk[6].mid
-    window.attach_action.trigger()
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_A,
+                   Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 2)
     assert sent_offers(backend)[-1] == ("notes.txt", talk[6].mid)
 
