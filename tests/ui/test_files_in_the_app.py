@@ -87,6 +87,7 @@ def test_an_offer_row_downloads_by_click_with_progress_rate_cancel_open_and_a_th
     layout = window.tree_view.itemDelegate().body_layout(row_index(window, session, mid))
     assert layout.text().startswith("\U0001F4CE beach.png · ") and layout.text().endswith(" · image/png")
     assert "{" not in layout.text()
+    assert row_index(window, session, mid).data(Qt.ItemDataRole.DisplayRole) == layout.text()  # screen readers
     threads = window.thread_list.model()
     roots = [root_text(threads.index(row, 0).data(ThreadRole).root, 200) for row in range(threads.rowCount())]
     assert any(text.startswith("\U0001F4CE beach.png · ") for text in roots), roots
