@@ -467,6 +467,10 @@ class MessageDelegate(QStyledItemDelegate):
                 if chip.contains(event.pos()):
                     QToolTip.showText(event.globalPos(), self.reaction_tooltip(emoji, pids), view)
                     return True
+            strip = geometry["file"]
+            if strip is not None and strip.status and strip.status_rect.contains(event.pos()):
+                QToolTip.showText(event.globalPos(), strip.status, view)  # an error elided in a narrow row
+                return True
         return super().helpEvent(event, view, option, index)
 
     def body_layout(self, index: QModelIndex) -> QTextLayout:

@@ -7,9 +7,9 @@ middleware's own checks; a test moves a download on by the bytes it chooses
 
 from pathlib import Path
 
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QImage
-from PySide6.QtWidgets import QApplication, QFileDialog, QMenu
+from PySide6.QtCore import QEvent, QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QHelpEvent, QImage
+from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QToolTip
 
 from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
 from m2mc.middleware.files import is_offer_text, parse_offer
@@ -148,6 +148,11 @@ def test_the_context_menu_downloads_and_refusals_and_failures_are_said_in_plain_
     shown = strip(window, session, mid)
     assert shown.status.startswith("Download failed: file too large: 'beach.png' is ")
     assert "the limit is 1,000 bytes" in shown.status
+    # the whole of it shows as a tooltip, however narrow the row
+    viewport = window.tree_view.viewport()
+    at = shown.status_rect.center()
+    QApplication.sendEvent(viewport, QHelpEvent(QEvent.Type.ToolTip, at, viewport.mapToGlobal(at)))
+    qtbot.waitUntil(lambda: QToolTip.text() == shown.status)
     assert [label for _r, _a, label in shown.buttons] == ["Retry"]
 
     # Retry, now short of disk space: said in plain words too
