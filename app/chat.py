@@ -15,9 +15,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtCore import QSettings, QStandardPaths, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from ..middleware.files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
 from ..middleware.manager import Config
 from ..middleware.transport import TransportError
 from ..middleware.types import UsageError
@@ -36,7 +37,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="m2mc-chat", description="M2MC threaded chat for your local network.")
     add_common_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument("--download-dir", type=Path, default=None,
+                        help="where fetched files go (default: the desktop's Downloads folder)")
+    parser.add_argument("--auto-download", type=int, default=DEFAULT_AUTO_DOWNLOAD, metavar="BYTES",
+                        help=f"fetch offered files up to this size on their own (default {DEFAULT_AUTO_DOWNLOAD})")
+    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_SIZE, metavar="BYTES",
+                        help=f"refuse to fetch larger files (default {DEFAULT_MAX_FILE_SIZE})")
     return parser.parse_args(argv)
+
+
+def downloads_folder(chosen: Path | None) -> Path | None:
+    """Where the app's downloads go: ``chosen``, else the desktop's Downloads folder (where people look for
+    what they fetched), else None (the middleware's <data dir>/downloads)."""
+    if chosen is not None:
+        return chosen
+    found = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DownloadLocation)
+    return Path(found) if found and Path(found).is_dir() else None
 
 
 NO_DISPLAY = ("m2mc-chat: no display found (neither DISPLAY nor WAYLAND_DISPLAY is set); "
@@ -67,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     apply_theme(app)
 
     config = Config(data_dir=args.data_dir or default_data_dir(), name=args.name, iface=args.iface,
-                    port=args.port, zeroconf=not args.no_zeroconf)
+                    port=args.port, zeroconf=not args.no_zeroconf, download_dir=downloads_folder(args.download_dir),
+                    auto_download=args.auto_download, max_file_size=args.max_file_size)
     backend = ManagerBackend(config)
     try:
         backend.start()

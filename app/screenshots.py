@@ -5,7 +5,9 @@ conversation (in-memory backend, no network).
 
 Writes ``screenshot-main.png`` (the main window with the threads view),
 ``screenshot-deep-thread.png`` (a 40-deep thread opened on its own at 800 px
-wide) and ``screenshot-dark.png`` (the same window in a dark palette).  Run it
+wide), ``screenshot-files.png`` (files shared in a thread: a photo downloaded with its
+thumbnail, one coming in, one not fetched) and ``screenshot-dark.png`` (the same window in a dark
+palette).  Run it
 on a display (Xvfb is fine) so fonts and window frames are the real ones.
 """
 
@@ -13,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QTimer
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPalette
 from PySide6.QtWidgets import QApplication, QStyleFactory
 
 from ..middleware.presence import OFFLINE_AFTER
@@ -124,6 +127,58 @@ def make_window(app: QApplication, size=(1180, 720)) -> tuple[MainWindow, Memory
     return window, backend
 
 
+def sunset(path: Path) -> Path:
+    """A photo to share: a sky from orange to deep blue over a dark sea."""
+    image = QImage(1200, 800, QImage.Format.Format_RGB32)
+    painter = QPainter(image)
+    sky = QLinearGradient(0, 0, 0, 560)
+    sky.setColorAt(0, QColor("#1e3a8a"))
+    sky.setColorAt(0.7, QColor("#f97316"))
+    sky.setColorAt(1, QColor("#fde68a"))
+    painter.fillRect(0, 0, 1200, 560, sky)
+    painter.setBrush(QColor("#fef3c7"))
+    painter.drawEllipse(520, 430, 160, 160)
+    painter.fillRect(0, 560, 1200, 240, QColor("#0f172a"))
+    painter.end()
+    image.save(str(path))
+    return path
+
+
+def files_shot(app: QApplication, out: Path) -> Path:
+    """Files in a thread: Bob's photo downloaded (its thumbnail), Ann's slides coming in, Cat's video not fetched."""
+    window, backend = make_window(app, size=(1000, 720))
+    manager = backend.manager
+    assert window.current is not None  # make_window() waits for the group to open
+    gid = window.current.gid
+    work = Path(tempfile.mkdtemp(prefix="m2mc-screenshot-files-"))
+    manager.files.download_dir = work / "Downloads"
+    manager.files.auto_download = 3 * 2**20
+    for member in (CAT, DEV):
+        manager.set_online(member, True)
+    window.files_view.clock = lambda: 0.0  # the rate shown is the one of the two steps below
+    photo = manager.inject_file(gid, BOB, sunset(work / "sunset at Marina beach.png"))
+    slides = work / "Chennai trip plan.pdf"
+    slides.write_bytes(bytes(2_400_000))
+    plan = manager.inject_file(gid, ANN, slides, parent=photo)
+    video = work / "beach walk.mp4"
+    video.write_bytes(bytes(48 * 2**20))
+    manager.inject_file(gid, CAT, video, parent=photo)
+    settle(app)
+    manager.files.advance(gid, photo)
+    manager.files.advance(gid, plan, 600_000)
+    settle(app, 100)
+    window.files_view.clock = lambda: 1.0
+    manager.files.advance(gid, plan, 800_000)
+    settle(app)
+    window.open_thread(photo)
+    window.tree_view.scrollToBottom()
+    settle(app)
+    path = out / "screenshot-files.png"
+    window.grab().save(str(path))
+    window.close()
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="resources", help="folder for the PNG files")
@@ -159,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     saved.append(out / "screenshot-deep-thread.png")
     window.grab().save(str(saved[-1]))
     window.close()
+
+    saved.append(files_shot(app, out))
 
     dark = QPalette()
     for role, color in ((QPalette.ColorRole.Window, "#1f2124"), (QPalette.ColorRole.WindowText, "#e8eaed"),

@@ -19,8 +19,9 @@ import json
 import math
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
+from .mentions import shown_text
 from .types import UsageError
 
 FILE_MARKER = "\x00file1"
@@ -212,6 +213,40 @@ def check_fetch(offer: FileOffer, max_size: int, free_bytes: int) -> None:
     if offer.size > free_bytes:
         raise UsageError(f"not enough free space: {offer.name!r} needs {offer.size:,} bytes, "
                          f"{free_bytes:,} are free")
+
+
+# -- how an offer reads ------------------------------------------------------------------
+
+
+def human_size(size: int) -> str:
+    """``size`` bytes in the units people read: "980 bytes", "1.5 KB", "12 MB" (powers of 1024)."""
+    if size < 1024:
+        return f"{size} byte{'s' if size != 1 else ''}"
+    value = float(size)
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1024
+        if value < 1024 or unit == "TB":
+            break
+    return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+
+
+def offer_caption(offer: FileOffer) -> str:
+    """How an offer reads wherever a message's text is shown: "📎 name · size · type"."""
+    return f"\U0001F4CE {offer.name} \u00b7 {human_size(offer.size)} \u00b7 {offer.mime}"
+
+
+def shown_offer(text: str) -> str:
+    """An offer message's text as it reads (:func:`offer_caption`); a malformed one says so, never its JSON."""
+    try:
+        return offer_caption(parse_offer(text))
+    except OfferError:
+        return "\U0001F4CE a file offer that cannot be read"
+
+
+def readable_text(text: str, names: Mapping[str, str]) -> str:
+    """A message's text as people read it, in every view, banner and notification: a file offer as its
+    caption (never its JSON), mention tokens as "@Name" (:func:`middleware.mentions.shown_text`)."""
+    return shown_offer(text) if is_offer_text(text) else shown_text(text, names)
 
 
 # -- the chunk plan ----------------------------------------------------------------------

@@ -23,13 +23,14 @@ import re
 import unicodedata
 from collections import OrderedDict
 from datetime import date, datetime
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QTextCharFormat, QTextLayout, QTextOption
 from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QToolTip
 
-from ..middleware.mentions import render, shown_text
+from ..middleware.files import is_offer_text, readable_text, shown_offer
+from ..middleware.mentions import render
 from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMessage, Mid, utc_datetime
 
 from .member_list import marked_name
@@ -37,6 +38,9 @@ from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, P
                             UnreadRole)
 
 from .resources import is_dark, theme_colors
+
+if TYPE_CHECKING:
+    from .files_view import FilesView
 
 PAD = 6
 MARK_WIDTH = 4
@@ -67,7 +71,7 @@ def snippet(text: str, limit: int = 60) -> str:
 def root_text(message: ChatMessage, limit: int = 60, names: dict[str, str] | None = None) -> str:
     """How a thread's first message is named in lists and headers: its text (mentions by ``names``,
     pid -> name), or that it was deleted."""
-    return "message deleted" if message.deleted else snippet(shown_text(message.text, names or {}), limit)
+    return "message deleted" if message.deleted else snippet(readable_text(message.text, names or {}), limit)
 
 
 def local_datetime(epoch_ms: int) -> datetime:
@@ -153,6 +157,7 @@ class MessageDelegate(QStyledItemDelegate):
         self.link_title: Callable[[str], str | None] | None = None
         self._names: dict[str, str] = {}  # pid -> the member record's name: authors, who reacted, mentions
         self.lookalikes: set[str] = set()  # members whose names look like another's: shown with ⚠ and fingerprint
+        self.files: FilesView | None = None  # a file offer's strip (buttons, progress, thumbnail) comes from it
         self.refresh_style()
 
     def refresh_style(self) -> None:
@@ -281,7 +286,8 @@ class MessageDelegate(QStyledItemDelegate):
         if body is not None:
             self._bodies.move_to_end(key)
             return body
-        text = "message deleted" if message.deleted else message.text
+        text = "message deleted" if message.deleted else shown_offer(message.text) if is_offer_text(message.text) \
+            else message.text
         mentions: list[tuple[int, int, bool]] = []  # (start, length, of me) of each "@Name" shown
         if "<@" in text and not message.deleted:
             text, at = "", 0
@@ -375,6 +381,9 @@ class MessageDelegate(QStyledItemDelegate):
         if body.collapsible:
             more = QRect(left, y + 2, width, self.meta_metrics.height())
             y = more.bottom() + 1
+        strip = self.files.strip(message, left, y, width, self.meta_metrics) if self.files is not None else None
+        if strip is not None:
+            y += strip.height
         chips = []
         if message.reactions:
             chips = self._reaction_chips(message, left, y + 3, width)
@@ -391,6 +400,7 @@ class MessageDelegate(QStyledItemDelegate):
         return {"message": message, "depth": depth, "left": left, "width": width, "header": header,
                 "name": name, "name_width": name_width, "meta": meta, "time": time_rect, "quote": quote,
                 "body": body, "body_top": body_top, "more": more, "reply": reply, "toggle": toggle, "chips": chips,
+                "file": strip,
                 "bottom": y + PAD}
 
     def author(self, message: ChatMessage, own: bool = False) -> str:
@@ -431,6 +441,9 @@ class MessageDelegate(QStyledItemDelegate):
         height += body.height
         if body.collapsible:
             height += 2 + self.meta_metrics.height()
+        if self.files is not None:
+            strip = self.files.strip(message, 0, 0, self._text_width(depth), self.meta_metrics)
+            height += strip.height if strip is not None else 0
         if message.reactions:
             height += self.meta_metrics.height() + 4 + 3
         return height + PAD
@@ -453,6 +466,10 @@ class MessageDelegate(QStyledItemDelegate):
         for chip, emoji, _pids in geometry["chips"]:
             if chip.contains(pos):
                 return "react", (geometry["message"].mid, emoji)
+        if geometry["file"] is not None:
+            for button, action, _label in geometry["file"].buttons:
+                if button.contains(pos):
+                    return "file", (action, geometry["message"])
         body: _Body = geometry["body"]
         x, y = pos.x() - geometry["left"], pos.y() - geometry["body_top"]
         if body.links and 0 <= y < body.height:
@@ -478,6 +495,10 @@ class MessageDelegate(QStyledItemDelegate):
                 if chip.contains(event.pos()):
                     QToolTip.showText(event.globalPos(), self.reaction_tooltip(emoji, pids), view)
                     return True
+            strip = geometry["file"]
+            if strip is not None and strip.status and strip.status_rect.contains(event.pos()):
+                QToolTip.showText(event.globalPos(), strip.status, view)  # an error elided in a narrow row
+                return True
         return super().helpEvent(event, view, option, index)
 
     def body_layout(self, index: QModelIndex) -> QTextLayout:
@@ -577,7 +598,7 @@ class MessageDelegate(QStyledItemDelegate):
         quote = geometry["quote"]
         if quote is not None:
             parent: ChatMessage | None = index.data(ParentMessageRole)
-            quoted = (f"↳ replying to {parent.sender_name}: {snippet(shown_text(parent.text, self._names))}"
+            quoted = (f"↳ replying to {parent.sender_name}: {snippet(readable_text(parent.text, self._names))}"
                       if parent is not None
                       else "↳ replying to a message not shown")
             painter.setFont(self.meta_font)
@@ -595,6 +616,9 @@ class MessageDelegate(QStyledItemDelegate):
             label = ("Show less" if message.mid in self.expanded
                      else f"Show more ({body.hidden_chars:,} more characters)")
             painter.drawText(more, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
+        if geometry["file"] is not None and self.files is not None:
+            painter.setFont(self.meta_font)
+            self.files.paint_strip(painter, geometry["file"], option.palette, self.accent, self.muted)
         if geometry["chips"]:
             painter.setFont(self.meta_font)
             painter.setRenderHint(QPainter.RenderHint.Antialiasing)

@@ -68,6 +68,7 @@ from .controllers.joins import JoinController
 from .controllers.sessions import GroupSession, ReaderPlace, SessionController, member_names
 from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
 from .controllers.status import StatusController
+from .files_view import FilesView
 from .notifier import Notifier
 from .state import ComposeTarget, PaneFolds, Selection, ThreadFilter
 from .resources import app_icon, icon
@@ -134,6 +135,7 @@ class MainWindow(QMainWindow):
         self.status_controller = StatusController(backend, self.selection, self.session_controller, self, self)
         self.compose_controller = ComposeController(backend, self.selection, self.compose_target, self, self,
                                                     settings=self.settings)
+        self.files_view = FilesView(self, backend)
         self.discovery.join_requested.connect(self.join_controller.join_group)
         self.discovery.create_requested.connect(self.join_controller.create_group)
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
@@ -264,6 +266,9 @@ class MainWindow(QMainWindow):
             view.reply_requested.connect(self.compose_controller.reply_to)
             view.link_activated.connect(self.open_link)
             view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
+            view.file_clicked.connect(self.files_view.act)
+            self._message_delegate(view).files = self.files_view
+            self.files_view.views.append(view)
             self._message_delegate(view).own_pid = self.backend.pid
             self._message_delegate(view).link_title = self.link_title
             view.customContextMenuRequested.connect(partial(self._message_menu, view))
@@ -329,6 +334,11 @@ class MainWindow(QMainWindow):
         self.compose_error.hide()
         compose_row = QHBoxLayout()
         compose_row.addWidget(self.compose, 1)
+        self.attach_button = self.files_view.attach_button()
+        self.compose.files_given.connect(self.files_view.attach)
+        self.setAcceptDrops(True)
+        self.installEventFilter(self.files_view)  # files dropped anywhere on the window are attached
+        compose_row.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
         compose_row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         compose_frame = QFrame()
         compose_frame.setObjectName("composeFrame")
@@ -457,6 +467,7 @@ class MainWindow(QMainWindow):
         composer = self.compose_controller
         self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
         self.reply_action = self._action("&Reply to selected", "Ctrl+R", composer.reply_to_selected, "reply")
+        self.attach_action = self._action("&Attach file…", "Ctrl+Shift+A", self.files_view.choose_files, "attach")
         self.notify_menu = self._notify_menu(lambda: self.current.gid if self.current is not None else None)
         self.notify_actions = {action.data(): action for action in self.notify_menu.actions()}
         self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", self.show_mentions)
@@ -475,7 +486,7 @@ class MainWindow(QMainWindow):
         self.topic_action = self._action("Edit the &topic…", None, self.focus_topic)
         expand = self._action("E&xpand all", None, self.tree_view.expandAll)
         collapse = self._action("C&ollapse all", None, self.tree_view.collapseAll)
-        for action in (self.send_action, self.reply_action, self.new_thread_action, self.next_unread_action,
+        for action in (self.send_action, self.attach_action, self.reply_action, self.new_thread_action, self.next_unread_action,
                        self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
                        self.search_action, self.time_action, self.back_action, expand, collapse, self.topic_action,
                        self.mentions_action, self.notify_menu.menuAction(), self.warnings_action):
@@ -552,11 +563,12 @@ class MainWindow(QMainWindow):
         self.view_filter.set_text("")
         self._apply_highlight("")
         enabled = session is not None
-        for widget in (self.compose, self.send_button, self.filter_edit, self.tree_button, self.time_button,
-                       self.topic_edit):
+        for widget in (self.compose, self.send_button, self.attach_button, self.filter_edit, self.tree_button,
+                       self.time_button, self.topic_edit):
             widget.setEnabled(enabled)
         for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
-                       self.mark_read_action, self.send_action, self.invite_action, self.notify_menu.menuAction()):
+                       self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
+                       self.notify_menu.menuAction()):
             action.setEnabled(enabled)
         self.status_controller.show_warning_banner()
         if session is None:
@@ -743,7 +755,7 @@ class MainWindow(QMainWindow):
             return
         for message in self.pinned_messages():
             mid = message.mid
-            label = f"{message.sender_name}: {snippet(message.text or 'message deleted', 60)}"
+            label = f"{message.sender_name}: {root_text(message, 60, member_names(self.current.view))}"
             self.pinned_menu.addAction(label, partial(self.select_message, mid))
 
     def pinned_messages(self) -> list[ChatMessage]:
@@ -1211,6 +1223,7 @@ class MainWindow(QMainWindow):
     def message_menu(self, message: ChatMessage) -> QMenu:
         """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
         menu = QMenu(self)
+        self.files_view.add_menu_actions(menu, message)  # a file offer's Download (or Open…) comes first
         menu.addAction(icon("reply"), "Reply", lambda: self.compose_controller.reply_to(message.mid))
         menu.addAction("Quote", lambda: self.compose_controller.quote(message))
         menu.addSeparator()

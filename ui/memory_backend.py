@@ -35,7 +35,7 @@ from ..middleware import crypto, rules
 from ..middleware.chatops import OP_MARKER
 from ..middleware.crypto import Identity
 from ..middleware.addresses import Broadcast, Endpoint
-from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised, ignore
+from ..middleware.events import Event, GroupsDiscovered, Listener, MessagesDelivered, WarningRaised, ignore
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
@@ -44,6 +44,7 @@ from ..middleware.types import ChatMessage, GroupView, Member, Mid
 
 from .backend import Peer
 from .bridge import Backend
+from .memory_files import MemoryFiles, offer_of_file
 
 T = TypeVar("T")
 
@@ -85,6 +86,7 @@ class MemoryLan:
         self.down: set[str] = set()  # pids that hear nothing (their app is closed, or their link down)
         self._listeners: dict[str, Listener] = {}
         self._queue: collections.deque[tuple[str, Datagram]] = collections.deque()
+        self.file_contents: dict[tuple[str, Mid], bytes] = {}  # every file offered here, by its offer (ui.memory_files)
 
     def wall(self) -> float:
         """The wall clock, in seconds since the epoch: it starts at the real one and moves with ``now``."""
@@ -158,6 +160,7 @@ class MemoryManager(rules.OperationCalls):
         self.pid = self.core.pid
         self.lan.add(self.core, self._tell)
         self.sent: list[tuple[str, str, Mid | None]] = []
+        self.files = MemoryFiles(self.core, self._tell, self.lan.file_contents)
         self._muted = 0  # while > 0, this peer's events are not told (the network's past, set up by a test)
 
     @property
@@ -167,6 +170,8 @@ class MemoryManager(rules.OperationCalls):
     def _tell(self, event: Event) -> None:
         if not self._muted:
             self.listener(event)
+        if isinstance(event, MessagesDelivered):
+            self.files.delivered(event.gid, event.messages)  # as GroupManager does: small offers come by themselves
 
     def _run(self, action: Callable[[PeerCore], T]) -> T:
         return self.lan.run(self.core, action)
@@ -231,6 +236,22 @@ class MemoryManager(rules.OperationCalls):
 
     def mentions(self, limit: int = 50) -> list[ChatMessage]:
         return self.core.mentions(limit)
+
+    async def send_file(self, gid: str, path: str, parent: Mid | None = None) -> tuple[Mid, str]:
+        source = self.files.readable(path)
+        offer = offer_of_file(source)
+        mid = self._run(lambda core: core.offer_file(gid, offer.to_text(), parent, self.lan.now, self.lan.wall()))
+        self.sent.append((gid, offer.to_text(), parent))
+        return mid, self.files.offered(gid, mid, source)
+
+    def fetch_file(self, gid: str, mid: Mid, dest: str | None = None) -> dict:
+        return self.files.fetch(gid, mid, dest)
+
+    def cancel_file(self, gid: str, mid: Mid) -> dict:
+        return self.files.cancel(gid, mid)
+
+    def file_list(self, gid: str) -> list[dict]:
+        return self.files.files(gid)
 
     def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
         self.core.channel(gid)
@@ -385,6 +406,15 @@ class MemoryManager(rules.OperationCalls):
         text = self.peer(author).ops(gid).compose(author.pid, kind, target, **fields)
         wall = int(self.lan.wall() * 1000)
         return ChatMessage(gid, (author.pid, seqno), target, author.name, text, wall, wall)
+
+    def inject_file(self, gid: str, member: Member, path: Path, parent: Mid | None = None) -> Mid:
+        """``member`` offers the file at ``path`` in ``gid`` (its bytes are kept for :meth:`MemoryFiles.advance`)."""
+        offer = offer_of_file(path)
+        core = self.peer(member)
+        mid = self.lan.run(core, lambda core: core.offer_file(gid, offer.to_text(), parent, self.lan.now,
+                                                              self.lan.wall()))
+        self.lan.file_contents[(gid, mid)] = path.read_bytes()
+        return mid
 
     def inject_member(self, gid: str, member: Member, joined: bool = True) -> None:
         """``member`` joins ``gid`` (or leaves it), as the GUI hears it live."""

@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QPoint, QStringListModel, Qt
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QCompleter, QDialog, QDialogButtonBox, QLabel, QListView, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
-from ..middleware.mentions import shown_text
+from ..middleware.files import readable_text
 from ..middleware.rules import MAX_NAME
 from ..middleware.types import ChatMessage, Member, Mid
 from .delegate import clock, snippet
@@ -127,7 +127,7 @@ class MentionsWindow(QDialog):
         """``groups``: gid -> title; ``names(gid)``: that group's pid -> name, for the tokens."""
         self.list.clear()
         for message in messages:
-            text = snippet(shown_text(message.text, names(message.gid)), 140)
+            text = snippet(readable_text(message.text, names(message.gid)), 140)
             item = QListWidgetItem(f"{message.sender_name} in {groups.get(message.gid, message.gid)} · "
                                    f"{clock(message.shown_at)}\n{text}")
             item.setData(MentionRole, (message.gid, message.mid))

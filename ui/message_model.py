@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import (QAbstractItemModel, QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt,
                             Signal)
 
+from ..middleware.files import is_offer_text, shown_offer
 from ..middleware.types import ChatMessage, Mid
 from .message_tree import MessageTree, Node
 
@@ -277,8 +278,8 @@ class TimelineModel(QAbstractListModel):
 
 
 def _message_data(message: ChatMessage, role: int, tree: MessageTree, node: Node) -> object:
-    if role == Qt.ItemDataRole.DisplayRole:
-        return message.text
+    if role == Qt.ItemDataRole.DisplayRole:  # what a screen reader reads: a file offer as its caption, not JSON
+        return shown_offer(message.text) if is_offer_text(message.text) else message.text
     if role == MessageRole:
         return message
     # Flags are ints, not bools: PySide6 6.12 on Python 3.11 mis-counts references to

@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (
 from ..middleware.names import shown
 from ..middleware.types import ChatMessage
 
-from .delegate import MessageDelegate, clock, root_text, snippet
+from .delegate import MessageDelegate, clock, root_text
+from .files_view import local_files
 from .member_list import marked_name
 from .message_model import ThreadRole, ThreadSummary
 from .resources import icon, theme_colors
@@ -62,6 +63,7 @@ class ComposeEdit(QPlainTextEdit):
     submitted = Signal()
     edit_last_requested = Signal()
     typed = Signal()  # after a key changed the text or moved the cursor (the @-completer follows it)
+    files_given = Signal(list)  # paths of local files pasted or dropped here: attached, not typed (ui.files_view)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -78,6 +80,16 @@ class ComposeEdit(QPlainTextEdit):
             event.ignore()
             return False
         return super().event(event)
+
+    def canInsertFromMimeData(self, source) -> bool:  # noqa: N802 - Qt's name
+        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source) -> None:  # noqa: N802 - Qt's name
+        paths = local_files(source)
+        if paths:
+            self.files_given.emit(paths)
+        else:
+            super().insertFromMimeData(source)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
@@ -155,7 +167,7 @@ class ReplyBanner(QFrame):
 
     def show_editing(self, message: ChatMessage) -> None:
         self._set_editing(True)
-        self.label.setText(f"Editing your message: {snippet(message.text, 80)}")
+        self.label.setText(f"Editing your message: {root_text(message, 80)}")
         self.show()
 
     @property
@@ -283,6 +295,7 @@ class ConversationView(QTreeView):
     reply_requested = Signal(object)  # mid
     link_activated = Signal(str)
     reaction_clicked = Signal(object, str)  # mid, emoji: toggle our own reaction
+    file_clicked = Signal(str, object)  # action (ui.files_view), message: a button of a file offer's row
 
     def __init__(self, parent: QWidget | None = None, tree: bool = True) -> None:
         super().__init__(parent)
@@ -357,6 +370,8 @@ class ConversationView(QTreeView):
                 self.link_activated.emit(payload)
             elif kind == "react":
                 self.reaction_clicked.emit(*payload)
+            elif kind == "file":
+                self.file_clicked.emit(*payload)
             event.accept()
             return
         super().mouseReleaseEvent(event)

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from m2mc.middleware.files import (BAD_CHUNKS_TO_DROP, FILE_MARKER, MAX_CHUNKS, MIN_CHUNK, Caps, ChunkPlan, FileOffer,
-                                   OfferError, ProgressGate, check_fetch, chunk_size_for, leaf_hash, parse_offer,
-                                   safe_name, split_leaves, tree_root, unique_name)
+                                   OfferError, ProgressGate, check_fetch, chunk_size_for, human_size, leaf_hash,
+                                   offer_caption, parse_offer, readable_text, safe_name, split_leaves, tree_root, unique_name)
 from m2mc.middleware.types import UsageError
 
 H = hashlib.sha256
@@ -231,3 +231,12 @@ def test_a_chunk_a_source_cannot_serve_after_all_is_asked_of_others_and_never_of
     assert plan.pick("ann", 2) == []
     plan.add_source("cat", b"\x00\x01")
     assert plan.pick("cat", 2) == [1]
+
+
+def test_an_offer_reads_as_its_caption_wherever_text_is_shown():
+    offer = FileOffer("holiday photo.png", 3 * 2**20 + 2**19, "image/png", "a" * 64, 262_144, "b" * 64)
+    assert offer_caption(offer) == "\U0001F4CE holiday photo.png · 3.5 MB · image/png"
+    assert readable_text(offer.to_text(), {}) == offer_caption(offer)  # the one helper every view uses
+    assert readable_text(FILE_MARKER + "{not json", {}) == "\U0001F4CE a file offer that cannot be read"
+    assert [human_size(n) for n in (0, 1, 1023, 1024, 15 * 2**20, 2**40)] == \
+        ["0 bytes", "1 byte", "1023 bytes", "1.0 KB", "15 MB", "1.0 TB"]

@@ -56,3 +56,13 @@ def test_chat_version_and_help_need_no_display(tmp_path):
 ])
 def test_display_missing_reads_the_session(environ, platform, missing):
     assert display_missing(environ, platform) is missing
+
+
+def test_chat_takes_the_file_options_and_downloads_to_the_desktops_folder(tmp_path):
+    from m2mc.app.chat import downloads_folder, parse_args
+
+    args = parse_args(["--download-dir", str(tmp_path), "--auto-download", "0", "--max-file-size", "1000"])
+    assert (args.download_dir, args.auto_download, args.max_file_size) == (tmp_path, 0, 1000)
+    assert downloads_folder(tmp_path) == tmp_path
+    default = downloads_folder(None)
+    assert default is None or default.is_dir()

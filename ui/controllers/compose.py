@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel, QLineEdit
 
+from ...middleware.files import readable_text
 from ...middleware.mentions import MAX_MENTIONS, shown_text, with_tokens
 from ...middleware.types import ChatMessage, GroupView, Mid
 from ..bridge import Backend, describe_error
@@ -71,7 +72,7 @@ class ComposeController(QObject):
 
     def _as_shown(self, message: ChatMessage | None) -> ChatMessage | None:
         """``message`` with its mention tokens as "@Name", for the banner."""
-        return message._replace(text=self._shown(message.text)) if message is not None else None
+        return message._replace(text=self._readable(message.text)) if message is not None else None
 
     def show_target(self) -> None:
         """The banner says where the next message goes (or what it edits)."""
@@ -214,6 +215,11 @@ class ComposeController(QObject):
         session = self.selection.session
         return shown_text(text, member_names(session.view if session is not None else None))
 
+    def _readable(self, text: str) -> str:
+        """A message's text as banners and quotes show it (a file offer as its caption)."""
+        session = self.selection.session
+        return readable_text(text, member_names(session.view if session is not None else None))
+
     def _edited(self, text: str) -> None:
         if self.view.compose.toPlainText() == text:
             self._end_edit()
@@ -262,7 +268,7 @@ class ComposeController(QObject):
     def quote(self, message: ChatMessage) -> None:
         """Answer ``message`` with its text quoted ("> ") at the top of the compose box."""
         self.reply_to(message.mid)
-        quoted = "\n".join("> " + line for line in self._shown(message.text)[:500].splitlines()) + "\n"
+        quoted = "\n".join("> " + line for line in self._readable(message.text)[:500].splitlines()) + "\n"
         compose = self.view.compose
         compose.setPlainText(quoted + compose.toPlainText())
         compose.moveCursor(compose.textCursor().MoveOperation.End)

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QListWidgetItem
 
 from ...middleware.events import (Event, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
                                   MessagesUpdated, TopicChanged)
-from ...middleware.mentions import shown_text
+from ...middleware.files import readable_text
 from ...middleware.rangeset import RangeSet
 from ...middleware.types import ChatMessage, GroupView, Member, Mid
 from ..delegate import snippet
@@ -262,7 +262,7 @@ class SessionController(QObject):
             last = told[-1]
             extra = f" (+{len(told) - 1} more)" if len(told) > 1 else ""
             how = "mentioned you in" if mentioning else "in"
-            text = shown_text(last.text, member_names(session.view))
+            text = readable_text(last.text, member_names(session.view))
             self.view.notify(f"{last.sender_name} {how} {session.title}", snippet(text, 120) + extra,
                              mention=bool(mentioning))
 
