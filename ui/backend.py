@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..middleware.addresses import Endpoint
 from ..middleware.types import ChatMessage, GroupView, Mid
+from .direct_api import ConversationView, DirectMessage
 
 
 @runtime_checkable
@@ -74,6 +75,17 @@ class Peer(Protocol):
     def peers(self) -> list[dict]: ...
 
     def reached_directly(self, gid: str) -> list[str]: ...
+
+    # direct messages (issue 29)
+    def send_direct(self, pid: str, text: str, parent: Mid | None = None) -> Mid: ...
+
+    def direct_history(self, pid: str, before: int | None = None, limit: int | None = None) -> list[DirectMessage]: ...
+
+    def conversations(self) -> list[ConversationView]: ...
+
+    def mark_direct_read(self, pid: str, mid: Mid) -> None: ...
+
+    def set_read_receipts(self, on: bool) -> None: ...
 
 
 # -- what crosses back to the GUI thread besides the middleware's events (middleware.events) -----
