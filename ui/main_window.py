@@ -58,9 +58,11 @@ from ..middleware.types import ChatMessage, Mid, format_mid
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, snippet
 from .dialogs import (WarningLogWindow, parse_message_link, show_about)
+from .direct_pane import DirectList, DirectPane
 from .discovery_window import DiscoveryWindow
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
+from .controllers.direct import DirectController
 from .controllers.joins import JoinController
 from .controllers.sessions import GroupSession, ReaderPlace, SessionController
 from .controllers.status import StatusController
@@ -124,6 +126,7 @@ class MainWindow(QMainWindow):
         self.discovery.alone_changed.connect(self._on_alone)
 
         self._build_panes()
+        self.direct_controller = DirectController(backend, self, self.settings, self)
         self._build_actions()
         self._build_status_bar()
         self._restore_pane_sizes()
@@ -161,8 +164,14 @@ class MainWindow(QMainWindow):
         discover_button = QPushButton(icon("discover"), "Find groups…")
         discover_button.clicked.connect(self.join_controller.show_discovery)
         groups_layout = groups_pane.layout()
-        assert groups_layout is not None  # _titled gives the pane one
+        assert isinstance(groups_layout, QVBoxLayout)  # _titled gives the pane one
         groups_layout.addWidget(discover_button)
+        # Direct messages (issue 29), under the groups: a conversation opens in the centre instead of a group.
+        self.direct_list = DirectList()
+        direct_title = QLabel("Direct messages")
+        direct_title.setProperty("class", "paneTitle")
+        groups_layout.addWidget(direct_title)
+        groups_layout.addWidget(self.direct_list, 1)
 
         self.title_label = ElidedLabel()
         self.title_label.setObjectName("conversationTitle")
@@ -348,8 +357,12 @@ class MainWindow(QMainWindow):
         side.setSizes([420, 200])
 
         splitter = QSplitter()
+        self.direct_pane = DirectPane()
+        self.centre_stack = QStackedWidget()
+        self.centre_stack.addWidget(centre)
+        self.centre_stack.addWidget(self.direct_pane)
         splitter.addWidget(groups_pane)
-        splitter.addWidget(centre)
+        splitter.addWidget(self.centre_stack)
         splitter.addWidget(side)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([200, 640, 260])
@@ -445,6 +458,8 @@ class MainWindow(QMainWindow):
             toggle.triggered.connect(lambda on, name=name: self._pane_chosen(name, on))
             menu.addAction(toggle)
             self.pane_toggles[name] = toggle
+        menu.addSeparator()
+        menu.addAction(self.direct_controller.read_receipts_action)
         escape = QAction(self)
         escape.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         escape.triggered.connect(self._escape)
@@ -475,6 +490,7 @@ class MainWindow(QMainWindow):
         """Load the joined groups and their histories (asynchronously)."""
         self.status_controller.refresh()
         self.session_controller.load()
+        self.direct_controller.load()
         self.discovery.load()
 
     # -- sessions -------------------------------------------------------------------------
@@ -1029,6 +1045,7 @@ class MainWindow(QMainWindow):
         menu.addAction("Copy link", lambda: QGuiApplication.clipboard().setText(message_link(message)))
         menu.addSeparator()
         menu.addAction("Open thread", lambda: self.open_thread(message.mid))
+        self.direct_controller.message_action(menu, message.sender, message.sender_name)
         menu.addSeparator()
         react = menu.addMenu("React")
         mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}

@@ -1,0 +1,196 @@
+"""Direct messages in the real window (issue 29), over the in-memory backend: a conversation opened from
+the members pane with a right click, written to with keys, its outgoing marks following the statuses
+the middleware tells; a message arriving makes a conversation with an unread badge and a notification,
+and reading it clears both and tells the middleware; the read-receipt switch is kept and told."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QMenu
+
+from conftest import ANN, BOB, lunch_conversation, save_screenshot
+from m2mc.middleware.types import Member, short_fingerprint
+from m2mc.ui.controllers.direct import READ_RECEIPTS_KEY, SEEN_DELAY_MS
+from m2mc.ui.direct_pane import QUEUED_FALLBACK, PeerRole
+from m2mc.ui.main_window import MainWindow
+from m2mc.ui.member_list import MemberPidRole
+from m2mc.ui.message_model import MessageRole
+from m2mc.ui.widgets import UnreadCountRole
+
+
+def open_group(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group("Build", members=(ANN, BOB, me), joined=True, history=lunch_conversation("")[:2])
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == 2)
+    window.status_controller.fill_members()
+    return window.current
+
+
+def right_click_menu(qtbot, widget, pos):
+    """A right click as the window system delivers it (through the window, so Qt makes the context
+    menu event); the menu that pops up."""
+    global_pos = widget.mapToGlobal(pos)
+    window = widget.window().windowHandle()
+    QTest.mouseClick(window, Qt.MouseButton.RightButton, Qt.KeyboardModifier.NoModifier,
+                     widget.window().mapFromGlobal(global_pos))
+    qtbot.waitUntil(lambda: isinstance(QApplication.activePopupWidget(), QMenu))
+    return QApplication.activePopupWidget()
+
+
+def click_action(qtbot, menu, text):
+    action = next(a for a in menu.actions() if a.text() == text)
+    qtbot.mouseClick(menu, Qt.MouseButton.LeftButton, pos=menu.actionGeometry(action).center())
+
+
+def row_of(view, mid):
+    model = view.model()
+    return model.index_for(mid)
+
+
+def marks_of(window, mid):
+    """What the row says to a screen reader, and the mark its delegate draws."""
+    view = window.direct_pane.view
+    index = row_of(view, mid)
+    found = window.direct_pane.delegate.mark_rect(view.visualRect(index), index)
+    return index.data(Qt.ItemDataRole.AccessibleTextRole), found[1] if found else ""
+
+
+def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_statuses(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    backend.manager.set_online(ANN, False)  # Ann's app is closed: what we write waits for her
+    members = window.member_list
+    ann_row = next(members.item(i) for i in range(members.count()) if members.item(i).data(MemberPidRole) == ANN.pid)
+    menu = right_click_menu(qtbot, members.viewport(), members.visualItemRect(ann_row).center())
+    click_action(qtbot, menu, "Message Ann…")
+
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
+    assert window.current is None  # no group is shown: no group action acts behind the conversation
+    assert "Ann" in pane.title_label.text() and pane.title_label.text().startswith("○")  # offline
+    assert short_fingerprint(ANN.pid) in pane.fingerprint_label.text()
+    assert window.direct_list.currentItem().data(PeerRole) == ANN.pid
+
+    qtbot.keyClicks(pane.compose, "the build is broken")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    first = (backend.pid, 1)
+    qtbot.waitUntil(lambda: row_of(pane.view, first).isValid())
+    assert pane.compose.toPlainText() == ""
+    text, mark = marks_of(window, first)
+    assert mark in ("⏱", QUEUED_FALLBACK) and "queued: kept here until Ann is online" in text
+
+    backend.manager.set_online(ANN, True)  # she is back: sent, then delivered
+    qtbot.waitUntil(lambda: marks_of(window, first)[1] == "✓✓")
+    assert "delivered to Ann" in marks_of(window, first)[0]
+
+    backend.manager.direct.inject_read(ANN)
+    qtbot.waitUntil(lambda: "read by Ann" in marks_of(window, first)[0])
+    assert pane.delegate.marks.status[first] == "read"
+
+    # A reply within the conversation, by a click on the row's Reply button: it goes under its parent.
+    view = pane.view
+    index = row_of(view, first)
+    reply_at = pane.delegate._geometry(view.visualRect(index), index)["reply"].center()
+    qtbot.mouseMove(view.viewport(), reply_at)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=reply_at)
+    assert pane.reply_banner.isVisible() and "the build is broken" in pane.reply_banner.label.text()
+    qtbot.keyClicks(pane.compose, "I told Bob too")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    second = (backend.pid, 2)
+    qtbot.waitUntil(lambda: row_of(view, second).isValid())
+    assert row_of(view, second).parent().data(MessageRole).mid == first
+    assert marks_of(window, second)[1] == "✓✓"  # she is online: delivered at once, not read yet
+    assert "delivered to Ann" in marks_of(window, second)[0]
+    assert not pane.reply_banner.isVisible()
+
+    backend.manager.direct.inject(ANN, "Fixed it, thanks", parent=second)
+    qtbot.waitUntil(lambda: row_of(view, (ANN.pid, 1)).isValid())
+    qtbot.waitUntil(lambda: pane.title_label.text().startswith("●"))  # online, as the middleware now says
+    backend.manager.set_online(ANN, False)
+    qtbot.keyClicks(pane.compose, "Lunch at one?")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: row_of(view, (backend.pid, 3)).isValid())
+    assert "queued" in marks_of(window, (backend.pid, 3))[0]
+    view.clearSelection()
+    qtbot.mouseMove(pane.compose)
+    window.resize(1000, 560)
+    qtbot.wait(SEEN_DELAY_MS + 300)
+    path = save_screenshot(window, "direct-messages.png")
+    assert path.exists()
+
+
+def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_reading_clears_it(
+        qtbot, window, backend, monkeypatch):
+    open_group(qtbot, window, backend)
+    notes = []
+    monkeypatch.setattr(window, "notify", lambda title, text: notes.append((title, text)))
+    mid = backend.manager.direct.inject(ANN, "did you see the build?")
+    direct = window.direct_list
+    qtbot.waitUntil(lambda: direct.count() == 1)
+    item = direct.item(0)
+    qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 1)
+    assert item.text() == "● Ann" and "1 unread" in item.data(Qt.ItemDataRole.AccessibleTextRole)
+    assert notes == [("Ann (direct message)", "did you see the build?")]
+    assert window.centre_stack.currentIndex() == 0  # the group stays on show
+
+    qtbot.mouseClick(direct.viewport(), Qt.MouseButton.LeftButton, pos=direct.visualItemRect(item).center())
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 0, timeout=SEEN_DELAY_MS + 3000)
+    assert backend.manager.direct.read_by_me == [mid]  # told once: Ann gets her receipt if we send them
+
+    # A message while the conversation is read in the active window: no notification, read soon.
+    backend.manager.direct.inject(ANN, "and the tests?", late=True)
+    qtbot.waitUntil(lambda: len(backend.manager.direct.read_by_me) == 2, timeout=SEEN_DELAY_MS + 3000)
+    assert len(notes) == 1
+    text, mark = marks_of(window, (ANN.pid, 2))
+    assert mark == "late" and "late: it waited for an earlier message" in text
+
+    # Back to the group by a click: the conversation leaves the centre, its row is unselected.
+    groups = window.group_list
+    qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(groups.item(0)).center())
+    qtbot.waitUntil(lambda: window.current is not None)
+    assert window.centre_stack.currentIndex() == 0 and direct.currentItem() is None
+
+
+def test_message_the_author_of_a_group_message_from_its_menu(qtbot, window, backend):
+    session = open_group(qtbot, window, backend)
+    theirs = session.tree.message(lunch_conversation(session.gid)[0].mid)
+    menu = window.message_menu(theirs)
+    action = next(a for a in menu.actions() if a.text() == "Message Ann…")
+    action.trigger()
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    assert window.direct_list.currentItem().data(PeerRole) == ANN.pid
+
+    window.direct_controller.open_with(BOB.pid, "Bob")
+    assert window.direct_list.count() == 2 and "Bob" in window.direct_pane.title_label.text()
+
+
+def test_no_message_action_for_oneself_and_a_refusal_is_shown(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    members = window.member_list
+    me = next(members.item(i) for i in range(members.count()) if members.item(i).data(MemberPidRole) == backend.pid)
+    assert window.direct_controller.member_menu(me, members) is None
+    stranger = "ab" * 16  # nobody we share a group with: no key known
+    window.direct_controller.open_with(stranger, "Stranger")
+    pane = window.direct_pane
+    qtbot.keyClicks(pane.compose, "hello?")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(pane.compose_error.isVisible)
+    assert "share a group with them first" in pane.compose_error.text()
+    assert pane.compose.toPlainText() == "hello?"
+
+
+def test_the_read_receipts_switch_is_kept_and_told_to_the_middleware(qtbot, backend):
+    settings: dict = {}
+    window = MainWindow(backend, settings=settings)
+    qtbot.addWidget(window)
+    action = window.direct_controller.read_receipts_action
+    assert action.isChecked() and action in window.menuBar().actions()[2].menu().actions()  # View menu
+    action.trigger()
+    assert settings[READ_RECEIPTS_KEY] == "false" and backend.manager.direct.read_receipts is False
+
+    backend.manager.direct.read_receipts = True  # a new run: the middleware starts with its default
+    again = MainWindow(backend, settings=settings)
+    qtbot.addWidget(again)
+    assert not again.direct_controller.read_receipts_action.isChecked()
+    again.start()
+    qtbot.waitUntil(lambda: backend.manager.direct.read_receipts is False)
