@@ -170,6 +170,7 @@ class MainWindow(QMainWindow):
         self.direct_list = DirectList()
         direct_title = QLabel("Direct messages")
         direct_title.setProperty("class", "paneTitle")
+        direct_title.setMinimumWidth(1)  # the longer title must not widen the groups pane past its own
         groups_layout.addWidget(direct_title)
         groups_layout.addWidget(self.direct_list, 1)
 
