@@ -960,6 +960,8 @@ class MainWindow(QMainWindow):
         self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
 
     def _escape(self) -> None:
+        if self.direct_controller.escape():
+            return
         if self.topic_edit.hasFocus():  # undo what was typed there
             if self.current is not None:
                 self.topic_edit.setText(self.current.shown_topic)

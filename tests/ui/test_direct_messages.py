@@ -144,6 +144,12 @@ def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_read
     text, mark = marks_of(window, (ANN.pid, 2))
     assert mark == "late" and "late: it waited for an earlier message" in text
 
+    # Reply chosen, then Esc: the target is forgotten and the conversation's compose box keeps the focus.
+    window.direct_controller.reply_to((ANN.pid, 1))
+    assert window.direct_pane.reply_banner.isVisible()
+    qtbot.keyClick(window.direct_pane.compose, Qt.Key.Key_Escape)
+    assert not window.direct_pane.reply_banner.isVisible() and window.direct_pane.compose.hasFocus()
+
     # Back to the group by a click: the conversation leaves the centre, its row is unselected.
     groups = window.group_list
     qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(groups.item(0)).center())

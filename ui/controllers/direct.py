@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from PySide6.QtCore import QModelIndex, QObject, QPoint, Qt, QTimer
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QListWidget, QListWidgetItem, QMenu, QStackedWidget, QWidget
 
 from ...middleware.events import Event
@@ -107,6 +107,9 @@ class DirectController(QObject):
         self._refresh_soon = QTimer(self, singleShot=True, interval=200)
         self._refresh_soon.timeout.connect(self.refresh)
         backend.peer_event.connect(self._on_event)
+        app = QGuiApplication.instance()
+        if isinstance(app, QGuiApplication):  # back to the window: what is on screen is read now
+            app.focusWindowChanged.connect(self.schedule_seen)
 
     # -- settings ----------------------------------------------------------------------------------
 
@@ -354,6 +357,14 @@ class DirectController(QObject):
         self.current.reply = mid
         self.show_target()
         self.view.direct_pane.compose.setFocus()
+
+    def escape(self) -> bool:
+        """Esc while a conversation is shown: forget the reply target (True: Esc was for us)."""
+        if self.view.centre_stack.currentWidget() is not self.view.direct_pane:
+            return False
+        self.clear_reply()
+        self.view.direct_pane.compose.setFocus()
+        return True
 
     def clear_reply(self) -> None:
         if self.current is not None:
