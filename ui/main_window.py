@@ -125,6 +125,7 @@ class MainWindow(QMainWindow):
         self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
         self.discovery.alone_changed.connect(self._on_alone)
 
+        self.side_panes_hidden = False  # while a direct conversation is shown
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
         self._build_actions()
@@ -1119,10 +1120,16 @@ class MainWindow(QMainWindow):
         for name, show in changes.items():
             self.pane_toggles[name].setChecked(show)
 
+    def show_side_panes(self, on: bool) -> None:
+        """Threads and Members are a group's: a direct conversation (ui/controllers/direct.py) hides them."""
+        self.side_panes_hidden = not on
+        self._fit_side()
+
     def _fit_side(self) -> None:
         # An empty side splitter would keep its width; it goes with its last pane.
-        self.side_splitter.setVisible(self.pane_toggles["threads"].isChecked()
-                                      or self.pane_toggles["members"].isChecked())
+        self.side_splitter.setVisible(not self.side_panes_hidden
+                                      and (self.pane_toggles["threads"].isChecked()
+                                           or self.pane_toggles["members"].isChecked()))
 
     def _pane_chosen(self, name: str, shown: bool) -> None:
         self.pane_folds.chosen(name, shown, self.width())

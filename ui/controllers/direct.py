@@ -69,6 +69,7 @@ class DirectView(Protocol):
     member_list: QListWidget
 
     def isActiveWindow(self) -> bool: ...
+    def show_side_panes(self, on: bool) -> None: ...
     def notify(self, title: str, text: str) -> None: ...
     def show_status(self, text: str, timeout: int) -> None: ...
 
@@ -216,7 +217,6 @@ class DirectController(QObject):
         if not conversation.loaded:
             self._load_history(conversation)
         self.view.direct_list.setCurrentItem(conversation.item)
-        self.view.direct_pane.compose.setFocus()
 
     def _on_item_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
         conversation = self.conversations.get(item.data(PeerRole)) if item is not None else None
@@ -231,6 +231,7 @@ class DirectController(QObject):
         self.current = None
         self.view.direct_list.setCurrentRow(-1)
         self.view.centre_stack.setCurrentIndex(0)
+        self.view.show_side_panes(True)
 
     def show(self, conversation: Conversation) -> None:
         pane = self.view.direct_pane
@@ -239,6 +240,12 @@ class DirectController(QObject):
         self.current = conversation
         self.view.group_list.setCurrentRow(-1)  # no group is shown: no group action may act on it
         self.view.centre_stack.setCurrentWidget(pane)
+        if not self.view.direct_list.hasFocus():
+            # Opened from elsewhere (the members pane, a message): writing comes next.  Given before
+            # the side panes go, so that the focus does not fall to the groups list, which would
+            # then open its first group.
+            pane.compose.setFocus()
+        self.view.show_side_panes(False)  # the threads and members of no group
         pane.delegate.marks = conversation.marks
         pane.delegate.peer_name = conversation.name
         pane.delegate.invalidate()
