@@ -108,6 +108,9 @@ class Reach:
         self._hellos_this_second: tuple[float, int] = (0.0, 0)
         self._host_hellos: OrderedDict[str, list[float]] = OrderedDict()  # per address, within the window
         self._cache_probe_at: float | None = None
+        # Peers that direct messages wait for: where their multicast comes from is probed even
+        # though multicast reaches them (direct messages go only to a proven endpoint).
+        self._sought: OrderedDict[str, None] = OrderedDict()
         self._report_at: float | None = 0.0
         self.hellos_refused = 0  # HELLOs not sent: the endpoint's budget or the global rate was spent
         self.candidates_evicted = 0
@@ -185,7 +188,24 @@ class Reach:
             candidate.probe_at = None  # this answer is its probe
         self._send_hello(candidate, now, echo=hello.nonce)
 
+    def seek(self, pid: str, now: float) -> None:
+        """Direct messages wait for ``pid``: probe the endpoint its multicast comes from, unless
+        that is its proven endpoint already (at most :data:`MAX_ENDPOINTS` peers are sought)."""
+        self._sought[pid] = None
+        self._sought.move_to_end(pid)
+        if len(self._sought) > MAX_ENDPOINTS:
+            self._sought.popitem(last=False)
+        source = self._multicast_source.get(pid)
+        peer = self._peers.get(pid)
+        if source is not None and (peer is None or peer.endpoint != source):
+            self.add(source, "multicast", now, pid)
+
     # -- what it tells the peer core ----------------------------------------------------
+
+    def endpoint(self, pid: str) -> Endpoint | None:
+        """Where ``pid`` has proven to be, if anywhere."""
+        peer = self._peers.get(pid)
+        return None if peer is None else peer.endpoint
 
     def unicast_peers(self, now: float) -> list[tuple[str, Endpoint]]:
         """Proven peers not heard by multicast lately, most recently heard first (at most
@@ -255,7 +275,7 @@ class Reach:
         for candidate in list(self._candidates.values()):
             if candidate.probe_at is None or candidate.probe_at > now:
                 continue
-            if candidate.pid is not None and not self._unheard(candidate.pid, now):
+            if candidate.pid is not None and not self._unheard(candidate.pid, now) and candidate.pid not in self._sought:
                 del self._candidates[candidate.endpoint]  # multicast reaches it: nothing to probe
                 continue
             self._send_hello(candidate, now)
