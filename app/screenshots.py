@@ -126,17 +126,21 @@ def make_window(app: QApplication, size=(1180, 720)) -> tuple[MainWindow, Memory
 
 
 def direct_conversation(app: QApplication, window: MainWindow, backend: MemoryBackend) -> None:
-    """A conversation with Ann: read, delivered and queued marks, and her reply under one of ours."""
+    """A conversation with Ann: read, delivered and queued marks, and her replies under ours."""
     manager = backend.manager
     manager.set_online(ANN, True)
+    manager.pass_time(31)  # her heartbeat: she is heard, so what is written to her goes at once
     window.direct_controller.open_with(ANN.pid, ANN.name)
     first = manager.send_direct(ANN.pid, "The build is broken on main since this morning.")
-    manager.direct.inject_read(ANN)
-    manager.direct.inject(ANN, "Looking at it now: the new test needs Xvfb.", parent=first)
+    manager.inject_direct_read(ANN, first)
+    manager.inject_direct(ANN, "Looking at it now: the new test needs Xvfb.", parent=first)
     second = manager.send_direct(ANN.pid, "I told Bob too, he had the same failure.")
-    manager.direct.inject(ANN, "Fixed on main, thanks!", parent=second)
+    manager.inject_direct(ANN, "Fixed on main, thanks!", parent=second)
     manager.set_online(ANN, False)
+    manager.pass_time(OFFLINE_AFTER + 1)
     manager.send_direct(ANN.pid, "Lunch at one?")
+    settle(app)
+    window.direct_controller.refresh()
     settle(app)
 
 

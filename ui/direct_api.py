@@ -1,9 +1,8 @@
 """What the GUI knows of direct messages (issue 29): the middleware's types and events for them, and
 how a direct message is shown with the group views' models.
 
-Until the middleware part (branch s11-direct) is merged, the types and events are defined here
-exactly as the shared contract (brief s11/dm-contract.md) states them; once it is, this module only
-re-exports them from :mod:`middleware.types` and :mod:`middleware.events`.
+The types and events are the middleware's (:mod:`middleware.types`, :mod:`middleware.events`),
+re-exported here so that the GUI's direct-message code names one module.
 
 A conversation is shown by the same Qt-free :class:`~ui.message_tree.MessageTree` and models as a
 group: each :class:`DirectMessage` becomes a :class:`~middleware.types.ChatMessage` whose ``gid``
@@ -14,49 +13,11 @@ beside it (:class:`Marks`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from ..middleware.events import DirectDelivered, DirectStatusChanged
+from ..middleware.types import ChatMessage, ConversationView, DirectMessage, Mid
 
-from ..middleware.types import ChatMessage, Mid
-
-
-class DirectMessage(NamedTuple):
-    peer: str  # the other party's pid: the conversation
-    mid: Mid  # (sender pid, the sender's seqno in this conversation, from 1)
-    parent: Mid | None  # a reply within the conversation (S_b: shown under its parent)
-    sender_name: str
-    text: str
-    sent_at: int  # ms, sender's clock
-    received_at: int  # ms, this peer's clock
-    outgoing: bool
-    status: str  # outgoing: "queued" | "sent" | "delivered" | "read"; incoming: "received" | "read"
-    order: int = 0  # position in this conversation's delivery order
-    late: bool = False  # delivered after the SES hold limit, possibly before a cause
-
-
-class ConversationView(NamedTuple):
-    peer: str
-    name: str
-    fingerprint: str  # the peer's key, grouped hex for people to compare
-    last: DirectMessage | None
-    unread: int
-    online: bool
-
-
-@dataclass(frozen=True, slots=True)
-class DirectDelivered:
-    peer: str
-    messages: list[DirectMessage]
-
-
-@dataclass(frozen=True, slots=True)
-class DirectStatusChanged:
-    peer: str
-    mid: Mid
-    status: str
-
-
-DirectEvent = DirectDelivered | DirectStatusChanged
+__all__ = ["ConversationView", "DirectDelivered", "DirectMessage", "DirectStatusChanged", "Marks",
+           "as_chat_message", "conversation_key", "status_text"]
 
 CONVERSATION_PREFIX = "direct:"
 

@@ -39,11 +39,10 @@ from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
-from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError, short_fingerprint
+from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid
 
 from .backend import Peer
 from .bridge import Backend
-from .direct_api import ConversationView, DirectDelivered, DirectMessage, DirectStatusChanged
 
 T = TypeVar("T")
 
@@ -147,6 +146,10 @@ class MemoryManager(rules.OperationCalls):
     """One peer (``name``, its key drawn from ``seed``) on a :class:`MemoryLan`; the ``inject_*`` methods
     run the others.  ``sent`` lists what this peer sent, as ``(gid, text, parent)``."""
 
+    # Virtual seconds after a direct message: the first to a peer waits for its endpoint to be proven
+    # (a HELLO and its answer), as the real loop's timers would let it.
+    DIRECT_SETTLE = 1.0
+
     def __init__(self, listener: Listener, name: str = "Me", seed: str | None = None) -> None:
         self.listener = listener
         self.interface = "127.0.0.1"
@@ -158,7 +161,6 @@ class MemoryManager(rules.OperationCalls):
         self.pid = self.core.pid
         self.lan.add(self.core, self._tell)
         self.sent: list[tuple[str, str, Mid | None]] = []
-        self.direct = MemoryDirect(self)
         self._muted = 0  # while > 0, this peer's events are not told (the network's past, set up by a test)
 
     @property
@@ -275,19 +277,21 @@ class MemoryManager(rules.OperationCalls):
         return self.core.stats_dict()
 
     def send_direct(self, pid: str, text: str, parent: Mid | None = None) -> Mid:
-        return self.direct.send(pid, text, parent)
+        mid = self._run(lambda core: core.send_direct(pid, text, parent, self.lan.wall()))
+        self.lan.settle(self.DIRECT_SETTLE)
+        return mid
 
     def direct_history(self, pid: str, before: int | None = None, limit: int | None = None) -> list[DirectMessage]:
-        return self.direct.history(pid, before, limit)
+        return self.core.direct_history(pid, before, limit)
 
     def conversations(self) -> list[ConversationView]:
-        return self.direct.conversations()
+        return self.core.conversations(self.lan.now)
 
     def mark_direct_read(self, pid: str, mid: Mid) -> None:
-        self.direct.mark_read(pid, mid)
+        self._run(lambda core: core.mark_direct_read(pid, mid))
 
     def set_read_receipts(self, on: bool) -> None:
-        self.direct.read_receipts = on
+        self._run(lambda core: core.set_read_receipts(on))
 
     # -- the others on the network ------------------------------------------------------
 
@@ -409,13 +413,22 @@ class MemoryManager(rules.OperationCalls):
             self.lan.down.discard(member.pid)
             self.lan.run(self.peer(member), lambda core: core.resync(self.lan.now))
             self.lan.settle()
-            self.direct.came_back(member.pid)
         else:
             self.lan.down.add(member.pid)
 
     def pass_time(self, seconds: float) -> None:
         """Let ``seconds`` of virtual time go by, the peers' timers firing (their beacons, for presence)."""
         self.lan.settle(seconds)
+
+    def inject_direct(self, member: Member, text: str, parent: Mid | None = None) -> Mid:
+        """``member`` writes to this peer: a direct message from its own core, sealed and sent over the LAN."""
+        mid = self.lan.run(self.peer(member), lambda core: core.send_direct(self.pid, text, parent, self.lan.wall()))
+        self.lan.settle(self.DIRECT_SETTLE)
+        return mid
+
+    def inject_direct_read(self, member: Member, mid: Mid) -> None:
+        """``member`` has read this peer's direct messages up to ``mid`` (a receipt comes if it sends them)."""
+        self.lan.run(self.peer(member), lambda core: core.mark_direct_read(self.pid, mid))
 
     def inject_warning(self, gid: str, text: str) -> None:
         """What the middleware tells as a :class:`WarningRaised` (equivocation, and the like)."""
@@ -429,122 +442,6 @@ class MemoryManager(rules.OperationCalls):
             yield
         finally:
             self._muted -= 1
-
-
-class MemoryDirect:
-    """Direct messages of this peer, kept in memory as the shared contract of issue 29 states them: a
-    stand-in for the middleware's direct channel until PeerCore has one (then the manager passes its
-    calls on to the core, as it does the groups').
-
-    A message to a peer that is up on the LAN is sent and delivered at once; to one that is down it
-    stays queued until :meth:`MemoryManager.set_online` brings the peer back.  The ``inject_*``
-    methods are the other side: a message written to this peer, and the peer reading ours."""
-
-    QUEUE_LIMIT = 200  # per peer, as the contract's "the queue for that peer is full"
-
-    def __init__(self, manager: MemoryManager) -> None:
-        self.manager = manager
-        self.read_receipts = True
-        self.read_by_me: list[Mid] = []  # what mark_direct_read was told, in order
-        self.messages: dict[str, list[DirectMessage]] = {}
-        self._seqno: dict[str, int] = {}
-
-    def _tell(self, event: DirectDelivered | DirectStatusChanged) -> None:
-        self.manager._tell(event)  # type: ignore[arg-type]  # the contract's events, not middleware's yet
-
-    def _now_ms(self) -> int:
-        return int(self.manager.lan.wall() * 1000)
-
-    def _online(self, pid: str) -> bool:
-        return pid in self.manager.lan.cores and pid not in self.manager.lan.down
-
-    def _known(self, pid: str) -> Member | None:
-        for view in self.manager.core.groups():
-            if view.joined:
-                for member in view.members:
-                    if member.pid == pid:
-                        return member
-        return None
-
-    def _append(self, peer: str, message: DirectMessage) -> DirectMessage:
-        talk = self.messages.setdefault(peer, [])
-        message = message._replace(order=len(talk) + 1)
-        talk.append(message)
-        return message
-
-    def send(self, pid: str, text: str, parent: Mid | None = None) -> Mid:
-        if pid == self.manager.pid or (self._known(pid) is None and pid not in self.messages):
-            raise UsageError("no key is known for that peer: share a group with them first")
-        text = rules.check_message_text(text)
-        talk = self.messages.get(pid, [])
-        if sum(1 for m in talk if m.outgoing and m.status == "queued") >= self.QUEUE_LIMIT:
-            raise UsageError("too many messages wait for that peer to come online")
-        seqno = self._seqno.get(self.manager.pid + pid, 0) + 1
-        self._seqno[self.manager.pid + pid] = seqno
-        now = self._now_ms()
-        message = self._append(pid, DirectMessage(pid, (self.manager.pid, seqno), parent, self.manager.name, text,
-                                                  now, now, True, "queued"))
-        self._tell(DirectDelivered(pid, [message]))
-        if self._online(pid):
-            self._deliver(pid, message.mid)
-        return message.mid
-
-    def _set_status(self, peer: str, mid: Mid, status: str) -> None:
-        talk = self.messages[peer]
-        for i, message in enumerate(talk):
-            if message.mid == mid:
-                talk[i] = message._replace(status=status)
-        self._tell(DirectStatusChanged(peer, mid, status))
-
-    def _deliver(self, peer: str, mid: Mid) -> None:
-        self._set_status(peer, mid, "sent")
-        self._set_status(peer, mid, "delivered")
-
-    def came_back(self, pid: str) -> None:
-        for message in list(self.messages.get(pid, [])):
-            if message.outgoing and message.status == "queued":
-                self._deliver(pid, message.mid)
-
-    def history(self, pid: str, before: int | None = None, limit: int | None = None) -> list[DirectMessage]:
-        talk = [m for m in self.messages.get(pid, []) if before is None or m.order < before]
-        return talk[-limit:] if limit else talk
-
-    def conversations(self) -> list[ConversationView]:
-        views = []
-        for peer, talk in self.messages.items():
-            member = self._known(peer)
-            name = member.name if member is not None else next((m.sender_name for m in talk if not m.outgoing), "")
-            unread = sum(1 for m in talk if not m.outgoing and m.status == "received")
-            views.append(ConversationView(peer, name, short_fingerprint(peer), talk[-1] if talk else None, unread,
-                                          self._online(peer)))
-        return views
-
-    def mark_read(self, pid: str, mid: Mid) -> None:
-        talk = self.messages.get(pid, [])
-        for i, message in enumerate(talk):
-            if message.mid == mid and not message.outgoing and message.status == "received":
-                talk[i] = message._replace(status="read")
-                self.read_by_me.append(mid)
-
-    # -- the other side ---------------------------------------------------------------------------
-
-    def inject(self, member: Member, text: str, parent: Mid | None = None, late: bool = False,
-               notify: bool = True) -> Mid:
-        """``member`` writes to this peer."""
-        seqno = self._seqno.get(member.pid + self.manager.pid, 0) + 1
-        self._seqno[member.pid + self.manager.pid] = seqno
-        now = self._now_ms()
-        message = self._append(member.pid, DirectMessage(member.pid, (member.pid, seqno), parent, member.name, text,
-                                                         now, now, False, "received", late=late))
-        if notify:
-            self._tell(DirectDelivered(member.pid, [message]))
-        return message.mid
-
-    def inject_read(self, member: Member) -> None:
-        """``member`` reads what this peer wrote to it (the receipt comes if that side sends them)."""
-        for message in list(self.messages.get(member.pid, [])):
-            if message.outgoing and message.status == "delivered":
-                self._set_status(member.pid, message.mid, "read")
 
 
 def _join(lan: MemoryLan, core: PeerCore, gid: str, passphrase: str | None) -> None:

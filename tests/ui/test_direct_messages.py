@@ -1,14 +1,17 @@
-"""Direct messages in the real window (issue 29), over the in-memory backend: a conversation opened from
-the members pane with a right click, written to with keys, its outgoing marks following the statuses
-the middleware tells; a message arriving makes a conversation with an unread badge and a notification,
-and reading it clears both and tells the middleware; the read-receipt switch is kept and told."""
+"""Direct messages in the real window (issue 29), over the in-memory backend (the middleware's own direct
+channel, sealed, acknowledged and SES-ordered between cores): a conversation opened from the members pane
+with a right click, written to with keys, its outgoing marks following the statuses the middleware
+tells; a message arriving makes a conversation with an unread badge and a notification, and reading it
+clears both and sends the receipt; a message held past SES's limit shows "late"; the read-receipt switch
+is kept and told."""
 
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMenu
 
 from conftest import ANN, BOB, lunch_conversation, save_screenshot
-from m2mc.middleware.types import Member, short_fingerprint
+from m2mc.middleware.presence import OFFLINE_AFTER
+from m2mc.middleware.types import Member, key_fingerprint
 from m2mc.ui.controllers.direct import READ_RECEIPTS_KEY, SEEN_DELAY_MS
 from m2mc.ui.direct_pane import QUEUED_FALLBACK, PeerRole
 from m2mc.ui.main_window import MainWindow
@@ -20,10 +23,36 @@ from m2mc.ui.widgets import UnreadCountRole
 def open_group(qtbot, window, backend):
     me = Member(backend.pid, backend.name)
     backend.manager.inject_group("Build", members=(ANN, BOB, me), joined=True, history=lunch_conversation("")[:2])
+    backend.manager.pass_time(31)  # a heartbeat from each: they are online, and direct messages go
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == 2)
     window.status_controller.fill_members()
     return window.current
+
+
+def go_offline(backend, member):
+    """``member``'s app closes, and long enough ago for this peer to count it offline."""
+    backend.manager.set_online(member, False)
+    backend.manager.pass_time(OFFLINE_AFTER + 1)
+
+
+def a_late_message(manager):
+    """Bob writes to us while we hear nothing, then tells Ann, who writes to us: hers comes after his in
+    causal order, and his app is closed before it can send his again.  SES holds hers for its limit, then
+    delivers it anyway: late."""
+    lan, me = manager.lan, manager.pid
+    bob, ann = manager.peer(BOB), manager.peer(ANN)
+    lan.down.add(me)
+    lan.run(bob, lambda core: core.send_direct(me, "the build is broken", None, lan.wall()))
+    lan.run(bob, lambda core: core.send_direct(ANN.pid, "I told Dana", None, lan.wall()))
+    lan.settle(2)
+    mid = lan.run(ann, lambda core: core.send_direct(me, "did you see Bob's note?", None, lan.wall()))
+    lan.down.add(BOB.pid)
+    lan.down.discard(me)
+    manager.pass_time(10)
+    assert manager.core.direct.held() == 1
+    manager.pass_time(125)  # past SES's hold limit (120 s)
+    return mid
 
 
 def right_click_menu(qtbot, widget, pos):
@@ -57,7 +86,7 @@ def marks_of(window, mid):
 
 def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_statuses(qtbot, window, backend):
     open_group(qtbot, window, backend)
-    backend.manager.set_online(ANN, False)  # Ann's app is closed: what we write waits for her
+    go_offline(backend, ANN)  # what we write waits for her
     members = window.member_list
     ann_row = next(members.item(i) for i in range(members.count()) if members.item(i).data(MemberPidRole) == ANN.pid)
     menu = right_click_menu(qtbot, members.viewport(), members.visualItemRect(ann_row).center())
@@ -69,7 +98,7 @@ def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_sta
     assert not window.side_splitter.isVisible()  # nor the threads and members of one
     assert pane.compose.hasFocus()
     assert "Ann" in pane.title_label.text() and pane.title_label.text().startswith("○")  # offline
-    assert short_fingerprint(ANN.pid) in pane.fingerprint_label.text()
+    assert key_fingerprint(ANN.pid) in pane.fingerprint_label.text()
     assert window.direct_list.currentItem().data(PeerRole) == ANN.pid
 
     qtbot.keyClicks(pane.compose, "the build is broken")
@@ -84,7 +113,7 @@ def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_sta
     qtbot.waitUntil(lambda: marks_of(window, first)[1] == "✓✓")
     assert "delivered to Ann" in marks_of(window, first)[0]
 
-    backend.manager.direct.inject_read(ANN)
+    backend.manager.inject_direct_read(ANN, first)
     qtbot.waitUntil(lambda: "read by Ann" in marks_of(window, first)[0])
     assert pane.delegate.marks.status[first] == "read"
 
@@ -104,10 +133,10 @@ def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_sta
     assert "delivered to Ann" in marks_of(window, second)[0]
     assert not pane.reply_banner.isVisible()
 
-    backend.manager.direct.inject(ANN, "Fixed it, thanks", parent=second)
+    backend.manager.inject_direct(ANN, "Fixed it, thanks", parent=second)
     qtbot.waitUntil(lambda: row_of(view, (ANN.pid, 1)).isValid())
     qtbot.waitUntil(lambda: pane.title_label.text().startswith("●"))  # online, as the middleware now says
-    backend.manager.set_online(ANN, False)
+    go_offline(backend, ANN)
     qtbot.keyClicks(pane.compose, "Lunch at one?")
     qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: row_of(view, (backend.pid, 3)).isValid())
@@ -125,7 +154,7 @@ def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_read
     open_group(qtbot, window, backend)
     notes = []
     monkeypatch.setattr(window, "notify", lambda title, text: notes.append((title, text)))
-    mid = backend.manager.direct.inject(ANN, "did you see the build?")
+    mid = backend.manager.inject_direct(ANN, "did you see the build?")
     direct = window.direct_list
     qtbot.waitUntil(lambda: direct.count() == 1)
     item = direct.item(0)
@@ -137,17 +166,23 @@ def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_read
     qtbot.mouseClick(direct.viewport(), Qt.MouseButton.LeftButton, pos=direct.visualItemRect(item).center())
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
     qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 0, timeout=SEEN_DELAY_MS + 3000)
-    assert backend.manager.direct.read_by_me == [mid]  # told once: Ann gets her receipt if we send them
+    ann = backend.manager.peer(ANN)
+    qtbot.waitUntil(lambda: ann.direct_history(backend.pid)[-1].status == "read")  # her receipt came
+    assert ann.direct_history(backend.pid)[-1].mid == mid
 
     # A message while the conversation is read in the active window: no notification, read soon.
-    backend.manager.direct.inject(ANN, "and the tests?", late=True)
-    qtbot.waitUntil(lambda: len(backend.manager.direct.read_by_me) == 2, timeout=SEEN_DELAY_MS + 3000)
-    assert len(notes) == 1
-    text, mark = marks_of(window, (ANN.pid, 2))
+    second = backend.manager.inject_direct(ANN, "and the tests?")
+    qtbot.waitUntil(lambda: ann.direct_history(backend.pid)[-1].status == "read", timeout=SEEN_DELAY_MS + 3000)
+    assert ann.direct_history(backend.pid)[-1].mid == second and len(notes) == 1
+
+    # One that waited for a message that never came is shown, and says so.
+    late = a_late_message(backend.manager)
+    qtbot.waitUntil(lambda: row_of(window.direct_pane.view, late).isValid())
+    text, mark = marks_of(window, late)
     assert mark == "late" and "late: it waited for an earlier message" in text
 
     # Reply chosen, then Esc: the target is forgotten and the conversation's compose box keeps the focus.
-    window.direct_controller.reply_to((ANN.pid, 1))
+    window.direct_controller.reply_to(mid)
     assert window.direct_pane.reply_banner.isVisible()
     qtbot.keyClick(window.direct_pane.compose, Qt.Key.Key_Escape)
     assert not window.direct_pane.reply_banner.isVisible() and window.direct_pane.compose.hasFocus()
@@ -195,11 +230,11 @@ def test_the_read_receipts_switch_is_kept_and_told_to_the_middleware(qtbot, back
     action = window.direct_controller.read_receipts_action
     assert action.isChecked() and action in window.menuBar().actions()[2].menu().actions()  # View menu
     action.trigger()
-    assert settings[READ_RECEIPTS_KEY] == "false" and backend.manager.direct.read_receipts is False
+    assert settings[READ_RECEIPTS_KEY] == "false" and backend.manager.core.direct.receipts is False
 
-    backend.manager.direct.read_receipts = True  # a new run: the middleware starts with its default
+    backend.manager.set_read_receipts(True)  # as if the store had lost it
     again = MainWindow(backend, settings=settings)
     qtbot.addWidget(again)
     assert not again.direct_controller.read_receipts_action.isChecked()
     again.start()
-    qtbot.waitUntil(lambda: backend.manager.direct.read_receipts is False)
+    qtbot.waitUntil(lambda: backend.manager.core.direct.receipts is False)

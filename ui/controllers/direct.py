@@ -13,7 +13,7 @@ and events are used (:mod:`ui.direct_api`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from PySide6.QtCore import QModelIndex, QObject, QPoint, Qt, QTimer
@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QListWidget, QListWidgetItem, QMenu, QStackedWidge
 
 from ...middleware.events import Event
 from ...middleware.names import shown
-from ...middleware.types import ChatMessage, Mid, short_fingerprint
+from ...middleware.types import ChatMessage, Mid, key_fingerprint
 from ..bridge import Backend, describe_error
 from ..delegate import snippet
 from ..direct_api import (CONVERSATION_PREFIX, ConversationView, DirectDelivered, DirectMessage,
@@ -52,7 +52,7 @@ class Conversation:
     online: bool = False
     loaded: bool = False
     reply: Mid | None = None
-    read_told: set[Mid] = field(default_factory=set)
+    read_told: Mid | None = None  # what the middleware was last told is read
 
     @property
     def key(self) -> str:
@@ -172,8 +172,8 @@ class DirectController(QObject):
         item.setData(UnreadCountRole, 0)
         holder: list[Conversation] = []
         model = DirectTreeModel(tree, marks, lambda: holder[0].name if holder else name, self)
-        conversation = Conversation(peer, name or short_fingerprint(peer), tree, model, marks, item,
-                                    short_fingerprint(peer))
+        conversation = Conversation(peer, name or key_fingerprint(peer), tree, model, marks, item,
+                                    key_fingerprint(peer))
         holder.append(conversation)
         self.conversations[peer] = conversation
         model.unread_count_changed.connect(lambda count, c=conversation: self._on_unread(c, count))
@@ -317,12 +317,21 @@ class DirectController(QObject):
         conversation.item.setData(UnreadCountRole, count)
         self._show_item(conversation)
 
-    def _on_read(self, conversation: Conversation, mids: list[Mid]) -> None:
-        peer = conversation.peer
-        for mid in mids:
-            if mid[0] == peer and mid not in conversation.tree.unread and mid not in conversation.read_told:
-                conversation.read_told.add(mid)
-                self._tell_read(peer, mid)
+    def _on_read(self, conversation: Conversation, _mids: list[Mid]) -> None:
+        # The middleware takes "read up to mid" (its receipt says as much): only the end of what is
+        # read without a gap, in delivery order, is told, so an older message skipped stays unread.
+        peer, tree = conversation.peer, conversation.tree
+        newest = None
+        for node in tree.arrival:
+            mid = node.message.mid
+            if mid[0] != peer:
+                continue
+            if mid in tree.unread:
+                break
+            newest = mid
+        if newest is not None and newest != conversation.read_told:
+            conversation.read_told = newest
+            self._tell_read(peer, newest)
 
     def _tell_read(self, peer: str, mid: Mid) -> None:
         self.backend.call(lambda backend_peer: backend_peer.mark_direct_read(peer, mid), on_error=lambda _e: None)
