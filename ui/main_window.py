@@ -462,6 +462,7 @@ class MainWindow(QMainWindow):
             self.pane_toggles[name] = toggle
         menu.addSeparator()
         menu.addAction(self.direct_controller.read_receipts_action)
+        menu.addAction(self.direct_controller.notify_action)
         escape = QAction(self)
         escape.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         escape.triggered.connect(self._escape)

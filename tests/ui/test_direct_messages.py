@@ -187,6 +187,14 @@ def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_read
     qtbot.keyClick(window.direct_pane.compose, Qt.Key.Key_Escape)
     assert not window.direct_pane.reply_banner.isVisible() and window.direct_pane.compose.hasFocus()
 
+    # Notifications for direct messages can be switched off (View menu), and stay off.
+    window.direct_controller.notify_action.trigger()
+    window.group_list.setCurrentRow(0)
+    backend.manager.inject_direct(ANN, "quiet now?")
+    qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 1)
+    assert len(notes) == 1 and window.settings["notify/direct"] == "false"
+    window.direct_list.setCurrentItem(item)
+
     # Back to the group by a click: the conversation leaves the centre, its row is unselected.
     groups = window.group_list
     qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(groups.item(0)).center())
