@@ -10,6 +10,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMenu
 
 from conftest import ANN, BOB, lunch_conversation, save_screenshot
+from m2mc.middleware.events import DirectStatusChanged
 from m2mc.middleware.presence import OFFLINE_AFTER
 from m2mc.middleware.types import Member, key_fingerprint
 from m2mc.ui.controllers.direct import READ_RECEIPTS_KEY, SEEN_DELAY_MS
@@ -108,6 +109,11 @@ def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_sta
     assert pane.compose.toPlainText() == ""
     text, mark = marks_of(window, first)
     assert mark in ("⏱", QUEUED_FALLBACK) and "queued: kept here until Ann is online" in text
+
+    # The statuses come as the middleware's events, through the bridge, as a real peer's do.
+    backend.post(DirectStatusChanged(ANN.pid, first, "sent"))
+    qtbot.waitUntil(lambda: marks_of(window, first)[1] == "✓")
+    assert "sent, not yet acknowledged" in marks_of(window, first)[0]
 
     backend.manager.set_online(ANN, True)  # she is back: sent, then delivered
     qtbot.waitUntil(lambda: marks_of(window, first)[1] == "✓✓")
