@@ -50,7 +50,8 @@ class Conversation:
     item: QListWidgetItem
     fingerprint: str = ""
     online: bool = False
-    loaded: bool = False
+    loaded: bool = False  # its history was asked for
+    loading: bool = False  # and has not come yet: what is told meanwhile is in it
     reply: Mid | None = None
     read_told: Mid | None = None  # what the middleware was last told is read
 
@@ -71,7 +72,6 @@ class DirectView(Protocol):
     def isActiveWindow(self) -> bool: ...
     def show_side_panes(self, on: bool) -> None: ...
     def notify(self, title: str, text: str) -> None: ...
-    def show_status(self, text: str, timeout: int) -> None: ...
 
 
 class DirectController(QObject):
@@ -196,12 +196,13 @@ class DirectController(QObject):
                      f"{name}, {presence}" + (f", {unread} unread" if unread else ""))
 
     def _load_history(self, conversation: Conversation) -> None:
-        conversation.loaded = True
+        conversation.loaded = conversation.loading = True
         peer = conversation.peer
         self.backend.call(lambda backend_peer: backend_peer.direct_history(peer),
                           on_result=lambda messages: self._on_history(conversation, messages))
 
     def _on_history(self, conversation: Conversation, messages: list[DirectMessage]) -> None:
+        conversation.loading = False
         for message in messages:
             conversation.marks.take(message)
         conversation.tree.add_messages([as_chat_message(m) for m in messages], unread=False)
@@ -225,7 +226,7 @@ class DirectController(QObject):
         conversation = self.conversations.get(item.data(PeerRole)) if item is not None else None
         if conversation is None:
             return
-        self.show(conversation)
+        self.show_conversation(conversation)
 
     def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
         if item is None:
@@ -236,7 +237,7 @@ class DirectController(QObject):
         self.view.centre_stack.setCurrentIndex(0)
         self.view.show_side_panes(True)
 
-    def show(self, conversation: Conversation) -> None:
+    def show_conversation(self, conversation: Conversation) -> None:
         pane = self.view.direct_pane
         if self.current is not None and self.current is not conversation:
             self.current.reply = None
@@ -283,16 +284,19 @@ class DirectController(QObject):
         conversation = self.conversation(peer, incoming[0].sender_name if incoming else "")
         if new:
             self.refresh()  # its name, fingerprint and presence as the middleware knows them
-        if not conversation.loaded:  # its history holds these too: the tree keeps each once
+        if not conversation.loaded:
             self._load_history(conversation)
-        for message in messages:
-            conversation.marks.take(message)
-        view = self.view.direct_pane.view
-        bar = view.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 4
-        shown_now = conversation.tree.add_messages([as_chat_message(m) for m in messages], unread=True)
-        if conversation is self.current and shown_now:
-            self._after_arrival(conversation, at_bottom)
+        # Events and call results come back in the order the middleware made them: while the history
+        # is on its way, what is told is in it already (stored before told), and comes in its order.
+        if not conversation.loading:
+            for message in messages:
+                conversation.marks.take(message)
+            view = self.view.direct_pane.view
+            bar = view.verticalScrollBar()
+            at_bottom = bar.value() >= bar.maximum() - 4
+            shown_now = conversation.tree.add_messages([as_chat_message(m) for m in messages], unread=True)
+            if conversation is self.current and shown_now:
+                self._after_arrival(conversation, at_bottom)
         if incoming and self.notifies() and not (conversation is self.current and self.view.isActiveWindow()):
             last = incoming[-1]
             extra = f" (+{len(incoming) - 1} more)" if len(incoming) > 1 else ""
@@ -308,7 +312,7 @@ class DirectController(QObject):
 
     def _on_status(self, peer: str, mid: Mid, status: str) -> None:
         conversation = self.conversations.get(peer)
-        if conversation is None or not conversation.marks.set_status(mid, status):
+        if conversation is None or conversation.loading or not conversation.marks.set_status(mid, status):
             return
         conversation.model.status_changed(mid)
         if conversation is self.current:
