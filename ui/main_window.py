@@ -128,6 +128,7 @@ class MainWindow(QMainWindow):
         self.side_panes_hidden = False  # while a direct conversation is shown
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
+        self.session_controller.other_unread = self.direct_controller.unread_total
         self._build_actions()
         self._build_status_bar()
         self._restore_pane_sizes()
@@ -1120,6 +1121,9 @@ class MainWindow(QMainWindow):
             self._save_pane_sizes()  # while the panes about to fold still have their width
         for name, show in changes.items():
             self.pane_toggles[name].setChecked(show)
+
+    def update_title(self) -> None:
+        self.session_controller.update_title()
 
     def show_side_panes(self, on: bool) -> None:
         """Threads and Members are a group's: a direct conversation (ui/controllers/direct.py) hides them."""

@@ -167,11 +167,13 @@ def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_read
     qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 1)
     assert item.text() == "● Ann" and "1 unread" in item.data(Qt.ItemDataRole.AccessibleTextRole)
     assert notes == [("Ann (direct message)", "did you see the build?")]
+    assert window.windowTitle() == "(1) M2MC chat"  # counted with the groups' unread
     assert window.centre_stack.currentIndex() == 0  # the group stays on show
 
     qtbot.mouseClick(direct.viewport(), Qt.MouseButton.LeftButton, pos=direct.visualItemRect(item).center())
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
     qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 0, timeout=SEEN_DELAY_MS + 3000)
+    assert window.windowTitle() == "M2MC chat"
     ann = backend.manager.peer(ANN)
     qtbot.waitUntil(lambda: ann.direct_history(backend.pid)[-1].status == "read")  # her receipt came
     assert ann.direct_history(backend.pid)[-1].mid == mid

@@ -71,6 +71,7 @@ class DirectView(Protocol):
 
     def isActiveWindow(self) -> bool: ...
     def show_side_panes(self, on: bool) -> None: ...
+    def update_title(self) -> None: ...
     def notify(self, title: str, text: str) -> None: ...
 
 
@@ -323,6 +324,10 @@ class DirectController(QObject):
     def _on_unread(self, conversation: Conversation, count: int) -> None:
         conversation.item.setData(UnreadCountRole, count)
         self._show_item(conversation)
+        self.view.update_title()
+
+    def unread_total(self) -> int:
+        return sum(len(conversation.tree.unread) for conversation in self.conversations.values())
 
     def _on_read(self, conversation: Conversation, _mids: list[Mid]) -> None:
         # The middleware takes "read up to mid" (its receipt says as much): only the end of what is
