@@ -7,13 +7,19 @@ holding nothing but :func:`middleware.crypto.seal_direct`'s output: one frame, s
 for the recipient and signed by the sender, so an onlooker sees neither pids nor
 seqnos nor text.  The frames, msgpack inside the seal:
 
-* MSG ``[1, seqno, parent, sent_at, name, text, stamp]``: ``parent`` is None or
+* MSG ``[1, seqno, parent, sent_at, name, text, stamp, echo]``: ``parent`` is None or
   ``[who, seqno]`` (0: the sender's message, 1: the recipient's), ``stamp`` the
   SES stamp (:class:`middleware.ses.SesStamp`) made when the message was composed;
-* ACK ``[2, cumulative, ranges, receipt, receipt_heard, confirm]``: the sender's
+* ACK ``[2, cumulative, ranges, receipt, receipt_heard, confirm, echo]``: the sender's
   seqnos received (all up to ``cumulative``, and ``ranges`` above it), the highest of
   them read (0 with read receipts off), the highest read receipt heard from the
   other, and whether this ACK's receipt wants confirming (an ACK back).
+
+``echo`` (both): the recipient's latest HELLO nonce (:meth:`middleware.reach.Reach.echo_for`)
+or b"".  It comes back signed by the sender from the sender's endpoint, which is what
+the reach handshake's echo proves; so the handshake completes with whichever datagram
+gets through, and a lost HELLO does not hold a conversation up for the HELLO budget's
+minute.
 
 Reliability: a message is sent when composed if the peer is reachable (its endpoint
 proven by :mod:`middleware.reach` and heard lately), and again with exponential
@@ -164,6 +170,7 @@ class DirectCore:
         self._rows: dict[tuple[str, Mid], StoredDirect] = {}  # to store
         self._dirty: set[str] = set()  # conversations whose state is to store
         self._settings: dict[str, bytes] = {}
+        self._composed: list[Mid] = []  # since the last commit
         self._events: list[Event] = []  # of the writes not committed yet
         self._opens: tuple[float, int] = (0.0, 0)
         self.stats = dict.fromkeys((
@@ -232,6 +239,7 @@ class DirectCore:
         self._write(row)
         self._settings[SETTING_SES] = self.ses.to_bytes()
         self._events.append(DirectDelivered(peer, [self.view(row)]))
+        self._composed.append(row.mid)
         return self.me, seqno
 
     def mark_read(self, peer: str, mid: Mid) -> None:
@@ -280,8 +288,9 @@ class DirectCore:
 
     # -- network input ----------------------------------------------------------------------
 
-    def receive(self, sealed: bytes, now: float, wall: float) -> str | None:
-        """A DIRECT datagram's sealed payload; returns its sender if it opened (then it was heard)."""
+    def receive(self, sealed: bytes, now: float, wall: float) -> tuple[str, bytes] | None:
+        """A DIRECT datagram's sealed payload; returns its sender if it opened (then it was heard),
+        and the HELLO nonce of this peer's that it echoes (b"" if none or malformed)."""
         second, count = self._opens
         if now - second >= 1.0:
             second, count = now, 0
@@ -302,23 +311,25 @@ class DirectCore:
         conversation.tokens_at = now
         if conversation.tokens < 1:
             self.stats["direct_rate_dropped"] += 1
-            return sender
+            return sender, b""
         conversation.tokens -= 1
+        echo = b""
         try:
             frame = msgpack.unpackb(body, raw=False, max_bin_len=wire.MAX_DATAGRAM, max_str_len=wire.MAX_DATAGRAM,
                                     max_array_len=4 * MAX_ACK_RANGES, max_map_len=0, max_ext_len=0)
             if type(frame) is not list or not frame:
                 raise ValueError("not a frame")
             if frame[0] == MSG:
-                self._on_message(conversation, _message_frame(frame, sender, self.me), now, wall)
+                row, echo = _message_frame(frame, sender, self.me)
+                self._on_message(conversation, row, now, wall)
             elif frame[0] == ACK:
-                self._on_ack(conversation, *_ack_frame(frame), now)
+                cumulative, ranges, receipt, heard, confirm, echo = _ack_frame(frame)
+                self._on_ack(conversation, cumulative, ranges, receipt, heard, confirm, now)
             else:
                 raise ValueError("unknown frame")
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        except (ValueError, TypeError, msgpack.UnpackException):
             self.stats["direct_malformed"] += 1
-            del exc
-        return sender
+        return sender, echo
 
     def _on_message(self, conversation: Conversation, row: StoredDirect, now: float, wall: float) -> None:
         seqno = row.seqno
@@ -422,10 +433,10 @@ class DirectCore:
 
     # -- output -----------------------------------------------------------------------------
 
-    def prepare(self, now: float, endpoint_of: Callable[[str, float], Endpoint | None]
+    def prepare(self, now: float, endpoint_of: Callable[[str, float], tuple[Endpoint, bytes] | None]
                 ) -> list[tuple[bytes, Endpoint]]:
         """The DIRECT datagrams due now, each with its destination: only to peers ``endpoint_of``
-        finds reachable.  Statuses they change are written with the batch, so they go out only
+        finds reachable (it gives their endpoint and the HELLO nonce to echo).  Statuses they change are written with the batch, so they go out only
         once committed (the caller drops them if the commit fails)."""
         out: list[tuple[bytes, Endpoint]] = []
         for peer in list(self._busy):
@@ -435,14 +446,14 @@ class DirectCore:
                 self._busy.discard(peer)
                 continue
             keys = self.keys_of(peer)
-            endpoint = endpoint_of(peer, now) if keys is not None else None
-            if endpoint is None or keys is None:  # away: everything waits until it is heard again
+            reached = endpoint_of(peer, now) if keys is not None else None
+            if reached is None or keys is None:  # away: everything waits until it is heard again
                 for pending in conversation.outgoing.values():
                     pending.next_at = None
                 conversation.receipt_at = None
                 continue
             try:
-                out += self._prepare_for(conversation, keys[1], endpoint, receipt_open, now)
+                out += self._prepare_for(conversation, keys[1], *reached, receipt_open, now)
             except ValueError:  # its key changed to an unusable one since: nothing goes to it
                 self.stats["direct_unsealable"] += 1
                 for pending in conversation.outgoing.values():
@@ -450,13 +461,13 @@ class DirectCore:
                 conversation.receipt_at = None
         return out
 
-    def _prepare_for(self, conversation: Conversation, dh: bytes, endpoint: Endpoint, receipt_open: bool,
-                     now: float) -> list[tuple[bytes, Endpoint]]:
+    def _prepare_for(self, conversation: Conversation, dh: bytes, endpoint: Endpoint, echo: bytes,
+                     receipt_open: bool, now: float) -> list[tuple[bytes, Endpoint]]:
         peer = conversation.peer
         out: list[tuple[bytes, Endpoint]] = []
         receipt_due = receipt_open and (conversation.receipt_at is None or conversation.receipt_at <= now)
         if conversation.ack_due or receipt_due:
-            out.append((self._seal(peer, dh, self._ack(conversation, receipt_open)), endpoint))
+            out.append((self._seal(peer, dh, [*self._ack(conversation, receipt_open), echo]), endpoint))
             self.stats["direct_acks_sent"] += 1
             conversation.ack_due = False
             if receipt_due:
@@ -466,7 +477,7 @@ class DirectCore:
             if pending.next_at is not None and pending.next_at > now:
                 continue
             row = pending.row
-            out.append((self._seal(peer, dh, self._message(row)), endpoint))
+            out.append((self._seal(peer, dh, [*self._message(row), echo]), endpoint))
             pending.tries += 1
             pending.next_at = now + _backoff(pending.tries)
             if pending.tries > 1:
@@ -498,11 +509,16 @@ class DirectCore:
         return (list(self._rows.values()), {peer: self.conversations[peer].pack() for peer in self._dirty},
                 dict(self._settings))
 
+    def composed(self) -> list[Mid]:
+        """This peer's messages composed since the last commit (not stored yet)."""
+        return list(self._composed)
+
     def committed(self) -> list[Event]:
         """The batch's writes are kept: forget them, and hand out its events."""
         self._rows.clear()
         self._dirty.clear()
         self._settings.clear()
+        self._composed.clear()
         events, self._events = self._events, []
         return events
 
@@ -533,11 +549,18 @@ def _uint(value: Any) -> int:
     return value
 
 
-def _message_frame(frame: list, sender: str, me: str) -> StoredDirect:
-    """A MSG frame from ``sender``, checked, as the row it would be stored as (arrival time unset)."""
-    if len(frame) != 7:
-        raise ValueError("a MSG frame has 7 fields")
-    _, seqno, parent, sent_at, name, text, stamp = frame
+def _echo(value: Any) -> bytes:
+    if type(value) is not bytes or len(value) not in (0, wire.NONCE_BYTES):
+        raise ValueError("bad echo")
+    return value
+
+
+def _message_frame(frame: list, sender: str, me: str) -> tuple[StoredDirect, bytes]:
+    """A MSG frame from ``sender``, checked, as the row it would be stored as (arrival time unset),
+    and its echo."""
+    if len(frame) != 8:
+        raise ValueError("a MSG frame has 8 fields")
+    _, seqno, parent, sent_at, name, text, stamp, echo = frame
     if _uint(seqno) == 0:
         raise ValueError("seqnos start at 1")
     if parent is not None:
@@ -548,13 +571,13 @@ def _message_frame(frame: list, sender: str, me: str) -> StoredDirect:
         raise ValueError("bad name or text")
     SesStamp.from_wire(stamp)  # raises ValueError on a bad one
     return StoredDirect(sender, sender, seqno, parent, name, text, _uint(sent_at), 0, 0, HELD, False,
-                        msgpack.packb(stamp, use_bin_type=True))
+                        msgpack.packb(stamp, use_bin_type=True)), _echo(echo)
 
 
-def _ack_frame(frame: list) -> tuple[int, list[tuple[int, int]], int, int, bool]:
-    if len(frame) != 6:
-        raise ValueError("an ACK frame has 6 fields")
-    _, cumulative, ranges, receipt, heard, confirm = frame
+def _ack_frame(frame: list) -> tuple[int, list[tuple[int, int]], int, int, bool, bytes]:
+    if len(frame) != 7:
+        raise ValueError("an ACK frame has 7 fields")
+    _, cumulative, ranges, receipt, heard, confirm, echo = frame
     if type(ranges) is not list or len(ranges) > MAX_ACK_RANGES or type(confirm) is not bool:
         raise ValueError("bad ACK")
     checked = []
@@ -562,7 +585,7 @@ def _ack_frame(frame: list) -> tuple[int, list[tuple[int, int]], int, int, bool]
         if type(item) is not list or len(item) != 2 or not 0 < _uint(item[0]) <= _uint(item[1]):
             raise ValueError("bad range")
         checked.append((item[0], item[1]))
-    return _uint(cumulative), checked, _uint(receipt), _uint(heard), confirm
+    return _uint(cumulative), checked, _uint(receipt), _uint(heard), confirm, _echo(echo)
 
 
 def conversation_id(a: str, b: str) -> str:

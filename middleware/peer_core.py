@@ -432,14 +432,16 @@ class PeerCore:
                 return member.name
         return None
 
-    def _direct_endpoint(self, pid: str, now: float) -> Endpoint | None:
-        """Where a direct datagram to ``pid`` goes now: its proven endpoint while it is heard;
-        None while it is away (its messages wait), or while its endpoint is being proven."""
+    def _direct_endpoint(self, pid: str, now: float) -> tuple[Endpoint, bytes] | None:
+        """Where a direct datagram to ``pid`` goes now, and the HELLO nonce it echoes: its proven
+        endpoint while it is heard; None while it is away (its messages wait), or while its
+        endpoint is being proven."""
         last = self.presence.last_heard(pid)
         if last is None or now - last > OFFLINE_AFTER:
             return None
         self.reach.seek(pid, now)
-        return self.reach.endpoint(pid)
+        endpoint = self.reach.endpoint(pid)
+        return None if endpoint is None else (endpoint, self.reach.echo_for(pid))
 
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""
@@ -582,11 +584,14 @@ class PeerCore:
         if not sealed or path != "unicast":
             self.stats.malformed_dropped += 1  # only ever sent to one endpoint
             return
-        sender = self.direct.receive(sealed, now, wall)
-        if sender is not None:
+        opened = self.direct.receive(sealed, now, wall)
+        if opened is not None:
+            sender, echo = opened
             if self._is_member_anywhere(sender):
                 self.presence.heard(sender, now)
             if source is not None:
+                if echo:  # our HELLO nonce, back from there signed by the sender: the handshake's proof
+                    self.reach.hello(sender, wire.Hello(b"", echo, self._member_name(sender) or ""), source, now)
                 self.reach.heard(sender, source, path, now)
 
     def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float,
@@ -878,6 +883,9 @@ class PeerCore:
                 if retracted:
                     self._events.append(WarningRaised(gid, f"{len(retracted)} message(s) not sent: cannot store "
                                                            f"messages ({reason})"))
+            for mid in self.direct.composed():  # kept, unlike a group's: its SES stamp is spent
+                self._unsent[mid] = (f"not stored yet: cannot store messages ({reason}); the direct message waits "
+                                     "in memory, neither shown nor sent, until it can be stored")
             self._unstored += [m for m in deliveries if m.mid not in taken_back]
             self._unstored_conflicts += conflicts
             if len(taken_back) < len(own):

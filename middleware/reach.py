@@ -78,6 +78,9 @@ class ReachedPeer:
     proven_at: float
     last_heard: float
     unheard_until: float | None = None  # it said our multicast does not reach it; believed until then
+    # Its latest HELLO nonce, echoed by this peer: direct messages carry it too (sealed), so the
+    # handshake completes with whichever datagram gets through (``Reach.echo_for``).
+    echo: bytes = b""
     answers: list[float] = field(default_factory=list)  # HELLOs answered within the window
 
 
@@ -171,6 +174,7 @@ class Reach:
         if not hello.nonce:
             return
         if peer is not None and peer.endpoint == source:  # proven: answer, but not faster than budgeted
+            peer.echo = hello.nonce
             peer.answers = [at for at in peer.answers if at > now - HELLO_WINDOW]
             if len(peer.answers) < 4 * HELLO_BUDGET:
                 peer.answers.append(now)
@@ -206,6 +210,13 @@ class Reach:
         """Where ``pid`` has proven to be, if anywhere."""
         peer = self._peers.get(pid)
         return None if peer is None else peer.endpoint
+
+    def echo_for(self, pid: str) -> bytes:
+        """The latest HELLO nonce proven ``pid`` asked this peer to echo (b"" if none): a sealed
+        datagram to ``pid`` may carry it, so that ``pid`` proves this peer's endpoint by it
+        should the HELLO that echoed it be lost (see :meth:`hello`, which takes it as an echo)."""
+        peer = self._peers.get(pid)
+        return b"" if peer is None else peer.echo
 
     def unicast_peers(self, now: float) -> list[tuple[str, Endpoint]]:
         """Proven peers not heard by multicast lately, most recently heard first (at most

@@ -395,6 +395,7 @@ def test_nothing_goes_out_while_the_disk_is_full_and_everything_does_once_it_is_
     lan.settle(5.0)
     assert shown(bob, ann) == ["hello"] and statuses(ann, mid) == []
     assert shown(ann, bob, outgoing=True) == ["hello"]  # not shown before it is stored
+    assert "waits in memory" in ann.core.take_unsent()[mid]  # the caller is told (m2mc-peer: an error)
     ann.store.fail_commits = None
     lan.settle(5.0)
     assert shown(bob, ann) == ["hello", "stored first"] and statuses(ann, mid)[-1] == "delivered"
@@ -439,3 +440,39 @@ def test_a_member_whose_key_is_unusable_cannot_be_written_to_and_breaks_nothing(
     del lan.links[(0, 1)]
     lan.settle(40.0)
     assert statuses(ann, pending)[-1] == "delivered"
+
+
+def test_opening_attempts_are_capped_per_second(monkeypatch):
+    monkeypatch.setattr(direct, "OPENS_PER_SECOND", 3)
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    junk = wire.encode_direct(bytes(crypto.DIRECT_BUCKETS[0] + crypto.DIRECT_SEAL_OVERHEAD))
+    for _ in range(5):  # all within one second
+        bob.core.receive(junk, ann.endpoint, lan.now, lan.now, path="unicast")
+    stats = bob.core.stats_dict()
+    assert (stats["direct_unopened"], stats["direct_over_budget"]) == (3, 2)
+    lan.settle(1.5)
+    bob.core.receive(junk, ann.endpoint, lan.now, lan.now, path="unicast")
+    assert bob.core.stats_dict()["direct_unopened"] == 4  # the next second has its budget
+
+
+def test_a_direct_message_completes_the_handshake_when_the_hello_that_echoed_is_lost():
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    send = lan._send
+    dropped = []
+
+    def losing_the_echo(source: int, index: int, datagram) -> None:
+        if datagram.data[:3] != b"\x93\x02\x0e":
+            message = wire.decode(datagram.data).message
+            if isinstance(message, wire.Hello) and message.echo and not message.nonce and source == 0:
+                dropped.append(message)
+                return  # Ann's echo of Bob's nonce: Bob cannot prove Ann's endpoint by HELLO
+        send(source, index, datagram)
+
+    lan._send = losing_the_echo
+    mid = dm(lan, ann, bob, "hello")
+    lan.settle(5.0)
+    assert dropped and shown(bob, ann) == ["hello"]
+    assert statuses(ann, mid) == ["sent", "delivered"]  # Bob's ACK went: the message echoed his nonce
+    assert bob.core.reach.endpoint(ann.pid) == ann.endpoint
