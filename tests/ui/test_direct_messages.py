@@ -254,3 +254,29 @@ def test_the_read_receipts_switch_is_kept_and_told_to_the_middleware(qtbot, back
     assert not again.direct_controller.read_receipts_action.isChecked()
     again.start()
     qtbot.waitUntil(lambda: backend.manager.core.direct.receipts is False)
+
+
+def test_a_conversations_model_passes_the_model_tester_as_replies_and_statuses_arrive(qtmodeltester, qapp):
+    from m2mc.middleware.types import DirectMessage
+    from m2mc.ui.direct_api import Marks, as_chat_message
+    from m2mc.ui.direct_pane import DirectTreeModel
+    from m2mc.ui.message_tree import MessageTree
+
+    me = "d" * 32
+    tree, marks = MessageTree(me), Marks()
+    model = DirectTreeModel(tree, marks, lambda: "Ann")
+    qtmodeltester.check(model, force_py=False)
+    talk = [DirectMessage(ANN.pid, (me, 1), None, "Dana", "the build is broken", 1, 1, True, "queued", 1),
+            DirectMessage(ANN.pid, (ANN.pid, 1), (me, 1), "Ann", "on it", 2, 2, False, "received", 2),
+            DirectMessage(ANN.pid, (me, 2), (ANN.pid, 1), "Dana", "thanks", 3, 3, True, "sent", 3)]
+    for message in talk:
+        marks.take(message)
+    tree.add_messages([as_chat_message(m) for m in talk[:1]])
+    tree.add_messages([as_chat_message(m) for m in talk[1:]])
+    assert marks.set_status((me, 1), "read") and not marks.set_status((me, 1), "read")
+    model.status_changed((me, 1))
+    qtmodeltester.check(model, force_py=False)
+    reply = model.index_for((me, 2))
+    assert reply.parent().data(MessageRole).mid == (ANN.pid, 1)
+    assert reply.data(Qt.ItemDataRole.AccessibleTextRole) == "Dana: thanks (sent, not yet acknowledged)"
+    assert "read by Ann" in model.index_for((me, 1)).data(Qt.ItemDataRole.ToolTipRole)
