@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..middleware.addresses import Endpoint
-from ..middleware.types import ChatMessage, GroupView, Mid
-from .direct_api import ConversationView, DirectMessage
+from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Mid
 
 
 @runtime_checkable
