@@ -15,21 +15,23 @@ seqnos nor text.  The frames, msgpack inside the seal:
   them read (0 with read receipts off), the highest read receipt heard from the
   other, and whether this ACK's receipt wants confirming (an ACK back).
 
-``echo`` (both): the recipient's latest HELLO nonce (:meth:`middleware.reach.Reach.echo_for`)
-or b"".  It comes back signed by the sender from the sender's endpoint, which is what
-the reach handshake's echo proves; so the handshake completes with whichever datagram
-gets through, and a lost HELLO does not hold a conversation up for the HELLO budget's
-minute.
+``echo`` (both; a frame may leave it out): the recipient's latest HELLO nonce
+(:meth:`middleware.reach.Reach.echo_for`) or b"".  It comes back signed by the sender
+from the sender's endpoint, which is what the reach handshake's echo proves; so the
+handshake completes with whichever datagram gets through, and a lost HELLO does not
+hold a conversation up for the HELLO budget's minute.
 
 Reliability: a message is sent when composed if the peer is reachable (its endpoint
 proven by :mod:`middleware.reach` and heard lately), and again with exponential
-backoff (:data:`RETRY_FIRST` doubling to :data:`RETRY_MAX`) until acknowledged,
-at most :data:`WINDOW` in flight per peer.  While the peer is away nothing is sent:
-the messages stay queued, in the store, and go when it is heard again, across
-restarts of either side.  The receiver acknowledges every MSG (a duplicate too, so a
-lost ACK is repaired), except one it refuses (see the bounds), which the sender then
-retries.  Status per outgoing message: queued -> sent -> delivered (acknowledged) ->
-read (a read receipt); per incoming one: received -> read.
+backoff (:data:`RETRY_FIRST` doubling to :data:`RETRY_MAX`) until acknowledged, and at
+once when an ACK shows it missing (a later one acknowledged); at most :data:`WINDOW`
+seqnos past the first unacknowledged one are in flight, paced to :data:`PACE_RATE` a
+second per peer.  While the peer is away nothing is sent: the messages stay queued, in
+the store, and go when it is heard again, across restarts of either side.  The receiver
+acknowledges every MSG (a duplicate too, so a lost ACK is repaired), except one it
+refuses (see the bounds), which the sender then retries.  Status per outgoing message:
+queued -> sent -> delivered (acknowledged) -> read (a read receipt); per incoming one:
+received -> read.
 
 Ordering: SES (:mod:`middleware.ses`) stamps each message when composed and holds an
 incoming one until the messages that causally precede it and are addressed to this
@@ -71,14 +73,18 @@ ACK = 2
 
 RETRY_FIRST = 1.0  # s: the first retransmission of an unacknowledged message
 RETRY_MAX = 30.0
-WINDOW = 32  # messages in flight per peer; the rest wait their turn
+WINDOW = 32  # messages sent past the first unacknowledged one, per peer; the rest wait their turn
+PACE_RATE = 40.0  # transmissions of messages per second per peer (below SENDER_RATE with the ACKs)
+PACE_BURST = 100.0
+ACK_INTERVAL = 0.02  # s between two ACKs to one peer: 50 a second at most
+FAST_RETRY = 0.1  # s: a message an ACK shows a gap at is sent again at once, if sent this long ago
 MAX_ACK_RANGES = 64  # ranges above the cumulative ack, the lowest first
 MAX_QUEUED_PER_PEER = 1_000  # unacknowledged outgoing messages per peer
 MAX_QUEUED = 10_000  # ... and in all
 MAX_AHEAD = MAX_QUEUED_PER_PEER  # an incoming seqno this far past the first gap is refused
 MAX_UNREAD = 5_000  # unread incoming messages per sender; past it the sender's new ones are refused
-SENDER_RATE = 50.0  # frames per second per sender, after opening
-SENDER_BURST = 200.0
+SENDER_RATE = 100.0  # frames per second per sender, after opening (an honest one paces itself below)
+SENDER_BURST = 300.0
 OPENS_PER_SECOND = 2_000  # DIRECT datagrams opened per second, from anyone
 MAX_TEXT = wire.MAX_TEXT
 SETTING_SES = "ses"
@@ -113,6 +119,7 @@ class Outgoing:
     row: StoredDirect
     next_at: float | None = None  # the next transmission; None: at the next chance the peer is reachable
     tries: int = 0
+    sent_at: float | None = None  # the last transmission
 
 
 @dataclass(slots=True)
@@ -128,13 +135,27 @@ class Conversation:
     receipt_confirmed: int = 0  # ... and that the peer confirmed hearing
     their_receipt: int = 0  # the highest of this peer's seqnos the peer read
     # in memory only
-    outgoing: dict[int, Outgoing] = field(default_factory=dict)  # unacknowledged, by seqno
+    outgoing: dict[int, Outgoing] = field(default_factory=dict)  # unacknowledged, by seqno, in seqno order
     unread: list[tuple[int, int]] = field(default_factory=list)  # (order, seqno) of incoming messages not read
     ack_due: bool = False
     receipt_at: float | None = None  # the next sending of an unconfirmed receipt
     receipt_tries: int = 0
-    tokens: float = SENDER_BURST
+    tokens: float = SENDER_BURST  # what the peer may still send us (its rate)
     tokens_at: float = 0.0
+    pace: float = PACE_BURST  # what we may still send it
+    pace_at: float = 0.0
+    paced_until: float | None = None  # messages wait for pace until then
+    ack_at: float = 0.0  # the earliest next ACK
+
+    def window(self) -> list[Outgoing]:
+        """The unacknowledged messages that may be in flight: from the first one, :data:`WINDOW` seqnos
+        (``outgoing`` is kept in seqno order)."""
+        window: list[Outgoing] = []
+        for seqno, pending in self.outgoing.items():
+            if window and seqno >= window[0].row.seqno + WINDOW:
+                break
+            window.append(pending)
+        return window
 
     def pack(self) -> bytes:
         return msgpack.packb([self.next_seqno, self.next_order, self.received.ranges(), self.read_order,
@@ -188,7 +209,8 @@ class DirectCore:
         for peer, state in states.items():
             conversation = self.conversations[peer] = Conversation.unpack(peer, state)
             conversation.unread = [tuple(row) for row in unread(peer, conversation.read_order)]  # type: ignore[misc]
-        for row in unsettled:
+        # Own messages in seqno order (a window needs it); held ones keep their arrival order (stable sort).
+        for row in sorted(unsettled, key=lambda row: row.seqno if row.sender == self.me else 0):
             conversation = self._conversation(row.peer)
             if row.sender == self.me:
                 conversation.outgoing[row.seqno] = Outgoing(row)
@@ -389,6 +411,12 @@ class DirectCore:
             acked.add_range(first, last + 1)
         for seqno in [s for s in conversation.outgoing if s in acked]:
             self._settle(conversation, seqno)
+        highest = acked.max()
+        for seqno, pending in conversation.outgoing.items():  # gaps the ACK shows: lost, most likely
+            if highest is not None and seqno < highest and pending.sent_at is not None \
+                    and now - pending.sent_at >= FAST_RETRY and (pending.next_at is None or pending.next_at > now):
+                pending.next_at = now
+                self._busy.add(peer)
         receipt = min(receipt, conversation.next_seqno - 1)
         if receipt > conversation.their_receipt:
             for seqno in range(conversation.their_receipt + 1, receipt + 1):
@@ -423,7 +451,12 @@ class DirectCore:
         for peer in self._busy:
             conversation = self.conversations[peer]
             deadlines.append(conversation.receipt_at)
-            deadlines += [out.next_at for out in list(conversation.outgoing.values())[:WINDOW]]
+            if conversation.ack_due:
+                deadlines.append(conversation.ack_at)
+            window = conversation.window()
+            deadlines += [out.next_at for out in window]
+            if conversation.paced_until is not None and window:
+                deadlines.append(conversation.paced_until)
         present = [d for d in deadlines if d is not None]
         return min(present) if present else None
 
@@ -436,8 +469,9 @@ class DirectCore:
     def prepare(self, now: float, endpoint_of: Callable[[str, float], tuple[Endpoint, bytes] | None]
                 ) -> list[tuple[bytes, Endpoint]]:
         """The DIRECT datagrams due now, each with its destination: only to peers ``endpoint_of``
-        finds reachable (it gives their endpoint and the HELLO nonce to echo).  Statuses they change are written with the batch, so they go out only
-        once committed (the caller drops them if the commit fails)."""
+        finds reachable (it gives their endpoint and the HELLO nonce to echo).  Statuses they
+        change are written with the batch, so they go out only once committed (the caller
+        drops them if the commit fails)."""
         out: list[tuple[bytes, Endpoint]] = []
         for peer in list(self._busy):
             conversation = self.conversations[peer]
@@ -466,19 +500,28 @@ class DirectCore:
         peer = conversation.peer
         out: list[tuple[bytes, Endpoint]] = []
         receipt_due = receipt_open and (conversation.receipt_at is None or conversation.receipt_at <= now)
-        if conversation.ack_due or receipt_due:
+        if (conversation.ack_due or receipt_due) and conversation.ack_at <= now:
             out.append((self._seal(peer, dh, [*self._ack(conversation, receipt_open), echo]), endpoint))
             self.stats["direct_acks_sent"] += 1
             conversation.ack_due = False
+            conversation.ack_at = now + ACK_INTERVAL
             if receipt_due:
                 conversation.receipt_tries += 1
                 conversation.receipt_at = now + _backoff(conversation.receipt_tries)
-        for pending in list(conversation.outgoing.values())[:WINDOW]:
+        conversation.pace = min(PACE_BURST, conversation.pace + (now - conversation.pace_at) * PACE_RATE)
+        conversation.pace_at = now
+        conversation.paced_until = None
+        for pending in conversation.window():
             if pending.next_at is not None and pending.next_at > now:
                 continue
+            if conversation.pace < 1:  # (a millisecond at least: the sum must move the clock)
+                conversation.paced_until = now + max((1 - conversation.pace) / PACE_RATE, 0.001)
+                break
+            conversation.pace -= 1
             row = pending.row
             out.append((self._seal(peer, dh, [*self._message(row), echo]), endpoint))
             pending.tries += 1
+            pending.sent_at = now
             pending.next_at = now + _backoff(pending.tries)
             if pending.tries > 1:
                 self.stats["direct_retransmitted"] += 1
@@ -558,9 +601,9 @@ def _echo(value: Any) -> bytes:
 def _message_frame(frame: list, sender: str, me: str) -> tuple[StoredDirect, bytes]:
     """A MSG frame from ``sender``, checked, as the row it would be stored as (arrival time unset),
     and its echo."""
-    if len(frame) != 8:
-        raise ValueError("a MSG frame has 8 fields")
-    _, seqno, parent, sent_at, name, text, stamp, echo = frame
+    if len(frame) not in (7, 8):
+        raise ValueError("a MSG frame has 7 fields and an echo")
+    _, seqno, parent, sent_at, name, text, stamp, echo = frame if len(frame) == 8 else [*frame, b""]
     if _uint(seqno) == 0:
         raise ValueError("seqnos start at 1")
     if parent is not None:
@@ -575,9 +618,9 @@ def _message_frame(frame: list, sender: str, me: str) -> tuple[StoredDirect, byt
 
 
 def _ack_frame(frame: list) -> tuple[int, list[tuple[int, int]], int, int, bool, bytes]:
-    if len(frame) != 7:
-        raise ValueError("an ACK frame has 7 fields")
-    _, cumulative, ranges, receipt, heard, confirm, echo = frame
+    if len(frame) not in (6, 7):
+        raise ValueError("an ACK frame has 6 fields and an echo")
+    _, cumulative, ranges, receipt, heard, confirm, echo = frame if len(frame) == 7 else [*frame, b""]
     if type(ranges) is not list or len(ranges) > MAX_ACK_RANGES or type(confirm) is not bool:
         raise ValueError("bad ACK")
     checked = []

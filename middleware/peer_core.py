@@ -7,7 +7,8 @@ for people to read, ``wall``.  It reads no clock and opens no socket.  What it
 does, :meth:`PeerCore.flush` hands out in the crash-safe order:
 
 1. persist: seqnos, members, delivered messages and equivocations go to the
-   store (:class:`~middleware.store_api.PeerStore`), one commit;
+   store (:class:`~middleware.store_api.PeerStore`), one commit, with what the direct
+   channel (:mod:`middleware.direct`) changed: its messages, states and SES's;
 2. transmit: only then do the datagrams of the batch reach
    :meth:`PeerCore.datagrams_to_send` (each with its destination: the control
    address or a group's);

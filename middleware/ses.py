@@ -28,14 +28,20 @@ that a vector time already implies:
   vector time (the stamp's) goes, and S_m's pair about P_j is not merged: P_j
   is there already.
 
-Bounds.  At most ``max_parties`` components in the vector time and pairs in S;
+Bounds.  At most ``max_parties`` components in the vector time and pairs in S,
+and ``2 * max_parties`` components in all of S (so a stamp stays within
+``max_stamp_bytes(max_parties)`` on the wire: 4,940 bytes for the default 64);
 beyond that the *oldest knowledge gives way*: the component raised least
 recently (never one's own) and the pair inserted least recently.  Forgetting a
 component or a pair only lowers what later messages ask of their receivers, so
 it can weaken the order of messages involving a forgotten party but never make
-a receiver wait for something that will not come.  (A receiver that forgot a
-component of its *own* vector time may hold a message that needs it until
-``hold_limit``; this takes more than ``max_parties`` parties in its causal past.)
+a receiver wait for something that will not come.  The one exception is a
+component of one's *own* vector time that a later message to oneself needs:
+that message waits until ``hold_limit``.  Only the components of peers that
+write to us can be needed so, so the vector time forgets the others (hearsay)
+first, and the correspondents (up to ``max_parties``, least recently heard
+first) only when nothing else is left: a stamp naming 63 made-up pids does not
+push out the people one talks with.
 
 Held messages are capped per sender (``max_held_per_sender``) and in all
 (``max_held``): ``receive`` refuses with ``None`` and the sender's reliable
@@ -57,6 +63,8 @@ what bounds the harm.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -67,7 +75,7 @@ import msgpack
 MAX_COUNT = 2**63 - 1
 PID_BYTES = 16
 DEFAULT_MAX_PARTIES = 64
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 1: without the correspondents
 
 Vector = dict[str, int]
 
@@ -88,6 +96,15 @@ def _count_from_wire(raw: object, where: str) -> int:
     return raw
 
 
+def max_stamp_bytes(max_parties: int = DEFAULT_MAX_PARTIES) -> int:
+    """The most bytes a stamp that ``SesStamp.from_wire`` accepts takes in msgpack."""
+    pid, count, index = 2 + PID_BYTES, 9, 2       # bin8 header; uint64; uint8 index (or fixint)
+    header = 3 * 3 + 3                            # array headers, generously
+    pair = 3 + index + 3                          # [index, vector] and the vector's own header
+    return (header + 2 * max_parties * pid + max_parties * (index + count)
+            + max_parties * pair + 2 * max_parties * (index + count))
+
+
 def _pid_at(pids: list[str], raw: object, where: str) -> str:
     if type(raw) is not int or not 0 <= raw < len(pids):
         raise ValueError(f"{where}: a pid index out of range")
@@ -106,10 +123,6 @@ def _vector_from_wire(raw: object, pids: list[str], max_parties: int, where: str
         if count:
             vector[pid] = count
     return vector
-
-
-def _leq(small: Mapping[str, int], large: Mapping[str, int], ignore: str | None = None) -> bool:
-    return all(count <= large.get(pid, 0) for pid, count in small.items() if pid != ignore)
 
 
 def _cut_to(vector: Mapping[str, int], ceiling: Mapping[str, int]) -> Vector:
@@ -156,6 +169,7 @@ class SesStamp:
         if not isinstance(raw_buffer, list) or len(raw_buffer) > max_parties:
             raise ValueError(f"ses buffer: S holds at most {max_parties} pairs")
         buffer: dict[str, Vector] = {}
+        components = 0
         for pair in raw_buffer:
             if not isinstance(pair, list) or len(pair) != 2:
                 raise ValueError("ses buffer: a pair of S is [pid, vector]")
@@ -163,6 +177,9 @@ class SesStamp:
             if destination in buffer:
                 raise ValueError("ses buffer: a destination twice in S")
             buffer[destination] = _vector_from_wire(pair[1], pids, max_parties, "ses buffer")
+            components += len(pair[1]) // 2
+            if components > 2 * max_parties:
+                raise ValueError(f"ses buffer: S holds at most {2 * max_parties} components in all")
         return cls(clock, tuple(buffer.items()))
 
 
@@ -171,6 +188,8 @@ class _Held:
     sender: str
     stamp: SesStamp
     received_at: float
+    blocker: tuple[str, int]
+    """The first component of the pair about us that our vector time has not reached."""
 
 
 class Ses:
@@ -188,7 +207,15 @@ class Ses:
         # Both ordered oldest knowledge first: that is what gives way at the bounds.
         self._clock: OrderedDict[str, int] = OrderedDict()
         self._buffer: OrderedDict[str, Vector] = OrderedDict()
+        self._buffer_components = 0
+        # Who we delivered from, least recently first: their components are kept before hearsay.
+        self._correspondents: OrderedDict[str, None] = OrderedDict()
         self._held: dict[Hashable, _Held] = {}
+        # Per pid, held messages by the count they wait for: a raise re-examines only those it satisfies,
+        # so releasing a chain of n held messages costs O(n log n), not n scans of everything held.
+        self._waiting: dict[str, list[tuple[int, int, Hashable]]] = {}
+        self._tie = itertools.count()
+        self._raised: list[str] = []
         self._held_per_sender: dict[str, int] = {}
         # Recently delivered keys, so a duplicate is ignored; the caller dedups across restarts.
         self._delivered: set[Hashable] = set()
@@ -215,15 +242,17 @@ class Ses:
         if key in self._held or key in self._delivered:
             return []
         stamp = self._sanitised(stamp)
-        if self._deliverable(stamp):
+        blocker = self._blocker(stamp)
+        if blocker is None:
             delivered = [key]
             self._deliver(sender, key, stamp)
             delivered += self._release()
             return delivered
         if len(self._held) >= self.max_held or self._held_per_sender.get(sender, 0) >= self.max_held_per_sender:
             return None
-        self._held[key] = _Held(sender, stamp, now)
+        self._held[key] = held = _Held(sender, stamp, now, blocker)
         self._held_per_sender[sender] = self._held_per_sender.get(sender, 0) + 1
+        self._wait(key, held)
         return []
 
     def expire(self, now: float) -> list[Hashable]:
@@ -252,17 +281,23 @@ class Ses:
 
     def to_bytes(self) -> bytes:
         state = SesStamp(dict(self._clock), tuple(self._buffer.items()))
-        return msgpack.packb([_STATE_VERSION, state.to_wire()], use_bin_type=True)
+        correspondents = [_pid_to_wire(pid) for pid in self._correspondents]
+        return msgpack.packb([_STATE_VERSION, state.to_wire(), correspondents], use_bin_type=True)
 
     @classmethod
     def from_bytes(cls, me: str, data: bytes, **limits: Any) -> Ses:
         ses = cls(me, **limits)
         try:
-            version, wire = msgpack.unpackb(data, raw=False)
+            version, wire, *rest = msgpack.unpackb(data, raw=False)
         except (ValueError, TypeError, msgpack.UnpackException) as error:
             raise ValueError(f"ses state: {error}") from error
-        if version != _STATE_VERSION:
+        if (version, len(rest)) not in ((1, 0), (_STATE_VERSION, 1)):
             raise ValueError(f"ses state: unknown version {version!r}")
+        correspondents = rest[0] if rest else []
+        if not isinstance(correspondents, list) or len(correspondents) > ses.max_parties:
+            raise ValueError("ses state: correspondents")
+        for raw in correspondents:
+            ses._correspondents[_pid_from_wire(raw, "ses state")] = None
         state = SesStamp.from_wire(wire, ses.max_parties)
         for pid, count in state.clock.items():
             ses._raise(pid, count)
@@ -276,14 +311,25 @@ class Ses:
         return SesStamp(stamp.clock, tuple((destination, _cut_to(vector, stamp.clock))
                                            for destination, vector in stamp.buffer))
 
-    def _deliverable(self, stamp: SesStamp) -> bool:
+    def _blocker(self, stamp: SesStamp) -> tuple[str, int] | None:
+        """The delivery condition: None if met, else a (pid, count) our vector time has yet to reach."""
         for destination, vector in stamp.buffer:
             if destination == self.me:
-                return _leq(vector, self._clock, ignore=self.me)
-        return True
+                for pid, count in vector.items():
+                    if pid != self.me and count > self._clock.get(pid, 0):
+                        return pid, count
+        return None
+
+    def _wait(self, key: Hashable, held: _Held) -> None:
+        pid, count = held.blocker
+        heapq.heappush(self._waiting.setdefault(pid, []), (count, next(self._tie), key))
 
     def _deliver(self, sender: str, key: Hashable, stamp: SesStamp) -> None:
         self._remember(key)
+        self._correspondents.pop(sender, None)
+        self._correspondents[sender] = None
+        while len(self._correspondents) > self.max_parties:
+            self._correspondents.popitem(last=False)
         for pid, count in stamp.clock.items():
             if pid != self.me and count > self._clock.get(pid, 0):
                 self._raise(pid, count)
@@ -303,15 +349,26 @@ class Ses:
 
     def _release(self) -> list[Hashable]:
         released: list[Hashable] = []
-        progress = True
-        while progress:
-            progress = False
-            for key, held in list(self._held.items()):
-                if self._deliverable(held.stamp):
-                    self._unhold(key)
-                    self._deliver(held.sender, key, held.stamp)
-                    released.append(key)
-                    progress = True
+        while self._raised:
+            pid = self._raised.pop()
+            waiting = self._waiting.get(pid)
+            reached = self._clock.get(pid, 0)
+            while waiting and waiting[0][0] <= reached:
+                count, _, key = heapq.heappop(waiting)
+                held = self._held.get(key)
+                if held is None or held.blocker != (pid, count):
+                    continue                 # delivered by expire, or waiting on something else since
+                blocker = self._blocker(held.stamp)
+                if blocker is not None:
+                    held.blocker = blocker
+                    self._wait(key, held)
+                    continue
+                self._unhold(key)
+                self._deliver(held.sender, key, held.stamp)
+                released.append(key)
+                reached = self._clock.get(pid, 0)
+            if not waiting:
+                self._waiting.pop(pid, None)
         return released
 
     def _unhold(self, key: Hashable) -> None:
@@ -331,21 +388,27 @@ class Ses:
     def _raise(self, pid: str, count: int) -> None:
         self._clock.pop(pid, None)
         self._clock[pid] = count
+        if pid in self._waiting:
+            self._raised.append(pid)
         while len(self._clock) > self.max_parties:
-            forgotten = next(pid for pid in self._clock if pid != self.me)
+            # Hearsay goes first: only the components of peers that write to us can hold our messages.
+            others = [other for other in self._clock if other != self.me]
+            forgotten = next((other for other in others if other not in self._correspondents), others[0])
             del self._clock[forgotten]
             for destination, vector in list(self._buffer.items()):
-                vector.pop(forgotten, None)
-                if not vector:
-                    del self._buffer[destination]
+                if vector.pop(forgotten, None) is not None:
+                    self._buffer_components -= 1
+                    if not vector:
+                        del self._buffer[destination]
 
     def _put_pair(self, destination: str, vector: Vector) -> None:
-        self._buffer.pop(destination, None)
+        self._buffer_components -= len(self._buffer.pop(destination, {}))
         if destination == self.me or not vector:
             return
         self._buffer[destination] = vector
-        while len(self._buffer) > self.max_parties:
-            self._buffer.popitem(last=False)
+        self._buffer_components += len(vector)
+        while len(self._buffer) > self.max_parties or self._buffer_components > 2 * self.max_parties:
+            self._buffer_components -= len(self._buffer.popitem(last=False)[1])
 
     # For tests and the study: read-only views.
     def clock(self) -> dict[str, int]:
