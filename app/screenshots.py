@@ -6,8 +6,8 @@ conversation (in-memory backend, no network).
 Writes ``screenshot-main.png`` (the main window with the threads view),
 ``screenshot-deep-thread.png`` (a 40-deep thread opened on its own at 800 px
 wide), ``screenshot-files.png`` (files shared in a thread: a photo downloaded with its
-thumbnail, one coming in, one not fetched) and ``screenshot-dark.png`` (the same window in a dark
-palette).  Run it
+thumbnail, one coming in, one not fetched), ``screenshot-dark.png`` (the same window in a dark
+palette) and ``screenshot-direct.png`` (a direct conversation with its delivery marks).  Run it
 on a display (Xvfb is fine) so fonts and window frames are the real ones.
 """
 
@@ -179,6 +179,25 @@ def files_shot(app: QApplication, out: Path) -> Path:
     return path
 
 
+def direct_conversation(app: QApplication, window: MainWindow, backend: MemoryBackend) -> None:
+    """A conversation with Ann: read, delivered and queued marks, and her replies under ours."""
+    manager = backend.manager
+    manager.set_online(ANN, True)
+    manager.pass_time(31)  # her heartbeat: she is heard, so what is written to her goes at once
+    window.direct_controller.open_with(ANN.pid, ANN.name)
+    first = manager.send_direct(ANN.pid, "The build is broken on main since this morning.")
+    manager.inject_direct_read(ANN, first)
+    manager.inject_direct(ANN, "Looking at it now: the new test needs Xvfb.", parent=first)
+    second = manager.send_direct(ANN.pid, "I told Bob too, he had the same failure.")
+    manager.inject_direct(ANN, "Fixed on main, thanks!", parent=second)
+    manager.set_online(ANN, False)
+    manager.pass_time(OFFLINE_AFTER + 1)
+    manager.send_direct(ANN.pid, "Lunch at one?")
+    settle(app)
+    window.direct_controller.refresh()
+    settle(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="resources", help="folder for the PNG files")
@@ -198,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     window.compose_controller.reply_to(arrived[2])
     settle(app)
     saved = [out / "screenshot-main.png"]
+    window.grab().save(str(saved[-1]))
+    direct_conversation(app, window, _backend)
+    saved.append(out / "screenshot-direct.png")
     window.grab().save(str(saved[-1]))
     window.close()
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..middleware.addresses import Endpoint
 from ..middleware.store_api import SearchHit
-from ..middleware.types import ChatMessage, GroupView, Mid
+from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Mid
 
 
 @runtime_checkable
@@ -87,6 +87,17 @@ class Peer(Protocol):
     def reached_directly(self, gid: str) -> list[str]: ...
 
     def search(self, query: str, *, limit: int = 20, by_time: bool = False) -> list[tuple[SearchHit, Mid]]: ...
+
+    # direct messages (issue 29)
+    def send_direct(self, pid: str, text: str, parent: Mid | None = None) -> Mid: ...
+
+    def direct_history(self, pid: str, before: int | None = None, limit: int | None = None) -> list[DirectMessage]: ...
+
+    def conversations(self) -> list[ConversationView]: ...
+
+    def mark_direct_read(self, pid: str, mid: Mid) -> None: ...
+
+    def set_read_receipts(self, on: bool) -> None: ...
 
 
 # -- what crosses back to the GUI thread besides the middleware's events (middleware.events) -----

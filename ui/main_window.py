@@ -59,11 +59,13 @@ from ..middleware.types import ChatMessage, Mid, format_mid
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, root_text, snippet
 from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_shortcuts)
+from .direct_pane import DirectList, DirectPane
 from .discovery_window import DiscoveryWindow
 from .member_list import presence_legend
 from .search_window import SearchWindow
 from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
 from .controllers.compose import ComposeController
+from .controllers.direct import DirectController
 from .controllers.joins import JoinController
 from .controllers.sessions import GroupSession, ReaderPlace, SessionController, member_names
 from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
@@ -143,7 +145,10 @@ class MainWindow(QMainWindow):
         self.discovery.alone_changed.connect(self._on_alone)
         self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message)
 
+        self.side_panes_hidden = False  # while a direct conversation is shown
         self._build_panes()
+        self.direct_controller = DirectController(backend, self, self.settings, self)
+        self.session_controller.other_unread = self.direct_controller.unread_total
         self._build_actions()
         self._build_status_bar()
         self._restore_pane_sizes()
@@ -184,8 +189,15 @@ class MainWindow(QMainWindow):
         discover_button = QPushButton(icon("discover"), "Find groups…")
         discover_button.clicked.connect(self.join_controller.show_discovery)
         groups_layout = groups_pane.layout()
-        assert groups_layout is not None  # _titled gives the pane one
+        assert isinstance(groups_layout, QVBoxLayout)  # _titled gives the pane one
         groups_layout.addWidget(discover_button)
+        # Direct messages (issue 29), under the groups: a conversation opens in the centre instead of a group.
+        self.direct_list = DirectList()
+        direct_title = QLabel("Direct messages")
+        direct_title.setProperty("class", "paneTitle")
+        direct_title.setMinimumWidth(1)  # the longer title must not widen the groups pane past its own
+        groups_layout.addWidget(direct_title)
+        groups_layout.addWidget(self.direct_list, 1)
 
         self.title_label = ElidedLabel()
         self.title_label.setObjectName("conversationTitle")
@@ -401,8 +413,12 @@ class MainWindow(QMainWindow):
         side.setSizes([420, 200])
 
         splitter = QSplitter()
+        self.direct_pane = DirectPane()
+        self.centre_stack = QStackedWidget()
+        self.centre_stack.addWidget(centre)
+        self.centre_stack.addWidget(self.direct_pane)
         splitter.addWidget(groups_pane)
-        splitter.addWidget(centre)
+        splitter.addWidget(self.centre_stack)
         splitter.addWidget(side)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([200, 640, 260])
@@ -505,6 +521,9 @@ class MainWindow(QMainWindow):
             toggle.triggered.connect(lambda on, name=name: self._pane_chosen(name, on))
             menu.addAction(toggle)
             self.pane_toggles[name] = toggle
+        menu.addSeparator()
+        menu.addAction(self.direct_controller.read_receipts_action)
+        menu.addAction(self.direct_controller.notify_action)
         escape = QAction(self)
         escape.setShortcut(QKeySequence(Qt.Key.Key_Escape))
         escape.triggered.connect(self._escape)
@@ -537,6 +556,7 @@ class MainWindow(QMainWindow):
         """Load the joined groups and their histories (asynchronously)."""
         self.status_controller.refresh()
         self.session_controller.load()
+        self.direct_controller.load()
         self.discovery.load()
 
     # -- sessions -------------------------------------------------------------------------
@@ -1116,6 +1136,8 @@ class MainWindow(QMainWindow):
         popup = self.compose.mention_popup
         if popup is not None and popup.isVisible():  # the @-completer's list: Esc closes only it
             popup.hide()
+        elif self.direct_controller.escape():
+            return
         elif self.topic_edit.hasFocus():  # undo what was typed there
             if self.current is not None:
                 self.topic_edit.setText(self.current.shown_topic)
@@ -1231,6 +1253,7 @@ class MainWindow(QMainWindow):
         menu.addAction("Copy link", lambda: QGuiApplication.clipboard().setText(message_link(message)))
         menu.addSeparator()
         menu.addAction("Open thread", lambda: self.open_thread(message.mid))
+        self.direct_controller.message_action(menu, message.sender, message.sender_name)
         menu.addSeparator()
         react = menu.addMenu("React")
         mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}
@@ -1356,10 +1379,19 @@ class MainWindow(QMainWindow):
         for name, show in changes.items():
             self.pane_toggles[name].setChecked(show)
 
+    def update_title(self) -> None:
+        self.session_controller.update_title()
+
+    def show_side_panes(self, on: bool) -> None:
+        """Threads and Members are a group's: a direct conversation (ui/controllers/direct.py) hides them."""
+        self.side_panes_hidden = not on
+        self._fit_side()
+
     def _fit_side(self) -> None:
         # An empty side splitter would keep its width; it goes with its last pane.
-        self.side_splitter.setVisible(self.pane_toggles["threads"].isChecked()
-                                      or self.pane_toggles["members"].isChecked())
+        self.side_splitter.setVisible(not self.side_panes_hidden
+                                      and (self.pane_toggles["threads"].isChecked()
+                                           or self.pane_toggles["members"].isChecked()))
 
     def _pane_chosen(self, name: str, shown: bool) -> None:
         self.pane_folds.chosen(name, shown, self.width())

@@ -81,6 +81,8 @@ def member_tooltip(member: Member, look_alike: set[str], left: bool = False) -> 
 
 
 DIRECT_MARK = "⇄"
+MemberPidRole = Qt.ItemDataRole.UserRole + 1  # a member's row: their pid ("Message NAME…")
+MemberNameRole = Qt.ItemDataRole.UserRole + 2  # and the name their record gives
 
 
 def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, header, status_of,
@@ -109,6 +111,8 @@ def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, heade
         item.setToolTip(tooltip)
         item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{member_text(member, me, duplicates)}, {status}")
         item.setData(Qt.ItemDataRole.UserRole, status)
+        item.setData(MemberPidRole, member.pid)
+        item.setData(MemberNameRole, member.name)
         widget.addItem(item)
     if view.left:
         widget.addItem(header(f"Left ({len(view.left)})"))

@@ -40,7 +40,7 @@ from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
 from ..middleware.store_api import SearchHit
-from ..middleware.types import ChatMessage, GroupView, Member, Mid
+from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid
 
 from .backend import Peer
 from .bridge import Backend
@@ -148,6 +148,10 @@ class MemoryLan:
 class MemoryManager(rules.OperationCalls):
     """One peer (``name``, its key drawn from ``seed``) on a :class:`MemoryLan`; the ``inject_*`` methods
     run the others.  ``sent`` lists what this peer sent, as ``(gid, text, parent)``."""
+
+    # Virtual seconds after a direct message: the first to a peer waits for its endpoint to be proven
+    # (a HELLO and its answer), as the real loop's timers would let it.
+    DIRECT_SETTLE = 1.0
 
     def __init__(self, listener: Listener, name: str = "Me", seed: str | None = None) -> None:
         self.listener = listener
@@ -300,6 +304,23 @@ class MemoryManager(rules.OperationCalls):
     def stats_dict(self) -> dict:
         return self.core.stats_dict()
 
+    def send_direct(self, pid: str, text: str, parent: Mid | None = None) -> Mid:
+        mid = self._run(lambda core: core.send_direct(pid, text, parent, self.lan.wall()))
+        self.lan.settle(self.DIRECT_SETTLE)
+        return mid
+
+    def direct_history(self, pid: str, before: int | None = None, limit: int | None = None) -> list[DirectMessage]:
+        return self.core.direct_history(pid, before, limit)
+
+    def conversations(self) -> list[ConversationView]:
+        return self.core.conversations(self.lan.now)
+
+    def mark_direct_read(self, pid: str, mid: Mid) -> None:
+        self._run(lambda core: core.mark_direct_read(pid, mid))
+
+    def set_read_receipts(self, on: bool) -> None:
+        self._run(lambda core: core.set_read_receipts(on))
+
     # -- the others on the network ------------------------------------------------------
 
     def peer(self, member: Member) -> PeerCore:
@@ -435,6 +456,16 @@ class MemoryManager(rules.OperationCalls):
     def pass_time(self, seconds: float) -> None:
         """Let ``seconds`` of virtual time go by, the peers' timers firing (their beacons, for presence)."""
         self.lan.settle(seconds)
+
+    def inject_direct(self, member: Member, text: str, parent: Mid | None = None) -> Mid:
+        """``member`` writes to this peer: a direct message from its own core, sealed and sent over the LAN."""
+        mid = self.lan.run(self.peer(member), lambda core: core.send_direct(self.pid, text, parent, self.lan.wall()))
+        self.lan.settle(self.DIRECT_SETTLE)
+        return mid
+
+    def inject_direct_read(self, member: Member, mid: Mid) -> None:
+        """``member`` has read this peer's direct messages up to ``mid`` (a receipt comes if it sends them)."""
+        self.lan.run(self.peer(member), lambda core: core.mark_direct_read(self.pid, mid))
 
     def inject_warning(self, gid: str, text: str) -> None:
         """What the middleware tells as a :class:`WarningRaised` (equivocation, and the like)."""

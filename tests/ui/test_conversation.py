@@ -89,7 +89,7 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     assert window.compose_controller.reply_target == talk[6].mid
     menu = window.message_menu(window.current.tree_model.index_for(talk[1].mid).data(MessageRole))
     assert [a.text() for a in menu.actions() if a.text()] == ["Reply", "Quote", "Copy text", "Copy link",
-                                                              "Open thread", "React", "Pin"]
+                                                              "Open thread", "Message Ann…", "React", "Pin"]
     next(a for a in menu.actions() if a.text() == "Copy link").trigger()
     link = QGuiApplication.clipboard().text()
     assert link == f"m2mc://message/{window.current.gid}/{ANN.pid}:2"

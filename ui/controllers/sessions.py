@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QIcon
@@ -125,6 +125,7 @@ class SessionController(QObject):
         # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
         self.settings = settings
         self.sessions: dict[str, GroupSession] = {}
+        self.other_unread: Callable[[], int] = lambda: 0
         self.known_groups: dict[str, GroupView] = {}
         self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
         self._inbox_timer = QTimer(self, singleShot=True, interval=INTAKE_MS)
@@ -351,7 +352,11 @@ class SessionController(QObject):
             session.item.setData(UnreadCountRole, count)
         if self.selection.is_current(session):
             self.view.update_catch_up()
-        total = sum(len(s.tree.unread) for s in self.sessions.values())
+        self.update_title()
+
+    def update_title(self) -> None:
+        """The window's title counts what is unread, in the groups and in ``other_unread()`` (direct messages)."""
+        total = sum(len(s.tree.unread) for s in self.sessions.values()) + self.other_unread()
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
     def _on_read_changed(self, session: GroupSession) -> None:

@@ -1,0 +1,282 @@
+"""Direct messages in the real window (issue 29), over the in-memory backend (the middleware's own direct
+channel, sealed, acknowledged and SES-ordered between cores): a conversation opened from the members pane
+with a right click, written to with keys, its outgoing marks following the statuses the middleware
+tells; a message arriving makes a conversation with an unread badge and a notification, and reading it
+clears both and sends the receipt; a message held past SES's limit shows "late"; the read-receipt switch
+is kept and told."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QMenu
+
+from conftest import ANN, BOB, lunch_conversation, save_screenshot
+from m2mc.middleware.events import DirectStatusChanged
+from m2mc.middleware.presence import OFFLINE_AFTER
+from m2mc.middleware.types import Member, key_fingerprint
+from m2mc.ui.controllers.direct import READ_RECEIPTS_KEY, SEEN_DELAY_MS
+from m2mc.ui.direct_pane import QUEUED_FALLBACK, PeerRole
+from m2mc.ui.main_window import MainWindow
+from m2mc.ui.member_list import MemberPidRole
+from m2mc.ui.message_model import MessageRole
+from m2mc.ui.widgets import UnreadCountRole
+
+
+def open_group(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group("Build", members=(ANN, BOB, me), joined=True, history=lunch_conversation("")[:2])
+    backend.manager.pass_time(31)  # a heartbeat from each: they are online, and direct messages go
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == 2)
+    window.status_controller.fill_members()
+    return window.current
+
+
+def go_offline(backend, member):
+    """``member``'s app closes, and long enough ago for this peer to count it offline."""
+    backend.manager.set_online(member, False)
+    backend.manager.pass_time(OFFLINE_AFTER + 1)
+
+
+def a_late_message(manager):
+    """Bob writes to us while we hear nothing, then tells Ann, who writes to us: hers comes after his in
+    causal order, and his app is closed before it can send his again.  SES holds hers for its limit, then
+    delivers it anyway: late."""
+    lan, me = manager.lan, manager.pid
+    bob, ann = manager.peer(BOB), manager.peer(ANN)
+    lan.down.add(me)
+    lan.run(bob, lambda core: core.send_direct(me, "the build is broken", None, lan.wall()))
+    lan.run(bob, lambda core: core.send_direct(ANN.pid, "I told Dana", None, lan.wall()))
+    lan.settle(2)
+    mid = lan.run(ann, lambda core: core.send_direct(me, "did you see Bob's note?", None, lan.wall()))
+    lan.down.add(BOB.pid)
+    lan.down.discard(me)
+    manager.pass_time(10)
+    assert manager.core.direct.held() == 1
+    manager.pass_time(125)  # past SES's hold limit (120 s)
+    return mid
+
+
+def right_click_menu(qtbot, widget, pos):
+    """A right click as the window system delivers it (through the window, so Qt makes the context
+    menu event); the menu that pops up."""
+    global_pos = widget.mapToGlobal(pos)
+    window = widget.window().windowHandle()
+    QTest.mouseClick(window, Qt.MouseButton.RightButton, Qt.KeyboardModifier.NoModifier,
+                     widget.window().mapFromGlobal(global_pos))
+    qtbot.waitUntil(lambda: isinstance(QApplication.activePopupWidget(), QMenu))
+    return QApplication.activePopupWidget()
+
+
+def click_action(qtbot, menu, text):
+    action = next(a for a in menu.actions() if a.text() == text)
+    qtbot.mouseClick(menu, Qt.MouseButton.LeftButton, pos=menu.actionGeometry(action).center())
+
+
+def row_of(view, mid):
+    model = view.model()
+    return model.index_for(mid)
+
+
+def marks_of(window, mid):
+    """What the row says to a screen reader, and the mark its delegate draws."""
+    view = window.direct_pane.view
+    index = row_of(view, mid)
+    found = window.direct_pane.delegate.mark_rect(view.visualRect(index), index)
+    return index.data(Qt.ItemDataRole.AccessibleTextRole), found[1] if found else ""
+
+
+def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_statuses(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    go_offline(backend, ANN)  # what we write waits for her
+    members = window.member_list
+    ann_row = next(members.item(i) for i in range(members.count()) if members.item(i).data(MemberPidRole) == ANN.pid)
+    menu = right_click_menu(qtbot, members.viewport(), members.visualItemRect(ann_row).center())
+    click_action(qtbot, menu, "Message Ann…")
+
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
+    assert window.current is None  # no group is shown: no group action acts behind the conversation
+    assert not window.side_splitter.isVisible()  # nor the threads and members of one
+    assert pane.compose.hasFocus()
+    assert "Ann" in pane.title_label.text() and pane.title_label.text().startswith("○")  # offline
+    assert key_fingerprint(ANN.pid) in pane.fingerprint_label.text()
+    assert window.direct_list.currentItem().data(PeerRole) == ANN.pid
+
+    qtbot.keyClicks(pane.compose, "the build is broken")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    first = (backend.pid, 1)
+    qtbot.waitUntil(lambda: row_of(pane.view, first).isValid())
+    assert pane.compose.toPlainText() == ""
+    text, mark = marks_of(window, first)
+    assert mark in ("⏱", QUEUED_FALLBACK) and "queued: kept here until Ann is online" in text
+
+    # The statuses come as the middleware's events, through the bridge, as a real peer's do.
+    backend.post(DirectStatusChanged(ANN.pid, first, "sent"))
+    qtbot.waitUntil(lambda: marks_of(window, first)[1] == "✓")
+    assert "sent, not yet acknowledged" in marks_of(window, first)[0]
+
+    backend.manager.set_online(ANN, True)  # she is back: sent, then delivered
+    qtbot.waitUntil(lambda: marks_of(window, first)[1] == "✓✓")
+    assert "delivered to Ann" in marks_of(window, first)[0]
+
+    backend.manager.inject_direct_read(ANN, first)
+    qtbot.waitUntil(lambda: "read by Ann" in marks_of(window, first)[0])
+    assert pane.delegate.marks.status[first] == "read"
+
+    # A reply within the conversation, by a click on the row's Reply button: it goes under its parent.
+    view = pane.view
+    index = row_of(view, first)
+    reply_at = pane.delegate._geometry(view.visualRect(index), index)["reply"].center()
+    qtbot.mouseMove(view.viewport(), reply_at)
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=reply_at)
+    assert pane.reply_banner.isVisible() and "the build is broken" in pane.reply_banner.label.text()
+    qtbot.keyClicks(pane.compose, "I told Bob too")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    second = (backend.pid, 2)
+    qtbot.waitUntil(lambda: row_of(view, second).isValid())
+    assert row_of(view, second).parent().data(MessageRole).mid == first
+    assert marks_of(window, second)[1] == "✓✓"  # she is online: delivered at once, not read yet
+    assert "delivered to Ann" in marks_of(window, second)[0]
+    assert not pane.reply_banner.isVisible()
+
+    backend.manager.inject_direct(ANN, "Fixed it, thanks", parent=second)
+    qtbot.waitUntil(lambda: row_of(view, (ANN.pid, 1)).isValid())
+    qtbot.waitUntil(lambda: pane.title_label.text().startswith("●"))  # online, as the middleware now says
+    go_offline(backend, ANN)
+    qtbot.keyClicks(pane.compose, "Lunch at one?")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: row_of(view, (backend.pid, 3)).isValid())
+    assert "queued" in marks_of(window, (backend.pid, 3))[0]
+    view.clearSelection()
+    qtbot.mouseMove(pane.compose)
+    window.resize(1000, 560)
+    qtbot.wait(SEEN_DELAY_MS + 300)
+    path = save_screenshot(window, "direct-messages.png")
+    assert path.exists()
+
+
+def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_reading_clears_it(
+        qtbot, window, backend, monkeypatch):
+    open_group(qtbot, window, backend)
+    notes = []
+    monkeypatch.setattr(window, "notify", lambda title, text: notes.append((title, text)))
+    mid = backend.manager.inject_direct(ANN, "did you see the build?")
+    direct = window.direct_list
+    qtbot.waitUntil(lambda: direct.count() == 1)
+    item = direct.item(0)
+    qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 1)
+    assert item.text() == "● Ann" and "1 unread" in item.data(Qt.ItemDataRole.AccessibleTextRole)
+    assert notes == [("Ann (direct message)", "did you see the build?")]
+    assert window.windowTitle() == "(1) M2MC chat"  # counted with the groups' unread
+    assert window.centre_stack.currentIndex() == 0  # the group stays on show
+
+    qtbot.mouseClick(direct.viewport(), Qt.MouseButton.LeftButton, pos=direct.visualItemRect(item).center())
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 0, timeout=SEEN_DELAY_MS + 3000)
+    assert window.windowTitle() == "M2MC chat"
+    ann = backend.manager.peer(ANN)
+    qtbot.waitUntil(lambda: ann.direct_history(backend.pid)[-1].status == "read")  # her receipt came
+    assert ann.direct_history(backend.pid)[-1].mid == mid
+
+    # A message while the conversation is read in the active window: no notification, read soon.
+    second = backend.manager.inject_direct(ANN, "and the tests?")
+    qtbot.waitUntil(lambda: ann.direct_history(backend.pid)[-1].status == "read", timeout=SEEN_DELAY_MS + 3000)
+    assert ann.direct_history(backend.pid)[-1].mid == second and len(notes) == 1
+
+    # One that waited for a message that never came is shown, and says so.
+    late = a_late_message(backend.manager)
+    qtbot.waitUntil(lambda: row_of(window.direct_pane.view, late).isValid())
+    text, mark = marks_of(window, late)
+    assert mark == "late" and "late: it waited for an earlier message" in text
+
+    # Reply chosen, then Esc: the target is forgotten and the conversation's compose box keeps the focus.
+    window.direct_controller.reply_to(mid)
+    assert window.direct_pane.reply_banner.isVisible()
+    qtbot.keyClick(window.direct_pane.compose, Qt.Key.Key_Escape)
+    assert not window.direct_pane.reply_banner.isVisible() and window.direct_pane.compose.hasFocus()
+
+    # Notifications for direct messages can be switched off (View menu), and stay off.
+    window.direct_controller.notify_action.trigger()
+    window.group_list.setCurrentRow(0)
+    backend.manager.inject_direct(ANN, "quiet now?")
+    qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 1)
+    assert len(notes) == 1 and window.settings["notify/direct"] == "false"
+    window.direct_list.setCurrentItem(item)
+
+    # Back to the group by a click: the conversation leaves the centre, its row is unselected.
+    groups = window.group_list
+    qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(groups.item(0)).center())
+    qtbot.waitUntil(lambda: window.current is not None)
+    assert window.centre_stack.currentIndex() == 0 and direct.currentItem() is None
+    assert window.side_splitter.isVisible()
+
+
+def test_message_the_author_of_a_group_message_from_its_menu(qtbot, window, backend):
+    session = open_group(qtbot, window, backend)
+    theirs = session.tree.message(lunch_conversation(session.gid)[0].mid)
+    menu = window.message_menu(theirs)
+    action = next(a for a in menu.actions() if a.text() == "Message Ann…")
+    action.trigger()
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    assert window.direct_list.currentItem().data(PeerRole) == ANN.pid
+
+    window.direct_controller.open_with(BOB.pid, "Bob")
+    assert window.direct_list.count() == 2 and "Bob" in window.direct_pane.title_label.text()
+
+
+def test_no_message_action_for_oneself_and_a_refusal_is_shown(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    members = window.member_list
+    me = next(members.item(i) for i in range(members.count()) if members.item(i).data(MemberPidRole) == backend.pid)
+    assert window.direct_controller.member_menu(me, members) is None
+    stranger = "ab" * 16  # nobody we share a group with: no key known
+    window.direct_controller.open_with(stranger, "Stranger")
+    pane = window.direct_pane
+    qtbot.keyClicks(pane.compose, "hello?")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(pane.compose_error.isVisible)
+    assert "share a group with them first" in pane.compose_error.text()
+    assert pane.compose.toPlainText() == "hello?"
+
+
+def test_the_read_receipts_switch_is_kept_and_told_to_the_middleware(qtbot, backend):
+    settings: dict = {}
+    window = MainWindow(backend, settings=settings)
+    qtbot.addWidget(window)
+    action = window.direct_controller.read_receipts_action
+    assert action.isChecked() and action in window.menuBar().actions()[2].menu().actions()  # View menu
+    action.trigger()
+    assert settings[READ_RECEIPTS_KEY] == "false" and backend.manager.core.direct.receipts is False
+
+    backend.manager.set_read_receipts(True)  # as if the store had lost it
+    again = MainWindow(backend, settings=settings)
+    qtbot.addWidget(again)
+    assert not again.direct_controller.read_receipts_action.isChecked()
+    again.start()
+    qtbot.waitUntil(lambda: backend.manager.core.direct.receipts is False)
+
+
+def test_a_conversations_model_passes_the_model_tester_as_replies_and_statuses_arrive(qtmodeltester, qapp):
+    from m2mc.middleware.types import DirectMessage
+    from m2mc.ui.direct_api import Marks, as_chat_message
+    from m2mc.ui.direct_pane import DirectTreeModel
+    from m2mc.ui.message_tree import MessageTree
+
+    me = "d" * 32
+    tree, marks = MessageTree(me), Marks()
+    model = DirectTreeModel(tree, marks, lambda: "Ann")
+    qtmodeltester.check(model, force_py=False)
+    talk = [DirectMessage(ANN.pid, (me, 1), None, "Dana", "the build is broken", 1, 1, True, "queued", 1),
+            DirectMessage(ANN.pid, (ANN.pid, 1), (me, 1), "Ann", "on it", 2, 2, False, "received", 2),
+            DirectMessage(ANN.pid, (me, 2), (ANN.pid, 1), "Dana", "thanks", 3, 3, True, "sent", 3)]
+    for message in talk:
+        marks.take(message)
+    tree.add_messages([as_chat_message(m) for m in talk[:1]])
+    tree.add_messages([as_chat_message(m) for m in talk[1:]])
+    assert marks.set_status((me, 1), "read") and not marks.set_status((me, 1), "read")
+    model.status_changed((me, 1))
+    qtmodeltester.check(model, force_py=False)
+    reply = model.index_for((me, 2))
+    assert reply.parent().data(MessageRole).mid == (ANN.pid, 1)
+    assert reply.data(Qt.ItemDataRole.AccessibleTextRole) == "Dana: thanks (sent, not yet acknowledged)"
+    assert "read by Ann" in model.index_for((me, 1)).data(Qt.ItemDataRole.ToolTipRole)
