@@ -419,9 +419,11 @@ def test_a_members_flood_of_messages_to_hold_cannot_grow_what_the_victim_holds_p
     ann, bob = attack.peers
     mal = attack.mal
     dh = attack.keys["Bob"].direct_public
-    # Each claims that Bob must first have a message from Ann that Ann never sent: SES holds it.
+    # Each claims that Bob must first have a message from Ann that Ann never sent (Mal's vector time
+    # claims it too, as SES cuts S_m down to it): SES holds it.
     cause = ((bob.pid, {ann.pid: 1_000}),)
-    datagrams = [sealed(mal, bob.pid, dh, msg_frame(seqno, f"held spam {seqno}", {mal.pid: seqno}, cause, "Mal"))
+    datagrams = [sealed(mal, bob.pid, dh, msg_frame(seqno, f"held spam {seqno}", {mal.pid: seqno, ann.pid: 1_000},
+                                                    cause, "Mal"))
                  for seqno in range(1, FLOOD + 1)]
     before, rss = direct_stats(bob), rss_bytes(bob.proc.pid)
     sent = time.monotonic()
