@@ -366,6 +366,19 @@ def direct_stats(peer: PeerProcess) -> dict[str, int]:
     return {k: v for k, v in peer.call("stats").items() if k.startswith("direct_")}
 
 
+def stored_rows(peer: PeerProcess, senders: list[str]) -> dict[str, int]:
+    """The direct messages from ``senders`` in ``peer``'s store, by status, read beside the running peer."""
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{Path(peer.data_dir) / 'm2mc.sqlite3'}?mode=ro", uri=True)
+    try:
+        marks = ",".join("?" * len(senders))
+        return dict(db.execute(f"SELECT status, count(*) FROM direct_messages WHERE sender IN ({marks}) "
+                               "GROUP BY status", senders).fetchall())
+    finally:
+        db.close()
+
+
 def test_a_strangers_direct_datagrams_are_not_shown_and_cost_bounded_cpu(attack):
     from m2mc.middleware import crypto
 
@@ -386,6 +399,7 @@ def test_a_strangers_direct_datagrams_are_not_shown_and_cost_bounded_cpu(attack)
     assert spent <= STRANGER_CPU
     assert not [m for m in incoming(bob) if m["text"].startswith("stranger spam")]
     assert not {c["peer"] for c in bob.call("list_conversations")} & {s.pid for s in strangers}
+    assert stored_rows(bob, [s.pid for s in strangers]) == {}
     assert after["direct_delivered"] == before["direct_delivered"] and after["direct_held"] == before["direct_held"]
     assert bob.call("whoami")["pid"] == bob.pid
 
@@ -442,10 +456,12 @@ def test_a_members_flood_of_messages_to_hold_cannot_grow_what_the_victim_holds_p
     time.sleep(1.0)
     after = direct_stats(bob)
     grew = rss_bytes(bob.proc.pid) - rss
-    print(f"{FLOOD} messages from Mal that SES must hold, in {flooded:.1f} s: Bob holds {after['direct_held']}, "
+    print(f"{FLOOD} messages from Mal that SES must hold, in {flooded:.1f} s: Bob holds {after['direct_held']} "
+          f"(stored: {stored_rows(bob, [mal.pid])}), "
           f"RSS grew {grew / 1e6:.1f} MB; Ann's message during it was shown after {heard:.2f} s; "
           f"{ {k: after[k] - before[k] for k in after if after[k] != before[k]} }")
     assert after["direct_held"] <= HELD_PER_SENDER
+    assert stored_rows(bob, [mal.pid]) == {"held": after["direct_held"]}
     assert after["direct_rate_dropped"] + after["direct_refused_held"] > before["direct_rate_dropped"] + \
         before["direct_refused_held"]
     assert not [m for m in incoming(bob) if m["text"].startswith("held spam")]
