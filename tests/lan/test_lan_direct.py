@@ -497,3 +497,12 @@ def test_a_replayed_direct_datagram_shows_nothing_new_and_does_not_move_the_send
     mid = bob.call("send_direct", {"pid": ann.pid, "text": "after the replay"})["mid"]
     wait_incoming(ann, "after the replay")
     bob.wait_for(lambda: "delivered" in statuses(bob, mid), what="delivered")
+
+    # What Bob received is remembered across a restart: the same replay shows nothing then either.
+    history = bob.call("direct_history", {"pid": ann.pid})
+    bob = attack.restart(bob)
+    send_from_attacker(attack, bob, captured, pause=0.01, source=(ann.iface, PORT))
+    bob.wait_for(lambda: bob.call("stats")["direct_duplicates"] >= len(captured) // 2, timeout=5,
+                 what="the replay, counted as duplicates")
+    assert not incoming(bob)
+    assert bob.call("direct_history", {"pid": ann.pid}) == history
