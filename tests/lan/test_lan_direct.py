@@ -276,12 +276,12 @@ ABSENT_DELIVERED_WITHIN = 40.0  # s after B is back (presence must show B to A a
 
 def test_a_message_to_an_absent_peer_is_delivered_when_it_returns_after_both_restarted(tmp_path):
     with Lan(2) as lan:
-        for i in range(2):
-            lan.set_loss(i, 0.10)
         peers = [start(lan, i, tmp_path, name) for i, name in enumerate(NAMES[:2])]
         try:
             a, b = peers
             join_one_group(peers)
+            for i in range(2):
+                lan.set_loss(i, 0.10)
             b.shutdown()
             text = "for when you are back"
             mid = a.call("send_direct", {"pid": b.pid, "text": text})["mid"]
