@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable
 
 from ..middleware.manager import Config, GroupManager
 from ..middleware.transport import TransportError
-from ..middleware.events import (Event, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated,
-                                 SyncProgress, TopicChanged, WarningRaised)
+from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, GroupsDiscovered, MemberJoined, MemberLeft,
+                                 MessagesDelivered, MessagesUpdated, SyncProgress, TopicChanged, WarningRaised)
 from ..middleware.types import UsageError, format_mid, parse_mid
 
 from .cli import add_common_options, default_data_dir
@@ -77,6 +77,11 @@ class JsonRpcPeer:
             "invite": self.invite,
             "add_peer": self.add_peer,
             "peers": self.peers,
+            "send_direct": self.send_direct,
+            "direct_history": self.direct_history,
+            "list_conversations": self.list_conversations,
+            "mark_direct_read": self.mark_direct_read,
+            "read_receipts": self.read_receipts,
             "shutdown": self.shutdown,
         }
 
@@ -111,6 +116,11 @@ class JsonRpcPeer:
                 self.notify("warning", {"gid": gid, "text": text})
             case TopicChanged(gid, topic, by):
                 self.notify("topic_changed", {"gid": gid, "topic": topic, "by": by})
+            case DirectDelivered(messages=direct_messages):
+                for direct in direct_messages:
+                    self.notify("direct_delivered", direct.to_json())
+            case DirectStatusChanged(peer, mid, status):
+                self.notify("direct_status", {"peer": peer, "mid": format_mid(mid), "status": status})
 
     # -- methods ------------------------------------------------------------------------
 
@@ -191,14 +201,51 @@ class JsonRpcPeer:
         gid = params.get("gid")
         if gid is not None and not isinstance(gid, str):
             raise RpcError(INVALID_PARAMS, "'gid' must be a string")
+        direct = params.get("direct", False)
+        if not isinstance(direct, bool):
+            raise RpcError(INVALID_PARAMS, "invalid parameter 'direct' (expected true or false)")
         try:
-            count = self.running.export_log(path, gid)
+            count = self.running.export_log(path, gid, direct)
         except OSError as exc:
             raise RpcError(APP_ERROR, f"cannot write {path}: {exc.strerror or exc}") from None
         return {"path": str(Path(path)), "messages": count}
 
     def stats(self, params: dict) -> dict:
         return self.running.stats_dict()
+
+    def send_direct(self, params: dict) -> dict:
+        pid = _param(params, "pid", str)
+        text = _param(params, "text", str)
+        parent_text = params.get("parent")
+        if parent_text is not None and not isinstance(parent_text, str):
+            raise RpcError(INVALID_PARAMS, "bad parent: 'parent' must be a mid string '<pid>:<seqno>' or null")
+        try:
+            parent = parse_mid(parent_text) if parent_text is not None else None
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
+        return {"mid": format_mid(self.running.send_direct(pid, text, parent))}
+
+    def direct_history(self, params: dict) -> list:
+        pid = _param(params, "pid", str)
+        before, limit = params.get("before"), params.get("limit")
+        for key, value in (("before", before), ("limit", limit)):
+            if value is not None and (type(value) is not int or value < 0):
+                raise RpcError(INVALID_PARAMS, f"invalid parameter {key!r} (expected a natural number)")
+        return [message.to_json() for message in self.running.direct_history(pid, before, limit)]
+
+    def list_conversations(self, params: dict) -> list:
+        return [view.to_json() for view in self.running.conversations()]
+
+    def mark_direct_read(self, params: dict) -> dict:
+        self.running.mark_direct_read(_param(params, "pid", str), _mid_param(params))
+        return {}
+
+    def read_receipts(self, params: dict) -> dict:
+        on = params.get("on")
+        if not isinstance(on, bool):
+            raise RpcError(INVALID_PARAMS, "missing or invalid parameter 'on' (expected true or false)")
+        self.running.set_read_receipts(on)
+        return {"on": on}
 
     def advertise(self, params: dict) -> dict:
         self.running.advertise()

@@ -18,6 +18,14 @@
   groups made before descriptors used scrypt, which stays available to read
   them.  Its datagrams' bodies are sealed with ChaCha20-Poly1305
   (``cryptography``), the gid, type and sender bound as associated data.
+- Direct messages: each identity also has an X25519 key, derived from its signing
+  seed with HKDF under a label of its own (nothing more to store, and the two keys
+  never share material), published in its signed member records.  A direct
+  message is signed by its sender over both pids and the body, padded to a size
+  bucket, and sealed for the recipient with libsodium's sealed box (an ephemeral
+  X25519 key per message): the sealed bytes name neither party, and the
+  recipient opens any datagram with one attempt, without knowing who sent it
+  (resources/docs/security.md, Direct messages).
 """
 
 from __future__ import annotations
@@ -27,14 +35,18 @@ import hmac
 import os
 import threading
 from collections import OrderedDict
+from typing import Callable
 
 import msgpack
 import nacl.bindings
 import nacl.exceptions
+import nacl.public
 import nacl.pwhash.argon2id
 import nacl.signing
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 PUBLIC_KEY_BYTES = 32
@@ -62,13 +74,23 @@ def pid_of(public_key: bytes) -> str:
     return hashlib.sha256(public_key).hexdigest()[:32]
 
 
+def _direct_private_key(seed: bytes) -> nacl.public.PrivateKey:
+    """The X25519 key of direct messages: HKDF of the signing seed under its own label, so
+    it needs no storage and shares no bytes with the signing key (key separation)."""
+    return nacl.public.PrivateKey(HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                                       info=b"m2mc direct").derive(seed))
+
+
 class Identity:
-    """This peer's signing key."""
+    """This peer's signing key, and the X25519 key derived from it for direct messages."""
 
     def __init__(self, signing_key: nacl.signing.SigningKey) -> None:
         self._key = signing_key
         self.public_key = bytes(signing_key.verify_key)
         self.pid = pid_of(self.public_key)
+        direct_key = _direct_private_key(bytes(signing_key))
+        self.direct_public = bytes(direct_key.public_key)
+        self._direct_box = nacl.public.SealedBox(direct_key)
 
     @classmethod
     def generate(cls) -> Identity:
@@ -373,3 +395,79 @@ class GroupCipher:
             return self._aead.decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], associated)
         except InvalidTag:
             return None
+
+
+# -- direct messages -------------------------------------------------------------------
+
+PID_BYTES = 16
+# Padded plaintext sizes: a sealed message's length tells an onlooker only its bucket.
+# Powers of four (one bucket per 2 bits of length) up to what fits one datagram with the
+# envelope around it: a chat line, a paragraph, a page, a long text, the longest.
+DIRECT_BUCKETS = (256, 1024, 4096, 16384, 60_000)
+DIRECT_SEAL_OVERHEAD = nacl.bindings.crypto_box_SEALBYTES  # the ephemeral public key and the MAC
+_DIRECT_HEAD = PID_BYTES + SIGNATURE_BYTES + 2  # sender pid, signature, body length
+MAX_DIRECT_BODY = DIRECT_BUCKETS[-1] - _DIRECT_HEAD
+DIRECT_SEALED_SIZES = frozenset(bucket + DIRECT_SEAL_OVERHEAD for bucket in DIRECT_BUCKETS)
+
+
+def _direct_signing_bytes(sender_pid: bytes, recipient_pid: bytes, body: bytes) -> bytes:
+    # The recipient is signed too: a recipient cannot re-seal a message it got for a third
+    # party and pass it off as the sender's word to them.
+    return b"m2mc-direct\x00" + sender_pid + recipient_pid + body
+
+
+def direct_bucket(size: int) -> int:
+    """The padded plaintext size for a body of ``size`` bytes."""
+    for bucket in DIRECT_BUCKETS:
+        if size + _DIRECT_HEAD <= bucket:
+            return bucket
+    raise ValueError(f"a direct message body holds at most {MAX_DIRECT_BODY} bytes, not {size}")
+
+
+def seal_direct(identity: Identity, recipient_pid: str, recipient_dh: bytes, body: bytes) -> bytes:
+    """``body`` signed by ``identity`` for ``recipient_pid``, padded to its bucket and sealed
+    for ``recipient_dh``.  Raises ValueError for a body over MAX_DIRECT_BODY, a malformed pid,
+    or a key that is no usable X25519 key (a low-order point: only its owner can have signed
+    it into a record, so only messages to that owner fail)."""
+    bucket = direct_bucket(len(body))
+    sender = bytes.fromhex(identity.pid)
+    recipient = bytes.fromhex(recipient_pid)
+    if len(recipient) != PID_BYTES or len(recipient_dh) != PUBLIC_KEY_BYTES:
+        raise ValueError("a recipient is a 32-hex-digit pid and a 32-byte X25519 key")
+    signature = identity.sign(_direct_signing_bytes(sender, recipient, body))
+    plain = sender + signature + len(body).to_bytes(2, "big") + body
+    plain += bytes(bucket - len(plain))
+    try:
+        return nacl.public.SealedBox(nacl.public.PublicKey(recipient_dh)).encrypt(plain)
+    except nacl.exceptions.CryptoError:  # libsodium refuses a shared secret of zero
+        raise ValueError("the recipient's direct-message key is not a usable X25519 key") from None
+
+
+def open_direct(identity: Identity, sealed: bytes,
+                keys_of: Callable[[str], tuple[bytes, bytes] | None]) -> tuple[str, bytes] | None:
+    """``(sender pid, body)`` of a direct message sealed for ``identity``, or None when it is
+    not one: not for us, damaged, padded wrongly, from a sender ``keys_of`` does not know
+    (it gives a pid's Ed25519 and X25519 keys), or not signed by that sender.  Never raises.
+
+    A stranger can make it spend at most one X25519 and one MAC over at most 60 KB, and
+    one ``keys_of`` look-up and one Ed25519 verification: a length outside the buckets
+    costs nothing; there is one key to try and no trial over senders."""
+    if type(sealed) is not bytes or len(sealed) not in DIRECT_SEALED_SIZES:
+        return None
+    try:
+        plain = identity._direct_box.decrypt(sealed)
+    except nacl.exceptions.CryptoError:
+        return None
+    sender, signature = plain[:PID_BYTES], plain[PID_BYTES:PID_BYTES + SIGNATURE_BYTES]
+    size = int.from_bytes(plain[PID_BYTES + SIGNATURE_BYTES:_DIRECT_HEAD], "big")
+    end = _DIRECT_HEAD + size
+    if end > len(plain) or direct_bucket(size) != len(plain) or plain[end:] != bytes(len(plain) - end):
+        return None  # only a message padded as seal_direct pads it: nothing else hides in the padding
+    body = plain[_DIRECT_HEAD:end]
+    sender_pid = sender.hex()
+    keys = keys_of(sender_pid)
+    if keys is None or pid_of(keys[0]) != sender_pid:
+        return None
+    if not verify(keys[0], signature, _direct_signing_bytes(sender, bytes.fromhex(identity.pid), body)):
+        return None
+    return sender_pid, body

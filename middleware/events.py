@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .types import ChatMessage, GroupView, Member
+from .types import ChatMessage, DirectMessage, GroupView, Member, Mid
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +91,25 @@ class TopicChanged:
     by: str
 
 
+@dataclass(frozen=True, slots=True)
+class DirectDelivered:
+    """New direct messages of the conversation with ``peer``, in its delivery order (own sends included)."""
+
+    peer: str
+    messages: list[DirectMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class DirectStatusChanged:
+    """A direct message's status is now ``status`` ("sent", "delivered" or "read")."""
+
+    peer: str
+    mid: Mid
+    status: str
+
+
 Event = (MessagesDelivered | MessagesUpdated | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft
-         | SyncProgress | WarningRaised | TopicChanged)
+         | SyncProgress | WarningRaised | TopicChanged | DirectDelivered | DirectStatusChanged)
 
 Listener = Callable[[Event], None]
 """Called on the middleware's event-loop thread, once per event, in the order they happened."""

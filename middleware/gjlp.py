@@ -102,7 +102,7 @@ ROOM_RETRY = 1.0  # seconds before a full main table is searched again for a gro
 # Member records held for groups this peer is not in (shown in the discovery list only):
 # without this, 1,000 groups of 1,000 records each would hold about half a gigabyte.
 MAX_OUTSIDE_RECORDS = 50_000
-RECORDS_PER_INFO = 100  # member records in one GroupInfo of an answer: at most ~45 KB
+RECORDS_PER_INFO = 100  # member records in one GroupInfo of an answer: at most ~46 KB
 INFO_BUDGET = 60_000  # bytes of GroupInfos per GROUPS_INFO datagram (estimated)
 FETCH_INTERVAL = 2.0  # seconds between ADVs that fetch zeroconf-only groups' descriptors
 # A GROUPS_INFO answer can be ~100 times its ADV (a thousand member records), so this peer
@@ -257,8 +257,9 @@ def _member(pid: str, record: wire.MemberRecord) -> Member:
 
 
 def _info_size(info: wire.GroupInfo) -> int:
-    """A bound on the encoded size of ``info``: strings counted at 4 bytes a character."""
-    return 1_200 + sum(160 + 4 * len(record.name) for record in info.members)
+    """A bound on the encoded size of ``info``: strings counted at 4 bytes a character
+    (a record's fixed fields, its direct-message key included, take at most 190 bytes)."""
+    return 1_200 + sum(194 + 4 * len(record.name) for record in info.members)
 
 
 class Gjlp:
@@ -402,6 +403,18 @@ class Gjlp:
         if self._joined is None:
             self._joined = [r for gid, r in self.groups.items() if self.is_member(gid)]
         return self._joined
+
+    def direct_keys(self, pid: str) -> tuple[bytes, bytes] | None:
+        """``pid``'s Ed25519 and X25519 (direct-message) keys, from its signed records in the
+        groups this peer is in (the one with the highest counter among those that carry a
+        key); None when no such record has one.  Records outside joined groups do not count:
+        a peer messages only people it shares a group with."""
+        best = None
+        for record in self._joined_records():
+            member = record.members.get(pid)
+            if member is not None and member.dh and (best is None or member.counter > best.counter):
+                best = member
+        return None if best is None else (best.public_key, best.dh)
 
     def is_stranger_group(self, gid: str) -> bool:
         """Whether ``gid`` is in the stranger table (see the module docstring)."""

@@ -36,7 +36,9 @@ from .presence import Presence
 from .store import Store
 from .addresses import Endpoint, GroupAddress
 from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
-from .types import ChatMessage, GroupView, Mid, PassphraseRefused, UsageError, format_mid, iso_millis
+from .direct import conversation_id
+from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, PassphraseRefused, UsageError,
+                    format_mid, iso_millis, shown_sent_at)
 
 log = logging.getLogger(__name__)
 
@@ -376,12 +378,41 @@ class GroupManager(rules.OperationCalls):
         """Add delivery-order ranges to what was read in ``gid`` (kept across restarts)."""
         self.core.mark_read(gid, ranges)
 
-    def export_log(self, path: str | Path, gid: str | None = None) -> int:
-        """Write delivered messages as JSON Lines (the analytics export format)."""
+    def export_log(self, path: str | Path, gid: str | None = None, direct: bool = False) -> int:
+        """Write delivered messages as JSON Lines (the analytics export format); direct messages
+        only with ``direct`` (and no ``gid``)."""
         if gid:
             self.core.known(gid)
         self.flush()
-        return export_log(self.core, path, gid)
+        return export_log(self.core, path, gid, direct)
+
+    # -- direct messages (middleware/direct.py) ----------------------------------------
+
+    def send_direct(self, pid: str, text: str, parent: Mid | None = None) -> Mid:
+        """A direct message to ``pid`` (a member of a group this peer is in): stored by the next
+        flush, sent while ``pid`` is reachable, queued while it is away."""
+        mid = self.core.send_direct(pid, text, parent, clock.wall())
+        self._after_input()
+        return mid
+
+    def direct_history(self, pid: str, before: int | None = None, limit: int | None = None) -> list[DirectMessage]:
+        """The conversation with ``pid``: the newest ``limit`` messages before order ``before``, in order."""
+        self.flush()
+        return self.core.direct_history(pid, before, limit)
+
+    def conversations(self) -> list[ConversationView]:
+        self.flush()
+        return self.core.conversations(clock.now())
+
+    def mark_direct_read(self, pid: str, mid: Mid) -> None:
+        """The conversation is read up to ``mid``; with read receipts on, ``pid`` is told."""
+        self.flush()
+        self.core.mark_direct_read(pid, mid)
+        self._after_input()
+
+    def set_read_receipts(self, on: bool) -> None:
+        self.core.set_read_receipts(on)
+        self._after_input()
 
     def take_unsent(self) -> dict[Mid, str]:
         """Own messages taken back since the last call because they could not be stored
@@ -536,9 +567,11 @@ class GroupManager(rules.OperationCalls):
         self.flush()
 
 
-def export_log(core: PeerCore, path: str | Path, gid: str | None = None) -> int:
+def export_log(core: PeerCore, path: str | Path, gid: str | None = None, direct: bool = False) -> int:
     """``gid``'s delivered messages (every joined group's without one) as JSON Lines, the analytics
-    export format, as ``core`` holds them (flush it first); written whole to ``path`` or not at all."""
+    export format, as ``core`` holds them (flush it first); written whole to ``path`` or not at all.
+    With ``direct`` (and no ``gid``) the direct conversations too, each line marked ``"direct": true``
+    with the conversation as its ``gid`` (``dm:<pid>:<pid>``, the two pids sorted)."""
     gids = [gid] if gid else list(core.channels)
     count = 0
     path = Path(path)
@@ -550,6 +583,19 @@ def export_log(core: PeerCore, path: str | Path, gid: str | None = None) -> int:
                 row = message.to_json()
                 row["group_desc"] = desc
                 row["received_at"] = iso_millis(message.received_at)
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+        for peer in list(core.direct.conversations) if direct and not gid else []:
+            conversation = conversation_id(core.pid, peer)
+            for dm in core.direct_history(peer):
+                row = {"gid": conversation, "mid": format_mid(dm.mid),
+                       "parent": format_mid(dm.parent) if dm.parent else None, "sender": dm.sender,
+                       "sender_name": dm.sender_name, "text": dm.text,
+                       "sent_at": iso_millis(shown_sent_at(dm.sent_at, dm.received_at)),
+                       "sent_at_clamped": shown_sent_at(dm.sent_at, dm.received_at) != dm.sent_at,
+                       "edited": 0, "deleted": False, "reactions": {}, "pinned": False,
+                       "group_desc": f"direct: {core.name} and {core._member_name(peer) or peer[:8]}",
+                       "received_at": iso_millis(dm.received_at), "direct": True}
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 count += 1
     tmp.replace(path)

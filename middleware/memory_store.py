@@ -19,6 +19,7 @@ from . import wire
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .addresses import Endpoint
+from .direct import StoredDirect
 from .store_api import MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, merged_read_marks
 from .types import ChatMessage, Mid
 
@@ -45,6 +46,9 @@ class MemoryStore:
         self._conflicts: dict[tuple[str, Mid], tuple[wire.StoredMessage, wire.StoredMessage]] = {}
         self._read_marks: dict[str, list[tuple[int, int]]] = {}
         self._peer_cache: dict[str, tuple[Endpoint, float]] = {}
+        self._direct: dict[tuple[str, Mid], StoredDirect] = {}
+        self._direct_conversations: dict[str, bytes] = {}
+        self._direct_settings: dict[str, bytes] = {}
         self._undo: list[Callable[[], object]] = []
         self.fail_commits: str | None = None  # a reason: commit raises as on a full disk
         self.commits = 0
@@ -206,6 +210,40 @@ class MemoryStore:
             oldest = min(self._peer_cache, key=lambda p: self._peer_cache[p][1])
             row = self._peer_cache.pop(oldest)
             self._undo.append(lambda: self._peer_cache.__setitem__(oldest, row))
+
+    # -- direct messages ------------------------------------------------------------------
+
+    def save_direct(self, rows: Iterable[StoredDirect]) -> None:
+        for row in rows:
+            self._put(self._direct, (row.peer, (row.sender, row.seqno)), row)
+
+    def direct_history(self, peer: str, before: int | None = None, limit: int | None = None) -> list[StoredDirect]:
+        rows = sorted((r for (p, _), r in self._direct.items()
+                       if p == peer and r.order > 0 and (before is None or r.order < before)), key=lambda r: r.order)
+        return rows[-limit:] if limit is not None and limit > 0 else [] if limit is not None else rows
+
+    def direct_unsettled(self) -> list[StoredDirect]:
+        return sorted((r for r in self._direct.values() if r.status in ("queued", "sent", "held")),
+                      key=lambda r: (r.received_at, r.sender, r.seqno))
+
+    def direct_unread(self, peer: str, after_order: int) -> list[tuple[int, int]]:
+        return sorted((r.order, r.seqno) for (p, (sender, _)), r in self._direct.items() if p == peer
+                      and sender == peer and r.order > after_order)
+
+    def direct_message(self, peer: str, mid: Mid) -> StoredDirect | None:
+        return self._direct.get((peer, mid))
+
+    def direct_conversations(self) -> dict[str, bytes]:
+        return dict(self._direct_conversations)
+
+    def save_direct_conversation(self, peer: str, state: bytes) -> None:
+        self._put(self._direct_conversations, peer, state)
+
+    def direct_setting(self, key: str) -> bytes | None:
+        return self._direct_settings.get(key)
+
+    def set_direct_setting(self, key: str, value: bytes) -> None:
+        self._put(self._direct_settings, key, value)
 
 
 def _as_peer_store(store: MemoryStore) -> PeerStore:

@@ -7,7 +7,8 @@ for people to read, ``wall``.  It reads no clock and opens no socket.  What it
 does, :meth:`PeerCore.flush` hands out in the crash-safe order:
 
 1. persist: seqnos, members, delivered messages and equivocations go to the
-   store (:class:`~middleware.store_api.PeerStore`), one commit;
+   store (:class:`~middleware.store_api.PeerStore`), one commit, with what the direct
+   channel (:mod:`middleware.direct`) changed: its messages, states and SES's;
 2. transmit: only then do the datagrams of the batch reach
    :meth:`PeerCore.datagrams_to_send` (each with its destination: the control
    address or a group's);
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple, cast
 
 from . import crypto, names, rules, wire
+from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
@@ -41,12 +43,14 @@ from .invites import Invite, invite_link, parse_invite
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
-from .presence import Presence
+from .presence import OFFLINE_AFTER, ONLINE, Presence
 from .reach import BROADCAST_GRACE, Reach
+from .ses import Ses
 from .store_api import PeerStore
 from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, TopicChanged,
                      WarningRaised)
-from .types import ChatMessage, GroupView, Mid, UsageError, format_mid
+from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, UsageError, format_mid,
+                    key_fingerprint)
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +148,16 @@ class PeerCore:
             if self.gjlp.is_member(record.gid):
                 self._open_channel(record.gid, next_seqno, now, now if wall is None else wall)
         self.reach.add_cached(store.cached_peers(), now, self._wall)
-        if any(self.gjlp.groups[gid].members[self.pid].name != self.name for gid in self.gjlp.joined_gids()):
-            for gid in self.gjlp.rename(self.name):  # renamed while away (--name): tell the members at start
+        # Direct messages (middleware/direct.py): SES's state and the unsettled messages from the store.
+        ses_state = store.direct_setting(SETTING_SES)
+        ses = Ses.from_bytes(self.pid, ses_state) if ses_state else Ses(self.pid)
+        self.direct = DirectCore(self.identity, self.gjlp.direct_keys, store.direct_message, ses,
+                                 receipts=store.direct_setting(SETTING_RECEIPTS) != b"0")
+        self.direct.restore(store.direct_conversations(), store.direct_unsettled(), store.direct_unread, now)
+        own = [self.gjlp.groups[gid].members[self.pid] for gid in self.gjlp.joined_gids()]
+        if any(record.name != self.name or not record.dh for record in own):
+            # Renamed while away (--name), or records signed before direct-message keys: re-signed at start
+            for gid in self.gjlp.rename(self.name):
                 store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
 
     # -- user calls -------------------------------------------------------------------
@@ -374,6 +386,64 @@ class PeerCore:
             out.append(message if shown is None else message._replace(sender_name=shown, signed_name=signed))
         return out
 
+    # -- direct messages (middleware/direct.py) -----------------------------------------
+
+    def send_direct(self, pid: str, text: str, parent: Mid | None, wall: float) -> Mid:
+        """A direct message to ``pid``: stored by the next flush, sent when ``pid`` is reachable."""
+        return self.direct.compose(pid, self.name, text, parent, wall)
+
+    def direct_history(self, pid: str, before: int | None = None, limit: int | None = None) -> list[DirectMessage]:
+        """The conversation with ``pid`` as stored (flush first): the newest ``limit`` before order ``before``."""
+        if before is not None and (type(before) is not int or before < 1):
+            raise UsageError("before must be a positive order")
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise UsageError("limit must be a natural number")
+        return [self._direct_shown(row) for row in self.store.direct_history(pid, before, limit)]
+
+    def conversations(self, now: float) -> list[ConversationView]:
+        """Every direct conversation, the most recent first."""
+        views = []
+        for peer, conversation in self.direct.conversations.items():
+            last = self.store.direct_history(peer, None, 1)
+            if not last:
+                continue  # nothing shown yet (only held messages, or a member's datagram that said nothing)
+            views.append(ConversationView(peer, self._member_name(peer) or "", key_fingerprint(peer),
+                                          self._direct_shown(last[0]), len(conversation.unread),
+                                          self.presence.status(peer, now) == ONLINE))
+        return sorted(views, key=lambda v: -(v.last.received_at if v.last else 0))
+
+    def mark_direct_read(self, pid: str, mid: Mid) -> None:
+        self.direct.mark_read(pid, mid)
+
+    def set_read_receipts(self, on: bool) -> None:
+        self.direct.set_receipts(on)
+
+    def _direct_shown(self, row: StoredDirect) -> DirectMessage:
+        """A stored direct message as shown: its author named by the member record, as in groups."""
+        message = self.direct.view(row)
+        name = self._member_name(row.sender) if row.sender != self.pid else self.name
+        return message._replace(sender_name=names.shown(name) if name is not None
+                                else names.unverified(row.name, row.sender))
+
+    def _member_name(self, pid: str) -> str | None:
+        """``pid``'s name in a joined group's member record, if any holds one."""
+        for gid in self.joined:
+            member = self.gjlp.groups[gid].members.get(pid)
+            if member is not None:
+                return member.name
+        return None
+
+    def _direct_endpoint(self, pid: str, now: float) -> tuple[Endpoint, bytes] | None:
+        """Where a direct datagram to ``pid`` goes now, and the HELLO nonce it echoes: its proven
+        endpoint while it is heard; None while it is away (its messages wait), or while its
+        endpoint is being proven."""
+        last = self.presence.last_heard(pid)
+        if last is None or now - last > OFFLINE_AFTER:
+            return None
+        self.reach.seek(pid, now)
+        endpoint = self.reach.endpoint(pid)
+        return None if endpoint is None else (endpoint, self.reach.echo_for(pid))
+
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""
         channels = [self.channel(gid)] if gid else [joined.channel for joined in self.joined.values()]
@@ -462,6 +532,13 @@ class PeerCore:
         ``path``: "multicast" (``control`` if it came to the control address, else to a
         group's), "broadcast" (to the control port), or "unicast" (to this peer's endpoint,
         where the message's type says which channel it is for)."""
+        try:
+            sealed = wire.direct_payload(data)
+        except wire.WireError:
+            sealed = b""
+        if sealed is not None:
+            self._receive_direct(sealed, len(data), source, now, wall, path)
+            return
         envelope = self._decode(data, now)
         if envelope is None:
             return
@@ -500,6 +577,23 @@ class PeerCore:
             channel = joined.channel
             channel.receive(envelope.sender, message, now, envelope.public_key, wall)
             self.gjlp.heard(channel.gid, envelope.sender)  # the member caps prefer whoever speaks
+
+    def _receive_direct(self, sealed: bytes, size: int, source: Endpoint | None, now: float, wall: float,
+                        path: str) -> None:
+        self.stats.datagrams_in += 1
+        self.stats.bytes_in += size
+        if not sealed or path != "unicast":
+            self.stats.malformed_dropped += 1  # only ever sent to one endpoint
+            return
+        opened = self.direct.receive(sealed, now, wall)
+        if opened is not None:
+            sender, echo = opened
+            if self._is_member_anywhere(sender):
+                self.presence.heard(sender, now)
+            if source is not None:
+                if echo:  # our HELLO nonce, back from there signed by the sender: the handshake's proof
+                    self.reach.hello(sender, wire.Hello(b"", echo, self._member_name(sender) or ""), source, now)
+                self.reach.heard(sender, source, path, now)
 
     def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float,
                       source: str = "") -> None:
@@ -544,7 +638,8 @@ class PeerCore:
         """The next deadline (on the ``now`` clock) at which :meth:`handle_timer` is due."""
         deadlines = [d for d in (self.gjlp.get_timer(), *(g.channel.get_timer() for g in self.joined.values()),
                                  self.presence.get_timer(list(self.joined)), self._retry_at,
-                                 self.reach.get_timer(), self._broadcast_at) if d is not None]
+                                 self.reach.get_timer(), self._broadcast_at, self.direct.get_timer())
+                     if d is not None]
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float) -> None:
@@ -555,6 +650,7 @@ class PeerCore:
         self.gjlp.handle_timer(now)
         for joined in self.joined.values():
             joined.channel.handle_timer(now)
+        self.direct.handle_timer(now)
 
     # -- output -----------------------------------------------------------------------
 
@@ -653,6 +749,7 @@ class PeerCore:
         for gid in {m.gid for m in deliveries}:
             if gid in self.joined:
                 self.ops(gid)  # built from the store before this batch joins it
+        staged += [Datagram(data, endpoint) for data, endpoint in self.direct.prepare(now, self._direct_endpoint)]
         # 1. persist
         committed = self._store(deliveries, conflict_writes, now)
         if committed is None:  # a failed commit: nothing of this batch goes out
@@ -660,6 +757,8 @@ class PeerCore:
         else:  # 2. transmit
             stored = committed
             self._outbox += staged
+            self._events += self.direct.committed()
+            self._retry_at = self._retry_deadline(now)
         self.stats.delivered += len(stored)
         # 3. notify
         by_group: dict[str, list[ChatMessage]] = {}
@@ -754,6 +853,13 @@ class PeerCore:
                 self.store.save_members(gid, [members[pid] for pid in pids if pid in members])
             pending = self._unstored + deliveries
             stored = self.store.add_messages(pending) if pending else []
+            direct_rows, direct_states, direct_settings = self.direct.take_writes()
+            if direct_rows:
+                self.store.save_direct(direct_rows)
+            for peer, state in direct_states.items():
+                self.store.save_direct_conversation(peer, state)
+            for key, value in direct_settings.items():
+                self.store.set_direct_setting(key, value)
             for event in self._unstored_conflicts + conflicts:
                 if isinstance(event, Conflict):
                     self.store.save_conflict(event.gid, event.kept, event.other)
@@ -778,6 +884,9 @@ class PeerCore:
                 if retracted:
                     self._events.append(WarningRaised(gid, f"{len(retracted)} message(s) not sent: cannot store "
                                                            f"messages ({reason})"))
+            for mid in self.direct.composed():  # kept, unlike a group's: its SES stamp is spent
+                self._unsent[mid] = (f"not stored yet: cannot store messages ({reason}); the direct message waits "
+                                     "in memory, neither shown nor sent, until it can be stored")
             self._unstored += [m for m in deliveries if m.mid not in taken_back]
             self._unstored_conflicts += conflicts
             if len(taken_back) < len(own):
@@ -785,7 +894,7 @@ class PeerCore:
                           len(own) - len(taken_back))
             self._retry_at = self._retry_deadline(now)
             return None
-        if self.storage_error is not None and stored:  # a commit without messages proves little
+        if self.storage_error is not None and (stored or direct_rows):  # a commit without messages proves little
             log.info("storing works again (%d messages were waiting)", len(self._unstored))
             self.storage_error = None
         self._unstored = []
@@ -800,7 +909,8 @@ class PeerCore:
     def _retry_deadline(self, now: float) -> float | None:
         """When the next flush should try the store again: while anything waits to be stored."""
         waiting = self._unstored or self._unstored_conflicts or self.storage_error is not None and (
-            any(joined.seqno_to_save for joined in self.joined.values()) or self._members_to_save)
+            any(joined.seqno_to_save for joined in self.joined.values()) or self._members_to_save
+            or any(self.direct.take_writes()))
         return now + self.STORAGE_RETRY if waiting else None
 
     def stats_dict(self) -> dict:
@@ -846,6 +956,9 @@ class PeerCore:
             "unicast_copies": self.unicast_copies,
             "hellos_refused": self.reach.hellos_refused,
             "probes_evicted": self.reach.candidates_evicted,
+            **self.direct.stats,
+            "direct_queued": self.direct.queued(),
+            "direct_held": self.direct.held(),
             "storage_error": self.storage_error,
             "unstored": len(self._unstored),
         }

@@ -14,7 +14,8 @@ there; the other answers, from that endpoint, with a signed HELLO that echoes th
 proves that the signer is at the endpoint.  Until then an endpoint gets nothing but
 HELLOs, at most :data:`HELLO_BUDGET` per :data:`HELLO_WINDOW`, and one address at most
 :data:`HOST_HELLO_BUDGET` whatever its ports, so a forged source address can aim about
-700 bytes a minute at its victim, and no more.
+700 bytes a minute at its victim, and no more (twice that where direct messages wait for a
+member and the endpoint is where its signed multicast comes from: :meth:`Reach.seek`).
 
 No I/O and no clock: datagrams, ``now`` and ``wall`` go in; HELLOs, events and a
 deadline come out.
@@ -38,6 +39,11 @@ HOST_HELLO_BUDGET = 4  # HELLOs to all unproven endpoints of one address per win
 HELLO_WINDOW = 60.0
 HELLOS_PER_SECOND = 50  # all HELLOs to unproven endpoints together
 PROBE_RETRY = 1.0  # a probe unanswered is sent again after 1 s, then 2 s (HELLO_BUDGET in all)
+# Where direct messages wait for a member (Reach.seek) and the endpoint probed is the one its
+# signed multicast comes from, both budgets are this many times larger: a lost HELLO would
+# otherwise hold a conversation up for the window.  Aiming them elsewhere takes replaying that
+# member's multicast from a forged source while this peer has messages for it.
+SOUGHT_BUDGET_FACTOR = 2
 # A peer not heard by multicast for this long is reached by unicast: more than two of the
 # presence beacons (30 s) that every member sends to every group, so one lost beacon is no switch.
 MULTICAST_FRESH = 65.0
@@ -78,6 +84,9 @@ class ReachedPeer:
     proven_at: float
     last_heard: float
     unheard_until: float | None = None  # it said our multicast does not reach it; believed until then
+    # Its latest HELLO nonce, echoed by this peer: direct messages carry it too (sealed), so the
+    # handshake completes with whichever datagram gets through (``Reach.echo_for``).
+    echo: bytes = b""
     answers: list[float] = field(default_factory=list)  # HELLOs answered within the window
 
 
@@ -108,6 +117,9 @@ class Reach:
         self._hellos_this_second: tuple[float, int] = (0.0, 0)
         self._host_hellos: OrderedDict[str, list[float]] = OrderedDict()  # per address, within the window
         self._cache_probe_at: float | None = None
+        # Peers that direct messages wait for: where their multicast comes from is probed even
+        # though multicast reaches them (direct messages go only to a proven endpoint).
+        self._sought: OrderedDict[str, None] = OrderedDict()
         self._report_at: float | None = 0.0
         self.hellos_refused = 0  # HELLOs not sent: the endpoint's budget or the global rate was spent
         self.candidates_evicted = 0
@@ -168,6 +180,7 @@ class Reach:
         if not hello.nonce:
             return
         if peer is not None and peer.endpoint == source:  # proven: answer, but not faster than budgeted
+            peer.echo = hello.nonce
             peer.answers = [at for at in peer.answers if at > now - HELLO_WINDOW]
             if len(peer.answers) < 4 * HELLO_BUDGET:
                 peer.answers.append(now)
@@ -185,7 +198,31 @@ class Reach:
             candidate.probe_at = None  # this answer is its probe
         self._send_hello(candidate, now, echo=hello.nonce)
 
+    def seek(self, pid: str, now: float) -> None:
+        """Direct messages wait for ``pid``: probe the endpoint its multicast comes from, unless
+        that is its proven endpoint already (at most :data:`MAX_ENDPOINTS` peers are sought)."""
+        self._sought[pid] = None
+        self._sought.move_to_end(pid)
+        if len(self._sought) > MAX_ENDPOINTS:
+            self._sought.popitem(last=False)
+        source = self._multicast_source.get(pid)
+        peer = self._peers.get(pid)
+        if source is not None and (peer is None or peer.endpoint != source):
+            self.add(source, "multicast", now, pid)
+
     # -- what it tells the peer core ----------------------------------------------------
+
+    def endpoint(self, pid: str) -> Endpoint | None:
+        """Where ``pid`` has proven to be, if anywhere."""
+        peer = self._peers.get(pid)
+        return None if peer is None else peer.endpoint
+
+    def echo_for(self, pid: str) -> bytes:
+        """The latest HELLO nonce proven ``pid`` asked this peer to echo (b"" if none): a sealed
+        datagram to ``pid`` may carry it, so that ``pid`` proves this peer's endpoint by it
+        should the HELLO that echoed it be lost (see :meth:`hello`, which takes it as an echo)."""
+        peer = self._peers.get(pid)
+        return b"" if peer is None else peer.echo
 
     def unicast_peers(self, now: float) -> list[tuple[str, Endpoint]]:
         """Proven peers not heard by multicast lately, most recently heard first (at most
@@ -255,7 +292,7 @@ class Reach:
         for candidate in list(self._candidates.values()):
             if candidate.probe_at is None or candidate.probe_at > now:
                 continue
-            if candidate.pid is not None and not self._unheard(candidate.pid, now):
+            if candidate.pid is not None and not self._unheard(candidate.pid, now) and candidate.pid not in self._sought:
                 del self._candidates[candidate.endpoint]  # multicast reaches it: nothing to probe
                 continue
             self._send_hello(candidate, now)
@@ -293,23 +330,30 @@ class Reach:
         """Whether ``pid``'s multicast has not reached this peer lately."""
         return now - self._multicast_heard.get(pid, -1e18) > MULTICAST_FRESH
 
+    def _factor(self, candidate: Candidate) -> int:
+        """How many times the usual budgets ``candidate`` gets (see :data:`SOUGHT_BUDGET_FACTOR`)."""
+        pid = candidate.pid
+        sought = pid is not None and pid in self._sought and self._multicast_source.get(pid) == candidate.endpoint
+        return SOUGHT_BUDGET_FACTOR if sought else 1
+
     def _spent(self, candidate: Candidate, now: float) -> bool:
         candidate.sent = [at for at in candidate.sent if at > now - HELLO_WINDOW]
-        return len(candidate.sent) >= HELLO_BUDGET
+        return len(candidate.sent) >= HELLO_BUDGET * self._factor(candidate)
 
-    def _host_spent(self, host: str, now: float) -> bool:
+    def _host_spent(self, host: str, now: float, factor: int = 1) -> bool:
         sent = self._host_hellos.get(host)
         if sent is None:
             return False
         sent[:] = [at for at in sent if at > now - HELLO_WINDOW]
-        return len(sent) >= HOST_HELLO_BUDGET
+        return len(sent) >= HOST_HELLO_BUDGET * factor
 
     def _send_hello(self, candidate: Candidate, now: float, echo: bytes = b"") -> None:
         second, count = self._hellos_this_second
         if now - second >= 1.0:
             second, count = now, 0
         host = candidate.endpoint.host
-        if self._spent(candidate, now) or self._host_spent(host, now) or count >= HELLOS_PER_SECOND:
+        factor = self._factor(candidate)
+        if self._spent(candidate, now) or self._host_spent(host, now, factor) or count >= HELLOS_PER_SECOND:
             self.hellos_refused += 1
             candidate.probe_at = None if self._spent(candidate, now) else now + PROBE_RETRY
             return
@@ -319,10 +363,10 @@ class Reach:
         if len(self._host_hellos) > HELLOS_PER_SECOND * HELLO_WINDOW:  # so the oldest's window has passed
             self._host_hellos.popitem(last=False)
         nonce = self._rng.randbytes(wire.NONCE_BYTES)
-        candidate.nonces = [*candidate.nonces[-(HELLO_BUDGET - 1):], nonce]
+        candidate.nonces = [*candidate.nonces[-(HELLO_BUDGET * factor - 1):], nonce]
         candidate.sent.append(now)
         tries = len(candidate.sent)
-        candidate.probe_at = now + PROBE_RETRY * 2 ** (tries - 1) if tries < HELLO_BUDGET else None
+        candidate.probe_at = now + PROBE_RETRY * 2 ** (tries - 1) if tries < HELLO_BUDGET * factor else None
         self._outbox.append((wire.Hello(nonce, echo, self.name), candidate.endpoint))
 
     def _prove(self, pid: str, name: str, endpoint: Endpoint, found_by: str, now: float) -> ReachedPeer:

@@ -28,6 +28,7 @@ from .crypto import Identity
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
 from .store_api import MAX_CACHED_PEERS, MAX_READ_RANGES, merged_read_marks
+from .direct import StoredDirect
 from .types import ChatMessage, Mid
 
 # Version 2: the messages one flush delivers to a group are stored as one row, a segment
@@ -44,6 +45,8 @@ from .types import ChatMessage, Mid
 # replaced when that member changes (one row per change).  Rows without a descriptor are
 # legacy groups: their messages stay readable, their members stay in the old members table.
 # Both are added in place (no version number: the columns and tables are looked for).
+# Direct messages (middleware.direct) have tables of their own, a row per message keyed by
+# conversation and mid, found in delivery order by an index; made where missing, like the rest.
 # Version 2 kept the proofs whole; version 1 kept a row per message in delivery order;
 # version 0 also stored the key in every row.  All are migrated in place.
 SCHEMA_VERSION = 3
@@ -75,6 +78,16 @@ CREATE TABLE IF NOT EXISTS conflicts (
     gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL, kept BLOB NOT NULL, other BLOB NOT NULL,
     PRIMARY KEY (gid, sender, seqno)
 );
+CREATE TABLE IF NOT EXISTS direct_messages (
+    peer TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL, parent_sender TEXT, parent_seqno INTEGER,
+    name TEXT NOT NULL, text TEXT NOT NULL, sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL,
+    ord INTEGER NOT NULL, status TEXT NOT NULL, late INTEGER NOT NULL, stamp BLOB NOT NULL,
+    PRIMARY KEY (peer, sender, seqno)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS direct_by_order ON direct_messages (peer, ord);
+CREATE INDEX IF NOT EXISTS direct_unsettled ON direct_messages (status) WHERE status IN ('queued', 'sent', 'held');
+CREATE TABLE IF NOT EXISTS direct_conversations (peer TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS direct_settings (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
 """
 # A segment holds at most this many messages, so finding one message decodes little.
 SEGMENT_MESSAGES = 256
@@ -575,3 +588,60 @@ class Store:
         merged = merged_read_marks(self.read_marks(gid) or [], ranges, self.MAX_READ_RANGES)
         self._db.execute("INSERT OR REPLACE INTO read_marks (gid, ranges) VALUES (?, ?)",
                          (gid, self._packer.pack([list(r) for r in merged])))
+
+    # -- direct messages (middleware.direct) ------------------------------------------------
+
+    _DIRECT_COLUMNS = ("peer, sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at, ord, "
+                       "status, late, stamp")
+
+    @staticmethod
+    def _direct_row(row: tuple) -> StoredDirect:
+        peer, sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at, order, status, late, \
+            stamp = row
+        parent = (parent_sender, parent_seqno) if parent_sender is not None else None
+        return StoredDirect(peer, sender, seqno, parent, name, text, sent_at, received_at, order, status, bool(late),
+                            stamp)
+
+    def save_direct(self, rows: Iterable[StoredDirect]) -> None:
+        """Direct messages, each replacing the stored version of its (peer, mid)."""
+        self._db.executemany(
+            f"INSERT OR REPLACE INTO direct_messages ({self._DIRECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(r.peer, r.sender, r.seqno, *(r.parent or (None, None)), r.name, r.text, r.sent_at, r.received_at,
+              r.order, r.status, int(r.late), r.stamp) for r in rows])
+
+    def direct_history(self, peer: str, before: int | None = None, limit: int | None = None) -> list[StoredDirect]:
+        """The conversation's shown messages (order above 0) before ``before``: the newest ``limit``, in order."""
+        rows = self._db.execute(
+            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE peer = ? AND ord > 0 AND ord < ? "
+            "ORDER BY ord DESC LIMIT ?", (peer, before if before is not None else 2**63 - 1,
+                                          limit if limit is not None else -1)).fetchall()
+        return [self._direct_row(row) for row in reversed(rows)]
+
+    def direct_unsettled(self) -> list[StoredDirect]:
+        """Outgoing messages not yet acknowledged, and incoming ones held for their causes."""
+        return [self._direct_row(row) for row in self._db.execute(
+            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE status IN ('queued', 'sent', 'held') "
+            "ORDER BY received_at, sender, seqno")]
+
+    def direct_unread(self, peer: str, after_order: int) -> list[tuple[int, int]]:
+        """(order, seqno) of the conversation's incoming shown messages past ``after_order``, in order."""
+        return self._db.execute("SELECT ord, seqno FROM direct_messages WHERE peer = ? AND sender = peer AND ord > ? "
+                                "ORDER BY ord", (peer, after_order)).fetchall()
+
+    def direct_message(self, peer: str, mid: Mid) -> StoredDirect | None:
+        row = self._db.execute(f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE peer = ? AND sender = ? "
+                               "AND seqno = ?", (peer, *mid)).fetchone()
+        return self._direct_row(row) if row else None
+
+    def direct_conversations(self) -> dict[str, bytes]:
+        return dict(self._db.execute("SELECT peer, state FROM direct_conversations"))
+
+    def save_direct_conversation(self, peer: str, state: bytes) -> None:
+        self._db.execute("INSERT OR REPLACE INTO direct_conversations (peer, state) VALUES (?, ?)", (peer, state))
+
+    def direct_setting(self, key: str) -> bytes | None:
+        row = self._db.execute("SELECT value FROM direct_settings WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_direct_setting(self, key: str, value: bytes) -> None:
+        self._db.execute("INSERT OR REPLACE INTO direct_settings (key, value) VALUES (?, ?)", (key, value))

@@ -22,6 +22,7 @@ from typing import Iterable, Protocol
 from . import wire
 from .addresses import Endpoint
 from .crypto import Identity
+from .direct import StoredDirect
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
 from .types import ChatMessage, Mid
@@ -105,6 +106,34 @@ class PeerStore(Protocol):
     def cache_peer(self, pid: str, endpoint: Endpoint, wall: float) -> None:
         """Keep ``pid``'s proven endpoint (at most MAX_CACHED_PEERS rows; the oldest give way)."""
         ...
+
+    def save_direct(self, rows: Iterable[StoredDirect]) -> None:
+        """Direct messages (:mod:`middleware.direct`), each replacing its (peer, mid)'s stored version."""
+        ...
+
+    def direct_history(self, peer: str, before: int | None = None, limit: int | None = None) -> list[StoredDirect]:
+        """The conversation's shown messages (``order`` above 0) before ``before``: the newest ``limit``, in order."""
+        ...
+
+    def direct_unsettled(self) -> list[StoredDirect]:
+        """Outgoing messages not acknowledged yet, and incoming ones held for their causes (oldest first)."""
+        ...
+
+    def direct_unread(self, peer: str, after_order: int) -> list[tuple[int, int]]:
+        """(order, seqno) of the conversation's incoming shown messages past ``after_order``, in order."""
+        ...
+
+    def direct_message(self, peer: str, mid: Mid) -> StoredDirect | None: ...
+
+    def direct_conversations(self) -> dict[str, bytes]:
+        """Each conversation's state (:class:`middleware.direct.Conversation`, packed)."""
+        ...
+
+    def save_direct_conversation(self, peer: str, state: bytes) -> None: ...
+
+    def direct_setting(self, key: str) -> bytes | None: ...
+
+    def set_direct_setting(self, key: str, value: bytes) -> None: ...
 
     def commit(self) -> None: ...
 

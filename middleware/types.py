@@ -117,6 +117,61 @@ class ChatMessage(NamedTuple):
         return row
 
 
+class DirectMessage(NamedTuple):
+    """A direct message (:mod:`middleware.direct`) as this peer shows it."""
+
+    peer: str  # the other party's pid: the conversation
+    mid: Mid  # (sender pid, the sender's seqno in this conversation, from 1)
+    parent: Mid | None  # a reply within the conversation (S_b: shown under its parent)
+    sender_name: str
+    text: str
+    sent_at: int  # ms, the sender's clock
+    received_at: int  # ms, this peer's clock
+    outgoing: bool
+    status: str  # outgoing: "queued" | "sent" | "delivered" | "read"; incoming: "received" | "read"
+    order: int = 0  # position in this conversation's delivery order
+    late: bool = False  # delivered after the SES hold limit, possibly before a cause
+
+    @property
+    def sender(self) -> str:
+        return self.mid[0]
+
+    def to_json(self) -> dict:
+        return {
+            "peer": self.peer,
+            "mid": format_mid(self.mid),
+            "parent": format_mid(self.parent) if self.parent else None,
+            "sender": self.sender,
+            "name": self.sender_name,
+            "text": self.text,
+            "sent_at": iso_millis(shown_sent_at(self.sent_at, self.received_at)),
+            "received_at": iso_millis(self.received_at),
+            "outgoing": self.outgoing,
+            "status": self.status,
+            "late": self.late,
+        }
+
+
+class ConversationView(NamedTuple):
+    """One direct conversation, as the list of conversations shows it."""
+
+    peer: str
+    name: str
+    fingerprint: str  # the peer's key, grouped hex for people to compare
+    last: DirectMessage | None  # (the conversations listed have one)
+    unread: int
+    online: bool
+
+    def to_json(self) -> dict:
+        return {"peer": self.peer, "name": self.name, "fingerprint": self.fingerprint,
+                "last": self.last.to_json() if self.last else None, "unread": self.unread, "online": self.online}
+
+
+def key_fingerprint(pid: str) -> str:
+    """A pid in full, in groups of four hex digits, for two people to compare aloud."""
+    return " ".join(pid[i:i + 4] for i in range(0, len(pid), 4))
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     pid: str

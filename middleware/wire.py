@@ -10,7 +10,8 @@ message carries its own signature proof, so any member can relay it; every other
 ends in a 64-byte Ed25519 signature of the envelope.  The pid must be the
 fingerprint of the key.
 Groups are described by their creator's signed :class:`GroupDescriptor` (the gid is
-its hash) and members by their own signed :class:`MemberRecord`; ``decode`` checks
+its hash) and members by their own signed :class:`MemberRecord` (with the member's
+direct-message key as an 8th field; records made before it have 7); ``decode`` checks
 their shape, and :func:`verify_descriptor` / :func:`verify_member` their signatures
 (the GJLP calls them only when a record would change something).
 ``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it
@@ -36,7 +37,8 @@ Every number a datagram carries, its bound at ``decode``, and what bounds it whe
 field                           decode accepts  bounded where used
 ==============================  ==============  ===================================================
 envelope ``version``            ``VERSION``     anything else is refused
-envelope ``type``               1..13           a ``MsgType``; anything else is refused
+envelope ``type``               1..13           a ``MsgType``; anything else is refused (14,
+                                                DIRECT, is not an envelope: ``direct_payload``)
 DATA / item ``seqno``           1..2**63-1      fits SQLite's INTEGER; the orderer counts in uint64
 ``parent`` seqno                1..2**63-1      as ``seqno``
 ``sent_at`` (ms)                0..2**63-1      signed, so kept; shown and exported clamped to
@@ -113,6 +115,7 @@ class MsgType(enum.IntEnum):
     DATA_BATCH = 11
     HELLO = 12
     PEER_LIST = 13
+    DIRECT = 14  # not an envelope: see encode_direct
 
 
 # ---------------------------------------------------------------------------
@@ -459,7 +462,10 @@ class MemberRecord:
 
     ``counter`` grows with every change the member makes (join, leave, new name), so
     a newer record replaces an older one and a replayed old one changes nothing.  In
-    a private group ``key_proof`` shows that the signer holds the group key.
+    a private group ``key_proof`` shows that the signer holds the group key.  ``dh``
+    is the member's X25519 key for direct messages, signed with the rest; records
+    made before it existed have none (b"") and keep their 7-field shape and signed
+    bytes, so they stay valid (their owner just cannot be messaged until it re-signs).
     """
 
     gid: str
@@ -470,6 +476,7 @@ class MemberRecord:
     key_proof: bytes
     signature: bytes
     pid: str = ""  # not on the wire: the fingerprint of public_key, filled in on decode
+    dh: bytes = b""  # on the wire as an 8th field, only when present
 
     FIELDS: ClassVar = (
         ("gid", _gid),
@@ -480,37 +487,47 @@ class MemberRecord:
         ("key_proof", _bytes_or_empty(crypto.KEY_CHECK_BYTES)),
         ("signature", _bytes(crypto.SIGNATURE_BYTES)),
     )
+    DH_FIELD: ClassVar = ("dh", _bytes(crypto.PUBLIC_KEY_BYTES))
 
     def content_bytes(self) -> bytes:
-        """What the key proof covers."""
-        return msgpack.packb(["m2mc-member", self.gid, self.public_key, self.name, self.counter, self.joined],
-                             use_bin_type=True)
+        """What the key proof covers (and the signature, with the proof)."""
+        content = ["m2mc-member", self.gid, self.public_key, self.name, self.counter, self.joined]
+        return msgpack.packb(content + [self.dh] if self.dh else content, use_bin_type=True)
 
     def signing_bytes(self) -> bytes:
         return self.content_bytes() + self.key_proof
 
+    def to_wire(self) -> list:
+        fields = [getattr(self, n) for n, _ in self.FIELDS]
+        return fields + [self.dh] if self.dh else fields
+
 
 def _member_record(value: Any, name: str) -> MemberRecord:
-    record = _unpack_obj(MemberRecord)(value, name)
-    if record.counter == 0:
+    if type(value) is not list or len(value) not in (len(MemberRecord.FIELDS), len(MemberRecord.FIELDS) + 1):
+        raise _fail(name, f"expected a list of {len(MemberRecord.FIELDS)} or {len(MemberRecord.FIELDS) + 1} values")
+    fields = MemberRecord.FIELDS + (MemberRecord.DH_FIELD,)
+    checked = {n: v(x, f"{name}.{n}") for (n, v), x in zip(fields, value)}
+    if checked["counter"] == 0:
         raise _fail(name, "member counters start at 1")
-    return MemberRecord(*(getattr(record, n) for n, _ in MemberRecord.FIELDS), crypto.pid_of(record.public_key))
+    return MemberRecord(**checked, pid=crypto.pid_of(checked["public_key"]))
 
 
 def sign_member(identity: Any, gid: str, name: str, counter: int, joined: bool, group_key: bytes | None = None
                 ) -> MemberRecord:
-    """This peer's record in ``gid``; with a private group's key it carries the key proof."""
+    """This peer's record in ``gid``, with its direct-message key; with a private group's key
+    it carries the key proof."""
     if not 1 <= counter <= MAX_MEMBER_COUNTER:
         raise WireError(f"member counter {counter} is out of range 1..{MAX_MEMBER_COUNTER}")
-    unsigned = MemberRecord(gid, identity.public_key, name, counter, joined, b"", bytes(crypto.SIGNATURE_BYTES))
+    dh = identity.direct_public
+    unsigned = MemberRecord(gid, identity.public_key, name, counter, joined, b"", bytes(crypto.SIGNATURE_BYTES), dh=dh)
     proof = crypto.key_proof(group_key, unsigned.content_bytes()) if group_key else b""
-    with_proof = MemberRecord(gid, identity.public_key, name, counter, joined, proof, unsigned.signature)
+    with_proof = MemberRecord(gid, identity.public_key, name, counter, joined, proof, unsigned.signature, dh=dh)
     return MemberRecord(gid, identity.public_key, name, counter, joined, proof,
-                        identity.sign(with_proof.signing_bytes()), identity.pid)
+                        identity.sign(with_proof.signing_bytes()), identity.pid, dh)
 
 
 def verify_member(record: MemberRecord) -> bool:
-    """Whether the member the record is about signed it."""
+    """Whether the member the record is about signed it (``dh`` included)."""
     return crypto.verify(record.public_key, record.signature, record.signing_bytes())
 
 
@@ -723,6 +740,8 @@ def _to_wire(value: Any) -> Any:
     if type(value) is DataBatch:  # the busiest message: its shape is known
         return [value.gid, [[seqno, parent and list(parent), sent_at, name, text]
                             for seqno, parent, sent_at, name, text in value.items], value.signature, value.burst_path]
+    if type(value) is MemberRecord:
+        return value.to_wire()
     fields = getattr(value, "FIELDS", None)
     if fields is not None:
         return [_to_wire(getattr(value, name)) for name, _ in fields]
@@ -815,6 +834,31 @@ def _unpack(data: bytes) -> Any:
         raise WireError(f"not a single msgpack value: {exc}") from None
     except (ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
         raise WireError(f"malformed msgpack: {exc}") from None
+
+
+_DIRECT_PREFIX = bytes((0x93, VERSION, MsgType.DIRECT))  # a msgpack fixarray of 3, then two fixints
+
+
+def encode_direct(sealed: bytes) -> bytes:
+    """A DIRECT datagram: ``[version, DIRECT, sealed]`` and nothing else, no sender, no signature
+    outside the seal (:func:`crypto.seal_direct` signs inside it), so an onlooker learns no pid."""
+    data = msgpack.packb([VERSION, int(MsgType.DIRECT), bytes(sealed)], use_bin_type=True)
+    if len(data) > MAX_DATAGRAM:
+        raise WireError(f"DIRECT of {len(data)} bytes exceeds the {MAX_DATAGRAM}-byte datagram limit")
+    return data
+
+
+def direct_payload(data: bytes) -> bytes | None:
+    """The sealed payload if ``data`` is a DIRECT datagram, else None (then it is an envelope, or
+    malformed); raises :class:`WireError` for a DIRECT datagram that is not well formed."""
+    if data[:3] != _DIRECT_PREFIX:
+        return None
+    if len(data) > MAX_DATAGRAM:
+        raise WireError(f"datagram of {len(data)} bytes exceeds {MAX_DATAGRAM}")
+    value = _unpack(bytes(data))
+    if type(value) is not list or len(value) != 3 or type(value[2]) is not bytes:
+        raise WireError("DIRECT must be [version, type, sealed bytes]")
+    return value[2]
 
 
 def sent_by(data: bytes, pid: bytes) -> bool:

@@ -1,4 +1,4 @@
-"""Ordering study: S_b against causal, total, linear- and physical-clock ordering, in simulation.
+"""Ordering study: S_b against causal, total, linear- and physical-clock ordering, and SES for direct messages, in simulation.
 
 Run it as ``m2mc-ordering-study --out DIR [--seed N] [--quick]``.
 """

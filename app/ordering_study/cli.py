@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from .direct import DIRECT_ABOUT, run_direct
 from .example import all_outcomes
 from .metrics import COLUMNS, Row
 from .network import WIRELESS
@@ -23,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Simulate a group chat and compare S_b (and OBG for operations) with causal, total, linear-clock "
             "and physical-clock ordering: delivery delay, held messages, replies shown before "
-            "their parent, header bytes."
+            "their parent, header bytes; and, for direct messages, SES against per-pair FIFO and arrival order."
         ),
     )
     parser.add_argument("--out", required=True, type=Path, help="directory for results.csv, sweep.csv, example.csv and plots")
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     runs = [run_scenario(scenario, args.seed) for scenario in scenarios(size)]
     rows = [row for run in runs for row in run.rows]
+    rows += run_direct(size.messages, args.seed)
     sweep = run_sweep(WIRELESS, size.sweep_messages, args.seed)
     examples = all_outcomes(args.seed)
 
@@ -113,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Ordering study, seed {args.seed}, {'quick' if args.quick else 'full'} run")
     for run in runs:
         print(f"  {run.scenario.name}: {run.scenario.about}")
+    for name, about in DIRECT_ABOUT.items():
+        print(f"  {name}: {about}")
     print()
     print(format_table(rows))
     print()

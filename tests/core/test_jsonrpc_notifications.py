@@ -11,7 +11,7 @@ from pathlib import Path
 
 from m2mc.app.peer import JsonRpcPeer
 from m2mc.middleware import events
-from m2mc.middleware.types import ChatMessage, GroupView, Member
+from m2mc.middleware.types import ChatMessage, DirectMessage, GroupView, Member
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE_HEADER = re.compile(r"^\| notification \| params \|")
@@ -20,9 +20,12 @@ MESSAGE_OBJECT = "a message object as in `history`"
 ANN = Member("a" * 32, "Ann")
 MESSAGE = ChatMessage("g" * 26, (ANN.pid, 1), None, "Ann", "hi", 1_700_000_000_000, 1_700_000_000_000)
 VIEW = GroupView("g" * 26, "Lunch", "239.1.1.1", 47477, False, True, (ANN,), (), 1, 0.0, frozenset({"gjlp"}))
+DIRECT = DirectMessage(ANN.pid, (ANN.pid, 1), None, "Ann", "hi", 1_700_000_000_000, 1_700_000_000_000, False,
+                       "received", 1)
 # A value of each field type an event carries; a new event with a new field type adds one here.
 SAMPLES: dict[object, object] = {
     str: "g" * 26, int: 3, Member: ANN, list[ChatMessage]: [MESSAGE], list[GroupView]: [VIEW],
+    list[DirectMessage]: [DIRECT], tuple[str, int]: (ANN.pid, 1),
 }
 
 

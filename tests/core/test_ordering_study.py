@@ -8,6 +8,17 @@ from dataclasses import replace
 import pytest
 
 from m2mc.app.ordering_study import main
+from m2mc.app.ordering_study.direct import (
+    DIRECT_POLICIES,
+    DIRECT_SCENARIOS,
+    DirectMessage,
+    DirectParams,
+    DirectWorkload,
+    causal_violations,
+    generate_direct,
+    simulate_direct,
+    summarize_direct,
+)
 from m2mc.app.ordering_study.example import D, all_outcomes, paper_workload
 from m2mc.app.ordering_study.metrics import COLUMNS, object_violations, parent_violations, summarize
 from m2mc.app.ordering_study.network import LAN, LOSSY_WIRELESS, WIRELESS
@@ -255,6 +266,53 @@ def test_same_seed_same_numbers_other_seed_other_numbers():
     assert first.rows != other.rows
 
 
+# -- point-to-point: SES, per-pair FIFO, arrival order ------------------------------------------------------
+
+BUSY_DIRECT = DirectParams(processes=4, messages=400, rate_per_process_hz=0.5, think_median_ms=300.0)
+
+
+@pytest.fixture(scope="module")
+def direct_results():
+    workload = generate_direct(BUSY_DIRECT, LOSSY_WIRELESS, seed=3)
+    return {name: simulate_direct(workload, name) for name in DIRECT_POLICIES}
+
+
+def test_direct_workload_has_answers_and_chains_through_a_third_peer():
+    workload = generate_direct(BUSY_DIRECT, LOSSY_WIRELESS, seed=3)
+    messages = workload.messages
+    follow_ups = [m for m in messages if m.follows is not None]
+    assert all(messages[m.follows].destination == m.sender for m in follow_ups)
+    assert any(m.destination == messages[m.follows].sender for m in follow_ups)
+    assert any(m.destination != messages[m.follows].sender for m in follow_ups)
+    assert all(m.sender != m.destination for m in messages)
+
+
+def test_ses_never_delivers_against_causal_order_where_fifo_and_arrival_do(direct_results):
+    violations = {name: causal_violations(result) for name, result in direct_results.items()}
+    assert violations["ses"] == 0
+    assert 0 < violations["pair_fifo"] < violations["none"]
+
+
+def test_the_issue_chain_is_a_violation_for_fifo_but_not_for_ses():
+    # A -> B (slow), A -> C, C -> B following it up: B must read A's note first.
+    messages = (DirectMessage(0, 0, 1, None, 0.0, 0.0), DirectMessage(1, 0, 2, None, 1.0, 0.0),
+                DirectMessage(2, 2, 1, 1, 0.0, 5.0))
+    workload = DirectWorkload(3, messages, (500.0, 10.0, 10.0), WIRELESS)
+    outcome = {name: simulate_direct(workload, name) for name in DIRECT_POLICIES}
+    assert causal_violations(outcome["none"]) == causal_violations(outcome["pair_fifo"]) == 1
+    assert causal_violations(outcome["ses"]) == 0
+    assert [index for kind, index in outcome["ses"].events[1]] == [0, 2]
+    assert outcome["ses"].delivery_ms[2] == 500.0
+
+
+def test_direct_rows_show_the_cost_of_ses(direct_results):
+    rows = {name: summarize_direct("direct_loss", result) for name, result in direct_results.items()}
+    assert rows["none"].held_fraction == 0 and rows["none"].header_bytes == 0
+    assert rows["ses"].held_fraction >= rows["pair_fifo"].held_fraction > 0
+    assert rows["ses"].header_bytes > rows["pair_fifo"].header_bytes == 4
+    assert rows["ses"].parent_violations == 0 < rows["pair_fifo"].parent_violations
+
+
 def test_cli_quick_run_writes_table_csv_and_plots(tmp_path, capsys):
     assert main(["--out", str(tmp_path / "out"), "--quick", "--seed", "2"]) == 0
     printed = capsys.readouterr().out
@@ -262,11 +320,12 @@ def test_cli_quick_run_writes_table_csv_and_plots(tmp_path, capsys):
     with (tmp_path / "out" / "results.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert tuple(rows[0]) == COLUMNS
-    assert {r["policy"] for r in rows} == set(POLICIES) | set(OPS_POLICIES)
-    assert len(rows) == sum(len(s.policies) for s in scenarios(QUICK))
+    assert {r["policy"] for r in rows} == set(POLICIES) | set(OPS_POLICIES) | set(DIRECT_POLICIES)
+    assert len(rows) == sum(len(s.policies) for s in scenarios(QUICK)) + len(DIRECT_SCENARIOS) * len(DIRECT_POLICIES)
+    assert {r["scenario"] for r in rows if r["policy"] == "ses"} == {name for name, _ in DIRECT_SCENARIOS}
     assert {r["scenario"] for r in rows if r["policy"] == "obg"} == {"wireless_ops"}
     for r in rows:
-        if r["policy"] in ("sb", "causal"):
+        if r["policy"] in ("sb", "causal", "ses"):
             assert float(r["parent_violations"]) == 0
     with (tmp_path / "out" / "sweep.csv").open() as handle:
         assert {int(r["processes"]) for r in csv.DictReader(handle)} == {2, 4, 8, 16, 32, 64}

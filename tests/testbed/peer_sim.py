@@ -17,11 +17,12 @@ from collections import Counter
 from typing import Callable
 
 from m2mc.middleware import crypto
-from m2mc.middleware.addresses import GroupAddress
+from m2mc.middleware.addresses import Endpoint, GroupAddress
 from m2mc.middleware.peer_core import CONTROL_ADDR, Datagram, PeerCore
 from m2mc.middleware.store_api import PeerStore
-from m2mc.middleware.events import Event, MessagesDelivered, MessagesUpdated, WarningRaised
-from m2mc.middleware.types import ChatMessage, Mid
+from m2mc.middleware.events import (DirectDelivered, DirectStatusChanged, Event, MessagesDelivered, MessagesUpdated,
+                                    WarningRaised)
+from m2mc.middleware.types import ChatMessage, DirectMessage, Mid
 from tests.testbed.faults import FaultInjector
 from tests.testbed.stores import after_crash
 
@@ -38,9 +39,15 @@ class Recorder:
         self.shown: list[ChatMessage] = []
         self.updated: list[ChatMessage] = []  # messages shown again, as operations changed them
         self.warnings: list[str] = []
+        self.direct: list[DirectMessage] = []  # direct messages shown, own included
+        self.statuses: list[DirectStatusChanged] = []
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, MessagesDelivered):
+        if isinstance(event, DirectDelivered):
+            self.direct += event.messages
+        elif isinstance(event, DirectStatusChanged):
+            self.statuses.append(event)
+        elif isinstance(event, MessagesDelivered):
             self.shown += event.messages
         elif isinstance(event, MessagesUpdated):
             self.updated += event.messages
@@ -49,11 +56,12 @@ class Recorder:
 
 
 class SimNode:
-    def __init__(self, lan: PeerLan, store: PeerStore, name: str, seed: int) -> None:
+    def __init__(self, lan: PeerLan, store: PeerStore, name: str, seed: int, endpoint: Endpoint | None = None) -> None:
         self.lan = lan
         self.store = store
         self.name = name
         self.seed = seed
+        self.endpoint = endpoint  # where unicast reaches it (PeerLan(unicast=True))
         self.recorder = Recorder()
         self.starts = 0
         self.core: PeerCore | None = None
@@ -63,6 +71,8 @@ class SimNode:
         self.starts += 1
         self.core = PeerCore(self.store, self.lan.now, self.name,
                              rng=random.Random(self.seed * 1_000 + self.starts))
+        if self.endpoint is not None:
+            self.core.reach.own = {self.endpoint}
         self.core.warn_conflicts_held()
         self.core.advertise()
 
@@ -80,11 +90,20 @@ class SimNode:
 
 class PeerLan:
     MAX_STEPS = 50_000  # per step_until: far past what a test's conversation needs
-    def __init__(self, stores: list[PeerStore], faults: FaultInjector | None = None, seed: int = 1) -> None:
+    def __init__(self, stores: list[PeerStore], faults: FaultInjector | None = None, seed: int = 1,
+                 unicast: bool = False) -> None:
+        """``unicast``: each peer has an endpoint (10.77.0.<n>:47477) that datagrams to it reach, and
+        every datagram arrives with its sender's endpoint as source (else unicast goes nowhere)."""
         self.now = 1_000.0
         self.faults = faults or FaultInjector(rng=random.Random(seed))
-        self.nodes = [SimNode(self, store, f"peer{i}", seed * 100 + i) for i, store in enumerate(stores)]
-        self._queue: list[tuple[float, int, int, Datagram]] = []  # (arrival, tie, node index, datagram)
+        self.unicast = unicast
+        # (sender index, receiver index) -> extra one-way delay (s), or None: the link is cut
+        self.links: dict[tuple[int, int], float | None] = {}
+        self.nodes = [SimNode(self, store, f"peer{i}", seed * 100 + i,
+                              Endpoint(f"10.77.0.{i + 1}", 47477) if unicast else None)
+                      for i, store in enumerate(stores)]
+        # (arrival, tie, node index, datagram, sender's endpoint)
+        self._queue: list[tuple[float, int, int, Datagram, Endpoint | None]] = []
         self._tie = itertools.count()
         self.sent: Counter[str] = Counter()  # datagrams sent, by destination kind
         self.sent_by: Counter[str] = Counter()  # datagrams sent, by peer name
@@ -112,18 +131,32 @@ class PeerLan:
         return result
 
     def transmit(self, sender: SimNode, datagrams: list[Datagram]) -> None:
+        source = self.nodes.index(sender)
         for datagram in datagrams:
-            # Multicast reaches everyone here, so nobody needs the broadcasts, or unicast to an endpoint.
-            if not isinstance(datagram.destination, GroupAddress):
+            destination = datagram.destination
+            if self.unicast and isinstance(destination, Endpoint):
+                self.sent["unicast"] += 1
+                self.sent_by[sender.name] += 1
+                for index, node in enumerate(self.nodes):
+                    if node.endpoint == destination:
+                        self._send(source, index, datagram)
+                continue
+            # Multicast reaches everyone here, so nobody needs the broadcasts.
+            if not isinstance(destination, GroupAddress):
                 self.sent["not multicast"] += 1
                 continue
-            self.sent["control" if datagram.destination.host == CONTROL_ADDR else "group"] += 1
+            self.sent["control" if destination.host == CONTROL_ADDR else "group"] += 1
             self.sent_by[sender.name] += 1
             for index, node in enumerate(self.nodes):
-                if node is sender:
-                    continue
-                for at in self.faults.arrivals(self.now):
-                    heapq.heappush(self._queue, (at, next(self._tie), index, datagram))
+                if node is not sender:
+                    self._send(source, index, datagram)
+
+    def _send(self, source: int, index: int, datagram: Datagram) -> None:
+        extra = self.links.get((source, index), 0.0)
+        if extra is None:
+            return
+        for at in self.faults.arrivals(self.now):
+            heapq.heappush(self._queue, (at + extra, next(self._tie), index, datagram, self.nodes[source].endpoint))
 
     def kill(self, node: SimNode) -> None:
         """The process dies: everything not committed is gone, datagrams in flight still arrive."""
@@ -151,12 +184,14 @@ class PeerLan:
                 return
             self.now = max(self.now, first)
             if next_arrival is not None and next_arrival == first:
-                _, _, index, datagram = heapq.heappop(self._queue)
+                _, _, index, datagram, source = heapq.heappop(self._queue)
                 node = self.nodes[index]
                 if node.core is None:
                     continue  # a dead peer hears nothing
-                self.run(node, lambda core: core.receive(datagram.data, None, self.now, self.now,
-                                                          control=datagram.destination.host == CONTROL_ADDR))
+                destination = datagram.destination
+                path = "unicast" if isinstance(destination, Endpoint) else "multicast"
+                self.run(node, lambda core: core.receive(datagram.data, source, self.now, self.now, path=path,
+                                                          control=destination.host == CONTROL_ADDR))
             else:
                 assert next_timer is not None
                 self.run(self.nodes[next_timer[1]], lambda core: core.handle_timer(self.now))
