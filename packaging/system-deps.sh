@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages M2MC needs beyond Python itself, when any is missing.
 #   runtime: the X11/xcb libraries Qt's xcb platform plugin loads (a desktop session)
-#   tests:   iproute2 and iptables, for the private network-namespace LAN tests; Xvfb, the
-#            virtual display the GUI tests open real windows on
+#   tests:   iproute2 and iptables, for the private network-namespace LAN tests; libnetfilter-queue's
+#            headers, which the dev extra's NetfilterQueue builds against (the packet delayer);
+#            Xvfb, the virtual display the GUI tests open real windows on
 #   report:  a font with CJK glyphs (Droid Sans Fallback, 2 MB), for group names in the plots;
 #            chromium, the headless browser the explorer page's test opens it in (Playwright's own
 #            browser download is not reachable everywhere)
@@ -17,7 +18,7 @@ python=${1:-python3}
 packages=(
   libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xkb1 libxcb-randr0
   libxcb-render-util0 libxcb-image0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3
-  iproute2 iptables xvfb xauth
+  iproute2 iptables libnetfilter-queue-dev xvfb xauth
   fonts-droid-fallback chromium
   desktop-file-utils appstream  # validators for the desktop entry and metainfo tests
   gcc libc6-dev libssl-dev
