@@ -85,7 +85,13 @@ MAX_AHEAD = MAX_QUEUED_PER_PEER  # an incoming seqno this far past the first gap
 MAX_UNREAD = 5_000  # unread incoming messages per sender; past it the sender's new ones are refused
 SENDER_RATE = 100.0  # frames per second per sender, after opening (an honest one paces itself below)
 SENDER_BURST = 300.0
-OPENS_PER_SECOND = 2_000  # DIRECT datagrams opened per second, from anyone
+# DIRECT datagrams opened per second.  A stranger's flood must not lock members out: datagrams
+# from sources no member has proven to be at share STRANGER_OPENS_PER_SECOND, and each member's
+# proven endpoint has OPENS_PER_SECOND of its own, so a flood forged from one member's address
+# spends only that member's budget.  At most MAX_SOURCE_BUDGETS endpoints are counted per second.
+OPENS_PER_SECOND = 2_000
+STRANGER_OPENS_PER_SECOND = 2_000
+MAX_SOURCE_BUDGETS = 1_024
 MAX_TEXT = wire.MAX_TEXT
 SETTING_SES = "ses"
 SETTING_RECEIPTS = "receipts"
@@ -193,7 +199,8 @@ class DirectCore:
         self._settings: dict[str, bytes] = {}
         self._composed: list[Mid] = []  # since the last commit
         self._events: list[Event] = []  # of the writes not committed yet
-        self._opens: tuple[float, int] = (0.0, 0)
+        self._opens_second = 0.0
+        self._opens: dict[object, int] = {}  # this second's openings: per proven endpoint, None for the rest
         self.stats = dict.fromkeys((
             "direct_sent", "direct_retransmitted", "direct_acks_sent", "direct_delivered", "direct_duplicates",
             "direct_unopened", "direct_malformed", "direct_over_budget", "direct_rate_dropped",
@@ -310,16 +317,19 @@ class DirectCore:
 
     # -- network input ----------------------------------------------------------------------
 
-    def receive(self, sealed: bytes, now: float, wall: float) -> tuple[str, bytes] | None:
+    def receive(self, sealed: bytes, now: float, wall: float, proven_source: object = None
+                ) -> tuple[str, bytes] | None:
         """A DIRECT datagram's sealed payload; returns its sender if it opened (then it was heard),
-        and the HELLO nonce of this peer's that it echoes (b"" if none or malformed)."""
-        second, count = self._opens
-        if now - second >= 1.0:
-            second, count = now, 0
-        if count >= OPENS_PER_SECOND:
+        and the HELLO nonce of this peer's that it echoes (b"" if none or malformed).
+        ``proven_source``: the datagram's source when a member has proven to be there, else None."""
+        if now - self._opens_second >= 1.0:
+            self._opens_second, self._opens = now, {}
+        budget = STRANGER_OPENS_PER_SECOND if proven_source is None else OPENS_PER_SECOND
+        count = self._opens.get(proven_source, 0)
+        if count >= budget or (count == 0 and len(self._opens) >= MAX_SOURCE_BUDGETS):
             self.stats["direct_over_budget"] += 1
             return None
-        self._opens = (second, count + 1)
+        self._opens[proven_source] = count + 1
         opened = crypto.open_direct(self.identity, sealed, self.keys_of)
         if opened is None:
             self.stats["direct_unopened"] += 1

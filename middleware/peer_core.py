@@ -683,7 +683,8 @@ class PeerCore:
         if not sealed or path != "unicast":
             self.stats.malformed_dropped += 1  # only ever sent to one endpoint
             return
-        opened = self.direct.receive(sealed, now, wall)
+        proven = source if source is not None and self.reach.pid_at(source) is not None else None
+        opened = self.direct.receive(sealed, now, wall, proven)
         if opened is not None:
             sender, echo = opened
             if self._is_member_anywhere(sender):

@@ -212,6 +212,11 @@ class Reach:
 
     # -- what it tells the peer core ----------------------------------------------------
 
+    def pid_at(self, endpoint: Endpoint) -> str | None:
+        """Whose proven endpoint ``endpoint`` is, if anyone's (a datagram's source can be forged:
+        this says where a peer proved to be, not who sent a datagram)."""
+        return self._by_endpoint.get(endpoint)
+
     def endpoint(self, pid: str) -> Endpoint | None:
         """Where ``pid`` has proven to be, if anywhere."""
         peer = self._peers.get(pid)

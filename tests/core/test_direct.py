@@ -447,6 +447,7 @@ def test_a_member_whose_key_is_unusable_cannot_be_written_to_and_breaks_nothing(
 
 def test_opening_attempts_are_capped_per_second(monkeypatch):
     monkeypatch.setattr(direct, "OPENS_PER_SECOND", 3)
+    monkeypatch.setattr(direct, "STRANGER_OPENS_PER_SECOND", 3)
     lan = lan_of(2)
     ann, bob = lan.nodes
     junk = wire.encode_direct(bytes(crypto.DIRECT_BUCKETS[0] + crypto.DIRECT_SEAL_OVERHEAD))
@@ -585,3 +586,30 @@ def test_a_member_that_direct_messages_wait_for_gets_a_larger_hello_budget_at_it
     both = probes(elsewhere)
     assert both.count(elsewhere) <= HELLO_BUDGET  # any other endpoint: the usual budget
     assert len(both) <= HOST_HELLO_BUDGET * SOUGHT_BUDGET_FACTOR  # and the address's, at most doubled
+
+
+def test_a_strangers_flood_spends_only_the_strangers_budget_and_a_member_gets_through(monkeypatch):
+    from m2mc.middleware.addresses import Endpoint
+
+    monkeypatch.setattr(direct, "STRANGER_OPENS_PER_SECOND", 50)
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    dm(lan, ann, bob, "hello")
+    lan.settle(40.0)  # a first message: each proves its endpoint to the other
+    assert bob.core.reach.pid_at(ann.endpoint) == ann.pid
+    junk = wire.encode_direct(bytes(crypto.DIRECT_BUCKETS[0] + crypto.DIRECT_SEAL_OVERHEAD))
+    stranger = Endpoint("10.9.9.9", 40000)
+    receive = bob.core.receive
+
+    def flooded_receive(data, source, now, wall, **kwargs):
+        if kwargs.get("path") == "unicast":  # ahead of every unicast datagram, a second's worth of junk
+            for _ in range(100):
+                receive(junk, stranger, now, wall, path="unicast")
+        return receive(data, source, now, wall, **kwargs)
+
+    monkeypatch.setattr(bob.core, "receive", flooded_receive)
+    mid = dm(lan, ann, bob, "through the flood")
+    lan.settle(2.0)
+    assert "through the flood" in shown(bob, ann)
+    assert statuses(ann, mid)[-1] == "delivered"
+    assert bob.core.stats_dict()["direct_over_budget"] >= 50
