@@ -3,7 +3,8 @@ conversation (in-memory backend, no network).
 
     xvfb-run -a python -m m2mc.app.screenshots [--out resources]
 
-Writes ``screenshot-main.png`` (the main window with the threads view),
+Writes ``screenshot-main.png`` (the main window with the threads view, 1,400 px wide),
+``screenshot-800.png`` (the same at 800 x 600, its side panes folded),
 ``screenshot-deep-thread.png`` (a 40-deep thread opened on its own at 800 px
 wide), ``screenshot-files.png`` (files shared in a thread: a photo downloaded with its
 thumbnail, one coming in, one not fetched), ``screenshot-dark.png`` (the same window in a dark
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     light = app.palette()
     apply_theme(app)
 
-    window, _backend = make_window(app)
+    window, _backend = make_window(app, size=(1400, 800))
     assert window.current is not None  # make_window() waits for the group to open
     arrived = [node.message.mid for node in window.current.tree.arrival if node.message is not None]
     window.select_message(arrived[3])
@@ -220,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     window.grab().save(str(saved[-1]))
     direct_conversation(app, window, _backend)
     saved.append(out / "screenshot-direct.png")
+    window.grab().save(str(saved[-1]))
+    window.close()
+
+    window, _backend = make_window(app, size=(800, 600))  # a small laptop: the side panes fold
+    settle(app)
+    saved.append(out / "screenshot-800.png")
     window.grab().save(str(saved[-1]))
     window.close()
 

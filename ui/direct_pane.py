@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, Qt
-from PySide6.QtGui import QPainter
+from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import (QAbstractItemView, QFrame, QHBoxLayout, QLabel, QListWidget, QPushButton,
                                QStyleOptionViewItem, QToolTip, QVBoxLayout, QWidget)
 
@@ -129,6 +129,21 @@ class DirectList(QListWidget):
         self.setItemDelegate(GroupListDelegate(self))
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setAccessibleName("Direct messages")
+
+    EMPTY_HINT = "No direct messages yet.\nRight-click a member, or a message's author, and choose Message NAME…"
+
+    def paintEvent(self, event) -> None:
+        super().paintEvent(event)
+        if self.count():
+            return
+        painter = QPainter(self.viewport())
+        muted = QColor(self.palette().color(QPalette.ColorRole.Text))
+        muted.setAlpha(150)
+        painter.setPen(muted)
+        painter.drawText(self.viewport().rect().adjusted(10, 10, -10, -10),
+                         int(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignHCenter | Qt.TextFlag.TextWordWrap),
+                         self.EMPTY_HINT)
+        painter.end()
 
 
 class DirectPane(QWidget):

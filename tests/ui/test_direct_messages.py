@@ -14,7 +14,7 @@ from m2mc.middleware.events import DirectStatusChanged
 from m2mc.middleware.presence import OFFLINE_AFTER
 from m2mc.middleware.types import Member, key_fingerprint
 from m2mc.ui.controllers.direct import READ_RECEIPTS_KEY, SEEN_DELAY_MS
-from m2mc.ui.direct_pane import QUEUED_FALLBACK, PeerRole
+from m2mc.ui.direct_pane import QUEUED_FALLBACK, DirectList, PeerRole
 from m2mc.ui.main_window import MainWindow
 from m2mc.ui.member_list import MemberPidRole
 from m2mc.ui.message_model import MessageRole
@@ -280,3 +280,16 @@ def test_a_conversations_model_passes_the_model_tester_as_replies_and_statuses_a
     assert reply.parent().data(MessageRole).mid == (ANN.pid, 1)
     assert reply.data(Qt.ItemDataRole.AccessibleTextRole) == "Dana: thanks (sent, not yet acknowledged)"
     assert "read by Ann" in model.index_for((me, 1)).data(Qt.ItemDataRole.ToolTipRole)
+
+
+def test_an_empty_direct_messages_list_says_how_to_start_one(qtbot, window, backend):
+    window.start()
+    direct_list = window.findChild(DirectList, "directList")
+    assert direct_list is not None and direct_list.count() == 0
+    qtbot.waitExposed(direct_list)
+    image = direct_list.viewport().grab().toImage()
+    background = image.pixelColor(image.width() - 2, image.height() - 2)
+    inked = sum(1 for x in range(0, image.width(), 2) for y in range(0, min(image.height(), 60), 2)
+                if image.pixelColor(x, y) != background)
+    assert inked > 20, "the hint is drawn where the list is empty"
+    assert "Message NAME" in DirectList.EMPTY_HINT
