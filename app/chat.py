@@ -18,7 +18,6 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, QStandardPaths, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from ..middleware.files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
 from ..middleware.manager import Config
 from ..middleware.transport import TransportError
 from ..middleware.types import UsageError
@@ -27,7 +26,7 @@ from ..ui.dialogs import NameDialog
 from ..ui.main_window import MainWindow
 from ..ui.resources import app_icon, apply_theme
 
-from .cli import add_common_options, default_data_dir
+from .cli import add_common_options, add_file_options, default_data_dir
 from .qt_app import application
 
 log = logging.getLogger("m2mc.chat")
@@ -37,12 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="m2mc-chat", description="M2MC threaded chat for your local network.")
     add_common_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
-    parser.add_argument("--download-dir", type=Path, default=None,
-                        help="where fetched files go (default: the desktop's Downloads folder)")
-    parser.add_argument("--auto-download", type=int, default=DEFAULT_AUTO_DOWNLOAD, metavar="BYTES",
-                        help=f"fetch offered files up to this size on their own (default {DEFAULT_AUTO_DOWNLOAD})")
-    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_SIZE, metavar="BYTES",
-                        help=f"refuse to fetch larger files (default {DEFAULT_MAX_FILE_SIZE})")
+    add_file_options(parser, downloads="the desktop's Downloads folder")
     return parser.parse_args(argv)
 
 

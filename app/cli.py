@@ -8,6 +8,7 @@ from pathlib import Path
 import platformdirs
 
 from ..middleware import __version__
+from ..middleware.files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
 from ..middleware.manager import DEFAULT_PORT
 
 
@@ -15,6 +16,16 @@ def default_data_dir() -> Path:
     """$XDG_DATA_HOME/m2mc (~/.local/share/m2mc) on Linux, ~/Library/Application Support/m2mc on
     macOS, %LOCALAPPDATA%\\m2mc on Windows."""
     return Path(platformdirs.user_data_dir("m2mc", appauthor=False))
+
+
+def add_file_options(parser: argparse.ArgumentParser, downloads: str) -> None:
+    """Where fetched files go and which ones come by themselves (m2mc-peer and m2mc-chat)."""
+    parser.add_argument("--download-dir", type=Path, default=None,
+                        help=f"where fetched files go (default: {downloads})")
+    parser.add_argument("--auto-download", type=int, default=DEFAULT_AUTO_DOWNLOAD, metavar="BYTES",
+                        help=f"fetch offered files up to this size on their own (default {DEFAULT_AUTO_DOWNLOAD})")
+    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_SIZE, metavar="BYTES",
+                        help=f"refuse to fetch larger files (default {DEFAULT_MAX_FILE_SIZE})")
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..middleware.manager import Config, GroupManager
-from ..middleware.files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, OfferError, is_offer_text, parse_offer
+from ..middleware.files import OfferError, is_offer_text, parse_offer
 from ..middleware.transport import TransportError
 from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, FileProgress, GroupsDiscovered,
                                  MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated, SyncProgress,
@@ -37,7 +37,7 @@ from ..middleware.mentions import DEFAULT_MENTIONS_LISTED, MAX_MENTIONS_LISTED
 from ..middleware.store_api import SearchQueryError
 from ..middleware.types import ChatMessage, UsageError, format_mid, iso_millis, parse_mid
 
-from .cli import add_common_options, default_data_dir
+from .cli import add_common_options, add_file_options, default_data_dir
 
 log = logging.getLogger("m2mc.peer")
 
@@ -188,13 +188,7 @@ class JsonRpcPeer:
     def send(self, params: dict) -> dict:
         gid = _param(params, "gid", str)
         text = _param(params, "text", str)
-        parent_text = params.get("parent")
-        if parent_text is not None and not isinstance(parent_text, str):
-            raise RpcError(INVALID_PARAMS, "bad parent: 'parent' must be a mid string '<pid>:<seqno>' or null")
-        try:
-            parent = parse_mid(parent_text) if parent_text is not None else None
-        except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
+        parent = _parent_param(params)
         mentions = params.get("mentions", [])
         if not isinstance(mentions, list) or not all(isinstance(pid, str) for pid in mentions):
             raise RpcError(INVALID_PARAMS, "invalid parameter 'mentions' (expected a list of pids)")
@@ -297,13 +291,7 @@ class JsonRpcPeer:
     def send_direct(self, params: dict) -> dict:
         pid = _param(params, "pid", str)
         text = _param(params, "text", str)
-        parent_text = params.get("parent")
-        if parent_text is not None and not isinstance(parent_text, str):
-            raise RpcError(INVALID_PARAMS, "bad parent: 'parent' must be a mid string '<pid>:<seqno>' or null")
-        try:
-            parent = parse_mid(parent_text) if parent_text is not None else None
-        except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
+        parent = _parent_param(params)
         return {"mid": format_mid(self.running.send_direct(pid, text, parent))}
 
     def direct_history(self, params: dict) -> list:
@@ -704,12 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="m2mc-peer", description="Headless M2MC peer: JSON-RPC 2.0 on stdin/stdout.")
     add_common_options(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
-    parser.add_argument("--download-dir", type=Path, default=None,
-                        help="where fetched files go (default: <data dir>/downloads)")
-    parser.add_argument("--auto-download", type=int, default=DEFAULT_AUTO_DOWNLOAD, metavar="BYTES",
-                        help=f"fetch offered files up to this size on their own (default {DEFAULT_AUTO_DOWNLOAD})")
-    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_SIZE, metavar="BYTES",
-                        help=f"refuse to fetch larger files (default {DEFAULT_MAX_FILE_SIZE})")
+    add_file_options(parser, downloads="<data dir>/downloads")
     args = parser.parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr, level=logging.DEBUG if args.verbose else logging.INFO,

@@ -1006,16 +1006,7 @@ class MainWindow(QMainWindow):
         self.current_view_mids_visible(mark=True)
 
     def current_view_mids_visible(self, mark: bool = False) -> list[Mid]:
-        view = self.current_view()
-        model = view.model()
-        if model is None:
-            return []
-        visible = []
-        index = view.indexAt(QPoint(4, 2))
-        height = view.viewport().height()
-        while index.isValid() and view.visualRect(index).top() < height:
-            visible.append(index.data(MessageRole).mid)
-            index = view.indexBelow(index)
+        visible = self.current_view().visible_mids()
         if mark and self.current is not None:
             self.current.tree.mark_read(visible)
         return visible

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QKeyEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -20,12 +20,12 @@ from PySide6.QtWidgets import (
 )
 
 from ..middleware.names import shown
-from ..middleware.types import ChatMessage
+from ..middleware.types import ChatMessage, Mid
 
 from .delegate import MessageDelegate, clock, root_text
 from .files_view import local_files
 from .member_list import marked_name
-from .message_model import ThreadRole, ThreadSummary
+from .message_model import MessageRole, ThreadRole, ThreadSummary
 from .resources import icon, theme_colors
 
 UnreadCountRole = Qt.ItemDataRole.UserRole + 11
@@ -318,6 +318,18 @@ class ConversationView(QTreeView):
         self._last_width = -1
         self._current_at_press = QPersistentModelIndex()
         self.empty_hint = ""  # drawn in the middle while the view has no rows (ui.main_window sets it)
+
+    def visible_mids(self) -> list[Mid]:
+        """The messages whose rows are on screen, top to bottom (what the reader can see: read)."""
+        if self.model() is None:
+            return []
+        visible = []
+        index = self.indexAt(QPoint(4, 2))
+        height = self.viewport().height()
+        while index.isValid() and self.visualRect(index).top() < height:
+            visible.append(index.data(MessageRole).mid)
+            index = self.indexBelow(index)
+        return visible
 
     def paintEvent(self, event) -> None:
         super().paintEvent(event)

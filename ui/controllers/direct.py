@@ -357,14 +357,7 @@ class DirectController(QObject):
         conversation = self.current
         if conversation is None or not conversation.tree.unread or not self.view.isActiveWindow():
             return
-        view = self.view.direct_pane.view
-        visible = []
-        index = view.indexAt(QPoint(4, 2))
-        height = view.viewport().height()
-        while index.isValid() and view.visualRect(index).top() < height:
-            visible.append(index.data(MessageRole).mid)
-            index = view.indexBelow(index)
-        conversation.tree.mark_read(visible)
+        conversation.tree.mark_read(self.view.direct_pane.view.visible_mids())
 
     def _on_current_message(self, current: QModelIndex, _previous: QModelIndex) -> None:
         message: ChatMessage | None = current.data(MessageRole) if current.isValid() else None
