@@ -293,3 +293,19 @@ def test_an_empty_direct_messages_list_says_how_to_start_one(qtbot, window, back
                 if image.pixelColor(x, y) != background)
     assert inked > 20, "the hint is drawn where the list is empty"
     assert "Message NAME" in DirectList.EMPTY_HINT
+
+
+def test_the_conversation_with_the_newest_message_heads_the_list(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    backend.manager.inject_direct(ANN, "first, from Ann")
+    direct = window.direct_list
+    qtbot.waitUntil(lambda: direct.count() == 1)
+    backend.manager.inject_direct(BOB, "then Bob")
+    qtbot.waitUntil(lambda: direct.count() == 2)
+    qtbot.waitUntil(lambda: direct.item(0).data(PeerRole) == BOB.pid)
+    direct.setCurrentItem(direct.item(1))  # Ann's open
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    backend.manager.inject_direct(ANN, "Ann again")
+    qtbot.waitUntil(lambda: direct.item(0).data(PeerRole) == ANN.pid)
+    assert direct.currentItem() is direct.item(0), "the open conversation stays selected as it moves"
+    assert window.centre_stack.currentWidget() is window.direct_pane

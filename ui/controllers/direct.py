@@ -298,10 +298,25 @@ class DirectController(QObject):
             shown_now = conversation.tree.add_messages([as_chat_message(m) for m in messages], unread=True)
             if conversation is self.current and shown_now:
                 self._after_arrival(conversation, at_bottom)
+        self._to_top(conversation)
         if incoming and self.notifies() and not (conversation is self.current and self.view.isActiveWindow()):
             last = incoming[-1]
             extra = f" (+{len(incoming) - 1} more)" if len(incoming) > 1 else ""
             self.view.notify(f"{shown(conversation.name)} (direct message)", snippet(last.text, 120) + extra)
+
+    def _to_top(self, conversation: Conversation) -> None:
+        """The conversation with the newest message heads the list, as in every messenger."""
+        rows = self.view.direct_list
+        row = rows.row(conversation.item)
+        if row <= 0:
+            return
+        current = rows.currentItem() is conversation.item
+        rows.blockSignals(True)  # a move is not a choice of conversation
+        rows.takeItem(row)
+        rows.insertItem(0, conversation.item)
+        if current:
+            rows.setCurrentItem(conversation.item)
+        rows.blockSignals(False)
 
     def _after_arrival(self, conversation: Conversation, at_bottom: bool) -> None:
         view = self.view.direct_pane.view
