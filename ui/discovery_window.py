@@ -9,6 +9,7 @@ refreshed every few seconds.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
@@ -29,7 +30,7 @@ from ..middleware.types import GroupView, short_fingerprint
 from .bridge import Backend
 from .resources import app_icon, icon
 
-COLUMNS = ("Group", "Members", "Private", "Last seen", "Status")
+COLUMNS = ("Group", "Members", "Private", "Last seen", "Active", "Status")
 GidRole = Qt.ItemDataRole.UserRole + 1
 
 
@@ -49,6 +50,8 @@ class GroupTableModel(QAbstractTableModel):
         super().__init__(parent)
         self.groups: list[GroupView] = []
         self._rows: dict[str, int] = {}
+        # gid -> its members heard lately (presence: this peer hears those it shares a group with)
+        self.online: dict[str, int] = {}
         self.clock = clock
 
     def update(self, views: list[GroupView]) -> None:
@@ -67,6 +70,12 @@ class GroupTableModel(QAbstractTableModel):
     def refresh_times(self) -> None:
         if self.groups:
             self.dataChanged.emit(self.index(0, 3), self.index(len(self.groups) - 1, 3))
+
+    def set_online(self, gid: str, count: int) -> None:
+        row = self._rows.get(gid)
+        if row is not None and self.online.get(gid) != count:
+            self.online[gid] = count
+            self.dataChanged.emit(self.index(row, 4), self.index(row, 4))
 
     def view_for(self, gid: str) -> GroupView | None:
         row = self._rows.get(gid)
@@ -104,9 +113,15 @@ class GroupTableModel(QAbstractTableModel):
             if column == 3:
                 return ago(self.clock() - view.last_seen)
             if column == 4:
+                online = self.online.get(view.gid)
+                return "—" if online is None else f"{online} online" if online else "nobody online"
+            if column == 5:
                 return "joined" if view.joined else ""
         if role == Qt.ItemDataRole.DecorationRole and column == 2 and view.private:
             return icon("lock")
+        if role == Qt.ItemDataRole.ToolTipRole and column == 4:
+            return ("Members heard in the last 40 s. This peer hears the members of groups it is in: "
+                    "for another group, only those it shares one with")
         if role == Qt.ItemDataRole.ToolTipRole:
             names = ", ".join(m.name for m in view.members) or "nobody we know of yet"
             creator = f"\ncreated by key {short_fingerprint(view.creator)}" if view.creator else ""
@@ -115,6 +130,10 @@ class GroupTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.TextAlignmentRole and column == 1:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
+
+
+def _presence_of(gid: str, peer) -> dict[str, str]:
+    return peer.presence_of(gid)
 
 
 ALONE_TEXT = ("Nobody found on this network yet. Multicast may be blocked here: switches, Wi-Fi access "
@@ -208,6 +227,7 @@ class DiscoveryWindow(QWidget):
     def showEvent(self, event) -> None:
         super().showEvent(event)
         self.place_on_screen()
+        self.count_active()
 
     def place_on_screen(self) -> None:
         """Move the window wholly onto its screen's free area (a window manager may place a new
@@ -251,12 +271,22 @@ class DiscoveryWindow(QWidget):
                 self.model.update(views)
 
     def _tick(self) -> None:
-        """While shown, ask again: a joined group's "last seen" follows its talk, which no
-        announcement reports; hidden, only the "… ago" texts age."""
+        """While shown, ask again: a joined group's "last seen" follows its talk, and who is active
+        changes, which no announcement reports; hidden, only the "… ago" texts age."""
         if self.isVisible():
             self.load()
+            self.count_active()
         else:
             self.model.refresh_times()
+
+    def count_active(self) -> None:
+        for view in list(self.model.groups):
+            self.backend.call(partial(_presence_of, view.gid), on_result=partial(self._show_active, view.gid),
+                              on_error=lambda _e: None)
+
+    def _show_active(self, gid: str, statuses: dict[str, str]) -> None:
+        self.model.set_online(gid, sum(1 for pid, status in statuses.items()
+                                       if status == "online" and pid != self.backend.pid))
 
     def load(self) -> None:
         self.backend.call(lambda peer: peer.groups(), on_result=self.model.update)

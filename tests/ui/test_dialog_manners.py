@@ -4,7 +4,7 @@ while the key is derived, and the discovery window closes with Esc and opens who
 
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QDialogButtonBox, QLineEdit, QToolButton
+from PySide6.QtWidgets import QDialogButtonBox, QLineEdit, QPushButton, QToolButton
 
 from conftest import ANN, activate, save_screenshot
 from m2mc.ui.dialogs import CHECKING_PASSPHRASE, ConfirmJoinDialog
@@ -81,3 +81,26 @@ def test_the_discovery_window_opens_wholly_on_screen(qtbot, window):
     qtbot.waitExposed(discovery)
     qtbot.waitUntil(lambda: QRect(area).contains(discovery.frameGeometry()))
     assert discovery.frameGeometry().width() >= discovery.width()
+
+
+def test_the_discovery_window_shows_who_is_active_in_each_group(qtbot, window, backend):
+    from m2mc.middleware.presence import BEACON_INTERVAL, OFFLINE_AFTER
+    from m2mc.middleware.types import Member
+
+    from conftest import BOB, CAT
+
+    me = Member(backend.pid, backend.name)
+    lunch = backend.manager.inject_group("Lunch", members=(ANN, BOB, CAT, me), joined=True)
+    window.start()
+    backend.manager.pass_time(BEACON_INTERVAL + 1)  # their beacons: heard
+    backend.manager.set_online(CAT, False)
+    backend.manager.pass_time(OFFLINE_AFTER + 1)
+    discovery = window.discovery
+    discovery._ticker.setInterval(100)  # its 5 s refresh, sooner
+    find = next(b for b in window.groups_pane.findChildren(QPushButton) if b.text() == "Find groups…")
+    qtbot.mouseClick(find, Qt.MouseButton.LeftButton)
+    qtbot.waitExposed(discovery)
+    qtbot.waitUntil(lambda: lunch.gid in discovery.model._rows)
+    active = discovery.model.index(discovery.model._rows[lunch.gid], 4)
+    qtbot.waitUntil(lambda: active.data() == "2 online")  # Ann and Bob; Cat is gone, and I do not count
+    save_screenshot(discovery, "discovery-active.png")
