@@ -51,6 +51,9 @@ MULTICAST_FRESH = 65.0
 # within this time: where multicast flows, the two come together and nothing is probed.
 BROADCAST_GRACE = 1.0
 REPORT_INTERVAL = 20.0  # "your multicast does not reach me", to each proven peer it concerns
+# A newly proven peer's exchange is sent again once this much later: a lost PEER_LIST would
+# otherwise wait for the next report (REPORT_AFTER), and a subnet would wait that long to talk.
+RELIST_AFTER = 2.0
 # A peer proven this recently is not yet said to be unheard: an idle peer sends multicast only
 # with its presence beacons (every 30 s), so silence says nothing before one has had its turn.
 REPORT_AFTER = 35.0
@@ -121,6 +124,7 @@ class Reach:
         # though multicast reaches them (direct messages go only to a proven endpoint).
         self._sought: OrderedDict[str, None] = OrderedDict()
         self._report_at: float | None = 0.0
+        self._relist: dict[str, float] = {}  # newly proven pid -> when its exchange goes again
         self.hellos_refused = 0  # HELLOs not sent: the endpoint's budget or the global rate was spent
         self.candidates_evicted = 0
         self.peer_lists_ignored = 0  # from peers not proven, or not from their endpoint
@@ -296,6 +300,7 @@ class Reach:
             deadlines.append(self._cache_probe_at)
         if self._report_at is not None and self._peers:
             deadlines.append(self._report_at)
+        deadlines.extend(self._relist.values())
         return min(deadlines) if deadlines else None
 
     def handle_timer(self, now: float, cached: list[tuple[str, Endpoint, float]] | None = None,
@@ -309,6 +314,12 @@ class Reach:
                 del self._candidates[candidate.endpoint]  # multicast reaches it: nothing to probe
                 continue
             self._send_hello(candidate, now)
+        for pid, due in list(self._relist.items()):
+            if due <= now:
+                del self._relist[pid]
+                peer = self._peers.get(pid)
+                if peer is not None:
+                    self._exchange(peer, now)  # once more: a lost PEER_LIST is not asked for
         if self._report_at is not None and now >= self._report_at and self._peers:
             self._report_at = now + REPORT_INTERVAL
             for peer in list(self._peers.values()):
@@ -394,15 +405,19 @@ class Reach:
         self._peers.move_to_end(pid)
         self._by_endpoint[endpoint] = pid
         self._events.append(PeerReached(pid, endpoint, found_by))
-        # Peer exchange, between peers that multicast does not join: the newcomer learns the
-        # peers proven here and those heard here by multicast, and the proven ones learn of it.
-        others = [p for p in reversed(self._peers.values()) if p.pid != pid][:wire.MAX_PEER_LIST]
-        if self._unheard(pid, now):
-            self._send_peer_list(pid, endpoint, now)
-        for other in others:
-            if self._unheard(other.pid, now):
-                self._outbox.append((wire.PeerList(((pid, endpoint.host, endpoint.port),)), other.endpoint))
+        self._exchange(peer, now)
+        if old is None or old.endpoint != endpoint:
+            self._relist[pid] = now + RELIST_AFTER
         return peer
+
+    def _exchange(self, peer: ReachedPeer, now: float) -> None:
+        """Peer exchange: the newcomer learns the peers proven here and those heard here by
+        multicast, and every proven peer learns of it, those this peer hears by multicast too (a
+        neighbour on this subnet does not hear a newcomer behind a router)."""
+        self._send_peer_list(peer.pid, peer.endpoint, now)
+        entry = wire.PeerList(((peer.pid, peer.endpoint.host, peer.endpoint.port),))
+        for other in [p for p in reversed(self._peers.values()) if p.pid != peer.pid][:wire.MAX_PEER_LIST]:
+            self._outbox.append((entry, other.endpoint))
 
     def _send_peer_list(self, pid: str, endpoint: Endpoint, now: float) -> None:
         """To ``pid``, which multicast does not join to this peer: the peers proven here, and
@@ -419,6 +434,7 @@ class Reach:
             self._outbox.append((wire.PeerList(rows), endpoint))
 
     def _forget(self, pid: str) -> None:
+        self._relist.pop(pid, None)
         peer = self._peers.pop(pid, None)
         if peer is not None:
             self._by_endpoint.pop(peer.endpoint, None)

@@ -183,3 +183,30 @@ def test_hello_and_peer_list_keep_to_their_bounds():
         wire.encode(me, wire.PeerList((("x", "224.0.0.1", 1),)))
     with pytest.raises(wire.WireError):
         wire.encode(me, wire.PeerList(tuple(("x", "10.0.0.1", 1) for _ in range(wire.MAX_PEER_LIST + 1))))
+
+
+def test_a_neighbour_on_the_subnet_learns_of_a_peer_behind_a_router_even_when_the_first_list_is_lost():
+    # Ann and Abe share a subnet (multicast); Bob is behind a unicast router and joins by Ann's invite.
+    ABE_AT = Endpoint("10.0.0.4", 47477)
+    ann, abe, bob = make("ann", ANN_AT), make("abe", ABE_AT), make("bob", BOB_AT)
+    sides = {ANN_AT: ("ann", ann), ABE_AT: ("abe", abe), BOB_AT: ("bob", bob)}
+    abe.add(ANN_AT, "invite", 0.0)
+    exchange(sides, 0.0)
+    ann.heard("abe", ABE_AT, "multicast", 0.5)
+    abe.heard("ann", ANN_AT, "multicast", 0.5)
+    bob.add(ANN_AT, "invite", 1.0)
+
+    def losing_peer_lists(now: float) -> None:
+        for source, (pid, reach) in sides.items():
+            reach.handle_timer(now)
+            for message, to in reach.datagrams_to_send():
+                if to in sides and isinstance(message, wire.Hello):
+                    sides[to][1].hello(pid, message, source, now)  # every PEER_LIST of this moment is lost
+
+    for _ in range(4):
+        losing_peer_lists(1.0)
+    assert {pid for pid, _ in bob.unicast_peers(1.0)} == {"ann"}
+    exchange(sides, 1.0 + reach_module.RELIST_AFTER, rounds=6)  # the exchange goes once more, 2 s on
+    now = 1.0 + reach_module.RELIST_AFTER
+    assert "abe" in {pid for pid, _ in bob.unicast_peers(now)}
+    assert "bob" in {pid for pid, _ in abe.unicast_peers(now)}, "Ann's neighbour heard of Bob too"

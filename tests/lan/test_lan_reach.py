@@ -252,18 +252,29 @@ def test_c_two_subnets_behind_a_unicast_router_join_by_invite_and_each_side_keep
         for lan in (left, right):  # unicast between the two hosts of one side, from now on
             for i in range(2):
                 udp_counter(lan, i, lan.addresses[1 - i])
-        converse(peers, gid, "first", timeout=40)
-        converse(peers, gid, "second", timeout=40)
+        try:
+            converse(peers, gid, "first", timeout=40)
+            converse(peers, gid, "second", timeout=40)
+        except AssertionError:  # what each peer has, and whom it reaches how: for the log
+            for peer in peers:
+                print(peer.name, sorted(m["text"] for m in peer.delivered(gid)),
+                      [(r["name"], r["endpoints"], r["found_by"], r["reached_by"]) for r in peer.call("peers")])
+            raise
         same_side = {f"{lan.addresses[1 - i]}->{lan.addresses[i]}": udp_received(lan, i, lan.addresses[1 - i])[0]
                      for lan in (left, right) for i in range(2)}
         forward = subprocess.run(["ip", "netns", "exec", router.name, "iptables", "-L", "FORWARD", "-v", "-x", "-n"],
                                  check=True, capture_output=True, text=True).stdout.splitlines()[2].split()
         print(f"the router forwarded {forward[0]} datagrams, {forward[1]} bytes; unicast within one side while "
               f"conversing: {same_side}")
-        for peer, other_side in ((ann, (bob, bea)), (bob, (ann, abe))):
+        for peer, same, other_side in ((ann, abe, (bob, bea)), (bob, bea, (ann, abe))):
             paths = reached(peer)
             assert all(paths[p.pid] == "unicast" for p in other_side), paths
-        assert sum(same_side.values()) == 0, same_side
+            assert paths.get(same.pid, "multicast") == "multicast", paths
+        # Each side keeps multicast: a neighbour is reached by multicast (above), so no chat is
+        # copied to it by unicast.  Neighbours still tell each other, in a few PEER_LISTs, of the
+        # peers behind the router (a neighbour cannot hear those): a handful of datagrams, where
+        # chat copies would be every message, heartbeat and repair of both conversations.
+        assert all(count <= 12 for count in same_side.values()), same_side
     finally:
         for peer in peers:
             if peer.proc.poll() is None:
