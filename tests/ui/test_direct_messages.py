@@ -309,3 +309,38 @@ def test_the_conversation_with_the_newest_message_heads_the_list(qtbot, window, 
     qtbot.waitUntil(lambda: direct.item(0).data(PeerRole) == ANN.pid)
     assert direct.currentItem() is direct.item(0), "the open conversation stays selected as it moves"
     assert window.centre_stack.currentWidget() is window.direct_pane
+
+
+def test_each_conversation_keeps_its_own_draft_across_switches_and_a_restart(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    backend.manager.inject_direct(ANN, "are you there?")
+    backend.manager.inject_direct(BOB, "lunch?")
+    direct = window.direct_list
+    qtbot.waitUntil(lambda: direct.count() == 2)
+
+    def open_row(pid):
+        row = next(direct.item(i) for i in range(direct.count()) if direct.item(i).data(PeerRole) == pid)
+        qtbot.mouseClick(direct.viewport(), Qt.MouseButton.LeftButton, pos=direct.visualItemRect(row).center())
+        qtbot.waitUntil(lambda: window.direct_controller.current is not None
+                        and window.direct_controller.current.peer == pid)
+
+    compose = window.direct_pane.compose
+    open_row(ANN.pid)
+    qtbot.keyClicks(compose, "half a thought for Ann")
+    open_row(BOB.pid)
+    assert compose.toPlainText() == "", "Ann's draft must not follow into Bob's conversation"
+    qtbot.keyClicks(compose, "for Bob")
+    open_row(ANN.pid)
+    assert compose.toPlainText() == "half a thought for Ann"
+    qtbot.keyClick(compose, Qt.Key.Key_Return)  # sent: the draft goes
+    qtbot.waitUntil(lambda: compose.toPlainText() == "")
+
+    again = MainWindow(backend, settings=window.settings)  # a restart over the same settings
+    qtbot.addWidget(again)
+    again.show()
+    again.start()
+    qtbot.waitUntil(lambda: again.direct_list.count() == 2)
+    again.direct_controller.open_with(BOB.pid, BOB.name)
+    assert again.direct_pane.compose.toPlainText() == "for Bob"
+    again.direct_controller.open_with(ANN.pid, ANN.name)
+    assert again.direct_pane.compose.toPlainText() == ""

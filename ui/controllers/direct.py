@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from PySide6.QtCore import QModelIndex, QObject, QPoint, Qt, QTimer
-from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtGui import QAction, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import QListWidget, QListWidgetItem, QMenu, QStackedWidget, QWidget
 
 from ...middleware.events import Event
@@ -32,6 +32,7 @@ from ..member_list import MemberNameRole, MemberPidRole
 from ..message_model import MessageRole
 from ..message_tree import MessageTree
 from ..resources import icon
+from ..state import Draft, Drafts
 from ..widgets import UnreadCountRole
 
 SEEN_DELAY_MS = 1500  # as long on screen as a group's message before it counts as read
@@ -91,6 +92,10 @@ class DirectController(QObject):
         pane.send_button.clicked.connect(self.send_message)
         pane.view.reply_requested.connect(self.reply_to)
         pane.reply_banner.cancelled.connect(self.clear_reply)
+        # One draft per conversation, kept in the settings as groups' are (ui.state.Drafts).
+        self.drafts = Drafts(settings)
+        self._restoring = False
+        pane.compose.textChanged.connect(self.keep_draft)
         pane.view.verticalScrollBar().valueChanged.connect(self.schedule_seen)
         pane.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         pane.view.customContextMenuRequested.connect(self._message_menu)
@@ -240,9 +245,10 @@ class DirectController(QObject):
 
     def show_conversation(self, conversation: Conversation) -> None:
         pane = self.view.direct_pane
-        if self.current is not None and self.current is not conversation:
-            self.current.reply = None
+        switched = self.current is not conversation
         self.current = conversation
+        if switched:
+            self._restore_draft(conversation)
         self.view.group_list.setCurrentRow(-1)  # no group is shown: no group action may act on it
         self.view.centre_stack.setCurrentWidget(pane)
         if not self.view.direct_list.hasFocus():
@@ -381,6 +387,24 @@ class DirectController(QObject):
 
     # -- writing ------------------------------------------------------------------------------------------
 
+    def keep_draft(self) -> None:
+        """What is typed to the shown conversation, and the message it answers, kept as its draft."""
+        if self._restoring or self.current is None:
+            return
+        self.drafts.put(draft_key(self.current.peer),
+                        Draft(self.view.direct_pane.compose.toPlainText(), self.current.reply))
+
+    def _restore_draft(self, conversation: Conversation) -> None:
+        draft = self.drafts.get(draft_key(conversation.peer))
+        compose = self.view.direct_pane.compose
+        self._restoring = True
+        try:
+            compose.setPlainText(draft.text)
+            compose.moveCursor(QTextCursor.MoveOperation.End)
+        finally:
+            self._restoring = False
+        conversation.reply = draft.reply
+
     def show_target(self) -> None:
         conversation = self.current
         banner = self.view.direct_pane.reply_banner
@@ -391,6 +415,7 @@ class DirectController(QObject):
         if self.current is None or self.current.tree.message(mid) is None:
             return
         self.current.reply = mid
+        self.keep_draft()
         self.show_target()
         self.view.direct_pane.compose.setFocus()
 
@@ -405,6 +430,7 @@ class DirectController(QObject):
     def clear_reply(self) -> None:
         if self.current is not None:
             self.current.reply = None
+            self.keep_draft()
         self.show_target()
 
     def send_message(self) -> None:
@@ -423,7 +449,7 @@ class DirectController(QObject):
         pane = self.view.direct_pane
         if conversation is self.current and pane.compose.toPlainText() == text:
             conversation.reply = None
-            pane.compose.clear()
+            pane.compose.clear()  # the draft goes with it (keep_draft)
             self.show_target()
 
     def _send_failed(self, error: Exception) -> None:
@@ -467,3 +493,8 @@ class DirectController(QObject):
         menu = QMenu(view)
         menu.addAction(icon("reply"), "Reply", lambda: self.reply_to(message.mid))
         menu.popup(view.viewport().mapToGlobal(pos))
+
+
+def draft_key(peer: str) -> str:
+    """A direct conversation's key among the drafts (a group's is its gid: no gid has a colon)."""
+    return f"dm:{peer}"
