@@ -1,7 +1,9 @@
-"""What the GUI checks run inside a namespace share (gui_netns_check.py, gui_reach_check.py), and what
-their tests read back: one JSON line per step, and a wait that keeps the window's events flowing."""
+"""What the GUI checks run inside a namespace share (gui_netns_check.py, gui_reach_check.py, gui_direct_check.py,
+gui_files_check.py), and what their tests read back: one JSON line per step, a wait that keeps the window's events
+flowing, and the real window started over a GroupManager."""
 
 import json
+import sys
 import time
 
 
@@ -26,3 +28,26 @@ def read_event(proc):
     line = proc.stdout.readline()
     assert line, f"the GUI check ended early: {proc.stderr.read()[-3000:]}"
     return json.loads(line)
+
+
+def start_window(data_dir: str, iface: str, size=(1100, 680)):
+    """The real app over a GroupManager on ``iface`` (no zeroconf), shown and started: what each
+    GUI check begins with.  Returns (app, backend, window)."""
+    from pathlib import Path
+
+    from PySide6.QtWidgets import QApplication
+
+    from m2mc.middleware.manager import Config
+    from m2mc.ui.bridge import ManagerBackend
+    from m2mc.ui.main_window import MainWindow
+    from m2mc.ui.resources import apply_theme
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    apply_theme(app)
+    backend = ManagerBackend(Config(data_dir=Path(data_dir), name="Gui", iface=iface, zeroconf=False))
+    backend.start()
+    window = MainWindow(backend)
+    window.resize(*size)
+    window.show()
+    window.start()
+    return app, backend, window

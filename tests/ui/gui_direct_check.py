@@ -15,13 +15,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from m2mc.middleware.manager import Config  # noqa: E402
-from m2mc.ui.bridge import ManagerBackend  # noqa: E402
-from m2mc.ui.main_window import MainWindow  # noqa: E402
-from m2mc.ui.resources import apply_theme  # noqa: E402
-from tests.ui.gui_check_support import say, wait  # noqa: E402
+from tests.ui.gui_check_support import say, start_window, wait  # noqa: E402
 
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
@@ -29,14 +24,7 @@ SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 def main():
     data_dir, iface, gid = sys.argv[1], sys.argv[2], sys.argv[3]
     SHOTS.mkdir(parents=True, exist_ok=True)
-    app = QApplication([sys.argv[0]])
-    apply_theme(app)
-    backend = ManagerBackend(Config(data_dir=Path(data_dir), name="Gui", iface=iface, zeroconf=False))
-    backend.start()
-    window = MainWindow(backend)
-    window.resize(1000, 640)
-    window.show()
-    window.start()
+    app, backend, window = start_window(data_dir, iface, (1000, 640))
     found = wait(app, lambda: any(g.gid == gid for g in window.discovery.model.groups), timeout=30)
     if found:
         backend.call_async(lambda peer: peer.join_group_async(gid), on_result=window.join_controller._joined)

@@ -12,15 +12,10 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from m2mc.middleware.files import is_offer_text  # noqa: E402
-from m2mc.middleware.manager import Config  # noqa: E402
 from m2mc.middleware.types import format_mid, parse_mid  # noqa: E402
-from m2mc.ui.bridge import ManagerBackend  # noqa: E402
-from m2mc.ui.main_window import MainWindow  # noqa: E402
-from m2mc.ui.resources import apply_theme  # noqa: E402
-from tests.ui.gui_check_support import say, wait  # noqa: E402
+from tests.ui.gui_check_support import say, start_window, wait  # noqa: E402
 
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
@@ -36,14 +31,7 @@ def strip_of(window, mid):
 
 def main():
     data_dir, iface, desc, to_share = sys.argv[1:5]
-    app = QApplication([sys.argv[0]])
-    apply_theme(app)
-    backend = ManagerBackend(Config(data_dir=Path(data_dir), name="Gui", iface=iface, zeroconf=False))
-    backend.start()
-    window = MainWindow(backend)
-    window.resize(1100, 680)
-    window.show()
-    window.start()
+    app, backend, window = start_window(data_dir, iface, (1100, 680))
     model = window.discovery.model
     found = wait(app, lambda: next((g.gid for g in model.groups if g.desc == desc), None), timeout=30)
     if not found:

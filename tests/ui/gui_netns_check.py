@@ -15,13 +15,8 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from m2mc.middleware.manager import Config  # noqa: E402
-from m2mc.ui.bridge import ManagerBackend  # noqa: E402
-from m2mc.ui.main_window import MainWindow  # noqa: E402
-from m2mc.ui.resources import apply_theme  # noqa: E402
-from tests.ui.gui_check_support import say, wait  # noqa: E402
+from tests.ui.gui_check_support import say, start_window, wait  # noqa: E402
 
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
@@ -40,14 +35,7 @@ def tree_rows(window):
 def main():
     data_dir, desc = sys.argv[1], sys.argv[2]
     passphrase = sys.argv[3] if len(sys.argv) > 3 else None
-    app = QApplication([sys.argv[0]])
-    apply_theme(app)
-    backend = ManagerBackend(Config(data_dir=Path(data_dir), name="Gui", iface="127.0.0.1", zeroconf=False))
-    backend.start()
-    window = MainWindow(backend)
-    window.resize(1100, 680)
-    window.show()
-    window.start()
+    app, backend, window = start_window(data_dir, "127.0.0.1", (1100, 680))
     model = window.discovery.model
     found = wait(app, lambda: next((g.gid for g in model.groups if g.desc == desc), None))
     say(step="discovered", gid=found)

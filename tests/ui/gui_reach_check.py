@@ -16,14 +16,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QGuiApplication  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
-from PySide6.QtWidgets import QApplication, QDialog, QInputDialog  # noqa: E402
+from PySide6.QtWidgets import QDialog, QInputDialog  # noqa: E402
 
-from m2mc.middleware.manager import Config  # noqa: E402
-from m2mc.ui.bridge import ManagerBackend  # noqa: E402
 from m2mc.ui.discovery_window import DiscoveryWindow  # noqa: E402
-from m2mc.ui.main_window import MainWindow  # noqa: E402
-from m2mc.ui.resources import apply_theme  # noqa: E402
-from tests.ui.gui_check_support import say, wait  # noqa: E402
+from tests.ui.gui_check_support import say, start_window, wait  # noqa: E402
 
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
@@ -49,14 +45,7 @@ def main():
     data_dir, iface, invite = sys.argv[1], sys.argv[2], sys.argv[3]
     DiscoveryWindow.ALONE_AFTER = 3_000  # the app waits 10 s; the check need not
     SHOTS.mkdir(parents=True, exist_ok=True)
-    app = QApplication([sys.argv[0]])
-    apply_theme(app)
-    backend = ManagerBackend(Config(data_dir=Path(data_dir), name="Gui", iface=iface, zeroconf=False))
-    backend.start()
-    window = MainWindow(backend)
-    window.resize(1100, 680)
-    window.show()
-    window.start()
+    app, backend, window = start_window(data_dir, iface, (1100, 680))
     window.join_controller.show_discovery()
     alone = wait(app, lambda: window.discovery.alone_label.isVisible(), timeout=15) is not None
     window.discovery.grab().save(str(SHOTS / "discovery-window-alone.png"))
