@@ -52,7 +52,8 @@ MULTICAST_FRESH = 65.0
 BROADCAST_GRACE = 1.0
 REPORT_INTERVAL = 20.0  # "your multicast does not reach me", to each proven peer it concerns
 # A newly proven peer's exchange is sent again once this much later: a lost PEER_LIST would
-# otherwise wait for the next report (REPORT_AFTER), and a subnet would wait that long to talk.
+# otherwise wait for the next report (REPORT_AFTER), and peers behind a router would wait that
+# long to hear of each other.
 RELIST_AFTER = 2.0
 # A peer proven this recently is not yet said to be unheard: an idle peer sends multicast only
 # with its presence beacons (every 30 s), so silence says nothing before one has had its turn.
@@ -411,13 +412,15 @@ class Reach:
         return peer
 
     def _exchange(self, peer: ReachedPeer, now: float) -> None:
-        """Peer exchange: the newcomer learns the peers proven here and those heard here by
-        multicast, and every proven peer learns of it, those this peer hears by multicast too (a
-        neighbour on this subnet does not hear a newcomer behind a router)."""
-        self._send_peer_list(peer.pid, peer.endpoint, now)
+        """Peer exchange, between peers that multicast does not join: the newcomer learns the
+        peers proven here and those heard here by multicast (a neighbour of this peer's, told, then
+        proves itself to the newcomer), and the proven ones that multicast does not join learn of it."""
+        if self._unheard(peer.pid, now):
+            self._send_peer_list(peer.pid, peer.endpoint, now)
         entry = wire.PeerList(((peer.pid, peer.endpoint.host, peer.endpoint.port),))
         for other in [p for p in reversed(self._peers.values()) if p.pid != peer.pid][:wire.MAX_PEER_LIST]:
-            self._outbox.append((entry, other.endpoint))
+            if self._unheard(other.pid, now):
+                self._outbox.append((entry, other.endpoint))
 
     def _send_peer_list(self, pid: str, endpoint: Endpoint, now: float) -> None:
         """To ``pid``, which multicast does not join to this peer: the peers proven here, and

@@ -185,7 +185,7 @@ def test_hello_and_peer_list_keep_to_their_bounds():
         wire.encode(me, wire.PeerList(tuple(("x", "10.0.0.1", 1) for _ in range(wire.MAX_PEER_LIST + 1))))
 
 
-def test_a_neighbour_on_the_subnet_learns_of_a_peer_behind_a_router_even_when_the_first_list_is_lost():
+def test_a_peer_behind_a_router_meets_the_inviters_neighbour_even_when_the_first_list_is_lost():
     # Ann and Abe share a subnet (multicast); Bob is behind a unicast router and joins by Ann's invite.
     ABE_AT = Endpoint("10.0.0.4", 47477)
     ann, abe, bob = make("ann", ANN_AT), make("abe", ABE_AT), make("bob", BOB_AT)
@@ -209,4 +209,5 @@ def test_a_neighbour_on_the_subnet_learns_of_a_peer_behind_a_router_even_when_th
     exchange(sides, 1.0 + reach_module.RELIST_AFTER, rounds=6)  # the exchange goes once more, 2 s on
     now = 1.0 + reach_module.RELIST_AFTER
     assert "abe" in {pid for pid, _ in bob.unicast_peers(now)}
-    assert "bob" in {pid for pid, _ in abe.unicast_peers(now)}, "Ann's neighbour heard of Bob too"
+    assert "bob" in {pid for pid, _ in abe.unicast_peers(now)}, "Bob proved himself to Ann's neighbour"
+    # Ann told Abe nothing herself: she hears Abe by multicast, and her subnet keeps to it.
