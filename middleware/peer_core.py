@@ -649,6 +649,12 @@ class PeerCore:
             return
         if source is not None:
             self.reach.heard(envelope.sender, source, path, now)
+            if (path == "unicast" and self.reach.endpoint(envelope.sender) != source
+                    and self._is_member_anywhere(envelope.sender)):
+                # A member sends to us by unicast, so it proved our endpoint, but we never proved
+                # its own (the echo of our HELLO was lost): probe it now, within the HELLO budgets,
+                # rather than wait for its next report to make us send it copies.
+                self.reach.add(source, "inbound", now, envelope.sender)
         if path == "broadcast":
             if isinstance(message, wire.Adv) and source is not None and self.reach.path(envelope.sender, now) is None:
                 # Someone on the subnet whose multicast has not reached us: probe it, unless it does soon.

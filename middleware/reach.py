@@ -15,7 +15,8 @@ proves that the signer is at the endpoint.  Until then an endpoint gets nothing 
 HELLOs, at most :data:`HELLO_BUDGET` per :data:`HELLO_WINDOW`, and one address at most
 :data:`HOST_HELLO_BUDGET` whatever its ports, so a forged source address can aim about
 700 bytes a minute at its victim, and no more (twice that where direct messages wait for a
-member and the endpoint is where its signed multicast comes from: :meth:`Reach.seek`).
+member and the endpoint is where its signed multicast comes from, :meth:`Reach.seek`, and for
+an endpoint the user chose: an invite's, or one added by hand).
 
 No I/O and no clock: datagrams, ``now`` and ``wall`` go in; HELLOs, events and a
 deadline come out.
@@ -356,10 +357,12 @@ class Reach:
         return now - self._multicast_heard.get(pid, -1e18) > MULTICAST_FRESH
 
     def _factor(self, candidate: Candidate) -> int:
-        """How many times the usual budgets ``candidate`` gets (see :data:`SOUGHT_BUDGET_FACTOR`)."""
+        """How many times the usual budgets ``candidate`` gets (see :data:`SOUGHT_BUDGET_FACTOR`): an
+        endpoint the user chose (an invite's, one added by hand) is worth the same retries, since a
+        join by invite waits for it (three HELLOs at 10 % loss each way failed one join in twenty)."""
         pid = candidate.pid
         sought = pid is not None and pid in self._sought and self._multicast_source.get(pid) == candidate.endpoint
-        return SOUGHT_BUDGET_FACTOR if sought else 1
+        return SOUGHT_BUDGET_FACTOR if sought or candidate.found_by in ("invite", "manual") else 1
 
     def _spent(self, candidate: Candidate, now: float) -> bool:
         candidate.sent = [at for at in candidate.sent if at > now - HELLO_WINDOW]

@@ -72,9 +72,13 @@ def test_a_forged_source_gets_at_most_the_budget_of_hellos_per_address_whatever_
     assert len(ann.datagrams_to_send()) == 1  # the window has passed
 
 
-def test_one_endpoint_is_probed_at_most_the_budget_times_a_window():
+@pytest.mark.parametrize("found_by, budget", [
+    ("cache", HELLO_BUDGET),  # a remembered endpoint: the usual budget
+    ("manual", HELLO_BUDGET * reach_module.SOUGHT_BUDGET_FACTOR),  # chosen by the user: a join waits for it
+])
+def test_one_endpoint_is_probed_at_most_the_budget_times_a_window(found_by, budget):
     ann = make("ann", ANN_AT)
-    ann.add(BOB_AT, "manual", 0.0)
+    ann.add(BOB_AT, found_by, 0.0, "bob" if found_by == "cache" else None)
     sent = []
     now = 0.0
     while now < 30:
@@ -84,7 +88,7 @@ def test_one_endpoint_is_probed_at_most_the_budget_times_a_window():
         now = max(now, deadline)
         ann.handle_timer(now)
         sent += ann.datagrams_to_send()
-    assert len(sent) == HELLO_BUDGET
+    assert len(sent) == budget
 
 
 def test_peers_heard_by_multicast_get_no_unicast_copies_unless_they_say_they_do_not_hear_us():
