@@ -24,7 +24,7 @@ from .direct_api import LATE_TEXT, STATUS_MARKS, Marks, status_text
 from .message_model import AnyIndex, MessageRole, MessageTreeModel
 from .message_tree import MessageTree
 from .resources import icon
-from .widgets import ComposeEdit, ConversationView, ElidedLabel, GroupListDelegate, ReplyBanner
+from .widgets import ComposeEdit, ConversationView, GroupListDelegate, ReplyBanner, title_label
 
 PeerRole = Qt.ItemDataRole.UserRole + 21  # a Direct messages row: the peer's pid
 ONLINE_MARK, OFFLINE_MARK = "●", "○"
@@ -152,12 +152,7 @@ class DirectPane(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("directPane")
-        self.title_label = ElidedLabel()
-        self.title_label.setObjectName("directTitle")
-        font = self.title_label.font()
-        font.setPointSizeF(font.pointSizeF() * 1.2)
-        font.setBold(True)
-        self.title_label.setFont(font)
+        self.title_label = title_label("directTitle")
         self.fingerprint_label = QLabel()
         self.fingerprint_label.setObjectName("directFingerprint")
         self.fingerprint_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

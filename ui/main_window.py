@@ -77,7 +77,7 @@ from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
     ConversationView,
-    ElidedLabel,
+    title_label,
     GroupIdRole,
     GroupListDelegate,
     CatchUpBar,
@@ -199,12 +199,7 @@ class MainWindow(QMainWindow):
         groups_layout.addWidget(direct_title)
         groups_layout.addWidget(self.direct_list, 1)
 
-        self.title_label = ElidedLabel()
-        self.title_label.setObjectName("conversationTitle")
-        font = self.title_label.font()
-        font.setPointSizeF(font.pointSizeF() * 1.2)
-        font.setBold(True)
-        self.title_label.setFont(font)
+        self.title_label = title_label("conversationTitle")
         self.filter_edit = QLineEdit()
         self.filter_edit.setObjectName("filter")
         self.filter_edit.setPlaceholderText("Filter (Ctrl+F)")

@@ -57,6 +57,17 @@ class ElidedLabel(QLabel):
 COMPLETER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Tab, Qt.Key.Key_Backtab, Qt.Key.Key_Escape)
 
 
+
+def title_label(name: str) -> "ElidedLabel":
+    """A conversation's title over its view: a fifth larger than the text, bold, cut with … when narrow."""
+    label = ElidedLabel()
+    label.setObjectName(name)
+    font = label.font()
+    font.setPointSizeF(font.pointSizeF() * 1.2)
+    font.setBold(True)
+    label.setFont(font)
+    return label
+
 class ComposeEdit(QPlainTextEdit):
     """Enter sends, Shift+Enter starts a new line, Up in an empty box edits our last message."""
 

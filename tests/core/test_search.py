@@ -114,13 +114,19 @@ def test_history_pages_in_delivery_order_without_operations(store):
     assert store.message_count("g0") == len(store.history("g0"))
 
 
-def test_an_old_data_dir_gets_its_index_built_on_open(tmp_path, caplog):
+def stored_with_an_index(tmp_path):
+    """A closed store of 100 messages, and which of them a search for "apple" finds."""
     path = tmp_path / "old.db"
     store = Store(path)
     store.add_messages(random_messages(random.Random(5), 100))
     store.commit()
     expected = {h.mid for h in store.search("apple", limit=1000)}
     store.close()
+    return path, expected
+
+
+def test_an_old_data_dir_gets_its_index_built_on_open(tmp_path, caplog):
+    path, expected = stored_with_an_index(tmp_path)
     db = sqlite3.connect(path)
     db.execute("DROP TABLE message_search")  # as a data dir written before the index
     db.execute("DROP TABLE message_search_changed")
@@ -162,12 +168,7 @@ def test_the_index_forgets_every_text_it_held_through_edits_replays_and_replacem
 
 
 def test_the_index_holds_no_copy_of_the_text_and_an_index_that_did_is_rebuilt(tmp_path):
-    path = tmp_path / "old.db"
-    store = Store(path)
-    store.add_messages(random_messages(random.Random(5), 100))
-    store.commit()
-    expected = {h.mid for h in store.search("apple", limit=1000)}
-    store.close()
+    path, expected = stored_with_an_index(tmp_path)
     db = sqlite3.connect(path)
     assert not db.execute("SELECT name FROM sqlite_master WHERE name = 'message_search_content'").fetchall()
     db.execute("DROP TABLE message_search")
