@@ -152,6 +152,7 @@ class Conversation:
     pace_at: float = 0.0
     paced_until: float | None = None  # messages wait for pace until then
     ack_at: float = 0.0  # the earliest next ACK
+    away: bool = False  # the peer could not be reached at the last prepare: no deadline until it is
 
     def window(self) -> list[Outgoing]:
         """The unacknowledged messages that may be in flight: from the first one, :data:`WINDOW` seqnos
@@ -201,6 +202,7 @@ class DirectCore:
         self._events: list[Event] = []  # of the writes not committed yet
         self._opens_second = 0.0
         self._opens: dict[object, int] = {}  # this second's openings: per proven endpoint, None for the rest
+        self._fresh = False  # whether the datagram being read moved anything (see receive)
         self.stats = dict.fromkeys((
             "direct_sent", "direct_retransmitted", "direct_acks_sent", "direct_delivered", "direct_duplicates",
             "direct_unopened", "direct_malformed", "direct_over_budget", "direct_rate_dropped",
@@ -318,9 +320,11 @@ class DirectCore:
     # -- network input ----------------------------------------------------------------------
 
     def receive(self, sealed: bytes, now: float, wall: float, proven_source: object = None
-                ) -> tuple[str, bytes] | None:
-        """A DIRECT datagram's sealed payload; returns its sender if it opened (then it was heard),
-        and the HELLO nonce of this peer's that it echoes (b"" if none or malformed).
+                ) -> tuple[str, bytes, bool] | None:
+        """A DIRECT datagram's sealed payload; returns its sender if it opened, the HELLO nonce of
+        this peer's that it echoes (b"" if none or malformed), and whether it was fresh: a message
+        taken in or an ACK that moved something.  Only a fresh datagram shows that the sender is
+        there now; anyone who captured an old one can send it again.
         ``proven_source``: the datagram's source when a member has proven to be there, else None."""
         if now - self._opens_second >= 1.0:
             self._opens_second, self._opens = now, {}
@@ -343,9 +347,10 @@ class DirectCore:
         conversation.tokens_at = now
         if conversation.tokens < 1:
             self.stats["direct_rate_dropped"] += 1
-            return sender, b""
+            return sender, b"", False
         conversation.tokens -= 1
         echo = b""
+        self._fresh = False
         try:
             frame = msgpack.unpackb(body, raw=False, max_bin_len=wire.MAX_DATAGRAM, max_str_len=wire.MAX_DATAGRAM,
                                     max_array_len=4 * MAX_ACK_RANGES, max_map_len=0, max_ext_len=0)
@@ -361,7 +366,7 @@ class DirectCore:
                 raise ValueError("unknown frame")
         except (ValueError, TypeError, msgpack.UnpackException):
             self.stats["direct_malformed"] += 1
-        return sender, echo
+        return sender, echo, self._fresh
 
     def _on_message(self, conversation: Conversation, row: StoredDirect, now: float, wall: float) -> None:
         seqno = row.seqno
@@ -377,6 +382,7 @@ class DirectCore:
             return
         row = row._replace(received_at=int(wall * 1000))
         if self._take_in(row, _unpack_stamp(row.stamp), now):
+            self._fresh = True
             self._ack_due(conversation)
 
     def _take_in(self, row: StoredDirect, stamp: SesStamp, now: float) -> bool:
@@ -421,6 +427,7 @@ class DirectCore:
             acked.add_range(first, last + 1)
         for seqno in [s for s in conversation.outgoing if s in acked]:
             self._settle(conversation, seqno)
+            self._fresh = True
         highest = acked.max()
         for seqno, pending in conversation.outgoing.items():  # gaps the ACK shows: lost, most likely
             if highest is not None and seqno < highest and pending.sent_at is not None \
@@ -434,11 +441,13 @@ class DirectCore:
                     self._settle(conversation, seqno)
                 self._events.append(DirectStatusChanged(peer, (self.me, seqno), READ))
             conversation.their_receipt = receipt
+            self._fresh = True
             self._dirty.add(peer)
         heard = min(receipt_heard, conversation.receipt)
         if heard > conversation.receipt_confirmed:
             conversation.receipt_confirmed = heard
             self._dirty.add(peer)
+            self._fresh = True
         if confirm:
             self._ack_due(conversation)
         if not conversation.outgoing and conversation.receipt_confirmed >= conversation.receipt:
@@ -460,6 +469,8 @@ class DirectCore:
         deadlines = [self.ses.deadline()]
         for peer in self._busy:
             conversation = self.conversations[peer]
+            if conversation.away:  # (a due ACK would be a deadline in the past, and the loop would spin)
+                continue
             deadlines.append(conversation.receipt_at)
             if conversation.ack_due:
                 deadlines.append(conversation.ack_at)
@@ -491,7 +502,8 @@ class DirectCore:
                 continue
             keys = self.keys_of(peer)
             reached = endpoint_of(peer, now) if keys is not None else None
-            if reached is None or keys is None:  # away: everything waits until it is heard again
+            conversation.away = reached is None or keys is None
+            if reached is None or keys is None:  # everything waits until it is heard again (then a prepare comes)
                 for pending in conversation.outgoing.values():
                     pending.next_at = None
                 conversation.receipt_at = None

@@ -692,13 +692,14 @@ class PeerCore:
         proven = source if source is not None and self.reach.pid_at(source) is not None else None
         opened = self.direct.receive(sealed, now, wall, proven)
         if opened is not None:
-            sender, echo = opened
-            if self._is_member_anywhere(sender):
+            sender, echo, fresh = opened
+            if fresh and self._is_member_anywhere(sender):
                 self.presence.heard(sender, now)
             if source is not None:
                 if echo:  # our HELLO nonce, back from there signed by the sender: the handshake's proof
                     self.reach.hello(sender, wire.Hello(b"", echo, self._member_name(sender) or ""), source, now)
-                self.reach.heard(sender, source, path, now)
+                if fresh:
+                    self.reach.heard(sender, source, path, now)
 
     def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float,
                       source: str = "") -> None:

@@ -183,6 +183,26 @@ def test_a_replayed_datagram_is_ignored():
     assert bob.core.stats_dict()["direct_duplicates"] >= 1
 
 
+def test_a_replayed_datagram_does_not_make_its_sender_look_present():
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    captured = []
+    transmit = lan.transmit
+    lan.transmit = lambda sender, datagrams: (captured.extend(d for d in datagrams if d.data[:3] == b"\x93\x02\x0e"),
+                                               transmit(sender, datagrams))
+    dm(lan, ann, bob, "once")
+    lan.settle(3.0)
+    lan.transmit = transmit
+    assert captured
+    bob.core.presence.gone(ann.pid)  # Ann said goodbye; someone replays what she sent earlier
+    for datagram in captured:
+        lan.run(bob, lambda core: core.receive(datagram.data, ann.endpoint, lan.now, lan.now, path="unicast"))
+    assert bob.core.presence.status(ann.pid, lan.now) == "offline"
+    dm(lan, ann, bob, "back")  # a new message is fresh: she is here
+    lan.settle(1.0)
+    assert bob.core.presence.status(ann.pid, lan.now) == "online"
+
+
 def test_a_direct_datagram_shows_no_pid_and_no_text():
     lan = lan_of(2)
     ann, bob = lan.nodes
