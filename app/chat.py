@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = QSettings(str(Path(config.data_dir) / "gui.ini"), QSettings.Format.IniFormat)
     window = MainWindow(backend, settings=settings)
+    window.files_view.paste_dir = Path(config.data_dir) / "pasted"
     window.show()
     window.start()
 

@@ -14,6 +14,7 @@ it with :meth:`FilesView.paint_strip`; a click on a strip's button comes back to
 from __future__ import annotations
 
 import collections
+import tempfile
 import time
 from functools import partial
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import QEvent, QObject, QRect, QSize, Qt, QUrl
-from PySide6.QtGui import QColor, QDesktopServices, QFontMetrics, QImageReader, QPainter, QPalette, QPixmap
+from PySide6.QtGui import QColor, QDesktopServices, QFontMetrics, QImage, QImageReader, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QAbstractItemView, QFileDialog, QMenu, QPushButton, QStyle, QStyleOptionProgressBar
 
 from ..middleware.events import FileProgress
@@ -93,6 +94,9 @@ class FilesView(QObject):
         self.clock: Callable[[], float] = time.monotonic
         self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
         self._listing: set[str] = set()  # groups whose file list is asked for and not answered yet
+        # Where pasted pictures are written before they are offered (an offer is served from its file,
+        # so it must outlive the paste): the app sets <data dir>/pasted; a test window gets a temp folder.
+        self.paste_dir: Path | None = None
         self._thumbnails: collections.OrderedDict[str, QPixmap | None] = collections.OrderedDict()
         backend.peer_event.connect(self._on_event)
 
@@ -240,6 +244,23 @@ class FilesView(QObject):
                 self._attach_failed(f"{Path(path).name} is a folder: only files can be shared")
                 continue
             self._send_file(gid, path, parent)
+
+    def attach_image(self, image: QImage) -> None:
+        """A pasted picture: saved as a PNG named for when it was pasted, then attached like a file."""
+        if self.window.current is None:
+            return
+        if self.paste_dir is None:
+            self.paste_dir = Path(tempfile.mkdtemp(prefix="m2mc-pasted-"))
+        self.paste_dir.mkdir(parents=True, exist_ok=True)
+        stem = time.strftime("Pasted image %Y-%m-%d %H.%M.%S")
+        path, number = self.paste_dir / f"{stem}.png", 1
+        while path.exists():  # two pastes in one second
+            number += 1
+            path = self.paste_dir / f"{stem} ({number}).png"
+        if not image.save(str(path), "PNG"):
+            self._attach_failed(f"the picture could not be saved in {self.paste_dir}")
+            return
+        self.attach([str(path)])
 
     def _send_file(self, gid: str, path: str, parent: Mid | None) -> None:
         self.backend.call_async(lambda peer: peer.send_file(gid, path, parent),

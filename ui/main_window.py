@@ -343,6 +343,7 @@ class MainWindow(QMainWindow):
         compose_row.addWidget(self.compose, 1)
         self.attach_button = self.files_view.attach_button()
         self.compose.files_given.connect(self.files_view.attach)
+        self.compose.image_given.connect(self.files_view.attach_image)
         self.setAcceptDrops(True)
         self.installEventFilter(self.files_view)  # files dropped anywhere on the window are attached
         compose_row.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)

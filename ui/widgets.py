@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QKeyEvent, QPainter, QPalette
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QImage, QKeyEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
@@ -75,6 +75,7 @@ class ComposeEdit(QPlainTextEdit):
     edit_last_requested = Signal()
     typed = Signal()  # after a key changed the text or moved the cursor (the @-completer follows it)
     files_given = Signal(list)  # paths of local files pasted or dropped here: attached, not typed (ui.files_view)
+    image_given = Signal(QImage)  # a copied picture (a screenshot, an image copied in a browser): attached too
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -93,12 +94,14 @@ class ComposeEdit(QPlainTextEdit):
         return super().event(event)
 
     def canInsertFromMimeData(self, source) -> bool:  # noqa: N802 - Qt's name
-        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+        return bool(local_files(source)) or source.hasImage() or super().canInsertFromMimeData(source)
 
     def insertFromMimeData(self, source) -> None:  # noqa: N802 - Qt's name
         paths = local_files(source)
         if paths:
             self.files_given.emit(paths)
+        elif source.hasImage() and isinstance(image := source.imageData(), QImage) and not image.isNull():
+            self.image_given.emit(image)
         else:
             super().insertFromMimeData(source)
 

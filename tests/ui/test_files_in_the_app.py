@@ -237,12 +237,24 @@ def test_attach_by_button_menu_drop_and_paste_posts_offers_in_the_targeted_threa
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 4)
     assert window.compose.toPlainText() == ""
 
+    # a copied picture (no file behind it, as from a screenshot tool) pasted: saved as a PNG and attached
+    window.files_view.paste_dir = tmp_path / "pasted"
+    shot = QMimeData()
+    shot.setImageData(QImage(picture(tmp_path, "shot.png", (40, 30))))
+    QGuiApplication.clipboard().setMimeData(shot)
+    qtbot.keyClick(window.compose, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: len(sent_offers(backend)) == 5)
+    name = sent_offers(backend)[-1][0]
+    assert name.startswith("Pasted image ") and name.endswith(".png")
+    assert QImage(str(tmp_path / "pasted" / name)).size().width() == 40
+    assert window.compose.toPlainText() == ""
+
     # our own offer's row: shared by us, Open and Show in folder
     def own_offers():
         return [n.message for n in session.tree.arrival if n.message.sender == backend.pid
                 and is_offer_text(n.message.text)]
 
-    qtbot.waitUntil(lambda: len(own_offers()) == 4)
+    qtbot.waitUntil(lambda: len(own_offers()) == 5)
     own = own_offers()
     qtbot.waitUntil(lambda: strip(window, session, own[0].mid).status == "Shared by you")
     assert [label for _r, _a, label in strip(window, session, own[0].mid).buttons] == ["Open", "Show in folder"]
