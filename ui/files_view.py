@@ -246,7 +246,7 @@ class FilesView(QObject):
             self._send_file(gid, path, parent)
 
     def attach_image(self, image: QImage) -> None:
-        """A pasted picture: saved as a PNG named for when it was pasted, then attached like a file."""
+        """A pasted picture: saved as a PNG (by the name's suffix) named for when it was pasted, then attached."""
         if self.window.current is None:
             return
         if self.paste_dir is None:
@@ -257,7 +257,7 @@ class FilesView(QObject):
         while path.exists():  # two pastes in one second
             number += 1
             path = self.paste_dir / f"{stem} ({number}).png"
-        if not image.save(str(path), "PNG"):
+        if not image.save(str(path)):
             self._attach_failed(f"the picture could not be saved in {self.paste_dir}")
             return
         self.attach([str(path)])
