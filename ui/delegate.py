@@ -68,10 +68,30 @@ def snippet(text: str, limit: int = 60) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def root_text(message: ChatMessage, limit: int = 60, names: dict[str, str] | None = None) -> str:
+LinkTitle = Callable[[str], str | None]
+"""What an m2mc://message link shows instead of its ids, or None (the link as written)."""
+
+
+def root_text(message: ChatMessage, limit: int = 60, names: dict[str, str] | None = None,
+              link_title: LinkTitle | None = None) -> str:
     """How a thread's first message is named in lists and headers: its text (mentions by ``names``,
-    pid -> name), or that it was deleted."""
-    return "message deleted" if message.deleted else snippet(readable_text(message.text, names or {}), limit)
+    pid -> name, message links by ``link_title`` as the conversation shows them), or that it was deleted."""
+    if message.deleted:
+        return "message deleted"
+    return snippet(with_link_titles(readable_text(message.text, names or {}), link_title), limit)
+
+
+def with_link_titles(text: str, link_title: LinkTitle | None) -> str:
+    """``text`` with each m2mc://message link that ``link_title`` names shown as that title."""
+    if link_title is None or "m2mc://message/" not in text:
+        return text
+    pieces, at = [], 0
+    for start, end, url in links_in(text):
+        title = link_title(url) if url.startswith("m2mc://message/") else None
+        if title:
+            pieces += [text[at:start], title]
+            at = end
+    return "".join(pieces) + text[at:]
 
 
 def local_datetime(epoch_ms: int) -> datetime:

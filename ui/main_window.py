@@ -394,7 +394,9 @@ class MainWindow(QMainWindow):
 
         self.thread_list = QListView()
         self.thread_list.setObjectName("threadList")
-        self.thread_list.setItemDelegate(ThreadListDelegate(self.thread_list))
+        thread_delegate = ThreadListDelegate(self.thread_list)
+        thread_delegate.link_title = self.link_title
+        self.thread_list.setItemDelegate(thread_delegate)
         self.thread_list.setUniformItemSizes(True)
         self.thread_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.thread_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -1166,7 +1168,7 @@ class MainWindow(QMainWindow):
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
         session.thread = ThreadModel(session.tree_model, root_mid, self)
         self.compose_controller.thread_opened(root_mid)
-        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view))}")
+        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view), self.link_title)}")
         self._set_view_models()
         self.tree_view.expandAll()
         first_unread = next((mid for mid in session.tree.unread_in_arrival_order()

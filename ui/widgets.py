@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from ..middleware.names import shown
 from ..middleware.types import ChatMessage, Mid
 
-from .delegate import MessageDelegate, clock, root_text
+from .delegate import LinkTitle, MessageDelegate, clock, root_text
 from .files_view import local_files
 from .member_list import marked_name
 from .message_model import MessageRole, ThreadRole, ThreadSummary
@@ -419,6 +419,11 @@ class ThreadListDelegate(QStyledItemDelegate):
         super().__init__(parent)
         self.names: dict[str, str] = {}  # pid -> the member record's name
         self.lookalikes: set[str] = set()  # members whose names look like another's: ⚠ and fingerprint
+        self.link_title: LinkTitle | None = None  # message links read as in the conversation; the window sets it
+
+    def snippet(self, summary: ThreadSummary) -> str:
+        """The thread's first words, as the conversation shows them (mentions and message links named)."""
+        return root_text(summary.root, 200, self.names, self.link_title)
 
     def author(self, summary: ThreadSummary) -> str:
         """Who started the thread, as the conversation names them (``MessageDelegate.author``)."""
@@ -470,7 +475,7 @@ class ThreadListDelegate(QStyledItemDelegate):
         painter.setPen(muted if summary.root.deleted else text_color)
         second = QRect(rect.left(), rect.top() + line + 2, rect.width() - badge_width - 4, line)
         painter.drawText(second, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         QFontMetrics(font).elidedText(root_text(summary.root, 200, self.names), Qt.TextElideMode.ElideRight,
+                         QFontMetrics(font).elidedText(self.snippet(summary), Qt.TextElideMode.ElideRight,
                                                        second.width()))
         painter.setFont(option.font)
         painter.setPen(muted)
