@@ -489,7 +489,7 @@ class MainWindow(QMainWindow):
         self.back_action = self._action("&Back", "Alt+Left", self.go_back)
         self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
         self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
-        self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.session_controller.next_unread, "unread")
+        self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
         self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.session_controller.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
         self.search_action = self._action("Search &everywhere…", "Ctrl+Shift+F", self.search_window.show_search, "search")
@@ -583,7 +583,7 @@ class MainWindow(QMainWindow):
         for widget in (self.compose, self.send_button, self.attach_button, self.filter_edit, self.tree_button,
                        self.time_button, self.topic_edit):
             widget.setEnabled(enabled)
-        for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
+        for action in (self.export_action, self.leave_action, self.reply_action,
                        self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
                        self.notify_menu.menuAction()):
             action.setEnabled(enabled)
@@ -1145,6 +1145,15 @@ class MainWindow(QMainWindow):
     # -- groups -------------------------------------------------------------------------------------
 
     # -- threads ------------------------------------------------------------------------------------
+
+    def next_unread(self) -> None:
+        """Ctrl+U: the oldest unread message of the conversation shown, else of the next group or direct
+        conversation with news (a direct conversation on show is looked at first)."""
+        direct = self.direct_controller
+        if direct.current is not None and direct.current.tree.unread:
+            direct.next_unread()
+        else:
+            self.session_controller.next_unread(others=direct.next_unread)
 
     def _thread_chosen(self, index: QModelIndex) -> None:
         summary = index.data(ThreadRole)

@@ -377,8 +377,9 @@ class SessionController(QObject):
         if self.selection.session is not None:
             self.selection.session.tree.mark_all_read()
 
-    def next_unread(self) -> None:
-        """Select the oldest unread message, in this group or the next one with news."""
+    def next_unread(self, others: Callable[[], bool] = lambda: False) -> bool:
+        """Select the oldest unread message, in this group or the next one with news; failing that,
+        ``others()`` (the direct conversations) may select one.  Whether one was selected."""
         current = self.selection.session
         order = [current] if current is not None else []
         order += [s for s in self.sessions.values() if s is not current]
@@ -390,8 +391,11 @@ class SessionController(QObject):
                 self.view.select_group(session.gid)
             self.view.clear_filter()
             self.view.select_message(unread[0])
-            return
+            return True
+        if others():
+            return True
         self.view.show_status("No unread messages", 3000)
+        return False
 
     def notify_level(self, gid: str) -> str:
         """``all``, ``mentions`` (only messages that mention me) or ``nothing``.  Kept where the old
