@@ -9,7 +9,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMenu
 
-from conftest import ANN, BOB, activate, lunch_conversation, message, save_screenshot
+from conftest import ANN, BOB, activate, lunch_conversation, save_screenshot
+from conftest import message as group_message
 from m2mc.middleware.events import DirectStatusChanged
 from m2mc.middleware.presence import OFFLINE_AFTER
 from m2mc.middleware.types import Member, key_fingerprint
@@ -362,7 +363,7 @@ def test_next_unread_ctrl_u_walks_into_direct_conversations_and_back_to_groups(q
     assert window.direct_controller.unread_total() == 0
 
     # news in the group, read from the conversation: Ctrl+U goes back to the group's message
-    backend.manager.inject_messages(session.gid, [message(session.gid, ANN, 3, "lunch moved to 13:00")])
+    backend.manager.inject_messages(session.gid, [group_message(session.gid, ANN, 3, "lunch moved to 13:00")])
     qtbot.waitUntil(lambda: bool(session.tree.unread))
     qtbot.keyClick(pane_view, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: window.current is session and window.centre_stack.currentIndex() == 0)
