@@ -490,20 +490,7 @@ class MessageDelegate(QStyledItemDelegate):
             for button, action, _label in geometry["file"].buttons:
                 if button.contains(pos):
                     return "file", (action, geometry["message"])
-        body: _Body = geometry["body"]
-        x, y = pos.x() - geometry["left"], pos.y() - geometry["body_top"]
-        if body.links and 0 <= y < body.height:
-            layout = body.layout
-            for number in range(layout.lineCount()):
-                line = layout.lineAt(number)
-                if line.y() <= y < line.y() + line.height():
-                    cursor = line.xToCursor(x)
-                    if line.naturalTextRect().left() <= x <= line.naturalTextRect().right():
-                        for start, end, url in body.links:
-                            if start <= cursor < end:
-                                return "link", url
-                    break
-        return None
+        return _link_at(geometry["body"], pos.x() - geometry["left"], pos.y() - geometry["body_top"])
 
     def helpEvent(self, event, view, option, index) -> bool:
         if event is not None and index.isValid() and index.data(MessageRole) is not None:
@@ -662,6 +649,22 @@ class MessageDelegate(QStyledItemDelegate):
         painter.drawLine(rect.left() + 4, middle, rect.right() - label_width, middle)
         painter.drawText(QRect(rect.right() - label_width + 8, rect.top(), label_width - 8, rect.height()),
                          Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
+
+
+def _link_at(body: _Body, x: float, y: float) -> tuple[str, str] | None:
+    """("link", url) if (x, y), from the body's top left, is on one of its links."""
+    if body.links and 0 <= y < body.height:
+        layout = body.layout
+        for number in range(layout.lineCount()):
+            line = layout.lineAt(number)
+            if line.y() <= y < line.y() + line.height():
+                cursor = line.xToCursor(x)
+                if line.naturalTextRect().left() <= x <= line.naturalTextRect().right():
+                    for start, end, url in body.links:
+                        if start <= cursor < end:
+                            return "link", url
+                break
+    return None
 
 
 def _format_range(start: int, length: int, char_format: QTextCharFormat) -> QTextLayout.FormatRange:
