@@ -71,6 +71,7 @@ from .controllers.sessions import GroupSession, ReaderPlace, SessionController, 
 from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
 from .controllers.status import StatusController
 from .files_view import FilesView
+from .notices import is_notice
 from .notifier import Notifier
 from .state import ComposeTarget, PaneFolds, Selection, ThreadFilter
 from .resources import app_icon, icon
@@ -1095,7 +1096,8 @@ class MainWindow(QMainWindow):
     def _messages_in_view_order(self, model: QAbstractItemModel) -> Iterator[ChatMessage]:
         index = model.index(0, 0)
         while index.isValid():  # in view order: the proxy keeps matches and their ancestors
-            yield index.data(MessageRole)
+            if not is_notice(index.data(MessageRole)):  # a notice is not a message to step to
+                yield index.data(MessageRole)
             index = self._next_row(model, index)
 
     @staticmethod
@@ -1234,7 +1236,7 @@ class MainWindow(QMainWindow):
     def _message_menu(self, view: QAbstractItemView, pos: QPoint) -> None:
         index = view.indexAt(pos)
         message: ChatMessage | None = index.data(MessageRole) if index.isValid() else None
-        if message is None:
+        if message is None or is_notice(message):  # a notice is no message: nothing to answer, pin or copy
             return
         menu = self.message_menu(message)
         menu.popup(view.viewport().mapToGlobal(pos))

@@ -26,6 +26,7 @@ from .delegate import LinkTitle, MessageDelegate, clock, root_text
 from .files_view import local_files
 from .member_list import marked_name
 from .message_model import MessageRole, ThreadRole, ThreadSummary
+from .notices import is_notice
 from .resources import icon, theme_colors
 
 UnreadCountRole = Qt.ItemDataRole.UserRole + 11
@@ -362,9 +363,11 @@ class ConversationView(QTreeView):
         super().mousePressEvent(event)
 
     def _opens_links(self, index, event) -> bool:
-        """A link opens from a message already selected, or at once with Ctrl held."""
+        """A link opens from a message already selected, or at once with Ctrl held; a notice's (which
+        cannot be selected) at once."""
         return (bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier)
-                or (self._current_at_press.isValid() and self._current_at_press == index))
+                or (self._current_at_press.isValid() and self._current_at_press == index)
+                or is_notice(index.data(MessageRole)))
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -408,6 +411,7 @@ class ConversationView(QTreeView):
                if index.isValid() and isinstance(delegate, MessageDelegate) else None)
         # A link shows the hand only where a click opens it (see _opens_links).
         clickable = hit is not None and (hit[0] != "link" or index == self.currentIndex()
+                                         or is_notice(index.data(MessageRole))
                                          or bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier))
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if clickable else Qt.CursorShape.ArrowCursor)
 
