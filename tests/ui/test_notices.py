@@ -145,3 +145,24 @@ def test_live_topic_changes_and_pins_add_a_notice_at_the_end_unread_untouched_an
     assert [is_notice(index.data(MessageRole)) for index in shown][-9:] == \
         [True, True, True, False, True, False, True, False, True]
     assert all(not index.flags() & Qt.ItemFlag.ItemIsSelectable for index in shown if is_notice(index.data(MessageRole)))
+
+
+def test_the_models_pass_the_model_tester_with_notices_among_the_messages(qtmodeltester, qapp):
+    from m2mc.middleware.types import Notice
+    from m2mc.ui.message_model import MessageTreeModel, ThreadListModel, TimelineModel
+    from m2mc.ui.message_tree import MessageTree
+    from m2mc.ui.notices import notice_row, with_notices
+
+    talk = [m._replace(order=2 * number) for number, m in enumerate(lunch_conversation("g"), start=1)]
+    topic = message("g", ANN, 20, "op")._replace(order=7)  # delivered between the third and fourth messages
+    pin = message("g", BOB, 20, "op")._replace(order=17)
+    rows = [notice_row(Notice(topic, "topic", None, "lunch Fridays")), notice_row(Notice(pin, "pin", talk[6].mid))]
+    tree = MessageTree("d" * 32)
+    tree_model = MessageTreeModel(tree)
+    timeline, threads = TimelineModel(tree_model), ThreadListModel(tree_model)
+    tree.add_messages(with_notices(talk, rows[:1]), unread=False)
+    assert [node.message.order for node in tree.arrival] == [2, 4, 6, 7, 8, 10, 12, 14, 16]
+    tree.add_messages([rows[1], message("g", CAT, 9, "later")._replace(order=18)], unread=True)
+    assert tree.unread == {(CAT.pid, 9)} and threads.rowCount() == 4
+    for model in (tree_model, timeline, threads):
+        qtmodeltester.check(model)
