@@ -8,7 +8,8 @@ Writes ``screenshot-main.png`` (the main window with the threads view, 1,400 px 
 ``screenshot-deep-thread.png`` (a 40-deep thread opened on its own at 800 px
 wide), ``screenshot-files.png`` (files shared in a thread: a photo downloaded with its
 thumbnail, one coming in, one not fetched), ``screenshot-dark.png`` (the same window in a dark
-palette) and ``screenshot-direct.png`` (a direct conversation with its delivery marks).  Run it
+palette), ``screenshot-direct.png`` (a direct conversation with its delivery marks) and
+``screenshot-notices.png`` (a topic change and a pin as notices among the messages).  Run it
 on a display (Xvfb is fine) so fonts and window frames are the real ones.
 """
 
@@ -241,6 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     window.tree_view.scrollToBottom()
     settle(app)
     saved.append(out / "screenshot-deep-thread.png")
+    window.grab().save(str(saved[-1]))
+    window.close()
+
+    window, _backend = make_window(app, size=(1000, 620))  # the topic set and the pin, at the end
+    window.tree_view.scrollToBottom()
+    settle(app)
+    saved.append(out / "screenshot-notices.png")
     window.grab().save(str(saved[-1]))
     window.close()
 

@@ -16,18 +16,22 @@ A message whose text does not start with the marker is a chat message, so
 the old format reads unchanged.
 
 Sans-I/O: :class:`GroupOperations` takes delivered messages and returns what
-changed; the caller sends, stores and notifies.
+changed; the caller sends, stores and notifies.  It also keeps the group's latest
+notices (:class:`~middleware.types.Notice`): each topic setting and pin or unpin
+that changed what members see here, in delivery order, so that an app can show
+them among the messages.  An operation that lost a race (a concurrent one of
+higher rank had already won) changed nothing, and leaves no notice.
 """
 
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .obg import MAX_REACTION_EMOJI, ObgCore, ObgError, Operation, is_reaction_emoji
-from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
+from .obg import MAX_REACTION_EMOJI, ObgCore, ObgError, Operation, Rank, is_reaction_emoji
+from .types import ChatMessage, Mid, Notice, UsageError, format_mid, parse_mid
 
 OP_MARKER = "\x00obg1"
 MAX_EDIT_TEXT = 7_800
@@ -35,6 +39,8 @@ MAX_EDIT_TEXT = 7_800
 MAX_TOPIC = 300
 MAX_EMOJI = 16
 """A reaction's characters on the wire; the longest emoji of Unicode's data (a ZWJ sequence) has 10."""
+MAX_NOTICES = 1_000
+"""Notices kept per group, the newest: a member pinning and unpinning in a loop cannot grow them."""
 
 
 def encode(kind: str, seen: Mid | None, counter: int, text: str = "", emoji: str = "", on: bool = True) -> str:
@@ -74,6 +80,7 @@ class Changes:
     messages: list[ChatMessage]
     updated: list[Mid]
     topic_changed: bool
+    notices: list[Notice] = field(default_factory=list)
 
 
 class GroupOperations:
@@ -92,6 +99,12 @@ class GroupOperations:
         self.core = ObgCore(self._is_chat_message, max_held=max_held, max_held_bytes=max_held_bytes)
         self._op_mids: set[Mid] = set()
         self.invalid = 0
+        self.notices: deque[Notice] = deque(maxlen=MAX_NOTICES)
+        # what the last notice of each object said: the topic's rank and text, a message's pin rank and state
+        self._shown_topic: tuple[Rank, str] | None = None
+        self._shown_pins: dict[Mid, tuple[Rank, bool]] = {}
+        # topic and pin operations held by the core, for their notice once delivered (the oldest go first)
+        self._held_messages: OrderedDict[Mid, ChatMessage] = OrderedDict()
 
     def _is_chat_message(self, mid: Mid) -> bool:
         return mid not in self._op_mids
@@ -109,6 +122,8 @@ class GroupOperations:
         messages: list[ChatMessage] = []
         updated: dict[Mid, None] = {}
         topic_changed = False
+        notices: list[Notice] = []
+        at_hand = self._held_messages  # the operations of this batch, and those held before it
         todo = list(delivered)  # grows when evicted operations are fetched back
         position = 0
         while position < len(todo):
@@ -126,9 +141,14 @@ class GroupOperations:
             if op.target is not None and op.target in self._op_mids:
                 self.invalid += 1  # an operation acts on a message, never on another operation
                 continue
+            if op.kind in ("topic", "pin"):
+                at_hand[message.mid] = message
+                while len(at_hand) > MAX_NOTICES:
+                    at_hand.popitem(last=False)  # its notice is lost, not the operation
             try:
                 done = self.core.receive(op, len(message.text))
             except ObgError:
+                at_hand.pop(message.mid, None)
                 continue  # counted by the core
             self._note_evicted()
             for applied in done:
@@ -136,12 +156,44 @@ class GroupOperations:
                     topic_changed = True
                 else:
                     updated[applied.target] = None
+                if applied.kind in ("topic", "pin"):
+                    notice = self._notice(applied, at_hand.pop(applied.op_id, None))
+                    if notice is not None:
+                        notices.append(notice)
+                        self.notices.append(notice)
                 back = self._refetch.pop(("op", applied.op_id), None)
                 if back:
                     self._refetch_count -= len(back)
                     if self._fetch is not None:
                         todo.extend(self._fetch(back))
-        return Changes(messages, list(updated), topic_changed)
+        return Changes(messages, list(updated), topic_changed, notices)
+
+    def _notice(self, applied: Operation, message: ChatMessage | None) -> Notice | None:
+        """The notice of a topic or pin operation just applied, if it changed what is shown (the same
+        rank rule as the core's: it won only if it outranks the last one that did)."""
+        rank = self.core.rank(applied.op_id)
+        if rank is None:
+            return None
+        if applied.kind == "topic":
+            shown = self._shown_topic
+            if shown is not None and shown[0] >= rank:
+                return None
+            self._shown_topic = (rank, applied.text)
+            was = shown[1] if shown is not None else ""
+            if was == applied.text:
+                return None
+            kind, text = "topic", applied.text
+        else:
+            target = applied.target
+            assert target is not None  # a pin names its message (check_operation)
+            pin = self._shown_pins.get(target)
+            if pin is not None and pin[0] >= rank:
+                return None
+            self._shown_pins[target] = (rank, applied.on)
+            if (pin[1] if pin is not None else False) == applied.on:
+                return None
+            kind, text, was = ("pin" if applied.on else "unpin"), "", ""
+        return Notice(message, kind, applied.target, text, was) if message is not None else None
 
     def _note_evicted(self) -> None:
         for op_id, blocker in self.core.take_evicted():

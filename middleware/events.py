@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .types import ChatMessage, DirectMessage, GroupView, Member, Mid
+from .types import ChatMessage, DirectMessage, GroupView, Member, Mid, Notice
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +105,15 @@ class TopicChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class NoticesAdded:
+    """Operations of a group that changed its topic or its pins, in this peer's delivery order
+    (after the messages they act on): what a conversation may show as notices."""
+
+    gid: str
+    notices: list[Notice]
+
+
+@dataclass(frozen=True, slots=True)
 class DirectDelivered:
     """New direct messages of the conversation with ``peer``, in its delivery order (own sends included)."""
 
@@ -122,7 +131,8 @@ class DirectStatusChanged:
 
 
 Event = (MessagesDelivered | MessagesUpdated | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft
-         | SyncProgress | WarningRaised | TopicChanged | DirectDelivered | DirectStatusChanged | FileProgress)
+         | SyncProgress | WarningRaised | TopicChanged | NoticesAdded | DirectDelivered | DirectStatusChanged
+         | FileProgress)
 
 Listener = Callable[[Event], None]
 """Called on the middleware's event-loop thread, once per event, in the order they happened."""

@@ -41,7 +41,7 @@ from .store_api import SearchHit
 from .addresses import Endpoint, GroupAddress
 from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
 from .direct import conversation_id
-from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, PassphraseRefused, UsageError,
+from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, Notice, PassphraseRefused, UsageError,
                     format_mid, iso_millis, shown_sent_at)
 
 log = logging.getLogger(__name__)
@@ -407,6 +407,12 @@ class GroupManager(rules.OperationCalls):
         self.core.known(gid)
         self.flush()
         return self.core.history(gid)
+
+    def notices(self, gid: str) -> list[Notice]:
+        """The group's latest topic and pin changes, for an app to show among the messages (PeerCore.notices)."""
+        self.core.known(gid)
+        self.flush()
+        return self.core.notices(gid)
 
     def history_page(self, gid: str, before: int | None = None, after: int | None = None,
                      limit: int = 50) -> list[ChatMessage]:

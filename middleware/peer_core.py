@@ -49,9 +49,9 @@ from .presence import OFFLINE_AFTER, ONLINE, Presence
 from .reach import BROADCAST_GRACE, Reach
 from .ses import Ses
 from .store_api import PeerStore, SearchHit
-from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, TopicChanged,
-                     WarningRaised)
-from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, UsageError, format_mid,
+from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, NoticesAdded,
+                     TopicChanged, WarningRaised)
+from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, Notice, UsageError, format_mid,
                     key_fingerprint)
 
 log = logging.getLogger(__name__)
@@ -393,6 +393,18 @@ class PeerCore:
         touched = ops.core.touched_messages()  # a 100,000-message history: few messages touched
         return self.by_record(gid, [ops.view(m) if m.mid in touched else m for m in messages
                                     if not m.text.startswith(OP_MARKER)])
+
+    def notices(self, gid: str) -> list[Notice]:
+        """The group's latest topic and pin changes, in delivery order (GroupOperations.notices), each
+        author named as :meth:`history` names them.  Not part of ``history``: an app shows them."""
+        self.known(gid)
+        if gid not in self.joined:
+            return []
+        return self._named_notices(gid, list(self.ops(gid).notices))
+
+    def _named_notices(self, gid: str, notices: list[Notice]) -> list[Notice]:
+        named = self.by_record(gid, [notice.message for notice in notices])
+        return [replace(notice, message=message) for notice, message in zip(notices, named)]
 
     def _shown(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
         """Stored chat messages as :meth:`history` shows them."""
@@ -937,6 +949,8 @@ class PeerCore:
         if changes.topic_changed:
             topic, by = ops.topic()
             self._events.append(TopicChanged(gid, topic, by))
+        if changes.notices:
+            self._events.append(NoticesAdded(gid, self._named_notices(gid, changes.notices)))
 
     def _shown_new(self, gid: str, delivered: list[ChatMessage]) -> list[ChatMessage]:
         """Newly delivered messages as shown (:meth:`by_record`), counting those signed with

@@ -125,6 +125,24 @@ class ChatMessage(NamedTuple):
         return row
 
 
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """An operation that changed what the group shows, for a conversation to say so ("Ann changed the
+    topic to …"): the topic set, or a message pinned or unpinned.
+
+    ``message`` is the operation's own message (its author, times and place in this peer's delivery
+    order); ``kind`` is ``topic``, ``pin`` or ``unpin``; ``target`` the message pinned or unpinned;
+    ``text`` the new topic and ``was`` the one it replaced.  Scripts' ``history`` never holds these:
+    they are how an app may show operations, beside the messages.
+    """
+
+    message: ChatMessage
+    kind: str
+    target: Mid | None = None
+    text: str = ""
+    was: str = ""
+
+
 class DirectMessage(NamedTuple):
     """A direct message (:mod:`middleware.direct`) as this peer shows it."""
 

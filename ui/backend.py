@@ -19,7 +19,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..middleware.addresses import Endpoint
 from ..middleware.store_api import SearchHit
-from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Mid
+from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Mid, Notice
 
 
 @runtime_checkable
@@ -65,6 +65,8 @@ class Peer(Protocol):
     def group(self, gid: str) -> GroupView: ...
 
     def history(self, gid: str) -> list[ChatMessage]: ...
+
+    def notices(self, gid: str) -> list[Notice]: ...
 
     def pending(self, gid: str | None = None) -> int: ...
 

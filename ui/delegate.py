@@ -34,6 +34,7 @@ from ..middleware.mentions import render
 from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMessage, Mid, utc_datetime
 
 from .member_list import marked_name
+from .notices import is_notice
 from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole, ThreadModel,
                             UnreadRole)
 
@@ -50,6 +51,8 @@ MAX_INDENT_DEPTH = 8  # deeper replies keep this indent and say what they answer
 COLLAPSE_LINES = 12  # longer texts show this many lines and "Show more"
 COLLAPSE_CHARS = 3000  # and past this many characters the collapsed text is not even laid out
 DIVIDER_HEIGHT = 22
+NOTICE_PAD = 5  # above and below a notice's line
+NOTICE_MARGIN = 48  # a notice's text keeps this far from both sides
 LINK = re.compile(r"(?:https?|m2mc)://[^\s<>\"]+")
 REPLY_LABEL = "↩ Reply"
 MENTION_MARK = "@ you"  # on a row that mentions the reader
@@ -68,10 +71,30 @@ def snippet(text: str, limit: int = 60) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def root_text(message: ChatMessage, limit: int = 60, names: dict[str, str] | None = None) -> str:
+LinkTitle = Callable[[str], str | None]
+"""What an m2mc://message link shows instead of its ids, or None (the link as written)."""
+
+
+def root_text(message: ChatMessage, limit: int = 60, names: dict[str, str] | None = None,
+              link_title: LinkTitle | None = None) -> str:
     """How a thread's first message is named in lists and headers: its text (mentions by ``names``,
-    pid -> name), or that it was deleted."""
-    return "message deleted" if message.deleted else snippet(readable_text(message.text, names or {}), limit)
+    pid -> name, message links by ``link_title`` as the conversation shows them), or that it was deleted."""
+    if message.deleted:
+        return "message deleted"
+    return snippet(with_link_titles(readable_text(message.text, names or {}), link_title), limit)
+
+
+def with_link_titles(text: str, link_title: LinkTitle | None) -> str:
+    """``text`` with each m2mc://message link that ``link_title`` names shown as that title."""
+    if link_title is None or "m2mc://message/" not in text:
+        return text
+    pieces, at = [], 0
+    for start, end, url in links_in(text):
+        title = link_title(url) if url.startswith("m2mc://message/") else None
+        if title:
+            pieces += [text[at:start], title]
+            at = end
+    return "".join(pieces) + text[at:]
 
 
 def local_datetime(epoch_ms: int) -> datetime:
@@ -434,6 +457,8 @@ class MessageDelegate(QStyledItemDelegate):
 
     def _height(self, message: ChatMessage, depth: int) -> int:
         """What :meth:`_geometry` adds up, without the header's widths."""
+        if is_notice(message):
+            return NOTICE_PAD + self._notice_body(message).height + NOTICE_PAD
         height = (DIVIDER_HEIGHT if message.mid == self.divider else 0) + PAD + self.header_metrics.height() + 2
         if self._quoted(message, depth):
             height += self.meta_metrics.height() + 2
@@ -453,8 +478,12 @@ class MessageDelegate(QStyledItemDelegate):
     def hit(self, index: QModelIndex, rect: QRect, pos) -> tuple[str, Any] | None:
         """What a click at ``pos`` (viewport coordinates) in the row at ``rect`` means: a kind and what it
         is about (an index for "toggle" and "more", a mid for "reply", (mid, emoji) for "react", a URL)."""
-        if index.data(MessageRole) is None:
+        message = index.data(MessageRole)
+        if message is None:
             return None
+        if is_notice(message):
+            body, origin = self._notice_place(rect, message)
+            return _link_at(body, pos.x() - origin.x(), pos.y() - origin.y())
         geometry = self._geometry(rect, index)
         if geometry["toggle"] is not None and geometry["toggle"].contains(pos) and \
                 index.model().hasChildren(index):
@@ -470,22 +499,12 @@ class MessageDelegate(QStyledItemDelegate):
             for button, action, _label in geometry["file"].buttons:
                 if button.contains(pos):
                     return "file", (action, geometry["message"])
-        body: _Body = geometry["body"]
-        x, y = pos.x() - geometry["left"], pos.y() - geometry["body_top"]
-        if body.links and 0 <= y < body.height:
-            layout = body.layout
-            for number in range(layout.lineCount()):
-                line = layout.lineAt(number)
-                if line.y() <= y < line.y() + line.height():
-                    cursor = line.xToCursor(x)
-                    if line.naturalTextRect().left() <= x <= line.naturalTextRect().right():
-                        for start, end, url in body.links:
-                            if start <= cursor < end:
-                                return "link", url
-                    break
-        return None
+        return _link_at(geometry["body"], pos.x() - geometry["left"], pos.y() - geometry["body_top"])
 
     def helpEvent(self, event, view, option, index) -> bool:
+        if event is not None and index.isValid() and is_notice(index.data(MessageRole)):
+            QToolTip.showText(event.globalPos(), sent_tooltip(index.data(MessageRole)), view)
+            return True
         if event is not None and index.isValid() and index.data(MessageRole) is not None:
             geometry = self._geometry(option.rect, index)
             if geometry["time"].contains(event.pos()):
@@ -504,6 +523,8 @@ class MessageDelegate(QStyledItemDelegate):
     def body_layout(self, index: QModelIndex) -> QTextLayout:
         """The laid-out text of a row (for tests and hit checks)."""
         message: ChatMessage = index.data(MessageRole)
+        if is_notice(message):
+            return self._notice_body(message).layout
         return self._body(message, self._text_width(index.data(DepthRole) or 0)).layout
 
     # -- painting -------------------------------------------------------------------------
@@ -512,6 +533,8 @@ class MessageDelegate(QStyledItemDelegate):
         message: ChatMessage = index.data(MessageRole)
         if message is None:
             return super().paint(painter, option, index)
+        if is_notice(message):
+            return self._paint_notice(painter, option.rect, message)
         painter.save()
         painter.setClipRect(option.rect)
         style = option.widget.style() if option.widget else None
@@ -631,6 +654,57 @@ class MessageDelegate(QStyledItemDelegate):
                 painter.drawText(chip, Qt.AlignmentFlag.AlignCenter, f"{emoji} {len(pids)}")
         painter.restore()
 
+    # -- notices (ui.notices): one centred, muted line (or a few) between the messages --------------
+
+    def _notice_body(self, message: ChatMessage) -> _Body:
+        """The notice's words after its author's name, with the pinned message's link titled, and when."""
+        width = max(80, self.view.viewport().width() - 2 * NOTICE_MARGIN)
+        key = (message.mid, width, "notice", self.highlight)
+        body = self._bodies.get(key)
+        if body is not None:
+            return body
+        author = "You" if message.sender == self.own_pid else self.author(message)
+        text, links, _moved = self._titled_links(f"{author} {readable_text(message.text, self._names)}", False)
+        when = f" · {clock(message.shown_at)}"
+        layout = QTextLayout((text + when).replace("\n", " "), self.meta_font)
+        option = QTextOption(Qt.AlignmentFlag.AlignHCenter)
+        option.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        layout.setTextOption(option)
+        name_format = QTextCharFormat()
+        name_format.setFontWeight(QFont.Weight.Bold)
+        formats = [_format_range(0, len(author), name_format)]
+        for start, end, _url in links:
+            link_format = QTextCharFormat()
+            link_format.setForeground(self.accent)
+            link_format.setFontUnderline(True)
+            formats.append(_format_range(start, end - start, link_format))
+        layout.setFormats(formats)
+        layout.beginLayout()
+        height = 0.0
+        while (line := layout.createLine()).isValid():
+            line.setLineWidth(width)
+            line.setPosition(QPointF(0, height))
+            height += line.height()
+        layout.endLayout()
+        body = _Body(layout, int(height + 0.999), links, False, 0)
+        self._bodies[key] = body
+        if len(self._bodies) > 3000:
+            self._bodies.popitem(last=False)
+        return body
+
+    def _notice_place(self, rect: QRect, message: ChatMessage) -> tuple[_Body, QPointF]:
+        return self._notice_body(message), QPointF(rect.left() + NOTICE_MARGIN, rect.top() + NOTICE_PAD)
+
+    def _paint_notice(self, painter: QPainter, rect: QRect, message: ChatMessage) -> None:
+        body, origin = self._notice_place(rect, message)
+        painter.save()
+        painter.setClipRect(rect)
+        if self.highlight and self.highlight not in f"{message.sender_name}\n{message.text}".lower():
+            painter.setOpacity(0.45)
+        painter.setPen(self.muted)
+        body.layout.draw(painter, origin)
+        painter.restore()
+
     def _paint_divider(self, painter: QPainter, rect: QRect) -> None:
         painter.setPen(self.unread_color)
         middle = rect.center().y()
@@ -642,6 +716,22 @@ class MessageDelegate(QStyledItemDelegate):
         painter.drawLine(rect.left() + 4, middle, rect.right() - label_width, middle)
         painter.drawText(QRect(rect.right() - label_width + 8, rect.top(), label_width - 8, rect.height()),
                          Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, label)
+
+
+def _link_at(body: _Body, x: float, y: float) -> tuple[str, str] | None:
+    """("link", url) if (x, y), from the body's top left, is on one of its links."""
+    if body.links and 0 <= y < body.height:
+        layout = body.layout
+        for number in range(layout.lineCount()):
+            line = layout.lineAt(number)
+            if line.y() <= y < line.y() + line.height():
+                cursor = line.xToCursor(x)
+                if line.naturalTextRect().left() <= x <= line.naturalTextRect().right():
+                    for start, end, url in body.links:
+                        if start <= cursor < end:
+                            return "link", url
+                break
+    return None
 
 
 def _format_range(start: int, length: int, char_format: QTextCharFormat) -> QTextLayout.FormatRange:

@@ -71,6 +71,7 @@ from .controllers.sessions import GroupSession, ReaderPlace, SessionController, 
 from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
 from .controllers.status import StatusController
 from .files_view import FilesView
+from .notices import is_notice
 from .notifier import Notifier
 from .state import ComposeTarget, PaneFolds, Selection, ThreadFilter
 from .resources import app_icon, icon
@@ -395,7 +396,9 @@ class MainWindow(QMainWindow):
 
         self.thread_list = QListView()
         self.thread_list.setObjectName("threadList")
-        self.thread_list.setItemDelegate(ThreadListDelegate(self.thread_list))
+        thread_delegate = ThreadListDelegate(self.thread_list)
+        thread_delegate.link_title = self.link_title
+        self.thread_list.setItemDelegate(thread_delegate)
         self.thread_list.setUniformItemSizes(True)
         self.thread_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.thread_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -488,7 +491,7 @@ class MainWindow(QMainWindow):
         self.back_action = self._action("&Back", "Alt+Left", self.go_back)
         self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
         self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
-        self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.session_controller.next_unread, "unread")
+        self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
         self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.session_controller.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
         self.search_action = self._action("Search &everywhere…", "Ctrl+Shift+F", self.search_window.show_search, "search")
@@ -582,7 +585,7 @@ class MainWindow(QMainWindow):
         for widget in (self.compose, self.send_button, self.attach_button, self.filter_edit, self.tree_button,
                        self.time_button, self.topic_edit):
             widget.setEnabled(enabled)
-        for action in (self.export_action, self.leave_action, self.reply_action, self.next_unread_action,
+        for action in (self.export_action, self.leave_action, self.reply_action,
                        self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
                        self.notify_menu.menuAction()):
             action.setEnabled(enabled)
@@ -1094,7 +1097,8 @@ class MainWindow(QMainWindow):
     def _messages_in_view_order(self, model: QAbstractItemModel) -> Iterator[ChatMessage]:
         index = model.index(0, 0)
         while index.isValid():  # in view order: the proxy keeps matches and their ancestors
-            yield index.data(MessageRole)
+            if not is_notice(index.data(MessageRole)):  # a notice is not a message to step to
+                yield index.data(MessageRole)
             index = self._next_row(model, index)
 
     @staticmethod
@@ -1145,6 +1149,15 @@ class MainWindow(QMainWindow):
 
     # -- threads ------------------------------------------------------------------------------------
 
+    def next_unread(self) -> None:
+        """Ctrl+U: the oldest unread message of the conversation shown, else of the next group or direct
+        conversation with news (a direct conversation on show is looked at first)."""
+        direct = self.direct_controller
+        if direct.current is not None and direct.current.tree.unread:
+            direct.next_unread()
+        else:
+            self.session_controller.next_unread(others=direct.next_unread)
+
     def _thread_chosen(self, index: QModelIndex) -> None:
         summary = index.data(ThreadRole)
         if summary is not None:
@@ -1167,7 +1180,7 @@ class MainWindow(QMainWindow):
         session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
         session.thread = ThreadModel(session.tree_model, root_mid, self)
         self.compose_controller.thread_opened(root_mid)
-        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view))}")
+        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view), self.link_title)}")
         self._set_view_models()
         self.tree_view.expandAll()
         first_unread = next((mid for mid in session.tree.unread_in_arrival_order()
@@ -1224,7 +1237,7 @@ class MainWindow(QMainWindow):
     def _message_menu(self, view: QAbstractItemView, pos: QPoint) -> None:
         index = view.indexAt(pos)
         message: ChatMessage | None = index.data(MessageRole) if index.isValid() else None
-        if message is None:
+        if message is None or is_notice(message):  # a notice is no message: nothing to answer, pin or copy
             return
         menu = self.message_menu(message)
         menu.popup(view.viewport().mapToGlobal(pos))

@@ -40,7 +40,7 @@ from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
 from ..middleware.store_api import SearchHit
-from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid
+from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid, Notice
 
 from .backend import Peer
 from .bridge import Backend
@@ -279,6 +279,9 @@ class MemoryManager(rules.OperationCalls):
 
     def history(self, gid: str) -> list[ChatMessage]:
         return self.core.history(gid)
+
+    def notices(self, gid: str) -> list[Notice]:
+        return self.core.notices(gid)
 
     def pending(self, gid: str | None = None) -> int:
         return self.core.pending(gid)

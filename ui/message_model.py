@@ -25,6 +25,7 @@ from PySide6.QtCore import (QAbstractItemModel, QAbstractListModel, QModelIndex,
 from ..middleware.files import is_offer_text, shown_offer
 from ..middleware.types import ChatMessage, Mid
 from .message_tree import MessageTree, Node
+from .notices import is_notice, notice_sentence, pinned_target
 
 MessageRole = Qt.ItemDataRole.UserRole + 1
 UnreadRole = Qt.ItemDataRole.UserRole + 2
@@ -52,7 +53,9 @@ class NodeRows:
         return 1
 
     def flags(self, index: AnyIndex) -> Qt.ItemFlag:
-        return ITEM_FLAGS if index.isValid() else NO_FLAGS
+        # A notice is not selectable, and disabled so that the keyboard passes over it (QTreeView skips
+        # disabled rows); the view still follows a click on its link.
+        return ITEM_FLAGS if index.isValid() and not is_notice(index.internalPointer().message) else NO_FLAGS
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if not index.isValid():
@@ -266,7 +269,9 @@ class TimelineModel(QAbstractListModel):
         return 0 if parent.isValid() else self._count - self.hidden
 
     def flags(self, index: AnyIndex) -> Qt.ItemFlag:
-        return ITEM_FLAGS if index.isValid() else NO_FLAGS
+        if not index.isValid() or index.row() >= self._count - self.hidden:
+            return NO_FLAGS
+        return NO_FLAGS if is_notice(self.tree.arrival[index.row() + self.hidden].message) else ITEM_FLAGS
 
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or index.row() >= self._count - self.hidden:
@@ -278,6 +283,9 @@ class TimelineModel(QAbstractListModel):
 
 
 def _message_data(message: ChatMessage, role: int, tree: MessageTree, node: Node) -> object:
+    if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.AccessibleTextRole) and is_notice(message):
+        author = "You" if message.sender == tree.own_pid else message.sender_name
+        return notice_sentence(message, author, tree.message(pinned_target(message) or ("", 0)), {})
     if role == Qt.ItemDataRole.DisplayRole:  # what a screen reader reads: a file offer as its caption, not JSON
         return shown_offer(message.text) if is_offer_text(message.text) else message.text
     if role == MessageRole:
@@ -333,7 +341,8 @@ class ThreadListModel(QAbstractListModel):
 
     def _rebuild(self) -> None:
         self.beginResetModel()
-        self._rows = sorted(self.tree.roots(), key=lambda node: node.last, reverse=True)[: self.limit]
+        threads = [node for node in self.tree.roots() if not is_notice(node.message)]
+        self._rows = sorted(threads, key=lambda node: node.last, reverse=True)[: self.limit]
         self.endResetModel()
 
     def _on_arrived(self, first: int, last: int) -> None:
@@ -343,7 +352,7 @@ class ThreadListModel(QAbstractListModel):
         seen: set[int] = set()
         for node in reversed(self.tree.arrival[first:last + 1]):
             root = node.root
-            if id(root) not in seen:
+            if id(root) not in seen and not is_notice(root.message):
                 seen.add(id(root))
                 touched.append(root)
         on_list = {id(node) for node in self._rows}

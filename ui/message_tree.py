@@ -21,6 +21,7 @@ from typing import Iterable, Protocol, cast
 
 from ..middleware.rangeset import RangeSet
 from ..middleware.types import ChatMessage, Mid
+from .notices import is_notice
 
 THREAD_WINDOW = 200  # scrolled by pixels, every shown row costs each re-layout
 
@@ -197,7 +198,7 @@ class MessageTree:
             assert senders is not None  # given when the root came
             senders.setdefault(message.sender, message.sender_name)
         self.arrival.append(node)
-        if unread and message.sender != self.own_pid:
+        if unread and message.sender != self.own_pid and not is_notice(message):
             self.unread.add(message.mid)
             root.unread += 1
 

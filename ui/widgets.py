@@ -22,10 +22,11 @@ from PySide6.QtWidgets import (
 from ..middleware.names import shown
 from ..middleware.types import ChatMessage, Mid
 
-from .delegate import MessageDelegate, clock, root_text
+from .delegate import LinkTitle, MessageDelegate, clock, root_text
 from .files_view import local_files
 from .member_list import marked_name
 from .message_model import MessageRole, ThreadRole, ThreadSummary
+from .notices import is_notice
 from .resources import icon, theme_colors
 
 UnreadCountRole = Qt.ItemDataRole.UserRole + 11
@@ -365,9 +366,11 @@ class ConversationView(QTreeView):
         super().mousePressEvent(event)
 
     def _opens_links(self, index, event) -> bool:
-        """A link opens from a message already selected, or at once with Ctrl held."""
+        """A link opens from a message already selected, or at once with Ctrl held; a notice's (which
+        cannot be selected) at once."""
         return (bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier)
-                or (self._current_at_press.isValid() and self._current_at_press == index))
+                or (self._current_at_press.isValid() and self._current_at_press == index)
+                or is_notice(index.data(MessageRole)))
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -411,6 +414,7 @@ class ConversationView(QTreeView):
                if index.isValid() and isinstance(delegate, MessageDelegate) else None)
         # A link shows the hand only where a click opens it (see _opens_links).
         clickable = hit is not None and (hit[0] != "link" or index == self.currentIndex()
+                                         or is_notice(index.data(MessageRole))
                                          or bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier))
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if clickable else Qt.CursorShape.ArrowCursor)
 
@@ -422,6 +426,11 @@ class ThreadListDelegate(QStyledItemDelegate):
         super().__init__(parent)
         self.names: dict[str, str] = {}  # pid -> the member record's name
         self.lookalikes: set[str] = set()  # members whose names look like another's: ⚠ and fingerprint
+        self.link_title: LinkTitle | None = None  # message links read as in the conversation; the window sets it
+
+    def snippet(self, summary: ThreadSummary) -> str:
+        """The thread's first words, as the conversation shows them (mentions and message links named)."""
+        return root_text(summary.root, 200, self.names, self.link_title)
 
     def author(self, summary: ThreadSummary) -> str:
         """Who started the thread, as the conversation names them (``MessageDelegate.author``)."""
@@ -473,7 +482,7 @@ class ThreadListDelegate(QStyledItemDelegate):
         painter.setPen(muted if summary.root.deleted else text_color)
         second = QRect(rect.left(), rect.top() + line + 2, rect.width() - badge_width - 4, line)
         painter.drawText(second, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                         QFontMetrics(font).elidedText(root_text(summary.root, 200, self.names), Qt.TextElideMode.ElideRight,
+                         QFontMetrics(font).elidedText(self.snippet(summary), Qt.TextElideMode.ElideRight,
                                                        second.width()))
         painter.setFont(option.font)
         painter.setPen(muted)

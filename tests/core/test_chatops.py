@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from m2mc.middleware.chatops import MAX_EDIT_TEXT, OP_MARKER, GroupOperations, decode, encode, is_operation
+from m2mc.middleware.chatops import MAX_EDIT_TEXT, MAX_NOTICES, OP_MARKER, GroupOperations, decode, encode, is_operation
 from m2mc.middleware.obg import MAX_REACTION_EMOJI, ObgError, is_reaction_emoji
 from m2mc.middleware.types import ChatMessage, UsageError
 
@@ -160,3 +160,44 @@ def test_any_operation_text_from_a_stranger_is_taken_or_rejected_never_raised(it
     assert changes.messages == [HELLO]
     assert ops.core.pending + ops.rejected + len(ops.core.delivered_ops()) == len(items)
     assert ops.view(HELLO).text in ("hello", "")
+
+
+def test_topic_and_pin_changes_leave_notices_in_delivery_order_with_what_they_replaced():
+    ops = GroupOperations(GID)
+    ops.take([HELLO, QUESTION])
+    first = op_message(ops, (A, 2), "topic", text="Chennai in December")
+    assert [(n.kind, n.text, n.was, n.message) for n in ops.take([first]).notices] == [
+        ("topic", "Chennai in December", "", first)]
+    pin = op_message(ops, (B, 2), "pin", (A, 1))
+    second = op_message(ops, (C, 1), "topic", text="lunch Fridays")
+    changes = ops.take([pin, second])
+    assert [(n.kind, n.target, n.text, n.was, n.message.mid) for n in changes.notices] == [
+        ("pin", (A, 1), "", "", (B, 2)), ("topic", None, "lunch Fridays", "Chennai in December", (C, 1))]
+    unpin = op_message(ops, (A, 3), "pin", (A, 1), on=False)
+    react = op_message(ops, (B, 3), "react", (A, 1), emoji="👍")
+    assert [(n.kind, n.target) for n in ops.take([unpin, react]).notices] == [("unpin", (A, 1))]
+    assert [n.message.mid for n in ops.notices] == [(A, 2), (B, 2), (C, 1), (A, 3)]
+
+
+def test_a_topic_that_lost_a_race_leaves_no_notice_and_a_chain_out_of_order_leaves_both():
+    ops = GroupOperations(GID)
+    # two members set the topic at once (neither saw the other): the higher rank wins wherever it arrives
+    low = message((A, 2), encode("topic", None, 1, "low"))
+    high = message((B, 2), encode("topic", None, 5, "high"))
+    assert [n.text for n in ops.take([high]).notices] == ["high"]
+    assert ops.take([low]).notices == [] and ops.topic() == ("high", B)
+    # a second setting that arrives before the one it names: both notices once the first comes
+    author = GroupOperations(GID)
+    one = op_message(author, (C, 1), "topic", text="one")
+    author.take([one])
+    two = op_message(author, (C, 2), "topic", text="two")
+    again = GroupOperations(GID)
+    assert [(n.text, n.was, n.message) for n in again.take([two, one]).notices] == [("one", "", one), ("two", "one", two)]
+
+
+def test_notices_are_bounded_per_group():
+    ops = GroupOperations(GID)
+    ops.take([HELLO])
+    for seqno in range(2, MAX_NOTICES + 12):
+        ops.take([op_message(ops, (A, seqno), "pin", (A, 1), on=seqno % 2 == 0)])
+    assert len(ops.notices) == MAX_NOTICES and ops.notices[-1].message.mid == (A, MAX_NOTICES + 11)

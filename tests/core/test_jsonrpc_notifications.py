@@ -11,7 +11,7 @@ from pathlib import Path
 
 from m2mc.app.peer import JsonRpcPeer
 from m2mc.middleware import events
-from m2mc.middleware.types import ChatMessage, DirectMessage, GroupView, Member
+from m2mc.middleware.types import ChatMessage, DirectMessage, GroupView, Member, Notice
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE_HEADER = re.compile(r"^\| notification \| params \|")
@@ -25,7 +25,7 @@ DIRECT = DirectMessage(ANN.pid, (ANN.pid, 1), None, "Ann", "hi", 1_700_000_000_0
 # A value of each field type an event carries; a new event with a new field type adds one here.
 SAMPLES: dict[object, object] = {
     str: "g" * 26, int: 3, Member: ANN, list[ChatMessage]: [MESSAGE], list[GroupView]: [VIEW],
-    list[DirectMessage]: [DIRECT], tuple[str, int]: (ANN.pid, 1),
+    list[DirectMessage]: [DIRECT], tuple[str, int]: (ANN.pid, 1), list[Notice]: [Notice(MESSAGE, "pin", MESSAGE.mid)],
 }
 
 

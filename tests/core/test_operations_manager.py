@@ -8,7 +8,7 @@ import pytest
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.chatops import encode
 from m2mc.middleware.manager import Config, GroupManager
-from m2mc.middleware.events import Event, MessagesDelivered, MessagesUpdated, TopicChanged
+from m2mc.middleware.events import Event, MessagesDelivered, MessagesUpdated, NoticesAdded, TopicChanged
 from m2mc.middleware.types import UsageError
 from tests.testbed.arrivals import arriving
 from tests.testbed.jsonrpc import in_process_peer
@@ -197,3 +197,35 @@ def test_a_flush_scheduled_while_closing_touches_no_closed_store(tmp_path, caplo
     with caplog.at_level("ERROR"):
         manager.flush()
     assert not [r for r in caplog.records if "cannot store" in r.getMessage()], caplog.text
+
+
+def test_topic_and_pin_notices_are_told_live_and_rebuilt_from_the_store_after_a_restart(ann, tmp_path):
+    gid = ann.gid
+    told = []
+
+    def listener(event):
+        if isinstance(event, NoticesAdded):
+            told.extend(event.notices)
+
+    hello = ann.send(gid, "hello", None)
+    ann.flush()
+    ann.listener = listener
+    ann.set_topic(gid, "first")
+    ann.pin(gid, hello)
+    ann.set_topic(gid, "second")
+    ann.pin(gid, hello, False)
+    ann.flush()
+    shown = [(n.kind, n.target, n.text, n.was) for n in ann.notices(gid)]
+    assert shown == [("topic", None, "first", ""), ("pin", hello, "", ""), ("topic", None, "second", "first"),
+                     ("unpin", hello, "", "")]
+    assert [(n.kind, n.message.mid) for n in told] == [(n.kind, n.message.mid) for n in ann.notices(gid)]
+    assert [m.text for m in ann.history(gid)] == ["hello"]  # scripts' history: the messages alone
+    before = ann.notices(gid)
+    ann.store.close()
+    ann.store_closed = True
+    again = GroupManager(Config(tmp_path / "ann", iface="127.0.0.1", zeroconf=False))
+    try:
+        assert again.notices(gid) == before
+        assert [n.message.order for n in before] == sorted(n.message.order for n in before)
+    finally:
+        again.store.close()

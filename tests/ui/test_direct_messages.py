@@ -9,7 +9,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMenu
 
-from conftest import ANN, BOB, lunch_conversation, save_screenshot
+from conftest import ANN, BOB, activate, lunch_conversation, save_screenshot
+from conftest import message as group_message
 from m2mc.middleware.events import DirectStatusChanged
 from m2mc.middleware.presence import OFFLINE_AFTER
 from m2mc.middleware.types import Member, key_fingerprint
@@ -344,3 +345,26 @@ def test_each_conversation_keeps_its_own_draft_across_switches_and_a_restart(qtb
     assert again.direct_pane.compose.toPlainText() == "for Bob"
     again.direct_controller.open_with(ANN.pid, ANN.name)
     assert again.direct_pane.compose.toPlainText() == ""
+
+
+def test_next_unread_ctrl_u_walks_into_direct_conversations_and_back_to_groups(qtbot, window, backend):
+    session = open_group(qtbot, window, backend)
+    session.tree.mark_all_read()
+    first = backend.manager.inject_direct(ANN, "are you at your desk?")
+    second = backend.manager.inject_direct(ANN, "the build is red")
+    qtbot.waitUntil(lambda: window.direct_list.count() == 1 and window.direct_controller.unread_total() == 2)
+    activate(qtbot, window)
+    qtbot.keyClick(window.compose, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    pane_view = window.direct_pane.view
+    assert pane_view.currentIndex().data(MessageRole).mid == first
+    qtbot.keyClick(pane_view, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)  # the next, in the same one
+    assert pane_view.currentIndex().data(MessageRole).mid == second
+    assert window.direct_controller.unread_total() == 0
+
+    # news in the group, read from the conversation: Ctrl+U goes back to the group's message
+    backend.manager.inject_messages(session.gid, [group_message(session.gid, ANN, 3, "lunch moved to 13:00")])
+    qtbot.waitUntil(lambda: bool(session.tree.unread))
+    qtbot.keyClick(pane_view, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: window.current is session and window.centre_stack.currentIndex() == 0)
+    assert window.selected_message().text == "lunch moved to 13:00" and not session.tree.unread

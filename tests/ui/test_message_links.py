@@ -7,7 +7,7 @@ from PySide6.QtTest import QTest
 
 from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot
 from m2mc.middleware.types import Member, format_mid
-from m2mc.ui.message_model import MessageRole
+from m2mc.ui.message_model import MessageRole, ThreadRole
 
 
 def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, backend):
@@ -54,3 +54,30 @@ def test_a_link_to_a_message_not_here_stays_as_written(qtbot, window, backend):
     index = window._view_index(note.mid)
     assert index.data(MessageRole).mid == note.mid
     assert window.tree_view.itemDelegate().body_layout(index).text() == f"see {link}"
+
+
+def test_the_threads_pane_names_a_link_as_the_conversation_does(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    talk = lunch_conversation("")
+    lunch = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True, history=talk)
+    link = f"m2mc://message/{lunch.gid}/{format_mid(talk[0].mid)}"
+    pointer = message("", BOB, 1, f"{link} was the answer")
+    plans = backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True,
+                                         history=[message("", CAT, 1, "Plans?"), pointer])
+    window.start()
+    qtbot.waitUntil(lambda: len(window.session_controller.sessions) == 2 and all(
+        s.loaded and len(s.tree) for s in window.session_controller.sessions.values()))
+    window.select_group(plans.gid)
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == plans.gid)
+    activate(qtbot, window)
+    threads = window.thread_list
+    row = window.current.threads.row_of(pointer.mid)
+    index = threads.model().index(row, 0)
+    shown = threads.itemDelegate().snippet(index.data(ThreadRole))
+    assert shown == "↗ Ann: Did you visit Delhi? (Travel & lunch) was the answer"
+    assert lunch.gid not in shown and "m2mc://" not in shown
+    # the thread opened from the pane is headed the same way
+    threads.scrollTo(index)
+    qtbot.mouseClick(threads.viewport(), Qt.MouseButton.LeftButton, pos=threads.visualRect(index).center())
+    qtbot.waitUntil(lambda: window.current.thread is not None)
+    assert "↗ Ann: Did you visit Delhi?" in window.thread_label.text() and "m2mc://" not in window.thread_label.text()

@@ -20,6 +20,7 @@ from ...middleware.files import readable_text
 from ...middleware.mentions import MAX_MENTIONS, shown_text, with_tokens
 from ...middleware.types import ChatMessage, GroupView, Mid
 from ..bridge import Backend, describe_error
+from ..notices import is_notice
 from ..state import ComposeTarget, Draft, Drafts, Selection
 from ..widgets import ComposeEdit, ReplyBanner
 from .sessions import GroupSession, member_names
@@ -261,7 +262,7 @@ class ComposeController(QObject):
             return
         for node in reversed(session.tree.arrival):
             message = node.message
-            if message.sender == self.backend.pid and not message.deleted:
+            if message.sender == self.backend.pid and not message.deleted and not is_notice(message):
                 self.start_edit(message.mid)
                 return
 

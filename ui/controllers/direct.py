@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from PySide6.QtCore import QModelIndex, QObject, QPoint, Qt, QTimer
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, QObject, QPoint, Qt, QTimer
 from PySide6.QtGui import QAction, QGuiApplication, QTextCursor
-from PySide6.QtWidgets import QListWidget, QListWidgetItem, QMenu, QStackedWidget, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QMenu, QStackedWidget, QWidget
 
 from ...middleware.events import Event
 from ...middleware.names import shown
@@ -379,6 +379,27 @@ class DirectController(QObject):
         if conversation is None or not conversation.tree.unread or not self.view.isActiveWindow():
             return
         conversation.tree.mark_read(self.view.direct_pane.view.visible_mids())
+
+    def next_unread(self) -> bool:
+        """Ctrl+U in a conversation: its oldest unread message, else the first conversation (in the list's
+        order) with news, opened there.  Whether one was selected."""
+        listed = [self.view.direct_list.item(row) for row in range(self.view.direct_list.count())]
+        order = [self.current] if self.current is not None else []
+        order += [c for item in listed if (c := self.conversations.get(item.data(PeerRole))) is not None
+                  and c is not self.current]
+        for conversation in order:
+            unread = conversation.tree.unread_in_arrival_order()
+            if not unread:
+                continue
+            if conversation is not self.current:
+                self.view.direct_list.setCurrentItem(conversation.item)
+            view = self.view.direct_pane.view
+            conversation.tree.reveal(unread[0])
+            index = conversation.model.index_for(unread[0])
+            view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+            view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+            return True
+        return False
 
     def _on_current_message(self, current: QModelIndex, _previous: QModelIndex) -> None:
         message: ChatMessage | None = current.data(MessageRole) if current.isValid() else None

@@ -18,7 +18,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QListWidgetItem
 
 from ...middleware.events import (Event, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
-                                  MessagesUpdated, TopicChanged)
+                                  MessagesUpdated, NoticesAdded, TopicChanged)
 from ...middleware.files import readable_text
 from ...middleware.rangeset import RangeSet
 from ...middleware.types import ChatMessage, GroupView, Member, Mid
@@ -26,6 +26,7 @@ from ..delegate import snippet
 from ..bridge import Backend
 from ..message_model import MessageTreeModel, ThreadListModel, ThreadModel, TimelineModel
 from ..message_tree import MessageTree
+from ..notices import is_notice, notice_row, with_notices
 from ..resources import icon
 from ..state import ComposeTarget, Selection, ThreadFilter
 from ..widgets import GroupIdRole, UnreadCountRole
@@ -61,6 +62,7 @@ class GroupSession:
     topic: str | None = None  # None: not heard yet (the group view has it)
     pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
     catch_up_dismissed: bool = False  # the reader chose to keep a big join's history unread
+    notices: list[ChatMessage] = field(default_factory=list)  # the stored notices (ui.notices), until history comes
 
     @property
     def title(self) -> str:
@@ -148,6 +150,8 @@ class SessionController(QObject):
                 self._on_member_changed(gid, member)
             case TopicChanged(gid, topic, by):
                 self._on_topic_changed(gid, topic, by)
+            case NoticesAdded(gid, notices):  # through the inbox: in their place among the messages
+                self._on_messages(gid, [notice_row(notice) for notice in notices])
 
     def load(self) -> None:
         """Open a session for every joined group and load its history (asynchronously)."""
@@ -180,6 +184,8 @@ class SessionController(QObject):
         tree_model.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
         tree_model.read_state_changed.connect(lambda _mids, s=session: self._on_read_changed(s))
         if load_history:
+            self.backend.call(lambda peer: peer.notices(gid), on_error=lambda _e: None,
+                              on_result=lambda notices: setattr(session, "notices", list(map(notice_row, notices))))
             self.backend.call(lambda peer: peer.read_marks(gid),
                               on_result=lambda marks: self._load_history(session, marks),
                               on_error=lambda _e: self._load_history(session, None))
@@ -193,7 +199,8 @@ class SessionController(QObject):
     def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
         # What the stored read marks do not cover is unread; a group never marked (from an
         # older version) starts with its history read.
-        session.tree.add_messages(messages, unread=False)
+        session.tree.add_messages(with_notices(messages, session.notices), unread=False)
+        session.notices = []
         session.pinned = {m.mid: m for m in messages if m.pinned}
         if marks is None:
             orders = [m.order for m in messages if m.order]
@@ -255,7 +262,7 @@ class SessionController(QObject):
                 # Deferred and coalesced: scrolling forces a layout, once per burst is enough.
                 self.view.follow_end()
             self.view.schedule_seen()
-        others = [m for m in shown if m.sender != self.backend.pid]
+        others = [m for m in shown if m.sender != self.backend.pid and not is_notice(m)]
         level = self.notify_level(gid) if others else "nothing"
         mentioning = [m for m in others if self.backend.pid in m.mentions] if level != "nothing" else []
         told = mentioning if mentioning or level == "mentions" else others if level == "all" else []
@@ -377,8 +384,9 @@ class SessionController(QObject):
         if self.selection.session is not None:
             self.selection.session.tree.mark_all_read()
 
-    def next_unread(self) -> None:
-        """Select the oldest unread message, in this group or the next one with news."""
+    def next_unread(self, others: Callable[[], bool] = lambda: False) -> bool:
+        """Select the oldest unread message, in this group or the next one with news; failing that,
+        ``others()`` (the direct conversations) may select one.  Whether one was selected."""
         current = self.selection.session
         order = [current] if current is not None else []
         order += [s for s in self.sessions.values() if s is not current]
@@ -390,8 +398,11 @@ class SessionController(QObject):
                 self.view.select_group(session.gid)
             self.view.clear_filter()
             self.view.select_message(unread[0])
-            return
+            return True
+        if others():
+            return True
         self.view.show_status("No unread messages", 3000)
+        return False
 
     def notify_level(self, gid: str) -> str:
         """``all``, ``mentions`` (only messages that mention me) or ``nothing``.  Kept where the old
