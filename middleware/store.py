@@ -221,7 +221,12 @@ class Store:
         if self._db.execute("PRAGMA user_version").fetchone()[0] == 2:
             self._migrate_segments()
         self._migrate()
+        tables_before = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         self._db.executescript(SCHEMA)
+        if "read_marks" not in tables_before:
+            self._db.execute(self.READ_MARKS_SCHEMA)
+            if "segments" in tables_before:
+                self._mark_history_read_from_before_read_marks()
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(groups)")}
         for column, kind in (("salt", "BLOB NOT NULL DEFAULT x''"), ("key_check", "BLOB NOT NULL DEFAULT x''"),
                              ("group_key", "BLOB"), ("descriptor", "BLOB")):
@@ -339,7 +344,6 @@ class Store:
         self._keys_stored.clear()
         self._decoded.clear()
         self._searched.clear()
-        self._read_marks_ready = False  # its table may have been made in the transaction rolled back
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
 
@@ -857,20 +861,21 @@ class Store:
 
     # -- read marks (the GUI's unread state, kept across restarts) -------------------
 
-    # Per group, the delivery orders read, as inclusive ranges (msgpack).  The table is
-    # made on first use: CREATE TABLE IF NOT EXISTS is this addition's whole migration,
-    # and a database without it reads as "never marked".
+    # Per group, the delivery orders read, as inclusive ranges (msgpack).  Joining or creating a
+    # group stores its row, empty: nothing read.  A data dir from before read marks (its database
+    # has segments but no read_marks table) is told apart when it is first opened: what it holds
+    # was there before the reader could be told it is unread, so it is marked read, explicitly,
+    # and a group with no row at all reads as nothing read.
     READ_MARKS_SCHEMA = "CREATE TABLE IF NOT EXISTS read_marks (gid TEXT PRIMARY KEY, ranges BLOB NOT NULL)"
     MAX_READ_RANGES = MAX_READ_RANGES
 
-    def _read_marks_table(self) -> None:
-        if not getattr(self, "_read_marks_ready", False):
-            self._db.execute(self.READ_MARKS_SCHEMA)
-            self._read_marks_ready = True
+    def _mark_history_read_from_before_read_marks(self) -> None:
+        self._db.executemany("INSERT INTO read_marks (gid, ranges) VALUES (?, ?)",
+                             [(gid, self._packer.pack([[1, last]])) for gid, last in self._db.execute(
+                                 "SELECT gid, MAX(first_order + count - 1) FROM segments GROUP BY gid")])
 
     def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
         """The delivery orders read in ``gid``, as inclusive ranges; None if never marked."""
-        self._read_marks_table()
         row = self._db.execute("SELECT ranges FROM read_marks WHERE gid = ?", (gid,)).fetchone()
         return [tuple(r) for r in msgpack.unpackb(row[0], raw=False)] if row else None
 

@@ -186,3 +186,30 @@ def test_a_version_2_database_is_migrated_without_losing_anything(tmp_path):
     assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert store.add_messages([message(BOB, 41)])[0].order == 41
     store.close()
+
+
+def test_a_data_dir_from_before_read_marks_is_told_apart_explicitly_and_a_new_group_starts_unread(tmp_path):
+    """Issue 32 item 1: what a data dir held before read marks existed counts as read (the reader
+    was never told it was new); a group with no marks in a data dir of today reads as nothing read."""
+    store = Store(tmp_path / "m.db")
+    stored = store.add_messages([message(ANN, 1), message(BOB, 1, gid="other"), message(ANN, 2)])
+    store.commit()
+    store.close()
+    with sqlite3.connect(tmp_path / "m.db") as db:  # as the version before read marks left it
+        db.execute("DROP TABLE read_marks")
+    old = Store(tmp_path / "m.db")
+    assert old.read_marks(GID) == [(1, stored[2].order)] and old.read_marks("other") == [(1, stored[1].order)]
+    later = old.add_messages([message(ANN, 3)])  # after the upgrade: unread
+    old.commit()
+    assert later[0].order not in range(1, stored[2].order + 1)
+    old.close()
+
+    again = Store(tmp_path / "m.db")  # told apart once: opening again changes nothing
+    assert again.read_marks(GID) == [(1, stored[2].order)]
+    assert again.read_marks("never-marked") is None
+    again.close()
+    fresh = Store(tmp_path / "fresh.db")
+    fresh.add_messages([message(ANN, 1)])
+    fresh.commit()
+    assert fresh.read_marks(GID) is None
+    fresh.close()
