@@ -37,7 +37,7 @@ from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
-from .store_api import SearchHit
+from .store_api import SearchHit, StoredThread
 from .addresses import Endpoint, GroupAddress
 from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
 from .direct import conversation_id
@@ -426,6 +426,14 @@ class GroupManager(rules.OperationCalls):
         self.core.known(gid)
         self.flush()
         return self.core.thread(gid, root)
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        self.flush()
+        return self.core.threads(gid, before, limit)
+
+    def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
+        self.flush()
+        return self.core.history_around(gid, mid, limit)
 
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""

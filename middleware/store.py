@@ -33,7 +33,7 @@ from .mentions import mentioned_pids
 from .rangeset import RangeSet
 from .direct import StoredDirect
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
-                        SearchQueryError, merged_read_marks)
+                        SearchQueryError, StoredThread, in_branch, merged_read_marks)
 from .types import ChatMessage, Mid, shown_sent_at
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,19 @@ CREATE VIRTUAL TABLE message_search USING fts5(
 INSERT INTO message_search (message_search, rank) VALUES ('automerge', 16);
 CREATE TABLE message_search_changed (delivery_order INTEGER PRIMARY KEY, text TEXT);
 """
+# Threads: a row per thread (its root's delivery order, its reply count and its latest message's
+# order), found by activity, and a row per reply naming its root, found by root.  A reply's root
+# is known when it is stored, as its parent is stored before it (S_b order), so a thread is read
+# by one index range instead of a walk of the whole history.  Operations are in neither.  A data
+# dir from before them gets them built on open, from the segments.
+THREADS_SCHEMA = """
+CREATE TABLE threads (root INTEGER PRIMARY KEY, gid TEXT NOT NULL, replies INTEGER NOT NULL, last INTEGER NOT NULL);
+CREATE INDEX threads_by_activity ON threads (gid, last);
+CREATE TABLE thread_replies (delivery_order INTEGER PRIMARY KEY, root INTEGER NOT NULL);
+CREATE INDEX thread_replies_by_root ON thread_replies (root, delivery_order);
+"""
+THREAD_ROOTS_CACHED = 100_000
+"""Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
 RELEVANCE_WINDOW = 10_000
 """A search by relevance ranks the newest this many matches (older ones are found by time order)."""
 SEARCH_BUILD_REPORT = 100_000
@@ -233,6 +246,9 @@ class Store:
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"message_search", "message_search_changed"} <= tables:
             self._build_search_index()  # no index, or one that kept a copy of the text
+        self._roots: dict[tuple[str, Mid], int] = {}  # (gid, mid) -> its thread root's order, recent ones
+        if not {"threads", "thread_replies"} <= tables:
+            self._build_threads()
         self._indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
@@ -302,6 +318,35 @@ class Store:
         if total:
             log.info("search index built: %d messages", total)
 
+    def _build_threads(self) -> None:
+        """The threads tables for a data dir from before them, from every stored message, in one transaction."""
+        self._db.execute("BEGIN")
+        for statement in THREADS_SCHEMA.split(";")[:-1]:
+            self._db.execute(statement)
+        roots: dict[tuple[str, str, int], int] = {}
+        threads: dict[int, list] = {}  # root -> [gid, replies, last]
+        replies: list[tuple[int, int]] = []
+        for _, gid, first_order, rows in self._segments("1", ()):
+            for order, row in enumerate(rows, first_order):
+                if row[5].startswith(OP_MARKER):
+                    continue
+                root = roots.get((gid, row[2], row[3])) if row[2] is not None else None
+                if root is None:
+                    threads[order] = [gid, 0, order]
+                    root = order
+                else:
+                    thread = threads[root]
+                    thread[1] += 1
+                    thread[2] = order
+                    replies.append((order, root))
+                roots[(gid, row[0], row[1])] = root
+        self._db.executemany("INSERT INTO threads VALUES (?, ?, ?, ?)",
+                             [(root, gid, count, last) for root, (gid, count, last) in threads.items()])
+        self._db.executemany("INSERT INTO thread_replies VALUES (?, ?)", replies)
+        self._db.commit()
+        if threads:
+            log.info("threads of %s built: %d threads, %d replies", self.path, len(threads), len(replies))
+
     def _index_rows(self, first_order: int, rows: list) -> None:
         """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, ...)
         delivered from ``first_order`` on."""
@@ -339,6 +384,7 @@ class Store:
         self._keys_stored.clear()
         self._decoded.clear()
         self._searched.clear()
+        self._roots.clear()
         self._read_marks_ready = False  # its table may have been made in the transaction rolled back
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
@@ -473,6 +519,9 @@ class Store:
         new_keys = {}
         segment_gid = None
         mentions: list[tuple] = []
+        new_threads: list[tuple[int, str, int, int]] = []
+        replies: list[tuple[int, int]] = []
+        bumped: dict[int, list[int]] = {}  # root -> [replies added, latest order]
         for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key, *_ in messages:
             sender, seqno = mid
             if not self._stored_seqnos(gid, sender).add(seqno):
@@ -488,6 +537,20 @@ class Store:
                                       public_key))
             if "<@" in text:
                 mentions += _mention_rows(gid, sender, seqno, text, self._next_order)
+            if not text.startswith(OP_MARKER):
+                order = self._next_order
+                root = self._root_order(gid, parent) if parent is not None else None
+                if root is None:  # a root, or (never in S_b order) a reply whose parent is not stored
+                    new_threads.append((order, gid, 0, order))
+                    root = order
+                else:
+                    replies.append((order, root))
+                    bump = bumped.setdefault(root, [0, order])
+                    bump[0] += 1
+                    bump[1] = order
+                if len(self._roots) >= THREAD_ROOTS_CACHED:
+                    self._roots.clear()
+                self._roots[(gid, mid)] = root
             self._next_order += 1
             if sender not in self._keys_stored and public_key:
                 new_keys[sender] = public_key
@@ -498,7 +561,25 @@ class Store:
             self._keys_stored.update(new_keys)
         if mentions:
             self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)", mentions)
+        if new_threads:
+            self._db.executemany("INSERT INTO threads VALUES (?, ?, ?, ?)", new_threads)
+        if replies:
+            self._db.executemany("INSERT INTO thread_replies VALUES (?, ?)", replies)
+            self._db.executemany("UPDATE threads SET replies = replies + ?, last = ? WHERE root = ?",
+                                 [(count, last, root) for root, (count, last) in bumped.items()])
         return stored
+
+    def _root_order(self, gid: str, mid: Mid) -> int | None:
+        """The delivery order of the root of stored ``mid``'s thread; None if ``mid`` is not stored."""
+        root = self._roots.get((gid, mid))
+        if root is not None:
+            return root
+        found = self._rows_of(gid, [mid])
+        if not found:
+            return None
+        order = found[0][0]
+        row = self._db.execute("SELECT root FROM thread_replies WHERE delivery_order = ?", (order,)).fetchone()
+        return row[0] if row is not None else order
 
     def _write_segment(self, gid: str, first_order: int, rows: list[tuple], proofs: list[bytes]) -> None:
         """One segment: ``rows`` of (sender, seqno, parent_sender, parent_seqno, name, text,
@@ -688,6 +769,58 @@ class Store:
             if len(page) == limit:
                 break
         return page[::-1] if backwards else page
+
+    def _messages_at(self, gid: str, orders: list[int]) -> list[ChatMessage]:
+        """The stored messages of ``gid`` delivered as ``orders`` (ascending), each segment decoded once."""
+        keys: dict[str, bytes] = {}
+        found: list[ChatMessage] = []
+        segment_rows: list = []
+        first = end = 0
+        for order in orders:
+            if not first <= order < end:
+                row = self._db.execute(
+                    "SELECT segment, first_order, count FROM segments WHERE first_order <= ? AND gid = ? "
+                    "ORDER BY first_order DESC LIMIT 1", (order, gid)).fetchone()
+                if row is None or order >= row[1] + row[2]:
+                    continue
+                segment_rows, first, end = self._segment_rows(row[0]), row[1], row[1] + row[2]
+            s, q, ps, pq, n, t, sa, ra, sig = segment_rows[order - first]
+            if s not in keys:
+                keys[s] = self._public_key(s)
+            found.append(ChatMessage(gid, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, order, sig,
+                                     keys[s]))
+        return found
+
+    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
+        located = self._rows_of(gid, [root])
+        if not located:
+            return []
+        order = located[0][0]
+        top = self._root_order(gid, root)
+        orders = [order] + [reply for (reply,) in self._db.execute(
+            "SELECT delivery_order FROM thread_replies WHERE root = ? AND delivery_order > ? ORDER BY delivery_order",
+            (top, order))]
+        thread = self._messages_at(gid, orders)
+        if top == order:
+            return thread
+        members = {root}  # the branch under a reply: its descendants only
+        return [m for m in thread if m.mid == root or in_branch(m, members)]
+
+    def thread_root(self, gid: str, mid: Mid) -> Mid | None:
+        top = self._root_order(gid, mid)
+        if top is None:
+            return None
+        found = self._messages_at(gid, [top])
+        return found[0].mid if found else None
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        rows = self._db.execute(
+            "SELECT root, replies, last FROM threads WHERE gid = ? AND last < ? ORDER BY last DESC LIMIT ?",
+            (gid, before if before is not None else 2 ** 62, limit)).fetchall()
+        wanted = sorted({order for root, _, last in rows for order in (root, last)})
+        by_order = {m.order: m for m in self._messages_at(gid, wanted)}
+        return [StoredThread(by_order[root], replies, by_order[last]) for root, replies, last in rows
+                if root in by_order and last in by_order]
 
     def _public_key(self, pid: str) -> bytes:
         row = self._db.execute("SELECT public_key FROM peer_keys WHERE pid = ?", (pid,)).fetchone()

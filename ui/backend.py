@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..middleware.addresses import Endpoint
-from ..middleware.store_api import SearchHit
+from ..middleware.store_api import SearchHit, StoredThread
 from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Mid
 
 
@@ -65,6 +65,15 @@ class Peer(Protocol):
     def group(self, gid: str) -> GroupView: ...
 
     def history(self, gid: str) -> list[ChatMessage]: ...
+
+    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
+                     limit: int = 50) -> list[ChatMessage]: ...
+
+    def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]: ...
+
+    def thread(self, gid: str, root: Mid) -> list[ChatMessage]: ...
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]: ...
 
     def pending(self, gid: str | None = None) -> int: ...
 

@@ -39,7 +39,7 @@ from ..middleware.events import Event, GroupsDiscovered, Listener, MessagesDeliv
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
-from ..middleware.store_api import SearchHit
+from ..middleware.store_api import SearchHit, StoredThread
 from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid
 
 from .backend import Peer
@@ -279,6 +279,19 @@ class MemoryManager(rules.OperationCalls):
 
     def history(self, gid: str) -> list[ChatMessage]:
         return self.core.history(gid)
+
+    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
+                     limit: int = 50) -> list[ChatMessage]:
+        return self.core.history_page(gid, before, after, limit)
+
+    def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
+        return self.core.history_around(gid, mid, limit)
+
+    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
+        return self.core.thread(gid, root)
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        return self.core.threads(gid, before, limit)
 
     def pending(self, gid: str | None = None) -> int:
         return self.core.pending(gid)
