@@ -431,6 +431,10 @@ class GroupManager(rules.OperationCalls):
         self.flush()
         return self.core.threads(gid, before, limit)
 
+    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        self.flush()
+        return self.core.messages(gid, mids)
+
     def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
         self.flush()
         return self.core.history_around(gid, mid, limit)

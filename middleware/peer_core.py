@@ -437,6 +437,11 @@ class PeerCore:
         shown = iter(self._shown(gid, [m for t in found for m in (t.root, t.last)]))
         return [StoredThread(next(shown), t.replies, next(shown)) for t in found]
 
+    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        """The stored chat messages among ``mids``, in delivery order, shown as :meth:`history`."""
+        self.known(gid)
+        return self._shown(gid, [m for m in self.store.messages(gid, mids) if not m.text.startswith(OP_MARKER)])
+
     def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
         """A page of :meth:`history` with ``mid`` in its middle; empty if ``mid`` is not stored."""
         self.known(gid)

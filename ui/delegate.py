@@ -250,7 +250,8 @@ class MessageDelegate(QStyledItemDelegate):
         return (min(depth, MAX_INDENT_DEPTH) * INDENT + BRANCH) if self.tree else 0
 
     def _quoted(self, message: ChatMessage, depth: int) -> bool:
-        return message.parent is not None and (self.show_parent or depth > MAX_INDENT_DEPTH)
+        # depth 0: a reply shown at the top, its parent not held (an older page not loaded)
+        return message.parent is not None and (self.show_parent or depth > MAX_INDENT_DEPTH or depth == 0)
 
     def _text_width(self, depth: int) -> int:
         return max(80, self.view.viewport().width() - self._indent(depth) - 2 * PAD - MARK_WIDTH - 4)

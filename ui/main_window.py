@@ -88,6 +88,7 @@ from .widgets import (
 
 log = logging.getLogger(__name__)
 
+SCROLL_BACK_MARGIN = 200  # pixels from the top at which the older history loads
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
@@ -270,6 +271,7 @@ class MainWindow(QMainWindow):
         self.timeline_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         for view in (self.tree_view, self.timeline_view):
             view.verticalScrollBar().valueChanged.connect(self.schedule_seen)
+            view.verticalScrollBar().valueChanged.connect(self._scrolled)
             view.reply_requested.connect(self.compose_controller.reply_to)
             view.link_activated.connect(self.open_link)
             view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
@@ -658,17 +660,71 @@ class MainWindow(QMainWindow):
         if session is not None:
             hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
         what = "messages" if self.time_ordered else "threads"
-        self.older_button.setText(f"⤒ {hidden:,} older {what}")
-        self.older_button.setVisible(hidden > 0)
+        stored = session is not None and session.thread is None and not session.history_complete and session.loaded
+        self.older_button.setText(f"⤒ {hidden:,} older {what}" if hidden else "⤒ Older messages")
+        self.older_button.setVisible(hidden > 0 or stored)
 
     def show_older(self) -> None:
+        """Older rows above the reader, who stays where they are: hidden ones, else a page from the store."""
         session = self.current
-        if session is None:
+        if session is None or session.thread is not None:
+            return
+        place = self.hold_place(session)
+        if self.time_ordered:
+            shown = session.timeline.show_older()
+        else:
+            shown = session.tree.show_older()
+        if shown:
+            self._restore_place(place)
+        else:
+            self.session_controller.load_older(session)
+        self.update_older_button()
+
+    def _scrolled(self, value: int) -> None:
+        # Scroll-back: near the top, the older rows come (the way Element paginates).
+        session = self.current
+        view = self.current_view()
+        if (session is None or session.thread is not None or not session.opened or session.loading_older
+                or self.sender() is not view.verticalScrollBar() or value > SCROLL_BACK_MARGIN):
+            return
+        hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
+        if hidden or not session.history_complete:
+            QTimer.singleShot(0, self.show_older)  # not inside the scroll bar's own signal
+
+    def hold_place(self, session: GroupSession) -> ReaderPlace | None:
+        """The message at the top of the view on show and its row's top, to keep it there across inserts above."""
+        if session is not self.current:
+            return None
+        view = self.current_view()
+        top = view.indexAt(QPoint(4, 2))
+        if not top.isValid():
+            return None
+        return top.data(MessageRole).mid, view.visualRect(top).top()
+
+    def _restore_place(self, place: ReaderPlace | None) -> None:
+        if place is None:
+            return
+        index = self._view_index(place[0])
+        if not index.isValid():
+            return
+        view = self.current_view()
+        view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
+        bar = view.verticalScrollBar()
+        bar.setValue(bar.value() - place[1])
+
+    def older_loaded(self, session: GroupSession, place: ReaderPlace | None, mids: list[Mid]) -> None:
+        """A page of older history came in above the reader: make it rows, keep the reader's place to the pixel."""
+        if session is not self.current:
             return
         if self.time_ordered:
-            session.timeline.show_older()
-        else:
-            session.tree.show_older()
+            session.timeline.show_older(len(mids))
+        elif session.thread is None and self.tree_view.model() is session.tree_model:
+            node_of = session.tree.node
+            for mid in mids:
+                node = node_of(mid)
+                if node is not None and node.children:
+                    self.tree_view.expand(session.tree_model.index_for(mid))
+        self._restore_place(place)
         self.update_older_button()
 
     def expand_default(self, session: GroupSession) -> None:
@@ -1318,13 +1374,24 @@ class MainWindow(QMainWindow):
             del self._way_back[:-MAX_WAY_BACK]
         if self.current is not session:
             self.select_group(gid)
+        if session.tree.node(mid) is None and session.loaded and self.current is session:
+            # Older than the pages loaded: its page comes from the store first.
+            self.session_controller.load_back_to(
+                session, mid, lambda found: self._show_held(session, mid) if found else self._not_here())
+            return True
+        return self._show_held(session, mid)
+
+    def _show_held(self, session: GroupSession, mid: Mid) -> bool:
         root = session.tree.thread_of(mid) if self.current is session else None
         if root is None or not self.open_thread(root) or not self.select_message(mid):
-            self.status_controller.show_error("That message has not reached this peer (yet).")
-            return False
+            return self._not_here()
         self.raise_()
         self.activateWindow()
         return True
+
+    def _not_here(self) -> bool:
+        self.status_controller.show_error("That message has not reached this peer (yet).")
+        return False
 
     # -- settings and invites -------------------------------------------------------------------
 

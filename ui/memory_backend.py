@@ -284,6 +284,9 @@ class MemoryManager(rules.OperationCalls):
                      limit: int = 50) -> list[ChatMessage]:
         return self.core.history_page(gid, before, after, limit)
 
+    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        return self.core.messages(gid, mids)
+
     def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
         return self.core.history_around(gid, mid, limit)
 

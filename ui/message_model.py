@@ -76,6 +76,7 @@ class MessageTreeModel(NodeRows, QAbstractItemModel):
     unread_count_changed = Signal(int)
 
     older_shown = Signal()
+    older_arrived = Signal(int)  # this many messages were put before every one held (a page of scroll-back)
 
     def __init__(self, tree: MessageTree, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -125,6 +126,9 @@ class MessageTreeModel(NodeRows, QAbstractItemModel):
 
     def older_threads_shown(self) -> None:
         self.older_shown.emit()
+
+    def older_messages_added(self, count: int) -> None:
+        self.older_arrived.emit(count)
 
     # -- indexes ----------------------------------------------------------------------------
 
@@ -198,6 +202,13 @@ class TimelineModel(QAbstractListModel):
         tree_model.arrived.connect(self._on_arrived)
         tree_model.read_state_changed.connect(self._on_read_changed)
         tree_model.updated.connect(self._on_updated)
+        tree_model.older_arrived.connect(self._on_older)
+
+    def _on_older(self, count: int) -> None:
+        # Older messages come in hidden, above the rows: show_older() makes them rows.
+        self._rows = {node.message.mid: row for row, node in enumerate(self.tree.arrival)}
+        self._count += count
+        self.hidden += count
 
     def _after_reset(self) -> None:
         # The tree's reset fills ``arrival``; ``arrived`` then reports the new rows.
@@ -289,7 +300,10 @@ def _message_data(message: ChatMessage, role: int, tree: MessageTree, node: Node
     if role == SearchRole:
         return f"{message.sender_name}\n{message.text}"
     if role == ParentMessageRole:
-        return node.parent.message if node.parent is not None else None  # the top node's is None
+        shown = node.parent.message if node.parent is not None else None  # the top node's is None
+        if shown is None and message.parent is not None:  # its parent is not held (an older page)
+            return tree.absent_parents.get(message.parent)
+        return shown
     if role == DepthRole:
         return node.depth
     if role == OwnRole:

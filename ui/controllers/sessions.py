@@ -1,6 +1,11 @@
 """Sessions and read state: each joined group's session (its models, unread and read marks), and what the
 middleware tells about a group.
 
+A group opens with one page of its history from the store (:data:`HISTORY_PAGE` messages, more
+back to its first unread), and older pages load as the reader scrolls up (:meth:`load_older`)
+or follows a link to an older message (:meth:`load_back_to`): memory holds what was read, not
+the whole history.
+
 Arrivals are taken in slices (:meth:`SessionController._drain_inbox`) so that Qt can paint
 between them, and the oldest threads are hidden again under a steady stream; what was read goes
 to the store at most once a second, so unread survives a restart.  The window shows the current
@@ -36,6 +41,8 @@ MAX_PER_TURN = 300
 INTAKE_MS = 100
 TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
 READ_SAVE_MS = 1000  # read marks go to the store at most once a second
+HISTORY_PAGE = 200  # messages a group opens with, and that each scroll back loads
+OPEN_UNREAD_LIMIT = 2_000  # a group opens at its first unread if that is at most this far back
 
 
 @dataclass
@@ -61,6 +68,12 @@ class GroupSession:
     topic: str | None = None  # None: not heard yet (the group view has it)
     pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
     catch_up_dismissed: bool = False  # the reader chose to keep a big join's history unread
+    # Scroll-back: the oldest delivery order held, whether the store holds anything older, what
+    # the store's read marks said when the group was opened (older pages' unread), and a page on its way.
+    oldest_order: int | None = None
+    history_complete: bool = False
+    read_marks: RangeSet | None = None
+    loading_older: bool = False
 
     @property
     def title(self) -> str:
@@ -104,6 +117,8 @@ class SessionsView(Protocol):
     def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None: ...
     def update_catch_up(self) -> None: ...
     def keep_reader_place(self, session: GroupSession, place: ReaderPlace) -> None: ...
+    def hold_place(self, session: GroupSession) -> ReaderPlace | None: ...
+    def older_loaded(self, session: GroupSession, place: ReaderPlace | None, mids: list[Mid]) -> None: ...
     def forget_rendered(self, mids: list[Mid]) -> None: ...
     def relayout_messages(self) -> None: ...
     def start_new_thread(self) -> None: ...
@@ -168,6 +183,7 @@ class SessionController(QObject):
         if session is not None:
             return session
         tree = MessageTree(self.backend.pid)
+        tree.paged = True
         tree_model = MessageTreeModel(tree, self)
         session = GroupSession(gid, tree, tree_model, TimelineModel(tree_model, self), self.known_groups.get(gid))
         session.threads = ThreadListModel(tree_model, self)
@@ -186,22 +202,46 @@ class SessionController(QObject):
         return session
 
     def _load_history(self, session: GroupSession, marks: list | None) -> None:
-        gid = session.gid
-        self.backend.call(lambda peer: peer.history(gid),
-                          on_result=lambda messages: self._on_history(session, messages, marks))
+        gid, own = session.gid, self.backend.pid
+        read = RangeSet.from_ranges(marks) if marks is not None else None
 
-    def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
+        def opening(peer) -> tuple[list[ChatMessage], bool]:
+            # The last page, and older ones while its oldest message is unread: the group opens
+            # at its first unread message if that is not too far back, else at its end.
+            page = peer.history_page(gid, limit=HISTORY_PAGE)
+            complete = len(page) < HISTORY_PAGE
+            while (read is not None and not complete and len(page) < OPEN_UNREAD_LIMIT
+                   and page[0].order not in read and page[0].sender != own):
+                older = peer.history_page(gid, before=page[0].order, limit=HISTORY_PAGE)
+                complete = len(older) < HISTORY_PAGE
+                page = older + page
+            return page, complete
+
+        self.backend.call(opening, on_result=lambda result: self._on_history(session, *result, marks=marks))
+
+    def _on_history(self, session: GroupSession, messages: list[ChatMessage], complete: bool = True,
+                    marks: list | None = None) -> None:
         # What the stored read marks do not cover is unread; a group never marked (from an
         # older version) starts with its history read.
-        session.tree.add_messages(messages, unread=False)
+        tree = session.tree
+        held = min((node.message.order for node in tree.arrival if node.message.order), default=None)
+        older = [m for m in messages if held is None or m.order < held]  # live messages may have come first
+        if held is None:
+            tree.add_messages(older, unread=False)
+        else:
+            tree.add_older(older)
+        session.history_complete = complete
+        session.oldest_order = messages[0].order if messages else held
+        self._look_up_absent_parents(session, messages)
         session.pinned = {m.mid: m for m in messages if m.pinned}
         if marks is None:
             orders = [m.order for m in messages if m.order]
             if orders:
-                gid, read = session.gid, [(min(orders), max(orders))]
+                gid, read = session.gid, [(1, max(orders))]
                 self.backend.call(lambda peer: peer.mark_read(gid, read), on_error=lambda _e: None)
+            session.read_marks = RangeSet.from_ranges([(1, max(orders))]) if orders else RangeSet()
         else:
-            stored = RangeSet.from_ranges(marks)
+            stored = session.read_marks = RangeSet.from_ranges(marks)
             session.tree.set_unread(m.mid for m in messages if m.order and m.order not in stored)
         unread = session.tree.unread_in_arrival_order()
         session.divider = unread[0] if unread else None
@@ -211,6 +251,79 @@ class SessionController(QObject):
             self.view.expand_default(session)
             self.view.open_position(session)
             self.view.refresh_status()
+
+    def load_older(self, session: GroupSession, then: Callable[[], None] | None = None) -> bool:
+        """Ask the store for the page before the oldest message held; False if there is none to ask for.
+        ``then`` runs once it is in."""
+        if session.loading_older or session.history_complete or session.oldest_order is None:
+            return False
+        session.loading_older = True
+        gid, before = session.gid, session.oldest_order
+        self.backend.call(lambda peer: peer.history_page(gid, before=before, limit=HISTORY_PAGE),
+                          on_result=lambda page: self._on_older(session, page, HISTORY_PAGE, then),
+                          on_error=lambda _e: setattr(session, "loading_older", False))
+        return True
+
+    def load_back_to(self, session: GroupSession, mid: Mid, then: Callable[[bool], object]) -> None:
+        """Load the history from the page around ``mid`` up to what is held (a link or a search result
+        older than the pages loaded); ``then(found)`` runs once it is in."""
+        gid, before = session.gid, session.oldest_order
+
+        def back_to(peer) -> list[ChatMessage]:
+            around = peer.history_around(gid, mid, HISTORY_PAGE)
+            if not around or before is None or around[-1].order >= before:
+                return [m for m in around if before is None or m.order < before]
+            return around + peer.history_page(gid, after=around[-1].order, before=before,
+                                              limit=before - around[-1].order)
+
+        def loaded(page: list[ChatMessage]) -> None:
+            self._on_older(session, page, 0)
+            then(session.tree.node(mid) is not None)
+
+        def failed(_error: Exception) -> None:
+            session.loading_older = False
+            then(False)
+
+        if session.loading_older:
+            then(False)
+            return
+        session.loading_older = True
+        self.backend.call(back_to, on_result=loaded, on_error=failed)
+
+    def _on_older(self, session: GroupSession, page: list[ChatMessage], asked: int,
+                  then: Callable[[], None] | None = None) -> None:
+        session.loading_older = False
+        if asked and len(page) < asked:
+            session.history_complete = True
+        page = [m for m in page if session.oldest_order is None or m.order < session.oldest_order]
+        if page:
+            session.oldest_order = page[0].order
+            place = self.view.hold_place(session)
+            read = session.read_marks or RangeSet()
+            session.tree.add_older(page, [m.mid for m in page
+                                          if m.order not in read and m.sender != self.backend.pid])
+            session.pinned.update({m.mid: m for m in page if m.pinned})
+            self._look_up_absent_parents(session, page)
+            if self.selection.is_current(session):
+                self.view.older_loaded(session, place, [m.mid for m in page])
+        if then is not None:
+            then()
+
+    def _look_up_absent_parents(self, session: GroupSession, page: list[ChatMessage]) -> None:
+        """The messages answered by replies of ``page`` that are not held, for their reply banners."""
+        tree = session.tree
+        wanted = sorted({m.parent for m in page if m.parent is not None and tree.node(m.parent) is None
+                         and m.parent not in tree.absent_parents})
+        if not wanted:
+            return
+        gid = session.gid
+
+        def found(messages: list[ChatMessage]) -> None:
+            tree.absent_parents.update({m.mid: m for m in messages})
+            if self.selection.is_current(session):
+                self.view.relayout_messages()
+
+        self.backend.call(lambda peer: peer.messages(gid, wanted), on_result=found, on_error=lambda _e: None)
 
     def _on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
         # Taken in slices: every insert makes QTreeView lay out all its visible rows again

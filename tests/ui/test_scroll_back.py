@@ -1,0 +1,150 @@
+"""Scroll-back with real keys, wheel and clicks: a big group opens at its end with one page of rows, older
+pages load as the reader scrolls up without moving what they read, and a search result or a link older
+than the pages loaded brings its page in."""
+
+import time
+
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication
+
+from conftest import ANN, BOB, CAT, activate, message, save_screenshot
+from m2mc.middleware.types import Member, format_mid
+from m2mc.ui.controllers.sessions import HISTORY_PAGE
+from m2mc.ui.main_window import SCROLL_BACK_MARGIN
+from m2mc.ui.message_model import MessageRole
+
+GROUP_SIZE = 5_000
+
+
+def big_history(count=GROUP_SIZE):
+    """Threads of a few messages each; every 50th message answers one 1,000 messages back."""
+    members = (ANN, BOB, CAT)
+    history, seqnos = [], {m.pid: 0 for m in members}
+    for n in range(count):
+        member = members[n % 3]
+        seqnos[member.pid] += 1
+        parent = None
+        if n % 5:
+            parent = history[n - 1 - n % 5 + 1].mid if n % 5 == 1 else history[n - 1].mid
+        if n % 50 == 49 and n >= 1000:
+            parent = history[n - 1000].mid
+        history.append(message("", member, seqnos[member.pid], f"Message {n}: the {n % 7} plan", parent))
+    return history
+
+
+def open_big_group(qtbot, window, backend, history):
+    me = Member(backend.pid, backend.name)
+    view = backend.manager.inject_group("Big team", members=(ANN, BOB, CAT, me), joined=True, history=history)
+    window.start()
+    session = None
+
+    def loaded():
+        nonlocal session
+        session = window.session_controller.sessions.get(view.gid)
+        return session is not None and session.loaded and window.current is session and session.opened
+    qtbot.waitUntil(loaded, timeout=20_000)
+    return session
+
+
+def top_row(view):
+    index = view.indexAt(QPoint(4, 2))
+    return index.data(MessageRole).mid, view.visualRect(index).top()
+
+
+def wheel_up(view, steps=3):
+    pos = QPointF(view.viewport().rect().center())
+    for _ in range(steps):
+        event = QWheelEvent(pos, view.viewport().mapToGlobal(pos), QPoint(0, 0), QPoint(0, 120),
+                            Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase,
+                            False)
+        QApplication.sendEvent(view.viewport(), event)
+
+
+def test_a_big_group_opens_at_its_end_with_one_page_and_scrolling_up_loads_older_pages_in_place(
+        qtbot, window, backend):
+    history = big_history()
+    session = open_big_group(qtbot, window, backend, history)
+    view = window.tree_view
+    assert len(session.tree) == HISTORY_PAGE  # 5,000 in the store, one page in the model
+    assert not session.history_complete and window.older_button.isVisible()
+    bar = view.verticalScrollBar()
+    assert bar.value() == bar.maximum()  # at the end
+    last = view.indexAt(QPoint(4, view.viewport().height() - 3)).data(MessageRole)
+    assert last.mid == history[-1].mid
+    # A reply whose parent is older than the page shows at the top with its banner, looked up in the store.
+    orphan = next(m for m in history[-HISTORY_PAGE:] if m.parent == history[history.index(m) - 1000].mid)
+    qtbot.waitUntil(lambda: orphan.parent in session.tree.absent_parents)
+    assert session.tree.node(orphan.mid).depth == 0
+    assert window._view_index(orphan.mid).data(Qt.ItemDataRole.UserRole + 3).mid == orphan.parent
+
+    # The wheel, notch by notch: near the top an older page comes, and what the reader saw stays put.
+    loads = 0
+    for _ in range(2000):
+        held = len(session.tree)
+        wheel_up(view, 1)
+        seen = top_row(view)
+        qtbot.wait(5)
+        qtbot.waitUntil(lambda: not session.loading_older)
+        if len(session.tree) > held:
+            loads += 1
+            assert top_row(view) == seen  # to the pixel
+            assert bar.value() > 0  # the new rows are above: not a jump to them
+            if loads == 2:
+                break
+    assert loads == 2 and len(session.tree) == 3 * HISTORY_PAGE
+    # PageUp, after a click on a message, keeps going back.
+    rect = view.visualRect(view.indexAt(QPoint(40, 40)))
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    for _ in range(400):
+        held = len(session.tree)
+        qtbot.keyClick(view, Qt.Key.Key_PageUp)
+        qtbot.wait(5)  # the load is asked for on the next turn of the event loop
+        qtbot.waitUntil(lambda: not session.loading_older)
+        if len(session.tree) > held:
+            break
+    assert len(session.tree) == 4 * HISTORY_PAGE
+    orders = [node.message.order for node in session.tree.arrival]
+    assert orders == sorted(orders) and len(set(orders)) == len(orders)
+    assert session.tree.arrival[-1].message.mid == history[-1].mid
+
+
+def test_the_reader_keeps_their_place_to_the_pixel_when_a_page_loads_above(qtbot, window, backend):
+    session = open_big_group(qtbot, window, backend, big_history(1_000))
+    view, bar = window.tree_view, window.tree_view.verticalScrollBar()
+    bar.setValue(SCROLL_BACK_MARGIN + 5)  # near the top, not in the margin that loads by itself
+    before = top_row(view)
+    window.older_button.click()  # the header's "⤒ Older messages"
+    qtbot.waitUntil(lambda: len(session.tree) == 2 * HISTORY_PAGE and not session.loading_older)
+    qtbot.wait(20)
+    assert top_row(view) == before
+
+
+def test_a_search_result_older_than_the_pages_loaded_brings_its_page_and_opens_in_its_thread(qtbot, window, backend):
+    history = big_history()
+    history[120] = history[120]._replace(text="Message 120: the zanzibar plan")
+    session = open_big_group(qtbot, window, backend, history)
+    assert session.tree.node(history[120].mid) is None
+    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    search = window.search_window
+    qtbot.waitUntil(search.isVisible)
+    activate(qtbot, search)
+    qtbot.keyClicks(search.query_edit, "zanzibar")
+    qtbot.waitUntil(lambda: len(search.result_items()) == 1, timeout=3000)
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(search.results.hasFocus)
+    started = time.monotonic()
+    qtbot.keyClick(search.results, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.selected_message() is not None
+                    and window.selected_message().mid == history[120].mid, timeout=5000)
+    print(f"jump to a message 4,880 back: {1000 * (time.monotonic() - started):.0f} ms")
+    assert session.thread is not None
+    assert window.tree_view.viewport().rect().intersects(window.tree_view.visualRect(window._view_index(history[120].mid)))
+    orders = [node.message.order for node in session.tree.arrival]
+    assert orders == sorted(orders) and len(session.tree) < GROUP_SIZE
+    # a link to a message older still
+    window.close_thread()
+    window.open_link(f"m2mc://message/{session.gid}/{format_mid(history[3].mid)}")
+    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == history[3].mid,
+                    timeout=5000)
+    save_screenshot(window, "scroll-back-jump.png")
