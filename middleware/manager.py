@@ -431,6 +431,10 @@ class GroupManager(rules.OperationCalls):
         self.flush()
         return self.core.threads(gid, before, limit)
 
+    def thread_root(self, gid: str, mid: Mid) -> Mid:
+        self.flush()
+        return self.core.thread_root(gid, mid)
+
     def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         self.flush()
         return self.core.messages(gid, mids)

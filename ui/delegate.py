@@ -34,7 +34,7 @@ from ..middleware.mentions import render
 from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMessage, Mid, utc_datetime
 
 from .member_list import marked_name
-from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole, ThreadModel,
+from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole,
                             UnreadRole)
 
 from .resources import is_dark, theme_colors
@@ -53,7 +53,7 @@ DIVIDER_HEIGHT = 22
 LINK = re.compile(r"(?:https?|m2mc)://[^\s<>\"]+")
 REPLY_LABEL = "↩ Reply"
 MENTION_MARK = "@ you"  # on a row that mentions the reader
-_NODE_MODELS = (MessageTreeModel, ThreadModel)  # their indexes carry the message's node
+_NODE_MODELS = (MessageTreeModel,)  # their indexes carry the message's node (one thread's model is one too)
 _DAY_MS = 24 * 3600 * 1000
 
 

@@ -24,6 +24,7 @@ moment while the window is active.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from pathlib import Path
@@ -63,7 +64,7 @@ from .direct_pane import DirectList, DirectPane
 from .discovery_window import DiscoveryWindow
 from .member_list import presence_legend
 from .search_window import SearchWindow
-from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
+from .message_model import MessageRole, SearchRole, StoredThreadModel, ThreadRole
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.joins import JoinController
@@ -154,6 +155,7 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
         self._restore_pane_sizes()
 
+        self._placing = False  # the view is being put back where the reader was: not a scroll of theirs
         self._way_back: list[tuple[str, Mid | None, Mid | None]] = []  # (gid, open thread, selected) before a jump
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS)
         self._seen_timer.timeout.connect(self.mark_visible_read)
@@ -685,7 +687,7 @@ class MainWindow(QMainWindow):
         session = self.current
         view = self.current_view()
         if (session is None or session.thread is not None or not session.opened or session.loading_older
-                or self.sender() is not view.verticalScrollBar() or value > SCROLL_BACK_MARGIN):
+                or self._placing or self.sender() is not view.verticalScrollBar() or value > SCROLL_BACK_MARGIN):
             return
         hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
         if hidden or not session.history_complete:
@@ -975,9 +977,14 @@ class MainWindow(QMainWindow):
         return at_bottom, reading
 
     def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None:
-        self.tree_view.scrollTo(session.tree_model.index_for(place[0]), QAbstractItemView.ScrollHint.PositionAtTop)
-        bar = self.tree_view.verticalScrollBar()
-        bar.setValue(bar.value() - place[1])
+        # Not a scroll of the reader's: older rows hidden above them (trimming) must not come back at once.
+        self._placing = True
+        try:
+            self.tree_view.scrollTo(session.tree_model.index_for(place[0]), QAbstractItemView.ScrollHint.PositionAtTop)
+            bar = self.tree_view.verticalScrollBar()
+            bar.setValue(bar.value() - place[1])
+        finally:
+            self._placing = False
 
     def update_catch_up(self) -> None:
         self._catch_up_timer.start()
@@ -1046,13 +1053,15 @@ class MainWindow(QMainWindow):
         return session.tree.message(mid) if session is not None and mid is not None else None
 
     def schedule_seen(self, *_args) -> None:
-        if self.current is not None and self.current.tree.unread:
+        session = self.current
+        if session is not None and (session.tree.unread or (session.thread is not None and session.thread.tree.unread)):
             self._seen_timer.start()
 
     def mark_visible_read(self) -> None:
         """Messages on screen in the active window count as seen."""
         session = self.current
-        if session is None or not session.tree.unread or not self.isActiveWindow():
+        thread_unread = session is not None and session.thread is not None and session.thread.tree.unread
+        if session is None or not (session.tree.unread or thread_unread) or not self.isActiveWindow():
             return
         self.current_view_mids_visible(mark=True)
 
@@ -1060,6 +1069,9 @@ class MainWindow(QMainWindow):
         visible = self.current_view().visible_mids()
         if mark and self.current is not None:
             self.current.tree.mark_read(visible)
+            if self.current.thread is not None:
+                self.current.thread.tree.mark_read(visible)
+                self.session_controller.read_changed(self.current)
         return visible
 
     def _view_index(self, mid: Mid) -> QModelIndex:
@@ -1074,7 +1086,7 @@ class MainWindow(QMainWindow):
         """Show and select a message of the current group (the reply target stays as it is)."""
         if self.current is None:
             return False
-        if self.current.thread is not None and self.current.tree.thread_of(mid) != self.current.thread.root.message.mid:
+        if self.current.thread is not None and self.current.thread.tree.node(mid) is None:
             self.close_thread()
         if self.time_ordered:
             self.current.timeline.reveal(mid)
@@ -1205,34 +1217,54 @@ class MainWindow(QMainWindow):
         if summary is not None:
             self.open_thread(summary.root.mid)
 
-    def open_thread(self, root_mid: Mid) -> bool:
-        """Show one thread on its own (the tree of its root alone); "← All threads" goes back."""
+    def open_thread(self, mid: Mid, then: Callable[[], object] | None = None,
+                    missing: Callable[[], object] | None = None) -> bool:
+        """Show the thread of ``mid`` on its own, read from the store; "← All threads" goes back.
+        ``then`` runs once it is shown, ``missing`` if the store holds no such message."""
         session = self.current
-        node = session.tree.node(root_mid) if session is not None else None
-        if session is None or node is None:
+        if session is None:
             return False
-        root = node.root.message
-        root_mid = root.mid
-        if session.thread is not None:
-            if session.thread.root.message.mid == root_mid:
-                return True
-            session.thread.detach()
+        if session.thread is not None and session.thread.tree.node(mid) is not None:
+            if then is not None:
+                then()
+            return True
+        gid = session.gid
+
+        def loaded(messages: list[ChatMessage]) -> None:
+            if self.current is not session or not messages:
+                if missing is not None:
+                    missing()
+                return
+            self._show_thread(session, messages)
+            if then is not None:
+                then()
+
+        def failed(_error: Exception) -> None:
+            if missing is not None:
+                missing()
+
+        self.backend.call(lambda peer: peer.thread(gid, peer.thread_root(gid, mid)), on_result=loaded, on_error=failed)
+        return True
+
+    def _show_thread(self, session: GroupSession, messages: list[ChatMessage]) -> None:
         if self.time_ordered:
             self.set_time_ordered(False)
-        session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
-        session.thread = ThreadModel(session.tree_model, root_mid, self)
-        self.compose_controller.thread_opened(root_mid)
+        read = session.read_marks
+        unread = [m.mid for m in messages if m.mid in session.tree.unread or (
+            session.tree.node(m.mid) is None and read is not None and m.order not in read
+            and m.sender != self.backend.pid)]
+        session.thread = StoredThreadModel(messages, self.backend.pid, unread, self)
+        root = session.thread.root.message
+        self.compose_controller.thread_opened(root.mid)
         self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view))}")
         self._set_view_models()
         self.tree_view.expandAll()
-        first_unread = next((mid for mid in session.tree.unread_in_arrival_order()
-                             if session.tree.thread_of(mid) == root_mid), None)
-        index = session.thread.index_for(first_unread or root_mid)
+        first_unread = next(iter(session.thread.tree.unread_in_arrival_order()), None)
+        index = session.thread.index_for(first_unread or root.mid)
         if self.tree_view.model() is self.tree_proxy:
             index = self.tree_proxy.mapFromSource(index)
         self.tree_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
         self.schedule_seen()
-        return True
 
     def go_back(self) -> None:
         """Alt+Left: to where the reader was before following a link or a search result, else out of
@@ -1244,9 +1276,12 @@ class MainWindow(QMainWindow):
             if self.current is None or self.current.gid != gid:
                 self.select_group(gid)
             if thread is not None:
-                self.open_thread(thread)
-            else:
-                self.close_thread()
+                if mid is not None:
+                    self.open_thread(thread, then=functools.partial(self.select_message, mid))
+                else:
+                    self.open_thread(thread)
+                return
+            self.close_thread()
             if mid is not None:
                 self.select_message(mid)
             return
@@ -1267,7 +1302,6 @@ class MainWindow(QMainWindow):
         if session is None or session.thread is None:
             return
         root_mid = session.thread.root.message.mid
-        session.thread.detach()
         session.thread = None
         self.compose_controller.thread_closed()
         self._set_view_models()
@@ -1376,18 +1410,21 @@ class MainWindow(QMainWindow):
             self.select_group(gid)
         if session.tree.node(mid) is None and session.loaded and self.current is session:
             # Older than the pages loaded: its page comes from the store first.
-            self.session_controller.load_back_to(
-                session, mid, lambda found: self._show_held(session, mid) if found else self._not_here())
+            self.session_controller.load_back_to(session, mid, lambda _found: self._show_held(session, mid))
             return True
         return self._show_held(session, mid)
 
     def _show_held(self, session: GroupSession, mid: Mid) -> bool:
-        root = session.tree.thread_of(mid) if self.current is session else None
-        if root is None or not self.open_thread(root) or not self.select_message(mid):
+        def shown() -> None:
+            if self.select_message(mid):
+                self.raise_()
+                self.activateWindow()
+            else:
+                self._not_here()
+
+        if self.current is not session:
             return self._not_here()
-        self.raise_()
-        self.activateWindow()
-        return True
+        return self.open_thread(mid, then=shown, missing=self._not_here)
 
     def _not_here(self) -> bool:
         self.status_controller.show_error("That message has not reached this peer (yet).")

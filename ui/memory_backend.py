@@ -284,6 +284,9 @@ class MemoryManager(rules.OperationCalls):
                      limit: int = 50) -> list[ChatMessage]:
         return self.core.history_page(gid, before, after, limit)
 
+    def thread_root(self, gid: str, mid: Mid) -> Mid:
+        return self.core.thread_root(gid, mid)
+
     def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         return self.core.messages(gid, mids)
 

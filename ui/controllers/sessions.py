@@ -29,7 +29,7 @@ from ...middleware.rangeset import RangeSet
 from ...middleware.types import ChatMessage, GroupView, Member, Mid
 from ..delegate import snippet
 from ..bridge import Backend
-from ..message_model import MessageTreeModel, ThreadListModel, ThreadModel, TimelineModel
+from ..message_model import MessageTreeModel, StoredThreadModel, ThreadListModel, TimelineModel
 from ..message_tree import MessageTree
 from ..resources import icon
 from ..state import ComposeTarget, Selection, ThreadFilter
@@ -42,6 +42,7 @@ INTAKE_MS = 100
 TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
 READ_SAVE_MS = 1000  # read marks go to the store at most once a second
 HISTORY_PAGE = 200  # messages a group opens with, and that each scroll back loads
+JUMP_LOAD_LIMIT = 5_000  # a jump this far back loads the history up to it; further, its thread alone
 OPEN_UNREAD_LIMIT = 2_000  # a group opens at its first unread if that is at most this far back
 
 
@@ -60,7 +61,7 @@ class GroupSession:
     warning_dismissed: bool = False
     item: QListWidgetItem | None = field(default=None, repr=False)
     threads: ThreadListModel | None = field(default=None, repr=False)
-    thread: ThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
+    thread: StoredThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
     divider: Mid | None = None  # "New messages" above this one: the first unread when opened
     opened: bool = False  # scrolled to where it opens
     presence: dict[str, str] = field(default_factory=dict)
@@ -186,7 +187,8 @@ class SessionController(QObject):
         tree.paged = True
         tree_model = MessageTreeModel(tree, self)
         session = GroupSession(gid, tree, tree_model, TimelineModel(tree_model, self), self.known_groups.get(gid))
-        session.threads = ThreadListModel(tree_model, self)
+        session.threads = ThreadListModel(tree_model, lambda before, limit, done: self.backend.call(
+            lambda peer: peer.threads(gid, before, limit), on_result=done, on_error=lambda _e: None), self)
         self.sessions[gid] = session
         item = QListWidgetItem(self.group_icon(session), session.title)
         item.setData(GroupIdRole, gid)
@@ -194,7 +196,7 @@ class SessionController(QObject):
         session.item = item
         self.view.add_group_item(item)
         tree_model.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
-        tree_model.read_state_changed.connect(lambda _mids, s=session: self._on_read_changed(s))
+        tree_model.read_state_changed.connect(lambda _mids, s=session: self.read_changed(s))
         if load_history:
             self.backend.call(lambda peer: peer.read_marks(gid),
                               on_result=lambda marks: self._load_history(session, marks),
@@ -232,6 +234,8 @@ class SessionController(QObject):
             tree.add_older(older)
         session.history_complete = complete
         session.oldest_order = messages[0].order if messages else held
+        if session.threads is not None:
+            session.threads.refresh()
         self._look_up_absent_parents(session, messages)
         session.pinned = {m.mid: m for m in messages if m.pinned}
         if marks is None:
@@ -273,6 +277,8 @@ class SessionController(QObject):
             around = peer.history_around(gid, mid, HISTORY_PAGE)
             if not around or before is None or around[-1].order >= before:
                 return [m for m in around if before is None or m.order < before]
+            if before - around[-1].order > JUMP_LOAD_LIMIT:
+                return []  # too far back to hold all the way: its thread alone is shown, from the store
             return around + peer.history_page(gid, after=around[-1].order, before=before,
                                               limit=before - around[-1].order)
 
@@ -352,6 +358,10 @@ class SessionController(QObject):
         if session is None:
             session = self.session(gid, load_history=True)
         at_bottom, reading = self.view.reader_place(session)
+        if session.thread is not None:
+            for message in session.thread.add_live(messages):
+                if message.parent is not None and self.selection.is_current(session):
+                    self.view.expand_path(message.mid)
         shown = session.tree.add_messages(messages, unread=True)
         if not shown:
             return
@@ -436,6 +446,8 @@ class SessionController(QObject):
                 session.pinned.pop(message.mid, None)
         self.view.forget_rendered([m.mid for m in messages])
         changed = session.tree.update_messages(messages)
+        if session.thread is not None:
+            changed += session.thread.tree.update_messages(messages)
         if self.selection.is_current(session):
             if changed:
                 self.view.relayout_messages()
@@ -472,14 +484,18 @@ class SessionController(QObject):
         total = sum(len(s.tree.unread) for s in self.sessions.values()) + self.other_unread()
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
-    def _on_read_changed(self, session: GroupSession) -> None:
-        if session.tree.read_unsaved and not self._read_timer.isActive():
+    def read_changed(self, session: GroupSession) -> None:
+        """Something was read: its marks go to the store within READ_SAVE_MS."""
+        unsaved = session.tree.read_unsaved or (session.thread is not None and session.thread.tree.read_unsaved)
+        if unsaved and not self._read_timer.isActive():
             self._read_timer.start()
 
     def save_read_marks(self) -> None:
         """Send what was read since the last time to the store (it survives a restart)."""
         for session in self.sessions.values():
             ranges = session.tree.take_read_ranges()
+            if session.thread is not None:  # what was read in a thread the group's tree does not hold
+                ranges += session.thread.tree.take_read_ranges()
             if ranges:
                 self._save_marks(session.gid, ranges)
 
