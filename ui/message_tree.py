@@ -130,7 +130,8 @@ class MessageTree:
                 end = start + 1
                 while end < len(ready) and ready[end].parent == parent_mid:
                     end += 1
-                parent_node = self._nodes[parent_mid] if parent_mid is not None else self.top
+                # a reply whose parent is not held (paged) goes to the top level
+                parent_node = self._nodes.get(parent_mid, self.top) if parent_mid is not None else self.top
                 if not self.shown(parent_node):  # a reply in a hidden old thread: no rows to announce
                     for message in ready[start:end]:
                         self._attach(message, unread)
@@ -221,12 +222,12 @@ class MessageTree:
             self._nodes[message.mid] = node
             added.append(node)
         count = len(added)
-        for node in self.top.children:
-            node.row += len(roots)
-            node.last += count
         hidden = self.hidden_threads > 0 or not roots
         if not hidden:
             self.listener.rows_inserting(self.top, 0, len(roots) - 1)
+        for node in self.top.children:
+            node.row += len(roots)
+            node.last += count
         self.top.children[:0] = roots
         self.arrival[:0] = added
         if hidden:

@@ -12,7 +12,7 @@ from conftest import ANN, BOB, CAT, activate, message, save_screenshot
 from m2mc.middleware.types import Member, format_mid
 from m2mc.ui.controllers.sessions import HISTORY_PAGE
 from m2mc.ui.main_window import SCROLL_BACK_MARGIN
-from m2mc.ui.message_model import MessageRole
+from m2mc.ui.message_model import MessageRole, ThreadRole
 
 GROUP_SIZE = 5_000
 
@@ -148,3 +148,33 @@ def test_a_search_result_older_than_the_pages_loaded_brings_its_page_and_opens_i
     qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == history[3].mid,
                     timeout=5000)
     save_screenshot(window, "scroll-back-jump.png")
+
+
+def test_the_threads_pane_lists_from_the_store_and_an_old_thread_opens_from_it_live(qtbot, window, backend):
+    history = big_history()
+    session = open_big_group(qtbot, window, backend, history)
+    threads = window.thread_list.model()
+    qtbot.waitUntil(lambda: threads.rowCount() > 0)
+    listed = lambda: [threads.index(row).data(ThreadRole) for row in range(threads.rowCount())]  # noqa: E731
+    # Threads the tree does not hold are listed too, with the store's counts: the newest answer (to a chain of
+    # answers 1,000 apart) put message 995's thread on top.
+    old = listed()[0]
+    assert session.tree.node(old.root.mid) is None and old.last.mid == history[-1].mid and old.replies == 8
+    # Scrolling the list to its end asks for the next page.
+    first = threads.rowCount()
+    window.thread_list.scrollToBottom()
+    qtbot.waitUntil(lambda: threads.rowCount() > first)
+    # A click opens the old thread, read from the store, and it follows what arrives in it.
+    rect = window.thread_list.visualRect(threads.index(0))
+    window.thread_list.scrollTo(threads.index(0))
+    rect = window.thread_list.visualRect(threads.index(0))
+    qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    qtbot.waitUntil(lambda: session.thread is not None and window.thread_bar.isVisible())
+    assert session.thread.root.message.mid == old.root.mid and len(session.thread.tree) == 9
+    model = window.tree_view.model()
+    assert model.rowCount() == 1 and model.index(0, 0).data(MessageRole).mid == old.root.mid
+    answer = message("", ANN, 5_000, "Still on the 0 plan?", old.root.mid)
+    backend.manager.inject_messages(session.gid, [answer])
+    qtbot.waitUntil(lambda: window._view_index(answer.mid).isValid())
+    assert session.tree.node(answer.mid) is not None  # and at the group's end, shown at the top level
+    save_screenshot(window, "scroll-back-old-thread.png")
