@@ -771,20 +771,34 @@ class Store:
         return page[::-1] if backwards else page
 
     def _messages_at(self, gid: str, orders: list[int]) -> list[ChatMessage]:
-        """The stored messages of ``gid`` delivered as ``orders`` (ascending), each segment decoded once."""
+        """The stored messages of ``gid`` delivered as ``orders`` (ascending), each segment read and decoded
+        once: the group's segments over the span are found by one query (a thread spreads over many)."""
+        if not orders:
+            return []
+        spans = self._db.execute(
+            "SELECT segment, first_order, count FROM segments WHERE gid = ? AND first_order <= ? "
+            "AND first_order + count > ? ORDER BY segment", (gid, orders[-1], orders[0])).fetchall()
+        firsts = [first for _, first, _ in spans]
         keys: dict[str, bytes] = {}
         found: list[ChatMessage] = []
-        segment_rows: list = []
-        first = end = 0
+        decoded: tuple[int, list, list] = (-1, [], [])  # segment, rows, proofs
         for order in orders:
-            if not first <= order < end:
-                row = self._db.execute(
-                    "SELECT segment, first_order, count FROM segments WHERE first_order <= ? AND gid = ? "
-                    "ORDER BY first_order DESC LIMIT 1", (order, gid)).fetchone()
-                if row is None or order >= row[1] + row[2]:
-                    continue
-                segment_rows, first, end = self._segment_rows(row[0]), row[1], row[1] + row[2]
-            s, q, ps, pq, n, t, sa, ra, sig = segment_rows[order - first]
+            at = bisect_right(firsts, order) - 1
+            if at < 0 or order >= spans[at][1] + spans[at][2]:
+                continue
+            segment, first, _ = spans[at]
+            if decoded[0] != segment:
+                cached = self._decoded.get(segment)
+                if cached is not None:
+                    decoded = segment, cached, []
+                else:  # its rows as they are, without the cache's row-and-proof tuples: a thread takes one or two
+                    (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?",
+                                               (segment,)).fetchone()
+                    rows, proofs = msgpack.unpackb(blob, raw=False)
+                    decoded = segment, rows, crypto.expand_proofs(proofs)
+            row = decoded[1][order - first]
+            s, q, ps, pq, n, t, sa, ra = row[:8]
+            sig = decoded[2][order - first] if decoded[2] else row[8]
             if s not in keys:
                 keys[s] = self._public_key(s)
             found.append(ChatMessage(gid, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, order, sig,

@@ -39,7 +39,7 @@ from ..middleware.events import Event, GroupsDiscovered, Listener, MessagesDeliv
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
-from ..middleware.store_api import SearchHit, StoredThread
+from ..middleware.store_api import PeerStore, SearchHit, StoredThread
 from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid
 
 from .backend import Peer
@@ -153,12 +153,13 @@ class MemoryManager(rules.OperationCalls):
     # (a HELLO and its answer), as the real loop's timers would let it.
     DIRECT_SETTLE = 1.0
 
-    def __init__(self, listener: Listener, name: str = "Me", seed: str | None = None) -> None:
+    def __init__(self, listener: Listener, name: str = "Me", seed: str | None = None,
+                 store: Callable[[Identity], PeerStore] = MemoryStore) -> None:
         self.listener = listener
         self.interface = "127.0.0.1"
         self.lan = MemoryLan(time.time())
         identity = sim_identity(f"this peer\0{name}\0{seed or ''}")  # never a sim_member()'s key
-        self.store = MemoryStore(identity)
+        self.store = store(identity)  # a SQLite Store for benchmarks of big histories
         self.core = PeerCore(self.store, self.lan.now, rules.check_name(name), wall=self.lan.wall(),
                              rng=random.Random(identity.pid))
         self.pid = self.core.pid
@@ -528,9 +529,10 @@ def _write_as_signed(core: PeerCore, gid: str, message: ChatMessage, now: float)
 class MemoryBackend(Backend):
     """A :class:`~ui.bridge.Backend` over a :class:`MemoryManager`; calls complete at once."""
 
-    def __init__(self, name: str = "Me", seed: str | None = None, parent=None) -> None:
+    def __init__(self, name: str = "Me", seed: str | None = None, parent=None,
+                 store: Callable[[Identity], PeerStore] = MemoryStore) -> None:
         super().__init__(parent)
-        self.manager = MemoryManager(self.post, name, seed)
+        self.manager = MemoryManager(self.post, name, seed, store)
         self.pid, self.name, self.interface, self.port = self.manager.pid, name, "127.0.0.1", self.manager.core.port
 
     def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:
