@@ -121,7 +121,6 @@ def main(argv: list[str] | None = None) -> int:
         window.resize(1100, 700)
         window.show()
         app.processEvents()
-        window.session_controller.load = lambda: None  # the groups are opened one by one below
         before = rss_mb()
         started = time.perf_counter()
         session = window.session_controller.session(gids[0], load_history=True)
