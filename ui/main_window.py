@@ -89,6 +89,7 @@ from .widgets import (
 
 log = logging.getLogger(__name__)
 
+AT_END = 4  # pixels from the bottom that still count as the end (scrolling to the last row can stop short)
 SCROLL_BACK_MARGIN = 200  # pixels from the top at which the older history loads
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
@@ -683,15 +684,29 @@ class MainWindow(QMainWindow):
         self.update_older_button()
 
     def _scrolled(self, value: int) -> None:
-        # Scroll-back: near the top, the older rows come (the way Element paginates).
+        # Scroll-back: near the top, the older rows come (the way Element paginates); back at the
+        # end after reading far back, the oldest are let go again.
         session = self.current
         view = self.current_view()
+        if (session is not None and value >= view.verticalScrollBar().maximum() - AT_END and value > 0
+                and not self._placing and not self.view_filter.active):
+            QTimer.singleShot(0, self._let_older_go)
         if (session is None or session.thread is not None or not session.opened or session.loading_older
                 or self._placing or self.sender() is not view.verticalScrollBar() or value > SCROLL_BACK_MARGIN):
             return
         hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
         if hidden or not session.history_complete:
             QTimer.singleShot(0, self.show_older)  # not inside the scroll bar's own signal
+
+    def _let_older_go(self) -> None:
+        session = self.current
+        view = self.current_view()
+        if session is None or view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - AT_END:
+            return
+        if self.session_controller.let_older_go(session):
+            self.expand_default(session)
+            view.scrollToBottom()
+            self.update_older_button()
 
     def hold_place(self, session: GroupSession) -> ReaderPlace | None:
         """The message at the top of the view on show and its row's top, to keep it there across inserts above."""
@@ -967,7 +982,7 @@ class MainWindow(QMainWindow):
     def reader_place(self, session: GroupSession) -> tuple[bool, ReaderPlace | None]:
         """Whether the view on show is at its end, and the reader's place in the tree if ``session`` is shown."""
         view = self.current_view()
-        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
+        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - AT_END
         reading = None  # the row at the top of the tree, and where it is: the reader's place
         if (session is self.current and not at_bottom and view is self.tree_view
                 and view.model() is session.tree_model):

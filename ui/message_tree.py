@@ -238,6 +238,33 @@ class MessageTree:
         self.set_unread(unread)
         return count
 
+    def keep_newest(self, count: int) -> int:
+        """Hold only the newest ``count`` messages (as one reset), their unread marks and the read
+        marks not yet saved kept; returns how many were let go.  Replies whose parent goes are
+        shown at the top level, as in a page loaded from the store."""
+        if not self.paged:
+            raise ValueError("only a paged tree lets its oldest messages go: the others' replies need them")
+        dropped = len(self.arrival) - count
+        if dropped <= 0:
+            return 0
+        kept = [node.message for node in self.arrival[dropped:]]
+        unread = [m.mid for m in kept if m.mid in self.unread]
+        self.listener.tree_resetting()
+        self.top.children = []
+        self._nodes.clear()
+        self._waiting.clear()
+        self.arrival = []
+        self.unread = set()
+        self.hidden_threads = 0
+        for message in kept:
+            self._attach(message, False)
+        self.hidden_threads = max(0, len(self.top.children) - self.window)
+        self.listener.tree_reset()
+        self.listener.messages_arrived(0, len(self.arrival) - 1)
+        self.set_unread(unread)
+        self.listener.unread_total_changed(len(self.unread))
+        return dropped
+
     def _attach(self, message: ChatMessage, unread: bool) -> None:
         parent_node = (self._nodes.get(message.parent, self.top) if self.paged else self._nodes[message.parent]) \
             if message.parent is not None else self.top

@@ -10,8 +10,9 @@ from PySide6.QtWidgets import QApplication
 
 from conftest import ANN, BOB, CAT, activate, message, save_screenshot
 from m2mc.middleware.types import Member, format_mid
+from m2mc.ui.controllers import sessions
 from m2mc.ui.controllers.sessions import HISTORY_PAGE
-from m2mc.ui.main_window import SCROLL_BACK_MARGIN
+from m2mc.ui.main_window import AT_END, SCROLL_BACK_MARGIN
 from m2mc.ui.message_model import MessageRole, ThreadRole
 
 GROUP_SIZE = 5_000
@@ -62,7 +63,7 @@ def wheel_up(view, steps=3):
 
 
 def test_a_big_group_opens_at_its_end_with_one_page_and_scrolling_up_loads_older_pages_in_place(
-        qtbot, window, backend):
+        qtbot, window, backend, monkeypatch):
     history = big_history()
     session = open_big_group(qtbot, window, backend, history)
     view = window.tree_view
@@ -107,6 +108,15 @@ def test_a_big_group_opens_at_its_end_with_one_page_and_scrolling_up_loads_older
     orders = [node.message.order for node in session.tree.arrival]
     assert orders == sorted(orders) and len(set(orders)) == len(orders)
     assert session.tree.arrival[-1].message.mid == history[-1].mid
+    # Back at the end, the older pages are let go: memory holds a page again, whatever was read.
+    monkeypatch.setattr(sessions, "HELD_LIMIT", 3 * HISTORY_PAGE)
+    qtbot.keyClick(view, Qt.Key.Key_End, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: len(session.tree) == HISTORY_PAGE)
+    assert bar.value() >= bar.maximum() - AT_END
+    assert view.indexAt(QPoint(4, view.viewport().height() - 3)).data(MessageRole).mid == history[-1].mid
+    held = len(session.tree)
+    wheel_up(view, 1)  # and scrolling back still works from there
+    qtbot.waitUntil(lambda: len(session.tree) >= held)
 
 
 def test_the_reader_keeps_their_place_to_the_pixel_when_a_page_loads_above(qtbot, window, backend):

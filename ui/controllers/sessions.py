@@ -43,7 +43,8 @@ TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden ag
 READ_SAVE_MS = 1000  # read marks go to the store at most once a second
 HISTORY_PAGE = 200  # messages a group opens with, and that each scroll back loads
 JUMP_LOAD_LIMIT = 5_000  # a jump this far back loads the history up to it; further, its thread alone
-OPEN_UNREAD_LIMIT = 2_000  # a group opens at its first unread if that is at most this far back
+OPEN_UNREAD_LIMIT = 2_000
+HELD_LIMIT = 3_000  # past this many messages held, the reader back at the end lets the older ones go  # a group opens at its first unread if that is at most this far back
 
 
 @dataclass
@@ -314,6 +315,18 @@ class SessionController(QObject):
                 self.view.older_loaded(session, place, [m.mid for m in page])
         if then is not None:
             then()
+
+    def let_older_go(self, session: GroupSession) -> bool:
+        """Back at the end after reading far back: hold the newest page again (memory stays bounded
+        whatever was scrolled through); the store keeps the rest for the next scroll back."""
+        tree = session.tree
+        if len(tree) <= HELD_LIMIT or session.thread is not None or session.loading_older:
+            return False
+        tree.keep_newest(HISTORY_PAGE)
+        session.oldest_order = tree.arrival[0].message.order if tree.arrival else session.oldest_order
+        session.history_complete = False
+        self._look_up_absent_parents(session, [node.message for node in tree.arrival])
+        return True
 
     def _look_up_absent_parents(self, session: GroupSession, page: list[ChatMessage]) -> None:
         """The messages answered by replies of ``page`` that are not held, for their reply banners."""
