@@ -117,15 +117,22 @@ INSERT INTO message_search (message_search, rank) VALUES ('automerge', 16);
 CREATE TABLE message_search_changed (delivery_order INTEGER PRIMARY KEY, text TEXT);
 """
 # Threads: a row per thread (its root's delivery order, its reply count and its latest message's
-# order), found by activity, and a row per reply naming its root, found by root.  A reply's root
-# is known when it is stored, as its parent is stored before it (S_b order), so a thread is read
-# by one index range instead of a walk of the whole history.  Operations are in neither.  A data
-# dir from before them gets them built on open, from the segments.
+# order), found by activity, and a row per reply naming its root, found by root, so a thread is
+# read by one index range instead of a walk of the whole history.  Operations are in neither.
+# A reply's root is known once its parent is stored, which S_b order makes before it.  They are
+# not written with the message: delivery would pay 4-5 µs a message for them (about 60 % more CPU
+# than storing costs without them, app/bench figures in benchmarks.md).  Each thread query first
+# brings them up to the last stored message from threads_upto (:meth:`Store.catch_up_threads`),
+# in the caller's transaction, so its answer is exact; a headless peer that is never asked pays
+# nothing, and the app pays once per burst it shows (about 4 µs a message, in batches).  A data dir
+# from before them catches up from 0 on open.
 THREADS_SCHEMA = """
 CREATE TABLE threads (root INTEGER PRIMARY KEY, gid TEXT NOT NULL, replies INTEGER NOT NULL, last INTEGER NOT NULL);
 CREATE INDEX threads_by_activity ON threads (gid, last);
 CREATE TABLE thread_replies (delivery_order INTEGER PRIMARY KEY, root INTEGER NOT NULL);
 CREATE INDEX thread_replies_by_root ON thread_replies (root, delivery_order);
+CREATE TABLE threads_upto (only INTEGER PRIMARY KEY CHECK (only = 0), upto INTEGER NOT NULL);
+INSERT INTO threads_upto VALUES (0, 0);
 """
 THREAD_ROOTS_CACHED = 100_000
 """Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
@@ -246,9 +253,6 @@ class Store:
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"message_search", "message_search_changed"} <= tables:
             self._build_search_index()  # no index, or one that kept a copy of the text
-        self._roots: dict[tuple[str, Mid], int] = {}  # (gid, mid) -> its thread root's order, recent ones
-        if not {"threads", "thread_replies"} <= tables:
-            self._build_threads()
         self._indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
@@ -262,6 +266,9 @@ class Store:
                                  deterministic=True)
         self._db.create_function("search_sent_at", 1, functools.partial(self._search_field, "sent_at"),
                                  deterministic=True)
+        self._roots: dict[tuple[str, Mid], int] = {}  # (gid, mid) -> its thread root's order, recent ones
+        if not {"threads", "thread_replies", "threads_upto"} <= tables:
+            self._build_threads()
 
     def _migrate(self) -> None:
         """Bring a version-0 or version-1 database (a row per message) to the current schema."""
@@ -319,32 +326,57 @@ class Store:
             log.info("search index built: %d messages", total)
 
     def _build_threads(self) -> None:
-        """The threads tables for a data dir from before them, from every stored message, in one transaction."""
+        """The threads tables for a data dir from before them, filled from every stored message."""
         self._db.execute("BEGIN")
+        for table in ("threads", "thread_replies", "threads_upto"):
+            self._db.execute(f"DROP TABLE IF EXISTS {table}")
         for statement in THREADS_SCHEMA.split(";")[:-1]:
             self._db.execute(statement)
-        roots: dict[tuple[str, str, int], int] = {}
-        threads: dict[int, list] = {}  # root -> [gid, replies, last]
+        self.catch_up_threads(log_progress=True)
+        self._db.commit()
+
+    def catch_up_threads(self, log_progress: bool = False) -> None:
+        """Bring the threads tables up to the last stored message (see THREADS_SCHEMA); every thread
+        query does it first, and an idle peer may do it beforehand.  The commit is the caller's."""
+        (upto,) = self._db.execute("SELECT upto FROM threads_upto").fetchone()
+        if upto >= self._next_order - 1:
+            return
+        roots: dict[tuple[str, Mid], int] = {}  # those met in this catch-up, whatever their number
+        threads: dict[int, list] = {}  # root -> [gid, replies, last], for threads new here
+        bumped: dict[int, list[int]] = {}  # root -> [replies, last], for threads stored before
         replies: list[tuple[int, int]] = []
-        for _, gid, first_order, rows in self._segments("1", ()):
+        newest = upto
+        for _, gid, first_order, rows in self._segments("first_order + count > ?", (upto + 1,)):
             for order, row in enumerate(rows, first_order):
-                if row[5].startswith(OP_MARKER):
+                if order <= upto or row[5].startswith(OP_MARKER):
                     continue
-                root = roots.get((gid, row[2], row[3])) if row[2] is not None else None
-                if root is None:
+                parent = (row[2], row[3]) if row[2] is not None else None
+                root = None
+                if parent is not None:
+                    root = roots.get((gid, parent))
+                    if root is None:
+                        root = self._root_order(gid, parent)
+                if root is None:  # a root, or (never in S_b order) a reply whose parent is not stored
                     threads[order] = [gid, 0, order]
                     root = order
                 else:
-                    thread = threads[root]
-                    thread[1] += 1
-                    thread[2] = order
                     replies.append((order, root))
-                roots[(gid, row[0], row[1])] = root
+                    thread = threads.get(root) or bumped.setdefault(root, [0, order])
+                    thread[-2] += 1
+                    thread[-1] = order
+                roots[(gid, (row[0], row[1]))] = root
+            newest = max(newest, first_order + len(rows) - 1)
         self._db.executemany("INSERT INTO threads VALUES (?, ?, ?, ?)",
-                             [(root, gid, count, last) for root, (gid, count, last) in threads.items()])
+                             [(root, gid, count, end) for root, (gid, count, end) in threads.items()])
         self._db.executemany("INSERT INTO thread_replies VALUES (?, ?)", replies)
-        self._db.commit()
-        if threads:
+        self._db.executemany("UPDATE threads SET replies = replies + ?, last = ? WHERE root = ?",
+                             [(count, end, root) for root, (count, end) in bumped.items()])
+        self._db.execute("UPDATE threads_upto SET upto = ?", (newest,))
+        if len(roots) < THREAD_ROOTS_CACHED:  # the latest ones, for the next catch-up's replies
+            if len(self._roots) + len(roots) > THREAD_ROOTS_CACHED:
+                self._roots.clear()
+            self._roots.update(roots)
+        if log_progress and threads:
             log.info("threads of %s built: %d threads, %d replies", self.path, len(threads), len(replies))
 
     def _index_rows(self, first_order: int, rows: list) -> None:
@@ -519,9 +551,6 @@ class Store:
         new_keys = {}
         segment_gid = None
         mentions: list[tuple] = []
-        new_threads: list[tuple[int, str, int, int]] = []
-        replies: list[tuple[int, int]] = []
-        bumped: dict[int, list[int]] = {}  # root -> [replies added, latest order]
         for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key, *_ in messages:
             sender, seqno = mid
             if not self._stored_seqnos(gid, sender).add(seqno):
@@ -537,20 +566,6 @@ class Store:
                                       public_key))
             if "<@" in text:
                 mentions += _mention_rows(gid, sender, seqno, text, self._next_order)
-            if not text.startswith(OP_MARKER):
-                order = self._next_order
-                root = self._root_order(gid, parent) if parent is not None else None
-                if root is None:  # a root, or (never in S_b order) a reply whose parent is not stored
-                    new_threads.append((order, gid, 0, order))
-                    root = order
-                else:
-                    replies.append((order, root))
-                    bump = bumped.setdefault(root, [0, order])
-                    bump[0] += 1
-                    bump[1] = order
-                if len(self._roots) >= THREAD_ROOTS_CACHED:
-                    self._roots.clear()
-                self._roots[(gid, mid)] = root
             self._next_order += 1
             if sender not in self._keys_stored and public_key:
                 new_keys[sender] = public_key
@@ -561,16 +576,11 @@ class Store:
             self._keys_stored.update(new_keys)
         if mentions:
             self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)", mentions)
-        if new_threads:
-            self._db.executemany("INSERT INTO threads VALUES (?, ?, ?, ?)", new_threads)
-        if replies:
-            self._db.executemany("INSERT INTO thread_replies VALUES (?, ?)", replies)
-            self._db.executemany("UPDATE threads SET replies = replies + ?, last = ? WHERE root = ?",
-                                 [(count, last, root) for root, (count, last) in bumped.items()])
         return stored
 
     def _root_order(self, gid: str, mid: Mid) -> int | None:
-        """The delivery order of the root of stored ``mid``'s thread; None if ``mid`` is not stored."""
+        """The delivery order of the root of stored ``mid``'s thread; None if ``mid`` is not stored
+        (the threads tables caught up past it)."""
         root = self._roots.get((gid, mid))
         if root is not None:
             return root
@@ -806,6 +816,7 @@ class Store:
         return found
 
     def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
+        self.catch_up_threads()
         located = self._rows_of(gid, [root])
         if not located:
             return []
@@ -821,6 +832,7 @@ class Store:
         return [m for m in thread if m.mid == root or in_branch(m, members)]
 
     def thread_root(self, gid: str, mid: Mid) -> Mid | None:
+        self.catch_up_threads()
         top = self._root_order(gid, mid)
         if top is None:
             return None
@@ -828,6 +840,7 @@ class Store:
         return found[0].mid if found else None
 
     def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        self.catch_up_threads()
         rows = self._db.execute(
             "SELECT root, replies, last FROM threads WHERE gid = ? AND last < ? ORDER BY last DESC LIMIT ?",
             (gid, before if before is not None else 2 ** 62, limit)).fetchall()

@@ -221,3 +221,19 @@ def test_a_data_dir_from_before_the_threads_tables_gets_them_built_on_open_with_
     assert {gid: (store.threads(gid, limit=1000), [store.thread(gid, m.mid) for m in sent[gid]])
             for gid in sent} == expected
     store.close()
+
+
+def test_storing_writes_no_thread_rows_the_first_thread_query_catches_up_and_a_rollback_undoes_it(tmp_path):
+    store = Store(tmp_path / "lazy.db")
+    root = message(ANN, 1)
+    store.add_messages([root, message(BOB, 1, root.mid), message(ANN, 2, (BOB.pid, 1))])
+    store.commit()
+    rows = lambda: store._db.execute("SELECT COUNT(*) FROM thread_replies").fetchone()[0]  # noqa: E731
+    assert rows() == 0  # delivery pays nothing for the threads tables
+    assert [t.replies for t in store.threads(GID)] == [2] and rows() == 2
+    store.add_messages([message(BOB, 2, (ANN.pid, 2))])
+    store.commit()
+    assert store.thread_root(GID, (BOB.pid, 2)) == root.mid and rows() == 3
+    store.rollback()  # the catch-up was in the open transaction: both go together
+    assert rows() == 2 and [t.replies for t in store.threads(GID)] == [3]
+    store.close()
