@@ -192,6 +192,26 @@ def _mention_rows(gid: str, sender: str, seqno: int, text: str, order: int) -> l
     return [(pid, order, gid, sender, seqno) for pid in mentioned_pids(text)]
 
 
+def _segment_rows_at(blob: bytes, indexes: list[int], first_order: int) -> dict[int, tuple]:
+    """Some rows of a segment (ascending ``indexes``), by delivery order, each with its proof: the
+    rows between are skipped unbuilt, so a thread spread over many segments decodes little of each."""
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(blob)
+    unpacker.read_array_header()
+    count = unpacker.read_array_header()
+    rows: dict[int, list] = {}
+    position = 0
+    for index in indexes:
+        for _ in range(index - position):
+            unpacker.skip()
+        rows[index] = unpacker.unpack()
+        position = index + 1
+    for _ in range(count - position):
+        unpacker.skip()
+    proofs = crypto.expand_proofs(unpacker.unpack())
+    return {first_order + index: (*row, proofs[index]) for index, row in rows.items()}
+
+
 def _decode_segment(blob: bytes) -> list[tuple]:
     """A segment's rows, each with its proof as the last field."""
     rows, proofs = msgpack.unpackb(blob, raw=False)
@@ -791,28 +811,25 @@ class Store:
         firsts = [first for _, first, _ in spans]
         keys: dict[str, bytes] = {}
         found: list[ChatMessage] = []
-        decoded: tuple[int, list, list] = (-1, [], [])  # segment, rows, proofs
+        wanted: dict[int, list[int]] = {}  # segment -> the orders to take from it
         for order in orders:
             at = bisect_right(firsts, order) - 1
-            if at < 0 or order >= spans[at][1] + spans[at][2]:
-                continue
+            if at >= 0 and order < spans[at][1] + spans[at][2]:
+                wanted.setdefault(at, []).append(order)
+        for at, taken in wanted.items():
             segment, first, _ = spans[at]
-            if decoded[0] != segment:
-                cached = self._decoded.get(segment)
-                if cached is not None:
-                    decoded = segment, cached, []
-                else:  # its rows as they are, without the cache's row-and-proof tuples: a thread takes one or two
-                    (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?",
-                                               (segment,)).fetchone()
-                    rows, proofs = msgpack.unpackb(blob, raw=False)
-                    decoded = segment, rows, crypto.expand_proofs(proofs)
-            row = decoded[1][order - first]
-            s, q, ps, pq, n, t, sa, ra = row[:8]
-            sig = decoded[2][order - first] if decoded[2] else row[8]
-            if s not in keys:
-                keys[s] = self._public_key(s)
-            found.append(ChatMessage(gid, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, order, sig,
-                                     keys[s]))
+            cached = self._decoded.get(segment)
+            if cached is not None:
+                rows = {order: cached[order - first] for order in taken}
+            else:
+                (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
+                rows = _segment_rows_at(blob, [order - first for order in taken], first)
+            for order in taken:
+                s, q, ps, pq, n, t, sa, ra, sig = rows[order]
+                if s not in keys:
+                    keys[s] = self._public_key(s)
+                found.append(ChatMessage(gid, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, order,
+                                         sig, keys[s]))
         return found
 
     def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
