@@ -385,8 +385,9 @@ class GroupManager(rules.OperationCalls):
         return self.core.ops(gid).topic()
 
     def pinned(self, gid: str) -> list[ChatMessage]:
-        pinned = set(self.core.ops(gid).pinned()) if gid in self.channels else set()
-        return [m for m in self.history(gid) if m.mid in pinned]
+        pinned = list(self.core.ops(gid).pinned()) if gid in self.channels else []
+        self.flush()
+        return self.core.messages(gid, pinned)  # found by mid: the history may be long
 
     def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
         self.core.channel(gid)

@@ -269,8 +269,8 @@ class MemoryManager(rules.OperationCalls):
         return self.core.ops(gid).topic()
 
     def pinned(self, gid: str) -> list[ChatMessage]:
-        pinned = set(self.core.ops(gid).pinned()) if gid in self.core.channels else set()
-        return [m for m in self.history(gid) if m.mid in pinned]
+        pinned = list(self.core.ops(gid).pinned()) if gid in self.core.channels else []
+        return self.core.messages(gid, pinned)
 
     def groups(self) -> list[GroupView]:
         return self.core.groups()

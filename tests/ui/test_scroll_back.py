@@ -34,9 +34,10 @@ def big_history(count=GROUP_SIZE):
     return history
 
 
-def open_big_group(qtbot, window, backend, history):
+def open_big_group(qtbot, window, backend, history, then_write=()):
     me = Member(backend.pid, backend.name)
     view = backend.manager.inject_group("Big team", members=(ANN, BOB, CAT, me), joined=True, history=history)
+    backend.manager.inject_messages(view.gid, [make(view.gid) for make in then_write])
     window.start()
     session = None
 
@@ -188,3 +189,11 @@ def test_the_threads_pane_lists_from_the_store_and_an_old_thread_opens_from_it_l
     qtbot.waitUntil(lambda: window._view_index(answer.mid).isValid())
     assert session.tree.node(answer.mid) is not None  # and at the group's end, shown at the top level
     save_screenshot(window, "scroll-back-old-thread.png")
+
+
+def test_a_message_pinned_long_ago_is_in_the_pinned_list_of_a_group_opened_at_its_end(qtbot, window, backend):
+    history = big_history(1_000)
+    pin = lambda gid: backend.manager.operation_message(gid, ANN, 400, "pin", history[10].mid)  # noqa: E731
+    session = open_big_group(qtbot, window, backend, history, then_write=[pin])
+    assert session.tree.node(history[10].mid) is None
+    assert list(session.pinned) == [history[10].mid] and window.pinned_button.isVisible()

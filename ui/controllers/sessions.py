@@ -208,7 +208,7 @@ class SessionController(QObject):
         gid, own = session.gid, self.backend.pid
         read = RangeSet.from_ranges(marks) if marks is not None else None
 
-        def opening(peer) -> tuple[list[ChatMessage], bool]:
+        def opening(peer) -> tuple[list[ChatMessage], bool, list[ChatMessage]]:
             # The last page, and older ones while its oldest message is unread: the group opens
             # at its first unread message if that is not too far back, else at its end.
             page = peer.history_page(gid, limit=HISTORY_PAGE)
@@ -218,12 +218,12 @@ class SessionController(QObject):
                 older = peer.history_page(gid, before=page[0].order, limit=HISTORY_PAGE)
                 complete = len(older) < HISTORY_PAGE
                 page = older + page
-            return page, complete
+            return page, complete, peer.pinned(gid)  # pinned ones, however old
 
         self.backend.call(opening, on_result=lambda result: self._on_history(session, *result, marks=marks))
 
     def _on_history(self, session: GroupSession, messages: list[ChatMessage], complete: bool = True,
-                    marks: list | None = None) -> None:
+                    pinned: list[ChatMessage] | None = None, marks: list | None = None) -> None:
         # What the stored read marks do not cover is unread; a group never marked (from an
         # older version) starts with its history read.
         tree = session.tree
@@ -238,7 +238,7 @@ class SessionController(QObject):
         if session.threads is not None:
             session.threads.refresh()
         self._look_up_absent_parents(session, messages)
-        session.pinned = {m.mid: m for m in messages if m.pinned}
+        session.pinned = {m.mid: m for m in (pinned if pinned is not None else messages) if m.pinned}
         if marks is None:
             orders = [m.order for m in messages if m.order]
             if orders:
@@ -256,6 +256,7 @@ class SessionController(QObject):
             self.view.expand_default(session)
             self.view.open_position(session)
             self.view.refresh_status()
+            self.view.update_pinned_button()  # pinned long ago: known from the store, not the page
 
     def load_older(self, session: GroupSession, then: Callable[[], None] | None = None) -> bool:
         """Ask the store for the page before the oldest message held; False if there is none to ask for.
