@@ -432,6 +432,9 @@ class GroupManager(rules.OperationCalls):
         self.flush()
         return self.core.threads(gid, before, limit)
 
+    def unread_before(self, gid: str, below: int) -> int:
+        return self.core.unread_before(gid, below)
+
     def thread_root(self, gid: str, mid: Mid) -> Mid:
         self.flush()
         return self.core.thread_root(gid, mid)

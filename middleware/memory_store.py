@@ -23,6 +23,7 @@ from .addresses import Endpoint
 from .direct import StoredDirect
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit, StoredThread,
                         in_branch, merged_read_marks, plain_match)
+from .rangeset import RangeSet
 from .types import ChatMessage, Mid
 
 _MISSING = object()
@@ -217,6 +218,11 @@ class MemoryStore:
 
     def _chat_history(self, gid: str) -> list[ChatMessage]:
         return [m for m in self.history(gid) if not m.text.startswith(OP_MARKER)]
+
+    def unread_before(self, gid: str, below: int) -> int:
+        read = RangeSet.from_ranges(self._read_marks.get(gid, []))
+        return sum(1 for g, mid in self._delivered
+                   if g == gid and self._messages[(g, mid)].order < below and self._messages[(g, mid)].order not in read)
 
     def thread_root(self, gid: str, mid: Mid) -> Mid | None:
         message = self._messages.get((gid, mid))

@@ -437,6 +437,11 @@ class PeerCore:
         shown = iter(self._shown(gid, [m for t in found for m in (t.root, t.last)]))
         return [StoredThread(next(shown), t.replies, next(shown)) for t in found]
 
+    def unread_before(self, gid: str, below: int) -> int:
+        """About how many of ``gid``'s messages before the order ``below`` are unread (PeerStore.unread_before)."""
+        self.known(gid)
+        return self.store.unread_before(gid, below)
+
     def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         """The stored chat messages among ``mids``, in delivery order, shown as :meth:`history`."""
         self.known(gid)

@@ -832,6 +832,17 @@ class Store:
                                          sig, keys[s]))
         return found
 
+    def unread_before(self, gid: str, below: int) -> int:
+        def stored_between(low: int, high: int) -> int:  # gid's orders in [low, high)
+            (count,) = self._db.execute(
+                "SELECT COALESCE(SUM(MIN(first_order + count, ?) - MAX(first_order, ?)), 0) FROM segments "
+                "WHERE gid = ? AND first_order < ? AND first_order + count > ?", (high, low, gid, high, low)).fetchone()
+            return count
+
+        read = sum(stored_between(first, min(last + 1, below)) for first, last in self.read_marks(gid) or []
+                   if first < below)
+        return stored_between(0, below) - read
+
     def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
         self.catch_up_threads()
         located = self._rows_of(gid, [root])

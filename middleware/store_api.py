@@ -141,6 +141,11 @@ class PeerStore(Protocol):
         """Stored messages of ``gid``, operations included."""
         ...
 
+    def unread_before(self, gid: str, below: int) -> int:
+        """How many of ``gid``'s stored messages delivered before the order ``below`` its read marks do
+        not cover (operations and this peer's own included: a count for a badge, not a list)."""
+        ...
+
     def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
         """``root`` and every reply under it, in delivery order (empty if ``root`` is not stored)."""
         ...

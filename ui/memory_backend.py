@@ -285,6 +285,9 @@ class MemoryManager(rules.OperationCalls):
                      limit: int = 50) -> list[ChatMessage]:
         return self.core.history_page(gid, before, after, limit)
 
+    def unread_before(self, gid: str, below: int) -> int:
+        return self.core.unread_before(gid, below)
+
     def thread_root(self, gid: str, mid: Mid) -> Mid:
         return self.core.thread_root(gid, mid)
 

@@ -225,3 +225,16 @@ def test_threads_are_read_by_root_counted_and_listed_by_activity_operations_left
     assert mids(store[-1].thread("g", a1.mid)) == [a1.mid, (BOB.pid, 2), (ANN.pid, 3)]
     assert store[-1].add_messages([message(BOB, 5, "g", (ANN.pid, 3))])  # its root found after a restart
     assert [(t.root.mid, t.replies) for t in store[-1].threads("g", limit=1)] == [(a1.mid, 3)]
+
+
+def test_unread_before_counts_what_the_read_marks_leave_out_below_an_order(store):
+    s = store[0]
+    stored = s.add_messages([message(ANN, n, "g") for n in range(1, 6)] + [message(BOB, 1, "other")]
+                            + [message(BOB, n, "g") for n in range(2, 6)])  # orders 1-5, 6 elsewhere, 7-10
+    s.commit()
+    assert [m.order for m in stored][-1] == 10
+    assert s.unread_before("g", 11) == 9 and s.unread_before("g", 4) == 3
+    s.add_read_marks("g", [(1, 2), (5, 8)])
+    s.commit()
+    assert s.unread_before("g", 11) == 4  # 3, 4, 9, 10
+    assert s.unread_before("g", 9) == 2 and s.unread_before("g", 1) == 0 and s.unread_before("other", 11) == 1

@@ -11,7 +11,8 @@ from PySide6.QtWidgets import QApplication
 from conftest import ANN, BOB, CAT, activate, message, save_screenshot
 from m2mc.middleware.types import Member, format_mid
 from m2mc.ui.controllers import sessions
-from m2mc.ui.controllers.sessions import HISTORY_PAGE
+from m2mc.ui.controllers.sessions import HISTORY_PAGE, OPEN_UNREAD_LIMIT
+from m2mc.ui.widgets import UnreadCountRole
 from m2mc.ui.main_window import AT_END, SCROLL_BACK_MARGIN
 from m2mc.ui.message_model import MessageRole, ThreadRole
 
@@ -197,3 +198,24 @@ def test_a_message_pinned_long_ago_is_in_the_pinned_list_of_a_group_opened_at_it
     session = open_big_group(qtbot, window, backend, history, then_write=[pin])
     assert session.tree.node(history[10].mid) is None
     assert list(session.pinned) == [history[10].mid] and window.pinned_button.isVisible()
+
+
+def test_a_group_far_behind_counts_its_unread_beyond_what_is_loaded_and_mark_all_read_clears_them(
+        qtbot, window, backend):
+    history = big_history()
+    me = Member(backend.pid, backend.name)
+    view = backend.manager.inject_group("Big team", members=(ANN, BOB, CAT, me), joined=True, history=history,
+                                        unread=True)
+    window.start()
+    qtbot.waitUntil(lambda: view.gid in window.session_controller.sessions
+                    and window.session_controller.sessions[view.gid].opened, timeout=20_000)
+    session = window.session_controller.sessions[view.gid]
+    assert len(session.tree) == len(session.tree.unread) == OPEN_UNREAD_LIMIT  # opened as far back as it goes
+    assert session.item.data(UnreadCountRole) == GROUP_SIZE and "(5000)" in window.windowTitle()
+    held = len(session.tree)
+    window.show_older()  # a page of the unread beyond comes in: the count stays the whole
+    qtbot.waitUntil(lambda: len(session.tree) > held)
+    assert session.item.data(UnreadCountRole) == GROUP_SIZE
+    qtbot.keyClick(window, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: session.item.data(UnreadCountRole) == 0)
+    assert backend.manager.core.unread_before(view.gid, session.oldest_order) == 0  # in the store too

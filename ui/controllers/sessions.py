@@ -76,6 +76,7 @@ class GroupSession:
     history_complete: bool = False
     read_marks: RangeSet | None = None
     loading_older: bool = False
+    unread_beyond: int = 0  # about how many unread the store holds before the messages loaded
 
     @property
     def title(self) -> str:
@@ -208,7 +209,7 @@ class SessionController(QObject):
         gid, own = session.gid, self.backend.pid
         read = RangeSet.from_ranges(marks) if marks is not None else None
 
-        def opening(peer) -> tuple[list[ChatMessage], bool, list[ChatMessage]]:
+        def opening(peer) -> tuple[list[ChatMessage], bool, list[ChatMessage], int]:
             # The last page, and older ones while its oldest message is unread: the group opens
             # at its first unread message if that is not too far back, else at its end.
             page = peer.history_page(gid, limit=HISTORY_PAGE)
@@ -218,12 +219,13 @@ class SessionController(QObject):
                 older = peer.history_page(gid, before=page[0].order, limit=HISTORY_PAGE)
                 complete = len(older) < HISTORY_PAGE
                 page = older + page
-            return page, complete, peer.pinned(gid)  # pinned ones, however old
+            beyond = peer.unread_before(gid, page[0].order) if page and read is not None and not complete else 0
+            return page, complete, peer.pinned(gid), beyond  # pinned ones, however old
 
         self.backend.call(opening, on_result=lambda result: self._on_history(session, *result, marks=marks))
 
     def _on_history(self, session: GroupSession, messages: list[ChatMessage], complete: bool = True,
-                    pinned: list[ChatMessage] | None = None, marks: list | None = None) -> None:
+                    pinned: list[ChatMessage] | None = None, beyond: int = 0, marks: list | None = None) -> None:
         # What the stored read marks do not cover is unread; a group never marked (from an
         # older version) starts with its history read.
         tree = session.tree
@@ -235,6 +237,7 @@ class SessionController(QObject):
             tree.add_older(older)
         session.history_complete = complete
         session.oldest_order = messages[0].order if messages else held
+        session.unread_beyond = beyond
         if session.threads is not None:
             session.threads.refresh()
         self._look_up_absent_parents(session, messages)
@@ -248,6 +251,7 @@ class SessionController(QObject):
         else:
             stored = session.read_marks = RangeSet.from_ranges(marks)
             session.tree.set_unread(m.mid for m in messages if m.order and m.order not in stored)
+        self._on_unread_count(session, len(session.tree.unread))
         unread = session.tree.unread_in_arrival_order()
         session.divider = unread[0] if unread else None
         session.loaded = True
@@ -308,6 +312,8 @@ class SessionController(QObject):
             session.oldest_order = page[0].order
             place = self.view.hold_place(session)
             read = session.read_marks or RangeSet()
+            session.unread_beyond = 0 if session.history_complete else max(
+                0, session.unread_beyond - sum(1 for m in page if m.order not in read))
             session.tree.add_older(page, [m.mid for m in page
                                           if m.order not in read and m.sender != self.backend.pid])
             session.pinned.update({m.mid: m for m in page if m.pinned})
@@ -488,14 +494,14 @@ class SessionController(QObject):
 
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
         if session.item is not None:
-            session.item.setData(UnreadCountRole, count)
+            session.item.setData(UnreadCountRole, count + session.unread_beyond)
         if self.selection.is_current(session):
             self.view.update_catch_up()
         self.update_title()
 
     def update_title(self) -> None:
         """The window's title counts what is unread, in the groups and in ``other_unread()`` (direct messages)."""
-        total = sum(len(s.tree.unread) for s in self.sessions.values()) + self.other_unread()
+        total = sum(len(s.tree.unread) + s.unread_beyond for s in self.sessions.values()) + self.other_unread()
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
     def read_changed(self, session: GroupSession) -> None:
@@ -517,8 +523,17 @@ class SessionController(QObject):
         self.backend.call(lambda peer: peer.mark_read(gid, ranges), on_error=lambda _e: None)
 
     def mark_all_read(self) -> None:
-        if self.selection.session is not None:
-            self.selection.session.tree.mark_all_read()
+        session = self.selection.session
+        if session is None:
+            return
+        if session.unread_beyond and session.oldest_order is not None:  # also what is not loaded
+            gid, older = session.gid, [(1, session.oldest_order - 1)]
+            self.backend.call(lambda peer: peer.mark_read(gid, older), on_error=lambda _e: None)
+            if session.read_marks is not None:
+                session.read_marks.add_range(1, session.oldest_order)
+            session.unread_beyond = 0
+        session.tree.mark_all_read()
+        self._on_unread_count(session, len(session.tree.unread))
 
     def next_unread(self) -> None:
         """Select the oldest unread message, in this group or the next one with news."""
