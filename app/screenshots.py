@@ -8,8 +8,10 @@ Writes ``screenshot-main.png`` (the main window with the threads view, 1,400 px 
 ``screenshot-deep-thread.png`` (a 40-deep thread opened on its own at 800 px
 wide), ``screenshot-files.png`` (files shared in a thread: a photo downloaded with its
 thumbnail, one coming in, one not fetched), ``screenshot-dark.png`` (the same window in a dark
-palette), ``screenshot-direct.png`` (a direct conversation with its delivery marks) and
-``screenshot-notices.png`` (a topic change and a pin as notices among the messages).  Run it
+palette), ``screenshot-direct.png`` (a direct conversation with its delivery marks),
+``screenshot-notices.png`` (a topic change and a pin as notices among the messages) and
+``screenshot-scroll-back.png`` (a group of 3,000 messages opened at its end with one page of them,
+a reply to an older message shown with its banner, "Older messages" in the header).  Run it
 on a display (Xvfb is fine) so fonts and window frames are the real ones.
 """
 
@@ -200,6 +202,53 @@ def direct_conversation(app: QApplication, window: MainWindow, backend: MemoryBa
     settle(app)
 
 
+def long_history(gid: str, count: int) -> list[ChatMessage]:
+    """A team's months of talk: short threads, and now and then an answer to something said long before."""
+    topics = ["the build on the ARM runners", "Friday's demo", "the flaky login test", "moving the standup",
+              "the new office chairs", "release 2.5 notes", "the Chennai trip budget", "on-call next week"]
+    lines = ["Anyone looked at {}?", "I can take {} after lunch.", "Pushed a fix for {}, please review.",
+             "Still seeing problems with {} here.", "Agreed on {}, let's do it.", "Notes on {} are in the wiki."]
+    seq: dict[str, int] = {}
+    out: list[ChatMessage] = []
+    speakers = (ANN, BOB, CAT, DEV)
+    for n in range(count):
+        member = speakers[(n * 7) % 4]
+        seq[member.pid] = seq.get(member.pid, 0) + 1
+        parent = None
+        if n % 4:
+            parent = out[n - 1].mid
+        if n % 97 == 96 and n > 600:
+            parent = out[n - 500].mid  # picking up an old thread
+        text = lines[n % len(lines)].format(topics[(n // 4) % len(topics)])
+        at = T0 + n * 47_000
+        out.append(ChatMessage(gid, (member.pid, seq[member.pid]), parent, member.name, text, at, at))
+    return out
+
+
+def scroll_back_shot(app: QApplication, out: Path) -> Path:
+    """A big group opened at its end: one page of rows, an answer to an old message with its banner."""
+    backend = MemoryBackend(name="Dana")
+    me = Member(backend.pid, "Dana")
+    history = long_history("", 3_000)
+    backend.manager.inject_group("Team room", members=(ANN, BOB, CAT, DEV, me), joined=True, history=history)
+    window = MainWindow(backend)
+    window.resize(1180, 720)
+    window.show()
+    window.start()
+    while window.current is None or not window.current.opened:
+        app.processEvents()
+    settle(app)
+    session = window.current
+    orphan = next(node.message for node in reversed(session.tree.arrival)
+                  if node.depth == 0 and node.message.parent is not None)
+    window.select_message(orphan.mid)
+    settle(app)
+    path = out / "screenshot-scroll-back.png"
+    window.grab().save(str(path))
+    window.close()
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="resources", help="folder for the PNG files")
@@ -253,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     window.close()
 
     saved.append(files_shot(app, out))
+    saved.append(scroll_back_shot(app, out))
 
     dark = QPalette()
     for role, color in ((QPalette.ColorRole.Window, "#1f2124"), (QPalette.ColorRole.WindowText, "#e8eaed"),

@@ -37,7 +37,7 @@ from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
-from .store_api import SearchHit
+from .store_api import SearchHit, StoredThread
 from .addresses import Endpoint, GroupAddress
 from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
 from .direct import conversation_id
@@ -385,8 +385,9 @@ class GroupManager(rules.OperationCalls):
         return self.core.ops(gid).topic()
 
     def pinned(self, gid: str) -> list[ChatMessage]:
-        pinned = set(self.core.ops(gid).pinned()) if gid in self.channels else set()
-        return [m for m in self.history(gid) if m.mid in pinned]
+        pinned = list(self.core.ops(gid).pinned()) if gid in self.channels else []
+        self.flush()
+        return self.core.messages(gid, pinned)  # found by mid: the history may be long
 
     def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
         self.core.channel(gid)
@@ -432,6 +433,25 @@ class GroupManager(rules.OperationCalls):
         self.core.known(gid)
         self.flush()
         return self.core.thread(gid, root)
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        self.flush()
+        return self.core.threads(gid, before, limit)
+
+    def unread_before(self, gid: str, below: int) -> int:
+        return self.core.unread_before(gid, below)
+
+    def thread_root(self, gid: str, mid: Mid) -> Mid:
+        self.flush()
+        return self.core.thread_root(gid, mid)
+
+    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        self.flush()
+        return self.core.messages(gid, mids)
+
+    def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
+        self.flush()
+        return self.core.history_around(gid, mid, limit)
 
     def pending(self, gid: str | None = None) -> int:
         """Messages held back, waiting for the message they answer."""

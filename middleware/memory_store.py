@@ -21,8 +21,9 @@ from .crypto import Identity
 from .gjlp import GroupRecord
 from .addresses import Endpoint
 from .direct import StoredDirect
-from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit,
-                        merged_read_marks, plain_match)
+from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit, StoredThread,
+                        in_branch, merged_read_marks, plain_match)
+from .rangeset import RangeSet
 from .types import ChatMessage, Mid
 
 _MISSING = object()
@@ -214,6 +215,37 @@ class MemoryStore:
 
     def message_count(self, gid: str) -> int:
         return sum(1 for g, _ in self._delivered if g == gid)
+
+    def _chat_history(self, gid: str) -> list[ChatMessage]:
+        return [m for m in self.history(gid) if not m.text.startswith(OP_MARKER)]
+
+    def unread_before(self, gid: str, below: int) -> int:
+        read = RangeSet.from_ranges(self._read_marks.get(gid, []))
+        return sum(1 for g, mid in self._delivered
+                   if g == gid and self._messages[(g, mid)].order < below and self._messages[(g, mid)].order not in read)
+
+    def thread_root(self, gid: str, mid: Mid) -> Mid | None:
+        message = self._messages.get((gid, mid))
+        while message is not None and message.parent is not None and (gid, message.parent) in self._messages:
+            message = self._messages[(gid, message.parent)]
+        return message.mid if message is not None else None
+
+    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
+        members = {root}
+        return [m for m in self._chat_history(gid)
+                if m.mid == root or in_branch(m, members)]
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        found: dict[Mid, list] = {}  # root -> [root message, replies, last]
+        for message in self._chat_history(gid):
+            root = self.thread_root(gid, message.mid)
+            if root == message.mid:
+                found[root] = [message, 0, message]
+            elif root in found:
+                found[root][1] += 1
+                found[root][2] = message
+        ranked = sorted(found.values(), key=lambda t: t[2].order, reverse=True)
+        return [StoredThread(*t) for t in ranked if before is None or t[2].order < before][:limit]
 
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
                since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,

@@ -48,7 +48,7 @@ from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import OFFLINE_AFTER, ONLINE, Presence
 from .reach import BROADCAST_GRACE, Reach
 from .ses import Ses
-from .store_api import PeerStore, SearchHit
+from .store_api import PeerStore, SearchHit, StoredThread
 from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, NoticesAdded,
                      TopicChanged, WarningRaised)
 from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, Notice, UsageError, format_mid,
@@ -434,24 +434,40 @@ class PeerCore:
         return [(hit, self.thread_root(hit.gid, hit.mid)) for hit in hits]
 
     def thread_root(self, gid: str, mid: Mid) -> Mid:
-        """The message that starts ``mid``'s thread: up its parents to one that answers none."""
-        root = mid
-        for _ in range(100_000):  # a chain of answers cannot loop (a parent is older), but stay bounded
-            found = self.store.messages(gid, [root])
-            if not found or found[0].parent is None:
-                return root
-            root = found[0].parent
-        return root
+        """The message that starts ``mid``'s thread (the store keeps each message's root)."""
+        return self.store.thread_root(gid, mid) or mid
 
     def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
         """``root`` and every answer under it, in delivery order (a parent is delivered before its answers)."""
-        members = {root}
-        thread = []
-        for message in self.history(gid):
-            if message.mid == root or message.parent in members:
-                members.add(message.mid)
-                thread.append(message)
-        return thread
+        self.known(gid)
+        return self._shown(gid, self.store.thread(gid, root))
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        """``gid``'s threads, the most recently active first (PeerStore.threads), shown as :meth:`history`."""
+        self.known(gid)
+        found = self.store.threads(gid, before, limit)
+        shown = iter(self._shown(gid, [m for t in found for m in (t.root, t.last)]))
+        return [StoredThread(next(shown), t.replies, next(shown)) for t in found]
+
+    def unread_before(self, gid: str, below: int) -> int:
+        """About how many of ``gid``'s messages before the order ``below`` are unread (PeerStore.unread_before)."""
+        self.known(gid)
+        return self.store.unread_before(gid, below)
+
+    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        """The stored chat messages among ``mids``, in delivery order, shown as :meth:`history`."""
+        self.known(gid)
+        return self._shown(gid, [m for m in self.store.messages(gid, mids) if not m.text.startswith(OP_MARKER)])
+
+    def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
+        """A page of :meth:`history` with ``mid`` in its middle; empty if ``mid`` is not stored."""
+        self.known(gid)
+        found = self.store.messages(gid, [mid])
+        if not found:
+            return []
+        order = found[0].order
+        return self._shown(gid, self.store.history_page(gid, before=order + 1, limit=limit // 2 + 1)
+                           + self.store.history_page(gid, after=order, limit=limit - limit // 2))
 
     def by_record(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
         """``messages`` with each author's name taken from its member record, never from the message.

@@ -33,7 +33,7 @@ from .mentions import mentioned_pids
 from .rangeset import RangeSet
 from .direct import StoredDirect
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
-                        SearchQueryError, merged_read_marks)
+                        SearchQueryError, StoredThread, in_branch, merged_read_marks)
 from .types import ChatMessage, Mid, shown_sent_at
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,26 @@ CREATE VIRTUAL TABLE message_search USING fts5(
 INSERT INTO message_search (message_search, rank) VALUES ('automerge', 16);
 CREATE TABLE message_search_changed (delivery_order INTEGER PRIMARY KEY, text TEXT);
 """
+# Threads: a row per thread (its root's delivery order, its reply count and its latest message's
+# order), found by activity, and a row per reply naming its root, found by root, so a thread is
+# read by one index range instead of a walk of the whole history.  Operations are in neither.
+# A reply's root is known once its parent is stored, which S_b order makes before it.  They are
+# not written with the message: delivery would pay 4-5 µs a message for them (about 60 % more CPU
+# than storing costs without them, app/bench figures in benchmarks.md).  Each thread query first
+# brings them up to the last stored message from threads_upto (:meth:`Store.catch_up_threads`),
+# in the caller's transaction, so its answer is exact; a headless peer that is never asked pays
+# nothing, and the app pays once per burst it shows (about 4 µs a message, in batches).  A data dir
+# from before them catches up from 0 on open.
+THREADS_SCHEMA = """
+CREATE TABLE threads (root INTEGER PRIMARY KEY, gid TEXT NOT NULL, replies INTEGER NOT NULL, last INTEGER NOT NULL);
+CREATE INDEX threads_by_activity ON threads (gid, last);
+CREATE TABLE thread_replies (delivery_order INTEGER PRIMARY KEY, root INTEGER NOT NULL);
+CREATE INDEX thread_replies_by_root ON thread_replies (root, delivery_order);
+CREATE TABLE threads_upto (only INTEGER PRIMARY KEY CHECK (only = 0), upto INTEGER NOT NULL);
+INSERT INTO threads_upto VALUES (0, 0);
+"""
+THREAD_ROOTS_CACHED = 100_000
+"""Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
 RELEVANCE_WINDOW = 10_000
 """A search by relevance ranks the newest this many matches (older ones are found by time order)."""
 SEARCH_BUILD_REPORT = 100_000
@@ -170,6 +190,26 @@ def _mention_rows(gid: str, sender: str, seqno: int, text: str, order: int) -> l
     if text.startswith(OP_MARKER):
         return []
     return [(pid, order, gid, sender, seqno) for pid in mentioned_pids(text)]
+
+
+def _segment_rows_at(blob: bytes, indexes: list[int], first_order: int) -> dict[int, tuple]:
+    """Some rows of a segment (ascending ``indexes``), by delivery order, each with its proof: the
+    rows between are skipped unbuilt, so a thread spread over many segments decodes little of each."""
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(blob)
+    unpacker.read_array_header()
+    count = unpacker.read_array_header()
+    rows: dict[int, list] = {}
+    position = 0
+    for index in indexes:
+        for _ in range(index - position):
+            unpacker.skip()
+        rows[index] = unpacker.unpack()
+        position = index + 1
+    for _ in range(count - position):
+        unpacker.skip()
+    proofs = crypto.expand_proofs(unpacker.unpack())
+    return {first_order + index: (*row, proofs[index]) for index, row in rows.items()}
 
 
 def _decode_segment(blob: bytes) -> list[tuple]:
@@ -251,6 +291,9 @@ class Store:
                                  deterministic=True)
         self._db.create_function("search_sent_at", 1, functools.partial(self._search_field, "sent_at"),
                                  deterministic=True)
+        self._roots: dict[tuple[str, Mid], int] = {}  # (gid, mid) -> its thread root's order, recent ones
+        if not {"threads", "thread_replies", "threads_upto"} <= tables:
+            self._build_threads()
 
     def _migrate(self) -> None:
         """Bring a version-0 or version-1 database (a row per message) to the current schema."""
@@ -307,6 +350,60 @@ class Store:
         if total:
             log.info("search index built: %d messages", total)
 
+    def _build_threads(self) -> None:
+        """The threads tables for a data dir from before them, filled from every stored message."""
+        self._db.execute("BEGIN")
+        for table in ("threads", "thread_replies", "threads_upto"):
+            self._db.execute(f"DROP TABLE IF EXISTS {table}")
+        for statement in THREADS_SCHEMA.split(";")[:-1]:
+            self._db.execute(statement)
+        self.catch_up_threads(log_progress=True)
+        self._db.commit()
+
+    def catch_up_threads(self, log_progress: bool = False) -> None:
+        """Bring the threads tables up to the last stored message (see THREADS_SCHEMA); every thread
+        query does it first, and an idle peer may do it beforehand.  The commit is the caller's."""
+        (upto,) = self._db.execute("SELECT upto FROM threads_upto").fetchone()
+        if upto >= self._next_order - 1:
+            return
+        roots: dict[tuple[str, Mid], int] = {}  # those met in this catch-up, whatever their number
+        threads: dict[int, list] = {}  # root -> [gid, replies, last], for threads new here
+        bumped: dict[int, list[int]] = {}  # root -> [replies, last], for threads stored before
+        replies: list[tuple[int, int]] = []
+        newest = upto
+        for _, gid, first_order, rows in self._segments("first_order + count > ?", (upto + 1,)):
+            for order, row in enumerate(rows, first_order):
+                if order <= upto or row[5].startswith(OP_MARKER):
+                    continue
+                parent = (row[2], row[3]) if row[2] is not None else None
+                root = None
+                if parent is not None:
+                    root = roots.get((gid, parent))
+                    if root is None:
+                        root = self._root_order(gid, parent)
+                if root is None:  # a root, or (never in S_b order) a reply whose parent is not stored
+                    threads[order] = [gid, 0, order]
+                    root = order
+                else:
+                    replies.append((order, root))
+                    thread = threads.get(root) or bumped.setdefault(root, [0, order])
+                    thread[-2] += 1
+                    thread[-1] = order
+                roots[(gid, (row[0], row[1]))] = root
+            newest = max(newest, first_order + len(rows) - 1)
+        self._db.executemany("INSERT INTO threads VALUES (?, ?, ?, ?)",
+                             [(root, gid, count, end) for root, (gid, count, end) in threads.items()])
+        self._db.executemany("INSERT INTO thread_replies VALUES (?, ?)", replies)
+        self._db.executemany("UPDATE threads SET replies = replies + ?, last = ? WHERE root = ?",
+                             [(count, end, root) for root, (count, end) in bumped.items()])
+        self._db.execute("UPDATE threads_upto SET upto = ?", (newest,))
+        if len(roots) < THREAD_ROOTS_CACHED:  # the latest ones, for the next catch-up's replies
+            if len(self._roots) + len(roots) > THREAD_ROOTS_CACHED:
+                self._roots.clear()
+            self._roots.update(roots)
+        if log_progress and threads:
+            log.info("threads of %s built: %d threads, %d replies", self.path, len(threads), len(replies))
+
     def _index_rows(self, first_order: int, rows: list) -> None:
         """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, ...)
         delivered from ``first_order`` on."""
@@ -344,6 +441,7 @@ class Store:
         self._keys_stored.clear()
         self._decoded.clear()
         self._searched.clear()
+        self._roots.clear()
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
 
@@ -503,6 +601,19 @@ class Store:
         if mentions:
             self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)", mentions)
         return stored
+
+    def _root_order(self, gid: str, mid: Mid) -> int | None:
+        """The delivery order of the root of stored ``mid``'s thread; None if ``mid`` is not stored
+        (the threads tables caught up past it)."""
+        root = self._roots.get((gid, mid))
+        if root is not None:
+            return root
+        found = self._rows_of(gid, [mid])
+        if not found:
+            return None
+        order = found[0][0]
+        row = self._db.execute("SELECT root FROM thread_replies WHERE delivery_order = ?", (order,)).fetchone()
+        return row[0] if row is not None else order
 
     def _write_segment(self, gid: str, first_order: int, rows: list[tuple], proofs: list[bytes]) -> None:
         """One segment: ``rows`` of (sender, seqno, parent_sender, parent_seqno, name, text,
@@ -692,6 +803,83 @@ class Store:
             if len(page) == limit:
                 break
         return page[::-1] if backwards else page
+
+    def _messages_at(self, gid: str, orders: list[int]) -> list[ChatMessage]:
+        """The stored messages of ``gid`` delivered as ``orders`` (ascending), each segment read and decoded
+        once: the group's segments over the span are found by one query (a thread spreads over many)."""
+        if not orders:
+            return []
+        spans = self._db.execute(
+            "SELECT segment, first_order, count FROM segments WHERE gid = ? AND first_order <= ? "
+            "AND first_order + count > ? ORDER BY segment", (gid, orders[-1], orders[0])).fetchall()
+        firsts = [first for _, first, _ in spans]
+        keys: dict[str, bytes] = {}
+        found: list[ChatMessage] = []
+        wanted: dict[int, list[int]] = {}  # segment -> the orders to take from it
+        for order in orders:
+            at = bisect_right(firsts, order) - 1
+            if at >= 0 and order < spans[at][1] + spans[at][2]:
+                wanted.setdefault(at, []).append(order)
+        for at, taken in wanted.items():
+            segment, first, _ = spans[at]
+            cached = self._decoded.get(segment)
+            if cached is not None:
+                rows = {order: cached[order - first] for order in taken}
+            else:
+                (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
+                rows = _segment_rows_at(blob, [order - first for order in taken], first)
+            for order in taken:
+                s, q, ps, pq, n, t, sa, ra, sig = rows[order]
+                if s not in keys:
+                    keys[s] = self._public_key(s)
+                found.append(ChatMessage(gid, (s, q), (ps, pq) if ps is not None else None, n, t, sa, ra, order,
+                                         sig, keys[s]))
+        return found
+
+    def unread_before(self, gid: str, below: int) -> int:
+        def stored_between(low: int, high: int) -> int:  # gid's orders in [low, high)
+            (count,) = self._db.execute(
+                "SELECT COALESCE(SUM(MIN(first_order + count, ?) - MAX(first_order, ?)), 0) FROM segments "
+                "WHERE gid = ? AND first_order < ? AND first_order + count > ?", (high, low, gid, high, low)).fetchone()
+            return count
+
+        read = sum(stored_between(first, min(last + 1, below)) for first, last in self.read_marks(gid) or []
+                   if first < below)
+        return stored_between(0, below) - read
+
+    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
+        self.catch_up_threads()
+        located = self._rows_of(gid, [root])
+        if not located:
+            return []
+        order = located[0][0]
+        top = self._root_order(gid, root)
+        orders = [order] + [reply for (reply,) in self._db.execute(
+            "SELECT delivery_order FROM thread_replies WHERE root = ? AND delivery_order > ? ORDER BY delivery_order",
+            (top, order))]
+        thread = self._messages_at(gid, orders)
+        if top == order:
+            return thread
+        members = {root}  # the branch under a reply: its descendants only
+        return [m for m in thread if m.mid == root or in_branch(m, members)]
+
+    def thread_root(self, gid: str, mid: Mid) -> Mid | None:
+        self.catch_up_threads()
+        top = self._root_order(gid, mid)
+        if top is None:
+            return None
+        found = self._messages_at(gid, [top])
+        return found[0].mid if found else None
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        self.catch_up_threads()
+        rows = self._db.execute(
+            "SELECT root, replies, last FROM threads WHERE gid = ? AND last < ? ORDER BY last DESC LIMIT ?",
+            (gid, before if before is not None else 2 ** 62, limit)).fetchall()
+        wanted = sorted({order for root, _, last in rows for order in (root, last)})
+        by_order = {m.order: m for m in self._messages_at(gid, wanted)}
+        return [StoredThread(by_order[root], replies, by_order[last]) for root, replies, last in rows
+                if root in by_order and last in by_order]
 
     def _public_key(self, pid: str) -> bytes:
         row = self._db.execute("SELECT public_key FROM peer_keys WHERE pid = ?", (pid,)).fetchone()

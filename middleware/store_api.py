@@ -53,6 +53,15 @@ class SearchHit:
     snippet: str
 
 
+@dataclass(frozen=True, slots=True)
+class StoredThread:
+    """One thread of a group as the store counts it: its root, its replies, its latest message."""
+
+    root: ChatMessage
+    replies: int
+    last: ChatMessage  # the latest delivered of the thread (the root itself when no reply came)
+
+
 class SearchQueryError(UsageError):
     """A search query the index cannot read (bad FTS5 syntax)."""
 
@@ -132,6 +141,24 @@ class PeerStore(Protocol):
         """Stored messages of ``gid``, operations included."""
         ...
 
+    def unread_before(self, gid: str, below: int) -> int:
+        """How many of ``gid``'s stored messages delivered before the order ``below`` its read marks do
+        not cover (operations and this peer's own included: a count for a badge, not a list)."""
+        ...
+
+    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
+        """``root`` and every reply under it, in delivery order (empty if ``root`` is not stored)."""
+        ...
+
+    def thread_root(self, gid: str, mid: Mid) -> Mid | None:
+        """The root of ``mid``'s thread (``mid`` itself for a root); None if ``mid`` is not stored."""
+        ...
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        """``gid``'s threads, the most recently active first: those whose latest message was delivered
+        before the order ``before`` (a page's last ``last.order``), at most ``limit``."""
+        ...
+
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
                since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
                by_time: bool = False) -> list[SearchHit]:
@@ -191,6 +218,15 @@ class PeerStore(Protocol):
     def rollback(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+def in_branch(message: ChatMessage, members: set[Mid]) -> bool:
+    """Whether ``message`` answers one of ``members`` (a branch's mids so far, in delivery order);
+    if so it joins them."""
+    if message.parent in members:
+        members.add(message.mid)
+        return True
+    return False
 
 
 def merged_read_marks(marks: list[tuple[int, int]], ranges: Iterable[tuple[int, int]],

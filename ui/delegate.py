@@ -35,7 +35,7 @@ from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMe
 
 from .member_list import marked_name
 from .notices import is_notice
-from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole, ThreadModel,
+from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole,
                             UnreadRole)
 
 from .resources import is_dark, theme_colors
@@ -56,7 +56,7 @@ NOTICE_MARGIN = 48  # a notice's text keeps this far from both sides
 LINK = re.compile(r"(?:https?|m2mc)://[^\s<>\"]+")
 REPLY_LABEL = "↩ Reply"
 MENTION_MARK = "@ you"  # on a row that mentions the reader
-_NODE_MODELS = (MessageTreeModel, ThreadModel)  # their indexes carry the message's node
+_NODE_MODELS = (MessageTreeModel,)  # their indexes carry the message's node (one thread's model is one too)
 _DAY_MS = 24 * 3600 * 1000
 
 
@@ -273,7 +273,8 @@ class MessageDelegate(QStyledItemDelegate):
         return (min(depth, MAX_INDENT_DEPTH) * INDENT + BRANCH) if self.tree else 0
 
     def _quoted(self, message: ChatMessage, depth: int) -> bool:
-        return message.parent is not None and (self.show_parent or depth > MAX_INDENT_DEPTH)
+        # depth 0: a reply shown at the top, its parent not held (an older page not loaded)
+        return message.parent is not None and (self.show_parent or depth > MAX_INDENT_DEPTH or depth == 0)
 
     def _text_width(self, depth: int) -> int:
         return max(80, self.view.viewport().width() - self._indent(depth) - 2 * PAD - MARK_WIDTH - 4)

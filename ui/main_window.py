@@ -24,6 +24,7 @@ moment while the window is active.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from pathlib import Path
@@ -63,7 +64,7 @@ from .direct_pane import DirectList, DirectPane
 from .discovery_window import DiscoveryWindow
 from .member_list import presence_legend
 from .search_window import SearchWindow
-from .message_model import (MessageRole, SearchRole, ThreadModel, ThreadRole)
+from .message_model import MessageRole, SearchRole, StoredThreadModel, ThreadRole
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.joins import JoinController
@@ -89,6 +90,8 @@ from .widgets import (
 
 log = logging.getLogger(__name__)
 
+AT_END = 4  # pixels from the bottom that still count as the end (scrolling to the last row can stop short)
+SCROLL_BACK_MARGIN = 200  # pixels from the top at which the older history loads
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
@@ -154,6 +157,7 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
         self._restore_pane_sizes()
 
+        self._placing = False  # the view is being put back where the reader was: not a scroll of theirs
         self._way_back: list[tuple[str, Mid | None, Mid | None]] = []  # (gid, open thread, selected) before a jump
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS)
         self._seen_timer.timeout.connect(self.mark_visible_read)
@@ -271,6 +275,7 @@ class MainWindow(QMainWindow):
         self.timeline_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         for view in (self.tree_view, self.timeline_view):
             view.verticalScrollBar().valueChanged.connect(self.schedule_seen)
+            view.verticalScrollBar().valueChanged.connect(self._scrolled)
             view.reply_requested.connect(self.compose_controller.reply_to)
             view.link_activated.connect(self.open_link)
             view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
@@ -662,17 +667,85 @@ class MainWindow(QMainWindow):
         if session is not None:
             hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
         what = "messages" if self.time_ordered else "threads"
-        self.older_button.setText(f"⤒ {hidden:,} older {what}")
-        self.older_button.setVisible(hidden > 0)
+        stored = session is not None and session.thread is None and not session.history_complete and session.loaded
+        self.older_button.setText(f"⤒ {hidden:,} older {what}" if hidden else "⤒ Older messages")
+        self.older_button.setVisible(hidden > 0 or stored)
 
     def show_older(self) -> None:
+        """Older rows above the reader, who stays where they are: hidden ones, else a page from the store."""
         session = self.current
-        if session is None:
+        if session is None or session.thread is not None:
+            return
+        place = self.hold_place(session)
+        if self.time_ordered:
+            shown = session.timeline.show_older()
+        else:
+            shown = session.tree.show_older()
+        if shown:
+            self._restore_place(place)
+        else:
+            self.session_controller.load_older(session)
+        self.update_older_button()
+
+    def _scrolled(self, value: int) -> None:
+        # Scroll-back: near the top, the older rows come (the way Element paginates); back at the
+        # end after reading far back, the oldest are let go again.
+        session = self.current
+        view = self.current_view()
+        if (session is not None and value >= view.verticalScrollBar().maximum() - AT_END and value > 0
+                and not self._placing and not self.view_filter.active):
+            QTimer.singleShot(0, self._let_older_go)
+        if (session is None or session.thread is not None or not session.opened or session.loading_older
+                or self._placing or self.sender() is not view.verticalScrollBar() or value > SCROLL_BACK_MARGIN):
+            return
+        hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
+        if hidden or not session.history_complete:
+            QTimer.singleShot(0, self.show_older)  # not inside the scroll bar's own signal
+
+    def _let_older_go(self) -> None:
+        session = self.current
+        view = self.current_view()
+        if session is None or view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - AT_END:
+            return
+        if self.session_controller.let_older_go(session):
+            self.expand_default(session)
+            view.scrollToBottom()
+            self.update_older_button()
+
+    def hold_place(self, session: GroupSession) -> ReaderPlace | None:
+        """The message at the top of the view on show and its row's top, to keep it there across inserts above."""
+        if session is not self.current:
+            return None
+        view = self.current_view()
+        top = view.indexAt(QPoint(4, 2))
+        if not top.isValid():
+            return None
+        return top.data(MessageRole).mid, view.visualRect(top).top()
+
+    def _restore_place(self, place: ReaderPlace | None) -> None:
+        if place is None:
+            return
+        index = self._view_index(place[0])
+        if not index.isValid():
+            return
+        view = self.current_view()
+        view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
+        bar = view.verticalScrollBar()
+        bar.setValue(bar.value() - place[1])
+
+    def older_loaded(self, session: GroupSession, place: ReaderPlace | None, mids: list[Mid]) -> None:
+        """A page of older history came in above the reader: make it rows, keep the reader's place to the pixel."""
+        if session is not self.current:
             return
         if self.time_ordered:
-            session.timeline.show_older()
-        else:
-            session.tree.show_older()
+            session.timeline.show_older(len(mids))
+        elif session.thread is None and self.tree_view.model() is session.tree_model:
+            node_of = session.tree.node
+            for mid in mids:
+                node = node_of(mid)
+                if node is not None and node.children:
+                    self.tree_view.expand(session.tree_model.index_for(mid))
+        self._restore_place(place)
         self.update_older_button()
 
     def expand_default(self, session: GroupSession) -> None:
@@ -913,7 +986,7 @@ class MainWindow(QMainWindow):
     def reader_place(self, session: GroupSession) -> tuple[bool, ReaderPlace | None]:
         """Whether the view on show is at its end, and the reader's place in the tree if ``session`` is shown."""
         view = self.current_view()
-        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - 4
+        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - AT_END
         reading = None  # the row at the top of the tree, and where it is: the reader's place
         if (session is self.current and not at_bottom and view is self.tree_view
                 and view.model() is session.tree_model):
@@ -923,9 +996,14 @@ class MainWindow(QMainWindow):
         return at_bottom, reading
 
     def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None:
-        self.tree_view.scrollTo(session.tree_model.index_for(place[0]), QAbstractItemView.ScrollHint.PositionAtTop)
-        bar = self.tree_view.verticalScrollBar()
-        bar.setValue(bar.value() - place[1])
+        # Not a scroll of the reader's: older rows hidden above them (trimming) must not come back at once.
+        self._placing = True
+        try:
+            self.tree_view.scrollTo(session.tree_model.index_for(place[0]), QAbstractItemView.ScrollHint.PositionAtTop)
+            bar = self.tree_view.verticalScrollBar()
+            bar.setValue(bar.value() - place[1])
+        finally:
+            self._placing = False
 
     def update_catch_up(self) -> None:
         self._catch_up_timer.start()
@@ -994,13 +1072,15 @@ class MainWindow(QMainWindow):
         return session.tree.message(mid) if session is not None and mid is not None else None
 
     def schedule_seen(self, *_args) -> None:
-        if self.current is not None and self.current.tree.unread:
+        session = self.current
+        if session is not None and (session.tree.unread or (session.thread is not None and session.thread.tree.unread)):
             self._seen_timer.start()
 
     def mark_visible_read(self) -> None:
         """Messages on screen in the active window count as seen."""
         session = self.current
-        if session is None or not session.tree.unread or not self.isActiveWindow():
+        thread_unread = session is not None and session.thread is not None and session.thread.tree.unread
+        if session is None or not (session.tree.unread or thread_unread) or not self.isActiveWindow():
             return
         self.current_view_mids_visible(mark=True)
 
@@ -1008,6 +1088,9 @@ class MainWindow(QMainWindow):
         visible = self.current_view().visible_mids()
         if mark and self.current is not None:
             self.current.tree.mark_read(visible)
+            if self.current.thread is not None:
+                self.current.thread.tree.mark_read(visible)
+                self.session_controller.read_changed(self.current)
         return visible
 
     def _view_index(self, mid: Mid) -> QModelIndex:
@@ -1022,7 +1105,7 @@ class MainWindow(QMainWindow):
         """Show and select a message of the current group (the reply target stays as it is)."""
         if self.current is None:
             return False
-        if self.current.thread is not None and self.current.tree.thread_of(mid) != self.current.thread.root.message.mid:
+        if self.current.thread is not None and self.current.thread.tree.node(mid) is None:
             self.close_thread()
         if self.time_ordered:
             self.current.timeline.reveal(mid)
@@ -1163,34 +1246,54 @@ class MainWindow(QMainWindow):
         if summary is not None:
             self.open_thread(summary.root.mid)
 
-    def open_thread(self, root_mid: Mid) -> bool:
-        """Show one thread on its own (the tree of its root alone); "← All threads" goes back."""
+    def open_thread(self, mid: Mid, then: Callable[[], object] | None = None,
+                    missing: Callable[[], object] | None = None) -> bool:
+        """Show the thread of ``mid`` on its own, read from the store; "← All threads" goes back.
+        ``then`` runs once it is shown, ``missing`` if the store holds no such message."""
         session = self.current
-        node = session.tree.node(root_mid) if session is not None else None
-        if session is None or node is None:
+        if session is None:
             return False
-        root = node.root.message
-        root_mid = root.mid
-        if session.thread is not None:
-            if session.thread.root.message.mid == root_mid:
-                return True
-            session.thread.detach()
+        if session.thread is not None and session.thread.tree.node(mid) is not None:
+            if then is not None:
+                then()
+            return True
+        gid = session.gid
+
+        def loaded(messages: list[ChatMessage]) -> None:
+            if self.current is not session or not messages:
+                if missing is not None:
+                    missing()
+                return
+            self._show_thread(session, messages)
+            if then is not None:
+                then()
+
+        def failed(_error: Exception) -> None:
+            if missing is not None:
+                missing()
+
+        self.backend.call(lambda peer: peer.thread(gid, peer.thread_root(gid, mid)), on_result=loaded, on_error=failed)
+        return True
+
+    def _show_thread(self, session: GroupSession, messages: list[ChatMessage]) -> None:
         if self.time_ordered:
             self.set_time_ordered(False)
-        session.tree.reveal(root_mid)  # kept shown (and spared by trimming): its inserts reach the thread
-        session.thread = ThreadModel(session.tree_model, root_mid, self)
-        self.compose_controller.thread_opened(root_mid)
+        read = session.read_marks
+        unread = [m.mid for m in messages if m.mid in session.tree.unread or (
+            session.tree.node(m.mid) is None and read is not None and m.order not in read
+            and m.sender != self.backend.pid)]
+        session.thread = StoredThreadModel(messages, self.backend.pid, unread, self)
+        root = session.thread.root.message
+        self.compose_controller.thread_opened(root.mid)
         self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view), self.link_title)}")
         self._set_view_models()
         self.tree_view.expandAll()
-        first_unread = next((mid for mid in session.tree.unread_in_arrival_order()
-                             if session.tree.thread_of(mid) == root_mid), None)
-        index = session.thread.index_for(first_unread or root_mid)
+        first_unread = next(iter(session.thread.tree.unread_in_arrival_order()), None)
+        index = session.thread.index_for(first_unread or root.mid)
         if self.tree_view.model() is self.tree_proxy:
             index = self.tree_proxy.mapFromSource(index)
         self.tree_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
         self.schedule_seen()
-        return True
 
     def go_back(self) -> None:
         """Alt+Left: to where the reader was before following a link or a search result, else out of
@@ -1202,9 +1305,12 @@ class MainWindow(QMainWindow):
             if self.current is None or self.current.gid != gid:
                 self.select_group(gid)
             if thread is not None:
-                self.open_thread(thread)
-            else:
-                self.close_thread()
+                if mid is not None:
+                    self.open_thread(thread, then=functools.partial(self.select_message, mid))
+                else:
+                    self.open_thread(thread)
+                return
+            self.close_thread()
             if mid is not None:
                 self.select_message(mid)
             return
@@ -1225,7 +1331,6 @@ class MainWindow(QMainWindow):
         if session is None or session.thread is None:
             return
         root_mid = session.thread.root.message.mid
-        session.thread.detach()
         session.thread = None
         self.compose_controller.thread_closed()
         self._set_view_models()
@@ -1332,13 +1437,27 @@ class MainWindow(QMainWindow):
             del self._way_back[:-MAX_WAY_BACK]
         if self.current is not session:
             self.select_group(gid)
-        root = session.tree.thread_of(mid) if self.current is session else None
-        if root is None or not self.open_thread(root) or not self.select_message(mid):
-            self.status_controller.show_error("That message has not reached this peer (yet).")
-            return False
-        self.raise_()
-        self.activateWindow()
-        return True
+        if session.tree.node(mid) is None and session.loaded and self.current is session:
+            # Older than the pages loaded: its page comes from the store first.
+            self.session_controller.load_back_to(session, mid, lambda _found: self._show_held(session, mid))
+            return True
+        return self._show_held(session, mid)
+
+    def _show_held(self, session: GroupSession, mid: Mid) -> bool:
+        def shown() -> None:
+            if self.select_message(mid):
+                self.raise_()
+                self.activateWindow()
+            else:
+                self._not_here()
+
+        if self.current is not session:
+            return self._not_here()
+        return self.open_thread(mid, then=shown, missing=self._not_here)
+
+    def _not_here(self) -> bool:
+        self.status_controller.show_error("That message has not reached this peer (yet).")
+        return False
 
     # -- settings and invites -------------------------------------------------------------------
 

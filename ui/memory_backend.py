@@ -39,7 +39,7 @@ from ..middleware.events import Event, GroupsDiscovered, Listener, MessagesDeliv
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
-from ..middleware.store_api import SearchHit
+from ..middleware.store_api import PeerStore, SearchHit, StoredThread
 from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid, Notice
 
 from .backend import Peer
@@ -153,12 +153,13 @@ class MemoryManager(rules.OperationCalls):
     # (a HELLO and its answer), as the real loop's timers would let it.
     DIRECT_SETTLE = 1.0
 
-    def __init__(self, listener: Listener, name: str = "Me", seed: str | None = None) -> None:
+    def __init__(self, listener: Listener, name: str = "Me", seed: str | None = None,
+                 store: Callable[[Identity], PeerStore] = MemoryStore) -> None:
         self.listener = listener
         self.interface = "127.0.0.1"
         self.lan = MemoryLan(time.time())
         identity = sim_identity(f"this peer\0{name}\0{seed or ''}")  # never a sim_member()'s key
-        self.store = MemoryStore(identity)
+        self.store = store(identity)  # a SQLite Store for benchmarks of big histories
         self.core = PeerCore(self.store, self.lan.now, rules.check_name(name), wall=self.lan.wall(),
                              rng=random.Random(identity.pid))
         self.pid = self.core.pid
@@ -268,8 +269,8 @@ class MemoryManager(rules.OperationCalls):
         return self.core.ops(gid).topic()
 
     def pinned(self, gid: str) -> list[ChatMessage]:
-        pinned = set(self.core.ops(gid).pinned()) if gid in self.core.channels else set()
-        return [m for m in self.history(gid) if m.mid in pinned]
+        pinned = list(self.core.ops(gid).pinned()) if gid in self.core.channels else []
+        return self.core.messages(gid, pinned)
 
     def groups(self) -> list[GroupView]:
         return self.core.groups()
@@ -282,6 +283,27 @@ class MemoryManager(rules.OperationCalls):
 
     def notices(self, gid: str) -> list[Notice]:
         return self.core.notices(gid)
+    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
+                     limit: int = 50) -> list[ChatMessage]:
+        return self.core.history_page(gid, before, after, limit)
+
+    def unread_before(self, gid: str, below: int) -> int:
+        return self.core.unread_before(gid, below)
+
+    def thread_root(self, gid: str, mid: Mid) -> Mid:
+        return self.core.thread_root(gid, mid)
+
+    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
+        return self.core.messages(gid, mids)
+
+    def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
+        return self.core.history_around(gid, mid, limit)
+
+    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
+        return self.core.thread(gid, root)
+
+    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
+        return self.core.threads(gid, before, limit)
 
     def pending(self, gid: str | None = None) -> int:
         return self.core.pending(gid)
@@ -512,9 +534,10 @@ def _write_as_signed(core: PeerCore, gid: str, message: ChatMessage, now: float)
 class MemoryBackend(Backend):
     """A :class:`~ui.bridge.Backend` over a :class:`MemoryManager`; calls complete at once."""
 
-    def __init__(self, name: str = "Me", seed: str | None = None, parent=None) -> None:
+    def __init__(self, name: str = "Me", seed: str | None = None, parent=None,
+                 store: Callable[[Identity], PeerStore] = MemoryStore) -> None:
         super().__init__(parent)
-        self.manager = MemoryManager(self.post, name, seed)
+        self.manager = MemoryManager(self.post, name, seed, store)
         self.pid, self.name, self.interface, self.port = self.manager.pid, name, "127.0.0.1", self.manager.core.port
 
     def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:

@@ -1,5 +1,8 @@
 """Qt models over one group's messages: the reply tree, the time-ordered list, the threads list and one thread.
 
+The threads list reads the store (:class:`ThreadListModel`), and so does one thread opened on its
+own (:class:`StoredThreadModel`): neither needs the whole history in memory.
+
 The messages themselves, their reply tree, the read state and the window of shown
 threads are a Qt-free :class:`~ui.message_tree.MessageTree`; the models here only
 adapt it, as napari's Qt models adapt its evented ones.  :class:`MessageTreeModel`
@@ -17,12 +20,14 @@ inserts them at the top.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
 
 from PySide6.QtCore import (QAbstractItemModel, QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt,
-                            Signal)
+                            QTimer, Signal)
 
 from ..middleware.files import is_offer_text, shown_offer
+from ..middleware.store_api import StoredThread, in_branch
 from ..middleware.types import ChatMessage, Mid
 from .message_tree import MessageTree, Node
 from .notices import is_notice, notice_sentence, pinned_target
@@ -40,7 +45,8 @@ AnyIndex = QModelIndex | QPersistentModelIndex
 ITEM_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable  # computed once: enum | is slow in Python
 NO_FLAGS = Qt.ItemFlag.NoItemFlags
 TIMELINE_WINDOW = 600
-THREAD_LIST_LIMIT = 1000  # the threads list shows the most recently active ones
+THREAD_LIST_PAGE = 100  # threads the list asks the store for at a time
+THREAD_LIST_REFRESH_MS = 300  # arrivals ask for the list's first page again at most this often
 
 
 
@@ -79,6 +85,7 @@ class MessageTreeModel(NodeRows, QAbstractItemModel):
     unread_count_changed = Signal(int)
 
     older_shown = Signal()
+    older_arrived = Signal(int)  # this many messages were put before every one held (a page of scroll-back)
 
     def __init__(self, tree: MessageTree, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -128,6 +135,9 @@ class MessageTreeModel(NodeRows, QAbstractItemModel):
 
     def older_threads_shown(self) -> None:
         self.older_shown.emit()
+
+    def older_messages_added(self, count: int) -> None:
+        self.older_arrived.emit(count)
 
     # -- indexes ----------------------------------------------------------------------------
 
@@ -201,6 +211,13 @@ class TimelineModel(QAbstractListModel):
         tree_model.arrived.connect(self._on_arrived)
         tree_model.read_state_changed.connect(self._on_read_changed)
         tree_model.updated.connect(self._on_updated)
+        tree_model.older_arrived.connect(self._on_older)
+
+    def _on_older(self, count: int) -> None:
+        # Older messages come in hidden, above the rows: show_older() makes them rows.
+        self._rows = {node.message.mid: row for row, node in enumerate(self.tree.arrival)}
+        self._count += count
+        self.hidden += count
 
     def _after_reset(self) -> None:
         # The tree's reset fills ``arrival``; ``arrived`` then reports the new rows.
@@ -297,7 +314,10 @@ def _message_data(message: ChatMessage, role: int, tree: MessageTree, node: Node
     if role == SearchRole:
         return f"{message.sender_name}\n{message.text}"
     if role == ParentMessageRole:
-        return node.parent.message if node.parent is not None else None  # the top node's is None
+        shown = node.parent.message if node.parent is not None else None  # the top node's is None
+        if shown is None and message.parent is not None:  # its parent is not held (an older page)
+            return tree.absent_parents.get(message.parent)
+        return shown
     if role == DepthRole:
         return node.depth
     if role == OwnRole:
@@ -318,79 +338,104 @@ class ThreadSummary:
     last: ChatMessage  # the thread's latest message by arrival
 
 
-class ThreadListModel(QAbstractListModel):
-    """The group's threads, the most recently active first, following the tree live.
+ThreadPages = Callable[[int | None, int, Callable[[list[StoredThread]], None]], None]
+"""``fetch(before, limit, done)``: ask the store for a page of threads (PeerStore.threads); ``done`` gets it."""
 
-    At most ``limit`` threads are rows; an old thread that gets a reply comes
-    back at the top.  A batch of arrivals costs one insert at the top for the
-    threads that are new to the list and one layout change to bring the others
-    up, whatever the number of threads in the group.
+
+class ThreadListModel(QAbstractListModel):
+    """The group's threads from the store, the most recently active first, a page at a time.
+
+    The store counts every thread, whatever part of the history the tree holds: the first
+    page comes at once, later ones as the list is scrolled (``fetchMore``).  Arrivals ask for
+    the first page again (coalesced): threads that moved come to the top, the rest keep
+    their rows.  Unread counts are the tree's (what the reader can see and mark).
     """
 
-    def __init__(self, tree_model: MessageTreeModel, parent: QObject | None = None,
-                 limit: int = THREAD_LIST_LIMIT) -> None:
+    def __init__(self, tree_model: MessageTreeModel, fetch: ThreadPages, parent: QObject | None = None,
+                 page: int = THREAD_LIST_PAGE) -> None:
         super().__init__(parent)
         self.tree = tree_model.tree
-        self.limit = limit
-        self._rows: list[Node] = []
-        tree_model.modelReset.connect(self._rebuild)
-        tree_model.arrived.connect(self._on_arrived)
-        tree_model.read_state_changed.connect(self._on_read_changed)
-        tree_model.updated.connect(self._on_read_changed)  # a root's text may have changed
-        self._rebuild()
+        self.fetch = fetch
+        self.page = page
+        self._rows: list[ThreadSummary] = []
+        self._complete = False
+        self._fetching = False
+        self._refresh = QTimer(self, singleShot=True, interval=THREAD_LIST_REFRESH_MS)
+        self._refresh.timeout.connect(self.refresh)
+        tree_model.arrived.connect(lambda *_args: self._refresh.start())
+        tree_model.read_state_changed.connect(self._on_changed)
+        tree_model.updated.connect(self._on_changed)  # a root's text may have changed
 
-    def _rebuild(self) -> None:
-        self.beginResetModel()
-        threads = [node for node in self.tree.roots() if not is_notice(node.message)]
-        self._rows = sorted(threads, key=lambda node: node.last, reverse=True)[: self.limit]
-        self.endResetModel()
+    def refresh(self) -> None:
+        """Ask for the first page again; what it holds replaces those threads' rows, on top."""
+        self.fetch(None, self.page, self._on_first_page)
 
-    def _on_arrived(self, first: int, last: int) -> None:
-        if last < first or first == 0:  # from 0: the tree was just filled by a reset, rebuilt already
+    def _on_first_page(self, threads: list[StoredThread]) -> None:
+        fresh = [self._summary(thread) for thread in threads]
+        if not self._rows:
+            if fresh:
+                self.beginInsertRows(QModelIndex(), 0, len(fresh) - 1)
+                self._rows = fresh
+                self.endInsertRows()
+            self._complete = len(threads) < self.page
             return
-        touched: list[Node] = []  # most recent first
-        seen: set[int] = set()
-        for node in reversed(self.tree.arrival[first:last + 1]):
-            root = node.root
-            if id(root) not in seen and not is_notice(root.message):
-                seen.add(id(root))
-                touched.append(root)
-        on_list = {id(node) for node in self._rows}
-        entering = [node for node in touched if id(node) not in on_list]
-        if entering:
-            self.beginInsertRows(QModelIndex(), 0, len(entering) - 1)
-            self._rows[:0] = entering
-            self.endInsertRows()
+        oldest = fresh[-1].last.order if len(threads) == self.page else 0
+        moved = {summary.root.mid for summary in fresh}
+        kept = [row for row in self._rows if row.root.mid not in moved and row.last.order < oldest]
         self.layoutAboutToBeChanged.emit()
         old = self._rows
-        self._rows = touched + [node for node in old if id(node) not in seen]
-        position = {id(node): row for row, node in enumerate(self._rows)}
+        self._rows = fresh + kept
+        position = {summary.root.mid: row for row, summary in enumerate(self._rows)}
         for index in self.persistentIndexList():
-            self.changePersistentIndex(index, self.index(position[id(old[index.row()])]))
+            row = position.get(old[index.row()].root.mid, -1)
+            self.changePersistentIndex(index, self.index(row) if row >= 0 else QModelIndex())
         self.layoutChanged.emit()
-        if len(self._rows) > self.limit:
-            self.beginRemoveRows(QModelIndex(), self.limit, len(self._rows) - 1)
-            del self._rows[self.limit:]
-            self.endRemoveRows()
 
-    def _on_read_changed(self, mids: list) -> None:
-        roots = {id(node.root): node.root for node in map(self.tree.node, mids) if node is not None}
-        if not roots:
+    def canFetchMore(self, parent: AnyIndex = QModelIndex()) -> bool:
+        return not parent.isValid() and not self._complete and not self._fetching and bool(self._rows)
+
+    def fetchMore(self, parent: AnyIndex = QModelIndex()) -> None:
+        if not self.canFetchMore(parent):
             return
-        rows = [row for row, node in enumerate(self._rows) if id(node) in roots]
-        if rows:
-            self.dataChanged.emit(self.index(min(rows)), self.index(max(rows)))
+        self._fetching = True
+        self.fetch(self._rows[-1].last.order, self.page, self._on_more)
+
+    def _on_more(self, threads: list[StoredThread]) -> None:
+        self._fetching = False
+        self._complete = len(threads) < self.page
+        listed = {summary.root.mid for summary in self._rows}
+        more = [self._summary(thread) for thread in threads if thread.root.mid not in listed]
+        if more:
+            self.beginInsertRows(QModelIndex(), len(self._rows), len(self._rows) + len(more) - 1)
+            self._rows += more
+            self.endInsertRows()
+
+    def _summary(self, thread: StoredThread) -> ThreadSummary:
+        node = self.tree.node(thread.root.mid)
+        held = node is not None and node.root is node and node.senders
+        names = tuple(node.senders.values()) if held and node is not None and node.senders else tuple(
+            dict.fromkeys((thread.root.sender_name, thread.last.sender_name)))
+        return ThreadSummary(thread.root, thread.replies, names, 0, thread.last)
+
+    def _unread(self, summary: ThreadSummary) -> int:
+        node = self.tree.node(summary.root.mid)
+        return node.unread if node is not None and node.root is node else 0
+
+    def _on_changed(self, mids: list) -> None:
+        if self._rows:
+            self.dataChanged.emit(self.index(0), self.index(len(self._rows) - 1))
 
     def row_of(self, root_mid: Mid) -> int:
-        for row, node in enumerate(self._rows):
-            if node.message.mid == root_mid:
+        for row, summary in enumerate(self._rows):
+            if summary.root.mid == root_mid:
                 return row
         return -1
 
     def summary(self, row: int) -> ThreadSummary:
-        node = self._rows[row]
-        names = tuple(node.senders.values()) if node.senders else (node.message.sender_name,)
-        return ThreadSummary(node.message, node.replies, names, node.unread, self.tree.arrival[node.last].message)
+        summary = self._rows[row]
+        node = self.tree.node(summary.root.mid)
+        message = node.message if node is not None else summary.root  # the tree's is the latest (edits)
+        return replace(summary, root=message, unread=self._unread(summary))
 
     def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._rows)
@@ -401,102 +446,39 @@ class ThreadListModel(QAbstractListModel):
     def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or index.row() >= len(self._rows):
             return None
-        node = self._rows[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
-            return node.message.text
+            return self.summary(index.row()).root.text
         if role == MessageRole:
-            return node.message
+            return self.summary(index.row()).root
         if role == ThreadRole:
             return self.summary(index.row())
         if role == UnreadRole:
-            return node.unread
+            return self._unread(self._rows[index.row()])
         return None
 
 
-class ThreadModel(NodeRows, QAbstractItemModel):
-    """One thread of a :class:`MessageTreeModel` on its own: its root is the only top-level row.
+class StoredThreadModel(MessageTreeModel):
+    """One thread read from the store (PeerStore.thread), on a tree of its own: its root is the only
+    top-level row, whether or not the group's tree holds it.
 
-    It follows the tree's row inserts under the thread, so the thread stays live;
-    the window keeps the thread's rows shown in the tree (``hide_oldest`` spares it).
+    The session feeds it what arrives in the thread (:meth:`add_live`) and what changes
+    (``tree.update_messages``); reading it marks its own tree, whose read marks go to the
+    store like the group's.
     """
 
-    def __init__(self, tree_model: MessageTreeModel, root_mid: Mid, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.tree_model = tree_model
-        self.tree = tree_model.tree
-        root = self.tree.node(root_mid)
-        if root is None:
-            raise KeyError(root_mid)
-        self.root = root
-        self._forwarding: list[bool] = []
-        tree_model.rowsAboutToBeInserted.connect(self._before_insert)
-        tree_model.rowsInserted.connect(self._after_insert)
-        tree_model.modelAboutToBeReset.connect(self.beginResetModel)
-        tree_model.modelReset.connect(self.endResetModel)
-        tree_model.dataChanged.connect(self._on_data_changed)
+    def __init__(self, messages: list[ChatMessage], own_pid: str, unread: Iterable[Mid] = (),
+                 parent: QObject | None = None) -> None:
+        if not messages:
+            raise ValueError("a thread holds at least its root")
+        super().__init__(MessageTree(own_pid, window=len(messages) + 1_000_000), parent)
+        self.tree.add_messages(messages, unread=False)
+        self.tree.set_unread(unread)
+        self.root = self.tree.top.children[0]
 
-    def detach(self) -> None:
-        tree_model = self.tree_model
-        for signal, slot in ((tree_model.rowsAboutToBeInserted, self._before_insert),
-                             (tree_model.rowsInserted, self._after_insert),
-                             (tree_model.modelAboutToBeReset, self.beginResetModel),
-                             (tree_model.modelReset, self.endResetModel),
-                             (tree_model.dataChanged, self._on_data_changed)):
-            signal.disconnect(slot)
+    def add_live(self, messages: Iterable[ChatMessage], unread: bool = True) -> list[ChatMessage]:
+        """Add the arrivals that answer a message of this thread (an answer to an answer in the same batch too)."""
+        members = {node.message.mid for node in self.tree.arrival}
+        mine = [m for m in messages if m.parent is not None and in_branch(m, members)]
+        return self.tree.add_messages(mine, unread) if mine else []
 
-    def _mine(self, source_parent: AnyIndex) -> Node | None:
-        if not source_parent.isValid():
-            return None
-        node: Node = source_parent.internalPointer()
-        return node if node.root is self.root else None
-
-    def _before_insert(self, source_parent: QModelIndex, first: int, last: int) -> None:
-        node = self._mine(source_parent)
-        self._forwarding.append(node is not None)
-        if node is not None:
-            self.beginInsertRows(self._index_of(node), first, last)
-
-    def _after_insert(self, *_args) -> None:
-        if self._forwarding and self._forwarding.pop():
-            self.endInsertRows()
-
-    def _on_data_changed(self, top: QModelIndex, bottom: QModelIndex, roles=()) -> None:
-        node = top.internalPointer() if top.isValid() else None
-        if node is not None and node.root is self.root and top == bottom:
-            index = self._index_of(node)
-            self.dataChanged.emit(index, index, roles)
-
-    def _index_of(self, node: Node) -> QModelIndex:
-        return self.createIndex(0 if node is self.root else node.row, 0, node)
-
-    def index_for(self, mid: Mid) -> QModelIndex:
-        node = self.tree.node(mid)
-        return self._index_of(node) if node is not None and node.root is self.root else QModelIndex()
-
-    def index(self, row: int, column: int = 0, parent: AnyIndex = QModelIndex()) -> QModelIndex:
-        if column or row < 0:
-            return QModelIndex()
-        if not parent.isValid():
-            return self.createIndex(0, 0, self.root) if row == 0 else QModelIndex()
-        children = parent.internalPointer().children
-        return self.createIndex(row, 0, children[row]) if row < len(children) else QModelIndex()
-
-    # Qt's parent(index); QObject's parent() is never asked of a model.
-    def parent(self, index: AnyIndex) -> QModelIndex:  # type: ignore[override]  # noqa: A003 - Qt's name
-        if not index.isValid():
-            return QModelIndex()
-        node: Node = index.internalPointer()
-        if node is self.root or node.parent is None:
-            return QModelIndex()
-        return self._index_of(node.parent)
-
-    def rowCount(self, parent: AnyIndex = QModelIndex()) -> int:
-        if not parent.isValid():
-            return 1
-        return len(parent.internalPointer().children) if parent.column() == 0 else 0
-
-    def hasChildren(self, parent: AnyIndex = QModelIndex()) -> bool:
-        if not parent.isValid():
-            return True
-        return len(parent.internalPointer().children) > 0 and parent.column() == 0
 

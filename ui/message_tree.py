@@ -7,6 +7,11 @@ is unknown waits, invisible, until the parent arrives.  The tree also keeps
 which messages are unread, and the arrival order that the time-ordered view
 shows.
 
+A tree fed page by page from the store (``paged``) holds only part of the history:
+:meth:`MessageTree.add_older` puts an older page at the top, and a reply whose parent
+is not held (older than the pages loaded) is shown at the top level, its parent looked up
+in ``absent_parents`` for the reply banner; it stays there when the parent's page comes.
+
 The tree shows a window of the newest threads: the oldest ``hidden_threads``
 top-level nodes are not rows until :meth:`MessageTree.show_older` (or
 :meth:`MessageTree.reveal`) brings them back.  Every change is told to one
@@ -60,6 +65,7 @@ class TreeListener(Protocol):
     def messages_updated(self, mids: list[Mid]) -> None: ...
     def unread_total_changed(self, count: int) -> None: ...
     def older_threads_shown(self) -> None: ...
+    def older_messages_added(self, count: int) -> None: ...
 
 
 class SilentListener:
@@ -77,6 +83,7 @@ class SilentListener:
     def messages_updated(self, mids: list[Mid]) -> None: pass
     def unread_total_changed(self, count: int) -> None: pass
     def older_threads_shown(self) -> None: pass
+    def older_messages_added(self, count: int) -> None: pass
 
 
 class MessageTree:
@@ -93,6 +100,8 @@ class MessageTree:
         self.unread: set[Mid] = set()
         self.read_unsaved: list[int] = []  # the delivery orders of messages read since take_read_ranges()
         self.listener: TreeListener = SilentListener()
+        self.paged = False  # holds pages of the history: a reply to a message not held is shown at once
+        self.absent_parents: dict[Mid, ChatMessage] = {}  # parents not held, for the reply banners
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -122,7 +131,8 @@ class MessageTree:
                 end = start + 1
                 while end < len(ready) and ready[end].parent == parent_mid:
                     end += 1
-                parent_node = self._nodes[parent_mid] if parent_mid is not None else self.top
+                # a reply whose parent is not held (paged) goes to the top level
+                parent_node = self._nodes.get(parent_mid, self.top) if parent_mid is not None else self.top
                 if not self.shown(parent_node):  # a reply in a hidden old thread: no rows to announce
                     for message in ready[start:end]:
                         self._attach(message, unread)
@@ -169,7 +179,7 @@ class MessageTree:
             if message.mid in self._nodes or message.mid in known:
                 continue
             parent = message.parent
-            if parent is not None and parent not in self._nodes and parent not in known:
+            if parent is not None and parent not in self._nodes and parent not in known and not self.paged:
                 waiting = self._waiting.setdefault(parent, [])
                 if all(w.mid != message.mid for w in waiting):
                     waiting.append(message)
@@ -183,8 +193,82 @@ class MessageTree:
                 pending.extend(reversed([r for r in released if r.mid not in self._nodes and r.mid not in known]))
         return ready
 
+    def add_older(self, messages: Iterable[ChatMessage], unread: Iterable[Mid] = ()) -> int:
+        """Put a page of messages delivered before every one held at the top (scroll-back);
+        returns how many were added.  Their threads are rows at once unless older threads are
+        hidden (then they join the hidden ones); ``unread`` are marked unread."""
+        page = [m for m in messages if m.mid not in self._nodes]
+        if not page:
+            return 0
+        if not self._nodes:
+            self.add_messages(page, unread=False)
+            self.set_unread(unread)
+            return len(page)
+        roots: list[Node] = []
+        added: list[Node] = []
+        for message in page:
+            parent_node = self._nodes.get(message.parent) if message.parent is not None else None
+            if parent_node is None:
+                node = Node(message, self.top, len(roots))
+                roots.append(node)
+                node.senders = {message.sender: message.sender_name}
+            else:
+                node = Node(message, parent_node, len(parent_node.children))
+                parent_node.children.append(node)
+                root = node.root
+                root.replies += 1
+                assert root.senders is not None
+                root.senders.setdefault(message.sender, message.sender_name)
+            node.root.last = len(added)
+            self._nodes[message.mid] = node
+            added.append(node)
+        count = len(added)
+        hidden = self.hidden_threads > 0 or not roots
+        if not hidden:
+            self.listener.rows_inserting(self.top, 0, len(roots) - 1)
+        for node in self.top.children:
+            node.row += len(roots)
+            node.last += count
+        self.top.children[:0] = roots
+        self.arrival[:0] = added
+        if hidden:
+            self.hidden_threads += len(roots)  # joins the hidden ones: the shown rows keep their numbers
+        else:
+            self.listener.rows_inserted()
+        self.listener.older_messages_added(count)
+        self.set_unread(unread)
+        return count
+
+    def keep_newest(self, count: int) -> int:
+        """Hold only the newest ``count`` messages (as one reset), their unread marks and the read
+        marks not yet saved kept; returns how many were let go.  Replies whose parent goes are
+        shown at the top level, as in a page loaded from the store."""
+        if not self.paged:
+            raise ValueError("only a paged tree lets its oldest messages go: the others' replies need them")
+        dropped = len(self.arrival) - count
+        if dropped <= 0:
+            return 0
+        kept = [node.message for node in self.arrival[dropped:]]
+        unread = [m.mid for m in kept if m.mid in self.unread]
+        self.listener.tree_resetting()
+        self.top.children = []
+        self._nodes.clear()
+        self._waiting.clear()
+        self.arrival = []
+        self.unread = set()
+        self.hidden_threads = 0
+        for message in kept:
+            self._attach(message, False)
+        self.hidden_threads = max(0, len(self.top.children) - self.window)
+        self.listener.tree_reset()
+        self.listener.messages_arrived(0, len(self.arrival) - 1)
+        self.set_unread(unread)
+        self.listener.unread_total_changed(len(self.unread))
+        return dropped
+
     def _attach(self, message: ChatMessage, unread: bool) -> None:
-        parent_node = self._nodes[message.parent] if message.parent is not None else self.top
+        parent_node = (self._nodes.get(message.parent, self.top) if self.paged else self._nodes[message.parent]) \
+            if message.parent is not None else self.top
         node = Node(message, parent_node, len(parent_node.children))
         parent_node.children.append(node)
         self._nodes[message.mid] = node

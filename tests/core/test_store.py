@@ -1,11 +1,13 @@
 """The SQLite store: messages kept in delivery order (in segments), public keys once per sender,
 old databases migrated."""
 
+import random
 import sqlite3
 
 import msgpack
 
 from m2mc.middleware import crypto
+from m2mc.middleware.chatops import OP_MARKER
 from m2mc.middleware.store import SCHEMA, SCHEMA_VERSION, SEGMENT_MESSAGES, VERSION_1_MESSAGES, Store
 from m2mc.middleware.types import ChatMessage
 
@@ -213,3 +215,50 @@ def test_a_data_dir_from_before_read_marks_is_told_apart_explicitly_and_a_new_gr
     fresh.commit()
     assert fresh.read_marks(GID) is None
     fresh.close()
+def test_a_data_dir_from_before_the_threads_tables_gets_them_built_on_open_with_the_same_answers(tmp_path):
+    rng = random.Random(7)
+    path = tmp_path / "threads.db"
+    store = Store(path)
+    ann, bob = crypto.Identity.generate(), crypto.Identity.generate()
+    sent: dict[str, list] = {"g1": [], "g2": []}
+    for n in range(1, 401):
+        gid = rng.choice(["g1", "g2"])
+        earlier = sent[gid]
+        parent = rng.choice(earlier).mid if earlier and rng.random() < 0.7 else None
+        text = f"{OP_MARKER}op" if rng.random() < 0.05 else None
+        written = message(rng.choice([ann, bob]), n, parent, gid, text)
+        if text is None:
+            earlier.append(written)
+        store.add_messages([written])
+        if n % 37 == 0:
+            store.commit()
+    store.commit()
+    expected = {gid: (store.threads(gid, limit=1000), [store.thread(gid, m.mid) for m in sent[gid]])
+                for gid in sent}
+    store.close()
+    assert all(len(threads) > 10 and any(t.replies > 5 for t in threads) for threads, _ in expected.values())
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE threads")  # as a data dir written before them
+    db.execute("DROP TABLE thread_replies")
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert {gid: (store.threads(gid, limit=1000), [store.thread(gid, m.mid) for m in sent[gid]])
+            for gid in sent} == expected
+    store.close()
+
+
+def test_storing_writes_no_thread_rows_the_first_thread_query_catches_up_and_a_rollback_undoes_it(tmp_path):
+    store = Store(tmp_path / "lazy.db")
+    root = message(ANN, 1)
+    store.add_messages([root, message(BOB, 1, root.mid), message(ANN, 2, (BOB.pid, 1))])
+    store.commit()
+    rows = lambda: store._db.execute("SELECT COUNT(*) FROM thread_replies").fetchone()[0]  # noqa: E731
+    assert rows() == 0  # delivery pays nothing for the threads tables
+    assert [t.replies for t in store.threads(GID)] == [2] and rows() == 2
+    store.add_messages([message(BOB, 2, (ANN.pid, 2))])
+    store.commit()
+    assert store.thread_root(GID, (BOB.pid, 2)) == root.mid and rows() == 3
+    store.rollback()  # the catch-up was in the open transaction: both go together
+    assert rows() == 2 and [t.replies for t in store.threads(GID)] == [3]
+    store.close()

@@ -6,6 +6,7 @@ from m2mc.middleware import crypto, wire
 from m2mc.middleware.gjlp import GroupRecord
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.store import Store
+from m2mc.middleware.chatops import OP_MARKER
 from m2mc.middleware.store_api import PeerStore
 from m2mc.middleware.types import ChatMessage
 from tests.testbed.stores import after_crash
@@ -197,3 +198,43 @@ def test_mentions_of_a_pid_come_newest_first_operations_left_out_and_survive_a_c
     s.add_messages([message(ANN, 5, "g", text=token(BOB.pid))])  # not committed
     store.append(after_crash(s))
     assert [m.mid for m in store[-1].mentions(BOB.pid, 10)] == [(ANN.pid, 3), (ANN.pid, 1)]
+
+
+def test_threads_are_read_by_root_counted_and_listed_by_activity_operations_left_out(store):
+    s = store[0]
+    a1, b1 = message(ANN, 1, "g"), message(BOB, 1, "g")
+    replies = [message(BOB, 2, "g", a1.mid), message(ANN, 2, "other"), message(ANN, 3, "g", (BOB.pid, 2)),
+               message(BOB, 3, "g", b1.mid), message(BOB, 4, "g", text=f"{OP_MARKER}op")]
+    s.add_messages([a1, b1])
+    s.add_messages(replies[:2])
+    s.commit()
+    s.add_messages(replies[2:])  # a reply whose parent came in another flush
+    s.commit()
+    mids = lambda found: [m.mid for m in found]  # noqa: E731
+    assert mids(s.thread("g", a1.mid)) == [a1.mid, (BOB.pid, 2), (ANN.pid, 3)]
+    assert mids(s.thread("g", (BOB.pid, 2))) == [(BOB.pid, 2), (ANN.pid, 3)]  # a branch: its answers only
+    assert s.thread("g", (ANN.pid, 9)) == [] and s.thread("other", a1.mid) == []
+    assert s.thread_root("g", (ANN.pid, 3)) == a1.mid and s.thread_root("g", b1.mid) == b1.mid
+    assert s.thread_root("g", (ANN.pid, 9)) is None
+    listed = s.threads("g")
+    assert [(t.root.mid, t.replies, t.last.mid) for t in listed] == [
+        (b1.mid, 1, (BOB.pid, 3)), (a1.mid, 2, (ANN.pid, 3))]
+    assert [t.root.mid for t in s.threads("g", before=listed[0].last.order, limit=5)] == [a1.mid]
+    assert [t.root.mid for t in s.threads("g", limit=1)] == [b1.mid]
+    store.append(after_crash(s))
+    assert mids(store[-1].thread("g", a1.mid)) == [a1.mid, (BOB.pid, 2), (ANN.pid, 3)]
+    assert store[-1].add_messages([message(BOB, 5, "g", (ANN.pid, 3))])  # its root found after a restart
+    assert [(t.root.mid, t.replies) for t in store[-1].threads("g", limit=1)] == [(a1.mid, 3)]
+
+
+def test_unread_before_counts_what_the_read_marks_leave_out_below_an_order(store):
+    s = store[0]
+    stored = s.add_messages([message(ANN, n, "g") for n in range(1, 6)] + [message(BOB, 1, "other")]
+                            + [message(BOB, n, "g") for n in range(2, 6)])  # orders 1-5, 6 elsewhere, 7-10
+    s.commit()
+    assert [m.order for m in stored][-1] == 10
+    assert s.unread_before("g", 11) == 9 and s.unread_before("g", 4) == 3
+    s.add_read_marks("g", [(1, 2), (5, 8)])
+    s.commit()
+    assert s.unread_before("g", 11) == 4  # 3, 4, 9, 10
+    assert s.unread_before("g", 9) == 2 and s.unread_before("g", 1) == 0 and s.unread_before("other", 11) == 1

@@ -45,10 +45,11 @@ def click_message(qtbot, window, mid):
 
 def click_thread(qtbot, window, root_mid):
     threads = window.thread_list.model()
+    qtbot.waitUntil(lambda: any(threads.index(r).data(MessageRole).mid == root_mid for r in range(threads.rowCount())))
     row = next(r for r in range(threads.rowCount()) if threads.index(r).data(MessageRole).mid == root_mid)
     rect = window.thread_list.visualRect(threads.index(row))
     qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    assert window.current.thread is not None and window.current.thread.root.message.mid == root_mid
+    qtbot.waitUntil(lambda: window.current.thread is not None and window.current.thread.root.message.mid == root_mid)
 
 
 def type_and_send(qtbot, window, backend, text):

@@ -97,7 +97,7 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     assert window.compose_controller.reply_target == talk[1].mid
     assert window.compose.toPlainText().startswith("> Did you visit Chennai?")
     window.open_link(link)  # another member's app opens the same reference
-    assert window.selected_message().mid == talk[1].mid
+    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == talk[1].mid)  # read from the store
 
 
 # -- defect 2: dialogs open with focus on OK ------------------------------------------------------
@@ -371,6 +371,7 @@ def test_threads_view_lists_by_last_activity_and_opens_one_thread_live(qtbot, wi
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:7])
     threads = window.thread_list.model()
+    qtbot.waitUntil(lambda: threads.rowCount() == 3)  # from the store
     first = [threads.index(r).data(MessageRole).text for r in range(threads.rowCount())]
     assert first == ["Lunch at the canteen at 12:30?", "Did you visit Chennai?", "Did you visit Delhi?"]
     summary = threads.index(1).data(Qt.ItemDataRole.UserRole + 8)
@@ -382,7 +383,7 @@ def test_threads_view_lists_by_last_activity_and_opens_one_thread_live(qtbot, wi
     assert (summary.replies, summary.unread, summary.last.mid) == (2, 1, late.mid)
     rect = window.thread_list.visualRect(threads.index(0))
     qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    assert window.thread_bar.isVisible()
+    qtbot.waitUntil(window.thread_bar.isVisible)
     model = window.tree_view.model()
     assert model.rowCount() == 1 and model.index(0, 0).data(MessageRole).mid == talk[0].mid
     more = message(GID, CAT, 9, "Take me along", late.mid)
@@ -471,6 +472,7 @@ def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reade
     session = open_group(qtbot, window, backend, history)
     session.tree.window = 25
     assert window.open_thread(history[-3].mid)
+    qtbot.waitUntil(lambda: session.thread is not None)
     fresh = [message(GID, BOB, 100 + i, f"New thread {i}") for i in range(30)]
     backend.manager.inject_messages(session.gid, fresh)
     qtbot.waitUntil(lambda: len(session.tree) == 70)

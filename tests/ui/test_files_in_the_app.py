@@ -89,8 +89,9 @@ def test_an_offer_row_downloads_by_click_with_progress_rate_cancel_open_and_a_th
     assert "{" not in layout.text()
     assert row_index(window, session, mid).data(Qt.ItemDataRole.DisplayRole) == layout.text()  # screen readers
     threads = window.thread_list.model()
-    roots = [root_text(threads.index(row, 0).data(ThreadRole).root, 200) for row in range(threads.rowCount())]
-    assert any(text.startswith("\U0001F4CE beach.png · ") for text in roots), roots
+    roots = lambda: [root_text(threads.index(row, 0).data(ThreadRole).root, 200)  # noqa: E731
+                     for row in range(threads.rowCount())]
+    qtbot.waitUntil(lambda: any(text.startswith("\U0001F4CE beach.png · ") for text in roots()))  # from the store
     window.compose_controller.reply_to(mid)  # the reply banner names it the same way
     assert "Ann: \U0001F4CE beach.png · " in window.reply_banner.label.text()
     window.compose_controller.start_new_thread()

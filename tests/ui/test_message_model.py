@@ -170,3 +170,34 @@ def test_hiding_the_oldest_threads_again_keeps_the_newest_and_the_spared_one(qtm
     assert timeline.hide_oldest(20) == 10
     assert timeline.index(0).data(MessageRole) == tree.arrival[180].message
     assert tree.reveal(threads[0].mid) and tree_shape(model) == {m.mid: m.parent for m in messages}
+
+
+def test_pages_of_older_history_go_on_top_and_replies_to_messages_not_held_show_at_the_top(qtmodeltester):
+    rng = random.Random(11)
+    messages = [m._replace(order=n) for n, m in enumerate(random_tree(rng, 300), 1)]
+    tree = MessageTree()
+    tree.paged = True
+    model, timeline = MessageTreeModel(tree), None
+    timeline = TimelineModel(model)
+    qtmodeltester.check(model)
+    tree.add_messages(messages[200:], unread=False)  # the last page: some replies' parents are not held
+    orphans = [m for m in messages[200:] if m.parent is not None and m.parent in {o.mid for o in messages[:200]}]
+    assert orphans and all(tree.node(m.mid).depth == 0 for m in orphans)
+    assert model.index_for(orphans[0].mid).data(ParentMessageRole) is None
+    tree.absent_parents[orphans[0].parent] = next(m for m in messages if m.mid == orphans[0].parent)
+    assert model.index_for(orphans[0].mid).data(ParentMessageRole).mid == orphans[0].parent
+    for start in (100, 0):  # two older pages
+        assert tree.add_older(messages[start:start + 100], unread=[messages[start].mid]) == 100
+        qtmodeltester.check(model)
+    assert [node.message for node in tree.arrival] == messages
+    assert [model.index(row, 0).data(MessageRole).order for row in range(model.rowCount())] == sorted(
+        model.index(row, 0).data(MessageRole).order for row in range(model.rowCount()))
+    assert tree.unread == {messages[0].mid, messages[100].mid}
+    roots = tree.roots()
+    assert all(node.row == row for row, node in enumerate(roots))
+    assert all(tree.arrival[root.last].root is root for root in roots)  # each thread's latest, shifted with them
+    assert timeline.rowCount() == 100 and timeline.show_older(200) == 200
+    assert [timeline.index(row).data(MessageRole) for row in range(300)] == messages
+    live = message(GID, ANN, 999, "late answer", messages[5].mid)._replace(order=301)
+    tree.add_messages([live])
+    assert tree.node(live.mid).parent is tree.node(messages[5].mid) and timeline.rowCount() == 301

@@ -1,6 +1,11 @@
 """Sessions and read state: each joined group's session (its models, unread and read marks), and what the
 middleware tells about a group.
 
+A group opens with one page of its history from the store (:data:`HISTORY_PAGE` messages, more
+back to its first unread), and older pages load as the reader scrolls up (:meth:`load_older`)
+or follows a link to an older message (:meth:`load_back_to`): memory holds what was read, not
+the whole history.
+
 Arrivals are taken in slices (:meth:`SessionController._drain_inbox`) so that Qt can paint
 between them, and the oldest threads are hidden again under a steady stream; what was read goes
 to the store at most once a second, so unread survives a restart.  The window shows the current
@@ -24,7 +29,7 @@ from ...middleware.rangeset import RangeSet
 from ...middleware.types import ChatMessage, GroupView, Member, Mid
 from ..delegate import snippet
 from ..bridge import Backend
-from ..message_model import MessageTreeModel, ThreadListModel, ThreadModel, TimelineModel
+from ..message_model import MessageTreeModel, StoredThreadModel, ThreadListModel, TimelineModel
 from ..message_tree import MessageTree
 from ..notices import is_notice, notice_row, with_notices
 from ..resources import icon
@@ -37,6 +42,10 @@ MAX_PER_TURN = 300
 INTAKE_MS = 100
 TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
 READ_SAVE_MS = 1000  # read marks go to the store at most once a second
+HISTORY_PAGE = 200  # messages a group opens with, and that each scroll back loads
+JUMP_LOAD_LIMIT = 5_000  # a jump this far back loads the history up to it; further, its thread alone
+OPEN_UNREAD_LIMIT = 2_000
+HELD_LIMIT = 3_000  # past this many messages held, the reader back at the end lets the older ones go  # a group opens at its first unread if that is at most this far back
 
 
 @dataclass
@@ -54,7 +63,7 @@ class GroupSession:
     warning_dismissed: bool = False
     item: QListWidgetItem | None = field(default=None, repr=False)
     threads: ThreadListModel | None = field(default=None, repr=False)
-    thread: ThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
+    thread: StoredThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
     divider: Mid | None = None  # "New messages" above this one: the first unread when opened
     opened: bool = False  # scrolled to where it opens
     presence: dict[str, str] = field(default_factory=dict)
@@ -62,7 +71,14 @@ class GroupSession:
     topic: str | None = None  # None: not heard yet (the group view has it)
     pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
     catch_up_dismissed: bool = False  # the reader chose to keep a big join's history unread
-    notices: list[ChatMessage] = field(default_factory=list)  # the stored notices (ui.notices), until history comes
+    notices: list[ChatMessage] = field(default_factory=list)  # its notice rows (ui.notices): stored, then live
+    # Scroll-back: the oldest delivery order held, whether the store holds anything older, what
+    # the store's read marks said when the group was opened (older pages' unread), and a page on its way.
+    oldest_order: int | None = None
+    history_complete: bool = False
+    read_marks: RangeSet | None = None
+    loading_older: bool = False
+    unread_beyond: int = 0  # about how many unread the store holds before the messages loaded
 
     @property
     def title(self) -> str:
@@ -106,6 +122,8 @@ class SessionsView(Protocol):
     def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None: ...
     def update_catch_up(self) -> None: ...
     def keep_reader_place(self, session: GroupSession, place: ReaderPlace) -> None: ...
+    def hold_place(self, session: GroupSession) -> ReaderPlace | None: ...
+    def older_loaded(self, session: GroupSession, place: ReaderPlace | None, mids: list[Mid]) -> None: ...
     def forget_rendered(self, mids: list[Mid]) -> None: ...
     def relayout_messages(self) -> None: ...
     def start_new_thread(self) -> None: ...
@@ -151,7 +169,10 @@ class SessionController(QObject):
             case TopicChanged(gid, topic, by):
                 self._on_topic_changed(gid, topic, by)
             case NoticesAdded(gid, notices):  # through the inbox: in their place among the messages
-                self._on_messages(gid, [notice_row(notice) for notice in notices])
+                rows: list[ChatMessage] = [notice_row(notice) for notice in notices]
+                if (session := self.sessions.get(gid)) is not None:
+                    session.notices += rows  # (a page of older history loaded again shows them again)
+                self._on_messages(gid, rows)
 
     def load(self) -> None:
         """Open a session for every joined group and load its history (asynchronously)."""
@@ -172,9 +193,11 @@ class SessionController(QObject):
         if session is not None:
             return session
         tree = MessageTree(self.backend.pid)
+        tree.paged = True
         tree_model = MessageTreeModel(tree, self)
         session = GroupSession(gid, tree, tree_model, TimelineModel(tree_model, self), self.known_groups.get(gid))
-        session.threads = ThreadListModel(tree_model, self)
+        session.threads = ThreadListModel(tree_model, lambda before, limit, done: self.backend.call(
+            lambda peer: peer.threads(gid, before, limit), on_result=done, on_error=lambda _e: None), self)
         self.sessions[gid] = session
         item = QListWidgetItem(self.group_icon(session), session.title)
         item.setData(GroupIdRole, gid)
@@ -182,7 +205,7 @@ class SessionController(QObject):
         session.item = item
         self.view.add_group_item(item)
         tree_model.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
-        tree_model.read_state_changed.connect(lambda _mids, s=session: self._on_read_changed(s))
+        tree_model.read_state_changed.connect(lambda _mids, s=session: self.read_changed(s))
         if load_history:
             self.backend.call(lambda peer: peer.notices(gid), on_error=lambda _e: None,
                               on_result=lambda notices: setattr(session, "notices", list(map(notice_row, notices))))
@@ -192,24 +215,47 @@ class SessionController(QObject):
         return session
 
     def _load_history(self, session: GroupSession, marks: list | None) -> None:
-        gid = session.gid
-        self.backend.call(lambda peer: peer.history(gid),
-                          on_result=lambda messages: self._on_history(session, messages, marks))
+        gid, own = session.gid, self.backend.pid
+        read = RangeSet.from_ranges(marks or [])
 
-    def _on_history(self, session: GroupSession, messages: list[ChatMessage], marks: list | None = None) -> None:
-        # What the stored read marks do not cover is unread; a group never marked (from an
-        # older version) starts with its history read.
-        session.tree.add_messages(with_notices(messages, session.notices), unread=False)
-        session.notices = []
-        session.pinned = {m.mid: m for m in messages if m.pinned}
-        if marks is None:
-            orders = [m.order for m in messages if m.order]
-            if orders:
-                gid, read = session.gid, [(min(orders), max(orders))]
-                self.backend.call(lambda peer: peer.mark_read(gid, read), on_error=lambda _e: None)
+        def opening(peer) -> tuple[list[ChatMessage], bool, list[ChatMessage], int]:
+            # The last page, and older ones while its oldest message is unread: the group opens
+            # at its first unread message if that is not too far back, else at its end.
+            page = peer.history_page(gid, limit=HISTORY_PAGE)
+            complete = len(page) < HISTORY_PAGE
+            while (not complete and len(page) < OPEN_UNREAD_LIMIT
+                   and page[0].order not in read and page[0].sender != own):
+                older = peer.history_page(gid, before=page[0].order, limit=HISTORY_PAGE)
+                complete = len(older) < HISTORY_PAGE
+                page = older + page
+            beyond = peer.unread_before(gid, page[0].order) if page and not complete else 0
+            return page, complete, peer.pinned(gid), beyond  # pinned ones, however old
+
+        self.backend.call(opening, on_result=lambda result: self._on_history(session, *result, marks=marks))
+
+    def _on_history(self, session: GroupSession, messages: list[ChatMessage], complete: bool = True,
+                    pinned: list[ChatMessage] | None = None, beyond: int = 0, marks: list | None = None) -> None:
+        # What the stored read marks do not cover is unread: a group with none (their answer lost,
+        # or a group the store has no row for) reads as nothing read.  A data dir from before read
+        # marks had its history marked read by the store when it was first opened.
+        tree = session.tree
+        held = min((node.message.order for node in tree.arrival if node.message.order), default=None)
+        older = [m for m in messages if held is None or m.order < held]  # live messages may have come first
+        older = self._with_notices(session, older, complete, held)
+        if held is None:
+            tree.add_messages(older, unread=False)
         else:
-            stored = RangeSet.from_ranges(marks)
-            session.tree.set_unread(m.mid for m in messages if m.order and m.order not in stored)
+            tree.add_older(older)
+        session.history_complete = complete
+        session.oldest_order = messages[0].order if messages else held
+        session.unread_beyond = beyond
+        if session.threads is not None:
+            session.threads.refresh()
+        self._look_up_absent_parents(session, messages)
+        session.pinned = {m.mid: m for m in (pinned if pinned is not None else messages) if m.pinned}
+        stored = session.read_marks = RangeSet.from_ranges(marks or [])
+        session.tree.set_unread(m.mid for m in messages if m.order and m.order not in stored)
+        self._on_unread_count(session, len(session.tree.unread))
         unread = session.tree.unread_in_arrival_order()
         session.divider = unread[0] if unread else None
         session.loaded = True
@@ -218,6 +264,106 @@ class SessionController(QObject):
             self.view.expand_default(session)
             self.view.open_position(session)
             self.view.refresh_status()
+            self.view.update_pinned_button()  # pinned long ago: known from the store, not the page
+
+    def load_older(self, session: GroupSession, then: Callable[[], None] | None = None) -> bool:
+        """Ask the store for the page before the oldest message held; False if there is none to ask for.
+        ``then`` runs once it is in."""
+        if session.loading_older or session.history_complete or session.oldest_order is None:
+            return False
+        session.loading_older = True
+        gid, before = session.gid, session.oldest_order
+        self.backend.call(lambda peer: peer.history_page(gid, before=before, limit=HISTORY_PAGE),
+                          on_result=lambda page: self._on_older(session, page, HISTORY_PAGE, then),
+                          on_error=lambda _e: setattr(session, "loading_older", False))
+        return True
+
+    def load_back_to(self, session: GroupSession, mid: Mid, then: Callable[[bool], object]) -> None:
+        """Load the history from the page around ``mid`` up to what is held (a link or a search result
+        older than the pages loaded); ``then(found)`` runs once it is in."""
+        gid, before = session.gid, session.oldest_order
+
+        def back_to(peer) -> list[ChatMessage]:
+            around = peer.history_around(gid, mid, HISTORY_PAGE)
+            if not around or before is None or around[-1].order >= before:
+                return [m for m in around if before is None or m.order < before]
+            if before - around[-1].order > JUMP_LOAD_LIMIT:
+                return []  # too far back to hold all the way: its thread alone is shown, from the store
+            return around + peer.history_page(gid, after=around[-1].order, before=before,
+                                              limit=before - around[-1].order)
+
+        def loaded(page: list[ChatMessage]) -> None:
+            self._on_older(session, page, 0)
+            then(session.tree.node(mid) is not None)
+
+        def failed(_error: Exception) -> None:
+            session.loading_older = False
+            then(False)
+
+        if session.loading_older:
+            then(False)
+            return
+        session.loading_older = True
+        self.backend.call(back_to, on_result=loaded, on_error=failed)
+
+    def _on_older(self, session: GroupSession, page: list[ChatMessage], asked: int,
+                  then: Callable[[], None] | None = None) -> None:
+        session.loading_older = False
+        if asked and len(page) < asked:
+            session.history_complete = True
+        page = [m for m in page if session.oldest_order is None or m.order < session.oldest_order]
+        if page:
+            page = self._with_notices(session, page, session.history_complete, session.oldest_order)
+            session.oldest_order = page[0].order
+            place = self.view.hold_place(session)
+            read = session.read_marks or RangeSet()
+            session.unread_beyond = 0 if session.history_complete else max(
+                0, session.unread_beyond - sum(1 for m in page if m.order not in read))
+            session.tree.add_older(page, [m.mid for m in page
+                                          if m.order not in read and m.sender != self.backend.pid])
+            session.pinned.update({m.mid: m for m in page if m.pinned})
+            self._look_up_absent_parents(session, page)
+            if self.selection.is_current(session):
+                self.view.older_loaded(session, place, [m.mid for m in page])
+        if then is not None:
+            then()
+
+    @staticmethod
+    def _with_notices(session: GroupSession, page: list[ChatMessage], complete: bool,
+                      below: int | None) -> list[ChatMessage]:
+        """``page`` with the group's notices that fall among it: from its first message's place in the
+        delivery order (from the start when nothing is older) up to ``below`` (the oldest held)."""
+        first = 0 if complete or not page else page[0].order
+        return with_notices(page, [row for row in session.notices
+                                   if row.order >= first and (below is None or row.order < below)])
+
+    def let_older_go(self, session: GroupSession) -> bool:
+        """Back at the end after reading far back: hold the newest page again (memory stays bounded
+        whatever was scrolled through); the store keeps the rest for the next scroll back."""
+        tree = session.tree
+        if len(tree) <= HELD_LIMIT or session.thread is not None or session.loading_older:
+            return False
+        tree.keep_newest(HISTORY_PAGE)
+        session.oldest_order = tree.arrival[0].message.order if tree.arrival else session.oldest_order
+        session.history_complete = False
+        self._look_up_absent_parents(session, [node.message for node in tree.arrival])
+        return True
+
+    def _look_up_absent_parents(self, session: GroupSession, page: list[ChatMessage]) -> None:
+        """The messages answered by replies of ``page`` that are not held, for their reply banners."""
+        tree = session.tree
+        wanted = sorted({m.parent for m in page if m.parent is not None and tree.node(m.parent) is None
+                         and m.parent not in tree.absent_parents})
+        if not wanted:
+            return
+        gid = session.gid
+
+        def found(messages: list[ChatMessage]) -> None:
+            tree.absent_parents.update({m.mid: m for m in messages})
+            if self.selection.is_current(session):
+                self.view.relayout_messages()
+
+        self.backend.call(lambda peer: peer.messages(gid, wanted), on_result=found, on_error=lambda _e: None)
 
     def _on_messages(self, gid: str, messages: list[ChatMessage]) -> None:
         # Taken in slices: every insert makes QTreeView lay out all its visible rows again
@@ -246,6 +392,10 @@ class SessionController(QObject):
         if session is None:
             session = self.session(gid, load_history=True)
         at_bottom, reading = self.view.reader_place(session)
+        if session.thread is not None:
+            for message in session.thread.add_live(messages):
+                if message.parent is not None and self.selection.is_current(session):
+                    self.view.expand_path(message.mid)
         shown = session.tree.add_messages(messages, unread=True)
         if not shown:
             return
@@ -330,6 +480,8 @@ class SessionController(QObject):
                 session.pinned.pop(message.mid, None)
         self.view.forget_rendered([m.mid for m in messages])
         changed = session.tree.update_messages(messages)
+        if session.thread is not None:
+            changed += session.thread.tree.update_messages(messages)
         if self.selection.is_current(session):
             if changed:
                 self.view.relayout_messages()
@@ -356,24 +508,28 @@ class SessionController(QObject):
 
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
         if session.item is not None:
-            session.item.setData(UnreadCountRole, count)
+            session.item.setData(UnreadCountRole, count + session.unread_beyond)
         if self.selection.is_current(session):
             self.view.update_catch_up()
         self.update_title()
 
     def update_title(self) -> None:
         """The window's title counts what is unread, in the groups and in ``other_unread()`` (direct messages)."""
-        total = sum(len(s.tree.unread) for s in self.sessions.values()) + self.other_unread()
+        total = sum(len(s.tree.unread) + s.unread_beyond for s in self.sessions.values()) + self.other_unread()
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
 
-    def _on_read_changed(self, session: GroupSession) -> None:
-        if session.tree.read_unsaved and not self._read_timer.isActive():
+    def read_changed(self, session: GroupSession) -> None:
+        """Something was read: its marks go to the store within READ_SAVE_MS."""
+        unsaved = session.tree.read_unsaved or (session.thread is not None and session.thread.tree.read_unsaved)
+        if unsaved and not self._read_timer.isActive():
             self._read_timer.start()
 
     def save_read_marks(self) -> None:
         """Send what was read since the last time to the store (it survives a restart)."""
         for session in self.sessions.values():
             ranges = session.tree.take_read_ranges()
+            if session.thread is not None:  # what was read in a thread the group's tree does not hold
+                ranges += session.thread.tree.take_read_ranges()
             if ranges:
                 self._save_marks(session.gid, ranges)
 
@@ -381,8 +537,17 @@ class SessionController(QObject):
         self.backend.call(lambda peer: peer.mark_read(gid, ranges), on_error=lambda _e: None)
 
     def mark_all_read(self) -> None:
-        if self.selection.session is not None:
-            self.selection.session.tree.mark_all_read()
+        session = self.selection.session
+        if session is None:
+            return
+        if session.unread_beyond and session.oldest_order is not None:  # also what is not loaded
+            gid, older = session.gid, [(1, session.oldest_order - 1)]
+            self.backend.call(lambda peer: peer.mark_read(gid, older), on_error=lambda _e: None)
+            if session.read_marks is not None:
+                session.read_marks.add_range(1, session.oldest_order)
+            session.unread_beyond = 0
+        session.tree.mark_all_read()
+        self._on_unread_count(session, len(session.tree.unread))
 
     def next_unread(self, others: Callable[[], bool] = lambda: False) -> bool:
         """Select the oldest unread message, in this group or the next one with news; failing that,
