@@ -72,6 +72,7 @@ MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
 MAX_UPLOADS = 16  # a sealed chunk is held twice while it is sent: 16 x 8 MiB at most
 RETRY_SOURCE = 0.5
+SETTLE_WAIT = 0.5  # seconds a new download waits for the members it reaches to say what they hold, before asking the offerer
 LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list  # a member that had nothing (or was unreachable) is asked again after this
 _INDEX = struct.Struct(">I")
 _LENGTH = struct.Struct(">I")
@@ -229,6 +230,7 @@ class Transfer:
     whole: Any = None  # SHA-256 of the chunks held from the start on, hashed by a worker thread
     whole_at: int = 0  # the first chunk not in ``whole``
     whole_job: asyncio.Future | None = None
+    fetching_since: float = 0.0
 
     @property
     def key(self) -> str:
@@ -509,6 +511,8 @@ class FileService:
                 transfer.state = "waiting"
                 await asyncio.sleep(0.5)
             transfer.state = "fetching"
+            transfer.fetching_since = clock.now()
+            asyncio.get_running_loop().call_later(SETTLE_WAIT, self._pump, transfer)
             self._save(transfer)
             transfer.part.parent.mkdir(parents=True, exist_ok=True)
             transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT, 0o600)
@@ -675,13 +679,25 @@ class FileService:
         if plan is None or transfer.state != "fetching":
             return
         window = max(4, WINDOW_BYTES // transfer.offer.chunk_size)
+        settling = self._settling(transfer, plan)
         for source in list(transfer.sources.values()):
-            if source.stream is None or source.outstanding >= window:
+            if source.stream is None or source.outstanding >= window or (settling and source.pid == plan.spare):
                 continue
             picked = plan.pick(source.pid, window - source.outstanding)
             if picked:  # one write, one segment, for all of them
                 source.stream.write_many(GET, [_INDEX.pack(index) for index in picked])
                 source.outstanding += len(picked)
+
+    @staticmethod
+    def _settling(transfer: Transfer, plan: ChunkPlan) -> bool:
+        """Whether the offerer must wait: members reached for this download have not said yet what
+        they hold, and the download began under :data:`SETTLE_WAIT` ago.  Receivers that start
+        together thus know each other before their first request, and split the offerer's chunks
+        (:meth:`ChunkPlan.pick`) instead of each asking it for the same first window."""
+        if clock.now() - transfer.fetching_since >= SETTLE_WAIT:
+            return False
+        return any(pid != plan.spare and pid not in plan.sources and pid not in plan.dropped
+                   for pid in transfer.sources)
 
     def _check_chunk(self, transfer: Transfer, source: _Source, index: int, data: memoryview) -> None:
         """A chunk came: hashed, and written if it matches its leaf, on the checker thread while
@@ -875,6 +891,11 @@ class FileService:
                 return
             client = pid
             transfer.subscribers.add(stream)
+            if transfer.role == "download" and transfer.state == "fetching" and pid not in transfer.sources:
+                # A receiver fetching it too: reached back at once, not at the next retry, so the two
+                # split the offerer's chunks (a small file is done before that retry comes).
+                transfer.retry_at.pop(pid, None)
+                transfer.wake.set()
             stream.write(HAVE, bytes(transfer.have))
             while not self._closed:
                 await writer.drain()

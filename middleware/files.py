@@ -260,9 +260,10 @@ class ChunkPlan:
     file's hash keeps up with the download).  The offerer (``spare``) is asked only for
     chunks no other connected source holds; receivers fetching at once (connected sources
     that hold part of the file, and this one) split the file into stripes of
-    :data:`STRIPE` chunks, each asking the offerer for its own stripes and the others for
-    theirs, so they trade chunks and the offerer uploads each about once; one whose stripes
-    are done asks the offerer for the rest.  A source that serves a bad chunk is never asked
+    :data:`STRIPE` chunks (fewer for a small file, so that each has four stripes at least),
+    each asking the offerer for its own stripes and the others for theirs, so they trade
+    chunks and the offerer uploads each about once; one whose stripes have all come asks the
+    offerer for the rest.  A source that serves a bad chunk is never asked
     for that chunk again, and after :data:`BAD_CHUNKS_TO_DROP` of them not at all.
     """
 
@@ -336,17 +337,21 @@ class ChunkPlan:
             others = [(other, o) for other, o in self.sources.items() if other != pid]
             fetching = sorted([other for other, o in others if not all(o)] + [self.me])
             rank, ways = fetching.index(self.me), len(fetching)
+        stripe = max(1, min(STRIPE, self.count // (4 * ways)))  # a small file: four stripes each at least
         picked: list[int] = []
-        helping = False
+        helping = own_left = False
         for index in self._missing:
+            mine = not spare or (index // stripe) % ways == rank
             if self._askable(pid, own, index, others):
-                if spare and (index // STRIPE) % ways != rank:
+                if not mine:
                     helping = True
                     continue
                 picked.append(index)
                 if len(picked) == limit:
                     break
-        if not picked and helping:
+            elif mine:
+                own_left = True  # in flight: the others' stripes wait until it has come
+        if not picked and helping and not own_left:
             # This receiver's stripes are done: it helps with the others', from their far end,
             # where their owners (which go lowest index first) come last.
             for index in reversed(self._missing):

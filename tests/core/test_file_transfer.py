@@ -281,3 +281,25 @@ def test_connections_waiting_for_their_handshake_are_capped(tmp_path, monkeypatc
 
     closed, refused = asyncio.run(run())
     assert closed == [b"", b""] and refused == 2
+
+
+def test_receivers_that_start_together_trade_a_small_file_and_the_offerer_uploads_it_about_once(tmp_path):
+    """A 20 MiB file fetched by three receivers at once: done before they would find each other by
+    retrying, so they must split the offerer's chunks from the first request on."""
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob", "cat", "dan"])
+        ann = services["ann"]
+        try:
+            path = source_file(tmp_path, 20 * 2**20)
+            mid = await offer(ann, messages, path)
+            transfers = [services[name].fetch(GID, mid) for name in ("bob", "cat", "dan")]
+            for transfer in transfers:
+                await wait_done(transfer)
+            return path.read_bytes(), transfers, ann.transfers[(GID, mid)].uploaded
+        finally:
+            for service in services.values():
+                await service.close()
+
+    original, transfers, uploaded = asyncio.run(run())
+    assert all(t.state == "done" and t.path.read_bytes() == original for t in transfers)
+    assert uploaded <= 1.5 * len(original), f"the offerer uploaded {uploaded / len(original):.2f}x the file"
