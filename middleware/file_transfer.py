@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import hashlib
 import json
 import logging
 import mimetypes
+import mmap
 import os
 import random
 import shutil
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -67,6 +70,14 @@ HANDSHAKE_TIMEOUT = 10.0
 MAX_HANDSHAKES = 64  # connections not yet proven, at once: more are closed at once (a stranger's flood)
 CONNECT_TIMEOUT = 5.0
 WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked (at least 4 chunks)
+CHECKERS = 2  # threads hashing and writing chunks: one hashes while the other's write goes to the disk
+AHEAD_BYTES = 16 * 2**20  # chunks kept in memory past the whole-file hash, for it to take them from memory
+DIRECT_FROM = 64 * 2**20
+"""Downloads this large write their chunks past the page cache (O_DIRECT, where the file system
+allows it): copying a chunk into fresh page-cache pages cost more CPU than hashing it, and a large
+download does not push the rest of the page cache out."""
+_O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux; elsewhere every chunk goes through the page cache
+_DIRECT_ALIGN = 4096  # what O_DIRECT asks of a buffer's address, a write's offset and its length
 MAX_SOURCES = 8  # connections one download keeps
 MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
@@ -229,6 +240,7 @@ class Transfer:
     bitmap_fd: int | None = None
     whole: Any = None  # SHA-256 of the chunks held from the start on, hashed by a worker thread
     whole_at: int = 0  # the first chunk not in ``whole``
+    ahead: dict[int, memoryview] = field(default_factory=dict)  # chunks written past ``whole_at``, kept to hash
     whole_job: asyncio.Future | None = None
     fetching_since: float = 0.0
 
@@ -301,7 +313,7 @@ class FileService:
         # The whole file's SHA-256 is taken as the chunks come, on a thread of its own (hashlib lets go of
         # the GIL): it runs beside the loop that receives and checks the chunks.
         self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-files")
-        self._checker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-chunks")
+        self._checker = concurrent.futures.ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="m2mc-chunks")
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -491,6 +503,7 @@ class FileService:
             self._start(transfer)
 
     def _close_fds(self, transfer: Transfer) -> None:
+        transfer.ahead = {}
         for fd in (transfer.part_fd, transfer.bitmap_fd):
             if fd is not None:
                 os.close(fd)
@@ -519,7 +532,7 @@ class FileService:
             transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT, 0o600)
             if transfer.leaves is not None:
                 transfer.plan = self._plan(transfer)
-            transfer.whole, transfer.whole_at = hashlib.sha256(), 0
+            transfer.whole, transfer.whole_at, transfer.ahead = hashlib.sha256(), 0, {}
             self._hash_ahead(transfer)
             self._report(transfer)
             while True:
@@ -712,7 +725,7 @@ class FileService:
             return
         job = asyncio.get_running_loop().run_in_executor(
             self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
-            index * transfer.offer.chunk_size)
+            index * transfer.offer.chunk_size, transfer.offer.size >= DIRECT_FROM)
 
         def checked(job: asyncio.Future) -> None:
             source.outstanding -= 1
@@ -744,15 +757,22 @@ class FileService:
         assert transfer.bitmap_fd is not None
         os.pwrite(transfer.bitmap_fd, b"\x01", index)  # after the chunk: never claims what is not there
         plan.stored(index)
-        self._hash_ahead(transfer)
+        self._hash_ahead(transfer, index, data)
         for subscriber in list(transfer.subscribers):
             subscriber.write(HAVE_ONE, _INDEX.pack(index))
         self._report(transfer)
 
-    def _hash_ahead(self, transfer: Transfer) -> None:
-        """Hash, on the worker thread, the chunks held next to what the whole-file hash has taken."""
+    def _hash_ahead(self, transfer: Transfer, index: int = -1, data: memoryview | None = None) -> None:
+        """Hash, on the worker thread, the chunks held next to what the whole-file hash has taken:
+        from memory while they come in order or nearly (``data``, chunk ``index`` just written, is
+        kept until its turn, :data:`AHEAD_BYTES` at most), else read back from the file."""
         whole = transfer.whole
-        if transfer.whole_job is not None or whole is None:
+        if whole is None:
+            return
+        if data is not None and index >= transfer.whole_at \
+                and len(transfer.ahead) < max(2, AHEAD_BYTES // transfer.offer.chunk_size):
+            transfer.ahead[index] = data
+        if transfer.whole_job is not None:
             return
         start = end = transfer.whole_at
         while end < transfer.offer.chunks and transfer.have[end]:
@@ -760,9 +780,15 @@ class FileService:
         if end == start:
             return
         offer = transfer.offer
-        job = asyncio.get_running_loop().run_in_executor(
-            self._hasher, _hash_range, whole, transfer.part, start * offer.chunk_size,
-            min(offer.size, end * offer.chunk_size))
+        if start in transfer.ahead:
+            end = start + 1
+            job = asyncio.get_running_loop().run_in_executor(self._hasher, whole.update, transfer.ahead.pop(start))
+        else:
+            for skipped in range(start, end):
+                transfer.ahead.pop(skipped, None)
+            job = asyncio.get_running_loop().run_in_executor(
+                self._hasher, _hash_range, whole, transfer.part, start * offer.chunk_size,
+                min(offer.size, end * offer.chunk_size))
         transfer.whole_job = job
 
         def done(finished: asyncio.Future) -> None:
@@ -793,7 +819,7 @@ class FileService:
         sha256 = transfer.whole.hexdigest() if done else None  # else _check_part reads the file whole
         bad = await asyncio.get_running_loop().run_in_executor(None, _check_part, transfer.part, transfer.offer,
                                                                transfer.leaves, sha256)
-        transfer.whole, transfer.whole_at = hashlib.sha256(), 0
+        transfer.whole, transfer.whole_at, transfer.ahead = hashlib.sha256(), 0, {}
         if bad:
             log.warning("files: %d chunks of %s were bad on disk; fetching them again", len(bad), transfer.offer.name)
             for index in bad:
@@ -951,18 +977,53 @@ class FileService:
             return 0
 
 
-def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int) -> bytes:
-    """The chunk's SHA-256; the chunk is written at ``offset`` of ``part`` if it is ``leaf``.
-    Blocking (the checker thread): the file is opened here, so no descriptor the loop may close
-    is used."""
+_aligned = threading.local()  # each checker thread's page-aligned buffer for O_DIRECT writes
+
+
+def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int, direct: bool = False) -> bytes:
+    """The chunk's SHA-256; the chunk is written at ``offset`` of ``part`` if it is ``leaf`` (past
+    the page cache if ``direct`` and the file system allows it).  Blocking (the checker thread):
+    the file is opened here, so no descriptor the loop may close is used."""
     digest = leaf_hash(data)
-    if digest == leaf:
+    if digest == leaf and not (direct and _write_direct(data, part, offset)):
         fd = os.open(part, os.O_WRONLY)
         try:
             os.pwrite(fd, data, offset)
         finally:
             os.close(fd)
     return digest
+
+
+def _write_direct(data: memoryview, part: Path, offset: int) -> bool:
+    """Write ``data`` at ``offset`` of ``part`` with O_DIRECT, through a page-aligned buffer of this
+    thread; False, having written nothing, where that cannot be (a chunk of an odd length, a file
+    system without O_DIRECT such as tmpfs): the caller then writes through the page cache."""
+    length = len(data)
+    if not _O_DIRECT or length % _DIRECT_ALIGN or offset % _DIRECT_ALIGN:
+        return False
+    buffer = getattr(_aligned, "buffer", None)
+    if buffer is None or len(buffer) < length:
+        buffer = _aligned.buffer = mmap.mmap(-1, max(length, MAX_CHUNK))  # mmap memory is page-aligned
+    try:
+        fd = os.open(part, os.O_WRONLY | _O_DIRECT)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    try:
+        with memoryview(buffer) as whole, whole[:length] as view:
+            view[:] = data
+            try:
+                written = os.pwrite(fd, view, offset)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL:
+                    return False
+                raise
+        if written != length:
+            raise OSError(f"wrote {written} of a chunk's {length} bytes to {part}")
+        return True
+    finally:
+        os.close(fd)
 
 
 def _hash_range(whole: Any, path: Path, start: int, end: int) -> None:
