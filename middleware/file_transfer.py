@@ -52,7 +52,7 @@ from cryptography.exceptions import InvalidTag
 from . import clock, crypto
 from .events import FileProgress
 from .files import (DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, FILE_MARKER, HASH_BYTES, MAX_CHUNK, MAX_CHUNKS, Caps,
-                    ChunkPlan, FileOffer, OfferError, ProgressGate, check_fetch, chunk_size_for, leaf_hash,
+                    ChunkPlan, FileOffer, FirstAskers, OfferError, ProgressGate, check_fetch, chunk_size_for, leaf_hash,
                     parse_offer, safe_name, split_leaves, tree_root, unique_name)
 from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
 
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VERSION = "m2mc-file1"
-HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING = range(1, 13)
+HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING, ELSEWHERE = range(1, 14)
 MAX_FRAME = MAX_CHUNK + 64
 READ_BUFFER = 2**20  # a stream stops reading past twice this, unless a frame being read needs more
 MAX_HANDSHAKE_FRAME = 4096
@@ -83,6 +83,7 @@ MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
 MAX_UPLOADS = 16  # a sealed chunk is held twice while it is sent: 16 x 8 MiB at most
 RETRY_SOURCE = 0.5
+ELSEWHERE_WAIT = 0.5  # seconds a chunk the offerer sent elsewhere waits for a member to announce it
 SETTLE_WAIT = 0.5  # seconds a new download waits for the members it reaches to say what they hold, before asking the offerer
 LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list  # a member that had nothing (or was unreachable) is asked again after this
 _INDEX = struct.Struct(">I")
@@ -234,6 +235,8 @@ class Transfer:
     retry_at: dict[str, float] = field(default_factory=dict)
     subscribers: set[_Stream] = field(default_factory=set)
     holders: set[str] = field(default_factory=set)  # members that said they hold chunks of it
+    askers: FirstAskers | None = None  # offered by this peer: who asked first for each chunk
+    clients: dict[str, int] = field(default_factory=dict)  # members connected to fetch it: connections each
     task: asyncio.Task | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     part_fd: int | None = None
@@ -634,6 +637,10 @@ class FileService:
                 elif kind == HAVE_ONE:
                     plan.source_has(pid, _INDEX.unpack(data)[0])
                     transfer.holders.add(pid)
+                elif kind == ELSEWHERE:  # another receiver asked the offerer first: from it, or later
+                    source.outstanding -= 1
+                    plan.elsewhere(pid, _INDEX.unpack(data)[0], clock.now() + ELSEWHERE_WAIT)
+                    asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
                 elif kind == MISSING:  # its copy is gone or changed: not asked of it again
                     source.outstanding -= 1
                     plan.source_lacks(pid, _INDEX.unpack(data)[0])
@@ -696,7 +703,7 @@ class FileService:
         for source in list(transfer.sources.values()):
             if source.stream is None or source.outstanding >= window or (settling and source.pid == plan.spare):
                 continue
-            picked = plan.pick(source.pid, window - source.outstanding)
+            picked = plan.pick(source.pid, window - source.outstanding, clock.now())
             if picked:  # one write, one segment, for all of them
                 source.stream.write_many(GET, [_INDEX.pack(index) for index in picked])
                 source.outstanding += len(picked)
@@ -917,6 +924,9 @@ class FileService:
                 return
             client = pid
             transfer.subscribers.add(stream)
+            transfer.clients[pid] = transfer.clients.get(pid, 0) + 1
+            if transfer.role == "offer" and transfer.askers is None:
+                transfer.askers = FirstAskers(transfer.offer.chunks)
             if transfer.role == "download" and transfer.state == "fetching" and pid not in transfer.sources:
                 # A receiver fetching it too: reached back at once, not at the next retry, so the two
                 # split the offerer's chunks (a small file is done before that retry comes).
@@ -929,7 +939,12 @@ class FileService:
                 if kind == GET_HASHES:
                     stream.write(HASHES, b"".join(transfer.leaves))
                 elif kind == GET:
-                    sent = await self._send_chunk(stream, transfer, _INDEX.unpack(data)[0])
+                    index = _INDEX.unpack(data)[0]
+                    if transfer.askers is not None and not transfer.askers.serve(
+                            client, index, lambda pid: transfer.clients.get(pid, 0) > 0):
+                        stream.write(ELSEWHERE, data)
+                        continue
+                    sent = await self._send_chunk(stream, transfer, index)
                     transfer.uploaded += sent  # not "+= await": other connections add meanwhile
                 else:
                     raise TransferError(f"unexpected frame {kind}")
@@ -945,6 +960,12 @@ class FileService:
                 transfer.subscribers.discard(stream)
             if client is not None:
                 self.caps.release(client)
+                if transfer is not None:
+                    left = transfer.clients.get(client, 0) - 1
+                    if left > 0:
+                        transfer.clients[client] = left
+                    else:
+                        transfer.clients.pop(client, None)
             stream.close()
 
     async def _send_chunk(self, stream: _Stream, transfer: Transfer, index: int) -> int:

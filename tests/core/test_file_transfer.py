@@ -283,26 +283,45 @@ def test_connections_waiting_for_their_handshake_are_capped(tmp_path, monkeypatc
     assert closed == [b"", b""] and refused == 2
 
 
-def test_receivers_that_start_together_trade_a_small_file_and_the_offerer_uploads_it_about_once(tmp_path):
-    """A 20 MiB file fetched by three receivers at once: done before they would find each other by
-    retrying, so they must split the offerer's chunks from the first request on."""
+def three_receivers(tmp_path: Path, apart: float) -> tuple[list[Transfer], float]:
+    """Bob, Cat and Dan fetch Ann's 20 MiB file, starting ``apart`` seconds after one another:
+    their copies, and what Ann uploaded as a multiple of the file."""
     async def run():
         services, addresses, messages = await peers(tmp_path, ["ann", "bob", "cat", "dan"])
         ann = services["ann"]
         try:
             path = source_file(tmp_path, 20 * 2**20)
             mid = await offer(ann, messages, path)
-            transfers = [services[name].fetch(GID, mid) for name in ("bob", "cat", "dan")]
+            transfers = []
+            for name in ("bob", "cat", "dan"):
+                transfers.append(services[name].fetch(GID, mid))
+                if apart:
+                    await asyncio.sleep(apart)
             for transfer in transfers:
                 await wait_done(transfer)
-            return path.read_bytes(), transfers, ann.transfers[(GID, mid)].uploaded
+            original = path.read_bytes()
+            assert all(t.state == "done" and t.path.read_bytes() == original for t in transfers)
+            return transfers, ann.transfers[(GID, mid)].uploaded / len(original)
         finally:
             for service in services.values():
                 await service.close()
 
-    original, transfers, uploaded = asyncio.run(run())
-    assert all(t.state == "done" and t.path.read_bytes() == original for t in transfers)
-    assert uploaded <= 1.5 * len(original), f"the offerer uploaded {uploaded / len(original):.2f}x the file"
+    return asyncio.run(run())
+
+
+def test_receivers_that_start_together_trade_a_small_file_and_the_offerer_uploads_it_about_once(tmp_path):
+    """A 20 MiB file fetched by three receivers at once: done before they would find each other by
+    retrying, so they must split the offerer's chunks from the first request on."""
+    transfers, uploaded = three_receivers(tmp_path, 0)
+    assert uploaded <= 1.5, f"the offerer uploaded {uploaded:.2f}x the file"
+
+
+def test_receivers_that_start_apart_are_sent_to_each_other_and_the_offerer_uploads_a_chunk_once(tmp_path):
+    """5 and 20 ms apart, the first has asked for chunks before the others know it: the offerer
+    sends a later asker to it (ELSEWHERE) instead of uploading the chunk again."""
+    for apart in (0.005, 0.02):
+        transfers, uploaded = three_receivers(tmp_path / str(apart), apart)
+        assert uploaded <= 1.25, f"{apart} s apart: the offerer uploaded {uploaded:.2f}x the file"
 
 
 def test_a_large_download_s_chunks_are_written_past_the_page_cache_and_only_when_they_match(tmp_path):

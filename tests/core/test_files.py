@@ -9,7 +9,7 @@ import os
 import pytest
 
 from m2mc.middleware.files import (BAD_CHUNKS_TO_DROP, FILE_MARKER, MAX_CHUNKS, MIN_CHUNK, Caps, ChunkPlan, FileOffer,
-                                   OfferError, ProgressGate, check_fetch, chunk_size_for, human_size, leaf_hash,
+                                   FirstAskers, OfferError, ProgressGate, check_fetch, chunk_size_for, human_size, leaf_hash,
                                    offer_caption, parse_offer, readable_text, safe_name, split_leaves, tree_root, unique_name)
 from m2mc.middleware.types import UsageError
 
@@ -243,3 +243,26 @@ def test_an_offer_reads_as_its_caption_wherever_text_is_shown():
     assert readable_text(FILE_MARKER + "{not json", {}) == "\U0001F4CE a file offer that cannot be read"
     assert [human_size(n) for n in (0, 1, 1023, 1024, 15 * 2**20, 2**40)] == \
         ["0 bytes", "1 byte", "1023 bytes", "1.0 KB", "15 MB", "1.0 TB"]
+
+
+def test_the_offerer_sends_a_later_asker_to_the_first_once_and_only_while_the_first_is_connected():
+    askers = FirstAskers(4)
+    connected = {"bob", "cat"}.__contains__
+    assert askers.serve("bob", 1, connected)
+    assert askers.serve("bob", 1, connected)  # asked again by its first asker: served again
+    assert not askers.serve("cat", 1, connected)  # Bob asked first: Cat gets it from Bob
+    assert askers.serve("cat", 1, connected)  # once only: Bob may have failed
+    assert askers.serve("dan", 2, connected) and askers.serve("cat", 2, connected)  # Dan has left
+    assert askers.serve("cat", 9, connected)  # out of range: the server answers MISSING
+
+
+def test_a_chunk_sent_elsewhere_is_asked_of_a_holder_at_once_and_of_the_offerer_only_later():
+    plan = ChunkPlan(4, spare="ann", me="me")
+    plan.add_source("ann", b"\x01" * 4)
+    assert plan.pick("ann", 4, now=0.0) == [0, 1, 2, 3]
+    plan.elsewhere("ann", 2, until=0.5)
+    assert plan.pick("ann", 4, now=0.1) == []
+    plan.add_source("bob", b"\x00\x00\x01\x00")  # the receiver that asked first, announcing it
+    assert plan.pick("bob", 4, now=0.1) == [2]
+    plan.drop_source("bob")  # gone before it sent the chunk
+    assert plan.pick("ann", 4, now=0.4) == [] and plan.pick("ann", 4, now=0.5) == [2]
