@@ -27,6 +27,7 @@ after a kill -9 the bitmap never claims a chunk that is not on disk.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import errno
 import hashlib
@@ -109,7 +110,7 @@ class _Seal:
         self._counter += 1
         return self._aead.encrypt(nonce, body, None)
 
-    def open(self, body: bytes) -> bytes:
+    def open(self, body: bytes | bytearray) -> bytes:
         nonce = self._counter.to_bytes(12, "big")
         self._counter += 1
         try:
@@ -126,6 +127,91 @@ def _session_keys(group_key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[byt
     return out[0], out[1]
 
 
+class _FrameReader(asyncio.BufferedProtocol):
+    """A fetching connection's frames after its handshake, read straight into their own buffers.
+
+    A frame larger than the scratch buffer (every chunk) is received into a bytearray of its
+    own, which the checker thread then hashes and writes: its bytes are copied once, from the
+    socket, where asyncio's StreamReader copied them twice more (into its buffer, and out).
+    Small frames are cut out of the scratch buffer.  ``limit``: the longest frame taken.
+    """
+
+    SCRATCH = 64 * 1024
+
+    def __init__(self, transport: asyncio.BaseTransport, limit: int) -> None:
+        self.transport = transport
+        self.limit = limit
+        self._scratch = bytearray(self.SCRATCH)
+        self._filled = 0
+        self._body: bytearray | None = None
+        self._body_at = 0
+        self._frames: collections.deque[bytes | bytearray] = collections.deque()
+        self._waiter: asyncio.Future | None = None
+        self._error: BaseException | None = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._body is not None:
+            return memoryview(self._body)[self._body_at:]
+        return memoryview(self._scratch)[self._filled:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._body is not None:
+            self._body_at += nbytes
+            if self._body_at == len(self._body):
+                self._push(self._body)
+                self._body = None
+            return
+        self._filled += nbytes
+        scratch, at = self._scratch, 0
+        while self._filled - at >= 4:
+            length = _LENGTH.unpack_from(scratch, at)[0]
+            if not 1 <= length <= self.limit + 16:
+                self._stop(TransferError(f"a frame of {length} bytes"))
+                return
+            start = at + 4
+            if self._filled - start >= length:
+                self._push(bytes(scratch[start:start + length]))
+                at = start + length
+            elif 4 + length > self.SCRATCH:  # a chunk: the rest comes straight into its own buffer
+                self._body = bytearray(length)
+                self._body_at = self._filled - start
+                self._body[:self._body_at] = scratch[start:self._filled]
+                at = self._filled
+                break
+            else:
+                break
+        if at:
+            left = self._filled - at
+            scratch[:left] = scratch[at:self._filled]
+            self._filled = left
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop(exc or asyncio.IncompleteReadError(b"", None))
+
+    def _push(self, frame: bytes | bytearray) -> None:
+        self._frames.append(frame)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _stop(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        self.transport.close()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def read(self) -> bytes | bytearray:
+        while not self._frames:
+            if self._error is not None:
+                raise self._error
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._frames.popleft()
+
+
 class _Stream:
     """Frames (4-byte length, 1-byte type, payload) over an asyncio stream, sealed once keyed."""
 
@@ -137,12 +223,27 @@ class _Stream:
         self.bytes_in = 0
         self.bytes_out = 0
         self._held: list[bytes] | None = None  # frames written while sendfile(2) has the socket
+        self.frames: _FrameReader | None = None  # reading past the StreamReader, once switched
+
+    def read_frames(self, limit: int = MAX_FRAME) -> None:
+        """From now on, read frames with a :class:`_FrameReader` (the StreamReader must hold no
+        unread bytes: the other side sends nothing more until it hears from this one).  Writes
+        still go through the StreamWriter, whose ``drain`` then no longer waits."""
+        transport = self.writer.transport
+        self.frames = _FrameReader(transport, limit)
+        transport.set_protocol(self.frames)
 
     async def read(self, limit: int = MAX_FRAME) -> tuple[int, Any]:
-        length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
-        if not 1 <= length <= limit + 16:
-            raise TransferError(f"a frame of {length} bytes")
-        body = await self.reader.readexactly(length)
+        if self.frames is not None:
+            body: bytes | bytearray = await self.frames.read()
+            length = len(body)
+            if length > limit + 16:
+                raise TransferError(f"a frame of {length} bytes")
+        else:
+            length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
+            if not 1 <= length <= limit + 16:
+                raise TransferError(f"a frame of {length} bytes")
+            body = await self.reader.readexactly(length)
         self.bytes_in += 4 + length
         if self.seal_in is not None:
             body = self.seal_in.open(body)
@@ -150,7 +251,7 @@ class _Stream:
             raise TransferError("an empty frame")
         if body[0] == CHUNK:  # its payload is not copied once more: chunks are most of the bytes
             return CHUNK, memoryview(body)[1:]
-        return body[0], body[1:]
+        return body[0], bytes(body[1:])
 
     def write(self, kind: int, *parts: bytes | memoryview) -> None:
         if self._held is not None:  # asyncio refuses writes during sendfile: they follow it
@@ -604,11 +705,16 @@ class FileService:
                 return  # NONE or BUSY: asked again later
             announced = []  # what it gets while its hash list comes
             if transfer.leaves is None:
+                hashes_limit = max(MAX_FRAME, transfer.offer.chunks * HASH_BYTES + 64)
+                if stream.frames is not None:
+                    stream.frames.limit = hashes_limit
                 stream.write(GET_HASHES)
                 await stream.writer.drain()
                 while True:  # a hash list of 262,144 chunks is 8 MiB, more than a chunk frame
-                    kind, data = await stream.read(max(MAX_FRAME, transfer.offer.chunks * HASH_BYTES + 64))
+                    kind, data = await stream.read(hashes_limit)
                     if kind == HASHES:
+                        if stream.frames is not None:
+                            stream.frames.limit = MAX_FRAME
                         break
                     if kind == HAVE_ONE:
                         announced.append(_INDEX.unpack(data)[0])
@@ -682,6 +788,7 @@ class FileService:
                                                                                identity.public_key)):
                 self.handshakes_failed += 1
                 raise TransferError(f"the server at {host}:{port} did not prove it is {pid}")
+            stream.read_frames()  # before PROOF: the server sends nothing until it has it
             stream.write(PROOF, identity.sign(_client_signed(gid, mid, nonce_c, nonce_s, server_key)))
             key = self.core.store.group_key(gid)
             if key:

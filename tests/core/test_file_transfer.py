@@ -339,3 +339,42 @@ def test_a_large_download_s_chunks_are_written_past_the_page_cache_and_only_when
     garbage = os.urandom(chunk)
     assert _check_and_write(memoryview(garbage), leaf_hash(first), part, 3 * chunk, True) == leaf_hash(garbage)
     assert part.read_bytes() == first + second + last  # the garbage was not written
+
+
+def test_frames_read_past_the_stream_reader_come_whole_however_the_socket_cuts_them():
+    """Small frames cut out of the scratch buffer, a chunk-sized one received into its own;
+    a frame longer than the limit closes the connection."""
+    from m2mc.middleware.file_transfer import _FrameReader
+
+    class Transport:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    def frame(body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + body
+
+    frames = [b"\x06" + bytes(4), b"\x0a" + os.urandom(300_000), b"\x04" + os.urandom(1000), b"\x06" + bytes(4)]
+    wire = b"".join(frame(f) for f in frames)
+
+    async def run(cut: int):
+        reader = _FrameReader(Transport(), 1 << 20)  # type: ignore[arg-type]
+        at = 0
+        while at < len(wire):
+            buffer = reader.get_buffer(-1)
+            n = min(cut, len(buffer), len(wire) - at)
+            buffer[:n] = wire[at:at + n]
+            reader.buffer_updated(n)
+            at += n
+        return [bytes(await reader.read()) for _ in frames]
+
+    for cut in (1, 3, 4096, 70_000, 1 << 20):
+        assert asyncio.run(run(cut)) == frames, cut
+
+    transport = Transport()
+    reader = _FrameReader(transport, 1000)  # type: ignore[arg-type]
+    buffer = reader.get_buffer(-1)
+    buffer[:4] = struct.pack(">I", 2000)
+    reader.buffer_updated(4)
+    assert transport.closed
