@@ -16,7 +16,9 @@ its chunks can be fetched.  One connection carries one file of one group:
 In a private group every frame after that is sealed with ChaCha20-Poly1305, one
 key per direction derived (HKDF-SHA256) from the group key and both nonces, the
 nonce a frame counter.  Then the client asks for the hash list and for chunks;
-the server pushes HAVE_ONE as it gets chunks of its own.
+the server pushes HAVE_ONE as it gets chunks of its own.  The offerer answers a
+request for a chunk another receiver asked it for first with ELSEWHERE (once per
+receiver and chunk), so receivers trade chunks even when they did not start together.
 
 State lives in ``<data dir>/files/``: per transfer a JSON record, the hash list
 and a bitmap of the chunks held (one byte each), beside the partial file
