@@ -16,7 +16,9 @@ its chunks can be fetched.  One connection carries one file of one group:
 In a private group every frame after that is sealed with ChaCha20-Poly1305, one
 key per direction derived (HKDF-SHA256) from the group key and both nonces, the
 nonce a frame counter.  Then the client asks for the hash list and for chunks;
-the server pushes HAVE_ONE as it gets chunks of its own.
+the server pushes HAVE_ONE as it gets chunks of its own.  The offerer answers a
+request for a chunk another receiver asked it for first with ELSEWHERE (once per
+receiver and chunk), so receivers trade chunks even when they did not start together.
 
 State lives in ``<data dir>/files/``: per transfer a JSON record, the hash list
 and a bitmap of the chunks held (one byte each), beside the partial file
@@ -27,15 +29,19 @@ after a kill -9 the bitmap never claims a chunk that is not on disk.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import errno
 import hashlib
 import json
 import logging
 import mimetypes
+import mmap
 import os
 import random
 import shutil
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -49,7 +55,7 @@ from cryptography.exceptions import InvalidTag
 from . import clock, crypto
 from .events import FileProgress
 from .files import (DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, FILE_MARKER, HASH_BYTES, MAX_CHUNK, MAX_CHUNKS, Caps,
-                    ChunkPlan, FileOffer, OfferError, ProgressGate, check_fetch, chunk_size_for, leaf_hash,
+                    ChunkPlan, FileOffer, FirstAskers, OfferError, ProgressGate, check_fetch, chunk_size_for, leaf_hash,
                     parse_offer, safe_name, split_leaves, tree_root, unique_name)
 from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
 
@@ -59,7 +65,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VERSION = "m2mc-file1"
-HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING = range(1, 13)
+HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING, ELSEWHERE = range(1, 14)
 MAX_FRAME = MAX_CHUNK + 64
 READ_BUFFER = 2**20  # a stream stops reading past twice this, unless a frame being read needs more
 MAX_HANDSHAKE_FRAME = 4096
@@ -67,11 +73,21 @@ HANDSHAKE_TIMEOUT = 10.0
 MAX_HANDSHAKES = 64  # connections not yet proven, at once: more are closed at once (a stranger's flood)
 CONNECT_TIMEOUT = 5.0
 WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked (at least 4 chunks)
+CHECKERS = 2  # threads hashing and writing chunks: one hashes while the other's write goes to the disk
+AHEAD_BYTES = 16 * 2**20  # chunks kept in memory past the whole-file hash, for it to take them from memory
+DIRECT_FROM = 64 * 2**20
+"""Downloads this large write their chunks past the page cache (O_DIRECT, where the file system
+allows it): copying a chunk into fresh page-cache pages cost more CPU than hashing it, and a large
+download does not push the rest of the page cache out."""
+_O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux; elsewhere every chunk goes through the page cache
+_DIRECT_ALIGN = 4096  # what O_DIRECT asks of a buffer's address, a write's offset and its length
 MAX_SOURCES = 8  # connections one download keeps
 MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
 MAX_UPLOADS = 16  # a sealed chunk is held twice while it is sent: 16 x 8 MiB at most
 RETRY_SOURCE = 0.5
+ELSEWHERE_WAIT = 0.5  # seconds a chunk the offerer sent elsewhere waits for a member to announce it
+SETTLE_WAIT = 0.5  # seconds a new download waits for the members it reaches to say what they hold, before asking the offerer
 LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list  # a member that had nothing (or was unreachable) is asked again after this
 _INDEX = struct.Struct(">I")
 _LENGTH = struct.Struct(">I")
@@ -96,7 +112,7 @@ class _Seal:
         self._counter += 1
         return self._aead.encrypt(nonce, body, None)
 
-    def open(self, body: bytes) -> bytes:
+    def open(self, body: bytes | bytearray) -> bytes:
         nonce = self._counter.to_bytes(12, "big")
         self._counter += 1
         try:
@@ -113,6 +129,91 @@ def _session_keys(group_key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[byt
     return out[0], out[1]
 
 
+class _FrameReader(asyncio.BufferedProtocol):
+    """A fetching connection's frames after its handshake, read straight into their own buffers.
+
+    A frame larger than the scratch buffer (every chunk) is received into a bytearray of its
+    own, which the checker thread then hashes and writes: its bytes are copied once, from the
+    socket, where asyncio's StreamReader copied them twice more (into its buffer, and out).
+    Small frames are cut out of the scratch buffer.  ``limit``: the longest frame taken.
+    """
+
+    SCRATCH = 64 * 1024
+
+    def __init__(self, transport: asyncio.BaseTransport, limit: int) -> None:
+        self.transport = transport
+        self.limit = limit
+        self._scratch = bytearray(self.SCRATCH)
+        self._filled = 0
+        self._body: bytearray | None = None
+        self._body_at = 0
+        self._frames: collections.deque[bytes | bytearray] = collections.deque()
+        self._waiter: asyncio.Future | None = None
+        self._error: BaseException | None = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._body is not None:
+            return memoryview(self._body)[self._body_at:]
+        return memoryview(self._scratch)[self._filled:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._body is not None:
+            self._body_at += nbytes
+            if self._body_at == len(self._body):
+                self._push(self._body)
+                self._body = None
+            return
+        self._filled += nbytes
+        scratch, at = self._scratch, 0
+        while self._filled - at >= 4:
+            length = _LENGTH.unpack_from(scratch, at)[0]
+            if not 1 <= length <= self.limit + 16:
+                self._stop(TransferError(f"a frame of {length} bytes"))
+                return
+            start = at + 4
+            if self._filled - start >= length:
+                self._push(bytes(scratch[start:start + length]))
+                at = start + length
+            elif 4 + length > self.SCRATCH:  # a chunk: the rest comes straight into its own buffer
+                self._body = bytearray(length)
+                self._body_at = self._filled - start
+                self._body[:self._body_at] = scratch[start:self._filled]
+                at = self._filled
+                break
+            else:
+                break
+        if at:
+            left = self._filled - at
+            scratch[:left] = scratch[at:self._filled]
+            self._filled = left
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop(exc or asyncio.IncompleteReadError(b"", None))
+
+    def _push(self, frame: bytes | bytearray) -> None:
+        self._frames.append(frame)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _stop(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        self.transport.close()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def read(self) -> bytes | bytearray:
+        while not self._frames:
+            if self._error is not None:
+                raise self._error
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._frames.popleft()
+
+
 class _Stream:
     """Frames (4-byte length, 1-byte type, payload) over an asyncio stream, sealed once keyed."""
 
@@ -124,12 +225,27 @@ class _Stream:
         self.bytes_in = 0
         self.bytes_out = 0
         self._held: list[bytes] | None = None  # frames written while sendfile(2) has the socket
+        self.frames: _FrameReader | None = None  # reading past the StreamReader, once switched
+
+    def read_frames(self, limit: int = MAX_FRAME) -> None:
+        """From now on, read frames with a :class:`_FrameReader` (the StreamReader must hold no
+        unread bytes: the other side sends nothing more until it hears from this one).  Writes
+        still go through the StreamWriter, whose ``drain`` then no longer waits."""
+        transport = self.writer.transport
+        self.frames = _FrameReader(transport, limit)
+        transport.set_protocol(self.frames)
 
     async def read(self, limit: int = MAX_FRAME) -> tuple[int, Any]:
-        length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
-        if not 1 <= length <= limit + 16:
-            raise TransferError(f"a frame of {length} bytes")
-        body = await self.reader.readexactly(length)
+        if self.frames is not None:
+            body: bytes | bytearray = await self.frames.read()
+            length = len(body)
+            if length > limit + 16:
+                raise TransferError(f"a frame of {length} bytes")
+        else:
+            length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
+            if not 1 <= length <= limit + 16:
+                raise TransferError(f"a frame of {length} bytes")
+            body = await self.reader.readexactly(length)
         self.bytes_in += 4 + length
         if self.seal_in is not None:
             body = self.seal_in.open(body)
@@ -137,7 +253,7 @@ class _Stream:
             raise TransferError("an empty frame")
         if body[0] == CHUNK:  # its payload is not copied once more: chunks are most of the bytes
             return CHUNK, memoryview(body)[1:]
-        return body[0], body[1:]
+        return body[0], bytes(body[1:])
 
     def write(self, kind: int, *parts: bytes | memoryview) -> None:
         if self._held is not None:  # asyncio refuses writes during sendfile: they follow it
@@ -222,13 +338,17 @@ class Transfer:
     retry_at: dict[str, float] = field(default_factory=dict)
     subscribers: set[_Stream] = field(default_factory=set)
     holders: set[str] = field(default_factory=set)  # members that said they hold chunks of it
+    askers: FirstAskers | None = None  # offered by this peer: who asked first for each chunk
+    clients: dict[str, int] = field(default_factory=dict)  # members connected to fetch it: connections each
     task: asyncio.Task | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     part_fd: int | None = None
     bitmap_fd: int | None = None
     whole: Any = None  # SHA-256 of the chunks held from the start on, hashed by a worker thread
     whole_at: int = 0  # the first chunk not in ``whole``
+    ahead: dict[int, memoryview] = field(default_factory=dict)  # chunks written past ``whole_at``, kept to hash
     whole_job: asyncio.Future | None = None
+    fetching_since: float = 0.0
 
     @property
     def key(self) -> str:
@@ -299,7 +419,7 @@ class FileService:
         # The whole file's SHA-256 is taken as the chunks come, on a thread of its own (hashlib lets go of
         # the GIL): it runs beside the loop that receives and checks the chunks.
         self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-files")
-        self._checker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-chunks")
+        self._checker = concurrent.futures.ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="m2mc-chunks")
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -489,6 +609,7 @@ class FileService:
             self._start(transfer)
 
     def _close_fds(self, transfer: Transfer) -> None:
+        transfer.ahead = {}
         for fd in (transfer.part_fd, transfer.bitmap_fd):
             if fd is not None:
                 os.close(fd)
@@ -509,13 +630,15 @@ class FileService:
                 transfer.state = "waiting"
                 await asyncio.sleep(0.5)
             transfer.state = "fetching"
+            transfer.fetching_since = clock.now()
+            asyncio.get_running_loop().call_later(SETTLE_WAIT, self._pump, transfer)
             self._save(transfer)
             transfer.part.parent.mkdir(parents=True, exist_ok=True)
             transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT, 0o600)
             transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT, 0o600)
             if transfer.leaves is not None:
                 transfer.plan = self._plan(transfer)
-            transfer.whole, transfer.whole_at = hashlib.sha256(), 0
+            transfer.whole, transfer.whole_at, transfer.ahead = hashlib.sha256(), 0, {}
             self._hash_ahead(transfer)
             self._report(transfer)
             while True:
@@ -584,11 +707,16 @@ class FileService:
                 return  # NONE or BUSY: asked again later
             announced = []  # what it gets while its hash list comes
             if transfer.leaves is None:
+                hashes_limit = max(MAX_FRAME, transfer.offer.chunks * HASH_BYTES + 64)
+                if stream.frames is not None:
+                    stream.frames.limit = hashes_limit
                 stream.write(GET_HASHES)
                 await stream.writer.drain()
                 while True:  # a hash list of 262,144 chunks is 8 MiB, more than a chunk frame
-                    kind, data = await stream.read(max(MAX_FRAME, transfer.offer.chunks * HASH_BYTES + 64))
+                    kind, data = await stream.read(hashes_limit)
                     if kind == HASHES:
+                        if stream.frames is not None:
+                            stream.frames.limit = MAX_FRAME
                         break
                     if kind == HAVE_ONE:
                         announced.append(_INDEX.unpack(data)[0])
@@ -617,6 +745,10 @@ class FileService:
                 elif kind == HAVE_ONE:
                     plan.source_has(pid, _INDEX.unpack(data)[0])
                     transfer.holders.add(pid)
+                elif kind == ELSEWHERE:  # another receiver asked the offerer first: from it, or later
+                    source.outstanding -= 1
+                    plan.elsewhere(pid, _INDEX.unpack(data)[0], clock.now() + ELSEWHERE_WAIT)
+                    asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
                 elif kind == MISSING:  # its copy is gone or changed: not asked of it again
                     source.outstanding -= 1
                     plan.source_lacks(pid, _INDEX.unpack(data)[0])
@@ -658,6 +790,7 @@ class FileService:
                                                                                identity.public_key)):
                 self.handshakes_failed += 1
                 raise TransferError(f"the server at {host}:{port} did not prove it is {pid}")
+            stream.read_frames()  # before PROOF: the server sends nothing until it has it
             stream.write(PROOF, identity.sign(_client_signed(gid, mid, nonce_c, nonce_s, server_key)))
             key = self.core.store.group_key(gid)
             if key:
@@ -675,13 +808,25 @@ class FileService:
         if plan is None or transfer.state != "fetching":
             return
         window = max(4, WINDOW_BYTES // transfer.offer.chunk_size)
+        settling = self._settling(transfer, plan)
         for source in list(transfer.sources.values()):
-            if source.stream is None or source.outstanding >= window:
+            if source.stream is None or source.outstanding >= window or (settling and source.pid == plan.spare):
                 continue
-            picked = plan.pick(source.pid, window - source.outstanding)
+            picked = plan.pick(source.pid, window - source.outstanding, clock.now())
             if picked:  # one write, one segment, for all of them
                 source.stream.write_many(GET, [_INDEX.pack(index) for index in picked])
                 source.outstanding += len(picked)
+
+    @staticmethod
+    def _settling(transfer: Transfer, plan: ChunkPlan) -> bool:
+        """Whether the offerer must wait: members reached for this download have not said yet what
+        they hold, and the download began under :data:`SETTLE_WAIT` ago.  Receivers that start
+        together thus know each other before their first request, and split the offerer's chunks
+        (:meth:`ChunkPlan.pick`) instead of each asking it for the same first window."""
+        if clock.now() - transfer.fetching_since >= SETTLE_WAIT:
+            return False
+        return any(pid != plan.spare and pid not in plan.sources and pid not in plan.dropped
+                   for pid in transfer.sources)
 
     def _check_chunk(self, transfer: Transfer, source: _Source, index: int, data: memoryview) -> None:
         """A chunk came: hashed, and written if it matches its leaf, on the checker thread while
@@ -696,7 +841,7 @@ class FileService:
             return
         job = asyncio.get_running_loop().run_in_executor(
             self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
-            index * transfer.offer.chunk_size)
+            index * transfer.offer.chunk_size, transfer.offer.size >= DIRECT_FROM)
 
         def checked(job: asyncio.Future) -> None:
             source.outstanding -= 1
@@ -728,15 +873,22 @@ class FileService:
         assert transfer.bitmap_fd is not None
         os.pwrite(transfer.bitmap_fd, b"\x01", index)  # after the chunk: never claims what is not there
         plan.stored(index)
-        self._hash_ahead(transfer)
+        self._hash_ahead(transfer, index, data)
         for subscriber in list(transfer.subscribers):
             subscriber.write(HAVE_ONE, _INDEX.pack(index))
         self._report(transfer)
 
-    def _hash_ahead(self, transfer: Transfer) -> None:
-        """Hash, on the worker thread, the chunks held next to what the whole-file hash has taken."""
+    def _hash_ahead(self, transfer: Transfer, index: int = -1, data: memoryview | None = None) -> None:
+        """Hash, on the worker thread, the chunks held next to what the whole-file hash has taken:
+        from memory while they come in order or nearly (``data``, chunk ``index`` just written, is
+        kept until its turn, :data:`AHEAD_BYTES` at most), else read back from the file."""
         whole = transfer.whole
-        if transfer.whole_job is not None or whole is None:
+        if whole is None:
+            return
+        if data is not None and index >= transfer.whole_at \
+                and len(transfer.ahead) < max(2, AHEAD_BYTES // transfer.offer.chunk_size):
+            transfer.ahead[index] = data
+        if transfer.whole_job is not None:
             return
         start = end = transfer.whole_at
         while end < transfer.offer.chunks and transfer.have[end]:
@@ -744,9 +896,15 @@ class FileService:
         if end == start:
             return
         offer = transfer.offer
-        job = asyncio.get_running_loop().run_in_executor(
-            self._hasher, _hash_range, whole, transfer.part, start * offer.chunk_size,
-            min(offer.size, end * offer.chunk_size))
+        if start in transfer.ahead:
+            end = start + 1
+            job = asyncio.get_running_loop().run_in_executor(self._hasher, whole.update, transfer.ahead.pop(start))
+        else:
+            for skipped in range(start, end):
+                transfer.ahead.pop(skipped, None)
+            job = asyncio.get_running_loop().run_in_executor(
+                self._hasher, _hash_range, whole, transfer.part, start * offer.chunk_size,
+                min(offer.size, end * offer.chunk_size))
         transfer.whole_job = job
 
         def done(finished: asyncio.Future) -> None:
@@ -777,7 +935,7 @@ class FileService:
         sha256 = transfer.whole.hexdigest() if done else None  # else _check_part reads the file whole
         bad = await asyncio.get_running_loop().run_in_executor(None, _check_part, transfer.part, transfer.offer,
                                                                transfer.leaves, sha256)
-        transfer.whole, transfer.whole_at = hashlib.sha256(), 0
+        transfer.whole, transfer.whole_at, transfer.ahead = hashlib.sha256(), 0, {}
         if bad:
             log.warning("files: %d chunks of %s were bad on disk; fetching them again", len(bad), transfer.offer.name)
             for index in bad:
@@ -875,6 +1033,14 @@ class FileService:
                 return
             client = pid
             transfer.subscribers.add(stream)
+            transfer.clients[pid] = transfer.clients.get(pid, 0) + 1
+            if transfer.role == "offer" and transfer.askers is None:
+                transfer.askers = FirstAskers(transfer.offer.chunks)
+            if transfer.role == "download" and transfer.state == "fetching" and pid not in transfer.sources:
+                # A receiver fetching it too: reached back at once, not at the next retry, so the two
+                # split the offerer's chunks (a small file is done before that retry comes).
+                transfer.retry_at.pop(pid, None)
+                transfer.wake.set()
             stream.write(HAVE, bytes(transfer.have))
             while not self._closed:
                 await writer.drain()
@@ -882,7 +1048,12 @@ class FileService:
                 if kind == GET_HASHES:
                     stream.write(HASHES, b"".join(transfer.leaves))
                 elif kind == GET:
-                    sent = await self._send_chunk(stream, transfer, _INDEX.unpack(data)[0])
+                    index = _INDEX.unpack(data)[0]
+                    if transfer.askers is not None and not transfer.askers.serve(
+                            client, index, lambda pid: transfer.clients.get(pid, 0) > 0):
+                        stream.write(ELSEWHERE, data)
+                        continue
+                    sent = await self._send_chunk(stream, transfer, index)
                     transfer.uploaded += sent  # not "+= await": other connections add meanwhile
                 else:
                     raise TransferError(f"unexpected frame {kind}")
@@ -898,6 +1069,12 @@ class FileService:
                 transfer.subscribers.discard(stream)
             if client is not None:
                 self.caps.release(client)
+                if transfer is not None:
+                    left = transfer.clients.get(client, 0) - 1
+                    if left > 0:
+                        transfer.clients[client] = left
+                    else:
+                        transfer.clients.pop(client, None)
             stream.close()
 
     async def _send_chunk(self, stream: _Stream, transfer: Transfer, index: int) -> int:
@@ -930,18 +1107,53 @@ class FileService:
             return 0
 
 
-def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int) -> bytes:
-    """The chunk's SHA-256; the chunk is written at ``offset`` of ``part`` if it is ``leaf``.
-    Blocking (the checker thread): the file is opened here, so no descriptor the loop may close
-    is used."""
+_aligned = threading.local()  # each checker thread's page-aligned buffer for O_DIRECT writes
+
+
+def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int, direct: bool = False) -> bytes:
+    """The chunk's SHA-256; the chunk is written at ``offset`` of ``part`` if it is ``leaf`` (past
+    the page cache if ``direct`` and the file system allows it).  Blocking (the checker thread):
+    the file is opened here, so no descriptor the loop may close is used."""
     digest = leaf_hash(data)
-    if digest == leaf:
+    if digest == leaf and not (direct and _write_direct(data, part, offset)):
         fd = os.open(part, os.O_WRONLY)
         try:
             os.pwrite(fd, data, offset)
         finally:
             os.close(fd)
     return digest
+
+
+def _write_direct(data: memoryview, part: Path, offset: int) -> bool:
+    """Write ``data`` at ``offset`` of ``part`` with O_DIRECT, through a page-aligned buffer of this
+    thread; False, having written nothing, where that cannot be (a chunk of an odd length, a file
+    system without O_DIRECT such as tmpfs): the caller then writes through the page cache."""
+    length = len(data)
+    if not _O_DIRECT or length % _DIRECT_ALIGN or offset % _DIRECT_ALIGN:
+        return False
+    buffer = getattr(_aligned, "buffer", None)
+    if buffer is None or len(buffer) < length:
+        buffer = _aligned.buffer = mmap.mmap(-1, max(length, MAX_CHUNK))  # mmap memory is page-aligned
+    try:
+        fd = os.open(part, os.O_WRONLY | _O_DIRECT)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    try:
+        with memoryview(buffer) as whole, whole[:length] as view:
+            view[:] = data
+            try:
+                written = os.pwrite(fd, view, offset)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL:
+                    return False
+                raise
+        if written != length:
+            raise OSError(f"wrote {written} of a chunk's {length} bytes to {part}")
+        return True
+    finally:
+        os.close(fd)
 
 
 def _hash_range(whole: Any, path: Path, start: int, end: int) -> None:

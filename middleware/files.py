@@ -260,9 +260,10 @@ class ChunkPlan:
     file's hash keeps up with the download).  The offerer (``spare``) is asked only for
     chunks no other connected source holds; receivers fetching at once (connected sources
     that hold part of the file, and this one) split the file into stripes of
-    :data:`STRIPE` chunks, each asking the offerer for its own stripes and the others for
-    theirs, so they trade chunks and the offerer uploads each about once; one whose stripes
-    are done asks the offerer for the rest.  A source that serves a bad chunk is never asked
+    :data:`STRIPE` chunks (fewer for a small file, so that each has four stripes at least),
+    each asking the offerer for its own stripes and the others for theirs, so they trade
+    chunks and the offerer uploads each about once; one whose stripes have all come asks the
+    offerer for the rest.  A source that serves a bad chunk is never asked
     for that chunk again, and after :data:`BAD_CHUNKS_TO_DROP` of them not at all.
     """
 
@@ -276,6 +277,7 @@ class ChunkPlan:
         self.sources: dict[str, bytearray] = {}
         self._holders = [0] * count  # connected sources holding each chunk
         self._refused: dict[int, set[str]] = {}  # chunk -> sources that served garbage for it
+        self._elsewhere: dict[int, float] = {}  # chunk -> until when the offerer is not asked for it
         self.bad: dict[str, int] = {}
         self.dropped: set[str] = set()
         self.bad_chunks = 0
@@ -324,7 +326,15 @@ class ChunkPlan:
         for index in [i for i, source in self.inflight.items() if source == pid]:
             del self.inflight[index]
 
-    def pick(self, pid: str, limit: int) -> list[int]:
+    def elsewhere(self, pid: str, index: int, until: float) -> None:
+        """The offerer ``pid`` said another receiver asked it for chunk ``index`` first: it is asked
+        of whoever announces it, and of the offerer again only from ``until`` on."""
+        if self.inflight.get(index) == pid:
+            del self.inflight[index]
+        if 0 <= index < self.count and not self.have[index]:
+            self._elsewhere[index] = until
+
+    def pick(self, pid: str, limit: int, now: float = 0.0) -> list[int]:
         """Up to ``limit`` chunks to ask of ``pid`` now (marked in flight)."""
         own = self.sources.get(pid)
         if own is None or limit <= 0:
@@ -336,21 +346,25 @@ class ChunkPlan:
             others = [(other, o) for other, o in self.sources.items() if other != pid]
             fetching = sorted([other for other, o in others if not all(o)] + [self.me])
             rank, ways = fetching.index(self.me), len(fetching)
+        stripe = max(1, min(STRIPE, self.count // (4 * ways)))  # a small file: four stripes each at least
         picked: list[int] = []
-        helping = False
+        helping = own_left = False
         for index in self._missing:
-            if self._askable(pid, own, index, others):
-                if spare and (index // STRIPE) % ways != rank:
+            mine = not spare or (index // stripe) % ways == rank
+            if self._askable(pid, own, index, others, now):
+                if not mine:
                     helping = True
                     continue
                 picked.append(index)
                 if len(picked) == limit:
                     break
-        if not picked and helping:
+            elif mine:
+                own_left = True  # in flight: the others' stripes wait until it has come
+        if not picked and helping and not own_left:
             # This receiver's stripes are done: it helps with the others', from their far end,
             # where their owners (which go lowest index first) come last.
             for index in reversed(self._missing):
-                if self._askable(pid, own, index, others):
+                if self._askable(pid, own, index, others, now):
                     picked.append(index)
                     if len(picked) == limit:
                         break
@@ -358,10 +372,13 @@ class ChunkPlan:
             self.inflight[index] = pid
         return picked
 
-    def _askable(self, pid: str, own: bytearray, index: int, others: list[tuple[str, bytearray]]) -> bool:
+    def _askable(self, pid: str, own: bytearray, index: int, others: list[tuple[str, bytearray]],
+                 now: float) -> bool:
         """Whether chunk ``index`` may be asked of ``pid`` now (``others``: the other sources, when
         ``pid`` is the offerer, which is asked only for chunks none of them holds)."""
         if index in self.inflight or not own[index]:
+            return False
+        if pid == self.spare and self._elsewhere.get(index, now) > now:
             return False
         refused = self._refused.get(index, ())
         if pid in refused:
@@ -393,12 +410,42 @@ class ChunkPlan:
             self.have[index] = 1
             del self._missing[bisect.bisect_left(self._missing, index)]
             self._refused.pop(index, None)
+            self._elsewhere.pop(index, None)
 
     def lost(self, index: int) -> None:
         """A chunk held but found bad on disk (the final check failed): fetch it again."""
         if self.have[index]:
             self.have[index] = 0
             bisect.insort(self._missing, index)
+
+
+class FirstAskers:
+    """The offerer's side of trading: which receiver asked it first for each chunk of its file.
+
+    A receiver that asks for a chunk another receiver, still connected for this file, asked
+    for first is told to get it there (ELSEWHERE), once per chunk: receivers that did not
+    start together, and so did not split the file into stripes, still make the offerer
+    upload each chunk about once.  Asked again, the offerer serves it (the first asker may
+    have failed).
+    """
+
+    def __init__(self, count: int) -> None:
+        self._first: list[str | None] = [None] * count
+        self._sent_away: dict[str, bytearray] = {}  # per asker: the chunks it was sent away for
+
+    def serve(self, pid: str, index: int, connected: Callable[[str], bool]) -> bool:
+        """True: serve chunk ``index`` to ``pid``; False: tell it to get the chunk elsewhere."""
+        if not 0 <= index < len(self._first):
+            return True  # the caller answers MISSING
+        first = self._first[index]
+        if first is None or first == pid or not connected(first):
+            self._first[index] = pid
+            return True
+        away = self._sent_away.setdefault(pid, bytearray(len(self._first)))
+        if away[index]:
+            return True
+        away[index] = 1
+        return False
 
 
 # -- caps and progress --------------------------------------------------------------------

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 RECEIVE = """
-import socket, sys, time
+import os, socket, sys, time
 server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 server.bind((sys.argv[1], 47999))
@@ -47,7 +47,8 @@ with open(sys.argv[2], "wb") as out:
             break
         out.write(view[:n])
         total += n
-print(total, time.monotonic() - began, flush=True)
+cpu = sum(os.times()[:2])
+print(total, time.monotonic() - began, cpu, flush=True)
 """
 
 SEND = """
@@ -68,19 +69,26 @@ def write_random(path: Path, size: int) -> None:
             left -= len(block)
 
 
-def plain_copy(lan, source: Path, dest: Path) -> float:
-    """Seconds a plain TCP copy of ``source`` from host 1 to host 2 takes, as the receiver sees it."""
+def plain_copy(lan, source: Path, dest: Path) -> tuple[float, float]:
+    """Seconds a plain TCP copy of ``source`` from host 1 to host 2 takes, as the receiver sees it,
+    and the CPU seconds its receiving process used."""
     receiver = subprocess.Popen(["ip", "netns", "exec", lan.hosts[1], sys.executable, "-c", RECEIVE,
                                  lan.addresses[1], str(dest)], stdout=subprocess.PIPE, text=True)
     assert receiver.stdout is not None
     assert receiver.stdout.readline().strip() == "ready"
     subprocess.run(["ip", "netns", "exec", lan.hosts[0], sys.executable, "-c", SEND, lan.addresses[1], str(source)],
                    check=True)
-    total, seconds = receiver.stdout.readline().split()
+    total, seconds, cpu = receiver.stdout.readline().split()
     receiver.wait()
     assert int(total) == source.stat().st_size
     dest.unlink()
-    return float(seconds)
+    return float(seconds), float(cpu)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process ``pid`` has used, its threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss(pid: int) -> int:
@@ -127,16 +135,20 @@ def main(argv: list[str] | None = None) -> int:
                 mid = ann.call("send_file", {"gid": gid, "path": str(big)}, timeout=600)["mid"]  # a new offer each
                 print(f"offer of {size / 2**20:,.0f} MiB hashed in {time.monotonic() - began:.1f} s")
                 bob.wait_for(lambda: any(m["mid"] == mid for m in bob.delivered(gid)), timeout=30)
-                plain = plain_copy(lan, big, work / "plain.bin")
+                plain, plain_cpu = plain_copy(lan, big, work / "plain.bin")
+                cpu_before = [cpu_seconds(p.proc.pid) for p in (ann, bob)]
                 began = time.monotonic()
                 bob.call("fetch_file", {"gid": gid, "mid": mid, "dest": str(work / f"bob-{round_}.bin")})
                 bob.wait_for(lambda: fetched(bob, gid, mid)["state"] == "done", timeout=3600, what="the file")
                 seconds = time.monotonic() - began
+                sender_cpu, receiver_cpu = (cpu_seconds(p.proc.pid) - before
+                                            for p, before in zip((ann, bob), cpu_before))
                 row = fetched(bob, gid, mid)
                 Path(row["path"]).unlink()
                 print(f"one receiver, {size / 2**20:,.0f} MiB: plain TCP copy {plain:.2f} s "
                       f"({size / plain / 2**20:,.0f} MiB/s), m2mc {seconds:.2f} s ({size / seconds / 2**20:,.0f} MiB/s,"
-                      f" chunks and whole file checked): {100 * plain / seconds:.0f} % of the plain copy")
+                      f" chunks and whole file checked): {100 * plain / seconds:.0f} % of the plain copy; CPU s: plain"
+                      f" receiver {plain_cpu:.2f}, m2mc receiver {receiver_cpu:.2f}, sender {sender_cpu:.2f}")
             size = small.stat().st_size
             before = ann.call("stats")["file_bytes_uploaded"]
             mid = ann.call("send_file", {"gid": gid, "path": str(small)}, timeout=600)["mid"]

@@ -281,3 +281,100 @@ def test_connections_waiting_for_their_handshake_are_capped(tmp_path, monkeypatc
 
     closed, refused = asyncio.run(run())
     assert closed == [b"", b""] and refused == 2
+
+
+def three_receivers(tmp_path: Path, apart: float) -> tuple[list[Transfer], float]:
+    """Bob, Cat and Dan fetch Ann's 20 MiB file, starting ``apart`` seconds after one another:
+    their copies, and what Ann uploaded as a multiple of the file."""
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob", "cat", "dan"])
+        ann = services["ann"]
+        try:
+            path = source_file(tmp_path, 20 * 2**20)
+            mid = await offer(ann, messages, path)
+            transfers = []
+            for name in ("bob", "cat", "dan"):
+                transfers.append(services[name].fetch(GID, mid))
+                if apart:
+                    await asyncio.sleep(apart)
+            for transfer in transfers:
+                await wait_done(transfer)
+            original = path.read_bytes()
+            assert all(t.state == "done" and t.path.read_bytes() == original for t in transfers)
+            return transfers, ann.transfers[(GID, mid)].uploaded / len(original)
+        finally:
+            for service in services.values():
+                await service.close()
+
+    return asyncio.run(run())
+
+
+def test_receivers_that_start_together_trade_a_small_file_and_the_offerer_uploads_it_about_once(tmp_path):
+    """A 20 MiB file fetched by three receivers at once: done before they would find each other by
+    retrying, so they must split the offerer's chunks from the first request on."""
+    transfers, uploaded = three_receivers(tmp_path, 0)
+    assert uploaded <= 1.5, f"the offerer uploaded {uploaded:.2f}x the file"
+
+
+def test_receivers_that_start_apart_are_sent_to_each_other_and_the_offerer_uploads_a_chunk_once(tmp_path):
+    """5 and 20 ms apart, the first has asked for chunks before the others know it: the offerer
+    sends a later asker to it (ELSEWHERE) instead of uploading the chunk again."""
+    for apart in (0.005, 0.02):
+        transfers, uploaded = three_receivers(tmp_path / str(apart), apart)
+        assert uploaded <= 1.25, f"{apart} s apart: the offerer uploaded {uploaded:.2f}x the file"
+
+
+def test_a_large_download_s_chunks_are_written_past_the_page_cache_and_only_when_they_match(tmp_path):
+    """O_DIRECT where the file system allows it (tmpfs does not: then through the page cache);
+    a last chunk of an odd length always goes through the page cache."""
+    from m2mc.middleware.file_transfer import _check_and_write
+    from m2mc.middleware.files import leaf_hash
+
+    part = tmp_path / "big.bin.part"
+    part.write_bytes(b"")
+    chunk = 256 * 1024
+    first, second, last = os.urandom(chunk), os.urandom(chunk), os.urandom(1000)
+    for index, data in ((1, second), (0, first), (2, last)):
+        assert _check_and_write(memoryview(data), leaf_hash(data), part, index * chunk, True) == leaf_hash(data)
+    garbage = os.urandom(chunk)
+    assert _check_and_write(memoryview(garbage), leaf_hash(first), part, 3 * chunk, True) == leaf_hash(garbage)
+    assert part.read_bytes() == first + second + last  # the garbage was not written
+
+
+def test_frames_read_past_the_stream_reader_come_whole_however_the_socket_cuts_them():
+    """Small frames cut out of the scratch buffer, a chunk-sized one received into its own;
+    a frame longer than the limit closes the connection."""
+    from m2mc.middleware.file_transfer import _FrameReader
+
+    class Transport:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    def frame(body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + body
+
+    frames = [b"\x06" + bytes(4), b"\x0a" + os.urandom(300_000), b"\x04" + os.urandom(1000), b"\x06" + bytes(4)]
+    wire = b"".join(frame(f) for f in frames)
+
+    async def run(cut: int):
+        reader = _FrameReader(Transport(), 1 << 20)  # type: ignore[arg-type]
+        at = 0
+        while at < len(wire):
+            buffer = reader.get_buffer(-1)
+            n = min(cut, len(buffer), len(wire) - at)
+            buffer[:n] = wire[at:at + n]
+            reader.buffer_updated(n)
+            at += n
+        return [bytes(await reader.read()) for _ in frames]
+
+    for cut in (1, 3, 4096, 70_000, 1 << 20):
+        assert asyncio.run(run(cut)) == frames, cut
+
+    transport = Transport()
+    reader = _FrameReader(transport, 1000)  # type: ignore[arg-type]
+    buffer = reader.get_buffer(-1)
+    buffer[:4] = struct.pack(">I", 2000)
+    reader.buffer_updated(4)
+    assert transport.closed

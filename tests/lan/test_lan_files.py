@@ -1,6 +1,6 @@
 """Files between m2mc-peer processes on a namespace LAN at 5 % loss (of UDP: the chat's datagrams).
 
-Ann offers a 20 MB file in a group of four; Bob and Cat fetch it on their own
+Ann offers a 20 MB file (``M2MC_FILE_TEST_MB`` sets another size) in a group of four; Bob and Cat fetch it on their own
 (under their auto-download size), Dan only when asked.  Every link is held to
 200 Mbit/s (tc) so that a transfer lasts long enough to be cut: Bob and Ann are
 killed (SIGKILL) when Bob is halfway, and restarted; Bob resumes, receiving no more than 1.1x the
@@ -29,7 +29,9 @@ from tests.testbed.lan import Lan, PeerProcess
 pytestmark = pytest.mark.netns
 
 LOSS = 0.05
-SIZE = 20 * 2**20
+SIZE_MB = int(os.environ.get("M2MC_FILE_TEST_MB", "20"))  # 200 for the issue's run; the suite keeps 20
+SIZE = SIZE_MB * 2**20
+SLOWER = max(1.0, SIZE_MB / 20)  # the waits grow with the file
 RATE = "200mbit"
 
 STRANGER = """
@@ -92,7 +94,7 @@ def test_a_file_reaches_three_members_one_resumes_after_kill_one_fetches_from_ho
             netns(lan, i, "tc", "qdisc", "add", "dev", f"v{lan.prefix}{i + 1}", "root", "tbf", "rate", RATE,
                   "burst", "256kb", "latency", "50ms")
         netns(lan, 1, "iptables", "-I", "INPUT", "1", "-p", "tcp")  # counts what Bob receives
-        big = str(64 * 2**20)
+        big = str(max(64, 2 * SIZE_MB) * 2**20)  # Bob and Cat fetch it on their own
         ann, bob, cat = (start(lan, i, tmp_path, name, int(big)) for i, name in enumerate(("Ann", "Bob", "Cat")))
         dan = start(lan, 3, tmp_path, "Dan", 0)
         eve = start(lan, 4, tmp_path, "Eve", int(big))
@@ -106,14 +108,15 @@ def test_a_file_reaches_three_members_one_resumes_after_kill_one_fetches_from_ho
                 peer.wait_for(lambda p=peer: len(next(g for g in p.call("list_groups")
                                                       if g["gid"] == gid)["members"]) == 4,
                               timeout=30, what="four members")
-            offer = ann.call("send_file", {"gid": gid, "path": str(source)}, timeout=30)
+            offer = ann.call("send_file", {"gid": gid, "path": str(source)}, timeout=30 * SLOWER)
             assert offer["sha256"] == digest
             mid = offer["mid"]
             shown = dan.wait_for(lambda: [m for m in dan.delivered(gid) if m["mid"] == mid], timeout=30,
                                  what="the offer in Dan's tree")[0]
             assert shown["file"]["name"] == "survey results.bin" and shown["file"]["size"] == SIZE
 
-            bob.wait_notification("file_progress", lambda p: p["mid"] == mid and p["bytes"] >= SIZE // 2, timeout=60)
+            bob.wait_notification("file_progress", lambda p: p["mid"] == mid and p["bytes"] >= SIZE // 2,
+                                  timeout=60 * SLOWER)
             bob.kill()  # SIGKILL, both sides at once
             ann.kill()
             ann = peers[0] = start(lan, 0, tmp_path, "Ann", int(big))
@@ -121,18 +124,19 @@ def test_a_file_reaches_three_members_one_resumes_after_kill_one_fetches_from_ho
             partial = file_row(bob, gid, mid)
             assert SIZE // 2 <= partial["bytes"] < SIZE or partial["state"] == "done", partial
             for peer in (bob, cat):
-                peer.wait_for(lambda p=peer: file_row(p, gid, mid)["state"] == "done", timeout=90,
+                peer.wait_for(lambda p=peer: file_row(p, gid, mid)["state"] == "done", timeout=90 * SLOWER,
                               what="the file fetched")
                 assert sha256_of(file_row(peer, gid, mid)["path"]) == digest
             received = tcp_payload_in(lan, 1)
             assert received <= 1.1 * SIZE, f"Bob received {received / SIZE:.3f}x the file over his two runs"
+            print(f"{SIZE_MB} MiB: Bob received {received / SIZE:.3f}x the file over his two runs")
             assert any(n["params"]["state"] == "fetching" for n in bob.notifications
                        if n["method"] == "file_progress"), "Bob resumed where he stopped"
 
             assert file_row(dan, gid, mid)["state"] == "offered"  # larger than Dan's auto-download size
             assert ann.shutdown() == 0
             dan.call("fetch_file", {"gid": gid, "mid": mid})
-            dan.wait_for(lambda: file_row(dan, gid, mid)["state"] == "done", timeout=90, what="Dan's copy")
+            dan.wait_for(lambda: file_row(dan, gid, mid)["state"] == "done", timeout=90 * SLOWER, what="Dan's copy")
             row = file_row(dan, gid, mid)
             assert sha256_of(row["path"]) == digest
             assert ann.pid not in row["holders"] and row["holders"], row
@@ -153,14 +157,15 @@ def test_without_multicast_or_broadcast_a_private_group_s_file_reaches_a_member_
     """Files go where the chat goes: the offerer is fetched at its proven unicast endpoint."""
     secret = "correct horse battery staple"
     source = tmp_path / "minutes.odt"
-    source.write_bytes(os.urandom(3 * 2**20))
+    size = SIZE if "M2MC_FILE_TEST_MB" in os.environ else 3 * 2**20  # a small one in the suite
+    source.write_bytes(os.urandom(size))
     with Lan(2) as lan:
         for i in range(2):
             lan.set_loss(i, LOSS)
             for chain in ("OUTPUT", "INPUT"):
                 netns(lan, i, "iptables", "-A", chain, "-d", "224.0.0.0/4", "-j", "DROP")
                 netns(lan, i, "iptables", "-A", chain, "-m", "addrtype", "--dst-type", "BROADCAST", "-j", "DROP")
-        ann, bob = (start(lan, i, tmp_path, name, 10 * 2**20) for i, name in enumerate(("Ann", "Bob")))
+        ann, bob = (start(lan, i, tmp_path, name, max(10 * 2**20, 2 * size)) for i, name in enumerate(("Ann", "Bob")))
         try:
             gid = ann.call("create_group", {"desc": "Unicast only", "passphrase": secret}, timeout=20)["gid"]
             invite = ann.call("invite", {"gid": gid})["invite"]
@@ -169,8 +174,9 @@ def test_without_multicast_or_broadcast_a_private_group_s_file_reaches_a_member_
                 peer.wait_for(lambda p=peer: len(next(g for g in p.call("list_groups")
                                                       if g["gid"] == gid)["members"]) == 2,
                               timeout=40, what="two members")
-            mid = ann.call("send_file", {"gid": gid, "path": str(source)}, timeout=30)["mid"]
-            bob.wait_notification("file_progress", lambda p: p["mid"] == mid and p["state"] == "done", timeout=60)
+            mid = ann.call("send_file", {"gid": gid, "path": str(source)}, timeout=30 * SLOWER)["mid"]
+            bob.wait_notification("file_progress", lambda p: p["mid"] == mid and p["state"] == "done",
+                                  timeout=60 * SLOWER)
             row = file_row(bob, gid, mid)
             assert sha256_of(row["path"]) == hashlib.sha256(source.read_bytes()).hexdigest()
             assert row["holders"] == [ann.pid]
