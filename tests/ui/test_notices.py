@@ -166,3 +166,34 @@ def test_the_models_pass_the_model_tester_with_notices_among_the_messages(qtmode
     assert tree.unread == {(CAT.pid, 9)}
     for model in (tree_model, timeline):
         qtmodeltester.check(model)
+
+
+def test_a_notice_older_than_the_page_held_comes_with_its_page_of_history(qtbot, window, backend):
+    """Scroll-back: a group opens with its last page; a topic set long before shows once its page is loaded."""
+    from m2mc.ui.controllers.sessions import HISTORY_PAGE
+
+    me = Member(backend.pid, backend.name)
+    manager = backend.manager
+    early = [message("", (ANN, BOB, CAT)[n % 3], n // 3 + 1, f"early {n}") for n in range(30)]
+    gid = manager.inject_group("Big lunch", members=(ANN, BOB, CAT, me), joined=True, history=early).gid
+    manager.inject_messages(gid, [manager.operation_message(gid, ANN, 20, "topic", None, text="long ago")],
+                            notify=False)
+    manager.inject_messages(gid, [message(gid, BOB, 100 + n, f"late {n}") for n in range(HISTORY_PAGE + 20)],
+                            notify=False)
+    manager.inject_messages(gid, [manager.operation_message(gid, CAT, 20, "topic", None, text="lately")],
+                            notify=False)
+    manager.core.mark_read(gid, [(1, 10**6)])  # all read: the group opens at its end
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
+    session = window.current
+
+    def notices():
+        return [node.message.text for node in session.tree.roots() if is_notice(node.message)]
+    assert notices() == ["changed the topic to “lately” (it was “long ago”)"]  # the older one's page is not held
+    while not session.history_complete or session.tree.hidden_threads:  # "Older messages": shown, or loaded
+        held = len(session.tree), session.tree.hidden_threads
+        qtbot.mouseClick(window.older_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: (len(session.tree), session.tree.hidden_threads) != held)
+    assert notices() == ["changed the topic to “long ago”", "changed the topic to “lately” (it was “long ago”)"]
+    texts = [node.message.text for node in session.tree.roots()]
+    assert texts.index("changed the topic to “long ago”") == 30  # after the 30 early messages, before the late ones
