@@ -217,7 +217,10 @@ class Store:
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = _Checkpointer(self.path)
         self._packer = msgpack.Packer(use_bin_type=True)
-        self._indexing = False  # migrations write segments before the index exists: it is built after them
+        # Whether stored messages go into the search index: always once open (migrations write
+        # segments before the index exists, and it is built after them).  Benchmarks switch it off
+        # to measure what the index costs; what is stored meanwhile is never found.
+        self.indexing = False
         if self._db.execute("PRAGMA user_version").fetchone()[0] == 2:
             self._migrate_segments()
         self._migrate()
@@ -233,7 +236,7 @@ class Store:
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"message_search", "message_search_changed"} <= tables:
             self._build_search_index()  # no index, or one that kept a copy of the text
-        self._indexing = True
+        self.indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
         self._keys_stored: set[str] = set()
@@ -509,7 +512,7 @@ class Store:
             (gid, first_order, len(rows), self._packer.pack([rows, crypto.compact_proofs(proofs)])),
         )
         segment = cursor.lastrowid
-        if self._indexing:
+        if self.indexing:
             self._index_rows(first_order, rows)
         seqnos: dict[str, list[int]] = {}
         for row in rows:

@@ -91,7 +91,7 @@ def delivery_cost(path: Path, flushes: list[list[ChatMessage]], indexed: bool) -
     path.unlink(missing_ok=True)
     store = Store(path)
     if not indexed:
-        store._indexing = False  # what delivery cost before the index
+        store.indexing = False  # what delivery cost before the index
     started, cpu = time.perf_counter(), time.process_time()
     for flush in flushes:
         store.add_messages(flush)
