@@ -31,9 +31,10 @@ from .crypto import Identity
 from .gjlp import GroupRecord
 from .mentions import mentioned_pids
 from .rangeset import RangeSet
-from .direct import StoredDirect
+from .direct import StoredDirect, conversation_id
+from .files import FILE_MARKER
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
-                        SearchQueryError, merged_read_marks)
+                        SearchQueryError, merged_read_marks, searched_text)
 from .types import ChatMessage, Mid, shown_sent_at
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,10 @@ log = logging.getLogger(__name__)
 # Both are added in place (no version number: the columns and tables are looked for).
 # Direct messages (middleware.direct) have tables of their own, a row per message keyed by
 # conversation and mid, found in delivery order by an index; made where missing, like the rest.
+# Version 3 indexed a file offer's whole text (its JSON) for search, version 4 its file name.
 # Version 2 kept the proofs whole; version 1 kept a row per message in delivery order;
 # version 0 also stored the key in every row.  All are migrated in place.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS groups (
@@ -116,6 +118,19 @@ CREATE VIRTUAL TABLE message_search USING fts5(
 INSERT INTO message_search (message_search, rank) VALUES ('automerge', 16);
 CREATE TABLE message_search_changed (delivery_order INTEGER PRIMARY KEY, text TEXT);
 """
+# Direct messages have an index of their own, alike, written with their rows (save_direct), in
+# the same transaction.  Their rows have no integer key, so direct_search_rows gives each shown
+# message one (the index's rowid) when it is first indexed; a message saved again as its status
+# changes is not indexed twice.  Direct messages are never edited, so nothing is kept aside.
+DIRECT_SEARCH_SCHEMA = f"""
+CREATE VIRTUAL TABLE direct_search USING fts5(
+    text, content='', columnsize=0, tokenize = "{SEARCH_TOKENIZER}"
+);
+CREATE TABLE direct_search_rows (
+    row INTEGER PRIMARY KEY, peer TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
+    UNIQUE (peer, sender, seqno)
+);
+"""
 RELEVANCE_WINDOW = 10_000
 """A search by relevance ranks the newest this many matches (older ones are found by time order)."""
 SEARCH_BUILD_REPORT = 100_000
@@ -172,6 +187,16 @@ def _mention_rows(gid: str, sender: str, seqno: int, text: str, order: int) -> l
     return [(pid, order, gid, sender, seqno) for pid in mentioned_pids(text)]
 
 
+def _query_error(exc: sqlite3.OperationalError) -> Exception:
+    """A search's error: SearchQueryError for a query FTS5 cannot parse, which it reports as an
+    OperationalError ("fts5: syntax error near ...", "no such column: ..."), else the disk's own."""
+    message = str(exc)
+    if any(sign in message for sign in ("fts5", "no such column", "unterminated", "malformed MATCH",
+                                        "special query")):
+        return SearchQueryError(message)
+    return exc
+
+
 def _decode_segment(blob: bytes) -> list[tuple]:
     """A segment's rows, each with its proof as the last field."""
     rows, proofs = msgpack.unpackb(blob, raw=False)
@@ -221,7 +246,8 @@ class Store:
         # segments before the index exists, and it is built after them).  Benchmarks switch it off
         # to measure what the index costs; what is stored meanwhile is never found.
         self.indexing = False
-        if self._db.execute("PRAGMA user_version").fetchone()[0] == 2:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 2:
             self._migrate_segments()
         self._migrate()
         self._db.executescript(SCHEMA)
@@ -236,6 +262,10 @@ class Store:
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"message_search", "message_search_changed"} <= tables:
             self._build_search_index()  # no index, or one that kept a copy of the text
+        elif version < 4:
+            self._reindex_offers()
+        if not {"direct_search", "direct_search_rows"} <= tables:
+            self._build_direct_search_index()
         self.indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
@@ -249,6 +279,7 @@ class Store:
                                  deterministic=True)
         self._db.create_function("search_sent_at", 1, functools.partial(self._search_field, "sent_at"),
                                  deterministic=True)
+        self._db.create_function("search_shown_at", 2, shown_sent_at, deterministic=True)
 
     def _migrate(self) -> None:
         """Bring a version-0 or version-1 database (a row per message) to the current schema."""
@@ -309,8 +340,29 @@ class Store:
         """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, ...)
         delivered from ``first_order`` on."""
         self._db.executemany("INSERT INTO message_search (rowid, text) VALUES (?, ?)",
-                             [(order, row[5]) for order, row in enumerate(rows, first_order)
-                              if not row[5].startswith(OP_MARKER)])
+                             [(order, text) for order, text in enumerate(map(searched_text, (row[5] for row in rows)),
+                                                                         first_order) if text is not None])
+
+    def _reindex_offers(self) -> None:
+        """A version-3 index holds file offers' whole texts: put their file names in their place."""
+        marker = FILE_MARKER.encode()
+        changed = {order for (order,) in self._db.execute("SELECT delivery_order FROM message_search_changed")}
+        for first_order, blob in self._db.execute("SELECT first_order, messages FROM segments").fetchall():
+            if marker not in blob:  # most segments: no decoding
+                continue
+            for order, row in enumerate(msgpack.unpackb(blob, raw=False)[0], first_order):
+                if row[5].startswith(FILE_MARKER) and order not in changed:
+                    self._reindex(order, row[5], searched_text(row[5]), row[5])
+        self._db.commit()
+
+    def _build_direct_search_index(self) -> None:
+        """Index the direct messages stored before their index was (in one transaction)."""
+        self._db.execute("BEGIN")
+        for statement in DIRECT_SEARCH_SCHEMA.split(";")[:-1]:
+            self._db.execute(statement)
+        self._index_direct([self._direct_row(row) for row in self._db.execute(
+            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE ord > 0 ORDER BY received_at")])
+        self._db.commit()
 
     def _migrate_segments(self) -> None:
         """Version 2 kept each proof whole inside its segment's rows: write them compactly."""
@@ -642,8 +694,7 @@ class Store:
         (first_order,) = self._db.execute("SELECT first_order FROM segments WHERE segment = ?", (segment,)).fetchone()
         for order, row in enumerate(rows, first_order):
             if (row[0], row[1]) == (message.sender, message.seqno):
-                self._reindex(order, self._indexed_text(order, row[5]),
-                              None if message.text.startswith(OP_MARKER) else message.text, message.text)
+                self._reindex(order, self._indexed_text(order, row[5]), searched_text(message.text), message.text)
                 parent_sender, parent_seqno = message.parent or (None, None)
                 row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
                 row[8] = message.sig
@@ -715,7 +766,7 @@ class Store:
             if value is not None:
                 where += f" AND {test}"
                 args.append(value)
-        order = "rowid DESC" if by_time else "rank, rowid DESC"
+        order, rank = ("rowid DESC", "0.0") if by_time else ("rank, rowid DESC", "rank")
         try:
             if not by_time:
                 # Ranking scores every match: a common word's 300,000 take half a second.  Only the
@@ -726,22 +777,47 @@ class Store:
                 if oldest is not None:
                     where += " AND rowid >= ?"
                     args.append(oldest[0])
-            orders = [row[0] for row in self._db.execute(
-                f"SELECT rowid FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
-                [*args, limit, offset])]
+            ranks = dict(self._db.execute(
+                f"SELECT rowid, {rank} FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+                [*args, limit, offset]).fetchall())
         except sqlite3.OperationalError as exc:
-            # FTS5 reports a query it cannot parse as an OperationalError ("fts5: syntax error near
-            # ...", "no such column: ..."); the disk's own errors are not of that kind.
-            message = str(exc)
-            if any(sign in message for sign in ("fts5", "no such column", "unterminated", "malformed MATCH",
-                                                "special query")):
-                raise SearchQueryError(message) from None
-            raise
-        found = [(order, self._message_at(order)) for order in orders]
+            raise _query_error(exc) from None
+        found = [(order, self._message_at(order)) for order in ranks]
         messages = {order: (at[0], at[1], self._indexed_text(order, at[1][5])) for order, at in found if at}
         snippets = self._snippets.of(query, {order: text or "" for order, (_, _, text) in messages.items()})
-        return [SearchHit(g, (row[0], row[1]), order, shown_sent_at(row[6], row[7]), snippets[order])
-                for order, (g, row, _) in messages.items()]
+        return [SearchHit(g, (row[0], row[1]), order, shown_sent_at(row[6], row[7]), snippets[order],
+                          rank=ranks[order]) for order, (g, row, _) in messages.items()]
+
+    def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,
+                      since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
+                      by_time: bool = False) -> list[SearchHit]:
+        """Matches of ``query`` among the direct messages shown, best first or, ``by_time``, newest
+        first by shown time.  Conversations hold far fewer messages than groups: filters and the
+        time order are worked out over every match."""
+        where = "direct_search MATCH ?"
+        args: list = [query]
+        for test, value in (("r.peer = ?", peer), ("r.sender = ?", sender),
+                            ("search_shown_at(m.sent_at, m.received_at) >= ?", since),
+                            ("search_shown_at(m.sent_at, m.received_at) <= ?", until)):
+            if value is not None:
+                where += f" AND {test}"
+                args.append(value)
+        order, rank = (("search_shown_at(m.sent_at, m.received_at) DESC, direct_search.rowid DESC", "0.0")
+                       if by_time else ("direct_search.rank, direct_search.rowid DESC", "direct_search.rank"))
+        try:
+            found = self._db.execute(
+                f"SELECT direct_search.rowid, {rank}, {', '.join('m.' + c for c in self._DIRECT_COLUMNS.split(', '))} "
+                "FROM direct_search JOIN direct_search_rows r ON r.row = direct_search.rowid "
+                "JOIN direct_messages m ON m.peer = r.peer AND m.sender = r.sender AND m.seqno = r.seqno "
+                f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise _query_error(exc) from None
+        rows = {row: (rank_of, self._direct_row(stored)) for row, rank_of, *stored in found}
+        snippets = self._snippets.of(query, {row: searched_text(stored.text) or "" for row, (_, stored) in rows.items()})
+        me = self.identity().pid
+        return [SearchHit(conversation_id(me, stored.peer), stored.mid, stored.order,
+                          shown_sent_at(stored.sent_at, stored.received_at), snippets[row], peer=stored.peer,
+                          rank=rank_of) for row, (rank_of, stored) in rows.items()]
 
     def _message_at(self, order: int) -> tuple[str, tuple] | None:
         """(gid, row without its proof) of the message delivered as ``order``."""
@@ -774,7 +850,7 @@ class Store:
                                    (order,)).fetchone()
         if changed is not None:
             return changed[0]
-        return None if stored_text.startswith(OP_MARKER) else stored_text
+        return searched_text(stored_text)
 
     def _reindex(self, order: int, old: str | None, new: str | None, stored_text: str) -> None:
         """Index ``new`` (None: nothing) for ``order`` in place of ``old``, what the index holds."""
@@ -785,7 +861,7 @@ class Store:
                              (order, old))
         if new is not None:
             self._db.execute("INSERT INTO message_search (rowid, text) VALUES (?, ?)", (order, new))
-        if new == (None if stored_text.startswith(OP_MARKER) else stored_text):
+        if new == searched_text(stored_text):
             self._db.execute("DELETE FROM message_search_changed WHERE delivery_order = ?", (order,))
         else:
             self._db.execute("INSERT OR REPLACE INTO message_search_changed VALUES (?, ?)", (order, new))
@@ -795,7 +871,7 @@ class Store:
         if not found:
             return
         order, row = found[0]
-        self._reindex(order, self._indexed_text(order, row[5]), text, row[5])
+        self._reindex(order, self._indexed_text(order, row[5]), None if text is None else searched_text(text), row[5])
 
     # -- mentions (middleware.mentions): who each message mentions, written with it --------------
 
@@ -897,11 +973,26 @@ class Store:
                             stamp)
 
     def save_direct(self, rows: Iterable[StoredDirect]) -> None:
-        """Direct messages, each replacing the stored version of its (peer, mid)."""
+        """Direct messages, each replacing the stored version of its (peer, mid); those shown are
+        indexed for search (once)."""
+        saved = list(rows)
         self._db.executemany(
             f"INSERT OR REPLACE INTO direct_messages ({self._DIRECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(r.peer, r.sender, r.seqno, *(r.parent or (None, None)), r.name, r.text, r.sent_at, r.received_at,
-              r.order, r.status, int(r.late), r.stamp) for r in rows])
+              r.order, r.status, int(r.late), r.stamp) for r in saved])
+        if self.indexing:
+            self._index_direct(saved)
+
+    def _index_direct(self, rows: list[StoredDirect]) -> None:
+        """Index the shown ones of ``rows`` (order above 0: not held) not indexed yet."""
+        for r in rows:
+            text = searched_text(r.text) if r.order > 0 else None
+            if text is None:
+                continue
+            cursor = self._db.execute("INSERT OR IGNORE INTO direct_search_rows (peer, sender, seqno) VALUES (?, ?, ?)",
+                                      (r.peer, r.sender, r.seqno))
+            if cursor.rowcount == 1:
+                self._db.execute("INSERT INTO direct_search (rowid, text) VALUES (?, ?)", (cursor.lastrowid, text))
 
     def direct_history(self, peer: str, before: int | None = None, limit: int | None = None) -> list[StoredDirect]:
         """The conversation's shown messages (order above 0) before ``before``: the newest ``limit``, in order."""
