@@ -105,9 +105,12 @@ CREATE TABLE IF NOT EXISTS direct_settings (key TEXT PRIMARY KEY, value BLOB NOT
 # It holds the index alone (content=''): the text stays in the segments, where snippets and
 # results are read from, so it is not stored twice; no per-message sizes (columnsize=0), so a
 # message costs one entry in the terms' doclists and nothing else (bm25 then ranks by how often
-# the words occur, not by the message's length).  automerge=16 merges the index's b-trees less
-# often than the default 4.  Together they halve what indexing adds to storing a message
-# (resources/docs/benchmarks.md).  A contentless index can only forget a text it is handed
+# the words occur, not by the message's length).  Together they halve what indexing adds to storing
+# a message (resources/docs/benchmarks.md).  FTS5 writes each commit's entries as a small b-tree
+# of their own and merges them as it goes (automerge), a third of what indexing adds to a busy
+# peer's commits: here the merging waits for a commit that indexes nothing (an idle peer's:
+# timers, presence), a step of it each, and only a peer busy for MERGE_BACKLOG commits in a
+# row merges as it goes (Store.commit).  A contentless index can only forget a text it is handed
 # back, so message_search_changed keeps the indexed text of the few messages whose current text
 # is not their stored one (edited; NULL when deleted).
 SEARCH_TOKENIZER = "unicode61 remove_diacritics 2"
@@ -115,7 +118,6 @@ SEARCH_SCHEMA = f"""
 CREATE VIRTUAL TABLE message_search USING fts5(
     text, content='', columnsize=0, tokenize = "{SEARCH_TOKENIZER}"
 );
-INSERT INTO message_search (message_search, rank) VALUES ('automerge', 16);
 CREATE TABLE message_search_changed (delivery_order INTEGER PRIMARY KEY, text TEXT);
 """
 # Direct messages have an index of their own, alike, written with their rows (save_direct), in
@@ -131,6 +133,13 @@ CREATE TABLE direct_search_rows (
     UNIQUE (peer, sender, seqno)
 );
 """
+# FTS5's own merging (automerge) as a busy peer's index gets it (16: less often than FTS5's 4,
+# an eighth less indexing cost), and what it merges while idle: a step of about this many pages
+# a commit.  crisismerge bounds the b-trees a level holds meanwhile (FTS5 takes at most 1,999).
+AUTOMERGE = 16
+MERGE_BACKLOG = 1000
+IDLE_MERGE_PAGES = 64
+CRISIS_MERGE = 1999
 RELEVANCE_WINDOW = 10_000
 """A search by relevance ranks the newest this many matches (older ones are found by time order)."""
 SEARCH_BUILD_REPORT = 100_000
@@ -246,6 +255,8 @@ class Store:
         # segments before the index exists, and it is built after them).  Benchmarks switch it off
         # to measure what the index costs; what is stored meanwhile is never found.
         self.indexing = False
+        self._index_written = False  # in the transaction under way
+        self._unmerged_commits = 0  # commits that indexed something since the index was last merged
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version == 2:
             self._migrate_segments()
@@ -266,6 +277,12 @@ class Store:
             self._reindex_offers()
         if not {"direct_search", "direct_search_rows"} <= tables:
             self._build_direct_search_index()
+        self._merging = True  # an index opened may hold b-trees to merge: the first idle commit finds out
+        self._set_automerge(0)
+        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('crisismerge', ?)",
+                         (CRISIS_MERGE,))
+        self._db.commit()
+        self._index_written = False
         self.indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
@@ -325,6 +342,7 @@ class Store:
         self._db.execute("DROP TABLE IF EXISTS message_search_changed")
         for statement in SEARCH_SCHEMA.split(";")[:-1]:
             self._db.execute(statement)
+        self._set_automerge(AUTOMERGE)  # built in one go: merged as it goes
         done = reported = 0
         for _, gid, first_order, rows in self._segments("1", ()):
             self._index_rows(first_order, rows)
@@ -339,9 +357,11 @@ class Store:
     def _index_rows(self, first_order: int, rows: list) -> None:
         """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, ...)
         delivered from ``first_order`` on."""
-        self._db.executemany("INSERT INTO message_search (rowid, text) VALUES (?, ?)",
-                             [(order, text) for order, text in enumerate(map(searched_text, (row[5] for row in rows)),
-                                                                         first_order) if text is not None])
+        entries = [(order, row[5]) for order, row in enumerate(rows, first_order)]
+        if any(text[:1] == "\x00" for _, text in entries):  # operations and file offers: see searched_text
+            entries = [(order, searched) for order, text in entries if (searched := searched_text(text)) is not None]
+        self._db.executemany("INSERT INTO message_search (rowid, text) VALUES (?, ?)", entries)
+        self._index_written = True
 
     def _reindex_offers(self) -> None:
         """A version-3 index holds file offers' whole texts: put their file names in their place."""
@@ -384,12 +404,35 @@ class Store:
         self._db.close()
 
     def commit(self) -> None:
+        if self._index_written:
+            self._unmerged_commits += 1
+            self._merging = True
+            if self._unmerged_commits == MERGE_BACKLOG:  # never idle: merge as it goes, as FTS5 does
+                self._set_automerge(AUTOMERGE)
+        elif self._merging:
+            self._merge_step()
         self._db.commit()
+        self._index_written = False
+
+    def _set_automerge(self, segments: int) -> None:
+        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('automerge', ?)", (segments,))
+
+    def _merge_step(self) -> None:
+        """A step of merging the index's b-trees, in the commit under way; once there is nothing
+        left to merge (FTS5 then changes fewer than two rows), none until the index is written."""
+        before = self._db.total_changes
+        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('merge', ?)", (IDLE_MERGE_PAGES,))
+        if self._db.total_changes - before < 2:
+            self._merging = False
+            if self._unmerged_commits >= MERGE_BACKLOG:
+                self._set_automerge(0)
+            self._unmerged_commits = 0
 
     def rollback(self) -> None:
         """Drop the writes since the last commit (one that failed: a full disk, an I/O error),
         and what this object remembered of them, so the same writes can be tried again."""
         self._db.rollback()
+        self._index_written = False
         self._stored.clear()  # re-read from segment_runs on first use
         self._keys_stored.clear()
         self._decoded.clear()
@@ -856,6 +899,7 @@ class Store:
         """Index ``new`` (None: nothing) for ``order`` in place of ``old``, what the index holds."""
         if old == new:
             return
+        self._index_written = True
         if old is not None:
             self._db.execute("INSERT INTO message_search (message_search, rowid, text) VALUES ('delete', ?, ?)",
                              (order, old))
