@@ -1,7 +1,7 @@
 """Benchmark of the whole stack on a namespace LAN: three peers, one sending.
 
     sudo .venv/bin/python -m m2mc.app.bench.lan [--messages 20000] [--steady-seconds 5] [--mode both] [--rounds 1]
-    sudo .venv/bin/python -m m2mc.app.bench.lan --index-cost [--rounds 3]
+    sudo .venv/bin/python -m m2mc.app.bench.lan --index-cost [--rounds 5] [--fast-rate 6000]
 
 Phase 1 sends as fast as the stack allows; phase 2 sends at a steady 1,000
 msg/s.  Each receiver reports delivered msg/s and the latency from send to
@@ -11,7 +11,10 @@ unicast (middleware/reach.py); ``both`` (the default) runs multicast, then
 unicast, in one run.  ``--index-cost`` measures what the search index costs
 delivery: multicast runs alternate with every peer's index switched off and on,
 and the ratios of the receivers' CPU per message and delivered msg/s are
-printed pair by pair.  Every socket lives in private namespaces made (and
+printed pair by pair.  Its fast phase is sent at --fast-rate (6,000 msg/s by
+default there), so that both runs of a pair deliver in flushes of a like size:
+a run that a busy machine slows delivers in bigger flushes, at less CPU a
+message, which would swamp what is measured.  Every socket lives in private namespaces made (and
 deleted) here.
 """
 
@@ -22,6 +25,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,6 +87,8 @@ async def run_sender(args) -> None:
         manager.send(gid, f"fast {i} {time.time()!r}")
         if i % 50 == 49:
             await asyncio.sleep(0)  # let the batch commit and go out
+            if args.fast_rate:
+                await asyncio.sleep(max(0.0, start + (i + 1) / args.fast_rate - time.perf_counter()))
     fast_seconds = time.perf_counter() - start
     await asyncio.sleep(1.0)
     fast_cpu = [now - then for now, then in zip(cpu_times(), start_cpu)]
@@ -163,10 +169,18 @@ def orchestrate(args) -> int:
 def index_cost(args) -> int:
     """Multicast runs without and with the search index, alternating (the machine's drift falls on
     both); each pair's ratios of the receivers' fast-phase CPU per message and delivered msg/s."""
+    if args.fast_rate is None:
+        args.fast_rate = INDEX_COST_RATE
     cpu_ratios, rate_ratios = [], []
     for _ in range(args.rounds):
-        without = run_mode(args, "multicast", indexed=False)
-        with_index = run_mode(args, "multicast", indexed=True)
+        try:
+            without = run_mode(args, "multicast", indexed=False)
+            with_index = run_mode(args, "multicast", indexed=True)
+        except subprocess.TimeoutExpired:
+            # A receiver that never hears of the group waits for ever (the discovery hang noted in
+            # benchmarks.md): that pair is left out, the others still count.
+            print("a run hung (a receiver never heard of the group): this pair is left out", flush=True)
+            continue
         pair_cpu = [w[1] / wo[1] for w, wo in zip(with_index, without)]
         pair_rate = [w[0] / wo[0] for w, wo in zip(with_index, without)]
         cpu_ratios += pair_cpu
@@ -176,17 +190,20 @@ def index_cost(args) -> int:
               + "; delivered msg/s with/without " + ", ".join(f"{r:.3f}x" for r in pair_rate), flush=True)
     # The fast phase delivers what the sender offers, so msg/s moves with the machine's load
     # more than with the receivers' work: CPU per message is the measure, msg/s a check.
+    if not cpu_ratios:
+        return 1
     print(f"indexing cost, median of {len(cpu_ratios)} receiver pairs: CPU per message "
           f"{(statistics.median(cpu_ratios) - 1) * 100:+.1f} % (target: under +10 %); delivered msg/s "
           f"{(statistics.median(rate_ratios) - 1) * 100:+.1f} %")
     return 0
 
 
+INDEX_COST_RATE = 6000  # msg/s: what both runs of a pair deliver on a busy 2-core machine
+
+
 def run_mode(args, mode: str, indexed: bool = True) -> list[tuple[float, float]]:
     """One run with the receivers reached by ``mode`` (each peer's search index on or off); prints
     its table, returns each receiver's fast-phase (msg/s, CPU µs per message)."""
-    import subprocess
-
     from tests.testbed.netns import Lan
 
     work = Path(tempfile.mkdtemp(prefix="m2mc-bench-lan-"))
@@ -204,14 +221,16 @@ def run_mode(args, mode: str, indexed: bool = True) -> list[tuple[float, float]]
                 "--steady-seconds", str(args.steady_seconds), "--peers", str(args.peers),
                 *(["--profile", str(Path(args.profile).resolve())] if args.profile else []),
                 *([] if indexed else ["--no-index"]),
+                *(["--fast-rate", str(args.fast_rate)] if args.fast_rate else []),
             ])
             for index, address in enumerate(lan.addresses)
         ]
         for proc in procs:
-            proc.wait(timeout=300)
+            proc.wait(timeout=90 + args.messages / 500)  # past the receivers' own deadline
     sender = json.loads((work / "sender.json").read_text())
     print(f"mode {mode}: the receivers are reached by {mode}; search index {'on' if indexed else 'off'}")
-    print(f"3 peers on a namespace LAN; sender: {args.messages:,} messages as fast as possible "
+    print(f"3 peers on a namespace LAN; sender: {args.messages:,} messages "
+          f"{f'at {args.fast_rate:,} msg/s' if args.fast_rate else 'as fast as possible'} "
           f"({args.messages / sender['fast_seconds']:,.0f} msg/s offered), then {sender['steady']:,} at 1,000 msg/s")
     print(f"{'receiver':>9} {'phase':>7} {'delivered':>10} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
     cpu = {"sender": [seconds / args.messages for seconds in sender["fast_cpu"]]}
@@ -245,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index-cost", action="store_true",
                         help="multicast runs with every peer's search index off and on, alternating (see above)")
     parser.add_argument("--no-index", action="store_true", help=argparse.SUPPRESS)  # a peer's role: index off
+    parser.add_argument("--fast-rate", type=int, default=None,
+                        help="send the fast phase at this many msg/s (default: as fast as possible; 6,000 with --index-cost)")
     parser.add_argument("--role", choices=["sender", "receiver"])
     parser.add_argument("--iface")
     parser.add_argument("--data-dir")
