@@ -135,11 +135,14 @@ CREATE TABLE direct_search_rows (
 """
 # FTS5's own merging (automerge) as a busy peer's index gets it (16: less often than FTS5's 4,
 # an eighth less indexing cost), and what it merges while idle: a step of about this many pages
-# a commit.  crisismerge bounds the b-trees a level holds meanwhile (FTS5 takes at most 1,999).
+# a commit.  An index holds at most 2,000 b-trees (past that FTS5 refuses writes as "disk
+# full"): crisismerge merges a level that reaches CRISIS_MERGE at once, above MERGE_BACKLOG's
+# one a commit and far below the limit.  A store opens merging as it goes, as its index may
+# hold a backlog it cannot count (a peer restarted while busy): the first idle commit ends it.
 AUTOMERGE = 16
 MERGE_BACKLOG = 1000
 IDLE_MERGE_PAGES = 64
-CRISIS_MERGE = 1999
+CRISIS_MERGE = 1200
 RELEVANCE_WINDOW = 10_000
 """A search by relevance ranks the newest this many matches (older ones are found by time order)."""
 SEARCH_BUILD_REPORT = 100_000
@@ -277,8 +280,9 @@ class Store:
             self._reindex_offers()
         if not {"direct_search", "direct_search_rows"} <= tables:
             self._build_direct_search_index()
-        self._merging = True  # an index opened may hold b-trees to merge: the first idle commit finds out
-        self._set_automerge(0)
+        self._merging = True
+        self._unmerged_commits = MERGE_BACKLOG
+        self._set_automerge(AUTOMERGE)
         self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('crisismerge', ?)",
                          (CRISIS_MERGE,))
         self._db.commit()

@@ -96,6 +96,7 @@ def delivery_cost(path: Path, flushes: list[list[ChatMessage]], index: str) -> t
     than the wall clock."""
     path.unlink(missing_ok=True)
     store = Store(path)
+    store.commit()  # as a peer's first commits (joining, presence), which index nothing: the index is found merged
     if index == "off":
         store.indexing = False  # what delivery cost before the index
     backlog = store_module.MERGE_BACKLOG
