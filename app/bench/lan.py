@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...middleware import store as store_module
 from ...middleware.manager import Config, GroupManager
 from ...middleware.events import Event, MessagesDelivered
 
@@ -72,9 +73,17 @@ class Recorder:
                 self.fast_cpu_exact.insert(0, self.fast_cpu_exact[0])
 
 
+def index_as_asked(manager: GroupManager, args) -> None:
+    """The peer's search index off (--no-index), or merged as every commit goes (--index-merged:
+    the store's way before merging waited for idle commits)."""
+    manager.store.indexing = not args.no_index
+    if args.index_merged:
+        store_module.MERGE_BACKLOG = 1
+
+
 async def run_sender(args) -> None:
     manager = GroupManager(Config(Path(args.data_dir), name="sender", iface=args.iface, zeroconf=False))
-    manager.store.indexing = not args.no_index
+    index_as_asked(manager, args)
     await manager.start()
     coord = Path(args.coord)
     gid = manager.create_group("benchmark")
@@ -109,7 +118,7 @@ async def run_sender(args) -> None:
 async def run_receiver(args) -> None:
     recorder = Recorder()
     manager = GroupManager(Config(Path(args.data_dir), name=f"receiver{args.index}", iface=args.iface, zeroconf=False), recorder)
-    manager.store.indexing = not args.no_index
+    index_as_asked(manager, args)
     await manager.start()
     coord = Path(args.coord)
     while not (coord / "gid").exists():
@@ -171,11 +180,12 @@ def index_cost(args) -> int:
     both); each pair's ratios of the receivers' fast-phase CPU per message and delivered msg/s."""
     if args.fast_rate is None:
         args.fast_rate = INDEX_COST_RATE
-    cpu_ratios, rate_ratios = [], []
+    cpu_ratios, rate_ratios, merged_ratios = [], [], []
     for _ in range(args.rounds):
         try:
             without = run_mode(args, "multicast", indexed=False)
             with_index = run_mode(args, "multicast", indexed=True)
+            merged = run_mode(args, "multicast", indexed=True, merged=True) if args.merging else []
         except subprocess.TimeoutExpired:
             # A receiver that never hears of the group waits for ever (the discovery hang noted in
             # benchmarks.md): that pair is left out, the others still count.
@@ -188,6 +198,10 @@ def index_cost(args) -> int:
         print("index on/off, per receiver: CPU per message "
               + ", ".join(f"{wo[1]:.1f} -> {w[1]:.1f} µs ({r:.3f}x)" for w, wo, r in zip(with_index, without, pair_cpu))
               + "; delivered msg/s with/without " + ", ".join(f"{r:.3f}x" for r in pair_rate), flush=True)
+        if merged:
+            merged_ratios += [m[1] / wo[1] for m, wo in zip(merged, without)]
+            print("index merged as it goes/off, per receiver: CPU per message "
+                  + ", ".join(f"{m[1] / wo[1]:.3f}x" for m, wo in zip(merged, without)), flush=True)
     # The fast phase delivers what the sender offers, so msg/s moves with the machine's load
     # more than with the receivers' work: CPU per message is the measure, msg/s a check.
     if not cpu_ratios:
@@ -195,13 +209,16 @@ def index_cost(args) -> int:
     print(f"indexing cost, median of {len(cpu_ratios)} receiver pairs: CPU per message "
           f"{(statistics.median(cpu_ratios) - 1) * 100:+.1f} % (target: under +10 %); delivered msg/s "
           f"{(statistics.median(rate_ratios) - 1) * 100:+.1f} %")
+    if merged_ratios:
+        print(f"the index merged as every commit goes, the same pairs: CPU per message "
+              f"{(statistics.median(merged_ratios) - 1) * 100:+.1f} %")
     return 0
 
 
 INDEX_COST_RATE = 6000  # msg/s: what both runs of a pair deliver on a busy 2-core machine
 
 
-def run_mode(args, mode: str, indexed: bool = True) -> list[tuple[float, float]]:
+def run_mode(args, mode: str, indexed: bool = True, merged: bool = False) -> list[tuple[float, float]]:
     """One run with the receivers reached by ``mode`` (each peer's search index on or off); prints
     its table, returns each receiver's fast-phase (msg/s, CPU µs per message)."""
     from tests.testbed.netns import Lan
@@ -221,6 +238,7 @@ def run_mode(args, mode: str, indexed: bool = True) -> list[tuple[float, float]]
                 "--steady-seconds", str(args.steady_seconds), "--peers", str(args.peers),
                 *(["--profile", str(Path(args.profile).resolve())] if args.profile else []),
                 *([] if indexed else ["--no-index"]),
+                *(["--index-merged"] if merged else []),
                 *(["--fast-rate", str(args.fast_rate)] if args.fast_rate else []),
             ])
             for index, address in enumerate(lan.addresses)
@@ -228,7 +246,8 @@ def run_mode(args, mode: str, indexed: bool = True) -> list[tuple[float, float]]
         for proc in procs:
             proc.wait(timeout=90 + args.messages / 500)  # past the receivers' own deadline
     sender = json.loads((work / "sender.json").read_text())
-    print(f"mode {mode}: the receivers are reached by {mode}; search index {'on' if indexed else 'off'}")
+    print(f"mode {mode}: the receivers are reached by {mode}; search index "
+          f"{'merged as it goes' if merged else 'on' if indexed else 'off'}")
     print(f"3 peers on a namespace LAN; sender: {args.messages:,} messages "
           f"{f'at {args.fast_rate:,} msg/s' if args.fast_rate else 'as fast as possible'} "
           f"({args.messages / sender['fast_seconds']:,.0f} msg/s offered), then {sender['steady']:,} at 1,000 msg/s")
@@ -264,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index-cost", action="store_true",
                         help="multicast runs with every peer's search index off and on, alternating (see above)")
     parser.add_argument("--no-index", action="store_true", help=argparse.SUPPRESS)  # a peer's role: index off
+    parser.add_argument("--index-merged", action="store_true", help=argparse.SUPPRESS)  # ... merged as it goes
+    parser.add_argument("--merging", action="store_true",
+                        help="with --index-cost, a third run a round: the index merged as every commit goes")
     parser.add_argument("--fast-rate", type=int, default=None,
                         help="send the fast phase at this many msg/s (default: as fast as possible; 6,000 with --index-cost)")
     parser.add_argument("--role", choices=["sender", "receiver"])
