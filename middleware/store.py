@@ -368,14 +368,19 @@ class Store:
         self._index_written = True
 
     def _reindex_offers(self) -> None:
-        """A version-3 index holds file offers' whole texts: put their file names in their place."""
+        """A version-3 index holds file offers' whole texts: put their file names in their place.
+        Only where it does: an older build that opened a version-4 store set it back to 3, and a
+        contentless index handed a text it does not hold is damaged.  An offer's JSON has the words
+        of its keys, which a file name alone hardly does."""
         marker = FILE_MARKER.encode()
         changed = {order for (order,) in self._db.execute("SELECT delivery_order FROM message_search_changed")}
         for first_order, blob in self._db.execute("SELECT first_order, messages FROM segments").fetchall():
             if marker not in blob:  # most segments: no decoding
                 continue
             for order, row in enumerate(msgpack.unpackb(blob, raw=False)[0], first_order):
-                if row[5].startswith(FILE_MARKER) and order not in changed:
+                if row[5].startswith(FILE_MARKER) and order not in changed and self._db.execute(
+                        "SELECT 1 FROM message_search WHERE message_search MATCH 'mime sha256 chunk root' AND rowid = ?",
+                        (order,)).fetchone():
                     self._reindex(order, row[5], searched_text(row[5]), row[5])
         self._db.commit()
 

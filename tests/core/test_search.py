@@ -402,7 +402,7 @@ def test_an_index_that_held_offers_json_holds_their_names_after_open(tmp_path):
     store = Store(path)
     store.add_messages([ChatMessage("g0", ("p1", n), None, "n", text, NOW, NOW, 0, b"s", b"k")
                         for n, text in enumerate([offer_text("old report.pdf"), "plain words",
-                                                  offer_text("edited.pdf")], 1)])
+                                                  offer_text("edited.pdf"), offer_text("spare sheet.ods")], 1)])
     store.set_search_text("g0", ("p1", 3), "renamed text")
     store.commit()
     store._db.execute("INSERT INTO message_search (message_search, rowid, text) VALUES ('delete', 1, ?)",
@@ -419,6 +419,15 @@ def test_an_index_that_held_offers_json_holds_their_names_after_open(tmp_path):
     store.commit()
     assert store.search("report") == []
     assert store._db.execute("INSERT INTO message_search (message_search) VALUES ('integrity-check')")
+    store._db.execute("PRAGMA user_version = 3")  # as an older build sets it, opening a store that holds names
+    store.commit()
+    store.close()
+    store = Store(path)
+    assert [h.mid for h in store.search("renamed")] == [("p1", 3)] and store.search("chunk") == []
+    store._db.execute("INSERT INTO message_search (message_search) VALUES ('integrity-check')")
+    store.set_search_text("g0", ("p1", 4), None)  # hands back the name: the index must hold just that
+    store.commit()
+    assert store.search("spare") == [] and store.search("sheet") == []
     store.close()
 
 
