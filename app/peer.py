@@ -251,12 +251,13 @@ class JsonRpcPeer:
             found = self.running.search(
                 query, gid=_optional_str(params, "gid"), sender=_optional_str(params, "sender"),
                 since=_optional_time(params, "since"), until=_optional_time(params, "until"), limit=limit + 1,
-                offset=offset, by_time=order == "time")
+                offset=offset, by_time=order == "time", direct=True)
         except SearchQueryError as exc:
             raise RpcError(INVALID_PARAMS, f"bad search query {query[:200]!r}: {exc} (use words, \"phrases\", "
                                            "prefix*, AND, OR, NOT; put other characters inside double quotes)") from None
         results = [{"gid": hit.gid, "mid": format_mid(hit.mid), "sender": hit.mid[0], "sent_at": iso_millis(hit.sent_at),
-                    "order": hit.order, "snippet": hit.snippet, "thread_root": format_mid(root)}
+                    "order": hit.order, "snippet": hit.snippet, "thread_root": format_mid(root),
+                    **({"direct": True, "peer": hit.peer} if hit.peer is not None else {})}
                    for hit, root in found[:limit]]
         return {"results": results, "cursor": str(offset + limit) if len(found) > limit else None}
 

@@ -20,11 +20,11 @@ from .chatops import OP_MARKER
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .addresses import Endpoint
-from .direct import StoredDirect
+from .direct import StoredDirect, conversation_id
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit, StoredThread,
-                        in_branch, merged_read_marks, plain_match)
+                        in_branch, merged_read_marks, plain_match, searched_text)
 from .rangeset import RangeSet
-from .types import ChatMessage, Mid
+from .types import ChatMessage, Mid, shown_sent_at
 
 _MISSING = object()
 
@@ -255,19 +255,35 @@ class MemoryStore:
         matches = plain_match(query)
         hits = []
         for message in reversed(self.history(gid)):
-            text = self._search_text.get((message.gid, message.mid), message.text)
-            if text is None or text.startswith(OP_MARKER) or (sender is not None and message.mid[0] != sender) \
+            edited = self._search_text.get((message.gid, message.mid), message.text)
+            text = None if edited is None else searched_text(edited)
+            if text is None or (sender is not None and message.mid[0] != sender) \
                     or (since is not None and message.shown_at < since) \
                     or (until is not None and message.shown_at > until):
                 continue
-            spans = matches(text)
-            if spans:
-                snippet, last = "", 0
-                for start, end in spans:
-                    snippet += text[last:start] + MATCH_START + text[start:end] + MATCH_END
-                    last = end
-                hits.append(SearchHit(message.gid, message.mid, message.order, message.shown_at,
-                                      snippet + text[last:]))
+            snippet = _marked(text, matches(text))
+            if snippet is not None:
+                hits.append(SearchHit(message.gid, message.mid, message.order, message.shown_at, snippet))
+        return hits[offset:offset + limit]
+
+    def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,
+                      since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
+                      by_time: bool = False) -> list[SearchHit]:
+        """A scan of the direct messages shown, newest first by shown time in both orders."""
+        matches = plain_match(query)
+        me = self.identity().pid
+        hits = []
+        for row in self._direct.values():
+            shown_at = shown_sent_at(row.sent_at, row.received_at)
+            text = searched_text(row.text) if row.order > 0 else None
+            if text is None or (peer is not None and row.peer != peer) or (sender is not None and row.sender != sender) \
+                    or (since is not None and shown_at < since) or (until is not None and shown_at > until):
+                continue
+            snippet = _marked(text, matches(text))
+            if snippet is not None:
+                hits.append(SearchHit(conversation_id(me, row.peer), row.mid, row.order, shown_at, snippet,
+                                      peer=row.peer))
+        hits.sort(key=lambda hit: hit.sent_at, reverse=True)
         return hits[offset:offset + limit]
 
     def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
@@ -330,6 +346,17 @@ class MemoryStore:
 
     def set_direct_setting(self, key: str, value: bytes) -> None:
         self._put(self._direct_settings, key, value)
+
+
+def _marked(text: str, spans: list[tuple[int, int]]) -> str | None:
+    """``text`` with each of ``spans`` between MATCH_START and MATCH_END; None without spans."""
+    if not spans:
+        return None
+    snippet, last = "", 0
+    for start, end in spans:
+        snippet += text[last:start] + MATCH_START + text[start:end] + MATCH_END
+        last = end
+    return snippet + text[last:]
 
 
 def _as_peer_store(store: MemoryStore) -> PeerStore:

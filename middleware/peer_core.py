@@ -28,6 +28,7 @@ with a hand-set clock through crashes.
 from __future__ import annotations
 
 import functools
+import heapq
 import logging
 import random
 import sqlite3
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Sequence, cast
 
 from . import crypto, names, rules, wire
-from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect
+from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect, conversation_id
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from .chatops import OP_MARKER, GroupOperations, is_operation
@@ -424,14 +425,45 @@ class PeerCore:
         return self.store.message_count(gid)
 
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None, since: int | None = None,
-               until: int | None = None, limit: int = 20, offset: int = 0,
-               by_time: bool = False) -> list[tuple[SearchHit, Mid]]:
-        """Messages matching ``query`` (PeerStore.search), each with its thread's root."""
-        if gid is not None:
-            self.known(gid)
-        hits = self.store.search(query, gid=gid, sender=sender, since=since, until=until, limit=limit,
-                                 offset=offset, by_time=by_time)
-        return [(hit, self.thread_root(hit.gid, hit.mid)) for hit in hits]
+               until: int | None = None, limit: int = 20, offset: int = 0, by_time: bool = False,
+               direct: bool = False) -> list[tuple[SearchHit, Mid]]:
+        """Messages matching ``query`` (PeerStore.search), each with its thread's root: in every
+        group, and with ``direct`` every direct conversation too; or in the one group or
+        conversation (``dm:<pid>:<pid>``) ``gid`` names."""
+        groups = functools.partial(self.store.search, query, sender=sender, since=since, until=until, by_time=by_time)
+        conversations = functools.partial(self.store.search_direct, query, sender=sender, since=since, until=until,
+                                          by_time=by_time)
+        if gid is not None and gid.startswith("dm:"):
+            hits = conversations(peer=self._conversation_peer(gid), limit=limit, offset=offset)
+        elif gid is not None or not direct:
+            if gid is not None:
+                self.known(gid)
+            hits = groups(gid=gid, limit=limit, offset=offset)
+        else:
+            # Both lists in one order (relevance: bm25 of each index; time: newest shown first),
+            # merged: a page is the same slice of the merge whatever pages were asked before.
+            merged = heapq.merge(groups(limit=offset + limit), conversations(limit=offset + limit),
+                                 key=(lambda hit: -hit.sent_at) if by_time else (lambda hit: hit.rank))
+            hits = list(merged)[offset:offset + limit]
+        return [(hit, self._direct_root(hit.peer, hit.mid) if hit.peer is not None else self.thread_root(hit.gid, hit.mid))
+                for hit in hits]
+
+    def _conversation_peer(self, conversation: str) -> str:
+        """The other party of a direct conversation named as exports name it (``dm:<pid>:<pid>``)."""
+        pids = conversation.split(":")[1:]
+        if len(pids) != 2 or self.pid not in pids or conversation_id(*pids) != conversation:
+            raise UsageError(f"no direct conversation {conversation} of this peer (dm:<pid>:<pid>, the pids sorted)")
+        return pids[0] if pids[1] == self.pid else pids[1]
+
+    def _direct_root(self, peer: str, mid: Mid) -> Mid:
+        """The first message of ``mid``'s thread in the conversation with ``peer``."""
+        root = mid
+        for _ in range(100_000):  # as thread_root
+            found = self.store.direct_message(peer, root)
+            if found is None or found.parent is None:
+                return root
+            root = found.parent
+        return root
 
     def thread_root(self, gid: str, mid: Mid) -> Mid:
         """The message that starts ``mid``'s thread (the store keeps each message's root)."""

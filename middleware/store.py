@@ -31,9 +31,10 @@ from .crypto import Identity
 from .gjlp import GroupRecord
 from .mentions import mentioned_pids
 from .rangeset import RangeSet
-from .direct import StoredDirect
+from .direct import StoredDirect, conversation_id
+from .files import FILE_MARKER
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
-                        SearchQueryError, StoredThread, in_branch, merged_read_marks)
+                        SearchQueryError, StoredThread, in_branch, merged_read_marks, searched_text)
 from .types import ChatMessage, Mid, shown_sent_at
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,10 @@ log = logging.getLogger(__name__)
 # Both are added in place (no version number: the columns and tables are looked for).
 # Direct messages (middleware.direct) have tables of their own, a row per message keyed by
 # conversation and mid, found in delivery order by an index; made where missing, like the rest.
+# Version 3 indexed a file offer's whole text (its JSON) for search, version 4 its file name.
 # Version 2 kept the proofs whole; version 1 kept a row per message in delivery order;
 # version 0 also stored the key in every row.  All are migrated in place.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS groups (
@@ -103,9 +105,12 @@ CREATE TABLE IF NOT EXISTS direct_settings (key TEXT PRIMARY KEY, value BLOB NOT
 # It holds the index alone (content=''): the text stays in the segments, where snippets and
 # results are read from, so it is not stored twice; no per-message sizes (columnsize=0), so a
 # message costs one entry in the terms' doclists and nothing else (bm25 then ranks by how often
-# the words occur, not by the message's length).  automerge=16 merges the index's b-trees less
-# often than the default 4.  Together they halve what indexing adds to storing a message
-# (resources/docs/benchmarks.md).  A contentless index can only forget a text it is handed
+# the words occur, not by the message's length).  Together they halve what indexing adds to storing
+# a message (resources/docs/benchmarks.md).  FTS5 writes each commit's entries as a small b-tree
+# of their own and merges them as it goes (automerge), a third of what indexing adds to a busy
+# peer's commits: here the merging waits for a commit that indexes nothing (an idle peer's:
+# timers, presence), a step of it each, and only a peer busy for MERGE_BACKLOG commits in a
+# row merges as it goes (Store.commit).  A contentless index can only forget a text it is handed
 # back, so message_search_changed keeps the indexed text of the few messages whose current text
 # is not their stored one (edited; NULL when deleted).
 SEARCH_TOKENIZER = "unicode61 remove_diacritics 2"
@@ -113,7 +118,6 @@ SEARCH_SCHEMA = f"""
 CREATE VIRTUAL TABLE message_search USING fts5(
     text, content='', columnsize=0, tokenize = "{SEARCH_TOKENIZER}"
 );
-INSERT INTO message_search (message_search, rank) VALUES ('automerge', 16);
 CREATE TABLE message_search_changed (delivery_order INTEGER PRIMARY KEY, text TEXT);
 """
 # Threads: a row per thread (its root's delivery order, its reply count and its latest message's
@@ -136,6 +140,29 @@ INSERT INTO threads_upto VALUES (0, 0);
 """
 THREAD_ROOTS_CACHED = 100_000
 """Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
+# Direct messages have an index of their own, alike, written with their rows (save_direct), in
+# the same transaction.  Their rows have no integer key, so direct_search_rows gives each shown
+# message one (the index's rowid) when it is first indexed; a message saved again as its status
+# changes is not indexed twice.  Direct messages are never edited, so nothing is kept aside.
+DIRECT_SEARCH_SCHEMA = f"""
+CREATE VIRTUAL TABLE direct_search USING fts5(
+    text, content='', columnsize=0, tokenize = "{SEARCH_TOKENIZER}"
+);
+CREATE TABLE direct_search_rows (
+    row INTEGER PRIMARY KEY, peer TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
+    UNIQUE (peer, sender, seqno)
+);
+"""
+# FTS5's own merging (automerge) as a busy peer's index gets it (16: less often than FTS5's 4,
+# an eighth less indexing cost), and what it merges while idle: a step of about this many pages
+# a commit.  An index holds at most 2,000 b-trees (past that FTS5 refuses writes as "disk
+# full"): crisismerge merges a level that reaches CRISIS_MERGE at once, above MERGE_BACKLOG's
+# one a commit and far below the limit.  A store opens merging as it goes, as its index may
+# hold a backlog it cannot count (a peer restarted while busy): the first idle commit ends it.
+AUTOMERGE = 16
+MERGE_BACKLOG = 1000
+IDLE_MERGE_PAGES = 64
+CRISIS_MERGE = 1200
 RELEVANCE_WINDOW = 10_000
 """A search by relevance ranks the newest this many matches (older ones are found by time order)."""
 SEARCH_BUILD_REPORT = 100_000
@@ -210,6 +237,14 @@ def _segment_rows_at(blob: bytes, indexes: list[int], first_order: int) -> dict[
         unpacker.skip()
     proofs = crypto.expand_proofs(unpacker.unpack())
     return {first_order + index: (*row, proofs[index]) for index, row in rows.items()}
+def _query_error(exc: sqlite3.OperationalError) -> Exception:
+    """A search's error: SearchQueryError for a query FTS5 cannot parse, which it reports as an
+    OperationalError ("fts5: syntax error near ...", "no such column: ..."), else the disk's own."""
+    message = str(exc)
+    if any(sign in message for sign in ("fts5", "no such column", "unterminated", "malformed MATCH",
+                                        "special query")):
+        return SearchQueryError(message)
+    return exc
 
 
 def _decode_segment(blob: bytes) -> list[tuple]:
@@ -257,8 +292,14 @@ class Store:
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = _Checkpointer(self.path)
         self._packer = msgpack.Packer(use_bin_type=True)
-        self._indexing = False  # migrations write segments before the index exists: it is built after them
-        if self._db.execute("PRAGMA user_version").fetchone()[0] == 2:
+        # Whether stored messages go into the search index: always once open (migrations write
+        # segments before the index exists, and it is built after them).  Benchmarks switch it off
+        # to measure what the index costs; what is stored meanwhile is never found.
+        self.indexing = False
+        self._index_written = False  # in the transaction under way
+        self._unmerged_commits = 0  # commits that indexed something since the index was last merged
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 2:
             self._migrate_segments()
         self._migrate()
         tables_before = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -278,7 +319,18 @@ class Store:
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"message_search", "message_search_changed"} <= tables:
             self._build_search_index()  # no index, or one that kept a copy of the text
-        self._indexing = True
+        elif version < 4:
+            self._reindex_offers()
+        if not {"direct_search", "direct_search_rows"} <= tables:
+            self._build_direct_search_index()
+        self._merging = True
+        self._unmerged_commits = MERGE_BACKLOG
+        self._set_automerge(AUTOMERGE)
+        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('crisismerge', ?)",
+                         (CRISIS_MERGE,))
+        self._db.commit()
+        self._index_written = False
+        self.indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
         self._keys_stored: set[str] = set()
@@ -294,6 +346,7 @@ class Store:
         self._roots: dict[tuple[str, Mid], int] = {}  # (gid, mid) -> its thread root's order, recent ones
         if not {"threads", "thread_replies", "threads_upto"} <= tables:
             self._build_threads()
+        self._db.create_function("search_shown_at", 2, shown_sent_at, deterministic=True)
 
     def _migrate(self) -> None:
         """Bring a version-0 or version-1 database (a row per message) to the current schema."""
@@ -339,6 +392,7 @@ class Store:
         self._db.execute("DROP TABLE IF EXISTS message_search_changed")
         for statement in SEARCH_SCHEMA.split(";")[:-1]:
             self._db.execute(statement)
+        self._set_automerge(AUTOMERGE)  # built in one go: merged as it goes
         done = reported = 0
         for _, gid, first_order, rows in self._segments("1", ()):
             self._index_rows(first_order, rows)
@@ -407,9 +461,37 @@ class Store:
     def _index_rows(self, first_order: int, rows: list) -> None:
         """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, ...)
         delivered from ``first_order`` on."""
-        self._db.executemany("INSERT INTO message_search (rowid, text) VALUES (?, ?)",
-                             [(order, row[5]) for order, row in enumerate(rows, first_order)
-                              if not row[5].startswith(OP_MARKER)])
+        entries = [(order, row[5]) for order, row in enumerate(rows, first_order)]
+        if any(text[:1] == "\x00" for _, text in entries):  # operations and file offers: see searched_text
+            entries = [(order, searched) for order, text in entries if (searched := searched_text(text)) is not None]
+        self._db.executemany("INSERT INTO message_search (rowid, text) VALUES (?, ?)", entries)
+        self._index_written = True
+
+    def _reindex_offers(self) -> None:
+        """A version-3 index holds file offers' whole texts: put their file names in their place.
+        Only where it does: an older build that opened a version-4 store set it back to 3, and a
+        contentless index handed a text it does not hold is damaged.  An offer's JSON has the words
+        of its keys, which a file name alone hardly does."""
+        marker = FILE_MARKER.encode()
+        changed = {order for (order,) in self._db.execute("SELECT delivery_order FROM message_search_changed")}
+        for first_order, blob in self._db.execute("SELECT first_order, messages FROM segments").fetchall():
+            if marker not in blob:  # most segments: no decoding
+                continue
+            for order, row in enumerate(msgpack.unpackb(blob, raw=False)[0], first_order):
+                if row[5].startswith(FILE_MARKER) and order not in changed and self._db.execute(
+                        "SELECT 1 FROM message_search WHERE message_search MATCH 'mime sha256 chunk root' AND rowid = ?",
+                        (order,)).fetchone():
+                    self._reindex(order, row[5], searched_text(row[5]), row[5])
+        self._db.commit()
+
+    def _build_direct_search_index(self) -> None:
+        """Index the direct messages stored before their index was (in one transaction)."""
+        self._db.execute("BEGIN")
+        for statement in DIRECT_SEARCH_SCHEMA.split(";")[:-1]:
+            self._db.execute(statement)
+        self._index_direct([self._direct_row(row) for row in self._db.execute(
+            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE ord > 0 ORDER BY received_at")])
+        self._db.commit()
 
     def _migrate_segments(self) -> None:
         """Version 2 kept each proof whole inside its segment's rows: write them compactly."""
@@ -431,12 +513,35 @@ class Store:
         self._db.close()
 
     def commit(self) -> None:
+        if self._index_written:
+            self._unmerged_commits += 1
+            self._merging = True
+            if self._unmerged_commits == MERGE_BACKLOG:  # never idle: merge as it goes, as FTS5 does
+                self._set_automerge(AUTOMERGE)
+        elif self._merging:
+            self._merge_step()
         self._db.commit()
+        self._index_written = False
+
+    def _set_automerge(self, segments: int) -> None:
+        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('automerge', ?)", (segments,))
+
+    def _merge_step(self) -> None:
+        """A step of merging the index's b-trees, in the commit under way; once there is nothing
+        left to merge (FTS5 then changes fewer than two rows), none until the index is written."""
+        before = self._db.total_changes
+        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('merge', ?)", (IDLE_MERGE_PAGES,))
+        if self._db.total_changes - before < 2:
+            self._merging = False
+            if self._unmerged_commits >= MERGE_BACKLOG:
+                self._set_automerge(0)
+            self._unmerged_commits = 0
 
     def rollback(self) -> None:
         """Drop the writes since the last commit (one that failed: a full disk, an I/O error),
         and what this object remembered of them, so the same writes can be tried again."""
         self._db.rollback()
+        self._index_written = False
         self._stored.clear()  # re-read from segment_runs on first use
         self._keys_stored.clear()
         self._decoded.clear()
@@ -624,7 +729,7 @@ class Store:
             (gid, first_order, len(rows), self._packer.pack([rows, crypto.compact_proofs(proofs)])),
         )
         segment = cursor.lastrowid
-        if self._indexing:
+        if self.indexing:
             self._index_rows(first_order, rows)
         seqnos: dict[str, list[int]] = {}
         for row in rows:
@@ -754,8 +859,7 @@ class Store:
         (first_order,) = self._db.execute("SELECT first_order FROM segments WHERE segment = ?", (segment,)).fetchone()
         for order, row in enumerate(rows, first_order):
             if (row[0], row[1]) == (message.sender, message.seqno):
-                self._reindex(order, self._indexed_text(order, row[5]),
-                              None if message.text.startswith(OP_MARKER) else message.text, message.text)
+                self._reindex(order, self._indexed_text(order, row[5]), searched_text(message.text), message.text)
                 parent_sender, parent_seqno = message.parent or (None, None)
                 row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
                 row[8] = message.sig
@@ -904,7 +1008,7 @@ class Store:
             if value is not None:
                 where += f" AND {test}"
                 args.append(value)
-        order = "rowid DESC" if by_time else "rank, rowid DESC"
+        order, rank = ("rowid DESC", "0.0") if by_time else ("rank, rowid DESC", "rank")
         try:
             if not by_time:
                 # Ranking scores every match: a common word's 300,000 take half a second.  Only the
@@ -915,22 +1019,47 @@ class Store:
                 if oldest is not None:
                     where += " AND rowid >= ?"
                     args.append(oldest[0])
-            orders = [row[0] for row in self._db.execute(
-                f"SELECT rowid FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
-                [*args, limit, offset])]
+            ranks = dict(self._db.execute(
+                f"SELECT rowid, {rank} FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+                [*args, limit, offset]).fetchall())
         except sqlite3.OperationalError as exc:
-            # FTS5 reports a query it cannot parse as an OperationalError ("fts5: syntax error near
-            # ...", "no such column: ..."); the disk's own errors are not of that kind.
-            message = str(exc)
-            if any(sign in message for sign in ("fts5", "no such column", "unterminated", "malformed MATCH",
-                                                "special query")):
-                raise SearchQueryError(message) from None
-            raise
-        found = [(order, self._message_at(order)) for order in orders]
+            raise _query_error(exc) from None
+        found = [(order, self._message_at(order)) for order in ranks]
         messages = {order: (at[0], at[1], self._indexed_text(order, at[1][5])) for order, at in found if at}
         snippets = self._snippets.of(query, {order: text or "" for order, (_, _, text) in messages.items()})
-        return [SearchHit(g, (row[0], row[1]), order, shown_sent_at(row[6], row[7]), snippets[order])
-                for order, (g, row, _) in messages.items()]
+        return [SearchHit(g, (row[0], row[1]), order, shown_sent_at(row[6], row[7]), snippets[order],
+                          rank=ranks[order]) for order, (g, row, _) in messages.items()]
+
+    def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,
+                      since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
+                      by_time: bool = False) -> list[SearchHit]:
+        """Matches of ``query`` among the direct messages shown, best first or, ``by_time``, newest
+        first by shown time.  Conversations hold far fewer messages than groups: filters and the
+        time order are worked out over every match."""
+        where = "direct_search MATCH ?"
+        args: list = [query]
+        for test, value in (("r.peer = ?", peer), ("r.sender = ?", sender),
+                            ("search_shown_at(m.sent_at, m.received_at) >= ?", since),
+                            ("search_shown_at(m.sent_at, m.received_at) <= ?", until)):
+            if value is not None:
+                where += f" AND {test}"
+                args.append(value)
+        order, rank = (("search_shown_at(m.sent_at, m.received_at) DESC, direct_search.rowid DESC", "0.0")
+                       if by_time else ("direct_search.rank, direct_search.rowid DESC", "direct_search.rank"))
+        try:
+            found = self._db.execute(
+                f"SELECT direct_search.rowid, {rank}, {', '.join('m.' + c for c in self._DIRECT_COLUMNS.split(', '))} "
+                "FROM direct_search JOIN direct_search_rows r ON r.row = direct_search.rowid "
+                "JOIN direct_messages m ON m.peer = r.peer AND m.sender = r.sender AND m.seqno = r.seqno "
+                f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise _query_error(exc) from None
+        rows = {row: (rank_of, self._direct_row(stored)) for row, rank_of, *stored in found}
+        snippets = self._snippets.of(query, {row: searched_text(stored.text) or "" for row, (_, stored) in rows.items()})
+        me = self.identity().pid
+        return [SearchHit(conversation_id(me, stored.peer), stored.mid, stored.order,
+                          shown_sent_at(stored.sent_at, stored.received_at), snippets[row], peer=stored.peer,
+                          rank=rank_of) for row, (rank_of, stored) in rows.items()]
 
     def _message_at(self, order: int) -> tuple[str, tuple] | None:
         """(gid, row without its proof) of the message delivered as ``order``."""
@@ -963,18 +1092,19 @@ class Store:
                                    (order,)).fetchone()
         if changed is not None:
             return changed[0]
-        return None if stored_text.startswith(OP_MARKER) else stored_text
+        return searched_text(stored_text)
 
     def _reindex(self, order: int, old: str | None, new: str | None, stored_text: str) -> None:
         """Index ``new`` (None: nothing) for ``order`` in place of ``old``, what the index holds."""
         if old == new:
             return
+        self._index_written = True
         if old is not None:
             self._db.execute("INSERT INTO message_search (message_search, rowid, text) VALUES ('delete', ?, ?)",
                              (order, old))
         if new is not None:
             self._db.execute("INSERT INTO message_search (rowid, text) VALUES (?, ?)", (order, new))
-        if new == (None if stored_text.startswith(OP_MARKER) else stored_text):
+        if new == searched_text(stored_text):
             self._db.execute("DELETE FROM message_search_changed WHERE delivery_order = ?", (order,))
         else:
             self._db.execute("INSERT OR REPLACE INTO message_search_changed VALUES (?, ?)", (order, new))
@@ -984,7 +1114,7 @@ class Store:
         if not found:
             return
         order, row = found[0]
-        self._reindex(order, self._indexed_text(order, row[5]), text, row[5])
+        self._reindex(order, self._indexed_text(order, row[5]), None if text is None else searched_text(text), row[5])
 
     # -- mentions (middleware.mentions): who each message mentions, written with it --------------
 
@@ -1087,11 +1217,26 @@ class Store:
                             stamp)
 
     def save_direct(self, rows: Iterable[StoredDirect]) -> None:
-        """Direct messages, each replacing the stored version of its (peer, mid)."""
+        """Direct messages, each replacing the stored version of its (peer, mid); those shown are
+        indexed for search (once)."""
+        saved = list(rows)
         self._db.executemany(
             f"INSERT OR REPLACE INTO direct_messages ({self._DIRECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(r.peer, r.sender, r.seqno, *(r.parent or (None, None)), r.name, r.text, r.sent_at, r.received_at,
-              r.order, r.status, int(r.late), r.stamp) for r in rows])
+              r.order, r.status, int(r.late), r.stamp) for r in saved])
+        if self.indexing:
+            self._index_direct(saved)
+
+    def _index_direct(self, rows: list[StoredDirect]) -> None:
+        """Index the shown ones of ``rows`` (order above 0: not held) not indexed yet."""
+        for r in rows:
+            text = searched_text(r.text) if r.order > 0 else None
+            if text is None:
+                continue
+            cursor = self._db.execute("INSERT OR IGNORE INTO direct_search_rows (peer, sender, seqno) VALUES (?, ?, ?)",
+                                      (r.peer, r.sender, r.seqno))
+            if cursor.rowcount == 1:
+                self._db.execute("INSERT INTO direct_search (rowid, text) VALUES (?, ?)", (cursor.lastrowid, text))
 
     def direct_history(self, peer: str, before: int | None = None, limit: int | None = None) -> list[StoredDirect]:
         """The conversation's shown messages (order above 0) before ``before``: the newest ``limit``, in order."""

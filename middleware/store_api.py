@@ -24,7 +24,9 @@ from typing import Callable, Iterable, Iterator, Protocol
 from . import wire
 from .addresses import Endpoint
 from .crypto import Identity
+from .chatops import OP_MARKER
 from .direct import StoredDirect
+from .files import FILE_MARKER, OfferError, parse_offer
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
 from .types import ChatMessage, Mid, UsageError
@@ -46,11 +48,13 @@ SNIPPET_TOKENS = 16
 class SearchHit:
     """One message a search found: where it is, who wrote it when, and its text around the matches."""
 
-    gid: str
+    gid: str  # a direct message's: its conversation, dm:<pid>:<pid> (middleware.direct.conversation_id)
     mid: Mid
-    order: int
+    order: int  # in its group's (or conversation's) delivery order
     sent_at: int  # ms since the epoch, as readers are shown it (ChatMessage.shown_at)
     snippet: str
+    peer: str | None = None  # a direct message's other party; None in a group
+    rank: float = 0.0  # FTS5's bm25 (lower is better) in a search by relevance, else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +171,13 @@ class PeerStore(Protocol):
         time (ms, inclusive).  SearchQueryError for a query that does not parse."""
         ...
 
+    def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,
+                      since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
+                      by_time: bool = False) -> list[SearchHit]:
+        """As :meth:`search`, over the direct messages shown (all conversations, or the one with
+        ``peer``); newest first by shown time with ``by_time``.  Each hit has ``peer`` set."""
+        ...
+
     def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
         """The text ``mid`` is found by from now on (an edit's), or None to find it no more (deleted)."""
         ...
@@ -243,6 +254,22 @@ def merged_read_marks(marks: list[tuple[int, int]], ranges: Iterable[tuple[int, 
         keep = result[-(max_ranges - 1):]
         result = RangeSet.from_ranges([(0, keep[0][0] - 1)] + keep).ranges()
     return result
+
+
+def searched_text(text: str) -> str | None:
+    """What the search index holds for a message's text: the text; a file offer's file name alone
+    (its JSON's hashes and fields would match queries and show in snippets); None for an operation
+    (an edit, reaction...: the text it changes is what is found)."""
+    if not text.startswith("\x00"):  # both markers start so: a plain text costs one test
+        return text
+    if text.startswith(OP_MARKER):
+        return None
+    if text.startswith(FILE_MARKER):
+        try:
+            return parse_offer(text).name
+        except OfferError:
+            return None  # shown as a broken offer, not as its text
+    return text
 
 
 def _is_token_char(char: str) -> bool:

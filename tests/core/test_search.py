@@ -12,6 +12,8 @@ import pytest
 
 from m2mc.app import peer as peer_module
 from m2mc.app.peer import INVALID_PARAMS, APP_ERROR, JsonRpcPeer
+from m2mc.middleware.direct import StoredDirect, conversation_id
+from m2mc.middleware.files import FileOffer
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.store import Store
@@ -323,4 +325,169 @@ def test_relevance_ranks_only_the_newest_matches(tmp_path, monkeypatch):
     monkeypatch.setattr(store_module, "RELEVANCE_WINDOW", 5)
     assert {h.order for h in store.search("word", limit=100)} == {16, 17, 18, 19, 20}
     assert len(store.search("word", limit=100, by_time=True)) == 20
+    store.close()
+
+
+# -- direct messages, file offers ----------------------------------------------------------
+
+PEER = "b" * 64
+
+
+def direct(seqno: int, text: str, *, sender: str = PEER, order: int | None = None, status: str = "received",
+           parent=None, at: int = NOW) -> StoredDirect:
+    return StoredDirect(PEER, sender, seqno, parent, "n", text, at + seqno, at + seqno,
+                        seqno if order is None else order, status, False, b"")
+
+
+def test_direct_messages_are_found_once_shown_with_their_conversation(store):
+    me = store.identity().pid
+    store.save_direct([direct(1, "the café opens at nine", order=0, status="held")])  # held: not shown yet
+    assert store.search_direct("cafe") == []
+    store.save_direct([direct(1, "the café opens at nine"), direct(2, "which cafe?", sender=me, status="sent")])
+    store.save_direct([direct(2, "which cafe?", sender=me, status="delivered")])  # a status change: found once
+    store.commit()
+    hits = store.search_direct("cafe", by_time=True)
+    assert [h.mid for h in hits] == [(me, 2), (PEER, 1)]
+    assert {(h.gid, h.peer) for h in hits} == {(conversation_id(me, PEER), PEER)}
+    assert hits[1].snippet == f"the {MATCH_START}café{MATCH_END} opens at nine" and hits[1].sent_at == NOW + 1
+    assert [h.mid for h in store.search_direct("cafe", sender=me)] == [(me, 2)]
+    assert store.search_direct("cafe", peer="c" * 64) == []
+    assert [h.mid for h in store.search_direct("cafe", since=NOW + 2)] == [(me, 2)]
+    assert [h.mid for h in store.search_direct("cafe", until=NOW + 1)] == [(PEER, 1)]
+    assert [h.mid for h in store.search_direct("cafe", by_time=True, limit=1, offset=1)] == [(PEER, 1)]
+    assert store.search("cafe") == []  # groups' search stays the groups'
+
+
+def test_direct_messages_are_indexed_in_their_own_transaction_and_for_an_old_data_dir(tmp_path):
+    store = Store(tmp_path / "s.db")
+    store.identity()  # made (and committed) at a peer's start, as a search's hits name the conversation by it
+    store.save_direct([direct(1, "zebra crossing")])
+    assert store.search_direct("zebra")
+    store.rollback()
+    assert store.search_direct("zebra") == []
+    store.save_direct([direct(1, "zebra crossing")])
+    store.commit()
+    store.close()
+    db = sqlite3.connect(tmp_path / "s.db")
+    db.execute("DROP TABLE direct_search")  # as a data dir from before direct messages were indexed
+    db.execute("DROP TABLE direct_search_rows")
+    db.commit()
+    db.close()
+    store = Store(tmp_path / "s.db")
+    assert [h.mid for h in store.search_direct("zebra")] == [(PEER, 1)]
+    store.save_direct([direct(1, "zebra crossing", status="read")])
+    assert len(store.search_direct("zebra")) == 1
+    store.close()
+
+
+def offer_text(name: str) -> str:
+    return FileOffer(name, 1234, "application/pdf", "a" * 64, 65536, "b" * 64).to_text()
+
+
+def test_a_file_offer_is_found_by_its_name_and_not_by_its_json(store):
+    store.add_messages([ChatMessage("g0", ("p1", 1), None, "n", offer_text("budget plan.pdf"), NOW, NOW, 0,
+                                    b"s", b"k")])
+    store.save_direct([direct(1, offer_text("holiday photos.zip"))])
+    store.commit()
+    hits = store.search("budget")
+    assert [h.mid for h in hits] == [("p1", 1)]
+    assert hits[0].snippet == f"{MATCH_START}budget{MATCH_END} plan.pdf"
+    assert [h.mid for h in store.search_direct("photos")] == [(PEER, 1)]
+    for word in ("application", "chunk", "sha256", "a" * 64, "1234", "name", "mime", "root"):
+        assert store.search(word) == [] and store.search_direct(word) == [], word
+
+
+def test_an_index_that_held_offers_json_holds_their_names_after_open(tmp_path):
+    path = tmp_path / "s.db"
+    store = Store(path)
+    store.add_messages([ChatMessage("g0", ("p1", n), None, "n", text, NOW, NOW, 0, b"s", b"k")
+                        for n, text in enumerate([offer_text("old report.pdf"), "plain words",
+                                                  offer_text("edited.pdf"), offer_text("spare sheet.ods")], 1)])
+    store.set_search_text("g0", ("p1", 3), "renamed text")
+    store.commit()
+    store._db.execute("INSERT INTO message_search (message_search, rowid, text) VALUES ('delete', 1, ?)",
+                      ("old report.pdf",))
+    store._db.execute("INSERT INTO message_search (rowid, text) VALUES (1, ?)", (offer_text("old report.pdf"),))
+    store._db.execute("PRAGMA user_version = 3")  # as version 3 indexed an offer: its whole text
+    store.commit()
+    assert store.search("chunk")
+    store.close()
+    store = Store(path)
+    assert store.search("chunk") == [] and [h.mid for h in store.search("report")] == [("p1", 1)]
+    assert [h.mid for h in store.search("renamed")] == [("p1", 3)] and store.search("edited") == []
+    store.set_search_text("g0", ("p1", 1), None)  # forgetting it hands back what it holds: the name
+    store.commit()
+    assert store.search("report") == []
+    assert store._db.execute("INSERT INTO message_search (message_search) VALUES ('integrity-check')")
+    store._db.execute("PRAGMA user_version = 3")  # as an older build sets it, opening a store that holds names
+    store.commit()
+    store.close()
+    store = Store(path)
+    assert [h.mid for h in store.search("renamed")] == [("p1", 3)] and store.search("chunk") == []
+    store._db.execute("INSERT INTO message_search (message_search) VALUES ('integrity-check')")
+    store.set_search_text("g0", ("p1", 4), None)  # hands back the name: the index must hold just that
+    store.commit()
+    assert store.search("spare") == [] and store.search("sheet") == []
+    store.close()
+
+
+def test_search_method_covers_direct_conversations_and_the_app_s_search_does_not(rpc):
+    manager = rpc.manager
+    me = manager.core.pid
+    gid = manager.create_group("both")
+    manager.send(gid, "lunch in the group", None)
+    later = int(time.time() * 1000) + 60_000  # after the group's message (NOW is the module's import time)
+    question = direct(1, "lunch tomorrow?", at=later)
+    manager.store.save_direct([question, direct(2, "yes, lunch at one", sender=me, parent=question.mid,
+                                                status="sent", at=later)])
+    manager.store.commit()
+    conversation = conversation_id(me, PEER)
+    answer = rpc("search", query="lunch", order="time")["results"]
+    assert [(r["gid"], r.get("peer")) for r in answer] == [(conversation, PEER), (conversation, PEER), (gid, None)]
+    assert answer[0]["mid"] == f"{me}:2" and answer[0]["direct"] is True
+    assert answer[0]["thread_root"] == format_mid(question.mid)
+    assert {r["gid"] for r in rpc("search", query="lunch")["results"]} == {gid, conversation}
+    page = rpc("search", query="lunch", order="time", limit=2)
+    rest = rpc("search", query="lunch", order="time", limit=2, cursor=page["cursor"])
+    assert [r["mid"] for r in page["results"] + rest["results"]] == [r["mid"] for r in answer]
+    only = rpc("search", query="lunch", gid=conversation)["results"]
+    assert {r["mid"] for r in only} == {f"{me}:2", format_mid(question.mid)}
+    assert rpc("search", query="lunch", gid=f"dm:{'c' * 64}:{'d' * 64}")["code"] == APP_ERROR
+    assert [hit.gid for hit, _ in manager.search("lunch")] == [gid]  # Search everywhere lists groups only
+
+
+def index_btrees(store: Store) -> int:
+    return store._db.execute("SELECT COUNT(DISTINCT segid) FROM message_search_idx").fetchone()[0]
+
+
+def test_the_index_is_merged_by_idle_commits_and_by_delivery_only_past_a_backlog(tmp_path, monkeypatch):
+    from m2mc.middleware import store as store_module
+    automerge = "SELECT v FROM message_search_config WHERE k = 'automerge'"
+    store = Store(tmp_path / "s.db")
+    store.commit()  # a peer's first commits index nothing (joining, presence): the index is found merged
+    assert store._db.execute(automerge).fetchone()[0] == 0
+    messages = random_messages(random.Random(2), 600)
+    for n in range(100):  # delivery: every commit indexes, none merges (FTS5's automerge would, every 64 pages)
+        store.add_messages(messages[n * 2:n * 2 + 2])
+        store.commit()
+    assert index_btrees(store) == 100
+    store.close()
+    store = Store(tmp_path / "s.db")  # restarted while busy: its backlog cannot be counted, so it merges as it goes
+    for n in range(100, 200):
+        store.add_messages(messages[n * 2:n * 2 + 2])
+        store.commit()
+    assert index_btrees(store) < 190
+    for _ in range(40):  # idle: commits that index nothing merge, a step each, until nothing is left
+        store.commit()
+    assert index_btrees(store) <= 3 and store._db.execute(automerge).fetchone()[0] == 0
+    assert {h.mid for h in store.search("apple", limit=1000)} == scanned(messages[:400], "apple")
+    monkeypatch.setattr(store_module, "MERGE_BACKLOG", 10)
+    for n in range(200, 300):  # busy past the backlog: merged as it goes
+        store.add_messages(messages[n * 2:n * 2 + 2])
+        store.commit()
+    assert index_btrees(store) < 90 and store._db.execute(automerge).fetchone()[0] == store_module.AUTOMERGE
+    for _ in range(20):
+        store.commit()
+    assert index_btrees(store) <= 3 and store._db.execute(automerge).fetchone()[0] == 0
+    assert {h.mid for h in store.search("apple", limit=1000)} == scanned(messages, "apple")
     store.close()
