@@ -147,11 +147,11 @@ class MainWindow(QMainWindow):
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
         self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
         self.discovery.alone_changed.connect(self._on_alone)
-        self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message)
 
         self.side_panes_hidden = False  # while a direct conversation is shown
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
+        self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message)
         self.session_controller.other_unread = self.direct_controller.unread_total
         self._build_actions()
         self._build_status_bar()
@@ -1429,12 +1429,7 @@ class MainWindow(QMainWindow):
         if session is None:
             self.status_controller.show_error("That message is in a group you have not joined.")
             return False
-        here = self.current
-        if here is not None:
-            selected = self.selected_message()
-            thread = here.thread.root.message.mid if here.thread is not None else None
-            self._way_back.append((here.gid, thread, selected.mid if selected is not None else None))
-            del self._way_back[:-MAX_WAY_BACK]
+        self._keep_place()
         if self.current is not session:
             self.select_group(gid)
         if session.tree.node(mid) is None and session.loaded and self.current is session:
@@ -1442,6 +1437,15 @@ class MainWindow(QMainWindow):
             self.session_controller.load_back_to(session, mid, lambda _found: self._show_held(session, mid))
             return True
         return self._show_held(session, mid)
+
+    def _keep_place(self) -> None:
+        """Where the reader is, for Back (Alt+Left) to return to after a jump."""
+        here = self.current
+        if here is not None:
+            selected = self.selected_message()
+            thread = here.thread.root.message.mid if here.thread is not None else None
+            self._way_back.append((here.gid, thread, selected.mid if selected is not None else None))
+            del self._way_back[:-MAX_WAY_BACK]
 
     def _show_held(self, session: GroupSession, mid: Mid) -> bool:
         def shown() -> None:

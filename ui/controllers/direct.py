@@ -393,13 +393,20 @@ class DirectController(QObject):
                 continue
             if conversation is not self.current:
                 self.view.direct_list.setCurrentItem(conversation.item)
-            view = self.view.direct_pane.view
-            conversation.tree.reveal(unread[0])
-            index = conversation.model.index_for(unread[0])
-            view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
-            view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+            self.select_message(conversation, unread[0])
             return True
         return False
+
+    def select_message(self, conversation: Conversation, mid: Mid) -> bool:
+        """Show and select ``mid`` of the conversation on show (False: it holds no such message)."""
+        if conversation is not self.current or conversation.tree.node(mid) is None:
+            return False
+        view = self.view.direct_pane.view
+        conversation.tree.reveal(mid)
+        index = conversation.model.index_for(mid)
+        view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+        return True
 
     def _on_current_message(self, current: QModelIndex, _previous: QModelIndex) -> None:
         message: ChatMessage | None = current.data(MessageRole) if current.isValid() else None
