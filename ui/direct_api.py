@@ -17,7 +17,7 @@ from ..middleware.events import DirectDelivered, DirectStatusChanged
 from ..middleware.types import ChatMessage, ConversationView, DirectMessage, Mid
 
 __all__ = ["ConversationView", "DirectDelivered", "DirectMessage", "DirectStatusChanged", "Marks",
-           "as_chat_message", "conversation_key", "status_text"]
+           "as_chat_message", "conversation_key", "conversation_peer", "status_text"]
 
 CONVERSATION_PREFIX = "direct:"
 
@@ -36,6 +36,15 @@ LATE_TEXT = ("late: it waited for an earlier message that never came, and is sho
 def conversation_key(peer: str) -> str:
     """The ``gid`` a conversation's messages carry in the group views' models."""
     return CONVERSATION_PREFIX + peer
+
+
+def conversation_peer(conversation: str, own_pid: str) -> str | None:
+    """The other party of a conversation as the middleware's search and exports name it
+    (``dm:<pid>:<pid>``); None for a group's gid (no gid has a colon)."""
+    pids = conversation.split(":")
+    if len(pids) != 3 or pids[0] != "dm" or own_pid not in pids[1:]:
+        return None
+    return pids[1] if pids[2] == own_pid else pids[2]
 
 
 def as_chat_message(message: DirectMessage) -> ChatMessage:

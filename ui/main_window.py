@@ -60,6 +60,7 @@ from ..middleware.types import ChatMessage, Mid, format_mid
 from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, root_text, snippet
 from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_shortcuts)
+from .direct_api import CONVERSATION_PREFIX, conversation_peer
 from .direct_pane import DirectList, DirectPane
 from .discovery_window import DiscoveryWindow
 from .member_list import presence_legend
@@ -147,18 +148,20 @@ class MainWindow(QMainWindow):
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
         self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
         self.discovery.alone_changed.connect(self._on_alone)
-        self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message)
 
         self.side_panes_hidden = False  # while a direct conversation is shown
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
+        self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message,
+                                          self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total
         self._build_actions()
         self._build_status_bar()
         self._restore_pane_sizes()
 
         self._placing = False  # the view is being put back where the reader was: not a scroll of theirs
-        self._way_back: list[tuple[str, Mid | None, Mid | None]] = []  # (gid, open thread, selected) before a jump
+        # (gid, open thread, selected) before a jump; a direct conversation's place has its conversation_key as gid
+        self._way_back: list[tuple[str, Mid | None, Mid | None]] = []
         self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS)
         self._seen_timer.timeout.connect(self.mark_visible_read)
         self._follow_timer = QTimer(self, singleShot=True, interval=100)
@@ -1300,6 +1303,13 @@ class MainWindow(QMainWindow):
         the open thread to all threads."""
         while self._way_back:
             gid, thread, mid = self._way_back.pop()
+            if gid.startswith(CONVERSATION_PREFIX):
+                peer = gid.removeprefix(CONVERSATION_PREFIX)
+                if mid is not None:
+                    self.direct_controller.show_message(peer, mid, missing=self._not_here)
+                else:
+                    self.direct_controller.open_with(peer)
+                return
             if gid not in self.session_controller.sessions:
                 continue  # left since
             if self.current is None or self.current.gid != gid:
@@ -1424,17 +1434,20 @@ class MainWindow(QMainWindow):
 
     def show_message(self, gid: str, mid: Mid) -> bool:
         """Open ``mid`` in its thread, in view and selected, whichever group is shown (message links,
-        search results).  Where the reader was is kept: Back (Alt+Left) returns there."""
+        search results); a direct message (``gid`` its conversation, ``dm:<pid>:<pid>``) in its
+        conversation.  Where the reader was is kept: Back (Alt+Left) returns there."""
+        peer = conversation_peer(gid, self.backend.pid)
+        if peer is not None:
+            self._keep_place()
+            self.direct_controller.show_message(peer, mid, missing=self._not_here)
+            self.raise_()
+            self.activateWindow()
+            return True
         session = self.session_controller.sessions.get(gid)
         if session is None:
             self.status_controller.show_error("That message is in a group you have not joined.")
             return False
-        here = self.current
-        if here is not None:
-            selected = self.selected_message()
-            thread = here.thread.root.message.mid if here.thread is not None else None
-            self._way_back.append((here.gid, thread, selected.mid if selected is not None else None))
-            del self._way_back[:-MAX_WAY_BACK]
+        self._keep_place()
         if self.current is not session:
             self.select_group(gid)
         if session.tree.node(mid) is None and session.loaded and self.current is session:
@@ -1442,6 +1455,20 @@ class MainWindow(QMainWindow):
             self.session_controller.load_back_to(session, mid, lambda _found: self._show_held(session, mid))
             return True
         return self._show_held(session, mid)
+
+    def _keep_place(self) -> None:
+        """Where the reader is, for Back (Alt+Left) to return to after a jump."""
+        here = self.current
+        conversation = self.direct_controller.current
+        if here is not None:
+            selected = self.selected_message()
+            thread = here.thread.root.message.mid if here.thread is not None else None
+            self._way_back.append((here.gid, thread, selected.mid if selected is not None else None))
+        elif conversation is not None:
+            index = self.direct_pane.view.currentIndex()
+            message: ChatMessage | None = index.data(MessageRole) if index.isValid() else None
+            self._way_back.append((conversation.key, None, message.mid if message is not None else None))
+        del self._way_back[:-MAX_WAY_BACK]
 
     def _show_held(self, session: GroupSession, mid: Mid) -> bool:
         def shown() -> None:

@@ -311,8 +311,9 @@ class MemoryManager(rules.OperationCalls):
     def presence_of(self, gid: str) -> dict[str, str]:
         return self.core.presence_of(gid, self.lan.now)
 
-    def search(self, query: str, *, limit: int = 20, by_time: bool = False) -> list[tuple[SearchHit, Mid]]:
-        return self.core.search(query, limit=limit, by_time=by_time)
+    def search(self, query: str, *, limit: int = 20, by_time: bool = False,
+               direct: bool = False) -> list[tuple[SearchHit, Mid]]:
+        return self.core.search(query, limit=limit, by_time=by_time, direct=direct)
 
     def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
         self.core.known(gid)

@@ -1,11 +1,13 @@
-"""Search everywhere (Ctrl+Shift+F): one query over the stored text of every group (the store's
-search index; direct messages, kept apart, are not in it yet).
+"""Search everywhere (Ctrl+Shift+F): one query over the stored text of every group and direct
+conversation (the store's search indexes).
 
 What the user types becomes an FTS5 query of its words, all required, the last one a prefix
 while it is being typed (:func:`query_of`).  The store's search runs on the middleware's thread;
 its newest results are listed grouped by conversation, the one with the newest match first,
-with the matched words marked.  Enter or a click on a result asks the main window to show that message in its thread
-(``open_message``, the same path an ``m2mc://message/…`` link takes).
+with the matched words marked; a direct conversation is titled with the peer's name, as the Direct
+messages list names it.  Enter or a click on a result asks the main window to show that message in
+its thread (``open_message``, the same path an ``m2mc://message/…`` link takes), or a direct
+message in its conversation.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from PySide6.QtWidgets import (
 )
 
 from ..middleware.mentions import shown_text
+from ..middleware.names import shown
 from ..middleware.store_api import MATCH_END, MATCH_START, SearchHit, search_words
 from ..middleware.types import Mid
 
 from .bridge import Backend
+from .controllers.direct import Conversation
 from .controllers.sessions import GroupSession, member_names
 from .delegate import clock
-from .resources import app_icon
+from .resources import app_icon, icon
 
 RESULT_LIMIT = 100
 TYPING_PAUSE_MS = 250  # a search runs once typing pauses this long (Enter runs it at once)
@@ -64,15 +68,16 @@ class SearchWindow(QWidget):
     """The Search everywhere window: a query field over results grouped by conversation."""
 
     def __init__(self, backend: Backend, sessions: Mapping[str, GroupSession],
-                 open_message: Callable[[str, Mid], bool]) -> None:
+                 open_message: Callable[[str, Mid], bool], conversations: Mapping[str, Conversation]) -> None:
         super().__init__(None, Qt.WindowType.Window)
         self.backend = backend
-        self.sessions = sessions  # the conversations' titles, and their senders' names
+        self.sessions = sessions  # the groups' titles, and their senders' names
+        self.conversations = conversations  # the direct conversations', by the peer's pid
         self.open_message = open_message
         self.setWindowTitle("Search everywhere — M2MC")
         self.setWindowIcon(app_icon())
         self.resize(640, 480)
-        self.query_edit = QLineEdit(placeholderText="Search every group…", clearButtonEnabled=True)
+        self.query_edit = QLineEdit(placeholderText="Search every group and direct message…", clearButtonEnabled=True)
         self.query_edit.textEdited.connect(self._typed)
         self.query_edit.returnPressed.connect(lambda: self._search_now(focus_results=True))
         self.query_edit.installEventFilter(self)
@@ -138,7 +143,7 @@ class SearchWindow(QWidget):
         self.backend.call(
             # Newest first: a fraction of what ranking costs (a 3-letter prefix at 1,000,000 messages: 20
             # against 70 ms), and this runs on the middleware's thread, between deliveries.
-            lambda peer: peer.search(query, limit=RESULT_LIMIT, by_time=True),
+            lambda peer: peer.search(query, limit=RESULT_LIMIT, by_time=True, direct=True),
             on_result=lambda found: self._answered(asked, query, found, focus_results),
             on_error=lambda exc: self._failed(asked, exc),
         )
@@ -160,18 +165,21 @@ class SearchWindow(QWidget):
             self.status.setText("")
             return
         groups: dict[str, QTreeWidgetItem] = {}
+        titles: dict[str, str] = {}
         mark = self.palette().color(QPalette.ColorRole.Highlight).lighter(170).name()
         for hit in hits:
             group = groups.get(hit.gid)
             if group is None:
                 group = groups[hit.gid] = QTreeWidgetItem(self.results)
+                titles[hit.gid] = self.title_of(hit)
                 group.setFlags(Qt.ItemFlag.ItemIsEnabled)  # a heading, not a result
+                group.setIcon(0, icon("group" if hit.peer is None else "member"))  # a group, or one person
                 font = group.font(0)
                 font.setBold(True)
                 group.setFont(0, font)
             item = QTreeWidgetItem(group)
             item.setData(0, HitRole, hit)
-            label = QLabel(f"<b>{html.escape(self.sender_of(hit.gid, hit.mid))}</b> "
+            label = QLabel(f"<b>{html.escape(self.sender_of(hit))}</b> "
                            f"<span style='color:gray'>{clock(hit.sent_at)}</span><br>"
                            f"{marked_html(self.snippet_of(hit), mark)}")
             label.setWordWrap(True)
@@ -182,23 +190,37 @@ class SearchWindow(QWidget):
             self.results.setItemWidget(item, 0, label)
         for gid, group in groups.items():
             count = group.childCount()
-            group.setText(0, f"{self.title_of(gid)} — {count} result{'s' if count != 1 else ''}")
+            group.setText(0, f"{titles[gid]} — {count} result{'s' if count != 1 else ''}")
         self.results.expandAll()
         total = len(hits)
         self.status.setText(f"{total}{'+' if total == RESULT_LIMIT else ''} result{'s' if total != 1 else ''} "
                             f"in {len(groups)} conversation{'s' if len(groups) != 1 else ''}" if hits else "No results")
 
-    def title_of(self, gid: str) -> str:
-        session = self.sessions.get(gid)
-        return session.title if session is not None else gid
+    def title_of(self, hit: SearchHit) -> str:
+        """The hit's group's title, or its direct conversation's peer's name."""
+        if hit.peer is not None:
+            conversation = self.conversations.get(hit.peer)
+            return shown(conversation.name) if conversation is not None else hit.peer[:8]
+        session = self.sessions.get(hit.gid)
+        return session.title if session is not None else hit.gid
 
-    def sender_of(self, gid: str, mid: Mid) -> str:
-        session = self.sessions.get(gid)
-        message = session.tree.message(mid) if session is not None else None
-        return message.sender_name if message is not None else mid[0][:8]
+    def sender_of(self, hit: SearchHit) -> str:
+        """The hit's author's name, as its conversation shows it."""
+        if hit.peer is None:
+            session = self.sessions.get(hit.gid)
+            message = session.tree.message(hit.mid) if session is not None else None
+            return message.sender_name if message is not None else hit.mid[0][:8]
+        return self.direct_names(hit.peer).get(hit.mid[0], hit.mid[0][:8])
+
+    def direct_names(self, peer: str) -> dict[str, str]:
+        """pid -> name of the two in the conversation with ``peer``."""
+        conversation = self.conversations.get(peer)
+        return {self.backend.pid: self.backend.name, **({peer: shown(conversation.name)} if conversation is not None else {})}
 
     def snippet_of(self, hit: SearchHit) -> str:
-        """The hit's snippet with members' mention tokens shown as @Name."""
+        """The hit's snippet with mention tokens shown as @Name."""
+        if hit.peer is not None:
+            return shown_text(hit.snippet, self.direct_names(hit.peer))
         session = self.sessions.get(hit.gid)
         return shown_text(hit.snippet, member_names(session.view if session is not None else None))
 

@@ -6,6 +6,7 @@ from PySide6.QtCore import Qt
 
 from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot
 from m2mc.middleware.types import Member, format_mid
+from m2mc.ui.message_model import MessageRole
 from m2mc.ui.search_window import query_of
 
 
@@ -121,3 +122,88 @@ def test_escape_closes_and_a_query_without_matches_says_so(qtbot, window, backen
     activate(qtbot, search)
     qtbot.keyClick(search.query_edit, Qt.Key.Key_Down)  # Down goes to the results too
     assert search.results.hasFocus() and search.results.currentItem() is search.result_items()[0]
+
+
+def test_search_everywhere_lists_direct_messages_and_opens_them_in_their_conversation(qtbot, window, backend):
+    lunch, _winter = two_groups(qtbot, window, backend)
+    window.select_group(lunch.gid)
+    qtbot.waitUntil(lambda: window.current is lunch)
+    backend.manager.pass_time(31)  # a heartbeat from each: direct messages go
+    found = backend.manager.inject_direct(ANN, "Booked the hotel in Goa for the last week of December")
+    for n in range(30):  # the match is far above the conversation's end, where it opens
+        backend.manager.inject_direct(ANN, f"packing list, item {n}")
+    qtbot.waitUntil(lambda: window.direct_list.count() == 1)
+
+    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    search = window.search_window
+    qtbot.waitUntil(search.isVisible)
+    activate(qtbot, search)
+    qtbot.keyClicks(search.query_edit, "decemb")
+    qtbot.waitUntil(lambda: len(search.result_items()) == 4, timeout=3000)
+    # The direct message is the newest: its conversation, titled with Ann's name as in the list, comes first.
+    groups = [search.results.topLevelItem(i).text(0) for i in range(search.results.topLevelItemCount())]
+    assert groups[0] == "Ann — 1 result"
+    assert sorted(groups[1:]) == ["Travel & lunch — 2 results", "Winter trip — 1 result"]
+    labels = [search.results.itemWidget(item, 0).text() for item in search.result_items()]
+    assert all("<b style=" in text and ">December</b>" in text for text in labels), labels
+    assert labels[0].startswith("<b>Ann</b>")
+    assert search.status.text() == "4 results in 3 conversations"
+    save_screenshot(search, "search-everywhere-direct.png")
+    assert search.grab().save("/tmp/search-everywhere-direct.png")
+
+    # Enter goes to the first result, the direct one; Enter again opens Ann's conversation there.
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(search.results.hasFocus)
+    hit = search.results.currentItem().data(0, Qt.ItemDataRole.UserRole + 1)
+    assert hit.mid == found and hit.peer == ANN.pid
+    qtbot.keyClick(search.results, Qt.Key.Key_Return)
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
+    assert window.direct_controller.current.peer == ANN.pid and window.direct_list.currentItem().text() == "● Ann"
+    view = pane.view
+    qtbot.waitUntil(lambda: view.currentIndex().isValid() and view.currentIndex().data(MessageRole).mid == found)
+    assert view.selectionModel().isSelected(view.currentIndex())
+    qtbot.wait(50)  # nothing queued scrolls it away again (the conversation opens at its end)
+    assert view.viewport().rect().intersects(view.visualRect(view.currentIndex()))
+    save_screenshot(window, "search-result-opened-direct.png")
+
+    # Back (Alt+Left) returns to the group shown before the jump.
+    activate(qtbot, window)
+    qtbot.keyClick(view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+    qtbot.waitUntil(lambda: window.current is lunch and window.centre_stack.currentIndex() == 0)
+
+    # A click on the direct result opens it again, and Back from the group result returns to it.
+    search.show_search()
+    qtbot.waitUntil(lambda: len(search.result_items()) == 4)
+    item = search.result_items()[0]
+    qtbot.mouseClick(search.results.viewport(), Qt.MouseButton.LeftButton, pos=search.results.visualItemRect(item).center())
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane
+                    and view.currentIndex().isValid() and view.currentIndex().data(MessageRole).mid == found)
+    other = search.result_items()[1]
+    in_group = window.session_controller.sessions[other.data(0, Qt.ItemDataRole.UserRole + 1).gid]
+    qtbot.mouseClick(search.results.viewport(), Qt.MouseButton.LeftButton, pos=search.results.visualItemRect(other).center())
+    qtbot.waitUntil(lambda: window.current is in_group and window.centre_stack.currentIndex() == 0)
+    activate(qtbot, window)
+    qtbot.keyClick(window.tree_view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane and window.current is None)
+    assert view.currentIndex().data(MessageRole).mid == found
+
+
+def test_a_direct_result_opens_once_its_conversations_history_has_come(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                 history=lunch_conversation(""))
+    backend.manager.pass_time(31)
+    found = backend.manager.inject_direct(BOB, "The Goa tickets are booked")
+    for n in range(30):
+        backend.manager.inject_direct(BOB, f"seat {n}")
+    [(hit, _root)] = backend.manager.search("goa", direct=True)
+    # Before the window has listed any conversation (not started): the conversation opens, and shows
+    # the message once its history has come.
+    assert window.show_message(hit.gid, hit.mid)
+    assert window.centre_stack.currentWidget() is window.direct_pane and window.direct_controller.current.loading
+    view = window.direct_pane.view
+    qtbot.waitUntil(lambda: view.currentIndex().isValid() and view.currentIndex().data(MessageRole).mid == found)
+    assert window.direct_controller.current.peer == BOB.pid
+    qtbot.wait(50)  # the conversation's arrival does not scroll to its end afterwards
+    assert view.viewport().rect().intersects(view.visualRect(view.currentIndex()))

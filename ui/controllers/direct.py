@@ -14,7 +14,7 @@ and events are used (:mod:`ui.direct_api`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, QObject, QPoint, Qt, QTimer
 from PySide6.QtGui import QAction, QGuiApplication, QTextCursor
@@ -86,6 +86,9 @@ class DirectController(QObject):
         self.settings = settings
         self.conversations: dict[str, Conversation] = {}
         self.current: Conversation | None = None
+        # A message to show once its conversation's history has come (a search result), and what to
+        # do if it is not there.
+        self._jump: tuple[Conversation, Mid, Callable[[], object]] | None = None
         pane = view.direct_pane
         pane.delegate.own_pid = backend.pid
         pane.compose.submitted.connect(self.send_message)
@@ -213,7 +216,13 @@ class DirectController(QObject):
             conversation.marks.take(message)
         conversation.tree.add_messages([as_chat_message(m) for m in messages], unread=False)
         conversation.tree.set_unread(m.mid for m in messages if not m.outgoing and m.status == "received")
-        if conversation is self.current:
+        jump = self._jump if self._jump is not None and self._jump[0] is conversation else None
+        if jump is not None:
+            self._jump = None
+        if jump is not None and conversation is self.current:
+            self._after_arrival(conversation, at_bottom=False)  # at the message, not at the end
+            self._show_jump(*jump)
+        elif conversation is self.current:
             self._after_arrival(conversation, at_bottom=True)
 
     def open_with(self, pid: str, name: str = "") -> None:
@@ -227,6 +236,25 @@ class DirectController(QObject):
         if not conversation.loaded:
             self._load_history(conversation)
         self.view.direct_list.setCurrentItem(conversation.item)
+
+    def show_message(self, peer: str, mid: Mid, missing: Callable[[], object]) -> None:
+        """Open the conversation with ``peer`` at ``mid``, in view and selected (a search result), once
+        its history has come; ``missing`` is called if the message is not in it."""
+        if peer == self.backend.pid:
+            missing()
+            return
+        self.open_with(peer)
+        conversation = self.conversations[peer]
+        if conversation.loading:
+            self._jump = (conversation, mid, missing)
+        else:
+            self._show_jump(conversation, mid, missing)
+
+    def _show_jump(self, conversation: Conversation, mid: Mid, missing: Callable[[], object]) -> None:
+        if not self.select_message(conversation, mid):
+            missing()
+            return
+        self.view.direct_pane.view.setFocus()  # the keys go on from the message found
 
     def _on_item_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
         conversation = self.conversations.get(item.data(PeerRole)) if item is not None else None
@@ -393,13 +421,20 @@ class DirectController(QObject):
                 continue
             if conversation is not self.current:
                 self.view.direct_list.setCurrentItem(conversation.item)
-            view = self.view.direct_pane.view
-            conversation.tree.reveal(unread[0])
-            index = conversation.model.index_for(unread[0])
-            view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
-            view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+            self.select_message(conversation, unread[0])
             return True
         return False
+
+    def select_message(self, conversation: Conversation, mid: Mid) -> bool:
+        """Show and select ``mid`` of the conversation on show (False: it holds no such message)."""
+        if conversation is not self.current or conversation.tree.node(mid) is None:
+            return False
+        view = self.view.direct_pane.view
+        conversation.tree.reveal(mid)
+        index = conversation.model.index_for(mid)
+        view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+        return True
 
     def _on_current_message(self, current: QModelIndex, _previous: QModelIndex) -> None:
         message: ChatMessage | None = current.data(MessageRole) if current.isValid() else None
