@@ -166,17 +166,23 @@ def test_a_read_receipt_lost_is_sent_again():
     assert statuses(ann, mid)[-1] == "read"
 
 
-def test_a_replayed_datagram_is_ignored():
-    lan = lan_of(2)
-    ann, bob = lan.nodes
+def captured_direct(lan: PeerLan, ann: SimNode, bob: SimNode, text: str) -> list:
+    """Ann's message to Bob and everything DIRECT the exchange put on the wire, as an onlooker keeps it."""
     captured = []
     transmit = lan.transmit
     lan.transmit = lambda sender, datagrams: (captured.extend(d for d in datagrams if d.data[:3] == b"\x93\x02\x0e"),
                                                transmit(sender, datagrams))
-    dm(lan, ann, bob, "once")
+    dm(lan, ann, bob, text)
     lan.settle(3.0)
     lan.transmit = transmit
-    for datagram in captured:
+    assert captured
+    return captured
+
+
+def test_a_replayed_datagram_is_ignored():
+    lan = lan_of(2)
+    ann, bob = lan.nodes
+    for datagram in captured_direct(lan, ann, bob, "once"):
         lan.run(bob, lambda core: core.receive(datagram.data, ann.endpoint, lan.now, lan.now, path="unicast"))
     lan.settle(3.0)
     assert shown(bob, ann) == ["once"]
@@ -186,14 +192,7 @@ def test_a_replayed_datagram_is_ignored():
 def test_a_replayed_datagram_does_not_make_its_sender_look_present():
     lan = lan_of(2)
     ann, bob = lan.nodes
-    captured = []
-    transmit = lan.transmit
-    lan.transmit = lambda sender, datagrams: (captured.extend(d for d in datagrams if d.data[:3] == b"\x93\x02\x0e"),
-                                               transmit(sender, datagrams))
-    dm(lan, ann, bob, "once")
-    lan.settle(3.0)
-    lan.transmit = transmit
-    assert captured
+    captured = captured_direct(lan, ann, bob, "once")
     bob.core.presence.gone(ann.pid)  # Ann said goodbye; someone replays what she sent earlier
     for datagram in captured:
         lan.run(bob, lambda core: core.receive(datagram.data, ann.endpoint, lan.now, lan.now, path="unicast"))

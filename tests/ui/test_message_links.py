@@ -10,13 +10,14 @@ from m2mc.middleware.types import Member, format_mid
 from m2mc.ui.message_model import MessageRole, ThreadRole
 
 
-def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, backend):
+def open_a_group_linking_to_another(qtbot, window, backend, after_link):
+    """Travel & lunch, and Winter trip, where Bob's message links to Ann's first one in Travel & lunch
+    followed by ``after_link``; Winter trip is shown.  Returns (Travel & lunch's view, its talk, Bob's message)."""
     me = Member(backend.pid, backend.name)
     talk = lunch_conversation("")
     lunch = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True, history=talk)
-    delhi = talk[0]
-    link = f"m2mc://message/{lunch.gid}/{format_mid(delhi.mid)}"
-    pointer = message("", BOB, 1, f"{link} was the answer, and more below")
+    link = f"m2mc://message/{lunch.gid}/{format_mid(talk[0].mid)}"
+    pointer = message("", BOB, 1, f"{link}{after_link}")
     plans = backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True,
                                          history=[message("", CAT, 1, "Plans?"), pointer])
     window.start()
@@ -25,6 +26,12 @@ def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, ba
     window.select_group(plans.gid)
     qtbot.waitUntil(lambda: window.current is not None and window.current.gid == plans.gid)
     activate(qtbot, window)
+    return lunch, talk, pointer
+
+
+def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, backend):
+    lunch, talk, pointer = open_a_group_linking_to_another(qtbot, window, backend, " was the answer, and more below")
+    delhi, plans_gid = talk[0], window.current.gid
     view = window.tree_view
     index = window._view_index(pointer.mid)
     delegate = view.itemDelegate()
@@ -40,7 +47,7 @@ def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, ba
     qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == delhi.mid)  # read from the store
 
     QTest.keyClick(window.tree_view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
-    qtbot.waitUntil(lambda: window.current.gid == plans.gid)
+    qtbot.waitUntil(lambda: window.current.gid == plans_gid)
     qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == pointer.mid)  # read from the store
 
 
@@ -57,19 +64,7 @@ def test_a_link_to_a_message_not_here_stays_as_written(qtbot, window, backend):
 
 
 def test_the_threads_pane_names_a_link_as_the_conversation_does(qtbot, window, backend):
-    me = Member(backend.pid, backend.name)
-    talk = lunch_conversation("")
-    lunch = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True, history=talk)
-    link = f"m2mc://message/{lunch.gid}/{format_mid(talk[0].mid)}"
-    pointer = message("", BOB, 1, f"{link} was the answer")
-    plans = backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True,
-                                         history=[message("", CAT, 1, "Plans?"), pointer])
-    window.start()
-    qtbot.waitUntil(lambda: len(window.session_controller.sessions) == 2 and all(
-        s.loaded and len(s.tree) for s in window.session_controller.sessions.values()))
-    window.select_group(plans.gid)
-    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == plans.gid)
-    activate(qtbot, window)
+    lunch, _talk, pointer = open_a_group_linking_to_another(qtbot, window, backend, " was the answer")
     threads = window.thread_list
     row = window.current.threads.row_of(pointer.mid)
     index = threads.model().index(row, 0)
