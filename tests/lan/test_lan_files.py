@@ -1,4 +1,4 @@
-"""Files between m2mc-peer processes on a namespace LAN at 5 % loss (of UDP: the chat's datagrams).
+"""Files between m2mc-peer processes on a namespace LAN at 5 % loss (of every UDP and TCP packet a host receives).
 
 Ann offers a 20 MB file (``M2MC_FILE_TEST_MB`` sets another size) in a group of four; Bob and Cat fetch it on their own
 (under their auto-download size), Dan only when asked.  Every link is held to
@@ -90,10 +90,10 @@ def test_a_file_reaches_three_members_one_resumes_after_kill_one_fetches_from_ho
     digest = hashlib.sha256(source.read_bytes()).hexdigest()
     with Lan(5) as lan:
         for i in range(5):
-            lan.set_loss(i, LOSS)
+            lan.set_loss(i, LOSS, ("udp", "tcp"))
             netns(lan, i, "tc", "qdisc", "add", "dev", f"v{lan.prefix}{i + 1}", "root", "tbf", "rate", RATE,
                   "burst", "256kb", "latency", "50ms")
-        netns(lan, 1, "iptables", "-I", "INPUT", "1", "-p", "tcp")  # counts what Bob receives
+        netns(lan, 1, "iptables", "-A", "INPUT", "-p", "tcp")  # counts what Bob receives: after the loss's drops
         big = str(max(64, 2 * SIZE_MB) * 2**20)  # Bob and Cat fetch it on their own
         ann, bob, cat = (start(lan, i, tmp_path, name, int(big)) for i, name in enumerate(("Ann", "Bob", "Cat")))
         dan = start(lan, 3, tmp_path, "Dan", 0)
@@ -161,7 +161,7 @@ def test_without_multicast_or_broadcast_a_private_group_s_file_reaches_a_member_
     source.write_bytes(os.urandom(size))
     with Lan(2) as lan:
         for i in range(2):
-            lan.set_loss(i, LOSS)
+            lan.set_loss(i, LOSS, ("udp", "tcp"))
             for chain in ("OUTPUT", "INPUT"):
                 netns(lan, i, "iptables", "-A", chain, "-d", "224.0.0.0/4", "-j", "DROP")
                 netns(lan, i, "iptables", "-A", chain, "-m", "addrtype", "--dst-type", "BROADCAST", "-j", "DROP")

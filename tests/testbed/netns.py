@@ -77,13 +77,13 @@ class Lan:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def set_loss(self, index: int, probability: float) -> None:
-        """Drop incoming UDP at random inside host ``index`` (kernel-level loss, iptables)."""
+    def set_loss(self, index: int, probability: float, protocols: tuple[str, ...] = ("udp",)) -> None:
+        """Drop incoming packets of ``protocols`` at random inside host ``index`` (kernel-level loss, iptables)."""
         host = self.hosts[index]
         subprocess.run(["ip", "netns", "exec", host, "iptables", "-F", "INPUT"], check=True, capture_output=True)
-        if probability > 0:
+        for protocol in protocols if probability > 0 else ():
             subprocess.run(
-                ["ip", "netns", "exec", host, "iptables", "-A", "INPUT", "-p", "udp", "-m", "statistic",
+                ["ip", "netns", "exec", host, "iptables", "-A", "INPUT", "-p", protocol, "-m", "statistic",
                  "--mode", "random", "--probability", str(probability), "-j", "DROP"],
                 check=True, capture_output=True, text=True,
             )
