@@ -562,6 +562,8 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
         "edited_messages": int(total("edited_messages") or 0),
         "deleted_messages": int(total("deleted_messages") or 0),
         "reactions": int(total("reactions") or 0),
+        "files": int(total("files") or 0),
+        "file_bytes": int(total("file_bytes") or 0),
         "max_depth": _maybe_int(total("max_depth", pc.max)),
         "mean_thread_size": total("size_sum") / threads_count if threads_count else None,
         "median_thread_size": median_of_counts(histograms.get("size", [])),

@@ -66,7 +66,11 @@ def adversarial_lines() -> list[str]:
         _compact(_record("m:3", sent_at="yesterday")), _compact(_record("m:4", parent="")), _compact(_record("m:5", gid="")),
         # cycles, a self-reply, an orphan
         _compact(_record("c:1", parent="c:2")), _compact(_record("c:2", parent="c:1")), _compact(_record("c:3", parent="c:3")),
-        _compact(_record("o:1", parent="lost:1")), good,
+        _compact(_record("o:1", parent="lost:1")),
+        # file offers: an object with a whole size >= 0, else malformed
+        _compact(_record("f:1", file={"name": "a.png", "size": 5, "mime": "image/png"})), _compact(_record("f:2", file=None)),
+        _compact(_record("f:3", file="a.png")), _compact(_record("f:4", file={"size": -1})), _compact(_record("f:5", file={})),
+        _compact(_record("f:6", file={"size": 2.5})), good,
     ]
     return lines
 
@@ -75,7 +79,7 @@ def generated_exports(tmp_path: Path, messages: int = 3000) -> list[str]:
     """A generated log split into two exports that share a third of their lines (copies), some of
     the copies received later and some with another text (conflicts), with the adversarial lines."""
     text = io.StringIO()
-    gen_logs.write_jsonl(gen_logs.generate(messages, seed=7), text)
+    gen_logs.write_jsonl(gen_logs.generate(messages, seed=7, file_rate=0.05), text)
     lines = text.getvalue().splitlines()
     rng = random.Random(7)
     first, second = lines[: 2 * len(lines) // 3], lines[len(lines) // 3:]
