@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .kernels import _children, _file_rows, median_of_counts, merge_senders, middle_bins, parse_lines, place_groups
 from .schema import (
-    EXPORT_FIELDS, FILES_SCHEMA, GROUP, GROUP_FIELDS, HIST, INFO, MESSAGES_PART, MESSAGE_FIELDS, PARQUET_MAGIC,
+    FILES_SCHEMA, GROUP, GROUP_FIELDS, HIST, INFO, MESSAGES_PART, MESSAGE_FIELDS, PARQUET_MAGIC,
     PARTICIPANT_FIELDS, SENDER, SENDERS_PART, TOP, TOP_THREADS, TREE_THREADS, SENDER_PASS_SCHEMA, STRUCT_FIELDS, SUMMARY_PART, SUMMARY_SCHEMA,
     TABLE_NAMES, TABLE_SPECS, THREADS_PART, THREAD_FIELDS, _fields, _struct_ddl, arrow_schema, parsed_arrow_schema,
     summary_arrow_schema,
@@ -116,77 +116,6 @@ def read_lines(spark, paths: list[str]):
     return spark.read.text(paths)
 
 
-# With PARSE_IN_JVM, the JVM parses every line and Python's strict parser (`parse_lines`)
-# sees only the lines whose fields Spark may have read otherwise. Spark's reader is lenient where the strict one
-# is not: it writes a number, boolean, array or object found in a string field as its JSON
-# text; it keeps the last of repeated keys, ignores what follows the object on its line,
-# turns a lone surrogate escape into "?", and reads numbers too large for a double. And it
-# refuses NaN and Infinity in fields the export does not have, which the strict parser
-# skips (thread-stats.md lists the cases; tests/spark/test_jvm_parse.py tries them). So a
-# line keeps the JVM's reading only when it is exactly the text Spark writes for the
-# fields it read, compact (gen_logs) or with json.dumps' spacing: then it is one object of
-# the export's fields, string or null, each once, and any JSON parser reads it alike.
-# Every other line (a corrupt record, other fields or layouts, escapes Spark would not
-# write) goes to the strict parser, as every line does without it.
-JVM_PARSE_OPTIONS = {
-    "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record",
-    "allowSingleQuotes": "false", "allowNonNumericNumbers": "false",
-}
-STRICT_LINE = "line"  # the raw line, for the strict parser; null where the JVM's reading stands
-# Off: the JVM's parse costs more than the strict one it spares. At 1M generated lines on
-# local[2], from_json alone took ~2.4 CPU s and moving its nine columns into Arrow ~1.1 more,
-# against ~2 CPU s for Arrow's strict parse of the raw line in Python; a 10M run took 135
-# CPU s with it, 101 without (thread-stats.md, benchmarks.md).
-PARSE_IN_JVM = False
-
-
-def parsed_in_jvm(lines, parse_in_jvm: bool = PARSE_IN_JVM):
-    """EXPORT_FIELDS as the JVM read them, and STRICT_LINE (see JVM_PARSE_OPTIONS).
-
-    Without `parse_in_jvm`, only STRICT_LINE: every line goes to the strict parser."""
-    from pyspark.sql import functions as F
-
-    value = F.col("value")
-    if not parse_in_jvm:
-        return lines.select(value.alias(STRICT_LINE))
-    spec = ", ".join(f"{name} string" for name in (*EXPORT_FIELDS, "_corrupt_record"))
-    record = F.from_json(value, spec, JVM_PARSE_OPTIONS)
-    fields = [record[name].alias(name) for name in EXPORT_FIELDS]
-    compact = F.to_json(F.struct(*fields), {"ignoreNullFields": "false"})
-    # Inside a string, '":' can only follow an escaped quote and ',"' never occurs: either
-    # replacement there changes a value, and then the line differs from this text.
-    spaced = F.replace(F.replace(compact, F.lit('":'), F.lit('": ')), F.lit(',"'), F.lit(', "'))
-    as_written = record["_corrupt_record"].isNull() & F.when(value == compact, True).otherwise(value == spaced)
-    return lines.select(*fields, F.when(as_written, None).otherwise(value).alias(STRICT_LINE))
-
-
-def parse_batch(batch):
-    """A batch of `parsed_in_jvm` rows as `parse_lines` returns lines: (Table, blank, malformed),
-    rows in the batch's order."""
-    import numpy as np
-    import pyarrow as pa
-
-    schema = parsed_arrow_schema()
-    line = batch.column(batch.schema.get_field_index(STRICT_LINE))
-    strict = line.is_valid().to_numpy(zero_copy_only=False)
-
-    def read_in_jvm(rows):
-        columns = [rows.column(rows.schema.get_field_index(f.name)) if f.name in EXPORT_FIELDS
-                   else pa.array(np.zeros(rows.num_rows, dtype=np.int64)) if f.name == "reaction_count"
-                   else pa.nulls(rows.num_rows, f.type) for f in schema]
-        return pa.Table.from_arrays(columns, schema=schema)
-
-    if strict.all():
-        return parse_lines(line)
-    if not strict.any():
-        return read_in_jvm(batch), 0, 0
-    table, blank, malformed, rows = parse_lines(line.filter(pa.array(strict)), with_rows=True)
-    kept = np.flatnonzero(~strict)
-    table = pa.concat_tables([read_in_jvm(batch.filter(pa.array(~strict))), table])
-    order = np.argsort(np.concatenate([kept, np.flatnonzero(strict)[rows]]), kind="stable")
-    return table.take(pa.array(order)), blank, malformed
-
-
 def _placer(lines_seen):
     """The mapInArrow body: place the task's rows (whole groups, thanks to the gid shuffle)
     and return its tables as Parquet files (see FILES_SCHEMA).
@@ -202,7 +131,7 @@ def _placer(lines_seen):
         parsed, blank, malformed = [], 0, 0
         for batch in batches:
             if batch.num_rows:
-                table, batch_blank, batch_malformed = parse_batch(batch)
+                table, batch_blank, batch_malformed = parse_lines(batch.column(0))
                 parsed.append(table)
                 blank += batch_blank
                 malformed += batch_malformed
@@ -218,12 +147,10 @@ def _placer(lines_seen):
     return place_batches
 
 
-def place_all(spark, paths: list[str], lines_seen, parse_in_jvm: bool = PARSE_IN_JVM):
-    """FILES_SCHEMA rows of the exports: one shuffle by gid (of the raw lines), the JVM's parse,
-    one Arrow pass per task."""
+def place_all(spark, paths: list[str], lines_seen):
+    """FILES_SCHEMA rows of the exports: one shuffle by gid (of the raw lines), one Arrow pass per task."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    lines = read_lines(spark, paths).repartition(partitions, group_key())
-    return parsed_in_jvm(lines, parse_in_jvm).mapInArrow(_placer(lines_seen), FILES_SCHEMA)
+    return read_lines(spark, paths).repartition(partitions, group_key()).mapInArrow(_placer(lines_seen), FILES_SCHEMA)
 
 
 def write_files(files, uri: str) -> None:
@@ -413,7 +340,7 @@ def output_names() -> list[str]:
     return [*TABLE_NAMES, *(f"{name}.csv" for name in TABLE_NAMES), "summary.json", "report.html", "explore.html", *PLOT_FILES]
 
 
-def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = False, parse_in_jvm: bool = PARSE_IN_JVM) -> Results:
+def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = False) -> Results:
     """Run the whole analysis and commit the tables, summary.json and (with `report`) the
     report into `out`, a location as Spark resolves it.
 
@@ -424,7 +351,7 @@ def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = F
     location = OutputLocation(spark, str(out))
     staging = location.stage()
     try:
-        results = _analyse_into(spark, paths, location, staging, fmt, report, parse_in_jvm)
+        results = _analyse_into(spark, paths, location, staging, fmt, report)
         location.commit(staging, output_names())
     except BaseException:
         try:
@@ -438,7 +365,7 @@ def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = F
     return results
 
 
-def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str, report: bool, parse_in_jvm: bool) -> Results:
+def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str, report: bool) -> Results:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -454,7 +381,7 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
     # Times as Parquet's standard microsecond timestamps (UTC), as pyarrow writes them, not
     # Spark's legacy INT96 (for the tables Spark writes itself when they are empty).
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    write_files(place_all(spark, paths, lines_seen, parse_in_jvm), placed_uri)
+    write_files(place_all(spark, paths, lines_seen), placed_uri)
 
     def part_uri(part: int) -> str | None:
         uri = f"{placed_uri}/part={part}"
