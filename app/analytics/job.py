@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .kernels import _children, _file_rows, median_of_counts, merge_senders, middle_bins, parse_lines, place_groups
+from . import reading
+from .kernels import _children, _file_rows, median_of_counts, merge_senders, middle_bins, place_groups
 from .schema import (
     FILES_SCHEMA, GROUP, GROUP_FIELDS, HIST, INFO, MESSAGES_PART, MESSAGE_FIELDS, PARQUET_MAGIC,
     PARTICIPANT_FIELDS, SENDER, SENDERS_PART, TOP, TOP_THREADS, TREE_THREADS, SENDER_PASS_SCHEMA, STRUCT_FIELDS, SUMMARY_PART, SUMMARY_SCHEMA,
-    TABLE_NAMES, TABLE_SPECS, THREADS_PART, THREAD_FIELDS, _fields, _struct_ddl, arrow_schema, parsed_arrow_schema,
-    summary_arrow_schema,
+    TABLE_NAMES, TABLE_SPECS, THREADS_PART, THREAD_FIELDS, _fields, _struct_ddl, arrow_schema, summary_arrow_schema,
 )
 from .thread_report import PLOT_FILES
 
@@ -67,6 +67,8 @@ def build_session(master: str | None, driver_memory: str, archive=None):
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Batches of the parsed rows' blobs (reading.PARTS_SCHEMA) stay well inside Arrow's 2 GB.
+        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(256 << 20))
         # Spark 4's order-independent shuffle checksum notices a map task whose retry wrote
         # other rows. This job's map tasks hash-partition lines of files by a function of each
         # line, so a retry writes the same rows; the checksum hashed every shuffled row (3 % of
@@ -80,7 +82,7 @@ def build_session(master: str | None, driver_memory: str, archive=None):
 
     from . import hyperconvo, kernels, schema
 
-    for module in (sys.modules[__name__], hyperconvo, kernels, schema):
+    for module in (sys.modules[__name__], hyperconvo, kernels, reading, schema):
         cloudpickle.register_pickle_by_value(module)
     spark.sparkContext.setLogLevel("WARN")
     if not spark.conf.get("spark.sql.shuffle.partitions.userSet", None):
@@ -88,32 +90,6 @@ def build_session(master: str | None, driver_memory: str, archive=None):
             # Spark's 200 is sized for clusters; AQE coalesces, but fewer map outputs is cheaper locally.
             spark.conf.set("spark.sql.shuffle.partitions", str(max(16, 8 * spark.sparkContext.defaultParallelism)))
     return spark
-
-
-# A line's gid as the shuffle key, without parsing the line in the JVM: exports open every
-# line with one of GID_OPENINGS (the app writes json.dumps' default spacing, gen_logs the
-# compact form), so the key is the text from there to the next quote, when that holds no
-# backslash (an escape would make the text differ from the value). Any other line takes
-# the JSON parser's value, so equal gids always meet in one task however they are written.
-# Spark's own string functions find it in the line's UTF-8 bytes; a regular expression
-# decoded every line to a Java string and tried each position: 0.7-0.9 CPU s per 1M lines.
-GID_OPENINGS = ('{"gid":"', '{"gid": "')
-
-
-def group_key():
-    from pyspark.sql import functions as F
-
-    value = F.col("value")
-    compact, spaced = GID_OPENINGS
-    start = F.when(value.startswith(compact), len(compact) + 1).when(value.startswith(spaced), len(spaced) + 1)
-    fast = F.substring_index(F.substr(value, start), '"', 1)
-    usable = start.isNotNull() & ~fast.contains("\\") & (fast != "")
-    return F.when(usable, fast).otherwise(F.coalesce(F.get_json_object(value, "$.gid"), F.lit("")))
-
-
-def read_lines(spark, paths: list[str]):
-    """The export lines, one string column `value`, blank lines included (they are counted)."""
-    return spark.read.text(paths)
 
 
 def _placer(lines_seen):
@@ -124,18 +100,9 @@ def _placer(lines_seen):
     that the committed output holds them all."""
 
     def place_batches(batches):
-        import pyarrow as pa
         import pyarrow.compute as pc
 
-        # Parsed batch by batch as they arrive, so the raw lines of one batch at a time stay in memory.
-        parsed, blank, malformed = [], 0, 0
-        for batch in batches:
-            if batch.num_rows:
-                table, batch_blank, batch_malformed = parse_lines(batch.column(0))
-                parsed.append(table)
-                blank += batch_blank
-                malformed += batch_malformed
-        table = pa.concat_tables(parsed) if parsed else parsed_arrow_schema().empty_table()
+        table, blank, malformed = reading.unpacked(batches)
         lines_seen.add(table.num_rows + blank + malformed)
         placed = place_groups(table, blank, malformed)
         yield from _file_rows(placed.messages, MESSAGES_PART)
@@ -148,9 +115,26 @@ def _placer(lines_seen):
 
 
 def place_all(spark, paths: list[str], lines_seen):
-    """FILES_SCHEMA rows of the exports: one shuffle by gid (of the raw lines), one Arrow pass per task."""
+    """FILES_SCHEMA rows of the exports: the lines parsed where they are read, one shuffle of the
+    parsed rows by gid (Arrow IPC blobs, each bound for one partition; see `reading`), one Arrow
+    pass per task.
+
+    Paths are files the Python workers read themselves, in byte-range splits; URLs (file://,
+    hdfs://, s3a://...) go through Spark's text reader first."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    return read_lines(spark, paths).repartition(partitions, group_key()).mapInArrow(_placer(lines_seen), FILES_SCHEMA)
+    keys = reading.partition_keys(partitions)
+    files = [path for path in paths if "://" not in path]
+    urls = [path for path in paths if "://" in path]
+    frames = []
+    if files:
+        sizes = [os.path.getsize(path) for path in files]
+        splits = reading.splits_of(files, sizes, reading.split_size(sum(sizes), spark.sparkContext.defaultParallelism))
+        frames.append(spark.range(0, len(splits), 1, len(splits)).mapInArrow(reading.read_splits(splits, keys), reading.PARTS_SCHEMA))
+    if urls:
+        lines = spark.read.option("lineSep", "\n").text(urls)
+        frames.append(lines.mapInArrow(reading.parse_text(keys), reading.PARTS_SCHEMA))
+    parsed = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    return parsed.repartition(partitions, "part").mapInArrow(_placer(lines_seen), FILES_SCHEMA)
 
 
 def write_files(files, uri: str) -> None:
