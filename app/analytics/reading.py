@@ -188,28 +188,22 @@ def packed_parts(lines, keys: list[int]):
     ordered = table.take(pa.array(order)) if table.num_rows else table
     counts = np.bincount(bucket, minlength=len(keys))
     starts = np.r_[0, np.cumsum(counts)]
-    parts, blobs = [], []
-    for part in np.flatnonzero(counts):
-        for start in range(int(starts[part]), int(starts[part + 1]), BLOB_ROWS):
+    # The blobs back to back in one buffer, each a whole IPC stream: the binary column is
+    # made over it without a copy.
+    sink, parts, ends = pa.BufferOutputStream(), [], []
+    for part in np.flatnonzero(counts) if table.num_rows else [0]:
+        for start in range(int(starts[part]), max(int(starts[part + 1]), int(starts[part]) + 1), BLOB_ROWS):
+            writer = pa.ipc.new_stream(sink, ordered.schema)
+            writer.write_table(ordered.slice(start, min(BLOB_ROWS, int(starts[part + 1]) - start)))
+            writer.close()
             parts.append(keys[part])
-            blobs.append(_ipc(ordered.slice(start, min(BLOB_ROWS, int(starts[part + 1]) - start))))
-    if not blobs:
-        parts.append(keys[0])
-        blobs.append(_ipc(parsed_arrow_schema().empty_table()))
-    blanks, malformeds = np.zeros(len(blobs), dtype=np.int64), np.zeros(len(blobs), dtype=np.int64)
+            ends.append(sink.tell())
+    offsets = pa.py_buffer(np.r_[0, ends].astype(np.int32))
+    blobs = pa.Array.from_buffers(pa.binary(), len(ends), [None, offsets, sink.getvalue()])
+    blanks, malformeds = np.zeros(len(ends), dtype=np.int64), np.zeros(len(ends), dtype=np.int64)
     blanks[0], malformeds[0] = blank, malformed
-    yield pa.RecordBatch.from_arrays(
-        [pa.array(parts, pa.int32()), pa.array(blanks), pa.array(malformeds), pa.array(blobs, pa.binary())],
-        names=["part", "blank", "malformed", "rows"])
-
-
-def _ipc(table) -> bytes:
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    yield pa.RecordBatch.from_arrays([pa.array(parts, pa.int32()), pa.array(blanks), pa.array(malformeds), blobs],
+                                     names=["part", "blank", "malformed", "rows"])
 
 
 def unpacked(batches):
