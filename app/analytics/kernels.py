@@ -98,7 +98,7 @@ def _classify_lines(lines):
     return blank, candidate
 
 
-def parse_lines(lines, *, with_rows: bool = False):
+def parse_lines(lines, *, with_rows: bool = False, terminated: bool = False):
     """Strictly parsed export lines: (Table of EXPORT_FIELDS as strings with the operations' fields,
     blank lines, malformed lines), and with `with_rows` the index of each parsed row's line.
 
@@ -108,7 +108,8 @@ def parse_lines(lines, *, with_rows: bool = False):
     malformed, as does anything but one object on the line. Blank (whitespace-only)
     lines are counted apart. Arrow's JSON reader checks the types (Spark's would turn
     12345 or ["a"] into a string); it refuses a whole block for one bad line, so such a
-    block goes line by line.
+    block goes line by line. With `terminated`, each line but the last ends with its
+    newline (as `reading.lines_array` cuts them), so a block's bytes are parsed as they lie.
     """
     import numpy as np
     import pyarrow as pa
@@ -131,7 +132,8 @@ def parse_lines(lines, *, with_rows: bool = False):
     read = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 64), use_threads=False)
 
     def parse(chunk):
-        joined = pc.binary_join_element_wise(chunk, pa.scalar(""), "\n")
+        # An Arrow string array's values lie back to back: with their newlines, they are the text.
+        joined = chunk if terminated else pc.binary_join_element_wise(chunk, pa.scalar(""), "\n")
         if not len(joined):
             return parsed_arrow_schema().empty_table()
         offsets = _string_offsets(joined)

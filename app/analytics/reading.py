@@ -85,14 +85,17 @@ def _split_chunks(split: Split):
         if position >= split.end:
             return
         data = stream.read(split.end - position)
-        if not data.endswith(b"\n"):
-            data += stream.readline()  # the last line starting before `end` runs on to its newline
+        # The last line starting before `end` runs on to its newline.
+        tail = stream.readline() if data and not data.endswith(b"\n") else b""
     view = memoryview(data)
+    whole = data.rfind(b"\n") + 1 if tail else len(data)
     begin = 0
-    while begin < len(data):
-        cut = data.find(b"\n", begin + CHUNK_BYTES) + 1 or len(data)
+    while begin < whole:
+        cut = data.find(b"\n", begin + CHUNK_BYTES, whole) + 1 or whole
         yield view[begin:cut]
         begin = cut
+    if tail:
+        yield data[whole:] + tail
 
 
 def _whole_lines(pieces):
@@ -110,22 +113,20 @@ def _whole_lines(pieces):
         yield carry
 
 
-def lines_array(data: bytes):
-    """The lines of `data` (whole lines, the last without a newline or with one) as an Arrow string
-    array, newlines dropped, the bytes as they are (invalid UTF-8 makes its line malformed later)."""
+def lines_array(data):
+    """The lines of `data` (whole lines) as an Arrow string array over the same bytes, each with
+    its newline (the last may have none): `parse_lines(..., terminated=True)` reads them.
+    The bytes are as they are: invalid UTF-8 makes its line malformed."""
     import numpy as np
     import pyarrow as pa
 
     raw = np.frombuffer(data, dtype=np.uint8)
-    ends = np.flatnonzero(raw == NEWLINE)
-    complete = ends.size
-    if raw.size and (not complete or ends[-1] != raw.size - 1):
-        ends = np.r_[ends, raw.size]  # a last line without a newline
-    values = np.delete(raw, ends[:complete]) if complete else raw
-    starts = np.r_[0, ends[:-1] + 1] if ends.size else np.zeros(0, dtype=np.int64)
-    # Line i starts after i newlines were dropped before it.
-    offsets = np.r_[starts - np.arange(starts.size), values.size].astype(np.int32) if ends.size else np.zeros(1, np.int32)
-    return pa.Array.from_buffers(pa.string(), int(ends.size), [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+    starts = np.flatnonzero(raw == NEWLINE) + 1
+    if not raw.size or starts.size and starts[-1] == raw.size:
+        offsets = np.r_[0, starts]
+    else:
+        offsets = np.r_[0, starts, raw.size]  # a last line without a newline
+    return pa.Array.from_buffers(pa.string(), offsets.size - 1, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
 
 
 def partition_of_key(key: int, partitions: int) -> int:
@@ -176,13 +177,13 @@ def gid_buckets(gids, buckets: int):
     return of_value[indices]
 
 
-def packed_parts(lines, keys: list[int]):
+def packed_parts(lines, keys: list[int], terminated: bool = False):
     """PARTS_SCHEMA batches of one array of lines: its parsed rows per partition as Arrow IPC
     streams (BLOB_ROWS rows at most each), and its blank and malformed counts on the first."""
     import numpy as np
     import pyarrow as pa
 
-    table, blank, malformed = parse_lines(lines)
+    table, blank, malformed = parse_lines(lines, terminated=terminated)
     bucket = gid_buckets(table.column("gid"), len(keys))
     order = np.argsort(bucket, kind="stable")
     ordered = table.take(pa.array(order)) if table.num_rows else table
@@ -230,7 +231,7 @@ def read_splits(splits: list[Split], keys: list[int]):
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 for chunk in split_chunks(splits[index]):
-                    yield from packed_parts(lines_array(chunk), keys)
+                    yield from packed_parts(lines_array(chunk), keys, terminated=True)
 
     return read
 
