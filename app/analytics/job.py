@@ -67,6 +67,9 @@ def build_session(master: str | None, driver_memory: str, archive=None):
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # The one big shuffle moves blobs the Python workers compressed (reading.BLOB_COMPRESSION):
+        # Spark's lz4 over them again would spend CPU for nothing.
+        .config("spark.shuffle.compress", "false")
         # Batches of the parsed rows' blobs (reading.PARTS_SCHEMA) stay well inside Arrow's 2 GB.
         .config("spark.sql.execution.arrow.maxBytesPerBatch", str(256 << 20))
         # Spark 4's order-independent shuffle checksum notices a map task whose retry wrote
