@@ -48,10 +48,11 @@ def build_session(master: str | None, driver_memory: str, archive=None):
     if not under_submit:
         # The throughput collector, not G1: the job is one batch of short-lived rows, and
         # 10M messages on local[2] took 88-97 s with it against 100-106 s with G1.
-        # JIT thresholds four times the default: the JIT compiled ~15,700 methods in 24 CPU s
-        # of a 10M run (JFR), most of them run too little to repay it; the JVM's CPU at 10M
-        # fell from 66-74 s to 60-64 s.
-        java_options = "-XX:+UseParallelGC -XX:CompileThresholdScaling=4 " + (archive.java_options() if archive else "")
+        # The C1 compiler only: since the workers parse before the shuffle, the JVM does no
+        # work per line, only copies of blobs, and C2's compiling no longer repays itself
+        # (at 10M on local[2]: 93-94 CPU s in all against 105 with C2 at four times its
+        # thresholds; those thresholds had already cut the JIT's 24 CPU s of a 10M run).
+        java_options = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1 " + (archive.java_options() if archive else "")
         builder = builder.config("spark.driver.memory", driver_memory).config(
             "spark.driver.extraJavaOptions", java_options.strip())
     effective_master = master or ("" if under_submit else os.environ.get("MASTER", "local[*]"))
