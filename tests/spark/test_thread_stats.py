@@ -751,3 +751,19 @@ def test_a_file_that_is_no_object_with_a_whole_size_makes_the_line_malformed():
     kept = kernels.well_formed(table)
     assert kept.column("file_size").to_pylist() == [None, 0, 5, None]
     assert malformed + table.num_rows - kept.num_rows == len(bad)
+
+
+def test_participants_merged_by_the_driver_equal_those_of_spark_s_sender_pass(spark, tmp_path, monkeypatch):
+    text = io.StringIO()
+    gen_logs.write_jsonl(gen_logs.generate(3000, seed=3), text)
+    path = write_export(tmp_path, "senders.jsonl", text.getvalue().splitlines())
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "4")  # each sender's rows come from several tasks
+    try:
+        by_driver = job.analyse(spark, [path], tmp_path / "driver")
+        monkeypatch.setattr(job, "DRIVER_SENDER_BYTES", -1)
+        by_spark = job.analyse(spark, [path], tmp_path / "spark")
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    assertDataFrameEqual(by_driver.participants, by_spark.participants)
+    assert by_driver.summary == by_spark.summary and by_driver.summary["reply_latency_median_s"] is not None
