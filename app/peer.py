@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..middleware.manager import Config, GroupManager
-from ..middleware.files import OfferError, is_offer_text, parse_offer
+from ..middleware.files import offer_json
 from ..middleware.transport import TransportError
 from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, FileProgress, GroupsDiscovered,
                                  MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated, SyncProgress,
@@ -421,11 +421,9 @@ class JsonRpcPeer:
 def message_json(message: ChatMessage) -> dict:
     """A message as JSON-RPC shows it: a file offer (middleware.files) has its fields as ``file``."""
     row = message.to_json()
-    if is_offer_text(message.text):
-        try:
-            row["file"] = parse_offer(message.text).to_json()
-        except OfferError:
-            pass
+    offer = offer_json(message.text)
+    if offer is not None:
+        row["file"] = offer
     return row
 
 

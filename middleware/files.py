@@ -111,6 +111,17 @@ def parse_offer(text: str) -> FileOffer:
     return FileOffer(safe_name(name), size, mime, sha256, chunk, root)
 
 
+def offer_json(text: str) -> dict | None:
+    """A message text's offer as JSON-RPC's message objects and the analytics export show it
+    (``file``), or None when the text is no valid offer."""
+    if not is_offer_text(text):
+        return None
+    try:
+        return parse_offer(text).to_json()
+    except OfferError:
+        return None
+
+
 def _is_hex_hash(text: str) -> bool:
     return len(text) == 2 * HASH_BYTES and all(c in "0123456789abcdef" for c in text)
 

@@ -31,7 +31,7 @@ from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
 from .events import Listener, MessagesDelivered, ignore
 from .file_transfer import FileService
-from .files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
+from .files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, offer_json
 from .gjlp import Gjlp, GroupRecord
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
@@ -666,7 +666,8 @@ def export_log(core: PeerCore, path: str | Path, gid: str | None = None, direct:
     """``gid``'s delivered messages (every joined group's without one) as JSON Lines, the analytics
     export format, as ``core`` holds them (flush it first); written whole to ``path`` or not at all.
     With ``direct`` (and no ``gid``) the direct conversations too, each line marked ``"direct": true``
-    with the conversation as its ``gid`` (``dm:<pid>:<pid>``, the two pids sorted)."""
+    with the conversation as its ``gid`` (``dm:<pid>:<pid>``, the two pids sorted). A file offer's
+    line carries the offer's fields as ``file``, as JSON-RPC's message objects do."""
     gids = [gid] if gid else list(core.channels)
     count = 0
     path = Path(path)
@@ -678,6 +679,9 @@ def export_log(core: PeerCore, path: str | Path, gid: str | None = None, direct:
                 row = message.to_json()
                 row["group_desc"] = desc
                 row["received_at"] = iso_millis(message.received_at)
+                offer = offer_json(message.text)
+                if offer is not None:
+                    row["file"] = offer
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 count += 1
         for peer in list(core.direct.conversations) if direct and not gid else []:

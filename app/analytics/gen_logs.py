@@ -66,14 +66,24 @@ class GeneratedLog:
     person_ids: list[str]
     person_names: list[str]
     sentences: list[str]
+    file_size: np.ndarray | None = None  # per message, the size of the file it offers; -1 for none
+
+
+# The marker that opens a file offer's text (middleware.files.FILE_MARKER, not imported: the
+# generator runs where only the analytics extra is installed).
+FILE_MARKER = "\x00file1"
+FILE_MIMES = ("image/png", "application/pdf", "text/plain", "application/zip")
 
 
 def _hex_ids(rng: np.random.Generator, count: int) -> list[str]:
     return [bytes(row).hex() for row in rng.integers(0, 256, size=(count, 16), dtype=np.uint8)]
 
 
-def generate(n_messages: int, seed: int = 0, lost_rate: float = 0.001) -> GeneratedLog:
-    """Draw a log of exactly `n_messages` exported messages."""
+def generate(n_messages: int, seed: int = 0, lost_rate: float = 0.001, file_rate: float = 0.0) -> GeneratedLog:
+    """Draw a log of exactly `n_messages` exported messages, a share `file_rate` of them file offers.
+
+    The offers are drawn from a stream of their own, so a seed gives the same messages with
+    and without them."""
     if n_messages < 0:
         raise ValueError("n_messages must be >= 0")
     rng = np.random.default_rng(seed)
@@ -163,6 +173,12 @@ def generate(n_messages: int, seed: int = 0, lost_rate: float = 0.001) -> Genera
     export_order = np.argsort(received_ms[keep], kind="stable")
     kept_index = np.flatnonzero(keep)[export_order]
     sentences = _sentence_bank(rng)
+    file_size = None
+    if file_rate > 0:
+        files = np.random.default_rng([seed, 30])
+        # Sizes log-normal around 200 kB, a few of them many MB.
+        sizes = np.rint(files.lognormal(mean=math.log(200_000), sigma=2.0, size=kept_index.size)).astype(np.int64)
+        file_size = np.where(files.random(kept_index.size) < file_rate, sizes, -1)
     return GeneratedLog(
         group=group[kept_index],
         sender=sender[kept_index],
@@ -177,6 +193,7 @@ def generate(n_messages: int, seed: int = 0, lost_rate: float = 0.001) -> Genera
         person_ids=person_ids,
         person_names=person_names,
         sentences=sentences,
+        file_size=file_size,
     )
 
 
@@ -218,8 +235,23 @@ def write_jsonl(generated: GeneratedLog, out, chunk: int = 200_000) -> int:
                 template
                 % (gids[g], quoted_group_desc[g], pids[s], q, parent, pids[s], quoted_names[s], quoted_text[t], sent, recv)
             )
+        if generated.file_size is not None:
+            for offset in np.flatnonzero(generated.file_size[window] >= 0).tolist():
+                lines[offset] = _with_offer(lines[offset], begin + offset, int(generated.file_size[begin + offset]))
         out.write("".join(lines))
     return total
+
+
+def _with_offer(line: str, index: int, size: int) -> str:
+    """An export line as the app writes a file offer: the offer as its text and its fields as `file`."""
+    row = json.loads(line)
+    digest = f"{index:064x}"
+    offer = {"name": f"file{index}.bin", "size": size, "mime": FILE_MIMES[index % len(FILE_MIMES)], "sha256": digest,
+             "chunk_size": 262144, "root": digest}
+    text = {"name": offer["name"], "size": size, "mime": offer["mime"], "sha256": digest, "chunk": 262144, "root": digest}
+    row["text"] = FILE_MARKER + json.dumps(text, separators=(",", ":"))
+    row["file"] = offer
+    return json.dumps(row, separators=(",", ":")) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,14 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="output file (.jsonl or .jsonl.gz)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lost-rate", type=float, default=0.001, help="share of messages missing from the export")
+    parser.add_argument("--file-rate", type=float, default=0.0, help="share of messages that offer a file (default 0)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.messages < 0:
         parser.error("--messages must be >= 0")
     if not 0.0 <= args.lost_rate < 1.0:
         parser.error("--lost-rate must be in [0, 1)")
+    if not 0.0 <= args.file_rate <= 1.0:
+        parser.error("--file-rate must be in [0, 1]")
     started = time.perf_counter()
-    generated = generate(args.messages, seed=args.seed, lost_rate=args.lost_rate)
+    generated = generate(args.messages, seed=args.seed, lost_rate=args.lost_rate, file_rate=args.file_rate)
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         opener = gzip.open if args.out.name.endswith(".gz") else open

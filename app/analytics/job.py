@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .kernels import _children, _file_rows, median_of_counts, merge_senders, middle_bins, parse_lines, place_groups
+from . import reading
+from .kernels import _children, _file_rows, median_of_counts, merge_senders, middle_bins, place_groups
 from .schema import (
-    EXPORT_FIELDS, FILES_SCHEMA, GROUP, GROUP_FIELDS, HIST, INFO, MESSAGES_PART, MESSAGE_FIELDS, PARQUET_MAGIC,
+    FILES_SCHEMA, GROUP, GROUP_FIELDS, HIST, INFO, MESSAGES_PART, MESSAGE_FIELDS, PARQUET_MAGIC,
     PARTICIPANT_FIELDS, SENDER, SENDERS_PART, TOP, TOP_THREADS, TREE_THREADS, SENDER_PASS_SCHEMA, STRUCT_FIELDS, SUMMARY_PART, SUMMARY_SCHEMA,
-    TABLE_NAMES, TABLE_SPECS, THREADS_PART, THREAD_FIELDS, _fields, _struct_ddl, arrow_schema, parsed_arrow_schema,
-    summary_arrow_schema,
+    TABLE_NAMES, TABLE_SPECS, THREADS_PART, THREAD_FIELDS, _fields, _struct_ddl, arrow_schema, summary_arrow_schema,
 )
 from .thread_report import PLOT_FILES
 
@@ -48,10 +48,11 @@ def build_session(master: str | None, driver_memory: str, archive=None):
     if not under_submit:
         # The throughput collector, not G1: the job is one batch of short-lived rows, and
         # 10M messages on local[2] took 88-97 s with it against 100-106 s with G1.
-        # JIT thresholds four times the default: the JIT compiled ~15,700 methods in 24 CPU s
-        # of a 10M run (JFR), most of them run too little to repay it; the JVM's CPU at 10M
-        # fell from 66-74 s to 60-64 s.
-        java_options = "-XX:+UseParallelGC -XX:CompileThresholdScaling=4 " + (archive.java_options() if archive else "")
+        # The C1 compiler only: since the workers parse before the shuffle, the JVM does no
+        # work per line, only copies of blobs, and C2's compiling no longer repays itself
+        # (at 10M on local[2]: 93-94 CPU s in all against 105 with C2 at four times its
+        # thresholds; those thresholds had already cut the JIT's 24 CPU s of a 10M run).
+        java_options = "-XX:+UseParallelGC -XX:TieredStopAtLevel=1 " + (archive.java_options() if archive else "")
         builder = builder.config("spark.driver.memory", driver_memory).config(
             "spark.driver.extraJavaOptions", java_options.strip())
     effective_master = master or ("" if under_submit else os.environ.get("MASTER", "local[*]"))
@@ -67,6 +68,11 @@ def build_session(master: str | None, driver_memory: str, archive=None):
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # The one big shuffle moves blobs the Python workers compressed (reading.BLOB_COMPRESSION):
+        # Spark's lz4 over them again would spend CPU for nothing.
+        .config("spark.shuffle.compress", "false")
+        # Batches of the parsed rows' blobs (reading.PARTS_SCHEMA) stay well inside Arrow's 2 GB.
+        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(256 << 20))
         # Spark 4's order-independent shuffle checksum notices a map task whose retry wrote
         # other rows. This job's map tasks hash-partition lines of files by a function of each
         # line, so a retry writes the same rows; the checksum hashed every shuffled row (3 % of
@@ -80,7 +86,7 @@ def build_session(master: str | None, driver_memory: str, archive=None):
 
     from . import hyperconvo, kernels, schema
 
-    for module in (sys.modules[__name__], hyperconvo, kernels, schema):
+    for module in (sys.modules[__name__], hyperconvo, kernels, reading, schema):
         cloudpickle.register_pickle_by_value(module)
     spark.sparkContext.setLogLevel("WARN")
     if not spark.conf.get("spark.sql.shuffle.partitions.userSet", None):
@@ -88,103 +94,6 @@ def build_session(master: str | None, driver_memory: str, archive=None):
             # Spark's 200 is sized for clusters; AQE coalesces, but fewer map outputs is cheaper locally.
             spark.conf.set("spark.sql.shuffle.partitions", str(max(16, 8 * spark.sparkContext.defaultParallelism)))
     return spark
-
-
-# A line's gid as the shuffle key, without parsing the line in the JVM: exports open every
-# line with one of GID_OPENINGS (the app writes json.dumps' default spacing, gen_logs the
-# compact form), so the key is the text from there to the next quote, when that holds no
-# backslash (an escape would make the text differ from the value). Any other line takes
-# the JSON parser's value, so equal gids always meet in one task however they are written.
-# Spark's own string functions find it in the line's UTF-8 bytes; a regular expression
-# decoded every line to a Java string and tried each position: 0.7-0.9 CPU s per 1M lines.
-GID_OPENINGS = ('{"gid":"', '{"gid": "')
-
-
-def group_key():
-    from pyspark.sql import functions as F
-
-    value = F.col("value")
-    compact, spaced = GID_OPENINGS
-    start = F.when(value.startswith(compact), len(compact) + 1).when(value.startswith(spaced), len(spaced) + 1)
-    fast = F.substring_index(F.substr(value, start), '"', 1)
-    usable = start.isNotNull() & ~fast.contains("\\") & (fast != "")
-    return F.when(usable, fast).otherwise(F.coalesce(F.get_json_object(value, "$.gid"), F.lit("")))
-
-
-def read_lines(spark, paths: list[str]):
-    """The export lines, one string column `value`, blank lines included (they are counted)."""
-    return spark.read.text(paths)
-
-
-# With PARSE_IN_JVM, the JVM parses every line and Python's strict parser (`parse_lines`)
-# sees only the lines whose fields Spark may have read otherwise. Spark's reader is lenient where the strict one
-# is not: it writes a number, boolean, array or object found in a string field as its JSON
-# text; it keeps the last of repeated keys, ignores what follows the object on its line,
-# turns a lone surrogate escape into "?", and reads numbers too large for a double. And it
-# refuses NaN and Infinity in fields the export does not have, which the strict parser
-# skips (thread-stats.md lists the cases; tests/spark/test_jvm_parse.py tries them). So a
-# line keeps the JVM's reading only when it is exactly the text Spark writes for the
-# fields it read, compact (gen_logs) or with json.dumps' spacing: then it is one object of
-# the export's fields, string or null, each once, and any JSON parser reads it alike.
-# Every other line (a corrupt record, other fields or layouts, escapes Spark would not
-# write) goes to the strict parser, as every line does without it.
-JVM_PARSE_OPTIONS = {
-    "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record",
-    "allowSingleQuotes": "false", "allowNonNumericNumbers": "false",
-}
-STRICT_LINE = "line"  # the raw line, for the strict parser; null where the JVM's reading stands
-# Off: the JVM's parse costs more than the strict one it spares. At 1M generated lines on
-# local[2], from_json alone took ~2.4 CPU s and moving its nine columns into Arrow ~1.1 more,
-# against ~2 CPU s for Arrow's strict parse of the raw line in Python; a 10M run took 135
-# CPU s with it, 101 without (thread-stats.md, benchmarks.md).
-PARSE_IN_JVM = False
-
-
-def parsed_in_jvm(lines, parse_in_jvm: bool = PARSE_IN_JVM):
-    """EXPORT_FIELDS as the JVM read them, and STRICT_LINE (see JVM_PARSE_OPTIONS).
-
-    Without `parse_in_jvm`, only STRICT_LINE: every line goes to the strict parser."""
-    from pyspark.sql import functions as F
-
-    value = F.col("value")
-    if not parse_in_jvm:
-        return lines.select(value.alias(STRICT_LINE))
-    spec = ", ".join(f"{name} string" for name in (*EXPORT_FIELDS, "_corrupt_record"))
-    record = F.from_json(value, spec, JVM_PARSE_OPTIONS)
-    fields = [record[name].alias(name) for name in EXPORT_FIELDS]
-    compact = F.to_json(F.struct(*fields), {"ignoreNullFields": "false"})
-    # Inside a string, '":' can only follow an escaped quote and ',"' never occurs: either
-    # replacement there changes a value, and then the line differs from this text.
-    spaced = F.replace(F.replace(compact, F.lit('":'), F.lit('": ')), F.lit(',"'), F.lit(', "'))
-    as_written = record["_corrupt_record"].isNull() & F.when(value == compact, True).otherwise(value == spaced)
-    return lines.select(*fields, F.when(as_written, None).otherwise(value).alias(STRICT_LINE))
-
-
-def parse_batch(batch):
-    """A batch of `parsed_in_jvm` rows as `parse_lines` returns lines: (Table, blank, malformed),
-    rows in the batch's order."""
-    import numpy as np
-    import pyarrow as pa
-
-    schema = parsed_arrow_schema()
-    line = batch.column(batch.schema.get_field_index(STRICT_LINE))
-    strict = line.is_valid().to_numpy(zero_copy_only=False)
-
-    def read_in_jvm(rows):
-        columns = [rows.column(rows.schema.get_field_index(f.name)) if f.name in EXPORT_FIELDS
-                   else pa.array(np.zeros(rows.num_rows, dtype=np.int64)) if f.name == "reaction_count"
-                   else pa.nulls(rows.num_rows, f.type) for f in schema]
-        return pa.Table.from_arrays(columns, schema=schema)
-
-    if strict.all():
-        return parse_lines(line)
-    if not strict.any():
-        return read_in_jvm(batch), 0, 0
-    table, blank, malformed, rows = parse_lines(line.filter(pa.array(strict)), with_rows=True)
-    kept = np.flatnonzero(~strict)
-    table = pa.concat_tables([read_in_jvm(batch.filter(pa.array(~strict))), table])
-    order = np.argsort(np.concatenate([kept, np.flatnonzero(strict)[rows]]), kind="stable")
-    return table.take(pa.array(order)), blank, malformed
 
 
 def _placer(lines_seen):
@@ -195,18 +104,9 @@ def _placer(lines_seen):
     that the committed output holds them all."""
 
     def place_batches(batches):
-        import pyarrow as pa
         import pyarrow.compute as pc
 
-        # Parsed batch by batch as they arrive, so the raw lines of one batch at a time stay in memory.
-        parsed, blank, malformed = [], 0, 0
-        for batch in batches:
-            if batch.num_rows:
-                table, batch_blank, batch_malformed = parse_batch(batch)
-                parsed.append(table)
-                blank += batch_blank
-                malformed += batch_malformed
-        table = pa.concat_tables(parsed) if parsed else parsed_arrow_schema().empty_table()
+        table, blank, malformed = reading.unpacked(batches)
         lines_seen.add(table.num_rows + blank + malformed)
         placed = place_groups(table, blank, malformed)
         yield from _file_rows(placed.messages, MESSAGES_PART)
@@ -218,12 +118,27 @@ def _placer(lines_seen):
     return place_batches
 
 
-def place_all(spark, paths: list[str], lines_seen, parse_in_jvm: bool = PARSE_IN_JVM):
-    """FILES_SCHEMA rows of the exports: one shuffle by gid (of the raw lines), the JVM's parse,
-    one Arrow pass per task."""
+def place_all(spark, paths: list[str], lines_seen):
+    """FILES_SCHEMA rows of the exports: the lines parsed where they are read, one shuffle of the
+    parsed rows by gid (Arrow IPC blobs, each bound for one partition; see `reading`), one Arrow
+    pass per task.
+
+    Paths are files the Python workers read themselves, in byte-range splits; URLs (file://,
+    hdfs://, s3a://...) go through Spark's text reader first."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    lines = read_lines(spark, paths).repartition(partitions, group_key())
-    return parsed_in_jvm(lines, parse_in_jvm).mapInArrow(_placer(lines_seen), FILES_SCHEMA)
+    keys = reading.partition_keys(partitions)
+    files = [path for path in paths if "://" not in path]
+    urls = [path for path in paths if "://" in path]
+    frames = []
+    if files:
+        sizes = [os.path.getsize(path) for path in files]
+        splits = reading.splits_of(files, sizes, reading.split_size(sum(sizes), spark.sparkContext.defaultParallelism))
+        frames.append(spark.range(0, len(splits), 1, len(splits)).mapInArrow(reading.read_splits(splits, keys), reading.PARTS_SCHEMA))
+    if urls:
+        lines = spark.read.option("lineSep", "\n").text(urls)
+        frames.append(lines.mapInArrow(reading.parse_text(keys), reading.PARTS_SCHEMA))
+    parsed = frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
+    return parsed.repartition(partitions, "part").mapInArrow(_placer(lines_seen), FILES_SCHEMA)
 
 
 def write_files(files, uri: str) -> None:
@@ -370,19 +285,27 @@ def _sender_merger(median_bins: list):
     return merge
 
 
+# SENDER rows whose Parquet files on the driver's own file system hold no more than this are
+# merged by the driver in one Arrow pass: the Spark pass cost two jobs, about 2 s of a run.
+DRIVER_SENDER_BYTES = 256 << 20
+
+
 def participants_and_latency_median(spark, sender_rows, latency_bin_counts):
     """The participants table (Arrow, by sender) and the exact median of all reply latencies.
 
-    `sender_rows`: the placing tasks' SENDER rows (a DataFrame); one shuffle by sender and
-    one Arrow pass: each task adds up its senders' partial counts and takes their latency
-    medians with numpy.
+    `sender_rows`: the placing tasks' SENDER rows, an Arrow table (merged here) or a DataFrame
+    (one shuffle by sender and one Arrow pass: each task adds up its senders' partial
+    counts and takes their latency medians with numpy).
     """
     import pyarrow as pa
 
     bins, below = middle_bins(latency_bin_counts)
-    # A few rows per sender and task: one partition per core is plenty.
-    partitions = spark.sparkContext.defaultParallelism
-    merged = sender_rows.repartition(partitions, "sender").mapInArrow(_sender_merger(bins), SENDER_PASS_SCHEMA).toArrow()
+    if isinstance(sender_rows, pa.Table):
+        merged = merge_senders(sender_rows, bins) if sender_rows.num_rows else arrow_schema(SENDER_PASS_SCHEMA).empty_table()
+    else:
+        # A few rows per sender and task: one partition per core is plenty.
+        partitions = spark.sparkContext.defaultParallelism
+        merged = sender_rows.repartition(partitions, "sender").mapInArrow(_sender_merger(bins), SENDER_PASS_SCHEMA).toArrow()
     is_participant = merged.column("latency").is_null()
     participants = merged.filter(is_participant).select([name for name, _ in _fields(PARTICIPANT_FIELDS)]).sort_by("sender")
     middle = merged.filter(pa.compute.invert(is_participant)).group_by("latency").aggregate([("latency_count", "sum")])
@@ -413,7 +336,7 @@ def output_names() -> list[str]:
     return [*TABLE_NAMES, *(f"{name}.csv" for name in TABLE_NAMES), "summary.json", "report.html", "explore.html", *PLOT_FILES]
 
 
-def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = False, parse_in_jvm: bool = PARSE_IN_JVM) -> Results:
+def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = False) -> Results:
     """Run the whole analysis and commit the tables, summary.json and (with `report`) the
     report into `out`, a location as Spark resolves it.
 
@@ -424,7 +347,7 @@ def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = F
     location = OutputLocation(spark, str(out))
     staging = location.stage()
     try:
-        results = _analyse_into(spark, paths, location, staging, fmt, report, parse_in_jvm)
+        results = _analyse_into(spark, paths, location, staging, fmt, report)
         location.commit(staging, output_names())
     except BaseException:
         try:
@@ -438,7 +361,7 @@ def analyse(spark, paths: list[str], out, fmt: str = "parquet", report: bool = F
     return results
 
 
-def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str, report: bool, parse_in_jvm: bool) -> Results:
+def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str, report: bool) -> Results:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -454,7 +377,7 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
     # Times as Parquet's standard microsecond timestamps (UTC), as pyarrow writes them, not
     # Spark's legacy INT96 (for the tables Spark writes itself when they are empty).
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    write_files(place_all(spark, paths, lines_seen, parse_in_jvm), placed_uri)
+    write_files(place_all(spark, paths, lines_seen), placed_uri)
 
     def part_uri(part: int) -> str | None:
         uri = f"{placed_uri}/part={part}"
@@ -530,8 +453,16 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
     senders_uri = part_uri(SENDERS_PART)
     sender_spec = f"sender string, posts {_struct_ddl(STRUCT_FIELDS['posts'])}"
     if senders_uri:
+        local = location.local_path(senders_uri)
+        if local is not None and sum(f.stat().st_size for f in Path(local).iterdir() if f.is_file()) <= DRIVER_SENDER_BYTES:
+            import pyarrow.parquet as pq
+
+            schema = pa.schema([pa.field("sender", pa.string()), summary_arrow_schema().field("posts")])
+            sender_rows = pq.read_table(local, schema=schema, partitioning=None)
+        else:
+            sender_rows = spark.read.schema(sender_spec).parquet(senders_uri)
         participants, latency_median = participants_and_latency_median(
-            spark, spark.read.schema(sender_spec).parquet(senders_uri), histograms.pop("latency_fine", []))
+            spark, sender_rows, histograms.pop("latency_fine", []))
     else:
         participants, latency_median = arrow_schema(PARTICIPANT_FIELDS).empty_table(), None
     participants = participants.cast(arrow_schema(PARTICIPANT_FIELDS))
@@ -562,6 +493,8 @@ def _analyse_into(spark, paths, location: OutputLocation, staging: str, fmt: str
         "edited_messages": int(total("edited_messages") or 0),
         "deleted_messages": int(total("deleted_messages") or 0),
         "reactions": int(total("reactions") or 0),
+        "files": int(total("files") or 0),
+        "file_bytes": int(total("file_bytes") or 0),
         "max_depth": _maybe_int(total("max_depth", pc.max)),
         "mean_thread_size": total("size_sum") / threads_count if threads_count else None,
         "median_thread_size": median_of_counts(histograms.get("size", [])),

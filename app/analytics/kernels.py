@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from .schema import (
-    EXPORT_FIELDS, FILE_ROWS, GROUP, HIST, INFO, LATENCY_BINS_PER_OCTAVE, MESSAGE_FIELDS, NON_EMPTY_REACTIONS,
+    EXPORT_FIELDS, FILE_FIELDS, FILE_ROWS, GROUP, HIST, INFO, LATENCY_BINS_PER_OCTAVE, MESSAGE_FIELDS, NON_EMPTY_REACTIONS,
     MENTION_FIELDS, OPERATION_FIELDS, OVER_TIME_WIDTHS_S, PARQUET_MAGIC, PARTICIPANT_FIELDS, SENDER, SENDER_PASS_SCHEMA, THREAD_FIELDS,
     THREAD_PLOTS, TIME_FIELDS, TOP, TOP_THREADS, TREE_NODES, TREE_THREADS, arrow_schema, export_arrow_schema, parsed_arrow_schema, summary_arrow_schema,
 )
@@ -42,6 +42,18 @@ def reaction_counts(lines, has_reactions):
         value = json.loads(candidates[int(row)].as_py()).get("reactions")
         counts[rows[row]] = sum(len(pids) for pids in value.values() if isinstance(pids, list))
     return pa.array(counts)
+
+
+def offered_sizes(files):
+    """Per line, the size of the file it offers (a `file` object's `size`): null for no file, -1
+    for an object without a whole size >= 0, which `well_formed` drops as malformed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    files = files.combine_chunks() if isinstance(files, pa.ChunkedArray) else files
+    size = pc.struct_field(files, "size")
+    usable = pc.fill_null(pc.greater_equal(size, 0), False)
+    return pc.if_else(pc.is_valid(files), pc.if_else(usable, size, -1), pa.scalar(None, pa.int64()))
 
 
 def _string_offsets(strings):
@@ -86,7 +98,7 @@ def _classify_lines(lines):
     return blank, candidate
 
 
-def parse_lines(lines, *, with_rows: bool = False):
+def parse_lines(lines, *, with_rows: bool = False, terminated: bool = False):
     """Strictly parsed export lines: (Table of EXPORT_FIELDS as strings with the operations' fields,
     blank lines, malformed lines), and with `with_rows` the index of each parsed row's line.
 
@@ -96,7 +108,8 @@ def parse_lines(lines, *, with_rows: bool = False):
     malformed, as does anything but one object on the line. Blank (whitespace-only)
     lines are counted apart. Arrow's JSON reader checks the types (Spark's would turn
     12345 or ["a"] into a string); it refuses a whole block for one bad line, so such a
-    block goes line by line.
+    block goes line by line. With `terminated`, each line but the last ends with its
+    newline (as `reading.lines_array` cuts them), so a block's bytes are parsed as they lie.
     """
     import numpy as np
     import pyarrow as pa
@@ -113,13 +126,14 @@ def parse_lines(lines, *, with_rows: bool = False):
         lines = lines.filter(pa.array(candidate))
     # `reactions` as an object of no fields: Arrow checks the type and skips the content.
     schema = export_arrow_schema().append(pa.field("reactions", pa.struct([]))).append(
-        pa.field("mentions", pa.list_(pa.string())))
+        pa.field("mentions", pa.list_(pa.string()))).append(pa.field("file", pa.struct([pa.field("size", pa.int64())])))
     longest = int(pc.max(pc.binary_length(lines)).as_py() or 0) if len(lines) else 0
     options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     read = pj.ReadOptions(block_size=max(1 << 20, 2 * longest + 64), use_threads=False)
 
     def parse(chunk):
-        joined = pc.binary_join_element_wise(chunk, pa.scalar(""), "\n")
+        # An Arrow string array's values lie back to back: with their newlines, they are the text.
+        joined = chunk if terminated else pc.binary_join_element_wise(chunk, pa.scalar(""), "\n")
         if not len(joined):
             return parsed_arrow_schema().empty_table()
         offsets = _string_offsets(joined)
@@ -134,9 +148,10 @@ def parse_lines(lines, *, with_rows: bool = False):
             return None
         has_reactions = table.column("reactions").is_valid().to_numpy(zero_copy_only=False)
         mention_count = pc.fill_null(pc.list_value_length(table.column("mentions")), 0).cast(pa.int64())
-        return (table.drop_columns(["reactions", "mentions"])
+        return (table.drop_columns(["reactions", "mentions", "file"])
                 .append_column("reaction_count", reaction_counts(chunk, has_reactions))
-                .append_column("mention_count", mention_count))
+                .append_column("mention_count", mention_count)
+                .append_column("file_size", offered_sizes(table.column("file"))))
 
     parsed, rows = [], []
     for start in range(0, len(lines), PARSE_BLOCK):
@@ -189,7 +204,7 @@ def well_formed(table):
     """The well-formed rows of parsed export lines (a Table of `parse_lines`), times parsed.
 
     Malformed beyond `parse_lines`' checks: a missing or empty gid/mid/sender, a missing or
-    unreadable time. An empty parent means a thread root, like a null one.
+    unreadable time, a `file` without a whole size >= 0 (`offered_sizes`). An empty parent means a thread root, like a null one.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -200,6 +215,8 @@ def well_formed(table):
     keep = None
     for name in ("gid", "mid", "sender"):
         keep = non_empty(name) if keep is None else pc.and_(keep, non_empty(name))
+    if "file_size" in table.column_names:
+        keep = pc.and_(keep, pc.fill_null(pc.greater_equal(table.column("file_size"), 0), True))
     for name in TIME_FIELDS:
         parsed = parse_times(table.column(name).combine_chunks())
         table = table.set_column(table.schema.get_field_index(name), name, parsed)
@@ -210,7 +227,7 @@ def well_formed(table):
     parent = table.column("parent")
     if pc.any(pc.equal(parent, "")).as_py():
         table = table.set_column(table.schema.get_field_index("parent"), "parent", pc.if_else(pc.equal(parent, ""), pa.scalar(None, pa.string()), parent))
-    return table.select([name for name in EXPORT_FIELDS + OPERATION_FIELDS + MENTION_FIELDS
+    return table.select([name for name in EXPORT_FIELDS + OPERATION_FIELDS + MENTION_FIELDS + FILE_FIELDS
                          if name in table.column_names])
 
 
@@ -322,6 +339,28 @@ def thread_sums(root_pos, valid, table, name):
         return np.zeros(len(root_pos), dtype=np.int64)
     values = pc.fill_null(table.column(name), 0).to_numpy(zero_copy_only=False)
     return np.bincount(root_pos[valid], weights=values[valid], minlength=len(root_pos)).astype(np.int64)
+
+
+def offered_files(table):
+    """Per row, whether it offers a file and the file's size (0 where none): two numpy arrays.
+    A table without `file_size` offers none."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if "file_size" not in table.column_names:
+        return np.zeros(table.num_rows, dtype=bool), np.zeros(table.num_rows, dtype=np.int64)
+    size = table.column("file_size")
+    return (pc.is_valid(size).to_numpy(zero_copy_only=False),
+            pc.fill_null(size, 0).to_numpy(zero_copy_only=False).astype(np.int64))
+
+
+def _int_sums(code, values, k):
+    """Per code 0..k-1, the exact int64 sum of `values` (bincount's float weights round past 2**53)."""
+    import numpy as np
+
+    sums = np.zeros(k, dtype=np.int64)
+    np.add.at(sums, code, values)
+    return sums
 
 
 def operation_counts(table, gid_code, n_groups) -> dict:
@@ -664,6 +703,10 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
         pa.array(~valid),
         pa.array(copies),
     ], schema=arrow_schema(MESSAGE_FIELDS))
+    offered, file_size = offered_files(table)
+    in_thread = valid & offered
+    thread_files = np.bincount(root_pos[in_thread], minlength=n).astype(np.int64)
+    thread_file_bytes = _int_sums(root_pos[in_thread], file_size[in_thread], n)
     k = root_rows.size
     root_index = pa.array(root_rows)
     no_mask = np.zeros(k, dtype=bool)
@@ -687,6 +730,8 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
         "p90_reply_latency_s": _arrow(measures["p90_latency_s"], no_mask),
         "participation_gini": _arrow(measures["participation_gini"], no_mask),
         "mentions": pa.array(thread_sums(root_pos, valid, table, "mention_count")[root_rows]),
+        "files": pa.array(thread_files[root_rows]),
+        "file_bytes": pa.array(thread_file_bytes[root_rows]),
         "width_per_depth": measures["width_per_depth"],
     }
     for name, _, _ in hyperconvo.columns():
@@ -734,6 +779,8 @@ def place_groups(table, blank: int = 0, malformed: int = 0) -> Placed:
         "first_ms": _arrow(group_first, no_threads),
         "last_ms": _arrow(group_last, no_threads),
         **operation_counts(table, gid_code, n_groups),
+        "files": _counts(gid_code, n_groups, offered),
+        "file_bytes": pa.array(_int_sums(gid_code[offered], file_size[offered], n_groups)),
     }
 
     # Each sender's reply latencies in this task, as one list per sender.

@@ -20,6 +20,13 @@ OPERATION_FIELDS = ("edited", "deleted", "reaction_count")
 MENTION_FIELDS = ("mention_count",)
 
 
+# The file a message offers (issue 30): `file`, an object in the export (name, size, mime,
+# sha256, ...), parsed into its `size` (`file_size`), null for a message that offers none.
+# A `file` that is not an object, or whose size is not a whole number >= 0, makes the line
+# malformed. Exports from before files lack the field, and count none.
+FILE_FIELDS = ("file_size",)
+
+
 # A "reactions" key (its quotes cannot be inside a string) holding an object with a key.
 NON_EMPTY_REACTIONS = r'"reactions":\s*\{\s*"'
 
@@ -35,11 +42,12 @@ def export_arrow_schema():
 
 
 def parsed_arrow_schema():
-    """What `parse_lines` returns: the export's fields and each line's reaction and mention counts."""
+    """What `parse_lines` returns: the export's fields, each line's reaction and mention counts and its
+    offered file's size."""
     import pyarrow as pa
 
     return export_arrow_schema().append(pa.field("reaction_count", pa.int64())).append(
-        pa.field("mention_count", pa.int64()))
+        pa.field("mention_count", pa.int64())).append(pa.field("file_size", pa.int64()))
 
 
 # What `place_groups` makes of a task's groups. The two big tables, one row per message
@@ -69,7 +77,7 @@ THREAD_FIELDS = (
     "gid string, root_mid string, size long, depth int, max_width long, leaves long, participants long, "
     "first_at timestamp, last_at timestamp, duration_s double, median_reply_latency_s double, "
     "root_reply_fraction double, wiener_index double, h_index int, orphan boolean, p90_reply_latency_s double, "
-    "participation_gini double, mentions long, width_per_depth array<long>"
+    "participation_gini double, mentions long, width_per_depth array<long>, files long, file_bytes long"
     # ConvoKit's HyperConvo measures (hyperconvo.py), null for threads under its minimum size.
     + "".join(f", {name} {kind}" for name, kind, _ in hyperconvo_columns())
 )
@@ -80,7 +88,7 @@ STRUCT_FIELDS = {
         "desc string, lines long, messages long, threads long, participants long, mean_thread_size double, "
         "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
         "reciprocity double, size_sum long, depth_sum long, pairs long, reciprocated_pairs long, first_ms long, last_ms long, "
-        "edited_messages long, deleted_messages long, reactions long, participation_gini double"
+        "edited_messages long, deleted_messages long, reactions long, participation_gini double, files long, file_bytes long"
     ),
     "posts": (
         "name string, messages long, threads long, threads_started long, replies_sent long, replies_received long, "
@@ -96,7 +104,7 @@ STRUCT_FIELDS = {
     "top": (
         "root_mid string, size long, depth int, max_width long, leaves long, participants long, first_at_ms long, "
         "duration_s double, median_reply_latency_s double, p90_reply_latency_s double, participation_gini double, "
-        "wiener_index double, h_index int, orphan boolean, tree_parent array<long>"
+        "wiener_index double, h_index int, orphan boolean, files long, file_bytes long, tree_parent array<long>"
     ),
 }
 
@@ -200,7 +208,8 @@ SENDER_PASS_SCHEMA = PARTICIPANT_FIELDS + ", latency double, latency_count long"
 GROUP_FIELDS = (
     "gid string, group_desc string, messages long, threads long, participants long, mean_thread_size double, "
     "median_thread_size double, max_thread_size long, max_depth int, orphan_messages long, invalid_messages long, "
-    "reciprocity double, edited_messages long, deleted_messages long, reactions long, participation_gini double"
+    "reciprocity double, edited_messages long, deleted_messages long, reactions long, participation_gini double, "
+    "files long, file_bytes long"
 )
 
 

@@ -21,11 +21,11 @@ log = logging.getLogger("m2mc.thread_explorer")
 GROUP_COLUMNS = (
     "gid", "group_desc", "messages", "threads", "participants", "mean_thread_size", "median_thread_size",
     "max_thread_size", "max_depth", "reciprocity", "participation_gini", "orphan_messages", "invalid_messages",
-    "edited_messages", "deleted_messages", "reactions",
+    "edited_messages", "deleted_messages", "reactions", "files", "file_bytes",
 )
 THREAD_COLUMNS = (
     "gid", "root_mid", "size", "depth", "max_width", "leaves", "participants", "duration_s", "median_reply_latency_s",
-    "p90_reply_latency_s", "participation_gini", "wiener_index", "h_index", "orphan",
+    "p90_reply_latency_s", "participation_gini", "wiener_index", "h_index", "orphan", "files", "file_bytes",
 )
 
 # The page is usable (summary, tables, sorting) before any plot: plotly's 4.6 MB of

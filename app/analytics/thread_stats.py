@@ -1,7 +1,8 @@
 """m2mc-thread-stats: conversation-thread statistics of chat exports, computed with PySpark.
 
-Reads JSON Lines exports (files or folders of `.jsonl` / `.jsonl.gz`) and shuffles the
-lines once, by group: threads never cross groups, so each task then holds whole
+Reads JSON Lines exports (files or folders of `.jsonl` / `.jsonl.gz`), parses them
+strictly where they are read (`reading`), and shuffles the parsed rows once, by group:
+threads never cross groups, so each task then holds whole
 groups and finishes them with vectorised numpy in one Arrow pass (`place_groups`):
 it merges the overlapping exports of several peers by (gid, mid), links replies to
 parents, finds every message's thread root and depth by pointer jumping (about

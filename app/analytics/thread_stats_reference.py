@@ -23,8 +23,9 @@ class Placement:
     depth: int | None
 
 
-def read_messages(paths) -> tuple[dict[tuple[str, str], str | None], int]:
+def read_messages(paths, file_sizes: dict[tuple[str, str], int] | None = None) -> tuple[dict[tuple[str, str], str | None], int]:
     """(gid, mid) -> parent mid, merged over the exports; also the number of lines read.
+    With `file_sizes`, fills it with (gid, mid) -> size of the file the message offers.
 
     Lines that are not JSON objects with gid, mid and sender are skipped (the Spark job
     counts them as malformed; the reference only needs the graph).
@@ -43,6 +44,8 @@ def read_messages(paths) -> tuple[dict[tuple[str, str], str | None], int]:
                 if not isinstance(record, dict) or not record.get("gid") or not record.get("mid") or not record.get("sender"):
                     continue
                 parents[(record["gid"], record["mid"])] = record.get("parent") or None
+                if file_sizes is not None and isinstance(record.get("file"), dict):
+                    file_sizes[(record["gid"], record["mid"])] = record["file"].get("size", 0)
     return parents, lines
 
 
@@ -119,8 +122,9 @@ def tree_measures(parents, placed) -> dict[tuple[str, str], dict]:
 
 
 def summarise(paths) -> dict:
-    """Roots, depths and thread sizes of the exports: the benchmark's baseline figures."""
-    parents, lines = read_messages(paths)
+    """Roots, depths, thread sizes and offered files of the exports: the benchmark's baseline figures."""
+    file_sizes: dict[tuple[str, str], int] = {}
+    parents, lines = read_messages(paths, file_sizes)
     placed = place_all(parents)
     sizes = thread_sizes(placed)
     depths = [p.depth for p in placed.values() if p.depth is not None]
@@ -132,6 +136,8 @@ def summarise(paths) -> dict:
         "max_depth": max(depths, default=None),
         "max_thread_size": max(sizes.values(), default=None),
         "median_thread_size": statistics.median(sizes.values()) if sizes else None,
+        "files": len(file_sizes),
+        "file_bytes": sum(file_sizes.values()),
     }
 
 

@@ -30,15 +30,17 @@ BASELINE_CODE = (
 
 # The issue's yardstick: one DuckDB process doing only deduplication (earliest received
 # copy per (gid, mid)), roots (no parent, or a parent not in the log) and depths by a
-# recursive CTE, and per-thread size, depth, participants and duration, written as Parquet.
+# recursive CTE, and per-thread size, depth, participants, duration and offered files and
+# their bytes, written as Parquet.
 # Lines DuckDB cannot read are skipped; cycles are never reached from a root.
 DUCKDB_QUERY = """
 COPY (
 WITH RECURSIVE
 raw AS (SELECT * FROM read_json({logs}, format = 'newline_delimited', ignore_errors = true,
         columns = {{gid: 'VARCHAR', mid: 'VARCHAR', parent: 'VARCHAR', sender: 'VARCHAR', sent_at: 'VARCHAR',
-                   received_at: 'VARCHAR'}})),
-m AS (SELECT gid, mid, NULLIF(parent, '') AS parent, sender, CAST(sent_at AS TIMESTAMPTZ) AS sent
+                   received_at: 'VARCHAR', file: 'STRUCT(size BIGINT)'}})),
+m AS (SELECT gid, mid, NULLIF(parent, '') AS parent, sender, CAST(sent_at AS TIMESTAMPTZ) AS sent,
+             file.size AS file_size
       FROM (SELECT *, row_number() OVER (PARTITION BY gid, mid ORDER BY received_at) AS copy FROM raw
             WHERE gid <> '' AND mid <> '' AND sender <> '') WHERE copy = 1),
 roots AS (SELECT c.gid, c.mid FROM m c LEFT JOIN m p ON p.gid = c.gid AND p.mid = c.parent
@@ -48,7 +50,8 @@ walk(gid, mid, root, depth) AS (
   UNION ALL
   SELECT c.gid, c.mid, w.root, w.depth + 1 FROM m c JOIN walk w ON c.gid = w.gid AND c.parent = w.mid)
 SELECT w.gid, w.root, count(*) AS size, max(w.depth) AS depth, count(DISTINCT m.sender) AS participants,
-       epoch(max(m.sent)) - epoch(min(m.sent)) AS duration_s
+       epoch(max(m.sent)) - epoch(min(m.sent)) AS duration_s, count(m.file_size) AS files,
+       coalesce(sum(m.file_size), 0) AS file_bytes
 FROM walk w JOIN m USING (gid, mid) GROUP BY w.gid, w.root
 ) TO '{out}' (FORMAT parquet)
 """
@@ -61,18 +64,20 @@ def duckdb_baseline(logs: list[str], out: Path, threads: int = 2) -> dict:
     connection = duckdb.connect()
     connection.execute(f"SET threads TO {threads}")
     connection.execute(DUCKDB_QUERY.format(logs=repr([str(p) for p in logs]), out=str(out)))
-    row = connection.execute(f"SELECT count(*), max(depth), max(size) FROM '{out}'").fetchone()
+    row = connection.execute(f"SELECT count(*), max(depth), max(size), sum(files), sum(file_bytes) FROM '{out}'").fetchone()
     assert row is not None, "an aggregate query always answers one row"
-    threads_count, max_depth, max_size = row
-    return {"threads": threads_count, "max_depth": max_depth, "max_thread_size": max_size}
+    threads_count, max_depth, max_size, files, file_bytes = row
+    return {"threads": threads_count, "max_depth": max_depth, "max_thread_size": max_size,
+            "files": int(files or 0), "file_bytes": int(file_bytes or 0)}
 
 
-def ensure_log(size: int, workdir: Path, seed: int) -> Path:
-    path = workdir / f"messages_{size}_seed{seed}.jsonl"
+def ensure_log(size: int, workdir: Path, seed: int, file_rate: float = 0.0) -> Path:
+    path = workdir / (f"messages_{size}_seed{seed}.jsonl" if not file_rate else f"messages_{size}_seed{seed}_files{file_rate:g}.jsonl")
     if not path.exists():
         started = time.perf_counter()
         partial = path.with_suffix(".partial")
-        subprocess.run([sys.executable, "-m", "m2mc.app.analytics.gen_logs", "--messages", str(size), "--out", str(partial), "--seed", str(seed)], check=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", "m2mc.app.analytics.gen_logs", "--messages", str(size), "--out", str(partial), "--seed", str(seed),
+                        "--file-rate", str(file_rate)], check=True, cwd=ROOT)
         partial.rename(path)
         print(f"generated {path.name} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - started:.1f} s", flush=True)
     return path
@@ -135,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--baseline", choices=("duckdb", "python"), default="duckdb",
                         help="the single-process yardstick: the DuckDB query (default) or the plain-Python reference")
+    parser.add_argument("--file-rate", type=float, default=0.0,
+                        help="share of generated messages that offer a file (default 0: the logs of earlier figures)")
     parser.add_argument("--duckdb-only", nargs="+", metavar="LOG",
                         help="run only the DuckDB query on these logs (for timing it as a whole process) and exit")
     args = parser.parse_args(argv)
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_class_archive(args.workdir, args.master, args.seed)
     rows = []
     for size in args.sizes:
-        log_path = ensure_log(size, args.workdir, args.seed)
+        log_path = ensure_log(size, args.workdir, args.seed, args.file_rate)
         out = args.workdir / f"out_{size}"
         load_before = os.getloadavg()[0]
         wall, peak, cpu, _ = run_measured([sys.executable, "-m", "m2mc.app.analytics.thread_stats", str(log_path), "--out", str(out), "--master", args.master])
@@ -159,10 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_baseline:
             if args.baseline == "duckdb":
                 command = [sys.executable, "-m", "m2mc.app.bench.thread_stats", "--workdir", str(args.workdir), "--duckdb-only", str(log_path)]
-                keys: tuple[str, ...] = ("threads", "max_depth", "max_thread_size")
+                keys: tuple[str, ...] = ("threads", "max_depth", "max_thread_size", "files", "file_bytes")
             else:
                 command = [sys.executable, "-c", BASELINE_CODE, str(log_path)]
-                keys = ("threads", "max_depth", "max_thread_size", "invalid_messages")
+                keys = ("threads", "max_depth", "max_thread_size", "invalid_messages", "files", "file_bytes")
             base_wall, base_peak, _, output = run_measured(command)
             baseline = json.loads(output)
             agree = all(summary[k] == baseline[k] for k in keys)

@@ -4,9 +4,11 @@ forest against the plain-Python reference, and one end-to-end run of the command
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import math
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -693,3 +695,75 @@ def test_mentions_are_counted_per_thread_and_older_lines_count_none(spark, tmp_p
     threads = {(r["gid"], r["root_mid"]): r["mentions"] for r in results.threads.collect()}
     assert threads == {(G1, "a:1"): 3, (G1, "c:1"): 0, (G2, "a:9"): 0}
     assert results.summary["malformed_lines"] == 1
+
+
+def _offer(export_line, size):
+    row = json.loads(export_line)
+    row["file"] = {"name": "notes.pdf", "size": size, "mime": "application/pdf", "sha256": "0" * 64}
+    return json.dumps(row)
+
+
+def test_file_offers_are_counted_per_thread_and_group_as_a_plain_count_finds_them(spark, tmp_path):
+    text = io.StringIO()
+    gen_logs.write_jsonl(gen_logs.generate(4000, seed=11, file_rate=0.05), text)
+    lines = text.getvalue().splitlines()
+    # A copy of an offer from another export counts once; an export from before files counts none.
+    offers = [line for line in lines if '"file"' in line]
+    extra = [offers[0], _offer(line(G2, "a:9", None, ALICE, 0), 7), line(G2, "b:9", "a:9", BOB, 5),
+             _offer(line(G2, "c:9", "a:9", CAROL, 6), 2**60)]
+    path = write_export(tmp_path, "files.jsonl", lines + extra)
+
+    records = {(r["gid"], r["mid"]): r for r in map(json.loads, lines + extra)}
+    placed = thread_stats_reference.place_all({key: r["parent"] for key, r in records.items()})
+    group_files, group_bytes, thread_files, thread_bytes = Counter(), Counter(), Counter(), Counter()
+    for key, record in records.items():
+        if "file" in record:
+            group_files[key[0]] += 1
+            group_bytes[key[0]] += record["file"]["size"]
+            root = placed[key].root
+            thread_files[root] += 1
+            thread_bytes[root] += record["file"]["size"]
+    assert len(offers) > 150 and group_bytes[G2] == 2**60 + 7
+
+    results = analyse(spark, [path])
+    groups = {r["gid"]: (r["files"], r["file_bytes"]) for r in results.groups.collect()}
+    assert groups == {gid: (group_files[gid], group_bytes[gid]) for gid in groups}
+    threads = {(r["gid"], r["root_mid"]): (r["files"], r["file_bytes"]) for r in results.threads.collect()}
+    assert threads == {root: (thread_files[root], thread_bytes[root]) for root in threads}
+    summary = results.summary
+    assert (summary["files"], summary["file_bytes"]) == (sum(group_files.values()), sum(group_bytes.values()))
+    assert summary["malformed_lines"] == 0
+
+
+def test_a_file_that_is_no_object_with_a_whole_size_makes_the_line_malformed():
+    import pyarrow as pa
+
+    base = line(G1, "a:1", None, ALICE, 0)
+    good = {None: base, 0: _offer(base, 0), 5: _offer(base, 5)}
+    with_null = json.loads(base)
+    with_null["file"] = None
+    bad = []
+    for value in ("x", [], {}, {"size": -1}, {"size": 2.5}, {"size": "5"}, {"size": None}, {"size": 2**64}):
+        row = json.loads(base)
+        row["file"] = value
+        bad.append(json.dumps(row))
+    table, blank, malformed = kernels.parse_lines(pa.array([*good.values(), json.dumps(with_null), *bad]))
+    kept = kernels.well_formed(table)
+    assert kept.column("file_size").to_pylist() == [None, 0, 5, None]
+    assert malformed + table.num_rows - kept.num_rows == len(bad)
+
+
+def test_participants_merged_by_the_driver_equal_those_of_spark_s_sender_pass(spark, tmp_path, monkeypatch):
+    text = io.StringIO()
+    gen_logs.write_jsonl(gen_logs.generate(3000, seed=3), text)
+    path = write_export(tmp_path, "senders.jsonl", text.getvalue().splitlines())
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "4")  # each sender's rows come from several tasks
+    try:
+        by_driver = job.analyse(spark, [path], tmp_path / "driver")
+        monkeypatch.setattr(job, "DRIVER_SENDER_BYTES", -1)
+        by_spark = job.analyse(spark, [path], tmp_path / "spark")
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
+    assertDataFrameEqual(by_driver.participants, by_spark.participants)
+    assert by_driver.summary == by_spark.summary and by_driver.summary["reply_latency_median_s"] is not None

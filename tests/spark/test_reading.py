@@ -1,9 +1,10 @@
-"""With job.PARSE_IN_JVM the JVM parses the export lines and Python re-checks only the lines whose
-fields could be wrong: every output equals the strict path's (every line parsed by pyarrow in the
-Python workers, the default) on a generated log and on an adversarial one."""
+"""Reading the exports: local files are read by the Python workers in byte-range splits, URLs by
+Spark's text reader; both give every line once, and equal outputs and malformed counts, on a
+generated log and on an adversarial one. The shuffle keys land where Spark's hash puts them."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import random
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from m2mc.app.analytics import gen_logs, job
+from m2mc.app.analytics import gen_logs, job, reading
 
 G = "c" * 32
 TIME = "2026-02-01T10:00:00.000Z"
@@ -66,7 +67,11 @@ def adversarial_lines() -> list[str]:
         _compact(_record("m:3", sent_at="yesterday")), _compact(_record("m:4", parent="")), _compact(_record("m:5", gid="")),
         # cycles, a self-reply, an orphan
         _compact(_record("c:1", parent="c:2")), _compact(_record("c:2", parent="c:1")), _compact(_record("c:3", parent="c:3")),
-        _compact(_record("o:1", parent="lost:1")), good,
+        _compact(_record("o:1", parent="lost:1")),
+        # file offers: an object with a whole size >= 0, else malformed
+        _compact(_record("f:1", file={"name": "a.png", "size": 5, "mime": "image/png"})), _compact(_record("f:2", file=None)),
+        _compact(_record("f:3", file="a.png")), _compact(_record("f:4", file={"size": -1})), _compact(_record("f:5", file={})),
+        _compact(_record("f:6", file={"size": 2.5})), good,
     ]
     return lines
 
@@ -75,7 +80,7 @@ def generated_exports(tmp_path: Path, messages: int = 3000) -> list[str]:
     """A generated log split into two exports that share a third of their lines (copies), some of
     the copies received later and some with another text (conflicts), with the adversarial lines."""
     text = io.StringIO()
-    gen_logs.write_jsonl(gen_logs.generate(messages, seed=7), text)
+    gen_logs.write_jsonl(gen_logs.generate(messages, seed=7, file_rate=0.05), text)
     lines = text.getvalue().splitlines()
     rng = random.Random(7)
     first, second = lines[: 2 * len(lines) // 3], lines[len(lines) // 3:]
@@ -100,9 +105,9 @@ def generated_exports(tmp_path: Path, messages: int = 3000) -> list[str]:
     return [str(a), str(b)]
 
 
-def outputs(spark, paths: list[str], out: Path, parse_in_jvm: bool) -> dict:
+def outputs(spark, paths: list[str], out: Path) -> dict:
     """Everything a run writes or returns, in an order-free form."""
-    results = job.analyse(spark, paths, out, report=False, parse_in_jvm=parse_in_jvm)
+    results = job.analyse(spark, paths, out, report=False)
 
     def rows(frame):
         return sorted(repr(tuple(row)) for row in frame.collect())
@@ -117,13 +122,51 @@ def outputs(spark, paths: list[str], out: Path, parse_in_jvm: bool) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["generated", "adversarial"])
-def test_jvm_parse_equals_the_strict_path(spark, tmp_path, kind):
+def test_files_read_in_splits_by_the_workers_equal_spark_s_text_reader(spark, tmp_path, kind, monkeypatch):
     paths = generated_exports(tmp_path) if kind == "generated" else [str(tmp_path / "bad.jsonl")]
     if kind == "adversarial":
         Path(paths[0]).write_text("\n".join(adversarial_lines() * 2) + "\n", encoding="utf-8")
-    strict = outputs(spark, paths, tmp_path / "strict", parse_in_jvm=False)
-    jvm = outputs(spark, paths, tmp_path / "jvm", parse_in_jvm=True)
-    for name in strict:
-        assert jvm[name] == strict[name], name
-    assert strict["summary"]["malformed_lines"] > 70
-    assert strict["summary"]["conflicting_copies"] > 0 or kind == "adversarial"
+    gz = tmp_path / "copy.jsonl.gz"
+    gz.write_bytes(gzip.compress(Path(paths[0]).read_bytes()))
+    paths.append(str(gz))
+    monkeypatch.setattr(reading, "MIN_SPLIT_BYTES", 4096)  # many splits, cut anywhere in a line
+    by_workers = outputs(spark, paths, tmp_path / "workers")
+    by_spark = outputs(spark, [Path(path).as_uri() for path in paths], tmp_path / "spark")
+    for name in by_workers:
+        assert by_workers[name] == by_spark[name], name
+    summary = by_workers["summary"]
+    assert summary["input_lines"] == sum(len(gzip.open(path).read().split(b"\n")) - 1 if path.endswith(".gz")
+                                         else len(Path(path).read_bytes().split(b"\n")) - 1 for path in paths)
+    assert summary["malformed_lines"] > 70
+    assert summary["conflicting_copies"] > 0 or kind == "adversarial"
+
+
+def test_splits_give_every_line_once_whatever_the_split_size(tmp_path, monkeypatch):
+    rng = random.Random(1)
+    monkeypatch.setattr(reading, "CHUNK_BYTES", 5)
+    for trial in range(150):
+        lines = ["".join(rng.choice("ab{}\r x\u00e9") for _ in range(rng.randint(0, 12))) for _ in range(rng.randint(0, 30))]
+        data = (reading.UTF8_BOM if rng.random() < 0.2 else b"") + ("\n".join(lines) + rng.choice(["", "\n", "\n\n"])).encode()
+        expected = data.removeprefix(reading.UTF8_BOM).split(b"\n")
+        if expected and expected[-1] == b"":
+            expected.pop()
+        plain, packed = tmp_path / "f.jsonl", tmp_path / "f.jsonl.gz"
+        plain.write_bytes(data)
+        packed.write_bytes(gzip.compress(data))
+        for path in (plain, packed):
+            for split_bytes in (1, 2, 3, 7, 50, 1000):
+                got = []
+                for split in reading.splits_of([str(path)], [path.stat().st_size], split_bytes):
+                    for chunk in reading.split_chunks(split):
+                        got += [line.removesuffix(b"\n") for line in reading.lines_array(chunk).cast("binary").to_pylist()]
+                assert got == expected, (trial, path.name, split_bytes, data)
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 16, 200])
+def test_each_partition_key_lands_in_its_own_partition(spark, partitions):
+    from pyspark.sql import functions as F
+
+    keys = reading.partition_keys(partitions)
+    frame = spark.createDataFrame([(key,) for key in keys], "key int").repartition(partitions, "key")
+    landed = dict(frame.select("key", F.spark_partition_id().alias("p")).collect())
+    assert [landed[key] for key in keys] == list(range(partitions))
