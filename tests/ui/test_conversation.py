@@ -232,6 +232,42 @@ def test_unread_state_survives_a_restart_and_the_group_opens_at_the_first_unread
     save_screenshot(again, "unread-divider.png")
 
 
+def test_a_group_joined_and_never_opened_is_all_unread_after_a_restart(qtbot, backend):
+    """Issue 32 item 1, as a newcomer meets it: join a group of 300 messages, quit before opening it, come
+    back: all 300 are unread (they were stored as read before)."""
+    from m2mc.ui.main_window import MainWindow
+    from m2mc.ui.widgets import UnreadCountRole
+
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                 history=lunch_conversation(GID))
+    backlog = [message(GID, (ANN, BOB, CAT)[n % 3], n // 3 + 1, f"old news {n}") for n in range(300)]
+    joined = backend.manager.inject_group("Big team", members=(ANN, BOB, CAT, me), joined=True, history=backlog,
+                                          unread=True).gid
+
+    def start_window():
+        window = MainWindow(backend)
+        qtbot.addWidget(window)
+        window.resize(1000, 650)
+        window.show()
+        window.start()
+        qtbot.waitUntil(lambda: len(window.session_controller.sessions) == 2 and all(
+            s.loaded for s in window.session_controller.sessions.values()))
+        return window
+
+    first = start_window()
+    big = first.session_controller.sessions[joined]
+    assert first.current is not big  # never opened
+    qtbot.waitUntil(lambda: big.item.data(UnreadCountRole) == 300)
+    first.close()  # quit before reading it
+
+    again = start_window()
+    big = again.session_controller.sessions[joined]
+    qtbot.waitUntil(lambda: big.item.data(UnreadCountRole) == 300)
+    assert again.windowTitle() == "(300) M2MC chat"
+    assert backend.manager.read_marks(joined) in ([], None)
+
+
 # -- defect 4: long texts -------------------------------------------------------------------------
 
 def test_long_texts_can_be_read_in_full(qtbot, window, backend):
