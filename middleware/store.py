@@ -305,6 +305,7 @@ class Store:
         tables_before = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         self._db.executescript(SCHEMA)
         if "read_marks" not in tables_before:
+            self._db.execute("BEGIN")  # the table and its rows together: a crash must not leave the table alone
             self._db.execute(self.READ_MARKS_SCHEMA)
             if "segments" in tables_before:
                 self._mark_history_read_from_before_read_marks()
@@ -941,15 +942,21 @@ class Store:
         return found
 
     def unread_before(self, gid: str, below: int) -> int:
-        def stored_between(low: int, high: int) -> int:  # gid's orders in [low, high)
-            (count,) = self._db.execute(
-                "SELECT COALESCE(SUM(MIN(first_order + count, ?) - MAX(first_order, ?)), 0) FROM segments "
-                "WHERE gid = ? AND first_order < ? AND first_order + count > ?", (high, low, gid, high, low)).fetchone()
-            return count
-
-        read = sum(stored_between(first, min(last + 1, below)) for first, last in self.read_marks(gid) or []
-                   if first < below)
-        return stored_between(0, below) - read
+        # One pass over the group's segments and the read ranges, both in order: read marks of a
+        # reader who follows several groups split into thousands of ranges (the orders are shared).
+        ranges = sorted(self.read_marks(gid) or [])
+        unread, at = 0, 0
+        for first, count in self._db.execute("SELECT first_order, count FROM segments WHERE gid = ? AND first_order < ? "
+                                             "ORDER BY first_order", (gid, below)):
+            low, high = first, min(first + count, below)  # this segment's orders, [low, high)
+            unread += high - low
+            while at < len(ranges) and ranges[at][1] < low:
+                at += 1
+            scan = at
+            while scan < len(ranges) and ranges[scan][0] < high:
+                unread -= max(0, min(ranges[scan][1] + 1, high) - max(ranges[scan][0], low))
+                scan += 1
+        return unread
 
     def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
         self.catch_up_threads()

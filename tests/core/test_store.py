@@ -4,6 +4,8 @@ old databases migrated."""
 import random
 import sqlite3
 
+import pytest
+
 import msgpack
 
 from m2mc.middleware import crypto
@@ -262,3 +264,23 @@ def test_storing_writes_no_thread_rows_the_first_thread_query_catches_up_and_a_r
     store.rollback()  # the catch-up was in the open transaction: both go together
     assert rows() == 2 and [t.replies for t in store.threads(GID)] == [3]
     store.close()
+
+
+def test_a_crash_while_migrating_to_read_marks_leaves_the_migration_to_be_done_again(tmp_path, monkeypatch):
+    store = Store(tmp_path / "m.db")
+    stored = store.add_messages([message(ANN, 1), message(ANN, 2)])
+    store.commit()
+    store.close()
+    with sqlite3.connect(tmp_path / "m.db") as db:
+        db.execute("DROP TABLE read_marks")
+
+    def crash(self):
+        self._db.close()  # as a kill -9 leaves it: what was not committed is gone
+        raise RuntimeError("killed while the open migrates")
+    monkeypatch.setattr(Store, "_mentions_table", crash)  # a later step of the same open
+    with pytest.raises(RuntimeError):
+        Store(tmp_path / "m.db")
+    monkeypatch.undo()
+    again = Store(tmp_path / "m.db")
+    assert again.read_marks(GID) == [(1, stored[1].order)]  # not a table left empty: all unread
+    again.close()

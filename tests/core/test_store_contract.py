@@ -227,6 +227,27 @@ def test_threads_are_read_by_root_counted_and_listed_by_activity_operations_left
     assert [(t.root.mid, t.replies) for t in store[-1].threads("g", limit=1)] == [(a1.mid, 3)]
 
 
+def test_unread_before_equals_a_plain_count_with_groups_interleaved_and_read_marks_in_pieces(store):
+    import random
+    rng = random.Random(5)
+    s = store[0]
+    seqnos = {"g": 0, "other": 0}
+    for _ in range(300):  # flushes of 1-4 messages, the two groups taking turns at random
+        batch = []
+        for _ in range(rng.randint(1, 4)):
+            gid = rng.choice(["g", "other"])
+            seqnos[gid] += 1
+            batch.append(message(ANN, seqnos[gid], gid))
+        s.add_messages(batch)
+        s.commit()
+    orders = [m.order for m in s.history("g")]
+    read = sorted(rng.sample(orders, len(orders) // 2))
+    s.add_read_marks("g", [(order, order) for order in read])  # one range each, as a reader of both groups leaves them
+    s.commit()
+    for below in [1, *rng.sample(range(1, max(orders) + 2), 20), max(orders) + 1]:
+        assert s.unread_before("g", below) == sum(1 for o in orders if o < below and o not in set(read))
+
+
 def test_unread_before_counts_what_the_read_marks_leave_out_below_an_order(store):
     s = store[0]
     stored = s.add_messages([message(ANN, n, "g") for n in range(1, 6)] + [message(BOB, 1, "other")]
