@@ -746,12 +746,12 @@ class FileService:
                     plan.source_has(pid, _INDEX.unpack(data)[0])
                     transfer.holders.add(pid)
                 elif kind == ELSEWHERE:  # another receiver asked the offerer first: from it, or later
-                    source.outstanding -= 1
-                    plan.elsewhere(pid, _INDEX.unpack(data)[0], clock.now() + ELSEWHERE_WAIT)
-                    asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
+                    if plan.elsewhere(pid, _INDEX.unpack(data)[0], clock.now() + ELSEWHERE_WAIT):
+                        source.outstanding -= 1  # (so at most one timer per chunk asked of the offerer)
+                        asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
                 elif kind == MISSING:  # its copy is gone or changed: not asked of it again
-                    source.outstanding -= 1
-                    plan.source_lacks(pid, _INDEX.unpack(data)[0])
+                    if plan.source_lacks(pid, _INDEX.unpack(data)[0]):
+                        source.outstanding -= 1
                 self._pump(transfer)
         except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError,
                 ValueError, msgpack.ExtraData) as exc:

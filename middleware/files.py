@@ -318,14 +318,17 @@ class ChunkPlan:
             own[index] = 1
             self._holders[index] += 1
 
-    def source_lacks(self, pid: str, index: int) -> None:
-        """``pid`` could not serve ``index`` after all (its copy is gone): ask others for it."""
-        if self.inflight.get(index) == pid:
+    def source_lacks(self, pid: str, index: int) -> bool:
+        """``pid`` could not serve ``index`` after all (its copy is gone): ask others for it.
+        Whether ``index`` had been asked of it (an answer to nothing asked frees no request slot)."""
+        asked = self.inflight.get(index) == pid
+        if asked:
             del self.inflight[index]
         own = self.sources.get(pid)
         if own is not None and 0 <= index < self.count and own[index]:
             own[index] = 0
             self._holders[index] -= 1
+        return asked
 
     def drop_source(self, pid: str) -> None:
         """``pid`` disconnected: what it was asked for is free to ask of others."""
@@ -337,13 +340,17 @@ class ChunkPlan:
         for index in [i for i, source in self.inflight.items() if source == pid]:
             del self.inflight[index]
 
-    def elsewhere(self, pid: str, index: int, until: float) -> None:
+    def elsewhere(self, pid: str, index: int, until: float) -> bool:
         """The offerer ``pid`` said another receiver asked it for chunk ``index`` first: it is asked
-        of whoever announces it, and of the offerer again only from ``until`` on."""
-        if self.inflight.get(index) == pid:
-            del self.inflight[index]
-        if 0 <= index < self.count and not self.have[index]:
+        of whoever announces it, and of the offerer again only from ``until`` on.  False, changing
+        nothing, unless ``index`` is in flight to ``pid`` and ``pid`` is the offerer: anyone else's
+        ELSEWHERE, or one for a chunk not asked, would free request slots it never held."""
+        if pid != self.spare or self.inflight.get(index) != pid:
+            return False
+        del self.inflight[index]
+        if not self.have[index]:
             self._elsewhere[index] = until
+        return True
 
     def pick(self, pid: str, limit: int, now: float = 0.0) -> list[int]:
         """Up to ``limit`` chunks to ask of ``pid`` now (marked in flight)."""

@@ -266,3 +266,20 @@ def test_a_chunk_sent_elsewhere_is_asked_of_a_holder_at_once_and_of_the_offerer_
     assert plan.pick("bob", 4, now=0.1) == [2]
     plan.drop_source("bob")  # gone before it sent the chunk
     assert plan.pick("ann", 4, now=0.4) == [] and plan.pick("ann", 4, now=0.5) == [2]
+
+
+def test_elsewhere_and_missing_free_only_a_request_slot_that_was_asked_of_that_source():
+    """A holder (or the offerer) answering ELSEWHERE or MISSING for chunks nobody asked of it would, if
+    believed, free request slots it never held and be sent ever more requests at once."""
+    plan = ChunkPlan(8, spare="ann", me="me")
+    plan.add_source("ann", b"\x01" * 8)
+    asked_ann = plan.pick("ann", 2, now=0.0)
+    plan.add_source("eve", b"\x01" * 8)  # a member holding the file, and hostile
+    asked_eve = plan.pick("eve", 2, now=0.0)
+    assert asked_eve and asked_ann
+    assert not plan.elsewhere("eve", asked_eve[0], until=0.5)  # only the offerer sends a chunk elsewhere
+    assert not plan.elsewhere("ann", asked_eve[0], until=0.5)  # not asked of Ann
+    assert plan.inflight[asked_eve[0]] == "eve"
+    assert plan.elsewhere("ann", asked_ann[0], until=0.5) and not plan.elsewhere("ann", asked_ann[0], until=0.5)
+    assert not plan.source_lacks("eve", asked_ann[1]) and plan.source_lacks("eve", asked_eve[0])
+    assert not plan.source_lacks("eve", 99)
