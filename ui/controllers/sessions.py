@@ -25,6 +25,7 @@ from PySide6.QtWidgets import QListWidgetItem
 from ...middleware.events import (Event, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
                                   MessagesUpdated, NoticesAdded, TopicChanged)
 from ...middleware.files import readable_text
+from ...middleware.chatops import MAX_NOTICES
 from ...middleware.rangeset import RangeSet
 from ...middleware.types import ChatMessage, GroupView, Member, Mid
 from ..delegate import snippet
@@ -171,7 +172,9 @@ class SessionController(QObject):
             case NoticesAdded(gid, notices):  # through the inbox: in their place among the messages
                 rows: list[ChatMessage] = [notice_row(notice) for notice in notices]
                 if (session := self.sessions.get(gid)) is not None:
-                    session.notices += rows  # (a page of older history loaded again shows them again)
+                    # (kept so a page of older history loaded again shows them again; as many as the
+                    # middleware keeps, so a member pinning in a loop cannot grow them)
+                    session.notices = (session.notices + rows)[-MAX_NOTICES:]
                 self._on_messages(gid, rows)
 
     def load(self) -> None:
