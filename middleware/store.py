@@ -80,6 +80,7 @@ CREATE TABLE IF NOT EXISTS segments (
 );
 CREATE INDEX IF NOT EXISTS segments_by_group ON segments (gid, segment);
 CREATE INDEX IF NOT EXISTS segments_by_order ON segments (first_order);
+CREATE INDEX IF NOT EXISTS segments_by_group_order ON segments (gid, first_order);
 CREATE TABLE IF NOT EXISTS segment_runs (
     gid TEXT NOT NULL, sender TEXT NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
     segment INTEGER NOT NULL, PRIMARY KEY (gid, sender, first)
@@ -138,6 +139,8 @@ CREATE INDEX thread_replies_by_root ON thread_replies (root, delivery_order);
 CREATE TABLE threads_upto (only INTEGER PRIMARY KEY CHECK (only = 0), upto INTEGER NOT NULL);
 INSERT INTO threads_upto VALUES (0, 0);
 """
+FEW_ORDERS = 200
+"""Up to this many messages are found a segment each by the order index; more, by one range of the group's segments."""
 THREAD_ROOTS_CACHED = 100_000
 """Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
 # Direct messages have an index of their own, alike, written with their rows (save_direct), in
@@ -426,7 +429,9 @@ class Store:
         bumped: dict[int, list[int]] = {}  # root -> [replies, last], for threads stored before
         replies: list[tuple[int, int]] = []
         newest = upto
-        for _, gid, first_order, rows in self._segments("first_order + count > ?", (upto + 1,)):
+        for _, gid, first_order, rows in self._segments(  # a rowid range from the order index, not a scan
+                "segment >= COALESCE((SELECT segment FROM segments WHERE first_order <= ? "
+                "ORDER BY first_order DESC LIMIT 1), 0)", (upto + 1,)):
             for order, row in enumerate(rows, first_order):
                 if order <= upto or row[5].startswith(OP_MARKER):
                     continue
@@ -914,9 +919,16 @@ class Store:
         once: the group's segments over the span are found by one query (a thread spreads over many)."""
         if not orders:
             return []
-        spans = self._db.execute(
-            "SELECT segment, first_order, count FROM segments WHERE gid = ? AND first_order <= ? "
-            "AND first_order + count > ? ORDER BY segment", (gid, orders[-1], orders[0])).fetchall()
+        if len(orders) <= FEW_ORDERS:  # (threads' roots and ends: a few, spread over the whole history)
+            found_spans = {self._db.execute(
+                "SELECT segment, first_order, count FROM segments WHERE first_order <= ? AND gid = ? "
+                "ORDER BY first_order DESC LIMIT 1", (order, gid)).fetchone() for order in orders}
+            spans = sorted(span for span in found_spans if span is not None)
+        else:
+            spans = self._db.execute(
+                "SELECT segment, first_order, count FROM segments WHERE gid = ? AND first_order <= ? "
+                "AND first_order >= (SELECT COALESCE(MAX(first_order), 0) FROM segments WHERE first_order <= ?) "
+                "ORDER BY segment", (gid, orders[-1], orders[0])).fetchall()
         firsts = [first for _, first, _ in spans]
         keys: dict[str, bytes] = {}
         found: list[ChatMessage] = []
@@ -945,6 +957,10 @@ class Store:
         # One pass over the group's segments and the read ranges, both in order: read marks of a
         # reader who follows several groups split into thousands of ranges (the orders are shared).
         ranges = sorted(self.read_marks(gid) or [])
+        if not ranges:
+            (stored,) = self._db.execute("SELECT COALESCE(SUM(MIN(first_order + count, ?) - first_order), 0) "
+                                         "FROM segments WHERE gid = ? AND first_order < ?", (below, gid, below)).fetchone()
+            return stored
         unread, at = 0, 0
         for first, count in self._db.execute("SELECT first_order, count FROM segments WHERE gid = ? AND first_order < ? "
                                              "ORDER BY first_order", (gid, below)):
