@@ -480,7 +480,7 @@ class Store:
         of its keys, which a file name alone hardly does."""
         marker = FILE_MARKER.encode()
         changed = {order for (order,) in self._db.execute("SELECT delivery_order FROM message_search_changed")}
-        for first_order, blob in self._db.execute("SELECT first_order, messages FROM segments").fetchall():
+        for first_order, blob in self._db.execute("SELECT first_order, messages FROM segments"):  # one at a time
             if marker not in blob:  # most segments: no decoding
                 continue
             for order, row in enumerate(msgpack.unpackb(blob, raw=False)[0], first_order):
