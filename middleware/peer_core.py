@@ -28,7 +28,6 @@ with a hand-set clock through crashes.
 from __future__ import annotations
 
 import functools
-import heapq
 import logging
 import random
 import sqlite3
@@ -440,11 +439,12 @@ class PeerCore:
                 self.known(gid)
             hits = groups(gid=gid, limit=limit, offset=offset)
         else:
-            # Both lists in one order (relevance: bm25 of each index; time: newest shown first),
-            # merged: a page is the same slice of the merge whatever pages were asked before.
-            merged = heapq.merge(groups(limit=offset + limit), conversations(limit=offset + limit),
-                                 key=(lambda hit: -hit.sent_at) if by_time else (lambda hit: hit.rank))
-            hits = list(merged)[offset:offset + limit]
+            # Both lists in one order (relevance: bm25 of each index; time: newest shown first).
+            # Sorted, not merged: a group's hits by time come in delivery order, which a sender's
+            # clock can put out of step with the times shown.
+            merged = sorted([*groups(limit=offset + limit), *conversations(limit=offset + limit)],
+                            key=(lambda hit: -hit.sent_at) if by_time else (lambda hit: hit.rank))
+            hits = merged[offset:offset + limit]
         return [(hit, self._direct_root(hit.peer, hit.mid) if hit.peer is not None else self.thread_root(hit.gid, hit.mid))
                 for hit in hits]
 

@@ -433,7 +433,6 @@ def test_an_index_that_held_offers_json_holds_their_names_after_open(tmp_path):
 
 def test_search_method_covers_direct_conversations_and_the_app_s_search_does_not(rpc):
     manager = rpc.manager
-    me = manager.core.pid
     gid = manager.create_group("both")
     manager.send(gid, "lunch in the group", None)
     later = int(time.time() * 1000) + 60_000  # after the group's message (NOW is the module's import time)
@@ -491,3 +490,21 @@ def test_the_index_is_merged_by_idle_commits_and_by_delivery_only_past_a_backlog
     assert index_btrees(store) <= 3 and store._db.execute(automerge).fetchone()[0] == 0
     assert {h.mid for h in store.search("apple", limit=1000)} == scanned(messages, "apple")
     store.close()
+
+
+def test_search_by_time_over_groups_and_direct_messages_is_newest_shown_first_whatever_the_delivery_order(rpc):
+    manager = rpc.manager
+    now = int(time.time() * 1000)
+    gid = manager.create_group("clocks")
+    store = manager.store
+    # delivered in this order, but the first one's writer has a clock ahead: it is shown as the newest
+    store.add_messages([ChatMessage(gid, ("c" * 64, 1), None, "n", "zebra crossing ahead", now + 4_000, now, 0,
+                                    b"s", b"k"),
+                        ChatMessage(gid, ("c" * 64, 2), None, "n", "zebra crossing behind", now - 4_000, now, 0,
+                                    b"s", b"k")])
+    store.save_direct([direct(1, "zebra in a direct message", at=now - 1)])
+    store.commit()
+    hits = manager.core.search("zebra", by_time=True, direct=True)
+    assert len(hits) == 3
+    times = [hit.sent_at for hit, _root in hits]
+    assert times == sorted(times, reverse=True)
