@@ -433,6 +433,7 @@ def test_an_index_that_held_offers_json_holds_their_names_after_open(tmp_path):
 
 def test_search_method_covers_direct_conversations_and_the_app_s_search_does_not(rpc):
     manager = rpc.manager
+    me = manager.core.pid
     gid = manager.create_group("both")
     manager.send(gid, "lunch in the group", None)
     later = int(time.time() * 1000) + 60_000  # after the group's message (NOW is the module's import time)
