@@ -141,6 +141,8 @@ INSERT INTO threads_upto VALUES (0, 0);
 """
 FEW_ORDERS = 200
 """Up to this many messages are found a segment each by the order index; more, by one range of the group's segments."""
+CATCH_UP_BATCH = 20_000
+"""Threads rows a catch-up holds before it writes them."""
 THREAD_ROOTS_CACHED = 100_000
 """Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
 # Direct messages have an index of their own, alike, written with their rows (save_direct), in
@@ -424,10 +426,26 @@ class Store:
         (upto,) = self._db.execute("SELECT upto FROM threads_upto").fetchone()
         if upto >= self._next_order - 1:
             return
-        roots: dict[tuple[str, Mid], int] = {}  # those met in this catch-up, whatever their number
+        roots: dict[tuple[str, Mid], int] = {}  # those met lately in this catch-up (the rest: _root_order)
         threads: dict[int, list] = {}  # root -> [gid, replies, last], for threads new here
         bumped: dict[int, list[int]] = {}  # root -> [replies, last], for threads stored before
         replies: list[tuple[int, int]] = []
+        written = [0, 0]  # threads and replies written, for the log
+
+        def write() -> None:  # a batch: a big store's first catch-up never holds its whole history
+            self._db.executemany("INSERT INTO threads VALUES (?, ?, ?, ?)",
+                                 [(root, gid, count, end) for root, (gid, count, end) in threads.items()])
+            self._db.executemany("INSERT INTO thread_replies VALUES (?, ?)", replies)
+            self._db.executemany("UPDATE threads SET replies = replies + ?, last = ? WHERE root = ?",
+                                 [(count, end, root) for root, (count, end) in bumped.items()])
+            written[0] += len(threads)
+            written[1] += len(replies)
+            threads.clear()
+            bumped.clear()
+            replies.clear()
+            if len(roots) > THREAD_ROOTS_CACHED:  # what is written is found by _root_order
+                roots.clear()
+
         newest = upto
         for _, gid, first_order, rows in self._segments(  # a rowid range from the order index, not a scan
                 "segment >= COALESCE((SELECT segment FROM segments WHERE first_order <= ? "
@@ -451,18 +469,16 @@ class Store:
                     thread[-1] = order
                 roots[(gid, (row[0], row[1]))] = root
             newest = max(newest, first_order + len(rows) - 1)
-        self._db.executemany("INSERT INTO threads VALUES (?, ?, ?, ?)",
-                             [(root, gid, count, end) for root, (gid, count, end) in threads.items()])
-        self._db.executemany("INSERT INTO thread_replies VALUES (?, ?)", replies)
-        self._db.executemany("UPDATE threads SET replies = replies + ?, last = ? WHERE root = ?",
-                             [(count, end, root) for root, (count, end) in bumped.items()])
+            if len(replies) + len(threads) >= CATCH_UP_BATCH:
+                write()
+        write()
         self._db.execute("UPDATE threads_upto SET upto = ?", (newest,))
         if len(roots) < THREAD_ROOTS_CACHED:  # the latest ones, for the next catch-up's replies
             if len(self._roots) + len(roots) > THREAD_ROOTS_CACHED:
                 self._roots.clear()
             self._roots.update(roots)
-        if log_progress and threads:
-            log.info("threads of %s built: %d threads, %d replies", self.path, len(threads), len(replies))
+        if log_progress and any(written):
+            log.info("threads of %s built: %d threads, %d replies", self.path, *written)
 
     def _index_rows(self, first_order: int, rows: list) -> None:
         """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, ...)

@@ -217,7 +217,9 @@ def test_a_data_dir_from_before_read_marks_is_told_apart_explicitly_and_a_new_gr
     fresh.commit()
     assert fresh.read_marks(GID) is None
     fresh.close()
-def test_a_data_dir_from_before_the_threads_tables_gets_them_built_on_open_with_the_same_answers(tmp_path):
+@pytest.mark.parametrize("batch", [None, 7])
+def test_a_data_dir_from_before_the_threads_tables_gets_them_built_on_open_with_the_same_answers(tmp_path, monkeypatch,
+                                                                                                 batch):
     rng = random.Random(7)
     path = tmp_path / "threads.db"
     store = Store(path)
@@ -244,6 +246,10 @@ def test_a_data_dir_from_before_the_threads_tables_gets_them_built_on_open_with_
     db.execute("DROP TABLE thread_replies")
     db.commit()
     db.close()
+    if batch is not None:  # rebuilt in small batches, with the roots met forgotten between them
+        from m2mc.middleware import store as store_module
+        monkeypatch.setattr(store_module, "CATCH_UP_BATCH", batch)
+        monkeypatch.setattr(store_module, "THREAD_ROOTS_CACHED", 5)
     store = Store(path)
     assert {gid: (store.threads(gid, limit=1000), [store.thread(gid, m.mid) for m in sent[gid]])
             for gid in sent} == expected
