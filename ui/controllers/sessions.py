@@ -242,8 +242,11 @@ class SessionController(QObject):
         # or a group the store has no row for) reads as nothing read.  A data dir from before read
         # marks had its history marked read by the store when it was first opened.
         tree = session.tree
-        held = min((node.message.order for node in tree.arrival if node.message.order), default=None)
-        older = [m for m in messages if held is None or m.order < held]  # live messages may have come first
+        # Live messages may have come first.  (Not a notice: one applied late carries its operation's
+        # old place in the delivery order, and the page would be cut short there.)
+        held = min((node.message.order for node in tree.arrival if node.message.order and not is_notice(node.message)),
+                   default=None)
+        older = [m for m in messages if held is None or m.order < held]
         older = self._with_notices(session, older, complete, held)
         if held is None:
             tree.add_messages(older, unread=False)
