@@ -6,8 +6,9 @@ Each run starts bench.lan's sender and two receivers on a fresh namespace LAN, a
 does, with a trace of the control channel in every peer (what GJLP received and sent, with the
 path, and the gid each peer read from the hand-off file).  A run in which a receiver has not
 heard of the group within --wait seconds is a hang: every peer's trace is printed.
-``--slow-write 0.3`` makes the sender's writes slow (see ``install_trace``): every such run
-hangs, the receivers having read the gid file empty.
+``--slow-write 0.3`` makes the sender's writes slow (see ``install_trace``): before the
+hand-off files were written whole (app/bench/handoff.py), every such run hung, the receivers
+having read the gid file empty.
 """
 
 from __future__ import annotations
