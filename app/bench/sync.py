@@ -24,12 +24,7 @@ from pathlib import Path
 import msgpack
 
 from ...middleware.manager import Config, GroupManager
-
-
-async def wait_file(path: Path) -> str:
-    while not path.exists():
-        await asyncio.sleep(0.05)
-    return path.read_text()
+from .handoff import publish, wait_for
 
 
 async def role_main(args) -> None:
@@ -38,9 +33,9 @@ async def role_main(args) -> None:
     await manager.start()
     if args.role == "creator":
         gid = manager.create_group("sync benchmark")
-        (coord / "gid").write_text(gid)
+        publish(coord / "gid", gid)
     else:
-        gid = await wait_file(coord / "gid")
+        gid = await wait_for(coord / "gid")
         while gid not in manager.gjlp.groups:
             manager.advertise()
             await asyncio.sleep(0.3)
@@ -48,7 +43,7 @@ async def role_main(args) -> None:
     while len(manager.group(gid).members) < args.peers:
         await asyncio.sleep(0.05)
     (coord / f"ready-{args.name}").write_text("1")
-    await wait_file(coord / "go")
+    await wait_for(coord / "go")
     rng = random.Random(args.seed)
     if args.scenario == "rejoin":
         await rejoin_scenario(manager, gid, args, coord, rng)
@@ -73,7 +68,7 @@ async def post(manager, gid, count, rng, label) -> None:
 async def rejoin_scenario(manager, gid, args, coord, rng) -> None:
     if args.name == "away":  # leave the LAN (stop), come back when the others are done
         await manager.close()
-        await wait_file(coord / "posted")
+        await wait_for(coord / "posted")
         manager = GroupManager(Config(Path(args.data_dir), name=args.name, iface=args.iface, zeroconf=False))
         start = time.monotonic()
         await manager.start()
@@ -103,12 +98,12 @@ async def rejoin_scenario(manager, gid, args, coord, rng) -> None:
             await asyncio.sleep(0.05)
         (coord / "posted").write_text("1")
     before = manager.network.bytes_out
-    await wait_file(coord / "result.json")
+    await wait_for(coord / "result.json")
     (coord / f"bytes-{args.name}").write_text(str(manager.network.bytes_out - before))
 
 
 async def loss_scenario(manager, gid, args, coord, rng) -> None:
-    await wait_file(coord / "lossy")
+    await wait_for(coord / "lossy")
     start = time.monotonic()
     await post(manager, gid, args.messages // args.peers, rng, args.name)
     total = (args.messages // args.peers) * args.peers
