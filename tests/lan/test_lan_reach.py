@@ -18,7 +18,7 @@ import time
 import pytest
 
 from m2mc.middleware.reach import RELIST_AFTER
-from tests.testbed.lan import Lan, PeerProcess
+from tests.testbed.lan import Lan, PeerProcess, RpcTimeout
 
 pytestmark = pytest.mark.netns
 
@@ -52,8 +52,17 @@ def converse(peers: list[PeerProcess], gid: str, tag: str, timeout: float = 30) 
     for peer in peers:
         peer.call("send", {"gid": gid, "text": f"{tag} from {peer.name}", "parent": None})
     for peer in peers:
-        peer.wait_for(lambda p=peer: {f"{tag} from {q.name}" for q in peers} <= {m["text"] for m in p.delivered(gid)},
-                      timeout=timeout, what=f"{peer.name} gets every {tag!r} message (had {before[peer.name]})")
+        try:
+            peer.wait_for(lambda p=peer: {f"{tag} from {q.name}" for q in peers} <= {m["text"] for m in p.delivered(gid)},
+                          timeout=timeout, what=f"{peer.name} gets every {tag!r} message (had {before[peer.name]})")
+        except RpcTimeout:  # what each peer holds, whom it reaches how, and its repair counters: for the log
+            for other in peers:
+                stats = other.call("stats")
+                print(other.name, sorted(m["text"] for m in other.delivered(gid) if m["text"].startswith(tag)),
+                      [(r["name"], r["endpoints"], r["found_by"], r["reached_by"]) for r in other.call("peers")],
+                      {k: stats[k] for k in ("naks_sent", "repairs_sent", "unicast_copies", "hellos_refused",
+                                             "datagrams_in", "pending") if k in stats})
+            raise
 
 
 def members(peer: PeerProcess, gid: str) -> int:
