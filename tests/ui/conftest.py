@@ -78,6 +78,17 @@ def activate(qtbot, widget):
     qtbot.waitUntil(widget.isActiveWindow, timeout=3000)
 
 
+def search_everywhere(qtbot, window, query):
+    """Ctrl+Shift+F, as a person presses it, then ``query`` typed into Search everywhere; the window."""
+    from PySide6.QtCore import Qt
+    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    search = window.search_window
+    qtbot.waitUntil(search.isVisible)
+    activate(qtbot, search)
+    qtbot.keyClicks(search.query_edit, query)
+    return search
+
+
 def qapp_instance():
     from PySide6.QtWidgets import QApplication
 

@@ -8,7 +8,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
-from conftest import ANN, BOB, CAT, activate, message, save_screenshot
+from conftest import ANN, BOB, CAT, message, save_screenshot, search_everywhere
 from m2mc.middleware.types import Member, format_mid
 from m2mc.ui.controllers import sessions
 from m2mc.ui.controllers.sessions import HISTORY_PAGE, OPEN_UNREAD_LIMIT
@@ -137,11 +137,7 @@ def test_a_search_result_older_than_the_pages_loaded_brings_its_page_and_opens_i
     history[120] = history[120]._replace(text="Message 120: the zanzibar plan")
     session = open_big_group(qtbot, window, backend, history)
     assert session.tree.node(history[120].mid) is None
-    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    search = window.search_window
-    qtbot.waitUntil(search.isVisible)
-    activate(qtbot, search)
-    qtbot.keyClicks(search.query_edit, "zanzibar")
+    search = search_everywhere(qtbot, window, "zanzibar")
     qtbot.waitUntil(lambda: len(search.result_items()) == 1, timeout=3000)
     qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
     qtbot.waitUntil(search.results.hasFocus)

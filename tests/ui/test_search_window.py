@@ -4,7 +4,7 @@ thread across groups, and m2mc://message/ links taking the same way."""
 
 from PySide6.QtCore import Qt
 
-from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot
+from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot, search_everywhere
 from m2mc.middleware.types import Member, format_mid
 from m2mc.ui.message_model import MessageRole
 from m2mc.ui.search_window import query_of
@@ -92,11 +92,7 @@ def test_a_message_link_opens_its_thread_in_another_group(qtbot, window, backend
 
 def test_mentions_in_results_read_as_names(qtbot, window, backend):
     two_groups(qtbot, window, backend)
-    window.search_action.trigger()
-    search = window.search_window
-    qtbot.waitUntil(search.isVisible)
-    activate(qtbot, search)
-    qtbot.keyClicks(search.query_edit, "budget")
+    search = search_everywhere(qtbot, window, "budget")
     qtbot.waitUntil(lambda: len(search.result_items()) == 1)
     text = search.results.itemWidget(search.result_items()[0], 0).text()
     assert "please @Cat" in text and "&lt;@" not in text
@@ -104,11 +100,7 @@ def test_mentions_in_results_read_as_names(qtbot, window, backend):
 
 def test_escape_closes_and_a_query_without_matches_says_so(qtbot, window, backend):
     two_groups(qtbot, window, backend)
-    window.search_action.trigger()
-    search = window.search_window
-    qtbot.waitUntil(search.isVisible)
-    activate(qtbot, search)
-    qtbot.keyClicks(search.query_edit, "zanzibar")
+    search = search_everywhere(qtbot, window, "zanzibar")
     qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: search.status.text() == "No results")
     qtbot.keyClick(search.query_edit, Qt.Key.Key_Escape)
@@ -134,11 +126,7 @@ def test_search_everywhere_lists_direct_messages_and_opens_them_in_their_convers
         backend.manager.inject_direct(ANN, f"packing list, item {n}")
     qtbot.waitUntil(lambda: window.direct_list.count() == 1)
 
-    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    search = window.search_window
-    qtbot.waitUntil(search.isVisible)
-    activate(qtbot, search)
-    qtbot.keyClicks(search.query_edit, "decemb")
+    search = search_everywhere(qtbot, window, "decemb")
     qtbot.waitUntil(lambda: len(search.result_items()) == 4, timeout=3000)
     # The direct message is the newest: its conversation, titled with Ann's name as in the list, comes first.
     groups = [search.results.topLevelItem(i).text(0) for i in range(search.results.topLevelItemCount())]
