@@ -226,8 +226,11 @@ class MemoryStore:
 
     def thread_root(self, gid: str, mid: Mid) -> Mid | None:
         message = self._messages.get((gid, mid))
-        while message is not None and message.parent is not None and (gid, message.parent) in self._messages:
-            message = self._messages[(gid, message.parent)]
+        while message is not None and message.parent is not None:
+            parent = self._messages.get((gid, message.parent))
+            if parent is None or parent.order > message.order:  # see PeerStore.thread_root
+                break
+            message = parent
         return message.mid if message is not None else None
 
     def thread(self, gid: str, root: Mid) -> list[ChatMessage]:

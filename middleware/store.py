@@ -458,8 +458,8 @@ class Store:
                 if parent is not None:
                     root = roots.get((gid, parent))
                     if root is None:
-                        root = self._root_order(gid, parent)
-                if root is None:  # a root, or (never in S_b order) a reply whose parent is not stored
+                        root = self._root_order(gid, parent, before=order)
+                if root is None:  # a root, or (never in S_b order) a reply whose parent is not stored before it
                     threads[order] = [gid, 0, order]
                     root = order
                 else:
@@ -729,14 +729,15 @@ class Store:
             self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)", mentions)
         return stored
 
-    def _root_order(self, gid: str, mid: Mid) -> int | None:
-        """The delivery order of the root of stored ``mid``'s thread; None if ``mid`` is not stored
-        (the threads tables caught up past it)."""
+    def _root_order(self, gid: str, mid: Mid, before: int | None = None) -> int | None:
+        """The delivery order of the root of stored ``mid``'s thread (the threads tables caught up
+        past it); None if ``mid`` is not stored, or not before the order ``before``: a parent
+        delivered after its reply leaves the reply a root (PeerStore.thread_root)."""
         root = self._roots.get((gid, mid))
-        if root is not None:
+        if root is not None:  # caught up: delivered before what a catch-up meets
             return root
         found = self._rows_of(gid, [mid])
-        if not found:
+        if not found or before is not None and found[0][0] >= before:
             return None
         order = found[0][0]
         row = self._db.execute("SELECT root FROM thread_replies WHERE delivery_order = ?", (order,)).fetchone()
@@ -882,6 +883,8 @@ class Store:
         for order, row in enumerate(rows, first_order):
             if (row[0], row[1]) == (message.sender, message.seqno):
                 self._reindex(order, self._indexed_text(order, row[5]), searched_text(message.text), message.text)
+                if (row[2], row[3]) != (message.parent or (None, None)):
+                    self._move_thread_branch(gid, order, (message.sender, message.seqno), message.parent)
                 parent_sender, parent_seqno = message.parent or (None, None)
                 row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
                 row[8] = message.sig
@@ -893,6 +896,42 @@ class Store:
         self._decoded.pop(segment, None)
         self._searched.pop(segment, None)
         return True
+
+    def _move_thread_branch(self, gid: str, order: int, mid: Mid, parent: Mid | None) -> None:
+        """The threads tables after the message delivered as ``order`` takes ``parent`` (a kept
+        version of an equivocation): it and the replies under it leave their thread for the new
+        parent's, or start one.  Only the two threads are read.  Tables not yet caught up to it
+        need nothing: the catch-up reads the new version."""
+        (upto,) = self._db.execute("SELECT upto FROM threads_upto").fetchone()
+        if order > upto:
+            return
+        old_root = self._root_order(gid, mid)
+        new_root = order
+        found = self._rows_of(gid, [parent]) if parent is not None else []
+        if found and found[0][0] < order:  # a parent delivered after it leaves it a root
+            new_root = self._root_order(gid, parent) or order
+        if old_root is None or new_root == old_root:
+            return
+        thread = self._messages_at(gid, [order] + [reply for (reply,) in self._db.execute(
+            "SELECT delivery_order FROM thread_replies WHERE root = ? AND delivery_order > ? ORDER BY delivery_order",
+            (old_root, order))])
+        branch = {mid}
+        moved = [m.order for m in thread[1:] if in_branch(m, branch)]
+        if old_root == order:
+            self._db.execute("DELETE FROM threads WHERE root = ?", (order,))
+        else:
+            self._db.execute("DELETE FROM thread_replies WHERE delivery_order = ?", (order,))
+        if new_root == order:
+            self._db.execute("INSERT INTO threads VALUES (?, ?, 0, ?)", (order, gid, order))
+        else:
+            self._db.execute("INSERT INTO thread_replies VALUES (?, ?)", (order, new_root))
+        self._db.executemany("UPDATE thread_replies SET root = ? WHERE delivery_order = ?",
+                             [(new_root, reply) for reply in moved])
+        self._db.executemany(
+            "UPDATE threads SET replies = (SELECT COUNT(*) FROM thread_replies WHERE root = threads.root), "
+            "last = COALESCE((SELECT MAX(delivery_order) FROM thread_replies WHERE root = threads.root), root) "
+            "WHERE root = ?", [(old_root,), (new_root,)])
+        self._roots.clear()  # roots of the branch moved
 
     # -- paging and search ------------------------------------------------------------
 

@@ -155,7 +155,10 @@ class PeerStore(Protocol):
         ...
 
     def thread_root(self, gid: str, mid: Mid) -> Mid | None:
-        """The root of ``mid``'s thread (``mid`` itself for a root); None if ``mid`` is not stored."""
+        """The root of ``mid``'s thread (``mid`` itself for a root); None if ``mid`` is not stored.
+        A reply is in its parent's thread when the parent was delivered before it, as S_b order
+        delivers; the version kept of an equivocation may name a later message as its parent (even
+        one of its own replies), and then starts a thread, so a thread never loops."""
         ...
 
     def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:

@@ -104,6 +104,29 @@ def test_a_mid_resent_with_other_content_keeps_the_lowest_hash_whatever_the_orde
     assert manager.stats_dict()["conflicts"] == 2
 
 
+def test_a_kept_version_naming_its_own_reply_as_parent_starts_a_thread_and_loops_nothing(manager):
+    """A member equivocates on a message that has replies: the version kept answers one of them.
+    Every peer keeps it, and the threads stay a tree: the message starts a thread of its own."""
+    for name in ("grace", "heidi"):
+        join(manager, name)
+    grace, heidi = identity("grace").pid, identity("heidi").pid
+    feed(manager, data(manager.gid, "grace", 1, "a thread"), data(manager.gid, "grace", 2, "first", parent=(grace, 1)),
+         data(manager.gid, "heidi", 1, "an answer", parent=(grace, 2)))
+    assert manager.thread_root(manager.gid, (heidi, 1)) == (grace, 1)  # the threads tables are written
+
+    def signed_hash(text, parent):
+        return hashlib.sha256(crypto.message_bytes(manager.gid, grace, 2, parent, 0, "x", text)).digest()
+    original = signed_hash("first", (grace, 1))
+    text = next(f"second {i}" for i in range(1000) if signed_hash(f"second {i}", (heidi, 1)) < original)
+    feed(manager, data(manager.gid, "grace", 2, text, parent=(heidi, 1)))
+    (kept,) = [m for m in manager.history(manager.gid) if m.mid == (grace, 2)]
+    assert (kept.text, kept.parent) == (text, (heidi, 1))
+    assert manager.thread_root(manager.gid, (grace, 2)) == (grace, 2)
+    assert manager.thread_root(manager.gid, (heidi, 1)) == (grace, 2)
+    assert [m.mid for m in manager.thread(manager.gid, (grace, 1))] == [(grace, 1)]
+    assert [m.mid for m in manager.thread(manager.gid, (grace, 2))] == [(grace, 2), (heidi, 1)]
+
+
 def test_floods_keep_memory_bounded(manager):
     flood = [data(manager.gid, "dave", seqno, "x", parent=("ghost" + "0" * 27, seqno)) for seqno in range(1, 3001)]
     for start in range(0, len(flood), 500):

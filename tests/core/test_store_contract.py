@@ -259,3 +259,58 @@ def test_unread_before_counts_what_the_read_marks_leave_out_below_an_order(store
     s.commit()
     assert s.unread_before("g", 11) == 4  # 3, 4, 9, 10
     assert s.unread_before("g", 9) == 2 and s.unread_before("g", 1) == 0 and s.unread_before("other", 11) == 1
+
+
+def threads_by_replay(history: list[ChatMessage]) -> dict:
+    """Each message's thread root from the history alone: a reply belongs to its parent's thread when
+    the parent was delivered before it (S_b order), else it starts a thread (a kept version of an
+    equivocation may name a later message, even its own reply, as its parent)."""
+    root: dict = {}
+    for m in history:
+        root[m.mid] = root.get(m.parent, m.mid) if m.parent is not None else m.mid
+    return root
+
+
+def assert_threads_agree_with_the_history(s, gid: str) -> None:
+    history = [m for m in s.history(gid) if not m.text.startswith(OP_MARKER)]
+    root = threads_by_replay(history)
+    assert {m.mid: s.thread_root(gid, m.mid) for m in history} == root
+    expected = []
+    for top in dict.fromkeys(root.values()):
+        members = [m for m in history if root[m.mid] == top]
+        assert [m.mid for m in s.thread(gid, top)] == [m.mid for m in members]
+        expected.append((top, len(members) - 1, members[-1].mid))
+    expected.sort(key=lambda t: [m.order for m in history if m.mid == t[2]][0], reverse=True)
+    assert [(t.root.mid, t.replies, t.last.mid) for t in s.threads(gid, limit=100)] == expected
+
+
+def test_threads_follow_a_kept_version_that_moves_a_reply_makes_a_root_or_names_a_later_parent(store):
+    s = store[0]
+    a1, b1 = message(ANN, 1, "g"), message(BOB, 1, "g")
+    m, c, d = message(BOB, 2, "g", a1.mid), message(ANN, 2, "g", (BOB.pid, 2)), message(ANN, 3, "g", (ANN.pid, 2))
+    s.add_messages([a1, b1, m, c, d])
+    s.commit()
+    assert_threads_agree_with_the_history(s, "g")  # the threads tables are written before the versions change
+
+    def keep(sender, seqno, parent):
+        version = wire.StoredMessage(sender.pid, seqno, parent, 5, "x", f"kept {parent}", sender.public_key, b"k" * 66)
+        assert s.replace_message("g", version)
+        s.commit()
+        assert_threads_agree_with_the_history(s, "g")
+
+    keep(BOB, 2, d.mid)  # its parent is its own later answer: a thread of its own, no loop
+    assert s.thread_root("g", d.mid) == m.mid
+    keep(BOB, 2, b1.mid)  # the reply and its answers move to b1's thread
+    assert [t.replies for t in s.threads("g") if t.root.mid == b1.mid] == [3]
+    keep(BOB, 2, None)  # it starts a thread of its own
+    keep(BOB, 1, a1.mid)  # a root becomes a reply: its thread joins a1's
+    keep(ANN, 1, b1.mid)  # a root naming a later message stays a root
+    store.append(after_crash(s))
+    assert_threads_agree_with_the_history(store[-1], "g")
+    assert store[-1].add_messages([message(BOB, 5, "g", d.mid)])
+    store[-1].commit()
+    assert_threads_agree_with_the_history(store[-1], "g")
+    if isinstance(store[-1], Store):  # tables built again from every message, in delivery order
+        store[-1].commit()
+        store[-1]._build_threads()
+        assert_threads_agree_with_the_history(store[-1], "g")
