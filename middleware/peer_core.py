@@ -457,12 +457,13 @@ class PeerCore:
 
     def _direct_root(self, peer: str, mid: Mid) -> Mid:
         """The first message of ``mid``'s thread in the conversation with ``peer``."""
-        root = mid
+        root, seen = mid, {mid}
         for _ in range(100_000):  # as thread_root
             found = self.store.direct_message(peer, root)
-            if found is None or found.parent is None:
+            if found is None or found.parent is None or found.parent in seen:  # a peer may name a loop of parents
                 return root
             root = found.parent
+            seen.add(root)
         return root
 
     def thread_root(self, gid: str, mid: Mid) -> Mid:
