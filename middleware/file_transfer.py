@@ -528,8 +528,8 @@ class FileService:
     def files(self, gid: str) -> list[dict]:
         self.core.known(gid)
         rows = {t.mid: t.to_json() for t in self.transfers.values() if t.gid == gid}
-        for message in self.core.store.history(gid):
-            if message.mid not in rows and message.text.startswith(FILE_MARKER):
+        for message in self.core.store.file_offers(gid):
+            if message.mid not in rows:
                 try:
                     offer = parse_offer(message.text)
                 except OfferError:

@@ -21,6 +21,7 @@ from .crypto import Identity
 from .gjlp import GroupRecord
 from .addresses import Endpoint
 from .direct import StoredDirect, conversation_id
+from .files import FILE_MARKER
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit, StoredThread,
                         in_branch, merged_read_marks, plain_match, searched_text)
 from .rangeset import RangeSet
@@ -170,6 +171,9 @@ class MemoryStore:
     def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         found = [self._messages[(gid, mid)] for mid in set(mids) if (gid, mid) in self._messages]
         return [self._with_key(m) for m in sorted(found, key=lambda m: m.order)]
+
+    def file_offers(self, gid: str) -> list[ChatMessage]:
+        return [m for m in self.history(gid) if m.text.startswith(FILE_MARKER)]
 
     def mentions(self, pid: str, limit: int) -> list[ChatMessage]:
         """A scan, newest first: this store serves simulations and tests, not 100,000-message histories."""

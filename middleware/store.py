@@ -321,6 +321,7 @@ class Store:
                 self._db.execute(f"ALTER TABLE groups ADD COLUMN {column} {kind}")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._mentions_table()
+        self._file_offers_table()
         self._db.commit()
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"message_search", "message_search_changed"} <= tables:
@@ -702,6 +703,7 @@ class Store:
         new_keys = {}
         segment_gid = None
         mentions: list[tuple] = []
+        offers: list[tuple[str, int]] = []
         for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key, *_ in messages:
             sender, seqno = mid
             if not self._stored_seqnos(gid, sender).add(seqno):
@@ -717,6 +719,8 @@ class Store:
                                       public_key))
             if "<@" in text:
                 mentions += _mention_rows(gid, sender, seqno, text, self._next_order)
+            if text[:1] == "\x00" and text.startswith(FILE_MARKER):
+                offers.append((gid, self._next_order))
             self._next_order += 1
             if sender not in self._keys_stored and public_key:
                 new_keys[sender] = public_key
@@ -727,6 +731,8 @@ class Store:
             self._keys_stored.update(new_keys)
         if mentions:
             self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)", mentions)
+        if offers:
+            self._db.executemany("INSERT OR IGNORE INTO file_offers VALUES (?, ?)", offers)
         return stored
 
     def _root_order(self, gid: str, mid: Mid, before: int | None = None) -> int | None:
@@ -888,6 +894,9 @@ class Store:
                 parent_sender, parent_seqno = message.parent or (None, None)
                 row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
                 row[8] = message.sig
+                self._db.execute("DELETE FROM file_offers WHERE gid = ? AND delivery_order = ?", (gid, order))
+                if message.text.startswith(FILE_MARKER):
+                    self._db.execute("INSERT INTO file_offers VALUES (?, ?)", (gid, order))
                 self._db.execute("DELETE FROM mentions WHERE delivery_order = ?", (order,))
                 self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)",
                                      _mention_rows(gid, message.sender, message.seqno, message.text, order))
@@ -1204,6 +1213,23 @@ class Store:
                        "gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL, "
                        "PRIMARY KEY (pid, delivery_order)) WITHOUT ROWID;"
                        "CREATE INDEX mentions_by_order ON mentions (delivery_order)")
+
+    # File offers by group, so the files list reads its rows rather than a scan of the history.
+    FILE_OFFERS_SCHEMA = "CREATE TABLE file_offers (gid TEXT NOT NULL, delivery_order INTEGER NOT NULL, " \
+                         "PRIMARY KEY (gid, delivery_order)) WITHOUT ROWID"
+
+    def _file_offers_table(self) -> None:
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'file_offers'").fetchone():
+            return
+        self._db.execute(self.FILE_OFFERS_SCHEMA)
+        self._db.executemany("INSERT INTO file_offers VALUES (?, ?)", [
+            (gid, order) for _, gid, first_order, segment_rows in self._segments("1", ())
+            for order, row in enumerate(segment_rows, first_order) if row[5].startswith(FILE_MARKER)])
+
+    def file_offers(self, gid: str) -> list[ChatMessage]:
+        orders = [order for (order,) in self._db.execute(
+            "SELECT delivery_order FROM file_offers WHERE gid = ? ORDER BY delivery_order", (gid,))]
+        return self._messages_at(gid, orders)
 
     def _mentions_table(self) -> None:
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mentions'").fetchone():

@@ -117,6 +117,10 @@ class PeerStore(Protocol):
         """The stored messages among ``mids`` as delivered: arrival time and delivery order included."""
         ...
 
+    def file_offers(self, gid: str) -> list[ChatMessage]:
+        """``gid``'s stored file offers (middleware.files), in delivery order, as :meth:`messages` gives them."""
+        ...
+
     def mentions(self, pid: str, limit: int) -> list[ChatMessage]:
         """The stored messages (not operations) whose text mentions ``pid`` (middleware.mentions),
         newest delivered first, at most ``limit``; as :meth:`messages` gives them."""

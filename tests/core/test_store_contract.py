@@ -314,3 +314,28 @@ def test_threads_follow_a_kept_version_that_moves_a_reply_makes_a_root_or_names_
         store[-1].commit()
         store[-1]._build_threads()
         assert_threads_agree_with_the_history(store[-1], "g")
+
+
+def test_file_offers_of_a_group_in_delivery_order_kept_across_a_crash_and_a_replaced_version(store):
+    from m2mc.middleware.files import FILE_MARKER
+
+    s = store[0]
+    offer = lambda identity, seqno, gid: message(identity, seqno, gid, text=f"{FILE_MARKER}{{}} {seqno}")  # noqa: E731
+    s.add_messages([offer(ANN, 1, "g"), message(ANN, 2, "g"), offer(BOB, 1, "other"), offer(BOB, 2, "g"),
+                    message(BOB, 3, "g", text=f"{OP_MARKER}op")])
+    s.commit()
+    assert [m.mid for m in s.file_offers("g")] == [(ANN.pid, 1), (BOB.pid, 2)]
+    assert [m.mid for m in s.file_offers("other")] == [(BOB.pid, 1)] and s.file_offers("none") == []
+    # A kept version of an equivocation that is no offer, and one that is.
+    assert s.replace_message("g", wire.StoredMessage(ANN.pid, 1, None, 5, "a", "plain", ANN.public_key, b"k" * 66))
+    assert s.replace_message("g", wire.StoredMessage(ANN.pid, 2, None, 5, "a", f"{FILE_MARKER}{{}}", ANN.public_key,
+                                                     b"k" * 66))
+    s.commit()
+    assert [m.mid for m in s.file_offers("g")] == [(ANN.pid, 2), (BOB.pid, 2)]
+    store.append(after_crash(s))
+    assert [m.mid for m in store[-1].file_offers("g")] == [(ANN.pid, 2), (BOB.pid, 2)]
+    if isinstance(store[-1], Store):  # a data dir from before the table gets it on open
+        store[-1]._db.execute("DROP TABLE file_offers")
+        store[-1].commit()
+        store.append(after_crash(store[-1]))
+        assert [m.mid for m in store[-1].file_offers("g")] == [(ANN.pid, 2), (BOB.pid, 2)]
