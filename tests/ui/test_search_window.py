@@ -2,6 +2,8 @@
 grouped by conversation with the matched words marked, Enter and a click opening a result in its
 thread across groups, and m2mc://message/ links taking the same way."""
 
+import concurrent.futures
+
 from PySide6.QtCore import Qt
 
 from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot, search_everywhere
@@ -195,3 +197,105 @@ def test_a_direct_result_opens_once_its_conversations_history_has_come(qtbot, wi
     assert window.direct_controller.current.peer == BOB.pid
     qtbot.wait(50)  # the conversation's arrival does not scroll to its end afterwards
     assert view.viewport().rect().intersects(view.visualRect(view.currentIndex()))
+
+
+class SlowHistories:
+    """The middleware answering ``direct_history`` only on :meth:`release` (a long conversation read
+    from a busy disk); every other call is answered at once."""
+
+    def __init__(self, backend):
+        self.held: list[tuple[concurrent.futures.Future, concurrent.futures.Future]] = []
+        manager, submit, read = backend.manager, backend._submit, backend.manager.direct_history
+        asked = []
+
+        def direct_history(*args, **kwargs):
+            asked.append(args)
+            return read(*args, **kwargs)
+
+        def slow_submit(work):
+            before = len(asked)
+            done = submit(work)
+            if len(asked) == before:
+                return done
+            later: concurrent.futures.Future = concurrent.futures.Future()
+            self.held.append((done, later))
+            return later
+
+        manager.direct_history = direct_history
+        backend._submit = slow_submit
+
+    def release(self):
+        held, self.held = self.held, []
+        for done, later in held:
+            later.set_result(done.result())
+
+
+def click_item(qtbot, items, item):
+    qtbot.mouseClick(items.viewport(), Qt.MouseButton.LeftButton, pos=items.visualItemRect(item).center())
+
+
+def jump_into_a_loading_conversation(qtbot, window, backend):
+    """Ann's direct messages, whose history the middleware is slow to give; Search everywhere's result
+    among them opened with Enter before it has come.  The message found, and the Winter trip session."""
+    me = Member(backend.pid, backend.name)
+    lunch = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                         history=lunch_conversation(""))
+    winter = backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True,
+                                          history=[message("", BOB, 1, "Plans for the winter trip?")])
+    backend.manager.pass_time(31)  # a heartbeat from each: direct messages go
+    found = backend.manager.inject_direct(ANN, "Booked the hotel in Goa for the last week of December")
+    for n in range(30):  # the match is far above the conversation's end, where it opens
+        backend.manager.inject_direct(ANN, f"packing list, item {n}")
+    slow = SlowHistories(backend)
+    window.start()
+    sessions = window.session_controller.sessions
+    qtbot.waitUntil(lambda: len(sessions) == 2 and all(s.loaded for s in sessions.values())
+                    and window.direct_list.count() == 1)
+    window.select_group(lunch.gid)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.waitUntil(lambda: len(search.result_items()) == 3, timeout=3000)
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(search.results.hasFocus)
+    assert search.results.currentItem().data(0, Qt.ItemDataRole.UserRole + 1).mid == found
+    qtbot.keyClick(search.results, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    assert window.direct_controller.current.loading and slow.held
+    activate(qtbot, window)
+    return slow, found, sessions[winter.gid]
+
+
+def test_a_direct_result_still_loading_is_cancelled_and_told_when_the_user_opens_another_conversation(
+        qtbot, window, backend):
+    slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
+    click_item(qtbot, window.group_list, winter.item)  # the user's own choice: it wins
+    qtbot.waitUntil(lambda: window.current is winter)
+    assert window.statusBar().currentMessage() == (
+        "The message in the conversation with Ann was not shown: another conversation was opened while it loaded.")
+
+    slow.release()
+    qtbot.wait(50)
+    # The history's arrival does not take the user back to Ann's conversation.
+    assert window.current is winter and window.centre_stack.currentIndex() == 0
+    assert window.direct_controller.current is None and not window.direct_pane.isVisible()
+
+    # Opened later from the list, Ann's conversation is where the user left it: at its end.
+    click_item(qtbot, window.direct_list, window.direct_list.item(0))
+    view = window.direct_pane.view
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane and bool(view.visible_mids()))
+    qtbot.wait(50)
+    assert found not in view.visible_mids() and not view.currentIndex().isValid()
+
+
+def test_a_direct_result_still_loading_stays_cancelled_when_the_user_comes_back_before_it_has_loaded(
+        qtbot, window, backend):
+    """What a switch away means does not hang on when the history comes: cancelled either way."""
+    slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
+    click_item(qtbot, window.group_list, winter.item)
+    qtbot.waitUntil(lambda: window.current is winter)
+    click_item(qtbot, window.direct_list, window.direct_list.item(0))
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    slow.release()
+    view = window.direct_pane.view
+    qtbot.waitUntil(lambda: bool(view.visible_mids()))
+    qtbot.wait(50)
+    assert found not in view.visible_mids() and not view.currentIndex().isValid()
