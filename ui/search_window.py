@@ -16,16 +16,8 @@ import html
 from typing import Callable, Mapping
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QKeyEvent, QPalette
-from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QLabel,
-    QLineEdit,
-    QTreeWidget,
-    QTreeWidgetItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QAbstractItemView, QLabel, QLineEdit, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from ..middleware.mentions import shown_text
 from ..middleware.names import shown
@@ -37,6 +29,7 @@ from .controllers.direct import Conversation
 from .controllers.sessions import GroupSession, member_names
 from .delegate import clock
 from .resources import app_icon, icon
+from .search_results import ResultHtmlRole, ResultList
 
 RESULT_LIMIT = 100
 TYPING_PAUSE_MS = 250  # a search runs once typing pauses this long (Enter runs it at once)
@@ -57,10 +50,11 @@ def query_of(text: str) -> str | None:
     return " ".join(words)
 
 
-def marked_html(snippet: str, mark: str) -> str:
-    """``snippet`` as HTML, the matches (between MATCH_START and MATCH_END) in bold on ``mark``."""
+def marked_html(snippet: str) -> str:
+    """``snippet`` as HTML, the matches (between MATCH_START and MATCH_END) in bold, of class "match"
+    (:mod:`ui.search_results` colours them)."""
     escaped = html.escape(snippet)
-    return (escaped.replace(MATCH_START, f'<b style="background-color:{mark}">')
+    return (escaped.replace(MATCH_START, '<b class="match">')
             .replace(MATCH_END, "</b>").replace("\n", " "))
 
 
@@ -82,7 +76,8 @@ class SearchWindow(QWidget):
         self.query_edit.returnPressed.connect(lambda: self._search_now(focus_results=True))
         self.query_edit.installEventFilter(self)
         self.status = QLabel()
-        self.results = QTreeWidget()
+        self.results = ResultList()
+        self.results.setObjectName("searchResults")
         self.results.setHeaderHidden(True)
         self.results.setRootIsDecorated(False)
         self.results.setIndentation(12)
@@ -166,7 +161,6 @@ class SearchWindow(QWidget):
             return
         groups: dict[str, QTreeWidgetItem] = {}
         titles: dict[str, str] = {}
-        mark = self.palette().color(QPalette.ColorRole.Highlight).lighter(170).name()
         for hit in hits:
             group = groups.get(hit.gid)
             if group is None:
@@ -179,15 +173,11 @@ class SearchWindow(QWidget):
                 group.setFont(0, font)
             item = QTreeWidgetItem(group)
             item.setData(0, HitRole, hit)
-            label = QLabel(f"<b>{html.escape(self.sender_of(hit))}</b> "
-                           f"<span style='color:gray'>{clock(hit.sent_at)}</span><br>"
-                           f"{marked_html(self.snippet_of(hit), mark)}")
-            label.setWordWrap(True)
-            label.setContentsMargins(0, 2, 0, 4)
-            label.setTextFormat(Qt.TextFormat.RichText)
-            label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)  # clicks go to the list
-            item.setSizeHint(0, label.sizeHint())
-            self.results.setItemWidget(item, 0, label)
+            sender, sent, snippet = self.sender_of(hit), clock(hit.sent_at), self.snippet_of(hit)
+            item.setData(0, ResultHtmlRole, f"<b>{html.escape(sender)}</b> <span class='time'>{sent}</span>"
+                                            f"<br>{marked_html(snippet)}")
+            # What a screen reader says, and what typing in the list looks for.
+            item.setText(0, f"{sender}, {sent}: {snippet.replace(MATCH_START, '').replace(MATCH_END, '')}")
         for gid, group in groups.items():
             count = group.childCount()
             group.setText(0, f"{titles[gid]} — {count} result{'s' if count != 1 else ''}")

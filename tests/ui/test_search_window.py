@@ -5,10 +5,12 @@ thread across groups, and m2mc://message/ links taking the same way."""
 import concurrent.futures
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextDocument
 
 from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot, search_everywhere
 from m2mc.middleware.types import Member, format_mid
 from m2mc.ui.message_model import MessageRole
+from m2mc.ui.search_results import PAD_X, ResultHtmlRole
 from m2mc.ui.search_window import query_of
 
 
@@ -47,8 +49,8 @@ def test_search_everywhere_lists_by_conversation_and_opens_results_in_their_thre
     qtbot.waitUntil(lambda: len(search.result_items()) == 3, timeout=3000)
     groups = [search.results.topLevelItem(i).text(0) for i in range(search.results.topLevelItemCount())]
     assert sorted(groups) == ["Travel & lunch — 2 results", "Winter trip — 1 result"]
-    labels = [search.results.itemWidget(item, 0).text() for item in search.result_items()]
-    assert all("<b style=" in text and ">December</b>" in text for text in labels), labels
+    labels = [item.data(0, ResultHtmlRole) for item in search.result_items()]
+    assert all('<b class="match">December</b>' in text for text in labels), labels
     assert search.status.text() == "3 results in 2 conversations"
     save_screenshot(search, "search-everywhere.png")
 
@@ -96,7 +98,7 @@ def test_mentions_in_results_read_as_names(qtbot, window, backend):
     two_groups(qtbot, window, backend)
     search = search_everywhere(qtbot, window, "budget")
     qtbot.waitUntil(lambda: len(search.result_items()) == 1)
-    text = search.results.itemWidget(search.result_items()[0], 0).text()
+    text = search.result_items()[0].data(0, ResultHtmlRole)
     assert "please @Cat" in text and "&lt;@" not in text
 
 
@@ -134,8 +136,8 @@ def test_search_everywhere_lists_direct_messages_and_opens_them_in_their_convers
     groups = [search.results.topLevelItem(i).text(0) for i in range(search.results.topLevelItemCount())]
     assert groups[0] == "Ann — 1 result"
     assert sorted(groups[1:]) == ["Travel & lunch — 2 results", "Winter trip — 1 result"]
-    labels = [search.results.itemWidget(item, 0).text() for item in search.result_items()]
-    assert all("<b style=" in text and ">December</b>" in text for text in labels), labels
+    labels = [item.data(0, ResultHtmlRole) for item in search.result_items()]
+    assert all('<b class="match">December</b>' in text for text in labels), labels
     assert labels[0].startswith("<b>Ann</b>")
     assert search.status.text() == "4 results in 3 conversations"
     save_screenshot(search, "search-everywhere-direct.png")
@@ -299,3 +301,47 @@ def test_a_direct_result_still_loading_stays_cancelled_when_the_user_comes_back_
     qtbot.waitUntil(lambda: bool(view.visible_mids()))
     qtbot.wait(50)
     assert found not in view.visible_mids() and not view.currentIndex().isValid()
+
+
+ROW_SLACK = 10  # a row's padding around its text, at most
+LONG_RESULTS = [
+    "The December trip: we fly to Chennai on the 12th, take the train down the coast to Pondicherry for two "
+    "nights, then a bus to Madurai, and back by the overnight train to catch the flight home on the 20th.",
+    "December is fine with me",
+    "If December works for everyone I will book the rooms tonight; the place near the beach has a terrace, "
+    "breakfast, and a kitchen we can use for the long evenings. Say so before nine, please, or I will pick "
+    "the cheaper one on the hill instead, which is further from everything but quieter at night.",
+]
+
+
+def text_height(search, item, width):
+    """How tall the result's text is, wrapped at ``width``, in the list's font."""
+    document = QTextDocument()
+    document.setDefaultFont(search.results.font())
+    document.setDocumentMargin(0)
+    document.setHtml(item.data(0, ResultHtmlRole))
+    document.setTextWidth(width)
+    return document.size().height()
+
+
+def test_result_rows_are_as_tall_as_their_wrapped_text_at_any_width(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    history = [message("", [ANN, BOB, CAT][n % 3], n // 3 + 1, LONG_RESULTS[n % 3]) for n in range(6)]
+    backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True, history=history)
+    window.start()
+    qtbot.waitUntil(lambda: len(window.session_controller.sessions) == 1)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.waitUntil(lambda: len(search.result_items()) == 6, timeout=3000)
+    longest = search.result_items()[0]  # the newest: the rooms, three lines at 420 px
+    heights = {}
+    for width in (800, 420):  # widened, then narrowed, with the results listed
+        search.resize(width, 600)
+        qtbot.waitUntil(lambda: search.results.viewport().width() < width)
+        qtbot.wait(50)  # the rows' layout, which a resize schedules
+        save_screenshot(search, f"search-rows-{width}.png")
+        for item in search.result_items():
+            rect = search.results.visualItemRect(item)
+            text = text_height(search, item, rect.width() - 2 * PAD_X)
+            assert text <= rect.height() <= text + ROW_SLACK, (width, rect.height(), text)
+        heights[width] = search.results.visualItemRect(longest).height()
+    assert heights[420] > heights[800]  # it wraps to more lines, in a taller row
