@@ -85,6 +85,7 @@ class SearchWindow(QWidget):
         self.results.itemActivated.connect(self._open)  # Enter, double click
         self.results.itemClicked.connect(self._open)
         self.results.currentItemChanged.connect(self._step_over_heading)
+        self.results.installEventFilter(self)
         layout = QVBoxLayout(self)
         layout.addWidget(self.query_edit)
         layout.addWidget(self.status)
@@ -106,10 +107,14 @@ class SearchWindow(QWidget):
         self.query_edit.selectAll()
 
     def eventFilter(self, watched, event) -> bool:
-        if watched is self.query_edit and isinstance(event, QKeyEvent) and event.type() == QKeyEvent.Type.KeyPress \
-                and event.key() == Qt.Key.Key_Down and self.results.topLevelItemCount():
-            self._focus_first_result()
-            return True
+        if isinstance(event, QKeyEvent) and event.type() == QKeyEvent.Type.KeyPress:
+            if watched is self.query_edit and event.key() == Qt.Key.Key_Down and self.results.topLevelItemCount():
+                self._focus_first_result()
+                return True
+            if watched is self.results and event.key() == Qt.Key.Key_Up \
+                    and self.results.currentItem() is next(iter(self.result_items()), None):
+                self.query_edit.setFocus()  # back up to the query, as Down came down from it: to add a word
+                return True
         return super().eventFilter(watched, event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:

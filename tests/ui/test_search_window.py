@@ -345,3 +345,18 @@ def test_result_rows_are_as_tall_as_their_wrapped_text_at_any_width(qtbot, windo
             assert text <= rect.height() <= text + ROW_SLACK, (width, rect.height(), text)
         heights[width] = search.results.visualItemRect(longest).height()
     assert heights[420] > heights[800]  # it wraps to more lines, in a taller row
+
+
+def test_up_from_the_first_result_goes_back_to_the_query(qtbot, window, backend):
+    two_groups(qtbot, window, backend)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(search.results.hasFocus)
+    items = search.result_items()
+    qtbot.keyClick(search.results, Qt.Key.Key_Down)
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)
+    assert search.results.hasFocus() and search.results.currentItem() is items[0]
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)  # as Down came from it
+    assert search.query_edit.hasFocus() and search.query_edit.cursorPosition() == len("decemb")
+    qtbot.keyClicks(search.query_edit, "er goa")  # a word more narrows the search
+    qtbot.waitUntil(lambda: len(search.result_items()) == 1, timeout=3000)
