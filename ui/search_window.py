@@ -81,6 +81,7 @@ class SearchWindow(QWidget):
         self.results.setHeaderHidden(True)
         self.results.setRootIsDecorated(False)
         self.results.setIndentation(12)
+        self.results.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)  # rows of many lines
         self.results.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.results.itemActivated.connect(self._open)  # Enter, double click
         self.results.itemClicked.connect(self._open)
