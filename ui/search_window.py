@@ -97,10 +97,10 @@ class SearchWindow(QWidget):
         self.shown_query: str | None = None  # the query whose results are listed
 
     def show_search(self) -> None:
-        """Show, raised, with the query selected for typing over (and its results brought up to date)."""
+        """Show, raised, with the query selected for typing over (and its results brought up to date,
+        the result last chosen still current: Down goes on from it)."""
         if self.query_edit.text():
-            self.shown_query = None
-            self._search_now()
+            self._search_now(refresh=True)
         self.show()
         self.raise_()
         self.activateWindow()
@@ -110,7 +110,7 @@ class SearchWindow(QWidget):
     def eventFilter(self, watched, event) -> bool:
         if isinstance(event, QKeyEvent) and event.type() == QKeyEvent.Type.KeyPress:
             if watched is self.query_edit and event.key() == Qt.Key.Key_Down and self.results.topLevelItemCount():
-                self._focus_first_result()
+                self._focus_results()
                 return True
             if watched is self.results and event.key() == Qt.Key.Key_Up \
                     and self.results.currentItem() is next(iter(self.result_items()), None):
@@ -127,16 +127,17 @@ class SearchWindow(QWidget):
     def _typed(self, _text: str) -> None:
         self._typing.start()
 
-    def _search_now(self, focus_results: bool = False) -> None:
-        """Search for what is typed; ``focus_results`` (Enter): the first result then takes the focus."""
+    def _search_now(self, focus_results: bool = False, refresh: bool = False) -> None:
+        """Search for what is typed, unless its results are listed and not to be brought up to date
+        (``refresh``); ``focus_results`` (Enter): the results then take the focus."""
         self._typing.stop()
         query = query_of(self.query_edit.text())
         if query is None:
             self._show(None, [])
             return
-        if query == self.shown_query:
+        if query == self.shown_query and not refresh:
             if focus_results:
-                self._focus_first_result()
+                self._focus_results()
             return
         self._asked += 1
         asked = self._asked
@@ -153,13 +154,16 @@ class SearchWindow(QWidget):
         if asked == self._asked:
             self._show(query, [hit for hit, _root in found])
             if focus_results and not self._typing.isActive():
-                self._focus_first_result()
+                self._focus_results()
 
     def _failed(self, asked: int, exc: BaseException) -> None:
         if asked == self._asked:
             self.status.setText(f"Search failed: {exc}")
 
     def _show(self, query: str | None, hits: list[SearchHit]) -> None:
+        current = self.results.currentItem()
+        kept = current.data(0, HitRole) if current is not None and query == self.shown_query else None
+        scrolled = self.results.verticalScrollBar().value()
         self.shown_query = query
         self.results.clear()
         if query is None:
@@ -188,6 +192,8 @@ class SearchWindow(QWidget):
             count = group.childCount()
             group.setText(0, f"{titles[gid]} — {count} result{'s' if count != 1 else ''}")
         self.results.expandAll()
+        if isinstance(kept, SearchHit):  # the same query's results brought up to date: the same place
+            self._keep_current(kept, scrolled)
         total = len(hits)
         self.status.setText(f"{total}{'+' if total == RESULT_LIMIT else ''} result{'s' if total != 1 else ''} "
                             f"in {len(groups)} conversation{'s' if len(groups) != 1 else ''}" if hits else "No results")
@@ -229,10 +235,22 @@ class SearchWindow(QWidget):
                 items += [child for row in range(group.childCount()) if (child := group.child(row)) is not None]
         return items
 
-    def _focus_first_result(self) -> None:
+    def _keep_current(self, hit: SearchHit, scrolled: int) -> None:
+        item = next((item for item in self.result_items() if (found := item.data(0, HitRole)) is not None
+                     and (found.gid, found.mid) == (hit.gid, hit.mid)), None)
+        if item is None:
+            return
+        self.results.setCurrentItem(item)
+        self.results.doItemsLayout()  # the rows' heights, for the scroll bar's range
+        self.results.verticalScrollBar().setValue(scrolled)
+        self.results.scrollToItem(item)  # if it has moved out of view
+
+    def _focus_results(self) -> None:
+        """The focus to the results: on the current one, else the first."""
         items = self.result_items()
         if items:
-            self.results.setCurrentItem(items[0])
+            if self.results.currentItem() not in items:
+                self.results.setCurrentItem(items[0])
             self.results.setFocus()
 
     def _step_over_heading(self, current: QTreeWidgetItem | None, previous: QTreeWidgetItem | None) -> None:

@@ -360,3 +360,37 @@ def test_up_from_the_first_result_goes_back_to_the_query(qtbot, window, backend)
     assert search.query_edit.hasFocus() and search.query_edit.cursorPosition() == len("decemb")
     qtbot.keyClicks(search.query_edit, "er goa")  # a word more narrows the search
     qtbot.waitUntil(lambda: len(search.result_items()) == 1, timeout=3000)
+
+
+def test_back_in_search_everywhere_the_reader_goes_on_from_the_result_last_opened(qtbot, window, backend):
+    # The main window comes up over the search window when a result opens (on a small screen, all
+    # of it): Ctrl+Shift+F brings the search back, its results brought up to date, at the same place.
+    two_groups(qtbot, window, backend)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(search.results.hasFocus)
+    qtbot.keyClick(search.results, Qt.Key.Key_Down)
+    opened = search.results.currentItem().data(0, Qt.ItemDataRole.UserRole + 1)
+    qtbot.keyClick(search.results, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == opened.mid)
+    activate(qtbot, window)
+
+    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    activate(qtbot, search)
+    assert search.query_edit.hasFocus() and search.query_edit.selectedText() == "decemb"  # to type over
+    qtbot.waitUntil(lambda: search.status.text() == "3 results in 2 conversations")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Down)
+    assert search.results.hasFocus()
+    assert search.results.currentItem().data(0, Qt.ItemDataRole.UserRole + 1).mid == opened.mid
+    qtbot.keyClick(search.results, Qt.Key.Key_Down)
+    assert search.results.currentItem() is search.result_items()[2]  # the next one
+
+    # A new query starts from its first result.
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)
+    assert search.query_edit.hasFocus()
+    search.query_edit.selectAll()
+    qtbot.keyClicks(search.query_edit, "lunch")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: search.results.hasFocus() and search.results.currentItem() is search.result_items()[0])
