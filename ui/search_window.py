@@ -194,9 +194,11 @@ class SearchWindow(QWidget):
         self.results.expandAll()
         if isinstance(kept, SearchHit):  # the same query's results brought up to date: the same place
             self._keep_current(kept, scrolled)
-        total = len(hits)
-        self.status.setText(f"{total}{'+' if total == RESULT_LIMIT else ''} result{'s' if total != 1 else ''} "
-                            f"in {len(groups)} conversation{'s' if len(groups) != 1 else ''}" if hits else "No results")
+        total, conversations = len(hits), f"{len(groups)} conversation{'s' if len(groups) != 1 else ''}"
+        if total == RESULT_LIMIT:  # the older ones are cut: the headings count only those listed
+            self.status.setText(f"The newest {total} results, in {conversations}; older ones are not listed")
+        else:
+            self.status.setText(f"{total} result{'s' if total != 1 else ''} in {conversations}" if hits else "No results")
 
     def title_of(self, hit: SearchHit) -> str:
         """The hit's group's title, or its direct conversation's peer's name."""

@@ -11,7 +11,7 @@ from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_
 from m2mc.middleware.types import Member, format_mid
 from m2mc.ui.message_model import MessageRole
 from m2mc.ui.search_results import PAD_X, ResultHtmlRole
-from m2mc.ui.search_window import query_of
+from m2mc.ui.search_window import RESULT_LIMIT, query_of
 
 
 def two_groups(qtbot, window, backend):
@@ -394,3 +394,16 @@ def test_back_in_search_everywhere_the_reader_goes_on_from_the_result_last_opene
     qtbot.keyClicks(search.query_edit, "lunch")
     qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: search.results.hasFocus() and search.results.currentItem() is search.result_items()[0])
+
+
+def test_past_the_limit_the_status_says_only_the_newest_results_are_listed(qtbot, window, backend):
+    # "100+ results in 1 conversation" over a heading of "100 results" read as a contradiction.
+    me = Member(backend.pid, backend.name)
+    history = [message("", [ANN, BOB, CAT][n % 3], n // 3 + 1, f"December note {n}") for n in range(RESULT_LIMIT + 1)]
+    backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True, history=history)
+    window.start()
+    qtbot.waitUntil(lambda: len(window.session_controller.sessions) == 1)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.waitUntil(lambda: len(search.result_items()) == RESULT_LIMIT, timeout=3000)
+    assert search.status.text() == f"The newest {RESULT_LIMIT} results, in 1 conversation; older ones are not listed"
+    assert search.results.topLevelItem(0).text(0) == f"Winter trip — {RESULT_LIMIT} results"
