@@ -75,7 +75,7 @@ class SearchWindow(QWidget):
         self.query_edit.textEdited.connect(self._typed)
         self.query_edit.returnPressed.connect(lambda: self._search_now(focus_results=True))
         self.query_edit.installEventFilter(self)
-        self.status = QLabel()
+        self.status = QLabel(wordWrap=True)  # else its whole text (a long error) is the window's minimum width
         self.results = ResultList()
         self.results.setObjectName("searchResults")
         self.results.setHeaderHidden(True)

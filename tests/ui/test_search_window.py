@@ -407,3 +407,18 @@ def test_past_the_limit_the_status_says_only_the_newest_results_are_listed(qtbot
     qtbot.waitUntil(lambda: len(search.result_items()) == RESULT_LIMIT, timeout=3000)
     assert search.status.text() == f"The newest {RESULT_LIMIT} results, in 1 conversation; older ones are not listed"
     assert search.results.topLevelItem(0).text(0) == f"Winter trip — {RESULT_LIMIT} results"
+
+
+def test_a_long_status_wraps_instead_of_widening_the_window(qtbot, window, backend):
+    # A plain label's whole text is its minimum width: a long error held the window past a small screen.
+    two_groups(qtbot, window, backend)
+
+    def failing(*_args, **_kwargs):
+        raise RuntimeError("the store could not be read: " + "disk I/O error, " * 20)
+
+    backend.manager.search = failing
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.waitUntil(lambda: search.status.text().startswith("Search failed:"), timeout=3000)
+    assert search.minimumSizeHint().width() < 400
+    search.resize(420, 600)
+    qtbot.waitUntil(lambda: search.width() == 420)
