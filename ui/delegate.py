@@ -199,7 +199,7 @@ class MessageDelegate(QStyledItemDelegate):
         self.unread_color = QColor(colors["unread"])
         self.accent = QColor(colors["accent"])
         self.on_accent = QColor("#ffffff" if self.accent.lightnessF() < 0.6 else "#000000")
-        self.match_color = QColor("#7c5e10" if self.dark else "#fde68a")
+        self.match_color = QColor(colors["match"])
         self.muted = self.view.palette().color(QPalette.ColorRole.Text)
         self.muted.setAlpha(150)
         self.guide = QColor(self.muted)

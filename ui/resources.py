@@ -62,6 +62,7 @@ def theme_colors(palette: QPalette | None = None) -> dict[str, str]:
         "selection": (QColor("#2c5282") if dark else QColor("#bee3f8")).name(),
         "selection_text": text.name(),
         "unread": QColor("#f6ad55" if dark else "#dd6b20").name(),
+        "match": QColor("#7c5e10" if dark else "#fde68a").name(),  # behind the words a filter or a search found
         "error": QColor("#fc8181" if dark else "#c53030").name(),
         "warning": QColor("#f6e05e" if dark else "#b7791f").name(),
     }

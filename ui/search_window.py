@@ -16,16 +16,8 @@ import html
 from typing import Callable, Mapping
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QKeyEvent, QPalette
-from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QLabel,
-    QLineEdit,
-    QTreeWidget,
-    QTreeWidgetItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QAbstractItemView, QLabel, QLineEdit, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from ..middleware.mentions import shown_text
 from ..middleware.names import shown
@@ -37,6 +29,7 @@ from .controllers.direct import Conversation
 from .controllers.sessions import GroupSession, member_names
 from .delegate import clock
 from .resources import app_icon, icon
+from .search_results import ResultHtmlRole, ResultList
 
 RESULT_LIMIT = 100
 TYPING_PAUSE_MS = 250  # a search runs once typing pauses this long (Enter runs it at once)
@@ -57,10 +50,11 @@ def query_of(text: str) -> str | None:
     return " ".join(words)
 
 
-def marked_html(snippet: str, mark: str) -> str:
-    """``snippet`` as HTML, the matches (between MATCH_START and MATCH_END) in bold on ``mark``."""
+def marked_html(snippet: str) -> str:
+    """``snippet`` as HTML, the matches (between MATCH_START and MATCH_END) in bold, of class "match"
+    (:mod:`ui.search_results` colours them)."""
     escaped = html.escape(snippet)
-    return (escaped.replace(MATCH_START, f'<b style="background-color:{mark}">')
+    return (escaped.replace(MATCH_START, '<b class="match">')
             .replace(MATCH_END, "</b>").replace("\n", " "))
 
 
@@ -81,15 +75,18 @@ class SearchWindow(QWidget):
         self.query_edit.textEdited.connect(self._typed)
         self.query_edit.returnPressed.connect(lambda: self._search_now(focus_results=True))
         self.query_edit.installEventFilter(self)
-        self.status = QLabel()
-        self.results = QTreeWidget()
+        self.status = QLabel(wordWrap=True)  # else its whole text (a long error) is the window's minimum width
+        self.results = ResultList()
+        self.results.setObjectName("searchResults")
         self.results.setHeaderHidden(True)
         self.results.setRootIsDecorated(False)
         self.results.setIndentation(12)
+        self.results.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)  # rows of many lines
         self.results.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.results.itemActivated.connect(self._open)  # Enter, double click
         self.results.itemClicked.connect(self._open)
         self.results.currentItemChanged.connect(self._step_over_heading)
+        self.results.installEventFilter(self)
         layout = QVBoxLayout(self)
         layout.addWidget(self.query_edit)
         layout.addWidget(self.status)
@@ -100,10 +97,10 @@ class SearchWindow(QWidget):
         self.shown_query: str | None = None  # the query whose results are listed
 
     def show_search(self) -> None:
-        """Show, raised, with the query selected for typing over (and its results brought up to date)."""
+        """Show, raised, with the query selected for typing over (and its results brought up to date,
+        the result last chosen still current: Down goes on from it)."""
         if self.query_edit.text():
-            self.shown_query = None
-            self._search_now()
+            self._search_now(refresh=True)
         self.show()
         self.raise_()
         self.activateWindow()
@@ -111,10 +108,14 @@ class SearchWindow(QWidget):
         self.query_edit.selectAll()
 
     def eventFilter(self, watched, event) -> bool:
-        if watched is self.query_edit and isinstance(event, QKeyEvent) and event.type() == QKeyEvent.Type.KeyPress \
-                and event.key() == Qt.Key.Key_Down and self.results.topLevelItemCount():
-            self._focus_first_result()
-            return True
+        if isinstance(event, QKeyEvent) and event.type() == QKeyEvent.Type.KeyPress:
+            if watched is self.query_edit and event.key() == Qt.Key.Key_Down and self.results.topLevelItemCount():
+                self._focus_results()
+                return True
+            if watched is self.results and event.key() == Qt.Key.Key_Up \
+                    and self.results.currentItem() is next(iter(self.result_items()), None):
+                self.query_edit.setFocus()  # back up to the query, as Down came down from it: to add a word
+                return True
         return super().eventFilter(watched, event)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
@@ -126,16 +127,17 @@ class SearchWindow(QWidget):
     def _typed(self, _text: str) -> None:
         self._typing.start()
 
-    def _search_now(self, focus_results: bool = False) -> None:
-        """Search for what is typed; ``focus_results`` (Enter): the first result then takes the focus."""
+    def _search_now(self, focus_results: bool = False, refresh: bool = False) -> None:
+        """Search for what is typed, unless its results are listed and not to be brought up to date
+        (``refresh``); ``focus_results`` (Enter): the results then take the focus."""
         self._typing.stop()
         query = query_of(self.query_edit.text())
         if query is None:
             self._show(None, [])
             return
-        if query == self.shown_query:
+        if query == self.shown_query and not refresh:
             if focus_results:
-                self._focus_first_result()
+                self._focus_results()
             return
         self._asked += 1
         asked = self._asked
@@ -152,13 +154,16 @@ class SearchWindow(QWidget):
         if asked == self._asked:
             self._show(query, [hit for hit, _root in found])
             if focus_results and not self._typing.isActive():
-                self._focus_first_result()
+                self._focus_results()
 
     def _failed(self, asked: int, exc: BaseException) -> None:
         if asked == self._asked:
             self.status.setText(f"Search failed: {exc}")
 
     def _show(self, query: str | None, hits: list[SearchHit]) -> None:
+        current = self.results.currentItem()
+        kept = current.data(0, HitRole) if current is not None and query == self.shown_query else None
+        scrolled = self.results.verticalScrollBar().value()
         self.shown_query = query
         self.results.clear()
         if query is None:
@@ -166,7 +171,6 @@ class SearchWindow(QWidget):
             return
         groups: dict[str, QTreeWidgetItem] = {}
         titles: dict[str, str] = {}
-        mark = self.palette().color(QPalette.ColorRole.Highlight).lighter(170).name()
         for hit in hits:
             group = groups.get(hit.gid)
             if group is None:
@@ -179,22 +183,22 @@ class SearchWindow(QWidget):
                 group.setFont(0, font)
             item = QTreeWidgetItem(group)
             item.setData(0, HitRole, hit)
-            label = QLabel(f"<b>{html.escape(self.sender_of(hit))}</b> "
-                           f"<span style='color:gray'>{clock(hit.sent_at)}</span><br>"
-                           f"{marked_html(self.snippet_of(hit), mark)}")
-            label.setWordWrap(True)
-            label.setContentsMargins(0, 2, 0, 4)
-            label.setTextFormat(Qt.TextFormat.RichText)
-            label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)  # clicks go to the list
-            item.setSizeHint(0, label.sizeHint())
-            self.results.setItemWidget(item, 0, label)
+            sender, sent, snippet = self.sender_of(hit), clock(hit.sent_at), self.snippet_of(hit)
+            item.setData(0, ResultHtmlRole, f"<b>{html.escape(sender)}</b> <span class='time'>{sent}</span>"
+                                            f"<br>{marked_html(snippet)}")
+            # What a screen reader says, and what typing in the list looks for.
+            item.setText(0, f"{sender}, {sent}: {snippet.replace(MATCH_START, '').replace(MATCH_END, '')}")
         for gid, group in groups.items():
             count = group.childCount()
             group.setText(0, f"{titles[gid]} — {count} result{'s' if count != 1 else ''}")
         self.results.expandAll()
-        total = len(hits)
-        self.status.setText(f"{total}{'+' if total == RESULT_LIMIT else ''} result{'s' if total != 1 else ''} "
-                            f"in {len(groups)} conversation{'s' if len(groups) != 1 else ''}" if hits else "No results")
+        if isinstance(kept, SearchHit):  # the same query's results brought up to date: the same place
+            self._keep_current(kept, scrolled)
+        total, conversations = len(hits), f"{len(groups)} conversation{'s' if len(groups) != 1 else ''}"
+        if total == RESULT_LIMIT:  # the older ones are cut: the headings count only those listed
+            self.status.setText(f"The newest {total} results, in {conversations}; older ones are not listed")
+        else:
+            self.status.setText(f"{total} result{'s' if total != 1 else ''} in {conversations}" if hits else "No results")
 
     def title_of(self, hit: SearchHit) -> str:
         """The hit's group's title, or its direct conversation's peer's name."""
@@ -233,10 +237,22 @@ class SearchWindow(QWidget):
                 items += [child for row in range(group.childCount()) if (child := group.child(row)) is not None]
         return items
 
-    def _focus_first_result(self) -> None:
+    def _keep_current(self, hit: SearchHit, scrolled: int) -> None:
+        item = next((item for item in self.result_items() if (found := item.data(0, HitRole)) is not None
+                     and (found.gid, found.mid) == (hit.gid, hit.mid)), None)
+        if item is None:
+            return
+        self.results.setCurrentItem(item)
+        self.results.doItemsLayout()  # the rows' heights, for the scroll bar's range
+        self.results.verticalScrollBar().setValue(scrolled)
+        self.results.scrollToItem(item)  # if it has moved out of view
+
+    def _focus_results(self) -> None:
+        """The focus to the results: on the current one, else the first."""
         items = self.result_items()
         if items:
-            self.results.setCurrentItem(items[0])
+            if self.results.currentItem() not in items:
+                self.results.setCurrentItem(items[0])
             self.results.setFocus()
 
     def _step_over_heading(self, current: QTreeWidgetItem | None, previous: QTreeWidgetItem | None) -> None:

@@ -2,12 +2,16 @@
 grouped by conversation with the matched words marked, Enter and a click opening a result in its
 thread across groups, and m2mc://message/ links taking the same way."""
 
+import concurrent.futures
+
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextDocument
 
 from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_screenshot, search_everywhere
 from m2mc.middleware.types import Member, format_mid
 from m2mc.ui.message_model import MessageRole
-from m2mc.ui.search_window import query_of
+from m2mc.ui.search_results import PAD_X, ResultHtmlRole
+from m2mc.ui.search_window import RESULT_LIMIT, query_of
 
 
 def two_groups(qtbot, window, backend):
@@ -45,8 +49,8 @@ def test_search_everywhere_lists_by_conversation_and_opens_results_in_their_thre
     qtbot.waitUntil(lambda: len(search.result_items()) == 3, timeout=3000)
     groups = [search.results.topLevelItem(i).text(0) for i in range(search.results.topLevelItemCount())]
     assert sorted(groups) == ["Travel & lunch — 2 results", "Winter trip — 1 result"]
-    labels = [search.results.itemWidget(item, 0).text() for item in search.result_items()]
-    assert all("<b style=" in text and ">December</b>" in text for text in labels), labels
+    labels = [item.data(0, ResultHtmlRole) for item in search.result_items()]
+    assert all('<b class="match">December</b>' in text for text in labels), labels
     assert search.status.text() == "3 results in 2 conversations"
     save_screenshot(search, "search-everywhere.png")
 
@@ -94,7 +98,7 @@ def test_mentions_in_results_read_as_names(qtbot, window, backend):
     two_groups(qtbot, window, backend)
     search = search_everywhere(qtbot, window, "budget")
     qtbot.waitUntil(lambda: len(search.result_items()) == 1)
-    text = search.results.itemWidget(search.result_items()[0], 0).text()
+    text = search.result_items()[0].data(0, ResultHtmlRole)
     assert "please @Cat" in text and "&lt;@" not in text
 
 
@@ -132,8 +136,8 @@ def test_search_everywhere_lists_direct_messages_and_opens_them_in_their_convers
     groups = [search.results.topLevelItem(i).text(0) for i in range(search.results.topLevelItemCount())]
     assert groups[0] == "Ann — 1 result"
     assert sorted(groups[1:]) == ["Travel & lunch — 2 results", "Winter trip — 1 result"]
-    labels = [search.results.itemWidget(item, 0).text() for item in search.result_items()]
-    assert all("<b style=" in text and ">December</b>" in text for text in labels), labels
+    labels = [item.data(0, ResultHtmlRole) for item in search.result_items()]
+    assert all('<b class="match">December</b>' in text for text in labels), labels
     assert labels[0].startswith("<b>Ann</b>")
     assert search.status.text() == "4 results in 3 conversations"
     save_screenshot(search, "search-everywhere-direct.png")
@@ -195,3 +199,226 @@ def test_a_direct_result_opens_once_its_conversations_history_has_come(qtbot, wi
     assert window.direct_controller.current.peer == BOB.pid
     qtbot.wait(50)  # the conversation's arrival does not scroll to its end afterwards
     assert view.viewport().rect().intersects(view.visualRect(view.currentIndex()))
+
+
+class SlowHistories:
+    """The middleware answering ``direct_history`` only on :meth:`release` (a long conversation read
+    from a busy disk); every other call is answered at once."""
+
+    def __init__(self, backend):
+        self.held: list[tuple[concurrent.futures.Future, concurrent.futures.Future]] = []
+        manager, submit, read = backend.manager, backend._submit, backend.manager.direct_history
+        asked = []
+
+        def direct_history(*args, **kwargs):
+            asked.append(args)
+            return read(*args, **kwargs)
+
+        def slow_submit(work):
+            before = len(asked)
+            done = submit(work)
+            if len(asked) == before:
+                return done
+            later: concurrent.futures.Future = concurrent.futures.Future()
+            self.held.append((done, later))
+            return later
+
+        manager.direct_history = direct_history
+        backend._submit = slow_submit
+
+    def release(self):
+        held, self.held = self.held, []
+        for done, later in held:
+            later.set_result(done.result())
+
+
+def click_item(qtbot, items, item):
+    qtbot.mouseClick(items.viewport(), Qt.MouseButton.LeftButton, pos=items.visualItemRect(item).center())
+
+
+def jump_into_a_loading_conversation(qtbot, window, backend):
+    """Ann's direct messages, whose history the middleware is slow to give; Search everywhere's result
+    among them opened with Enter before it has come.  The message found, and the Winter trip session."""
+    me = Member(backend.pid, backend.name)
+    lunch = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                         history=lunch_conversation(""))
+    winter = backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True,
+                                          history=[message("", BOB, 1, "Plans for the winter trip?")])
+    backend.manager.pass_time(31)  # a heartbeat from each: direct messages go
+    found = backend.manager.inject_direct(ANN, "Booked the hotel in Goa for the last week of December")
+    for n in range(30):  # the match is far above the conversation's end, where it opens
+        backend.manager.inject_direct(ANN, f"packing list, item {n}")
+    slow = SlowHistories(backend)
+    window.start()
+    sessions = window.session_controller.sessions
+    qtbot.waitUntil(lambda: len(sessions) == 2 and all(s.loaded for s in sessions.values())
+                    and window.direct_list.count() == 1)
+    window.select_group(lunch.gid)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.waitUntil(lambda: len(search.result_items()) == 3, timeout=3000)
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(search.results.hasFocus)
+    assert search.results.currentItem().data(0, Qt.ItemDataRole.UserRole + 1).mid == found
+    qtbot.keyClick(search.results, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    assert window.direct_controller.current.loading and slow.held
+    activate(qtbot, window)
+    return slow, found, sessions[winter.gid]
+
+
+def test_a_direct_result_still_loading_is_cancelled_and_told_when_the_user_opens_another_conversation(
+        qtbot, window, backend):
+    slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
+    click_item(qtbot, window.group_list, winter.item)  # the user's own choice: it wins
+    qtbot.waitUntil(lambda: window.current is winter)
+    assert window.statusBar().currentMessage() == (
+        "The message in the conversation with Ann was not shown: another conversation was opened while it loaded.")
+
+    slow.release()
+    qtbot.wait(50)
+    # The history's arrival does not take the user back to Ann's conversation.
+    assert window.current is winter and window.centre_stack.currentIndex() == 0
+    assert window.direct_controller.current is None and not window.direct_pane.isVisible()
+
+    # Opened later from the list, Ann's conversation is where the user left it: at its end.
+    click_item(qtbot, window.direct_list, window.direct_list.item(0))
+    view = window.direct_pane.view
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane and bool(view.visible_mids()))
+    qtbot.wait(50)
+    assert found not in view.visible_mids() and not view.currentIndex().isValid()
+
+
+def test_a_direct_result_still_loading_stays_cancelled_when_the_user_comes_back_before_it_has_loaded(
+        qtbot, window, backend):
+    """What a switch away means does not hang on when the history comes: cancelled either way."""
+    slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
+    click_item(qtbot, window.group_list, winter.item)
+    qtbot.waitUntil(lambda: window.current is winter)
+    click_item(qtbot, window.direct_list, window.direct_list.item(0))
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    slow.release()
+    view = window.direct_pane.view
+    qtbot.waitUntil(lambda: bool(view.visible_mids()))
+    qtbot.wait(50)
+    assert found not in view.visible_mids() and not view.currentIndex().isValid()
+
+
+ROW_SLACK = 10  # a row's padding around its text, at most
+LONG_RESULTS = [
+    "The December trip: we fly to Chennai on the 12th, take the train down the coast to Pondicherry for two "
+    "nights, then a bus to Madurai, and back by the overnight train to catch the flight home on the 20th.",
+    "December is fine with me",
+    "If December works for everyone I will book the rooms tonight; the place near the beach has a terrace, "
+    "breakfast, and a kitchen we can use for the long evenings. Say so before nine, please, or I will pick "
+    "the cheaper one on the hill instead, which is further from everything but quieter at night.",
+]
+
+
+def text_height(search, item, width):
+    """How tall the result's text is, wrapped at ``width``, in the list's font."""
+    document = QTextDocument()
+    document.setDefaultFont(search.results.font())
+    document.setDocumentMargin(0)
+    document.setHtml(item.data(0, ResultHtmlRole))
+    document.setTextWidth(width)
+    return document.size().height()
+
+
+def test_result_rows_are_as_tall_as_their_wrapped_text_at_any_width(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    history = [message("", [ANN, BOB, CAT][n % 3], n // 3 + 1, LONG_RESULTS[n % 3]) for n in range(6)]
+    backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True, history=history)
+    window.start()
+    qtbot.waitUntil(lambda: len(window.session_controller.sessions) == 1)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.waitUntil(lambda: len(search.result_items()) == 6, timeout=3000)
+    longest = search.result_items()[0]  # the newest: the rooms, three lines at 420 px
+    heights = {}
+    for width in (800, 420):  # widened, then narrowed, with the results listed
+        search.resize(width, 600)
+        qtbot.waitUntil(lambda: search.results.viewport().width() < width)
+        qtbot.wait(50)  # the rows' layout, which a resize schedules
+        save_screenshot(search, f"search-rows-{width}.png")
+        for item in search.result_items():
+            rect = search.results.visualItemRect(item)
+            text = text_height(search, item, rect.width() - 2 * PAD_X)
+            assert text <= rect.height() <= text + ROW_SLACK, (width, rect.height(), text)
+        heights[width] = search.results.visualItemRect(longest).height()
+    assert heights[420] > heights[800]  # it wraps to more lines, in a taller row
+
+
+def test_up_from_the_first_result_goes_back_to_the_query(qtbot, window, backend):
+    two_groups(qtbot, window, backend)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(search.results.hasFocus)
+    items = search.result_items()
+    qtbot.keyClick(search.results, Qt.Key.Key_Down)
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)
+    assert search.results.hasFocus() and search.results.currentItem() is items[0]
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)  # as Down came from it
+    assert search.query_edit.hasFocus() and search.query_edit.cursorPosition() == len("decemb")
+    qtbot.keyClicks(search.query_edit, "er goa")  # a word more narrows the search
+    qtbot.waitUntil(lambda: len(search.result_items()) == 1, timeout=3000)
+
+
+def test_back_in_search_everywhere_the_reader_goes_on_from_the_result_last_opened(qtbot, window, backend):
+    # The main window comes up over the search window when a result opens (on a small screen, all
+    # of it): Ctrl+Shift+F brings the search back, its results brought up to date, at the same place.
+    two_groups(qtbot, window, backend)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(search.results.hasFocus)
+    qtbot.keyClick(search.results, Qt.Key.Key_Down)
+    opened = search.results.currentItem().data(0, Qt.ItemDataRole.UserRole + 1)
+    qtbot.keyClick(search.results, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == opened.mid)
+    activate(qtbot, window)
+
+    qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    activate(qtbot, search)
+    assert search.query_edit.hasFocus() and search.query_edit.selectedText() == "decemb"  # to type over
+    qtbot.waitUntil(lambda: search.status.text() == "3 results in 2 conversations")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Down)
+    assert search.results.hasFocus()
+    assert search.results.currentItem().data(0, Qt.ItemDataRole.UserRole + 1).mid == opened.mid
+    qtbot.keyClick(search.results, Qt.Key.Key_Down)
+    assert search.results.currentItem() is search.result_items()[2]  # the next one
+
+    # A new query starts from its first result.
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)
+    qtbot.keyClick(search.results, Qt.Key.Key_Up)
+    assert search.query_edit.hasFocus()
+    search.query_edit.selectAll()
+    qtbot.keyClicks(search.query_edit, "lunch")
+    qtbot.keyClick(search.query_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: search.results.hasFocus() and search.results.currentItem() is search.result_items()[0])
+
+
+def test_past_the_limit_the_status_says_only_the_newest_results_are_listed(qtbot, window, backend):
+    # "100+ results in 1 conversation" over a heading of "100 results" read as a contradiction.
+    me = Member(backend.pid, backend.name)
+    history = [message("", [ANN, BOB, CAT][n % 3], n // 3 + 1, f"December note {n}") for n in range(RESULT_LIMIT + 1)]
+    backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True, history=history)
+    window.start()
+    qtbot.waitUntil(lambda: len(window.session_controller.sessions) == 1)
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.waitUntil(lambda: len(search.result_items()) == RESULT_LIMIT, timeout=3000)
+    assert search.status.text() == f"The newest {RESULT_LIMIT} results, in 1 conversation; older ones are not listed"
+    assert search.results.topLevelItem(0).text(0) == f"Winter trip — {RESULT_LIMIT} results"
+
+
+def test_a_long_status_wraps_instead_of_widening_the_window(qtbot, window, backend):
+    # A plain label's whole text is its minimum width: a long error held the window past a small screen.
+    two_groups(qtbot, window, backend)
+
+    def failing(*_args, **_kwargs):
+        raise RuntimeError("the store could not be read: " + "disk I/O error, " * 20)
+
+    backend.manager.search = failing
+    search = search_everywhere(qtbot, window, "decemb")
+    qtbot.waitUntil(lambda: search.status.text().startswith("Search failed:"), timeout=3000)
+    assert search.minimumSizeHint().width() < 400
+    search.resize(420, 600)
+    qtbot.waitUntil(lambda: search.width() == 420)

@@ -35,6 +35,7 @@ from ..resources import icon
 from ..state import Draft, Drafts
 from ..widgets import UnreadCountRole
 
+JUMP_CANCELLED_MS = 10_000  # how long the status bar says a jump was cancelled
 SEEN_DELAY_MS = 1500  # as long on screen as a group's message before it counts as read
 POLL_MS = 5000  # names and presence of the conversations' peers
 READ_RECEIPTS_KEY = "direct/read_receipts"
@@ -71,6 +72,7 @@ class DirectView(Protocol):
     member_list: QListWidget
 
     def isActiveWindow(self) -> bool: ...
+    def show_status(self, text: str, timeout: int) -> None: ...
     def show_side_panes(self, on: bool) -> None: ...
     def update_title(self) -> None: ...
     def notify(self, title: str, text: str) -> None: ...
@@ -87,7 +89,7 @@ class DirectController(QObject):
         self.conversations: dict[str, Conversation] = {}
         self.current: Conversation | None = None
         # A message to show once its conversation's history has come (a search result), and what to
-        # do if it is not there.
+        # do if it is not there.  Another conversation shown meanwhile cancels it (_cancel_jump).
         self._jump: tuple[Conversation, Mid, Callable[[], object]] | None = None
         pane = view.direct_pane
         pane.delegate.own_pid = backend.pid
@@ -219,7 +221,7 @@ class DirectController(QObject):
         jump = self._jump if self._jump is not None and self._jump[0] is conversation else None
         if jump is not None:
             self._jump = None
-        if jump is not None and conversation is self.current:
+        if jump is not None and conversation is self.current:  # always, as leaving it cancels the jump
             self._after_arrival(conversation, at_bottom=False)  # at the message, not at the end
             self._show_jump(*jump)
         elif conversation is self.current:
@@ -250,6 +252,18 @@ class DirectController(QObject):
         else:
             self._show_jump(conversation, mid, missing)
 
+    def _cancel_jump(self, on_show: Conversation | None) -> None:
+        """``on_show`` (None: a group) is now on show: a jump into another conversation still loading is
+        cancelled, and the user told.  The user's newer choice wins, whenever the history comes: a jump
+        kept for later would either pull them away from what they chose, or land them, on a later visit,
+        at a message they may long have stopped looking for."""
+        if self._jump is None or self._jump[0] is on_show:
+            return
+        conversation = self._jump[0]
+        self._jump = None
+        self.view.show_status(f"The message in the conversation with {shown(conversation.name)} was not shown: "
+                              "another conversation was opened while it loaded.", JUMP_CANCELLED_MS)
+
     def _show_jump(self, conversation: Conversation, mid: Mid, missing: Callable[[], object]) -> None:
         if not self.select_message(conversation, mid):
             missing()
@@ -266,6 +280,7 @@ class DirectController(QObject):
         if item is None:
             return
         # A group shown: the conversation goes out of view (and the group's compose box is the one on show).
+        self._cancel_jump(None)
         self.current = None
         self.view.direct_list.setCurrentRow(-1)
         self.view.centre_stack.setCurrentIndex(0)
@@ -274,6 +289,7 @@ class DirectController(QObject):
     def show_conversation(self, conversation: Conversation) -> None:
         pane = self.view.direct_pane
         switched = self.current is not conversation
+        self._cancel_jump(conversation)
         self.current = conversation
         if switched:
             self._restore_draft(conversation)
