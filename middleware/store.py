@@ -1222,8 +1222,9 @@ class Store:
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'file_offers'").fetchone():
             return
         self._db.execute(self.FILE_OFFERS_SCHEMA)
-        self._db.executemany("INSERT INTO file_offers VALUES (?, ?)", [
-            (gid, order) for _, gid, first_order, segment_rows in self._segments("1", ())
+        self._db.executemany("INSERT INTO file_offers VALUES (?, ?)", [  # decoded: the segments holding the marker
+            (gid, order) for _, gid, first_order, segment_rows in self._segments(
+                "instr(messages, ?) > 0", (FILE_MARKER.encode(),))
             for order, row in enumerate(segment_rows, first_order) if row[5].startswith(FILE_MARKER)])
 
     def file_offers(self, gid: str) -> list[ChatMessage]:
