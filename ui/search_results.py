@@ -14,6 +14,7 @@ from PySide6.QtGui import QAbstractTextDocumentLayout, QColor, QPainter, QPalett
 from PySide6.QtWidgets import QApplication, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QTreeWidget
 
 from .resources import theme_colors
+from .widgets import relayout_on_new_width
 
 ResultHtmlRole = Qt.ItemDataRole.UserRole + 2  # a result row's rich text (its DisplayRole holds it as plain text)
 PAD_X = 4  # between the row's edges and its text
@@ -98,15 +99,11 @@ class ResultList(QTreeWidget):
 
     def __init__(self) -> None:
         super().__init__()
-        self._last_width = -1
         self.setItemDelegate(ResultDelegate(self))
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        width = self.viewport().width()
-        if width != self._last_width:
-            self._last_width = width
-            self.scheduleDelayedItemsLayout()
+        relayout_on_new_width(self)
 
 
 def blend(color: QColor, other: QColor, weight: float) -> QColor:

@@ -33,6 +33,15 @@ UnreadCountRole = Qt.ItemDataRole.UserRole + 11
 GroupIdRole = Qt.ItemDataRole.UserRole + 12
 
 
+def relayout_on_new_width(view: QAbstractItemView) -> None:
+    """Lay a view's rows out again once its width has changed: Qt keeps each row's height until told,
+    and rows of wrapped text must follow their text's height at the new width."""
+    width = view.viewport().width()
+    if width != view.property("laid_out_width"):
+        view.setProperty("laid_out_width", width)
+        view.scheduleDelayedItemsLayout()
+
+
 class ElidedLabel(QLabel):
     """A one-line label that ends its text with "…" when short of room, instead of widening its pane.
 
@@ -330,7 +339,6 @@ class ConversationView(QTreeView):
         self.setMouseTracking(True)
         self.viewport().setAttribute(Qt.WidgetAttribute.WA_Hover)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self._last_width = -1
         self._current_at_press = QPersistentModelIndex()
         self.empty_hint = ""  # drawn in the middle while the view has no rows (ui.main_window sets it)
 
@@ -374,10 +382,7 @@ class ConversationView(QTreeView):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        width = self.viewport().width()
-        if width != self._last_width:
-            self._last_width = width
-            self.scheduleDelayedItemsLayout()
+        relayout_on_new_width(self)
 
     def mouseReleaseEvent(self, event) -> None:
         pos = event.position().toPoint()
