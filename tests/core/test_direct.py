@@ -591,7 +591,7 @@ def test_a_member_that_direct_messages_wait_for_gets_a_larger_hello_budget_at_it
         ann = Reach("a" * 32, "Ann", random.Random(1))
         ann.heard("b" * 32, bob_at, "multicast", 0.0)  # Bob's signed multicast came from bob_at
         if seek_at != bob_at:
-            ann.add(seek_at, "cache", 0.0, "b" * 32)  # remembered, not chosen by the user
+            ann.add(seek_at, "broadcast", 0.0, "b" * 32)  # heard by broadcast, not chosen by the user
         sent, now = [], 0.0
         while now < 40.0:
             ann.seek("b" * 32, now)
