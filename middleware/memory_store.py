@@ -230,17 +230,20 @@ class MemoryStore:
 
     def thread_root(self, gid: str, mid: Mid) -> Mid | None:
         message = self._messages.get((gid, mid))
-        while message is not None and message.parent is not None:
+        while message is not None and message.parent is not None and not message.text.startswith(OP_MARKER):
             parent = self._messages.get((gid, message.parent))
-            if parent is None or parent.order > message.order:  # see PeerStore.thread_root
+            if parent is None or parent.order >= message.order:  # see PeerStore.thread_root (or itself)
                 break
             message = parent
         return message.mid if message is not None else None
 
     def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
-        members = {root}
+        top = self._messages.get((gid, root))
+        if top is None:
+            return []
+        members = {root}  # its answers come after it (see PeerStore.thread_root)
         return [m for m in self._chat_history(gid)
-                if m.mid == root or in_branch(m, members)]
+                if m.mid == root or m.order > top.order and in_branch(m, members)]
 
     def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
         found: dict[Mid, list] = {}  # root -> [root message, replies, last]

@@ -143,6 +143,8 @@ FEW_ORDERS = 200
 """Up to this many messages are found a segment each by the order index; more, by one range of the group's segments."""
 CATCH_UP_BATCH = 20_000
 """Threads rows a catch-up holds before it writes them."""
+MAX_BRANCH_MOVES = 64
+"""Kept versions of a sender's messages whose answers are found by reading their thread (Store._rethread)."""
 THREAD_ROOTS_CACHED = 100_000
 """Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
 # Direct messages have an index of their own, alike, written with their rows (save_direct), in
@@ -351,6 +353,7 @@ class Store:
         self._db.create_function("search_sent_at", 1, functools.partial(self._search_field, "sent_at"),
                                  deterministic=True)
         self._roots: dict[tuple[str, Mid], int] = {}  # (gid, mid) -> its thread root's order, recent ones
+        self._branch_moves: dict[str, int] = {}  # sender -> threads read for its kept versions (_rethread)
         if not {"threads", "thread_replies", "threads_upto"} <= tables:
             self._build_threads()
         self._db.create_function("search_shown_at", 2, shown_sent_at, deterministic=True)
@@ -889,8 +892,7 @@ class Store:
         for order, row in enumerate(rows, first_order):
             if (row[0], row[1]) == (message.sender, message.seqno):
                 self._reindex(order, self._indexed_text(order, row[5]), searched_text(message.text), message.text)
-                if (row[2], row[3]) != (message.parent or (None, None)):
-                    self._move_thread_branch(gid, order, (message.sender, message.seqno), message.parent)
+                self._rethread(gid, order, (message.sender, message.seqno), (row[2], row[3]), row[5], message)
                 parent_sender, parent_seqno = message.parent or (None, None)
                 row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
                 row[8] = message.sig
@@ -906,36 +908,54 @@ class Store:
         self._searched.pop(segment, None)
         return True
 
-    def _move_thread_branch(self, gid: str, order: int, mid: Mid, parent: Mid | None) -> None:
-        """The threads tables after the message delivered as ``order`` takes ``parent`` (a kept
-        version of an equivocation): it and the replies under it leave their thread for the new
-        parent's, or start one.  Only the two threads are read.  Tables not yet caught up to it
-        need nothing: the catch-up reads the new version."""
+    def _rethread(self, gid: str, order: int, mid: Mid, old_parent: tuple, old_text: str,
+                  kept: wire.StoredMessage) -> None:
+        """The threads tables after the message delivered as ``order`` becomes ``kept`` (the version
+        an equivocation's rule keeps): with another parent, it and the replies under it leave their
+        thread for the new parent's, or start one; an operation (never in the tables) that becomes a
+        chat message joins them, and the reverse.  Tables not yet caught up to it need nothing: the
+        catch-up reads the new version.  A reply's answers are found by reading its thread from it on,
+        at most MAX_BRANCH_MOVES times per sender: past that a sender's kept versions stay where they
+        were in the tables (only a member that equivocates again and again gets there)."""
+        was_chat, is_chat = not old_text.startswith(OP_MARKER), not kept.text.startswith(OP_MARKER)
         (upto,) = self._db.execute("SELECT upto FROM threads_upto").fetchone()
-        if order > upto:
+        if order > upto or not (was_chat or is_chat) or was_chat and is_chat and old_parent == (kept.parent or (None, None)):
             return
-        old_root = self._root_order(gid, mid)
+        old_root = self._root_order(gid, mid) if was_chat else order
         new_root = order
-        found = self._rows_of(gid, [parent]) if parent is not None else []
+        found = self._rows_of(gid, [kept.parent]) if kept.parent is not None else []
         if found and found[0][0] < order:  # a parent delivered after it leaves it a root
-            new_root = self._root_order(gid, parent) or order
-        if old_root is None or new_root == old_root:
+            new_root = self._root_order(gid, kept.parent) or order
+        # Where its answers are filed: under it if it is a root or an operation (as the catch-up files
+        # them), else under its thread's root.
+        old_home, new_home = old_root, new_root if is_chat else order
+        if old_root is None or was_chat == is_chat and old_home == new_home:
             return
-        thread = self._messages_at(gid, [order] + [reply for (reply,) in self._db.execute(
-            "SELECT delivery_order FROM thread_replies WHERE root = ? AND delivery_order > ? ORDER BY delivery_order",
-            (old_root, order))])
-        branch = {mid}
-        moved = [m.order for m in thread[1:] if in_branch(m, branch)]
-        if old_root == order:
+        if old_home == order:  # every row filed under it is an answer of its
+            moved = [reply for (reply,) in self._db.execute(
+                "SELECT delivery_order FROM thread_replies WHERE root = ?", (order,))]
+        elif new_home == old_home:
+            moved = []
+        else:
+            spent = self._branch_moves.get(mid[0], 0)
+            if spent >= MAX_BRANCH_MOVES:
+                return
+            self._branch_moves[mid[0]] = spent + 1
+            thread = self._messages_at(gid, [reply for (reply,) in self._db.execute(
+                "SELECT delivery_order FROM thread_replies WHERE root = ? AND delivery_order > ? "
+                "ORDER BY delivery_order", (old_home, order))])
+            branch = {mid}
+            moved = [m.order for m in thread if in_branch(m, branch)]
+        if was_chat:
             self._db.execute("DELETE FROM threads WHERE root = ?", (order,))
-        else:
             self._db.execute("DELETE FROM thread_replies WHERE delivery_order = ?", (order,))
-        if new_root == order:
-            self._db.execute("INSERT INTO threads VALUES (?, ?, 0, ?)", (order, gid, order))
-        else:
-            self._db.execute("INSERT INTO thread_replies VALUES (?, ?)", (order, new_root))
+        if is_chat:
+            if new_root == order:
+                self._db.execute("INSERT INTO threads VALUES (?, ?, 0, ?)", (order, gid, order))
+            else:
+                self._db.execute("INSERT INTO thread_replies VALUES (?, ?)", (order, new_root))
         self._db.executemany("UPDATE thread_replies SET root = ? WHERE delivery_order = ?",
-                             [(new_root, reply) for reply in moved])
+                             [(new_home, reply) for reply in moved])
         self._db.executemany(
             "UPDATE threads SET replies = (SELECT COUNT(*) FROM thread_replies WHERE root = threads.root), "
             "last = COALESCE((SELECT MAX(delivery_order) FROM thread_replies WHERE root = threads.root), root) "
@@ -1221,6 +1241,8 @@ class Store:
     def _file_offers_table(self) -> None:
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'file_offers'").fetchone():
             return
+        if not self._db.in_transaction:  # the table and its rows together: a crash must not leave it empty
+            self._db.execute("BEGIN")
         self._db.execute(self.FILE_OFFERS_SCHEMA)
         self._db.executemany("INSERT INTO file_offers VALUES (?, ?)", [  # decoded: the segments holding the marker
             (gid, order) for _, gid, first_order, segment_rows in self._segments(
@@ -1235,6 +1257,8 @@ class Store:
     def _mentions_table(self) -> None:
         if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mentions'").fetchone():
             return
+        if not self._db.in_transaction:  # the table and its rows together, as _file_offers_table
+            self._db.execute("BEGIN")
         for statement in self.MENTIONS_SCHEMA.split(";"):
             self._db.execute(statement)
         rows = [mention for _, gid, first_order, segment_rows in self._segments("1", ())

@@ -290,3 +290,29 @@ def test_a_crash_while_migrating_to_read_marks_leaves_the_migration_to_be_done_a
     again = Store(tmp_path / "m.db")
     assert again.read_marks(GID) == [(1, stored[1].order)]  # not a table left empty: all unread
     again.close()
+
+
+def test_a_sender_s_kept_versions_read_their_threads_a_bounded_number_of_times(tmp_path, monkeypatch):
+    """Finding a moved reply's answers reads its thread from it on: a member that equivocates again
+    and again on replies in a long thread could make every peer read it each time.  Past
+    MAX_BRANCH_MOVES a sender's kept versions stay where they were in the threads tables."""
+    from m2mc.middleware import store as store_module, wire
+
+    monkeypatch.setattr(store_module, "MAX_BRANCH_MOVES", 2)
+    store = Store(tmp_path / "m.db")
+    roots = [message(ANN, seqno) for seqno in (1, 2)]
+    replies = [message(BOB, seqno, roots[0].mid) for seqno in range(1, 5)]
+    store.add_messages(roots + replies)
+    store.commit()
+    assert store.threads(GID)[0].replies == 4  # written before the versions change
+    reads = []
+    monkeypatch.setattr(store, "_messages_at", lambda gid, orders, read=store._messages_at: reads.append(orders) or
+                        read(gid, orders))
+    for reply in replies[:3]:
+        store.replace_message(GID, wire.StoredMessage(BOB.pid, reply.mid[1], roots[1].mid, 0, "b", "moved",
+                                                      BOB.public_key, b"k" * 66))
+        store.commit()
+    assert len(reads) == 2
+    assert [store.thread_root(GID, reply.mid) for reply in replies] == [roots[1].mid, roots[1].mid, roots[0].mid,
+                                                                        roots[0].mid]
+    store.close()

@@ -264,19 +264,23 @@ def test_unread_before_counts_what_the_read_marks_leave_out_below_an_order(store
 def threads_by_replay(history: list[ChatMessage]) -> dict:
     """Each message's thread root from the history alone: a reply belongs to its parent's thread when
     the parent was delivered before it (S_b order), else it starts a thread (a kept version of an
-    equivocation may name a later message, even its own reply, as its parent)."""
+    equivocation may name a later message, even its own reply or itself, as its parent).  An
+    operation is in no thread; a reply to one is filed under it, so in no thread listed either."""
     root: dict = {}
     for m in history:
-        root[m.mid] = root.get(m.parent, m.mid) if m.parent is not None else m.mid
+        chat = not m.text.startswith(OP_MARKER)
+        root[m.mid] = root.get(m.parent, m.mid) if m.parent is not None and chat else m.mid
     return root
 
 
 def assert_threads_agree_with_the_history(s, gid: str) -> None:
-    history = [m for m in s.history(gid) if not m.text.startswith(OP_MARKER)]
-    root = threads_by_replay(history)
-    assert {m.mid: s.thread_root(gid, m.mid) for m in history} == root
+    everything = s.history(gid)
+    root = threads_by_replay(everything)
+    history = [m for m in everything if not m.text.startswith(OP_MARKER)]
+    chat = {m.mid for m in history}
+    assert {m.mid: s.thread_root(gid, m.mid) for m in history} == {m.mid: root[m.mid] for m in history}
     expected = []
-    for top in dict.fromkeys(root.values()):
+    for top in dict.fromkeys(root[m.mid] for m in history if root[m.mid] in chat):
         members = [m for m in history if root[m.mid] == top]
         assert [m.mid for m in s.thread(gid, top)] == [m.mid for m in members]
         expected.append((top, len(members) - 1, members[-1].mid))
@@ -292,19 +296,27 @@ def test_threads_follow_a_kept_version_that_moves_a_reply_makes_a_root_or_names_
     s.commit()
     assert_threads_agree_with_the_history(s, "g")  # the threads tables are written before the versions change
 
-    def keep(sender, seqno, parent):
-        version = wire.StoredMessage(sender.pid, seqno, parent, 5, "x", f"kept {parent}", sender.public_key, b"k" * 66)
+    def keep(sender, seqno, parent, text=None):
+        version = wire.StoredMessage(sender.pid, seqno, parent, 5, "x", text or f"kept {parent}", sender.public_key,
+                                     b"k" * 66)
         assert s.replace_message("g", version)
         s.commit()
         assert_threads_agree_with_the_history(s, "g")
 
     keep(BOB, 2, d.mid)  # its parent is its own later answer: a thread of its own, no loop
     assert s.thread_root("g", d.mid) == m.mid
+    keep(BOB, 2, m.mid)  # its parent is itself
+    keep(BOB, 2, a1.mid)  # back where it was
     keep(BOB, 2, b1.mid)  # the reply and its answers move to b1's thread
     assert [t.replies for t in s.threads("g") if t.root.mid == b1.mid] == [3]
     keep(BOB, 2, None)  # it starts a thread of its own
     keep(BOB, 1, a1.mid)  # a root becomes a reply: its thread joins a1's
     keep(ANN, 1, b1.mid)  # a root naming a later message stays a root
+    keep(ANN, 2, m.mid, f"{OP_MARKER}an operation")  # a reply that is an operation in the version kept
+    keep(ANN, 2, a1.mid, f"{OP_MARKER}another")  # an operation with another parent: in no thread still
+    keep(ANN, 2, b1.mid)  # a chat message again, under another thread
+    keep(BOB, 1, None, f"{OP_MARKER}op")  # a thread's root becomes an operation
+    keep(BOB, 1, None)  # and a root again
     store.append(after_crash(s))
     assert_threads_agree_with_the_history(store[-1], "g")
     assert store[-1].add_messages([message(BOB, 5, "g", d.mid)])
@@ -337,5 +349,21 @@ def test_file_offers_of_a_group_in_delivery_order_kept_across_a_crash_and_a_repl
     if isinstance(store[-1], Store):  # a data dir from before the table gets it on open
         store[-1]._db.execute("DROP TABLE file_offers")
         store[-1].commit()
-        store.append(after_crash(store[-1]))
+        path = store[-1].path
+        store[-1]._checkpointer.stop()
+        store[-1]._db.close()
+
+        dying = []
+
+        def crash_while_reading(self, *args):
+            dying.append(self)
+            raise KeyboardInterrupt  # the process dies while the table's rows are being found
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Store, "_segments", crash_while_reading)
+            with pytest.raises(KeyboardInterrupt):
+                Store(path)
+        dying[0]._checkpointer.stop()
+        dying[0]._db.close()  # what the process's death does: its transaction is gone
+        store.append(Store(path))  # not left empty: built again
         assert [m.mid for m in store[-1].file_offers("g")] == [(ANN.pid, 2), (BOB.pid, 2)]
