@@ -457,13 +457,16 @@ class PeerCore:
 
     def _direct_root(self, peer: str, mid: Mid) -> Mid:
         """The first message of ``mid``'s thread in the conversation with ``peer``."""
-        root, seen = mid, {mid}
+        root, message = mid, self.store.direct_message(peer, mid)
         for _ in range(100_000):  # as thread_root
-            found = self.store.direct_message(peer, root)
-            if found is None or found.parent is None or found.parent in seen:  # a peer may name a loop of parents
+            if message is None or message.parent is None:
                 return root
-            root = found.parent
-            seen.add(root)
+            parent = self.store.direct_message(peer, message.parent)
+            # As in groups, a parent shown after its reply leaves the reply first: a peer may name a
+            # loop of parents (a held one, order 0, is not shown).
+            if parent is None or not 0 < parent.order < message.order:
+                return root
+            root, message = message.parent, parent
         return root
 
     def thread_root(self, gid: str, mid: Mid) -> Mid:
