@@ -14,9 +14,13 @@ there; the other answers, from that endpoint, with a signed HELLO that echoes th
 proves that the signer is at the endpoint.  Until then an endpoint gets nothing but
 HELLOs, at most :data:`HELLO_BUDGET` per :data:`HELLO_WINDOW`, and one address at most
 :data:`HOST_HELLO_BUDGET` whatever its ports, so a forged source address can aim about
-700 bytes a minute at its victim, and no more (twice that where direct messages wait for a
-member and the endpoint is where its signed multicast comes from, :meth:`Reach.seek`, and for
-an endpoint the user chose: an invite's, or one added by hand).
+700 bytes a minute at its victim through an endpoint heard by broadcast or multicast.  Twice
+that (:data:`SOUGHT_BUDGET_FACTOR`, :meth:`Reach._factor`) where a handshake has only these
+HELLOs to succeed with: where direct messages wait for a member and the endpoint is where its
+signed multicast comes from (:meth:`Reach.seek`), for an endpoint the user chose (an invite's,
+or one added by hand), one that said HELLO first, one a proven peer listed and one the peer
+cache remembers.  A HELLO with a forged source is of the inbound kind, so a forged source can
+aim about 1,650 bytes a minute at its victim through each peer that hears it, and no more.
 
 No I/O and no clock: datagrams, ``now`` and ``wall`` go in; HELLOs, events and a
 deadline come out.
@@ -40,10 +44,10 @@ HOST_HELLO_BUDGET = 4  # HELLOs to all unproven endpoints of one address per win
 HELLO_WINDOW = 60.0
 HELLOS_PER_SECOND = 50  # all HELLOs to unproven endpoints together
 PROBE_RETRY = 1.0  # a probe unanswered is sent again after 1 s, then 2 s (HELLO_BUDGET in all)
-# Where direct messages wait for a member (Reach.seek) and the endpoint probed is the one its
-# signed multicast comes from, both budgets are this many times larger: a lost HELLO would
-# otherwise hold a conversation up for the window.  Aiming them elsewhere takes replaying that
-# member's multicast from a forged source while this peer has messages for it.
+# Both budgets are this many times larger where a lost HELLO would otherwise hold up a join, a
+# pair of members or a conversation for the window (Reach._factor): where direct messages wait for
+# a member (Reach.seek) and the endpoint probed is the one its signed multicast comes from, and
+# for endpoints from an invite, the user, the other side's HELLO, peer exchange or the cache.
 SOUGHT_BUDGET_FACTOR = 2
 # A peer not heard by multicast for this long is reached by unicast: more than two of the
 # presence beacons (30 s) that every member sends to every group, so one lost beacon is no switch.
@@ -366,8 +370,10 @@ class Reach:
         a pair unproven for the window where multicast does not flow.  At 10 % loss on a simulated
         LAN with no multicast, invite chains (Bob by Ann's invite, Cat by Bob's) lost a join or a
         message for 60 s in 9 of 600 runs, and after all three restarted in 11 of 200 more; none
-        with six (tests/core/test_reach.py, the invite chain).  Endpoints heard by multicast or
-        broadcast keep three: there a forged source aims them."""
+        with six (tests/core/test_reach.py, the invite chain).  A forged HELLO is of the inbound
+        kind, so a forged source gets six HELLOs a minute aimed at an endpoint, eight at an address.
+        Endpoints heard by broadcast or multicast keep three: where multicast flows no handshake
+        waits on them, and a broadcast's source is as easily forged."""
         pid = candidate.pid
         sought = pid is not None and pid in self._sought and self._multicast_source.get(pid) == candidate.endpoint
         return SOUGHT_BUDGET_FACTOR if sought or candidate.found_by in ("invite", "manual", "inbound", "exchange", "cache") else 1
