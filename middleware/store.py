@@ -420,8 +420,12 @@ class Store:
         for table in ("threads", "thread_replies", "threads_upto"):
             self._db.execute(f"DROP TABLE IF EXISTS {table}")
         for statement in THREADS_SCHEMA.split(";")[:-1]:
-            self._db.execute(statement)
+            if "INDEX" not in statement:  # made after the rows, in one sorted pass
+                self._db.execute(statement)
         self.catch_up_threads(log_progress=True)
+        for statement in THREADS_SCHEMA.split(";")[:-1]:
+            if "INDEX" in statement:
+                self._db.execute(statement)
         self._db.commit()
 
     def catch_up_threads(self, log_progress: bool = False) -> None:
