@@ -505,7 +505,8 @@ class SessionController(QObject):
             self.view.show_topic(session)
 
     def _on_group_created(self, gid: str) -> None:
-        self.session(gid, load_history=False).loaded = True
+        session = self.session(gid, load_history=False)
+        session.loaded = session.history_complete = True  # made here just now: there is nothing older to load
         self.view.select_group(gid)
 
     def _on_member_changed(self, gid: str, _member: Member) -> None:
