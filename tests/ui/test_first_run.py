@@ -6,11 +6,12 @@ dialog closes; :func:`conftest.activate` does what the desktop would, and the ke
 widget the window kept focused."""
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
-from conftest import activate, save_screenshot
-from m2mc.ui.dialogs import CreateGroupDialog
+from conftest import ANN, BOB, CAT, activate, lunch_conversation, save_screenshot
+from m2mc.ui.dialogs import CreateGroupDialog, JoinDialog
 
 CTRL_SHIFT = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
 
@@ -37,6 +38,42 @@ def create_by_keys(qtbot, window, desc):
     QTest.keyClick(window, Qt.Key.Key_N, CTRL_SHIFT)  # File → Create group…
     qtbot.waitUntil(lambda: window.current is not None and window.current.title == desc)
     activate(qtbot, window)  # the desktop gives the window back its activation when the dialog closes
+
+
+def test_a_group_created_from_the_keyboard_takes_the_first_message_typed_next(qtbot, window, backend):
+    window.start()
+    create_by_keys(qtbot, window, "Lunch crew")
+    qtbot.keyClicks(QApplication.focusWidget(), "Who is in for Friday?")
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
+    qtbot.wait(100)
+    save_screenshot(window, "first-run-typed-after-create.png")
+    qtbot.waitUntil(lambda: len(window.current.tree) == 1)
+    assert [text for _gid, text, _parent in backend.manager.sent] == ["Who is in for Friday?"]
+    assert window.compose.toPlainText() == ""
+
+
+def test_a_group_joined_by_invite_from_the_keyboard_takes_the_first_message_typed_next(qtbot, window, backend):
+    book = backend.manager.inject_group("Book club", members=(ANN, BOB, CAT))
+    backend.manager.inject_messages(book.gid, lunch_conversation(book.gid), notify=False)
+    invite = backend.manager.peer(ANN).invite(book.gid)
+    window.start()
+    QGuiApplication.clipboard().setText(f"Join “Book club” on M2MC: {invite}")
+
+    def look_up_then_join(dialog):
+        QTest.keyClick(dialog.focusWidget(), Qt.Key.Key_Return)  # Look up; what it finds turns it into Join
+        ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        in_next_dialog(JoinDialog, lambda d: QTest.keyClick(d.focusWidget(), Qt.Key.Key_Return),
+                       ready=lambda _d: ok.text() == "Join" and ok.isEnabled())
+
+    in_next_dialog(JoinDialog, look_up_then_join)
+    QTest.keyClick(window, Qt.Key.Key_I, CTRL_SHIFT)  # File → Join from invite… (the link is on the clipboard)
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == book.gid)
+    qtbot.waitUntil(lambda: len(window.current.tree) == len(lunch_conversation(book.gid)))
+    activate(qtbot, window)
+    assert QApplication.focusWidget() is window.compose
+    qtbot.keyClicks(QApplication.focusWidget(), "Hello all")
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: [text for _gid, text, _parent in backend.manager.sent] == ["Hello all"])
 
 
 def test_a_new_group_offers_no_older_messages(qtbot, window, backend):
