@@ -136,7 +136,7 @@ class ReplyBanner(QFrame):
         super().__init__(parent)
         self.setObjectName("replyBanner")
         self.editing = False
-        self.label = QLabel()
+        self.label = ElidedLabel()  # a long name and snippet must not widen the centre past the window
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.icon_label = QLabel()
         self.icon_label.setPixmap(icon("reply").pixmap(16, 16))

@@ -2,8 +2,9 @@
 long as the rules allow (64 characters), a long group name, Arabic, CJK and emoji, each where a
 person reads it (the message header, the members pane, the Threads pane)."""
 
-from PySide6.QtCore import QEvent, QPoint
+from PySide6.QtCore import QEvent, QPoint, Qt
 from PySide6.QtGui import QHelpEvent
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QToolTip
 
 from conftest import ANN, message, save_screenshot
@@ -66,3 +67,20 @@ def test_a_long_name_in_a_message_header_leaves_the_time_on_screen_and_is_whole_
     assert header_of(window, session, talk[1].mid)["name"] == LONG_NAME
     save_screenshot(window, "long-name-1920.png")
     assert window.tree_view.viewport().rect().contains(header_of(window, session, talk[1].mid)["time"])
+
+
+def test_replying_to_a_long_name_at_800_px_squeezes_no_pane(qtbot, window, backend):
+    session, talk = open_talk(qtbot, window, backend, 800, 600)
+    groups_width = window.groups_pane.width()
+    assert groups_width >= 150
+    window.tree_view.setFocus()
+    window.tree_view.setCurrentIndex(session.tree_model.index_for(talk[1].mid))
+    QTest.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply to selected
+    banner = window.reply_banner
+    qtbot.waitUntil(banner.isVisible)
+    qtbot.wait(50)  # the splitter lays out again
+    save_screenshot(window, "reply-to-long-name-800.png")
+    assert banner.label.text().startswith(f"Replying to {LONG_NAME}: I am, and I will bring")
+    assert window.groups_pane.width() == groups_width, "the banner's text pushed the groups pane aside"
+    assert banner.mapTo(window, QPoint(banner.width(), 0)).x() <= window.width()
+    assert banner.label.toolTip() == banner.label.text()  # cut on screen, whole on hover
