@@ -83,3 +83,30 @@ def test_a_new_group_offers_no_older_messages(qtbot, window, backend):
     save_screenshot(window, "first-run-new-group.png")
     assert not window.older_button.isVisible()
     assert window.tree_view.empty_hint  # what it does show: how to start
+
+
+def test_a_group_on_the_network_is_joined_from_the_keyboard(qtbot, window, backend):
+    """Ctrl+G, Enter on the group listed, Enter to join, Esc: then the keys write in the group."""
+    book = backend.manager.inject_group("Book club", members=(ANN, BOB, CAT))
+    window.start()
+    QTest.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    discovery = window.discovery
+    qtbot.waitUntil(discovery.isVisible)
+    activate(qtbot, discovery)
+    qtbot.waitUntil(lambda: discovery.model.rowCount() == 1)
+    assert QApplication.focusWidget() is discovery.table
+    save_screenshot(discovery, "first-run-discovery-keys.png")
+    QTest.keyClick(discovery.table, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.join_controller.join_dialog is not None
+                    and window.join_controller.join_dialog.isVisible(), timeout=2000)
+    confirm = window.join_controller.join_dialog
+    activate(qtbot, confirm)
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)  # Join
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == book.gid)
+    activate(qtbot, discovery)
+    QTest.keyClick(discovery.table, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not discovery.isVisible())
+    activate(qtbot, window)
+    qtbot.keyClicks(QApplication.focusWidget(), "Hi, I'm new here")
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: [text for _gid, text, _parent in backend.manager.sent] == ["Hi, I'm new here"])
