@@ -130,7 +130,8 @@ class DirectList(QListWidget):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setAccessibleName("Direct messages")
 
-    EMPTY_HINT = "No direct messages yet.\nRight-click a member, or a message's author, and choose Message NAME…"
+    EMPTY_HINT = ("No direct messages yet.\nPress Enter on a member (or double-click one), or right-click a "
+                  "message's author and choose Message NAME…")
 
     def paintEvent(self, event) -> None:
         super().paintEvent(event)

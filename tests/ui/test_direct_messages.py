@@ -156,6 +156,33 @@ def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_sta
     assert path.exists()
 
 
+def test_enter_on_a_member_opens_the_conversation_so_the_keyboard_alone_writes_to_them(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    go_offline(backend, ANN)
+    activate(qtbot, window)
+    window.compose.setFocus()
+    members = window.member_list
+    for _ in range(12):  # Tab from the compose box to the members pane, as a person would
+        if QApplication.focusWidget() is members:
+            break
+        QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+    assert QApplication.focusWidget() is members
+    while members.currentItem() is None or members.currentItem().data(MemberPidRole) != ANN.pid:
+        before = members.currentRow()
+        QTest.keyClick(members, Qt.Key.Key_Down)
+        assert members.currentRow() != before, "Ann's row is not reached with the arrow keys"
+    QTest.keyClick(members, Qt.Key.Key_Return)
+    qtbot.wait(100)
+    save_screenshot(window, "members-enter-opens-direct.png")
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
+    assert "Ann" in pane.title_label.text() and pane.compose.hasFocus()
+    qtbot.keyClicks(QApplication.focusWidget(), "are you there?")
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: row_of(pane.view, (backend.pid, 1)).isValid())
+    assert "queued" in marks_of(window, (backend.pid, 1))[0]
+
+
 def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_reading_clears_it(
         qtbot, window, backend, monkeypatch):
     open_group(qtbot, window, backend)

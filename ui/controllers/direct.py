@@ -538,9 +538,16 @@ class DirectController(QObject):
         return menu.addAction(icon("send"), f"Message {shown(name)}…", lambda: self.open_with(pid, name))
 
     def attach_member_list(self, members: QListWidget) -> None:
-        """The members pane's context menu offers "Message NAME…" for each member."""
+        """The members pane's context menu offers "Message NAME…" for each member; Enter on a member
+        (or a double click) opens the conversation at once, so the keyboard alone gets there."""
         members.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         members.customContextMenuRequested.connect(lambda pos: self._member_menu(members, pos))
+        members.itemActivated.connect(self._member_activated)
+
+    def _member_activated(self, item: QListWidgetItem) -> None:
+        pid = item.data(MemberPidRole)
+        if pid and pid != self.backend.pid:
+            self.open_with(pid, item.data(MemberNameRole) or "")
 
     def member_menu(self, item: QListWidgetItem, parent: QWidget) -> QMenu | None:
         pid = item.data(MemberPidRole)
