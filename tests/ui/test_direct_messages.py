@@ -183,6 +183,20 @@ def test_enter_on_a_member_opens_the_conversation_so_the_keyboard_alone_writes_t
     assert "queued" in marks_of(window, (backend.pid, 1))[0]
 
 
+def test_a_new_conversation_shows_the_presence_the_members_pane_shows_and_follows_it(qtbot, window, backend):
+    """Before its first message the middleware lists no conversation: its presence comes from the groups."""
+    open_group(qtbot, window, backend)  # Ann's beacon heard: online
+    window.direct_controller.open_with(ANN.pid, "Ann")
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
+    qtbot.wait(200)
+    save_screenshot(window, "direct-new-online.png")
+    qtbot.waitUntil(lambda: pane.title_label.text() == "● Ann")
+    go_offline(backend, ANN)
+    window.direct_controller.refresh()  # the presence poll, sooner
+    qtbot.waitUntil(lambda: pane.title_label.text() == "○ Ann")
+
+
 def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_reading_clears_it(
         qtbot, window, backend, monkeypatch):
     open_group(qtbot, window, backend)
