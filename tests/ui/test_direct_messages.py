@@ -197,6 +197,32 @@ def test_a_new_conversation_shows_the_presence_the_members_pane_shows_and_follow
     qtbot.waitUntil(lambda: pane.title_label.text() == "○ Ann")
 
 
+def test_a_new_conversation_says_who_can_read_it_and_that_an_offline_peer_gets_it_later(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    go_offline(backend, ANN)
+    window.direct_controller.open_with(ANN.pid, "Ann")
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane and pane.title_label.text() == "○ Ann")
+    qtbot.wait(100)  # the side panes fold away
+    save_screenshot(window, "direct-empty-offline.png")
+    hint = pane.view.empty_hint
+    assert "only the two of you" in hint and "Ann is offline" in hint and "when Ann is back" in hint
+    image = pane.view.viewport().grab().toImage()
+    background = image.pixelColor(2, 2)
+    middle = image.height() // 2
+    assert any(image.pixelColor(x, y) != background for x in range(0, image.width(), 2)
+               for y in range(middle - 30, middle + 30)), "the hint is drawn in the empty conversation"
+
+    backend.manager.set_online(ANN, True)  # she is back: the hint no longer says she is away
+    backend.manager.pass_time(31)  # her next beacon
+    window.direct_controller.refresh()  # the presence poll, sooner
+    qtbot.waitUntil(lambda: pane.title_label.text() == "● Ann")
+    assert "offline" not in pane.view.empty_hint
+    qtbot.keyClicks(pane.compose, "hi")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: row_of(pane.view, (backend.pid, 1)).isValid())  # rows, and no hint over them
+
+
 def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_reading_clears_it(
         qtbot, window, backend, monkeypatch):
     open_group(qtbot, window, backend)
