@@ -101,9 +101,13 @@ class JoinController(QObject):
         session = self.selection.session
         if session is None:
             return
-        answer = QMessageBox.question(self.view.dialog_parent(), "Leave group",
-                                      f"Leave “{session.title}”? Others will see that you left.")
-        if answer != QMessageBox.StandardButton.Yes:
+        box = QMessageBox(QMessageBox.Icon.Question, "Leave group",
+                          f"Leave “{session.title}”? Others will see that you left.", parent=self.view.dialog_parent())
+        leave = box.addButton("&Leave", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)  # as Delete…: a stray Enter keeps you in
+        box.exec()
+        if box.clickedButton() is not leave:
             return
         gid = session.gid
         self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r: self._left(session))
