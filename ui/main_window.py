@@ -573,6 +573,11 @@ class MainWindow(QMainWindow):
         if session is not None and session.item is not None:
             self.group_list.setCurrentItem(session.item)
 
+    def focus_compose(self) -> None:
+        """The app opens with the keys in the compose box: in the groups list, typing searched it
+        and switched to whichever group began with the letters typed."""
+        self.compose.setFocus()
+
     def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
         session = self.session_controller.sessions.get(item.data(GroupIdRole)) if item is not None else None
         self.show_session(session)

@@ -11,6 +11,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
 from conftest import ANN, BOB, CAT, activate, lunch_conversation, save_screenshot
+from m2mc.middleware.types import Member
 from m2mc.ui.dialogs import CreateGroupDialog, JoinDialog
 
 CTRL_SHIFT = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
@@ -110,3 +111,20 @@ def test_a_group_on_the_network_is_joined_from_the_keyboard(qtbot, window, backe
     qtbot.keyClicks(QApplication.focusWidget(), "Hi, I'm new here")
     QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: [text for _gid, text, _parent in backend.manager.sent] == ["Hi, I'm new here"])
+
+
+def test_the_app_opens_with_the_keys_in_the_compose_box_of_the_group_shown(qtbot, window, backend):
+    """Typing into the groups list searched it: "hello" jumped to the group "Holiday" and sent nothing."""
+    me = Member(backend.pid, backend.name)
+    lunch = backend.manager.inject_group("Lunch", members=(ANN, BOB, me), joined=True)
+    backend.manager.inject_group("Holiday", members=(ANN, CAT, me), joined=True)
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
+    shown = window.current.gid
+    activate(qtbot, window)
+    qtbot.keyClicks(QApplication.focusWidget(), "hello")
+    qtbot.wait(50)
+    save_screenshot(window, "first-run-typed-at-start.png")
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: backend.manager.sent == [(shown, "hello", None)], timeout=2000)
+    assert window.current.gid == shown and lunch.gid in window.session_controller.sessions
