@@ -86,6 +86,7 @@ from .widgets import (
     CatchUpBar,
     ReplyBanner,
     ThreadListDelegate,
+    TypingGoesTo,
     WarningBanner,
 )
 
@@ -431,6 +432,9 @@ class MainWindow(QMainWindow):
         splitter.setSizes([200, 640, 260])
         splitter.setCollapsible(1, False)  # side panes fold away on a small screen; the talk does not
         self.splitter, self.side_splitter = splitter, side
+        self.typing_goes_to_compose = TypingGoesTo(self._compose_on_show, self)
+        for side_list in (self.group_list, self.direct_list, self.thread_list):
+            side_list.installEventFilter(self.typing_goes_to_compose)
         self.setCentralWidget(splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
         splitter.splitterMoved.connect(self._save_pane_sizes)
@@ -572,6 +576,9 @@ class MainWindow(QMainWindow):
         session = self.session_controller.sessions.get(gid)
         if session is not None and session.item is not None:
             self.group_list.setCurrentItem(session.item)
+
+    def _compose_on_show(self) -> QWidget:
+        return self.direct_pane.compose if self.centre_stack.currentWidget() is self.direct_pane else self.compose
 
     def focus_compose(self) -> None:
         """The app opens with the keys in the compose box: in the groups list, typing searched it

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, QSize, Qt, Signal
+from typing import Callable
+
+from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QImage, QKeyEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -53,6 +56,31 @@ class ElidedLabel(QLabel):
         text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, room.width())
         self.style().drawItemText(painter, room, int(self.alignment()), self.palette(), self.isEnabled(), text,
                                   self.foregroundRole())
+
+
+class TypingGoesTo(QObject):
+    """An event filter for the side lists: a letter typed in one goes to ``target()`` (the compose box
+    on show) instead of searching the list, which switched to whichever group began with it.  The
+    arrows, Enter, Space and shortcuts stay the list's."""
+
+    def __init__(self, target: Callable[[], QWidget | None], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.target = target
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() != QEvent.Type.KeyPress or not isinstance(event, QKeyEvent):
+            return False
+        text = event.text()
+        commands = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier | Qt.KeyboardModifier.MetaModifier
+        if not text or not text.isprintable() or text.isspace() or event.modifiers() & commands:
+            return False
+        target = self.target()
+        if target is None or not target.isEnabled() or not target.isVisible():
+            return False
+        target.setFocus(Qt.FocusReason.OtherFocusReason)
+        QApplication.sendEvent(target, QKeyEvent(event.type(), event.key(), event.modifiers(), text,
+                                                 event.isAutoRepeat(), event.count()))
+        return True
 
 
 COMPLETER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Tab, Qt.Key.Key_Backtab, Qt.Key.Key_Escape)

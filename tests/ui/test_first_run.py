@@ -128,3 +128,29 @@ def test_the_app_opens_with_the_keys_in_the_compose_box_of_the_group_shown(qtbot
     QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: backend.manager.sent == [(shown, "hello", None)], timeout=2000)
     assert window.current.gid == shown and lunch.gid in window.session_controller.sessions
+
+
+def test_typing_after_clicking_a_group_writes_in_it_and_the_arrows_still_walk_the_list(qtbot, window, backend):
+    me = Member(backend.pid, backend.name)
+    lunch = backend.manager.inject_group("Lunch", members=(ANN, BOB, me), joined=True)
+    holiday = backend.manager.inject_group("Holiday", members=(ANN, CAT, me), joined=True)
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and window.current.loaded
+                    and len(window.session_controller.sessions) == 2)
+    activate(qtbot, window)
+    groups = window.group_list
+    item = window.session_controller.sessions[lunch.gid].item
+    qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(item).center())
+    qtbot.waitUntil(lambda: window.current.gid == lunch.gid)
+    for key in "hi there":  # "h" searched the list: Holiday.  Each key goes where the focus is then
+        QTest.keyClick(QApplication.focusWidget(), key)
+    qtbot.wait(50)
+    save_screenshot(window, "first-run-typed-after-click.png")
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: backend.manager.sent == [(lunch.gid, "hi there", None)], timeout=2000)
+    assert window.current.gid == lunch.gid
+
+    groups.setFocus()  # the arrow keys are the list's: they go from group to group
+    QTest.keyClick(groups, Qt.Key.Key_Down if groups.row(item) == 0 else Qt.Key.Key_Up)
+    qtbot.waitUntil(lambda: window.current.gid == holiday.gid)
+    assert QApplication.focusWidget() is groups
