@@ -605,6 +605,7 @@ class MainWindow(QMainWindow):
         for widget in (self.compose, self.send_button, self.attach_button, self.filter_edit, self.tree_button,
                        self.time_button, self.topic_edit):
             widget.setEnabled(enabled)
+        self.topic_edit.setVisible(enabled)  # no group, no topic: "Add a topic for everyone…" would offer one
         for action in (self.export_action, self.leave_action, self.reply_action,
                        self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
                        self.notify_menu.menuAction()):

@@ -154,3 +154,13 @@ def test_typing_after_clicking_a_group_writes_in_it_and_the_arrows_still_walk_th
     QTest.keyClick(groups, Qt.Key.Key_Down if groups.row(item) == 0 else Qt.Key.Key_Up)
     qtbot.waitUntil(lambda: window.current.gid == holiday.gid)
     assert QApplication.focusWidget() is groups
+
+
+def test_with_no_group_yet_the_header_offers_no_topic_to_edit(qtbot, window, backend):
+    window.start()
+    qtbot.wait(100)
+    save_screenshot(window, "first-run-no-group.png")
+    assert window.stack.currentWidget() is window.empty_page
+    assert not window.topic_edit.isVisible()  # "Add a topic for everyone…" of no group at all
+    create_by_keys(qtbot, window, "Lunch crew")
+    assert window.topic_edit.isVisible() and window.topic_edit.placeholderText() == "Add a topic for everyone…"
