@@ -432,6 +432,9 @@ class MainWindow(QMainWindow):
         splitter.setSizes([200, 640, 260])
         splitter.setCollapsible(1, False)  # side panes fold away on a small screen; the talk does not
         self.splitter, self.side_splitter = splitter, side
+        # A file pasted in a direct conversation is said to go to groups (ui.files_view), not typed as a path.
+        self.direct_pane.compose.files_given.connect(self.files_view.attach)
+        self.direct_pane.compose.image_given.connect(self.files_view.attach_image)
         self.typing_goes_to_compose = TypingGoesTo(self._compose_on_show, self)
         for side_list in (self.group_list, self.direct_list, self.thread_list):
             side_list.installEventFilter(self.typing_goes_to_compose)
