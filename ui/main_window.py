@@ -496,7 +496,7 @@ class MainWindow(QMainWindow):
         menu = self.menuBar().addMenu("&Conversation")
         composer = self.compose_controller
         self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
-        self.reply_action = self._action("&Reply to selected", "Ctrl+R", composer.reply_to_selected, "reply")
+        self.reply_action = self._action("&Reply to selected", "Ctrl+R", self._reply_to_selected, "reply")
         self.attach_action = self._action("&Attach file…", "Ctrl+Shift+A", self.files_view.choose_files, "attach")
         self.notify_menu = self._notify_menu(lambda: self.current.gid if self.current is not None else None)
         self.notify_actions = {action.data(): action for action in self.notify_menu.actions()}
@@ -609,7 +609,7 @@ class MainWindow(QMainWindow):
                        self.time_button, self.topic_edit):
             widget.setEnabled(enabled)
         self.topic_edit.setVisible(enabled)  # no group, no topic: "Add a topic for everyone…" would offer one
-        for action in (self.export_action, self.leave_action, self.reply_action,
+        for action in (self.export_action, self.leave_action,
                        self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
                        self.notify_menu.menuAction()):
             action.setEnabled(enabled)
@@ -1224,6 +1224,11 @@ class MainWindow(QMainWindow):
         target = self.view_filter.step(found, self.selection.message, step)
         self.select_message(target)
         self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
+
+    def _reply_to_selected(self) -> None:
+        # On while no group is shown: a direct conversation answers Ctrl+R too.
+        if not self.direct_controller.reply_to_selected() and self.current is not None:
+            self.compose_controller.reply_to_selected()
 
     def _escape(self) -> None:
         popup = self.compose.mention_popup

@@ -223,6 +223,34 @@ def test_a_new_conversation_says_who_can_read_it_and_that_an_offline_peer_gets_i
     qtbot.waitUntil(lambda: row_of(pane.view, (backend.pid, 1)).isValid())  # rows, and no hint over them
 
 
+def test_ctrl_r_replies_to_the_selected_direct_message_as_in_a_group(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    backend.manager.inject_direct(ANN, "lunch today?")
+    backend.manager.inject_direct(ANN, "or tomorrow?")
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.direct_list.count() == 1)
+    window.direct_controller.open_with(ANN.pid, "Ann")
+    qtbot.waitUntil(lambda: row_of(pane.view, (ANN.pid, 2)).isValid())
+    activate(qtbot, window)
+    assert QApplication.focusWidget() is pane.compose
+    QTest.keyClick(pane.compose, Qt.Key.Key_Backtab)  # Shift+Tab: up to the conversation
+    assert QApplication.focusWidget() is pane.view
+    while pane.view.currentIndex().data(MessageRole) is None or \
+            pane.view.currentIndex().data(MessageRole).mid != (ANN.pid, 1):
+        before = pane.view.currentIndex()
+        QTest.keyClick(pane.view, Qt.Key.Key_Up)
+        assert pane.view.currentIndex() != before or before.data(MessageRole) is None
+    QTest.keyClick(pane.view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply to selected
+    qtbot.wait(50)
+    save_screenshot(window, "direct-ctrl-r.png")
+    assert pane.reply_banner.isVisible() and pane.reply_banner.label.text() == "Replying to Ann: lunch today?"
+    assert QApplication.focusWidget() is pane.compose
+    qtbot.keyClicks(pane.compose, "today works")
+    QTest.keyClick(pane.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: row_of(pane.view, (backend.pid, 1)).isValid())
+    assert row_of(pane.view, (backend.pid, 1)).parent().data(MessageRole).mid == (ANN.pid, 1)
+
+
 def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_reading_clears_it(
         qtbot, window, backend, monkeypatch):
     open_group(qtbot, window, backend)

@@ -507,6 +507,19 @@ class DirectController(QObject):
         self.show_target()
         self.view.direct_pane.compose.setFocus()
 
+    def reply_to_selected(self) -> bool:
+        """Ctrl+R while a conversation is shown: answer its selected message (True: Ctrl+R was for us)."""
+        pane = self.view.direct_pane
+        if self.view.centre_stack.currentWidget() is not pane:
+            return False
+        index = pane.view.currentIndex()
+        message: ChatMessage | None = index.data(MessageRole) if index.isValid() else None
+        if message is not None:
+            self.reply_to(message.mid)
+        else:
+            pane.compose.setFocus()
+        return True
+
     def escape(self) -> bool:
         """Esc while a conversation is shown: forget the reply target (True: Esc was for us)."""
         if self.view.centre_stack.currentWidget() is not self.view.direct_pane:
