@@ -187,6 +187,15 @@ class FilesView(QObject):
             return [("open", "Open"), ("folder", "Show in folder")] if state.path else []
         return [("download", "Retry" if state.state == "failed" else "Download")]
 
+    def act_by_key(self, message: ChatMessage) -> None:
+        """Enter on a selected offer: what its first button does, unless that is Cancel (a second Enter
+        while a download comes must not throw it away)."""
+        if not is_offer_text(message.text) or message.deleted or _offer(message) is None:
+            return
+        actions = self.actions_for(message)
+        if actions and actions[0][0] != "cancel":
+            self.act(actions[0][0], message)
+
     def act(self, action: str, message: ChatMessage) -> None:
         gid, mid = message.gid, message.mid
         state = self.state_of(message)

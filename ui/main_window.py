@@ -107,7 +107,8 @@ MAX_WAY_BACK = 50  # places Back (Alt+Left) remembers
 TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
                ("Edit your last message (empty compose box)", "Up"),
                ("Cancel the reply, edit or filter; close the thread", "Esc"),
-               ("Move between the panes", "Tab"))
+               ("Move between the panes", "Tab"),
+               ("Download or open the selected file", "Enter"))
 # A group holding this many unread messages that reached this peer CATCH_UP_LAG_MS or more
 # after they were written (a big join's history, a long absence) offers to mark those read.
 CATCH_UP_MIN = 200
@@ -284,6 +285,7 @@ class MainWindow(QMainWindow):
             view.link_activated.connect(self.open_link)
             view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
             view.file_clicked.connect(self.files_view.act)
+            view.message_entered.connect(self.files_view.act_by_key)
             self._message_delegate(view).files = self.files_view
             self.files_view.views.append(view)
             self._message_delegate(view).own_pid = self.backend.pid

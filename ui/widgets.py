@@ -339,6 +339,7 @@ class ConversationView(QTreeView):
     link_activated = Signal(str)
     reaction_clicked = Signal(object, str)  # mid, emoji: toggle our own reaction
     file_clicked = Signal(str, object)  # action (ui.files_view), message: a button of a file offer's row
+    message_entered = Signal(object)  # message: Enter on the selected row (a file offer's first button)
 
     def __init__(self, parent: QWidget | None = None, tree: bool = True) -> None:
         super().__init__(parent)
@@ -386,6 +387,16 @@ class ConversationView(QTreeView):
         painter.drawText(self.viewport().rect().adjusted(32, 32, -32, -32),
                          int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap), self.empty_hint)
         painter.end()
+
+    def keyPressEvent(self, event) -> None:
+        index = self.currentIndex()
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not event.modifiers() and index.isValid():
+            message = index.data(MessageRole)
+            if message is not None and not is_notice(message):
+                self.message_entered.emit(message)
+                event.accept()
+                return
+        super().keyPressEvent(event)
 
     def mousePressEvent(self, event) -> None:
         # Whether the row was already selected before this click: a click meant to select a
