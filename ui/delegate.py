@@ -56,6 +56,7 @@ NOTICE_MARGIN = 48  # a notice's text keeps this far from both sides
 LINK = re.compile(r"(?:https?|m2mc)://[^\s<>\"]+")
 REPLY_LABEL = "↩ Reply"
 MENTION_MARK = "@ you"  # on a row that mentions the reader
+NEW_MARK = "● new"  # after the time on an unread row
 _NODE_MODELS = (MessageTreeModel,)  # their indexes carry the message's node (one thread's model is one too)
 _DAY_MS = 24 * 3600 * 1000
 
@@ -194,6 +195,9 @@ class MessageDelegate(QStyledItemDelegate):
         self.body_metrics = QFontMetrics(self.body_font)
         self.header_metrics = QFontMetrics(self.header_font)
         self.meta_metrics = QFontMetrics(self.meta_font)
+        bold_meta = QFont(self.meta_font)
+        bold_meta.setBold(True)
+        self.new_mark_width = QFontMetrics(bold_meta).horizontalAdvance(NEW_MARK) + 8
         self.dark = is_dark(self.view.palette())
         colors = theme_colors(self.view.palette())
         self.unread_color = QColor(colors["unread"])
@@ -412,17 +416,23 @@ class MessageDelegate(QStyledItemDelegate):
         if message.reactions:
             chips = self._reaction_chips(message, left, y + 3, width)
             y += self.meta_metrics.height() + 4 + 3
-        name = self.author(message, bool(index.data(OwnRole)))
-        name_width = self.header_metrics.horizontalAdvance(name)
+        full_name = self.author(message, bool(index.data(OwnRole)))
         meta = clock(message.shown_at) + (" · edited" if message.edited and not message.deleted else "") + \
             (" · pinned" if message.pinned else "")
-        time_rect = QRect(left + name_width + 8, header.top(), self.meta_metrics.horizontalAdvance(meta),
-                          header.height())
+        meta_width = self.meta_metrics.horizontalAdvance(meta)
+        # A long name (64 characters are allowed) is cut, not the time and the unread mark after it.
+        room = width - 8 - meta_width - (self.new_mark_width if index.data(UnreadRole) else 0)
+        name = full_name
+        if self.header_metrics.horizontalAdvance(name) > room:
+            name = self.header_metrics.elidedText(name, Qt.TextElideMode.ElideRight,
+                                                  max(room, self.header_metrics.horizontalAdvance("W…")))
+        name_width = self.header_metrics.horizontalAdvance(name)
+        time_rect = QRect(left + name_width + 8, header.top(), meta_width, header.height())
         reply_width = self.meta_metrics.horizontalAdvance(REPLY_LABEL) + 12
         reply = QRect(rect.right() - PAD - reply_width, header.top() - 2, reply_width, header.height() + 4)
         toggle = QRect(rect.left() + indent - BRANCH, header.top(), BRANCH, header.height()) if self.tree else None
         return {"message": message, "depth": depth, "left": left, "width": width, "header": header,
-                "name": name, "name_width": name_width, "meta": meta, "time": time_rect, "quote": quote,
+                "name": name, "full_name": full_name, "name_width": name_width, "meta": meta, "time": time_rect, "quote": quote,
                 "body": body, "body_top": body_top, "more": more, "reply": reply, "toggle": toggle, "chips": chips,
                 "file": strip,
                 "bottom": y + PAD}
@@ -511,6 +521,11 @@ class MessageDelegate(QStyledItemDelegate):
             if geometry["time"].contains(event.pos()):
                 QToolTip.showText(event.globalPos(), sent_tooltip(geometry["message"]), view)
                 return True
+            header = geometry["header"]
+            name_rect = QRect(header.left(), header.top(), geometry["name_width"], header.height())
+            if geometry["name"] != geometry["full_name"] and name_rect.contains(event.pos()):
+                QToolTip.showText(event.globalPos(), geometry["full_name"], view)
+                return True
             for chip, emoji, pids in geometry["chips"]:
                 if chip.contains(event.pos()):
                     QToolTip.showText(event.globalPos(), self.reaction_tooltip(emoji, pids), view)
@@ -592,8 +607,8 @@ class MessageDelegate(QStyledItemDelegate):
             bold_meta.setBold(True)
             painter.setFont(bold_meta)
             painter.drawText(QRect(x, header.top(), max(0, header.right() - x), header.height()),
-                             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, "● new")
-            x += QFontMetrics(bold_meta).horizontalAdvance("● new") + 8
+                             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, NEW_MARK)
+            x += self.new_mark_width
         if self.mentions_me(message):
             # The row's marker: an accent chip in the header, and the edge strip unread rows use.
             painter.fillRect(QRect(left - PAD - MARK_WIDTH, header.top() - PAD + 2, MARK_WIDTH,

@@ -130,7 +130,8 @@ class DirectList(QListWidget):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setAccessibleName("Direct messages")
 
-    EMPTY_HINT = "No direct messages yet.\nRight-click a member, or a message's author, and choose Message NAME…"
+    EMPTY_HINT = ("No direct messages yet.\nPress Enter on a member (or double-click one), or right-click a "
+                  "message's author and choose Message NAME…")
 
     def paintEvent(self, event) -> None:
         super().paintEvent(event)
@@ -203,3 +204,7 @@ class DirectPane(QWidget):
         self.title_label.setToolTip(f"{name} is {'online' if online else 'offline'} (as heard by this peer)")
         self.title_label.setAccessibleName(f"Direct messages with {name}, {'online' if online else 'offline'}")
         self.fingerprint_label.setText(f"key fingerprint {fingerprint}")
+        # A first message to someone away is the case that needs saying: it waits here, it is not lost.
+        self.view.empty_hint = f"No messages with {name} yet: only the two of you can read what you write here." + (
+            "" if online else f"\n\n{name} is offline: what you write waits here and goes when {name} is back.")
+        self.view.viewport().update()

@@ -174,7 +174,8 @@ class DiscoveryWindow(QWidget):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for column in range(1, len(COLUMNS)):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
-        self.table.doubleClicked.connect(lambda _index: self.join_selected())
+        # Enter on a row, as well as a double click (Qt's "activated"): the keyboard joins too.
+        self.table.activated.connect(self._row_activated)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
         self.model.dataChanged.connect(lambda *_: self._update_buttons())
 
@@ -216,7 +217,7 @@ class DiscoveryWindow(QWidget):
         self._ticker = QTimer(self, interval=5000)
         self._ticker.timeout.connect(self._tick)
         self._ticker.start()
-        self.model.rowsInserted.connect(lambda *_: self._update_buttons())
+        self.model.rowsInserted.connect(lambda *_: self._select_first_row())
         self._update_buttons()
         self._alone_timer = QTimer(self, interval=self.ALONE_CHECK)
         self._alone_timer.timeout.connect(self._check_alone)
@@ -301,6 +302,16 @@ class DiscoveryWindow(QWidget):
             return False
         self.table.selectRow(row)
         return True
+
+    def _select_first_row(self) -> None:
+        """With nothing chosen yet, the first group is: the row the keys act on is the one highlighted."""
+        if not self.table.selectionModel().hasSelection() and self.model.rowCount():
+            self.table.selectRow(0)
+        self._update_buttons()
+
+    def _row_activated(self, index: QModelIndex) -> None:
+        self.table.selectRow(index.row())
+        self.join_selected()
 
     def join_selected(self) -> None:
         gid = self.selected_gid()

@@ -37,6 +37,7 @@ THUMBNAILS_KEPT = 200  # previews held at once (at most 150 KB each): scrolling 
 RATE_WINDOW = 5.0  # seconds of progress the rate is measured over
 BUTTON_GAP = 6
 ACTIVE = ("waiting", "fetching", "verifying")
+FILES_IN_GROUPS_ONLY = "Files are shared in groups: a direct message carries text only."
 
 
 @dataclass
@@ -186,6 +187,15 @@ class FilesView(QObject):
             return [("open", "Open"), ("folder", "Show in folder")] if state.path else []
         return [("download", "Retry" if state.state == "failed" else "Download")]
 
+    def act_by_key(self, message: ChatMessage) -> None:
+        """Enter on a selected offer: what its first button does, unless that is Cancel (a second Enter
+        while a download comes must not throw it away)."""
+        if not is_offer_text(message.text) or message.deleted or _offer(message) is None:
+            return
+        actions = self.actions_for(message)
+        if actions and actions[0][0] != "cancel":
+            self.act(actions[0][0], message)
+
     def act(self, action: str, message: ChatMessage) -> None:
         gid, mid = message.gid, message.mid
         state = self.state_of(message)
@@ -236,6 +246,8 @@ class FilesView(QObject):
 
     def attach(self, paths: list[str]) -> None:
         session = self.window.current
+        if session is None and paths:
+            self._not_in_a_group()
         if session is None or not paths:
             return
         gid, parent = session.gid, self.window.compose_controller.target.parent
@@ -248,6 +260,7 @@ class FilesView(QObject):
     def attach_image(self, image: QImage) -> None:
         """A pasted picture: saved as a PNG (by the name's suffix) named for when it was pasted, then attached."""
         if self.window.current is None:
+            self._not_in_a_group()
             return
         if self.paste_dir is None:
             self.paste_dir = Path(tempfile.mkdtemp(prefix="m2mc-pasted-"))
@@ -270,6 +283,13 @@ class FilesView(QObject):
     def _attached(self, gid: str) -> None:
         self.window.compose_error.hide()
         self._list(gid, force=True)  # where our offer is served from: its row opens it
+
+    def _not_in_a_group(self) -> None:
+        """A file given while a direct conversation is on show: said there, not dropped in silence."""
+        pane = self.window.direct_pane
+        if self.window.centre_stack.currentWidget() is pane:
+            pane.compose_error.setText(FILES_IN_GROUPS_ONLY)
+            pane.compose_error.show()
 
     def _attach_failed(self, text: str) -> None:
         self.window.compose_error.setText(f"Could not attach: {text}")

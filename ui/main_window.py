@@ -86,6 +86,7 @@ from .widgets import (
     CatchUpBar,
     ReplyBanner,
     ThreadListDelegate,
+    TypingGoesTo,
     WarningBanner,
 )
 
@@ -106,7 +107,8 @@ MAX_WAY_BACK = 50  # places Back (Alt+Left) remembers
 TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
                ("Edit your last message (empty compose box)", "Up"),
                ("Cancel the reply, edit or filter; close the thread", "Esc"),
-               ("Move between the panes", "Tab"))
+               ("Move between the panes", "Tab"),
+               ("Download or open the selected file", "Enter"))
 # A group holding this many unread messages that reached this peer CATCH_UP_LAG_MS or more
 # after they were written (a big join's history, a long absence) offers to mark those read.
 CATCH_UP_MIN = 200
@@ -283,6 +285,7 @@ class MainWindow(QMainWindow):
             view.link_activated.connect(self.open_link)
             view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
             view.file_clicked.connect(self.files_view.act)
+            view.message_entered.connect(self.files_view.act_by_key)
             self._message_delegate(view).files = self.files_view
             self.files_view.views.append(view)
             self._message_delegate(view).own_pid = self.backend.pid
@@ -431,6 +434,12 @@ class MainWindow(QMainWindow):
         splitter.setSizes([200, 640, 260])
         splitter.setCollapsible(1, False)  # side panes fold away on a small screen; the talk does not
         self.splitter, self.side_splitter = splitter, side
+        # A file pasted in a direct conversation is said to go to groups (ui.files_view), not typed as a path.
+        self.direct_pane.compose.files_given.connect(self.files_view.attach)
+        self.direct_pane.compose.image_given.connect(self.files_view.attach_image)
+        self.typing_goes_to_compose = TypingGoesTo(self._compose_on_show, self)
+        for side_list in (self.group_list, self.direct_list, self.thread_list):
+            side_list.installEventFilter(self.typing_goes_to_compose)
         self.setCentralWidget(splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
         splitter.splitterMoved.connect(self._save_pane_sizes)
@@ -489,7 +498,7 @@ class MainWindow(QMainWindow):
         menu = self.menuBar().addMenu("&Conversation")
         composer = self.compose_controller
         self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
-        self.reply_action = self._action("&Reply to selected", "Ctrl+R", composer.reply_to_selected, "reply")
+        self.reply_action = self._action("&Reply to selected", "Ctrl+R", self._reply_to_selected, "reply")
         self.attach_action = self._action("&Attach file…", "Ctrl+Shift+A", self.files_view.choose_files, "attach")
         self.notify_menu = self._notify_menu(lambda: self.current.gid if self.current is not None else None)
         self.notify_actions = {action.data(): action for action in self.notify_menu.actions()}
@@ -573,6 +582,14 @@ class MainWindow(QMainWindow):
         if session is not None and session.item is not None:
             self.group_list.setCurrentItem(session.item)
 
+    def _compose_on_show(self) -> QWidget:
+        return self.direct_pane.compose if self.centre_stack.currentWidget() is self.direct_pane else self.compose
+
+    def focus_compose(self) -> None:
+        """The app opens with the keys in the compose box: in the groups list, typing searched it
+        and switched to whichever group began with the letters typed."""
+        self.compose.setFocus()
+
     def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
         session = self.session_controller.sessions.get(item.data(GroupIdRole)) if item is not None else None
         self.show_session(session)
@@ -593,7 +610,8 @@ class MainWindow(QMainWindow):
         for widget in (self.compose, self.send_button, self.attach_button, self.filter_edit, self.tree_button,
                        self.time_button, self.topic_edit):
             widget.setEnabled(enabled)
-        for action in (self.export_action, self.leave_action, self.reply_action,
+        self.topic_edit.setVisible(enabled)  # no group, no topic: "Add a topic for everyone…" would offer one
+        for action in (self.export_action, self.leave_action,
                        self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
                        self.notify_menu.menuAction()):
             action.setEnabled(enabled)
@@ -1208,6 +1226,11 @@ class MainWindow(QMainWindow):
         target = self.view_filter.step(found, self.selection.message, step)
         self.select_message(target)
         self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
+
+    def _reply_to_selected(self) -> None:
+        # On while no group is shown: a direct conversation answers Ctrl+R too.
+        if not self.direct_controller.reply_to_selected() and self.current is not None:
+            self.compose_controller.reply_to_selected()
 
     def _escape(self) -> None:
         popup = self.compose.mention_popup

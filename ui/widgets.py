@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, QSize, Qt, Signal
+from typing import Callable
+
+from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QImage, QKeyEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -62,6 +65,31 @@ class ElidedLabel(QLabel):
         text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, room.width())
         self.style().drawItemText(painter, room, int(self.alignment()), self.palette(), self.isEnabled(), text,
                                   self.foregroundRole())
+
+
+class TypingGoesTo(QObject):
+    """An event filter for the side lists: a letter typed in one goes to ``target()`` (the compose box
+    on show) instead of searching the list, which switched to whichever group began with it.  The
+    arrows, Enter, Space and shortcuts stay the list's."""
+
+    def __init__(self, target: Callable[[], QWidget | None], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.target = target
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() != QEvent.Type.KeyPress or not isinstance(event, QKeyEvent):
+            return False
+        text = event.text()
+        commands = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier | Qt.KeyboardModifier.MetaModifier
+        if not text or not text.isprintable() or text.isspace() or event.modifiers() & commands:
+            return False
+        target = self.target()
+        if target is None or not target.isEnabled() or not target.isVisible():
+            return False
+        target.setFocus(Qt.FocusReason.OtherFocusReason)
+        QApplication.sendEvent(target, QKeyEvent(event.type(), event.key(), event.modifiers(), text,
+                                                 event.isAutoRepeat(), event.count()))
+        return True
 
 
 COMPLETER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Tab, Qt.Key.Key_Backtab, Qt.Key.Key_Escape)
@@ -145,7 +173,7 @@ class ReplyBanner(QFrame):
         super().__init__(parent)
         self.setObjectName("replyBanner")
         self.editing = False
-        self.label = QLabel()
+        self.label = ElidedLabel()  # a long name and snippet must not widen the centre past the window
         self.label.setTextFormat(Qt.TextFormat.PlainText)
         self.icon_label = QLabel()
         self.icon_label.setPixmap(icon("reply").pixmap(16, 16))
@@ -320,6 +348,7 @@ class ConversationView(QTreeView):
     link_activated = Signal(str)
     reaction_clicked = Signal(object, str)  # mid, emoji: toggle our own reaction
     file_clicked = Signal(str, object)  # action (ui.files_view), message: a button of a file offer's row
+    message_entered = Signal(object)  # message: Enter on the selected row (a file offer's first button)
 
     def __init__(self, parent: QWidget | None = None, tree: bool = True) -> None:
         super().__init__(parent)
@@ -366,6 +395,16 @@ class ConversationView(QTreeView):
         painter.drawText(self.viewport().rect().adjusted(32, 32, -32, -32),
                          int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap), self.empty_hint)
         painter.end()
+
+    def keyPressEvent(self, event) -> None:
+        index = self.currentIndex()
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not event.modifiers() and index.isValid():
+            message = index.data(MessageRole)
+            if message is not None and not is_notice(message):
+                self.message_entered.emit(message)
+                event.accept()
+                return
+        super().keyPressEvent(event)
 
     def mousePressEvent(self, event) -> None:
         # Whether the row was already selected before this click: a click meant to select a

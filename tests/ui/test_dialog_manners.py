@@ -104,3 +104,42 @@ def test_the_discovery_window_shows_who_is_active_in_each_group(qtbot, window, b
     active = discovery.model.index(discovery.model._rows[lunch.gid], 4)
     qtbot.waitUntil(lambda: active.data() == "2 online")  # Ann and Bob; Cat is gone, and I do not count
     save_screenshot(discovery, "discovery-active.png")
+
+
+def test_leaving_a_group_asks_first_and_enter_keeps_you_in(qtbot, window, backend):
+    """As Delete… does: a stray Enter must not take you out of a group (others see it; a private one
+    needs its passphrase again)."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from conftest import BOB
+    from m2mc.middleware.types import Member
+
+    me = Member(backend.pid, backend.name)
+    lunch = backend.manager.inject_group("Lunch", members=(ANN, BOB, me), joined=True)
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == lunch.gid)
+    asked = []
+
+    def press(key):
+        def act():
+            box = QApplication.activeModalWidget()
+            if not isinstance(box, QMessageBox):
+                QTimer.singleShot(20, act)
+                return
+            asked.append(box.text())
+            save_screenshot(box, "leave-group-asks.png")
+            QTest.keyClick(box.focusWidget() or box, key, Qt.KeyboardModifier.AltModifier if key == Qt.Key.Key_L
+                           else Qt.KeyboardModifier.NoModifier)
+        QTimer.singleShot(20, act)
+
+    press(Qt.Key.Key_Return)
+    window.leave_action.trigger()  # File → Leave group
+    qtbot.wait(100)
+    assert asked == ["Leave “Lunch”? Others will see that you left."]
+    assert backend.manager.group(lunch.gid).joined and window.current is not None
+
+    press(Qt.Key.Key_L)  # Alt+L: the Leave button
+    window.leave_action.trigger()
+    qtbot.waitUntil(lambda: window.current is None)
+    assert not backend.manager.group(lunch.gid).joined

@@ -156,6 +156,101 @@ def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_sta
     assert path.exists()
 
 
+def test_enter_on_a_member_opens_the_conversation_so_the_keyboard_alone_writes_to_them(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    go_offline(backend, ANN)
+    activate(qtbot, window)
+    window.compose.setFocus()
+    members = window.member_list
+    for _ in range(12):  # Tab from the compose box to the members pane, as a person would
+        if QApplication.focusWidget() is members:
+            break
+        QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+    assert QApplication.focusWidget() is members
+    while members.currentItem() is None or members.currentItem().data(MemberPidRole) != ANN.pid:
+        before = members.currentRow()
+        QTest.keyClick(members, Qt.Key.Key_Down)
+        assert members.currentRow() != before, "Ann's row is not reached with the arrow keys"
+    QTest.keyClick(members, Qt.Key.Key_Return)
+    qtbot.wait(100)
+    save_screenshot(window, "members-enter-opens-direct.png")
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
+    assert "Ann" in pane.title_label.text() and pane.compose.hasFocus()
+    qtbot.keyClicks(QApplication.focusWidget(), "are you there?")
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: row_of(pane.view, (backend.pid, 1)).isValid())
+    assert "queued" in marks_of(window, (backend.pid, 1))[0]
+
+
+def test_a_new_conversation_shows_the_presence_the_members_pane_shows_and_follows_it(qtbot, window, backend):
+    """Before its first message the middleware lists no conversation: its presence comes from the groups."""
+    open_group(qtbot, window, backend)  # Ann's beacon heard: online
+    window.direct_controller.open_with(ANN.pid, "Ann")
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
+    qtbot.wait(200)
+    save_screenshot(window, "direct-new-online.png")
+    qtbot.waitUntil(lambda: pane.title_label.text() == "● Ann")
+    go_offline(backend, ANN)
+    window.direct_controller.refresh()  # the presence poll, sooner
+    qtbot.waitUntil(lambda: pane.title_label.text() == "○ Ann")
+
+
+def test_a_new_conversation_says_who_can_read_it_and_that_an_offline_peer_gets_it_later(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    go_offline(backend, ANN)
+    window.direct_controller.open_with(ANN.pid, "Ann")
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane and pane.title_label.text() == "○ Ann")
+    qtbot.wait(100)  # the side panes fold away
+    save_screenshot(window, "direct-empty-offline.png")
+    hint = pane.view.empty_hint
+    assert "only the two of you" in hint and "Ann is offline" in hint and "when Ann is back" in hint
+    image = pane.view.viewport().grab().toImage()
+    background = image.pixelColor(2, 2)
+    middle = image.height() // 2
+    assert any(image.pixelColor(x, y) != background for x in range(0, image.width(), 2)
+               for y in range(middle - 30, middle + 30)), "the hint is drawn in the empty conversation"
+
+    backend.manager.set_online(ANN, True)  # she is back: the hint no longer says she is away
+    backend.manager.pass_time(31)  # her next beacon
+    window.direct_controller.refresh()  # the presence poll, sooner
+    qtbot.waitUntil(lambda: pane.title_label.text() == "● Ann")
+    assert "offline" not in pane.view.empty_hint
+    qtbot.keyClicks(pane.compose, "hi")
+    qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: row_of(pane.view, (backend.pid, 1)).isValid())  # rows, and no hint over them
+
+
+def test_ctrl_r_replies_to_the_selected_direct_message_as_in_a_group(qtbot, window, backend):
+    open_group(qtbot, window, backend)
+    backend.manager.inject_direct(ANN, "lunch today?")
+    backend.manager.inject_direct(ANN, "or tomorrow?")
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.direct_list.count() == 1)
+    window.direct_controller.open_with(ANN.pid, "Ann")
+    qtbot.waitUntil(lambda: row_of(pane.view, (ANN.pid, 2)).isValid())
+    activate(qtbot, window)
+    assert QApplication.focusWidget() is pane.compose
+    QTest.keyClick(pane.compose, Qt.Key.Key_Backtab)  # Shift+Tab: up to the conversation
+    assert QApplication.focusWidget() is pane.view
+    while pane.view.currentIndex().data(MessageRole) is None or \
+            pane.view.currentIndex().data(MessageRole).mid != (ANN.pid, 1):
+        before = pane.view.currentIndex()
+        QTest.keyClick(pane.view, Qt.Key.Key_Up)
+        assert pane.view.currentIndex() != before or before.data(MessageRole) is None
+    QTest.keyClick(pane.view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply to selected
+    qtbot.wait(50)
+    save_screenshot(window, "direct-ctrl-r.png")
+    assert pane.reply_banner.isVisible() and pane.reply_banner.label.text() == "Replying to Ann: lunch today?"
+    assert QApplication.focusWidget() is pane.compose
+    qtbot.keyClicks(pane.compose, "today works")
+    QTest.keyClick(pane.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: row_of(pane.view, (backend.pid, 1)).isValid())
+    assert row_of(pane.view, (backend.pid, 1)).parent().data(MessageRole).mid == (ANN.pid, 1)
+
+
 def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_reading_clears_it(
         qtbot, window, backend, monkeypatch):
     open_group(qtbot, window, backend)

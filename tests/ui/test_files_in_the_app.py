@@ -9,13 +9,15 @@ from pathlib import Path
 
 from PySide6.QtCore import QEvent, QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication, QHelpEvent, QImage
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QToolTip
 
-from conftest import ANN, BOB, CAT, lunch_conversation, save_screenshot
+from conftest import ANN, BOB, CAT, activate, lunch_conversation, save_screenshot
 from m2mc.middleware.files import is_offer_text, parse_offer
 from m2mc.middleware.types import Member
 from m2mc.ui.delegate import root_text
-from m2mc.ui.message_model import ThreadRole
+from m2mc.ui.files_view import FILES_IN_GROUPS_ONLY
+from m2mc.ui.message_model import MessageRole, ThreadRole
 
 GID = ""
 
@@ -263,3 +265,66 @@ def test_attach_by_button_menu_drop_and_paste_posts_offers_in_the_targeted_threa
     # a folder is refused in plain words
     window.files_view.attach([str(tmp_path)])
     assert "is a folder: only files can be shared" in window.compose_error.text()
+
+
+def test_a_file_dropped_or_pasted_in_a_direct_conversation_says_files_go_to_groups(qtbot, window, backend, tmp_path):
+    """Direct messages carry text: a file given there was taken (the drop accepted) and then nothing
+    happened.  Now the conversation says why, and the draft is left as it was."""
+    open_group(qtbot, window, backend)
+    backend.manager.pass_time(31)  # Ann's beacon: a member the app knows
+    window.direct_controller.open_with(ANN.pid, "Ann")
+    pane = window.direct_pane
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
+    photo = picture(tmp_path, "menu.png", (64, 48))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(photo))])
+    centre = pane.view.mapTo(window, pane.view.rect().center())
+    enter = QDragEnterEvent(centre, Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, enter)
+    drop = QDropEvent(QPointF(centre), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, drop)
+    qtbot.wait(100)
+    save_screenshot(window, "files-dropped-in-direct.png")
+    assert pane.compose_error.isVisible(), "the drop was taken and nothing said"
+    assert pane.compose_error.text() == FILES_IN_GROUPS_ONLY
+    assert sent_offers(backend) == []
+
+    pane.compose_error.hide()
+    copied = QMimeData()
+    copied.setUrls([QUrl.fromLocalFile(str(photo))])
+    copied.setText(str(photo))
+    QGuiApplication.clipboard().setMimeData(copied)
+    pane.compose.setFocus()
+    qtbot.keyClick(pane.compose, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(pane.compose_error.isVisible)
+    assert pane.compose_error.text() == FILES_IN_GROUPS_ONLY and pane.compose.toPlainText() == ""
+
+
+def test_enter_on_a_selected_offer_downloads_it_and_then_opens_it(qtbot, window, backend, tmp_path):
+    """The Download and Open buttons are drawn in the row: the keyboard reached them only through the
+    context menu key.  Enter on the selected row does what its first button does (never Cancel)."""
+    backend.manager.files.auto_download = 0
+    backend.manager.files.download_dir = tmp_path / "downloads"
+    session = open_group(qtbot, window, backend, lunch_conversation(GID))
+    opened = []
+    window.files_view.open_url = lambda url: opened.append(url.toLocalFile())
+    mid = offered(qtbot, window, session, backend, picture(tmp_path, "plan.png"))
+    activate(qtbot, window)
+    view = window.tree_view
+    QTest.keyClick(window.compose, Qt.Key.Key_Backtab)  # Shift+Tab from the compose box: the conversation
+    assert QApplication.focusWidget() is view
+    QTest.keyClick(view, Qt.Key.Key_End)  # the newest row: the offer
+    assert view.currentIndex().data(MessageRole).mid == mid
+    QTest.keyClick(view, Qt.Key.Key_Return)
+    qtbot.wait(100)
+    save_screenshot(window, "files-enter-downloads.png")
+    qtbot.waitUntil(lambda: window.files_view.states[(session.gid, mid)].state in ("waiting", "fetching"))
+    QTest.keyClick(view, Qt.Key.Key_Return)  # Enter again while it comes: it goes on (Cancel is a button)
+    qtbot.wait(50)
+    assert window.files_view.states[(session.gid, mid)].state in ("waiting", "fetching")
+    advance(qtbot, window, backend, session, mid)
+    qtbot.waitUntil(lambda: window.files_view.states[(session.gid, mid)].state == "done")
+    QTest.keyClick(view, Qt.Key.Key_Return)
+    assert opened == [str(tmp_path / "downloads" / "plan.png")]

@@ -14,6 +14,7 @@ and events are used (:mod:`ui.direct_api`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Protocol
 
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, QObject, QPoint, Qt, QTimer
@@ -22,7 +23,9 @@ from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, Q
 
 from ...middleware.events import Event
 from ...middleware.names import shown
+from ...middleware.presence import ONLINE
 from ...middleware.types import ChatMessage, Mid, key_fingerprint
+from ..backend import Peer
 from ..bridge import Backend, describe_error
 from ..delegate import snippet
 from ..direct_api import (CONVERSATION_PREFIX, ConversationView, DirectDelivered, DirectMessage,
@@ -156,8 +159,21 @@ class DirectController(QObject):
         self._poll_timer.start()
 
     def refresh(self) -> None:
-        self.backend.call(lambda peer: peer.conversations(), on_result=self._on_conversations,
+        opened = list(self.conversations)
+        self.backend.call(partial(_conversations_and_presence, opened), on_result=self._on_conversations_found,
                           on_error=lambda _e: None)
+
+    def _on_conversations_found(self, found: tuple[list[ConversationView], dict[str, bool]]) -> None:
+        views, online = found
+        self._on_conversations(views)
+        for peer, is_online in online.items():  # opened, no message yet: the middleware lists none of them
+            conversation = self.conversations.get(peer)
+            if conversation is None or conversation.online == is_online:
+                continue
+            conversation.online = is_online
+            self._show_item(conversation)
+            if conversation is self.current:
+                self._show_heading(conversation)
 
     def _on_conversations(self, views: list[ConversationView]) -> None:
         for found in views:
@@ -491,6 +507,19 @@ class DirectController(QObject):
         self.show_target()
         self.view.direct_pane.compose.setFocus()
 
+    def reply_to_selected(self) -> bool:
+        """Ctrl+R while a conversation is shown: answer its selected message (True: Ctrl+R was for us)."""
+        pane = self.view.direct_pane
+        if self.view.centre_stack.currentWidget() is not pane:
+            return False
+        index = pane.view.currentIndex()
+        message: ChatMessage | None = index.data(MessageRole) if index.isValid() else None
+        if message is not None:
+            self.reply_to(message.mid)
+        else:
+            pane.compose.setFocus()
+        return True
+
     def escape(self) -> bool:
         """Esc while a conversation is shown: forget the reply target (True: Esc was for us)."""
         if self.view.centre_stack.currentWidget() is not self.view.direct_pane:
@@ -538,9 +567,16 @@ class DirectController(QObject):
         return menu.addAction(icon("send"), f"Message {shown(name)}…", lambda: self.open_with(pid, name))
 
     def attach_member_list(self, members: QListWidget) -> None:
-        """The members pane's context menu offers "Message NAME…" for each member."""
+        """The members pane's context menu offers "Message NAME…" for each member; Enter on a member
+        (or a double click) opens the conversation at once, so the keyboard alone gets there."""
         members.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         members.customContextMenuRequested.connect(lambda pos: self._member_menu(members, pos))
+        members.itemActivated.connect(self._member_activated)
+
+    def _member_activated(self, item: QListWidgetItem) -> None:
+        pid = item.data(MemberPidRole)
+        if pid and pid != self.backend.pid:
+            self.open_with(pid, item.data(MemberNameRole) or "")
 
     def member_menu(self, item: QListWidgetItem, parent: QWidget) -> QMenu | None:
         pid = item.data(MemberPidRole)
@@ -565,6 +601,21 @@ class DirectController(QObject):
         menu = QMenu(view)
         menu.addAction(icon("reply"), "Reply", lambda: self.reply_to(message.mid))
         menu.popup(view.viewport().mapToGlobal(pos))
+
+
+def _conversations_and_presence(opened: list[str], peer: Peer) -> tuple[list[ConversationView], dict[str, bool]]:
+    """The middleware's conversations, and for each one ``opened`` here that it does not list yet (no
+    message in it), whether that person is online in any joined group, as the members pane says."""
+    views = peer.conversations()
+    listed = {view.peer for view in views}
+    unlisted = [pid for pid in opened if pid not in listed]
+    online = dict.fromkeys(unlisted, False)
+    if unlisted:
+        for group in peer.groups():
+            if group.joined:
+                statuses = peer.presence_of(group.gid)
+                online.update({pid: True for pid in unlisted if statuses.get(pid) == ONLINE})
+    return views, online
 
 
 def draft_key(peer: str) -> str:

@@ -34,6 +34,9 @@ class JoinsView(Protocol):
     def show_status(self, text: str, timeout: int) -> None: ...
     def show_error(self, message: str) -> None: ...
 
+    @property
+    def compose(self) -> QWidget: ...
+
 
 class JoinController(QObject):
     """The dialogs and calls that change which groups this peer is in."""
@@ -59,6 +62,7 @@ class JoinController(QObject):
         dialog = CreateGroupDialog(self.backend, self.view.dialog_parent())
         if dialog.exec() and dialog.created_gid:
             self.view.select_group(dialog.created_gid)
+            self.view.compose.setFocus()  # what one does next in a new group is write in it
 
     def join_by_id(self) -> None:
         dialog = JoinDialog(self.backend, parent=self.view.dialog_parent())
@@ -90,15 +94,20 @@ class JoinController(QObject):
     def _joined(self, gid: str) -> None:
         self.sessions.session(gid, load_history=True)
         self.view.select_group(gid)
+        self.view.compose.setFocus()  # the keys go on in the group just joined, not in the groups list
         self.view.show_status(f"Joined {self.sessions.sessions[gid].title}", 4000)
 
     def leave_current_group(self) -> None:
         session = self.selection.session
         if session is None:
             return
-        answer = QMessageBox.question(self.view.dialog_parent(), "Leave group",
-                                      f"Leave “{session.title}”? Others will see that you left.")
-        if answer != QMessageBox.StandardButton.Yes:
+        box = QMessageBox(QMessageBox.Icon.Question, "Leave group",
+                          f"Leave “{session.title}”? Others will see that you left.", parent=self.view.dialog_parent())
+        leave = box.addButton("&Leave", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)  # as Delete…: a stray Enter keeps you in
+        box.exec()
+        if box.clickedButton() is not leave:
             return
         gid = session.gid
         self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r: self._left(session))

@@ -104,6 +104,7 @@ class SessionsView(Protocol):
     def setWindowTitle(self, title: str) -> None: ...
     def add_group_item(self, item: QListWidgetItem) -> None: ...
     def select_group(self, gid: str) -> None: ...
+    def focus_compose(self) -> None: ...
     def select_message(self, mid: Mid) -> bool: ...
     def clear_filter(self) -> None: ...
     def show_status(self, text: str, timeout: int) -> None: ...
@@ -188,6 +189,7 @@ class SessionController(QObject):
             self.session(view.gid, load_history=True)
         if joined and self.selection.session is None:
             self.view.select_group(joined[0].gid)
+            self.view.focus_compose()
         # With no group the main window's empty page offers Find / Create / Join from invite:
         # the discovery window is not pushed over the main window.
 
@@ -505,7 +507,8 @@ class SessionController(QObject):
             self.view.show_topic(session)
 
     def _on_group_created(self, gid: str) -> None:
-        self.session(gid, load_history=False).loaded = True
+        session = self.session(gid, load_history=False)
+        session.loaded = session.history_complete = True  # made here just now: there is nothing older to load
         self.view.select_group(gid)
 
     def _on_member_changed(self, gid: str, _member: Member) -> None:
