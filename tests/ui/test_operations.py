@@ -199,8 +199,13 @@ def test_delete_asks_first_and_a_deleted_thread_root_is_named_in_the_threads_pan
     qtbot.waitUntil(lambda: shown(window, mine.mid).deleted)
 
     threads = window.thread_list.model()
-    rows = [threads.index(row, 0).data(ThreadRole) for row in range(threads.rowCount())]
-    root = next(summary.root for summary in rows if summary.root.mid == mine.mid)
+
+    def thread_root_shown():  # the Threads pane's refresh is coalesced: it comes a moment later
+        rows = [threads.index(row, 0).data(ThreadRole) for row in range(threads.rowCount())]
+        return next((summary.root for summary in rows if summary.root.mid == mine.mid), None)
+
+    qtbot.waitUntil(lambda: thread_root_shown() is not None and thread_root_shown().deleted)
+    root = thread_root_shown()
     assert root.deleted and root_text(root) == "message deleted"
     save_screenshot(window, "deleted-thread-root.png")
 
