@@ -25,6 +25,7 @@ from .mentions import shown_text
 from .types import UsageError
 
 FILE_MARKER = "\x00file1"
+FILE_MARK = "\U0001F4CE"  # 📎, before an offer's caption: the app ships its glyph (packaging/make_reaction_font.py)
 MIN_CHUNK = 64 * 1024
 """The smallest chunk an offer may name: a million tiny chunks cannot be asked for."""
 DEFAULT_CHUNK = 256 * 1024
@@ -243,7 +244,7 @@ def human_size(size: int) -> str:
 
 def offer_caption(offer: FileOffer) -> str:
     """How an offer reads wherever a message's text is shown: "📎 name · size · type"."""
-    return f"\U0001F4CE {offer.name} \u00b7 {human_size(offer.size)} \u00b7 {offer.mime}"
+    return f"{FILE_MARK} {offer.name} \u00b7 {human_size(offer.size)} \u00b7 {offer.mime}"
 
 
 def shown_offer(text: str) -> str:
@@ -251,7 +252,7 @@ def shown_offer(text: str) -> str:
     try:
         return offer_caption(parse_offer(text))
     except OfferError:
-        return "\U0001F4CE a file offer that cannot be read"
+        return f"{FILE_MARK} a file offer that cannot be read"
 
 
 def readable_text(text: str, names: Mapping[str, str]) -> str:

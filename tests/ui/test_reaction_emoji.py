@@ -1,5 +1,6 @@
-"""The reaction picker's emoji draw as emoji on a desktop without a colour emoji font (this
-test machine has none): the app ships them and registers them as its emoji fallback."""
+"""The reaction picker's emoji, and the paperclip before a file offer, draw as emoji on a desktop
+without a colour emoji font (this test machine has none): the app ships them and registers them as
+its emoji fallback."""
 
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QImage, QPainter
 from PySide6.QtWidgets import QApplication
@@ -29,6 +30,15 @@ def test_every_reaction_in_the_picker_draws_in_colour(qtbot):
     assert family in QFontDatabase.applicationFontFamilies(0) or family in QFontDatabase.families()
     for emoji in REACTION_CHOICES:
         assert colours_drawn(emoji) > 12, f"{emoji} (U+{ord(emoji[0]):04X}) draws as a box or in one colour"
+
+
+def test_the_paperclip_before_a_file_offer_draws_in_colour(qtbot):
+    # It drew as blank space where no colour emoji font is installed.
+    from m2mc.middleware.files import FILE_MARK
+
+    apply_theme(QApplication.instance())
+    load_bundled_fonts()
+    assert colours_drawn(FILE_MARK) > 12
 
 
 def test_the_picker_menu_shows_them(qtbot, window, backend):
