@@ -130,8 +130,8 @@ class DirectList(QListWidget):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setAccessibleName("Direct messages")
 
-    EMPTY_HINT = ("No direct messages yet.\nPress Enter on a member (or double-click one), or right-click a "
-                  "message's author and choose Message NAME…")
+    EMPTY_HINT = ("No direct messages yet.\nTo write to someone, press Enter on them in the members list (or "
+                  "double-click them), or right-click their name on a message and choose “Message …”.")
 
     def paintEvent(self, event) -> None:
         super().paintEvent(event)

@@ -388,7 +388,7 @@ def test_an_empty_direct_messages_list_says_how_to_start_one(qtbot, window, back
     inked = sum(1 for x in range(0, image.width(), 2) for y in range(0, min(image.height(), 60), 2)
                 if image.pixelColor(x, y) != background)
     assert inked > 20, "the hint is drawn where the list is empty"
-    assert "Message NAME" in DirectList.EMPTY_HINT
+    assert "“Message …”" in DirectList.EMPTY_HINT
 
 
 def test_the_conversation_with_the_newest_message_heads_the_list(qtbot, window, backend):
