@@ -30,6 +30,20 @@ def open_group(qtbot, window, backend, history=()):
     return window.current
 
 
+def drop_file(window, on, path: Path) -> QDragEnterEvent:
+    """``path`` dragged onto the widget ``on`` and dropped there; returns the drag's entry (accepted or not).
+    A drag comes in first: Qt delivers the drop where the entry was accepted."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    centre = on.mapTo(window, on.rect().center())
+    enter = QDragEnterEvent(centre, Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, enter)
+    QApplication.sendEvent(window, QDropEvent(QPointF(centre), Qt.DropAction.CopyAction, mime,
+                                              Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier))
+    return enter
+
+
 def picture(tmp_path, name="beach.png", size=(800, 600)):
     image = QImage(*size, QImage.Format.Format_RGB32)
     image.fill(Qt.GlobalColor.darkCyan)
@@ -217,16 +231,7 @@ def test_attach_by_button_menu_drop_and_paste_posts_offers_in_the_targeted_threa
 
     # a file dropped on the window
     photo = picture(tmp_path, "menu.png", (64, 48))
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(photo))])
-    centre = window.tree_view.mapTo(window, window.tree_view.rect().center())
-    enter = QDragEnterEvent(centre, Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                            Qt.KeyboardModifier.NoModifier)
-    QApplication.sendEvent(window, enter)  # a drag comes in first: Qt delivers the drop where it was accepted
-    assert enter.isAccepted()
-    drop = QDropEvent(QPointF(centre), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                      Qt.KeyboardModifier.NoModifier)
-    QApplication.sendEvent(window, drop)
+    assert drop_file(window, window.tree_view, photo).isAccepted()
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 3)
     assert sent_offers(backend)[-1][0] == "menu.png"
 
@@ -276,15 +281,7 @@ def test_a_file_dropped_or_pasted_in_a_direct_conversation_says_files_go_to_grou
     pane = window.direct_pane
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
     photo = picture(tmp_path, "menu.png", (64, 48))
-    mime = QMimeData()
-    mime.setUrls([QUrl.fromLocalFile(str(photo))])
-    centre = pane.view.mapTo(window, pane.view.rect().center())
-    enter = QDragEnterEvent(centre, Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                            Qt.KeyboardModifier.NoModifier)
-    QApplication.sendEvent(window, enter)
-    drop = QDropEvent(QPointF(centre), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                      Qt.KeyboardModifier.NoModifier)
-    QApplication.sendEvent(window, drop)
+    drop_file(window, pane.view, photo)
     qtbot.wait(100)
     save_screenshot(window, "files-dropped-in-direct.png")
     assert pane.compose_error.isVisible(), "the drop was taken and nothing said"
