@@ -44,6 +44,16 @@ def drop_file(window, on, path: Path) -> QDragEnterEvent:
     return enter
 
 
+def paste_file(qtbot, compose, path: Path) -> None:
+    """``path`` copied (as a file manager copies it: its URL and its path as text) and pasted into ``compose``."""
+    copied = QMimeData()
+    copied.setUrls([QUrl.fromLocalFile(str(path))])
+    copied.setText(str(path))
+    QGuiApplication.clipboard().setMimeData(copied)
+    compose.setFocus()
+    qtbot.keyClick(compose, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+
+
 def picture(tmp_path, name="beach.png", size=(800, 600)):
     image = QImage(*size, QImage.Format.Format_RGB32)
     image.fill(Qt.GlobalColor.darkCyan)
@@ -236,12 +246,7 @@ def test_attach_by_button_menu_drop_and_paste_posts_offers_in_the_targeted_threa
     assert sent_offers(backend)[-1][0] == "menu.png"
 
     # a copied file pasted into the compose box: attached, not typed
-    copied = QMimeData()
-    copied.setUrls([QUrl.fromLocalFile(str(notes))])
-    copied.setText(str(notes))
-    QGuiApplication.clipboard().setMimeData(copied)
-    window.compose.setFocus()
-    qtbot.keyClick(window.compose, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    paste_file(qtbot, window.compose, notes)
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 4)
     assert window.compose.toPlainText() == ""
 
@@ -289,12 +294,7 @@ def test_a_file_dropped_or_pasted_in_a_direct_conversation_says_files_go_to_grou
     assert sent_offers(backend) == []
 
     pane.compose_error.hide()
-    copied = QMimeData()
-    copied.setUrls([QUrl.fromLocalFile(str(photo))])
-    copied.setText(str(photo))
-    QGuiApplication.clipboard().setMimeData(copied)
-    pane.compose.setFocus()
-    qtbot.keyClick(pane.compose, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    paste_file(qtbot, pane.compose, photo)
     qtbot.waitUntil(pane.compose_error.isVisible)
     assert pane.compose_error.text() == FILES_IN_GROUPS_ONLY and pane.compose.toPlainText() == ""
 
