@@ -310,12 +310,15 @@ class MainWindow(QMainWindow):
         empty_layout.addWidget(self.empty_label)
         empty_buttons = QHBoxLayout()
         empty_buttons.addStretch(1)
+        self.first_steps: list[QPushButton] = []
         for text, icon_name, slot in (("Find groups…", "discover", self.join_controller.show_discovery),
                                       ("Create group…", "create", self.join_controller.create_group),
                                       ("Join from invite…", "join", self.join_controller.join_from_invite)):
             button = QPushButton(icon(icon_name), text)
             button.clicked.connect(slot)
+            button.setAutoDefault(True)  # Enter presses the button with the keys, as Space does
             empty_buttons.addWidget(button)
+            self.first_steps.append(button)
         empty_buttons.addStretch(1)
         empty_layout.addLayout(empty_buttons)
         empty_layout.addStretch(1)
@@ -589,6 +592,11 @@ class MainWindow(QMainWindow):
         """The app opens with the keys in the compose box: in the groups list, typing searched it
         and switched to whichever group began with the letters typed."""
         self.compose.setFocus()
+
+    def focus_first_steps(self) -> None:
+        """With no group yet, the keys go to "Find groups…" on the empty page: in the empty groups
+        list, Enter did nothing."""
+        self.first_steps[0].setFocus()
 
     def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
         session = self.session_controller.sessions.get(item.data(GroupIdRole)) if item is not None else None

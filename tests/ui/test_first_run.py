@@ -164,3 +164,15 @@ def test_with_no_group_yet_the_header_offers_no_topic_to_edit(qtbot, window, bac
     assert not window.topic_edit.isVisible()  # "Add a topic for everyone…" of no group at all
     create_by_keys(qtbot, window, "Lunch crew")
     assert window.topic_edit.isVisible() and window.topic_edit.placeholderText() == "Add a topic for everyone…"
+
+
+def test_with_no_group_yet_enter_finds_groups(qtbot, window, backend):
+    """At first run the keys were in the empty groups list, where Enter did nothing."""
+    window.start()
+    qtbot.waitUntil(lambda: window.stack.currentWidget() is window.empty_page)
+    activate(qtbot, window)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.first_steps[0])
+    assert window.first_steps[0].text() == "Find groups…"
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.discovery.isVisible())
+    window.discovery.close()
