@@ -63,6 +63,9 @@ def build_session(master: str | None, driver_memory: str, archive=None):
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.ui.enabled", "false")
         )
+        if not under_submit and os.path.realpath(os.environ["PYSPARK_PYTHON"]) == os.path.realpath(sys.executable):
+            # The workers run this interpreter, which has M2MC: see worker_daemon.
+            builder = builder.config("spark.python.daemon.module", "m2mc.app.analytics.worker_daemon")
     builder = (
         builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
         .config("spark.sql.session.timeZone", "UTC")

@@ -567,6 +567,16 @@ def test_command_writes_tables_summary_and_report(spark, tmp_path):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_worker_daemon_puts_the_installed_pyspark_ahead_of_spark_s_zips():
+    # Spark's zips hold no compiled modules: each worker compiled ~100 of them from source.
+    from m2mc.app.analytics.worker_daemon import installed_first
+
+    lib = "/venv/site-packages/pyspark/python/lib"
+    path = ["/tmp/job", f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip", "/py/lib/python311.zip", "/venv/site-packages"]
+    assert installed_first(path) == ["/tmp/job", "/py/lib/python311.zip", "/venv/site-packages", f"{lib}/pyspark.zip",
+                                     f"{lib}/py4j-0.10.9.9-src.zip"]
+
+
 def test_command_reports_missing_input(tmp_path, capsys):
     assert thread_stats.main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "out")]) == 2
     assert "no such file" in capsys.readouterr().err
