@@ -63,8 +63,14 @@ def _string_offsets(strings):
     return np.frombuffer(strings.buffers()[1], dtype=np.int32)[strings.offset:strings.offset + len(strings) + 1]
 
 
-# Lines are parsed in blocks; a block the strict parser refuses is parsed again line by line.
-PARSE_BLOCK = 4096
+# Lines are parsed in blocks of PARSE_BLOCK. A block the strict parser refuses is cut in
+# halves, and each half parsed again, down to blocks of LINE_BY_LINE lines, parsed line by
+# line: a malformed line costs about 20 + 64 small parses, where going through its block of
+# 4,096 line by line cost 4,096 (0.6 s); a log of nothing but malformed lines costs about
+# one parse per line either way. Blocks of 65,536 lines cost about a tenth less per line
+# than blocks of 4,096.
+PARSE_BLOCK = 1 << 16
+LINE_BY_LINE = 64
 
 
 def _classify_lines(lines):
@@ -154,18 +160,21 @@ def parse_lines(lines, *, with_rows: bool = False, terminated: bool = False):
                 .append_column("file_size", offered_sizes(table.column("file"))))
 
     parsed, rows = [], []
-    for start in range(0, len(lines), PARSE_BLOCK):
-        block = lines.slice(start, PARSE_BLOCK)
-        table = parse(block)
-        block_rows = line_of[start:start + len(block)]
-        if table is None:
-            good = [i for i in range(len(block)) if parse(block.slice(i, 1)) is not None]
-            malformed += len(block) - len(good)
-            table = parse(block.take(pa.array(good, pa.int64()))) if good else None
-            block_rows = block_rows[good]
+
+    def parse_block(start: int, end: int) -> int:
+        """Parse lines[start:end], halving what the parser refuses; the malformed lines found."""
+        table = parse(lines.slice(start, end - start))
         if table is not None:
             parsed.append(table)
-            rows.append(block_rows)
+            rows.append(line_of[start:end])
+            return 0
+        if end - start <= LINE_BY_LINE:
+            return sum(parse_block(line, line + 1) for line in range(start, end)) if end - start > 1 else 1
+        middle = (start + end) // 2
+        return parse_block(start, middle) + parse_block(middle, end)
+
+    for start in range(0, len(lines), PARSE_BLOCK):
+        malformed += parse_block(start, min(start + PARSE_BLOCK, len(lines)))
     table = pa.concat_tables(parsed) if parsed else parsed_arrow_schema().empty_table()
     table = table.cast(parsed_arrow_schema())
     if with_rows:

@@ -8,6 +8,7 @@ Fallback, which `make setup` installs); a name no font covers is shown as its gi
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import logging
@@ -75,6 +76,20 @@ def collect_plot_data(results) -> dict:
     }
 
 
+def warm_up() -> None:
+    """Import the plotting libraries and read the fonts ahead of `write_report`: the job runs
+    this in a driver thread while the executors work, which takes it off the run's end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+    import plotly.graph_objects  # noqa: F401
+    import plotly.io  # noqa: F401
+
+    label_fonts()
+
+
+@functools.cache
 def label_fonts():
     """The font families to draw labels with, and per family the characters it has."""
     from matplotlib import font_manager

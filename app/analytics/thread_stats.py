@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     spark = build_session(args.master, args.driver_memory, archive)
     log.info("Spark session ready (%.1f s)", time.perf_counter() - started)
     try:
-        results = analyse(spark, paths, args.out, args.format, report=not args.no_report)
+        results = analyse(spark, paths, args.out, args.format, report=not args.no_report, read_back=False)
     finally:
         if not borrowed:
             spark.stop()

@@ -170,13 +170,14 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 command = [sys.executable, "-c", BASELINE_CODE, str(log_path)]
                 keys = ("threads", "max_depth", "max_thread_size", "invalid_messages", "files", "file_bytes")
-            base_wall, base_peak, _, output = run_measured(command)
+            base_wall, base_peak, base_cpu, output = run_measured(command)
             baseline = json.loads(output)
             agree = all(summary[k] == baseline[k] for k in keys)
             row.update(base_s=base_wall, base_rss=base_peak, agree=agree)
-            print(f"{args.baseline} {size:>10,} messages: {base_wall:7.1f} s, peak RSS {base_peak / 2**30:5.2f} GiB "
+            # The CPU ratio too: on a shared machine the other load moves the wall times more.
+            print(f"{args.baseline} {size:>10,} messages: {base_wall:7.1f} s ({base_cpu:.0f} CPU s), peak RSS {base_peak / 2**30:5.2f} GiB "
                   f"(single-process baseline; results {'agree' if agree else 'DISAGREE'}); "
-                  f"Spark / {args.baseline} {wall / base_wall:.2f}", flush=True)
+                  f"Spark / {args.baseline} {wall / base_wall:.2f} (CPU {cpu / base_cpu:.2f})", flush=True)
         rows.append(row)
 
     print()

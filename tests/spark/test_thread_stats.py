@@ -333,6 +333,29 @@ def test_line_classes_and_reaction_counts():
     assert (blank_lines, malformed) == (0, len(wrong))
 
 
+def test_malformed_lines_in_a_big_block_are_found_by_halving_it(monkeypatch):
+    # A block the strict parser refuses is halved down to small blocks parsed line by line:
+    # the lines around each malformed one are not all parsed one at a time.
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    n = kernels.PARSE_BLOCK + 5000
+    bad_at = {0: "not json", 1000: '{"gid": 12345, "mid": "m", "sender": "s"}', kernels.PARSE_BLOCK - 1: '{"a": 1}{"b": 2}',
+              kernels.PARSE_BLOCK: '["a"]', n - 1: '{"gid": "g", "mid": "m", "sender": "s", "text": ["a"]}'}
+    lines = [bad_at.get(i) or line(G1, f"m{i}", None, ALICE, i) for i in range(n)]
+    calls = []
+    read_json = pj.read_json
+    monkeypatch.setattr(pj, "read_json", lambda *args, **kwargs: calls.append(1) or read_json(*args, **kwargs))
+    table, blank, malformed, rows = kernels.parse_lines(pa.array(lines), with_rows=True)
+    assert (blank, malformed) == (0, len(bad_at))
+    good = [i for i in range(n) if i not in bad_at]
+    assert rows.tolist() == good
+    assert table.column("mid").to_pylist() == [f"m{i}" for i in good]
+    # Per malformed line about 2 log2(PARSE_BLOCK) halves and LINE_BY_LINE single lines; a
+    # block of 4,096 lines parsed line by line took 4,096 calls per malformed line.
+    assert len(calls) < len(bad_at) * (2 * 17 + kernels.LINE_BY_LINE) + 2
+
+
 def test_copies_differing_only_in_text_are_conflicts(spark, tmp_path):
     def with_text(mid, text, received):
         record = json.loads(line(G1, mid, None, ALICE, 0, received=received))
@@ -542,6 +565,16 @@ def test_command_writes_tables_summary_and_report(spark, tmp_path):
     for png in ("ccdf_threads.png", "messages_per_depth.png", "reply_latency.png", "messages_over_time.png"):
         assert f'src="{png}"' in report
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_worker_daemon_puts_the_installed_pyspark_ahead_of_spark_s_zips():
+    # Spark's zips hold no compiled modules: each worker compiled ~100 of them from source.
+    from m2mc.app.analytics.worker_daemon import installed_first
+
+    lib = "/venv/site-packages/pyspark/python/lib"
+    path = ["/tmp/job", f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip", "/py/lib/python311.zip", "/venv/site-packages"]
+    assert installed_first(path) == ["/tmp/job", "/py/lib/python311.zip", "/venv/site-packages", f"{lib}/pyspark.zip",
+                                     f"{lib}/py4j-0.10.9.9-src.zip"]
 
 
 def test_command_reports_missing_input(tmp_path, capsys):
