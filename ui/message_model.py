@@ -362,7 +362,9 @@ class ThreadListModel(QAbstractListModel):
         self._fetching = False
         self._refresh = QTimer(self, singleShot=True, interval=THREAD_LIST_REFRESH_MS)
         self._refresh.timeout.connect(self.refresh)
-        tree_model.arrived.connect(lambda *_args: self._refresh.start())
+        # Started by the first arrival and left to run: restarted by each, it never fired while messages
+        # came more often than its interval.
+        tree_model.arrived.connect(lambda *_args: self._refresh.isActive() or self._refresh.start())
         tree_model.read_state_changed.connect(self._on_changed)
         tree_model.updated.connect(self._on_changed)  # a root's text may have changed
 

@@ -729,3 +729,26 @@ def test_the_catch_up_offer_can_be_declined_and_does_not_come_back(qtbot, window
     qtbot.waitUntil(lambda: len(session.tree) == CATCH_UP_MIN + 2)
     qtbot.wait(400)
     assert not bar.isVisible()
+
+
+def test_a_busy_group_s_threads_pane_keeps_up_while_messages_keep_coming(qtbot, window, backend):
+    """Each arrival restarted the pane's refresh timer, so while a message came more often than the
+    refresh interval (300 ms), a new thread never showed until the group fell quiet."""
+    from PySide6.QtCore import QTimer
+
+    talk = lunch_conversation(GID)
+    open_group(qtbot, window, backend, talk[:7])
+    threads = window.thread_list.model()
+    qtbot.waitUntil(lambda: threads.rowCount() == 3)
+    gid = window.current.gid
+    backend.manager.inject_messages(gid, [message(GID, CAT, 20, "Who is in for the quiz tonight?")])
+    chatter = iter(message(GID, BOB, 30 + n, f"still talking {n}", talk[0].mid) for n in range(40))
+    stream = QTimer(interval=100)  # a reply every 100 ms in another thread, for 4 s
+    stream.timeout.connect(lambda: backend.manager.inject_messages(gid, [next(chatter)]))
+    stream.start()
+    try:
+        qtbot.waitUntil(lambda: any(threads.index(r).data(MessageRole).text == "Who is in for the quiz tonight?"
+                                    for r in range(threads.rowCount())), timeout=2500)
+    finally:
+        stream.stop()
+
