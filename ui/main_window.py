@@ -108,7 +108,7 @@ TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift
                ("Edit your last message (empty compose box)", "Up"),
                ("Cancel the reply, edit or filter; close the thread", "Esc"),
                ("Move between the panes", "Tab"),
-               ("Download or open the selected file", "Enter"))
+               ("Download the selected file, or show it in its folder", "Enter"))
 # A group holding this many unread messages that reached this peer CATCH_UP_LAG_MS or more
 # after they were written (a big join's history, a long absence) offers to mark those read.
 CATCH_UP_MIN = 200
@@ -440,9 +440,13 @@ class MainWindow(QMainWindow):
         # A file pasted in a direct conversation is said to go to groups (ui.files_view), not typed as a path.
         self.direct_pane.compose.files_given.connect(self.files_view.attach)
         self.direct_pane.compose.image_given.connect(self.files_view.attach_image)
-        self.typing_goes_to_compose = TypingGoesTo(self._compose_on_show, self)
-        for side_list in (self.group_list, self.direct_list, self.thread_list):
+        # A list's letters go to the compose box of its own kind only, when one of that kind is on show:
+        # typed in the direct messages list, "hi bob" went to the group on show, and Enter sent it there.
+        self.typing_goes_to_compose = TypingGoesTo(self._group_compose_on_show, self)
+        self.typing_goes_to_direct = TypingGoesTo(self._direct_compose_on_show, self)
+        for side_list in (self.group_list, self.thread_list):
             side_list.installEventFilter(self.typing_goes_to_compose)
+        self.direct_list.installEventFilter(self.typing_goes_to_direct)
         self.setCentralWidget(splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
         splitter.splitterMoved.connect(self._save_pane_sizes)
@@ -585,8 +589,11 @@ class MainWindow(QMainWindow):
         if session is not None and session.item is not None:
             self.group_list.setCurrentItem(session.item)
 
-    def _compose_on_show(self) -> QWidget:
-        return self.direct_pane.compose if self.centre_stack.currentWidget() is self.direct_pane else self.compose
+    def _group_compose_on_show(self) -> QWidget | None:
+        return None if self.centre_stack.currentWidget() is self.direct_pane else self.compose
+
+    def _direct_compose_on_show(self) -> QWidget | None:
+        return self.direct_pane.compose if self.centre_stack.currentWidget() is self.direct_pane else None
 
     def focus_compose(self) -> None:
         """The app opens with the keys in the compose box: in the groups list, typing searched it

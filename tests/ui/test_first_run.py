@@ -122,6 +122,7 @@ def test_the_app_opens_with_the_keys_in_the_compose_box_of_the_group_shown(qtbot
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
     shown = window.current.gid
     activate(qtbot, window)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.compose)
     qtbot.keyClicks(QApplication.focusWidget(), "hello")
     qtbot.wait(50)
     save_screenshot(window, "first-run-typed-at-start.png")
@@ -176,3 +177,19 @@ def test_with_no_group_yet_enter_finds_groups(qtbot, window, backend):
     QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: window.discovery.isVisible())
     window.discovery.close()
+
+
+def test_letters_typed_in_the_direct_messages_list_never_go_to_a_group(qtbot, window, backend):
+    """With a group on show and no direct conversation open, "hi bob" typed in the Direct messages list
+    went to the group's compose box, and Enter sent it to the whole group."""
+    me = Member(backend.pid, backend.name)
+    backend.manager.inject_group("Lunch", members=(ANN, BOB, me), joined=True)
+    window.start()
+    qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
+    activate(qtbot, window)
+    window.direct_list.setFocus()
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.direct_list)
+    qtbot.keyClicks(window.direct_list, "hi bob")
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
+    qtbot.wait(200)
+    assert backend.manager.sent == [] and window.compose.toPlainText() == ""
