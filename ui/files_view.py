@@ -188,13 +188,16 @@ class FilesView(QObject):
         return [("download", "Retry" if state.state == "failed" else "Download")]
 
     def act_by_key(self, message: ChatMessage) -> None:
-        """Enter on a selected offer: what its first button does, unless that is Cancel (a second Enter
-        while a download comes must not throw it away)."""
+        """Enter on a selected offer: Download (or Retry); once the file is here, Show in folder.  Never
+        Cancel (a second Enter while a download comes must not throw it away), and never Open: a key
+        press must not run what a peer on the LAN sent (a program, a script, a shortcut)."""
         if not is_offer_text(message.text) or message.deleted or _offer(message) is None:
             return
-        actions = self.actions_for(message)
-        if actions and actions[0][0] != "cancel":
-            self.act(actions[0][0], message)
+        actions = dict(self.actions_for(message))
+        for action in ("download", "folder"):
+            if action in actions:
+                self.act(action, message)
+                return
 
     def act(self, action: str, message: ChatMessage) -> None:
         gid, mid = message.gid, message.mid

@@ -348,7 +348,7 @@ class ConversationView(QTreeView):
     link_activated = Signal(str)
     reaction_clicked = Signal(object, str)  # mid, emoji: toggle our own reaction
     file_clicked = Signal(str, object)  # action (ui.files_view), message: a button of a file offer's row
-    message_entered = Signal(object)  # message: Enter on the selected row (a file offer's first button)
+    message_entered = Signal(object)  # message: Enter on the selected row (a file offer: download, or its folder)
 
     def __init__(self, parent: QWidget | None = None, tree: bool = True) -> None:
         super().__init__(parent)

@@ -299,9 +299,10 @@ def test_a_file_dropped_or_pasted_in_a_direct_conversation_says_files_go_to_grou
     assert pane.compose_error.text() == FILES_IN_GROUPS_ONLY and pane.compose.toPlainText() == ""
 
 
-def test_enter_on_a_selected_offer_downloads_it_and_then_opens_it(qtbot, window, backend, tmp_path):
+def test_enter_on_a_selected_offer_downloads_it_and_then_shows_it_in_its_folder(qtbot, window, backend, tmp_path):
     """The Download and Open buttons are drawn in the row: the keyboard reached them only through the
-    context menu key.  Enter on the selected row does what its first button does (never Cancel)."""
+    context menu key.  Enter on the selected row downloads the file (never Cancel), and once it is here
+    shows it in its folder: it never opens (runs) what a peer sent."""
     backend.manager.files.auto_download = 0
     backend.manager.files.download_dir = tmp_path / "downloads"
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
@@ -324,4 +325,4 @@ def test_enter_on_a_selected_offer_downloads_it_and_then_opens_it(qtbot, window,
     advance(qtbot, window, backend, session, mid)
     qtbot.waitUntil(lambda: window.files_view.states[(session.gid, mid)].state == "done")
     QTest.keyClick(view, Qt.Key.Key_Return)
-    assert opened == [str(tmp_path / "downloads" / "plan.png")]
+    assert opened == [str(tmp_path / "downloads")]  # the folder, not the file
