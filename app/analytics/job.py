@@ -29,6 +29,17 @@ class UsageError(Exception):
     """A mistake in the command line or the inputs, reported without a traceback."""
 
 
+def _has_jemalloc() -> bool:
+    """Whether this pyarrow was built with jemalloc (the local workers run the same one)."""
+    import pyarrow
+
+    try:
+        pyarrow.jemalloc_memory_pool()
+    except NotImplementedError:
+        return False
+    return True
+
+
 def build_session(master: str | None, driver_memory: str, archive=None):
     """A SparkSession whose Python workers run this interpreter; Spark logs at WARN.
 
@@ -81,12 +92,15 @@ def build_session(master: str | None, driver_memory: str, archive=None):
         # line, so a retry writes the same rows; the checksum hashed every shuffled row (3 % of
         # the JVM's samples at 10M).
         .config("spark.sql.shuffle.orderIndependentChecksum.enabled", "false")
+    )
+    if effective_master.startswith("local") and _has_jemalloc():
         # The Python workers' Arrow buffers from jemalloc, not pyarrow's default mimalloc, which
         # hands pages back to the kernel and faults them in again: in one process, reading and
         # placing 3M generated messages took 16.8-17.6 CPU s with jemalloc against 18.5-21.4, and
-        # peaked at 1.70 GB against 1.91.
-        .config("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL", os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "jemalloc"))
-    )
+        # peaked at 1.70 GB against 1.91.  Measured on one machine: a cluster's workers keep their
+        # own pyarrow's default (some builds have no jemalloc).
+        builder = builder.config("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL",
+                                 os.environ.get("ARROW_DEFAULT_MEMORY_POOL", "jemalloc"))
     spark = builder.getOrCreate()
     # Ship the worker functions (this module, the kernels, the schema) by value, so executors need
     # not have M2MC installed.

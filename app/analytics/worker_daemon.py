@@ -10,13 +10,15 @@ whose pyspark and py4j are the very versions of those zips.
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
 
 def installed_first(path: list[str]) -> list[str]:
     """`path` with Spark's zipped pyspark and py4j moved behind everything else."""
-    zipped = [entry for entry in path if entry.endswith(".zip") and ("pyspark" in entry or "py4j" in entry)]
+    zipped = [entry for entry in path if os.path.basename(entry) == "pyspark.zip"
+              or os.path.basename(entry).startswith("py4j-") and entry.endswith("-src.zip")]
     return [entry for entry in path if entry not in zipped] + zipped
 
 

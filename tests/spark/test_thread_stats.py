@@ -572,9 +572,11 @@ def test_the_worker_daemon_puts_the_installed_pyspark_ahead_of_spark_s_zips():
     from m2mc.app.analytics.worker_daemon import installed_first
 
     lib = "/venv/site-packages/pyspark/python/lib"
-    path = ["/tmp/job", f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip", "/py/lib/python311.zip", "/venv/site-packages"]
-    assert installed_first(path) == ["/tmp/job", "/py/lib/python311.zip", "/venv/site-packages", f"{lib}/pyspark.zip",
-                                     f"{lib}/py4j-0.10.9.9-src.zip"]
+    users = "/home/me/pyspark-jobs/deps.zip"  # a user's --py-files in a folder so named stays where it is
+    path = ["/tmp/job", users, f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip", "/py/lib/python311.zip",
+            "/venv/site-packages"]
+    assert installed_first(path) == ["/tmp/job", users, "/py/lib/python311.zip", "/venv/site-packages",
+                                     f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip"]
 
 
 def test_command_reports_missing_input(tmp_path, capsys):
