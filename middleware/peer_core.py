@@ -718,7 +718,7 @@ class PeerCore:
                 # A member sends to us by unicast, so it proved our endpoint, but we never proved
                 # its own (the echo of our HELLO was lost): probe it now, within the HELLO budgets,
                 # rather than wait for its next report to make us send it copies.
-                self.reach.add(source, "inbound", now, envelope.sender)
+                self.reach.probe_soon(source, envelope.sender, now)
         if path == "broadcast":
             if isinstance(message, wire.Adv) and source is not None and self.reach.path(envelope.sender, now) is None:
                 # Someone on the subnet whose multicast has not reached us: probe it, unless it does soon.

@@ -153,6 +153,18 @@ class Reach:
             self.candidates_evicted += 1
         self._candidates[endpoint] = Candidate(endpoint, found_by, pid, now + delay)
 
+    def probe_soon(self, endpoint: Endpoint, pid: str, now: float) -> None:
+        """``pid`` sends to this peer from ``endpoint`` by unicast, so it has proven this peer's
+        endpoint, while this peer has not proven its (the echo of a HELLO was lost): probe it now,
+        within the budgets, rather than after the back-off of its retries (up to 16 s); at most one
+        HELLO a :data:`PROBE_RETRY`, however often it sends."""
+        self.add(endpoint, "inbound", now, pid)
+        candidate = self._candidates.get(endpoint)
+        if candidate is None or self._spent(candidate, now) or candidate.sent and now - candidate.sent[-1] < PROBE_RETRY:
+            return
+        if candidate.probe_at is None or candidate.probe_at > now:
+            candidate.probe_at = now
+
     def add_cached(self, cached: list[tuple[str, Endpoint, float]], now: float, wall: float) -> None:
         """The peer cache at start: ``(pid, endpoint, last seen wall time)``; expired ones are skipped."""
         for pid, endpoint, seen in cached:

@@ -48,6 +48,25 @@ def test_an_invite_handshake_proves_both_endpoints():
     assert {row["found_by"] for row in ann.peers(0.0)} == {"inbound"}
 
 
+def test_a_member_sending_by_unicast_from_an_endpoint_not_proven_here_is_probed_at_once_not_after_the_back_off():
+    ann = make("ann", ANN_AT)
+    ann.add(BOB_AT, "inbound", 0.0, "bob")
+    sent = []
+    for now in (0.0, 1.0, 3.0):  # three HELLOs unanswered: the next waits until 7 s
+        ann.handle_timer(now)
+        sent += [now for _ in ann.datagrams_to_send()]
+    assert sent == [0.0, 1.0, 3.0] and ann.get_timer() == 7.0
+    ann.probe_soon(BOB_AT, "bob", 3.5)  # within a second of the last HELLO: it waits
+    assert ann.get_timer() == 7.0
+    ann.probe_soon(BOB_AT, "bob", 4.5)  # Bob's unicast copies come: he is there, and has proven us
+    assert ann.get_timer() == 4.5
+    ann.handle_timer(4.5)
+    assert len(ann.datagrams_to_send()) == 1
+    ann.probe_soon(BOB_AT, "bob", 4.6)  # more of them within a second: no more HELLOs
+    ann.handle_timer(4.6)
+    assert ann.datagrams_to_send() == []
+
+
 def test_an_echo_from_another_endpoint_or_of_a_wrong_nonce_proves_nothing():
     ann = make("ann", ANN_AT)
     ann.add(BOB_AT, "manual", 0.0)
