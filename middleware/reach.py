@@ -160,9 +160,8 @@ class Reach:
         HELLO a :data:`PROBE_RETRY`, however often it sends."""
         self.add(endpoint, "inbound", now, pid)
         candidate = self._candidates.get(endpoint)
-        if candidate is None or self._spent(candidate, now) or candidate.sent and now - candidate.sent[-1] < PROBE_RETRY:
-            return
-        if candidate.probe_at is None or candidate.probe_at > now:
+        if candidate is not None and not self._spent(candidate, now) and not (
+                candidate.sent and now - candidate.sent[-1] < PROBE_RETRY):
             candidate.probe_at = now
 
     def add_cached(self, cached: list[tuple[str, Endpoint, float]], now: float, wall: float) -> None:
@@ -388,7 +387,7 @@ class Reach:
         waits on them, and a broadcast's source is as easily forged."""
         pid = candidate.pid
         sought = pid is not None and pid in self._sought and self._multicast_source.get(pid) == candidate.endpoint
-        return SOUGHT_BUDGET_FACTOR if sought or candidate.found_by in ("invite", "manual", "inbound", "exchange", "cache") else 1
+        return SOUGHT_BUDGET_FACTOR if sought or candidate.found_by not in ("multicast", "broadcast") else 1
 
     def _spent(self, candidate: Candidate, now: float) -> bool:
         candidate.sent = [at for at in candidate.sent if at > now - HELLO_WINDOW]

@@ -1242,12 +1242,21 @@ class Store:
     FILE_OFFERS_SCHEMA = "CREATE TABLE file_offers (gid TEXT NOT NULL, delivery_order INTEGER NOT NULL, " \
                          "PRIMARY KEY (gid, delivery_order)) WITHOUT ROWID"
 
-    def _file_offers_table(self) -> None:
-        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'file_offers'").fetchone():
-            return
-        if not self._db.in_transaction:  # the table and its rows together: a crash must not leave it empty
+    def _new_table(self, name: str, schema: str) -> bool:
+        """Make table ``name`` (``schema``: its statements, ``;`` between them) unless the data dir
+        has it, in a transaction that its rows then join: a crash must not leave it made and empty,
+        as it would never be filled again.  False if it was there."""
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone():
+            return False
+        if not self._db.in_transaction:
             self._db.execute("BEGIN")
-        self._db.execute(self.FILE_OFFERS_SCHEMA)
+        for statement in schema.split(";"):
+            self._db.execute(statement)
+        return True
+
+    def _file_offers_table(self) -> None:
+        if not self._new_table("file_offers", self.FILE_OFFERS_SCHEMA):
+            return
         self._db.executemany("INSERT INTO file_offers VALUES (?, ?)", [  # decoded: the segments holding the marker
             (gid, order) for _, gid, first_order, segment_rows in self._segments(
                 "instr(messages, ?) > 0", (FILE_MARKER.encode(),))
@@ -1259,12 +1268,8 @@ class Store:
         return self._messages_at(gid, orders)
 
     def _mentions_table(self) -> None:
-        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mentions'").fetchone():
+        if not self._new_table("mentions", self.MENTIONS_SCHEMA):
             return
-        if not self._db.in_transaction:  # the table and its rows together, as _file_offers_table
-            self._db.execute("BEGIN")
-        for statement in self.MENTIONS_SCHEMA.split(";"):
-            self._db.execute(statement)
         rows = [mention for _, gid, first_order, segment_rows in self._segments("1", ())
                 for order, (sender, seqno, _, _, _, text, *_) in enumerate(segment_rows, first_order)
                 if "<@" in text for mention in _mention_rows(gid, sender, seqno, text, order)]
