@@ -73,7 +73,7 @@ Results and its output folder."""
         spark.conf.set("spark.sql.shuffle.partitions", partitions)
 
 
-def test_hyperconvo_measures_match_convokit(run):
+def test_hyperconvo_measures_match_convokit(run, tmp_path):
     measured, _ = run
     messages = measured.messages.filter(~F.col("invalid")).select(
         "mid", "parent", "sender", "sent_at", "root_mid", "parent_missing").collect()
@@ -84,10 +84,15 @@ def test_hyperconvo_measures_match_convokit(run):
         "reply_to": None if row["parent"] is None or row["parent_missing"] else row["parent"],
         "timestamp": int(row["sent_at"].timestamp() * 1000),
     } for row in messages), key=lambda u: (u["timestamp"], u["id"]))
-    done = subprocess.run([str(convokit_venv()), str(CONVOKIT_SCRIPT)], input=json.dumps(utterances),
-                          capture_output=True, text=True, timeout=600)
+    # A HOME of its own, new each run: ConvoKit's first-run notice (printed on a machine where
+    # ~/.convokit does not exist yet) is what a fresh CI machine sees, so every run sees it.
+    home = tmp_path / "home"
+    home.mkdir()
+    result = tmp_path / "convokit.json"
+    done = subprocess.run([str(convokit_venv()), str(CONVOKIT_SCRIPT), str(result)], input=json.dumps(utterances),
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "HOME": str(home)})
     assert done.returncode == 0, done.stderr[-3000:]
-    expected = json.loads(done.stdout)
+    expected = json.loads(result.read_text(encoding="utf-8"))
 
     big = {root for root, row in threads.items() if row["size"] >= hyperconvo.MIN_SIZE}
     assert set(expected) == big and len(big) >= 30 and {"t:0", "o:0"} <= big
