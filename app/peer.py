@@ -31,8 +31,8 @@ from ..middleware.manager import Config, GroupManager
 from ..middleware.files import offer_json
 from ..middleware.transport import TransportError
 from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, FileProgress, GroupsDiscovered,
-                                 MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated, SyncProgress,
-                                 TopicChanged, WarningRaised)
+                                 MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated, NetworkChanged,
+                                 SyncProgress, TopicChanged, WarningRaised)
 from ..middleware.mentions import DEFAULT_MENTIONS_LISTED, MAX_MENTIONS_LISTED
 from ..middleware.store_api import SearchQueryError
 from ..middleware.types import ChatMessage, UsageError, format_mid, iso_millis, parse_mid
@@ -87,6 +87,7 @@ class JsonRpcPeer:
             "mentions": self.mentions,
             "export_log": self.export_log,
             "stats": self.stats,
+            "network": self.network,
             "advertise": self.advertise,
             "invite": self.invite,
             "add_peer": self.add_peer,
@@ -142,6 +143,9 @@ class JsonRpcPeer:
                     self.notify("direct_delivered", direct.to_json())
             case DirectStatusChanged(peer, mid, status):
                 self.notify("direct_status", {"peer": peer, "mid": format_mid(mid), "status": status})
+            case NetworkChanged(state, interface, address, reason):
+                self.notify("network", {"state": state, "interface": interface, "address": address,
+                                        "reason": reason})
 
     # -- methods ------------------------------------------------------------------------
 
@@ -288,6 +292,9 @@ class JsonRpcPeer:
 
     def stats(self, params: dict) -> dict:
         return self.running.stats_dict()
+
+    def network(self, params: dict) -> dict:
+        return self.running.network_state()
 
     def send_direct(self, params: dict) -> dict:
         pid = _param(params, "pid", str)

@@ -130,9 +130,21 @@ class DirectStatusChanged:
     status: str
 
 
+@dataclass(frozen=True, slots=True)
+class NetworkChanged:
+    """Whether this peer is on the network (:mod:`middleware.roaming`): ``state`` is "connected",
+    "reconnecting" (moving to ``address`` on ``interface``) or "offline", and ``reason`` says why
+    (empty when connected)."""
+
+    state: str
+    interface: str
+    address: str
+    reason: str
+
+
 Event = (MessagesDelivered | MessagesUpdated | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft
          | SyncProgress | WarningRaised | TopicChanged | NoticesAdded | DirectDelivered | DirectStatusChanged
-         | FileProgress)
+         | FileProgress | NetworkChanged)
 
 Listener = Callable[[Event], None]
 """Called on the middleware's event-loop thread, once per event, in the order they happened."""

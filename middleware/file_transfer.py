@@ -425,17 +425,25 @@ class FileService:
 
     async def start(self, host: str, port: int) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        await self.listen_at(host, port)
+        for record in sorted(self.dir.glob("*.json")):
+            try:
+                self._restore(record)
+            except (OSError, ValueError, KeyError, OfferError) as exc:
+                log.warning("files: cannot resume %s: %s", record.name, exc)
+
+    async def listen_at(self, host: str, port: int) -> None:
+        """Serve on TCP ``host``:``port`` from now on (at start, and when the peer's address moves);
+        connections already open go on."""
+        old, self.server = self.server, None
+        if old is not None:
+            old.close()
         try:
             self.server = await asyncio.start_server(self._serve, host, port, limit=READ_BUFFER)
             self.port = self.server.sockets[0].getsockname()[1]
         except OSError as exc:
             log.warning("files: cannot listen on TCP %s:%d (%s): this peer fetches files but serves none",
                         host, port, exc)
-        for record in sorted(self.dir.glob("*.json")):
-            try:
-                self._restore(record)
-            except (OSError, ValueError, KeyError, OfferError) as exc:
-                log.warning("files: cannot resume %s: %s", record.name, exc)
 
     async def close(self) -> None:
         self._closed = True

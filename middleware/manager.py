@@ -3,7 +3,7 @@
 The core (:mod:`middleware.peer_core`) holds the peer's protocol logic and its
 store.  This adapter owns what does I/O: the multicast sockets
 (:mod:`middleware.transport`), zeroconf (:mod:`middleware.discovery`), the
-link watch (:mod:`middleware.netif`), the key-derivation worker thread and the one timer.  It
+network watch (:mod:`middleware.netif`, :mod:`middleware.roaming`), the key-derivation worker thread and the one timer.  It
 reads the clocks (:mod:`middleware.clock`) and passes ``now`` (and the wall
 stamp) in.  All methods run on the asyncio loop thread (use
 :class:`~middleware.runner.ManagerThread` from other threads).
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from . import clock, crypto, rules
+from . import clock, crypto, netif, rules
 from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
 from .events import Listener, MessagesDelivered, ignore
@@ -39,7 +39,8 @@ from .presence import Presence
 from .store import Store
 from .store_api import SearchHit, StoredThread
 from .addresses import Endpoint, GroupAddress
-from .transport import MulticastNetwork, Received, Transport, interface_name, link_is_up, resolve_interface
+from .roaming import WATCH_INTERVAL, Move, NetworkFollower
+from .transport import MulticastNetwork, Received, Transport, TransportError, interface_name, resolve_interface
 from .direct import conversation_id
 from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, Notice, PassphraseRefused, UsageError,
                     format_mid, iso_millis, shown_sent_at)
@@ -77,6 +78,7 @@ class GroupManager(rules.OperationCalls):
         self.identity = self.core.identity
         self.pid = self.core.pid
         self.interface = resolve_interface(config.iface)
+        self.follower = NetworkFollower(config.iface)
         # Key derivations run here, one at a time (Argon2id takes 256 MiB and ~0.6 s), never on the loop.
         self._kdf_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-kdf")
         # (data, source, path): control datagrams, broadcasts and whatever reaches this peer's endpoint
@@ -158,25 +160,76 @@ class GroupManager(rules.OperationCalls):
                 self._announce(gid)
         self._started = True
         self.core.warn_conflicts_held()
+        name = interface_name(self.interface)
+        self.follower.bound(name, self.interface, clock.now(), usable=self._usable(name))
         self._notify()
-        self._link_name = interface_name(self.interface)
-        self._link_up = link_is_up(self._link_name) if self._link_name else True
-        self._spawn(self._watch_link())
+        self._spawn(self._watch_network())
         self.advertise()
-        log.info("peer %s (%s) on %s, control %s:%d", self.pid, self.name, self.interface,
+        log.info("peer %s (%s) on %s (%s), control %s:%d", self.pid, self.name, name or "?", self.interface,
                  self.config.control_addr, self.config.port)
 
-    LINK_POLL = 0.5
+    def _usable(self, interface: str | None) -> bool:
+        """Whether the address in use reaches other computers: not loopback, unless asked for."""
+        return bool(self.config.iface) or not self.interface.startswith("127.")
 
-    async def _watch_link(self) -> None:
-        """On reconnect, advertise and resynchronise every group (GJLP and MSP "on return")."""
-        while self._link_name:
-            await asyncio.sleep(self.LINK_POLL)
-            up = link_is_up(self._link_name)
-            if up and not self._link_up:
-                log.info("link %s is back: advertising and resynchronising", self._link_name)
-                self.resync()
-            self._link_up = up
+    async def _watch_network(self) -> None:
+        """Follow the network (:mod:`middleware.roaming`): move to a new address or interface, resync
+        when the link comes back or after a sleep, and tell the user the state."""
+        while not self._closed:
+            await asyncio.sleep(WATCH_INTERVAL)
+            failure, sent = self.network.send_report() if hasattr(self.network, "send_report") else (None, 0)
+            now = clock.now()
+            for action in self.follower.observe(netif.interfaces(), now, netif.route_source(), failure, sent):
+                if isinstance(action, Move):
+                    await self._move(action.interface, action.address)
+                else:
+                    log.info("%s: resynchronising every group", action.reason)
+                    self.core.woke(now)
+                    self._after_input()
+            self._notify()
+
+    async def _move(self, interface: str, address: str) -> None:
+        """Rebind to ``address`` on ``interface``: sockets and memberships, the file server, then
+        the core (proven peers told, every group resynced), then zeroconf there, in the background."""
+        old = self.network.endpoint
+        log.info("network: moving from %s to %s (%s)", self.interface, address, interface)
+        move = getattr(self.network, "move", None)
+        if move is None:
+            return
+        try:
+            await move(address)
+        except TransportError as exc:
+            log.warning("network: cannot move to %s (%s): %s", address, interface, exc)
+            self.follower.move_failed(str(exc), clock.now())
+            return
+        self.interface = address
+        new = self.network.endpoint
+        assert new is not None
+        self.core.moved(old, new, clock.now())
+        self.follower.bound(interface, address, clock.now(), usable=True)
+        self._after_input()
+        await self.files.listen_at(new.host, new.port)
+        if self.discovery is not None:
+            self._spawn(self._restart_discovery(address))
+        log.info("network: connected on %s (%s), endpoint %s", interface, address, new)
+
+    async def _restart_discovery(self, address: str) -> None:
+        old = self.discovery
+        if old is None:
+            return
+        self.discovery = ZeroconfDiscovery(address, self.pid, self._on_zeroconf)
+        try:
+            await old.close()
+        except Exception as exc:  # zeroconf's own errors on a socket whose address went away
+            log.debug("zeroconf on the old address did not close cleanly: %r", exc)
+        await self.discovery.start()
+        for gid in self.channels:
+            self._announce(gid)
+
+    def network_state(self) -> dict:
+        """Whether this peer is on the network: state, interface, address and reason."""
+        view = self.follower.view()
+        return {"state": view.state, "interface": view.interface, "address": view.address, "reason": view.reason}
 
     def resync(self) -> None:
         """Ask every joined group for what this peer missed, and re-advertise."""
@@ -525,6 +578,7 @@ class GroupManager(rules.OperationCalls):
             "unicast_out": getattr(self.network, "unicast_out", 0),
             "broadcast_out": getattr(self.network, "broadcast_out", 0),
             "send_errors": getattr(self.network, "send_errors", 0),
+            "send_failures": getattr(self.network, "send_failures", {}),
             "resolves_skipped": self.discovery.resolves_skipped if self.discovery else 0,
             **self.files.stats(),
         }
@@ -643,6 +697,8 @@ class GroupManager(rules.OperationCalls):
         self._arm_timer()
 
     def _notify(self) -> None:
+        for network_event in self.follower.events():
+            self.listener(network_event)
         for event in self.core.events():
             self.listener(event)
             if isinstance(event, MessagesDelivered) and self._started:

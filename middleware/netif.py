@@ -1,5 +1,6 @@
-"""What the middleware asks of the operating system's network: interface addresses, flags and
-link state, and the options of a socket that receives one multicast group.
+"""What the middleware asks of the operating system's network: interface addresses, flags,
+link state and kind (a LAN, a virtual bridge, a tunnel), the route's choice of source address,
+and the options of a socket that receives one multicast group.
 
 Two implementations answer the same calls.  :class:`LinuxNetwork` reads ``/sys/class/net`` and
 sets Linux-only socket options (``IP_MULTICAST_ALL``, ``SO_RCVBUFFORCE``).  :class:`PortableNetwork`
@@ -11,21 +12,82 @@ import: the Linux one on Linux, the portable one elsewhere or when ``M2MC_PORTAB
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 # Linux-only options, by their Linux numbers where the socket module (or its type stubs) lacks them.
 IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
-IFF_UP, IFF_LOOPBACK, IFF_MULTICAST = 0x1, 0x8, 0x1000
+IFF_UP, IFF_LOOPBACK, IFF_POINTOPOINT, IFF_MULTICAST = 0x1, 0x8, 0x10, 0x1000
+
+LAN, VIRTUAL, TUNNEL, LOOPBACK = "lan", "virtual", "tunnel", "loopback"
+# Interfaces a chat must not pick while a LAN is up, by the names their makers give them:
+# container and VM bridges and their links (Linux, macOS, Windows' Hyper-V switch), and VPN
+# tunnels (OpenVPN's tun/tap, WireGuard, Tailscale, ZeroTier, macOS' utun, PPP, IPsec).  A tunnel
+# is also known by its point-to-point flag, whatever its name.
+VIRTUAL_PREFIXES = ("veth", "docker", "br-", "virbr", "vmnet", "vboxnet", "lxcbr", "lxdbr", "cni", "flannel",
+                    "podman", "vethernet", "bridge", "anpi", "awdl", "llw")
+TUNNEL_PREFIXES = ("tun", "tap", "wg", "tailscale", "utun", "ppp", "zt", "ipsec", "gpd", "nordlynx", "proton",
+                   "ham", "wireguard", "openvpn")
+
+
+@dataclass(frozen=True, slots=True)
+class InterfaceInfo:
+    """One IPv4 address of one interface, as the network is now."""
+
+    name: str
+    address: str
+    prefix: int  # the network's prefix length
+    up: bool  # switched on and with a link
+    multicast: bool
+    kind: str  # LAN, VIRTUAL, TUNNEL or LOOPBACK
+
+    @property
+    def usable_lan(self) -> bool:
+        """A LAN a chat may use: up, multicast-capable, neither loopback, virtual nor a tunnel."""
+        return self.up and self.multicast and self.kind == LAN
+
+
+def interface_kind(name: str, address: str, pointopoint: bool = False) -> str:
+    """What an interface is, from its name, address and point-to-point flag (portable: no
+    system call)."""
+    lowered = name.lower()
+    if address.startswith("127.") or lowered in ("lo", "lo0") or lowered.startswith("loopback"):
+        return LOOPBACK
+    if pointopoint or lowered.startswith(TUNNEL_PREFIXES):
+        return TUNNEL
+    if lowered.startswith(VIRTUAL_PREFIXES):
+        return VIRTUAL
+    return LAN
+
+
+def route_source(destination: str = "198.51.100.1") -> str | None:
+    """The address this host would send from toward ``destination``, by its routes: a UDP socket's
+    ``connect`` picks the route and the source address and sends nothing.  The default
+    (TEST-NET-2, RFC 5737) is routed by no specific route, so this is the default route's
+    interface.  None where there is no route (a host offline, a namespace with none)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.connect((destination, 9))
+        address = sock.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        sock.close()
+    return None if address == "0.0.0.0" else address
 
 
 class NetworkCalls(Protocol):
     name: str
+
+    def interfaces(self) -> list[InterfaceInfo]:
+        """Every IPv4 address of every interface, in the system's interface order."""
 
     def ipv4_addresses(self) -> list[tuple[str, str]]:
         """``(interface name, IPv4 address)`` pairs, in the system's interface order."""
@@ -67,16 +129,29 @@ def request_buffer(sock: socket.socket, option: int, size: int) -> int:
             size //= 2
 
 
-def _ifaddr_pairs(friendly_names: bool) -> list[tuple[str, str]]:
+def _ifaddr_rows(friendly_names: bool) -> list[tuple[str, str, int]]:
+    """``(interface name, IPv4 address, prefix length)`` of every IPv4 address."""
     import ifaddr  # zeroconf's own dependency, so always present
 
-    pairs = []
+    rows = []
     for adapter in ifaddr.get_adapters():
         name = adapter.nice_name if friendly_names else adapter.name
         for ip in adapter.ips:
             if isinstance(ip.ip, str):
-                pairs.append((name, ip.ip))
-    return pairs
+                rows.append((name, ip.ip, ip.network_prefix))
+    return rows
+
+
+def _ifaddr_pairs(friendly_names: bool) -> list[tuple[str, str]]:
+    return [(name, address) for name, address, _ in _ifaddr_rows(friendly_names)]
+
+
+def broadcast_of(address: str, prefix: int) -> str | None:
+    """The broadcast address of ``address``'s network (none on loopback, /31 or /32)."""
+    if prefix >= 31:
+        return None
+    network = ipaddress.IPv4Network(f"{address}/{prefix}", strict=False)
+    return None if network.is_loopback else str(network.broadcast_address)
 
 
 class LinuxNetwork:
@@ -87,6 +162,17 @@ class LinuxNetwork:
 
     def ipv4_addresses(self) -> list[tuple[str, str]]:
         return _ifaddr_pairs(friendly_names=False)
+
+    def interfaces(self) -> list[InterfaceInfo]:
+        out = []
+        for name, address, prefix in _ifaddr_rows(friendly_names=False):
+            flags = self._flags(name)
+            kind = interface_kind(name, address, bool(flags & IFF_POINTOPOINT))
+            if kind == LAN and (self.sys_class_net / name / "tun_flags").exists():  # a tun/tap by any name
+                kind = TUNNEL
+            out.append(InterfaceInfo(name, address, prefix, bool(flags & IFF_UP) and self.link_is_up(name),
+                                     bool(flags & IFF_MULTICAST), kind))
+        return out
 
     def _flags(self, interface: str) -> int:
         try:
@@ -140,6 +226,20 @@ class PortableNetwork:
         # e.g. "Ethernet": --iface takes that one. Elsewhere the two are the same.
         return _ifaddr_pairs(friendly_names=True)
 
+    def interfaces(self) -> list[InterfaceInfo]:
+        import psutil
+
+        stats = psutil.net_if_stats()
+        out = []
+        for name, address, prefix in _ifaddr_rows(friendly_names=True):
+            stat = stats.get(name)
+            flags = set(stat.flags.split(",")) if stat is not None and stat.flags else set()
+            # Windows reports no flags: every adapter but loopback carries multicast there.
+            multicast = "multicast" in flags if flags else not address.startswith("127.")
+            out.append(InterfaceInfo(name, address, prefix, stat is not None and bool(stat.isup), multicast,
+                                     interface_kind(name, address, "pointopoint" in flags)))
+        return out
+
     def multicast_capable(self, interface: str) -> bool:
         import psutil
 
@@ -181,6 +281,7 @@ def forced_portable(environ: Mapping[str, str] = os.environ) -> bool:
 
 SYSTEM: NetworkCalls = LinuxNetwork() if sys.platform == "linux" and not forced_portable() else PortableNetwork()
 ipv4_addresses = SYSTEM.ipv4_addresses
+interfaces = SYSTEM.interfaces
 multicast_capable = SYSTEM.multicast_capable
 link_is_up = SYSTEM.link_is_up
 prepare_group_socket = SYSTEM.prepare_group_socket

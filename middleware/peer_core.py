@@ -225,6 +225,20 @@ class PeerCore:
             joined.channel.start_sync(now)
         self.gjlp.advertise()
 
+    def woke(self, now: float) -> None:
+        """This peer may have missed traffic (its link came back, it slept): resync every group,
+        and beacon in each now, so members that took it for offline show it online at once and
+        answer with beacons of their own (``Presence.beacon_soon``)."""
+        self.resync(now)
+        for gid in self.joined:
+            self.presence.beacon_soon(gid, now)
+
+    def moved(self, old: Endpoint | None, new: Endpoint, now: float) -> None:
+        """This peer's endpoint is now ``new`` (its address changed, or it moved to another
+        interface): proven peers are told from there (``Reach.moved``), and every group resyncs."""
+        self.reach.moved(old, new, now)
+        self.woke(now)
+
     def warn_conflicts_held(self) -> None:
         """Equivocations learnt before this start: their warnings stand."""
         for gid in self.joined:

@@ -219,6 +219,17 @@ class Reach:
             candidate.probe_at = None  # this answer is its probe
         self._send_hello(candidate, now, echo=hello.nonce)
 
+    def moved(self, old: Endpoint | None, new: Endpoint, now: float) -> None:
+        """This peer's endpoint moved from ``old`` to ``new`` (a new address, another interface):
+        one HELLO from there to every proven peer, which answers with a nonce of its own and,
+        once this peer echoes it, proves the new endpoint as it proves any (:meth:`hello`).
+        Nothing but these HELLOs is sent on the move, and only to endpoints proven already."""
+        if old is not None:
+            self.own.discard(old)
+        self.own.add(new)
+        for peer in self._peers.values():
+            self._outbox.append((wire.Hello(self._rng.randbytes(wire.NONCE_BYTES), b"", self.name), peer.endpoint))
+
     def seek(self, pid: str, now: float) -> None:
         """Direct messages wait for ``pid``: probe the endpoint its multicast comes from, unless
         that is its proven endpoint already (at most :data:`MAX_ENDPOINTS` peers are sought)."""

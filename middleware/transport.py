@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import ipaddress
 import logging
 import socket
@@ -26,6 +27,7 @@ import struct
 from typing import Callable, Protocol
 
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress
+from .roaming import NetworkFollower
 
 from . import netif
 
@@ -41,8 +43,9 @@ class TransportError(OSError):
 def resolve_interface(iface: str | None) -> str:
     """The IPv4 address to use for ``--iface`` (an address or an interface name).
 
-    Without one: the first interface that is up, not loopback and multicast
-    capable; 127.0.0.1 when there is none.
+    Without one: a LAN that is up and multicast capable (never loopback, a virtual bridge or a
+    VPN tunnel), the one holding the default route first (:mod:`middleware.roaming`); 127.0.0.1
+    when there is none.
     """
     pairs = netif.ipv4_addresses()
     if iface:
@@ -57,25 +60,18 @@ def resolve_interface(iface: str | None) -> str:
         if address not in {addr for _, addr in pairs}:
             raise TransportError(f"{address} is not an address of this host")
         return address
-    for name, addr in pairs:
-        if netif.multicast_capable(name):
-            return addr
-    return "127.0.0.1"
+    chosen, _ = NetworkFollower()._choose(netif.interfaces(), netif.route_source())
+    return chosen.address if chosen is not None else "127.0.0.1"
 
 
 def broadcast_addresses(address: str) -> list[str]:
     """The subnet broadcast address of each IPv4 network ``address`` is in (none on loopback
     or a /31 or /32, which have no broadcast)."""
-    import ifaddr
-
     out = []
-    for adapter in ifaddr.get_adapters():
-        for ip in adapter.ips:
-            if ip.ip != address or not isinstance(ip.ip, str) or ip.network_prefix >= 31:
-                continue
-            network = ipaddress.IPv4Network(f"{ip.ip}/{ip.network_prefix}", strict=False)
-            if not network.is_loopback:
-                out.append(str(network.broadcast_address))
+    for info in netif.interfaces():
+        broadcast = netif.broadcast_of(info.address, info.prefix) if info.address == address else None
+        if broadcast is not None:
+            out.append(broadcast)
     return out
 
 
@@ -154,6 +150,11 @@ class _Listener:
         self.sock.close()
 
 
+# Send failures that say this host is off the network, not that one destination is unreachable.
+NETWORK_DOWN = frozenset(getattr(errno, name) for name in ("ENETUNREACH", "ENETDOWN", "EADDRNOTAVAIL", "ENODEV", "ENXIO")
+                         if hasattr(errno, name))
+
+
 class _Outbox:
     """Non-blocking sends on one socket: what the kernel cannot take now waits here, in order,
     until the socket is writable again (as asyncio's datagram transport does, but on a socket
@@ -161,24 +162,47 @@ class _Outbox:
 
     MAX_BYTES = 16 * 2**20
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, before: "_Outbox | None" = None) -> None:
+        """``before``: the outbox of the socket this one replaces (the peer moved): what waits
+        there goes out here, and its counts go on."""
         self.sock = sock
         self.loop = asyncio.get_running_loop()
-        self.waiting: collections.deque[tuple[bytes, tuple[str, int]]] = collections.deque()
-        self.waiting_bytes = 0
-        self.dropped = 0
-        self.errors = 0
+        self.waiting: collections.deque[tuple[bytes, tuple[str, int]]] = before.waiting if before else collections.deque()
+        self.waiting_bytes: int = before.waiting_bytes if before else 0
+        self.dropped: int = before.dropped if before else 0
+        self.errors: int = before.errors if before else 0
+        # Sends refused by the system, by cause ("Network is unreachable"...): each cause is logged
+        # once until a send succeeds again, and counted always (stats' send_failures).
+        self.failures: collections.Counter[str] = before.failures if before else collections.Counter()
+        self.latest_failure: str | None = None
+        self._logged: set[str] = set()
+        if self.waiting:
+            self.loop.add_writer(sock.fileno(), self._writable)
+
+    def _failed(self, address: tuple[str, int], exc: OSError) -> None:
+        # The link is down, the address gone, the host unreachable: the reliability layer repairs
+        # once the network is back, and the roaming watch tells the user meanwhile.
+        cause = exc.strerror or type(exc).__name__
+        self.errors += 1
+        self.failures[cause] += 1
+        if exc.errno in NETWORK_DOWN:  # not one destination's trouble (a firewall's EPERM, a host's ARP)
+            self.latest_failure = cause
+        if cause not in self._logged:
+            self._logged.add(cause)
+            log.warning("cannot send (%s), first to %s:%d; further failures of this cause are counted in "
+                        "stats (send_failures), not logged, until a send succeeds", cause, *address)
 
     def send(self, data: bytes, address: tuple[str, int]) -> bool:
         if not self.waiting:
             try:
                 self.sock.sendto(data, address)
+                if self._logged:
+                    self._logged.clear()
                 return True
             except (BlockingIOError, InterruptedError):
                 self.loop.add_writer(self.sock.fileno(), self._writable)
-            except OSError as exc:  # the link is down, or the host unreachable: the reliability layer repairs
-                self.errors += 1
-                log.debug("send to %s:%d failed: %s", *address, exc)
+            except OSError as exc:
+                self._failed(address, exc)
                 return False
         if self.waiting_bytes + len(data) > self.MAX_BYTES:
             self.dropped += 1
@@ -195,16 +219,17 @@ class _Outbox:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                self.errors += 1
-                log.debug("send to %s:%d failed: %s", *address, exc)
+                self._failed(address, exc)
             self.waiting.popleft()
             self.waiting_bytes -= len(data)
         self.loop.remove_writer(self.sock.fileno())
 
-    def close(self) -> None:
+    def close(self, keep_waiting: bool = False) -> None:
+        """Stop sending; ``keep_waiting``: what waits is handed to the next outbox, not dropped."""
         if self.waiting:
             self.loop.remove_writer(self.sock.fileno())
-        self.waiting.clear()
+        if not keep_waiting:
+            self.waiting.clear()
 
 
 class MulticastNetwork:
@@ -220,21 +245,43 @@ class MulticastNetwork:
         self._outbox: _Outbox | None = None
         self._unicast_listener: _Listener | None = None
         self._broadcast: list[str] = []
+        self._broadcast_listening: tuple[int, Callable[[Received], None]] | None = None
+        self._on_unicast: Callable[[Received], None] | None = None
         self._listeners: dict[GroupAddress, _Listener] = {}
         self.endpoint: Endpoint | None = None
         self.datagrams_out = 0
         self.bytes_out = 0
         self.unicast_out = 0
         self.broadcast_out = 0
+        self._reported_out = 0
 
     @property
     def send_errors(self) -> int:
         return self._outbox.errors + self._outbox.dropped if self._outbox else 0
 
+    @property
+    def send_failures(self) -> dict[str, int]:
+        """Sends the system refused, by cause."""
+        return dict(self._outbox.failures) if self._outbox else {}
+
+    def send_report(self) -> tuple[str | None, int]:
+        """Since the last call: the cause of the latest send refused because this host is off
+        the network (:data:`NETWORK_DOWN`; None if none was), and how many datagrams went out."""
+        sent, self._reported_out = self.datagrams_out - self._reported_out, self.datagrams_out
+        if self._outbox is None:
+            return None, sent
+        failure, self._outbox.latest_failure = self._outbox.latest_failure, None
+        return failure, sent
+
     async def open(self) -> None:
         """This peer's endpoint: the chosen port where it is free, else one the kernel picks
         (a second peer on one host).  Never shared (no SO_REUSEPORT): unicast to a shared port
         would reach only one of the peers."""
+        self._unicast, self.endpoint = self._endpoint_socket(self.unicast_port)
+        self._outbox = _Outbox(self._unicast)
+        self._broadcast = broadcast_addresses(self.interface)
+
+    def _endpoint_socket(self, port: int) -> tuple[socket.socket, Endpoint]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
         try:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
@@ -242,27 +289,76 @@ class MulticastNetwork:
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.interface))
             netif.prepare_endpoint_socket(sock, RECEIVE_BUFFER)
             try:
-                sock.bind((self.interface, self.unicast_port))
+                sock.bind((self.interface, port))
             except OSError:
                 sock.bind((self.interface, 0))
         except OSError as exc:
             sock.close()
             raise TransportError(f"cannot open a UDP socket on {self.interface}: {exc}") from exc
         sock.setblocking(False)
-        self._unicast = sock
-        self._outbox = _Outbox(sock)
-        host, port = sock.getsockname()
-        self.endpoint = Endpoint(host, port)
-        self._broadcast = broadcast_addresses(self.interface)
+        host, bound_port = sock.getsockname()
+        return sock, Endpoint(host, bound_port)
+
+    async def move(self, interface: str) -> None:
+        """Rebind to ``interface`` (an IPv4 address of this host), where the peer's address
+        changed or it moved to another interface: a new endpoint socket (the same port where it
+        is free), every group joined again there, and the new subnet's broadcast listened to.
+        Nothing is dropped: what waited to be sent goes from the new socket.  On failure the
+        old binding stays, and :class:`TransportError` says why."""
+        old_interface = self.interface
+        if interface == old_interface:  # the interface came back with the address: free its port first
+            self._close_endpoint()
+        self.interface = interface
+        try:
+            sock, endpoint = self._endpoint_socket(self.endpoint.port if self.endpoint else self.unicast_port)
+        except TransportError:
+            self.interface = old_interface
+            raise
+        broadcast_keys = {GroupAddress(address, self._broadcast_listening[0])
+                          for address in self._broadcast} if self._broadcast_listening else set()
+        groups = {group: listener.on_datagrams for group, listener in self._listeners.items()
+                  if group not in broadcast_keys}
+        before = self._outbox
+        self._close_endpoint()
+        for listener in self._listeners.values():
+            listener.close()
+        self._listeners.clear()
+        self._unicast, self.endpoint, self._unicast_listener = sock, endpoint, None
+        self._outbox = _Outbox(sock, before)
+        self._broadcast = broadcast_addresses(interface)
+        if self._on_unicast is not None:
+            self.listen_unicast(self._on_unicast)
+        if self._broadcast_listening is not None:
+            self.listen_broadcast(*self._broadcast_listening)
+        failed = []
+        for group, on_datagrams in groups.items():
+            try:
+                await self.listen(group, on_datagrams)
+            except TransportError as exc:
+                failed.append(str(exc))
+        if failed:
+            raise TransportError("; ".join(failed))
+
+    def _close_endpoint(self) -> None:
+        """Close the endpoint socket; its outbox's waiting datagrams are kept for the next one."""
+        if self._outbox is not None:
+            self._outbox.close(keep_waiting=True)
+        if self._unicast_listener is not None:
+            self._unicast_listener.close()
+        elif self._unicast is not None:
+            self._unicast.close()
+        self._unicast = self._unicast_listener = None
 
     def listen_unicast(self, on_datagrams: Callable[[Received], None]) -> None:
         """Receive what is sent to this peer's endpoint, in batches."""
+        self._on_unicast = on_datagrams
         if self._unicast is not None and self._unicast_listener is None:
             self._unicast_listener = _Listener(self._unicast, on_datagrams)
 
     def listen_broadcast(self, port: int, on_datagrams: Callable[[Received], None]) -> None:
         """Receive what is sent to the subnet's broadcast address at ``port`` (shared by every
         peer of the host, like the multicast listeners)."""
+        self._broadcast_listening = (port, on_datagrams)
         for address in self._broadcast:
             key = GroupAddress(address, port)
             if key in self._listeners:

@@ -99,7 +99,7 @@ def test_peers_with_every_fallback_forced_converse_and_catch_up_after_a_cut(lan2
         bob.wait_for(lambda: len(bob.delivered(gid)) == 22, timeout=30, what="what Ann sent while he was away")
         assert ([m["text"] for m in bob.call("history", {"gid": gid})]
                 == [m["text"] for m in ann.call("history", {"gid": gid})])
-        bob.wait_for(lambda: "is back: advertising and resynchronising" in bob.stderr_path.read_text(), what="the link watch")
+        bob.wait_for(lambda: "network back: resynchronising every group" in bob.stderr_path.read_text(), what="the network watch")
     finally:
         for peer in (ann, bob):
             peer.shutdown()

@@ -54,8 +54,9 @@ class RpcTimeout(AssertionError):
 class PeerProcess:
     """An ``m2mc-peer`` in a namespace, spoken to over JSON-RPC."""
 
-    def __init__(self, netns: str, iface: str, data_dir: Path, name: str, port: int = 47477,
+    def __init__(self, netns: str, iface: str | None, data_dir: Path, name: str, port: int = 47477,
                  extra: list[str] | None = None) -> None:
+        """``iface``: None starts the peer as a user does, choosing its interface itself."""
         self.netns, self.iface, self.data_dir, self.name, self.port = netns, iface, data_dir, name, port
         self.extra = extra or []
         self._ids = itertools.count(1)
@@ -72,7 +73,8 @@ class PeerProcess:
         self._stderr = open(self.stderr_path, "ab")
         command = [
             "ip", "netns", "exec", self.netns, str(BIN / "m2mc-peer"), "--name", self.name,
-            "--data-dir", str(self.data_dir), "--iface", self.iface, "--port", str(self.port), *self.extra,
+            "--data-dir", str(self.data_dir), *(["--iface", self.iface] if self.iface else []),
+            "--port", str(self.port), *self.extra,
         ]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         self._reader = threading.Thread(target=self._read, daemon=True)
