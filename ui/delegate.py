@@ -182,6 +182,8 @@ class MessageDelegate(QStyledItemDelegate):
         self._names: dict[str, str] = {}  # pid -> the member record's name: authors, who reacted, mentions
         self.lookalikes: set[str] = set()  # members whose names look like another's: shown with ⚠ and fingerprint
         self.files: FilesView | None = None  # a file offer's strip (buttons, progress, thumbnail) comes from it
+        # Own messages written while this peer was off the network: "queued" until it is back.
+        self.queued: set[Mid] = set()
         self.refresh_style()
 
     def refresh_style(self) -> None:
@@ -418,7 +420,7 @@ class MessageDelegate(QStyledItemDelegate):
             y += self.meta_metrics.height() + 4 + 3
         full_name = self.author(message, bool(index.data(OwnRole)))
         meta = clock(message.shown_at) + (" · edited" if message.edited and not message.deleted else "") + \
-            (" · pinned" if message.pinned else "")
+            (" · pinned" if message.pinned else "") + (" · queued" if message.mid in self.queued else "")
         meta_width = self.meta_metrics.horizontalAdvance(meta)
         # A long name (64 characters are allowed) is cut, not the time and the unread mark after it.
         room = width - 8 - meta_width - (self.new_mark_width if index.data(UnreadRole) else 0)

@@ -560,6 +560,7 @@ class MainWindow(QMainWindow):
     def _build_status_bar(self) -> None:
         bar = self.statusBar()
         self.address_label = QLabel()
+        self.address_label.setObjectName("networkState")
         self.peers_label = QLabel()
         self.sync_bar = QProgressBar()
         self.sync_bar.setObjectName("syncProgress")

@@ -1,5 +1,5 @@
 """What the GUI checks run inside a namespace share (gui_netns_check.py, gui_reach_check.py, gui_direct_check.py,
-gui_files_check.py), and what their tests read back: one JSON line per step, a wait that keeps the window's events
+gui_files_check.py, gui_roaming_check.py), and what their tests read back: one JSON line per step, a wait that keeps the window's events
 flowing, and the real window started over a GroupManager."""
 
 import json
@@ -31,7 +31,7 @@ def read_event(proc):
 
 
 def start_window(data_dir: str, iface: str, size=(1100, 680)):
-    """The real app over a GroupManager on ``iface`` (no zeroconf), shown and started: what each
+    """The real app over a GroupManager on ``iface`` (chosen as a user's app does when empty; no zeroconf), shown and started: what each
     GUI check begins with.  Returns (app, backend, window)."""
     from pathlib import Path
 
@@ -44,7 +44,7 @@ def start_window(data_dir: str, iface: str, size=(1100, 680)):
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
     apply_theme(app)
-    backend = ManagerBackend(Config(data_dir=Path(data_dir), name="Gui", iface=iface, zeroconf=False))
+    backend = ManagerBackend(Config(data_dir=Path(data_dir), name="Gui", iface=iface or None, zeroconf=False))
     backend.start()
     window = MainWindow(backend)
     window.resize(*size)

@@ -1,4 +1,5 @@
-"""Status: the status bar (address, peers, sync, replies waiting), warnings, and the members pane with presence.
+"""Status: the status bar (network state and address, peers, sync, replies waiting), warnings, and
+the members pane with presence.
 
 Warnings from the middleware are never modal: the group's banner shows the latest, the status
 bar says it whatever group is open, the group gets a warning sign in the groups pane until
@@ -13,7 +14,7 @@ from typing import Protocol
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QAbstractItemView, QLabel, QListWidget, QListWidgetItem, QProgressBar, QStyle
 
-from ...middleware.events import Event, SyncProgress, WarningRaised
+from ...middleware.events import Event, MessagesDelivered, NetworkChanged, SyncProgress, WarningRaised
 from ...middleware.names import lookalikes
 from ..bridge import Backend
 from ..delegate import MessageDelegate
@@ -60,6 +61,7 @@ class StatusController(QObject):
         self._presence_timer = QTimer(self, interval=PRESENCE_POLL_MS)
         self._presence_timer.timeout.connect(self.poll_presence)
         self._presence_timer.start()
+        self.network: NetworkChanged | None = None  # none told yet (a backend with no network)
         self.backend.peer_event.connect(self._on_event)
         self.backend.failed.connect(self.show_error)
 
@@ -69,6 +71,36 @@ class StatusController(QObject):
                 self._on_sync_progress(gid, received, expected)
             case WarningRaised(gid, text):
                 self._on_warning(gid, text)
+            case NetworkChanged():
+                self._on_network(event)
+            case MessagesDelivered(_, messages) if self.network is not None and self.network.state != "connected":
+                self._mark_queued([m.mid for m in messages if m.sender == self.backend.pid])
+
+    def _on_network(self, event: NetworkChanged) -> None:
+        """The peer moved, lost or found its network: said in the status bar until it changes; once
+        connected, what was written meanwhile has gone out (the groups resync), so it is queued no more."""
+        self.network = event
+        if event.state == "connected":
+            if event.address:
+                self.backend.interface = event.address
+            self._mark_queued([], clear=True)
+        self.refresh()
+
+    def _mark_queued(self, mids: list, clear: bool = False) -> None:
+        """Own messages written while offline show "queued" (stored, sent when the network is back)."""
+        if not mids and not clear:
+            return
+        for conversation in self.view.named_views():
+            delegate = conversation.itemDelegate()
+            if not isinstance(delegate, MessageDelegate):
+                continue
+            changed = set(delegate.queued) if clear else set(mids)
+            delegate.queued = set() if clear else delegate.queued | set(mids)
+            for mid in changed:
+                delegate.forget(mid)
+            if changed:
+                conversation.scheduleDelayedItemsLayout()
+                conversation.viewport().update()
 
     def _on_sync_progress(self, gid: str, received: int, expected: int) -> None:
         session = self.sessions.sessions.get(gid) or self.sessions.session(gid)
@@ -125,8 +157,14 @@ class StatusController(QObject):
             self.refresh()
 
     def refresh(self) -> None:
-        self.view.address_label.setText(f"{self.backend.interface or '?'}:{self.backend.port}")
-        self.view.address_label.setToolTip("Interface address and control port in use")
+        self.view.address_label.setText(network_text(self.network, f"{self.backend.interface or '?'}:{self.backend.port}"))
+        self.view.address_label.setToolTip("Whether you are on the network, and the interface address and control "
+                                           "port in use: messages written while offline are kept and sent when the "
+                                           "network is back")
+        self.view.address_label.setProperty("network", self.network.state if self.network else "connected")
+        self.view.address_label.style().unpolish(self.view.address_label)
+        self.view.address_label.style().polish(self.view.address_label)
+        self.view.address_label.updateGeometry()  # bold or not, the text's width changed
         # A member who left a group is still a peer that was seen: their machine is still there.
         known = self.sessions.known_groups.values()
         peers = {m.pid for view in known for m in view.members + view.left} - {self.backend.pid}
@@ -191,3 +229,15 @@ class StatusController(QObject):
             session.direct = set(direct)
             if self.selection.is_current(session):
                 self.fill_members()
+
+
+def network_text(network: NetworkChanged | None, address: str) -> str:
+    """What the status bar says of the network: "Connected · 192.168.1.20:47477",
+    "Reconnecting on wlan0 (192.168.1.23)…" or "Offline: no network"."""
+    if network is None:
+        return address
+    if network.state == "connected":
+        return f"Connected on {network.interface} · {address}" if network.interface else f"Connected · {address}"
+    if network.state == "reconnecting":
+        return f"Reconnecting {network.reason}…" if network.reason else "Reconnecting…"
+    return f"Offline: {network.reason}" if network.reason else "Offline"
