@@ -55,10 +55,12 @@ class PeerProcess:
     """An ``m2mc-peer`` in a namespace, spoken to over JSON-RPC."""
 
     def __init__(self, netns: str, iface: str | None, data_dir: Path, name: str, port: int = 47477,
-                 extra: list[str] | None = None) -> None:
-        """``iface``: None starts the peer as a user does, choosing its interface itself."""
+                 extra: list[str] | None = None, program: list[str] | None = None) -> None:
+        """``iface``: None starts the peer as a user does, choosing its interface itself.
+        ``program``: the command that is m2mc-peer (another checkout's, for a benchmark's before)."""
         self.netns, self.iface, self.data_dir, self.name, self.port = netns, iface, data_dir, name, port
         self.extra = extra or []
+        self.program = program or [str(BIN / "m2mc-peer")]
         self._ids = itertools.count(1)
         self.notifications: list[dict] = []
         self.batches: list[list[dict]] = []
@@ -72,7 +74,7 @@ class PeerProcess:
         Path(self.data_dir).mkdir(parents=True, exist_ok=True)
         self._stderr = open(self.stderr_path, "ab")
         command = [
-            "ip", "netns", "exec", self.netns, str(BIN / "m2mc-peer"), "--name", self.name,
+            "ip", "netns", "exec", self.netns, *self.program, "--name", self.name,
             "--data-dir", str(self.data_dir), *(["--iface", self.iface] if self.iface else []),
             "--port", str(self.port), *self.extra,
         ]

@@ -39,7 +39,8 @@ def ip(*args: str) -> None:
 class RoamingLan:
     """Ann, Bob and Cat in one open group; Bob's host is the laptop whose network changes."""
 
-    def __init__(self, work: Path, multicast: bool = True) -> None:
+    def __init__(self, work: Path, multicast: bool = True, program: list[str] | None = None) -> None:
+        """``program``: the m2mc-peer command (default: this checkout's)."""
         self.work = work
         self.lan = Lan(3)
         self.multicast = multicast
@@ -55,7 +56,7 @@ class RoamingLan:
                         for target in ("224.0.0.0/4", f"{self.lan.subnet}.255", "255.255.255.255"):
                             subprocess.run(["ip", "netns", "exec", host, "iptables", "-A", chain, side, target,
                                             "-j", "DROP"], check=True, capture_output=True)
-            self.peers = [PeerProcess(host, None, work / name, name)
+            self.peers = [PeerProcess(host, None, work / name, name, program=program)
                           for host, name in zip(self.lan.hosts, ("Ann", "Bob", "Cat"))]
             self.ann, self.bob, self.cat = self.peers
             self.gid = self.ann.call("create_group", {"desc": "Laptop day"})["gid"]
