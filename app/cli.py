@@ -32,7 +32,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by m2mc-peer and m2mc-chat."""
     parser.add_argument("--name", help="display name (kept in the data dir)")
     parser.add_argument("--data-dir", type=Path, default=None, help=f"where state lives (default {default_data_dir()})")
-    parser.add_argument("--iface", help="interface name or IPv4 address to use (default: first multicast interface)")
+    parser.add_argument("--iface", help="interface name (its address is followed as it changes) or IPv4 address (kept as it is) to use "
+                             "(default: the LAN holding the default route; never a VPN tunnel or virtual bridge)")
     parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"control channel UDP port (default {DEFAULT_PORT})")
     parser.add_argument("--no-zeroconf", action="store_true", help="do not announce or browse with zeroconf")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
