@@ -177,16 +177,22 @@ class GroupManager(rules.OperationCalls):
         when the link comes back or after a sleep, and tell the user the state."""
         while not self._closed:
             await asyncio.sleep(WATCH_INTERVAL)
-            failure, sent = self.network.send_report() if hasattr(self.network, "send_report") else (None, 0)
-            now = clock.now()
-            for action in self.follower.observe(netif.interfaces(), now, netif.route_source(), failure, sent):
-                if isinstance(action, Move):
-                    await self._move(action.interface, action.address)
-                else:
-                    log.info("%s: resynchronising every group", action.reason)
-                    self.core.woke(now)
-                    self._after_input()
-            self._notify()
+            try:
+                await self._look_at_network()
+            except Exception:  # one bad look (an interface vanishing mid-read) must not end the watch
+                log.exception("network watch: this look failed; the next one comes in %.1f s", WATCH_INTERVAL)
+
+    async def _look_at_network(self) -> None:
+        failure, sent = self.network.send_report() if hasattr(self.network, "send_report") else (None, 0)
+        now = clock.now()
+        for action in self.follower.observe(netif.interfaces(), now, netif.route_source(), failure, sent):
+            if isinstance(action, Move):
+                await self._move(action.interface, action.address)
+            else:
+                log.info("%s: resynchronising every group", action.reason)
+                self.core.woke(now)
+                self._after_input()
+        self._notify()
 
     async def _move(self, interface: str, address: str) -> None:
         """Rebind to ``address`` on ``interface``: sockets and memberships, the file server, then
