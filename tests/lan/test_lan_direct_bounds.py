@@ -156,7 +156,7 @@ def test_8_a_forged_stamp_naming_a_made_up_pid_does_not_hold_anns_next_message_t
 
 def test_7_twenty_sybils_flooding_direct_messages_are_bounded_together_and_a_member_still_gets_through(setting):
     ann, bob = setting.peers
-    sybils = setting.sybils[1:]  # (the first left in the test above; it is refused unopened)
+    sybils = setting.sybils[1:]  # (the first leaves in test 14, when it runs in this process)
     dh = setting.bob_key.direct_public
     data_dir = Path(bob.data_dir)
     wal = data_dir / "m2mc.sqlite3-wal"
