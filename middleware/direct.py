@@ -36,7 +36,10 @@ received -> read.
 Ordering: SES (:mod:`middleware.ses`) stamps each message when composed and holds an
 incoming one until the messages that causally precede it and are addressed to this
 peer are delivered; held messages are stored (status "held") and fed to SES again
-after a restart.  SES's state is stored with every send and delivery.
+after a restart.  SES's state is stored with every send and delivery.  SES is given
+only the part of a stamp about pids that ``keys_of`` knows (current members of a
+joined group, and this peer): no message of anyone else can reach this peer, so a
+demand to wait for one could only hold a message until SES's hold limit.
 
 Persistence: nothing here touches the store's writes.  What changed waits in
 :meth:`DirectCore.take_writes` for the peer core's commit; after the commit
@@ -45,13 +48,18 @@ Persistence: nothing here touches the store's writes.  What changed waits in
 :mod:`middleware.peer_core`).  A failed commit keeps the writes for the next one.
 
 Bounds (resources/docs/protocol.md § Direct messages says who gives way):
-only a sender whose keys a joined group's member record holds is opened at all
-(``keys_of``); opening attempts are capped per second (:data:`OPENS_PER_SECOND`);
-each sender gets :data:`SENDER_RATE` frames a second (burst :data:`SENDER_BURST`);
-an incoming seqno more than :data:`MAX_AHEAD` past the sender's first gap is refused,
-and so is a message from a sender with :data:`MAX_UNREAD` unread ones; SES caps what
-it holds; outgoing, :data:`MAX_QUEUED_PER_PEER` unacknowledged per peer and
-:data:`MAX_QUEUED` in all, past which ``compose`` raises.
+only a sender whose keys a current member's record in a joined group holds is opened
+at all, and only such a peer is written to (``keys_of``); opening attempts are capped
+per second (:data:`OPENS_PER_SECOND`); each sender gets :data:`SENDER_RATE` frames a
+second (burst :data:`SENDER_BURST`); an incoming seqno more than :data:`MAX_AHEAD` past
+the sender's first gap is refused, and so is a message from a sender with
+:data:`MAX_UNREAD` unread ones; all senders together leave at most
+:data:`MAX_UNREAD_TOTAL` unread, past which a sender who shares no group any more gives
+way first, then the one holding the most (its newest unread message is dropped: status
+:data:`DROPPED`), and a sender holding nearly as many is refused; SES caps what it
+holds; outgoing, :data:`MAX_QUEUED_PER_PEER` unacknowledged per peer and
+:data:`MAX_QUEUED` in all, past which ``compose`` raises.  A refused message is not
+acknowledged: its sender keeps it and retries.
 """
 
 from __future__ import annotations
@@ -82,7 +90,14 @@ MAX_ACK_RANGES = 64  # ranges above the cumulative ack, the lowest first
 MAX_QUEUED_PER_PEER = 1_000  # unacknowledged outgoing messages per peer
 MAX_QUEUED = 10_000  # ... and in all
 MAX_AHEAD = MAX_QUEUED_PER_PEER  # an incoming seqno this far past the first gap is refused
-MAX_UNREAD = 5_000  # unread incoming messages per sender; past it the sender's new ones are refused
+MAX_UNREAD = 500  # unread incoming messages per sender; past it the sender's new ones are refused
+# Unread incoming messages of all senders together (each up to MAX_TEXT characters and a stamp: at
+# most about 75 MB on disk).  Past it, a sender no longer in a group with this peer gives way first
+# (its newest unread message is dropped), then the sender holding the most: a new message is taken only
+# from a sender holding at least two fewer than that one, so a flood from many keys ends with each
+# holding about the same, and a member who has sent little still gets through (see _victim).
+MAX_UNREAD_TOTAL = 2_000
+STRANGER_SWEEP = 1.0  # s: how long the list of holders who share no group with this peer is reused
 SENDER_RATE = 100.0  # frames per second per sender, after opening (an honest one paces itself below)
 SENDER_BURST = 300.0
 # DIRECT datagrams opened per second.  A stranger's flood must not lock members out: datagrams
@@ -97,6 +112,7 @@ SETTING_SES = "ses"
 SETTING_RECEIPTS = "receipts"
 
 QUEUED, SENT, DELIVERED, READ, RECEIVED, HELD = "queued", "sent", "delivered", "read", "received", "held"
+DROPPED = "dropped"  # a write only: the store deletes the row (an unread message that gave way, MAX_UNREAD_TOTAL)
 
 
 class StoredDirect(NamedTuple):
@@ -180,6 +196,46 @@ class Conversation:
         return ranges[0][1] + 1 if ranges and ranges[0][0] == 1 else 1
 
 
+class UnreadCounts:
+    """How many unread incoming messages each conversation holds, all of them together, and who holds
+    the most: found in O(1) however many hold some (counts change by one, or fall when read)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._count: dict[str, int] = {}
+        self._by_count: dict[int, dict[str, None]] = {}
+        self._most = 0
+
+    def set(self, peer: str, count: int) -> None:
+        old = self._count.pop(peer, 0)
+        if old:
+            holders = self._by_count[old]
+            del holders[peer]
+            if not holders:
+                del self._by_count[old]
+        if count:
+            self._count[peer] = count
+            self._by_count.setdefault(count, {})[peer] = None
+            self._most = max(self._most, count)
+        self.total += count - old
+
+    def of(self, peer: str) -> int:
+        return self._count.get(peer, 0)
+
+    def holders(self) -> list[str]:
+        return list(self._count)
+
+    def most(self, other_than: str | None = None) -> tuple[str, int] | None:
+        """The peer holding the most (not ``other_than``) and its count, or None."""
+        while self._most and self._most not in self._by_count:
+            self._most -= 1
+        for count in range(self._most, 0, -1):
+            for peer in self._by_count.get(count, ()):
+                if peer != other_than:
+                    return peer, count
+        return None
+
+
 class DirectCore:
     """Every conversation of one peer.  ``keys_of(pid)``: the pid's (Ed25519, X25519) public keys from
     the member records of joined groups, or None; ``lookup(peer, mid)``: a stored message."""
@@ -202,12 +258,15 @@ class DirectCore:
         self._events: list[Event] = []  # of the writes not committed yet
         self._opens_second = 0.0
         self._opens: dict[object, int] = {}  # this second's openings: per proven endpoint, None for the rest
+        self._unread = UnreadCounts()
+        self._strangers: list[str] = []  # holders of unread messages sharing no group with this peer
+        self._strangers_at = float("-inf")
         self._fresh = False  # whether the datagram being read moved anything (see receive)
         self.stats = dict.fromkeys((
             "direct_sent", "direct_retransmitted", "direct_acks_sent", "direct_delivered", "direct_duplicates",
             "direct_unopened", "direct_malformed", "direct_over_budget", "direct_rate_dropped",
             "direct_refused_ahead", "direct_refused_unread", "direct_refused_held", "direct_late",
-            "direct_unsealable"), 0)
+            "direct_unsealable", "direct_refused_total", "direct_dropped"), 0)
 
     # -- start ----------------------------------------------------------------------------
 
@@ -218,6 +277,7 @@ class DirectCore:
         for peer, state in states.items():
             conversation = self.conversations[peer] = Conversation.unpack(peer, state)
             conversation.unread = [tuple(row) for row in unread(peer, conversation.read_order)]  # type: ignore[misc]
+            self._unread.set(peer, len(conversation.unread))
         # Own messages in seqno order (a window needs it); held ones keep their arrival order (stable sort).
         for row in sorted(unsettled, key=lambda row: row.seqno if row.sender == self.me else 0):
             conversation = self._conversation(row.peer)
@@ -235,7 +295,8 @@ class DirectCore:
             raise UsageError("a direct message goes to another peer's pid")
         keys = self.keys_of(peer)
         if keys is None:
-            raise UsageError(f"no key is known for {peer:.40}: share a group with them first")
+            raise UsageError(f"{peer:.40} is no current member of a group you are in: share a group with them "
+                             "first (direct messages go only to current members; one who left is no longer one)")
         try:
             crypto.seal_direct(self.identity, peer, keys[1], b"")
         except ValueError:  # a low-order point only its owner can have signed into its record
@@ -284,6 +345,7 @@ class DirectCore:
         conversation.read_order = row.order
         read = [seqno for order, seqno in conversation.unread if order <= row.order]
         conversation.unread = [(order, seqno) for order, seqno in conversation.unread if order > row.order]
+        self._unread.set(peer, len(conversation.unread))
         if read and self.receipts and max(read) > conversation.receipt:
             conversation.receipt = max(read)
             conversation.receipt_at, conversation.receipt_tries = None, 0
@@ -380,6 +442,9 @@ class DirectCore:
         if len(conversation.unread) >= MAX_UNREAD:
             self.stats["direct_refused_unread"] += 1  # not acknowledged: the sender keeps it and retries
             return
+        if self._unread.total >= MAX_UNREAD_TOTAL and self._victim(conversation.peer, now) is None:
+            self.stats["direct_refused_total"] += 1  # as above: it comes once this peer's user reads
+            return
         row = row._replace(received_at=int(wall * 1000))
         if self._take_in(row, _unpack_stamp(row.stamp), now):
             self._fresh = True
@@ -390,7 +455,7 @@ class DirectCore:
         conversation = self._conversation(row.peer)
         key = row.mid
         self._held[key] = row
-        delivered = self.ses.receive(row.sender, key, stamp, now)
+        delivered = self.ses.receive(row.sender, key, self._known_only(stamp), now)
         if delivered is None:
             del self._held[key]
             self.stats["direct_refused_held"] += 1
@@ -399,10 +464,45 @@ class DirectCore:
         self._dirty.add(row.peer)
         if key not in delivered:
             self._write(row._replace(status=HELD, order=0))
-        self._deliver(delivered, late=False)
+        self._deliver(delivered, late=False, now=now)
         return True
 
-    def _deliver(self, keys: list[Hashable], late: bool) -> None:
+    def _known_only(self, stamp: SesStamp) -> SesStamp:
+        """``stamp`` without the pids that share no group with this peer.  No message of theirs can reach
+        this peer, so a demand to wait for one would only hold a message until SES's hold limit (a
+        stamp naming a made-up pid did so for 120 s); and relayed on, it would hold others' messages."""
+        known: dict[str, bool] = {self.me: True}
+
+        def keep(pid: str) -> bool:
+            if pid not in known:
+                known[pid] = self.keys_of(pid) is not None
+            return known[pid]
+
+        return stamp.restricted(keep)
+
+    def _victim(self, peer: str, now: float) -> str | None:
+        """Whose newest unread message gives way for one more from ``peer`` (MAX_UNREAD_TOTAL): a holder
+        who shares no group with this peer any more, else the one holding the most if that is at least
+        two more than ``peer`` holds; None: ``peer``'s message is refused (it is retried)."""
+        if now - self._strangers_at >= STRANGER_SWEEP:
+            self._strangers = [holder for holder in self._unread.holders() if self.keys_of(holder) is None]
+            self._strangers_at = now
+        while self._strangers:
+            stranger = self._strangers[-1]
+            if stranger != peer and self._unread.of(stranger):
+                return stranger
+            self._strangers.pop()
+        most = self._unread.most(other_than=peer)
+        return most[0] if most is not None and most[1] >= self._unread.of(peer) + 2 else None
+
+    def _drop_newest_unread(self, peer: str) -> None:
+        conversation = self.conversations[peer]
+        _, seqno = conversation.unread.pop()
+        self._unread.set(peer, len(conversation.unread))
+        self._write(StoredDirect(peer, peer, seqno, None, "", "", 0, 0, 0, DROPPED, False, b""))
+        self.stats["direct_dropped"] += 1
+
+    def _deliver(self, keys: list[Hashable], late: bool, now: float) -> None:
         for key in keys:
             row = self._held.pop(key, None)  # type: ignore[call-overload]
             if row is None:
@@ -411,8 +511,15 @@ class DirectCore:
             row = row._replace(order=conversation.next_order, status=RECEIVED, late=late)
             conversation.next_order += 1
             conversation.unread.append((row.order, row.seqno))
+            self._unread.set(row.peer, len(conversation.unread))
             self._dirty.add(row.peer)
             self._write(row)
+            if self._unread.total > MAX_UNREAD_TOTAL:  # _on_message found a victim; held ones released need one
+                victim = self._victim(row.peer, now)
+                most = self._unread.most()
+                self._drop_newest_unread(victim if victim is not None else most[0] if most else row.peer)
+                if conversation.unread[-1:] != [(row.order, row.seqno)]:  # it was this one: nothing to show
+                    continue
             self.stats["direct_delivered"] += 1
             self.stats["direct_late"] += late
             self._events.append(DirectDelivered(row.peer, [self.view(row)]))
@@ -483,7 +590,7 @@ class DirectCore:
 
     def handle_timer(self, now: float) -> None:
         late = self.ses.expire(now)
-        self._deliver(late, late=True)
+        self._deliver(late, late=True, now=now)
 
     # -- output -----------------------------------------------------------------------------
 

@@ -407,12 +407,13 @@ class Gjlp:
     def direct_keys(self, pid: str) -> tuple[bytes, bytes] | None:
         """``pid``'s Ed25519 and X25519 (direct-message) keys, from its signed records in the
         groups this peer is in (the one with the highest counter among those that carry a
-        key); None when no such record has one.  Records outside joined groups do not count:
-        a peer messages only people it shares a group with."""
+        key); None when no such record has one.  Only current members' records count: a peer
+        messages only people it shares a group with now, and a left record, which carries the
+        key too, says that its owner is no longer there."""
         best = None
         for record in self._joined_records():
             member = record.members.get(pid)
-            if member is not None and member.dh and (best is None or member.counter > best.counter):
+            if member is not None and member.joined and member.dh and (best is None or member.counter > best.counter):
                 best = member
         return None if best is None else (best.public_key, best.dh)
 

@@ -11,6 +11,7 @@ as SQLite does on a full disk.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -20,7 +21,7 @@ from .chatops import OP_MARKER
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .addresses import Endpoint
-from .direct import StoredDirect, conversation_id
+from .direct import DROPPED, StoredDirect, conversation_id
 from .files import FILE_MARKER
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit, StoredThread,
                         in_branch, merged_read_marks, plain_match, searched_text)
@@ -327,7 +328,13 @@ class MemoryStore:
 
     def save_direct(self, rows: Iterable[StoredDirect]) -> None:
         for row in rows:
-            self._put(self._direct, (row.peer, (row.sender, row.seqno)), row)
+            key = (row.peer, (row.sender, row.seqno))
+            if row.status == DROPPED:
+                old = self._direct.pop(key, None)
+                if old is not None:
+                    self._undo.append(functools.partial(self._direct.__setitem__, key, old))
+            else:
+                self._put(self._direct, key, row)
 
     def direct_history(self, peer: str, before: int | None = None, limit: int | None = None) -> list[StoredDirect]:
         rows = sorted((r for (p, _), r in self._direct.items()

@@ -52,12 +52,15 @@ conversation for good.
 Forged stamps.  Every vector in S_m is cut down to the stamp's own vector time
 (an honest sender's S never exceeds it), and the receiver's own component is
 never taken from a stamp (nobody knows more of its sends than it does), so its
-counter cannot be pushed to overflow.  A member that inflates its stamp holds
+counter cannot be pushed to overflow.  The caller gives ``receive`` only the part
+of a stamp about parties that can message the receiver (``SesStamp.restricted``;
+:mod:`middleware.direct` keeps the current members of its groups): a demand naming
+anyone else could never be met, so it is neither waited for nor merged and relayed.  A member that inflates its stamp holds
 its own message until ``hold_limit``; one that inflates a pair about a third
 party P_j (and its vector time to match) gets the receiver to relay the demand
 to P_j, which may then hold that receiver's next message(s) for up to
 ``hold_limit`` once, after which P_j has merged the inflated counts and asks
-nothing more.  SES cannot tell forged knowledge from real: the hold limit is
+nothing more (when the third party and P_j are among the parties kept).  SES cannot tell forged knowledge from real: the hold limit is
 what bounds the harm.
 """
 
@@ -66,7 +69,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +157,12 @@ class SesStamp:
         clock = flat(self.clock)
         buffer = [[index.setdefault(destination, len(index)), flat(vector)] for destination, vector in self.buffer]
         return [[_pid_to_wire(pid) for pid in index], clock, buffer]
+
+    def restricted(self, keep: Callable[[str], bool]) -> SesStamp:
+        """The stamp with only the pids ``keep`` says yes to: components, and pairs about destinations."""
+        return SesStamp({pid: count for pid, count in self.clock.items() if keep(pid)},
+                        tuple((destination, {pid: count for pid, count in vector.items() if keep(pid)})
+                              for destination, vector in self.buffer if keep(destination)))
 
     @classmethod
     def from_wire(cls, obj: object, max_parties: int = DEFAULT_MAX_PARTIES) -> SesStamp:

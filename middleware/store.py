@@ -3,9 +3,11 @@
 One database file per data dir, in WAL mode with ``synchronous=NORMAL``: a
 committed transaction survives the process being killed at any moment (only a
 power cut can lose the last commits before a checkpoint, which a background
-thread runs every two seconds).  Callers batch their
+thread runs every two seconds; a commit that leaves the WAL over :data:`WAL_LIMIT`
+truncates it).  Callers batch their
 writes and call :meth:`Store.commit` before they announce or transmit anything
-that depends on them, so nothing that was sent or shown is ever forgotten.
+that depends on them, so nothing that was sent or shown is ever forgotten (but
+what a bound drops on purpose: :data:`middleware.direct.MAX_UNREAD_TOTAL`).
 
 The identity is an Ed25519 key pair made at first start (:mod:`middleware.crypto`);
 messages are kept with their writers' signatures so that any member can relay them.
@@ -31,7 +33,7 @@ from .crypto import Identity
 from .gjlp import GroupRecord
 from .mentions import mentioned_pids
 from .rangeset import RangeSet
-from .direct import StoredDirect, conversation_id
+from .direct import DROPPED, StoredDirect, conversation_id
 from .files import FILE_MARKER
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
                         SearchQueryError, StoredThread, in_branch, merged_read_marks, searched_text)
@@ -187,25 +189,53 @@ CREATE TABLE messages (
 """
 
 
+WAL_LIMIT = 32 * 2**20
+"""Bytes of WAL past which a commit truncates it.  The checkpointer's PASSIVE checkpoints never wait
+for the writer, so under writes that never pause they never copy the whole WAL, SQLite never starts
+the WAL over, and the file grows for as long as they last (810 MB in 8 s of a direct-message flood's
+commits).  A TRUNCATE checkpoint copies everything and empties the file; it needs the writer's lock,
+which a thread waiting for it in SQLite's busy handler does not get from a writer that never pauses
+(the WAL still reached 138 MB so), so the writer runs it itself, after the commit that passed the
+limit.  That commit takes longer, as it copies what the checkpointer has not: 0.17-0.41 s at
+32 MB, 0.07-0.21 s at 8 MB (four times as often), under writes of 25 MB a second on the build
+machine, loaded.  The WAL stays within WAL_LIMIT and one commit."""
+
+
 class _Checkpointer:
-    """Checkpoints the WAL every few seconds from a daemon thread with its own connection."""
+    """Checkpoints the WAL every few seconds from a daemon thread with its own connection, and
+    sooner when a quarter of :data:`WAL_LIMIT` was written since the last time: so when a commit
+    truncates the WAL, most of it has been copied already, and that commit is short."""
 
     INTERVAL = 2.0
+    LOOK = 0.25  # s between two looks at the WAL's size
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._wal = path.with_name(path.name + "-wal")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="m2mc-checkpoint", daemon=True)
         self._thread.start()
 
+    def _wal_bytes(self) -> int:
+        try:
+            return self._wal.stat().st_size
+        except OSError:
+            return 0
+
     def _run(self) -> None:
         db = sqlite3.connect(self._path, check_same_thread=False)
+        last_size, waited = 0, 0.0
         try:
-            while not self._stop.wait(self.INTERVAL):
+            while not self._stop.wait(self.LOOK):
+                waited += self.LOOK
+                size = self._wal_bytes()
+                if waited < self.INTERVAL and not size - last_size >= WAL_LIMIT / 4:
+                    continue
                 try:
                     db.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error:
                     pass  # busy or closing: the next round (or close) does it
+                last_size, waited = self._wal_bytes(), 0.0
         finally:
             db.close()
 
@@ -298,6 +328,7 @@ class Store:
         # on the event loop, so they never stall delivery.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = _Checkpointer(self.path)
+        self.wal_truncations = 0  # TRUNCATE checkpoints that emptied the WAL (WAL_LIMIT)
         self._packer = msgpack.Packer(use_bin_type=True)
         # Whether stored messages go into the search index: always once open (migrations write
         # segments before the index exists, and it is built after them).  Benchmarks switch it off
@@ -552,6 +583,12 @@ class Store:
             self._merge_step()
         self._db.commit()
         self._index_written = False
+        if self._checkpointer._wal_bytes() > WAL_LIMIT:
+            try:
+                busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                self.wal_truncations += not busy
+            except sqlite3.Error as exc:  # committed all the same: the next commit tries again
+                log.warning("the WAL (over %d MB) could not be truncated: %s", WAL_LIMIT // 2**20, exc)
 
     def _set_automerge(self, segments: int) -> None:
         self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('automerge', ?)", (segments,))
@@ -1356,14 +1393,35 @@ class Store:
 
     def save_direct(self, rows: Iterable[StoredDirect]) -> None:
         """Direct messages, each replacing the stored version of its (peer, mid); those shown are
-        indexed for search (once)."""
-        saved = list(rows)
+        indexed for search (once).  A row with the status ``dropped`` deletes its (peer, mid) instead."""
+        saved = []
+        for r in rows:
+            if r.status == DROPPED:
+                self._delete_direct(r.peer, r.mid)
+            else:
+                saved.append(r)
         self._db.executemany(
             f"INSERT OR REPLACE INTO direct_messages ({self._DIRECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(r.peer, r.sender, r.seqno, *(r.parent or (None, None)), r.name, r.text, r.sent_at, r.received_at,
               r.order, r.status, int(r.late), r.stamp) for r in saved])
         if self.indexing:
             self._index_direct(saved)
+
+    def _delete_direct(self, peer: str, mid: Mid) -> None:
+        """A direct message gone, and its search index entry: a contentless index forgets an entry
+        only when handed the text it indexed, which is read back from the row itself."""
+        key = (peer, *mid)
+        found = self._db.execute("SELECT r.row, m.text FROM direct_search_rows r JOIN direct_messages m ON "
+                                 "m.peer = r.peer AND m.sender = r.sender AND m.seqno = r.seqno "
+                                 "WHERE r.peer = ? AND r.sender = ? AND r.seqno = ?", key).fetchone()
+        if found is not None:
+            row, text = found
+            indexed = searched_text(text)
+            if indexed is not None:
+                self._db.execute("INSERT INTO direct_search (direct_search, rowid, text) VALUES ('delete', ?, ?)",
+                                 (row, indexed))
+            self._db.execute("DELETE FROM direct_search_rows WHERE row = ?", (row,))
+        self._db.execute("DELETE FROM direct_messages WHERE peer = ? AND sender = ? AND seqno = ?", key)
 
     def _index_direct(self, rows: list[StoredDirect]) -> None:
         """Index the shown ones of ``rows`` (order above 0: not held) not indexed yet."""

@@ -9,6 +9,8 @@ from typing import NamedTuple
 from .mentions import mentioned_pids
 
 Mid = tuple[str, int]
+MAX_SEQNO = 2**63 - 1
+"""The largest seqno (an SQLite INTEGER, and what the wire takes: ``middleware.wire.MAX_SEQNO``)."""
 
 
 def format_mid(mid: Mid) -> str:
@@ -19,8 +21,11 @@ def format_mid(mid: Mid) -> str:
 def parse_mid(text: str) -> Mid:
     """The inverse of :func:`format_mid`; raises ValueError with a clear message."""
     pid, sep, seqno = text.rpartition(":") if isinstance(text, str) else ("", "", "")
-    if not sep or not pid or not seqno.isdigit() or int(seqno) < 1:
-        raise ValueError(f"not a message id (expected '<pid>:<seqno>'): {text!r:.80}")
+    # ASCII digits only (str.isdigit also takes other scripts' digits and superscripts), and at most
+    # 19 of them: a longer number is out of range anyway, and int() of a huge string costs time.
+    if not sep or not pid or not seqno.isascii() or not seqno.isdigit() or len(seqno) > 19 \
+            or not 1 <= int(seqno) <= MAX_SEQNO:
+        raise ValueError(f"not a message id (expected '<pid>:<seqno>', the seqno from 1 to 2**63-1): {text!r:.80}")
     return pid, int(seqno)
 
 

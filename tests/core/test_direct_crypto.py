@@ -80,6 +80,14 @@ def test_direct_keys_come_from_records_in_joined_groups_only():
     me.receive(BOB.pid, wire.Join(wire.sign_member(BOB, joined.gid, "Bob", 1, True)), 5.0)
     assert me.direct_keys(BOB.pid) == (BOB.public_key, BOB.direct_public)
     assert me.direct_keys(EVE.pid) is None
+    # A member who left the only group shared is no current member: its left record (which carries its
+    # key too, and the higher counter) gives no key, so it neither writes to nor is written to by this peer.
+    me.receive(BOB.pid, wire.Leave(wire.sign_member(BOB, joined.gid, "Bob", 2, False)), 6.0)
+    assert me.direct_keys(BOB.pid) is None
+    me.receive(BOB.pid, wire.Join(wire.sign_member(BOB, joined.gid, "Bob", 3, True)), 7.0)
+    assert me.direct_keys(BOB.pid) == (BOB.public_key, BOB.direct_public)  # back: a member again
+    me.leave(joined.gid, 8.0)
+    assert me.direct_keys(BOB.pid) is None and me.direct_keys(ANN.pid) is None  # this peer left
 
 
 def test_a_peer_re_signs_its_own_old_records_with_its_key_at_start(tmp_path):

@@ -166,3 +166,12 @@ def test_the_peer_still_works_afterwards(manager):
     manager.flush()
     assert manager.history(manager.gid)[-1].mid == mid
     assert parse_mid(f"{mid[0]}:{mid[1]}") == mid
+
+
+@pytest.mark.parametrize("seqno", [str(2**63), "9" * 20, "9" * 5000, "0", "-1", "+1", " 1", "\u0663", "\u00b2", "1.0"])
+def test_a_mid_whose_seqno_no_store_can_hold_is_a_value_error(seqno):
+    # A ValueError is what the JSON-RPC peer answers as a parameter error (-32602); 2**63 reached
+    # the store and came back as an OverflowError, answered as "internal error" (-32000).
+    with pytest.raises(ValueError, match="not a message id"):
+        parse_mid(f"{'ab' * 16}:{seqno}")
+    assert parse_mid(f"{'ab' * 16}:{2**63 - 1}") == ("ab" * 16, 2**63 - 1)

@@ -316,3 +316,31 @@ def test_a_sender_s_kept_versions_read_their_threads_a_bounded_number_of_times(t
     assert [store.thread_root(GID, reply.mid) for reply in replies] == [roots[1].mid, roots[1].mid, roots[0].mid,
                                                                         roots[0].mid]
     store.close()
+
+
+def test_the_wal_stays_near_its_limit_under_writes_that_never_pause(tmp_path, monkeypatch):
+    # A flood of direct messages commits without a pause: PASSIVE checkpoints alone let the WAL grow
+    # to 810 MB in 8 s (issue 41), as they never copy all of it while the writer keeps appending.
+    import time
+
+    from m2mc.middleware import store as store_module
+    from m2mc.middleware.direct import StoredDirect
+
+    monkeypatch.setattr(store_module, "WAL_LIMIT", 2**20, raising=False)  # (raising: the code before had none)
+    store = Store(tmp_path / "m.db")
+    wal = tmp_path / "m.db-wal"
+    peer, peak, seqno, written = "b" * 32, 0, 0, 0
+    began = time.monotonic()
+    while written < 12 * store_module.WAL_LIMIT:
+        rows = [StoredDirect(peer, peer, seqno + i, None, "Ann", f"w{seqno + i} " + "x" * 2_000, 1, 1, seqno + i,
+                             "received", False, b"\x91\x90") for i in range(1, 21)]
+        seqno += 20
+        written += sum(len(r.text) for r in rows)
+        store.save_direct(rows)
+        store.commit()
+        peak = max(peak, wal.stat().st_size)
+    print(f"{seqno} rows, {written / 2**20:.0f} MB of text in {time.monotonic() - began:.1f} s of commits: the WAL peaked at "
+          f"{peak / 2**20:.2f} MB (limit {store_module.WAL_LIMIT / 2**20:.0f} MB), {getattr(store, 'wal_truncations', 0)} truncations")
+    assert peak <= 2 * store_module.WAL_LIMIT, f"the WAL reached {peak / 2**20:.1f} MB"
+    assert store.direct_message(peer, (peer, seqno))  # nothing lost
+    store.close()
