@@ -34,6 +34,7 @@ import logging
 from collections import deque
 from typing import Any, Awaitable, Callable, TypeVar
 
+import shiboken6
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from ..middleware.manager import Config
@@ -142,6 +143,8 @@ class Backend(QObject):
 
     def _finish(self, token: int, result: Any, error: Exception | None) -> None:
         on_result, on_error, name = self._callbacks.pop(token, (None, None, "?"))
+        if _owner_deleted(on_result) or _owner_deleted(on_error):
+            return  # what asked (a model, a pane) was closed while the middleware worked: nobody to tell
         if error is None:
             if on_result is not None:
                 on_result(result)
@@ -151,6 +154,13 @@ class Backend(QObject):
             if not isinstance(error, UsageError):
                 log.error("%s failed", name, exc_info=error)
             self.failed.emit(describe_error(error))
+
+
+def _owner_deleted(callback: Callable | None) -> bool:
+    """Whether ``callback`` is a method of a Qt object that has been deleted (calling it would
+    raise "Signal source has been deleted" from inside the event loop)."""
+    owner = getattr(callback, "__self__", None)
+    return isinstance(owner, QObject) and not shiboken6.isValid(owner)
 
 
 def _call_name(work: Callable) -> str:
