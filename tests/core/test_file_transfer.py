@@ -17,7 +17,7 @@ import msgpack
 
 from m2mc.middleware.crypto import Identity
 from m2mc.middleware.file_transfer import HELLO, VERSION, FileService, Transfer
-from m2mc.middleware.files import BAD_CHUNKS_TO_DROP
+from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, HandshakeSlots
 from m2mc.middleware.types import ChatMessage, Mid, UsageError
 
 GID = "g" * 26
@@ -263,24 +263,35 @@ def test_a_file_past_the_size_cap_is_refused_with_a_clear_error_and_a_cancelled_
     assert again.state == "done" and again.path.read_bytes() == original
 
 
-def test_connections_waiting_for_their_handshake_are_capped(tmp_path, monkeypatch):
-    monkeypatch.setattr("m2mc.middleware.file_transfer.MAX_HANDSHAKES", 3)
-
+def test_connections_waiting_for_their_handshake_are_capped_per_address_and_a_flood_gives_way(tmp_path):
     async def run():
         services, addresses, messages = await peers(tmp_path, ["ann"])
         ann = services["ann"]
+        ann.handshakes = HandshakeSlots(per_address=3, total=4)
         try:
-            idle = [await asyncio.open_connection("127.0.0.1", ann.port) for _ in range(5)]  # say nothing
+            # 127.0.0.2 says nothing on 5 connections: the last 2 are closed at once (its 3 slots).
+            flood = [await asyncio.open_connection("127.0.0.1", ann.port, local_addr=("127.0.0.2", 0))
+                     for _ in range(5)]
             await asyncio.sleep(0.2)
-            closed = [await asyncio.wait_for(reader.read(), 5) for reader, _ in idle[3:]]
-            for _, writer in idle:
+            refused = [await asyncio.wait_for(reader.read(), 5) for reader, _ in flood[3:]]
+            # 127.0.0.3 takes the 4th slot; 127.0.0.4 then takes the flood's oldest, not 127.0.0.3's.
+            third = await asyncio.open_connection("127.0.0.1", ann.port, local_addr=("127.0.0.3", 0))
+            await asyncio.sleep(0.1)
+            fourth = await asyncio.open_connection("127.0.0.1", ann.port, local_addr=("127.0.0.4", 0))
+            await asyncio.sleep(0.1)
+            gave_way = await asyncio.wait_for(flood[0][0].read(), 5)
+            still = [not reader.at_eof() for reader in (flood[1][0], flood[2][0], third[0], fourth[0])]
+            for _, writer in [*flood, third, fourth]:
                 writer.close()
-            return closed, ann.handshakes_refused
+            return refused, gave_way, still, ann.stats()
         finally:
             await ann.close()
 
-    closed, refused = asyncio.run(run())
-    assert closed == [b"", b""] and refused == 2
+    refused, gave_way, still, stats = asyncio.run(run())
+    print(f"handshake slots 3 per address, 4 in all: {stats['file_handshakes_refused']} refused, "
+          f"{stats['file_handshakes_evicted']} gave way")
+    assert refused == [b"", b""] and gave_way == b"" and all(still)
+    assert stats["file_handshakes_refused"] == 2 and stats["file_handshakes_evicted"] == 1
 
 
 def three_receivers(tmp_path: Path, apart: float) -> tuple[list[Transfer], float]:
