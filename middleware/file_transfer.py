@@ -708,7 +708,7 @@ class FileService:
                 transfer.idle_turns = 0 if transfer.progressed else transfer.idle_turns + 1
                 if transfer.auto and transfer.idle_turns >= AUTO_IDLE_TURNS:
                     self._auto_later.pop(transfer.mid[0], None)  # its offerer serves nothing: its other offers wait for the user
-                    raise UsageError(f"no member served it in {AUTO_IDLE_TURNS} turns of {DOWNLOAD_IDLE:.0f} s")
+                    raise UsageError(f"no member served it in {AUTO_IDLE_TURNS} turns of {DOWNLOAD_IDLE:g} s")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the disk (OSError), the offer (UsageError), or a bug

@@ -17,7 +17,7 @@ import msgpack
 
 from m2mc.middleware.crypto import Identity
 from m2mc.middleware.file_transfer import HELLO, VERSION, FileService, Transfer
-from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, HandshakeSlots
+from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, FileOffer, HandshakeSlots
 from m2mc.middleware.types import ChatMessage, Mid, UsageError
 
 GID = "g" * 26
@@ -389,3 +389,60 @@ def test_frames_read_past_the_stream_reader_come_whole_however_the_socket_cuts_t
     buffer[:4] = struct.pack(">I", 2000)
     reader.buffer_updated(4)
     assert transport.closed
+
+
+def test_downloads_nobody_serves_give_their_slots_up_and_auto_downloads_per_offerer_are_bounded(tmp_path, monkeypatch):
+    """Five members offer files they never serve (no address, no server), one of them three: Bob
+    auto-fetches at most 2 of one member's at once, the stuck ones hold all 4 download slots and
+    give them up after DOWNLOAD_IDLE to Ann's real file, and those that give way AUTO_IDLE_TURNS
+    times without a chunk fail.
+    Waiting costs nothing: the downloads in line run no code until they are woken."""
+    monkeypatch.setattr("m2mc.middleware.file_transfer.DOWNLOAD_IDLE", 0.5)
+    monkeypatch.setattr("m2mc.middleware.file_transfer.chunk_deadline", lambda size: 0.5)
+    ghosts = [Identity.generate() for _ in range(5)]
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob"])
+        ann, bob = services["ann"], services["bob"]
+        everyone = {ann.core.pid, bob.core.pid, *(g.pid for g in ghosts)}
+        for service in services.values():
+            service.core.gjlp.groups[GID].is_current = everyone.__contains__
+            service.core.gjlp.groups[GID].current = lambda: [SimpleNamespace(pid=p) for p in sorted(everyone)]
+        try:
+            offers = []
+            for n, ghost in enumerate([*ghosts, ghosts[0], ghosts[0]]):  # the first ghost offers three
+                digest = hashlib.sha256(str(n).encode()).hexdigest()
+                text = FileOffer(f"bait {n}.bin", 100_000, "application/octet-stream", digest, 65536, digest).to_text()
+                mid = (ghost.pid, n + 1)
+                messages[mid] = ChatMessage(GID, mid, None, "ghost", text, 0, 0)
+                offers.append(messages[mid])
+            bob.delivered(GID, offers)
+            ghost_rows = [t for t in bob.transfers.values() if t.mid[0] == ghosts[0].pid]
+            per_offerer, deferred = len(ghost_rows), bob.stats()["file_auto_deferred"]
+            await asyncio.sleep(0.1)
+            states = sorted(t.state for t in bob.transfers.values())
+            path = source_file(tmp_path, 300_000)
+            mid = await offer(ann, messages, path)
+            started = asyncio.get_running_loop().time()
+            bob.delivered(GID, [messages[mid]])
+            real = bob.transfers[(GID, mid)]
+            await wait_done(real, 10)
+            took = asyncio.get_running_loop().time() - started
+            await asyncio.sleep(2.5)  # two more turns: those that gave their slot up twice without a chunk fail
+            failed = [t.error for t in bob.transfers.values() if t is not real and t.state == "failed"]
+            holding = sorted(t.state for t in bob.transfers.values() if t is not real and t.state != "failed")
+            return (per_offerer, deferred, states, real.state, took, failed, holding,
+                    real.path.read_bytes() == path.read_bytes())
+        finally:
+            for service in services.values():
+                await service.close()
+
+    per_offerer, deferred, states, state, took, failed, holding, whole = asyncio.run(run())
+    print(f"unserved offers: {per_offerer} auto-fetched of the first member's 3 ({deferred} deferred); slots "
+          f"{states}; Ann's file done {took:.2f} s after its offer; the unserved ones: {failed[0]!r}")
+    assert per_offerer == 2 and deferred == 1
+    assert states == ["fetching"] * 4 + ["waiting"] * 2  # 4 slots, 6 auto-downloads
+    assert state == "done" and whole and took <= 0.5 + 1.5
+    # The two that gave way twice failed; the others hold slots nobody waits for (and give way when one does).
+    assert len(failed) == 2 and all("no member served it" in error for error in failed)
+    assert holding == ["fetching"] * 4
