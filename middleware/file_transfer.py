@@ -103,7 +103,7 @@ MAX_UPLOADS = 16  # a sealed chunk is held twice while it is sent: 16 x 8 MiB at
 UPLOAD_IDLE = 15.0  # seconds a proven connection may ask nothing before it is closed
 UPLOAD_GIVES_WAY = 2.0  # seconds asking nothing after which an upload slot goes to a member that wants one
 RETRY_SOURCE = 0.5  # a member that had nothing (or was unreachable) is asked again after this
-STALLED_RETRY = 30.0  # seconds before a source whose chunks were overdue is asked again (the offerer: RETRY_SOURCE)
+STALLED_RETRY = 30.0  # seconds before a source whose chunks were overdue is asked again, doubling (the offerer: RETRY_SOURCE)
 ELSEWHERE_WAIT = 0.5  # seconds a chunk the offerer sent elsewhere waits for a member to announce it
 SETTLE_WAIT = 0.5  # seconds a new download waits for the members it reaches to say what they hold, before asking the offerer
 LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list
@@ -355,6 +355,7 @@ class Transfer:
     plan: ChunkPlan | None = None
     sources: dict[str, _Source] = field(default_factory=dict)
     retry_at: dict[str, float] = field(default_factory=dict)
+    stalls: dict[str, int] = field(default_factory=dict)  # sources dropped for an overdue chunk, times each
     subscribers: set[_Stream] = field(default_factory=set)
     holders: set[str] = field(default_factory=set)  # members that said they hold chunks of it
     askers: FirstAskers | None = None  # offered by this peer: who asked first for each chunk
@@ -794,7 +795,11 @@ class FileService:
             log.info("files: %s sent no chunk of %s in %.1f s: asking the others", pid, transfer.offer.name,
                      plan.deadline)
             plan.drop_source(pid)
-            transfer.retry_at[pid] = now + (RETRY_SOURCE if pid == plan.spare else STALLED_RETRY)
+            stalls = transfer.stalls[pid] = transfer.stalls.get(pid, 0) + 1
+            # A member stalling again waits twice as long each time (to 8x): a silent claimer of every
+            # chunk costs a download one chunk deadline per back-off, not one per STALLED_RETRY.
+            transfer.retry_at[pid] = now + (RETRY_SOURCE if pid == plan.spare
+                                            else STALLED_RETRY * 2 ** min(stalls - 1, 3))
             source = transfer.sources.pop(pid, None)
             if source is not None and source.stream is not None:
                 source.stream.close()

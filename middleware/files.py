@@ -626,11 +626,13 @@ class HandshakeSlots:
     address and ``total`` in all.
 
     Nothing is known of a connection before its HELLO, so the address is what a flood shares.
-    When all slots are taken, a newcomer from an address holding fewer takes the slot of the
-    oldest connection from the address holding most; connections that have named a current
-    member (:meth:`named_member`) give way only after those that have not.  One address's
-    flood thus never refuses another address, and many addresses' flood refuses none that
-    holds fewer slots than they do.  Sans-I/O: the caller passes ``now`` and closes what is evicted.
+    When all slots are taken, a newcomer takes the slot of the oldest connection from the
+    address holding most, if that address would still hold as many as the newcomer's;
+    connections that have named a current member (:meth:`named_member`) give way only after
+    those that have not.  One address's flood thus never refuses another address, and a
+    flood from many addresses only makes the slots turn over faster: a member's connection,
+    the newest, names its member within milliseconds and then gives way last.  Sans-I/O: the
+    caller passes ``now`` and closes what is evicted.
     """
 
     def __init__(self, per_address: int, total: int) -> None:
@@ -657,7 +659,7 @@ class HandshakeSlots:
                 return not item[1][2], self._count[item[1][0]], -item[1][1]
 
             slot, (victim, _, _) = max(self._slots.items(), key=rank)
-            if victim == address or self._count[victim] <= held + 1:
+            if victim == address or self._count[victim] < held + 1:
                 self.refused += 1
                 return None, None
             evicted = slot

@@ -237,11 +237,18 @@ def test_handshake_slots_per_address_and_a_flood_gives_way_before_members():
     member, evicted = slots.admit("10.0.0.2", now=30)
     assert member is not None and evicted == flood[0]  # the oldest of an address holding most
     slots.named_member(member)
-    # Another address of the flood: takes an unnamed flood slot, never the member's.
-    for i in range(20):
+    # More addresses of the flood: each takes an unnamed flood slot, never the member's.
+    for i in range(40):
         slot, evicted = slots.admit(f"10.0.1.{i}", now=40 + i)
-        assert evicted != member
+        assert slot is not None and evicted != member
     assert len(slots) == 16 and member in slots._slots
+    # 64 addresses with one connection each: a member's newest connection still gets in.
+    spread = HandshakeSlots(per_address=8, total=64)
+    for i in range(64):
+        spread.admit(f"10.0.2.{i}", now=i)
+    late, evicted = spread.admit("10.0.0.3", now=100)
+    assert late is not None and evicted is not None
+    assert spread.admit("10.0.0.3", now=101) == (None, None)  # its second would hold more than the flood's one
     print(f"handshake slots: {slots.refused} refused, {slots.evicted} gave way; the member kept its slot")
 
 
