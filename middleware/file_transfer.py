@@ -1210,21 +1210,27 @@ class FileService:
                 transfer.retry_at.pop(pid, None)
                 transfer.wake.set()
             stream.write(HAVE, bytes(transfer.have))
+            # A client must take what it asked for as fast as a source must send it (files.chunk_deadline):
+            # one that asks and never reads holds no slot for longer.
+            deadline = chunk_deadline(transfer.offer.chunk_size)
             while not self._closed:
-                await writer.drain()
+                self.caps.touch(upload, clock.now(), serving=True)
+                await asyncio.wait_for(writer.drain(), deadline)
                 self.caps.touch(upload, clock.now())
                 # A slot held asking nothing is closed after UPLOAD_IDLE (and gives way after UPLOAD_GIVES_WAY).
                 kind, data = await asyncio.wait_for(stream.read(64), UPLOAD_IDLE)
-                self.caps.touch(upload, clock.now())
+                self.caps.touch(upload, clock.now(), serving=True)
                 if kind == GET_HASHES:
-                    stream.write(HASHES, b"".join(transfer.leaves))
+                    hashes = b"".join(transfer.leaves)
+                    stream.write(HASHES, hashes)
+                    await asyncio.wait_for(writer.drain(), CHUNK_DEADLINE + len(hashes) / MIN_SOURCE_RATE)
                 elif kind == GET:
                     index = _INDEX.unpack(data)[0]
                     if transfer.askers is not None and not transfer.askers.serve(
                             client, index, lambda pid: transfer.clients.get(pid, 0) > 0):
                         stream.write(ELSEWHERE, data)
                         continue
-                    sent = await self._send_chunk(stream, transfer, index)
+                    sent = await asyncio.wait_for(self._send_chunk(stream, transfer, index), deadline)
                     transfer.uploaded += sent  # not "+= await": other connections add meanwhile
                 else:
                     raise TransferError(f"unexpected frame {kind}")

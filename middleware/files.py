@@ -52,7 +52,10 @@ CHUNK_DEADLINE = 3.0
 chunk), plus the chunk's length at :data:`MIN_SOURCE_RATE`: later, its chunks go back to the
 other sources (:meth:`ChunkPlan.stalled`).  A member that claims every chunk and sends none costs
 a download this long, not for ever."""
-MIN_SOURCE_RATE = 512 * 1024  # bytes a second: slower than this over a whole chunk, a source is taken for stalled
+MIN_SOURCE_RATE = 256 * 1024
+"""Bytes a second (2 Mbit/s): slower than this over a whole chunk, a source is taken for stalled,
+and a receiver that takes a chunk slower is closed by the server.  Low enough for a weak Wi-Fi
+link shared by a download's sources: a 256 KiB chunk is due within 4 s, a 4 MiB one within 19 s."""
 _NODE = b"\x01"  # the tree's inner nodes are hashed with a prefix: a node is never taken for a leaf
 
 
@@ -563,7 +566,7 @@ class Caps:
         self.total = total
         self.idle = idle
         self.active: dict[str, int] = {}
-        self._slots: dict[int, list] = {}  # slot -> [pid, when it last asked for something]
+        self._slots: dict[int, list] = {}  # slot -> [pid, when it last asked for something, being served]
         self._next = 0
         self.refused = 0
         self.evicted = 0
@@ -584,7 +587,7 @@ class Caps:
             self.evicted += 1
         slot = self._next
         self._next += 1
-        self._slots[slot] = [pid, now]
+        self._slots[slot] = [pid, now, False]
         self.active[pid] = held + 1
         return slot, evicted
 
@@ -592,7 +595,7 @@ class Caps:
         def rank(item: tuple[int, list]) -> tuple[int, float]:
             return self.active[item[1][0]], -(now - item[1][1])
 
-        idle = [item for item in self._slots.items() if now - item[1][1] >= self.idle]
+        idle = [item for item in self._slots.items() if not item[1][2] and now - item[1][1] >= self.idle]
         if idle:
             return max(idle, key=rank)[0]
         if held == 0:
@@ -601,10 +604,11 @@ class Caps:
                 return max(crowded, key=rank)[0]
         return None
 
-    def touch(self, slot: int, now: float) -> None:
-        """``slot``'s connection asked for something at ``now``."""
+    def touch(self, slot: int, now: float, serving: bool = False) -> None:
+        """``slot``'s connection asked for something at ``now``; ``serving``: it is being answered
+        (never idle meanwhile: the caller bounds how long an answer may take)."""
         if slot in self._slots:
-            self._slots[slot][1] = now
+            self._slots[slot][1:] = [now, serving]
 
     def holds(self, slot: int) -> bool:
         return slot in self._slots

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import msgpack
 
 from m2mc.middleware.crypto import Identity
-from m2mc.middleware.file_transfer import HELLO, VERSION, FileService, Transfer
+from m2mc.middleware.file_transfer import GET, HAVE, HELLO, PROOF, VERSION, FileService, Transfer, _client_signed
 from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, FileOffer, HandshakeSlots
 from m2mc.middleware.types import ChatMessage, Mid, UsageError
 
@@ -446,3 +446,61 @@ def test_downloads_nobody_serves_give_their_slots_up_and_auto_downloads_per_offe
     # The two that gave way twice failed; the others hold slots nobody waits for (and give way when one does).
     assert len(failed) == 2 and all("no member served it" in error for error in failed)
     assert holding == ["fetching"] * 4
+
+
+def test_a_member_that_asks_for_chunks_and_never_reads_them_loses_its_upload_slot(tmp_path, monkeypatch):
+    """Eve, a member, asks for 80 chunks (20 MiB) and reads none: once the socket buffers are full
+    the chunk in hand is overdue (files.chunk_deadline), and Ann closes the connection, freeing
+    its slot; an idle connection's slot goes at UPLOAD_IDLE."""
+    monkeypatch.setattr("m2mc.middleware.file_transfer.chunk_deadline", lambda size: 0.5)
+    monkeypatch.setattr("m2mc.middleware.file_transfer.UPLOAD_IDLE", 1.0)
+    eve = Identity.generate()
+
+    async def handshake(port: int, mid_text: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+        def send(kind: int, payload: bytes = b"") -> None:
+            writer.write(struct.pack(">I", 1 + len(payload)) + bytes([kind]) + payload)
+
+        async def frame() -> tuple[int, bytes]:
+            body = await reader.readexactly(struct.unpack(">I", await reader.readexactly(4))[0])
+            return body[0], body[1:]
+
+        nonce = os.urandom(32)
+        send(HELLO, msgpack.packb([VERSION, GID, mid_text, eve.public_key, nonce]))
+        server_key, nonce_s, _ = msgpack.unpackb((await frame())[1])
+        send(PROOF, eve.sign(_client_signed(GID, mid_text, nonce, nonce_s, server_key)))
+        assert (await frame())[0] == HAVE
+        return reader, writer
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann"])
+        ann = services["ann"]
+        members = {ann.core.pid, eve.pid}
+        ann.core.gjlp.groups[GID].is_current = members.__contains__
+        try:
+            mid = await offer(ann, messages, source_file(tmp_path, 20 * 2**20))
+            mid_text = f"{mid[0]}:{mid[1]}"
+            reader, writer = await handshake(ann.port, mid_text)
+            writer.write(b"".join(struct.pack(">I", 5) + bytes([GET]) + struct.pack(">I", i) for i in range(80)))
+            held = dict(ann.caps.active)
+            started = asyncio.get_running_loop().time()
+            while ann.caps.active and asyncio.get_running_loop().time() - started < 10:
+                await asyncio.sleep(0.05)
+            hoarder_freed = asyncio.get_running_loop().time() - started
+            writer.close()
+            _, idle = await handshake(ann.port, mid_text)
+            started = asyncio.get_running_loop().time()
+            while ann.caps.active and asyncio.get_running_loop().time() - started < 10:
+                await asyncio.sleep(0.05)
+            idle_freed = asyncio.get_running_loop().time() - started
+            idle.close()
+            return held, hoarder_freed, idle_freed
+        finally:
+            await ann.close()
+
+    held, hoarder_freed, idle_freed = asyncio.run(run())
+    print(f"a member that never reads its chunks held its slot {hoarder_freed:.2f} s, one asking nothing "
+          f"{idle_freed:.2f} s (deadline 0.5 s, UPLOAD_IDLE 1 s)")
+    assert held == {eve.pid: 1}
+    assert hoarder_freed <= 3.0 and 0.9 <= idle_freed <= 2.0

@@ -399,3 +399,12 @@ def test_on_windows_a_name_fits_max_path_with_its_partial_suffix_and_reserved_na
         unique_name("report.xlsx", lambda n: False, lambda n: name_fits(n, "C:\\" + "y" * 250, windows=True))
     for reserved in ("CON.txt", "nul", "COM\u00b9.log", "CONIN$", "lpt9.tar.gz", "AUX .txt"):
         assert safe_name(reserved).startswith("file_"), reserved
+
+
+def test_an_upload_slot_being_served_is_never_idle_however_long_its_answer_takes():
+    caps = Caps(per_peer=4, total=1, idle=2.0)
+    slot, _ = caps.acquire("bob", now=0.0)
+    caps.touch(slot, 0.5, serving=True)  # a 4 MiB chunk going out on a slow link
+    assert caps.acquire("cat", now=10.0) == (None, None)
+    caps.touch(slot, 10.0)  # sent: now it asks nothing
+    assert caps.acquire("cat", now=12.0) == (1, slot)
