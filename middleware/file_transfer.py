@@ -96,6 +96,7 @@ MAX_SOURCES = 8  # connections one download keeps, one of them kept for the offe
 MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn (:class:`files.SlotQueue`)
 DOWNLOAD_IDLE = 5.0  # seconds without a new chunk after which a download gives its slot to one waiting
 AUTO_PER_MEMBER = 2  # auto-downloads of one member's offers not yet done; its later offers wait
+MAX_AUTO_OPEN = 16  # auto-downloads not yet done in all (fresh keys cost nothing): later offers are left to the user
 AUTO_LATER = 8  # offers of one member waiting for its auto-downloads to finish (older ones are left to the user)
 AUTO_IDLE_TURNS = 2  # turns an auto-download gives up without having received a chunk: then it fails
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
@@ -606,10 +607,16 @@ class FileService:
     def _auto_fetch(self, gid: str, mid: Mid, name: str) -> None:
         """Fetch an offer on its own, unless :data:`AUTO_PER_MEMBER` of its offerer's are not done
         yet: then it waits for one of them to finish (one of :data:`AUTO_LATER`), so offers that a
-        member never serves hold at most that many of this peer's downloads."""
+        member never serves hold at most that many of this peer's downloads; and unless
+        :data:`MAX_AUTO_OPEN` are not done in all, whoever offered them (many fresh keys): then it
+        is left to the user."""
         offerer = mid[0]
-        if sum(1 for t in self.transfers.values() if t.auto and t.mid[0] == offerer
-               and t.state in ("waiting", "fetching", "verifying")) >= AUTO_PER_MEMBER:
+        open_ = [t for t in self.transfers.values() if t.auto and t.state in ("waiting", "fetching", "verifying")]
+        if len(open_) >= MAX_AUTO_OPEN:
+            self.auto_deferred += 1
+            log.info("files: not fetching %s on its own: %d auto-downloads are not done yet", name, len(open_))
+            return
+        if sum(1 for t in open_ if t.mid[0] == offerer) >= AUTO_PER_MEMBER:
             later = self._auto_later.setdefault(offerer, collections.deque(maxlen=AUTO_LATER))
             if (gid, mid) not in later:
                 later.append((gid, mid))
@@ -709,6 +716,8 @@ class FileService:
                 transfer.idle_turns = 0 if transfer.progressed else transfer.idle_turns + 1
                 if transfer.auto and transfer.idle_turns >= AUTO_IDLE_TURNS:
                     self._auto_later.pop(transfer.mid[0], None)  # its offerer serves nothing: its other offers wait for the user
+                    if not any(transfer.have):  # no empty .part left in the downloads folder
+                        transfer.part.unlink(missing_ok=True)
                     raise UsageError(f"no member served it in {AUTO_IDLE_TURNS} turns of {DOWNLOAD_IDLE:g} s")
         except asyncio.CancelledError:
             raise

@@ -430,6 +430,7 @@ def test_downloads_nobody_serves_give_their_slots_up_and_auto_downloads_per_offe
             took = asyncio.get_running_loop().time() - started
             await asyncio.sleep(2.5)  # two more turns: those that gave their slot up twice without a chunk fail
             failed = [t.error for t in bob.transfers.values() if t is not real and t.state == "failed"]
+            assert not [t.part for t in bob.transfers.values() if t.state == "failed" and t.part.exists()]
             holding = sorted(t.state for t in bob.transfers.values() if t is not real and t.state != "failed")
             return (per_offerer, deferred, states, real.state, took, failed, holding,
                     real.path.read_bytes() == path.read_bytes())
@@ -504,3 +505,30 @@ def test_a_member_that_asks_for_chunks_and_never_reads_them_loses_its_upload_slo
           f"{idle_freed:.2f} s (deadline 0.5 s, UPLOAD_IDLE 1 s)")
     assert held == {eve.pid: 1}
     assert hoarder_freed <= 3.0 and 0.9 <= idle_freed <= 2.0
+
+
+def test_fresh_keys_offering_one_file_each_get_at_most_16_auto_downloads_in_all(tmp_path):
+    """An open group's fresh keys cost nothing: 40 of them each offer a file nobody serves, and
+    Bob fetches 16 on his own (MAX_AUTO_OPEN); the rest are left to the user."""
+    ghosts = [Identity.generate() for _ in range(40)]
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["bob"])
+        bob = services["bob"]
+        everyone = {bob.core.pid, *(g.pid for g in ghosts)}
+        bob.core.gjlp.groups[GID].is_current = everyone.__contains__
+        try:
+            offers = []
+            for n, ghost in enumerate(ghosts):
+                digest = hashlib.sha256(str(n).encode()).hexdigest()
+                text = FileOffer(f"bait {n}.bin", 100_000, "application/octet-stream", digest, 65536, digest).to_text()
+                messages[(ghost.pid, 1)] = ChatMessage(GID, (ghost.pid, 1), None, "ghost", text, 0, 0)
+                offers.append(messages[(ghost.pid, 1)])
+            bob.delivered(GID, offers)
+            return len(bob.transfers), bob.stats()["file_auto_deferred"]
+        finally:
+            await bob.close()
+
+    fetched, deferred = asyncio.run(run())
+    print(f"40 fresh keys' unserved offers: {fetched} auto-downloads, {deferred} left to the user")
+    assert fetched == 16 and deferred == 24
