@@ -223,8 +223,8 @@ def safe_name(name: str) -> str:
 
 def name_fits(name: str, folder: str, windows: bool = False) -> bool:
     """Whether a download named ``name`` fits the file system in ``folder``, its partial name
-    (``name`` + :data:`PART_SUFFIX`) too: at most :data:`MAX_NAME` bytes of UTF-8 (Linux counts
-    bytes; Windows counts UTF-16 code units, never more than that), and on ``windows`` the whole
+    (``name`` + :data:`PART_SUFFIX`) too: at most :data:`MAX_NAME` bytes of UTF-8 (what Linux
+    counts; never fewer than the UTF-16 code units Windows counts), and on ``windows`` the whole
     path within :data:`MAX_PATH`."""
     partial = name + PART_SUFFIX
     if len(partial.encode()) > MAX_NAME:
