@@ -20,10 +20,19 @@ the server pushes HAVE_ONE as it gets chunks of its own.  The offerer answers a
 request for a chunk another receiver asked it for first with ELSEWHERE (once per
 receiver and chunk), so receivers trade chunks even when they did not start together.
 
+Every slot and wait has a bound, and strangers give way first (resources/docs/security.md,
+"file serving and downloads"): handshake slots per source address and in all
+(:class:`files.HandshakeSlots`), 5 s to prove a key; upload slots per member and in all,
+an idle one giving way to a member that wants one (:class:`files.Caps`); a source's chunks
+are due by a deadline, then asked of the others and the offerer (:meth:`files.ChunkPlan.stalled`);
+download slots in a line (:class:`files.SlotQueue`), the user's downloads first, one that
+gets nothing for a while giving its slot to one waiting; a few auto-downloads per offerer.
+
 State lives in ``<data dir>/files/``: per transfer a JSON record, the hash list
 and a bitmap of the chunks held (one byte each), beside the partial file
-``<final name>.part``; a chunk is written before its byte in the bitmap, so
-after a kill -9 the bitmap never claims a chunk that is not on disk.
+``<final name>.part`` (the final name cut so that this fits the file system); a
+chunk is written before its byte in the bitmap, so after a kill -9 the bitmap
+never claims a chunk that is not on disk.
 """
 
 from __future__ import annotations
@@ -54,9 +63,10 @@ from cryptography.exceptions import InvalidTag
 
 from . import clock, crypto
 from .events import FileProgress
-from .files import (DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, FILE_MARKER, HASH_BYTES, MAX_CHUNK, MAX_CHUNKS, Caps,
-                    ChunkPlan, FileOffer, FirstAskers, OfferError, ProgressGate, check_fetch, chunk_size_for, leaf_hash,
-                    parse_offer, safe_name, split_leaves, tree_root, unique_name)
+from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, FILE_MARKER, HASH_BYTES, MAX_CHUNK,
+                    MAX_CHUNKS, MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
+                    OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
+                    name_fits, parse_offer, safe_name, split_leaves, tree_root, unique_name)
 from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
 
 if TYPE_CHECKING:
@@ -69,8 +79,9 @@ HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, B
 MAX_FRAME = MAX_CHUNK + 64
 READ_BUFFER = 2**20  # a stream stops reading past twice this, unless a frame being read needs more
 MAX_HANDSHAKE_FRAME = 4096
-HANDSHAKE_TIMEOUT = 10.0
-MAX_HANDSHAKES = 64  # connections not yet proven, at once: more are closed at once (a stranger's flood)
+HANDSHAKE_TIMEOUT = 5.0  # seconds from a connection's accept to its key proven; a LAN's handshake takes milliseconds
+MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.HandshakeSlots`)
+HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
 CONNECT_TIMEOUT = 5.0
 WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked (at least 4 chunks)
 CHECKERS = 2  # threads hashing and writing chunks: one hashes while the other's write goes to the disk
@@ -81,14 +92,23 @@ allows it): copying a chunk into fresh page-cache pages cost more CPU than hashi
 download does not push the rest of the page cache out."""
 _O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux; elsewhere every chunk goes through the page cache
 _DIRECT_ALIGN = 4096  # what O_DIRECT asks of a buffer's address, a write's offset and its length
-MAX_SOURCES = 8  # connections one download keeps
-MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn
+MAX_SOURCES = 8  # connections one download keeps, one of them kept for the offerer
+MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn (:class:`files.SlotQueue`)
+DOWNLOAD_IDLE = 5.0  # seconds without a new chunk after which a download gives its slot to one waiting
+AUTO_PER_MEMBER = 2  # auto-downloads of one member's offers not yet done; its later offers wait
+MAX_AUTO_OPEN = 16  # auto-downloads not yet done in all (fresh keys cost nothing): later offers are left to the user
+AUTO_LATER = 8  # offers of one member waiting for its auto-downloads to finish (older ones are left to the user)
+AUTO_IDLE_TURNS = 2  # turns an auto-download gives up without having received a chunk: then it fails
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
 MAX_UPLOADS = 16  # a sealed chunk is held twice while it is sent: 16 x 8 MiB at most
-RETRY_SOURCE = 0.5
+UPLOAD_IDLE = 15.0  # seconds a proven connection may ask nothing before it is closed
+UPLOAD_GIVES_WAY = 2.0  # seconds asking nothing after which an upload slot goes to a member that wants one
+RETRY_SOURCE = 0.5  # a member that had nothing (or was unreachable) is asked again after this
+STALLED_RETRY = 30.0  # seconds before a source whose chunks were overdue is asked again, doubling (the offerer: RETRY_SOURCE)
 ELSEWHERE_WAIT = 0.5  # seconds a chunk the offerer sent elsewhere waits for a member to announce it
 SETTLE_WAIT = 0.5  # seconds a new download waits for the members it reaches to say what they hold, before asking the offerer
-LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list  # a member that had nothing (or was unreachable) is asked again after this
+LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list
+ANSWER_TIMEOUT = HANDSHAKE_TIMEOUT + LEAVES_WAIT / 10  # seconds a client waits for HAVE, NONE or BUSY
 _INDEX = struct.Struct(">I")
 _LENGTH = struct.Struct(">I")
 
@@ -336,6 +356,7 @@ class Transfer:
     plan: ChunkPlan | None = None
     sources: dict[str, _Source] = field(default_factory=dict)
     retry_at: dict[str, float] = field(default_factory=dict)
+    stalls: dict[str, int] = field(default_factory=dict)  # sources dropped for an overdue chunk, times each
     subscribers: set[_Stream] = field(default_factory=set)
     holders: set[str] = field(default_factory=set)  # members that said they hold chunks of it
     askers: FirstAskers | None = None  # offered by this peer: who asked first for each chunk
@@ -349,6 +370,10 @@ class Transfer:
     ahead: dict[int, memoryview] = field(default_factory=dict)  # chunks written past ``whole_at``, kept to hash
     whole_job: asyncio.Future | None = None
     fetching_since: float = 0.0
+    auto: bool = False  # fetched on its own (auto-download), not asked for by the user
+    progress_at: float = 0.0  # when this turn last got a chunk (or the hash list)
+    progressed: bool = False  # whether this turn got anything
+    idle_turns: int = 0  # turns in a row given up without anything received
 
     @property
     def key(self) -> str:
@@ -356,7 +381,7 @@ class Transfer:
 
     @property
     def part(self) -> Path:
-        return self.path.with_name(self.path.name + ".part")
+        return self.path.with_name(self.path.name + PART_SUFFIX)
 
     @property
     def held_bytes(self) -> int:
@@ -366,7 +391,7 @@ class Transfer:
     def to_json(self) -> dict:
         return {"gid": self.gid, "mid": format_mid(self.mid), **self.offer.to_json(), "role": self.role,
                 "state": self.state, "bytes": self.held_bytes, "received": self.received, "uploaded": self.uploaded,
-                "holders": sorted(self.holders), "path": str(self.path), "error": self.error,
+                "holders": sorted(self.holders), "path": str(self.path), "error": self.error, "auto": self.auto,
                 "bad_chunks": self.plan.bad_chunks if self.plan else 0}
 
 
@@ -396,7 +421,7 @@ class FileService:
 
     def __init__(self, core: PeerCore, data_dir: Path, listener: Callable, *, download_dir: Path | None = None,
                  auto_download: int = DEFAULT_AUTO_DOWNLOAD, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, windows: bool = os.name == "nt") -> None:
         self.core = core
         self.dir = Path(data_dir) / "files"
         self.download_dir = Path(download_dir) if download_dir else Path(data_dir) / "downloads"
@@ -405,7 +430,16 @@ class FileService:
         self.max_file_size = max_file_size
         self._rng = rng or random.Random()
         self.transfers: dict[tuple[str, Mid], Transfer] = {}
-        self.caps = Caps(UPLOADS_PER_PEER, MAX_UPLOADS)
+        self.caps = Caps(UPLOADS_PER_PEER, MAX_UPLOADS, UPLOAD_GIVES_WAY)
+        self.handshakes = HandshakeSlots(HANDSHAKES_PER_ADDRESS, MAX_HANDSHAKES)
+        self.slots = SlotQueue(MAX_DOWNLOADS)
+        self.windows = windows
+        self._granted: dict[Transfer, asyncio.Future] = {}  # downloads waiting for a slot: woken when granted
+        self._auto_later: dict[str, collections.deque[tuple[str, Mid]]] = {}  # per offerer: offers not yet auto-fetched
+        self._pending: dict[int, _Stream] = {}  # handshake slot -> its connection, to close when it gives way
+        self._uploading: dict[int, _Stream] = {}  # upload slot -> its connection
+        self.sources_stalled = 0
+        self.auto_deferred = 0
         self.progress = ProgressGate()
         self.server: asyncio.base_events.Server | None = None
         self.port: int | None = None
@@ -413,7 +447,6 @@ class FileService:
         self.strangers_refused = 0
         self.handshakes_failed = 0
         self.handshakes_refused = 0
-        self._handshaking = 0
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
         # The whole file's SHA-256 is taken as the chunks come, on a thread of its own (hashlib lets go of
@@ -489,13 +522,17 @@ class FileService:
         self._save(transfer, leaves=True, bitmap=True)
         return mid, offer.sha256
 
-    def fetch(self, gid: str, mid: Mid, dest: str | None = None) -> Transfer:
-        """Start (or resume) fetching the file offered by ``mid``; ``dest`` a folder or a file name."""
+    def fetch(self, gid: str, mid: Mid, dest: str | None = None, auto: bool = False) -> Transfer:
+        """Start (or resume) fetching the file offered by ``mid``; ``dest`` a folder or a file name.
+        ``auto``: fetched on its own (it waits behind the downloads the user asked for)."""
         self.core.channel(gid)
         transfer = self.transfers.get((gid, mid))
         if transfer is not None:
+            if not auto and transfer.auto and transfer.role == "download":
+                transfer.auto = False
+                self.slots.promote(transfer)
             if transfer.state in ("failed", "cancelled"):
-                transfer.state, transfer.error = "waiting", ""
+                transfer.state, transfer.error, transfer.idle_turns = "waiting", "", 0
                 self._start(transfer)
             return transfer
         offer = self._offer_of(gid, mid)
@@ -505,9 +542,10 @@ class FileService:
         folder, wanted = (target, offer.name) if not dest or target.is_dir() else (target.parent, target.name)
         folder.mkdir(parents=True, exist_ok=True)
         check_fetch(offer, self.max_file_size, shutil.disk_usage(folder).free)
-        name = unique_name(wanted, lambda n: (folder / n).exists() or (folder / (n + ".part")).exists()
-                           or any(t.path == folder / n for t in self.transfers.values()))
-        transfer = Transfer(gid, mid, offer, "download", folder / name, "waiting", bytearray(offer.chunks))
+        name = unique_name(wanted, lambda n: (folder / n).exists() or (folder / (n + PART_SUFFIX)).exists()
+                           or any(t.path == folder / n for t in self.transfers.values()),
+                           lambda n: name_fits(n, str(folder), self.windows))
+        transfer = Transfer(gid, mid, offer, "download", folder / name, "waiting", bytearray(offer.chunks), auto=auto)
         self.transfers[(gid, mid)] = transfer
         self._save(transfer, bitmap=True)
         self._start(transfer)
@@ -544,12 +582,16 @@ class FileService:
                     continue
                 rows[message.mid] = {"gid": gid, "mid": format_mid(message.mid), **offer.to_json(), "role": "offered",
                                      "state": "offered", "bytes": 0, "received": 0, "uploaded": 0,
-                                     "holders": [message.mid[0]], "path": "", "error": "", "bad_chunks": 0}
+                                     "holders": [message.mid[0]], "path": "", "error": "", "bad_chunks": 0,
+                                     "auto": False}
         return list(rows.values())
 
     def stats(self) -> dict:
-        return {"file_uploads_refused": self.caps.refused, "file_strangers_refused": self.strangers_refused,
+        return {"file_uploads_refused": self.caps.refused, "file_uploads_evicted": self.caps.evicted,
+                "file_strangers_refused": self.strangers_refused,
                 "file_handshakes_failed": self.handshakes_failed, "file_handshakes_refused": self.handshakes_refused,
+                "file_handshakes_evicted": self.handshakes.evicted, "file_sources_stalled": self.sources_stalled,
+                "file_auto_deferred": self.auto_deferred,
                 "file_offers_rejected": self.offers_rejected,
                 "file_bytes_uploaded": sum(t.uploaded for t in self.transfers.values()),
                 "file_bytes_received": sum(t.received for t in self.transfers.values())}
@@ -568,10 +610,45 @@ class FileService:
                 log.info("files: offer %s refused: %s", format_mid(message.mid), exc)
                 continue
             if offer.size <= self.auto_download and (gid, message.mid) not in self.transfers:
-                try:
-                    self.fetch(gid, message.mid)
-                except (UsageError, OSError) as exc:
-                    log.warning("files: not fetching %s: %s", offer.name, exc)
+                self._auto_fetch(gid, message.mid, offer.name)
+
+    def _auto_fetch(self, gid: str, mid: Mid, name: str) -> None:
+        """Fetch an offer on its own, unless :data:`AUTO_PER_MEMBER` of its offerer's are not done
+        yet: then it waits for one of them to finish (one of :data:`AUTO_LATER`), so offers that a
+        member never serves hold at most that many of this peer's downloads; and unless
+        :data:`MAX_AUTO_OPEN` are not done in all, whoever offered them (many fresh keys): then it
+        is left to the user."""
+        offerer = mid[0]
+        open_ = [t for t in self.transfers.values() if t.auto and t.state in ("waiting", "fetching", "verifying")]
+        if len(open_) >= MAX_AUTO_OPEN:
+            self.auto_deferred += 1
+            log.info("files: not fetching %s on its own: %d auto-downloads are not done yet", name, len(open_))
+            return
+        if sum(1 for t in open_ if t.mid[0] == offerer) >= AUTO_PER_MEMBER:
+            later = self._auto_later.setdefault(offerer, collections.deque(maxlen=AUTO_LATER))
+            if (gid, mid) not in later:
+                later.append((gid, mid))
+                self.auto_deferred += 1
+            return
+        try:
+            self.fetch(gid, mid, auto=True)
+        except (UsageError, OSError) as exc:
+            log.warning("files: not fetching %s: %s", name, exc)
+
+    def _auto_next(self, offerer: str) -> None:
+        """One of ``offerer``'s auto-downloads is done: the next of its offers that waited."""
+        later = self._auto_later.get(offerer)
+        while later:
+            gid, mid = later.popleft()
+            if (gid, mid) in self.transfers:
+                continue
+            try:
+                offer = self._offer_of(gid, mid)
+            except UsageError:
+                continue
+            self._auto_fetch(gid, mid, offer.name)
+            return
+        self._auto_later.pop(offerer, None)
 
     def _offer_of(self, gid: str, mid: Mid) -> FileOffer:
         found = self.core.store.messages(gid, [mid])
@@ -593,7 +670,7 @@ class FileService:
             base.with_suffix(".bitmap").write_bytes(bytes(transfer.have))
         record = {"gid": transfer.gid, "mid": format_mid(transfer.mid), "offer": transfer.offer.to_text(),
                   "role": transfer.role, "path": str(transfer.path), "state": transfer.state,
-                  "error": transfer.error, "received": transfer.received}
+                  "error": transfer.error, "received": transfer.received, "auto": transfer.auto}
         tmp = base.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(record))
         tmp.replace(base.with_suffix(".json"))
@@ -610,7 +687,7 @@ class FileService:
         if (hashes_file := base.with_suffix(".hashes")).exists():
             leaves = split_leaves(hashes_file.read_bytes(), offer)
         transfer = Transfer(gid, mid, offer, record["role"], Path(record["path"]), record["state"], have, leaves,
-                            record.get("error", ""), int(record.get("received", 0)))
+                            record.get("error", ""), int(record.get("received", 0)), auto=record.get("auto") is True)
         self.transfers[(gid, mid)] = transfer
         if transfer.role == "download" and transfer.state in ("waiting", "fetching", "verifying"):
             transfer.state = "waiting"
@@ -629,42 +706,121 @@ class FileService:
         if transfer.task is None or transfer.task.done():
             transfer.task = self._spawn(self._download(transfer))
 
-    def _downloading(self) -> int:
-        return sum(1 for t in self.transfers.values() if t.state in ("fetching", "verifying"))
-
     async def _download(self, transfer: Transfer) -> None:
+        """Turns of fetching, each in a download slot, until the file is whole.  A turn that gets
+        no chunk for :data:`DOWNLOAD_IDLE` while another download waits gives its slot up and goes
+        to the back of the line; an auto-download that does so :data:`AUTO_IDLE_TURNS` times
+        without a chunk fails (the user can still ask for it)."""
         try:
-            while self._downloading() >= MAX_DOWNLOADS:  # the cap on this peer's concurrent downloads
-                transfer.state = "waiting"
-                await asyncio.sleep(0.5)
-            transfer.state = "fetching"
-            transfer.fetching_since = clock.now()
-            asyncio.get_running_loop().call_later(SETTLE_WAIT, self._pump, transfer)
-            self._save(transfer)
-            transfer.part.parent.mkdir(parents=True, exist_ok=True)
-            transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT, 0o600)
-            transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT, 0o600)
-            if transfer.leaves is not None:
-                transfer.plan = self._plan(transfer)
-            transfer.whole, transfer.whole_at, transfer.ahead = hashlib.sha256(), 0, {}
-            self._hash_ahead(transfer)
-            self._report(transfer)
             while True:
-                if transfer.plan is not None and transfer.plan.complete:
-                    if await self._finish(transfer):
-                        return
-                self._connect_sources(transfer)
-                transfer.wake.clear()
+                await self._take_slot(transfer)
                 try:
-                    await asyncio.wait_for(transfer.wake.wait(), 1.0)
-                except asyncio.TimeoutError:
-                    pass
+                    if await self._turn(transfer):
+                        if transfer.auto:
+                            self._auto_next(transfer.mid[0])
+                        return
+                finally:
+                    self._wake(self.slots.release(transfer))
+                transfer.idle_turns = 0 if transfer.progressed else transfer.idle_turns + 1
+                if transfer.auto and transfer.idle_turns >= AUTO_IDLE_TURNS:
+                    self._auto_later.pop(transfer.mid[0], None)  # its offerer serves nothing: its other offers wait for the user
+                    if not any(transfer.have):  # no empty .part left in the downloads folder
+                        transfer.part.unlink(missing_ok=True)
+                    raise UsageError(f"no member served it in {AUTO_IDLE_TURNS} turns of {DOWNLOAD_IDLE:g} s")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the disk (OSError), the offer (UsageError), or a bug
             if not isinstance(exc, (OSError, UsageError)):
                 log.exception("files: %s failed", transfer.offer.name)
             self._fail(transfer, exc)
+
+    async def _take_slot(self, transfer: Transfer) -> None:
+        """Wait (at no cost: a future, woken by :meth:`_wake`) until ``transfer`` holds a download slot."""
+        if self.slots.request(transfer, transfer.auto):
+            return
+        transfer.state = "waiting"
+        self._report(transfer)
+        granted = self._granted[transfer] = asyncio.get_running_loop().create_future()
+        try:
+            await granted
+        except asyncio.CancelledError:
+            self._granted.pop(transfer, None)
+            self._wake(self.slots.withdraw(transfer))
+            raise
+
+    def _wake(self, granted: list) -> None:
+        for transfer in granted:
+            waiter = self._granted.pop(transfer, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            elif waiter is None:  # gone meanwhile (cancelled): its slot goes on
+                self._wake(self.slots.release(transfer))
+
+    async def _turn(self, transfer: Transfer) -> bool:
+        """Fetch while holding a slot: True once the file is whole, False when the slot is given up."""
+        transfer.state = "fetching"
+        transfer.fetching_since = transfer.progress_at = clock.now()
+        transfer.progressed = False
+        asyncio.get_running_loop().call_later(SETTLE_WAIT, self._pump, transfer)
+        self._save(transfer)
+        transfer.part.parent.mkdir(parents=True, exist_ok=True)
+        transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT, 0o600)
+        transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT, 0o600)
+        if transfer.leaves is not None:
+            transfer.plan = self._plan(transfer)
+        transfer.whole, transfer.whole_at, transfer.ahead = hashlib.sha256(), 0, {}
+        self._hash_ahead(transfer)
+        self._report(transfer)
+        while True:
+            if transfer.plan is not None and transfer.plan.complete:
+                if await self._finish(transfer):
+                    return True
+            now = clock.now()
+            self._drop_stalled(transfer, now)
+            # Never shorter than a chunk's deadline: a slow source's next chunk may still come.
+            idle = max(DOWNLOAD_IDLE, chunk_deadline(transfer.offer.chunk_size))
+            if now - transfer.progress_at >= idle and self.slots.waiting:
+                log.info("files: %s got nothing for %.0f s: its slot goes to a download waiting",
+                         transfer.offer.name, now - transfer.progress_at)
+                self._drop_sources(transfer)
+                self._close_fds(transfer)
+                transfer.plan = None
+                transfer.state = "waiting"
+                self._save(transfer)
+                self._report(transfer)
+                return False
+            self._connect_sources(transfer)
+            transfer.wake.clear()
+            timeout = 1.0
+            due = transfer.plan.next_due() if transfer.plan is not None else None
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - now) + 0.01)
+            try:
+                await asyncio.wait_for(transfer.wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    def _drop_stalled(self, transfer: Transfer, now: float) -> None:
+        """Close the sources whose chunks are overdue (:meth:`ChunkPlan.stalled`): their chunks, and
+        the ones only they claimed, go to the others, the offerer first among them.  A stalled
+        member is asked again after :data:`STALLED_RETRY`; the offerer, the fallback, at once."""
+        plan = transfer.plan
+        if plan is None:
+            return
+        for pid in plan.stalled(now):
+            self.sources_stalled += 1
+            log.info("files: %s sent no chunk of %s in %.1f s: asking the others", pid, transfer.offer.name,
+                     plan.deadline)
+            plan.drop_source(pid)
+            stalls = transfer.stalls[pid] = transfer.stalls.get(pid, 0) + 1
+            # A member stalling again waits twice as long each time (to 8x): a silent claimer of every
+            # chunk costs a download one chunk deadline per back-off, not one per STALLED_RETRY.
+            transfer.retry_at[pid] = now + (RETRY_SOURCE if pid == plan.spare
+                                            else STALLED_RETRY * 2 ** min(stalls - 1, 3))
+            source = transfer.sources.pop(pid, None)
+            if source is not None and source.stream is not None:
+                source.stream.close()
+        self._pump(transfer)
 
     def _fail(self, transfer: Transfer, exc: BaseException | None) -> None:
         """The download stops with ``exc`` as its error (``fetch_file`` starts it again)."""
@@ -681,7 +837,8 @@ class FileService:
         self._report(transfer, final=True)
 
     def _plan(self, transfer: Transfer) -> ChunkPlan:
-        return ChunkPlan(transfer.offer.chunks, transfer.have, spare=transfer.mid[0], me=self.core.pid)
+        return ChunkPlan(transfer.offer.chunks, transfer.have, spare=transfer.mid[0], me=self.core.pid,
+                         deadline=chunk_deadline(transfer.offer.chunk_size))
 
     def _connect_sources(self, transfer: Transfer) -> None:
         now = clock.now()
@@ -691,9 +848,12 @@ class FileService:
         candidates = [m.pid for m in record.current() if m.pid != self.core.pid]
         candidates.sort(key=lambda pid: pid != transfer.mid[0])  # the offerer first
         dropped = transfer.plan.dropped if transfer.plan else set()
+        offerer = transfer.mid[0]
         for pid in candidates:
             if len(transfer.sources) >= MAX_SOURCES:
                 break
+            if pid != offerer and len([p for p in transfer.sources if p != offerer]) >= MAX_SOURCES - 1:
+                break  # the last place is the offerer's: whatever the others claim, it stays a fallback
             if pid in transfer.sources or pid in dropped or transfer.retry_at.get(pid, 0.0) > now:
                 continue
             address = self.core.reach.address_of(pid, now)
@@ -710,7 +870,7 @@ class FileService:
             if stream is None:
                 return
             source = transfer.sources[pid] = _Source(pid, stream)
-            kind, payload = await stream.read()
+            kind, payload = await asyncio.wait_for(stream.read(), ANSWER_TIMEOUT)
             if kind != HAVE:
                 return  # NONE or BUSY: asked again later
             announced = []  # what it gets while its hash list comes
@@ -720,8 +880,10 @@ class FileService:
                     stream.frames.limit = hashes_limit
                 stream.write(GET_HASHES)
                 await stream.writer.drain()
+                # The hash list's deadline is a chunk's, for as many bytes: no holder keeps this waiting.
+                hashes_due = clock.now() + CHUNK_DEADLINE + hashes_limit / MIN_SOURCE_RATE
                 while True:  # a hash list of 262,144 chunks is 8 MiB, more than a chunk frame
-                    kind, data = await stream.read(hashes_limit)
+                    kind, data = await asyncio.wait_for(stream.read(hashes_limit), max(0.0, hashes_due - clock.now()))
                     if kind == HASHES:
                         if stream.frames is not None:
                             stream.frames.limit = MAX_FRAME
@@ -738,6 +900,7 @@ class FileService:
                     transfer.leaves = leaves
                     self._save(transfer, leaves=True)
                     transfer.plan = self._plan(transfer)
+                    transfer.progress_at, transfer.progressed = clock.now(), True
             plan = transfer.plan
             assert plan is not None
             plan.add_source(pid, payload)
@@ -770,7 +933,8 @@ class FileService:
             current = transfer.sources.get(pid)
             if current is not None and (stream is None or current.stream is stream or current.stream is None):
                 del transfer.sources[pid]
-            if transfer.plan is not None:
+                current = None
+            if transfer.plan is not None and current is None:  # not a newer connection's source
                 transfer.plan.drop_source(pid)
                 self._pump(transfer)
             if stream is not None:
@@ -842,6 +1006,7 @@ class FileService:
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
         transfer.received += len(data)
+        plan.arrived(source.pid, clock.now())
         if not 0 <= index < plan.count or len(data) != transfer.offer.chunk_length(index):
             source.outstanding -= 1
             plan.received(source.pid, index, b"", transfer.leaves)  # counted as bad
@@ -856,7 +1021,7 @@ class FileService:
             if job.cancelled() or transfer.plan is not plan or transfer.state != "fetching":
                 return
             if job.exception() is not None:  # the disk: full, gone, read-only
-                plan.inflight.pop(index, None)
+                plan.unask(index)
                 self._fail(transfer, job.exception())
                 return
             self._take_chunk(transfer, source.pid, index, data, job.result())
@@ -881,6 +1046,7 @@ class FileService:
         assert transfer.bitmap_fd is not None
         os.pwrite(transfer.bitmap_fd, b"\x01", index)  # after the chunk: never claims what is not there
         plan.stored(index)
+        transfer.progress_at, transfer.progressed = clock.now(), True
         self._hash_ahead(transfer, index, data)
         for subscriber in list(transfer.subscribers):
             subscriber.write(HAVE_ONE, _INDEX.pack(index))
@@ -987,37 +1153,44 @@ class FileService:
         stream = _Stream(reader, writer)
         client = None
         transfer = None
-        if self._handshaking >= MAX_HANDSHAKES:
+        upload = None
+        peer = writer.get_extra_info("peername")
+        handshake, evicted = self.handshakes.admit(str(peer[0]) if peer else "", clock.now())
+        if evicted is not None and (gone := self._pending.pop(evicted, None)) is not None:
+            gone.close()  # the oldest of a flood's connections gives way
+        if handshake is None:
             self.handshakes_refused += 1
             stream.close()
             return
-        self._handshaking += 1
-        proven = False
+        self._pending[handshake] = stream
         try:
-            kind, payload = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
-            fields = msgpack.unpackb(payload) if kind == HELLO else None
-            if type(fields) is not list or len(fields) != 5 or fields[0] != VERSION:
-                raise TransferError("expected a HELLO")
-            _, gid, mid_text, client_key, nonce_c = fields
-            if not (isinstance(gid, str) and isinstance(mid_text, str) and isinstance(client_key, bytes)
-                    and len(client_key) == 32 and isinstance(nonce_c, bytes) and len(nonce_c) == 32):
-                raise TransferError("a malformed HELLO")
-            record = self.core.gjlp.groups.get(gid)
-            pid = crypto.pid_of(client_key)
-            if record is None or gid not in self.core.joined or not record.is_current(pid):
-                self.strangers_refused += 1  # a stranger gets nothing, not even a signature
-                return
-            nonce_s = os.urandom(32)
-            identity = self.core.identity
-            stream.write(CHALLENGE, msgpack.packb([identity.public_key, nonce_s, identity.sign(
-                _server_signed(gid, mid_text, nonce_c, nonce_s, client_key))]))
-            kind, signature = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
-            if kind != PROOF or not crypto.verify(client_key, signature, _client_signed(
-                    gid, mid_text, nonce_c, nonce_s, identity.public_key)):
-                self.handshakes_failed += 1
-                raise TransferError(f"{pid} did not prove its key")
-            proven = True
-            self._handshaking -= 1
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                kind, payload = await stream.read(MAX_HANDSHAKE_FRAME)
+                fields = msgpack.unpackb(payload) if kind == HELLO else None
+                if type(fields) is not list or len(fields) != 5 or fields[0] != VERSION:
+                    raise TransferError("expected a HELLO")
+                _, gid, mid_text, client_key, nonce_c = fields
+                if not (isinstance(gid, str) and isinstance(mid_text, str) and isinstance(client_key, bytes)
+                        and len(client_key) == 32 and isinstance(nonce_c, bytes) and len(nonce_c) == 32):
+                    raise TransferError("a malformed HELLO")
+                record = self.core.gjlp.groups.get(gid)
+                pid = crypto.pid_of(client_key)
+                if record is None or gid not in self.core.joined or not record.is_current(pid):
+                    self.strangers_refused += 1  # a stranger gets nothing, not even a signature
+                    return
+                self.handshakes.named_member(handshake)
+                nonce_s = os.urandom(32)
+                identity = self.core.identity
+                stream.write(CHALLENGE, msgpack.packb([identity.public_key, nonce_s, identity.sign(
+                    _server_signed(gid, mid_text, nonce_c, nonce_s, client_key))]))
+                kind, signature = await stream.read(MAX_HANDSHAKE_FRAME)
+                if kind != PROOF or not crypto.verify(client_key, signature, _client_signed(
+                        gid, mid_text, nonce_c, nonce_s, identity.public_key)):
+                    self.handshakes_failed += 1
+                    raise TransferError(f"{pid} did not prove its key")
+            self._pending.pop(handshake, None)
+            self.handshakes.release(handshake)
+            handshake = None
             key = self.core.store.group_key(gid)
             if key:
                 to_server, to_client = _session_keys(key, nonce_c, nonce_s)
@@ -1035,10 +1208,14 @@ class FileService:
                 stream.write(NONE)
                 await writer.drain()
                 return
-            if not self.caps.acquire(pid):
+            upload, evicted = self.caps.acquire(pid, clock.now())
+            if evicted is not None and (gone := self._uploading.pop(evicted, None)) is not None:
+                gone.close()  # an idle connection, or one of a member holding many, gives way
+            if upload is None:
                 stream.write(BUSY)
                 await writer.drain()
                 return
+            self._uploading[upload] = stream
             client = pid
             transfer.subscribers.add(stream)
             transfer.clients[pid] = transfer.clients.get(pid, 0) + 1
@@ -1050,39 +1227,53 @@ class FileService:
                 transfer.retry_at.pop(pid, None)
                 transfer.wake.set()
             stream.write(HAVE, bytes(transfer.have))
+            # A client must take what it asked for as fast as a source must send it (files.chunk_deadline):
+            # one that asks and never reads holds no slot for longer.
+            deadline = chunk_deadline(transfer.offer.chunk_size)
             while not self._closed:
-                await writer.drain()
-                kind, data = await stream.read(64)
+                self.caps.touch(upload, clock.now(), serving=True)
+                await asyncio.wait_for(writer.drain(), deadline)
+                self.caps.touch(upload, clock.now())
+                # A slot held asking nothing is closed after UPLOAD_IDLE (and gives way after UPLOAD_GIVES_WAY).
+                kind, data = await asyncio.wait_for(stream.read(64), UPLOAD_IDLE)
+                self.caps.touch(upload, clock.now(), serving=True)
                 if kind == GET_HASHES:
-                    stream.write(HASHES, b"".join(transfer.leaves))
+                    hashes = b"".join(transfer.leaves)
+                    stream.write(HASHES, hashes)
+                    await asyncio.wait_for(writer.drain(), CHUNK_DEADLINE + len(hashes) / MIN_SOURCE_RATE)
                 elif kind == GET:
                     index = _INDEX.unpack(data)[0]
                     if transfer.askers is not None and not transfer.askers.serve(
                             client, index, lambda pid: transfer.clients.get(pid, 0) > 0):
                         stream.write(ELSEWHERE, data)
                         continue
-                    sent = await self._send_chunk(stream, transfer, index)
+                    sent = await asyncio.wait_for(self._send_chunk(stream, transfer, index), deadline)
                     transfer.uploaded += sent  # not "+= await": other connections add meanwhile
                 else:
                     raise TransferError(f"unexpected frame {kind}")
         except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,
                 msgpack.ExtraData, struct.error) as exc:
             log.debug("files: serving: %s", exc)
-        except Exception:  # a bug: this connection ends, the others go on
-            log.exception("files: serving failed")
+        except Exception:
+            if writer.is_closing():  # closed under it (a slot given way): it ends, as it should
+                log.debug("files: serving a connection that gave way ended")
+            else:  # a bug: this connection ends, the others go on
+                log.exception("files: serving failed")
         finally:
-            if not proven:
-                self._handshaking -= 1
+            if handshake is not None:
+                self._pending.pop(handshake, None)
+                self.handshakes.release(handshake)
             if transfer is not None:
                 transfer.subscribers.discard(stream)
-            if client is not None:
-                self.caps.release(client)
-                if transfer is not None:
-                    left = transfer.clients.get(client, 0) - 1
-                    if left > 0:
-                        transfer.clients[client] = left
-                    else:
-                        transfer.clients.pop(client, None)
+            if upload is not None:
+                self._uploading.pop(upload, None)
+                self.caps.release(upload)
+            if client is not None and transfer is not None:
+                left = transfer.clients.get(client, 0) - 1
+                if left > 0:
+                    transfer.clients[client] = left
+                else:
+                    transfer.clients.pop(client, None)
             stream.close()
 
     async def _send_chunk(self, stream: _Stream, transfer: Transfer, index: int) -> int:

@@ -1,4 +1,5 @@
-"""Files shared into a thread, the protocol part: the offer, the hash tree, the chunk plan, the caps.
+"""Files shared into a thread, the protocol part: the offer, the hash tree, names that fit, the chunk
+plan and its deadlines, and the slots (handshakes, uploads, downloads).
 
 A file is offered by a chat message of its sender whose text is ``FILE_MARKER``
 followed by a JSON object (:class:`FileOffer`), so the offer is signed, repaired,
@@ -36,12 +37,25 @@ MAX_CHUNKS = 262_144
 TARGET_CHUNKS = 1024  # the chunks of a file up to 4 GiB (1 MiB chunks from 256 MiB up)
 MAX_OFFER_SIZE = MAX_CHUNK * MAX_CHUNKS  # 1 TiB: larger offers are refused as malformed
 MAX_NAME = 255  # bytes of UTF-8, what most file systems allow
+PART_SUFFIX = ".part"  # a download's name until it is whole: the name saved is shorter by this much
+MAX_PATH = 260
+"""Windows (without long paths switched on): a path of at most 259 UTF-16 code units and its NUL.
+A download's folder, its name and :data:`PART_SUFFIX` must fit in that there."""
 MAX_MIME = 127
 DEFAULT_AUTO_DOWNLOAD = 10 * 2**20
 DEFAULT_MAX_FILE_SIZE = 64 * 2**30
 HASH_BYTES = 32
 STRIPE = 16  # chunks (4 MiB of 256 KiB chunks) receivers fetching together split the offerer's uploads by
 BAD_CHUNKS_TO_DROP = 3  # garbage chunks from one source before it is dropped for the transfer
+CHUNK_DEADLINE = 3.0
+"""Seconds a source has for the oldest chunk asked of it (from the request, or from its previous
+chunk), plus the chunk's length at :data:`MIN_SOURCE_RATE`: later, its chunks go back to the
+other sources (:meth:`ChunkPlan.stalled`).  A member that claims every chunk and sends none costs
+a download this long, not for ever."""
+MIN_SOURCE_RATE = 256 * 1024
+"""Bytes a second (2 Mbit/s): slower than this over a whole chunk, a source is taken for stalled,
+and a receiver that takes a chunk slower is closed by the server.  Low enough for a weak Wi-Fi
+link shared by a download's sources: a 256 KiB chunk is due within 4 s, a 4 MiB one within 19 s."""
 _NODE = b"\x01"  # the tree's inner nodes are hashed with a prefix: a node is never taken for a leaf
 
 
@@ -127,6 +141,11 @@ def _is_hex_hash(text: str) -> bool:
     return len(text) == 2 * HASH_BYTES and all(c in "0123456789abcdef" for c in text)
 
 
+def chunk_deadline(chunk_size: int) -> float:
+    """Seconds a source has for its oldest chunk asked (:data:`CHUNK_DEADLINE`)."""
+    return CHUNK_DEADLINE + chunk_size / MIN_SOURCE_RATE
+
+
 def chunk_count(size: int, chunk_size: int) -> int:
     return max(1, math.ceil(size / chunk_size))
 
@@ -177,7 +196,8 @@ def split_leaves(data: bytes, offer: FileOffer) -> list[bytes]:
 # -- names ------------------------------------------------------------------------------
 
 
-_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+_RESERVED = {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$",
+             *(f"{port}{i}" for port in ("COM", "LPT") for i in [*range(1, 10), "\u00b9", "\u00b2", "\u00b3"])}
 _UNSAFE = set('/\\:*?"<>|')
 
 
@@ -189,7 +209,7 @@ def safe_name(name: str) -> str:
     kept = "".join("_" if c in _UNSAFE else c for c in name
                    if unicodedata.category(c)[0] != "C" and c not in "\u2028\u2029")
     kept = kept.strip().lstrip(".").rstrip(". ")
-    if not kept or kept.split(".")[0].upper() in _RESERVED:
+    if not kept or kept.split(".")[0].rstrip(" ").upper() in _RESERVED:
         kept = "file" + ("" if not kept else "_" + kept)
     if len(kept.encode()) > MAX_NAME:
         stem, dot, ext = kept.rpartition(".")
@@ -201,17 +221,38 @@ def safe_name(name: str) -> str:
     return kept
 
 
-def unique_name(name: str, taken: Callable[[str], bool]) -> str:
+def name_fits(name: str, folder: str, windows: bool = False) -> bool:
+    """Whether a download named ``name`` fits the file system in ``folder``, its partial name
+    (``name`` + :data:`PART_SUFFIX`) too: at most :data:`MAX_NAME` bytes of UTF-8 (what Linux
+    counts; never fewer than the UTF-16 code units Windows counts), and on ``windows`` the whole
+    path within :data:`MAX_PATH`."""
+    partial = name + PART_SUFFIX
+    if len(partial.encode()) > MAX_NAME:
+        return False
+    if windows:
+        path = folder.rstrip("\\/") + "\\" + partial
+        return len(path.encode("utf-16-le")) // 2 < MAX_PATH
+    return True
+
+
+def unique_name(name: str, taken: Callable[[str], bool], fits: Callable[[str], bool] = lambda n: True) -> str:
     """``name`` (made safe), or ``stem (2).ext``, ``stem (3).ext``… the first one not ``taken``:
-    a file is never overwritten."""
+    a file is never overwritten.  Each is cut (its stem, from the end) until it ``fits``
+    (:func:`name_fits`); UsageError if not even a one-character stem does."""
     name = safe_name(name)
-    if not taken(name):
-        return name
     stem, dot, ext = name.rpartition(".")
-    if not dot or not stem:
+    if not dot or not stem or len(ext.encode()) > 16:
         stem, dot, ext = name, "", ""
-    for n in range(2, 10_000):
-        candidate = safe_name(f"{stem} ({n}){dot}{ext}")
+    for n in range(1, 10_000):
+        tail = (f" ({n})" if n > 1 else "") + dot + ext
+        cut = stem
+        while cut and not fits(cut + tail):
+            cut = cut[:-1]
+        if cut != stem:
+            cut = cut.rstrip(". ")  # Windows drops a name's trailing dots and spaces
+        if not cut:
+            raise UsageError(f"no name for {name!r} fits the download folder (its path is too long)")
+        candidate = cut + tail
         if not taken(candidate):
             return candidate
     raise UsageError(f"no free name for {name!r}: 10,000 files of that name already")
@@ -277,10 +318,19 @@ class ChunkPlan:
     chunks and the offerer uploads each about once; one whose stripes have all come asks the
     offerer for the rest.  A source that serves a bad chunk is never asked
     for that chunk again, and after :data:`BAD_CHUNKS_TO_DROP` of them not at all.
+
+    Every source that owes chunks has a deadline (``deadline`` seconds, :func:`chunk_deadline`,
+    from its first request or its last chunk): past it the source is :meth:`stalled`, and the
+    caller drops it, which gives its chunks (and the ones only it claimed) back to the others,
+    the offerer included.
     """
 
-    def __init__(self, count: int, have: bytearray | None = None, spare: str | None = None, me: str = "") -> None:
+    def __init__(self, count: int, have: bytearray | None = None, spare: str | None = None, me: str = "",
+                 deadline: float = math.inf) -> None:
         self.count = count
+        self.deadline = deadline
+        self._owed: dict[str, int] = {}  # per source: chunks asked of it and not yet come
+        self._due: dict[str, float] = {}  # per source that owes chunks: when its next one is due
         self.spare = spare
         self.me = me
         self.have = have if have is not None else bytearray(count)
@@ -319,12 +369,37 @@ class ChunkPlan:
             own[index] = 1
             self._holders[index] += 1
 
+    def unask(self, index: int) -> None:
+        """Chunk ``index`` is no longer asked of anyone (it came, or its source cannot give it)."""
+        pid = self.inflight.pop(index, None)
+        if pid is None:
+            return
+        left = self._owed.get(pid, 0) - 1
+        if left > 0:
+            self._owed[pid] = left
+        else:
+            self._owed.pop(pid, None)
+            self._due.pop(pid, None)
+
+    def arrived(self, pid: str, now: float) -> None:
+        """A chunk frame came from ``pid``: its next chunk is due a deadline from now."""
+        if pid in self._due:
+            self._due[pid] = now + self.deadline
+
+    def stalled(self, now: float) -> list[str]:
+        """The sources whose oldest chunk asked is overdue: drop them (:meth:`drop_source`)."""
+        return [pid for pid, due in self._due.items() if due <= now]
+
+    def next_due(self) -> float | None:
+        """When the next source's chunk falls due, if any is asked."""
+        return min(self._due.values(), default=None)
+
     def source_lacks(self, pid: str, index: int) -> bool:
         """``pid`` could not serve ``index`` after all (its copy is gone): ask others for it.
         Whether ``index`` had been asked of it (an answer to nothing asked frees no request slot)."""
         asked = self.inflight.get(index) == pid
         if asked:
-            del self.inflight[index]
+            self.unask(index)
         own = self.sources.get(pid)
         if own is not None and 0 <= index < self.count and own[index]:
             own[index] = 0
@@ -339,7 +414,7 @@ class ChunkPlan:
                 if own[i]:
                     self._holders[i] -= 1
         for index in [i for i, source in self.inflight.items() if source == pid]:
-            del self.inflight[index]
+            self.unask(index)
 
     def elsewhere(self, pid: str, index: int, until: float) -> bool:
         """The offerer ``pid`` said another receiver asked it for chunk ``index`` first: it is asked
@@ -348,7 +423,7 @@ class ChunkPlan:
         ELSEWHERE, or one for a chunk not asked, would free request slots it never held."""
         if pid != self.spare or self.inflight.get(index) != pid:
             return False
-        del self.inflight[index]
+        self.unask(index)
         if not self.have[index]:
             self._elsewhere[index] = until
         return True
@@ -389,6 +464,10 @@ class ChunkPlan:
                         break
         for index in picked:
             self.inflight[index] = pid
+        if picked:
+            if pid not in self._owed:
+                self._due[pid] = now + self.deadline
+            self._owed[pid] = self._owed.get(pid, 0) + len(picked)
         return picked
 
     def _askable(self, pid: str, own: bytearray, index: int, others: list[tuple[str, bytearray]],
@@ -411,7 +490,7 @@ class ChunkPlan:
         then call :meth:`stored`); False if it is garbage (dropped and counted) or not needed.
         ``digest``: its SHA-256, when already taken (off the event loop)."""
         if self.inflight.get(index) == pid:
-            del self.inflight[index]
+            self.unask(index)
         if not 0 <= index < self.count or self.have[index]:
             return False
         if (digest if digest is not None else leaf_hash(data)) != leaves[index]:
@@ -471,27 +550,193 @@ class FirstAskers:
 
 
 class Caps:
-    """Concurrent uploads per member and in all: a member asking more waits (is refused)."""
+    """Upload slots: at most ``per_peer`` connections of one member at once and ``total`` in all.
 
-    def __init__(self, per_peer: int, total: int) -> None:
+    A slot is held by a proven member's connection while it fetches.  Holding one costs the
+    holder: when all are taken, a newcomer takes the slot that has asked nothing for the
+    longest, if that is ``idle`` seconds at least, from the member holding most slots; failing
+    that, a member holding no slot takes one from a member holding two or more (the most, then
+    the idlest).  So a few keys holding every slot, idle or busy, give way to a member with
+    none; only as many keys as there are slots can keep one out.  Else the newcomer is refused
+    (BUSY: it asks again later).  Sans-I/O: the caller passes ``now`` and closes what is evicted.
+    """
+
+    def __init__(self, per_peer: int, total: int, idle: float = math.inf) -> None:
         self.per_peer = per_peer
         self.total = total
+        self.idle = idle
         self.active: dict[str, int] = {}
+        self._slots: dict[int, list] = {}  # slot -> [pid, when it last asked for something, being served]
+        self._next = 0
         self.refused = 0
+        self.evicted = 0
 
-    def acquire(self, pid: str) -> bool:
-        if self.active.get(pid, 0) >= self.per_peer or sum(self.active.values()) >= self.total:
+    def acquire(self, pid: str, now: float = 0.0) -> tuple[int | None, int | None]:
+        """(a slot for ``pid``, or None: refused; a slot taken from another, to close, or None)."""
+        held = self.active.get(pid, 0)
+        if held >= self.per_peer:
             self.refused += 1
-            return False
-        self.active[pid] = self.active.get(pid, 0) + 1
-        return True
+            return None, None
+        evicted = None
+        if len(self._slots) >= self.total:
+            evicted = self._victim(held, now)
+            if evicted is None:
+                self.refused += 1
+                return None, None
+            self.release(evicted)
+            self.evicted += 1
+        slot = self._next
+        self._next += 1
+        self._slots[slot] = [pid, now, False]
+        self.active[pid] = held + 1
+        return slot, evicted
 
-    def release(self, pid: str) -> None:
+    def _victim(self, held: int, now: float) -> int | None:
+        def rank(item: tuple[int, list]) -> tuple[int, float]:
+            return self.active[item[1][0]], -(now - item[1][1])
+
+        idle = [item for item in self._slots.items() if not item[1][2] and now - item[1][1] >= self.idle]
+        if idle:
+            return max(idle, key=rank)[0]
+        if held == 0:
+            crowded = [item for item in self._slots.items() if self.active[item[1][0]] >= 2]
+            if crowded:
+                return max(crowded, key=rank)[0]
+        return None
+
+    def touch(self, slot: int, now: float, serving: bool = False) -> None:
+        """``slot``'s connection asked for something at ``now``; ``serving``: it is being answered
+        (never idle meanwhile: the caller bounds how long an answer may take)."""
+        if slot in self._slots:
+            self._slots[slot][1:] = [now, serving]
+
+    def holds(self, slot: int) -> bool:
+        return slot in self._slots
+
+    def release(self, slot: int) -> None:
+        held = self._slots.pop(slot, None)
+        if held is None:
+            return
+        pid = held[0]
         left = self.active.get(pid, 0) - 1
         if left > 0:
             self.active[pid] = left
         else:
             self.active.pop(pid, None)
+
+
+class HandshakeSlots:
+    """Connections that have not proven their key yet: at most ``per_address`` from one source
+    address and ``total`` in all.
+
+    Nothing is known of a connection before its HELLO, so the address is what a flood shares.
+    When all slots are taken, a newcomer takes the slot of the oldest connection from the
+    address holding most, if that address would still hold as many as the newcomer's;
+    connections that have named a current member (:meth:`named_member`) give way only after
+    those that have not.  One address's flood thus never refuses another address, and a
+    flood from many addresses only makes the slots turn over faster: a member's connection,
+    the newest, names its member within milliseconds and then gives way last.  Sans-I/O: the
+    caller passes ``now`` and closes what is evicted.
+    """
+
+    def __init__(self, per_address: int, total: int) -> None:
+        self.per_address = per_address
+        self.total = total
+        self._slots: dict[int, list] = {}  # slot -> [address, since, named a member]
+        self._count: dict[str, int] = {}
+        self._next = 0
+        self.refused = 0
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def admit(self, address: str, now: float) -> tuple[int | None, int | None]:
+        """(a slot for a connection from ``address``, or None: close it; a slot to close, or None)."""
+        held = self._count.get(address, 0)
+        if held >= self.per_address:
+            self.refused += 1
+            return None, None
+        evicted = None
+        if len(self._slots) >= self.total:
+            def rank(item: tuple[int, list]) -> tuple[bool, int, float]:
+                return not item[1][2], self._count[item[1][0]], -item[1][1]
+
+            slot, (victim, _, _) = max(self._slots.items(), key=rank)
+            if victim == address or self._count[victim] < held + 1:
+                self.refused += 1
+                return None, None
+            evicted = slot
+            self.release(slot)
+            self.evicted += 1
+        slot = self._next
+        self._next += 1
+        self._slots[slot] = [address, now, False]
+        self._count[address] = self._count.get(address, 0) + 1
+        return slot, evicted
+
+    def named_member(self, slot: int) -> None:
+        if slot in self._slots:
+            self._slots[slot][2] = True
+
+    def release(self, slot: int) -> None:
+        held = self._slots.pop(slot, None)
+        if held is None:
+            return
+        left = self._count[held[0]] - 1
+        if left:
+            self._count[held[0]] = left
+        else:
+            del self._count[held[0]]
+
+
+class SlotQueue:
+    """Download slots: ``size`` downloads fetch at once; the others wait in line, those the user
+    asked for before those fetched on their own (auto-download), each line first come first
+    served.  Sans-I/O: keys in, keys granted out; the caller wakes whoever is granted."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.holding: set = set()
+        self._asked: dict = {}  # insertion-ordered: the line of asked downloads
+        self._auto: dict = {}
+
+    @property
+    def waiting(self) -> int:
+        return len(self._asked) + len(self._auto)
+
+    def request(self, key, auto: bool) -> bool:
+        """True: ``key`` holds a slot now; False: it waits in line until :meth:`release` grants it."""
+        if key in self.holding:
+            return True
+        if len(self.holding) < self.size and not self.waiting:
+            self.holding.add(key)
+            return True
+        (self._auto if auto else self._asked)[key] = None
+        return False
+
+    def promote(self, key) -> None:
+        """``key`` waited as an auto-download; the user has now asked for it."""
+        if self._auto.pop(key, 1) is None:
+            self._asked[key] = None
+
+    def withdraw(self, key) -> list:
+        """``key`` holds no slot and waits no more; what is granted in its place."""
+        self._asked.pop(key, None)
+        self._auto.pop(key, None)
+        return self.release(key)
+
+    def release(self, key) -> list:
+        """``key`` gives its slot up: the keys granted one now, in order."""
+        self.holding.discard(key)
+        granted = []
+        while len(self.holding) < self.size and self.waiting:
+            line = self._asked if self._asked else self._auto
+            first = next(iter(line))
+            del line[first]
+            self.holding.add(first)
+            granted.append(first)
+        return granted
 
 
 class ProgressGate:

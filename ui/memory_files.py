@@ -21,7 +21,7 @@ from typing import Callable
 from ..middleware.events import Event, FileProgress
 from ..middleware.file_transfer import offer_from_file
 from ..middleware.files import (DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, FileOffer, OfferError,
-                                check_fetch, is_offer_text, parse_offer, unique_name)
+                                check_fetch, is_offer_text, name_fits, parse_offer, unique_name)
 from ..middleware.peer_core import PeerCore
 from ..middleware.types import ChatMessage, Mid, UsageError, format_mid
 
@@ -36,12 +36,13 @@ class _Transfer:
     state: str
     bytes: int = 0
     error: str = ""
+    auto: bool = False
 
     def to_json(self) -> dict:
         return {"gid": self.gid, "mid": format_mid(self.mid), **self.offer.to_json(), "role": self.role,
                 "state": self.state, "bytes": self.bytes, "received": self.bytes if self.role == "download" else 0,
                 "uploaded": 0, "holders": [self.mid[0]], "path": str(self.path), "error": self.error,
-                "bad_chunks": 0}
+                "bad_chunks": 0, "auto": self.auto}
 
 
 class MemoryFiles:
@@ -73,10 +74,11 @@ class MemoryFiles:
         self.transfers[(gid, mid)] = _Transfer(gid, mid, offer, "offer", path.resolve(), "done", offer.size)
         return offer.sha256
 
-    def fetch(self, gid: str, mid: Mid, dest: str | None = None) -> dict:
+    def fetch(self, gid: str, mid: Mid, dest: str | None = None, auto: bool = False) -> dict:
         self.core.channel(gid)
         transfer = self.transfers.get((gid, mid))
         if transfer is not None:
+            transfer.auto = transfer.auto and auto
             if transfer.state in ("failed", "cancelled"):
                 transfer.state, transfer.error = "waiting", ""
                 self._tell(transfer)
@@ -89,8 +91,9 @@ class MemoryFiles:
         free = self.free_bytes if self.free_bytes is not None else shutil.disk_usage(folder).free
         check_fetch(offer, self.max_file_size, free)
         name = unique_name(offer.name, lambda n: (folder / n).exists()
-                           or any(t.path == folder / n for t in self.transfers.values()))
-        transfer = _Transfer(gid, mid, offer, "download", folder / name, "waiting")
+                           or any(t.path == folder / n for t in self.transfers.values()),
+                           lambda n: name_fits(n, str(folder)))
+        transfer = _Transfer(gid, mid, offer, "download", folder / name, "waiting", auto=auto)
         self.transfers[(gid, mid)] = transfer
         self._tell(transfer)
         return transfer.to_json()
@@ -115,7 +118,8 @@ class MemoryFiles:
                     continue
                 rows[message.mid] = {"gid": gid, "mid": format_mid(message.mid), **offer.to_json(),
                                      "role": "offered", "state": "offered", "bytes": 0, "received": 0, "uploaded": 0,
-                                     "holders": [message.mid[0]], "path": "", "error": "", "bad_chunks": 0}
+                                     "holders": [message.mid[0]], "path": "", "error": "", "bad_chunks": 0,
+                                     "auto": False}
         return list(rows.values())
 
     def delivered(self, gid: str, messages: list[ChatMessage]) -> None:
@@ -129,7 +133,7 @@ class MemoryFiles:
                 continue
             if offer.size <= self.auto_download and (gid, message.mid) not in self.transfers:
                 try:
-                    self.fetch(gid, message.mid)
+                    self.fetch(gid, message.mid, auto=True)
                 except (UsageError, OSError):
                     pass
 

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import msgpack
 
 from m2mc.middleware.crypto import Identity
-from m2mc.middleware.file_transfer import HELLO, VERSION, FileService, Transfer
-from m2mc.middleware.files import BAD_CHUNKS_TO_DROP
+from m2mc.middleware.file_transfer import GET, HAVE, HELLO, PROOF, VERSION, FileService, Transfer, _client_signed
+from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, FileOffer, HandshakeSlots
 from m2mc.middleware.types import ChatMessage, Mid, UsageError
 
 GID = "g" * 26
@@ -263,24 +263,35 @@ def test_a_file_past_the_size_cap_is_refused_with_a_clear_error_and_a_cancelled_
     assert again.state == "done" and again.path.read_bytes() == original
 
 
-def test_connections_waiting_for_their_handshake_are_capped(tmp_path, monkeypatch):
-    monkeypatch.setattr("m2mc.middleware.file_transfer.MAX_HANDSHAKES", 3)
-
+def test_connections_waiting_for_their_handshake_are_capped_per_address_and_a_flood_gives_way(tmp_path):
     async def run():
         services, addresses, messages = await peers(tmp_path, ["ann"])
         ann = services["ann"]
+        ann.handshakes = HandshakeSlots(per_address=3, total=4)
         try:
-            idle = [await asyncio.open_connection("127.0.0.1", ann.port) for _ in range(5)]  # say nothing
+            # 127.0.0.2 says nothing on 5 connections: the last 2 are closed at once (its 3 slots).
+            flood = [await asyncio.open_connection("127.0.0.1", ann.port, local_addr=("127.0.0.2", 0))
+                     for _ in range(5)]
             await asyncio.sleep(0.2)
-            closed = [await asyncio.wait_for(reader.read(), 5) for reader, _ in idle[3:]]
-            for _, writer in idle:
+            refused = [await asyncio.wait_for(reader.read(), 5) for reader, _ in flood[3:]]
+            # 127.0.0.3 takes the 4th slot; 127.0.0.4 then takes the flood's oldest, not 127.0.0.3's.
+            third = await asyncio.open_connection("127.0.0.1", ann.port, local_addr=("127.0.0.3", 0))
+            await asyncio.sleep(0.1)
+            fourth = await asyncio.open_connection("127.0.0.1", ann.port, local_addr=("127.0.0.4", 0))
+            await asyncio.sleep(0.1)
+            gave_way = await asyncio.wait_for(flood[0][0].read(), 5)
+            still = [not reader.at_eof() for reader in (flood[1][0], flood[2][0], third[0], fourth[0])]
+            for _, writer in [*flood, third, fourth]:
                 writer.close()
-            return closed, ann.handshakes_refused
+            return refused, gave_way, still, ann.stats()
         finally:
             await ann.close()
 
-    closed, refused = asyncio.run(run())
-    assert closed == [b"", b""] and refused == 2
+    refused, gave_way, still, stats = asyncio.run(run())
+    print(f"handshake slots 3 per address, 4 in all: {stats['file_handshakes_refused']} refused, "
+          f"{stats['file_handshakes_evicted']} gave way")
+    assert refused == [b"", b""] and gave_way == b"" and all(still)
+    assert stats["file_handshakes_refused"] == 2 and stats["file_handshakes_evicted"] == 1
 
 
 def three_receivers(tmp_path: Path, apart: float) -> tuple[list[Transfer], float]:
@@ -378,3 +389,146 @@ def test_frames_read_past_the_stream_reader_come_whole_however_the_socket_cuts_t
     buffer[:4] = struct.pack(">I", 2000)
     reader.buffer_updated(4)
     assert transport.closed
+
+
+def test_downloads_nobody_serves_give_their_slots_up_and_auto_downloads_per_offerer_are_bounded(tmp_path, monkeypatch):
+    """Five members offer files they never serve (no address, no server), one of them three: Bob
+    auto-fetches at most 2 of one member's at once, the stuck ones hold all 4 download slots and
+    give them up after DOWNLOAD_IDLE to Ann's real file, and those that give way AUTO_IDLE_TURNS
+    times without a chunk fail.
+    Waiting costs nothing: the downloads in line run no code until they are woken."""
+    monkeypatch.setattr("m2mc.middleware.file_transfer.DOWNLOAD_IDLE", 0.5)
+    monkeypatch.setattr("m2mc.middleware.file_transfer.chunk_deadline", lambda size: 0.5)
+    ghosts = [Identity.generate() for _ in range(5)]
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob"])
+        ann, bob = services["ann"], services["bob"]
+        everyone = {ann.core.pid, bob.core.pid, *(g.pid for g in ghosts)}
+        for service in services.values():
+            service.core.gjlp.groups[GID].is_current = everyone.__contains__
+            service.core.gjlp.groups[GID].current = lambda: [SimpleNamespace(pid=p) for p in sorted(everyone)]
+        try:
+            offers = []
+            for n, ghost in enumerate([*ghosts, ghosts[0], ghosts[0]]):  # the first ghost offers three
+                digest = hashlib.sha256(str(n).encode()).hexdigest()
+                text = FileOffer(f"bait {n}.bin", 100_000, "application/octet-stream", digest, 65536, digest).to_text()
+                mid = (ghost.pid, n + 1)
+                messages[mid] = ChatMessage(GID, mid, None, "ghost", text, 0, 0)
+                offers.append(messages[mid])
+            bob.delivered(GID, offers)
+            ghost_rows = [t for t in bob.transfers.values() if t.mid[0] == ghosts[0].pid]
+            per_offerer, deferred = len(ghost_rows), bob.stats()["file_auto_deferred"]
+            await asyncio.sleep(0.1)
+            states = sorted(t.state for t in bob.transfers.values())
+            path = source_file(tmp_path, 300_000)
+            mid = await offer(ann, messages, path)
+            started = asyncio.get_running_loop().time()
+            bob.delivered(GID, [messages[mid]])
+            real = bob.transfers[(GID, mid)]
+            await wait_done(real, 10)
+            took = asyncio.get_running_loop().time() - started
+            await asyncio.sleep(2.5)  # two more turns: those that gave their slot up twice without a chunk fail
+            failed = [t.error for t in bob.transfers.values() if t is not real and t.state == "failed"]
+            assert not [t.part for t in bob.transfers.values() if t.state == "failed" and t.part.exists()]
+            holding = sorted(t.state for t in bob.transfers.values() if t is not real and t.state != "failed")
+            return (per_offerer, deferred, states, real.state, took, failed, holding,
+                    real.path.read_bytes() == path.read_bytes())
+        finally:
+            for service in services.values():
+                await service.close()
+
+    per_offerer, deferred, states, state, took, failed, holding, whole = asyncio.run(run())
+    print(f"unserved offers: {per_offerer} auto-fetched of the first member's 3 ({deferred} deferred); slots "
+          f"{states}; Ann's file done {took:.2f} s after its offer; the unserved ones: {failed[0]!r}")
+    assert per_offerer == 2 and deferred == 1
+    assert states == ["fetching"] * 4 + ["waiting"] * 2  # 4 slots, 6 auto-downloads
+    assert state == "done" and whole and took <= 0.5 + 1.5
+    # The two that gave way twice failed; the others hold slots nobody waits for (and give way when one does).
+    assert len(failed) == 2 and all("no member served it" in error for error in failed)
+    assert holding == ["fetching"] * 4
+
+
+def test_a_member_that_asks_for_chunks_and_never_reads_them_loses_its_upload_slot(tmp_path, monkeypatch):
+    """Eve, a member, asks for 80 chunks (20 MiB) and reads none: once the socket buffers are full
+    the chunk in hand is overdue (files.chunk_deadline), and Ann closes the connection, freeing
+    its slot; an idle connection's slot goes at UPLOAD_IDLE."""
+    monkeypatch.setattr("m2mc.middleware.file_transfer.chunk_deadline", lambda size: 0.5)
+    monkeypatch.setattr("m2mc.middleware.file_transfer.UPLOAD_IDLE", 1.0)
+    eve = Identity.generate()
+
+    async def handshake(port: int, mid_text: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+        def send(kind: int, payload: bytes = b"") -> None:
+            writer.write(struct.pack(">I", 1 + len(payload)) + bytes([kind]) + payload)
+
+        async def frame() -> tuple[int, bytes]:
+            body = await reader.readexactly(struct.unpack(">I", await reader.readexactly(4))[0])
+            return body[0], body[1:]
+
+        nonce = os.urandom(32)
+        send(HELLO, msgpack.packb([VERSION, GID, mid_text, eve.public_key, nonce]))
+        server_key, nonce_s, _ = msgpack.unpackb((await frame())[1])
+        send(PROOF, eve.sign(_client_signed(GID, mid_text, nonce, nonce_s, server_key)))
+        assert (await frame())[0] == HAVE
+        return reader, writer
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann"])
+        ann = services["ann"]
+        members = {ann.core.pid, eve.pid}
+        ann.core.gjlp.groups[GID].is_current = members.__contains__
+        try:
+            mid = await offer(ann, messages, source_file(tmp_path, 20 * 2**20))
+            mid_text = f"{mid[0]}:{mid[1]}"
+            reader, writer = await handshake(ann.port, mid_text)
+            writer.write(b"".join(struct.pack(">I", 5) + bytes([GET]) + struct.pack(">I", i) for i in range(80)))
+            held = dict(ann.caps.active)
+            started = asyncio.get_running_loop().time()
+            while ann.caps.active and asyncio.get_running_loop().time() - started < 10:
+                await asyncio.sleep(0.05)
+            hoarder_freed = asyncio.get_running_loop().time() - started
+            writer.close()
+            _, idle = await handshake(ann.port, mid_text)
+            started = asyncio.get_running_loop().time()
+            while ann.caps.active and asyncio.get_running_loop().time() - started < 10:
+                await asyncio.sleep(0.05)
+            idle_freed = asyncio.get_running_loop().time() - started
+            idle.close()
+            return held, hoarder_freed, idle_freed
+        finally:
+            await ann.close()
+
+    held, hoarder_freed, idle_freed = asyncio.run(run())
+    print(f"a member that never reads its chunks held its slot {hoarder_freed:.2f} s, one asking nothing "
+          f"{idle_freed:.2f} s (deadline 0.5 s, UPLOAD_IDLE 1 s)")
+    assert held == {eve.pid: 1}
+    assert hoarder_freed <= 3.0 and 0.9 <= idle_freed <= 2.0
+
+
+def test_fresh_keys_offering_one_file_each_get_at_most_16_auto_downloads_in_all(tmp_path):
+    """An open group's fresh keys cost nothing: 40 of them each offer a file nobody serves, and
+    Bob fetches 16 on his own (MAX_AUTO_OPEN); the rest are left to the user."""
+    ghosts = [Identity.generate() for _ in range(40)]
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["bob"])
+        bob = services["bob"]
+        everyone = {bob.core.pid, *(g.pid for g in ghosts)}
+        bob.core.gjlp.groups[GID].is_current = everyone.__contains__
+        try:
+            offers = []
+            for n, ghost in enumerate(ghosts):
+                digest = hashlib.sha256(str(n).encode()).hexdigest()
+                text = FileOffer(f"bait {n}.bin", 100_000, "application/octet-stream", digest, 65536, digest).to_text()
+                messages[(ghost.pid, 1)] = ChatMessage(GID, (ghost.pid, 1), None, "ghost", text, 0, 0)
+                offers.append(messages[(ghost.pid, 1)])
+            bob.delivered(GID, offers)
+            return len(bob.transfers), bob.stats()["file_auto_deferred"]
+        finally:
+            await bob.close()
+
+    fetched, deferred = asyncio.run(run())
+    print(f"40 fresh keys' unserved offers: {fetched} auto-downloads, {deferred} left to the user")
+    assert fetched == 16 and deferred == 24

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from m2mc.middleware.files import (BAD_CHUNKS_TO_DROP, FILE_MARKER, MAX_CHUNKS, MIN_CHUNK, Caps, ChunkPlan, FileOffer,
+                                   HandshakeSlots, SlotQueue, name_fits,
                                    FirstAskers, OfferError, ProgressGate, check_fetch, chunk_size_for, human_size, leaf_hash,
                                    offer_caption, parse_offer, readable_text, safe_name, split_leaves, tree_root, unique_name)
 from m2mc.middleware.types import UsageError
@@ -192,13 +193,63 @@ def test_a_chunk_found_bad_on_disk_is_fetched_again():
 
 def test_caps_bound_uploads_per_member_and_in_all():
     caps = Caps(per_peer=2, total=3)
-    assert caps.acquire("bob") and caps.acquire("bob")
-    assert not caps.acquire("bob")
-    assert caps.acquire("cat")
-    assert not caps.acquire("dan")  # the total
-    caps.release("bob")
-    assert caps.acquire("dan")
-    assert caps.refused == 2
+    bob = [caps.acquire("bob")[0], caps.acquire("bob")[0]]
+    assert None not in bob and caps.acquire("bob") == (None, None)  # per member
+    cat, _ = caps.acquire("cat")
+    dan, evicted = caps.acquire("dan")  # the total is reached: Bob, holding two, gives one up
+    assert dan is not None and evicted == bob[0]
+    assert caps.acquire("eve") == (None, None)  # one each, all busy: refused
+    caps.release(cat)
+    assert caps.acquire("eve")[0] is not None
+    assert caps.refused == 2 and caps.evicted == 1
+
+
+def test_an_idle_upload_slot_gives_way_and_a_few_keys_cannot_hold_every_slot():
+    """Four sybils with four proven connections each hold all 16 slots: a member with none still
+    gets one, from an idle slot first, else from a key holding two or more."""
+    caps = Caps(per_peer=4, total=16, idle=2.0)
+    slots = {sybil: [caps.acquire(sybil, now=0.0)[0] for _ in range(4)] for sybil in ("s1", "s2", "s3", "s4")}
+    for sybil in ("s2", "s3", "s4"):
+        for slot in slots[sybil]:
+            caps.touch(slot, 1.0)  # s1 asked nothing since 0.0
+    bob, evicted = caps.acquire("bob", now=2.5)
+    assert bob is not None and evicted in slots["s1"]  # the idlest
+    caps.touch(bob, 2.5)
+    for slot in [*slots["s2"], *slots["s3"], *slots["s4"], *slots["s1"]]:
+        caps.touch(slot, 3.0)  # all busy now
+    cat, evicted = caps.acquire("cat", now=3.0)
+    assert cat is not None and evicted is not None and caps.holds(bob)  # a sybil's, never Bob's only one
+    assert caps.active["bob"] == 1 and caps.active["cat"] == 1
+    # Busy and each holding one slot, the keys are even: a newcomer is refused.
+    even = Caps(per_peer=4, total=2, idle=2.0)
+    even.acquire("bob", now=0.0), even.acquire("cat", now=0.0)
+    assert even.acquire("dan", now=1.0) == (None, None)
+    assert even.acquire("dan", now=2.0)[0] is not None  # idle 2 s: gives way
+    print(f"16 slots under 4 sybils: {caps.evicted} given way, {caps.refused} refused")
+
+
+def test_handshake_slots_per_address_and_a_flood_gives_way_before_members():
+    slots = HandshakeSlots(per_address=8, total=16)
+    flood = [slots.admit("10.0.0.66", now=i)[0] for i in range(12)]
+    assert flood[8:] == [None] * 4 and slots.refused == 4  # its 8 per address
+    second = [slots.admit("10.0.0.67", now=20 + i)[0] for i in range(8)]
+    assert None not in second and len(slots) == 16
+    member, evicted = slots.admit("10.0.0.2", now=30)
+    assert member is not None and evicted == flood[0]  # the oldest of an address holding most
+    slots.named_member(member)
+    # More addresses of the flood: each takes an unnamed flood slot, never the member's.
+    for i in range(40):
+        slot, evicted = slots.admit(f"10.0.1.{i}", now=40 + i)
+        assert slot is not None and evicted != member
+    assert len(slots) == 16 and member in slots._slots
+    # 64 addresses with one connection each: a member's newest connection still gets in.
+    spread = HandshakeSlots(per_address=8, total=64)
+    for i in range(64):
+        spread.admit(f"10.0.2.{i}", now=i)
+    late, evicted = spread.admit("10.0.0.3", now=100)
+    assert late is not None and evicted is not None
+    assert spread.admit("10.0.0.3", now=101) == (None, None)  # its second would hold more than the flood's one
+    print(f"handshake slots: {slots.refused} refused, {slots.evicted} gave way; the member kept its slot")
 
 
 def test_progress_is_told_at_most_four_times_a_second_and_the_end_always():
@@ -283,3 +334,77 @@ def test_elsewhere_and_missing_free_only_a_request_slot_that_was_asked_of_that_s
     assert plan.elsewhere("ann", asked_ann[0], until=0.5) and not plan.elsewhere("ann", asked_ann[0], until=0.5)
     assert not plan.source_lacks("eve", asked_ann[1]) and plan.source_lacks("eve", asked_eve[0])
     assert not plan.source_lacks("eve", 99)
+
+
+def test_a_silent_source_s_chunks_go_back_to_the_offerer_once_overdue():
+    """Mal claims every chunk and sends none: past its deadline it is stalled, and once dropped
+    the offerer, the fallback, is asked for them; a source that keeps sending is never stalled."""
+    plan = ChunkPlan(8, spare="ann", me="bob", deadline=3.0)
+    plan.add_source("ann", b"\x01" * 8)
+    plan.add_source("mal", b"\x01" * 8)
+    assert plan.pick("ann", 8, now=0.0) == []  # Mal claims them all: the offerer is spared
+    asked = plan.pick("mal", 4, now=0.0)
+    assert len(asked) == 4 and plan.next_due() == 3.0
+    assert plan.stalled(2.9) == [] and plan.stalled(3.0) == ["mal"]
+    plan.drop_source("mal")
+    assert plan.next_due() is None
+    assert sorted(plan.pick("ann", 8, now=3.0)) == list(range(8))  # all of them, Mal's in flight too
+    # A source that sends pushes its deadline on, chunk by chunk.
+    chunks, leaves = chunks_and_leaves(4)
+    slow = ChunkPlan(4, deadline=3.0)
+    slow.add_source("cat", b"\x01" * 4)
+    slow.pick("cat", 4, now=0.0)
+    for at, index in ((2.0, 0), (4.5, 1), (7.0, 2)):
+        assert slow.stalled(at) == []
+        slow.arrived("cat", at)
+        assert slow.received("cat", index, chunks[index], leaves)
+        slow.stored(index)
+    assert slow.next_due() == 10.0 and slow.stalled(10.0) == ["cat"]
+    slow.arrived("cat", 9.0)
+    slow.received("cat", 3, chunks[3], leaves)
+    assert slow.next_due() is None and slow.stalled(100.0) == []  # owes nothing: no deadline
+
+
+def test_download_slots_go_to_asked_downloads_before_auto_ones_first_come_first_served():
+    slots = SlotQueue(2)
+    assert slots.request("a1", auto=True) and slots.request("a2", auto=True)
+    assert not slots.request("a3", auto=True) and not slots.request("u1", auto=False)
+    assert not slots.request("a4", auto=True)
+    slots.promote("a4")  # the user asked for it meanwhile
+    assert slots.waiting == 3
+    assert slots.release("a1") == ["u1"]  # a yielding download goes to the back: the asked one first
+    assert slots.request("a1", auto=True) is False
+    assert slots.release("a2") == ["a4"]
+    assert slots.withdraw("u1") == ["a3"]  # cancelled while holding: the next in line
+    assert slots.withdraw("a1") == [] and slots.waiting == 0
+
+
+@pytest.mark.parametrize("length", [251, 252, 253, 254, 255])
+def test_a_name_of_251_to_255_bytes_is_saved_so_that_its_partial_name_fits(length):
+    name = "é" * ((length - 4) // 2) + "x" * ((length - 4) % 2) + ".pdf"
+    assert len(name.encode()) == length and safe_name(name) == name
+    saved = unique_name(name, lambda n: False, lambda n: name_fits(n, "/home/ann/Downloads"))
+    assert saved.endswith(".pdf") and len((saved + ".part").encode()) <= 255
+    again = unique_name(name, {saved}.__contains__, lambda n: name_fits(n, "/home/ann/Downloads"))
+    assert again.endswith(" (2).pdf") and len((again + ".part").encode()) <= 255
+
+
+def test_on_windows_a_name_fits_max_path_with_its_partial_suffix_and_reserved_names_are_renamed():
+    folder = "C:\\Users\\ann\\Downloads\\" + "x" * 180  # 205 characters
+    fits = lambda n: name_fits(n, folder, windows=True)  # noqa: E731
+    saved = unique_name("quarterly report " * 10 + ".xlsx", lambda n: False, fits)
+    assert saved.endswith(".xlsx") and len(folder) + 1 + len(saved) + len(".part") <= 259
+    assert name_fits(saved, folder) and not name_fits(saved + "x" * 3, folder, windows=True)
+    with pytest.raises(UsageError):
+        unique_name("report.xlsx", lambda n: False, lambda n: name_fits(n, "C:\\" + "y" * 250, windows=True))
+    for reserved in ("CON.txt", "nul", "COM\u00b9.log", "CONIN$", "lpt9.tar.gz", "AUX .txt"):
+        assert safe_name(reserved).startswith("file_"), reserved
+
+
+def test_an_upload_slot_being_served_is_never_idle_however_long_its_answer_takes():
+    caps = Caps(per_peer=4, total=1, idle=2.0)
+    slot, _ = caps.acquire("bob", now=0.0)
+    caps.touch(slot, 0.5, serving=True)  # a 4 MiB chunk going out on a slow link
+    assert caps.acquire("cat", now=10.0) == (None, None)
+    caps.touch(slot, 10.0)  # sent: now it asks nothing
+    assert caps.acquire("cat", now=12.0) == (1, slot)
