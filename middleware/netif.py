@@ -98,6 +98,9 @@ class NetworkCalls(Protocol):
     def link_is_up(self, interface: str) -> bool:
         """Whether ``interface`` has a link (loopback and unknown interfaces count as up)."""
 
+    def prepare_shared_socket(self, sock: socket.socket) -> None:
+        """Let every peer of the host bind ``sock``'s port too (group and broadcast listeners)."""
+
     def prepare_group_socket(self, sock: socket.socket, buffer: int) -> None:
         """Set what a socket receiving one group needs before it binds: port sharing, a ``buffer``-byte queue."""
 
@@ -198,9 +201,12 @@ class LinuxNetwork:
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
 
-    def prepare_group_socket(self, sock: socket.socket, buffer: int) -> None:
+    def prepare_shared_socket(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+
+    def prepare_group_socket(self, sock: socket.socket, buffer: int) -> None:
+        self.prepare_shared_socket(sock)
         try:  # as root, past net.core.rmem_max: bursts of a fast sender fit
             sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, buffer)
         except OSError:
@@ -263,10 +269,13 @@ class PortableNetwork:
         request_buffer(sock, socket.SO_SNDBUF, buffer)
         request_buffer(sock, socket.SO_RCVBUF, buffer)
 
-    def prepare_group_socket(self, sock: socket.socket, buffer: int) -> None:
+    def prepare_shared_socket(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if hasattr(socket, "SO_REUSEPORT"):  # the BSDs and macOS share a port only with it; Windows has none
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+
+    def prepare_group_socket(self, sock: socket.socket, buffer: int) -> None:
+        self.prepare_shared_socket(sock)
         request_buffer(sock, socket.SO_RCVBUF, buffer)
 
     def group_bind_address(self, group: str) -> str:
@@ -284,6 +293,7 @@ ipv4_addresses = SYSTEM.ipv4_addresses
 interfaces = SYSTEM.interfaces
 multicast_capable = SYSTEM.multicast_capable
 link_is_up = SYSTEM.link_is_up
+prepare_shared_socket = SYSTEM.prepare_shared_socket
 prepare_group_socket = SYSTEM.prepare_group_socket
 group_bind_address = SYSTEM.group_bind_address
 prepare_endpoint_socket = SYSTEM.prepare_endpoint_socket

@@ -365,8 +365,7 @@ class MulticastNetwork:
                 continue
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                netif.prepare_shared_socket(sock)
                 sock.bind((address, port))
             except OSError as exc:
                 sock.close()

@@ -127,3 +127,28 @@ def test_a_buffer_the_system_refuses_is_asked_for_again_smaller():
     assert sock.options[socket.SO_RCVBUF] == 4 * 2**20
     with pytest.raises(OSError):
         netif.request_buffer(RefusingSocket(limit=1000), socket.SO_RCVBUF, 8 * 2**20)
+
+
+def test_the_broadcast_listener_asks_netif_for_port_sharing_so_windows_gets_no_reuseport(monkeypatch):
+    """Windows' socket module has no SO_REUSEPORT: reading it raised AttributeError, which the
+    transport's ``except OSError`` did not catch, so a peer there could not start."""
+    import asyncio
+
+    from m2mc.middleware import transport
+
+    monkeypatch.delattr(socket, "SO_REUSEPORT")
+    monkeypatch.setattr(netif, "prepare_shared_socket", PortableNetwork(windows=True).prepare_shared_socket)
+
+    async def listen() -> list:
+        network = transport.MulticastNetwork("127.0.0.1")
+        network._broadcast = ["127.0.0.1"]  # a subnet's broadcast address, as broadcast_addresses() finds it
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        network.listen_broadcast(port, lambda received: None)
+        try:
+            return list(network._listeners)
+        finally:
+            network.close()
+
+    assert [group.host for group in asyncio.run(listen())] == ["127.0.0.1"]
