@@ -20,14 +20,17 @@ import getpass
 import json
 import logging
 import math
+import os
 import signal
 import sqlite3
 import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..middleware.manager import Config, GroupManager
+from ..middleware.netif import forced_portable
 from ..middleware.files import offer_json
 from ..middleware.transport import TransportError
 from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, FileProgress, GroupsDiscovered,
@@ -601,6 +604,53 @@ class LineSplitter:
         return [rest] if rest and not self._skipping else []
 
 
+def stop_on_signals(stopping: asyncio.Event) -> None:
+    """SIGTERM and SIGINT end the loop gently.  Windows' loops have no add_signal_handler:
+    there the handler runs in the main thread and hands the stop to the loop."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stopping.set)
+        except (NotImplementedError, RuntimeError):
+            signal.signal(sig, lambda _sig, _frame: loop.call_soon_threadsafe(stopping.set))
+
+
+async def stdin_reader(stdin: Any) -> asyncio.StreamReader:
+    """A stream over ``stdin``.  The loop watches it where it can (a pipe, a terminal or a socket
+    on POSIX); Windows' loops cannot watch a pipe or a console, and no loop watches a regular file
+    (``m2mc-peer < requests.jsonl``), so there, and whenever M2MC_PORTABLE=1, a thread reads it."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2 * READ_CHUNK)
+    if not forced_portable():
+        try:
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+            return reader
+        except (NotImplementedError, ValueError):
+            pass
+    fd = stdin.fileno()
+
+    def hand_over(chunk: bytes) -> None:
+        if chunk:
+            reader.feed_data(chunk)
+        else:
+            reader.feed_eof()
+
+    def read_until_eof() -> None:
+        chunk = b"-"
+        while chunk:
+            try:
+                chunk = os.read(fd, READ_CHUNK)
+            except OSError:
+                chunk = b""
+            try:
+                loop.call_soon_threadsafe(hand_over, chunk)
+            except RuntimeError:  # the loop has closed: the peer has stopped
+                return
+
+    threading.Thread(target=read_until_eof, name="m2mc-stdin", daemon=True).start()
+    return reader
+
+
 async def serve(args: argparse.Namespace) -> int:
     out = sys.stdout
 
@@ -621,12 +671,8 @@ async def serve(args: argparse.Namespace) -> int:
         print(f"m2mc-peer: {exc}", file=sys.stderr)
         return 2
     peer.manager = manager
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, peer.stopping.set)
-
-    reader = asyncio.StreamReader(limit=2 * READ_CHUNK)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    stop_on_signals(peer.stopping)
+    reader = await stdin_reader(sys.stdin)
     splitter = LineSplitter()
 
     def answer_when_done(done: asyncio.Future) -> None:

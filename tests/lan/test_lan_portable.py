@@ -103,3 +103,21 @@ def test_peers_with_every_fallback_forced_converse_and_catch_up_after_a_cut(lan2
     finally:
         for peer in (ann, bob):
             peer.shutdown()
+
+
+@pytest.mark.parametrize("env", [{}, FORCED], ids=["posix", "forced"])
+def test_requests_from_a_file_on_stdin_are_all_answered(lan2, tmp_path, env):
+    """``m2mc-peer < requests.jsonl`` stopped with "ValueError: Pipe transport is for pipes/sockets
+    only." before a request was read: no loop watches a regular file, so a thread reads it, as
+    it reads a pipe on Windows (and everywhere with M2MC_PORTABLE=1)."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "whoami"}) + "\n" for i in range(50)))
+    with requests.open("rb") as stdin:
+        done = subprocess.run(["ip", "netns", "exec", lan2.hosts[0], sys.executable, "-m", "m2mc.app.peer",
+                               "--iface", lan2.addresses[0], "--no-zeroconf", "--data-dir", str(tmp_path / "data"),
+                               "--name", "Ann"], stdin=stdin, env={**os.environ, **env}, capture_output=True,
+                              text=True, timeout=60)
+    answers = [json.loads(line) for line in done.stdout.splitlines() if '"id"' in line]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(answer["id"] for answer in answers) == list(range(50))
+    assert all(answer["result"]["name"] == "Ann" for answer in answers), answers[0]
