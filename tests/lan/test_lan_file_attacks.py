@@ -17,6 +17,7 @@ speaks the file protocol with ``middleware.file_transfer``'s own frame kinds and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -123,6 +124,25 @@ except KeyboardInterrupt:
 """
 
 
+@contextlib.contextmanager
+def attacker(lan: Lan, script: str, *args: str):
+    """``script`` running on the attacker's host (the LAN's last); killed if the test ends first."""
+    proc = subprocess.Popen(["ip", "netns", "exec", lan.hosts[-1], sys.executable, "-c", script, *args],
+                            stdout=subprocess.PIPE, text=True, preexec_fn=os.setsid)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def counts_of(proc: subprocess.Popen) -> str:
+    """What an attacker's script prints of its work when interrupted."""
+    os.killpg(proc.pid, 2)
+    return proc.communicate(timeout=10)[0].strip()
+
+
 def test_a_stranger_s_128_idle_connections_from_8_addresses_do_not_refuse_a_member_s_fetch(tmp_path):
     with Lan(3) as lan:
         sources = [f"{lan.subnet}.{100 + i}" for i in range(8)]
@@ -130,27 +150,19 @@ def test_a_stranger_s_128_idle_connections_from_8_addresses_do_not_refuse_a_memb
             subprocess.run(["ip", "-n", lan.hosts[2], "addr", "add", f"{source}/24", "dev", f"v{lan.prefix}3"],
                            check=True)
         ann, bob = start(lan, 0, tmp_path, "Ann"), start(lan, 1, tmp_path, "Bob")
-        flood = None
         try:
             gid = form_group(ann, [bob])
             mid = offer_file(ann, gid, tmp_path / "agenda.pdf", 2**20)
-            flood = subprocess.Popen(["ip", "netns", "exec", lan.hosts[2], sys.executable, "-c", IDLE_FLOOD,
-                                      lan.addresses[0], str(PORT), ",".join(sources), "16"],
-                                     stdout=subprocess.PIPE, text=True, preexec_fn=os.setsid)
-            time.sleep(1.5)  # every connection opened and waiting
-            took = fetched_in(bob, gid, mid, FETCH_UNDER_FLOOD_WITHIN)
-            stats = ann.call("stats")
-            os.killpg(flood.pid, 2)
-            opened = flood.communicate(timeout=10)[0].strip()
-            flood = None
+            with attacker(lan, IDLE_FLOOD, lan.addresses[0], str(PORT), ",".join(sources), "16") as flood:
+                time.sleep(1.5)  # every connection opened and waiting
+                took = fetched_in(bob, gid, mid, FETCH_UNDER_FLOOD_WITHIN)
+                stats = ann.call("stats")
+                opened = counts_of(flood)
             print(f"128 idle connections from 8 addresses ({opened} opened in all): Bob's 1 MiB fetch done in "
                   f"{took:.2f} s; Ann refused {stats['file_handshakes_refused']}, "
                   f"gave way {stats.get('file_handshakes_evicted')}")
             assert took <= FETCH_UNDER_FLOOD_WITHIN, f"Bob's fetch took {took:.2f} s under the flood"
         finally:
-            if flood is not None:
-                os.killpg(flood.pid, 9)
-                flood.wait()
             for peer in (ann, bob):
                 peer.shutdown()
 
@@ -255,31 +267,23 @@ except KeyboardInterrupt:
 def test_four_sybils_with_four_idle_proven_connections_each_do_not_hold_every_upload_slot(tmp_path):
     with Lan(3) as lan:
         ann, bob = start(lan, 0, tmp_path, "Ann"), start(lan, 1, tmp_path, "Bob")
-        holders = None
         try:
             gid = form_group(ann, [bob])
             keys, joins = sybil_joins(gid, 4)
             send_from(lan.hosts[2], lan.addresses[2], CONTROL_ADDR, DEFAULT_PORT, joins)
             ann.wait_for(lambda: len(group_of(ann, gid)["members"]) == 6, what="the sybils' records")
             mid = offer_file(ann, gid, tmp_path / "budget.ods", 2**20)
-            holders = subprocess.Popen(["ip", "netns", "exec", lan.hosts[2], sys.executable, "-c", SYBIL_SLOTS,
-                                        lan.addresses[0], str(PORT), gid, mid,
-                                        ",".join(k.private_bytes().hex() for k in keys)],
-                                       stdout=subprocess.PIPE, text=True, preexec_fn=os.setsid)
-            time.sleep(3)  # all 16 connections proven, holding their slots, idle
-            took = fetched_in(bob, gid, mid, SYBIL_SLOTS_WITHIN)
-            stats = ann.call("stats")
-            os.killpg(holders.pid, 2)
-            held, busy = holders.communicate(timeout=10)[0].split()
-            holders = None
+            with attacker(lan, SYBIL_SLOTS, lan.addresses[0], str(PORT), gid, mid,
+                          ",".join(k.private_bytes().hex() for k in keys)) as holders:
+                time.sleep(3)  # all 16 connections proven, holding their slots, idle
+                took = fetched_in(bob, gid, mid, SYBIL_SLOTS_WITHIN)
+                stats = ann.call("stats")
+                held, busy = counts_of(holders).split()
             print(f"4 sybils x 4 idle proven connections ({held} slots taken, {busy} BUSY): Bob's 1 MiB fetch done "
                   f"in {took:.2f} s; Ann refused {stats['file_uploads_refused']} uploads, "
                   f"gave way {stats.get('file_uploads_evicted')}")
             assert took <= SYBIL_SLOTS_WITHIN, f"Bob's fetch took {took:.2f} s"
         finally:
-            if holders is not None:
-                os.killpg(holders.pid, 9)
-                holders.wait()
             for peer in (ann, bob):
                 peer.shutdown()
 
