@@ -204,12 +204,14 @@ class RelayTree:
         self.pushed = self.duplicates = self.grafts_sent = 0
 
     # --- membership ---------------------------------------------------------------------------
-    def set_members(self, members: list[str], now: float) -> None:
-        """The members this one relays with (up, proven, not reached by multicast)."""
-        for pid in set(members) - set(self._ring):  # back (a restart, a wake): a new start
+    def set_members(self, members: list[str], now: float, ring: list[str] | None = None) -> None:
+        """The members this one relays with (up, proven, not reached by multicast); ``ring``, if
+        given, is ``ring_of(group, members + [me])`` already made (a simulation of many members)."""
+        ring = ring if ring is not None else ring_of(self.group, list(members) + [self.me])
+        for pid in set(ring) - set(self._ring):  # back (a restart, a wake): a new start
             self._distrusted.pop(pid, None)
             self._score.pop(pid, None)
-        self._ring = ring_of(self.group, list(members) + [self.me])
+        self._ring = ring
         self._index = {pid: i for i, pid in enumerate(self._ring)}
         self._trees.clear()
         before = set(self._view)

@@ -165,10 +165,13 @@ def run_tree(lan: Lan) -> Figures:
     own_copies: dict[tuple[str, int], int] = {}
     known_up = set(lan.pids)
 
+    everyone = relay.ring_of("bench", lan.pids)
+
     def views(now: float) -> None:
         members = sorted(known_up)
+        ring = relay.ring_of("bench", members)
         for pid in lan.pids:  # one back from a crash relays with the members its store lists, until it is seen
-            trees[pid].set_members(members if pid in known_up else lan.pids, now)
+            trees[pid].set_members(members, now, ring) if pid in known_up else trees[pid].set_members(lan.pids, now, everyone)
 
     def flush(pid: str, now: float) -> None:
         tree = trees[pid]
@@ -203,7 +206,7 @@ def run_tree(lan: Lan) -> Figures:
         elif kind == "crash":
             return
         elif kind == "back":
-            trees[args[0]].set_members(lan.pids, now)
+            trees[args[0]].set_members(lan.pids, now, everyone)
         elif kind == "seen":
             pid = args[0]
             (known_up.add if pid in lan.up else known_up.discard)(pid)
