@@ -40,17 +40,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import errno
 import hashlib
 import json
 import logging
 import mimetypes
-import mmap
 import os
 import random
 import shutil
+import socket
 import struct
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -84,14 +82,16 @@ MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.Handsh
 HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
 CONNECT_TIMEOUT = 5.0
 WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked (at least 4 chunks)
-CHECKERS = 2  # threads hashing and writing chunks: one hashes while the other's write goes to the disk
-AHEAD_BYTES = 16 * 2**20  # chunks kept in memory past the whole-file hash, for it to take them from memory
-DIRECT_FROM = 64 * 2**20
-"""Downloads this large write their chunks past the page cache (O_DIRECT, where the file system
-allows it): copying a chunk into fresh page-cache pages cost more CPU than hashing it, and a large
-download does not push the rest of the page cache out."""
-_O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux; elsewhere every chunk goes through the page cache
-_DIRECT_ALIGN = 4096  # what O_DIRECT asks of a buffer's address, a write's offset and its length
+CHECKERS = 2  # threads hashing chunks (hashlib lets go of the GIL): beside the loop's reads and the writer's writes
+RESUME_BYTES = 2**30
+"""A download's resume point every this many bytes: its file is synced (fdatasync, off the loop) and
+the chunks written before are marked durable in its bitmap (2), so that after a power cut only the
+chunks since are checked against the tree again (:meth:`FileService._recheck`).  A kill -9 costs no
+check at all: the page cache outlives the process (same boot, :func:`_boot_id`)."""
+POOL_BYTES = 48 * 2**20  # chunk buffers kept for reuse: more than a download's window (8 MiB) and its checkers'
+LOW_WATER = 256 * 1024
+"""A connection reading a chunk is woken once this much of it has come (SO_RCVLOWAT, where the system
+has it), not for every few packets: on a link held to 1 Gbit/s the receiver woke for each 10 KB."""
 MAX_SOURCES = 8  # connections one download keeps, one of them kept for the offerer
 MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn (:class:`files.SlotQueue`)
 DOWNLOAD_IDLE = 5.0  # seconds without a new chunk after which a download gives its slot to one waiting
@@ -149,20 +149,50 @@ def _session_keys(group_key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[byt
     return out[0], out[1]
 
 
+class _Buffers:
+    """Chunk frames' buffers, kept for the next chunks once checked and written.
+
+    A fresh 1 MiB bytearray costs 256 page faults and their zeroing, as much CPU as receiving
+    it: a download's chunks are received into the few buffers its window needs, over and over.
+    Up to ``limit`` bytes are kept.  Used on the event loop only."""
+
+    def __init__(self, limit: int = POOL_BYTES) -> None:
+        self.limit = limit
+        self._free: dict[int, list[bytearray]] = {}
+        self._kept = 0
+
+    def take(self, length: int) -> bytearray:
+        free = self._free.get(length)
+        if free:
+            self._kept -= length
+            return free.pop()
+        return bytearray(length)
+
+    def give(self, buffer: object) -> None:
+        """``buffer`` is used no more (anything but a bytearray, such as a frame opened from its
+        seal, is left alone)."""
+        if type(buffer) is bytearray and self._kept + len(buffer) <= self.limit:
+            self._free.setdefault(len(buffer), []).append(buffer)
+            self._kept += len(buffer)
+
+
 class _FrameReader(asyncio.BufferedProtocol):
     """A fetching connection's frames after its handshake, read straight into their own buffers.
 
-    A frame larger than the scratch buffer (every chunk) is received into a bytearray of its
-    own, which the checker thread then hashes and writes: its bytes are copied once, from the
-    socket, where asyncio's StreamReader copied them twice more (into its buffer, and out).
-    Small frames are cut out of the scratch buffer.  ``limit``: the longest frame taken.
+    A frame larger than the scratch buffer (every chunk) is received into a buffer of its own
+    (taken from ``buffers``), which a checker thread then hashes and writes: its bytes are
+    copied once, from the socket, where asyncio's StreamReader copied them twice more (into its
+    buffer, and out).  While a chunk comes, the socket wakes the loop only once
+    :data:`LOW_WATER` bytes of it are there.  Small frames are cut out of the scratch buffer.
+    ``limit``: the longest frame taken.
     """
 
     SCRATCH = 64 * 1024
 
-    def __init__(self, transport: asyncio.BaseTransport, limit: int) -> None:
+    def __init__(self, transport: asyncio.BaseTransport, limit: int, buffers: _Buffers | None = None) -> None:
         self.transport = transport
         self.limit = limit
+        self.buffers = buffers or _Buffers(0)
         self._scratch = bytearray(self.SCRATCH)
         self._filled = 0
         self._body: bytearray | None = None
@@ -170,6 +200,8 @@ class _FrameReader(asyncio.BufferedProtocol):
         self._frames: collections.deque[bytes | bytearray] = collections.deque()
         self._waiter: asyncio.Future | None = None
         self._error: BaseException | None = None
+        self._socket = transport.get_extra_info("socket") if hasattr(socket, "SO_RCVLOWAT") else None
+        self._low_water = 1
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None:
@@ -182,6 +214,7 @@ class _FrameReader(asyncio.BufferedProtocol):
             if self._body_at == len(self._body):
                 self._push(self._body)
                 self._body = None
+            self._wake_at()
             return
         self._filled += nbytes
         scratch, at = self._scratch, 0
@@ -195,7 +228,7 @@ class _FrameReader(asyncio.BufferedProtocol):
                 self._push(bytes(scratch[start:start + length]))
                 at = start + length
             elif 4 + length > self.SCRATCH:  # a chunk: the rest comes straight into its own buffer
-                self._body = bytearray(length)
+                self._body = self.buffers.take(length)
                 self._body_at = self._filled - start
                 self._body[:self._body_at] = scratch[start:self._filled]
                 at = self._filled
@@ -206,6 +239,18 @@ class _FrameReader(asyncio.BufferedProtocol):
             left = self._filled - at
             scratch[:left] = scratch[at:self._filled]
             self._filled = left
+        self._wake_at()
+
+    def _wake_at(self) -> None:
+        """Wake the loop when the rest of a chunk, or :data:`LOW_WATER` of it, is there; between
+        chunks at any byte (a small frame must never wait for more)."""
+        want = 1 if self._body is None else min(LOW_WATER, len(self._body) - self._body_at)
+        if want != self._low_water and self._socket is not None:
+            try:
+                self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
+                self._low_water = want
+            except OSError:  # a system that has the option but does not take it (Windows): every packet wakes it
+                self._socket = None
 
     def eof_received(self) -> bool:
         return False
@@ -234,6 +279,10 @@ class _FrameReader(asyncio.BufferedProtocol):
         return self._frames.popleft()
 
 
+def _keep(buffer: object) -> None:
+    """A frame read by the StreamReader: its buffer is nobody's to reuse."""
+
+
 class _Stream:
     """Frames (4-byte length, 1-byte type, payload) over an asyncio stream, sealed once keyed."""
 
@@ -247,12 +296,13 @@ class _Stream:
         self._held: list[bytes] | None = None  # frames written while sendfile(2) has the socket
         self.frames: _FrameReader | None = None  # reading past the StreamReader, once switched
 
-    def read_frames(self, limit: int = MAX_FRAME) -> None:
+    def read_frames(self, limit: int = MAX_FRAME, buffers: _Buffers | None = None) -> None:
         """From now on, read frames with a :class:`_FrameReader` (the StreamReader must hold no
-        unread bytes: the other side sends nothing more until it hears from this one).  Writes
-        still go through the StreamWriter, whose ``drain`` then no longer waits."""
+        unread bytes: the other side sends nothing more until it hears from this one), chunks into
+        ``buffers``' (a chunk's reader gives its buffer back there).  Writes still go through the
+        StreamWriter, whose ``drain`` then no longer waits."""
         transport = self.writer.transport
-        self.frames = _FrameReader(transport, limit)
+        self.frames = _FrameReader(transport, limit, buffers)
         transport.set_protocol(self.frames)
 
     async def read(self, limit: int = MAX_FRAME) -> tuple[int, Any]:
@@ -267,13 +317,17 @@ class _Stream:
                 raise TransferError(f"a frame of {length} bytes")
             body = await self.reader.readexactly(length)
         self.bytes_in += 4 + length
+        give = self.frames.buffers.give if self.frames is not None else _keep
         if self.seal_in is not None:
-            body = self.seal_in.open(body)
+            sealed, body = body, self.seal_in.open(body)
+            give(sealed)
         if not body:
             raise TransferError("an empty frame")
         if body[0] == CHUNK:  # its payload is not copied once more: chunks are most of the bytes
             return CHUNK, memoryview(body)[1:]
-        return body[0], bytes(body[1:])
+        kind, payload = body[0], bytes(body[1:])
+        give(body)
+        return kind, payload
 
     def write(self, kind: int, *parts: bytes | memoryview) -> None:
         if self._held is not None:  # asyncio refuses writes during sendfile: they follow it
@@ -365,10 +419,12 @@ class Transfer:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     part_fd: int | None = None
     bitmap_fd: int | None = None
-    whole: Any = None  # SHA-256 of the chunks held from the start on, hashed by a worker thread
-    whole_at: int = 0  # the first chunk not in ``whole``
-    ahead: dict[int, memoryview] = field(default_factory=dict)  # chunks written past ``whole_at``, kept to hash
-    whole_job: asyncio.Future | None = None
+    unmarked: list[int] = field(default_factory=list)  # chunks written, their bitmap byte not yet
+    unsynced: list[int] = field(default_factory=list)  # chunks written since the last resume point
+    unsynced_bytes: int = 0
+    sync_job: asyncio.Future | None = None
+    boot: str | None = None  # the boot whose page cache holds this download's unsynced writes
+    synced: bool = True  # a finished download's file is on disk (its last sync done)
     fetching_since: float = 0.0
     auto: bool = False  # fetched on its own (auto-download), not asked for by the user
     progress_at: float = 0.0  # when this turn last got a chunk (or the hash list)
@@ -449,10 +505,9 @@ class FileService:
         self.handshakes_refused = 0
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
-        # The whole file's SHA-256 is taken as the chunks come, on a thread of its own (hashlib lets go of
-        # the GIL): it runs beside the loop that receives and checks the chunks.
-        self._hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-files")
+        self._buffers = _Buffers()
         self._checker = concurrent.futures.ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="m2mc-chunks")
+        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-writes")
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -492,8 +547,8 @@ class FileService:
             task.cancel()
         for transfer in self.transfers.values():
             self._close_fds(transfer)
-        self._hasher.shutdown(wait=False, cancel_futures=True)
         self._checker.shutdown(wait=False, cancel_futures=True)
+        self._writer.shutdown(wait=False, cancel_futures=True)
 
     def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -522,6 +577,67 @@ class FileService:
         self._save(transfer, leaves=True, bitmap=True)
         return mid, offer.sha256
 
+    def fetch_file(self, gid: str, mid: Mid, dest: str | None = None) -> dict:
+        """``fetch_file``'s answer: the file object of :meth:`fetch`, whose ``path`` is where the file
+        is or will be.  A file already here (downloaded, or offered by this peer) is put at ``dest``
+        when one is given (:meth:`place`); a download under way to another place is refused, saying
+        where it goes: never an answer that leaves nothing where it was asked for."""
+        transfer = self.transfers.get((gid, mid))
+        if dest and transfer is not None:
+            self.core.channel(gid)
+            if transfer.state == "done":
+                return {**transfer.to_json(), "path": str(self.place(transfer, dest))}
+            if transfer.state in ("waiting", "fetching", "verifying") and not self._lands_at(transfer, dest):
+                raise UsageError(f"{transfer.offer.name} is already being fetched to {transfer.path}; "
+                                 "ask again with that dest, or once it is done")
+        return self.fetch(gid, mid, dest).to_json()
+
+    @staticmethod
+    def _lands_at(transfer: Transfer, dest: str) -> bool:
+        target = Path(dest).expanduser()
+        return target.is_dir() and target.resolve() == transfer.path.parent.resolve() \
+            or target.resolve() == transfer.path.resolve()
+
+    def place(self, transfer: Transfer, dest: str) -> Path:
+        """Put the finished file of ``transfer`` at ``dest`` (a folder, or a file name there): a hard
+        link where the disk allows, else a copy; a name taken gets `` (2)``…, nothing is replaced.
+        Its path if it is there already.  UsageError if the file is gone from where it was put."""
+        source = transfer.path
+        if not source.is_file():
+            raise UsageError(f"{transfer.offer.name} was put at {source}, which is gone: "
+                             "cancel_file, then fetch_file fetches it again")
+        folder, wanted = _folder_and_name(dest, source.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        if (folder / wanted).exists() and os.path.samefile(folder / wanted, source):
+            return folder / wanted
+        while True:
+            path = folder / unique_name(wanted, lambda n: (folder / n).exists(),
+                                        lambda n: name_fits(n, str(folder), self.windows))
+            try:
+                os.link(source, path)
+                return path
+            except FileExistsError:  # taken meanwhile: the next free name
+                continue
+            except OSError:  # another disk, or a file system without hard links: a copy, given its name whole
+                partial = path.with_name(path.name + PART_SUFFIX)
+                try:
+                    shutil.copyfile(source, partial)
+                    try:
+                        os.link(partial, path)
+                    except FileExistsError:
+                        raise
+                    except OSError:  # no hard links on that disk either: the name is looked at, then taken
+                        if path.exists():
+                            raise FileExistsError(path) from None
+                        os.replace(partial, path)
+                except FileExistsError:
+                    continue
+                except OSError as exc:
+                    raise UsageError(f"cannot put {transfer.offer.name} at {path}: {exc.strerror or exc}") from None
+                finally:
+                    partial.unlink(missing_ok=True)
+                return path
+
     def fetch(self, gid: str, mid: Mid, dest: str | None = None, auto: bool = False) -> Transfer:
         """Start (or resume) fetching the file offered by ``mid``; ``dest`` a folder or a file name.
         ``auto``: fetched on its own (it waits behind the downloads the user asked for)."""
@@ -538,8 +654,7 @@ class FileService:
         offer = self._offer_of(gid, mid)
         if mid[0] == self.core.pid:
             raise UsageError("this peer offered that file")
-        target = Path(dest).expanduser() if dest else self.download_dir
-        folder, wanted = (target, offer.name) if not dest or target.is_dir() else (target.parent, target.name)
+        folder, wanted = _folder_and_name(dest, offer.name) if dest else (self.download_dir, offer.name)
         folder.mkdir(parents=True, exist_ok=True)
         check_fetch(offer, self.max_file_size, shutil.disk_usage(folder).free)
         name = unique_name(wanted, lambda n: (folder / n).exists() or (folder / (n + PART_SUFFIX)).exists()
@@ -670,7 +785,8 @@ class FileService:
             base.with_suffix(".bitmap").write_bytes(bytes(transfer.have))
         record = {"gid": transfer.gid, "mid": format_mid(transfer.mid), "offer": transfer.offer.to_text(),
                   "role": transfer.role, "path": str(transfer.path), "state": transfer.state,
-                  "error": transfer.error, "received": transfer.received, "auto": transfer.auto}
+                  "error": transfer.error, "received": transfer.received, "auto": transfer.auto,
+                  "boot": transfer.boot, "synced": transfer.synced}
         tmp = base.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(record))
         tmp.replace(base.with_suffix(".json"))
@@ -680,25 +796,49 @@ class FileService:
         gid, mid = record["gid"], parse_mid(record["mid"])
         offer = parse_offer(record["offer"])
         base = record_path.with_suffix("")
-        have = bytearray(offer.chunks)
+        marks = bytes(offer.chunks)
         if (bitmap := base.with_suffix(".bitmap")).exists():
-            have[:] = bitmap.read_bytes()[:offer.chunks].ljust(offer.chunks, b"\0")
+            marks = bitmap.read_bytes()[:offer.chunks].ljust(offer.chunks, b"\0")
+        have = bytearray(1 if mark else 0 for mark in marks)
         leaves = None
         if (hashes_file := base.with_suffix(".hashes")).exists():
             leaves = split_leaves(hashes_file.read_bytes(), offer)
         transfer = Transfer(gid, mid, offer, record["role"], Path(record["path"]), record["state"], have, leaves,
                             record.get("error", ""), int(record.get("received", 0)), auto=record.get("auto") is True)
+        transfer.synced = record.get("synced", True) is not False
+        # Chunks written since the last resume point are on disk after a kill -9 (the page cache
+        # outlives the process), perhaps not after a power cut: then they are checked against the
+        # tree before anything else (_recheck).  A record of an older version: none are checked.
+        boot = _boot_id()
+        same_boot = boot is not None and record.get("boot", boot) == boot
+        transfer.boot = boot if same_boot else None
         self.transfers[(gid, mid)] = transfer
-        if transfer.role == "download" and transfer.state in ("waiting", "fetching", "verifying"):
+        if transfer.role != "download":
+            return
+        if transfer.state in ("waiting", "fetching", "verifying"):
+            if not same_boot:
+                transfer.unsynced = [i for i, mark in enumerate(marks) if mark == 1]
             transfer.state = "waiting"
             self._start(transfer)
+        elif transfer.state == "done" and not transfer.synced:
+            transfer.unsynced = list(range(offer.chunks)) if not same_boot else []
+            self._spawn(self._sync_done(transfer))
 
     def _close_fds(self, transfer: Transfer) -> None:
-        transfer.ahead = {}
+        self._mark(transfer)
         for fd in (transfer.part_fd, transfer.bitmap_fd):
             if fd is not None:
                 os.close(fd)
         transfer.part_fd = transfer.bitmap_fd = None
+
+    def _mark(self, transfer: Transfer) -> None:
+        """The bitmap bytes of the chunks written since the last call, a write per run of them (at
+        every progress report, a resume point and the end): a kill -9 loses at most the chunks of
+        one report's interval, never claims one that is not written."""
+        if transfer.unmarked and transfer.bitmap_fd is not None:
+            for start, count in _runs(transfer.unmarked):
+                _pwrite(transfer.bitmap_fd, b"\x01" * count, start)
+        transfer.unmarked = []
 
     # -- fetching ----------------------------------------------------------------------------
 
@@ -758,18 +898,17 @@ class FileService:
 
     async def _turn(self, transfer: Transfer) -> bool:
         """Fetch while holding a slot: True once the file is whole, False when the slot is given up."""
+        await self._recheck(transfer)
         transfer.state = "fetching"
         transfer.fetching_since = transfer.progress_at = clock.now()
         transfer.progressed = False
         asyncio.get_running_loop().call_later(SETTLE_WAIT, self._pump, transfer)
         self._save(transfer)
         transfer.part.parent.mkdir(parents=True, exist_ok=True)
-        transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT, 0o600)
-        transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT, 0o600)
+        transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT | _O_BINARY, 0o600)
+        transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT | _O_BINARY, 0o600)
         if transfer.leaves is not None:
             transfer.plan = self._plan(transfer)
-        transfer.whole, transfer.whole_at, transfer.ahead = hashlib.sha256(), 0, {}
-        self._hash_ahead(transfer)
         self._report(transfer)
         while True:
             if transfer.plan is not None and transfer.plan.complete:
@@ -962,7 +1101,7 @@ class FileService:
                                                                                identity.public_key)):
                 self.handshakes_failed += 1
                 raise TransferError(f"the server at {host}:{port} did not prove it is {pid}")
-            stream.read_frames()  # before PROOF: the server sends nothing until it has it
+            stream.read_frames(buffers=self._buffers)  # before PROOF: the server sends nothing until it has it
             stream.write(PROOF, identity.sign(_client_signed(gid, mid, nonce_c, nonce_s, server_key)))
             key = self.core.store.group_key(gid)
             if key:
@@ -1001,33 +1140,48 @@ class FileService:
                    for pid in transfer.sources)
 
     def _check_chunk(self, transfer: Transfer, source: _Source, index: int, data: memoryview) -> None:
-        """A chunk came: hashed, and written if it matches its leaf, on the checker thread while
-        the loop reads on; then taken (its bitmap byte, after the chunk is on disk)."""
+        """A chunk came: hashed on a checker thread while the loop reads on, then, if it matches its
+        leaf, written by the writer thread (one thread: two writing the same file only spin on its
+        lock) while the next chunks are hashed; then taken (its bitmap byte, after the chunk is
+        written)."""
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
         transfer.received += len(data)
         plan.arrived(source.pid, clock.now())
         if not 0 <= index < plan.count or len(data) != transfer.offer.chunk_length(index):
             source.outstanding -= 1
+            self._buffers.give(data.obj)
             plan.received(source.pid, index, b"", transfer.leaves)  # counted as bad
             self._after_chunk(transfer, source)
             return
-        job = asyncio.get_running_loop().run_in_executor(
-            self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
-            index * transfer.offer.chunk_size, transfer.offer.size >= DIRECT_FROM)
+        loop = asyncio.get_running_loop()
+        leaf = transfer.leaves[index]
 
-        def checked(job: asyncio.Future) -> None:
+        def done(job: asyncio.Future, digest: bytes) -> None:
             source.outstanding -= 1
-            if job.cancelled() or transfer.plan is not plan or transfer.state != "fetching":
+            if job.cancelled():  # its thread may still read the buffer: it is not reused
+                return
+            self._buffers.give(data.obj)
+            if transfer.plan is not plan or transfer.state != "fetching":
                 return
             if job.exception() is not None:  # the disk: full, gone, read-only
                 plan.unask(index)
                 self._fail(transfer, job.exception())
                 return
-            self._take_chunk(transfer, source.pid, index, data, job.result())
+            self._take_chunk(transfer, source.pid, index, digest)
             self._after_chunk(transfer, source)
 
-        job.add_done_callback(checked)
+        def hashed(job: asyncio.Future) -> None:
+            if job.cancelled() or job.exception() is not None or job.result() != leaf \
+                    or transfer.plan is not plan or transfer.state != "fetching" or plan.have[index]:
+                done(job, b"" if job.cancelled() or job.exception() else job.result())
+                return
+            # Still in flight to this source while it is written: never asked twice meanwhile.
+            written = loop.run_in_executor(self._writer, _write_chunk, data, transfer.part,
+                                           index * transfer.offer.chunk_size)
+            written.add_done_callback(lambda job: done(job, leaf))
+
+        loop.run_in_executor(self._checker, leaf_hash, data).add_done_callback(hashed)
 
     def _after_chunk(self, transfer: Transfer, source: _Source) -> None:
         plan = transfer.plan
@@ -1038,86 +1192,68 @@ class FileService:
         if plan.complete:
             transfer.wake.set()
 
-    def _take_chunk(self, transfer: Transfer, pid: str, index: int, data: memoryview, digest: bytes) -> None:
+    def _take_chunk(self, transfer: Transfer, pid: str, index: int, digest: bytes) -> None:
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
-        if not plan.received(pid, index, data, transfer.leaves, digest):
+        if not plan.received(pid, index, b"", transfer.leaves, digest):
             return
-        assert transfer.bitmap_fd is not None
-        os.pwrite(transfer.bitmap_fd, b"\x01", index)  # after the chunk: never claims what is not there
         plan.stored(index)
+        transfer.unmarked.append(index)  # its bitmap byte at the next report: after the chunk, never before
+        transfer.unsynced.append(index)
+        transfer.unsynced_bytes += transfer.offer.chunk_length(index)
         transfer.progress_at, transfer.progressed = clock.now(), True
-        self._hash_ahead(transfer, index, data)
         for subscriber in list(transfer.subscribers):
             subscriber.write(HAVE_ONE, _INDEX.pack(index))
+        if transfer.unsynced_bytes >= RESUME_BYTES and not plan.complete:
+            self._resume_point(transfer)
         self._report(transfer)
 
-    def _hash_ahead(self, transfer: Transfer, index: int = -1, data: memoryview | None = None) -> None:
-        """Hash, on the worker thread, the chunks held next to what the whole-file hash has taken:
-        from memory while they come in order or nearly (``data``, chunk ``index`` just written, is
-        kept until its turn, :data:`AHEAD_BYTES` at most), else read back from the file."""
-        whole = transfer.whole
-        if whole is None:
+    def _resume_point(self, transfer: Transfer) -> None:
+        """Sync the partial file on a worker thread, then mark the chunks written before as durable
+        (2 in the bitmap): after a power cut only the chunks since are checked again.  One at a
+        time; the download goes on meanwhile."""
+        if transfer.sync_job is not None:
             return
-        if data is not None and index >= transfer.whole_at \
-                and len(transfer.ahead) < max(2, AHEAD_BYTES // transfer.offer.chunk_size):
-            transfer.ahead[index] = data
-        if transfer.whole_job is not None:
-            return
-        start = end = transfer.whole_at
-        while end < transfer.offer.chunks and transfer.have[end]:
-            end += 1
-        if end == start:
-            return
-        offer = transfer.offer
-        if start in transfer.ahead:
-            end = start + 1
-            job = asyncio.get_running_loop().run_in_executor(self._hasher, whole.update, transfer.ahead.pop(start))
-        else:
-            for skipped in range(start, end):
-                transfer.ahead.pop(skipped, None)
-            job = asyncio.get_running_loop().run_in_executor(
-                self._hasher, _hash_range, whole, transfer.part, start * offer.chunk_size,
-                min(offer.size, end * offer.chunk_size))
-        transfer.whole_job = job
+        self._mark(transfer)  # their 1s are written before the 2s that follow
+        chunks, transfer.unsynced, transfer.unsynced_bytes = transfer.unsynced, [], 0
+        job = transfer.sync_job = asyncio.get_running_loop().run_in_executor(None, _sync_path, transfer.part)
 
-        def done(finished: asyncio.Future) -> None:
-            transfer.whole_job = None
-            if transfer.whole is not whole or finished.cancelled() or finished.exception() is not None:
-                transfer.whole = None  # cancelled, or the file is gone: the final check reads it all
-                return
-            transfer.whole_at = end
-            self._hash_ahead(transfer)
-            transfer.wake.set()
+        def synced(job: asyncio.Future) -> None:
+            transfer.sync_job = None
+            if job.cancelled() or job.exception() is not None or transfer.bitmap_fd is None:
+                return  # not durable: a power cut checks them again
+            for start, count in _runs(chunks):
+                _pwrite(transfer.bitmap_fd, b"\x02" * count, start)
 
-        job.add_done_callback(done)
+        job.add_done_callback(synced)
+
+    async def _recheck(self, transfer: Transfer) -> None:
+        """After a power cut (another boot than the one that wrote them), the chunks written since
+        the download's last resume point are checked against the tree before it goes on: those that
+        do not match are fetched again.  The only bytes a receiver hashes twice, and only then."""
+        if transfer.boot is not None:
+            return
+        if transfer.unsynced:
+            bad = transfer.unsynced
+            if transfer.leaves is not None:
+                bad = await asyncio.get_running_loop().run_in_executor(
+                    self._checker, _bad_chunks, transfer.part, transfer.offer, transfer.leaves, transfer.unsynced)
+            if bad:
+                log.warning("files: %d chunks of %s were lost in a power cut; fetching them again", len(bad),
+                            transfer.offer.name)
+            for index in bad:
+                transfer.have[index] = 0
+            self._save(transfer, bitmap=True)
+        transfer.unsynced, transfer.unsynced_bytes = [], 0
+        transfer.boot = _boot_id()
 
     async def _finish(self, transfer: Transfer) -> bool:
-        """All chunks held: check the whole file, then give it its name.  False if chunks on disk
-        turned out bad (they are fetched again)."""
+        """All chunks held, each checked against the tree as it came (the tree's root is what the
+        offer signs): the file gets its name at once, and is synced to disk after that, off the
+        user's wait (:meth:`_sync_done`)."""
         transfer.state = "verifying"
         self._drop_sources(transfer)
-        assert transfer.leaves is not None and transfer.plan is not None
-        while transfer.whole is not None and transfer.whole_at < transfer.offer.chunks:
-            self._hash_ahead(transfer)
-            job = transfer.whole_job
-            if job is None:
-                break
-            await asyncio.wait([job])
-            await asyncio.sleep(0)  # its done callback, which moves whole_at on, runs first
-        done = transfer.whole is not None and transfer.whole_at == transfer.offer.chunks
-        sha256 = transfer.whole.hexdigest() if done else None  # else _check_part reads the file whole
-        bad = await asyncio.get_running_loop().run_in_executor(None, _check_part, transfer.part, transfer.offer,
-                                                               transfer.leaves, sha256)
-        transfer.whole, transfer.whole_at, transfer.ahead = hashlib.sha256(), 0, {}
-        if bad:
-            log.warning("files: %d chunks of %s were bad on disk; fetching them again", len(bad), transfer.offer.name)
-            for index in bad:
-                transfer.plan.lost(index)
-                assert transfer.bitmap_fd is not None
-                os.pwrite(transfer.bitmap_fd, b"\x00", index)
-            transfer.state = "fetching"
-            return False
+        assert transfer.plan is not None
         os.truncate(transfer.part, transfer.offer.size)
         self._close_fds(transfer)
         folder = transfer.path.parent
@@ -1128,11 +1264,41 @@ class FileService:
             except FileExistsError:
                 transfer.path = folder / unique_name(transfer.path.name, lambda n: (folder / n).exists())
         transfer.part.unlink()
-        transfer.state = "done"
+        transfer.state, transfer.synced = "done", False
+        transfer.unsynced, transfer.unsynced_bytes = [], 0
         self._save(transfer, bitmap=True)
         self._report(transfer, final=True)
         log.info("files: %s done (%d bytes received for %d)", transfer.path, transfer.received, transfer.offer.size)
+        self._spawn(self._sync_done(transfer))
         return True
+
+    async def _sync_done(self, transfer: Transfer) -> None:
+        """A finished download's last sync (fsync at the end), recorded once done.  Restored after a
+        power cut that came before it: its file is checked against the tree first, and what does
+        not match goes back to being fetched."""
+        loop = asyncio.get_running_loop()
+        try:
+            if transfer.boot is None and transfer.leaves is not None:
+                bad = await loop.run_in_executor(self._checker, _bad_chunks, transfer.path, transfer.offer,
+                                                 transfer.leaves, transfer.unsynced)
+                transfer.unsynced = []
+                if bad:
+                    log.warning("files: %d chunks of %s were lost in a power cut; fetching them again", len(bad),
+                                transfer.offer.name)
+                    os.replace(transfer.path, transfer.part)
+                    for index in bad:
+                        transfer.have[index] = 0
+                    transfer.state, transfer.synced, transfer.boot = "waiting", True, _boot_id()
+                    self._save(transfer, bitmap=True)
+                    self._start(transfer)
+                    return
+            await loop.run_in_executor(None, _sync_path, transfer.path)
+        except OSError as exc:  # moved or deleted meanwhile: nothing of ours to sync
+            log.info("files: cannot sync %s: %s", transfer.path, exc)
+            return
+        if transfer.state == "done":
+            transfer.synced, transfer.boot = True, _boot_id()
+            self._save(transfer)
 
     def _drop_sources(self, transfer: Transfer) -> None:
         for source in list(transfer.sources.values()):
@@ -1143,6 +1309,7 @@ class FileService:
     def _report(self, transfer: Transfer, final: bool = False) -> None:
         if self.progress.allow(transfer.key, clock.now(), final or transfer.state != "fetching"):
             if transfer.role == "download" and transfer.state == "fetching":
+                self._mark(transfer)  # the bitmap claims at least what this report tells
                 self._save(transfer)  # what was received so far, for the bound over every run
             self.listener(FileProgress(transfer.gid, format_mid(transfer.mid), transfer.state, transfer.held_bytes,
                                        transfer.offer.size))
@@ -1290,7 +1457,7 @@ class FileService:
                 if os.fstat(source.fileno()).st_size < offset + length:
                     raise OSError(f"{path} is shorter than the offer")
                 if stream.seal_out is not None:
-                    stream.write(CHUNK, _INDEX.pack(index), os.pread(source.fileno(), length, offset))
+                    stream.write(CHUNK, _INDEX.pack(index), _pread(source.fileno(), length, offset))
                     return length
                 stream.write_header(CHUNK, 4 + length)
                 stream.writer.write(_INDEX.pack(index))
@@ -1306,89 +1473,103 @@ class FileService:
             return 0
 
 
-_aligned = threading.local()  # each checker thread's page-aligned buffer for O_DIRECT writes
+def _folder_and_name(dest: str, name: str) -> tuple[Path, str]:
+    """Where ``dest`` puts a file called ``name``: into it if it is a folder (or ends with a
+    separator: one to make), else as that file name in its folder."""
+    target = Path(dest).expanduser()
+    if target.is_dir() or dest.endswith(("/", os.sep)):
+        return target, name
+    return target.parent, target.name
 
 
-def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int, direct: bool = False) -> bytes:
-    """The chunk's SHA-256; the chunk is written at ``offset`` of ``part`` if it is ``leaf`` (past
-    the page cache if ``direct`` and the file system allows it).  Blocking (the checker thread):
-    the file is opened here, so no descriptor the loop may close is used."""
-    digest = leaf_hash(data)
-    if digest == leaf and not (direct and _write_direct(data, part, offset)):
-        fd = os.open(part, os.O_WRONLY)
-        try:
-            os.pwrite(fd, data, offset)
-        finally:
-            os.close(fd)
-    return digest
+_O_BINARY = getattr(os, "O_BINARY", 0)  # Windows: never translate line ends
 
 
-def _write_direct(data: memoryview, part: Path, offset: int) -> bool:
-    """Write ``data`` at ``offset`` of ``part`` with O_DIRECT, through a page-aligned buffer of this
-    thread; False, having written nothing, where that cannot be (a chunk of an odd length, a file
-    system without O_DIRECT such as tmpfs): the caller then writes through the page cache."""
-    length = len(data)
-    if not _O_DIRECT or length % _DIRECT_ALIGN or offset % _DIRECT_ALIGN:
-        return False
-    buffer = getattr(_aligned, "buffer", None)
-    if buffer is None or len(buffer) < length:
-        buffer = _aligned.buffer = mmap.mmap(-1, max(length, MAX_CHUNK))  # mmap memory is page-aligned
+def _pwrite(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """``data`` at ``offset`` of ``fd``, whole.  Where os.pwrite is missing (Windows), a seek and a
+    write: each caller's descriptor is its own, so no other write moves the offset between."""
+    view = memoryview(data)
+    while view:
+        if _HAS_PWRITE:
+            written = os.pwrite(fd, view, offset)
+        else:
+            os.lseek(fd, offset, os.SEEK_SET)
+            written = os.write(fd, view)
+        view, offset = view[written:], offset + written
+
+
+def _pread(fd: int, length: int, offset: int) -> bytes:
+    if _HAS_PWRITE:
+        return os.pread(fd, length, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.read(fd, length)
+
+
+_HAS_PWRITE = hasattr(os, "pwrite") and hasattr(os, "pread")
+
+
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    """``indices`` as (first, how many) runs of consecutive ones, in order."""
+    runs: list[tuple[int, int]] = []
+    for index in sorted(indices):
+        if runs and runs[-1][0] + runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        elif not runs or runs[-1][0] + runs[-1][1] < index:
+            runs.append((index, 1))
+    return runs
+
+
+def _boot_id() -> str | None:
+    """This boot of the system (Linux), or None where it cannot be told: a page cache written in
+    the same boot is still there, whatever happened to the process that wrote it."""
     try:
-        fd = os.open(part, os.O_WRONLY | _O_DIRECT)
-    except OSError as exc:
-        if exc.errno == errno.EINVAL:
-            return False
-        raise
+        with open("/proc/sys/kernel/random/boot_id") as source:
+            return source.read().strip() or None
+    except OSError:
+        return None
+
+
+def _sync_path(path: Path) -> None:
+    """fsync ``path``'s data (fdatasync where the system has it).  Blocking (a worker thread)."""
+    fd = os.open(path, os.O_RDONLY | _O_BINARY) if os.name != "nt" else os.open(path, os.O_RDWR | _O_BINARY)
     try:
-        with memoryview(buffer) as whole, whole[:length] as view:
-            view[:] = data
-            try:
-                written = os.pwrite(fd, view, offset)
-            except OSError as exc:
-                if exc.errno == errno.EINVAL:
-                    return False
-                raise
-        if written != length:
-            raise OSError(f"wrote {written} of a chunk's {length} bytes to {part}")
-        return True
+        getattr(os, "fdatasync", os.fsync)(fd)
     finally:
         os.close(fd)
 
 
-def _hash_range(whole: Any, path: Path, start: int, end: int) -> None:
-    """Feed bytes ``start`` to ``end`` of ``path`` to ``whole``.  Blocking (the worker thread)."""
-    with open(path, "rb") as source:
-        source.seek(start)
-        while start < end:
-            data = source.read(min(1 << 20, end - start))
-            if not data:
-                raise OSError(f"{path} ends before byte {end}")
-            whole.update(data)
-            start += len(data)
+def _write_chunk(data: memoryview, part: Path, offset: int) -> None:
+    """A checked chunk at ``offset`` of ``part``, in one write from the buffer it was received into,
+    never synced here (resume points and the end do that).  Blocking (the writer thread): the file
+    is opened here, so no descriptor the loop may close is used."""
+    fd = os.open(part, os.O_WRONLY | _O_BINARY)
+    try:
+        _pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
 
 
-def _check_part(part: Path, offer: FileOffer, leaves: list[bytes], sha256: str | None) -> list[int]:
-    """The chunks of ``part`` that do not match their leaf ([] when the file's SHA-256 is the offer's).
-    ``sha256``: the file's, if taken as it came (else it is read here).  Each chunk was checked
-    when it came: the leaves are read again only if the whole does not match (a power cut between
-    a chunk and its bitmap byte).  Blocking."""
-    if sha256 is None:
-        whole = hashlib.sha256()
-        with part.open("rb") as source:
-            while data := source.read(1 << 20):
-                whole.update(data)
-        sha256 = whole.hexdigest()
-    if sha256 == offer.sha256:
-        return []
-    bad = []
-    with part.open("rb") as source:
-        for index in range(offer.chunks):
-            if leaf_hash(source.read(offer.chunk_length(index))) != leaves[index]:
-                bad.append(index)
-    if not bad:
-        raise UsageError(f"{offer.name}: every chunk matches the offer's tree but the file's SHA-256 does not: "
-                         "the offer is inconsistent")
-    return bad
+def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int) -> bytes:
+    """The chunk's SHA-256; the chunk is written at ``offset`` of ``part`` only if it is ``leaf``.
+    Blocking."""
+    digest = leaf_hash(data)
+    if digest == leaf:
+        _write_chunk(data, part, offset)
+    return digest
+
+
+def _bad_chunks(path: Path, offer: FileOffer, leaves: list[bytes], indices: list[int]) -> list[int]:
+    """Which of chunks ``indices`` of ``path`` do not match their leaf (all of them if the file is
+    gone).  Blocking."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_BINARY)
+    except FileNotFoundError:
+        return list(indices)
+    try:
+        return [index for index in indices
+                if leaf_hash(_pread(fd, offer.chunk_length(index), index * offer.chunk_size)) != leaves[index]]
+    finally:
+        os.close(fd)
 
 
 __all__ = ["FileService", "Transfer", "offer_from_file", "HASH_BYTES"]

@@ -430,7 +430,7 @@ class GroupManager(rules.OperationCalls):
 
     def fetch_file(self, gid: str, mid: Mid, dest: str | None = None) -> dict:
         """Fetch (or resume fetching) the file offered by ``mid`` to ``dest`` (a folder or a name)."""
-        return self.files.fetch(gid, mid, dest).to_json()
+        return self.files.fetch_file(gid, mid, dest)
 
     def cancel_file(self, gid: str, mid: Mid) -> dict:
         return self.files.cancel(gid, mid).to_json()

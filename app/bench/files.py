@@ -1,19 +1,23 @@
 """Benchmark of files between m2mc-peer processes on a namespace LAN, against a plain TCP copy.
 
-    sudo .venv/bin/python -m m2mc.app.bench.files [--size-mb 1024] [--three-mb 200] [--rounds 1]
+    sudo .venv/bin/python -m m2mc.app.bench.files [--size-mb 1024] [--rates 1gbit,10gbit,unlimited]
+                                                   [--pairs 3] [--three-mb 200]
 
-In one run, on the same namespace hosts:
+On the same namespace hosts, for each rate the sender's link is held to (``tc qdisc … tbf`` on
+host 1's side of its veth; ``unlimited``: no qdisc), pairs of runs in turns, A B A B…:
 
-1. a plain TCP copy of the file from host 1 to host 2 (``socket.sendfile`` into
-   ``recv_into`` and a write to disk, no hashing): the baseline;
-2. the same file offered by an m2mc-peer on host 1 and fetched by one on host 2
-   (``fetch_file`` until the ``done`` progress, so every chunk and the whole file
-   checked): throughput as a share of the baseline (target 70 %);
-3. a smaller file fetched by three receivers at once: how much the offerer
-   uploaded, as a multiple of the file (target at most 1.5x), and the time.
+A. a plain TCP copy of the file from host 1 to host 2 (``socket.sendfile`` into ``recv_into``
+   and a write to disk, no hashing): the baseline;
+B. the same file offered by an m2mc-peer on host 1 (a new offer each pair, hashed before the
+   clock starts) and fetched by one on host 2, from ``fetch_file`` to its ``done`` notification
+   (every chunk checked against the offer's hash tree).
 
-Each m2mc-peer's peak RSS (VmHWM) is printed (target under 200 MB).  Every socket
-lives in private namespaces made (and deleted) here.
+Each pair prints its ratio, plain copy's seconds over m2mc's (1.00: as fast as the plain copy),
+and each receiver's CPU seconds per GiB; each rate ends with its ratios and their median
+against the target (95 % at 1 Gbit/s, 90 % at 10 Gbit/s, 50 % unlimited).  Then a smaller file
+is fetched by three receivers at once: how much the offerer uploaded, as a multiple of the file
+(target at most 1.2x).  Each m2mc-peer's peak RSS (VmHWM) is printed.  Every socket lives in
+private namespaces made (and deleted) here.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import argparse
 import importlib
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +64,9 @@ with open(sys.argv[2], "rb") as source:
 sock.close()
 """
 
+TARGETS = {"1gbit": 0.95, "10gbit": 0.90, "unlimited": 0.50}
+BURST = {"1gbit": "1mb", "10gbit": "10mb"}  # at least a timer tick's worth of bytes at the rate
+
 
 def write_random(path: Path, size: int) -> None:
     with path.open("wb") as out:
@@ -67,6 +75,16 @@ def write_random(path: Path, size: int) -> None:
             block = os.urandom(min(left, 1 << 24))
             out.write(block)
             left -= len(block)
+
+
+def hold_link(lan, index: int, rate: str) -> None:
+    """Hold host ``index``'s outgoing link to ``rate`` (tbf), or let it go (``unlimited``)."""
+    device = f"v{lan.prefix}{index + 1}"
+    base = ["ip", "netns", "exec", lan.hosts[index], "tc", "qdisc"]
+    subprocess.run([*base, "del", "dev", device, "root"], capture_output=True)  # none yet: fine
+    if rate != "unlimited":
+        subprocess.run([*base, "add", "dev", device, "root", "tbf", "rate", rate, "burst", BURST.get(rate, "10mb"),
+                        "latency", "50ms"], check=True)
 
 
 def plain_copy(lan, source: Path, dest: Path) -> tuple[float, float]:
@@ -91,6 +109,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peer_pid(peer) -> int:
+    """The m2mc-peer's own pid: ``ip netns exec`` execs it, so it is the process started."""
+    return peer.proc.pid
+
+
 def peak_rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -102,11 +125,43 @@ def fetched(peer, gid: str, mid: str) -> dict:
     return next(row for row in peer.call("files", {"gid": gid}) if row["mid"] == mid)
 
 
+def wait_done(peer, mid: str, timeout: float = 3600) -> None:
+    """Until ``peer`` notifies that ``mid``'s file is done: woken by the notification itself (the
+    test bed's condition), not by polling, so the time taken is not rounded up to a poll."""
+    deadline = time.monotonic() + timeout
+    with peer._cond:
+        while not any(n["method"] == "file_progress" and n["params"]["mid"] == mid
+                      and n["params"]["state"] in ("done", "failed") for n in peer.notifications):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{peer.name}: {mid} not done")
+            peer._cond.wait(left)
+
+
+def m2mc_copy(ann, bob, gid: str, source: Path, dest: Path) -> tuple[float, float, float]:
+    """Seconds from Bob's ``fetch_file`` to its ``done``, and Bob's and Ann's CPU seconds meanwhile."""
+    mid = ann.call("send_file", {"gid": gid, "path": str(source)}, timeout=600)["mid"]
+    bob.wait_for(lambda: any(m["mid"] == mid for m in bob.delivered(gid)), timeout=30)
+    time.sleep(0.5)  # the offer's own traffic (acks, repairs) out of the way
+    before = [cpu_seconds(peer_pid(p)) for p in (bob, ann)]
+    began = time.monotonic()
+    bob.call("fetch_file", {"gid": gid, "mid": mid, "dest": str(dest)})
+    wait_done(bob, mid)
+    seconds = time.monotonic() - began
+    receiver, sender = (cpu_seconds(peer_pid(p)) - b for p, b in zip((bob, ann), before))
+    row = fetched(bob, gid, mid)
+    assert row["state"] == "done", row
+    Path(row["path"]).unlink()
+    return seconds, receiver, sender
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="the one-receiver file (MiB)")
-    parser.add_argument("--three-mb", type=int, default=200, help="the three-receiver file (MiB)")
-    parser.add_argument("--rounds", type=int, default=1, help="plain copy and m2mc, alternating, this many times")
+    parser.add_argument("--rates", default="1gbit,10gbit,unlimited",
+                        help="the sender's link, one after the other (tc's rates, or unlimited)")
+    parser.add_argument("--pairs", type=int, default=3, help="pairs of runs (plain copy, m2mc) at each rate")
+    parser.add_argument("--three-mb", type=int, default=200, help="the three-receiver file (MiB); 0: none")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     testbed = importlib.import_module("tests.testbed.lan")  # the test bed's peers, not type-checked with the app
@@ -115,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="m2mc-bench-files-"))
     big, small = work / "one.bin", work / "three.bin"
     write_random(big, args.size_mb * 2**20)
-    write_random(small, args.three_mb * 2**20)
+    if args.three_mb:
+        write_random(small, args.three_mb * 2**20)
+    size = big.stat().st_size
+    gib = size / 2**30
     with Lan(4) as lan:
         names = ("Ann", "Bob", "Cat", "Dan")
         peers = [PeerProcess(host, address, work / name, name, extra=["--no-zeroconf", "--auto-download", "0"])
@@ -129,46 +187,51 @@ def main(argv: list[str] | None = None) -> int:
             for peer in peers:
                 peer.wait_for(lambda p=peer: len(next(g for g in p.call("list_groups")
                                                       if g["gid"] == gid)["members"]) == 4, timeout=30)
-            size = big.stat().st_size
-            for round_ in range(args.rounds):
-                began = time.monotonic()
-                mid = ann.call("send_file", {"gid": gid, "path": str(big)}, timeout=600)["mid"]  # a new offer each
-                print(f"offer of {size / 2**20:,.0f} MiB hashed in {time.monotonic() - began:.1f} s")
-                bob.wait_for(lambda: any(m["mid"] == mid for m in bob.delivered(gid)), timeout=30)
-                plain, plain_cpu = plain_copy(lan, big, work / "plain.bin")
-                cpu_before = [cpu_seconds(p.proc.pid) for p in (ann, bob)]
-                began = time.monotonic()
-                bob.call("fetch_file", {"gid": gid, "mid": mid, "dest": str(work / f"bob-{round_}.bin")})
-                bob.wait_for(lambda: fetched(bob, gid, mid)["state"] == "done", timeout=3600, what="the file")
-                seconds = time.monotonic() - began
-                sender_cpu, receiver_cpu = (cpu_seconds(p.proc.pid) - before
-                                            for p, before in zip((ann, bob), cpu_before))
-                row = fetched(bob, gid, mid)
-                Path(row["path"]).unlink()
-                print(f"one receiver, {size / 2**20:,.0f} MiB: plain TCP copy {plain:.2f} s "
-                      f"({size / plain / 2**20:,.0f} MiB/s), m2mc {seconds:.2f} s ({size / seconds / 2**20:,.0f} MiB/s,"
-                      f" chunks and whole file checked): {100 * plain / seconds:.0f} % of the plain copy; CPU s: plain"
-                      f" receiver {plain_cpu:.2f}, m2mc receiver {receiver_cpu:.2f}, sender {sender_cpu:.2f}")
-            size = small.stat().st_size
-            before = ann.call("stats")["file_bytes_uploaded"]
-            mid = ann.call("send_file", {"gid": gid, "path": str(small)}, timeout=600)["mid"]
-            for peer in peers[1:]:
-                peer.wait_for(lambda p=peer: any(m["mid"] == mid for m in p.delivered(gid)), timeout=30)
-            began = time.monotonic()
-            for peer in peers[1:]:
-                peer.call("fetch_file", {"gid": gid, "mid": mid})
-            done: dict[str, float] = {}
-            while len(done) < 3:
+            summary = []
+            for rate in args.rates.split(","):
+                hold_link(lan, 0, rate)
+                ratios = []
+                for pair in range(1, args.pairs + 1):
+                    plain, plain_cpu = plain_copy(lan, big, work / "plain.bin")
+                    seconds, receiver_cpu, sender_cpu = m2mc_copy(ann, bob, gid, big, work / "bob.bin")
+                    ratios.append(plain / seconds)
+                    print(f"{rate} pair {pair}: plain copy {plain:.2f} s ({size / plain / 2**20:,.0f} MiB/s, receiver "
+                          f"{plain_cpu / gib:.2f} CPU s/GiB), m2mc {seconds:.2f} s ({size / seconds / 2**20:,.0f} MiB/s,"
+                          f" receiver {receiver_cpu / gib:.2f} CPU s/GiB, sender {sender_cpu / gib:.2f}): "
+                          f"ratio {plain / seconds:.2f}", flush=True)
+                median = statistics.median(ratios)
+                target = TARGETS.get(rate)
+                verdict = "" if target is None else f" (target {target:.2f}: {'met' if median >= target else 'NOT met'})"
+                line = (f"{rate}, {args.size_mb:,} MiB, m2mc / plain copy by pair: "
+                        + ", ".join(f"{r:.2f}" for r in ratios) + f"; median {median:.2f}{verdict}")
+                summary.append(line)
+                print(line, flush=True)
+            hold_link(lan, 0, "unlimited")
+            if args.three_mb:
+                size = small.stat().st_size
+                before = ann.call("stats")["file_bytes_uploaded"]
+                mid = ann.call("send_file", {"gid": gid, "path": str(small)}, timeout=600)["mid"]
                 for peer in peers[1:]:
-                    if peer.name not in done and fetched(peer, gid, mid)["state"] == "done":
-                        done[peer.name] = time.monotonic() - began
-                time.sleep(0.05)
-            uploaded = ann.call("stats")["file_bytes_uploaded"] - before
-            print(f"three receivers, {size / 2**20:,.0f} MiB at once: done in "
-                  + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in done.items())
-                  + f"; the offerer uploaded {uploaded / size:.2f}x the file; "
-                  + ", ".join(f"{p.name} {fetched(p, gid, mid)['uploaded'] / size:.2f}x" for p in peers[1:]))
-            print("peak RSS per peer: " + ", ".join(f"{p.name} {peak_rss(p.proc.pid) / 2**20:.0f} MB" for p in peers))
+                    peer.wait_for(lambda p=peer: any(m["mid"] == mid for m in p.delivered(gid)), timeout=30)
+                began = time.monotonic()
+                for peer in peers[1:]:
+                    peer.call("fetch_file", {"gid": gid, "mid": mid})
+                done: dict[str, float] = {}
+                while len(done) < 3:
+                    for peer in peers[1:]:
+                        if peer.name not in done and fetched(peer, gid, mid)["state"] == "done":
+                            done[peer.name] = time.monotonic() - began
+                    time.sleep(0.05)
+                uploaded = ann.call("stats")["file_bytes_uploaded"] - before
+                line = (f"three receivers, {size / 2**20:,.0f} MiB at once: done in "
+                        + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in done.items())
+                        + f"; the offerer uploaded {uploaded / size:.2f}x the file (target at most 1.2x: "
+                        + f"{'met' if uploaded <= 1.2 * size else 'NOT met'}); "
+                        + ", ".join(f"{p.name} {fetched(p, gid, mid)['uploaded'] / size:.2f}x" for p in peers[1:]))
+                summary.append(line)
+                print(line)
+            print("peak RSS per peer: " + ", ".join(f"{p.name} {peak_rss(peer_pid(p)) / 2**20:.0f} MB" for p in peers))
+            print("summary:\n  " + "\n  ".join(summary))
         finally:
             for peer in peers:
                 peer.shutdown()

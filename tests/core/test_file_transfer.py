@@ -335,21 +335,27 @@ def test_receivers_that_start_apart_are_sent_to_each_other_and_the_offerer_uploa
         assert uploaded <= 1.25, f"{apart} s apart: the offerer uploaded {uploaded:.2f}x the file"
 
 
-def test_a_large_download_s_chunks_are_written_past_the_page_cache_and_only_when_they_match(tmp_path):
-    """O_DIRECT where the file system allows it (tmpfs does not: then through the page cache);
-    a last chunk of an odd length always goes through the page cache."""
+def test_a_chunk_is_written_only_when_it_matches_with_or_without_os_pwrite(tmp_path, monkeypatch):
+    """One write per chunk, out of order, a last chunk of an odd length; garbage is not written.
+    Where os.pwrite is missing (Windows) a seek and a write do the same (issue 43 point 6)."""
+    from m2mc.middleware import file_transfer
     from m2mc.middleware.file_transfer import _check_and_write
     from m2mc.middleware.files import leaf_hash
 
-    part = tmp_path / "big.bin.part"
-    part.write_bytes(b"")
-    chunk = 256 * 1024
-    first, second, last = os.urandom(chunk), os.urandom(chunk), os.urandom(1000)
-    for index, data in ((1, second), (0, first), (2, last)):
-        assert _check_and_write(memoryview(data), leaf_hash(data), part, index * chunk, True) == leaf_hash(data)
-    garbage = os.urandom(chunk)
-    assert _check_and_write(memoryview(garbage), leaf_hash(first), part, 3 * chunk, True) == leaf_hash(garbage)
-    assert part.read_bytes() == first + second + last  # the garbage was not written
+    for pwrite in (True, False):
+        monkeypatch.setattr(file_transfer, "_HAS_PWRITE", pwrite)
+        part = tmp_path / f"big-{pwrite}.bin.part"
+        part.write_bytes(b"")
+        chunk = 256 * 1024
+        first, second, last = os.urandom(chunk), os.urandom(chunk), os.urandom(1000)
+        for index, data in ((1, second), (0, first), (2, last)):
+            assert _check_and_write(memoryview(data), leaf_hash(data), part, index * chunk) == leaf_hash(data)
+        garbage = os.urandom(chunk)
+        assert _check_and_write(memoryview(garbage), leaf_hash(first), part, 3 * chunk) == leaf_hash(garbage)
+        assert part.read_bytes() == first + second + last  # the garbage was not written
+        offer = FileOffer("big.bin", 2 * chunk + 1000, "application/octet-stream", "0" * 64, chunk, "0" * 64)
+        leaves = [leaf_hash(first), leaf_hash(b"x"), leaf_hash(last)]
+        assert file_transfer._bad_chunks(part, offer, leaves, [0, 1, 2]) == [1]
 
 
 def test_frames_read_past_the_stream_reader_come_whole_however_the_socket_cuts_them():
@@ -362,6 +368,9 @@ def test_frames_read_past_the_stream_reader_come_whole_however_the_socket_cuts_t
 
         def close(self):
             self.closed = True
+
+        def get_extra_info(self, name, default=None):
+            return default
 
     def frame(body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + body
@@ -389,6 +398,60 @@ def test_frames_read_past_the_stream_reader_come_whole_however_the_socket_cuts_t
     buffer[:4] = struct.pack(">I", 2000)
     reader.buffer_updated(4)
     assert transport.closed
+
+
+def test_a_chunk_is_received_into_a_reused_buffer_and_wakes_the_loop_once_a_quarter_mebibyte_is_there():
+    """The buffers of chunks checked and written are taken for the next ones (no fresh 1 MiB each);
+    while a chunk comes the socket's low-water mark is the rest of it, at most LOW_WATER, and back
+    at one byte between chunks, so that a small frame never waits."""
+    import socket
+
+    from m2mc.middleware.file_transfer import LOW_WATER, _Buffers, _FrameReader
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+
+    class Transport:
+        def close(self):
+            pass
+
+        def get_extra_info(self, name, default=None):
+            return accepted if name == "socket" else default
+
+    def low_water() -> int:
+        return accepted.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+
+    chunk = b"\x0a" + os.urandom(1 << 20)
+    wire = struct.pack(">I", len(chunk)) + chunk
+
+    async def run():
+        buffers = _Buffers()
+        reader = _FrameReader(Transport(), 2 << 20, buffers)  # type: ignore[arg-type]
+        seen, bodies = [], []
+        for _ in range(3):
+            at = 0
+            while at < len(wire):
+                buffer = reader.get_buffer(-1)
+                n = min(300_000, len(buffer), len(wire) - at)
+                buffer[:n] = wire[at:at + n]
+                reader.buffer_updated(n)
+                at += n
+                seen.append(low_water())
+            body = await reader.read()
+            assert bytes(body) == chunk
+            bodies.append(body)
+            buffers.give(body)
+        return seen, bodies
+
+    try:
+        seen, bodies = asyncio.run(run())
+    finally:
+        for sock in (client, accepted, server):
+            sock.close()
+    assert bodies[0] is bodies[1] is bodies[2]
+    if hasattr(socket, "SO_RCVLOWAT"):  # 64 KiB into the scratch buffer, then 300,000 bytes a read
+        assert seen == [LOW_WATER, LOW_WATER, LOW_WATER, (1 << 20) + 1 - 65532 - 900_000, 1] * 3, seen
 
 
 def test_downloads_nobody_serves_give_their_slots_up_and_auto_downloads_per_offerer_are_bounded(tmp_path, monkeypatch):
@@ -532,3 +595,107 @@ def test_fresh_keys_offering_one_file_each_get_at_most_16_auto_downloads_in_all(
     fetched, deferred = asyncio.run(run())
     print(f"40 fresh keys' unserved offers: {fetched} auto-downloads, {deferred} left to the user")
     assert fetched == 16 and deferred == 24
+
+
+def test_fetch_file_puts_a_file_already_downloaded_at_dest_by_a_link_or_a_copy(tmp_path, monkeypatch):
+    """Bob's copy came on its own (auto-download) into his downloads folder; fetch_file with a dest
+    puts it there too (a hard link on the same disk, a copy where a link cannot be made), a taken
+    name gets " (2)", and the answer's path is where it is.  A download still under way to another
+    place is refused with where it goes: never "ok" with nothing at dest."""
+    import errno
+
+    from m2mc.middleware import file_transfer
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob"])
+        ann, bob = services["ann"], services["bob"]
+        try:
+            path = source_file(tmp_path)
+            mid = await offer(ann, messages, path)
+            transfer = bob.fetch(GID, mid, auto=True)
+            await wait_done(transfer)
+            assert transfer.state == "done", transfer.error
+            first = tmp_path / "wanted"
+            row = bob.fetch_file(GID, mid, str(first) + "/")  # a folder not made yet, named with its slash
+            linked = Path(row["path"])
+            same = bob.fetch_file(GID, mid, str(linked))
+            taken = tmp_path / "taken"
+            taken.mkdir()
+            (taken / "notes.txt").write_bytes(b"mine")
+            second = Path(bob.fetch_file(GID, mid, str(taken))["path"])
+            renamed = Path(bob.fetch_file(GID, mid, str(taken / "renamed.txt"))["path"])
+
+            def no_link(src, dst):
+                raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+            monkeypatch.setattr(file_transfer.os, "link", no_link)
+            copied = Path(bob.fetch_file(GID, mid, str(tmp_path / "other-disk"))["path"])
+            monkeypatch.undo()
+            # A download under way to Bob's downloads folder, asked for elsewhere.
+            transfer.state = "fetching"
+            try:
+                bob.fetch_file(GID, mid, str(tmp_path / "elsewhere"))
+                refused = ""
+            except UsageError as exc:
+                refused = str(exc)
+            transfer.state = "done"
+            return path.read_bytes(), transfer.path, linked, same["path"], second, renamed, copied, refused
+        finally:
+            for service in services.values():
+                await service.close()
+
+    original, downloaded, linked, same, second, renamed, copied, refused = asyncio.run(run())
+    assert downloaded.parent.name == "downloads" and downloaded.read_bytes() == original
+    assert linked == tmp_path / "wanted" / "notes.txt" and linked.read_bytes() == original
+    assert os.stat(linked).st_ino == os.stat(downloaded).st_ino  # a hard link: no second copy on disk
+    assert same == str(linked)
+    assert second == tmp_path / "taken" / "notes (2).txt" and second.read_bytes() == original
+    assert (tmp_path / "taken" / "notes.txt").read_bytes() == b"mine"  # nothing replaced
+    assert renamed.name == "renamed.txt" and renamed.read_bytes() == original
+    assert copied.read_bytes() == original and os.stat(copied).st_ino != os.stat(downloaded).st_ino
+    assert not list((tmp_path / "other-disk").glob("*.part"))
+    assert str(downloaded) in refused and not (tmp_path / "elsewhere").exists()
+
+
+def test_after_a_power_cut_the_chunks_since_the_last_resume_point_are_checked_against_the_tree(tmp_path):
+    """Bob's download was stopped by a power cut (its record names another boot): the chunks its
+    bitmap claims as written but not synced (1) are checked against the tree before it goes on, and
+    the one the cut lost is fetched again; a chunk synced at a resume point (2) is taken as it is.
+    After a kill -9 (the same boot) nothing is read again: the page cache outlived the process."""
+    import json
+
+    async def run():
+        services, addresses, messages = await peers(tmp_path, ["ann", "bob"])
+        ann, bob = services["ann"], services["bob"]
+        path = source_file(tmp_path)
+        mid = await offer(ann, messages, path)
+        transfer = bob.fetch(GID, mid)
+        await wait_done(transfer)
+        assert transfer.state == "done", transfer.error
+        await asyncio.sleep(0.1)  # its last sync
+        await bob.close()
+        record_path = bob.dir / (transfer.key + ".json")
+        record = json.loads(record_path.read_text())
+        assert record["synced"] is True
+        # As the cut left it: fetching, the .part with chunk 2 lost, chunk 0 synced, 1-3 written.
+        chunk = transfer.offer.chunk_size
+        transfer.path.rename(transfer.part)
+        with open(transfer.part, "r+b") as part:
+            part.seek(2 * chunk)
+            part.write(bytes(chunk))
+        (bob.dir / (transfer.key + ".bitmap")).write_bytes(b"\x02\x01\x01\x01")
+        record_path.write_text(json.dumps({**record, "state": "fetching", "boot": "another boot", "synced": True}))
+        again = FileService(bob.core, tmp_path / "bob", lambda event: None)  # type: ignore[arg-type]
+        await again.start("127.0.0.1", 0)
+        addresses[bob.core.pid] = SimpleNamespace(host="127.0.0.1", port=again.port)
+        try:
+            resumed = again.transfers[(GID, mid)]
+            await wait_done(resumed)
+            return path.read_bytes(), resumed.path.read_bytes(), resumed.received - transfer.received, chunk
+        finally:
+            await again.close()
+            await ann.close()
+
+    original, copy, received, chunk = asyncio.run(run())
+    assert copy == original
+    assert received == chunk  # only the lost chunk came again
