@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import ipaddress
 import json
 import logging
 import random
@@ -145,6 +146,7 @@ class GroupManager(rules.OperationCalls):
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.network.open()
+        self._note_networks(netif.interfaces())
         await self.network.listen(self.core.control_group, self._on_control_datagrams)
         if self.network.endpoint is not None:
             self.core.reach.own.add(self.network.endpoint)
@@ -185,7 +187,9 @@ class GroupManager(rules.OperationCalls):
     async def _look_at_network(self) -> None:
         failure, sent = self.network.send_report() if hasattr(self.network, "send_report") else (None, 0)
         now = clock.now()
-        for action in self.follower.observe(netif.interfaces(), now, netif.route_source(), failure, sent):
+        interfaces = netif.interfaces()
+        self._note_networks(interfaces)
+        for action in self.follower.observe(interfaces, now, netif.route_source(), failure, sent):
             if isinstance(action, Move):
                 await self._move(action.interface, action.address)
             else:
@@ -193,6 +197,13 @@ class GroupManager(rules.OperationCalls):
                 self.core.woke(now)
                 self._after_input()
         self._notify()
+
+    def _note_networks(self, interfaces: list[netif.InterfaceInfo]) -> None:
+        """The subnets of this computer's interfaces, with their netmasks: no hint (a PEER_LIST's
+        entry, an invite, a forged source) may name their network or broadcast address, which
+        would carry a HELLO to every host there (reach.hint_refused)."""
+        self.core.reach.networks = {ipaddress.IPv4Network(f"{i.address}/{i.prefix}", strict=False)
+                                    for i in interfaces if i.prefix < 31}
 
     async def _move(self, interface: str, address: str) -> None:
         """Rebind to ``address`` on ``interface``: sockets and memberships, the file server, then
@@ -692,7 +703,7 @@ class GroupManager(rules.OperationCalls):
         now = clock.now()
         if self._loop is not None:
             self._last_flush = now
-        stored = self.core.flush(now)  # persist
+        stored = self.core.flush(now, clock.wall())  # persist
         self._flush_interval = self.BUSY_FLUSH_INTERVAL if stored >= self.BUSY_MESSAGES else self.FLUSH_INTERVAL
         if self._started:  # transmit (a manager never started keeps its datagrams in the core)
             for data, destination in self.core.datagrams_to_send():

@@ -317,10 +317,12 @@ class MemoryStore:
         rows = [(pid, endpoint, seen) for pid, (endpoint, seen) in self._peer_cache.items()]
         return sorted(rows, key=lambda row: -row[2])
 
-    def cache_peer(self, pid: str, endpoint: Endpoint, wall: float) -> None:
+    def cache_peer(self, pid: str, endpoint: Endpoint, wall: float,
+                   keep: Callable[[str], bool] | None = None) -> None:
         self._put(self._peer_cache, pid, (endpoint, wall))
         if len(self._peer_cache) > MAX_CACHED_PEERS:
-            oldest = min(self._peer_cache, key=lambda p: self._peer_cache[p][1])
+            kept = keep or (lambda _pid: False)  # a stranger's oldest row first (Store.cache_peer)
+            oldest = min(self._peer_cache, key=lambda p: (kept(p), self._peer_cache[p][1]))
             row = self._peer_cache.pop(oldest)
             self._undo.append(lambda: self._peer_cache.__setitem__(oldest, row))
 

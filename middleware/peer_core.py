@@ -46,7 +46,7 @@ from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinU
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import OFFLINE_AFTER, ONLINE, Presence
-from .reach import BROADCAST_GRACE, Reach
+from .reach import BROADCAST_GRACE, Reach, hint_refused
 from .ses import Ses
 from .store_api import PeerStore, SearchHit, StoredThread
 from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, NoticesAdded,
@@ -60,6 +60,9 @@ CONTROL_ADDR = "239.255.77.77"
 DEFAULT_PORT = 47477
 BROADCAST_INTERVAL = 30.0  # announcements to the subnet broadcast address, for LANs that drop multicast
 _CONTROL_MESSAGES = (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)
+# What a group's members take for fresh evidence that this peer is there (presence.py): a new
+# message, or a heartbeat signed with its time.  A peer sending only other datagrams still beacons.
+_FRESH_EVIDENCE = (wire.Data, wire.DataBatch, wire.Heartbeat)
 
 
 class Datagram(NamedTuple):
@@ -121,9 +124,11 @@ class PeerCore:
         self.name = name or stored_name or ""
         self._rng = rng or random.Random()
         self.gjlp = Gjlp(self.identity, self.name, self._rng, control_addr=control_addr)
-        self.reach = Reach(self.pid, self.name, self._rng)  # who is heard by which path (middleware/reach.py)
+        # Who is heard by which path (middleware/reach.py); members come first in its bounds.
+        self.reach = Reach(self.pid, self.name, self._rng, is_member=self._is_member_anywhere)
         self.unicast_copies = 0  # datagrams sent by unicast to peers multicast does not reach
         self._wall = now if wall is None else wall  # the last wall time given: the peer cache's stamps
+        self._wall_now = now  # when it was given (on the ``now`` clock): _wall_at
         self._peers_to_cache: dict[str, tuple[Endpoint, float]] = {}  # proven since the last commit
         self._broadcast_at: float | None = None  # the next announcement to the subnet's broadcast address
         self._broadcast_due = False
@@ -192,6 +197,8 @@ class PeerCore:
                 raise UsageError(f"bad address: {exc}") from None
         if endpoint in self.reach.own:
             raise UsageError(f"{endpoint} is this peer's own address")
+        if hint_refused(endpoint.host, self.reach.networks):
+            raise UsageError(f"{endpoint.host} is not one computer's address (a broadcast, multicast or network address)")
         self.reach.add(endpoint, found_by, now)
         return endpoint
 
@@ -202,7 +209,7 @@ class PeerCore:
             raise UsageError("not an invite: an invite looks like m2mc://join/<group id>?desc=…&peer=host:port")
         for endpoint in invite.peers:
             if endpoint not in self.reach.own:
-                self.add_peer(endpoint, now, "invite")
+                self.reach.add(endpoint, "invite", now)  # (one naming a broadcast address is refused there)
         return invite
 
     def invite(self, gid: str) -> str:
@@ -690,6 +697,7 @@ class PeerCore:
         channel.restore(self.store.delivered_mids(gid))
         channel.restore_conflicts(self.store.conflicts(gid))
         self.joined[gid] = JoinedGroup(channel, crypto.GroupCipher(key) if key else None)
+        self.presence.opened(gid, self._wall_now if sync_at is None else sync_at)
         if sync_at is not None:
             channel.start_sync(sync_at, wall)
 
@@ -715,20 +723,27 @@ class PeerCore:
         envelope = self._decode(data, now)
         if envelope is None:
             return
-        self._wall = wall
+        self._set_wall(now, wall)
         message = envelope.message
         if isinstance(message, (wire.Hello, wire.PeerList)):
             if path != "unicast" or source is None:
                 self.stats.malformed_dropped += 1  # these are only ever sent to one endpoint
             elif isinstance(message, wire.Hello):
-                self.reach.hello(envelope.sender, message, source, now)
+                if self.reach.hello(envelope.sender, message, source, now) and \
+                        self._is_member_anywhere(envelope.sender):
+                    self._heard(envelope.sender, now)  # it signed our fresh nonce: there now
             else:
                 self.reach.peer_list(envelope.sender, message, source, now)
             return
+        fresh = self._take(envelope, path, control, now, wall)
+        member = self._is_member_anywhere(envelope.sender)
+        if fresh and member:
+            self._heard(envelope.sender, now)
         if source is not None:
-            self.reach.heard(envelope.sender, source, path, now)
-            if (path == "unicast" and self.reach.endpoint(envelope.sender) != source
-                    and self._is_member_anywhere(envelope.sender)):
+            # A stranger's datagram moves reach as any verified one did (it gets only HELLOs and
+            # bounded copies); a member's only when it said something new (reach.Reach.heard).
+            self.reach.heard(envelope.sender, source, path, now, fresh or not member)
+            if (path == "unicast" and self.reach.endpoint(envelope.sender) != source and member):
                 # A member sends to us by unicast, so it proved our endpoint, but we never proved
                 # its own (the echo of our HELLO was lost): probe it now, within the HELLO budgets,
                 # rather than wait for its next report to make us send it copies.
@@ -737,28 +752,74 @@ class PeerCore:
             if isinstance(message, wire.Adv) and source is not None and self.reach.path(envelope.sender, now) is None:
                 # Someone on the subnet whose multicast has not reached us: probe it, unless it does soon.
                 self.reach.add(source, "broadcast", now, envelope.sender, delay=BROADCAST_GRACE)
-            return  # broadcasts only find peers; what they ask is asked again once they are proven
+
+    def _take(self, envelope: wire.Envelope, path: str, control: bool, now: float, wall: float) -> bool:
+        """Apply one verified datagram (not a HELLO or PEER_LIST); returns whether it was fresh
+        evidence of its sender: a message never seen, a HEARTBEAT or GOODBYE whose signed ``at``
+        is fresh (:meth:`Presence.fresh_at`), or its own JOIN that changed its record.  Presence
+        and where the sender is reached move only on such (issue 41, rows 1 and 9)."""
+        message = envelope.message
+        sender = envelope.sender
+        if path == "broadcast":
+            return False  # broadcasts only find peers; what they ask is asked again once they are proven
         if path == "unicast":
             control = isinstance(message, _CONTROL_MESSAGES)
         if control:
-            if isinstance(message, _CONTROL_MESSAGES):
-                self.gjlp.receive(envelope.sender, message, now, wall)
-            else:
+            if not isinstance(message, _CONTROL_MESSAGES):
                 self.stats.malformed_dropped += 1
-            return
+                return False
+            join = message.record if isinstance(message, wire.Join) and message.record.pid == sender else None
+            before = self._record_counter(join.gid, sender) if join is not None else 0
+            self.gjlp.receive(sender, message, now, wall)
+            # A member's own JOIN that took: it has just joined, and shows online at once.
+            return join is not None and self._record_counter(join.gid, sender) > before
         gid = getattr(message, "gid", None)
         joined = self.joined.get(gid) if isinstance(gid, str) else None
-        if joined is None:
+        if joined is None or not isinstance(gid, str):
             self.stats.not_member_dropped += 1
         elif joined.cipher and not envelope.sealed:
             self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
         elif isinstance(message, wire.Goodbye):
-            if self.gjlp.groups[message.gid].is_current(envelope.sender):
-                self.presence.gone(envelope.sender)
+            if self.gjlp.groups[message.gid].is_current(sender) and \
+                    self.presence.fresh_at(sender, message.at, wall, goodbye=True):
+                self.presence.gone(sender)
         else:
             channel = joined.channel
-            channel.receive(envelope.sender, message, now, envelope.public_key, wall)
-            self.gjlp.heard(channel.gid, envelope.sender, wall)  # the member caps prefer whoever speaks
+            if isinstance(message, wire.SyncReq) and sender != self.pid and \
+                    self.gjlp.groups[channel.gid].is_current(sender):
+                # A member asking for what it missed has just started, joined or woken: it hears this
+                # peer is here within a second, as a returning one does (at most one early beacon
+                # per group per EARLY_BEACON_GAP, so a replayed request costs no more).
+                self.presence.beacon_soon(channel.gid, now)
+            fresh = channel.receive(sender, message, now, envelope.public_key, wall)
+            self.gjlp.heard(channel.gid, sender, wall)  # the member caps prefer whoever speaks
+            if isinstance(message, wire.Heartbeat):
+                return self.gjlp.groups[channel.gid].is_current(sender) and \
+                    self.presence.fresh_at(sender, message.at, wall)
+            return fresh
+        return False
+
+    def _record_counter(self, gid: str, pid: str) -> int:
+        """The counter of ``pid``'s current member record in ``gid`` (0 if none, or if it left)."""
+        record = self.gjlp.groups.get(gid)
+        if record is None or not record.is_current(pid):
+            return 0
+        return record.members[pid].counter
+
+    def _heard(self, pid: str, now: float) -> None:
+        """Fresh evidence from member ``pid``: online; back from offline, it gets an early beacon in
+        every group it shares, so its view of who is here fills at once."""
+        if self.presence.heard(pid, now):
+            for gid in self.joined:
+                if self.gjlp.groups[gid].is_current(pid):
+                    self.presence.beacon_soon(gid, now)
+
+    def _set_wall(self, now: float, wall: float) -> None:
+        self._wall, self._wall_now = wall, now
+
+    def _wall_at(self, now: float) -> float:
+        """The wall clock at ``now``, from the last wall time given (no clock is read here)."""
+        return self._wall + (now - self._wall_now)
 
     def _receive_direct(self, sealed: bytes, size: int, source: Endpoint | None, now: float, wall: float,
                         path: str) -> None:
@@ -772,7 +833,7 @@ class PeerCore:
         if opened is not None:
             sender, echo, fresh = opened
             if fresh and self._is_member_anywhere(sender):
-                self.presence.heard(sender, now)
+                self._heard(sender, now)
             if source is not None:
                 if echo:  # our HELLO nonce, back from there signed by the sender: the handshake's proof
                     self.reach.hello(sender, wire.Hello(b"", echo, self._member_name(sender) or ""), source, now)
@@ -801,12 +862,7 @@ class PeerCore:
             self.stats.own_looped_back += 1  # multicast loop echoes our own datagrams
             return None
         try:
-            envelope = wire.decode(data, self._cipher)
-            if self._is_member_anywhere(envelope.sender) and self.presence.heard(envelope.sender, now):
-                for gid in self.joined:  # back from offline: its view of who is here fills at once
-                    if self.gjlp.groups[gid].is_current(envelope.sender):
-                        self.presence.beacon_soon(gid, now)
-            return envelope
+            return wire.decode(data, self._cipher)
         except wire.SignatureError as exc:
             self.stats.bad_signature_dropped += 1
             log.debug("dropped forged or tampered datagram: %s", exc)
@@ -851,9 +907,13 @@ class PeerCore:
         events, self._events = self._events, []
         return events
 
-    def flush(self, now: float) -> int:
+    def flush(self, now: float, wall: float | None = None) -> int:
         """Persist, then transmit, then notify: everything since the last flush.  Returns how many
-        messages were stored (and delivered)."""
+        messages were stored (and delivered).  ``wall``: the wall clock now (else reckoned from
+        the last one given), which signs the beacons' and goodbyes' ``at``."""
+        if wall is not None:
+            self._set_wall(now, wall)
+        at = int(self._wall_at(now) * 1000)
         staged: list[Datagram] = []
         reached_now = self.reach.events()
         for reached in reached_now:  # a peer proved its endpoint: ask it for its groups, keep it
@@ -909,12 +969,17 @@ class PeerCore:
             members_by_unicast = [endpoint for pid, endpoint in unicast if record.is_current(pid)]
             channel.group_size = max(1, len(record.current()))
             outbox = channel.datagrams_to_send(now)
-            if outbox:
+            if any(type(m) in _FRESH_EVIDENCE for m in outbox):
                 self.presence.spoke(gid, now)
             elif gid in beacons:  # idle: one heartbeat says this peer is still here
-                outbox = [wire.Heartbeat(gid, channel.next_seqno - 1)]
+                # (NAKs, repairs and sync requests are no evidence to members: presence.py)
+                outbox = [*outbox, wire.Heartbeat(gid, channel.next_seqno - 1)]
             if self._goodbye_due:
                 outbox = [*outbox, wire.Goodbye(gid)]
+            # Every HEARTBEAT and GOODBYE is signed with the time it leaves, so none can be replayed
+            # as news of this peer (presence.Presence.fresh_at).
+            outbox = [replace(m, at=at) if type(m) is wire.Heartbeat or type(m) is wire.Goodbye else m
+                      for m in outbox]
             if outbox and record.private and joined.cipher is None:
                 # Never plaintext to a group held to be private (nothing should lead here).
                 self.plaintext_refused += len(outbox)
@@ -1040,7 +1105,7 @@ class PeerCore:
                 if joined.seqno_to_save:
                     self.store.set_next_seqno(gid, joined.channel.next_seqno)
             for pid, (endpoint, seen) in self._peers_to_cache.items():
-                self.store.cache_peer(pid, endpoint, seen)
+                self.store.cache_peer(pid, endpoint, seen, self._is_member_anywhere)  # members' rows stay
             for gid, pids in self._members_to_save.items():  # one row per member that changed
                 members = self.gjlp.groups[gid].members if gid in self.gjlp.groups else {}
                 self.store.save_members(gid, [members[pid] for pid in pids if pid in members])
@@ -1148,6 +1213,8 @@ class PeerCore:
             "sender_names_differing": self.sender_names_differing,
             "unicast_copies": self.unicast_copies,
             "hellos_refused": self.reach.hellos_refused,
+            "hints_refused": self.reach.hints_refused,
+            "presence_stale_dropped": self.presence.stale_dropped,
             "probes_evicted": self.reach.candidates_evicted,
             **self.direct.stats,
             "direct_queued": self.direct.queued(),

@@ -1,12 +1,23 @@
 """Presence without I/O: who this peer has heard from lately, and when to say "still here".
 
-Any verified datagram from a member of a group this peer is in counts as
-hearing it (a chat message, a heartbeat, a sync answer, a GJLP announcement);
-the manager keeps strangers out of the table.  A member that has been idle
-sends one beacon per group every ``BEACON_INTERVAL`` seconds: the group's
-ordinary HEARTBEAT (its highest seqno, which receivers already handle), so
-the wire format does not change and a private group's beacon stays sealed.
-A member that sends anything else is not idle and sends no beacon.
+Only fresh evidence from a member of a group this peer is in counts as hearing
+it: a chat message never seen before, a HEARTBEAT or GOODBYE whose signed
+wall-clock ``at`` is fresh (:meth:`Presence.fresh_at`), its own JOIN that
+changed its record, a direct message taken in.  A signature says who wrote a
+datagram, never when it was sent: a replayed GOODBYE must not show an online
+member offline, nor a replayed HEARTBEAT a departed one online (issue 41,
+row 9).  The peer core keeps strangers out of the table.  A member that has
+been idle sends one beacon per group every ``BEACON_INTERVAL`` seconds: the
+group's ordinary HEARTBEAT (its highest seqno, which receivers already
+handle, and ``at``), so a private group's beacon stays sealed.  A member that
+sends anything else is not idle and sends no beacon; one that has just started
+or joined beacons at once, so members see it online without waiting a period.
+
+``at`` is fresh when it lies within ``CLOCK_SKEW`` of this peer's wall clock
+(``AT_FRESH_FOR`` more into the past: a beacon may have queued), is newer than
+the last ``at`` taken from the sender (a GOODBYE may share its millisecond with
+the beacon before it), and has not fallen more than ``AT_FRESH_FOR`` behind
+the time that passed here since then (a beacon captured and held back).
 
 Status, as the GUI shows it:
 
@@ -38,6 +49,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 BEACON_INTERVAL = 30.0
+AT_FRESH_FOR = 30.0  # s: how late a beacon's ``at`` may be, beyond the clocks' skew
+CLOCK_SKEW = 300.0  # s: how far apart two members' wall clocks may be
 ONLINE_FOR = 40.0
 OFFLINE_AFTER = 50.0
 MAX_TRACKED = 10_000
@@ -56,6 +69,9 @@ class Presence:
         self._heard: OrderedDict[str, float] = OrderedDict()  # least recently heard first
         self._spoke: dict[str, float] = {}  # gid -> when this peer last sent on it
         self._early: dict[str, float] = {}  # gid -> when it last had an early beacon (beacon_soon)
+        # pid -> (the last ``at`` taken from it, in ms; this peer's wall time then): see fresh_at.
+        self._at: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self.stale_dropped = 0  # HEARTBEATs and GOODBYEs whose ``at`` was not fresh (replays)
 
     def heard(self, pid: str, now: float) -> bool:
         """Note ``pid`` as heard; True when it was offline until now (never heard, gone silent,
@@ -67,9 +83,33 @@ class Presence:
             self._heard.popitem(last=False)
         return returning
 
+    def fresh_at(self, pid: str, at: int, wall: float, goodbye: bool = False) -> bool:
+        """Whether ``pid``'s HEARTBEAT (or GOODBYE) signed at ``at`` (wall-clock ms) is fresh
+        evidence at this peer's wall time ``wall`` (s); if so it is the sender's latest."""
+        last = self._at.get(pid)
+        seconds = at / 1000
+        fresh = wall - CLOCK_SKEW - AT_FRESH_FOR <= seconds <= wall + CLOCK_SKEW
+        if fresh and last is not None:
+            last_at, last_wall = last
+            fresh = (at >= last_at if goodbye else at > last_at) and \
+                seconds >= last_at / 1000 + (wall - last_wall) - AT_FRESH_FOR
+        if not fresh:
+            self.stale_dropped += 1
+            return False
+        self._at[pid] = (at, wall)
+        self._at.move_to_end(pid)
+        while len(self._at) > self.max_tracked:
+            self._at.popitem(last=False)
+        return True
+
     def gone(self, pid: str) -> None:
         """``pid`` said goodbye: offline until it is heard again."""
         self._heard.pop(pid, None)
+
+    def opened(self, gid: str, now: float) -> None:
+        """This peer has just started in ``gid`` or joined it: its beacon is due now, so members see
+        it online at once (what it sends first, sync requests, is no evidence to them)."""
+        self._spoke[gid] = now - BEACON_INTERVAL
 
     def beacon_soon(self, gid: str, now: float) -> None:
         """Someone in ``gid`` has just come back: the group's beacon is due now, unless an early
@@ -104,7 +144,7 @@ class Presence:
         due = []
         for gid in gids:
             last = self._spoke.get(gid)
-            if last is None:  # just joined or started: the first beacon a period from now
+            if last is None:  # a beacon a period from now (one just opened beacons at once: opened)
                 self._spoke[gid] = now
             elif now >= last + BEACON_INTERVAL:  # the sum get_timer() gives: no float gap between them
                 due.append(gid)
@@ -117,4 +157,4 @@ class Presence:
         return min(times) if times else None
 
 
-__all__ = ["Presence", "BEACON_INTERVAL", "ONLINE_FOR", "OFFLINE_AFTER", "ONLINE", "AWAY", "OFFLINE"]
+__all__ = ["Presence", "BEACON_INTERVAL", "AT_FRESH_FOR", "CLOCK_SKEW", "ONLINE_FOR", "OFFLINE_AFTER", "ONLINE", "AWAY", "OFFLINE"]

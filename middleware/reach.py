@@ -22,14 +22,31 @@ or one added by hand), one that said HELLO first, one a proven peer listed and o
 cache remembers.  A HELLO with a forged source is of the inbound kind, so a forged source can
 aim about 1,650 bytes a minute at its victim through each peer that hears it, and no more.
 
+Against a hostile LAN (issue 41, rows 1 and 10–13):
+
+* Where a peer is reached moves only on fresh evidence (:meth:`Reach.heard`'s ``fresh``: the
+  peer core says whether a datagram said something new, a message never seen or a beacon whose
+  signed time is newer than the last): a replayed datagram, from wherever it comes, moves
+  neither the address a member's multicast comes from nor when it was last heard.
+* Members come first: the unicast copies go to every member that needs them before any
+  stranger, and strangers get at most :data:`MAX_STRANGER_COPIES`; a full table of proven peers
+  gives way by a stranger's row first (the peer core's cache does the same).
+* One hint source (the proven peer whose PEER_LIST named the endpoints) causes at most
+  :data:`HINT_HELLO_BUDGET` HELLOs per :data:`HELLO_WINDOW` in all, and holds at most
+  :data:`HINT_CANDIDATES` places in the probe table; a hint that proves true gives its HELLO back.
+* No hint, however it came, names a broadcast, multicast, network or unspecified address
+  (:func:`hint_refused`, with the networks of this peer's interfaces in :attr:`Reach.networks`).
+
 No I/O and no clock: datagrams, ``now`` and ``wall`` go in; HELLOs, events and a
 deadline come out.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import random
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +84,33 @@ CACHE_PROBE_INTERVAL = 60.0
 CACHE_EXPIRY = 31 * 24 * 3600.0
 MAX_ENDPOINTS = 256  # endpoints being probed; the oldest gives way (a stranger's flood costs only probes)
 MAX_PEERS = 1024  # proven peers; the least recently heard gives way
-MAX_UNICAST_COPIES = 64  # peers one datagram is copied to by unicast; the most recently heard first
+MAX_UNICAST_COPIES = 64  # peers one datagram is copied to by unicast; members first, then the most recently heard
+# Of those, at most this many strangers (proven peers sharing no group): they only learn of groups
+# by them, and a stranger's fresh keys cost nothing, so they never take a member's place.
+MAX_STRANGER_COPIES = 8
+# HELLOs that the entries of one hint source (the proven peer whose PEER_LIST named them) may cause
+# per HELLO_WINDOW, whatever the addresses: 16 HELLOs of about 206 bytes with headers, 3.3 KB a
+# minute.  A hint that proves true gives its HELLO back, so a true list is worked through in turn.
+HINT_HELLO_BUDGET = 16
+HINT_CANDIDATES = 64  # places in the probe table one hint source's entries may hold (one PEER_LIST's)
+
+
+def hint_refused(host: str, networks: Iterable[ipaddress.IPv4Network] = ()) -> bool:
+    """Whether ``host`` may never be probed: it is not one host's unicast address.  Multicast,
+    limited broadcast, unspecified and reserved (240/4) addresses are refused by themselves; the
+    network and broadcast addresses of ``networks`` (this peer's interfaces' subnets, where the
+    netmask is known) too, since a HELLO there would reach every host of the subnet."""
+    try:
+        address = ipaddress.IPv4Address(host)
+    except ValueError:
+        return True
+    if address.is_multicast or address.is_unspecified or address.is_reserved or address.packed[0] == 0:
+        return True  # (240/4 holds 255.255.255.255; 0/8 means "this network")
+    for network in networks:
+        if network.prefixlen < 31 and address in network and address in (network.network_address,
+                                                                         network.broadcast_address):
+            return True
+    return False
 
 
 @dataclass(slots=True)
@@ -80,6 +123,7 @@ class Candidate:
     probe_at: float | None  # the next HELLO; None once the budget is spent
     nonces: list[bytes] = field(default_factory=list)  # of the HELLOs sent within the window: any may come back
     sent: list[float] = field(default_factory=list)  # HELLOs sent there within the window
+    hint: str | None = None  # the proven peer whose PEER_LIST named it: its HELLOs count against that one's budget
 
 
 @dataclass(slots=True)
@@ -109,10 +153,17 @@ class PeerReached:
 
 
 class Reach:
-    def __init__(self, pid: str, name: str, rng: random.Random | None = None) -> None:
+    def __init__(self, pid: str, name: str, rng: random.Random | None = None,
+                 is_member: Callable[[str], bool] | None = None) -> None:
+        """``is_member(pid)``: whether ``pid`` shares a group with this peer (members come first;
+        without it every peer counts as one, as where no membership is known)."""
         self.pid = pid
         self.name = name
         self.own: set[Endpoint] = set()  # this peer's endpoints, as the transport bound them
+        self.is_member: Callable[[str], bool] = is_member or (lambda pid: True)
+        # The networks of this peer's interfaces (the manager sets them from netif): their
+        # network and broadcast addresses are never probed (hint_refused).
+        self.networks: set[ipaddress.IPv4Network] = set()
         self._rng = rng or random.Random()
         self._candidates: OrderedDict[Endpoint, Candidate] = OrderedDict()  # oldest first
         self._peers: OrderedDict[str, ReachedPeer] = OrderedDict()  # least recently heard first
@@ -131,27 +182,38 @@ class Reach:
         self._sought: OrderedDict[str, None] = OrderedDict()
         self._report_at: float | None = 0.0
         self._relist: dict[str, float] = {}  # newly proven pid -> when its exchange goes again
+        self._hint_hellos: OrderedDict[str, list[float]] = OrderedDict()  # per hint source, within the window
         self.hellos_refused = 0  # HELLOs not sent: the endpoint's budget or the global rate was spent
+        self.hints_refused = 0  # endpoints never probed: a broadcast, multicast, network or unspecified address
         self.candidates_evicted = 0
         self.peer_lists_ignored = 0  # from peers not proven, or not from their endpoint
 
     # -- what the peer core tells it ----------------------------------------------------
 
     def add(self, endpoint: Endpoint, found_by: str, now: float, pid: str | None = None,
-            delay: float = 0.0) -> None:
-        """A place where a peer may be: probe it (after ``delay``) unless it is already proven."""
+            delay: float = 0.0, hint: str | None = None) -> None:
+        """A place where a peer may be: probe it (after ``delay``) unless it is already proven.
+        ``hint``: the proven peer whose PEER_LIST named it (its HELLOs share that one's budget)."""
         assert found_by in FOUND_BY, found_by
         if endpoint in self.own or pid == self.pid or endpoint in self._by_endpoint:
+            return
+        if hint_refused(endpoint.host, self.networks):
+            self.hints_refused += 1
             return
         candidate = self._candidates.get(endpoint)
         if candidate is not None:
             if candidate.probe_at is None and not self._spent(candidate, now):
                 candidate.probe_at = now + delay
             return
+        if hint is not None:
+            held = [c for c in self._candidates.values() if c.hint == hint]
+            if len(held) >= HINT_CANDIDATES:  # one source's hints give way to each other, not to the rest
+                del self._candidates[held[0].endpoint]
+                self.candidates_evicted += 1
         if len(self._candidates) >= MAX_ENDPOINTS:
             self._candidates.popitem(last=False)
             self.candidates_evicted += 1
-        self._candidates[endpoint] = Candidate(endpoint, found_by, pid, now + delay)
+        self._candidates[endpoint] = Candidate(endpoint, found_by, pid, now + delay, hint=hint)
 
     def probe_soon(self, endpoint: Endpoint, pid: str, now: float) -> None:
         """``pid`` sends to this peer from ``endpoint`` by unicast, so it has proven this peer's
@@ -165,14 +227,22 @@ class Reach:
             candidate.probe_at = now
 
     def add_cached(self, cached: list[tuple[str, Endpoint, float]], now: float, wall: float) -> None:
-        """The peer cache at start: ``(pid, endpoint, last seen wall time)``; expired ones are skipped."""
-        for pid, endpoint, seen in cached:
+        """The peer cache at start: ``(pid, endpoint, last seen wall time)``; expired ones are
+        skipped, and members are probed first (the HELLO rate is shared)."""
+        for pid, endpoint, seen in sorted(cached, key=lambda row: not self.is_member(row[0])):
             if wall - seen <= CACHE_EXPIRY:
                 self.add(endpoint, "cache", now, pid)
         self._cache_probe_at = now + CACHE_PROBE_INTERVAL
 
-    def heard(self, pid: str, source: Endpoint | None, path: str, now: float) -> None:
-        """A verified datagram from ``pid``, by ``path`` ("multicast", "broadcast" or "unicast")."""
+    def heard(self, pid: str, source: Endpoint | None, path: str, now: float, fresh: bool = True) -> None:
+        """A verified datagram from ``pid``, by ``path`` ("multicast", "broadcast" or "unicast").
+
+        ``fresh``: it said something new (a message never seen, a beacon signed later than the
+        last one).  A signature proves who wrote a datagram, not who sent it or when: a replay,
+        from the attacker's own address or a forged one, moves nothing here (where ``pid``'s
+        multicast comes from, whether it is heard by multicast, when it was last heard)."""
+        if not fresh:
+            return
         if path == "multicast":
             heard = self._multicast_heard
             heard[pid] = now
@@ -187,19 +257,25 @@ class Reach:
         peer.last_heard = now
         self._peers.move_to_end(pid)
 
-    def hello(self, sender: str, hello: wire.Hello, source: Endpoint, now: float) -> None:
-        """A HELLO from ``source``, signed by ``sender``."""
+    def hello(self, sender: str, hello: wire.Hello, source: Endpoint, now: float) -> bool:
+        """A HELLO from ``source``, signed by ``sender``.  Returns whether it echoed a nonce of ours
+        (its endpoint is proven now): fresh evidence that ``sender`` is there, which no replay is."""
         if sender == self.pid:
-            return
+            return False
         candidate = self._candidates.get(source)
         peer = self._peers.get(sender)
-        if hello.echo and candidate is not None and hello.echo in candidate.nonces and candidate.pid in (None, sender):
+        echoed = bool(hello.echo and candidate is not None and hello.echo in candidate.nonces)
+        if echoed and candidate is not None and candidate.pid in (None, sender):
             del self._candidates[source]
+            hint_sent = self._hint_hellos.get(candidate.hint) if candidate.hint is not None else None
+            if hint_sent:
+                hint_sent.pop()  # a true hint: its HELLO goes back to its source's budget
             peer = self._prove(sender, hello.name, source, candidate.found_by, now)
         if peer is not None and peer.endpoint == source:
             peer.unheard_until = now + 2.5 * REPORT_INTERVAL if hello.unheard else None
+        proven = echoed and peer is not None and peer.endpoint == source
         if not hello.nonce:
-            return
+            return proven
         if peer is not None and peer.endpoint == source:  # proven: answer, but not faster than budgeted
             peer.echo = hello.nonce
             peer.answers = [at for at in peer.answers if at > now - HELLO_WINDOW]
@@ -209,15 +285,16 @@ class Reach:
                                      source))
             else:
                 self.hellos_refused += 1
-            return
+            return proven
         # Unproven: answer with an echo and a nonce of ours, within the endpoint's budget.
         if candidate is None:
             self.add(source, "inbound", now, sender)
             candidate = self._candidates.get(source)
             if candidate is None:
-                return
+                return proven
             candidate.probe_at = None  # this answer is its probe
         self._send_hello(candidate, now, echo=hello.nonce)
+        return proven
 
     def moved(self, old: Endpoint | None, new: Endpoint, now: float) -> None:
         """This peer's endpoint moved from ``old`` to ``new`` (a new address, another interface):
@@ -262,15 +339,21 @@ class Reach:
         return b"" if peer is None else peer.echo
 
     def unicast_peers(self, now: float) -> list[tuple[str, Endpoint]]:
-        """Proven peers not heard by multicast lately, most recently heard first (at most
-        :data:`MAX_UNICAST_COPIES`): what goes to multicast goes to these by unicast too."""
-        out = []
+        """Proven peers not heard by multicast lately (at most :data:`MAX_UNICAST_COPIES`): what
+        goes to multicast goes to these by unicast too.  Members first, most recently heard
+        first; then strangers, at most :data:`MAX_STRANGER_COPIES`, so however many keys a
+        stranger proves, no member's copy is left out for them."""
+        members: list[tuple[str, Endpoint]] = []
+        strangers: list[tuple[str, Endpoint]] = []
         for peer in reversed(self._peers.values()):
             if self._gets_copies(peer, now):
-                out.append((peer.pid, peer.endpoint))
-                if len(out) == MAX_UNICAST_COPIES:
-                    break
-        return out
+                if self.is_member(peer.pid):
+                    members.append((peer.pid, peer.endpoint))
+                    if len(members) == MAX_UNICAST_COPIES:
+                        break
+                elif len(strangers) < MAX_STRANGER_COPIES:
+                    strangers.append((peer.pid, peer.endpoint))
+        return (members + strangers)[:MAX_UNICAST_COPIES]
 
     def path(self, pid: str, now: float) -> str | None:
         """"unicast" for a proven peer that gets unicast copies, "multicast" for one heard by
@@ -281,8 +364,10 @@ class Reach:
         return None if self._unheard(pid, now) else "multicast"
 
     def address_of(self, pid: str, now: float) -> Endpoint | None:
-        """Where ``pid`` is reached by unicast: its proven endpoint, else the source of its latest
-        multicast (unproven: whoever connects there must prove it is ``pid``, as files do)."""
+        """Where ``pid`` is reached by unicast: its proven endpoint, else where its latest fresh
+        multicast came from (unproven, but only a datagram that said something new moves it, so a
+        replay cannot point it elsewhere; whoever connects there must prove it is ``pid``, as
+        files do)."""
         peer = self._peers.get(pid)
         if peer is not None:
             return peer.endpoint
@@ -312,7 +397,7 @@ class Reach:
             endpoint = Endpoint(host, port)
             known = self._peers.get(pid)
             if pid != self.pid and (known is None or known.endpoint != endpoint):
-                self.add(endpoint, "exchange", now, pid)
+                self.add(endpoint, "exchange", now, pid, hint=sender)
 
     def datagrams_to_send(self) -> list[tuple[wire.Hello | wire.PeerList, Endpoint]]:
         outbox, self._outbox = self._outbox, []
@@ -417,10 +502,26 @@ class Reach:
             second, count = now, 0
         host = candidate.endpoint.host
         factor = self._factor(candidate)
-        if self._spent(candidate, now) or self._host_spent(host, now, factor) or count >= HELLOS_PER_SECOND:
+        # The global rate never holds up a member's handshake (its pid, from the cache, its own HELLO
+        # or a proven peer's list, shares a group): a stranger's hundreds of cached or listed keys
+        # would otherwise delay it by the back-off (rows 10 and 12 of issue 41).
+        rated = count >= HELLOS_PER_SECOND and not (candidate.pid is not None and self.is_member(candidate.pid))
+        if self._spent(candidate, now) or self._host_spent(host, now, factor) or rated:
             self.hellos_refused += 1
             candidate.probe_at = None if self._spent(candidate, now) else now + PROBE_RETRY
             return
+        hint_sent = None
+        if candidate.hint is not None:
+            hint_sent = self._hint_hellos.setdefault(candidate.hint, [])
+            hint_sent[:] = [at for at in hint_sent if at > now - HELLO_WINDOW]
+            if len(hint_sent) >= HINT_HELLO_BUDGET:  # its source's budget is spent: try when it frees
+                self.hellos_refused += 1
+                candidate.probe_at = hint_sent[0] + HELLO_WINDOW
+                return
+            hint_sent.append(now)
+            self._hint_hellos.move_to_end(candidate.hint)
+            if len(self._hint_hellos) > MAX_PEERS:
+                self._hint_hellos.popitem(last=False)
         self._hellos_this_second = (second, count + 1)
         self._host_hellos.setdefault(host, []).append(now)
         self._host_hellos.move_to_end(host)
@@ -439,7 +540,8 @@ class Reach:
             self._by_endpoint.pop(old.endpoint, None)
             found_by = old.found_by if old.endpoint == endpoint else found_by
         elif len(self._peers) >= MAX_PEERS:
-            self._forget(next(iter(self._peers)))
+            # The least recently heard stranger gives way; a member only when no stranger is left.
+            self._forget(next((p for p in self._peers if not self.is_member(p)), next(iter(self._peers))))
         peer = ReachedPeer(pid, name, endpoint, found_by, now, now)
         self._peers[pid] = peer
         self._peers.move_to_end(pid)

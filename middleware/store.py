@@ -22,7 +22,7 @@ import threading
 from bisect import bisect_right
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import msgpack
 
@@ -1344,13 +1344,20 @@ class Store:
                                 (MAX_CACHED_PEERS,)).fetchall()
         return [(pid, Endpoint(host, port), seen) for pid, host, port, seen in rows]
 
-    def cache_peer(self, pid: str, endpoint: Endpoint, wall: float) -> None:
-        """Keep ``pid``'s proven endpoint (commit is the caller's); past the cap the oldest give way."""
+    def cache_peer(self, pid: str, endpoint: Endpoint, wall: float,
+                   keep: Callable[[str], bool] | None = None) -> None:
+        """Keep ``pid``'s proven endpoint (commit is the caller's); past the cap a stranger's
+        oldest row gives way first (``keep``: see PeerStore.cache_peer)."""
         self._peer_cache_table()
         self._db.execute("INSERT OR REPLACE INTO peer_cache (pid, host, port, seen) VALUES (?, ?, ?, ?)",
                          (pid, endpoint.host, endpoint.port, wall))
-        self._db.execute("DELETE FROM peer_cache WHERE pid NOT IN "
-                         "(SELECT pid FROM peer_cache ORDER BY seen DESC LIMIT ?)", (MAX_CACHED_PEERS,))
+        rows = self._db.execute("SELECT pid FROM peer_cache ORDER BY seen").fetchall()
+        excess = len(rows) - MAX_CACHED_PEERS
+        if excess > 0:
+            kept = keep or (lambda _pid: False)
+            oldest_first = [row[0] for row in rows]
+            victims = ([p for p in oldest_first if not kept(p)] + [p for p in oldest_first if kept(p)])[:excess]
+            self._db.executemany("DELETE FROM peer_cache WHERE pid = ?", [(p,) for p in victims])
 
     # -- read marks (the GUI's unread state, kept across restarts) -------------------
 

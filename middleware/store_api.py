@@ -199,8 +199,12 @@ class PeerStore(Protocol):
         """The peer cache: ``(pid, last proven endpoint, wall time last seen)``, newest first."""
         ...
 
-    def cache_peer(self, pid: str, endpoint: Endpoint, wall: float) -> None:
-        """Keep ``pid``'s proven endpoint (at most MAX_CACHED_PEERS rows; the oldest give way)."""
+    def cache_peer(self, pid: str, endpoint: Endpoint, wall: float,
+                   keep: Callable[[str], bool] | None = None) -> None:
+        """Keep ``pid``'s proven endpoint (at most MAX_CACHED_PEERS rows).  Past the cap the oldest
+        row of a pid for which ``keep`` is false (a stranger's) gives way, and a row it keeps (a
+        peer sharing a group) only when no other is left: fresh keys cost nothing, and a
+        stranger proving many must not push out the peers this one needs after a restart."""
         ...
 
     def save_direct(self, rows: Iterable[StoredDirect]) -> None:

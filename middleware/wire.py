@@ -60,6 +60,9 @@ SYNC_RESP ``sync_seqno``        0..2**63-1      matched against this peer's own 
 SYNC_RESP ``remaining``         0..2**31-1      ``MAX_SYNC_REMAINING``: the progress it feeds is
                                                 capped there too (Qt signals carry C ints)
 HEARTBEAT ``seqno``             0..2**63-1      as ``seqno``; its gap is asked for ``NAK_TRIES`` times
+HEARTBEAT/GOODBYE ``at`` (ms)   0..2**63-1      presence moves only when it is fresh
+                                                (``presence.Presence.fresh_at``: within
+                                                ``CLOCK_SKEW`` and newer than the last)
 operation ``counter`` (text)    see ``obg``     1..2**53-1, checked by the OBG; its rank uses an
                                                 effective counter with no limit (``obg``)
 ==============================  ==============  ===================================================
@@ -648,24 +651,29 @@ class Nak:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """The sender's highest seqno in the group, so a lost last message is noticed."""
+    """The sender's highest seqno in the group, so a lost last message is noticed; ``at``: the
+    sender's wall clock in ms when it sent it, signed, so a replay is told from fresh evidence
+    of presence (``presence.Presence.fresh_at``; the sending peer core stamps it)."""
 
     TYPE: ClassVar[MsgType] = MsgType.HEARTBEAT
     gid: str
     seqno: int
+    at: int = 0
 
-    FIELDS: ClassVar = (("gid", _gid), ("seqno", _seqno))
+    FIELDS: ClassVar = (("gid", _gid), ("seqno", _seqno), ("at", _uint()))
 
 
 @dataclass(frozen=True, slots=True)
 class Goodbye:
     """The sender's app is closing: show it offline now rather than after its beacons stop.
-    Not leaving: its membership stands, and anything it sends later shows it online again."""
+    Not leaving: its membership stands, and anything fresh it sends later shows it online again.
+    ``at``: as HEARTBEAT's, so a replayed GOODBYE shows nobody offline."""
 
     TYPE: ClassVar[MsgType] = MsgType.GOODBYE
     gid: str
+    at: int = 0
 
-    FIELDS: ClassVar = (("gid", _gid),)
+    FIELDS: ClassVar = (("gid", _gid), ("at", _uint()))
 
 
 NONCE_BYTES = 16

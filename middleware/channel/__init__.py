@@ -179,24 +179,30 @@ class GroupChannel:
     # -- network input ---------------------------------------------------------------
 
     def receive(self, sender: str, message: wire.Message, now: float, public_key: bytes = b"",
-                wall: float | None = None) -> None:
+                wall: float | None = None) -> bool:
         """One verified datagram of this group (``public_key``: the sender's, from the envelope).
 
-        ``now`` is the deadline clock; ``wall`` (``now`` if not given) stamps ``received_at``."""
+        ``now`` is the deadline clock; ``wall`` (``now`` if not given) stamps ``received_at``.
+        Returns whether it was a member's DATA that held a message not seen before: fresh
+        evidence that its sender is there (a replay holds none; presence and reach move only on such)."""
         state = self._state
         state.wall = now if wall is None else wall
         if getattr(message, "gid", self.gid) != self.gid:
             state.stats["foreign_dropped"] += 1
-            return
+            return False
         if not self._presence.admit(sender, message, now):
-            return
+            return False
         if isinstance(message, wire.DataBatch):
             on_data = self._receiver.on_data
+            duplicates = state.orderer.duplicates
             for (seqno, parent, sent_at, name, text), proof in zip(message.items, message.proofs):
                 on_data(sender, seqno, parent, name, text, sent_at, now, proof, public_key)
+            return state.orderer.duplicates - duplicates < len(message.items)
         elif isinstance(message, wire.Data):
+            duplicates = state.orderer.duplicates
             self._receiver.on_data(sender, message.seqno, message.parent, message.name, message.text,
                                    message.sent_at, now, message.sig, public_key)
+            return state.orderer.duplicates == duplicates
         elif isinstance(message, wire.Repair):
             self._repair.on_repair(sender, message, now)
             if self._sync.answers:
@@ -215,6 +221,7 @@ class GroupChannel:
         elif isinstance(message, wire.SyncResp):
             if sender != self.pid:
                 self._sync.on_response(sender, message, now)
+        return False
 
     # -- timers ------------------------------------------------------------------------------
 

@@ -1,5 +1,8 @@
 """Presence (middleware.presence) and read marks (Store): the core with a hand-set clock, the manager without sockets."""
 
+import itertools
+from dataclasses import replace
+
 import pytest
 
 from m2mc.middleware import clock as clock_module, crypto, manager as manager_module, wire
@@ -23,7 +26,7 @@ def test_a_peer_heard_then_silent_goes_away_then_offline_within_60_s():
 
 def test_beacons_only_from_an_idle_peer_at_most_one_per_period_per_group():
     presence = Presence()
-    assert presence.beacons_due(["g1", "g2"], 0.0) == []  # just started: a period from now
+    assert presence.beacons_due(["g1", "g2"], 0.0) == []  # not opened by the peer core: a period from now
     assert presence.get_timer(["g1", "g2"]) == BEACON_INTERVAL
     presence.spoke("g2", 20.0)  # this peer said something in g2
     assert presence.beacons_due(["g1", "g2"], 29.9) == []
@@ -54,9 +57,24 @@ def manager(tmp_path, monkeypatch):
 
 
 def heartbeats_in(m):
+    """The heartbeats sent, their ``at`` checked (this peer's wall clock in ms) and then left out."""
     sent = [wire.decode(data).message for data, _destination in m._outgoing]
     m._outgoing.clear()
-    return [msg for msg in sent if isinstance(msg, wire.Heartbeat)]
+    beats = [msg for msg in sent if isinstance(msg, wire.Heartbeat)]
+    assert all(0 < msg.at <= int(m.clock[0] * 1000) for msg in beats)
+    return [replace(msg, at=0) for msg in beats]
+
+
+_ticks = itertools.count()
+
+
+def beat(m, gid, seqno):
+    """A HEARTBEAT as its sender signs it now (``at``: the wall clock in ms, one later each time)."""
+    return wire.Heartbeat(gid, seqno, int(m.clock[0] * 1000) + next(_ticks))
+
+
+def goodbye(m, gid):
+    return wire.Goodbye(gid, int(m.clock[0] * 1000) + next(_ticks))
 
 
 def join(m, who, gid, name):
@@ -69,8 +87,8 @@ def test_strangers_are_not_heard_and_cannot_push_a_member_out(manager):
     gid = manager.create_group("lunch")
     bob = crypto.Identity.generate()
     join(manager, bob, gid, "Bob")
-    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))
-    flood = [wire.encode(crypto.Identity.generate(), wire.Heartbeat(gid, 1)) for _ in range(300)]
+    manager._on_data_datagrams(arriving([wire.encode(bob, beat(manager, gid, 1))]))
+    flood = [wire.encode(crypto.Identity.generate(), beat(manager, gid, 1)) for _ in range(300)]
     manager.presence.max_tracked = 100  # a flood past the table's size, kept small for speed
     manager._on_data_datagrams(arriving(flood))
     manager._on_control_datagrams(arriving(flood))
@@ -93,7 +111,7 @@ def test_an_idle_member_sends_one_heartbeat_per_group_per_30_s_and_what_it_hears
 
     bob = crypto.Identity.generate()
     join(manager, bob, gid, "Bob")
-    datagram = wire.encode(bob, wire.Heartbeat(gid, 3))
+    datagram = wire.encode(bob, beat(manager, gid, 3))
     manager._on_data_datagrams(arriving([datagram]))
     assert manager.presence.status(bob.pid, manager.clock[0]) == ONLINE
     manager.clock[0] += 55
@@ -143,21 +161,21 @@ def test_a_member_back_from_offline_gets_a_beacon_at_once_but_at_most_one_per_ga
     manager.flush()
     heartbeats_in(manager)
     manager.clock[0] += 2
-    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))  # Bob restarts
+    manager._on_data_datagrams(arriving([wire.encode(bob, beat(manager, gid, 1))]))  # Bob restarts
     manager.flush()
     assert heartbeats_in(manager) == [wire.Heartbeat(gid, 0)], "Bob learns at once that this peer is here"
     manager.core.presence.gone(bob.pid)  # Bob says goodbye and comes back, again and again
     manager.clock[0] += 1
-    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))
+    manager._on_data_datagrams(arriving([wire.encode(bob, beat(manager, gid, 1))]))
     manager.flush()
     assert heartbeats_in(manager) == [], "at most one early beacon per group per gap"
     manager.core.presence.gone(bob.pid)
     manager.clock[0] += EARLY_BEACON_GAP
-    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))
+    manager._on_data_datagrams(arriving([wire.encode(bob, beat(manager, gid, 1))]))
     manager.flush()
     assert heartbeats_in(manager) == [wire.Heartbeat(gid, 0)]
     manager.clock[0] += 1
-    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))  # online already
+    manager._on_data_datagrams(arriving([wire.encode(bob, beat(manager, gid, 1))]))  # online already
     manager.flush()
     assert heartbeats_in(manager) == []
 
@@ -168,14 +186,14 @@ def test_goodbye_shows_a_member_offline_at_once_and_only_a_member_can_say_it(man
     join(manager, bob, gid, "Bob")
     join(manager, cat, gid, "Cat")
     for who in (bob, cat):
-        manager._on_data_datagrams(arriving([wire.encode(who, wire.Heartbeat(gid, 1))]))
+        manager._on_data_datagrams(arriving([wire.encode(who, beat(manager, gid, 1))]))
     assert manager.presence_of(gid)[bob.pid] == ONLINE
-    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Goodbye(gid))]))
+    manager._on_data_datagrams(arriving([wire.encode(bob, goodbye(manager, gid))]))
     assert manager.presence_of(gid)[bob.pid] == OFFLINE and manager.presence_of(gid)[cat.pid] == ONLINE
     # A goodbye names only its signer: nobody can say it for Cat, and a stranger's is dropped.
-    manager._on_data_datagrams(arriving([wire.encode(mallory, wire.Goodbye(gid))]))
+    manager._on_data_datagrams(arriving([wire.encode(mallory, goodbye(manager, gid))]))
     assert manager.presence_of(gid)[cat.pid] == ONLINE
-    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 2))]))  # Bob is back
+    manager._on_data_datagrams(arriving([wire.encode(bob, beat(manager, gid, 2))]))  # Bob is back
     assert manager.presence_of(gid)[bob.pid] == ONLINE
 
 
@@ -207,7 +225,7 @@ def test_a_group_that_talks_is_seen_now_not_when_it_was_last_announced(manager):
     join(manager, bob, gid, "Bob")
     announced = manager.group(gid).last_seen
     manager.clock[0] += 120
-    manager._on_data_datagrams(arriving([wire.encode(mallory, wire.Heartbeat(gid, 1))]))  # not a member
+    manager._on_data_datagrams(arriving([wire.encode(mallory, beat(manager, gid, 1))]))  # not a member
     assert manager.group(gid).last_seen == announced
-    manager._on_data_datagrams(arriving([wire.encode(bob, wire.Heartbeat(gid, 1))]))
+    manager._on_data_datagrams(arriving([wire.encode(bob, beat(manager, gid, 1))]))
     assert manager.group(gid).last_seen == manager.clock[0]
