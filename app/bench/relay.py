@@ -80,6 +80,8 @@ class Lan:
         self.up_since = {pid: 0.0 for pid in self.pids}
         self.down_spans: dict[str, list[tuple[float, float]]] = {pid: [] for pid in self.pids}
         self.written: dict[tuple[str, int], float] = {}
+        self.seqnos = {pid: 0 for pid in self.pids}
+        self.own_copies: dict[tuple[str, int], int] = {}  # a writer's uploads of its own message
         self.got: dict[tuple[str, int], dict[str, float]] = {}
         self.figures = Figures()
 
@@ -102,6 +104,13 @@ class Lan:
             while t < self.seconds:
                 self.at(t, "crash")
                 t += self.rng.expovariate(self.churn * len(self.pids) / 60.0)
+
+    def write(self, writer: str, now: float) -> tuple[str, int]:
+        self.seqnos[writer] += 1
+        mid = (writer, self.seqnos[writer])
+        self.written[mid] = now
+        self.own_copies[mid] = 0
+        return mid
 
     def delivered(self, mid: tuple[str, int], pid: str, now: float) -> None:
         self.got.setdefault(mid, {}).setdefault(pid, now)
@@ -161,8 +170,6 @@ def control_size(item) -> int:
 def run_tree(lan: Lan) -> Figures:
     trees = {pid: relay.RelayTree("bench", pid) for pid in lan.pids}
     timers: dict[str, float] = {}
-    seqnos = {pid: 0 for pid in lan.pids}
-    own_copies: dict[tuple[str, int], int] = {}
     known_up = set(lan.pids)
 
     everyone = relay.ring_of("bench", lan.pids)
@@ -183,8 +190,8 @@ def run_tree(lan: Lan) -> Figures:
             if isinstance(item, relay.Push):
                 lan.figures.copies += 1
                 lan.figures.control_bytes += RANGE_BYTES * len(item.ranges)
-                if item.mid[0] == pid and item.mid in own_copies:
-                    own_copies[item.mid] += 1
+                if item.mid[0] == pid and item.mid in lan.own_copies:
+                    lan.own_copies[item.mid] += 1
                 lan.link(now, "push", to, item, pid)
             else:
                 lan.figures.control_bytes += control_size(item)
@@ -197,11 +204,7 @@ def run_tree(lan: Lan) -> Figures:
     def handle(now: float, kind: str, *args) -> None:
         if kind == "write":
             writer = args[0]
-            seqnos[writer] += 1
-            mid = (writer, seqnos[writer])
-            lan.written[mid] = now
-            own_copies[mid] = 0
-            trees[writer].publish(mid, now)
+            trees[writer].publish(lan.write(writer, now), now)
             flush(writer, now)
         elif kind == "crash":
             return
@@ -240,7 +243,7 @@ def run_tree(lan: Lan) -> Figures:
 
     views(0.0)
     figures = lan.run(handle)
-    figures.writer_copies = list(own_copies.values())
+    figures.writer_copies = list(lan.own_copies.values())
     end = lan.seconds + SETTLE
     for other in set(lan.pids) - lan.silent:
         tree = trees[other]
@@ -252,13 +255,11 @@ def run_tree(lan: Lan) -> Figures:
 
 
 def run_fanout(lan: Lan) -> Figures:
-    seqnos = {pid: 0 for pid in lan.pids}
-    own_copies: dict[tuple[str, int], int] = {}
     known_up = set(lan.pids)
 
     def send(now: float, writer: str, mid: tuple[str, int], to: str) -> None:
         lan.figures.copies += 1
-        own_copies[mid] += 1
+        lan.own_copies[mid] += 1
         if lan.rng.random() >= lan.loss:
             lan.at(now + 0.001 + lan.rng.random() * 0.004, "copy", to, mid, writer)
         else:  # the receiver sees the gap at the writer's next message or heartbeat, and asks
@@ -267,10 +268,7 @@ def run_fanout(lan: Lan) -> Figures:
     def handle(now: float, kind: str, *args) -> None:
         if kind == "write":
             writer = args[0]
-            seqnos[writer] += 1
-            mid = (writer, seqnos[writer])
-            lan.written[mid] = now
-            own_copies[mid] = 0
+            mid = lan.write(writer, now)
             for to in known_up:
                 if to != writer:
                     send(now, writer, mid, to)
@@ -286,7 +284,7 @@ def run_fanout(lan: Lan) -> Figures:
                 send(now, writer, mid, to)
 
     figures = lan.run(handle)
-    figures.writer_copies = list(own_copies.values())
+    figures.writer_copies = list(lan.own_copies.values())
     return figures
 
 
