@@ -241,3 +241,20 @@ def test_row_13_hints_never_name_a_broadcast_multicast_network_or_unspecified_ad
     ann.handle_timer(1.0)
     assert [to for _, to in ann.datagrams_to_send() if to.host in ("10.0.0.255", "10.0.0.0")] == []
     assert ann.hints_refused == 4
+
+
+def test_row_9_a_member_back_within_the_early_beacon_gap_gets_one_when_the_gap_ends():
+    # Only fresh evidence shows a member online now, so a restarted one waits for a beacon of ours:
+    # one due within the gap is put off to its end, not dropped (else up to a beacon period).
+    from m2mc.middleware.presence import BEACON_INTERVAL, EARLY_BEACON_GAP
+
+    presence = Presence()
+    presence.opened("g", 0.0)
+    assert presence.beacons_due(["g"], 0.0) == ["g"]
+    presence.beacon_soon("g", 1.0)
+    assert presence.beacons_due(["g"], 1.0) == ["g"]
+    presence.beacon_soon("g", 2.0)  # another comes back 1 s later
+    presence.beacon_soon("g", 2.5)  # and another: the same one covers it
+    assert presence.beacons_due(["g"], 2.5) == [] and presence.get_timer(["g"]) == 1.0 + EARLY_BEACON_GAP
+    assert presence.beacons_due(["g"], 1.0 + EARLY_BEACON_GAP) == ["g"]
+    assert presence.get_timer(["g"]) == 1.0 + EARLY_BEACON_GAP + BEACON_INTERVAL
