@@ -258,3 +258,24 @@ def test_row_9_a_member_back_within_the_early_beacon_gap_gets_one_when_the_gap_e
     assert presence.beacons_due(["g"], 2.5) == [] and presence.get_timer(["g"]) == 1.0 + EARLY_BEACON_GAP
     assert presence.beacons_due(["g"], 1.0 + EARLY_BEACON_GAP) == ["g"]
     assert presence.get_timer(["g"]) == 1.0 + EARLY_BEACON_GAP + BEACON_INTERVAL
+
+
+def test_row_12_many_strangers_lists_are_bounded_together_and_give_way_to_an_invite():
+    from m2mc.middleware.reach import MAX_ENDPOINTS, STRANGER_HINT_HELLO_BUDGET
+
+    ann = make("ann", ANN_AT, members={"bob"})
+    for k in range(8):  # eight proven keys of one stranger, each a hint source of its own
+        prove(ann, f"mal{k}", Endpoint(f"10.0.2.{k + 1}", 47477), k / 10)
+    ann.datagrams_to_send()
+    ann.add(BOB_AT, "invite", 1.0)
+    hellos = 0
+    for now in range(1, 61):
+        for k in range(8):
+            entries = tuple((f"v{k}-{i}", f"10.{k + 10}.{i // 250}.{1 + i % 250}", 47477) for i in range(64))
+            ann.peer_list(f"mal{k}", wire.PeerList(entries), Endpoint(f"10.0.2.{k + 1}", 47477), float(now))
+        ann.handle_timer(float(now))
+        sent = ann.datagrams_to_send()
+        hellos += sum(1 for m, to in sent if isinstance(m, wire.Hello) and to.host.startswith("10.1"))
+    print(f"HELLOs caused by 8 strangers' lists in 60 s: {hellos} (bound {STRANGER_HINT_HELLO_BUDGET})")
+    assert hellos <= STRANGER_HINT_HELLO_BUDGET
+    assert len(ann._candidates) <= MAX_ENDPOINTS and BOB_AT in ann._candidates  # the invite's stays
