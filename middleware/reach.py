@@ -277,10 +277,11 @@ class Reach:
         echoed = bool(hello.echo and candidate is not None and hello.echo in candidate.nonces)
         if echoed and candidate is not None and candidate.pid in (None, sender):
             del self._candidates[source]
-            hint_sent = self._hint_hellos.get(candidate.hint) if candidate.hint is not None else None
-            if hint_sent:
+            hint = candidate.hint
+            hint_sent = self._hint_hellos.get(hint) if hint is not None else None
+            if hint is not None and hint_sent:
                 hint_sent.pop()  # a true hint: its HELLO goes back to its source's budget
-                if not self.is_member(candidate.hint) and self._stranger_hint_hellos:
+                if not self.is_member(hint) and self._stranger_hint_hellos:
                     self._stranger_hint_hellos.pop()
             peer = self._prove(sender, hello.name, source, candidate.found_by, now)
         if peer is not None and peer.endpoint == source:
