@@ -91,6 +91,8 @@ class Presence:
         fresh = wall - CLOCK_SKEW - AT_FRESH_FOR <= seconds <= wall + CLOCK_SKEW
         if fresh and last is not None:
             last_at, last_wall = last
+            if at == last_at and not goodbye and wall - last_wall < 1.0:
+                return False  # its beacons in two groups, signed in one flush: the first counted, no replay
             fresh = (at >= last_at if goodbye else at > last_at) and \
                 seconds >= last_at / 1000 + (wall - last_wall) - AT_FRESH_FOR
         if not fresh:

@@ -279,3 +279,12 @@ def test_row_12_many_strangers_lists_are_bounded_together_and_give_way_to_an_inv
     print(f"HELLOs caused by 8 strangers' lists in 60 s: {hellos} (bound {STRANGER_HINT_HELLO_BUDGET})")
     assert hellos <= STRANGER_HINT_HELLO_BUDGET
     assert len(ann._candidates) <= MAX_ENDPOINTS and BOB_AT in ann._candidates  # the invite's stays
+
+
+def test_row_9_beacons_of_two_groups_in_one_flush_are_not_counted_as_replays():
+    presence, wall = Presence(), 1_800_000_000.0
+    assert presence.fresh_at("ann", int(wall * 1000), wall)
+    assert not presence.fresh_at("ann", int(wall * 1000), wall + 0.01)  # her other group's, same millisecond
+    assert presence.stale_dropped == 0
+    assert not presence.fresh_at("ann", int(wall * 1000), wall + 5)  # the same, replayed later
+    assert presence.stale_dropped == 1
