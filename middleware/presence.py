@@ -91,6 +91,8 @@ class Presence:
         fresh = wall - CLOCK_SKEW - AT_FRESH_FOR <= seconds <= wall + CLOCK_SKEW
         if fresh and last is not None:
             last_at, last_wall = last
+            if at == last_at and not goodbye and wall - last_wall < 1.0:
+                return False  # its beacons in two groups, signed in one flush: the first counted, no replay
             fresh = (at >= last_at if goodbye else at > last_at) and \
                 seconds >= last_at / 1000 + (wall - last_wall) - AT_FRESH_FOR
         if not fresh:
@@ -112,12 +114,19 @@ class Presence:
         self._spoke[gid] = now - BEACON_INTERVAL
 
     def beacon_soon(self, gid: str, now: float) -> None:
-        """Someone in ``gid`` has just come back: the group's beacon is due now, unless an early
-        one went out there lately.  (What this peer sent before they came, they did not hear.)"""
-        self._early.setdefault(gid, now - EARLY_BEACON_GAP)
-        if now - self._early[gid] >= EARLY_BEACON_GAP:
-            self._early[gid] = now
-            self._spoke[gid] = now - BEACON_INTERVAL
+        """Someone in ``gid`` has just come back: the group's beacon is due now, or, if an early one
+        went out there lately, once ``EARLY_BEACON_GAP`` has passed since (one set for later
+        already covers this).  (What this peer sent before they came, they did not hear; and only
+        fresh evidence shows a member online, so a restarted one waits for this, not for any
+        datagram of ours.)"""
+        early = self._early.get(gid, now - EARLY_BEACON_GAP)
+        if early > now:
+            return  # one is set for then
+        at = max(now, early + EARLY_BEACON_GAP)
+        self._early[gid] = at
+        spoke = self._spoke.get(gid)
+        due = at if spoke is None else min(at, spoke + BEACON_INTERVAL)  # (the regular one may come first)
+        self._spoke[gid] = due - BEACON_INTERVAL
 
     def status(self, pid: str, now: float) -> str:
         at = self._heard.get(pid)

@@ -32,8 +32,10 @@ Against a hostile LAN (issue 41, rows 1 and 10–13):
   stranger, and strangers get at most :data:`MAX_STRANGER_COPIES`; a full table of proven peers
   gives way by a stranger's row first (the peer core's cache does the same).
 * One hint source (the proven peer whose PEER_LIST named the endpoints) causes at most
-  :data:`HINT_HELLO_BUDGET` HELLOs per :data:`HELLO_WINDOW` in all, and holds at most
-  :data:`HINT_CANDIDATES` places in the probe table; a hint that proves true gives its HELLO back.
+  :data:`HINT_HELLO_BUDGET` HELLOs per :data:`HELLO_WINDOW` in all, and all sources that share
+  no group at most :data:`STRANGER_HINT_HELLO_BUDGET` together; one holds at most
+  :data:`HINT_CANDIDATES` places in the probe table, and a stranger's hint gives way first when
+  it is full; a hint that proves true gives its HELLO back.
 * No hint, however it came, names a broadcast, multicast, network or unspecified address
   (:func:`hint_refused`, with the networks of this peer's interfaces in :attr:`Reach.networks`).
 
@@ -93,6 +95,9 @@ MAX_STRANGER_COPIES = 8
 # minute.  A hint that proves true gives its HELLO back, so a true list is worked through in turn.
 HINT_HELLO_BUDGET = 16
 HINT_CANDIDATES = 64  # places in the probe table one hint source's entries may hold (one PEER_LIST's)
+# The same for all hint sources that share no group with this peer, together: a key costs nothing,
+# so what many strangers' lists cause is bounded in all (64 HELLOs, about 13 KB, a minute).
+STRANGER_HINT_HELLO_BUDGET = 4 * HINT_HELLO_BUDGET
 
 
 def hint_refused(host: str, networks: Iterable[ipaddress.IPv4Network] = ()) -> bool:
@@ -183,6 +188,7 @@ class Reach:
         self._report_at: float | None = 0.0
         self._relist: dict[str, float] = {}  # newly proven pid -> when its exchange goes again
         self._hint_hellos: OrderedDict[str, list[float]] = OrderedDict()  # per hint source, within the window
+        self._stranger_hint_hellos: list[float] = []  # of all hint sources sharing no group, within the window
         self.hellos_refused = 0  # HELLOs not sent: the endpoint's budget or the global rate was spent
         self.hints_refused = 0  # endpoints never probed: a broadcast, multicast, network or unspecified address
         self.candidates_evicted = 0
@@ -211,7 +217,11 @@ class Reach:
                 del self._candidates[held[0].endpoint]
                 self.candidates_evicted += 1
         if len(self._candidates) >= MAX_ENDPOINTS:
-            self._candidates.popitem(last=False)
+            # A stranger's hint gives way first (the oldest), so no list of theirs pushes out an
+            # invite's, the cache's or a member's; then the oldest.
+            victim = next((c.endpoint for c in self._candidates.values()
+                           if c.hint is not None and not self.is_member(c.hint)), next(iter(self._candidates)))
+            del self._candidates[victim]
             self.candidates_evicted += 1
         self._candidates[endpoint] = Candidate(endpoint, found_by, pid, now + delay, hint=hint)
 
@@ -267,9 +277,12 @@ class Reach:
         echoed = bool(hello.echo and candidate is not None and hello.echo in candidate.nonces)
         if echoed and candidate is not None and candidate.pid in (None, sender):
             del self._candidates[source]
-            hint_sent = self._hint_hellos.get(candidate.hint) if candidate.hint is not None else None
-            if hint_sent:
+            hint = candidate.hint
+            hint_sent = self._hint_hellos.get(hint) if hint is not None else None
+            if hint is not None and hint_sent:
                 hint_sent.pop()  # a true hint: its HELLO goes back to its source's budget
+                if not self.is_member(hint) and self._stranger_hint_hellos:
+                    self._stranger_hint_hellos.pop()
             peer = self._prove(sender, hello.name, source, candidate.found_by, now)
         if peer is not None and peer.endpoint == source:
             peer.unheard_until = now + 2.5 * REPORT_INTERVAL if hello.unheard else None
@@ -518,6 +531,14 @@ class Reach:
                 self.hellos_refused += 1
                 candidate.probe_at = hint_sent[0] + HELLO_WINDOW
                 return
+            if not self.is_member(candidate.hint):
+                shared = self._stranger_hint_hellos
+                shared[:] = [at for at in shared if at > now - HELLO_WINDOW]
+                if len(shared) >= STRANGER_HINT_HELLO_BUDGET:  # strangers' lists together: spent
+                    self.hellos_refused += 1
+                    candidate.probe_at = shared[0] + HELLO_WINDOW
+                    return
+                shared.append(now)
             hint_sent.append(now)
             self._hint_hellos.move_to_end(candidate.hint)
             if len(self._hint_hellos) > MAX_PEERS:

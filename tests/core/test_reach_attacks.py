@@ -241,3 +241,50 @@ def test_row_13_hints_never_name_a_broadcast_multicast_network_or_unspecified_ad
     ann.handle_timer(1.0)
     assert [to for _, to in ann.datagrams_to_send() if to.host in ("10.0.0.255", "10.0.0.0")] == []
     assert ann.hints_refused == 4
+
+
+def test_row_9_a_member_back_within_the_early_beacon_gap_gets_one_when_the_gap_ends():
+    # Only fresh evidence shows a member online now, so a restarted one waits for a beacon of ours:
+    # one due within the gap is put off to its end, not dropped (else up to a beacon period).
+    from m2mc.middleware.presence import BEACON_INTERVAL, EARLY_BEACON_GAP
+
+    presence = Presence()
+    presence.opened("g", 0.0)
+    assert presence.beacons_due(["g"], 0.0) == ["g"]
+    presence.beacon_soon("g", 1.0)
+    assert presence.beacons_due(["g"], 1.0) == ["g"]
+    presence.beacon_soon("g", 2.0)  # another comes back 1 s later
+    presence.beacon_soon("g", 2.5)  # and another: the same one covers it
+    assert presence.beacons_due(["g"], 2.5) == [] and presence.get_timer(["g"]) == 1.0 + EARLY_BEACON_GAP
+    assert presence.beacons_due(["g"], 1.0 + EARLY_BEACON_GAP) == ["g"]
+    assert presence.get_timer(["g"]) == 1.0 + EARLY_BEACON_GAP + BEACON_INTERVAL
+
+
+def test_row_12_many_strangers_lists_are_bounded_together_and_give_way_to_an_invite():
+    from m2mc.middleware.reach import MAX_ENDPOINTS, STRANGER_HINT_HELLO_BUDGET
+
+    ann = make("ann", ANN_AT, members={"bob"})
+    for k in range(8):  # eight proven keys of one stranger, each a hint source of its own
+        prove(ann, f"mal{k}", Endpoint(f"10.0.2.{k + 1}", 47477), k / 10)
+    ann.datagrams_to_send()
+    ann.add(BOB_AT, "invite", 1.0)
+    hellos = 0
+    for now in range(1, 61):
+        for k in range(8):
+            entries = tuple((f"v{k}-{i}", f"10.{k + 10}.{i // 250}.{1 + i % 250}", 47477) for i in range(64))
+            ann.peer_list(f"mal{k}", wire.PeerList(entries), Endpoint(f"10.0.2.{k + 1}", 47477), float(now))
+        ann.handle_timer(float(now))
+        sent = ann.datagrams_to_send()
+        hellos += sum(1 for m, to in sent if isinstance(m, wire.Hello) and to.host.startswith("10.1"))
+    print(f"HELLOs caused by 8 strangers' lists in 60 s: {hellos} (bound {STRANGER_HINT_HELLO_BUDGET})")
+    assert hellos <= STRANGER_HINT_HELLO_BUDGET
+    assert len(ann._candidates) <= MAX_ENDPOINTS and BOB_AT in ann._candidates  # the invite's stays
+
+
+def test_row_9_beacons_of_two_groups_in_one_flush_are_not_counted_as_replays():
+    presence, wall = Presence(), 1_800_000_000.0
+    assert presence.fresh_at("ann", int(wall * 1000), wall)
+    assert not presence.fresh_at("ann", int(wall * 1000), wall + 0.01)  # her other group's, same millisecond
+    assert presence.stale_dropped == 0
+    assert not presence.fresh_at("ann", int(wall * 1000), wall + 5)  # the same, replayed later
+    assert presence.stale_dropped == 1

@@ -233,30 +233,52 @@ def replays(tmp_path_factory):
 
 def test_1_a_replayed_multicast_datagram_of_the_offerer_does_not_redirect_a_download(replays):
     from m2mc.middleware import wire
+    from tests.testbed.lan import send_spoofed
 
     ann, bob = replays.peers
     gid = replays.gid
     data = replays.captured(lambda: ann.call("send", {"gid": gid, "text": "hello", "parent": None}), wire.DataBatch)
-    path = replays.tmp / "report.bin"
-    path.write_bytes(os.urandom(2**20))
-    mid = ann.call("send_file", {"gid": gid, "path": str(path)}, timeout=30)["mid"]
-    bob.wait_for(lambda: any(m["mid"] == mid for m in bob.delivered(gid)), timeout=10, what="the offer")
-    sender = replays.replay(data, FETCH_WITHIN + 10, 0.05)  # from the attacker's address, 20 a second
-    try:
-        time.sleep(2.0)  # Ann is idle: her next beacon is up to 30 s away, the replays come every 50 ms
-        began = time.monotonic()
-        bob.call("fetch_file", {"gid": gid, "mid": mid})
+
+    def fetch(name: str, replay) -> float:
+        """Seconds from Bob's fetch_file of Ann's new 1 MiB file to done while ``replay()`` runs (inf: not
+        within FETCH_WITHIN)."""
+        path = replays.tmp / name
+        path.write_bytes(os.urandom(2**20))
+        mid = ann.call("send_file", {"gid": gid, "path": str(path)}, timeout=30)["mid"]
+        bob.wait_for(lambda: any(m["mid"] == mid for m in bob.delivered(gid)), timeout=10, what="the offer")
+        sender = threading.Thread(target=replay)
+        sender.start()
         try:
-            bob.wait_for(lambda: next(r for r in bob.call("files", {"gid": gid}) if r["mid"] == mid)["state"] == "done",
-                         timeout=FETCH_WITHIN, what="the file")
-            took = time.monotonic() - began
-        except RpcTimeout:
-            took = float("inf")
-        print(f"row 1: Bob's 1 MiB fetch from Ann while a stranger replays her multicast DATA 20 times a second: "
-              f"done in {took:.2f} s (bound {FETCH_WITHIN:.0f} s)")
-    finally:
-        sender.join()
-    assert took <= FETCH_WITHIN
+            time.sleep(2.0)  # Ann is idle: her next beacon is up to 30 s away, the replays come every 50 ms
+            began = time.monotonic()
+            bob.call("fetch_file", {"gid": gid, "mid": mid})
+            try:
+                bob.wait_for(lambda: next(r for r in bob.call("files", {"gid": gid})
+                                          if r["mid"] == mid)["state"] == "done", timeout=FETCH_WITHIN, what=name)
+                return time.monotonic() - began
+            except RpcTimeout:
+                return float("inf")
+        finally:
+            sender.join()
+
+    count = int((FETCH_WITHIN + 4) / 0.05)
+    # From the attacker's own address, 20 a second.
+    took = fetch("report.bin", lambda: send_from(replays.lan.hosts[2], replays.lan.addresses[2], replays.group["addr"],
+                                                 replays.group["port"], [data] * count, 0.05))
+    # With a forged source: a third party's address, where nobody listens (Bob's SYNs to it counted).
+    victim = f"{replays.lan.subnet}.77"
+    subprocess.run(["ip", "netns", "exec", replays.lan.hosts[1], "iptables", "-I", "OUTPUT", "-p", "tcp", "--syn",
+                    "-d", victim], check=True)
+    forged = fetch("minutes.bin", lambda: send_spoofed(replays.lan.hosts[2], (victim, 47477),
+                                                       (replays.group["addr"], replays.group["port"]),
+                                                       [data] * count, 0.05))
+    out = subprocess.run(["ip", "netns", "exec", replays.lan.hosts[1], "iptables", "-L", "OUTPUT", "-v", "-x", "-n"],
+                         check=True, capture_output=True, text=True).stdout
+    syns = next(int(line.split()[0]) for line in out.splitlines() if victim in line)
+    print(f"row 1: Bob's 1 MiB fetch from Ann while a stranger replays her multicast DATA 20 times a second: "
+          f"done in {took:.2f} s; with the replays' source forged to {victim}: done in {forged:.2f} s, "
+          f"{syns} TCP SYNs from Bob to {victim} (bound {FETCH_WITHIN:.0f} s, 0 SYNs)")
+    assert took <= FETCH_WITHIN and forged <= FETCH_WITHIN and syns == 0
 
 
 def test_9_replayed_goodbyes_and_heartbeats_do_not_move_presence(replays):
