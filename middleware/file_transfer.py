@@ -81,7 +81,7 @@ HANDSHAKE_TIMEOUT = 5.0  # seconds from a connection's accept to its key proven;
 MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.HandshakeSlots`)
 HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
 CONNECT_TIMEOUT = 5.0
-WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked (at least 4 chunks)
+WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked and written (at least 4 chunks)
 CHECKERS = 2  # threads hashing chunks (hashlib lets go of the GIL): beside the loop's reads and the writer's writes
 RESUME_BYTES = 2**30
 """A download's resume point every this many bytes: its file is synced (fdatasync, off the loop) and
