@@ -29,10 +29,14 @@ download slots in a line (:class:`files.SlotQueue`), the user's downloads first,
 gets nothing for a while giving its slot to one waiting; a few auto-downloads per offerer.
 
 State lives in ``<data dir>/files/``: per transfer a JSON record, the hash list
-and a bitmap of the chunks held (one byte each), beside the partial file
-``<final name>.part`` (the final name cut so that this fits the file system); a
-chunk is written before its byte in the bitmap, so after a kill -9 the bitmap
-never claims a chunk that is not on disk.
+and a bitmap of the chunks held (one byte each: 1 written, 2 synced at a resume point),
+beside the partial file ``<final name>.part`` (the final name cut so that this fits the
+file system); a chunk is written before its byte in the bitmap, so after a kill -9 the
+bitmap never claims a chunk that is not written, and after a power cut (another boot) the
+chunks marked 1 are checked against the tree again.
+
+A receiver hashes each byte once: a chunk against its leaf, the leaves against the root the
+signed offer carries.  The offer's whole-file SHA-256 is shown as the offerer gave it.
 """
 
 from __future__ import annotations
