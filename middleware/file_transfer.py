@@ -29,10 +29,14 @@ download slots in a line (:class:`files.SlotQueue`), the user's downloads first,
 gets nothing for a while giving its slot to one waiting; a few auto-downloads per offerer.
 
 State lives in ``<data dir>/files/``: per transfer a JSON record, the hash list
-and a bitmap of the chunks held (one byte each), beside the partial file
-``<final name>.part`` (the final name cut so that this fits the file system); a
-chunk is written before its byte in the bitmap, so after a kill -9 the bitmap
-never claims a chunk that is not on disk.
+and a bitmap of the chunks held (one byte each: 1 written, 2 synced at a resume point),
+beside the partial file ``<final name>.part`` (the final name cut so that this fits the
+file system); a chunk is written before its byte in the bitmap, so after a kill -9 the
+bitmap never claims a chunk that is not written, and after a power cut (another boot) the
+chunks marked 1 are checked against the tree again.
+
+A receiver hashes each byte once: a chunk against its leaf, the leaves against the root the
+signed offer carries.  The offer's whole-file SHA-256 is shown as the offerer gave it.
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ HANDSHAKE_TIMEOUT = 5.0  # seconds from a connection's accept to its key proven;
 MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.HandshakeSlots`)
 HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
 CONNECT_TIMEOUT = 5.0
-WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked (at least 4 chunks)
+WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked and written (at least 4 chunks)
 CHECKERS = 2  # threads hashing chunks (hashlib lets go of the GIL): beside the loop's reads and the writer's writes
 RESUME_BYTES = 2**30
 """A download's resume point every this many bytes: its file is synced (fdatasync, off the loop) and

@@ -309,8 +309,8 @@ class ChunkPlan:
     """Which chunks one download still needs, which source has which, and what to ask whom.
 
     Sources are the members connected for this file, each with the bitmap it announced and
-    its updates.  A chunk is asked of one source at a time, lowest index first (so the whole
-    file's hash keeps up with the download).  The offerer (``spare``) is asked only for
+    its updates.  A chunk is asked of one source at a time, lowest index first (so a download
+    writes its file nearly in order).  The offerer (``spare``) is asked only for
     chunks no other connected source holds; receivers fetching at once (connected sources
     that hold part of the file, and this one) split the file into stripes of
     :data:`STRIPE` chunks (fewer for a small file, so that each has four stripes at least),

@@ -114,6 +114,18 @@ def peer_pid(peer) -> int:
     return peer.proc.pid
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of process ``pid``."""
+    seconds = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return seconds
+
+
 def peak_rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -138,17 +150,25 @@ def wait_done(peer, mid: str, timeout: float = 3600) -> None:
             peer._cond.wait(left)
 
 
-def m2mc_copy(ann, bob, gid: str, source: Path, dest: Path) -> tuple[float, float, float]:
-    """Seconds from Bob's ``fetch_file`` to its ``done``, and Bob's and Ann's CPU seconds meanwhile."""
+def m2mc_copy(ann, bob, gid: str, source: Path, dest: Path, idle=None) -> tuple[float, float, float]:
+    """Seconds from Bob's ``fetch_file`` to its ``done``, and Bob's and Ann's CPU seconds meanwhile
+    (printed: Bob's by thread, his event loop's first, and ``idle``'s, a member doing nothing)."""
     mid = ann.call("send_file", {"gid": gid, "path": str(source)}, timeout=600)["mid"]
     bob.wait_for(lambda: any(m["mid"] == mid for m in bob.delivered(gid)), timeout=30)
     time.sleep(0.5)  # the offer's own traffic (acks, repairs) out of the way
     before = [cpu_seconds(peer_pid(p)) for p in (bob, ann)]
+    threads = thread_cpu(peer_pid(bob))
+    idle_before = cpu_seconds(peer_pid(idle)) if idle is not None else 0.0
     began = time.monotonic()
     bob.call("fetch_file", {"gid": gid, "mid": mid, "dest": str(dest)})
     wait_done(bob, mid)
     seconds = time.monotonic() - began
     receiver, sender = (cpu_seconds(peer_pid(p)) - b for p, b in zip((bob, ann), before))
+    after = thread_cpu(peer_pid(bob))
+    used = sorted(((tid != peer_pid(bob), -(cpu - threads.get(tid, 0.0)), tid) for tid, cpu in after.items()))
+    print("  receiver CPU s by thread (its loop first): "
+          + ", ".join(f"{-minus:.2f}" for _, minus, _ in used if -minus >= 0.01)
+          + (f"; an idle member meanwhile {cpu_seconds(peer_pid(idle)) - idle_before:.2f}" if idle is not None else ""))
     row = fetched(bob, gid, mid)
     assert row["state"] == "done", row
     Path(row["path"]).unlink()
@@ -188,12 +208,12 @@ def main(argv: list[str] | None = None) -> int:
                 peer.wait_for(lambda p=peer: len(next(g for g in p.call("list_groups")
                                                       if g["gid"] == gid)["members"]) == 4, timeout=30)
             summary = []
-            for rate in args.rates.split(","):
+            for rate in args.rates.split(",") if args.pairs else ():
                 hold_link(lan, 0, rate)
                 ratios = []
                 for pair in range(1, args.pairs + 1):
                     plain, plain_cpu = plain_copy(lan, big, work / "plain.bin")
-                    seconds, receiver_cpu, sender_cpu = m2mc_copy(ann, bob, gid, big, work / "bob.bin")
+                    seconds, receiver_cpu, sender_cpu = m2mc_copy(ann, bob, gid, big, work / "bob.bin", dan)
                     ratios.append(plain / seconds)
                     print(f"{rate} pair {pair}: plain copy {plain:.2f} s ({size / plain / 2**20:,.0f} MiB/s, receiver "
                           f"{plain_cpu / gib:.2f} CPU s/GiB), m2mc {seconds:.2f} s ({size / seconds / 2**20:,.0f} MiB/s,"
