@@ -105,6 +105,9 @@ ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here
 # Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
 PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
 MINIMUM_WIDTH = 640
+# Each pane's width in the main splitter when there is none to restore (groups, centre, side panes).
+DEFAULT_PANE_SIZES = (200, 640, 260)
+PANE_INDEX = {"groups": 0, "threads": 2, "members": 2}  # the main splitter's place of each foldable pane
 MAX_WAY_BACK = 50  # places Back (Alt+Left) remembers
 # Keys the compose box and the views take themselves (no menu action holds them).
 TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
@@ -548,6 +551,7 @@ class MainWindow(QMainWindow):
             toggle = QAction(title, self, checkable=True, checked=True)
             toggle.toggled.connect(pane.setVisible)
             toggle.toggled.connect(self._fit_side)
+            toggle.toggled.connect(lambda on, name=name: on and self._give_room(name))
             # triggered is the reader's choice only; a fold on resize sets the check without it.
             toggle.triggered.connect(lambda on, name=name: self._pane_chosen(name, on))
             menu.addAction(toggle)
@@ -1646,6 +1650,25 @@ class MainWindow(QMainWindow):
 
     def _pane_chosen(self, name: str, shown: bool) -> None:
         self.pane_folds.chosen(name, shown, self.width())
+        self._store_setting("window/closed", ",".join(n for n, t in self.pane_toggles.items() if not t.isChecked()))
+
+    def _give_room(self, name: str) -> None:
+        """A pane shown again gets a sensible width if its splitter had squeezed it to nothing (a saved
+        width of 0, a handle dragged to the edge): ticked in the View menu, it must be seen."""
+        index = PANE_INDEX[name]
+        sizes = self.splitter.sizes()
+        if sizes[index] > 0 or not sum(sizes):
+            return
+        room = min(DEFAULT_PANE_SIZES[index], max(sizes[1] - MINIMUM_WIDTH // 2, 0))
+        sizes[index] += room
+        sizes[1] -= room
+        self.splitter.setSizes(sizes)
+
+    def _store_setting(self, key: str, value: str) -> None:
+        if hasattr(self.settings, "setValue"):
+            self.settings.setValue(key, value)
+        else:
+            self.settings[key] = value
 
     def _setting(self, key: str) -> str | None:
         value = self.settings.value(key, None) if hasattr(self.settings, "value") else self.settings.get(key)
@@ -1658,12 +1681,11 @@ class MainWindow(QMainWindow):
             if splitter.isHidden() or not sum(sizes):
                 continue  # folded, or not laid out yet: the sizes kept stand
             kept = self._pane_sizes(key, len(sizes))
-            widths = [size or (kept[i] if kept else 0) for i, size in enumerate(sizes)]
-            value = ",".join(map(str, widths))
-            if hasattr(self.settings, "setValue"):
-                self.settings.setValue(key, value)
-            else:
-                self.settings[key] = value
+            # A pane hidden now (folded, closed, or the side panes while a direct conversation is shown)
+            # keeps the width it had: a 0 saved for it made it come back as a 4-px sliver (issue 45).
+            defaults = DEFAULT_PANE_SIZES if splitter is self.splitter else (0,) * len(sizes)
+            widths = [size or (kept[i] if kept and kept[i] else defaults[i]) for i, size in enumerate(sizes)]
+            self._store_setting(key, ",".join(map(str, widths)))
 
     def _pane_sizes(self, key: str, count: int) -> list[int] | None:
         try:
@@ -1673,10 +1695,20 @@ class MainWindow(QMainWindow):
         return sizes if len(sizes) == count and all(size >= 0 for size in sizes) else None
 
     def _restore_pane_sizes(self) -> None:
+        closed = set((self._setting("window/closed") or "").split(","))
         for key, splitter in (("window/panes", self.splitter), ("window/side", self.side_splitter)):
             sizes = self._pane_sizes(key, splitter.count())
+            if sizes and splitter is self.splitter:
+                # A width of 0 (written before issue 45 while a direct conversation was shown) counts as
+                # folded: the View menu says so, and ticking the pane gives it a width again.
+                closed |= {name for name, index in PANE_INDEX.items() if not sizes[index]}
+                sizes = [size or DEFAULT_PANE_SIZES[i] for i, size in enumerate(sizes)]
             if sizes:
                 splitter.setSizes(sizes)
+        for name, toggle in self.pane_toggles.items():
+            if name in closed:
+                toggle.setChecked(False)
+                self.pane_folds.chosen(name, False, self.width())
 
     def changeEvent(self, event) -> None:
         super().changeEvent(event)
