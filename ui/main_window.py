@@ -551,7 +551,7 @@ class MainWindow(QMainWindow):
             toggle = QAction(title, self, checkable=True, checked=True)
             toggle.toggled.connect(pane.setVisible)
             toggle.toggled.connect(self._fit_side)
-            toggle.toggled.connect(lambda on, name=name: on and self._give_room(name))
+            toggle.toggled.connect(lambda on, name=name: self._give_room(name) if on else None)
             # triggered is the reader's choice only; a fold on resize sets the check without it.
             toggle.triggered.connect(lambda on, name=name: self._pane_chosen(name, on))
             menu.addAction(toggle)
