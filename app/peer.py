@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..middleware.addresses import ANSWER_WAIT
 from ..middleware.manager import Config, GroupManager
 from ..middleware.netif import forced_portable
 from ..middleware.files import offer_json
@@ -179,8 +180,13 @@ class JsonRpcPeer:
     def invite(self, params: dict) -> dict:
         return {"invite": self.running.invite(_param(params, "gid", str))}
 
-    def add_peer(self, params: dict) -> dict:
-        return {"endpoint": str(self.running.add_peer(_param(params, "address", str)))}
+    async def add_peer(self, params: dict) -> dict:
+        # Answered once the peer there has answered (or an error saying nobody did): a plain success
+        # for an address where nobody listens told a script nothing (issue 45).
+        wait = params.get("wait", ANSWER_WAIT)
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
+            raise RpcError(INVALID_PARAMS, "wait must be a number of seconds from 0 to 60")
+        return await self.running.add_peer_async(_param(params, "address", str), float(wait))
 
     def peers(self, params: dict) -> list:
         return self.running.peers()

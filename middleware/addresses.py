@@ -1,6 +1,7 @@
 """Where a datagram goes to or comes from: a multicast group, one peer's unicast endpoint, or the subnet.
 
-Plain values, no I/O: the peer core addresses what it sends with them, and the
+Plain values, no I/O (a computer's name is resolved by the lookup the caller passes to
+:func:`resolve_endpoint`): the peer core addresses what it sends with them, and the
 transport (:mod:`middleware.transport`) maps them to sockets.  The two are
 different types, never equal to each other, so a group and a peer that share
 a host and port cannot be confused.
@@ -9,6 +10,7 @@ a host and port cannot be confused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,53 @@ def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"{port_text!r} is not a port (1 to 65535)")
     return Endpoint(str(address), int(port_text))
+
+
+# How long add_peer waits for an answer from the address given before it says nobody answered.
+ANSWER_WAIT = 10.0
+
+Lookup = Callable[..., Sequence[tuple[Any, ...]]]
+
+
+def resolve_endpoint(text: str, default_port: int | None, lookup: Lookup) -> Endpoint:
+    """``host:port`` as :func:`parse_endpoint` takes it, or with a computer's name as host
+    (``bob-pc:47477``), resolved once to its IPv4 address by ``lookup`` (``socket.getaddrinfo`` in
+    the manager, a table in tests).  IPv6 is refused with a reason: the transport speaks IPv4 only."""
+    import ipaddress
+    import socket  # for its constants only: the lookup is the caller's
+
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("an address looks like 192.168.1.20:47477 or bob-pc:47477")
+    text = text.strip()
+    if text.startswith("[") or text.count(":") > 1:
+        raise ValueError(f"{text} is an IPv6 address: M2MC speaks IPv4 only (give the computer's "
+                         "IPv4 address, e.g. 192.168.1.20:47477, or its name)")
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = text, ""
+    if not host or all(c.isdigit() or c == "." for c in host):
+        return parse_endpoint(text, default_port)  # an IPv4 address, or a mistyped one: its own reason
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        pass
+    else:
+        return parse_endpoint(text, default_port)
+    if port_text and (not port_text.isdigit() or not 1 <= int(port_text) <= 65535):
+        raise ValueError(f"{port_text!r} is not a port (1 to 65535)")
+    try:
+        found = lookup(host, None, socket.AF_INET, socket.SOCK_DGRAM)
+    except (OSError, UnicodeError):
+        found = []
+    if not found:
+        raise ValueError(f"no computer named {host!r} is known here (try its IPv4 address, e.g. 192.168.1.20:47477)")
+    address = found[0][4][0]
+    return parse_endpoint(f"{address}:{port_text}" if port_text else address, default_port)
+
+
+def answered_at(peers: Iterable[dict], endpoint: Endpoint) -> dict | None:
+    """The row of ``peers`` (the ``peers`` call's rows) of the peer proven at ``endpoint``, if one is."""
+    return next((row for row in peers if str(endpoint) in row.get("endpoints", [])), None)
 
 
 Destination = GroupAddress | Endpoint | Broadcast

@@ -22,6 +22,7 @@ import ipaddress
 import json
 import logging
 import random
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
 from .store_api import SearchHit, StoredThread
-from .addresses import Endpoint, GroupAddress
+from .addresses import ANSWER_WAIT, Endpoint, GroupAddress, answered_at, resolve_endpoint
 from .roaming import WATCH_INTERVAL, Move, NetworkFollower
 from .transport import MulticastNetwork, Received, Transport, TransportError, interface_name, resolve_interface
 from .direct import conversation_id
@@ -287,10 +288,30 @@ class GroupManager(rules.OperationCalls):
         self._after_input()
 
     def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
-        """A peer's ``host:port`` (the port defaults to this peer's): probed, then asked for its groups."""
-        endpoint = self.core.add_peer(address, clock.now(), found_by)
+        """A peer's ``host:port`` (the port defaults to this peer's; the host an IPv4 address or a
+        computer's name, resolved once): probed, then asked for its groups."""
+        endpoint = self.core.add_peer(self._resolve(address), clock.now(), found_by)
         self._after_input()
         return endpoint
+
+    def _resolve(self, address: str) -> Endpoint:
+        try:
+            return resolve_endpoint(address, self.core.port, socket.getaddrinfo)
+        except ValueError as exc:
+            raise UsageError(f"bad address: {exc}") from None
+
+    async def add_peer_async(self, address: str, wait: float = ANSWER_WAIT) -> dict:
+        """:meth:`add_peer`, answered once the peer there has proven itself (the HELLO nonce round
+        trip): ``{"endpoint", "pid", "name"}``; UsageError "Nobody answered at … within 10 s" when
+        nobody does within ``wait`` seconds.  The name is looked up off the loop."""
+        endpoint = await asyncio.get_running_loop().run_in_executor(None, self._resolve, address)
+        self.add_peer(str(endpoint))
+        deadline = clock.now() + wait
+        while (row := answered_at(self.peers(), endpoint)) is None:
+            if clock.now() >= deadline:
+                raise UsageError(f"Nobody answered at {endpoint} within {wait:g} s")
+            await asyncio.sleep(0.1)
+        return {"endpoint": str(endpoint), "pid": row["pid"], "name": row.get("name", "")}
 
     def reached_directly(self, gid: str) -> list[str]:
         """The members of ``gid`` reached by unicast (multicast does not join them to this peer)."""

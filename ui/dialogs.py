@@ -52,6 +52,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..middleware import __version__, invites, passphrase as passphrases
+from ..middleware.addresses import ANSWER_WAIT
 from ..middleware.names import refused_code_points
 from ..middleware.rules import MAX_DESC, MAX_NAME, MIN_PASSPHRASE
 from ..middleware.types import GroupView, Mid, PassphraseRefused, short_fingerprint
@@ -231,6 +232,40 @@ def _passphrase_edit(placeholder: str) -> QLineEdit:
 
 
 CHECKING_PASSPHRASE = "Checking the passphrase… (this takes about a second)"
+
+
+class AddPeerDialog(_ValidatedDialog):
+    """File → Add peer by address…: asks the computer at the address typed (an IPv4 address or a
+    name, with its port) and stays open until it has answered: a refusal, or "Nobody answered at …
+    within 10 s", shows here, not only in the status bar, which cut it off at 800 px (issue 45)."""
+
+    def __init__(self, parent: QWidget | None, ask) -> None:
+        super().__init__("Add peer by address", parent)
+        self.setObjectName("addPeerDialog")
+        self.ask = ask  # ask(address, answered(dict), failed(str)): the controller's call to the middleware
+        self.answer: dict | None = None
+        self.address_edit = QLineEdit()
+        self.address_edit.setObjectName("peerAddress")
+        self.address_edit.setPlaceholderText("192.168.1.20:47477 or bob-pc:47477")
+        self.address_edit.setAccessibleName("The other computer's address")
+        self.form.addRow(_hint("The other computer's address, as it shows it: host:port, the host its IPv4 "
+                               "address or its name. Use this where groups on your network do not show up: "
+                               "it is asked directly."))
+        self.form.addRow("&Address:", self.address_edit)
+        self.setMinimumWidth(420)
+
+    def _try_accept(self) -> None:
+        text = self.address_edit.text().strip()
+        if not text:
+            self.show_error("Type the other computer's address, e.g. 192.168.1.20:47477.")
+            return
+        self.error_label.hide()
+        self.set_busy(f"Asking {text}… (it has {ANSWER_WAIT:g} s to answer)")
+        self.ask(text, self._answered, self.show_error)
+
+    def _answered(self, answer: dict) -> None:
+        self.answer = answer
+        self.accept()
 
 
 class NameDialog(_ValidatedDialog):

@@ -35,6 +35,7 @@ from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex,
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QListView,
     QMenu,
     QFileDialog,
@@ -63,6 +64,7 @@ from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_sho
 from .direct_api import CONVERSATION_PREFIX, conversation_peer
 from .direct_pane import DirectList, DirectPane
 from .discovery_window import DiscoveryWindow
+from .focus import Navigation, Place, after
 from .member_list import presence_legend
 from .search_window import SearchWindow
 from .message_model import MessageRole, SearchRole, StoredThreadModel, ThreadRole
@@ -85,6 +87,7 @@ from .widgets import (
     GroupListDelegate,
     CatchUpBar,
     ReplyBanner,
+    SharedField,
     ThreadListDelegate,
     TypingGoesTo,
     WarningBanner,
@@ -102,6 +105,9 @@ ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here
 # Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
 PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
 MINIMUM_WIDTH = 640
+# Each pane's width in the main splitter when there is none to restore (groups, centre, side panes).
+DEFAULT_PANE_SIZES = (200, 640, 260)
+PANE_INDEX = {"groups": 0, "threads": 2, "members": 2}  # the main splitter's place of each foldable pane
 MAX_WAY_BACK = 50  # places Back (Alt+Left) remembers
 # Keys the compose box and the views take themselves (no menu action holds them).
 TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
@@ -231,16 +237,18 @@ class MainWindow(QMainWindow):
         self.time_button.setCheckable(True)
         self.time_button.setToolTip("Time order: each reply shows what it answers (Ctrl+T toggles)")
         self.time_button.clicked.connect(lambda: self.set_time_ordered(True))
-        self.topic_edit = QLineEdit()
+        # Out of the Tab chain, and it takes the keys only when clicked or chosen from the menu
+        # (ui.focus, rule 3): a stray Enter or letter there would change the topic for everyone.
+        self.topic_edit = SharedField(lambda: self.current.shown_topic if self.current is not None else "")
         self.topic_edit.setObjectName("topicEdit")
         self.topic_edit.setPlaceholderText("Add a topic for everyone…")
         self.topic_edit.setFrame(False)
         self.topic_edit.setMaxLength(300)
-        # Out of the Tab chain: tabbing through the window must not land in a field whose Enter
-        # changes the topic for everyone.  A click (or Conversation → Topic) still edits it.
         self.topic_edit.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
         self.topic_edit.setToolTip("The group's topic: any member may change it (Enter saves, Esc undoes)")
-        self.topic_edit.editingFinished.connect(self.compose_controller.save_topic)
+        self.topic_edit.setAccessibleName("Topic")
+        self.topic_edit.saved.connect(self.compose_controller.save_topic)
+        self.topic_edit.done.connect(lambda: self.apply_focus(Navigation.FIELD_LEFT))
         self.pinned_button = QToolButton()
         self.pinned_button.setObjectName("pinnedButton")
         self.pinned_button.setAutoRaise(True)
@@ -444,9 +452,12 @@ class MainWindow(QMainWindow):
         # typed in the direct messages list, "hi bob" went to the group on show, and Enter sent it there.
         self.typing_goes_to_compose = TypingGoesTo(self._group_compose_on_show, self)
         self.typing_goes_to_direct = TypingGoesTo(self._direct_compose_on_show, self)
-        for side_list in (self.group_list, self.thread_list):
+        # Reading places pass typed letters on too (ui.focus, rule 3): in a conversation view they only
+        # searched the rows, and "hello" typed after clicking a message was lost.
+        for side_list in (self.group_list, self.thread_list, self.member_list, self.tree_view, self.timeline_view):
             side_list.installEventFilter(self.typing_goes_to_compose)
-        self.direct_list.installEventFilter(self.typing_goes_to_direct)
+        for side_list in (self.direct_list, self.direct_pane.view):
+            side_list.installEventFilter(self.typing_goes_to_direct)
         self.setCentralWidget(splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
         splitter.splitterMoved.connect(self._save_pane_sizes)
@@ -540,6 +551,7 @@ class MainWindow(QMainWindow):
             toggle = QAction(title, self, checkable=True, checked=True)
             toggle.toggled.connect(pane.setVisible)
             toggle.toggled.connect(self._fit_side)
+            toggle.toggled.connect(lambda on, name=name: self._give_room(name) if on else None)
             # triggered is the reader's choice only; a fold on resize sets the check without it.
             toggle.triggered.connect(lambda on, name=name: self._pane_chosen(name, on))
             menu.addAction(toggle)
@@ -606,9 +618,52 @@ class MainWindow(QMainWindow):
         list, Enter did nothing."""
         self.first_steps[0].setFocus()
 
+    # -- where the keys go (ui.focus) -------------------------------------------------------
+
+    def on_show(self) -> str | None:
+        """What the centre shows: "direct", "group" or None (the empty page)."""
+        if self.centre_stack.currentWidget() is self.direct_pane:
+            return "direct"
+        return "group" if self.current is not None else None
+
+    def keys_place(self) -> Place:
+        """Where this window's keys are now (its focus widget, even while another window is active)."""
+        active = QApplication.activeWindow()
+        widget = self.focusWidget()
+        if widget is None or not widget.isVisible() or not widget.isEnabled():
+            return Place.LOST
+        if active is not None and active is not self:
+            return Place.ELSEWHERE
+        if widget is self.compose:
+            return Place.COMPOSE
+        if widget is self.direct_pane.compose:
+            return Place.DIRECT_COMPOSE
+        if widget in (self.group_list, self.thread_list, self.direct_list, self.member_list):
+            return Place.SIDE_LIST
+        if widget in (self.tree_view, self.timeline_view, self.direct_pane.view):
+            return Place.READING
+        if widget in (self.filter_edit, self.topic_edit):
+            return Place.FIELD
+        if widget is self.first_steps[0]:
+            return Place.FIRST_STEPS
+        return Place.OTHER
+
+    def apply_focus(self, navigation: Navigation, from_list: QWidget | None = None) -> None:
+        """Put the keys where the focus model says after ``navigation`` (ui.focus).  ``from_list``: the
+        side list the move was made in; with its arrow keys (no mouse button down), it keeps the keys."""
+        by_keys = (from_list is not None and from_list.hasFocus()
+                   and QApplication.mouseButtons() == Qt.MouseButton.NoButton)
+        target = after(navigation, self.on_show(), self.keys_place(), by_list_keys=by_keys)
+        widget = {Place.COMPOSE: self.compose, Place.DIRECT_COMPOSE: self.direct_pane.compose,
+                  Place.FIRST_STEPS: self.first_steps[0]}.get(target) if target is not None else None
+        if widget is not None and self.focusWidget() is not widget:
+            widget.setFocus(Qt.FocusReason.OtherFocusReason)
+
     def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
         session = self.session_controller.sessions.get(item.data(GroupIdRole)) if item is not None else None
         self.show_session(session)
+        if session is not None:
+            self.apply_focus(Navigation.GROUP_SHOWN, from_list=self.group_list)
 
     def show_session(self, session: GroupSession | None) -> None:
         if self.current is not None and self.current is not session:
@@ -697,6 +752,7 @@ class MainWindow(QMainWindow):
         self.update_catch_up()
         self._sync_selection()
         self.update_older_button()
+        self.apply_focus(Navigation.MODEL_RESET)
 
     def update_older_button(self) -> None:
         session = self.current
@@ -784,6 +840,7 @@ class MainWindow(QMainWindow):
                     self.tree_view.expand(session.tree_model.index_for(mid))
         self._restore_place(place)
         self.update_older_button()
+        self.apply_focus(Navigation.PAGE_LOADED)
 
     def expand_default(self, session: GroupSession) -> None:
         if session is not self.current:
@@ -914,6 +971,7 @@ class MainWindow(QMainWindow):
         self.status_controller.fill_members()
         view = self.current.view if self.current is not None else None
         self.mention_completer.set_members(list(view.members) if view is not None else [], self.backend.pid)
+        self.apply_focus(Navigation.REFRESHED)
 
     # -- mentions and notification levels (ui.mentions) ------------------------------------------
 
@@ -974,6 +1032,7 @@ class MainWindow(QMainWindow):
 
     def messages_shown(self, mids: list[Mid]) -> None:
         self.compose_controller.messages_shown(mids)
+        self.apply_focus(Navigation.MESSAGES_ARRIVED)
 
     def _on_alone(self, alone: bool) -> None:
         """Nobody heard of after a while: say why that may be, where the user looks first."""
@@ -1174,6 +1233,7 @@ class MainWindow(QMainWindow):
             if selected is not None:
                 self.select_message(selected)
             self.schedule_seen()
+            self.apply_focus(Navigation.ORDER_CHANGED)
 
     def focus_filter(self) -> None:
         self.filter_edit.setFocus()
@@ -1255,8 +1315,7 @@ class MainWindow(QMainWindow):
         elif self.direct_controller.escape():
             return
         elif self.topic_edit.hasFocus():  # undo what was typed there
-            if self.current is not None:
-                self.topic_edit.setText(self.current.shown_topic)
+            self.topic_edit.undo_typing()
             self.compose.setFocus()
         elif self.filter_edit.hasFocus() or self.filter_edit.text():
             self.filter_edit.clear()
@@ -1336,10 +1395,19 @@ class MainWindow(QMainWindow):
             index = self.tree_proxy.mapFromSource(index)
         self.tree_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
         self.schedule_seen()
+        self.apply_focus(Navigation.THREAD_OPENED)
 
     def go_back(self) -> None:
         """Alt+Left: to where the reader was before following a link or a search result, else out of
         the open thread to all threads."""
+        self._go_back()
+        # Back is pressed in the search window too (Shortcuts work from every window): the window
+        # comes up with the keys in the compose box of where it went back to.
+        self.raise_()
+        self.activateWindow()
+        self.apply_focus(Navigation.BACK)
+
+    def _go_back(self) -> None:
         while self._way_back:
             gid, thread, mid = self._way_back.pop()
             if gid.startswith(CONVERSATION_PREFIX):
@@ -1385,6 +1453,7 @@ class MainWindow(QMainWindow):
         self._set_view_models()
         self.expand_default(session)
         self.select_message(root_mid)
+        self.apply_focus(Navigation.THREAD_CLOSED)
 
     # -- message actions -------------------------------------------------------------------------
 
@@ -1514,6 +1583,7 @@ class MainWindow(QMainWindow):
             if self.select_message(mid):
                 self.raise_()
                 self.activateWindow()
+                self.apply_focus(Navigation.SEARCH_JUMP)
             else:
                 self._not_here()
 
@@ -1580,6 +1650,25 @@ class MainWindow(QMainWindow):
 
     def _pane_chosen(self, name: str, shown: bool) -> None:
         self.pane_folds.chosen(name, shown, self.width())
+        self._store_setting("window/closed", ",".join(n for n, t in self.pane_toggles.items() if not t.isChecked()))
+
+    def _give_room(self, name: str) -> None:
+        """A pane shown again gets a sensible width if its splitter had squeezed it to nothing (a saved
+        width of 0, a handle dragged to the edge): ticked in the View menu, it must be seen."""
+        index = PANE_INDEX[name]
+        sizes = self.splitter.sizes()
+        if sizes[index] > 0 or not sum(sizes):
+            return
+        room = min(DEFAULT_PANE_SIZES[index], max(sizes[1] - MINIMUM_WIDTH // 2, 0))
+        sizes[index] += room
+        sizes[1] -= room
+        self.splitter.setSizes(sizes)
+
+    def _store_setting(self, key: str, value: str) -> None:
+        if hasattr(self.settings, "setValue"):
+            self.settings.setValue(key, value)
+        else:
+            self.settings[key] = value
 
     def _setting(self, key: str) -> str | None:
         value = self.settings.value(key, None) if hasattr(self.settings, "value") else self.settings.get(key)
@@ -1592,12 +1681,11 @@ class MainWindow(QMainWindow):
             if splitter.isHidden() or not sum(sizes):
                 continue  # folded, or not laid out yet: the sizes kept stand
             kept = self._pane_sizes(key, len(sizes))
-            widths = [size or (kept[i] if kept else 0) for i, size in enumerate(sizes)]
-            value = ",".join(map(str, widths))
-            if hasattr(self.settings, "setValue"):
-                self.settings.setValue(key, value)
-            else:
-                self.settings[key] = value
+            # A pane hidden now (folded, closed, or the side panes while a direct conversation is shown)
+            # keeps the width it had: a 0 saved for it made it come back as a 4-px sliver (issue 45).
+            defaults = DEFAULT_PANE_SIZES if splitter is self.splitter else (0,) * len(sizes)
+            widths = [size or (kept[i] if kept and kept[i] else defaults[i]) for i, size in enumerate(sizes)]
+            self._store_setting(key, ",".join(map(str, widths)))
 
     def _pane_sizes(self, key: str, count: int) -> list[int] | None:
         try:
@@ -1607,10 +1695,20 @@ class MainWindow(QMainWindow):
         return sizes if len(sizes) == count and all(size >= 0 for size in sizes) else None
 
     def _restore_pane_sizes(self) -> None:
+        closed = set((self._setting("window/closed") or "").split(","))
         for key, splitter in (("window/panes", self.splitter), ("window/side", self.side_splitter)):
             sizes = self._pane_sizes(key, splitter.count())
+            if sizes and splitter is self.splitter:
+                # A width of 0 (written before issue 45 while a direct conversation was shown) counts as
+                # folded: the View menu says so, and ticking the pane gives it a width again.
+                closed |= {name for name, index in PANE_INDEX.items() if not sizes[index]}
+                sizes = [size or DEFAULT_PANE_SIZES[i] for i, size in enumerate(sizes)]
             if sizes:
                 splitter.setSizes(sizes)
+        for name, toggle in self.pane_toggles.items():
+            if name in closed:
+                toggle.setChecked(False)
+                self.pane_folds.chosen(name, False, self.width())
 
     def changeEvent(self, event) -> None:
         super().changeEvent(event)

@@ -34,13 +34,13 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 from ..middleware import crypto, rules
 from ..middleware.chatops import OP_MARKER
 from ..middleware.crypto import Identity
-from ..middleware.addresses import Broadcast, Endpoint
+from ..middleware.addresses import ANSWER_WAIT, Broadcast, Endpoint, answered_at, resolve_endpoint
 from ..middleware.events import Event, GroupsDiscovered, Listener, MessagesDelivered, WarningRaised, ignore
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
 from ..middleware.store_api import PeerStore, SearchHit, StoredThread
-from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid, Notice
+from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid, Notice, UsageError
 
 from .backend import Peer
 from .bridge import Backend
@@ -158,6 +158,7 @@ class MemoryManager(rules.OperationCalls):
         self.listener = listener
         self.interface = "127.0.0.1"
         self.lan = MemoryLan(time.time())
+        self.hosts: dict[str, str] = {}  # the names add_peer resolves (a computer's name -> IPv4 address)
         identity = sim_identity(f"this peer\0{name}\0{seed or ''}")  # never a sim_member()'s key
         self.store = store(identity)  # a SQLite Store for benchmarks of big histories
         self.core = PeerCore(self.store, self.lan.now, rules.check_name(name), wall=self.lan.wall(),
@@ -224,6 +225,27 @@ class MemoryManager(rules.OperationCalls):
         endpoint = self._run(lambda core: core.add_peer(address, self.lan.now, found_by))
         self.lan.settle()
         return endpoint
+
+    async def add_peer_async(self, address: str, wait: float = ANSWER_WAIT) -> dict:
+        """:meth:`add_peer`, answered once the peer there is proven; names resolve by :attr:`hosts`.
+        The LAN's time runs on while it waits (in steps), as the network's would."""
+        try:
+            endpoint = resolve_endpoint(address, self.core.port, self._lookup)
+        except ValueError as exc:
+            raise UsageError(f"bad address: {exc}") from None
+        self.add_peer(str(endpoint))
+        waited = 0.0
+        while (row := answered_at(self.peers(), endpoint)) is None:
+            if waited >= wait:
+                raise UsageError(f"Nobody answered at {endpoint} within {wait:g} s")
+            self.lan.settle(1.0)
+            waited += 1.0
+        return {"endpoint": str(endpoint), "pid": row["pid"], "name": row.get("name", "")}
+
+    def _lookup(self, host: str, *_args) -> list[tuple]:
+        """``socket.getaddrinfo`` over :attr:`hosts` (a computer's name -> its IPv4 address)."""
+        address = self.hosts.get(host)
+        return [(2, 2, 17, "", (address, 0))] if address is not None else []
 
     def peers(self) -> list[dict]:
         return self.core.peers(self.lan.now)

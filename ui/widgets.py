@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QIcon, QImage, QKeyEvent, QPainter, QPalette
+from PySide6.QtGui import QColor, QFocusEvent, QFont, QFontMetrics, QIcon, QImage, QKeyEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QStyle,
@@ -27,6 +28,7 @@ from ..middleware.types import ChatMessage, Mid
 
 from .delegate import LinkTitle, MessageDelegate, clock, root_text
 from .files_view import local_files
+from .focus import field_takes_keys, topic_to_save
 from .member_list import marked_name
 from .message_model import MessageRole, ThreadRole, ThreadSummary
 from .notices import is_notice
@@ -90,6 +92,50 @@ class TypingGoesTo(QObject):
         QApplication.sendEvent(target, QKeyEvent(event.type(), event.key(), event.modifiers(), text,
                                                  event.isAutoRepeat(), event.count()))
         return True
+
+
+class SharedField(QLineEdit):
+    """A field whose Enter changes something for every member (the topic), kept by the focus model's
+    rule 3 (ui.focus): it takes the keys only when clicked, tabbed into or chosen from a menu; given the
+    focus any other way (a window activated, a widget hidden before it) it emits ``done`` at once, and
+    the window hands the keys to the compose box.  Enter emits ``saved`` with a changed text only, then
+    ``done``; leaving it without Enter puts back ``shown()``, what everyone sees."""
+
+    saved = Signal(str)
+    done = Signal()
+
+    def __init__(self, shown: Callable[[], str], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.shown = shown
+        self.chosen = False  # the user clicked, tabbed into or chose this field, and has not left it
+
+    def focusInEvent(self, event: QFocusEvent) -> None:  # noqa: N802 - Qt's name
+        super().focusInEvent(event)
+        self.chosen = field_takes_keys(event.reason().name, self.chosen)
+        if not self.chosen:
+            self.done.emit()
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:  # noqa: N802 - Qt's name
+        super().focusOutEvent(event)
+        # Another window or a menu coming up is not leaving the field: it is still being edited.
+        if event.reason() not in (Qt.FocusReason.ActiveWindowFocusReason, Qt.FocusReason.PopupFocusReason):
+            self.chosen = False
+            self.undo_typing()
+
+    def undo_typing(self) -> None:
+        """Show what everyone sees again (Esc, or leaving without Enter)."""
+        self.setText(self.shown())
+        self.setCursorPosition(0)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt's name
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            text = topic_to_save(self.text(), self.shown(), self.chosen)
+            event.accept()
+            if text is not None:
+                self.saved.emit(text)
+            self.done.emit()
+            return
+        super().keyPressEvent(event)
 
 
 COMPLETER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Tab, Qt.Key.Key_Backtab, Qt.Key.Key_Escape)

@@ -16,8 +16,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QGuiApplication  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
-from PySide6.QtWidgets import QDialog, QInputDialog  # noqa: E402
+from PySide6.QtWidgets import QDialog  # noqa: E402
 
+from m2mc.ui.dialogs import AddPeerDialog  # noqa: E402
 from m2mc.ui.discovery_window import DiscoveryWindow  # noqa: E402
 from tests.ui.gui_check_support import say, start_window, wait  # noqa: E402
 
@@ -52,10 +53,12 @@ def main():
     say(step="alone", shown=alone, notice=window.discovery.alone_label.text(),
         status=window.statusBar().currentMessage())
 
-    type_into_dialog(app, QInputDialog, "not an address")
+    type_into_dialog(app, AddPeerDialog, "not an address")
     window.add_peer_action.trigger()
-    refused = wait(app, lambda: "bad address" in window.statusBar().currentMessage().lower(), timeout=10)
-    say(step="bad address", status=window.statusBar().currentMessage() if refused else "")
+    dialog = window.join_controller.add_peer_dialog
+    refused = wait(app, lambda: "bad address" in dialog.error_label.text().lower(), timeout=10)
+    say(step="bad address", status=dialog.error_label.text() if refused else "")  # said in the dialog, which stays open
+    dialog.reject()
 
     QGuiApplication.clipboard().setText(f"Join “Lunch” on M2MC: {invite}")
     looked_up = {}

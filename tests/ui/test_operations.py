@@ -150,12 +150,12 @@ def test_pins_fill_the_pinned_list_live(qtbot, window, backend):
 def test_the_topic_shows_in_the_header_edits_there_and_follows_others_live(qtbot, window, backend):
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
     assert window.topic_edit.text() == "" and window.topic_edit.isEnabled()
-    window.topic_edit.setFocus()
+    window.topic_edit.setFocus(Qt.FocusReason.MouseFocusReason)  # as a click gives it (ui.focus, rule 3)
     qtbot.keyClicks(window.topic_edit, "Friday lunch plans")
     qtbot.keyClick(window.topic_edit, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: backend.manager.topic(session.gid) == ("Friday lunch plans", backend.pid))
     qtbot.waitUntil(lambda: window.current.topic == "Friday lunch plans")  # heard back, as from the network
-    window.topic_edit.setFocus()
+    window.topic_edit.setFocus(Qt.FocusReason.MouseFocusReason)
     qtbot.keyClicks(window.topic_edit, " and more")
     qtbot.keyClick(window.topic_edit, Qt.Key.Key_Escape)  # undoes the typing, sets nothing
     assert window.topic_edit.text() == "Friday lunch plans" and not window.topic_edit.hasFocus()

@@ -293,12 +293,10 @@ class ComposeController(QObject):
             gid = self.selection.session.gid
             self.backend.call(lambda peer: peer.pin(gid, mid, on))
 
-    def save_topic(self) -> None:
+    def save_topic(self, text: str) -> None:
+        """Set the open group's topic to ``text`` (Enter in the topic field, which checked it changed)."""
         session = self.selection.session
-        if session is None:
-            return
-        text = self.view.topic_edit.text().strip()
-        if text == session.shown_topic:
+        if session is None or text == session.shown_topic:
             return
         gid = session.gid
         self.backend.call(lambda peer: peer.set_topic(gid, text),

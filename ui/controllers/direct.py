@@ -28,6 +28,7 @@ from ...middleware.types import ChatMessage, Mid, key_fingerprint
 from ..backend import Peer
 from ..bridge import Backend, describe_error
 from ..delegate import snippet
+from ..focus import Navigation
 from ..direct_api import (CONVERSATION_PREFIX, ConversationView, DirectDelivered, DirectMessage,
                           DirectStatusChanged, Marks, as_chat_message)
 from ..direct_pane import OFFLINE_MARK, ONLINE_MARK, DirectList, DirectPane, DirectTreeModel, PeerRole
@@ -77,6 +78,7 @@ class DirectView(Protocol):
     def isActiveWindow(self) -> bool: ...
     def show_status(self, text: str, timeout: int) -> None: ...
     def show_side_panes(self, on: bool) -> None: ...
+    def apply_focus(self, navigation: Navigation, from_list: QWidget | None = None) -> None: ...
     def update_title(self) -> None: ...
     def notify(self, title: str, text: str) -> None: ...
 
@@ -284,7 +286,9 @@ class DirectController(QObject):
         if not self.select_message(conversation, mid):
             missing()
             return
-        self.view.direct_pane.view.setFocus()  # the keys go on from the message found
+        # The message found is selected (Ctrl+R answers it) and the keys are in the compose box:
+        # on the reading view, typed letters only searched its rows.
+        self.view.apply_focus(Navigation.SEARCH_JUMP)
 
     def _on_item_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
         conversation = self.conversations.get(item.data(PeerRole)) if item is not None else None
@@ -311,11 +315,10 @@ class DirectController(QObject):
             self._restore_draft(conversation)
         self.view.group_list.setCurrentRow(-1)  # no group is shown: no group action may act on it
         self.view.centre_stack.setCurrentWidget(pane)
-        if not self.view.direct_list.hasFocus():
-            # Opened from elsewhere (the members pane, a message): writing comes next.  Given before
-            # the side panes go, so that the focus does not fall to the groups list, which would
-            # then open its first group.
-            pane.compose.setFocus()
+        # The keys go to the compose box unless the arrows in the list chose it (ui.focus).  Given
+        # before the side panes go, so that the focus does not fall to the groups list, which would
+        # then open its first group.
+        self.view.apply_focus(Navigation.DIRECT_SHOWN, from_list=self.view.direct_list)
         self.view.show_side_panes(False)  # the threads and members of no group
         pane.delegate.marks = conversation.marks
         pane.delegate.peer_name = conversation.name

@@ -12,11 +12,12 @@ from typing import Protocol
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QInputDialog, QListWidgetItem, QMessageBox, QWidget
+from PySide6.QtWidgets import QListWidgetItem, QMessageBox, QWidget
 
 from ...middleware.types import GroupView
 from ..bridge import Backend
-from ..dialogs import ConfirmJoinDialog, CreateGroupDialog, JoinDialog, NameDialog, invite_text, plain_error
+from ..dialogs import (AddPeerDialog, ConfirmJoinDialog, CreateGroupDialog, JoinDialog, NameDialog, invite_text,
+                       plain_error)
 from ..discovery_window import DiscoveryWindow
 from ..state import Selection
 from .sessions import GroupSession, SessionController
@@ -142,17 +143,22 @@ class JoinController(QObject):
                           on_error=lambda exc: self.view.show_error(plain_error(exc)))
 
     def add_peer(self) -> None:
-        """Add a peer by the address the user types: for networks where multicast does not flow."""
-        address, ok = QInputDialog.getText(
-            self.view.dialog_parent(), "Add peer by address",
-            "The other computer's address, as it shows it (host:port, e.g. 192.168.1.20:47477).\n"
-            "Use this where groups on your network do not show up: it is asked directly.")
-        if not ok or not address.strip():
-            return
-        self.backend.call(lambda peer: peer.add_peer(address.strip()),
-                          on_result=lambda endpoint: self.view.show_status(
-                              f"Asking {endpoint}… its groups appear under Find groups (Ctrl+G)", 8000),
-                          on_error=lambda exc: self.view.show_error(plain_error(exc)))
+        """Add a peer by the address the user types: for networks where multicast does not flow.  The
+        dialog stays open with the middleware's answer: an error, or nobody answering, is said there."""
+        dialog = AddPeerDialog(self.view.dialog_parent(), self._ask_peer)
+        self.add_peer_dialog = dialog  # for tests, which drive it while it is open
+        dialog.accepted.connect(lambda: self._peer_added(dialog.answer))
+        dialog.open()  # window-modal, without a loop of its own: the answer comes while it waits
+
+    def _peer_added(self, answer: dict | None) -> None:
+        if answer is not None:
+            who = answer.get("name") or "A peer"
+            self.view.show_status(f"{who} answered at {answer['endpoint']}: its groups appear under Find groups "
+                                  "(Ctrl+G)", 8000)
+
+    def _ask_peer(self, address: str, answered, failed) -> None:
+        self.backend.call_async(lambda peer: peer.add_peer_async(address), on_result=answered,
+                                on_error=lambda exc: failed(plain_error(exc)))
 
     def change_name(self) -> None:
         dialog = NameDialog(self.backend.name, self.view.dialog_parent(), title="Change display name")
