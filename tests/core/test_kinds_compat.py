@@ -6,8 +6,9 @@ writer, a reaction, a file offer and an edit, by one writer in group "g1"."""
 import gzip
 from pathlib import Path
 
-from m2mc.middleware import crypto, wire
-from m2mc.middleware.store import Store
+from m2mc.middleware import chatops, crypto, kinds, wire
+from m2mc.middleware.files import parse_offer
+from m2mc.middleware.store import SCHEMA_VERSION, Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ANN = crypto.Identity.from_bytes(bytes(range(32)))
@@ -22,6 +23,17 @@ def test_a_batch_from_the_previous_release_decodes_and_verifies():
     batch = envelope.message
     assert [item[0] for item in batch.items] == [1, 2, 3, 4] and len(batch.proofs) == 4
     assert batch.items[0][4] == f"hello <@{ANN.pid}>"
+    assert [wire.item_kind(item)[0] for item in batch.items] == [kinds.CHAT, kinds.OPERATION, kinds.FILE_OFFER,
+                                                                 kinds.OPERATION]
+    assert parse_offer(batch.items[2][4]).name == "notes.txt"
+
+
+def test_today_s_encoder_writes_the_previous_release_s_bytes():
+    """Every kind that release knew travels as it did: its peers read ours, signatures and all."""
+    batch = wire.decode(CAPTURED_BATCH).message
+    items = [wire.Data("g1", seqno, parent, sent_at, name, kinds.body(*kinds.split(text)), b"")
+             for seqno, parent, sent_at, name, text in batch.items]
+    assert wire.encode(ANN, wire.sign_burst(ANN, [items])[0]) == CAPTURED_BATCH
 
 
 def open_old_data_dir(tmp_path) -> Store:
@@ -32,7 +44,14 @@ def open_old_data_dir(tmp_path) -> Store:
 def test_a_data_dir_from_the_previous_release_opens_with_its_messages(tmp_path):
     store = open_old_data_dir(tmp_path)
     try:
-        assert [m.mid[1] for m in store.history("g1")] == [1, 2, 3, 4]
+        history = store.history("g1")
+        assert [m.mid[1] for m in history] == [1, 2, 3, 4]
+        assert [m.kind for m in history] == [kinds.CHAT, kinds.OPERATION, kinds.FILE_OFFER, kinds.OPERATION]
+        assert chatops.decode(history[3]).text == "hello again" and chatops.decode(history[1]).emoji == "\U0001F44D"
+        assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert [m.mid[1] for m in store.of_kind("g1", kinds.OPERATION)] == [2, 4]  # the kind column, filled
+        assert not store._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'file_offers'").fetchone()
+        assert history[2].to_json()["kind"] == "file" and history[2].to_json()["file"]["name"] == "notes.txt"
         assert [m.mid[1] for m in store.file_offers("g1")] == [3]
         assert [m.mid[1] for m in store.mentions(ANN.pid, 10)] == [1]  # an operation mentions no one
         assert [m.mid[1] for m in store.history_page("g1")] == [1, 3]  # operations are no rows of a page
