@@ -32,7 +32,6 @@ from typing import Any, Callable, Iterable
 from ..middleware.addresses import ANSWER_WAIT
 from ..middleware.manager import Config, GroupManager
 from ..middleware.netif import forced_portable
-from ..middleware.files import offer_json
 from ..middleware.transport import TransportError
 from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, FileProgress, GroupsDiscovered,
                                  MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated, NetworkChanged,
@@ -435,12 +434,9 @@ class JsonRpcPeer:
 
 
 def message_json(message: ChatMessage) -> dict:
-    """A message as JSON-RPC shows it: a file offer (middleware.files) has its fields as ``file``."""
-    row = message.to_json()
-    offer = offer_json(message.text)
-    if offer is not None:
-        row["file"] = offer
-    return row
+    """A message as JSON-RPC shows it: its ``kind``, and a file offer (middleware.files) has its fields as
+    ``file`` (middleware.kinds.exported)."""
+    return message.to_json()
 
 
 def _param(params: dict, key: str, kind: type) -> Any:

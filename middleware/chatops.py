@@ -5,15 +5,16 @@ batched, repaired, synced (MSP) and stored exactly as messages are.  Its
 ``parent`` is the message it acts on (None for a topic setting), so S_b
 already delivers it after that message; :class:`middleware.obg.ObgCore` then
 orders it against the other operations on its object.  Its text is
-``OP_MARKER`` followed by a JSON array::
+its payload is a JSON array (its body, the text signed and sent, is that payload
+behind the operation kind's tag, :mod:`middleware.kinds`)::
 
     [kind, seen, counter, text, emoji, on]
 
 ``kind`` is ``edit``, ``delete``, ``react``, ``pin`` or ``topic``; ``seen`` the
 operation on the same object its author had delivered last (``"pid:seqno"``
 or null); ``counter`` its Lamport counter, 1 .. 2**53 - 1 (``obg.MAX_COUNTER``).
-A message whose text does not start with the marker is a chat message, so
-the old format reads unchanged.
+A message of another kind is a chat message (or a file offer...), so the old
+format reads unchanged.
 
 Sans-I/O: :class:`GroupOperations` takes delivered messages and returns what
 changed; the caller sends, stores and notifies.  It also keeps the group's latest
@@ -30,10 +31,10 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from . import kinds
 from .obg import MAX_REACTION_EMOJI, ObgCore, ObgError, Operation, Rank, is_reaction_emoji
 from .types import ChatMessage, Mid, Notice, UsageError, format_mid, parse_mid
 
-OP_MARKER = "\x00obg1"
 MAX_EDIT_TEXT = 7_800
 """An edit's text: the message limit less room for the operation's own fields."""
 MAX_TOPIC = 300
@@ -44,18 +45,29 @@ MAX_NOTICES = 1_000
 
 
 def encode(kind: str, seen: Mid | None, counter: int, text: str = "", emoji: str = "", on: bool = True) -> str:
+    """An operation's body: the text of the chat message that carries it."""
     fields = [kind, format_mid(seen) if seen else None, counter, text, emoji, on]
-    return OP_MARKER + json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+    return kinds.body(kinds.OPERATION, json.dumps(fields, ensure_ascii=False, separators=(",", ":")))
 
 
 def is_operation(message: ChatMessage) -> bool:
-    return message.text.startswith(OP_MARKER)
+    return kinds.kind_of(message.text) == kinds.OPERATION
 
 
 def decode(message: ChatMessage) -> Operation:
     """The operation a message carries; ObgError if its text is not a well-formed one."""
+    kind, payload = kinds.split(message.text)
+    if kind != kinds.OPERATION:
+        raise ObgError("not an operation")
+    kind, seen, counter, text, emoji, on = parse_fields(payload)
+    return Operation(message.mid, kind, message.parent, seen, counter, text=text, emoji=emoji, on=on)
+
+
+def parse_fields(payload: str) -> tuple[str, Mid | None, int, str, str, bool]:
+    """An operation's fields from its payload (the registry's parse, :mod:`middleware.kinds`); ObgError
+    if it is not a well-formed one."""
     try:
-        fields = json.loads(message.text[len(OP_MARKER):])
+        fields = json.loads(payload)
     except (ValueError, RecursionError):  # a stranger's 8,000 nested brackets too
         raise ObgError("operation text is not JSON (or nested too deep)") from None
     if type(fields) is not list or len(fields) != 6:
@@ -70,7 +82,10 @@ def decode(message: ChatMessage) -> Operation:
         seen = parse_mid(seen_text) if seen_text is not None else None
     except ValueError as exc:
         raise ObgError(str(exc)) from None
-    return Operation(message.mid, kind, message.parent, seen, counter, text=text, emoji=emoji, on=on)
+    return kind, seen, counter, text, emoji, on
+
+
+kinds.implement(kinds.OPERATION, parse=parse_fields)
 
 
 @dataclass(frozen=True, slots=True)

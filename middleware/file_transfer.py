@@ -65,7 +65,8 @@ from cryptography.exceptions import InvalidTag
 
 from . import clock, crypto
 from .events import FileProgress
-from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, FILE_MARKER, HASH_BYTES, MAX_CHUNK,
+from .kinds import FILE_OFFER
+from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNK,
                     MAX_CHUNKS, MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
                     OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
                     name_fits, parse_offer, safe_name, split_leaves, tree_root, unique_name)
@@ -720,7 +721,7 @@ class FileService:
     def delivered(self, gid: str, messages: list[ChatMessage]) -> None:
         """New messages of ``gid``: offers up to the auto-download size are fetched at once."""
         for message in messages:
-            if not message.text.startswith(FILE_MARKER) or message.sender == self.core.pid:
+            if message.kind != FILE_OFFER or message.sender == self.core.pid:
                 continue
             try:
                 offer = parse_offer(message.text)
@@ -771,7 +772,7 @@ class FileService:
 
     def _offer_of(self, gid: str, mid: Mid) -> FileOffer:
         found = self.core.store.messages(gid, [mid])
-        if not found or not found[0].text.startswith(FILE_MARKER):
+        if not found or found[0].kind != FILE_OFFER:
             raise UsageError(f"no file offer {format_mid(mid)} in this group")
         try:
             return parse_offer(found[0].text)

@@ -1,8 +1,8 @@
 """Files shared into a thread, the protocol part: the offer, the hash tree, names that fit, the chunk
 plan and its deadlines, and the slots (handshakes, uploads, downloads).
 
-A file is offered by a chat message of its sender whose text is ``FILE_MARKER``
-followed by a JSON object (:class:`FileOffer`), so the offer is signed, repaired,
+A file is offered by a message of its sender of the file offer kind (:mod:`middleware.kinds`),
+whose payload is a JSON object (:class:`FileOffer`), so the offer is signed, repaired,
 synced, stored and ordered like any message.  Members fetch the file in chunks
 over TCP (:mod:`middleware.file_transfer`) from the offerer or any member holding
 chunks; every chunk is checked against the hash tree whose root the offer carries
@@ -22,10 +22,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from .mentions import shown_text
+from . import kinds
 from .types import UsageError
 
-FILE_MARKER = "\x00file1"
 FILE_MARK = "\U0001F4CE"  # 📎, before an offer's caption: the app ships its glyph (packaging/make_reaction_font.py)
 MIN_CHUNK = 64 * 1024
 """The smallest chunk an offer may name: a million tiny chunks cannot be asked for."""
@@ -85,7 +84,7 @@ class FileOffer:
     def to_text(self) -> str:
         fields = {"name": self.name, "size": self.size, "mime": self.mime, "sha256": self.sha256,
                   "chunk": self.chunk_size, "root": self.root}
-        return FILE_MARKER + json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+        return kinds.body(kinds.FILE_OFFER, json.dumps(fields, ensure_ascii=False, separators=(",", ":")))
 
     def to_json(self) -> dict:
         return {"name": self.name, "size": self.size, "mime": self.mime, "sha256": self.sha256,
@@ -93,17 +92,24 @@ class FileOffer:
 
 
 def is_offer_text(text: str) -> bool:
-    return text.startswith(FILE_MARKER)
+    return kinds.kind_of(text) == kinds.FILE_OFFER
 
 
 def parse_offer(text: str) -> FileOffer:
-    """The offer a message's text carries; OfferError says what is wrong with it.  A hostile
-    member's offer is bounded here: at most :data:`MAX_OFFER_SIZE`, chunks of a power of two
-    from :data:`MIN_CHUNK` to :data:`MAX_CHUNK`, at most :data:`MAX_CHUNKS` of them."""
-    if not is_offer_text(text):
+    """The offer a message's text (its body) carries; OfferError says what is wrong with it."""
+    kind, payload = kinds.split(text)
+    if kind != kinds.FILE_OFFER:
         raise OfferError("not a file offer")
+    return parse_offer_payload(payload)
+
+
+def parse_offer_payload(payload: str) -> FileOffer:
+    """The offer a file offer's payload carries (the registry's parse, :mod:`middleware.kinds`);
+    OfferError says what is wrong with it.  A hostile member's offer is bounded here: at most
+    :data:`MAX_OFFER_SIZE`, chunks of a power of two from :data:`MIN_CHUNK` to :data:`MAX_CHUNK`,
+    at most :data:`MAX_CHUNKS` of them."""
     try:
-        fields = json.loads(text[len(FILE_MARKER):])
+        fields = json.loads(payload)
     except (ValueError, RecursionError):
         raise OfferError("a file offer is a JSON object") from None
     if type(fields) is not dict:
@@ -124,17 +130,6 @@ def parse_offer(text: str) -> FileOffer:
     if len(mime) > MAX_MIME or not mime.isascii() or not mime.isprintable():
         raise OfferError("a file offer's MIME type is short printable ASCII")
     return FileOffer(safe_name(name), size, mime, sha256, chunk, root)
-
-
-def offer_json(text: str) -> dict | None:
-    """A message text's offer as JSON-RPC's message objects and the analytics export show it
-    (``file``), or None when the text is no valid offer."""
-    if not is_offer_text(text):
-        return None
-    try:
-        return parse_offer(text).to_json()
-    except OfferError:
-        return None
 
 
 def _is_hex_hash(text: str) -> bool:
@@ -290,16 +285,41 @@ def offer_caption(offer: FileOffer) -> str:
 
 def shown_offer(text: str) -> str:
     """An offer message's text as it reads (:func:`offer_caption`); a malformed one says so, never its JSON."""
+    return shown_offer_payload(kinds.payload_of(text))
+
+
+def shown_offer_payload(payload: str) -> str:
+    """An offer's payload as it reads (the registry's show, :mod:`middleware.kinds`)."""
     try:
-        return offer_caption(parse_offer(text))
+        return offer_caption(parse_offer_payload(payload))
     except OfferError:
         return f"{FILE_MARK} a file offer that cannot be read"
 
 
 def readable_text(text: str, names: Mapping[str, str]) -> str:
     """A message's text as people read it, in every view, banner and notification: a file offer as its
-    caption (never its JSON), mention tokens as "@Name" (:func:`middleware.mentions.shown_text`)."""
-    return shown_offer(text) if is_offer_text(text) else shown_text(text, names)
+    caption (never its JSON), mention tokens as "@Name" (:func:`middleware.mentions.shown_text`): as its
+    kind shows it (:func:`middleware.kinds.shown`)."""
+    return kinds.shown(text, names)
+
+
+def _offer_indexed(payload: str) -> str | None:
+    # the file name alone: its JSON's hashes and field names would match queries and show in snippets
+    try:
+        return parse_offer_payload(payload).name
+    except OfferError:
+        return None  # shown as a broken offer, not as its text
+
+
+def _offer_exported(payload: str) -> dict:
+    try:
+        return {"file": parse_offer_payload(payload).to_json()}
+    except OfferError:
+        return {}
+
+
+kinds.implement(kinds.FILE_OFFER, parse=parse_offer_payload, indexed=_offer_indexed, exported=_offer_exported,
+                shown=lambda payload, names: shown_offer_payload(payload))
 
 
 # -- the chunk plan ----------------------------------------------------------------------

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from . import clock, crypto, netif, rules
+from . import clock, crypto, kinds, netif, rules
 from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
 from .events import Listener, MessagesDelivered, ignore
 from .file_transfer import FileService
-from .files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, offer_json
+from .files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
 from .gjlp import Gjlp, GroupRecord
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
@@ -772,12 +772,9 @@ def export_log(core: PeerCore, path: str | Path, gid: str | None = None, direct:
         for g in gids:
             desc = core.known(g).desc
             for message in core.history(g):
-                row = message.to_json()
+                row = message.to_json()  # with its kind's fields (a file offer's file: middleware.kinds)
                 row["group_desc"] = desc
                 row["received_at"] = iso_millis(message.received_at)
-                offer = offer_json(message.text)
-                if offer is not None:
-                    row["file"] = offer
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 count += 1
         for peer in list(core.direct.conversations) if direct and not gid else []:
@@ -785,7 +782,7 @@ def export_log(core: PeerCore, path: str | Path, gid: str | None = None, direct:
             for dm in core.direct_history(peer):
                 row = {"gid": conversation, "mid": format_mid(dm.mid),
                        "parent": format_mid(dm.parent) if dm.parent else None, "sender": dm.sender,
-                       "sender_name": dm.sender_name, "text": dm.text,
+                       "sender_name": dm.sender_name, "kind": kinds.CHAT, "text": dm.text,
                        "sent_at": iso_millis(shown_sent_at(dm.sent_at, dm.received_at)),
                        "sent_at_clamped": shown_sent_at(dm.sent_at, dm.received_at) != dm.sent_at,
                        "edited": 0, "deleted": False, "reactions": {}, "pinned": False, "mentions": [],

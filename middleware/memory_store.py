@@ -16,13 +16,11 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from . import wire
-from .chatops import OP_MARKER
+from . import kinds, wire
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .addresses import Endpoint
 from .direct import DROPPED, StoredDirect, conversation_id
-from .files import FILE_MARKER
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit, StoredThread,
                         in_branch, merged_read_marks, plain_match, searched_text)
 from .rangeset import RangeSet
@@ -173,8 +171,11 @@ class MemoryStore:
         found = [self._messages[(gid, mid)] for mid in set(mids) if (gid, mid) in self._messages]
         return [self._with_key(m) for m in sorted(found, key=lambda m: m.order)]
 
+    def of_kind(self, gid: str, kind: str) -> list[ChatMessage]:
+        return [m for m in self.history(gid) if m.kind == kind]
+
     def file_offers(self, gid: str) -> list[ChatMessage]:
-        return [m for m in self.history(gid) if m.text.startswith(FILE_MARKER)]
+        return self.of_kind(gid, kinds.FILE_OFFER)
 
     def mentions(self, pid: str, limit: int) -> list[ChatMessage]:
         """A scan, newest first: this store serves simulations and tests, not 100,000-message histories."""
@@ -183,7 +184,7 @@ class MemoryStore:
             if len(found) >= limit:
                 break
             message = self._messages[key]
-            if pid in message.mentions and not message.text.startswith(OP_MARKER):
+            if pid in message.mentions and kinds.listed(message.text):
                 found.append(self._with_key(message))
         return found
 
@@ -215,14 +216,14 @@ class MemoryStore:
     def history_page(self, gid: str, before: int | None = None, after: int | None = None,
                      limit: int = 50) -> list[ChatMessage]:
         rows = [m for m in self.history(gid) if (before is None or m.order < before)
-                and (after is None or m.order > after) and not m.text.startswith(OP_MARKER)]
+                and (after is None or m.order > after) and kinds.listed(m.text)]
         return rows[:limit] if after is not None else rows[-limit:] if limit else []
 
     def message_count(self, gid: str) -> int:
         return sum(1 for g, _ in self._delivered if g == gid)
 
     def _chat_history(self, gid: str) -> list[ChatMessage]:
-        return [m for m in self.history(gid) if not m.text.startswith(OP_MARKER)]
+        return [m for m in self.history(gid) if kinds.listed(m.text)]
 
     def unread_before(self, gid: str, below: int) -> int:
         read = RangeSet.from_ranges(self._read_marks.get(gid, []))
@@ -231,7 +232,7 @@ class MemoryStore:
 
     def thread_root(self, gid: str, mid: Mid) -> Mid | None:
         message = self._messages.get((gid, mid))
-        while message is not None and message.parent is not None and not message.text.startswith(OP_MARKER):
+        while message is not None and message.parent is not None and kinds.listed(message.text):
             parent = self._messages.get((gid, message.parent))
             if parent is None or parent.order >= message.order:  # see PeerStore.thread_root (or itself)
                 break

@@ -38,8 +38,8 @@ from . import crypto, names, rules, wire
 from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect, conversation_id
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
-from .chatops import OP_MARKER, GroupOperations, is_operation
-from .files import FILE_MARKER
+from . import kinds
+from .chatops import GroupOperations, is_operation
 from .invites import Invite, invite_link, parse_invite
 from .mentions import with_tokens
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
@@ -339,10 +339,9 @@ class PeerCore:
             raise UsageError("text must be a string")
         if mentions:
             text = with_tokens(text, rules.check_mentions(mentions), self._current_names(gid))
-        if text.startswith(OP_MARKER):
-            raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
-        if text.startswith(FILE_MARKER):
-            raise UsageError("text must not start with the file offer marker (U+0000 'file1'): use send_file")
+        refusal = kinds.chat_refusal(text)
+        if refusal is not None:
+            raise UsageError(refusal)
         if parent is not None and self.ops(gid).is_operation_mid(parent):
             raise UsageError(f"bad parent: {format_mid(parent)} is an operation, not a message")
         data = channel.compose(self.name, text, parent, now, wall)
@@ -413,7 +412,7 @@ class PeerCore:
         ops = self.ops(gid, messages)
         touched = ops.core.touched_messages()  # a 100,000-message history: few messages touched
         return self.by_record(gid, [ops.view(m) if m.mid in touched else m for m in messages
-                                    if not m.text.startswith(OP_MARKER)])
+                                    if kinds.listed(m.text)])
 
     def notices(self, gid: str) -> list[Notice]:
         """The group's latest topic and pin changes, in delivery order (GroupOperations.notices), each
@@ -514,7 +513,7 @@ class PeerCore:
     def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         """The stored chat messages among ``mids``, in delivery order, shown as :meth:`history`."""
         self.known(gid)
-        return self._shown(gid, [m for m in self.store.messages(gid, mids) if not m.text.startswith(OP_MARKER)])
+        return self._shown(gid, [m for m in self.store.messages(gid, mids) if kinds.listed(m.text)])
 
     def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
         """A page of :meth:`history` with ``mid`` in its middle; empty if ``mid`` is not stored."""

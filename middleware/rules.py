@@ -11,7 +11,7 @@ passphrase) with a sentence the GUI can show as it is.
 from __future__ import annotations
 
 from . import names, passphrase as passphrases, wire
-from .chatops import OP_MARKER
+from . import kinds
 from .mentions import MAX_MENTIONS, TOKEN, token
 from .obg import is_reaction_emoji
 from .types import Mid, PassphraseRefused, UsageError, check_unicode
@@ -74,8 +74,9 @@ def check_message_text(text: str) -> str:
     """A chat message's text, as the sender writes it (the manager's and the channel's checks, in their order)."""
     if not isinstance(text, str):
         raise UsageError("text must be a string")
-    if text.startswith(OP_MARKER):
-        raise UsageError("text must not start with the operation marker (U+0000 'obg1')")
+    refusal = kinds.chat_refusal(text)
+    if refusal is not None:
+        raise UsageError(refusal)
     if len(text) > MAX_TEXT:
         raise UsageError(f"text too long: {len(text)} characters, limit is {MAX_TEXT}")
     if not text.strip():

@@ -26,15 +26,13 @@ from typing import Callable, Iterable, Iterator
 
 import msgpack
 
-from . import crypto, wire
+from . import crypto, kinds, wire
 from .addresses import Endpoint
-from .chatops import OP_MARKER
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .mentions import mentioned_pids
 from .rangeset import RangeSet
 from .direct import DROPPED, StoredDirect, conversation_id
-from .files import FILE_MARKER
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
                         SearchQueryError, StoredThread, in_branch, merged_read_marks, searched_text)
 from .types import ChatMessage, Mid, shown_sent_at
@@ -58,9 +56,13 @@ log = logging.getLogger(__name__)
 # Direct messages (middleware.direct) have tables of their own, a row per message keyed by
 # conversation and mid, found in delivery order by an index; made where missing, like the rest.
 # Version 3 indexed a file offer's whole text (its JSON) for search, version 4 its file name.
+# Version 5 names the kind of every message that is not chat text (middleware.kinds) in a row of
+# message_kinds (its kind column), found by group and kind: version 4's file_offers named file
+# offers alone.  A message's kind is also in its text (its body, as signed: kinds.split), which
+# stays in the segment as it came, so that relaying it needs nothing rebuilt.
 # Version 2 kept the proofs whole; version 1 kept a row per message in delivery order;
 # version 0 also stored the key in every row.  All are migrated in place.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS groups (
@@ -251,7 +253,7 @@ def _stored_message(blob: bytes) -> wire.StoredMessage:
 
 def _mention_rows(gid: str, sender: str, seqno: int, text: str, order: int) -> list[tuple]:
     """The mentions table's rows for one message (none for an operation: its text is not shown as is)."""
-    if text.startswith(OP_MARKER):
+    if not kinds.listed(text):
         return []
     return [(pid, order, gid, sender, seqno) for pid in mentioned_pids(text)]
 
@@ -354,7 +356,7 @@ class Store:
                 self._db.execute(f"ALTER TABLE groups ADD COLUMN {column} {kind}")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._mentions_table()
-        self._file_offers_table()
+        self._kinds_table()
         self._db.commit()
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not {"message_search", "message_search_changed"} <= tables:
@@ -388,6 +390,7 @@ class Store:
         if not {"threads", "thread_replies", "threads_upto"} <= tables:
             self._build_threads()
         self._db.create_function("search_shown_at", 2, shown_sent_at, deterministic=True)
+        self._learn_kinds()
 
     def _migrate(self) -> None:
         """Bring a version-0 or version-1 database (a row per message) to the current schema."""
@@ -490,7 +493,7 @@ class Store:
                 "segment >= COALESCE((SELECT segment FROM segments WHERE first_order <= ? "
                 "ORDER BY first_order DESC LIMIT 1), 0)", (upto + 1,)):
             for order, row in enumerate(rows, first_order):
-                if order <= upto or row[5].startswith(OP_MARKER):
+                if order <= upto or not kinds.listed(row[5]):
                     continue
                 parent = (row[2], row[3]) if row[2] is not None else None
                 root = None
@@ -533,13 +536,12 @@ class Store:
         Only where it does: an older build that opened a version-4 store set it back to 3, and a
         contentless index handed a text it does not hold is damaged.  An offer's JSON has the words
         of its keys, which a file name alone hardly does."""
-        marker = FILE_MARKER.encode()
         changed = {order for (order,) in self._db.execute("SELECT delivery_order FROM message_search_changed")}
         for first_order, blob in self._db.execute("SELECT first_order, messages FROM segments"):  # one at a time
-            if marker not in blob:  # most segments: no decoding
+            if not any(mark in blob for mark in kinds.MARKS):  # most segments: no decoding
                 continue
             for order, row in enumerate(msgpack.unpackb(blob, raw=False)[0], first_order):
-                if row[5].startswith(FILE_MARKER) and order not in changed and self._db.execute(
+                if kinds.kind_of(row[5]) == kinds.FILE_OFFER and order not in changed and self._db.execute(
                         "SELECT 1 FROM message_search WHERE message_search MATCH 'mime sha256 chunk root' AND rowid = ?",
                         (order,)).fetchone():
                     self._reindex(order, row[5], searched_text(row[5]), row[5])
@@ -747,7 +749,7 @@ class Store:
         new_keys = {}
         segment_gid = None
         mentions: list[tuple] = []
-        offers: list[tuple[str, int]] = []
+        kinded: list[tuple[str, str, int]] = []
         for gid, mid, parent, name, text, sent_at, received_at, _, signature, public_key, *_ in messages:
             sender, seqno = mid
             if not self._stored_seqnos(gid, sender).add(seqno):
@@ -763,8 +765,8 @@ class Store:
                                       public_key))
             if "<@" in text:
                 mentions += _mention_rows(gid, sender, seqno, text, self._next_order)
-            if text[:1] == "\x00" and text.startswith(FILE_MARKER):
-                offers.append((gid, self._next_order))
+            if text[:1] == "\x00" and (kind := kinds.kind_of(text)) != kinds.CHAT:  # a chat text: one test
+                kinded.append((gid, kind, self._next_order))
             self._next_order += 1
             if sender not in self._keys_stored and public_key:
                 new_keys[sender] = public_key
@@ -775,8 +777,8 @@ class Store:
             self._keys_stored.update(new_keys)
         if mentions:
             self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)", mentions)
-        if offers:
-            self._db.executemany("INSERT OR IGNORE INTO file_offers VALUES (?, ?)", offers)
+        if kinded:
+            self._db.executemany("INSERT OR IGNORE INTO message_kinds VALUES (?, ?, ?)", kinded)
         return stored
 
     def _root_order(self, gid: str, mid: Mid, before: int | None = None) -> int | None:
@@ -937,9 +939,9 @@ class Store:
                 parent_sender, parent_seqno = message.parent or (None, None)
                 row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
                 row[8] = message.sig
-                self._db.execute("DELETE FROM file_offers WHERE gid = ? AND delivery_order = ?", (gid, order))
-                if message.text.startswith(FILE_MARKER):
-                    self._db.execute("INSERT INTO file_offers VALUES (?, ?)", (gid, order))
+                self._db.execute("DELETE FROM message_kinds WHERE delivery_order = ?", (order,))
+                if message.kind != kinds.CHAT:
+                    self._db.execute("INSERT INTO message_kinds VALUES (?, ?, ?)", (gid, message.kind, order))
                 self._db.execute("DELETE FROM mentions WHERE delivery_order = ?", (order,))
                 self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)",
                                      _mention_rows(gid, message.sender, message.seqno, message.text, order))
@@ -958,7 +960,7 @@ class Store:
         catch-up reads the new version.  A reply's answers are found by reading its thread from it on,
         at most MAX_BRANCH_MOVES times per sender: past that a sender's kept versions stay where they
         were in the tables (only a member that equivocates again and again gets there)."""
-        was_chat, is_chat = not old_text.startswith(OP_MARKER), not kept.text.startswith(OP_MARKER)
+        was_chat, is_chat = kinds.listed(old_text), kinds.listed(kept.text)
         (upto,) = self._db.execute("SELECT upto FROM threads_upto").fetchone()
         if order > upto or not (was_chat or is_chat) or was_chat and is_chat and old_parent == (kept.parent or (None, None)):
             return
@@ -1027,7 +1029,7 @@ class Store:
         ):
             rows = [(order, row) for order, row in enumerate(_decode_segment(blob), first_order)
                     if (before is None or order < before) and (after is None or order > after)
-                    and not row[5].startswith(OP_MARKER)]
+                    and kinds.listed(row[5])]
             for order, (s, q, ps, pq, n, t, sa, ra, sig) in reversed(rows) if backwards else rows:
                 if s not in keys:
                     keys[s] = self._public_key(s)
@@ -1275,9 +1277,11 @@ class Store:
                        "PRIMARY KEY (pid, delivery_order)) WITHOUT ROWID;"
                        "CREATE INDEX mentions_by_order ON mentions (delivery_order)")
 
-    # File offers by group, so the files list reads its rows rather than a scan of the history.
-    FILE_OFFERS_SCHEMA = "CREATE TABLE file_offers (gid TEXT NOT NULL, delivery_order INTEGER NOT NULL, " \
-                         "PRIMARY KEY (gid, delivery_order)) WITHOUT ROWID"
+    # The kind of each message that is not chat text, found by group and kind (the files list reads its
+    # offers' rows rather than a scan of the history), and by order (a kept version replaces it).
+    KINDS_SCHEMA = ("CREATE TABLE message_kinds (gid TEXT NOT NULL, kind TEXT NOT NULL, delivery_order INTEGER NOT NULL, "
+                    "PRIMARY KEY (gid, kind, delivery_order)) WITHOUT ROWID;"
+                    "CREATE INDEX message_kinds_by_order ON message_kinds (delivery_order)")
 
     def _new_table(self, name: str, schema: str) -> bool:
         """Make table ``name`` (``schema``: its statements, ``;`` between them) unless the data dir
@@ -1291,18 +1295,39 @@ class Store:
             self._db.execute(statement)
         return True
 
-    def _file_offers_table(self) -> None:
-        if not self._new_table("file_offers", self.FILE_OFFERS_SCHEMA):
+    def _kinds_table(self) -> None:
+        """Version 5's message_kinds, from the messages stored (version 4's file_offers goes with it:
+        the same transaction, so a crash leaves either both or the old one, and the next open does it)."""
+        if not self._new_table("message_kinds", self.KINDS_SCHEMA):
             return
-        self._db.executemany("INSERT INTO file_offers VALUES (?, ?)", [  # decoded: the segments holding the marker
-            (gid, order) for _, gid, first_order, segment_rows in self._segments(
-                "instr(messages, ?) > 0", (FILE_MARKER.encode(),))
-            for order, row in enumerate(segment_rows, first_order) if row[5].startswith(FILE_MARKER)])
+        # decoded: only the segments that hold a kind's opening bytes, then the rows that are of it
+        self._db.executemany("INSERT INTO message_kinds VALUES (?, ?, ?)", [
+            (gid, kind, order) for _, gid, first_order, segment_rows in self._segments(
+                " OR ".join(["instr(messages, ?) > 0"] * len(kinds.MARKS)), kinds.MARKS)
+            for order, row in enumerate(segment_rows, first_order) if (kind := kinds.kind_of(row[5])) != kinds.CHAT])
+        self._db.execute("DROP TABLE IF EXISTS file_offers")
+
+    def _learn_kinds(self) -> None:
+        """Messages stored as of a kind this version did not know (a newer peer's) may be of one it
+        knows now that it was upgraded: their rows take the kind their text now reads as.  Few rows,
+        and none in most data dirs: one indexed look at open."""
+        unknown = self._db.execute("SELECT gid, delivery_order FROM message_kinds WHERE kind = ?",
+                                   (kinds.UNKNOWN,)).fetchall()
+        for gid, order in unknown:
+            for message in self._messages_at(gid, [order]):
+                if message.kind != kinds.UNKNOWN:
+                    self._db.execute("UPDATE message_kinds SET kind = ? WHERE gid = ? AND kind = ? AND delivery_order = ?",
+                                     (message.kind, gid, kinds.UNKNOWN, order))
+        if unknown:
+            self._db.commit()
+
+    def of_kind(self, gid: str, kind: str) -> list[ChatMessage]:
+        orders = [order for (order,) in self._db.execute(
+            "SELECT delivery_order FROM message_kinds WHERE gid = ? AND kind = ? ORDER BY delivery_order", (gid, kind))]
+        return self._messages_at(gid, orders)
 
     def file_offers(self, gid: str) -> list[ChatMessage]:
-        orders = [order for (order,) in self._db.execute(
-            "SELECT delivery_order FROM file_offers WHERE gid = ? ORDER BY delivery_order", (gid,))]
-        return self._messages_at(gid, orders)
+        return self.of_kind(gid, kinds.FILE_OFFER)
 
     def _mentions_table(self) -> None:
         if not self._new_table("mentions", self.MENTIONS_SCHEMA):

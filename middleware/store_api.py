@@ -24,9 +24,8 @@ from typing import Callable, Iterable, Iterator, Protocol
 from . import wire
 from .addresses import Endpoint
 from .crypto import Identity
-from .chatops import OP_MARKER
 from .direct import StoredDirect
-from .files import FILE_MARKER, OfferError, parse_offer
+from . import chatops, files, kinds  # noqa: F401  (the modules that implement their kinds: kinds.implement)
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
 from .types import ChatMessage, Mid, UsageError
@@ -115,6 +114,10 @@ class PeerStore(Protocol):
 
     def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
         """The stored messages among ``mids`` as delivered: arrival time and delivery order included."""
+        ...
+
+    def of_kind(self, gid: str, kind: str) -> list[ChatMessage]:
+        """The group's messages of ``kind`` (not chat: :mod:`middleware.kinds`), in delivery order."""
         ...
 
     def file_offers(self, gid: str) -> list[ChatMessage]:
@@ -270,17 +273,8 @@ def merged_read_marks(marks: list[tuple[int, int]], ranges: Iterable[tuple[int, 
 def searched_text(text: str) -> str | None:
     """What the search index holds for a message's text: the text; a file offer's file name alone
     (its JSON's hashes and fields would match queries and show in snippets); None for an operation
-    (an edit, reaction...: the text it changes is what is found)."""
-    if not text.startswith("\x00"):  # both markers start so: a plain text costs one test
-        return text
-    if text.startswith(OP_MARKER):
-        return None
-    if text.startswith(FILE_MARKER):
-        try:
-            return parse_offer(text).name
-        except OfferError:
-            return None  # shown as a broken offer, not as its text
-    return text
+    (an edit, reaction...: the text it changes is what is found); as its kind says (:func:`kinds.indexed`)."""
+    return kinds.indexed(text)
 
 
 def _is_token_char(char: str) -> bool:

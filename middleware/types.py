@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
+from . import kinds
 from .mentions import mentioned_pids
 
 Mid = tuple[str, int]
@@ -95,6 +96,16 @@ class ChatMessage(NamedTuple):
         return self.mid[0]
 
     @property
+    def kind(self) -> str:
+        """What the message is: chat text, an operation, a file offer... (:mod:`middleware.kinds`)."""
+        return kinds.kind_of(self.text)
+
+    @property
+    def payload(self) -> str:
+        """What its kind carries: chat's text, an operation's or an offer's JSON (``text`` is the body)."""
+        return kinds.payload_of(self.text)
+
+    @property
     def mentions(self) -> tuple[str, ...]:
         """The pids this message mentions (its ``<@pid>`` tokens, middleware.mentions)."""
         return mentioned_pids(self.text)
@@ -116,7 +127,7 @@ class ChatMessage(NamedTuple):
             "parent": format_mid(self.parent) if self.parent else None,
             "sender": self.sender,
             "sender_name": self.sender_name,
-            "text": self.text,
+            **kinds.exported(self.text),  # kind, text (its payload) and what its kind adds (a file offer's file)
             "sent_at": iso_millis(self.shown_at),
             "sent_at_clamped": self.sent_at_clamped,
             "edited": self.edited,

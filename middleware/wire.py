@@ -78,7 +78,7 @@ from typing import Any, Callable, ClassVar
 
 import msgpack
 
-from . import crypto
+from . import crypto, kinds
 
 VERSION = 2  # 2: signed group descriptors and member records (GROUPS_INFO, JOIN, LEAVE, ADV)
 MAX_DATAGRAM = 65_000
@@ -275,8 +275,16 @@ class Data:
     parent: Mid | None
     sent_at: int
     name: str
-    text: str
+    text: str  # the body: chat text, or another kind's tag and payload (middleware.kinds)
     sig: bytes  # the writer's burst signature and this message's Merkle path (crypto.sign_burst)
+
+    @property
+    def kind(self) -> str:
+        return kinds.kind_of(self.text)
+
+    @property
+    def payload(self) -> str:
+        return kinds.payload_of(self.text)
 
     FIELDS: ClassVar = (
         ("gid", _gid),
@@ -323,7 +331,7 @@ class DataBatch:
     """One writer's chat messages in one datagram, under a signature it shares with the
     other datagrams of its burst.
 
-    Items are ``(seqno, parent, sent_at, name, text)``.  The receiver rebuilds the
+    Items are ``(seqno, parent, sent_at, name, text)``, ``text`` the body (:func:`item_kind`).  The receiver rebuilds the
     datagram's Merkle tree from the items and climbs ``burst_path`` (this datagram's
     index among the burst's and the sibling hashes) to the signed root; decoding fills
     ``proofs`` with each item's proof, to relay it later.
@@ -340,6 +348,11 @@ class DataBatch:
                         ("burst_path", _burst_path))
 
 
+def item_kind(item: tuple) -> tuple[str, str]:
+    """A DATA_BATCH item's kind and payload (:func:`middleware.kinds.split` of its body)."""
+    return kinds.split(item[4])
+
+
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
     """A DATA message relayed by any member (repair, sync): its writer's key and signature travel with it."""
@@ -349,9 +362,17 @@ class StoredMessage:
     parent: Mid | None
     sent_at: int
     name: str
-    text: str
+    text: str  # the body, as Data's
     public_key: bytes
     sig: bytes
+
+    @property
+    def kind(self) -> str:
+        return kinds.kind_of(self.text)
+
+    @property
+    def payload(self) -> str:
+        return kinds.payload_of(self.text)
 
     FIELDS: ClassVar = (("sender", _pid),) + Data.FIELDS[1:6] + (("public_key", _bytes(32)), ("sig", _proof))
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ..middleware import crypto, rules
-from ..middleware.chatops import OP_MARKER
+from ..middleware.chatops import is_operation
 from ..middleware.crypto import Identity
 from ..middleware.addresses import ANSWER_WAIT, Broadcast, Endpoint, answered_at, resolve_endpoint
 from ..middleware.events import Event, GroupsDiscovered, Listener, MessagesDelivered, WarningRaised, ignore
@@ -548,7 +548,7 @@ def _write_as_signed(core: PeerCore, gid: str, message: ChatMessage, now: float)
         raise ValueError(f"{message.sender_name} has already written seqno {seqno} in {gid}")
     channel.next_seqno = seqno
     wall = message.sent_at / 1000
-    if message.text.startswith(OP_MARKER) or message.sender_name != core.name:  # as a peer of other code could
+    if is_operation(message) or message.sender_name != core.name:  # as a peer of other code could
         channel.compose(message.sender_name, message.text, message.parent, now, wall)
         return message.mid
     return core.send(gid, message.text, message.parent, now, wall)

@@ -69,9 +69,9 @@ class GeneratedLog:
     file_size: np.ndarray | None = None  # per message, the size of the file it offers; -1 for none
 
 
-# The marker that opens a file offer's text (middleware.files.FILE_MARKER, not imported: the
-# generator runs where only the analytics extra is installed).
-FILE_MARKER = "\x00file1"
+# A file offer's kind in an export line (middleware.kinds.FILE_OFFER, not imported: the generator runs
+# where only the analytics extra is installed).  A line without `kind` is chat text.
+FILE_KIND = "file"
 FILE_MIMES = ("image/png", "application/pdf", "text/plain", "application/zip")
 
 
@@ -243,13 +243,15 @@ def write_jsonl(generated: GeneratedLog, out, chunk: int = 200_000) -> int:
 
 
 def _with_offer(line: str, index: int, size: int) -> str:
-    """An export line as the app writes a file offer: the offer as its text and its fields as `file`."""
+    """An export line as the app writes a file offer (middleware.kinds.exported): its kind, the offer's JSON
+    as its text, and its fields as `file`."""
     row = json.loads(line)
     digest = f"{index:064x}"
     offer = {"name": f"file{index}.bin", "size": size, "mime": FILE_MIMES[index % len(FILE_MIMES)], "sha256": digest,
              "chunk_size": 262144, "root": digest}
     text = {"name": offer["name"], "size": size, "mime": offer["mime"], "sha256": digest, "chunk": 262144, "root": digest}
-    row["text"] = FILE_MARKER + json.dumps(text, separators=(",", ":"))
+    row["kind"] = FILE_KIND
+    row["text"] = json.dumps(text, separators=(",", ":"))
     row["file"] = offer
     return json.dumps(row, separators=(",", ":")) + "\n"
 

@@ -9,9 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from m2mc.middleware.chatops import MAX_EDIT_TEXT, MAX_NOTICES, OP_MARKER, GroupOperations, decode, encode, is_operation
+from m2mc.middleware import kinds
+from m2mc.middleware.chatops import MAX_EDIT_TEXT, MAX_NOTICES, GroupOperations, decode, encode, is_operation
 from m2mc.middleware.obg import MAX_REACTION_EMOJI, ObgError, is_reaction_emoji
 from m2mc.middleware.types import ChatMessage, UsageError
+
+OP_MARKER = kinds.body(kinds.OPERATION, "")  # how an operation's body opens (middleware.kinds)
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
 GID = "g" * 32

@@ -6,6 +6,7 @@ ruff (pyflakes and pycodestyle's E7/E9) and mypy over the packages [tool.mypy] n
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -94,3 +95,35 @@ def test_mypy_passes_over_the_middleware():
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "Success: no issues found" in result.stdout, result.stdout[-2000:]
 
+
+
+# Issue 43 point 2: a message's kind is written in one place.  The registry's tags, written as the
+# opening of a body (U+0000 in any escape, or the tag alone as a string), anywhere but there.
+KINDS_REGISTRY = "middleware/kinds.py"
+CAPTURED_BEFORE_KINDS = ("tests/core/test_kinds_compat.py", "tests/core/fixtures/capture_before_kinds.py")
+
+
+def marker_uses(source: str) -> list[str]:
+    from m2mc.middleware import kinds
+
+    tags = "|".join(re.escape(kind.tag) for kind in kinds.KINDS.values() if kind.tag)
+    pattern = re.compile(rf"""(?:\\x00|\\u0000|\\0|\\000|\x00)(?:{tags})|["'](?:{tags})["']""")
+    return [match.group() for match in pattern.finditer(source)]
+
+
+def test_no_code_outside_the_kinds_registry_knows_a_marker():
+    offenders = {
+        str(path.relative_to(REPO)): found
+        for folder in (*PACKAGES, "tests")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if str(path.relative_to(REPO)) not in (KINDS_REGISTRY, *CAPTURED_BEFORE_KINDS)
+        and (found := marker_uses(path.read_text(encoding="utf-8")))
+    }
+    assert not offenders, offenders
+    assert marker_uses((REPO / KINDS_REGISTRY).read_text(encoding="utf-8"))  # it does look for them
+    from m2mc.middleware import kinds
+
+    op, offer = kinds.KINDS[kinds.OPERATION].tag, kinds.KINDS[kinds.FILE_OFFER].tag  # not written here either
+    sample = f'x = "\\x00{op}[]"\ny = "\\u0000{offer}{{}}"\nz = "{offer}"\nw = "\x00{op}"\n'
+    assert marker_uses(sample) == [f"\\x00{op}", f"\\u0000{offer}", f'"{offer}"', f"\x00{op}"]
+    assert marker_uses(f'VERSION = "m2mc-{offer}"  # the TCP handshake, no marker\n') == []

@@ -8,11 +8,14 @@ import os
 
 import pytest
 
-from m2mc.middleware.files import (BAD_CHUNKS_TO_DROP, FILE_MARKER, MAX_CHUNKS, MIN_CHUNK, Caps, ChunkPlan, FileOffer,
+from m2mc.middleware import kinds
+from m2mc.middleware.files import (BAD_CHUNKS_TO_DROP, MAX_CHUNKS, MIN_CHUNK, Caps, ChunkPlan, FileOffer,
                                    HandshakeSlots, SlotQueue, name_fits,
                                    FirstAskers, OfferError, ProgressGate, check_fetch, chunk_size_for, human_size, leaf_hash,
                                    offer_caption, parse_offer, readable_text, safe_name, split_leaves, tree_root, unique_name)
 from m2mc.middleware.types import UsageError
+
+FILE_MARKER = kinds.body(kinds.FILE_OFFER, "")  # how a file offer's body opens (middleware.kinds)
 
 H = hashlib.sha256
 

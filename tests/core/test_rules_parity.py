@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from m2mc.middleware.chatops import OP_MARKER
+from m2mc.middleware import kinds
 from m2mc.middleware.manager import Config, GroupManager
 from m2mc.middleware.events import ignore
 from m2mc.middleware.types import UsageError
 from m2mc.ui.memory_backend import MemoryManager
+
+OP_MARKER = kinds.body(kinds.OPERATION, "")  # how an operation's body opens (middleware.kinds)
 
 GOOD_PASSPHRASE = "violet kettle marching uphill"
 

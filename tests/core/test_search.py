@@ -20,6 +20,8 @@ from m2mc.middleware.store import Store
 from m2mc.middleware.store_api import MATCH_END, MATCH_START, SearchQueryError, fold_word, search_words
 from m2mc.middleware.types import ChatMessage, format_mid
 
+from m2mc.middleware import kinds
+
 # Latin with and without accents, Cyrillic (ё keeps its mark: unicode61 folds Latin only), Greek, CJK
 VOCABULARY = [
     "café", "cafe", "CAFÉ", "résumé", "resume", "naïve", "Łódź", "lodz", "Ñandú", "crème", "brûlée", "über",
@@ -106,9 +108,9 @@ def test_bad_query_syntax_is_a_search_query_error(store):
 
 def test_history_pages_in_delivery_order_without_operations(store):
     messages = random_messages(random.Random(3), 40)
-    messages[5] = messages[5]._replace(text="\x00obg1[]")  # an operation: never a row of a page
+    messages[5] = messages[5]._replace(text=kinds.body(kinds.OPERATION, "[]"))  # an operation: never a row of a page
     store.add_messages(messages)
-    chat = [m for m in store.history("g0") if not m.text.startswith("\x00obg1")]
+    chat = [m for m in store.history("g0") if m.kind != kinds.OPERATION]
     assert store.history_page("g0", limit=5) == chat[-5:]
     assert store.history_page("g0", before=chat[-5].order, limit=5) == chat[-10:-5]
     assert store.history_page("g0", after=chat[2].order, limit=3) == chat[3:6]

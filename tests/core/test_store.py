@@ -9,9 +9,11 @@ import pytest
 import msgpack
 
 from m2mc.middleware import crypto
-from m2mc.middleware.chatops import OP_MARKER
+from m2mc.middleware import kinds
 from m2mc.middleware.store import SCHEMA, SCHEMA_VERSION, SEGMENT_MESSAGES, VERSION_1_MESSAGES, Store
 from m2mc.middleware.types import ChatMessage
+
+OP_MARKER = kinds.body(kinds.OPERATION, "")  # how an operation's body opens (middleware.kinds)
 
 ANN, BOB = crypto.Identity.generate(), crypto.Identity.generate()
 GID = "g-1"

@@ -6,10 +6,12 @@ from m2mc.middleware import crypto, wire
 from m2mc.middleware.gjlp import GroupRecord
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.store import Store
-from m2mc.middleware.chatops import OP_MARKER
+from m2mc.middleware import kinds
 from m2mc.middleware.store_api import PeerStore
 from m2mc.middleware.types import ChatMessage
 from tests.testbed.stores import after_crash
+
+OP_MARKER = kinds.body(kinds.OPERATION, "")  # how an operation's body opens (middleware.kinds)
 
 ANN, BOB = crypto.Identity.generate(), crypto.Identity.generate()
 
@@ -329,8 +331,7 @@ def test_threads_follow_a_kept_version_that_moves_a_reply_makes_a_root_or_names_
 
 
 def test_file_offers_of_a_group_in_delivery_order_kept_across_a_crash_and_a_replaced_version(store):
-    from m2mc.middleware.files import FILE_MARKER
-
+    FILE_MARKER = kinds.body(kinds.FILE_OFFER, "")
     s = store[0]
     offer = lambda identity, seqno, gid: message(identity, seqno, gid, text=f"{FILE_MARKER}{{}} {seqno}")  # noqa: E731
     s.add_messages([offer(ANN, 1, "g"), message(ANN, 2, "g"), offer(BOB, 1, "other"), offer(BOB, 2, "g"),
@@ -347,7 +348,7 @@ def test_file_offers_of_a_group_in_delivery_order_kept_across_a_crash_and_a_repl
     store.append(after_crash(s))
     assert [m.mid for m in store[-1].file_offers("g")] == [(ANN.pid, 2), (BOB.pid, 2)]
     if isinstance(store[-1], Store):  # a data dir from before the table gets it on open
-        store[-1]._db.execute("DROP TABLE file_offers")
+        store[-1]._db.execute("DROP TABLE message_kinds")
         store[-1].commit()
         path = store[-1].path
         store[-1]._checkpointer.stop()
@@ -367,3 +368,4 @@ def test_file_offers_of_a_group_in_delivery_order_kept_across_a_crash_and_a_repl
         dying[0]._db.close()  # what the process's death does: its transaction is gone
         store.append(Store(path))  # not left empty: built again
         assert [m.mid for m in store[-1].file_offers("g")] == [(ANN.pid, 2), (BOB.pid, 2)]
+        assert [m.mid for m in store[-1].of_kind("g", kinds.OPERATION)] == [(BOB.pid, 3)]
