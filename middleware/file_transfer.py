@@ -53,6 +53,7 @@ import random
 import shutil
 import socket
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -87,7 +88,7 @@ MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.Handsh
 HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
 CONNECT_TIMEOUT = 5.0
 WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked and written (at least 4 chunks)
-CHECKERS = 2  # threads hashing chunks (hashlib lets go of the GIL): beside the loop's reads and the writer's writes
+CHECKERS = 2  # threads hashing and writing chunks (both let go of the GIL): one hashes while the other writes
 RESUME_BYTES = 2**30
 """A download's resume point every this many bytes: its file is synced (fdatasync, off the loop) and
 the chunks written before are marked durable in its bitmap (2), so that after a power cut only the
@@ -512,7 +513,6 @@ class FileService:
         self._closed = False
         self._buffers = _Buffers()
         self._checker = concurrent.futures.ThreadPoolExecutor(max_workers=CHECKERS, thread_name_prefix="m2mc-chunks")
-        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-writes")
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -553,7 +553,6 @@ class FileService:
         for transfer in self.transfers.values():
             self._close_fds(transfer)
         self._checker.shutdown(wait=False, cancel_futures=True)
-        self._writer.shutdown(wait=False, cancel_futures=True)
 
     def _spawn(self, coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -1145,10 +1144,10 @@ class FileService:
                    for pid in transfer.sources)
 
     def _check_chunk(self, transfer: Transfer, source: _Source, index: int, data: memoryview) -> None:
-        """A chunk came: hashed on a checker thread while the loop reads on, then, if it matches its
-        leaf, written by the writer thread (one thread: two writing the same file only spin on its
-        lock) while the next chunks are hashed; then taken (its bitmap byte, after the chunk is
-        written)."""
+        """A chunk came: hashed on a checker thread while the loop reads on, and written there if it
+        matches its leaf (one write at a time, :data:`_WRITING`, while the other checker hashes);
+        then taken (its bitmap byte, after the chunk is written).  It stays in flight to its
+        source meanwhile: never asked twice."""
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
         transfer.received += len(data)
@@ -1159,10 +1158,11 @@ class FileService:
             plan.received(source.pid, index, b"", transfer.leaves)  # counted as bad
             self._after_chunk(transfer, source)
             return
-        loop = asyncio.get_running_loop()
-        leaf = transfer.leaves[index]
+        job = asyncio.get_running_loop().run_in_executor(
+            self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
+            index * transfer.offer.chunk_size)
 
-        def done(job: asyncio.Future, digest: bytes) -> None:
+        def checked(job: asyncio.Future) -> None:
             source.outstanding -= 1
             if job.cancelled():  # its thread may still read the buffer: it is not reused
                 return
@@ -1173,20 +1173,10 @@ class FileService:
                 plan.unask(index)
                 self._fail(transfer, job.exception())
                 return
-            self._take_chunk(transfer, source.pid, index, digest)
+            self._take_chunk(transfer, source.pid, index, job.result())
             self._after_chunk(transfer, source)
 
-        def hashed(job: asyncio.Future) -> None:
-            if job.cancelled() or job.exception() is not None or job.result() != leaf \
-                    or transfer.plan is not plan or transfer.state != "fetching" or plan.have[index]:
-                done(job, b"" if job.cancelled() or job.exception() else job.result())
-                return
-            # Still in flight to this source while it is written: never asked twice meanwhile.
-            written = loop.run_in_executor(self._writer, _write_chunk, data, transfer.part,
-                                           index * transfer.offer.chunk_size)
-            written.add_done_callback(lambda job: done(job, leaf))
-
-        loop.run_in_executor(self._checker, leaf_hash, data).add_done_callback(hashed)
+        job.add_done_callback(checked)
 
     def _after_chunk(self, transfer: Transfer, source: _Source) -> None:
         plan = transfer.plan
@@ -1543,13 +1533,19 @@ def _sync_path(path: Path) -> None:
         os.close(fd)
 
 
+_WRITING = threading.Lock()
+"""One chunk written at a time: two threads writing one file at once only spin on its lock in the
+kernel (a tenth of a download's CPU), where this one sleeps."""
+
+
 def _write_chunk(data: memoryview, part: Path, offset: int) -> None:
     """A checked chunk at ``offset`` of ``part``, in one write from the buffer it was received into,
-    never synced here (resume points and the end do that).  Blocking (the writer thread): the file
+    never synced here (resume points and the end do that).  Blocking (a checker thread): the file
     is opened here, so no descriptor the loop may close is used."""
     fd = os.open(part, os.O_WRONLY | _O_BINARY)
     try:
-        _pwrite(fd, data, offset)
+        with _WRITING:
+            _pwrite(fd, data, offset)
     finally:
         os.close(fd)
 

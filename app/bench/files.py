@@ -8,9 +8,15 @@ host 1's side of its veth; ``unlimited``: no qdisc), pairs of runs in turns, A B
 
 A. a plain TCP copy of the file from host 1 to host 2 (``socket.sendfile`` into ``recv_into``
    and a write to disk, no hashing): the baseline;
-B. the same file offered by an m2mc-peer on host 1 (a new offer each pair, hashed before the
-   clock starts) and fetched by one on host 2, from ``fetch_file`` to its ``done`` notification
-   (every chunk checked against the offer's hash tree).
+B. the same file offered by an m2mc-peer on host 1 (a new offer each pair, all hashed before
+   the first run) and fetched by one on host 2, from ``fetch_file`` to its ``done`` notification
+   (every chunk checked against the offer's hash tree; its sync to disk, which follows, is
+   waited for before the next run).
+
+Each run starts right after the previous one's file is deleted: on this virtual machine memory
+freed for more than about 2 s goes back to the host, and writing into it again costs 3 to 4 times
+the CPU (1.1-1.6 against 0.35 CPU s a GiB of page cache), so a run started later than the other
+would pay for it.
 
 Each pair prints its ratio, plain copy's seconds over m2mc's (1.00: as fast as the plain copy),
 and each receiver's CPU seconds per GiB; each rate ends with its ratios and their median
@@ -150,12 +156,17 @@ def wait_done(peer, mid: str, timeout: float = 3600) -> None:
             peer._cond.wait(left)
 
 
-def m2mc_copy(ann, bob, gid: str, source: Path, dest: Path, idle=None) -> tuple[float, float, float]:
-    """Seconds from Bob's ``fetch_file`` to its ``done``, and Bob's and Ann's CPU seconds meanwhile
-    (printed: Bob's by thread, his event loop's first, and ``idle``'s, a member doing nothing)."""
-    mid = ann.call("send_file", {"gid": gid, "path": str(source)}, timeout=600)["mid"]
-    bob.wait_for(lambda: any(m["mid"] == mid for m in bob.delivered(gid)), timeout=30)
-    time.sleep(0.5)  # the offer's own traffic (acks, repairs) out of the way
+def offers(ann, bob, gid: str, source: Path, count: int) -> list[str]:
+    """``count`` offers of ``source`` by Ann, delivered to Bob: made before any run is timed."""
+    mids = [ann.call("send_file", {"gid": gid, "path": str(source)}, timeout=600)["mid"] for _ in range(count)]
+    bob.wait_for(lambda: all(any(m["mid"] == mid for m in bob.delivered(gid)) for mid in mids), timeout=30)
+    time.sleep(0.5)  # the offers' own traffic (acks, repairs) out of the way
+    return mids
+
+
+def m2mc_copy(ann, bob, gid: str, mid: str, dest: Path, idle=None) -> tuple[float, float, float]:
+    """Seconds from Bob's ``fetch_file`` of ``mid`` to its ``done``, and Bob's and Ann's CPU seconds
+    meanwhile (printed: Bob's by thread, his event loop's first, and ``idle``'s, a member doing nothing)."""
     before = [cpu_seconds(peer_pid(p)) for p in (bob, ann)]
     threads = thread_cpu(peer_pid(bob))
     idle_before = cpu_seconds(peer_pid(idle)) if idle is not None else 0.0
@@ -172,6 +183,7 @@ def m2mc_copy(ann, bob, gid: str, source: Path, dest: Path, idle=None) -> tuple[
     row = fetched(bob, gid, mid)
     assert row["state"] == "done", row
     Path(row["path"]).unlink()
+    os.sync()  # the file's own sync, which follows its done, finished before the next run
     return seconds, receiver, sender
 
 
@@ -211,9 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             for rate in args.rates.split(",") if args.pairs else ():
                 hold_link(lan, 0, rate)
                 ratios = []
-                for pair in range(1, args.pairs + 1):
+                mids = offers(ann, bob, gid, big, args.pairs)
+                for pair, mid in enumerate(mids, 1):
                     plain, plain_cpu = plain_copy(lan, big, work / "plain.bin")
-                    seconds, receiver_cpu, sender_cpu = m2mc_copy(ann, bob, gid, big, work / "bob.bin", dan)
+                    seconds, receiver_cpu, sender_cpu = m2mc_copy(ann, bob, gid, mid, work / "bob.bin", dan)
                     ratios.append(plain / seconds)
                     print(f"{rate} pair {pair}: plain copy {plain:.2f} s ({size / plain / 2**20:,.0f} MiB/s, receiver "
                           f"{plain_cpu / gib:.2f} CPU s/GiB), m2mc {seconds:.2f} s ({size / seconds / 2**20:,.0f} MiB/s,"
