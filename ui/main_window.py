@@ -497,7 +497,7 @@ class MainWindow(QMainWindow):
         self.discover_action = self._action("&Find groups…", "Ctrl+G", joins.show_discovery, "discover")
         self.join_action = self._action("&Join group by id…", None, joins.join_by_id, "join")
         self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", joins.join_from_invite, "join")
-        self.invite_action = self._action("&Copy invite", None, joins.copy_invite)
+        self.invite_action = self._action("Co&py invite", None, joins.copy_invite)
         self.add_peer_action = self._action("&Add peer by address…", None, joins.add_peer)
         self.leave_action = self._action("&Leave group", None, joins.leave_current_group)
         self.name_action = self._action("Change display &name…", None, joins.change_name)
@@ -527,14 +527,14 @@ class MainWindow(QMainWindow):
         self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
         self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
-        self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.session_controller.mark_all_read)
+        self.mark_read_action = self._action("Mark all rea&d", "Ctrl+Shift+U", self.session_controller.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
         self.search_action = self._action("Search &everywhere…", "Ctrl+Shift+F", self.search_window.show_search, "search")
         self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
         self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
                                         "timeline", checkable=True)
-        self.topic_action = self._action("Edit the &topic…", None, self.focus_topic)
-        expand = self._action("E&xpand all", None, self.tree_view.expandAll)
+        self.topic_action = self._action("Edit the topi&c…", None, self.focus_topic)
+        expand = self._action("Ex&pand all", None, self.tree_view.expandAll)
         collapse = self._action("C&ollapse all", None, self.tree_view.collapseAll)
         for action in (self.send_action, self.attach_action, self.reply_action, self.new_thread_action, self.next_unread_action,
                        self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
@@ -967,6 +967,9 @@ class MainWindow(QMainWindow):
     def refresh_status(self) -> None:
         self.status_controller.refresh()
 
+    def poll_presence(self) -> None:
+        self.status_controller.poll_presence()
+
     def fill_members(self) -> None:
         self.status_controller.fill_members()
         view = self.current.view if self.current is not None else None
@@ -977,7 +980,7 @@ class MainWindow(QMainWindow):
 
     def _notify_menu(self, gid_of: Callable[[], str | None], parent: QWidget | None = None) -> QMenu:
         """Notifications: All messages / Mentions only / Nothing, for the group ``gid_of()`` names."""
-        menu = QMenu("&Notifications", parent or self)
+        menu = QMenu("Notificat&ions", parent or self)
         levels = QActionGroup(menu)
         for level, text in (("all", "&All messages"), ("mentions", "&Mentions only"), ("nothing", "N&othing")):
             action = QAction(text, menu, checkable=True)
