@@ -31,7 +31,7 @@ from pathlib import Path
 from functools import partial
 from typing import Callable, Iterator
 
-from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
+from PySide6.QtCore import QAbstractItemModel, QEvent, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -100,8 +100,8 @@ SCROLL_BACK_MARGIN = 200  # pixels from the top at which the older history loads
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
-ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here. Ask a member for an invite, "
-                "or add a peer by address (File menu).")
+# Short enough for the status bar at 800 px (issue 45); the groups window says the rest.
+ALONE_STATUS = "Nobody found yet: multicast may be blocked. Try an invite, or File → Add peer."
 # Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
 PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
 MINIMUM_WIDTH = 640
@@ -580,6 +580,11 @@ class MainWindow(QMainWindow):
         self.sync_bar.hide()
         self.pending_label = QLabel()
         self.pending_label.setObjectName("pendingLabel")
+        # A message cut off at the window's width is one click away in full (issue 45): the bar's tooltip
+        # holds it, and a click on the bar shows it in a box that can be read and copied.
+        bar.messageChanged.connect(bar.setToolTip)
+        bar.installEventFilter(self)
+        self.status_box: QMessageBox | None = None
         bar.addPermanentWidget(self.sync_bar)
         bar.addPermanentWidget(self.pending_label)
         bar.addPermanentWidget(self.peers_label)
@@ -1712,6 +1717,29 @@ class MainWindow(QMainWindow):
             if name in closed:
                 toggle.setChecked(False)
                 self.pane_folds.chosen(name, False, self.width())
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if (watched is self.statusBar() and event.type() == QEvent.Type.MouseButtonRelease
+                and self.statusBar().currentMessage()):
+            self.show_status_in_full()
+            return True
+        return super().eventFilter(watched, event)
+
+    def show_status_in_full(self) -> None:
+        """The status bar's message in a box of its own, whole, selectable."""
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "Status", self.statusBar().currentMessage(),
+                          QMessageBox.StandardButton.Close, self)
+        box.setObjectName("statusMessageBox")
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status_box = box
+        box.open()
+
+    def status_fits(self) -> bool:
+        """Whether the status bar's message shows whole at the window's width now."""
+        bar = self.statusBar()
+        room = bar.width() - sum(w.width() for w in (self.sync_bar, self.pending_label, self.peers_label,
+                                                      self.address_label) if w.isVisible()) - 24
+        return bar.fontMetrics().horizontalAdvance(bar.currentMessage()) <= room
 
     def changeEvent(self, event) -> None:
         super().changeEvent(event)
