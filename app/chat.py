@@ -40,13 +40,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def downloads_folder(chosen: Path | None) -> Path | None:
+def downloads_folder(chosen: Path | None, found: str | None = None) -> Path | None:
     """Where the app's downloads go: ``chosen``, else the desktop's Downloads folder (where people look for
-    what they fetched), else None (the middleware's <data dir>/downloads)."""
+    what they fetched; ``found`` in tests), made if it is missing, else None (the middleware's
+    <data dir>/downloads).  Without ~/Downloads, files went to a hidden folder nobody looks in (issue 45)."""
     if chosen is not None:
         return chosen
-    found = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DownloadLocation)
-    return Path(found) if found and Path(found).is_dir() else None
+    if found is None:
+        found = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DownloadLocation)
+    if not found:
+        return None
+    folder = Path(found)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # a read-only home: the data dir's folder, which the file rows still open
+    return folder
 
 
 NO_DISPLAY = ("m2mc-chat: no display found (neither DISPLAY nor WAYLAND_DISPLAY is set); "

@@ -254,11 +254,17 @@ class FilesView(QObject):
         if session is None or not paths:
             return
         gid, parent = session.gid, self.window.compose_controller.target.parent
+        shared = False
         for path in paths:
             if Path(path).is_dir():
                 self._attach_failed(f"{Path(path).name} is a folder: only files can be shared")
                 continue
             self._send_file(gid, path, parent)
+            shared = True
+        if shared:
+            # Shared as a reply, the file used the target up, as a sent text does (issue 45): the next
+            # message must not answer it too (in an open thread the root stays the default).
+            self.window.compose_controller.file_shared()
 
     def attach_image(self, image: QImage) -> None:
         """A pasted picture: saved as a PNG (by the name's suffix) named for when it was pasted, then attached."""

@@ -31,7 +31,7 @@ from pathlib import Path
 from functools import partial
 from typing import Callable, Iterator
 
-from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
+from PySide6.QtCore import QAbstractItemModel, QEvent, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -100,8 +100,8 @@ SCROLL_BACK_MARGIN = 200  # pixels from the top at which the older history loads
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
-ALONE_STATUS = ("Nobody found on this network yet: multicast may be blocked here. Ask a member for an invite, "
-                "or add a peer by address (File menu).")
+# Short enough for the status bar at 800 px (issue 45); the groups window says the rest.
+ALONE_STATUS = "Nobody found yet: multicast may be blocked. Try an invite, or File → Add peer."
 # Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
 PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
 MINIMUM_WIDTH = 640
@@ -497,7 +497,7 @@ class MainWindow(QMainWindow):
         self.discover_action = self._action("&Find groups…", "Ctrl+G", joins.show_discovery, "discover")
         self.join_action = self._action("&Join group by id…", None, joins.join_by_id, "join")
         self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", joins.join_from_invite, "join")
-        self.invite_action = self._action("&Copy invite", None, joins.copy_invite)
+        self.invite_action = self._action("Co&py invite", None, joins.copy_invite)
         self.add_peer_action = self._action("&Add peer by address…", None, joins.add_peer)
         self.leave_action = self._action("&Leave group", None, joins.leave_current_group)
         self.name_action = self._action("Change display &name…", None, joins.change_name)
@@ -527,14 +527,14 @@ class MainWindow(QMainWindow):
         self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
         self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
-        self.mark_read_action = self._action("&Mark all read", "Ctrl+Shift+U", self.session_controller.mark_all_read)
+        self.mark_read_action = self._action("Mark all rea&d", "Ctrl+Shift+U", self.session_controller.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
         self.search_action = self._action("Search &everywhere…", "Ctrl+Shift+F", self.search_window.show_search, "search")
         self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
         self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
                                         "timeline", checkable=True)
-        self.topic_action = self._action("Edit the &topic…", None, self.focus_topic)
-        expand = self._action("E&xpand all", None, self.tree_view.expandAll)
+        self.topic_action = self._action("Edit the topi&c…", None, self.focus_topic)
+        expand = self._action("Ex&pand all", None, self.tree_view.expandAll)
         collapse = self._action("C&ollapse all", None, self.tree_view.collapseAll)
         for action in (self.send_action, self.attach_action, self.reply_action, self.new_thread_action, self.next_unread_action,
                        self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
@@ -580,6 +580,11 @@ class MainWindow(QMainWindow):
         self.sync_bar.hide()
         self.pending_label = QLabel()
         self.pending_label.setObjectName("pendingLabel")
+        # A message cut off at the window's width is one click away in full (issue 45): the bar's tooltip
+        # holds it, and a click on the bar shows it in a box that can be read and copied.
+        bar.messageChanged.connect(bar.setToolTip)
+        bar.installEventFilter(self)
+        self.status_box: QMessageBox | None = None
         bar.addPermanentWidget(self.sync_bar)
         bar.addPermanentWidget(self.pending_label)
         bar.addPermanentWidget(self.peers_label)
@@ -967,6 +972,9 @@ class MainWindow(QMainWindow):
     def refresh_status(self) -> None:
         self.status_controller.refresh()
 
+    def poll_presence(self) -> None:
+        self.status_controller.poll_presence()
+
     def fill_members(self) -> None:
         self.status_controller.fill_members()
         view = self.current.view if self.current is not None else None
@@ -977,7 +985,7 @@ class MainWindow(QMainWindow):
 
     def _notify_menu(self, gid_of: Callable[[], str | None], parent: QWidget | None = None) -> QMenu:
         """Notifications: All messages / Mentions only / Nothing, for the group ``gid_of()`` names."""
-        menu = QMenu("&Notifications", parent or self)
+        menu = QMenu("Notificat&ions", parent or self)
         levels = QActionGroup(menu)
         for level, text in (("all", "&All messages"), ("mentions", "&Mentions only"), ("nothing", "N&othing")):
             action = QAction(text, menu, checkable=True)
@@ -1709,6 +1717,29 @@ class MainWindow(QMainWindow):
             if name in closed:
                 toggle.setChecked(False)
                 self.pane_folds.chosen(name, False, self.width())
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
+        if (watched is self.statusBar() and event.type() == QEvent.Type.MouseButtonRelease
+                and self.statusBar().currentMessage()):
+            self.show_status_in_full()
+            return True
+        return super().eventFilter(watched, event)
+
+    def show_status_in_full(self) -> None:
+        """The status bar's message in a box of its own, whole, selectable."""
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "Status", self.statusBar().currentMessage(),
+                          QMessageBox.StandardButton.Close, self)
+        box.setObjectName("statusMessageBox")
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status_box = box
+        box.open()
+
+    def status_fits(self) -> bool:
+        """Whether the status bar's message shows whole at the window's width now."""
+        bar = self.statusBar()
+        room = bar.width() - sum(w.width() for w in (self.sync_bar, self.pending_label, self.peers_label,
+                                                      self.address_label) if w.isVisible()) - 24
+        return bar.fontMetrics().horizontalAdvance(bar.currentMessage()) <= room
 
     def changeEvent(self, event) -> None:
         super().changeEvent(event)

@@ -74,7 +74,10 @@ class ComposeTarget:
         self.new_thread = False
 
     def close_thread(self) -> None:
+        """Back to all threads: a reply chosen in the thread goes with it (issue 45), as opening
+        another thread forgets it; an edit in progress stays."""
         self.thread = None
+        self.reply = None
         self.new_thread = False
 
     def sent(self, mid: Mid) -> None:

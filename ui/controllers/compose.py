@@ -238,6 +238,13 @@ class ComposeController(QObject):
             self.view.compose.clear()
             self.show_target()
 
+    def file_shared(self) -> None:
+        """A file went out to the target: a chosen reply is used up, the draft's text stays."""
+        if self.target.reply is not None and self.target.edit is None:
+            self.target.reply = None
+            self.keep_draft()
+            self.show_target()
+
     def _send_failed(self, error: Exception) -> None:
         self.view.compose_error.setText(f"Not sent: {describe_error(error)}")
         self.view.compose_error.show()

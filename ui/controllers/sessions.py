@@ -113,6 +113,7 @@ class SessionsView(Protocol):
     def show_topic(self, session: GroupSession) -> None: ...
     def refresh_status(self) -> None: ...
     def fill_members(self) -> None: ...
+    def poll_presence(self) -> None: ...
     def update_pinned_button(self) -> None: ...
     def update_older_button(self) -> None: ...
     def set_divider(self, session: GroupSession) -> None: ...
@@ -497,6 +498,7 @@ class SessionController(QObject):
             if changed:
                 self.view.relayout_messages()
             self.view.update_pinned_button()
+            self.view.messages_shown(list(by_mid))  # the reply banner names an edited message anew
             edited = by_mid.get(self.target.edit) if self.target.edit is not None else None
             if edited is not None and edited.deleted:
                 self.view.start_new_thread()
@@ -517,6 +519,10 @@ class SessionController(QObject):
     def _on_member_changed(self, gid: str, _member: Member) -> None:
         if gid in self.sessions:
             self.refresh_group_view(gid)
+            if self.selection.is_current(self.sessions[gid]):
+                # Its JOIN was just heard: asked now, a new member showed offline until the next poll,
+                # up to 5 s (issue 45).
+                self.view.poll_presence()
 
     def _on_unread_count(self, session: GroupSession, count: int) -> None:
         if session.item is not None:

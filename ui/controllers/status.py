@@ -177,6 +177,8 @@ class StatusController(QObject):
         self.view.pending_label.setToolTip("Replies that arrived before the message they answer; "
                                              "they appear as soon as it does")
         self.view.pending_label.setProperty("waiting", "true" if waiting else "false")
+        # Shown only while replies wait: "no replies waiting" took the room a notice needs at 800 px.
+        self.view.pending_label.setVisible(bool(waiting))
         self.view.pending_label.style().unpolish(self.view.pending_label)
         self.view.pending_label.style().polish(self.view.pending_label)
         sync = session.sync if session is not None else None
