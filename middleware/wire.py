@@ -14,6 +14,10 @@ its hash) and members by their own signed :class:`MemberRecord` (with the member
 direct-message key as an 8th field; records made before it have 7); ``decode`` checks
 their shape, and :func:`verify_descriptor` / :func:`verify_member` their signatures
 (the GJLP calls them only when a record would change something).
+A chat message's ``text`` is its *body*: chat text as it is, or another kind's tag and payload
+(an operation, a file offer: :mod:`middleware.kinds`, the one module that reads and writes tags);
+``Data.kind``/``payload``, ``StoredMessage.kind``/``payload`` and :func:`item_kind` give them.
+The wire does not change with kinds: every item stays 5 values, which older peers require.
 ``decode`` accepts bytes from anyone on the LAN, so it trusts nothing: any input it
 cannot turn into a well-formed, verified message raises :class:`WireError` (or its
 subclasses :class:`SignatureError` and :class:`SealedError`) and nothing else.

@@ -29,7 +29,8 @@ from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, Q
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPalette, QTextCharFormat, QTextLayout, QTextOption
 from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QToolTip
 
-from ..middleware.files import is_offer_text, readable_text, shown_offer
+from ..middleware.files import readable_text
+from ..middleware.kinds import CHAT, kind_of
 from ..middleware.mentions import render
 from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMessage, Mid, utc_datetime
 
@@ -316,8 +317,8 @@ class MessageDelegate(QStyledItemDelegate):
         if body is not None:
             self._bodies.move_to_end(key)
             return body
-        text = "message deleted" if message.deleted else shown_offer(message.text) if is_offer_text(message.text) \
-            else message.text
+        text = "message deleted" if message.deleted else message.text if kind_of(message.text) == CHAT \
+            else readable_text(message.text, {})  # a file offer's caption, or what its kind shows
         mentions: list[tuple[int, int, bool]] = []  # (start, length, of me) of each "@Name" shown
         if "<@" in text and not message.deleted:
             text, at = "", 0

@@ -26,7 +26,8 @@ from typing import Callable, Iterable
 from PySide6.QtCore import (QAbstractItemModel, QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt,
                             QTimer, Signal)
 
-from ..middleware.files import is_offer_text, shown_offer
+from ..middleware.files import readable_text
+from ..middleware.kinds import CHAT, kind_of
 from ..middleware.store_api import StoredThread, in_branch
 from ..middleware.types import ChatMessage, Mid
 from .message_tree import MessageTree, Node
@@ -304,7 +305,7 @@ def _message_data(message: ChatMessage, role: int, tree: MessageTree, node: Node
         author = "You" if message.sender == tree.own_pid else message.sender_name
         return notice_sentence(message, author, tree.message(pinned_target(message) or ("", 0)), {})
     if role == Qt.ItemDataRole.DisplayRole:  # what a screen reader reads: a file offer as its caption, not JSON
-        return shown_offer(message.text) if is_offer_text(message.text) else message.text
+        return message.text if kind_of(message.text) == CHAT else readable_text(message.text, {})  # as its kind shows
     if role == MessageRole:
         return message
     # Flags are ints, not bools: PySide6 6.12 on Python 3.11 mis-counts references to
