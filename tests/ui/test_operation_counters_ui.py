@@ -14,7 +14,7 @@ from m2mc.middleware.types import ChatMessage, Member
 
 
 def set_topic_in_header(qtbot, window, text):
-    window.topic_edit.setFocus()
+    window.topic_edit.setFocus(Qt.FocusReason.MouseFocusReason)  # the user clicks it: the focus model lets it take keys
     window.topic_edit.selectAll()
     qtbot.keyClicks(window.topic_edit, text)
     qtbot.keyClick(window.topic_edit, Qt.Key.Key_Return)
