@@ -390,7 +390,7 @@ def test_11_a_strangers_recently_heard_keys_do_not_take_a_members_unicast_copies
     ann, bob = unicast.peers
     gid = unicast.gid
     with prove_keys(unicast.lan, unicast.lan.addresses[0], unicast.sources[:20], STRANGER_KEYS_HEARD, keep=1.0) as proc:
-        wait_proven(proc)
+        wait_proven(proc, within=150.0)  # 80 handshakes within Ann's HELLO budgets: 60 s was short at load 8
         time.sleep(3.0)  # every key heard since Bob last was
         before = len(bob.delivered(gid))
         for i in range(MESSAGES):
