@@ -240,13 +240,14 @@ def test_1_a_replayed_multicast_datagram_of_the_offerer_does_not_redirect_a_down
     data = replays.captured(lambda: ann.call("send", {"gid": gid, "text": "hello", "parent": None}), wire.DataBatch)
 
     def fetch(name: str, replay) -> float:
-        """Seconds from Bob's fetch_file of Ann's new 1 MiB file to done while ``replay()`` runs (inf: not
+        """Seconds from Bob's fetch_file of Ann's new 1 MiB file to done while ``replay(stop)`` runs (inf: not
         within FETCH_WITHIN)."""
         path = replays.tmp / name
         path.write_bytes(os.urandom(2**20))
         mid = ann.call("send_file", {"gid": gid, "path": str(path)}, timeout=30)["mid"]
         bob.wait_for(lambda: any(m["mid"] == mid for m in bob.delivered(gid)), timeout=10, what="the offer")
-        sender = threading.Thread(target=replay)
+        stop = threading.Event()
+        sender = threading.Thread(target=replay, args=(stop,))
         sender.start()
         try:
             time.sleep(2.0)  # Ann is idle: her next beacon is up to 30 s away, the replays come every 50 ms
@@ -259,19 +260,21 @@ def test_1_a_replayed_multicast_datagram_of_the_offerer_does_not_redirect_a_down
             except RpcTimeout:
                 return float("inf")
         finally:
+            stop.set()  # the replays ran all through the fetch; the rest are not needed
             sender.join()
 
     count = int((FETCH_WITHIN + 4) / 0.05)
     # From the attacker's own address, 20 a second.
-    took = fetch("report.bin", lambda: send_from(replays.lan.hosts[2], replays.lan.addresses[2], replays.group["addr"],
-                                                 replays.group["port"], [data] * count, 0.05))
+    took = fetch("report.bin", lambda stop: send_from(replays.lan.hosts[2], replays.lan.addresses[2],
+                                                      replays.group["addr"], replays.group["port"], [data] * count,
+                                                      0.05, stop))
     # With a forged source: a third party's address, where nobody listens (Bob's SYNs to it counted).
     victim = f"{replays.lan.subnet}.77"
     subprocess.run(["ip", "netns", "exec", replays.lan.hosts[1], "iptables", "-I", "OUTPUT", "-p", "tcp", "--syn",
                     "-d", victim], check=True)
-    forged = fetch("minutes.bin", lambda: send_spoofed(replays.lan.hosts[2], (victim, 47477),
-                                                       (replays.group["addr"], replays.group["port"]),
-                                                       [data] * count, 0.05))
+    forged = fetch("minutes.bin", lambda stop: send_spoofed(replays.lan.hosts[2], (victim, 47477),
+                                                            (replays.group["addr"], replays.group["port"]),
+                                                            [data] * count, 0.05, stop=stop))
     out = subprocess.run(["ip", "netns", "exec", replays.lan.hosts[1], "iptables", "-L", "OUTPUT", "-v", "-x", "-n"],
                          check=True, capture_output=True, text=True).stdout
     syns = next(int(line.split()[0]) for line in out.splitlines() if victim in line)
@@ -339,7 +342,7 @@ class Unicast:
         self.peers: list[PeerProcess] = []
         try:
             subnet = self.lan.subnet
-            self.sources = [f"{subnet}.{i}" for i in range(100, 200)]  # the attacker's addresses
+            self.sources = [f"{subnet}.{i}" for i in range(100, 250)]  # the attacker's addresses (2 keys each in row 10)
             self.victims = [f"{subnet}.{i}" for i in range(10, 100)]  # addresses nobody holds
             add_addresses(self.lan, self.sources)
             for i in (0, 1):

@@ -190,11 +190,34 @@ while at < len(data):
 """
 
 
-def send_from(host: str, iface: str, group: str, port: int, datagrams: list[bytes], pause: float = 0.0) -> None:
-    """Multicast raw ``datagrams`` from namespace ``host`` (an attacker's), ``pause`` s apart."""
-    payload = b"".join(len(d).to_bytes(4, "big") + d for d in datagrams)
-    subprocess.run(["ip", "netns", "exec", host, sys.executable, "-c", SEND_SCRIPT, iface, group, str(port),
-                    str(pause)], input=payload, check=True, timeout=600)
+def _feed(argv: list[str], datagrams: list[bytes], stop: threading.Event | None) -> None:
+    """Run a sender script on ``datagrams`` until it has sent them all, or until ``stop`` is set."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"".join(len(d).to_bytes(4, "big") + d for d in datagrams))  # the script reads all first
+        proc.stdin.close()
+        deadline = time.monotonic() + 600
+        while proc.poll() is None:
+            if stop is not None and stop.is_set():
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{argv[:6]} still sending after 600 s")
+            time.sleep(0.05)
+        if proc.returncode:
+            raise subprocess.CalledProcessError(proc.returncode, argv)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def send_from(host: str, iface: str, group: str, port: int, datagrams: list[bytes], pause: float = 0.0,
+              stop: threading.Event | None = None) -> None:
+    """Multicast raw ``datagrams`` from namespace ``host`` (an attacker's), ``pause`` s apart; the rest are
+    not sent once ``stop`` is set."""
+    _feed(["ip", "netns", "exec", host, sys.executable, "-c", SEND_SCRIPT, iface, group, str(port), str(pause)],
+          datagrams, stop)
 
 
 def rss_bytes(pid: int) -> int:
@@ -296,11 +319,9 @@ while at < len(data):
 
 
 def send_spoofed(host: str, source: tuple[str, int], target: tuple[str, int], datagrams: list[bytes],
-                 pause: float = 0.0, spread_ports: bool = False) -> None:
+                 pause: float = 0.0, spread_ports: bool = False, stop: threading.Event | None = None) -> None:
     """Send UDP ``datagrams`` from namespace ``host`` to ``target`` with a forged ``source`` address
     (a raw socket writes the IP header), as an attacker aiming a peer's answers at a victim;
-    ``spread_ports``: each datagram from the next source port."""
-    payload = b"".join(len(d).to_bytes(4, "big") + d for d in datagrams)
-    subprocess.run(["ip", "netns", "exec", host, sys.executable, "-c", SPOOF_SCRIPT, source[0], str(source[1]),
-                    target[0], str(target[1]), str(pause), "1" if spread_ports else "0"], input=payload, check=True,
-                   timeout=600)
+    ``spread_ports``: each datagram from the next source port; the rest are not sent once ``stop`` is set."""
+    _feed(["ip", "netns", "exec", host, sys.executable, "-c", SPOOF_SCRIPT, source[0], str(source[1]),
+           target[0], str(target[1]), str(pause), "1" if spread_ports else "0"], datagrams, stop)
