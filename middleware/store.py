@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Iterator
 
 import msgpack
 
-from . import crypto, kinds, wire
+from . import kinds, wire
 from .addresses import Endpoint
 from .crypto import Identity
 from .gjlp import GroupRecord
@@ -35,6 +35,7 @@ from .rangeset import RangeSet
 from .direct import DROPPED, StoredDirect, conversation_id
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
                         SearchQueryError, StoredThread, in_branch, merged_read_marks, searched_text)
+from .store_segments import SEGMENT_MESSAGES, decode_segment, pack_segment, read_segments, segment_rows_at
 from .types import ChatMessage, Mid, shown_sent_at
 
 log = logging.getLogger(__name__)
@@ -178,8 +179,6 @@ RELEVANCE_WINDOW = 10_000
 """A search by relevance ranks the newest this many matches (older ones are found by time order)."""
 SEARCH_BUILD_REPORT = 100_000
 """Building the index for an old data dir logs its progress every this many messages."""
-# A segment holds at most this many messages, so finding one message decodes little.
-SEGMENT_MESSAGES = 256
 # Version 1's message table, the step between a version-0 database and segments.
 VERSION_1_MESSAGES = """
 CREATE TABLE messages (
@@ -258,24 +257,6 @@ def _mention_rows(gid: str, sender: str, seqno: int, text: str, order: int) -> l
     return [(pid, order, gid, sender, seqno) for pid in mentioned_pids(text)]
 
 
-def _segment_rows_at(blob: bytes, indexes: list[int], first_order: int) -> dict[int, tuple]:
-    """Some rows of a segment (ascending ``indexes``), by delivery order, each with its proof: the
-    rows between are skipped unbuilt, so a thread spread over many segments decodes little of each."""
-    unpacker = msgpack.Unpacker(raw=False)
-    unpacker.feed(blob)
-    unpacker.read_array_header()
-    count = unpacker.read_array_header()
-    rows: dict[int, list] = {}
-    position = 0
-    for index in indexes:
-        for _ in range(index - position):
-            unpacker.skip()
-        rows[index] = unpacker.unpack()
-        position = index + 1
-    for _ in range(count - position):
-        unpacker.skip()
-    proofs = crypto.expand_proofs(unpacker.unpack())
-    return {first_order + index: (*row, proofs[index]) for index, row in rows.items()}
 def _query_error(exc: sqlite3.OperationalError) -> Exception:
     """A search's error: SearchQueryError for a query FTS5 cannot parse, which it reports as an
     OperationalError ("fts5: syntax error near ...", "no such column: ..."), else the disk's own."""
@@ -284,12 +265,6 @@ def _query_error(exc: sqlite3.OperationalError) -> Exception:
                                         "special query")):
         return SearchQueryError(message)
     return exc
-
-
-def _decode_segment(blob: bytes) -> list[tuple]:
-    """A segment's rows, each with its proof as the last field."""
-    rows, proofs = msgpack.unpackb(blob, raw=False)
-    return [(*row, proof) for row, proof in zip(rows, crypto.expand_proofs(proofs))]
 
 
 class _Snippets:
@@ -561,7 +536,7 @@ class Store:
         self._db.execute("BEGIN")
         for segment, blob in self._db.execute("SELECT segment, messages FROM segments").fetchall():
             rows = msgpack.unpackb(blob, raw=False)
-            body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
+            body = pack_segment(self._packer, [row[:8] for row in rows], [row[8] for row in rows])
             self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
         self._db.commit()
 
@@ -801,7 +776,7 @@ class Store:
         their signature proofs."""
         cursor = self._db.execute(
             "INSERT INTO segments (gid, first_order, count, messages) VALUES (?, ?, ?, ?)",
-            (gid, first_order, len(rows), self._packer.pack([rows, crypto.compact_proofs(proofs)])),
+            (gid, first_order, len(rows), pack_segment(self._packer, rows, proofs)),
         )
         segment = cursor.lastrowid
         if self.indexing:
@@ -814,11 +789,7 @@ class Store:
         self._db.executemany("INSERT OR IGNORE INTO segment_runs VALUES (?, ?, ?, ?, ?)", runs)
 
     def _segments(self, where: str, args: tuple) -> Iterator[tuple[int, str, int, list]]:
-        """(segment, gid, first order, rows) of the segments matching ``where``, in delivery order."""
-        for segment, gid, first_order, blob in self._db.execute(
-            f"SELECT segment, gid, first_order, messages FROM segments WHERE {where} ORDER BY segment", args
-        ):
-            yield segment, gid, first_order, _decode_segment(blob)
+        return read_segments(self._db, where, args)
 
     def history(self, gid: str | None = None) -> list[ChatMessage]:
         """Delivered messages (of one group, or all) in this peer's delivery order."""
@@ -896,7 +867,7 @@ class Store:
             self._decoded.move_to_end(segment)
             return rows
         (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
-        rows = self._decoded[segment] = _decode_segment(blob)
+        rows = self._decoded[segment] = decode_segment(blob)
         if len(self._decoded) > self.DECODED_SEGMENTS:
             self._decoded.popitem(last=False)
         return rows
@@ -945,7 +916,7 @@ class Store:
                 self._db.execute("DELETE FROM mentions WHERE delivery_order = ?", (order,))
                 self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)",
                                      _mention_rows(gid, message.sender, message.seqno, message.text, order))
-        body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
+        body = pack_segment(self._packer, [row[:8] for row in rows], [row[8] for row in rows])
         self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
         self._decoded.pop(segment, None)
         self._searched.pop(segment, None)
@@ -1027,7 +998,7 @@ class Store:
             f"SELECT first_order, messages FROM segments WHERE {where} ORDER BY segment {'DESC' if backwards else ''}",
             args,
         ):
-            rows = [(order, row) for order, row in enumerate(_decode_segment(blob), first_order)
+            rows = [(order, row) for order, row in enumerate(decode_segment(blob), first_order)
                     if (before is None or order < before) and (after is None or order > after)
                     and kinds.listed(row[5])]
             for order, (s, q, ps, pq, n, t, sa, ra, sig) in reversed(rows) if backwards else rows:
@@ -1071,7 +1042,7 @@ class Store:
                 rows = {order: cached[order - first] for order in taken}
             else:
                 (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
-                rows = _segment_rows_at(blob, [order - first for order in taken], first)
+                rows = segment_rows_at(blob, [order - first for order in taken], first)
             for order in taken:
                 s, q, ps, pq, n, t, sa, ra, sig = rows[order]
                 if s not in keys:
