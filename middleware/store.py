@@ -15,7 +15,6 @@ messages are kept with their writers' signatures so that any member can relay th
 
 from __future__ import annotations
 
-import functools
 import logging
 import sqlite3
 import threading
@@ -33,8 +32,9 @@ from .gjlp import GroupRecord
 from .mentions import mentioned_pids
 from .rangeset import RangeSet
 from .direct import DROPPED, StoredDirect, conversation_id
-from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
-                        SearchQueryError, StoredThread, in_branch, merged_read_marks, searched_text)
+from .store_api import (MAX_CACHED_PEERS, MAX_READ_RANGES, SearchHit, StoredThread, in_branch, merged_read_marks,
+                        searched_text)
+from .store_search import SEARCH_TOKENIZER, SearchIndex, query_error
 from .store_segments import SEGMENT_MESSAGES, decode_segment, pack_segment, read_segments, segment_rows_at
 from .types import ChatMessage, Mid, shown_sent_at
 
@@ -105,27 +105,6 @@ CREATE INDEX IF NOT EXISTS direct_unsettled ON direct_messages (status) WHERE st
 CREATE TABLE IF NOT EXISTS direct_conversations (peer TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS direct_settings (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
 """
-# The full-text index: one entry per chat message (operations are not), its rowid the delivery
-# order, over the current text (edits replace it, deletes remove it).  It is written with the
-# segment, in the same transaction.  A database without it gets it built on open.
-# It holds the index alone (content=''): the text stays in the segments, where snippets and
-# results are read from, so it is not stored twice; no per-message sizes (columnsize=0), so a
-# message costs one entry in the terms' doclists and nothing else (bm25 then ranks by how often
-# the words occur, not by the message's length).  Together they halve what indexing adds to storing
-# a message (resources/docs/benchmarks.md).  FTS5 writes each commit's entries as a small b-tree
-# of their own and merges them as it goes (automerge), a third of what indexing adds to a busy
-# peer's commits: here the merging waits for a commit that indexes nothing (an idle peer's:
-# timers, presence), a step of it each, and only a peer busy for MERGE_BACKLOG commits in a
-# row merges as it goes (Store.commit).  A contentless index can only forget a text it is handed
-# back, so message_search_changed keeps the indexed text of the few messages whose current text
-# is not their stored one (edited; NULL when deleted).
-SEARCH_TOKENIZER = "unicode61 remove_diacritics 2"
-SEARCH_SCHEMA = f"""
-CREATE VIRTUAL TABLE message_search USING fts5(
-    text, content='', columnsize=0, tokenize = "{SEARCH_TOKENIZER}"
-);
-CREATE TABLE message_search_changed (delivery_order INTEGER PRIMARY KEY, text TEXT);
-"""
 # Threads: a row per thread (its root's delivery order, its reply count and its latest message's
 # order), found by activity, and a row per reply naming its root, found by root, so a thread is
 # read by one index range instead of a walk of the whole history.  Operations are in neither.
@@ -165,20 +144,6 @@ CREATE TABLE direct_search_rows (
     UNIQUE (peer, sender, seqno)
 );
 """
-# FTS5's own merging (automerge) as a busy peer's index gets it (16: less often than FTS5's 4,
-# an eighth less indexing cost), and what it merges while idle: a step of about this many pages
-# a commit.  An index holds at most 2,000 b-trees (past that FTS5 refuses writes as "disk
-# full"): crisismerge merges a level that reaches CRISIS_MERGE at once, above MERGE_BACKLOG's
-# one a commit and far below the limit.  A store opens merging as it goes, as its index may
-# hold a backlog it cannot count (a peer restarted while busy): the first idle commit ends it.
-AUTOMERGE = 16
-MERGE_BACKLOG = 1000
-IDLE_MERGE_PAGES = 64
-CRISIS_MERGE = 1200
-RELEVANCE_WINDOW = 10_000
-"""A search by relevance ranks the newest this many matches (older ones are found by time order)."""
-SEARCH_BUILD_REPORT = 100_000
-"""Building the index for an old data dir logs its progress every this many messages."""
 # Version 1's message table, the step between a version-0 database and segments.
 VERSION_1_MESSAGES = """
 CREATE TABLE messages (
@@ -257,42 +222,8 @@ def _mention_rows(gid: str, sender: str, seqno: int, text: str, order: int) -> l
     return [(pid, order, gid, sender, seqno) for pid in mentioned_pids(text)]
 
 
-def _query_error(exc: sqlite3.OperationalError) -> Exception:
-    """A search's error: SearchQueryError for a query FTS5 cannot parse, which it reports as an
-    OperationalError ("fts5: syntax error near ...", "no such column: ..."), else the disk's own."""
-    message = str(exc)
-    if any(sign in message for sign in ("fts5", "no such column", "unterminated", "malformed MATCH",
-                                        "special query")):
-        return SearchQueryError(message)
-    return exc
-
-
-class _Snippets:
-    """Snippets of found messages, made by FTS5 itself on a scratch in-memory index of just those
-    messages (the store's index keeps no text to make them from), so the words marked are the
-    ones the query matched, tokenized alike."""
-
-    def __init__(self) -> None:
-        self._db = sqlite3.connect(":memory:")
-        self._db.execute(f"CREATE VIRTUAL TABLE hits USING fts5(text, tokenize = \"{SEARCH_TOKENIZER}\")")
-
-    def of(self, query: str, texts: dict[int, str]) -> dict[int, str]:
-        """Each text of ``texts`` (by delivery order) cut around its matches of ``query``, marked."""
-        with self._db:
-            self._db.executemany("INSERT INTO hits (rowid, text) VALUES (?, ?)", texts.items())
-            found = dict(self._db.execute(
-                "SELECT rowid, snippet(hits, 0, ?, ?, '…', ?) FROM hits WHERE hits MATCH ?",
-                (MATCH_START, MATCH_END, SNIPPET_TOKENS, query)))
-            self._db.execute("DELETE FROM hits")
-        return {order: found.get(order, text) for order, text in texts.items()}
-
-    def close(self) -> None:
-        self._db.close()
-
-
 class Store:
     DECODED_SEGMENTS = 16
-    SEARCHED_SEGMENTS = 64
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -311,8 +242,8 @@ class Store:
         # segments before the index exists, and it is built after them).  Benchmarks switch it off
         # to measure what the index costs; what is stored meanwhile is never found.
         self.indexing = False
-        self._index_written = False  # in the transaction under way
-        self._unmerged_commits = 0  # commits that indexed something since the index was last merged
+        self._decoded: OrderedDict[int, list] = OrderedDict()  # segment -> rows, most recent last
+        self.search_index = SearchIndex(self._db, self._decoded)
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version == 2:
             self._migrate_segments()
@@ -334,32 +265,21 @@ class Store:
         self._kinds_table()
         self._db.commit()
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not {"message_search", "message_search_changed"} <= tables:
-            self._build_search_index()  # no index, or one that kept a copy of the text
+        if not self.search_index.present(tables):
+            self.search_index.build(self.path)  # no index, or one that kept a copy of the text
         elif version < 4:
-            self._reindex_offers()
+            self.search_index.reindex_offers()
         if not {"direct_search", "direct_search_rows"} <= tables:
             self._build_direct_search_index()
-        self._merging = True
-        self._unmerged_commits = MERGE_BACKLOG
-        self._set_automerge(AUTOMERGE)
-        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('crisismerge', ?)",
-                         (CRISIS_MERGE,))
+        self.search_index.open_merging()
         self._db.commit()
-        self._index_written = False
+        self.search_index.written = False
         self.indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
         self._keys_stored: set[str] = set()
         # Per (gid, sender), the seqnos stored: a message delivered twice is kept once.
         self._stored: dict[tuple[str, str], RangeSet] = {}
-        self._decoded: OrderedDict[int, list] = OrderedDict()  # segment -> rows, most recent last
-        self._snippets = _Snippets()
-        self._searched: OrderedDict[int, list] = OrderedDict()  # segment -> rows without proofs, for searches
-        self._db.create_function("search_sender", 1, functools.partial(self._search_field, "sender"),
-                                 deterministic=True)
-        self._db.create_function("search_sent_at", 1, functools.partial(self._search_field, "sent_at"),
-                                 deterministic=True)
         self._roots: dict[tuple[str, Mid], int] = {}  # (gid, mid) -> its thread root's order, recent ones
         self._branch_moves: dict[str, int] = {}  # sender -> threads read for its kept versions (_rethread)
         if not {"threads", "thread_replies", "threads_upto"} <= tables:
@@ -400,28 +320,6 @@ class Store:
             self._write_segment(segment[0][1], segment[0][0], [r[2:10] for r in segment], [r[10] for r in segment])
         self._db.execute("DROP TABLE messages")
         self._db.commit()
-
-    def _build_search_index(self) -> None:
-        """Index every stored chat message (a data dir from before the index), in one transaction."""
-        total = self._db.execute("SELECT COALESCE(SUM(count), 0) FROM segments").fetchone()[0]
-        if total:
-            log.info("building the search index of %s: %d messages", self.path, total)
-        self._db.execute("BEGIN")
-        self._db.execute("DROP TABLE IF EXISTS message_search")
-        self._db.execute("DROP TABLE IF EXISTS message_search_changed")
-        for statement in SEARCH_SCHEMA.split(";")[:-1]:
-            self._db.execute(statement)
-        self._set_automerge(AUTOMERGE)  # built in one go: merged as it goes
-        done = reported = 0
-        for _, gid, first_order, rows in self._segments("1", ()):
-            self._index_rows(first_order, rows)
-            done += len(rows)
-            if done - reported >= SEARCH_BUILD_REPORT:
-                log.info("search index: %d of %d messages", done, total)
-                reported = done
-        self._db.commit()
-        if total:
-            log.info("search index built: %d messages", total)
 
     def _build_threads(self) -> None:
         """The threads tables for a data dir from before them, filled from every stored message."""
@@ -497,31 +395,6 @@ class Store:
         if log_progress and any(written):
             log.info("threads of %s built: %d threads, %d replies", self.path, *written)
 
-    def _index_rows(self, first_order: int, rows: list) -> None:
-        """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, ...)
-        delivered from ``first_order`` on."""
-        entries = [(order, row[5]) for order, row in enumerate(rows, first_order)]
-        if any(text[:1] == "\x00" for _, text in entries):  # operations and file offers: see searched_text
-            entries = [(order, searched) for order, text in entries if (searched := searched_text(text)) is not None]
-        self._db.executemany("INSERT INTO message_search (rowid, text) VALUES (?, ?)", entries)
-        self._index_written = True
-
-    def _reindex_offers(self) -> None:
-        """A version-3 index holds file offers' whole texts: put their file names in their place.
-        Only where it does: an older build that opened a version-4 store set it back to 3, and a
-        contentless index handed a text it does not hold is damaged.  An offer's JSON has the words
-        of its keys, which a file name alone hardly does."""
-        changed = {order for (order,) in self._db.execute("SELECT delivery_order FROM message_search_changed")}
-        for first_order, blob in self._db.execute("SELECT first_order, messages FROM segments"):  # one at a time
-            if not any(mark in blob for mark in kinds.MARKS):  # most segments: no decoding
-                continue
-            for order, row in enumerate(msgpack.unpackb(blob, raw=False)[0], first_order):
-                if kinds.kind_of(row[5]) == kinds.FILE_OFFER and order not in changed and self._db.execute(
-                        "SELECT 1 FROM message_search WHERE message_search MATCH 'mime sha256 chunk root' AND rowid = ?",
-                        (order,)).fetchone():
-                    self._reindex(order, row[5], searched_text(row[5]), row[5])
-        self._db.commit()
-
     def _build_direct_search_index(self) -> None:
         """Index the direct messages stored before their index was (in one transaction)."""
         self._db.execute("BEGIN")
@@ -542,7 +415,7 @@ class Store:
 
     def close(self) -> None:
         self._checkpointer.stop()
-        self._snippets.close()
+        self.search_index.close()
         try:
             self._db.commit()
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -551,15 +424,9 @@ class Store:
         self._db.close()
 
     def commit(self) -> None:
-        if self._index_written:
-            self._unmerged_commits += 1
-            self._merging = True
-            if self._unmerged_commits == MERGE_BACKLOG:  # never idle: merge as it goes, as FTS5 does
-                self._set_automerge(AUTOMERGE)
-        elif self._merging:
-            self._merge_step()
+        self.search_index.before_commit()
         self._db.commit()
-        self._index_written = False
+        self.search_index.written = False
         if self._checkpointer._wal_bytes() > WAL_LIMIT:
             try:
                 busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -567,29 +434,14 @@ class Store:
             except sqlite3.Error as exc:  # committed all the same: the next commit tries again
                 log.warning("the WAL (over %d MB) could not be truncated: %s", WAL_LIMIT // 2**20, exc)
 
-    def _set_automerge(self, segments: int) -> None:
-        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('automerge', ?)", (segments,))
-
-    def _merge_step(self) -> None:
-        """A step of merging the index's b-trees, in the commit under way; once there is nothing
-        left to merge (FTS5 then changes fewer than two rows), none until the index is written."""
-        before = self._db.total_changes
-        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('merge', ?)", (IDLE_MERGE_PAGES,))
-        if self._db.total_changes - before < 2:
-            self._merging = False
-            if self._unmerged_commits >= MERGE_BACKLOG:
-                self._set_automerge(0)
-            self._unmerged_commits = 0
-
     def rollback(self) -> None:
         """Drop the writes since the last commit (one that failed: a full disk, an I/O error),
         and what this object remembered of them, so the same writes can be tried again."""
         self._db.rollback()
-        self._index_written = False
+        self.search_index.forget()
         self._stored.clear()  # re-read from segment_runs on first use
         self._keys_stored.clear()
         self._decoded.clear()
-        self._searched.clear()
         self._roots.clear()
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
@@ -780,7 +632,7 @@ class Store:
         )
         segment = cursor.lastrowid
         if self.indexing:
-            self._index_rows(first_order, rows)
+            self.search_index.index_rows(first_order, rows)
         seqnos: dict[str, list[int]] = {}
         for row in rows:
             seqnos.setdefault(row[0], []).append(row[1])
@@ -905,7 +757,8 @@ class Store:
         (first_order,) = self._db.execute("SELECT first_order FROM segments WHERE segment = ?", (segment,)).fetchone()
         for order, row in enumerate(rows, first_order):
             if (row[0], row[1]) == (message.sender, message.seqno):
-                self._reindex(order, self._indexed_text(order, row[5]), searched_text(message.text), message.text)
+                self.search_index.reindex(order, self.search_index.indexed_text(order, row[5]),
+                                          searched_text(message.text), message.text)
                 self._rethread(gid, order, (message.sender, message.seqno), (row[2], row[3]), row[5], message)
                 parent_sender, parent_seqno = message.parent or (None, None)
                 row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
@@ -919,7 +772,7 @@ class Store:
         body = pack_segment(self._packer, [row[:8] for row in rows], [row[8] for row in rows])
         self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
         self._decoded.pop(segment, None)
-        self._searched.pop(segment, None)
+        self.search_index.forget_segment(segment)
         return True
 
     def _rethread(self, gid: str, order: int, mid: Mid, old_parent: tuple, old_text: str,
@@ -1116,40 +969,9 @@ class Store:
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
                since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
                by_time: bool = False) -> list[SearchHit]:
-        """Matches of ``query`` (FTS5 syntax) in the current text of chat messages, best first
-        (FTS5's bm25 rank) or, ``by_time``, newest first."""
-        where = "message_search MATCH ?"
-        args: list = [query]
-        # The index holds no column but the text: a match's group is its segment's, found by
-        # delivery order; sender and time are read from the segment (a decode per segment touched).
-        for test, value in (("(SELECT gid FROM segments WHERE first_order <= message_search.rowid "
-                             "ORDER BY first_order DESC LIMIT 1) = ?", gid),
-                            ("search_sender(rowid) = ?", sender), ("search_sent_at(rowid) >= ?", since),
-                            ("search_sent_at(rowid) <= ?", until)):
-            if value is not None:
-                where += f" AND {test}"
-                args.append(value)
-        order, rank = ("rowid DESC", "0.0") if by_time else ("rank, rowid DESC", "rank")
-        try:
-            if not by_time:
-                # Ranking scores every match: a common word's 300,000 take half a second.  Only the
-                # newest RELEVANCE_WINDOW matches are ranked, found first in rowid order (cheap).
-                oldest = self._db.execute(
-                    f"SELECT rowid FROM message_search WHERE {where} ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                    [*args, RELEVANCE_WINDOW - 1]).fetchone()
-                if oldest is not None:
-                    where += " AND rowid >= ?"
-                    args.append(oldest[0])
-            ranks = dict(self._db.execute(
-                f"SELECT rowid, {rank} FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
-                [*args, limit, offset]).fetchall())
-        except sqlite3.OperationalError as exc:
-            raise _query_error(exc) from None
-        found = [(order, self._message_at(order)) for order in ranks]
-        messages = {order: (at[0], at[1], self._indexed_text(order, at[1][5])) for order, at in found if at}
-        snippets = self._snippets.of(query, {order: text or "" for order, (_, _, text) in messages.items()})
-        return [SearchHit(g, (row[0], row[1]), order, shown_sent_at(row[6], row[7]), snippets[order],
-                          rank=ranks[order]) for order, (g, row, _) in messages.items()]
+        """Matches of ``query`` (FTS5 syntax) in the current text of chat messages (SearchIndex.search)."""
+        return self.search_index.search(query, gid=gid, sender=sender, since=since, until=until, limit=limit,
+                                        offset=offset, by_time=by_time)
 
     def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,
                       since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
@@ -1174,68 +996,21 @@ class Store:
                 "JOIN direct_messages m ON m.peer = r.peer AND m.sender = r.sender AND m.seqno = r.seqno "
                 f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
         except sqlite3.OperationalError as exc:
-            raise _query_error(exc) from None
+            raise query_error(exc) from None
         rows = {row: (rank_of, self._direct_row(stored)) for row, rank_of, *stored in found}
-        snippets = self._snippets.of(query, {row: searched_text(stored.text) or "" for row, (_, stored) in rows.items()})
+        snippets = self.search_index.snippets.of(query, {row: searched_text(stored.text) or "" for row, (_, stored) in rows.items()})
         me = self.identity().pid
         return [SearchHit(conversation_id(me, stored.peer), stored.mid, stored.order,
                           shown_sent_at(stored.sent_at, stored.received_at), snippets[row], peer=stored.peer,
                           rank=rank_of) for row, (rank_of, stored) in rows.items()]
-
-    def _message_at(self, order: int) -> tuple[str, tuple] | None:
-        """(gid, row without its proof) of the message delivered as ``order``."""
-        found = self._db.execute("SELECT segment, gid, first_order FROM segments WHERE first_order <= ? "
-                                 "ORDER BY first_order DESC LIMIT 1", (order,)).fetchone()
-        if found is None:
-            return None
-        segment, gid, first_order = found
-        rows = self._decoded.get(segment) or self._searched.get(segment)
-        if rows is None:
-            # Searches keep their own few segments, decoded without the proofs: they must not push
-            # out the ones delivery and repairs are reading.
-            (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
-            rows = self._searched[segment] = msgpack.unpackb(blob, raw=False)[0]
-            if len(self._searched) > self.SEARCHED_SEGMENTS:
-                self._searched.popitem(last=False)
-        return (gid, rows[order - first_order]) if order - first_order < len(rows) else None
-
-    def _search_field(self, field: str, order: int) -> str | int | None:
-        """The sender or shown time of the message delivered as ``order`` (search filters in SQL)."""
-        found = self._message_at(order)
-        if found is None:
-            return None
-        row = found[1]
-        return row[0] if field == "sender" else shown_sent_at(row[6], row[7])
-
-    def _indexed_text(self, order: int, stored_text: str) -> str | None:
-        """The text the index holds for the message delivered as ``order``, stored as ``stored_text``."""
-        changed = self._db.execute("SELECT text FROM message_search_changed WHERE delivery_order = ?",
-                                   (order,)).fetchone()
-        if changed is not None:
-            return changed[0]
-        return searched_text(stored_text)
-
-    def _reindex(self, order: int, old: str | None, new: str | None, stored_text: str) -> None:
-        """Index ``new`` (None: nothing) for ``order`` in place of ``old``, what the index holds."""
-        if old == new:
-            return
-        self._index_written = True
-        if old is not None:
-            self._db.execute("INSERT INTO message_search (message_search, rowid, text) VALUES ('delete', ?, ?)",
-                             (order, old))
-        if new is not None:
-            self._db.execute("INSERT INTO message_search (rowid, text) VALUES (?, ?)", (order, new))
-        if new == searched_text(stored_text):
-            self._db.execute("DELETE FROM message_search_changed WHERE delivery_order = ?", (order,))
-        else:
-            self._db.execute("INSERT OR REPLACE INTO message_search_changed VALUES (?, ?)", (order, new))
 
     def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
         found = self._rows_of(gid, [mid])
         if not found:
             return
         order, row = found[0]
-        self._reindex(order, self._indexed_text(order, row[5]), None if text is None else searched_text(text), row[5])
+        self.search_index.reindex(order, self.search_index.indexed_text(order, row[5]),
+                                  None if text is None else searched_text(text), row[5])
 
     # -- mentions (middleware.mentions): who each message mentions, written with it --------------
 
