@@ -31,12 +31,13 @@ from .crypto import Identity
 from .gjlp import GroupRecord
 from .mentions import mentioned_pids
 from .rangeset import RangeSet
-from .direct import DROPPED, StoredDirect, conversation_id
+from .direct import StoredDirect
 from .store_api import (MAX_CACHED_PEERS, MAX_READ_RANGES, SearchHit, StoredThread, in_branch, merged_read_marks,
                         searched_text)
-from .store_search import SEARCH_TOKENIZER, SearchIndex, query_error
+from .store_direct import DirectMessages
+from .store_search import SearchIndex
 from .store_segments import SEGMENT_MESSAGES, decode_segment, pack_segment, read_segments, segment_rows_at
-from .types import ChatMessage, Mid, shown_sent_at
+from .types import ChatMessage, Mid
 
 log = logging.getLogger(__name__)
 
@@ -131,19 +132,6 @@ MAX_BRANCH_MOVES = 64
 """Kept versions of a sender's messages whose answers are found by reading their thread (Store._rethread)."""
 THREAD_ROOTS_CACHED = 100_000
 """Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
-# Direct messages have an index of their own, alike, written with their rows (save_direct), in
-# the same transaction.  Their rows have no integer key, so direct_search_rows gives each shown
-# message one (the index's rowid) when it is first indexed; a message saved again as its status
-# changes is not indexed twice.  Direct messages are never edited, so nothing is kept aside.
-DIRECT_SEARCH_SCHEMA = f"""
-CREATE VIRTUAL TABLE direct_search USING fts5(
-    text, content='', columnsize=0, tokenize = "{SEARCH_TOKENIZER}"
-);
-CREATE TABLE direct_search_rows (
-    row INTEGER PRIMARY KEY, peer TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
-    UNIQUE (peer, sender, seqno)
-);
-"""
 # Version 1's message table, the step between a version-0 database and segments.
 VERSION_1_MESSAGES = """
 CREATE TABLE messages (
@@ -244,6 +232,7 @@ class Store:
         self.indexing = False
         self._decoded: OrderedDict[int, list] = OrderedDict()  # segment -> rows, most recent last
         self.search_index = SearchIndex(self._db, self._decoded)
+        self.direct = DirectMessages(self._db, self.search_index.snippets, self.identity)
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version == 2:
             self._migrate_segments()
@@ -269,8 +258,8 @@ class Store:
             self.search_index.build(self.path)  # no index, or one that kept a copy of the text
         elif version < 4:
             self.search_index.reindex_offers()
-        if not {"direct_search", "direct_search_rows"} <= tables:
-            self._build_direct_search_index()
+        if not self.direct.search_index_present(tables):
+            self.direct.build_search_index()
         self.search_index.open_merging()
         self._db.commit()
         self.search_index.written = False
@@ -284,7 +273,6 @@ class Store:
         self._branch_moves: dict[str, int] = {}  # sender -> threads read for its kept versions (_rethread)
         if not {"threads", "thread_replies", "threads_upto"} <= tables:
             self._build_threads()
-        self._db.create_function("search_shown_at", 2, shown_sent_at, deterministic=True)
         self._learn_kinds()
 
     def _migrate(self) -> None:
@@ -394,15 +382,6 @@ class Store:
             self._roots.update(roots)
         if log_progress and any(written):
             log.info("threads of %s built: %d threads, %d replies", self.path, *written)
-
-    def _build_direct_search_index(self) -> None:
-        """Index the direct messages stored before their index was (in one transaction)."""
-        self._db.execute("BEGIN")
-        for statement in DIRECT_SEARCH_SCHEMA.split(";")[:-1]:
-            self._db.execute(statement)
-        self._index_direct([self._direct_row(row) for row in self._db.execute(
-            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE ord > 0 ORDER BY received_at")])
-        self._db.commit()
 
     def _migrate_segments(self) -> None:
         """Version 2 kept each proof whole inside its segment's rows: write them compactly."""
@@ -973,37 +952,6 @@ class Store:
         return self.search_index.search(query, gid=gid, sender=sender, since=since, until=until, limit=limit,
                                         offset=offset, by_time=by_time)
 
-    def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,
-                      since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
-                      by_time: bool = False) -> list[SearchHit]:
-        """Matches of ``query`` among the direct messages shown, best first or, ``by_time``, newest
-        first by shown time.  Conversations hold far fewer messages than groups: filters and the
-        time order are worked out over every match."""
-        where = "direct_search MATCH ?"
-        args: list = [query]
-        for test, value in (("r.peer = ?", peer), ("r.sender = ?", sender),
-                            ("search_shown_at(m.sent_at, m.received_at) >= ?", since),
-                            ("search_shown_at(m.sent_at, m.received_at) <= ?", until)):
-            if value is not None:
-                where += f" AND {test}"
-                args.append(value)
-        order, rank = (("search_shown_at(m.sent_at, m.received_at) DESC, direct_search.rowid DESC", "0.0")
-                       if by_time else ("direct_search.rank, direct_search.rowid DESC", "direct_search.rank"))
-        try:
-            found = self._db.execute(
-                f"SELECT direct_search.rowid, {rank}, {', '.join('m.' + c for c in self._DIRECT_COLUMNS.split(', '))} "
-                "FROM direct_search JOIN direct_search_rows r ON r.row = direct_search.rowid "
-                "JOIN direct_messages m ON m.peer = r.peer AND m.sender = r.sender AND m.seqno = r.seqno "
-                f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
-        except sqlite3.OperationalError as exc:
-            raise query_error(exc) from None
-        rows = {row: (rank_of, self._direct_row(stored)) for row, rank_of, *stored in found}
-        snippets = self.search_index.snippets.of(query, {row: searched_text(stored.text) or "" for row, (_, stored) in rows.items()})
-        me = self.identity().pid
-        return [SearchHit(conversation_id(me, stored.peer), stored.mid, stored.order,
-                          shown_sent_at(stored.sent_at, stored.received_at), snippets[row], peer=stored.peer,
-                          rank=rank_of) for row, (rank_of, stored) in rows.items()]
-
     def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
         found = self._rows_of(gid, [mid])
         if not found:
@@ -1156,95 +1104,37 @@ class Store:
         self._db.execute("INSERT OR REPLACE INTO read_marks (gid, ranges) VALUES (?, ?)",
                          (gid, self._packer.pack([list(r) for r in merged])))
 
-    # -- direct messages (middleware.direct) ------------------------------------------------
-
-    _DIRECT_COLUMNS = ("peer, sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at, ord, "
-                       "status, late, stamp")
-
-    @staticmethod
-    def _direct_row(row: tuple) -> StoredDirect:
-        peer, sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at, order, status, late, \
-            stamp = row
-        parent = (parent_sender, parent_seqno) if parent_sender is not None else None
-        return StoredDirect(peer, sender, seqno, parent, name, text, sent_at, received_at, order, status, bool(late),
-                            stamp)
+    # -- direct messages (middleware.store_direct) ------------------------------------------
 
     def save_direct(self, rows: Iterable[StoredDirect]) -> None:
-        """Direct messages, each replacing the stored version of its (peer, mid); those shown are
-        indexed for search (once).  A row with the status ``dropped`` deletes its (peer, mid) instead."""
-        saved = []
-        for r in rows:
-            if r.status == DROPPED:
-                self._delete_direct(r.peer, r.mid)
-            else:
-                saved.append(r)
-        self._db.executemany(
-            f"INSERT OR REPLACE INTO direct_messages ({self._DIRECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(r.peer, r.sender, r.seqno, *(r.parent or (None, None)), r.name, r.text, r.sent_at, r.received_at,
-              r.order, r.status, int(r.late), r.stamp) for r in saved])
-        if self.indexing:
-            self._index_direct(saved)
-
-    def _delete_direct(self, peer: str, mid: Mid) -> None:
-        """A direct message gone, and its search index entry: a contentless index forgets an entry
-        only when handed the text it indexed, which is read back from the row itself."""
-        key = (peer, *mid)
-        found = self._db.execute("SELECT r.row, m.text FROM direct_search_rows r JOIN direct_messages m ON "
-                                 "m.peer = r.peer AND m.sender = r.sender AND m.seqno = r.seqno "
-                                 "WHERE r.peer = ? AND r.sender = ? AND r.seqno = ?", key).fetchone()
-        if found is not None:
-            row, text = found
-            indexed = searched_text(text)
-            if indexed is not None:
-                self._db.execute("INSERT INTO direct_search (direct_search, rowid, text) VALUES ('delete', ?, ?)",
-                                 (row, indexed))
-            self._db.execute("DELETE FROM direct_search_rows WHERE row = ?", (row,))
-        self._db.execute("DELETE FROM direct_messages WHERE peer = ? AND sender = ? AND seqno = ?", key)
-
-    def _index_direct(self, rows: list[StoredDirect]) -> None:
-        """Index the shown ones of ``rows`` (order above 0: not held) not indexed yet."""
-        for r in rows:
-            text = searched_text(r.text) if r.order > 0 else None
-            if text is None:
-                continue
-            cursor = self._db.execute("INSERT OR IGNORE INTO direct_search_rows (peer, sender, seqno) VALUES (?, ?, ?)",
-                                      (r.peer, r.sender, r.seqno))
-            if cursor.rowcount == 1:
-                self._db.execute("INSERT INTO direct_search (rowid, text) VALUES (?, ?)", (cursor.lastrowid, text))
+        self.direct.save(rows, index=self.indexing)
 
     def direct_history(self, peer: str, before: int | None = None, limit: int | None = None) -> list[StoredDirect]:
-        """The conversation's shown messages (order above 0) before ``before``: the newest ``limit``, in order."""
-        rows = self._db.execute(
-            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE peer = ? AND ord > 0 AND ord < ? "
-            "ORDER BY ord DESC LIMIT ?", (peer, before if before is not None else 2**63 - 1,
-                                          limit if limit is not None else -1)).fetchall()
-        return [self._direct_row(row) for row in reversed(rows)]
+        return self.direct.history(peer, before, limit)
 
     def direct_unsettled(self) -> list[StoredDirect]:
-        """Outgoing messages not yet acknowledged, and incoming ones held for their causes."""
-        return [self._direct_row(row) for row in self._db.execute(
-            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE status IN ('queued', 'sent', 'held') "
-            "ORDER BY received_at, sender, seqno")]
+        return self.direct.unsettled()
 
     def direct_unread(self, peer: str, after_order: int) -> list[tuple[int, int]]:
-        """(order, seqno) of the conversation's incoming shown messages past ``after_order``, in order."""
-        return self._db.execute("SELECT ord, seqno FROM direct_messages WHERE peer = ? AND sender = peer AND ord > ? "
-                                "ORDER BY ord", (peer, after_order)).fetchall()
+        return self.direct.unread(peer, after_order)
 
     def direct_message(self, peer: str, mid: Mid) -> StoredDirect | None:
-        row = self._db.execute(f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE peer = ? AND sender = ? "
-                               "AND seqno = ?", (peer, *mid)).fetchone()
-        return self._direct_row(row) if row else None
+        return self.direct.message(peer, mid)
 
     def direct_conversations(self) -> dict[str, bytes]:
-        return dict(self._db.execute("SELECT peer, state FROM direct_conversations"))
+        return self.direct.conversations()
 
     def save_direct_conversation(self, peer: str, state: bytes) -> None:
-        self._db.execute("INSERT OR REPLACE INTO direct_conversations (peer, state) VALUES (?, ?)", (peer, state))
+        self.direct.save_conversation(peer, state)
 
     def direct_setting(self, key: str) -> bytes | None:
-        row = self._db.execute("SELECT value FROM direct_settings WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
+        return self.direct.setting(key)
 
     def set_direct_setting(self, key: str, value: bytes) -> None:
-        self._db.execute("INSERT OR REPLACE INTO direct_settings (key, value) VALUES (?, ?)", (key, value))
+        self.direct.set_setting(key, value)
+
+    def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,
+                      since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
+                      by_time: bool = False) -> list[SearchHit]:
+        return self.direct.search(query, peer=peer, sender=sender, since=since, until=until, limit=limit,
+                                  offset=offset, by_time=by_time)
