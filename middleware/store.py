@@ -32,9 +32,10 @@ from .gjlp import GroupRecord
 from .mentions import mentioned_pids
 from .rangeset import RangeSet
 from .direct import StoredDirect
-from .store_api import (MAX_CACHED_PEERS, MAX_READ_RANGES, SearchHit, StoredThread, in_branch, merged_read_marks,
+from .store_api import (MAX_READ_RANGES, SearchHit, StoredThread, in_branch, merged_read_marks,
                         searched_text)
 from .store_direct import DirectMessages
+from .store_peers import PeerCache
 from .store_search import SearchIndex
 from .store_segments import SEGMENT_MESSAGES, decode_segment, pack_segment, read_segments, segment_rows_at
 from .types import ChatMessage, Mid
@@ -233,6 +234,7 @@ class Store:
         self._decoded: OrderedDict[int, list] = OrderedDict()  # segment -> rows, most recent last
         self.search_index = SearchIndex(self._db, self._decoded)
         self.direct = DirectMessages(self._db, self.search_index.snippets, self.identity)
+        self.peer_cache = PeerCache(self._db)
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version == 2:
             self._migrate_segments()
@@ -1046,37 +1048,14 @@ class Store:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()
         return row[0] if row else ""
 
-    # -- the peer cache (reach: where peers were last proven to be) --------------------
-
-    # Made on first use, like read_marks: a database without it has an empty cache.
-    PEER_CACHE_SCHEMA = ("CREATE TABLE IF NOT EXISTS peer_cache (pid TEXT PRIMARY KEY, host TEXT NOT NULL, "
-                         "port INTEGER NOT NULL, seen REAL NOT NULL)")
-
-    def _peer_cache_table(self) -> None:
-        if not getattr(self, "_peer_cache_ready", False):
-            self._db.execute(self.PEER_CACHE_SCHEMA)
-            self._peer_cache_ready = True
+    # -- the peer cache (middleware.store_peers) --------------------------------------------
 
     def cached_peers(self) -> list[tuple[str, Endpoint, float]]:
-        self._peer_cache_table()
-        rows = self._db.execute("SELECT pid, host, port, seen FROM peer_cache ORDER BY seen DESC LIMIT ?",
-                                (MAX_CACHED_PEERS,)).fetchall()
-        return [(pid, Endpoint(host, port), seen) for pid, host, port, seen in rows]
+        return self.peer_cache.cached()
 
     def cache_peer(self, pid: str, endpoint: Endpoint, wall: float,
                    keep: Callable[[str], bool] | None = None) -> None:
-        """Keep ``pid``'s proven endpoint (commit is the caller's); past the cap a stranger's
-        oldest row gives way first (``keep``: see PeerStore.cache_peer)."""
-        self._peer_cache_table()
-        self._db.execute("INSERT OR REPLACE INTO peer_cache (pid, host, port, seen) VALUES (?, ?, ?, ?)",
-                         (pid, endpoint.host, endpoint.port, wall))
-        rows = self._db.execute("SELECT pid FROM peer_cache ORDER BY seen").fetchall()
-        excess = len(rows) - MAX_CACHED_PEERS
-        if excess > 0:
-            kept = keep or (lambda _pid: False)
-            oldest_first = [row[0] for row in rows]
-            victims = ([p for p in oldest_first if not kept(p)] + [p for p in oldest_first if kept(p)])[:excess]
-            self._db.executemany("DELETE FROM peer_cache WHERE pid = ?", [(p,) for p in victims])
+        self.peer_cache.cache(pid, endpoint, wall, keep)
 
     # -- read marks (the GUI's unread state, kept across restarts) -------------------
 
