@@ -36,77 +36,14 @@ from .store_api import (MAX_READ_RANGES, SearchHit, StoredThread, in_branch, mer
                         searched_text)
 from .store_direct import DirectMessages
 from .store_peers import PeerCache
+from .store_schema import new_table, upgrade
 from .store_search import SearchIndex
-from .store_segments import SEGMENT_MESSAGES, decode_segment, pack_segment, read_segments, segment_rows_at
+from .store_segments import (SEGMENT_MESSAGES, decode_segment, pack_segment, read_segments, segment_rows_at,
+                             write_segment)
 from .types import ChatMessage, Mid
 
 log = logging.getLogger(__name__)
 
-# Version 2: the messages one flush delivers to a group are stored as one row, a segment
-# (msgpack, in delivery order), with one row per run of consecutive seqnos of a sender
-# to find a message by mid.  Storing a message then costs a share of two inserts
-# instead of a row and an index entry of its own: 3 µs of CPU against 13 for flushes
-# of 90 messages (a micro-benchmark of both layouts on the build machine).  A sender's public
-# key is kept once, in peer_keys, since its pid is that key's fingerprint.
-# Each message's signature proof is kept written against the one before it in its
-# segment (crypto.compact_proofs): neighbours mostly share a datagram, so a proof takes
-# about 70 bytes instead of 322.
-# Groups: a group made since signed descriptors keeps its descriptor (groups.descriptor,
-# msgpack) and one row per member in member_records, the member's own signed record,
-# replaced when that member changes (one row per change).  Rows without a descriptor are
-# legacy groups: their messages stay readable, their members stay in the old members table.
-# Both are added in place (no version number: the columns and tables are looked for).
-# Direct messages (middleware.direct) have tables of their own, a row per message keyed by
-# conversation and mid, found in delivery order by an index; made where missing, like the rest.
-# Version 3 indexed a file offer's whole text (its JSON) for search, version 4 its file name.
-# Version 5 names the kind of every message that is not chat text (middleware.kinds) in a row of
-# message_kinds (its kind column), found by group and kind: version 4's file_offers named file
-# offers alone.  A message's kind is also in its text (its body, as signed: kinds.split), which
-# stays in the segment as it came, so that relaying it needs nothing rebuilt.
-# Version 2 kept the proofs whole; version 1 kept a row per message in delivery order;
-# version 0 also stored the key in every row.  All are migrated in place.
-SCHEMA_VERSION = 5
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS groups (
-    gid TEXT PRIMARY KEY, desc TEXT NOT NULL, addr TEXT NOT NULL, port INTEGER NOT NULL,
-    private INTEGER NOT NULL, next_seqno INTEGER NOT NULL DEFAULT 1,
-    salt BLOB NOT NULL DEFAULT x'', key_check BLOB NOT NULL DEFAULT x'', group_key BLOB
-);
-CREATE TABLE IF NOT EXISTS members (
-    gid TEXT NOT NULL, pid TEXT NOT NULL, name TEXT NOT NULL, epoch INTEGER NOT NULL,
-    state TEXT NOT NULL, PRIMARY KEY (gid, pid)
-);
-CREATE TABLE IF NOT EXISTS member_records (
-    gid TEXT NOT NULL, pid TEXT NOT NULL, record BLOB NOT NULL, PRIMARY KEY (gid, pid)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS peer_keys (pid TEXT PRIMARY KEY, public_key BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS segments (
-    segment INTEGER PRIMARY KEY, gid TEXT NOT NULL, first_order INTEGER NOT NULL, count INTEGER NOT NULL,
-    messages BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS segments_by_group ON segments (gid, segment);
-CREATE INDEX IF NOT EXISTS segments_by_order ON segments (first_order);
-CREATE INDEX IF NOT EXISTS segments_by_group_order ON segments (gid, first_order);
-CREATE TABLE IF NOT EXISTS segment_runs (
-    gid TEXT NOT NULL, sender TEXT NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
-    segment INTEGER NOT NULL, PRIMARY KEY (gid, sender, first)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS conflicts (
-    gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL, kept BLOB NOT NULL, other BLOB NOT NULL,
-    PRIMARY KEY (gid, sender, seqno)
-);
-CREATE TABLE IF NOT EXISTS direct_messages (
-    peer TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL, parent_sender TEXT, parent_seqno INTEGER,
-    name TEXT NOT NULL, text TEXT NOT NULL, sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL,
-    ord INTEGER NOT NULL, status TEXT NOT NULL, late INTEGER NOT NULL, stamp BLOB NOT NULL,
-    PRIMARY KEY (peer, sender, seqno)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS direct_by_order ON direct_messages (peer, ord);
-CREATE INDEX IF NOT EXISTS direct_unsettled ON direct_messages (status) WHERE status IN ('queued', 'sent', 'held');
-CREATE TABLE IF NOT EXISTS direct_conversations (peer TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS direct_settings (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-"""
 # Threads: a row per thread (its root's delivery order, its reply count and its latest message's
 # order), found by activity, and a row per reply naming its root, found by root, so a thread is
 # read by one index range instead of a walk of the whole history.  Operations are in neither.
@@ -133,17 +70,6 @@ MAX_BRANCH_MOVES = 64
 """Kept versions of a sender's messages whose answers are found by reading their thread (Store._rethread)."""
 THREAD_ROOTS_CACHED = 100_000
 """Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
-# Version 1's message table, the step between a version-0 database and segments.
-VERSION_1_MESSAGES = """
-CREATE TABLE messages (
-    delivery_order INTEGER PRIMARY KEY,
-    gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
-    parent_sender TEXT, parent_seqno INTEGER, sender_name TEXT NOT NULL, text TEXT NOT NULL,
-    sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL, sig BLOB NOT NULL
-);
-"""
-
-
 WAL_LIMIT = 32 * 2**20
 """Bytes of WAL past which a commit truncates it.  The checkpointer's PASSIVE checkpoints never wait
 for the writer, so under writes that never pause they never copy the whole WAL, SQLite never starts
@@ -235,23 +161,7 @@ class Store:
         self.search_index = SearchIndex(self._db, self._decoded)
         self.direct = DirectMessages(self._db, self.search_index.snippets, self.identity)
         self.peer_cache = PeerCache(self._db)
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version == 2:
-            self._migrate_segments()
-        self._migrate()
-        tables_before = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        self._db.executescript(SCHEMA)
-        if "read_marks" not in tables_before:
-            self._db.execute("BEGIN")  # the table and its rows together: a crash must not leave the table alone
-            self._db.execute(self.READ_MARKS_SCHEMA)
-            if "segments" in tables_before:
-                self._mark_history_read_from_before_read_marks()
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(groups)")}
-        for column, kind in (("salt", "BLOB NOT NULL DEFAULT x''"), ("key_check", "BLOB NOT NULL DEFAULT x''"),
-                             ("group_key", "BLOB"), ("descriptor", "BLOB")):
-            if column not in columns:  # data dirs from before private groups, or before descriptors
-                self._db.execute(f"ALTER TABLE groups ADD COLUMN {column} {kind}")
-        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        version = upgrade(self._db, self._packer)  # (middleware.store_schema)
         self._mentions_table()
         self._kinds_table()
         self._db.commit()
@@ -276,40 +186,6 @@ class Store:
         if not {"threads", "thread_replies", "threads_upto"} <= tables:
             self._build_threads()
         self._learn_kinds()
-
-    def _migrate(self) -> None:
-        """Bring a version-0 or version-1 database (a row per message) to the current schema."""
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(messages)")}
-        if not columns:
-            return
-        if "public_key" in columns:  # version 0: the public key in every row
-            self._db.executescript(
-                "BEGIN;"
-                "ALTER TABLE messages RENAME TO messages_v0;"
-                "DROP INDEX IF EXISTS messages_by_order;"
-                + SCHEMA + VERSION_1_MESSAGES
-                + "INSERT OR IGNORE INTO peer_keys SELECT sender, public_key FROM messages_v0 WHERE length(public_key) > 0;"
-                "INSERT INTO messages SELECT delivery_order, gid, sender, seqno, parent_sender, parent_seqno, "
-                "  sender_name, text, sent_at, received_at, sig FROM messages_v0;"
-                "DROP TABLE messages_v0;"
-                "COMMIT;"
-            )
-        self._db.executescript(SCHEMA)
-        self._db.execute("BEGIN")
-        rows = self._db.execute(
-            "SELECT delivery_order, gid, sender, seqno, parent_sender, parent_seqno, sender_name, text, sent_at, "
-            "received_at, sig FROM messages ORDER BY delivery_order"
-        )
-        segment: list[tuple] = []
-        for row in rows:
-            if segment and (row[1] != segment[0][1] or row[0] != segment[-1][0] + 1 or len(segment) == SEGMENT_MESSAGES):
-                self._write_segment(segment[0][1], segment[0][0], [r[2:10] for r in segment], [r[10] for r in segment])
-                segment = []
-            segment.append(row)
-        if segment:
-            self._write_segment(segment[0][1], segment[0][0], [r[2:10] for r in segment], [r[10] for r in segment])
-        self._db.execute("DROP TABLE messages")
-        self._db.commit()
 
     def _build_threads(self) -> None:
         """The threads tables for a data dir from before them, filled from every stored message."""
@@ -384,15 +260,6 @@ class Store:
             self._roots.update(roots)
         if log_progress and any(written):
             log.info("threads of %s built: %d threads, %d replies", self.path, *written)
-
-    def _migrate_segments(self) -> None:
-        """Version 2 kept each proof whole inside its segment's rows: write them compactly."""
-        self._db.execute("BEGIN")
-        for segment, blob in self._db.execute("SELECT segment, messages FROM segments").fetchall():
-            rows = msgpack.unpackb(blob, raw=False)
-            body = pack_segment(self._packer, [row[:8] for row in rows], [row[8] for row in rows])
-            self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
-        self._db.commit()
 
     def close(self) -> None:
         self._checkpointer.stop()
@@ -607,19 +474,9 @@ class Store:
         """One segment: ``rows`` of (sender, seqno, parent_sender, parent_seqno, name, text,
         sent_at, received_at) in delivery order, the first delivered as ``first_order``, and
         their signature proofs."""
-        cursor = self._db.execute(
-            "INSERT INTO segments (gid, first_order, count, messages) VALUES (?, ?, ?, ?)",
-            (gid, first_order, len(rows), pack_segment(self._packer, rows, proofs)),
-        )
-        segment = cursor.lastrowid
+        write_segment(self._db, self._packer, gid, first_order, rows, proofs)
         if self.indexing:
             self.search_index.index_rows(first_order, rows)
-        seqnos: dict[str, list[int]] = {}
-        for row in rows:
-            seqnos.setdefault(row[0], []).append(row[1])
-        runs = [(gid, sender, first, last, segment)
-                for sender, values in seqnos.items() for first, last in RangeSet(values).ranges()]
-        self._db.executemany("INSERT OR IGNORE INTO segment_runs VALUES (?, ?, ?, ?, ?)", runs)
 
     def _segments(self, where: str, args: tuple) -> Iterator[tuple[int, str, int, list]]:
         return read_segments(self._db, where, args)
@@ -979,22 +836,10 @@ class Store:
                     "PRIMARY KEY (gid, kind, delivery_order)) WITHOUT ROWID;"
                     "CREATE INDEX message_kinds_by_order ON message_kinds (delivery_order)")
 
-    def _new_table(self, name: str, schema: str) -> bool:
-        """Make table ``name`` (``schema``: its statements, ``;`` between them) unless the data dir
-        has it, in a transaction that its rows then join: a crash must not leave it made and empty,
-        as it would never be filled again.  False if it was there."""
-        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone():
-            return False
-        if not self._db.in_transaction:
-            self._db.execute("BEGIN")
-        for statement in schema.split(";"):
-            self._db.execute(statement)
-        return True
-
     def _kinds_table(self) -> None:
         """Version 5's message_kinds, from the messages stored (version 4's file_offers goes with it:
         the same transaction, so a crash leaves either both or the old one, and the next open does it)."""
-        if not self._new_table("message_kinds", self.KINDS_SCHEMA):
+        if not new_table(self._db, "message_kinds", self.KINDS_SCHEMA):
             return
         # decoded: only the segments that hold a kind's opening bytes, then the rows that are of it
         self._db.executemany("INSERT INTO message_kinds VALUES (?, ?, ?)", [
@@ -1026,7 +871,7 @@ class Store:
         return self.of_kind(gid, kinds.FILE_OFFER)
 
     def _mentions_table(self) -> None:
-        if not self._new_table("mentions", self.MENTIONS_SCHEMA):
+        if not new_table(self._db, "mentions", self.MENTIONS_SCHEMA):
             return
         rows = [mention for _, gid, first_order, segment_rows in self._segments("1", ())
                 for order, (sender, seqno, _, _, _, text, *_) in enumerate(segment_rows, first_order)
@@ -1059,18 +904,9 @@ class Store:
 
     # -- read marks (the GUI's unread state, kept across restarts) -------------------
 
-    # Per group, the delivery orders read, as inclusive ranges (msgpack).  Joining or creating a
-    # group stores its row, empty: nothing read.  A data dir from before read marks (its database
-    # has segments but no read_marks table) is told apart when it is first opened: what it holds
-    # was there before the reader could be told it is unread, so it is marked read, explicitly,
-    # and a group with no row at all reads as nothing read.
-    READ_MARKS_SCHEMA = "CREATE TABLE IF NOT EXISTS read_marks (gid TEXT PRIMARY KEY, ranges BLOB NOT NULL)"
+    # Per group, the delivery orders read, as inclusive ranges (msgpack): the table, and the marks
+    # of a data dir from before them, are store_schema's READ_MARKS_SCHEMA.
     MAX_READ_RANGES = MAX_READ_RANGES
-
-    def _mark_history_read_from_before_read_marks(self) -> None:
-        self._db.executemany("INSERT INTO read_marks (gid, ranges) VALUES (?, ?)",
-                             [(gid, self._packer.pack([[1, last]])) for gid, last in self._db.execute(
-                                 "SELECT gid, MAX(first_order + count - 1) FROM segments GROUP BY gid")])
 
     def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
         """The delivery orders read in ``gid``, as inclusive ranges; None if never marked."""

@@ -16,6 +16,7 @@ from typing import Iterator
 import msgpack
 
 from . import crypto
+from .rangeset import RangeSet
 
 # A segment holds at most this many messages, so finding one message decodes little.
 SEGMENT_MESSAGES = 256
@@ -25,6 +26,23 @@ def pack_segment(packer: msgpack.Packer, rows: list, proofs: list[bytes]) -> byt
     """A segment's body: ``rows`` of (sender, seqno, parent_sender, parent_seqno, name, text,
     sent_at, received_at) in delivery order and their signature proofs."""
     return packer.pack([rows, crypto.compact_proofs(proofs)])
+
+
+def write_segment(db: sqlite3.Connection, packer: msgpack.Packer, gid: str, first_order: int, rows: list,
+                  proofs: list[bytes]) -> None:
+    """One segment of ``gid``: ``rows`` as :func:`pack_segment` takes them, the first delivered as
+    ``first_order``, and a segment_runs row per run of consecutive seqnos of a sender in it."""
+    cursor = db.execute(
+        "INSERT INTO segments (gid, first_order, count, messages) VALUES (?, ?, ?, ?)",
+        (gid, first_order, len(rows), pack_segment(packer, rows, proofs)),
+    )
+    segment = cursor.lastrowid
+    seqnos: dict[str, list[int]] = {}
+    for row in rows:
+        seqnos.setdefault(row[0], []).append(row[1])
+    runs = [(gid, sender, first, last, segment)
+            for sender, values in seqnos.items() for first, last in RangeSet(values).ranges()]
+    db.executemany("INSERT OR IGNORE INTO segment_runs VALUES (?, ?, ?, ?, ?)", runs)
 
 
 def decode_segment(blob: bytes) -> list[tuple]:
