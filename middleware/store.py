@@ -11,6 +11,14 @@ what a bound drops on purpose: :data:`middleware.direct.MAX_UNREAD_TOTAL`).
 
 The identity is an Ed25519 key pair made at first start (:mod:`middleware.crypto`);
 messages are kept with their writers' signatures so that any member can relay them.
+
+:class:`Store` keeps the messages (in segments: :mod:`middleware.store_segments`), their threads,
+mentions and kinds, equivocations, read marks, identity and groups, and composes the parts that
+share its connection and its transactions, each in a module of its own: the schema and its
+migrations (:mod:`middleware.store_schema`), the search index (``search_index``:
+:mod:`middleware.store_search`), direct messages (``direct``: :mod:`middleware.store_direct`)
+and the peer cache (``peer_cache``: :mod:`middleware.store_peers`).  Every call of
+:class:`middleware.store_api.PeerStore` is on :class:`Store`, which hands a part's on to it.
 """
 
 from __future__ import annotations
@@ -667,7 +675,7 @@ class Store:
             "WHERE root = ?", [(old_root,), (new_root,)])
         self._roots.clear()  # roots of the branch moved
 
-    # -- paging and search ------------------------------------------------------------
+    # -- paging and threads -----------------------------------------------------------
 
     def history_page(self, gid: str, before: int | None = None, after: int | None = None,
                      limit: int = 50) -> list[ChatMessage]:
@@ -803,6 +811,8 @@ class Store:
 
     def message_count(self, gid: str) -> int:
         return self._db.execute("SELECT COALESCE(SUM(count), 0) FROM segments WHERE gid = ?", (gid,)).fetchone()[0]
+
+    # -- search (middleware.store_search) -------------------------------------------------
 
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
                since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
