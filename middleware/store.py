@@ -11,11 +11,18 @@ what a bound drops on purpose: :data:`middleware.direct.MAX_UNREAD_TOTAL`).
 
 The identity is an Ed25519 key pair made at first start (:mod:`middleware.crypto`);
 messages are kept with their writers' signatures so that any member can relay them.
+
+:class:`Store` keeps the messages (in segments: :mod:`middleware.store_segments`), their threads,
+mentions and kinds, equivocations, read marks, identity and groups, and composes the parts that
+share its connection and its transactions, each in a module of its own: the schema and its
+migrations (:mod:`middleware.store_schema`), the search index (``search_index``:
+:mod:`middleware.store_search`), direct messages (``direct``: :mod:`middleware.store_direct`)
+and the peer cache (``peer_cache``: :mod:`middleware.store_peers`).  Every call of
+:class:`middleware.store_api.PeerStore` is on :class:`Store`, which hands a part's on to it.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import sqlite3
 import threading
@@ -26,105 +33,25 @@ from typing import Callable, Iterable, Iterator
 
 import msgpack
 
-from . import crypto, kinds, wire
+from . import kinds, wire
 from .addresses import Endpoint
 from .crypto import Identity
 from .gjlp import GroupRecord
 from .mentions import mentioned_pids
 from .rangeset import RangeSet
-from .direct import DROPPED, StoredDirect, conversation_id
-from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, SNIPPET_TOKENS, SearchHit,
-                        SearchQueryError, StoredThread, in_branch, merged_read_marks, searched_text)
-from .types import ChatMessage, Mid, shown_sent_at
+from .direct import StoredDirect
+from .store_api import (MAX_READ_RANGES, SearchHit, StoredThread, in_branch, merged_read_marks,
+                        searched_text)
+from .store_direct import DirectMessages
+from .store_peers import PeerCache
+from .store_schema import new_table, upgrade
+from .store_search import SearchIndex
+from .store_segments import (SEGMENT_MESSAGES, decode_segment, pack_segment, read_segments, segment_rows_at,
+                             write_segment)
+from .types import ChatMessage, Mid
 
 log = logging.getLogger(__name__)
 
-# Version 2: the messages one flush delivers to a group are stored as one row, a segment
-# (msgpack, in delivery order), with one row per run of consecutive seqnos of a sender
-# to find a message by mid.  Storing a message then costs a share of two inserts
-# instead of a row and an index entry of its own: 3 µs of CPU against 13 for flushes
-# of 90 messages (a micro-benchmark of both layouts on the build machine).  A sender's public
-# key is kept once, in peer_keys, since its pid is that key's fingerprint.
-# Each message's signature proof is kept written against the one before it in its
-# segment (crypto.compact_proofs): neighbours mostly share a datagram, so a proof takes
-# about 70 bytes instead of 322.
-# Groups: a group made since signed descriptors keeps its descriptor (groups.descriptor,
-# msgpack) and one row per member in member_records, the member's own signed record,
-# replaced when that member changes (one row per change).  Rows without a descriptor are
-# legacy groups: their messages stay readable, their members stay in the old members table.
-# Both are added in place (no version number: the columns and tables are looked for).
-# Direct messages (middleware.direct) have tables of their own, a row per message keyed by
-# conversation and mid, found in delivery order by an index; made where missing, like the rest.
-# Version 3 indexed a file offer's whole text (its JSON) for search, version 4 its file name.
-# Version 5 names the kind of every message that is not chat text (middleware.kinds) in a row of
-# message_kinds (its kind column), found by group and kind: version 4's file_offers named file
-# offers alone.  A message's kind is also in its text (its body, as signed: kinds.split), which
-# stays in the segment as it came, so that relaying it needs nothing rebuilt.
-# Version 2 kept the proofs whole; version 1 kept a row per message in delivery order;
-# version 0 also stored the key in every row.  All are migrated in place.
-SCHEMA_VERSION = 5
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS identity (key TEXT PRIMARY KEY, value BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS groups (
-    gid TEXT PRIMARY KEY, desc TEXT NOT NULL, addr TEXT NOT NULL, port INTEGER NOT NULL,
-    private INTEGER NOT NULL, next_seqno INTEGER NOT NULL DEFAULT 1,
-    salt BLOB NOT NULL DEFAULT x'', key_check BLOB NOT NULL DEFAULT x'', group_key BLOB
-);
-CREATE TABLE IF NOT EXISTS members (
-    gid TEXT NOT NULL, pid TEXT NOT NULL, name TEXT NOT NULL, epoch INTEGER NOT NULL,
-    state TEXT NOT NULL, PRIMARY KEY (gid, pid)
-);
-CREATE TABLE IF NOT EXISTS member_records (
-    gid TEXT NOT NULL, pid TEXT NOT NULL, record BLOB NOT NULL, PRIMARY KEY (gid, pid)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS peer_keys (pid TEXT PRIMARY KEY, public_key BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS segments (
-    segment INTEGER PRIMARY KEY, gid TEXT NOT NULL, first_order INTEGER NOT NULL, count INTEGER NOT NULL,
-    messages BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS segments_by_group ON segments (gid, segment);
-CREATE INDEX IF NOT EXISTS segments_by_order ON segments (first_order);
-CREATE INDEX IF NOT EXISTS segments_by_group_order ON segments (gid, first_order);
-CREATE TABLE IF NOT EXISTS segment_runs (
-    gid TEXT NOT NULL, sender TEXT NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL,
-    segment INTEGER NOT NULL, PRIMARY KEY (gid, sender, first)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS conflicts (
-    gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL, kept BLOB NOT NULL, other BLOB NOT NULL,
-    PRIMARY KEY (gid, sender, seqno)
-);
-CREATE TABLE IF NOT EXISTS direct_messages (
-    peer TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL, parent_sender TEXT, parent_seqno INTEGER,
-    name TEXT NOT NULL, text TEXT NOT NULL, sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL,
-    ord INTEGER NOT NULL, status TEXT NOT NULL, late INTEGER NOT NULL, stamp BLOB NOT NULL,
-    PRIMARY KEY (peer, sender, seqno)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS direct_by_order ON direct_messages (peer, ord);
-CREATE INDEX IF NOT EXISTS direct_unsettled ON direct_messages (status) WHERE status IN ('queued', 'sent', 'held');
-CREATE TABLE IF NOT EXISTS direct_conversations (peer TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS direct_settings (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-"""
-# The full-text index: one entry per chat message (operations are not), its rowid the delivery
-# order, over the current text (edits replace it, deletes remove it).  It is written with the
-# segment, in the same transaction.  A database without it gets it built on open.
-# It holds the index alone (content=''): the text stays in the segments, where snippets and
-# results are read from, so it is not stored twice; no per-message sizes (columnsize=0), so a
-# message costs one entry in the terms' doclists and nothing else (bm25 then ranks by how often
-# the words occur, not by the message's length).  Together they halve what indexing adds to storing
-# a message (resources/docs/benchmarks.md).  FTS5 writes each commit's entries as a small b-tree
-# of their own and merges them as it goes (automerge), a third of what indexing adds to a busy
-# peer's commits: here the merging waits for a commit that indexes nothing (an idle peer's:
-# timers, presence), a step of it each, and only a peer busy for MERGE_BACKLOG commits in a
-# row merges as it goes (Store.commit).  A contentless index can only forget a text it is handed
-# back, so message_search_changed keeps the indexed text of the few messages whose current text
-# is not their stored one (edited; NULL when deleted).
-SEARCH_TOKENIZER = "unicode61 remove_diacritics 2"
-SEARCH_SCHEMA = f"""
-CREATE VIRTUAL TABLE message_search USING fts5(
-    text, content='', columnsize=0, tokenize = "{SEARCH_TOKENIZER}"
-);
-CREATE TABLE message_search_changed (delivery_order INTEGER PRIMARY KEY, text TEXT);
-"""
 # Threads: a row per thread (its root's delivery order, its reply count and its latest message's
 # order), found by activity, and a row per reply naming its root, found by root, so a thread is
 # read by one index range instead of a walk of the whole history.  Operations are in neither.
@@ -151,46 +78,6 @@ MAX_BRANCH_MOVES = 64
 """Kept versions of a sender's messages whose answers are found by reading their thread (Store._rethread)."""
 THREAD_ROOTS_CACHED = 100_000
 """Roots of recently stored messages kept in memory: a reply to one finds its root without a query."""
-# Direct messages have an index of their own, alike, written with their rows (save_direct), in
-# the same transaction.  Their rows have no integer key, so direct_search_rows gives each shown
-# message one (the index's rowid) when it is first indexed; a message saved again as its status
-# changes is not indexed twice.  Direct messages are never edited, so nothing is kept aside.
-DIRECT_SEARCH_SCHEMA = f"""
-CREATE VIRTUAL TABLE direct_search USING fts5(
-    text, content='', columnsize=0, tokenize = "{SEARCH_TOKENIZER}"
-);
-CREATE TABLE direct_search_rows (
-    row INTEGER PRIMARY KEY, peer TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
-    UNIQUE (peer, sender, seqno)
-);
-"""
-# FTS5's own merging (automerge) as a busy peer's index gets it (16: less often than FTS5's 4,
-# an eighth less indexing cost), and what it merges while idle: a step of about this many pages
-# a commit.  An index holds at most 2,000 b-trees (past that FTS5 refuses writes as "disk
-# full"): crisismerge merges a level that reaches CRISIS_MERGE at once, above MERGE_BACKLOG's
-# one a commit and far below the limit.  A store opens merging as it goes, as its index may
-# hold a backlog it cannot count (a peer restarted while busy): the first idle commit ends it.
-AUTOMERGE = 16
-MERGE_BACKLOG = 1000
-IDLE_MERGE_PAGES = 64
-CRISIS_MERGE = 1200
-RELEVANCE_WINDOW = 10_000
-"""A search by relevance ranks the newest this many matches (older ones are found by time order)."""
-SEARCH_BUILD_REPORT = 100_000
-"""Building the index for an old data dir logs its progress every this many messages."""
-# A segment holds at most this many messages, so finding one message decodes little.
-SEGMENT_MESSAGES = 256
-# Version 1's message table, the step between a version-0 database and segments.
-VERSION_1_MESSAGES = """
-CREATE TABLE messages (
-    delivery_order INTEGER PRIMARY KEY,
-    gid TEXT NOT NULL, sender TEXT NOT NULL, seqno INTEGER NOT NULL,
-    parent_sender TEXT, parent_seqno INTEGER, sender_name TEXT NOT NULL, text TEXT NOT NULL,
-    sent_at INTEGER NOT NULL, received_at INTEGER NOT NULL, sig BLOB NOT NULL
-);
-"""
-
-
 WAL_LIMIT = 32 * 2**20
 """Bytes of WAL past which a commit truncates it.  The checkpointer's PASSIVE checkpoints never wait
 for the writer, so under writes that never pause they never copy the whole WAL, SQLite never starts
@@ -258,66 +145,8 @@ def _mention_rows(gid: str, sender: str, seqno: int, text: str, order: int) -> l
     return [(pid, order, gid, sender, seqno) for pid in mentioned_pids(text)]
 
 
-def _segment_rows_at(blob: bytes, indexes: list[int], first_order: int) -> dict[int, tuple]:
-    """Some rows of a segment (ascending ``indexes``), by delivery order, each with its proof: the
-    rows between are skipped unbuilt, so a thread spread over many segments decodes little of each."""
-    unpacker = msgpack.Unpacker(raw=False)
-    unpacker.feed(blob)
-    unpacker.read_array_header()
-    count = unpacker.read_array_header()
-    rows: dict[int, list] = {}
-    position = 0
-    for index in indexes:
-        for _ in range(index - position):
-            unpacker.skip()
-        rows[index] = unpacker.unpack()
-        position = index + 1
-    for _ in range(count - position):
-        unpacker.skip()
-    proofs = crypto.expand_proofs(unpacker.unpack())
-    return {first_order + index: (*row, proofs[index]) for index, row in rows.items()}
-def _query_error(exc: sqlite3.OperationalError) -> Exception:
-    """A search's error: SearchQueryError for a query FTS5 cannot parse, which it reports as an
-    OperationalError ("fts5: syntax error near ...", "no such column: ..."), else the disk's own."""
-    message = str(exc)
-    if any(sign in message for sign in ("fts5", "no such column", "unterminated", "malformed MATCH",
-                                        "special query")):
-        return SearchQueryError(message)
-    return exc
-
-
-def _decode_segment(blob: bytes) -> list[tuple]:
-    """A segment's rows, each with its proof as the last field."""
-    rows, proofs = msgpack.unpackb(blob, raw=False)
-    return [(*row, proof) for row, proof in zip(rows, crypto.expand_proofs(proofs))]
-
-
-class _Snippets:
-    """Snippets of found messages, made by FTS5 itself on a scratch in-memory index of just those
-    messages (the store's index keeps no text to make them from), so the words marked are the
-    ones the query matched, tokenized alike."""
-
-    def __init__(self) -> None:
-        self._db = sqlite3.connect(":memory:")
-        self._db.execute(f"CREATE VIRTUAL TABLE hits USING fts5(text, tokenize = \"{SEARCH_TOKENIZER}\")")
-
-    def of(self, query: str, texts: dict[int, str]) -> dict[int, str]:
-        """Each text of ``texts`` (by delivery order) cut around its matches of ``query``, marked."""
-        with self._db:
-            self._db.executemany("INSERT INTO hits (rowid, text) VALUES (?, ?)", texts.items())
-            found = dict(self._db.execute(
-                "SELECT rowid, snippet(hits, 0, ?, ?, '…', ?) FROM hits WHERE hits MATCH ?",
-                (MATCH_START, MATCH_END, SNIPPET_TOKENS, query)))
-            self._db.execute("DELETE FROM hits")
-        return {order: found.get(order, text) for order, text in texts.items()}
-
-    def close(self) -> None:
-        self._db.close()
-
-
 class Store:
     DECODED_SEGMENTS = 16
-    SEARCHED_SEGMENTS = 64
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -336,117 +165,35 @@ class Store:
         # segments before the index exists, and it is built after them).  Benchmarks switch it off
         # to measure what the index costs; what is stored meanwhile is never found.
         self.indexing = False
-        self._index_written = False  # in the transaction under way
-        self._unmerged_commits = 0  # commits that indexed something since the index was last merged
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version == 2:
-            self._migrate_segments()
-        self._migrate()
-        tables_before = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        self._db.executescript(SCHEMA)
-        if "read_marks" not in tables_before:
-            self._db.execute("BEGIN")  # the table and its rows together: a crash must not leave the table alone
-            self._db.execute(self.READ_MARKS_SCHEMA)
-            if "segments" in tables_before:
-                self._mark_history_read_from_before_read_marks()
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(groups)")}
-        for column, kind in (("salt", "BLOB NOT NULL DEFAULT x''"), ("key_check", "BLOB NOT NULL DEFAULT x''"),
-                             ("group_key", "BLOB"), ("descriptor", "BLOB")):
-            if column not in columns:  # data dirs from before private groups, or before descriptors
-                self._db.execute(f"ALTER TABLE groups ADD COLUMN {column} {kind}")
-        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._decoded: OrderedDict[int, list] = OrderedDict()  # segment -> rows, most recent last
+        self.search_index = SearchIndex(self._db, self._decoded)
+        self.direct = DirectMessages(self._db, self.search_index.snippets, self.identity)
+        self.peer_cache = PeerCache(self._db)
+        version = upgrade(self._db, self._packer)  # (middleware.store_schema)
         self._mentions_table()
         self._kinds_table()
         self._db.commit()
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not {"message_search", "message_search_changed"} <= tables:
-            self._build_search_index()  # no index, or one that kept a copy of the text
+        if not self.search_index.present(tables):
+            self.search_index.build(self.path)  # no index, or one that kept a copy of the text
         elif version < 4:
-            self._reindex_offers()
-        if not {"direct_search", "direct_search_rows"} <= tables:
-            self._build_direct_search_index()
-        self._merging = True
-        self._unmerged_commits = MERGE_BACKLOG
-        self._set_automerge(AUTOMERGE)
-        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('crisismerge', ?)",
-                         (CRISIS_MERGE,))
+            self.search_index.reindex_offers()
+        if not self.direct.search_index_present(tables):
+            self.direct.build_search_index()
+        self.search_index.open_merging()
         self._db.commit()
-        self._index_written = False
+        self.search_index.written = False
         self.indexing = True
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
         self._keys_stored: set[str] = set()
         # Per (gid, sender), the seqnos stored: a message delivered twice is kept once.
         self._stored: dict[tuple[str, str], RangeSet] = {}
-        self._decoded: OrderedDict[int, list] = OrderedDict()  # segment -> rows, most recent last
-        self._snippets = _Snippets()
-        self._searched: OrderedDict[int, list] = OrderedDict()  # segment -> rows without proofs, for searches
-        self._db.create_function("search_sender", 1, functools.partial(self._search_field, "sender"),
-                                 deterministic=True)
-        self._db.create_function("search_sent_at", 1, functools.partial(self._search_field, "sent_at"),
-                                 deterministic=True)
         self._roots: dict[tuple[str, Mid], int] = {}  # (gid, mid) -> its thread root's order, recent ones
         self._branch_moves: dict[str, int] = {}  # sender -> threads read for its kept versions (_rethread)
         if not {"threads", "thread_replies", "threads_upto"} <= tables:
             self._build_threads()
-        self._db.create_function("search_shown_at", 2, shown_sent_at, deterministic=True)
         self._learn_kinds()
-
-    def _migrate(self) -> None:
-        """Bring a version-0 or version-1 database (a row per message) to the current schema."""
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(messages)")}
-        if not columns:
-            return
-        if "public_key" in columns:  # version 0: the public key in every row
-            self._db.executescript(
-                "BEGIN;"
-                "ALTER TABLE messages RENAME TO messages_v0;"
-                "DROP INDEX IF EXISTS messages_by_order;"
-                + SCHEMA + VERSION_1_MESSAGES
-                + "INSERT OR IGNORE INTO peer_keys SELECT sender, public_key FROM messages_v0 WHERE length(public_key) > 0;"
-                "INSERT INTO messages SELECT delivery_order, gid, sender, seqno, parent_sender, parent_seqno, "
-                "  sender_name, text, sent_at, received_at, sig FROM messages_v0;"
-                "DROP TABLE messages_v0;"
-                "COMMIT;"
-            )
-        self._db.executescript(SCHEMA)
-        self._db.execute("BEGIN")
-        rows = self._db.execute(
-            "SELECT delivery_order, gid, sender, seqno, parent_sender, parent_seqno, sender_name, text, sent_at, "
-            "received_at, sig FROM messages ORDER BY delivery_order"
-        )
-        segment: list[tuple] = []
-        for row in rows:
-            if segment and (row[1] != segment[0][1] or row[0] != segment[-1][0] + 1 or len(segment) == SEGMENT_MESSAGES):
-                self._write_segment(segment[0][1], segment[0][0], [r[2:10] for r in segment], [r[10] for r in segment])
-                segment = []
-            segment.append(row)
-        if segment:
-            self._write_segment(segment[0][1], segment[0][0], [r[2:10] for r in segment], [r[10] for r in segment])
-        self._db.execute("DROP TABLE messages")
-        self._db.commit()
-
-    def _build_search_index(self) -> None:
-        """Index every stored chat message (a data dir from before the index), in one transaction."""
-        total = self._db.execute("SELECT COALESCE(SUM(count), 0) FROM segments").fetchone()[0]
-        if total:
-            log.info("building the search index of %s: %d messages", self.path, total)
-        self._db.execute("BEGIN")
-        self._db.execute("DROP TABLE IF EXISTS message_search")
-        self._db.execute("DROP TABLE IF EXISTS message_search_changed")
-        for statement in SEARCH_SCHEMA.split(";")[:-1]:
-            self._db.execute(statement)
-        self._set_automerge(AUTOMERGE)  # built in one go: merged as it goes
-        done = reported = 0
-        for _, gid, first_order, rows in self._segments("1", ()):
-            self._index_rows(first_order, rows)
-            done += len(rows)
-            if done - reported >= SEARCH_BUILD_REPORT:
-                log.info("search index: %d of %d messages", done, total)
-                reported = done
-        self._db.commit()
-        if total:
-            log.info("search index built: %d messages", total)
 
     def _build_threads(self) -> None:
         """The threads tables for a data dir from before them, filled from every stored message."""
@@ -522,52 +269,9 @@ class Store:
         if log_progress and any(written):
             log.info("threads of %s built: %d threads, %d replies", self.path, *written)
 
-    def _index_rows(self, first_order: int, rows: list) -> None:
-        """Index a segment's rows of (sender, seqno, parent_sender, parent_seqno, name, text, ...)
-        delivered from ``first_order`` on."""
-        entries = [(order, row[5]) for order, row in enumerate(rows, first_order)]
-        if any(text[:1] == "\x00" for _, text in entries):  # operations and file offers: see searched_text
-            entries = [(order, searched) for order, text in entries if (searched := searched_text(text)) is not None]
-        self._db.executemany("INSERT INTO message_search (rowid, text) VALUES (?, ?)", entries)
-        self._index_written = True
-
-    def _reindex_offers(self) -> None:
-        """A version-3 index holds file offers' whole texts: put their file names in their place.
-        Only where it does: an older build that opened a version-4 store set it back to 3, and a
-        contentless index handed a text it does not hold is damaged.  An offer's JSON has the words
-        of its keys, which a file name alone hardly does."""
-        changed = {order for (order,) in self._db.execute("SELECT delivery_order FROM message_search_changed")}
-        for first_order, blob in self._db.execute("SELECT first_order, messages FROM segments"):  # one at a time
-            if not any(mark in blob for mark in kinds.MARKS):  # most segments: no decoding
-                continue
-            for order, row in enumerate(msgpack.unpackb(blob, raw=False)[0], first_order):
-                if kinds.kind_of(row[5]) == kinds.FILE_OFFER and order not in changed and self._db.execute(
-                        "SELECT 1 FROM message_search WHERE message_search MATCH 'mime sha256 chunk root' AND rowid = ?",
-                        (order,)).fetchone():
-                    self._reindex(order, row[5], searched_text(row[5]), row[5])
-        self._db.commit()
-
-    def _build_direct_search_index(self) -> None:
-        """Index the direct messages stored before their index was (in one transaction)."""
-        self._db.execute("BEGIN")
-        for statement in DIRECT_SEARCH_SCHEMA.split(";")[:-1]:
-            self._db.execute(statement)
-        self._index_direct([self._direct_row(row) for row in self._db.execute(
-            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE ord > 0 ORDER BY received_at")])
-        self._db.commit()
-
-    def _migrate_segments(self) -> None:
-        """Version 2 kept each proof whole inside its segment's rows: write them compactly."""
-        self._db.execute("BEGIN")
-        for segment, blob in self._db.execute("SELECT segment, messages FROM segments").fetchall():
-            rows = msgpack.unpackb(blob, raw=False)
-            body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
-            self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
-        self._db.commit()
-
     def close(self) -> None:
         self._checkpointer.stop()
-        self._snippets.close()
+        self.search_index.close()
         try:
             self._db.commit()
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -576,15 +280,9 @@ class Store:
         self._db.close()
 
     def commit(self) -> None:
-        if self._index_written:
-            self._unmerged_commits += 1
-            self._merging = True
-            if self._unmerged_commits == MERGE_BACKLOG:  # never idle: merge as it goes, as FTS5 does
-                self._set_automerge(AUTOMERGE)
-        elif self._merging:
-            self._merge_step()
+        self.search_index.before_commit()
         self._db.commit()
-        self._index_written = False
+        self.search_index.written = False
         if self._checkpointer._wal_bytes() > WAL_LIMIT:
             try:
                 busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -592,29 +290,14 @@ class Store:
             except sqlite3.Error as exc:  # committed all the same: the next commit tries again
                 log.warning("the WAL (over %d MB) could not be truncated: %s", WAL_LIMIT // 2**20, exc)
 
-    def _set_automerge(self, segments: int) -> None:
-        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('automerge', ?)", (segments,))
-
-    def _merge_step(self) -> None:
-        """A step of merging the index's b-trees, in the commit under way; once there is nothing
-        left to merge (FTS5 then changes fewer than two rows), none until the index is written."""
-        before = self._db.total_changes
-        self._db.execute("INSERT INTO message_search (message_search, rank) VALUES ('merge', ?)", (IDLE_MERGE_PAGES,))
-        if self._db.total_changes - before < 2:
-            self._merging = False
-            if self._unmerged_commits >= MERGE_BACKLOG:
-                self._set_automerge(0)
-            self._unmerged_commits = 0
-
     def rollback(self) -> None:
         """Drop the writes since the last commit (one that failed: a full disk, an I/O error),
         and what this object remembered of them, so the same writes can be tried again."""
         self._db.rollback()
-        self._index_written = False
+        self.search_index.forget()
         self._stored.clear()  # re-read from segment_runs on first use
         self._keys_stored.clear()
         self._decoded.clear()
-        self._searched.clear()
         self._roots.clear()
         row = self._db.execute("SELECT MAX(first_order + count) FROM segments").fetchone()
         self._next_order = row[0] or 1
@@ -799,26 +482,12 @@ class Store:
         """One segment: ``rows`` of (sender, seqno, parent_sender, parent_seqno, name, text,
         sent_at, received_at) in delivery order, the first delivered as ``first_order``, and
         their signature proofs."""
-        cursor = self._db.execute(
-            "INSERT INTO segments (gid, first_order, count, messages) VALUES (?, ?, ?, ?)",
-            (gid, first_order, len(rows), self._packer.pack([rows, crypto.compact_proofs(proofs)])),
-        )
-        segment = cursor.lastrowid
+        write_segment(self._db, self._packer, gid, first_order, rows, proofs)
         if self.indexing:
-            self._index_rows(first_order, rows)
-        seqnos: dict[str, list[int]] = {}
-        for row in rows:
-            seqnos.setdefault(row[0], []).append(row[1])
-        runs = [(gid, sender, first, last, segment)
-                for sender, values in seqnos.items() for first, last in RangeSet(values).ranges()]
-        self._db.executemany("INSERT OR IGNORE INTO segment_runs VALUES (?, ?, ?, ?, ?)", runs)
+            self.search_index.index_rows(first_order, rows)
 
     def _segments(self, where: str, args: tuple) -> Iterator[tuple[int, str, int, list]]:
-        """(segment, gid, first order, rows) of the segments matching ``where``, in delivery order."""
-        for segment, gid, first_order, blob in self._db.execute(
-            f"SELECT segment, gid, first_order, messages FROM segments WHERE {where} ORDER BY segment", args
-        ):
-            yield segment, gid, first_order, _decode_segment(blob)
+        return read_segments(self._db, where, args)
 
     def history(self, gid: str | None = None) -> list[ChatMessage]:
         """Delivered messages (of one group, or all) in this peer's delivery order."""
@@ -896,7 +565,7 @@ class Store:
             self._decoded.move_to_end(segment)
             return rows
         (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
-        rows = self._decoded[segment] = _decode_segment(blob)
+        rows = self._decoded[segment] = decode_segment(blob)
         if len(self._decoded) > self.DECODED_SEGMENTS:
             self._decoded.popitem(last=False)
         return rows
@@ -934,7 +603,8 @@ class Store:
         (first_order,) = self._db.execute("SELECT first_order FROM segments WHERE segment = ?", (segment,)).fetchone()
         for order, row in enumerate(rows, first_order):
             if (row[0], row[1]) == (message.sender, message.seqno):
-                self._reindex(order, self._indexed_text(order, row[5]), searched_text(message.text), message.text)
+                self.search_index.reindex(order, self.search_index.indexed_text(order, row[5]),
+                                          searched_text(message.text), message.text)
                 self._rethread(gid, order, (message.sender, message.seqno), (row[2], row[3]), row[5], message)
                 parent_sender, parent_seqno = message.parent or (None, None)
                 row[2:7] = [parent_sender, parent_seqno, message.name, message.text, message.sent_at]
@@ -945,10 +615,10 @@ class Store:
                 self._db.execute("DELETE FROM mentions WHERE delivery_order = ?", (order,))
                 self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)",
                                      _mention_rows(gid, message.sender, message.seqno, message.text, order))
-        body = self._packer.pack([[row[:8] for row in rows], crypto.compact_proofs([row[8] for row in rows])])
+        body = pack_segment(self._packer, [row[:8] for row in rows], [row[8] for row in rows])
         self._db.execute("UPDATE segments SET messages = ? WHERE segment = ?", (body, segment))
         self._decoded.pop(segment, None)
-        self._searched.pop(segment, None)
+        self.search_index.forget_segment(segment)
         return True
 
     def _rethread(self, gid: str, order: int, mid: Mid, old_parent: tuple, old_text: str,
@@ -1005,7 +675,7 @@ class Store:
             "WHERE root = ?", [(old_root,), (new_root,)])
         self._roots.clear()  # roots of the branch moved
 
-    # -- paging and search ------------------------------------------------------------
+    # -- paging and threads -----------------------------------------------------------
 
     def history_page(self, gid: str, before: int | None = None, after: int | None = None,
                      limit: int = 50) -> list[ChatMessage]:
@@ -1027,7 +697,7 @@ class Store:
             f"SELECT first_order, messages FROM segments WHERE {where} ORDER BY segment {'DESC' if backwards else ''}",
             args,
         ):
-            rows = [(order, row) for order, row in enumerate(_decode_segment(blob), first_order)
+            rows = [(order, row) for order, row in enumerate(decode_segment(blob), first_order)
                     if (before is None or order < before) and (after is None or order > after)
                     and kinds.listed(row[5])]
             for order, (s, q, ps, pq, n, t, sa, ra, sig) in reversed(rows) if backwards else rows:
@@ -1071,7 +741,7 @@ class Store:
                 rows = {order: cached[order - first] for order in taken}
             else:
                 (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
-                rows = _segment_rows_at(blob, [order - first for order in taken], first)
+                rows = segment_rows_at(blob, [order - first for order in taken], first)
             for order in taken:
                 s, q, ps, pq, n, t, sa, ra, sig = rows[order]
                 if s not in keys:
@@ -1142,129 +812,22 @@ class Store:
     def message_count(self, gid: str) -> int:
         return self._db.execute("SELECT COALESCE(SUM(count), 0) FROM segments WHERE gid = ?", (gid,)).fetchone()[0]
 
+    # -- search (middleware.store_search) -------------------------------------------------
+
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
                since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
                by_time: bool = False) -> list[SearchHit]:
-        """Matches of ``query`` (FTS5 syntax) in the current text of chat messages, best first
-        (FTS5's bm25 rank) or, ``by_time``, newest first."""
-        where = "message_search MATCH ?"
-        args: list = [query]
-        # The index holds no column but the text: a match's group is its segment's, found by
-        # delivery order; sender and time are read from the segment (a decode per segment touched).
-        for test, value in (("(SELECT gid FROM segments WHERE first_order <= message_search.rowid "
-                             "ORDER BY first_order DESC LIMIT 1) = ?", gid),
-                            ("search_sender(rowid) = ?", sender), ("search_sent_at(rowid) >= ?", since),
-                            ("search_sent_at(rowid) <= ?", until)):
-            if value is not None:
-                where += f" AND {test}"
-                args.append(value)
-        order, rank = ("rowid DESC", "0.0") if by_time else ("rank, rowid DESC", "rank")
-        try:
-            if not by_time:
-                # Ranking scores every match: a common word's 300,000 take half a second.  Only the
-                # newest RELEVANCE_WINDOW matches are ranked, found first in rowid order (cheap).
-                oldest = self._db.execute(
-                    f"SELECT rowid FROM message_search WHERE {where} ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                    [*args, RELEVANCE_WINDOW - 1]).fetchone()
-                if oldest is not None:
-                    where += " AND rowid >= ?"
-                    args.append(oldest[0])
-            ranks = dict(self._db.execute(
-                f"SELECT rowid, {rank} FROM message_search WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
-                [*args, limit, offset]).fetchall())
-        except sqlite3.OperationalError as exc:
-            raise _query_error(exc) from None
-        found = [(order, self._message_at(order)) for order in ranks]
-        messages = {order: (at[0], at[1], self._indexed_text(order, at[1][5])) for order, at in found if at}
-        snippets = self._snippets.of(query, {order: text or "" for order, (_, _, text) in messages.items()})
-        return [SearchHit(g, (row[0], row[1]), order, shown_sent_at(row[6], row[7]), snippets[order],
-                          rank=ranks[order]) for order, (g, row, _) in messages.items()]
-
-    def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,
-                      since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
-                      by_time: bool = False) -> list[SearchHit]:
-        """Matches of ``query`` among the direct messages shown, best first or, ``by_time``, newest
-        first by shown time.  Conversations hold far fewer messages than groups: filters and the
-        time order are worked out over every match."""
-        where = "direct_search MATCH ?"
-        args: list = [query]
-        for test, value in (("r.peer = ?", peer), ("r.sender = ?", sender),
-                            ("search_shown_at(m.sent_at, m.received_at) >= ?", since),
-                            ("search_shown_at(m.sent_at, m.received_at) <= ?", until)):
-            if value is not None:
-                where += f" AND {test}"
-                args.append(value)
-        order, rank = (("search_shown_at(m.sent_at, m.received_at) DESC, direct_search.rowid DESC", "0.0")
-                       if by_time else ("direct_search.rank, direct_search.rowid DESC", "direct_search.rank"))
-        try:
-            found = self._db.execute(
-                f"SELECT direct_search.rowid, {rank}, {', '.join('m.' + c for c in self._DIRECT_COLUMNS.split(', '))} "
-                "FROM direct_search JOIN direct_search_rows r ON r.row = direct_search.rowid "
-                "JOIN direct_messages m ON m.peer = r.peer AND m.sender = r.sender AND m.seqno = r.seqno "
-                f"WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?", [*args, limit, offset]).fetchall()
-        except sqlite3.OperationalError as exc:
-            raise _query_error(exc) from None
-        rows = {row: (rank_of, self._direct_row(stored)) for row, rank_of, *stored in found}
-        snippets = self._snippets.of(query, {row: searched_text(stored.text) or "" for row, (_, stored) in rows.items()})
-        me = self.identity().pid
-        return [SearchHit(conversation_id(me, stored.peer), stored.mid, stored.order,
-                          shown_sent_at(stored.sent_at, stored.received_at), snippets[row], peer=stored.peer,
-                          rank=rank_of) for row, (rank_of, stored) in rows.items()]
-
-    def _message_at(self, order: int) -> tuple[str, tuple] | None:
-        """(gid, row without its proof) of the message delivered as ``order``."""
-        found = self._db.execute("SELECT segment, gid, first_order FROM segments WHERE first_order <= ? "
-                                 "ORDER BY first_order DESC LIMIT 1", (order,)).fetchone()
-        if found is None:
-            return None
-        segment, gid, first_order = found
-        rows = self._decoded.get(segment) or self._searched.get(segment)
-        if rows is None:
-            # Searches keep their own few segments, decoded without the proofs: they must not push
-            # out the ones delivery and repairs are reading.
-            (blob,) = self._db.execute("SELECT messages FROM segments WHERE segment = ?", (segment,)).fetchone()
-            rows = self._searched[segment] = msgpack.unpackb(blob, raw=False)[0]
-            if len(self._searched) > self.SEARCHED_SEGMENTS:
-                self._searched.popitem(last=False)
-        return (gid, rows[order - first_order]) if order - first_order < len(rows) else None
-
-    def _search_field(self, field: str, order: int) -> str | int | None:
-        """The sender or shown time of the message delivered as ``order`` (search filters in SQL)."""
-        found = self._message_at(order)
-        if found is None:
-            return None
-        row = found[1]
-        return row[0] if field == "sender" else shown_sent_at(row[6], row[7])
-
-    def _indexed_text(self, order: int, stored_text: str) -> str | None:
-        """The text the index holds for the message delivered as ``order``, stored as ``stored_text``."""
-        changed = self._db.execute("SELECT text FROM message_search_changed WHERE delivery_order = ?",
-                                   (order,)).fetchone()
-        if changed is not None:
-            return changed[0]
-        return searched_text(stored_text)
-
-    def _reindex(self, order: int, old: str | None, new: str | None, stored_text: str) -> None:
-        """Index ``new`` (None: nothing) for ``order`` in place of ``old``, what the index holds."""
-        if old == new:
-            return
-        self._index_written = True
-        if old is not None:
-            self._db.execute("INSERT INTO message_search (message_search, rowid, text) VALUES ('delete', ?, ?)",
-                             (order, old))
-        if new is not None:
-            self._db.execute("INSERT INTO message_search (rowid, text) VALUES (?, ?)", (order, new))
-        if new == searched_text(stored_text):
-            self._db.execute("DELETE FROM message_search_changed WHERE delivery_order = ?", (order,))
-        else:
-            self._db.execute("INSERT OR REPLACE INTO message_search_changed VALUES (?, ?)", (order, new))
+        """Matches of ``query`` (FTS5 syntax) in the current text of chat messages (SearchIndex.search)."""
+        return self.search_index.search(query, gid=gid, sender=sender, since=since, until=until, limit=limit,
+                                        offset=offset, by_time=by_time)
 
     def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
         found = self._rows_of(gid, [mid])
         if not found:
             return
         order, row = found[0]
-        self._reindex(order, self._indexed_text(order, row[5]), None if text is None else searched_text(text), row[5])
+        self.search_index.reindex(order, self.search_index.indexed_text(order, row[5]),
+                                  None if text is None else searched_text(text), row[5])
 
     # -- mentions (middleware.mentions): who each message mentions, written with it --------------
 
@@ -1283,22 +846,10 @@ class Store:
                     "PRIMARY KEY (gid, kind, delivery_order)) WITHOUT ROWID;"
                     "CREATE INDEX message_kinds_by_order ON message_kinds (delivery_order)")
 
-    def _new_table(self, name: str, schema: str) -> bool:
-        """Make table ``name`` (``schema``: its statements, ``;`` between them) unless the data dir
-        has it, in a transaction that its rows then join: a crash must not leave it made and empty,
-        as it would never be filled again.  False if it was there."""
-        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone():
-            return False
-        if not self._db.in_transaction:
-            self._db.execute("BEGIN")
-        for statement in schema.split(";"):
-            self._db.execute(statement)
-        return True
-
     def _kinds_table(self) -> None:
         """Version 5's message_kinds, from the messages stored (version 4's file_offers goes with it:
         the same transaction, so a crash leaves either both or the old one, and the next open does it)."""
-        if not self._new_table("message_kinds", self.KINDS_SCHEMA):
+        if not new_table(self._db, "message_kinds", self.KINDS_SCHEMA):
             return
         # decoded: only the segments that hold a kind's opening bytes, then the rows that are of it
         self._db.executemany("INSERT INTO message_kinds VALUES (?, ?, ?)", [
@@ -1330,7 +881,7 @@ class Store:
         return self.of_kind(gid, kinds.FILE_OFFER)
 
     def _mentions_table(self) -> None:
-        if not self._new_table("mentions", self.MENTIONS_SCHEMA):
+        if not new_table(self._db, "mentions", self.MENTIONS_SCHEMA):
             return
         rows = [mention for _, gid, first_order, segment_rows in self._segments("1", ())
                 for order, (sender, seqno, _, _, _, text, *_) in enumerate(segment_rows, first_order)
@@ -1352,52 +903,20 @@ class Store:
         row = self._db.execute("SELECT desc FROM groups WHERE gid = ?", (gid,)).fetchone()
         return row[0] if row else ""
 
-    # -- the peer cache (reach: where peers were last proven to be) --------------------
-
-    # Made on first use, like read_marks: a database without it has an empty cache.
-    PEER_CACHE_SCHEMA = ("CREATE TABLE IF NOT EXISTS peer_cache (pid TEXT PRIMARY KEY, host TEXT NOT NULL, "
-                         "port INTEGER NOT NULL, seen REAL NOT NULL)")
-
-    def _peer_cache_table(self) -> None:
-        if not getattr(self, "_peer_cache_ready", False):
-            self._db.execute(self.PEER_CACHE_SCHEMA)
-            self._peer_cache_ready = True
+    # -- the peer cache (middleware.store_peers) --------------------------------------------
 
     def cached_peers(self) -> list[tuple[str, Endpoint, float]]:
-        self._peer_cache_table()
-        rows = self._db.execute("SELECT pid, host, port, seen FROM peer_cache ORDER BY seen DESC LIMIT ?",
-                                (MAX_CACHED_PEERS,)).fetchall()
-        return [(pid, Endpoint(host, port), seen) for pid, host, port, seen in rows]
+        return self.peer_cache.cached()
 
     def cache_peer(self, pid: str, endpoint: Endpoint, wall: float,
                    keep: Callable[[str], bool] | None = None) -> None:
-        """Keep ``pid``'s proven endpoint (commit is the caller's); past the cap a stranger's
-        oldest row gives way first (``keep``: see PeerStore.cache_peer)."""
-        self._peer_cache_table()
-        self._db.execute("INSERT OR REPLACE INTO peer_cache (pid, host, port, seen) VALUES (?, ?, ?, ?)",
-                         (pid, endpoint.host, endpoint.port, wall))
-        rows = self._db.execute("SELECT pid FROM peer_cache ORDER BY seen").fetchall()
-        excess = len(rows) - MAX_CACHED_PEERS
-        if excess > 0:
-            kept = keep or (lambda _pid: False)
-            oldest_first = [row[0] for row in rows]
-            victims = ([p for p in oldest_first if not kept(p)] + [p for p in oldest_first if kept(p)])[:excess]
-            self._db.executemany("DELETE FROM peer_cache WHERE pid = ?", [(p,) for p in victims])
+        self.peer_cache.cache(pid, endpoint, wall, keep)
 
     # -- read marks (the GUI's unread state, kept across restarts) -------------------
 
-    # Per group, the delivery orders read, as inclusive ranges (msgpack).  Joining or creating a
-    # group stores its row, empty: nothing read.  A data dir from before read marks (its database
-    # has segments but no read_marks table) is told apart when it is first opened: what it holds
-    # was there before the reader could be told it is unread, so it is marked read, explicitly,
-    # and a group with no row at all reads as nothing read.
-    READ_MARKS_SCHEMA = "CREATE TABLE IF NOT EXISTS read_marks (gid TEXT PRIMARY KEY, ranges BLOB NOT NULL)"
+    # Per group, the delivery orders read, as inclusive ranges (msgpack): the table, and the marks
+    # of a data dir from before them, are store_schema's READ_MARKS_SCHEMA.
     MAX_READ_RANGES = MAX_READ_RANGES
-
-    def _mark_history_read_from_before_read_marks(self) -> None:
-        self._db.executemany("INSERT INTO read_marks (gid, ranges) VALUES (?, ?)",
-                             [(gid, self._packer.pack([[1, last]])) for gid, last in self._db.execute(
-                                 "SELECT gid, MAX(first_order + count - 1) FROM segments GROUP BY gid")])
 
     def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
         """The delivery orders read in ``gid``, as inclusive ranges; None if never marked."""
@@ -1410,95 +929,37 @@ class Store:
         self._db.execute("INSERT OR REPLACE INTO read_marks (gid, ranges) VALUES (?, ?)",
                          (gid, self._packer.pack([list(r) for r in merged])))
 
-    # -- direct messages (middleware.direct) ------------------------------------------------
-
-    _DIRECT_COLUMNS = ("peer, sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at, ord, "
-                       "status, late, stamp")
-
-    @staticmethod
-    def _direct_row(row: tuple) -> StoredDirect:
-        peer, sender, seqno, parent_sender, parent_seqno, name, text, sent_at, received_at, order, status, late, \
-            stamp = row
-        parent = (parent_sender, parent_seqno) if parent_sender is not None else None
-        return StoredDirect(peer, sender, seqno, parent, name, text, sent_at, received_at, order, status, bool(late),
-                            stamp)
+    # -- direct messages (middleware.store_direct) ------------------------------------------
 
     def save_direct(self, rows: Iterable[StoredDirect]) -> None:
-        """Direct messages, each replacing the stored version of its (peer, mid); those shown are
-        indexed for search (once).  A row with the status ``dropped`` deletes its (peer, mid) instead."""
-        saved = []
-        for r in rows:
-            if r.status == DROPPED:
-                self._delete_direct(r.peer, r.mid)
-            else:
-                saved.append(r)
-        self._db.executemany(
-            f"INSERT OR REPLACE INTO direct_messages ({self._DIRECT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(r.peer, r.sender, r.seqno, *(r.parent or (None, None)), r.name, r.text, r.sent_at, r.received_at,
-              r.order, r.status, int(r.late), r.stamp) for r in saved])
-        if self.indexing:
-            self._index_direct(saved)
-
-    def _delete_direct(self, peer: str, mid: Mid) -> None:
-        """A direct message gone, and its search index entry: a contentless index forgets an entry
-        only when handed the text it indexed, which is read back from the row itself."""
-        key = (peer, *mid)
-        found = self._db.execute("SELECT r.row, m.text FROM direct_search_rows r JOIN direct_messages m ON "
-                                 "m.peer = r.peer AND m.sender = r.sender AND m.seqno = r.seqno "
-                                 "WHERE r.peer = ? AND r.sender = ? AND r.seqno = ?", key).fetchone()
-        if found is not None:
-            row, text = found
-            indexed = searched_text(text)
-            if indexed is not None:
-                self._db.execute("INSERT INTO direct_search (direct_search, rowid, text) VALUES ('delete', ?, ?)",
-                                 (row, indexed))
-            self._db.execute("DELETE FROM direct_search_rows WHERE row = ?", (row,))
-        self._db.execute("DELETE FROM direct_messages WHERE peer = ? AND sender = ? AND seqno = ?", key)
-
-    def _index_direct(self, rows: list[StoredDirect]) -> None:
-        """Index the shown ones of ``rows`` (order above 0: not held) not indexed yet."""
-        for r in rows:
-            text = searched_text(r.text) if r.order > 0 else None
-            if text is None:
-                continue
-            cursor = self._db.execute("INSERT OR IGNORE INTO direct_search_rows (peer, sender, seqno) VALUES (?, ?, ?)",
-                                      (r.peer, r.sender, r.seqno))
-            if cursor.rowcount == 1:
-                self._db.execute("INSERT INTO direct_search (rowid, text) VALUES (?, ?)", (cursor.lastrowid, text))
+        self.direct.save(rows, index=self.indexing)
 
     def direct_history(self, peer: str, before: int | None = None, limit: int | None = None) -> list[StoredDirect]:
-        """The conversation's shown messages (order above 0) before ``before``: the newest ``limit``, in order."""
-        rows = self._db.execute(
-            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE peer = ? AND ord > 0 AND ord < ? "
-            "ORDER BY ord DESC LIMIT ?", (peer, before if before is not None else 2**63 - 1,
-                                          limit if limit is not None else -1)).fetchall()
-        return [self._direct_row(row) for row in reversed(rows)]
+        return self.direct.history(peer, before, limit)
 
     def direct_unsettled(self) -> list[StoredDirect]:
-        """Outgoing messages not yet acknowledged, and incoming ones held for their causes."""
-        return [self._direct_row(row) for row in self._db.execute(
-            f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE status IN ('queued', 'sent', 'held') "
-            "ORDER BY received_at, sender, seqno")]
+        return self.direct.unsettled()
 
     def direct_unread(self, peer: str, after_order: int) -> list[tuple[int, int]]:
-        """(order, seqno) of the conversation's incoming shown messages past ``after_order``, in order."""
-        return self._db.execute("SELECT ord, seqno FROM direct_messages WHERE peer = ? AND sender = peer AND ord > ? "
-                                "ORDER BY ord", (peer, after_order)).fetchall()
+        return self.direct.unread(peer, after_order)
 
     def direct_message(self, peer: str, mid: Mid) -> StoredDirect | None:
-        row = self._db.execute(f"SELECT {self._DIRECT_COLUMNS} FROM direct_messages WHERE peer = ? AND sender = ? "
-                               "AND seqno = ?", (peer, *mid)).fetchone()
-        return self._direct_row(row) if row else None
+        return self.direct.message(peer, mid)
 
     def direct_conversations(self) -> dict[str, bytes]:
-        return dict(self._db.execute("SELECT peer, state FROM direct_conversations"))
+        return self.direct.conversations()
 
     def save_direct_conversation(self, peer: str, state: bytes) -> None:
-        self._db.execute("INSERT OR REPLACE INTO direct_conversations (peer, state) VALUES (?, ?)", (peer, state))
+        self.direct.save_conversation(peer, state)
 
     def direct_setting(self, key: str) -> bytes | None:
-        row = self._db.execute("SELECT value FROM direct_settings WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
+        return self.direct.setting(key)
 
     def set_direct_setting(self, key: str, value: bytes) -> None:
-        self._db.execute("INSERT OR REPLACE INTO direct_settings (key, value) VALUES (?, ?)", (key, value))
+        self.direct.set_setting(key, value)
+
+    def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,
+                      since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
+                      by_time: bool = False) -> list[SearchHit]:
+        return self.direct.search(query, peer=peer, sender=sender, since=since, until=until, limit=limit,
+                                  offset=offset, by_time=by_time)

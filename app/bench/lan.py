@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...middleware import store as store_module
+from ...middleware import store_search
 from ...middleware.manager import Config, GroupManager
 from ...middleware.events import Event, MessagesDelivered
 from .handoff import publish, wait_for
@@ -60,8 +60,8 @@ class StoreClock:
     def __init__(self, store) -> None:
         self.seconds = {"indexing": 0.0, "commits": 0.0}
         self.commits = 0
-        self._index_rows, self._commit = store._index_rows, store.commit
-        store._index_rows, store.commit = self._timed_index_rows, self._timed_commit
+        self._index_rows, self._commit = store.search_index.index_rows, store.commit
+        store.search_index.index_rows, store.commit = self._timed_index_rows, self._timed_commit
 
     def _timed_index_rows(self, first_order, rows) -> None:
         started = time.thread_time()
@@ -112,7 +112,7 @@ def index_as_asked(manager: GroupManager, args) -> None:
     the store's way before merging waited for idle commits)."""
     manager.store.indexing = not args.no_index
     if args.index_merged:
-        store_module.MERGE_BACKLOG = 1
+        store_search.MERGE_BACKLOG = 1
 
 
 async def run_sender(args) -> None:

@@ -25,7 +25,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ...middleware import store as store_module
+from ...middleware import store_search
 from ...middleware.store import Store
 from ...middleware.types import ChatMessage
 
@@ -99,15 +99,15 @@ def delivery_cost(path: Path, flushes: list[list[ChatMessage]], index: str) -> t
     store.commit()  # as a peer's first commits (joining, presence), which index nothing: the index is found merged
     if index == "off":
         store.indexing = False  # what delivery cost before the index
-    backlog = store_module.MERGE_BACKLOG
+    backlog = store_search.MERGE_BACKLOG
     if index == "merged":
-        store_module.MERGE_BACKLOG = 1
+        store_search.MERGE_BACKLOG = 1
     started, cpu = time.perf_counter(), time.process_time()
     for flush in flushes:
         store.add_messages(flush)
         store.commit()
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-    store_module.MERGE_BACKLOG = backlog
+    store_search.MERGE_BACKLOG = backlog
     store.close()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)

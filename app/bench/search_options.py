@@ -3,7 +3,7 @@
 Each variant indexes the same texts on a scratch database in WAL mode, one transaction a
 flush, and prints the CPU a message (median of --rounds) and, for chat texts, the index's
 size against the text's.  The store itself uses the variant marked "kept"
-(middleware/store.py's SEARCH_SCHEMA); resources/docs/benchmarks.md quotes a run.
+(middleware/store_search.py's SEARCH_SCHEMA); resources/docs/benchmarks.md quotes a run.
 
     python -m m2mc.app.bench.search_options [--messages 100000] [--flush 90] [--texts lan|chat]
 """

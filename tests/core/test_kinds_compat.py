@@ -8,7 +8,8 @@ from pathlib import Path
 
 from m2mc.middleware import chatops, crypto, kinds, wire
 from m2mc.middleware.files import parse_offer
-from m2mc.middleware.store import SCHEMA_VERSION, Store
+from m2mc.middleware.store import Store
+from m2mc.middleware.store_schema import SCHEMA_VERSION
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ANN = crypto.Identity.from_bytes(bytes(range(32)))

@@ -136,7 +136,7 @@ def test_an_old_data_dir_gets_its_index_built_on_open(tmp_path, caplog):
     db.execute("DROP TABLE message_search_changed")
     db.commit()
     db.close()
-    with caplog.at_level(logging.INFO, logger="m2mc.middleware.store"):
+    with caplog.at_level(logging.INFO, logger="m2mc.middleware.store_search"):
         store = Store(path)
     assert expected and {h.mid for h in store.search("apple", limit=1000)} == expected
     assert "search index built: 100 messages" in caplog.text
@@ -320,11 +320,11 @@ def test_thread_method_errors(rpc):
 
 
 def test_relevance_ranks_only_the_newest_matches(tmp_path, monkeypatch):
-    from m2mc.middleware import store as store_module
+    from m2mc.middleware import store_search
     store = Store(tmp_path / "s.db")
     store.add_messages([ChatMessage("g", ("p", n), None, "n", "word " * (1 + n % 3), NOW, NOW, 0, b"s", b"k")
                         for n in range(1, 21)])
-    monkeypatch.setattr(store_module, "RELEVANCE_WINDOW", 5)
+    monkeypatch.setattr(store_search, "RELEVANCE_WINDOW", 5)
     assert {h.order for h in store.search("word", limit=100)} == {16, 17, 18, 19, 20}
     assert len(store.search("word", limit=100, by_time=True)) == 20
     store.close()
@@ -463,7 +463,7 @@ def index_btrees(store: Store) -> int:
 
 
 def test_the_index_is_merged_by_idle_commits_and_by_delivery_only_past_a_backlog(tmp_path, monkeypatch):
-    from m2mc.middleware import store as store_module
+    from m2mc.middleware import store_search
     automerge = "SELECT v FROM message_search_config WHERE k = 'automerge'"
     store = Store(tmp_path / "s.db")
     store.commit()  # a peer's first commits index nothing (joining, presence): the index is found merged
@@ -483,11 +483,11 @@ def test_the_index_is_merged_by_idle_commits_and_by_delivery_only_past_a_backlog
         store.commit()
     assert index_btrees(store) <= 3 and store._db.execute(automerge).fetchone()[0] == 0
     assert {h.mid for h in store.search("apple", limit=1000)} == scanned(messages[:400], "apple")
-    monkeypatch.setattr(store_module, "MERGE_BACKLOG", 10)
+    monkeypatch.setattr(store_search, "MERGE_BACKLOG", 10)
     for n in range(200, 300):  # busy past the backlog: merged as it goes
         store.add_messages(messages[n * 2:n * 2 + 2])
         store.commit()
-    assert index_btrees(store) < 90 and store._db.execute(automerge).fetchone()[0] == store_module.AUTOMERGE
+    assert index_btrees(store) < 90 and store._db.execute(automerge).fetchone()[0] == store_search.AUTOMERGE
     for _ in range(20):
         store.commit()
     assert index_btrees(store) <= 3 and store._db.execute(automerge).fetchone()[0] == 0

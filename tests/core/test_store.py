@@ -10,7 +10,9 @@ import msgpack
 
 from m2mc.middleware import crypto
 from m2mc.middleware import kinds
-from m2mc.middleware.store import SCHEMA, SCHEMA_VERSION, SEGMENT_MESSAGES, VERSION_1_MESSAGES, Store
+from m2mc.middleware.store import Store
+from m2mc.middleware.store_schema import SCHEMA, SCHEMA_VERSION, VERSION_1_MESSAGES
+from m2mc.middleware.store_segments import SEGMENT_MESSAGES
 from m2mc.middleware.types import ChatMessage
 
 OP_MARKER = kinds.body(kinds.OPERATION, "")  # how an operation's body opens (middleware.kinds)
