@@ -6,6 +6,7 @@ ruff (pyflakes and pycodestyle's E7/E9) and mypy over the packages [tool.mypy] n
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -91,7 +92,11 @@ def test_ruff_passes():
 
 
 def test_mypy_passes_over_the_middleware():
-    result = run_tool("mypy", "--no-incremental")  # files and settings: [tool.mypy] in pyproject.toml
+    # Incremental, with its cache outside the checkout: a module is checked again when its text or a
+    # dependency's changed (mypy compares hashes, not only times), so a fresh clone reuses the stubs'
+    # and unchanged modules' results (12 s to 0.3 s here) and a change is still checked in full.
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "m2mc" / "mypy"
+    result = run_tool("mypy", "--cache-dir", str(cache))  # files and settings: [tool.mypy] in pyproject.toml
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "Success: no issues found" in result.stdout, result.stdout[-2000:]
 
