@@ -77,7 +77,7 @@ from .controllers.status import StatusController
 from .files_view import FilesView
 from .notices import is_notice
 from .notifier import Notifier
-from .state import ComposeTarget, PaneFolds, Selection, ThreadFilter
+from .state import ComposeTarget, OnShow, PaneFolds, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
@@ -134,6 +134,8 @@ class MainWindow(QMainWindow):
         self.selection: Selection[GroupSession] = Selection()
         self.compose_target = ComposeTarget()
         self.view_filter = ThreadFilter()
+        # What was on show at the last close, opened again once its group or conversation is known.
+        self.restoring = OnShow.parse(self._setting("window/on_show"))
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
@@ -599,6 +601,32 @@ class MainWindow(QMainWindow):
         self.session_controller.load()
         self.direct_controller.load()
         self.discovery.load()
+        if self.restoring is not None and self.restoring.kind == "direct":
+            self.direct_controller.open_with(self.restoring.key)
+            self.restoring = None
+
+    def group_to_open(self, joined: list[str]) -> str | None:
+        """The group a start opens among the ``joined`` (their gids): the one on show at the last close,
+        else the first; None while a direct conversation is on show (restored: not to be covered)."""
+        if self.centre_stack.currentWidget() is self.direct_pane:
+            return None
+        restoring = self.restoring
+        if restoring is not None and restoring.kind == "group" and restoring.key in joined:
+            if restoring.thread is None:
+                self.restoring = None
+            return restoring.key
+        self.restoring = None
+        return joined[0] if joined else None
+
+    def shown_now(self) -> OnShow | None:
+        """What the window shows, as a restart is to show it again."""
+        conversation = self.direct_controller.current
+        if self.centre_stack.currentWidget() is self.direct_pane and conversation is not None:
+            return OnShow("direct", conversation.peer)
+        session = self.current
+        if session is None:
+            return None
+        return OnShow("group", session.gid, session.thread.root.message.mid if session.thread is not None else None)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -886,6 +914,10 @@ class MainWindow(QMainWindow):
             return
         session.opened = True
         self.compose_controller.show_target()  # a restored draft's target is known now
+        restoring, self.restoring = self.restoring, None
+        if restoring is not None and restoring.kind == "group" and restoring.key == session.gid \
+                and restoring.thread is not None:
+            self.open_thread(restoring.thread)  # the thread open at the last close (gone since: not opened)
         view = self.current_view()
         unread = session.tree.unread_in_arrival_order()
         if not unread:
@@ -1748,6 +1780,8 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self._save_pane_sizes()
+        shown_now = self.shown_now()
+        self._store_setting("window/on_show", shown_now.text() if shown_now is not None else "")
         self.session_controller.save_read_marks()
         self.discovery.close()
         self.search_window.close()
