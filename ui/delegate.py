@@ -39,7 +39,7 @@ from .notices import is_notice
 from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole,
                             UnreadRole)
 
-from .resources import is_dark, theme_colors
+from .resources import MUTED_ALPHA, is_dark, theme_colors
 
 if TYPE_CHECKING:
     from .files_view import FilesView
@@ -208,7 +208,7 @@ class MessageDelegate(QStyledItemDelegate):
         self.on_accent = QColor("#ffffff" if self.accent.lightnessF() < 0.6 else "#000000")
         self.match_color = QColor(colors["match"])
         self.muted = self.view.palette().color(QPalette.ColorRole.Text)
-        self.muted.setAlpha(150)
+        self.muted.setAlpha(MUTED_ALPHA)
         self.guide = QColor(self.muted)
         self.guide.setAlpha(50)
         self.invalidate()
