@@ -142,7 +142,7 @@ class MainWindow(QMainWindow):
 
         # A window of its own, not a child: it must not stay above the main window.
         self.discovery = DiscoveryWindow(backend)
-        self.notifier = Notifier(self)
+        self.notifier = Notifier(self, open_target=lambda target: self.show_message(*target))
         self.warning_log = WarningLogWindow(self)
         # Each controller hears the backend's events for its concern; nothing reaches them
         # before the panes are built (events come through the event loop).
@@ -1084,11 +1084,14 @@ class MainWindow(QMainWindow):
     def start_new_thread(self) -> None:
         self.compose_controller.start_new_thread()
 
-    def notify(self, title: str, text: str, mention: bool = False) -> None:
-        if mention:
-            self.notifier.notify(title, text, mention=True)
-        else:
-            self.notifier.notify(title, text)
+    def notify(self, title: str, text: str, mention: bool = False, target: tuple[str, Mid] | None = None) -> None:
+        """A desktop notification (ui.notifier); ``target``: (gid or conversation key, message), which a
+        click on it opens."""
+        self.notifier.notify(title, text, mention=mention, target=target)
+
+    def show_unread(self, count: int) -> None:
+        """The unread count, beside the window's title: in the tray icon's tooltip."""
+        self.notifier.show_unread(count)
 
     def add_group_item(self, item: QListWidgetItem) -> None:
         self.group_list.addItem(item)

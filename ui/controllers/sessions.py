@@ -133,7 +133,8 @@ class SessionsView(Protocol):
     def relayout_messages(self) -> None: ...
     def start_new_thread(self) -> None: ...
     def messages_shown(self, mids: list[Mid]) -> None: ...
-    def notify(self, title: str, text: str, mention: bool = False) -> None: ...
+    def notify(self, title: str, text: str, mention: bool = False, target: tuple[str, Mid] | None = None) -> None: ...
+    def show_unread(self, count: int) -> None: ...
 
 
 class SessionController(QObject):
@@ -436,7 +437,7 @@ class SessionController(QObject):
             how = "mentioned you in" if mentioning else "in"
             text = readable_text(last.text, member_names(session.view))
             self.view.notify(f"{last.sender_name} {how} {session.title}", snippet(text, 120) + extra,
-                             mention=bool(mentioning))
+                             mention=bool(mentioning), target=(gid, last.mid))
 
     def _trim(self, session: GroupSession, at_bottom: bool, reading: ReaderPlace | None = None) -> None:
         # A steady stream adds rows without end, and each re-layout costs every row on show
@@ -537,6 +538,7 @@ class SessionController(QObject):
         """The window's title counts what is unread, in the groups and in ``other_unread()`` (direct messages)."""
         total = sum(len(s.tree.unread) + s.unread_beyond for s in self.sessions.values()) + self.other_unread()
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
+        self.view.show_unread(total)
 
     def read_changed(self, session: GroupSession) -> None:
         """Something was read: its marks go to the store within READ_SAVE_MS."""
