@@ -167,6 +167,7 @@ class MainWindow(QMainWindow):
         self.session_controller.other_unread = self.direct_controller.unread_total
         self._build_actions()
         self._build_status_bar()
+        self._name_controls()
         self._restore_pane_sizes()
 
         self._placing = False  # the view is being put back where the reader was: not a scroll of theirs
@@ -464,6 +465,19 @@ class MainWindow(QMainWindow):
         self.setMinimumWidth(MINIMUM_WIDTH)
         splitter.splitterMoved.connect(self._save_pane_sizes)
         side.splitterMoved.connect(self._save_pane_sizes)
+
+    def _name_controls(self) -> None:
+        """What a screen reader calls each control without a label of its own (a button's text names it);
+        tests/ui/test_accessibility.py walks the window through AT-SPI and fails on an unnamed one."""
+        pane = self.direct_pane
+        for widget, name in ((self.group_list, "Groups"), (self.thread_list, "Threads"),
+                             (self.member_list, "Members"), (self.filter_edit, "Filter the conversation"),
+                             (self.tree_button, "Reply tree"), (self.time_button, "Time order"),
+                             (self.tree_view, "Conversation, as a reply tree"),
+                             (self.timeline_view, "Conversation, in time order"),
+                             (self.compose, "Message to the group"), (pane.view, "Direct conversation"),
+                             (pane.compose, "Direct message")):
+            widget.setAccessibleName(name)
 
     def _titled(self, title: str, body: QWidget, footer: QWidget | None = None) -> QWidget:
         pane = QWidget()
