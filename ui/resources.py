@@ -134,18 +134,86 @@ def load_bundled_fonts() -> str | None:
     return families[0]
 
 
+PORTAL = ("org.freedesktop.portal.Desktop", "/org/freedesktop/portal/desktop", "org.freedesktop.portal.Settings")
+APPEARANCE = ("org.freedesktop.appearance", "color-scheme")  # 0: no preference, 1: prefer dark, 2: prefer light
+
+
+def _session_bus():
+    try:  # jeepney is a Linux dependency; elsewhere Qt's own reading of the desktop is all there is
+        from .session_bus import SessionBus
+    except ImportError:
+        return None
+    return SessionBus.shared()
+
+
+def _portal_value(value: object) -> object:
+    """A portal answer's value: Read wraps the variant in another variant; a signal's is wrapped once."""
+    while isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        value = value[1]
+    return value
+
+
+def desktop_prefers_dark(app: QApplication) -> bool | None:
+    """The desktop's light/dark choice: xdg-desktop-portal's color-scheme where the session bus has the
+    portal (GNOME, KDE and others publish their switch there), else what Qt read of the desktop
+    (styleHints().colorScheme()); None where neither says."""
+    bus = _session_bus()
+    if bus is not None and bus.has_name(PORTAL[0]):
+        from .session_bus import SessionBusError
+        try:
+            scheme = _portal_value(bus.call_method(*PORTAL, "Read", "ss", APPEARANCE)[0])
+        except SessionBusError:
+            scheme = None
+        if scheme in (1, 2):
+            return scheme == 1
+    scheme = app.styleHints().colorScheme()
+    if scheme == Qt.ColorScheme.Dark:
+        return True
+    if scheme == Qt.ColorScheme.Light:
+        return False
+    return None
+
+
+def follow_desktop(app: QApplication) -> None:
+    """Take the dark palette when the desktop prefers dark and the app's palette is light (Fusion, and
+    desktops without a Qt theme, keep a light one); give the light one back when the desktop turns light."""
+    wants_dark = desktop_prefers_dark(app)
+    dark_by_us = bool(app.property("m2mcDarkByUs"))
+    if wants_dark and not is_dark(app.palette()):
+        app.setProperty("m2mcLightPalette", app.palette())
+        app.setProperty("m2mcDarkByUs", True)
+        app.setPalette(dark_palette())
+    elif wants_dark is False and dark_by_us:
+        light = app.property("m2mcLightPalette")
+        app.setProperty("m2mcDarkByUs", False)
+        app.setPalette(light if isinstance(light, QPalette) else app.style().standardPalette())
+
+
 def apply_theme(app: QApplication) -> None:
-    """Style the app for its palette now and whenever the system switches light/dark.  Called again
-    (each test's window, a palette set by hand) it restyles: the switch is listened to once per app."""
+    """Style the app for its palette, dark where the desktop prefers dark, now and whenever the desktop
+    switches.  Called again (each test's window, a palette set by hand) it restyles: the switch is
+    listened to once per app (Qt's signal, and the portal's on the app's one session-bus connection)."""
     load_bundled_fonts()
     if not app.property("m2mcThemed"):
         app.setProperty("m2mcThemed", True)
-        app.styleHints().colorSchemeChanged.connect(lambda *_args: restyle(app))
-    restyle(app)
+        app.styleHints().colorSchemeChanged.connect(lambda *_args: restyle(app, follow=True))
+        bus = _session_bus()
+        if bus is not None:
+            from jeepney import MatchRule
+
+            def changed(message) -> None:
+                if tuple(message.body[:2]) == APPEARANCE:
+                    restyle(app, follow=True)
+
+            bus.listen(MatchRule(type="signal", interface=PORTAL[2], member="SettingChanged"), changed)
+    restyle(app, follow=True)
 
 
-def restyle(app: QApplication) -> None:
-    """Icons, tooltips, selections and the stylesheet drawn anew from the app's palette."""
+def restyle(app: QApplication, follow: bool = False) -> None:
+    """Icons, tooltips, selections and the stylesheet drawn anew from the app's palette (``follow``:
+    first the palette the desktop's light/dark choice asks for)."""
+    if follow:
+        follow_desktop(app)
     _icon.cache_clear()
     readable_tooltips(app)
     readable_selection(app)
