@@ -745,6 +745,7 @@ class MainWindow(QMainWindow):
             self.status_controller.refresh()
             return
         self.title_label.setText(session.title)
+        self.compose.setAccessibleName(f"Message to {session.title}")  # a screen reader says where it goes
         self.show_topic(session)
         self.update_pinned_button()
         if session.item is not None:  # its warnings, if any, are on the banner now
@@ -1119,6 +1120,7 @@ class MainWindow(QMainWindow):
 
     def show_heading(self, session: GroupSession) -> None:
         self.title_label.setText(session.title)
+        self.compose.setAccessibleName(f"Message to {session.title}")  # a screen reader says where it goes
         self.show_topic(session)
 
     def named_views(self) -> tuple[QAbstractItemView, ...]:

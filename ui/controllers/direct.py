@@ -336,6 +336,7 @@ class DirectController(QObject):
 
     def _show_heading(self, conversation: Conversation) -> None:
         self.view.direct_pane.show_heading(shown(conversation.name), conversation.fingerprint, conversation.online)
+        self.view.direct_pane.compose.setAccessibleName(f"Direct message to {shown(conversation.name)}")
         self.view.direct_pane.delegate.peer_name = conversation.name
 
     # -- what the middleware tells ---------------------------------------------------------------------
