@@ -23,14 +23,14 @@ import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QTimer
-from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPalette
+from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter
 from PySide6.QtWidgets import QApplication, QStyleFactory
 
 from ..middleware.presence import OFFLINE_AFTER
 from ..middleware.types import ChatMessage, Member
 from ..ui.main_window import MainWindow
 from ..ui.memory_backend import MemoryBackend, sim_member
-from ..ui.resources import apply_theme
+from ..ui.resources import apply_theme, dark_palette
 from .qt_app import application
 
 ANN, BOB, CAT, DEV, EVE = (sim_member(name) for name in ("Ann", "Bob", "Cat", "Dev", "Eve"))
@@ -304,15 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     saved.append(files_shot(app, out))
     saved.append(scroll_back_shot(app, out))
 
-    dark = QPalette()
-    for role, color in ((QPalette.ColorRole.Window, "#1f2124"), (QPalette.ColorRole.WindowText, "#e8eaed"),
-                        (QPalette.ColorRole.Base, "#17181a"), (QPalette.ColorRole.AlternateBase, "#25272b"),
-                        (QPalette.ColorRole.Text, "#e8eaed"), (QPalette.ColorRole.Button, "#2a2c30"),
-                        (QPalette.ColorRole.ButtonText, "#e8eaed"), (QPalette.ColorRole.Highlight, "#2c5282"),
-                        (QPalette.ColorRole.HighlightedText, "#ffffff"), (QPalette.ColorRole.ToolTipBase, "#ffffdc"),
-                        (QPalette.ColorRole.ToolTipText, "#e8eaed"), (QPalette.ColorRole.PlaceholderText, "#9aa0a6")):
-        dark.setColor(role, QColor(color))
-    app.setPalette(dark)
+    app.setPalette(dark_palette())
     apply_theme(app)
     window, _backend = make_window(app)
     settle(app)

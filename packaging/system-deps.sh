@@ -4,7 +4,9 @@
 #   tests:   iproute2 and iptables, for the private network-namespace LAN tests; libnetfilter-queue's
 #            headers, which the dev extra's NetfilterQueue builds against (the packet delayer);
 #            Xvfb, the virtual display the GUI tests open real windows on; xdotool, which types and
-#            clicks there through the X server as a person does (the focus tests)
+#            clicks there through the X server as a person does (the focus tests); dbus and dunst, a
+#            private session bus and a real notification daemon for the notification tests; at-spi2-core
+#            and python3-pyatspi, the accessibility bus and a screen reader's view of the window
 #   report:  a font with CJK glyphs (Droid Sans Fallback, 2 MB), for group names in the plots;
 #            chromium, the headless browser the explorer page's test opens it in (Playwright's own
 #            browser download is not reachable everywhere)
@@ -19,7 +21,7 @@ python=${1:-python3}
 packages=(
   libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxcb-xkb1 libxcb-randr0
   libxcb-render-util0 libxcb-image0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3
-  iproute2 iptables libnetfilter-queue-dev xvfb xauth xdotool
+  iproute2 iptables libnetfilter-queue-dev xvfb xauth xdotool dbus dunst at-spi2-core python3-pyatspi
   fonts-droid-fallback chromium
   desktop-file-utils appstream  # validators for the desktop entry and metainfo tests
   gcc libc6-dev libssl-dev

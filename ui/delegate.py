@@ -22,7 +22,6 @@ import hashlib
 import re
 import unicodedata
 from collections import OrderedDict
-from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Callable
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPointF, QRect, QSize, Qt
@@ -32,14 +31,15 @@ from PySide6.QtWidgets import QAbstractItemView, QStyle, QStyledItemDelegate, QS
 from ..middleware.files import readable_text
 from ..middleware.kinds import CHAT, kind_of
 from ..middleware.mentions import render
-from ..middleware.types import FIRST_FORMATTABLE_MS, LAST_FORMATTABLE_MS, ChatMessage, Mid, utc_datetime
+from ..middleware.types import ChatMessage, Mid
+from .clock import clock, local_datetime  # noqa: F401 - clock is read from here by the views
 
 from .member_list import marked_name
 from .notices import is_notice
 from .message_model import (DepthRole, MessageRole, MessageTreeModel, OwnRole, ParentMessageRole,
                             UnreadRole)
 
-from .resources import is_dark, theme_colors
+from .resources import MUTED_ALPHA, is_dark, theme_colors
 
 if TYPE_CHECKING:
     from .files_view import FilesView
@@ -59,7 +59,6 @@ REPLY_LABEL = "↩ Reply"
 MENTION_MARK = "@ you"  # on a row that mentions the reader
 NEW_MARK = "● new"  # after the time on an unread row
 _NODE_MODELS = (MessageTreeModel,)  # their indexes carry the message's node (one thread's model is one too)
-_DAY_MS = 24 * 3600 * 1000
 
 
 def sender_color(pid: str, dark: bool) -> QColor:
@@ -97,28 +96,6 @@ def with_link_titles(text: str, link_title: LinkTitle | None) -> str:
             pieces += [text[at:start], title]
             at = end
     return "".join(pieces) + text[at:]
-
-
-def local_datetime(epoch_ms: int) -> datetime:
-    """A stamp in local time, for any integer the store can hold (beyond datetime's years 1..9999,
-    a day inside them, so that no time zone pushes it over)."""
-    moment = utc_datetime(min(max(epoch_ms, FIRST_FORMATTABLE_MS + _DAY_MS), LAST_FORMATTABLE_MS - _DAY_MS))
-    try:
-        return moment.astimezone()
-    except (OverflowError, OSError, ValueError):  # a platform whose local time stops short of it
-        return moment
-
-
-def clock(epoch_ms: int, today: date | None = None) -> str:
-    """A message's time, short: the time alone today, with day and month this year, and with the
-    year too in any other year (so a stamp years away never passes for a recent one)."""
-    moment = local_datetime(epoch_ms)
-    today = today or datetime.now().date()
-    if moment.date() == today:
-        return moment.strftime("%H:%M")
-    if moment.year == today.year:
-        return moment.strftime("%d %b %H:%M")
-    return moment.strftime("%d %b %Y %H:%M")
 
 
 def full_date(epoch_ms: int) -> str:
@@ -208,7 +185,7 @@ class MessageDelegate(QStyledItemDelegate):
         self.on_accent = QColor("#ffffff" if self.accent.lightnessF() < 0.6 else "#000000")
         self.match_color = QColor(colors["match"])
         self.muted = self.view.palette().color(QPalette.ColorRole.Text)
-        self.muted.setAlpha(150)
+        self.muted.setAlpha(MUTED_ALPHA)
         self.guide = QColor(self.muted)
         self.guide.setAlpha(50)
         self.invalidate()

@@ -23,7 +23,7 @@ from .delegate import MessageDelegate, clock
 from .direct_api import LATE_TEXT, STATUS_MARKS, Marks, status_text
 from .message_model import AnyIndex, MessageRole, MessageTreeModel
 from .message_tree import MessageTree
-from .resources import icon
+from .resources import MUTED_ALPHA, icon
 from .widgets import ComposeEdit, ConversationView, GroupListDelegate, ReplyBanner, title_label
 
 PeerRole = Qt.ItemDataRole.UserRole + 21  # a Direct messages row: the peer's pid
@@ -139,7 +139,7 @@ class DirectList(QListWidget):
             return
         painter = QPainter(self.viewport())
         muted = QColor(self.palette().color(QPalette.ColorRole.Text))
-        muted.setAlpha(150)
+        muted.setAlpha(MUTED_ALPHA)
         painter.setPen(muted)
         painter.drawText(self.viewport().rect().adjusted(10, 10, -10, -10),
                          int(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignHCenter | Qt.TextFlag.TextWordWrap),

@@ -77,7 +77,7 @@ from .controllers.status import StatusController
 from .files_view import FilesView
 from .notices import is_notice
 from .notifier import Notifier
-from .state import ComposeTarget, PaneFolds, Selection, ThreadFilter
+from .state import ComposeTarget, OnShow, PaneFolds, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
@@ -134,13 +134,15 @@ class MainWindow(QMainWindow):
         self.selection: Selection[GroupSession] = Selection()
         self.compose_target = ComposeTarget()
         self.view_filter = ThreadFilter()
+        # What was on show at the last close, opened again once its group or conversation is known.
+        self.restoring = OnShow.parse(self._setting("window/on_show"))
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
 
         # A window of its own, not a child: it must not stay above the main window.
         self.discovery = DiscoveryWindow(backend)
-        self.notifier = Notifier(self)
+        self.notifier = Notifier(self, open_target=lambda target: self.show_message(*target))
         self.warning_log = WarningLogWindow(self)
         # Each controller hears the backend's events for its concern; nothing reaches them
         # before the panes are built (events come through the event loop).
@@ -165,6 +167,7 @@ class MainWindow(QMainWindow):
         self.session_controller.other_unread = self.direct_controller.unread_total
         self._build_actions()
         self._build_status_bar()
+        self._name_controls()
         self._restore_pane_sizes()
 
         self._placing = False  # the view is being put back where the reader was: not a scroll of theirs
@@ -463,6 +466,19 @@ class MainWindow(QMainWindow):
         splitter.splitterMoved.connect(self._save_pane_sizes)
         side.splitterMoved.connect(self._save_pane_sizes)
 
+    def _name_controls(self) -> None:
+        """What a screen reader calls each control without a label of its own (a button's text names it);
+        tests/ui/test_accessibility.py walks the window through AT-SPI and fails on an unnamed one."""
+        pane = self.direct_pane
+        for widget, name in ((self.group_list, "Groups"), (self.thread_list, "Threads"),
+                             (self.member_list, "Members"), (self.filter_edit, "Filter the conversation"),
+                             (self.tree_button, "Reply tree"), (self.time_button, "Time order"),
+                             (self.tree_view, "Conversation, as a reply tree"),
+                             (self.timeline_view, "Conversation, in time order"),
+                             (self.compose, "Message to the group"), (pane.view, "Direct conversation"),
+                             (pane.compose, "Direct message")):
+            widget.setAccessibleName(name)
+
     def _titled(self, title: str, body: QWidget, footer: QWidget | None = None) -> QWidget:
         pane = QWidget()
         layout = QVBoxLayout(pane)
@@ -599,6 +615,32 @@ class MainWindow(QMainWindow):
         self.session_controller.load()
         self.direct_controller.load()
         self.discovery.load()
+        if self.restoring is not None and self.restoring.kind == "direct":
+            self.direct_controller.open_with(self.restoring.key)
+            self.restoring = None
+
+    def group_to_open(self, joined: list[str]) -> str | None:
+        """The group a start opens among the ``joined`` (their gids): the one on show at the last close,
+        else the first; None while a direct conversation is on show (restored: not to be covered)."""
+        if self.centre_stack.currentWidget() is self.direct_pane:
+            return None
+        restoring = self.restoring
+        if restoring is not None and restoring.kind == "group" and restoring.key in joined:
+            if restoring.thread is None:
+                self.restoring = None
+            return restoring.key
+        self.restoring = None
+        return joined[0] if joined else None
+
+    def shown_now(self) -> OnShow | None:
+        """What the window shows, as a restart is to show it again."""
+        conversation = self.direct_controller.current
+        if self.centre_stack.currentWidget() is self.direct_pane and conversation is not None:
+            return OnShow("direct", conversation.peer)
+        session = self.current
+        if session is None:
+            return None
+        return OnShow("group", session.gid, session.thread.root.message.mid if session.thread is not None else None)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -703,6 +745,7 @@ class MainWindow(QMainWindow):
             self.status_controller.refresh()
             return
         self.title_label.setText(session.title)
+        self.compose.setAccessibleName(f"Message to {session.title}")  # a screen reader says where it goes
         self.show_topic(session)
         self.update_pinned_button()
         if session.item is not None:  # its warnings, if any, are on the banner now
@@ -886,6 +929,10 @@ class MainWindow(QMainWindow):
             return
         session.opened = True
         self.compose_controller.show_target()  # a restored draft's target is known now
+        restoring, self.restoring = self.restoring, None
+        if restoring is not None and restoring.kind == "group" and restoring.key == session.gid \
+                and restoring.thread is not None:
+            self.open_thread(restoring.thread)  # the thread open at the last close (gone since: not opened)
         view = self.current_view()
         unread = session.tree.unread_in_arrival_order()
         if not unread:
@@ -1052,11 +1099,14 @@ class MainWindow(QMainWindow):
     def start_new_thread(self) -> None:
         self.compose_controller.start_new_thread()
 
-    def notify(self, title: str, text: str, mention: bool = False) -> None:
-        if mention:
-            self.notifier.notify(title, text, mention=True)
-        else:
-            self.notifier.notify(title, text)
+    def notify(self, title: str, text: str, mention: bool = False, target: tuple[str, Mid] | None = None) -> None:
+        """A desktop notification (ui.notifier); ``target``: (gid or conversation key, message), which a
+        click on it opens."""
+        self.notifier.notify(title, text, mention=mention, target=target)
+
+    def show_unread(self, count: int) -> None:
+        """The unread count, beside the window's title: in the tray icon's tooltip."""
+        self.notifier.show_unread(count)
 
     def add_group_item(self, item: QListWidgetItem) -> None:
         self.group_list.addItem(item)
@@ -1070,6 +1120,7 @@ class MainWindow(QMainWindow):
 
     def show_heading(self, session: GroupSession) -> None:
         self.title_label.setText(session.title)
+        self.compose.setAccessibleName(f"Message to {session.title}")  # a screen reader says where it goes
         self.show_topic(session)
 
     def named_views(self) -> tuple[QAbstractItemView, ...]:
@@ -1748,6 +1799,8 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self._save_pane_sizes()
+        shown_now = self.shown_now()
+        self._store_setting("window/on_show", shown_now.text() if shown_now is not None else "")
         self.session_controller.save_read_marks()
         self.discovery.close()
         self.search_window.close()

@@ -30,6 +30,7 @@ from ..middleware.files import readable_text
 from ..middleware.kinds import CHAT, kind_of
 from ..middleware.store_api import StoredThread, in_branch
 from ..middleware.types import ChatMessage, Mid
+from .clock import clock
 from .message_tree import MessageTree, Node
 from .notices import is_notice, notice_sentence, pinned_target
 
@@ -304,8 +305,10 @@ def _message_data(message: ChatMessage, role: int, tree: MessageTree, node: Node
     if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.AccessibleTextRole) and is_notice(message):
         author = "You" if message.sender == tree.own_pid else message.sender_name
         return notice_sentence(message, author, tree.message(pinned_target(message) or ("", 0)), {})
-    if role == Qt.ItemDataRole.DisplayRole:  # what a screen reader reads: a file offer as its caption, not JSON
+    if role == Qt.ItemDataRole.DisplayRole:  # a file offer as its caption, not JSON
         return message.text if kind_of(message.text) == CHAT else readable_text(message.text, {})  # as its kind shows
+    if role == Qt.ItemDataRole.AccessibleTextRole:  # what a screen reader reads for the row
+        return spoken(message, tree, len(node.children))
     if role == MessageRole:
         return message
     # Flags are ints, not bools: PySide6 6.12 on Python 3.11 mis-counts references to
@@ -326,6 +329,26 @@ def _message_data(message: ChatMessage, role: int, tree: MessageTree, node: Node
     if role == ReplyCountRole:
         return len(node.children)
     return None  # no tooltip over the text: the time and the reactions have their own (ui.delegate)
+
+
+SPOKEN_TEXT = 200  # characters of a message a screen reader reads with its row
+
+
+def spoken(message: ChatMessage, tree: MessageTree, replies: int) -> str:
+    """A message's row as a screen reader names it: "Message from Ann, 14:09: the walrus report…,
+    2 replies, pinned, unread"."""
+    text = message.text if kind_of(message.text) == CHAT else readable_text(message.text, {})
+    text = text if len(text) <= SPOKEN_TEXT else text[:SPOKEN_TEXT - 1] + "…"
+    who = "you" if message.sender == tree.own_pid else message.sender_name
+    parts = [f"{'Reply' if message.parent is not None else 'Message'} from {who}, {clock(message.shown_at)}: "
+             + ("deleted" if message.deleted else text)]
+    if replies:
+        parts.append(f"{replies} repl{'ies' if replies != 1 else 'y'}")
+    if message.pinned:
+        parts.append("pinned")
+    if message.mid in tree.unread:
+        parts.append("unread")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,6 +474,13 @@ class ThreadListModel(QAbstractListModel):
             return None
         if role == Qt.ItemDataRole.DisplayRole:
             return self.summary(index.row()).root.text
+        if role == Qt.ItemDataRole.AccessibleTextRole:
+            summary = self.summary(index.row())
+            root = summary.root
+            text = root.text if kind_of(root.text) == CHAT else readable_text(root.text, {})
+            unread = f", {summary.unread} unread" if summary.unread else ""
+            return (f"Thread from {root.sender_name}: {text[:SPOKEN_TEXT]}, {summary.replies} "
+                    f"repl{'ies' if summary.replies != 1 else 'y'}{unread}")
         if role == MessageRole:
             return self.summary(index.row()).root
         if role == ThreadRole:

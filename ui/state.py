@@ -1,5 +1,6 @@
 """What the main window's reader has chosen, without Qt: the open group and selected message, what the
-compose box answers or edits, how the conversation is filtered, a draft per group, and which panes fold on a narrow window.
+compose box answers or edits, how the conversation is filtered, a draft per group, which panes fold on
+a narrow window, and what was on show when the window was closed.
 
 The window and its controllers share these objects instead of reading each other's widgets, so the
 rules they hold can be tested without a window (tests/ui/test_view_state.py).
@@ -11,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Generic, Iterable, TypeVar
 
-from ..middleware.types import ChatMessage, Mid
+from ..middleware.types import ChatMessage, Mid, format_mid, parse_mid
 
 SessionT = TypeVar("SessionT")
 
@@ -244,3 +245,29 @@ class PaneFolds:
         self.reopened_at.pop(name, None)
         if shown and width < self.limits[name]:
             self.reopened_at[name] = width
+
+
+@dataclass(frozen=True)
+class OnShow:
+    """What the window showed when it was closed, so that a restart opens it again (issue 45):
+    ``kind`` "group" (``key`` its gid, ``thread`` the root of the open thread, if any) or "direct"
+    (``key`` the other peer's pid).  Kept in the settings as one line (:meth:`text`)."""
+
+    kind: str
+    key: str
+    thread: Mid | None = None
+
+    def text(self) -> str:
+        return " ".join([self.kind, self.key] + ([format_mid(self.thread)] if self.thread is not None else []))
+
+    @classmethod
+    def parse(cls, text: str | None) -> "OnShow | None":
+        """The line :meth:`text` wrote; None for an empty, old or hand-broken one (the first group opens)."""
+        parts = (text or "").split()
+        if len(parts) not in (2, 3) or parts[0] not in ("group", "direct") or (parts[0] == "direct" and len(parts) == 3):
+            return None
+        try:
+            thread = parse_mid(parts[2]) if len(parts) == 3 else None
+        except ValueError:
+            thread = None
+        return cls(parts[0], parts[1], thread)

@@ -32,7 +32,7 @@ from .focus import field_takes_keys, topic_to_save
 from .member_list import marked_name
 from .message_model import MessageRole, ThreadRole, ThreadSummary
 from .notices import is_notice
-from .resources import icon, theme_colors
+from .resources import MUTED_ALPHA, icon, theme_colors
 
 UnreadCountRole = Qt.ItemDataRole.UserRole + 11
 GroupIdRole = Qt.ItemDataRole.UserRole + 12
@@ -436,7 +436,7 @@ class ConversationView(QTreeView):
             return
         painter = QPainter(self.viewport())
         muted = QColor(self.palette().color(QPalette.ColorRole.Text))
-        muted.setAlpha(150)
+        muted.setAlpha(MUTED_ALPHA)
         painter.setPen(muted)
         painter.drawText(self.viewport().rect().adjusted(32, 32, -32, -32),
                          int(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap), self.empty_hint)
@@ -509,6 +509,17 @@ class ConversationView(QTreeView):
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if clickable else Qt.CursorShape.ArrowCursor)
 
 
+def selected_text(option: QStyleOptionViewItem) -> QColor:
+    """The text colour of a side list's row: the selection's text colour on a selected row (the stylesheet
+    and :func:`ui.resources.apply_theme` make both the palette's and the stylesheet's selection the same
+    pair, 4.5:1 or more), else the palette's text colour."""
+    group = (QPalette.ColorGroup.Active if option.state & QStyle.StateFlag.State_Active
+             else QPalette.ColorGroup.Inactive)
+    role = (QPalette.ColorRole.HighlightedText if option.state & QStyle.StateFlag.State_Selected
+            else QPalette.ColorRole.Text)
+    return option.palette.color(group, role)
+
+
 class ThreadListDelegate(QStyledItemDelegate):
     """A line of the threads list: root's sender and snippet, replies, participants, last activity, unread."""
 
@@ -546,9 +557,9 @@ class ThreadListDelegate(QStyledItemDelegate):
         line = metrics.height()
         bold = QFont(option.font)
         bold.setBold(True)
-        text_color = option.palette.color(QPalette.ColorRole.Text)
+        text_color = selected_text(option)
         muted = QColor(text_color)
-        muted.setAlpha(150)
+        muted.setAlpha(MUTED_ALPHA)
         badge = ""
         if summary.unread:
             badge = str(summary.unread) if summary.unread < 1000 else "999+"
@@ -590,7 +601,7 @@ class ThreadListDelegate(QStyledItemDelegate):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.drawRoundedRect(badge_rect, height / 2, height / 2)
             painter.setFont(bold)
-            painter.setPen(QColor("#ffffff"))
+            painter.setPen(QColor(colors["unread_text"]))
             painter.drawText(badge_rect, Qt.AlignmentFlag.AlignCenter, badge)
         painter.restore()
 
@@ -626,7 +637,7 @@ class GroupListDelegate(QStyledItemDelegate):
         font = QFont(option.font)
         font.setBold(bool(unread))
         painter.setFont(font)
-        painter.setPen(option.palette.color(QPalette.ColorRole.Text))
+        painter.setPen(selected_text(option))
         text = QFontMetrics(font).elidedText(index.data(Qt.ItemDataRole.DisplayRole) or "", Qt.TextElideMode.ElideRight,
                                              text_rect.width())
         painter.drawText(text_rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, text)
@@ -634,11 +645,12 @@ class GroupListDelegate(QStyledItemDelegate):
             painter.setRenderHint(QPainter.RenderHint.Antialiasing)
             height = metrics.height() + 2
             badge_rect = QRect(rect.right() - badge_width, rect.center().y() - height // 2, badge_width, height)
-            painter.setBrush(QColor(theme_colors(option.palette)["unread"]))
+            colors = theme_colors(option.palette)
+            painter.setBrush(QColor(colors["unread"]))
             painter.setPen(Qt.PenStyle.NoPen)
             painter.drawRoundedRect(badge_rect, height / 2, height / 2)
             font.setBold(True)
             painter.setFont(font)
-            painter.setPen(QColor("#ffffff"))
+            painter.setPen(QColor(colors["unread_text"]))
             painter.drawText(badge_rect, Qt.AlignmentFlag.AlignCenter, badge)
         painter.restore()

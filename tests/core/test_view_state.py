@@ -199,3 +199,13 @@ def test_pane_folds_leave_a_pane_reopened_by_hand_until_the_window_shrinks_furth
     assert folds.resized(950, {"side": True}) == {}
     assert folds.resized(900, {"side": True}) == {}
     assert folds.resized(880, {"side": True}) == {"side": False}
+
+
+def test_what_was_on_show_is_one_line_in_the_settings_and_a_broken_line_opens_the_first_group():
+    from m2mc.ui.state import OnShow
+
+    for shown in (OnShow("group", "g1"), OnShow("group", "g1", ("ab12", 7)), OnShow("direct", "ab12")):
+        assert OnShow.parse(shown.text()) == shown
+    assert OnShow.parse("group g1 not-a-mid") == OnShow("group", "g1")  # the group, without its thread
+    for broken in (None, "", "group", "direct ab12 ab12:7", "window g1", "group a b c"):
+        assert OnShow.parse(broken) is None

@@ -75,6 +75,9 @@ class FakeSessionsView:
         self.calls.append(("select_message", mid))
         return True
 
+    def group_to_open(self, joined):
+        return joined[0] if joined else None
+
     def __getattr__(self, name: str):
         return lambda *args: self.calls.append((name, *args))
 

@@ -463,7 +463,7 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
     assert backend.manager.name == "Dana Q"
 
     notified = []
-    window.notifier.notify = lambda title, body: notified.append(title)
+    window.notifier.notify = lambda title, body, **_how: notified.append(title)
     backend.manager.inject_messages(gid, talk[2:3])
     qtbot.waitUntil(lambda: len(window.current.tree) == 3)
     assert notified == ["Bob in Travel & lunch"]
@@ -529,29 +529,46 @@ def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reade
     assert session.tree.hidden_threads > 0
 
 
-def test_notifications_go_to_the_desktop_service_and_fall_back_to_the_tray(qtbot):
+class FakeBus:
+    """The session bus as ui.notifier uses it: every call written down; a notification service or none."""
+
+    def __init__(self, service=True):
+        self.service, self.calls, self.listened = service, [], []
+
+    def has_name(self, name):
+        return self.service
+
+    def listen(self, rule, handler):
+        self.listened.append((rule, handler))
+
+    def call_method(self, service, path, interface, method, signature=None, body=()):
+        assert self.service, "no service: nothing may be called"
+        self.calls.append((service, path, method, signature, body))
+        return (len(self.calls),)
+
+
+def test_notifications_go_to_the_desktop_service_and_a_click_opens_what_they_are_about(qtbot):
     from PySide6.QtWidgets import QWidget
 
     from m2mc.ui.notifier import DesktopNotifications, Notifier
 
-    calls = []
     widget = QWidget()
     qtbot.addWidget(widget)
-    desktop = DesktopNotifications(run=lambda program, args: calls.append((program, args)) or True, available=True)
-    notifier = Notifier(widget, desktop)
-    assert notifier.notify("Bob in Lunch", "It's at 12:30\nsee you")
-    assert notifier.last_via == "desktop" and notifier.tray is None
-    program, args = calls[0]
-    assert program == "gdbus" and "org.freedesktop.Notifications.Notify" in args
-    assert args[-8:] == ["'M2MC chat'", "0", "'m2mc-chat'", "'Bob in Lunch'", "'It\\'s at 12:30\\nsee you'",
-                         "[]", "{}", "5000"]
-    assert not notifier.notify("again", "too soon")  # at most one per few seconds
-    absent = DesktopNotifications(run=lambda *_a: pytest_fail(), available=False)
-    assert not absent.notify("t", "b")
-
-
-def pytest_fail():
-    raise AssertionError("no service: nothing may be called")
+    bus, opened = FakeBus(), []
+    notifier = Notifier(widget, DesktopNotifications(bus), open_target=opened.append)
+    assert notifier.notify("Bob in Lunch", "It's at 12:30\nsee you", target=("g1", ("bob", 3)))
+    assert notifier.last_via == "desktop"
+    service, path, method, signature, body = bus.calls[0]
+    assert (service, path, method, signature) == ("org.freedesktop.Notifications", "/org/freedesktop/Notifications",
+                                                  "Notify", "susssasa{sv}i")
+    assert body[:6] == ("M2MC chat", 0, "m2mc-chat", "Bob in Lunch", "It's at 12:30\nsee you", ["default", "Open"])
+    assert not notifier.notify("again", "too soon", target=("g1", ("bob", 4)))  # at most one per few seconds
+    assert notifier.notify("Ann (direct message)", "hi", target=("dm:a:b", ("ann", 1)))  # another conversation
+    invoked = next(handler for rule, handler in bus.listened if rule.header_fields["member"] == "ActionInvoked")
+    invoked(type("Signal", (), {"body": (1, "default")}))
+    assert opened == [("g1", ("bob", 3))]
+    absent = DesktopNotifications(FakeBus(service=False))
+    assert not absent.available and not absent.notify("t", "b")
 
 
 def test_hovering_over_the_time_shows_the_date_and_time(qtbot, window, backend):

@@ -255,7 +255,7 @@ def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_read
         qtbot, window, backend, monkeypatch):
     open_group(qtbot, window, backend)
     notes = []
-    monkeypatch.setattr(window, "notify", lambda title, text: notes.append((title, text)))
+    monkeypatch.setattr(window, "notify", lambda title, text, **_how: notes.append((title, text)))
     mid = backend.manager.inject_direct(ANN, "did you see the build?")
     direct = window.direct_list
     qtbot.waitUntil(lambda: direct.count() == 1)

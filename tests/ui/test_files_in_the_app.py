@@ -102,7 +102,7 @@ def test_an_offer_row_downloads_by_click_with_progress_rate_cancel_open_and_a_th
     backend.manager.files.download_dir = tmp_path / "downloads"
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
     notified, opened = [], []
-    monkeypatch.setattr(window.notifier, "notify", lambda title, body, mention=False: notified.append((title, body)))
+    monkeypatch.setattr(window.notifier, "notify", lambda title, body, **_how: notified.append((title, body)))
     window.files_view.open_url = lambda url: opened.append(url.toLocalFile())
     now = [100.0]
     window.files_view.clock = lambda: now[0]
@@ -192,7 +192,7 @@ def test_the_context_menu_downloads_and_refusals_and_failures_are_said_in_plain_
     # with room, it starts; a failure on the way is said in the row and announced
     backend.manager.files.free_bytes = None
     notified = []
-    monkeypatch.setattr(window.notifier, "notify", lambda title, body, mention=False: notified.append((title, body)))
+    monkeypatch.setattr(window.notifier, "notify", lambda title, body, **_how: notified.append((title, body)))
     click_button(qtbot, window, session, mid, "Retry")
     qtbot.waitUntil(lambda: window.files_view.states[(session.gid, mid)].state == "waiting")
     backend.manager.files.advance(session.gid, mid, error="no member that holds it can be reached")

@@ -72,10 +72,12 @@ def busy_group(qtbot, window, backend, count=1000):
         seqnos[member.pid] += 1
         parent = history[n - 1].mid if n % 5 else None
         history.append(message("", member, seqnos[member.pid], f"Message {n} about the plan", parent))
-    backend.manager.inject_group("Busy", members=(*members, me), joined=True, history=history)
+    gid = backend.manager.inject_group("Busy", members=(*members, me), joined=True, history=history).gid
     window.start()
-    qtbot.waitUntil(lambda: window.current is not None and window.current.loaded and window.current.opened,
-                    timeout=20_000)
+    sessions = window.session_controller.sessions
+    qtbot.waitUntil(lambda: gid in sessions and sessions[gid].loaded, timeout=20_000)
+    window.select_group(gid)
+    qtbot.waitUntil(lambda: window.current is sessions[gid] and window.current.opened, timeout=20_000)
     return window.current, seqnos
 
 
@@ -265,3 +267,47 @@ def test_the_topic_takes_keys_only_when_chosen_and_a_stray_enter_or_a_click_away
     keys(qtbot, "Return")
     qtbot.waitUntil(lambda: lunch.shown_topic == "Lunch plans", timeout=3000)
     assert calls == ["Lunch plans"] and window.compose.hasFocus()
+
+
+def test_a_thousand_typed_characters_under_load_arrive_whole_in_the_conversation_on_show(qtbot, window, backend):
+    """Real keys, 1,000 characters in five lines, while 20 messages a second arrive in the group, a direct
+    message comes every second, and a page of history loads (and the view refreshes) every 0.8 s."""
+    me = Member(backend.pid, backend.name)
+    quiet = backend.manager.inject_group("Quiet", members=(ANN, me), joined=True, history=[message("", ANN, 1, "hi")])
+    session, seqnos = busy_group(qtbot, window, backend, count=1600)
+    qtbot.waitUntil(lambda: quiet.gid in window.session_controller.sessions)
+    topic = session.shown_topic
+    activate(qtbot, window)
+    click(qtbot, window.compose)
+    qtbot.waitUntil(window.compose.hasFocus)
+    words = "the quick brown fox jumps over a lazy dog while four walruses hum".split()
+    lines = []
+    for n in range(5):
+        line, k = f"line{n}", n
+        while len(line) < 199:
+            line += " " + words[k % len(words)]
+            k += 3
+        lines.append((line[:199] + "z"))  # 200 characters, the last not a space (a send strips spaces)
+    assert sum(map(len, lines)) == 1000
+    pages_before = len(session.tree)
+    with Load(qtbot, window, backend, session, seqnos, page_ms=800) as load:
+        direct_every = QTimerOf(window, 1000, lambda: backend.manager.inject_direct(ANN, f"ping {load.sent}"))
+        for line in lines:
+            type_text(qtbot, line, delay_ms=10)  # about 150 keys a second: faster than anyone types
+            keys(qtbot, "Return")
+        direct_every.stop()
+        qtbot.waitUntil(lambda: all(line in sent_texts(backend, session.gid) for line in lines), timeout=10_000)
+        arrived = load.sent
+    assert [t for t in sent_texts(backend, session.gid) if t.startswith("line")] == lines  # whole, in order
+    assert arrived >= 60, arrived  # the load was there: arrivals (20 a second over 5 s or more) and older pages
+    assert len(session.tree) > pages_before + 200, (pages_before, len(session.tree))
+    assert sent_texts(backend, quiet.gid) == [] and direct_texts(backend, ANN.pid) == []
+    assert window.compose.toPlainText() == "" and session.shown_topic == topic
+
+
+def QTimerOf(parent, interval_ms, callback):  # noqa: N802 - reads as the QTimer it makes
+    from PySide6.QtCore import QTimer
+    timer = QTimer(parent, interval=interval_ms)
+    timer.timeout.connect(callback)
+    timer.start()
+    return timer

@@ -42,7 +42,7 @@ def save_screen(window, name):
 
 def notifications(window):
     told = []
-    window.notifier.notify = lambda title, body, mention=False: told.append((title, body))
+    window.notifier.notify = lambda title, body, **_how: told.append((title, body))
     return told
 
 
@@ -190,13 +190,13 @@ def test_a_busy_group_never_holds_back_a_mention_and_mentions_have_their_own_lim
 
     from m2mc.ui.notifier import DesktopNotifications, Notifier
 
-    shown = []
     widget = QWidget()
     qtbot.addWidget(widget)
-    notifier = Notifier(widget, DesktopNotifications(run=lambda _p, args: shown.append(args[-5]) or True,
-                                                     available=True))
+    from test_conversation import FakeBus
+    bus = FakeBus()
+    notifier = Notifier(widget, DesktopNotifications(bus))
     assert notifier.notify("Bob in Lunch", "noon?")
     assert not notifier.notify("Cat in Lunch", "yes")  # at most one per few seconds
     assert notifier.notify("Cat mentioned you in Lunch", "@Dana?", mention=True)
     assert not notifier.notify("Cat mentioned you in Lunch", "@Dana??", mention=True)  # a flood of them too
-    assert shown == ["'Bob in Lunch'", "'Cat mentioned you in Lunch'"]
+    assert [body[3] for *_call, body in bus.calls] == ["Bob in Lunch", "Cat mentioned you in Lunch"]

@@ -1,6 +1,7 @@
 """The window comes back as it was (issue 45 point 2): restarted after a direct conversation was on show,
 after a settings file that says a pane is 0 px wide, and after the user closed a pane, the panes are
-there (or closed) as they were, and the View menu says so and works."""
+there (or closed) as they were, and the View menu says so and works; and the group, the thread or the
+direct conversation on show at the close is on show again."""
 
 import pytest
 from conftest import ANN, save_screenshot
@@ -80,3 +81,67 @@ def test_a_side_pane_squeezed_to_nothing_by_its_handle_comes_back_from_the_view_
     window.pane_toggles["threads"].trigger()
     qtbot.waitUntil(lambda: window.threads_pane.isVisible())
     assert window.splitter.sizes()[2] > 100
+
+
+def talk_to_restore(backend):
+    """Two groups (a thread of three in the second) and a direct conversation with Ann."""
+    from conftest import BOB, CAT, lunch_conversation
+    from m2mc.middleware.types import Member
+
+    me = Member(backend.pid, backend.name)
+    first = backend.manager.inject_group("Travel & lunch", members=(ANN, BOB, CAT, me), joined=True,
+                                         history=lunch_conversation(""))
+    second = backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True,
+                                          history=lunch_conversation(""))
+    backend.manager.inject_direct(ANN, "are you coming?")
+    return first.gid, second.gid
+
+
+def started(qtbot, backend, settings):
+    window = a_window(qtbot, backend, settings)
+    window.start()
+    qtbot.waitUntil(lambda: len(window.session_controller.sessions) == 2
+                    and all(s.loaded for s in window.session_controller.sessions.values()))
+    return window
+
+
+def test_a_restart_shows_the_group_the_direct_conversation_or_the_thread_on_show_at_the_close(
+        qtbot, backend, settings):
+    first_gid, second_gid = talk_to_restore(backend)
+    window = started(qtbot, backend, settings)
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == first_gid)  # no setting yet
+    # A group other than the first.
+    window.select_group(second_gid)
+    qtbot.waitUntil(lambda: window.current.gid == second_gid)
+    window.close()
+    window = started(qtbot, backend, settings)
+    qtbot.waitUntil(lambda: window.current is not None and window.current.opened)
+    assert window.current.gid == second_gid and window.current.thread is None
+    assert window.focusWidget() is window.compose
+    # A thread open in it.
+    root = (ANN.pid, 2)  # "Did you visit Chennai?", three replies under it
+    window.open_thread(root)
+    qtbot.waitUntil(lambda: window.current.thread is not None)
+    window.close()
+    window = started(qtbot, backend, settings)
+    qtbot.waitUntil(lambda: window.current is not None and window.current.thread is not None)
+    assert window.current.gid == second_gid and window.current.thread.root.message.mid == root
+    assert window.thread_bar.isVisible()
+    save_screenshot(window, "restart-after-thread.png")
+    # The direct conversation with Ann.
+    window.direct_controller.open_with(ANN.pid)
+    qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
+    window.close()
+    window = started(qtbot, backend, settings)
+    qtbot.wait(100)  # the groups are in: none of them covers the conversation
+    assert window.centre_stack.currentWidget() is window.direct_pane
+    assert window.direct_controller.current is not None and window.direct_controller.current.peer == ANN.pid
+    assert window.current is None and window.focusWidget() is window.direct_pane.compose
+    save_screenshot(window, "restart-after-direct-conversation.png")
+    # Back in a group, and nothing on show at all: the first group opens.
+    window.select_group(first_gid)
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == first_gid)
+    window.close()
+    window = started(qtbot, backend, settings)
+    qtbot.waitUntil(lambda: window.current is not None and window.current.gid == first_gid)
+    assert window.centre_stack.currentWidget() is not window.direct_pane

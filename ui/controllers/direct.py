@@ -21,6 +21,7 @@ from PySide6.QtCore import QItemSelectionModel, QModelIndex, QObject, QPoint, Qt
 from PySide6.QtGui import QAction, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem, QMenu, QStackedWidget, QWidget
 
+from ...middleware.direct import conversation_id
 from ...middleware.events import Event
 from ...middleware.names import shown
 from ...middleware.presence import ONLINE
@@ -80,7 +81,7 @@ class DirectView(Protocol):
     def show_side_panes(self, on: bool) -> None: ...
     def apply_focus(self, navigation: Navigation, from_list: QWidget | None = None) -> None: ...
     def update_title(self) -> None: ...
-    def notify(self, title: str, text: str) -> None: ...
+    def notify(self, title: str, text: str, mention: bool = False, target: tuple[str, Mid] | None = None) -> None: ...
 
 
 class DirectController(QObject):
@@ -335,6 +336,7 @@ class DirectController(QObject):
 
     def _show_heading(self, conversation: Conversation) -> None:
         self.view.direct_pane.show_heading(shown(conversation.name), conversation.fingerprint, conversation.online)
+        self.view.direct_pane.compose.setAccessibleName(f"Direct message to {shown(conversation.name)}")
         self.view.direct_pane.delegate.peer_name = conversation.name
 
     # -- what the middleware tells ---------------------------------------------------------------------
@@ -371,7 +373,8 @@ class DirectController(QObject):
         if incoming and self.notifies() and not (conversation is self.current and self.view.isActiveWindow()):
             last = incoming[-1]
             extra = f" (+{len(incoming) - 1} more)" if len(incoming) > 1 else ""
-            self.view.notify(f"{shown(conversation.name)} (direct message)", snippet(last.text, 120) + extra)
+            self.view.notify(f"{shown(conversation.name)} (direct message)", snippet(last.text, 120) + extra,
+                             target=(conversation_id(self.backend.pid, peer), last.mid))
 
     def _to_top(self, conversation: Conversation) -> None:
         """The conversation with the newest message heads the list, as in every messenger."""

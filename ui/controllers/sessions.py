@@ -104,6 +104,7 @@ class SessionsView(Protocol):
     def setWindowTitle(self, title: str) -> None: ...
     def add_group_item(self, item: QListWidgetItem) -> None: ...
     def select_group(self, gid: str) -> None: ...
+    def group_to_open(self, joined: list[str]) -> str | None: ...
     def focus_compose(self) -> None: ...
     def focus_first_steps(self) -> None: ...
     def select_message(self, mid: Mid) -> bool: ...
@@ -132,7 +133,8 @@ class SessionsView(Protocol):
     def relayout_messages(self) -> None: ...
     def start_new_thread(self) -> None: ...
     def messages_shown(self, mids: list[Mid]) -> None: ...
-    def notify(self, title: str, text: str, mention: bool = False) -> None: ...
+    def notify(self, title: str, text: str, mention: bool = False, target: tuple[str, Mid] | None = None) -> None: ...
+    def show_unread(self, count: int) -> None: ...
 
 
 class SessionController(QObject):
@@ -189,8 +191,9 @@ class SessionController(QObject):
         joined = [view for view in views if view.joined]
         for view in joined:
             self.session(view.gid, load_history=True)
-        if joined and self.selection.session is None:
-            self.view.select_group(joined[0].gid)
+        first = self.view.group_to_open([view.gid for view in joined]) if self.selection.session is None else None
+        if first is not None:
+            self.view.select_group(first)
             self.view.focus_compose()
         elif not joined:
             # The main window's empty page offers Find / Create / Join from invite, and has the keys,
@@ -434,7 +437,7 @@ class SessionController(QObject):
             how = "mentioned you in" if mentioning else "in"
             text = readable_text(last.text, member_names(session.view))
             self.view.notify(f"{last.sender_name} {how} {session.title}", snippet(text, 120) + extra,
-                             mention=bool(mentioning))
+                             mention=bool(mentioning), target=(gid, last.mid))
 
     def _trim(self, session: GroupSession, at_bottom: bool, reading: ReaderPlace | None = None) -> None:
         # A steady stream adds rows without end, and each re-layout costs every row on show
@@ -535,6 +538,7 @@ class SessionController(QObject):
         """The window's title counts what is unread, in the groups and in ``other_unread()`` (direct messages)."""
         total = sum(len(s.tree.unread) + s.unread_beyond for s in self.sessions.values()) + self.other_unread()
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
+        self.view.show_unread(total)
 
     def read_changed(self, session: GroupSession) -> None:
         """Something was read: its marks go to the store within READ_SAVE_MS."""
