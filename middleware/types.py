@@ -251,6 +251,8 @@ class GroupView:
     legacy: bool = False  # made before signed descriptors: kept readable, never joined again
     creator: str = ""  # the creator's pid (its key's fingerprint), once verified
     topic: str = ""  # set by any member (an operation, middleware.obg); "" when none or not joined
+    roles: dict = field(default_factory=dict)  # current member pid -> "owner", "admin" or "member"
+    removed: tuple[Member, ...] = ()  # members an owner or admin removed (middleware.roles)
 
     def to_json(self) -> dict:
         return {
@@ -258,7 +260,8 @@ class GroupView:
             "desc": self.desc,
             "joined": self.joined,
             "private": self.private,
-            "members": [{"pid": m.pid, "name": m.name} for m in self.members],
+            "members": [{"pid": m.pid, "name": m.name, "role": self.roles.get(m.pid, "member")} for m in self.members],
+            "removed": [{"pid": m.pid, "name": m.name} for m in self.removed],
             "left": [{"pid": m.pid, "name": m.name} for m in self.left],
             "member_count": self.member_count,
             "addr": self.addr,

@@ -1,0 +1,293 @@
+"""One joined group's roles, removals and epoch keys (issue 44), as a core without I/O.
+
+:class:`GroupTeam` holds a group's :class:`roles.GroupRoles`, and for a private group its keys by
+epoch (:class:`crypto.GroupKeys`) and the re-key parts it has seen.  The peer core hands it the
+group's ROLES, REKEY and KEY_REQUEST datagrams (``receive``) and this peer's own changes
+(``set_role``, ``remove``); it answers with datagrams for the group's channel (``outbox``:
+ROLES sealed with the current key, REKEY and KEY_REQUEST in the clear, signed) and says when
+its state must be stored (``dirty``; :meth:`to_bytes`).
+
+Re-key (private groups).  The remover makes a fresh 32-byte key, names it with a random epoch
+id in its signed removal, and seals it to every remaining member's X25519 key (the ``dh`` of
+its signed member record), :data:`wire.REKEY_ENTRIES` to a datagram, each part signed by the
+remover.  A member that opens its entry (and finds the key matches the removal's key check)
+seals everything it sends from then on under the new epoch, and keeps the old keys to open old
+datagrams.  A member that sees a datagram sealed under an epoch it lacks asks for it
+(KEY_REQUEST, at most one per group per KEY_REQUEST_INTERVAL); any current member holding the
+part with the asker's entry sends it again: the ANSWERERS members closest to the asker by hash
+at once, every member once the asker has asked again (so at 1,000 members a request costs a
+few parts, not a thousand).
+
+Sending is held (``may_send``) while this peer knows of an epoch whose key it lacks, and after
+a start until it is *confirmed*: it opened datagrams sealed under its current epoch from
+CONFIRM_MEMBERS current members (fewer if the group has fewer), or CONFIRM_WAIT seconds passed.
+So a member back from being away learns of a re-key before it says anything under the old key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+
+import msgpack
+
+from . import crypto, roles, wire
+
+KEY_REQUEST_INTERVAL = 1.0  # seconds between this peer's KEY_REQUESTs in one group
+ANSWER_INTERVAL = 1.0  # seconds between answers to one asker in one group
+ANSWERERS = 3  # members that answer a first KEY_REQUEST (the closest to the asker by hash)
+CONFIRM_MEMBERS = 2
+CONFIRM_WAIT = 15.0
+ROLES_INTERVAL = 5.0  # seconds between ROLES sent in answer to members' sync requests
+KEPT_PART_EPOCHS = 3  # epochs whose re-key parts are kept, to answer KEY_REQUESTs
+
+
+class GroupTeam:
+    """A joined group's roles, and a private group's epoch keys."""
+
+    def __init__(self, gid: str, owner: str, identity: crypto.Identity, base_key: bytes | None,
+                 stored: bytes | None = None, confirmed: bool = False) -> None:
+        self.gid = gid
+        self.identity = identity
+        self.roles = roles.GroupRoles(gid, owner)
+        self.keys = crypto.GroupKeys({0: base_key}, 0) if base_key else None
+        self.parts: dict[int, dict[int, wire.Rekey]] = {}  # epoch -> part number -> part
+        self.outbox: list[wire.Message] = []
+        self.dirty = False
+        self.confirmed = confirmed or self.keys is None
+        self._confirmers: set[str] = set()
+        self._unconfirmed_since: float | None = None
+        self._key_request_at = float("-inf")
+        self._wanted: int = 0  # an epoch seen sealed and not held
+        self._answered: dict[str, float] = {}  # asker -> when last answered
+        self._asked: dict[str, int] = {}  # asker -> requests heard
+        self._roles_sent_at = float("-inf")
+        self.rng = random.Random()
+        self.key_requests_refused = 0
+        self.rekeys_refused = 0
+        if stored:
+            self._load(stored)
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb({
+            "records": [wire._to_wire(r) for r in self.roles.records()],
+            "keys": [[e, k] for e, k in (self.keys.keys.items() if self.keys else ())],
+            "parts": [wire._to_wire(p) for epoch in self.parts.values() for p in epoch.values()],
+        }, use_bin_type=True)
+
+    def _load(self, stored: bytes) -> None:
+        state = msgpack.unpackb(stored, raw=False)
+        for value in state.get("records", ()):
+            self.roles.add(wire._unpack_obj(wire.RoleRecord)(value, "record"))
+        for epoch, key in state.get("keys", ()):
+            if self.keys is not None:
+                self.keys.add(epoch, key)
+        for value in state.get("parts", ()):
+            part = wire._unpack_obj(wire.Rekey)(value, "part")
+            self.parts.setdefault(part.removal.epoch, {})[part.part] = part
+        self._use_latest()
+
+    # -- state ----------------------------------------------------------------------------
+
+    def _use_latest(self) -> None:
+        """Seal with the latest epoch this peer holds the key of (the current one, if held)."""
+        if self.keys is None:
+            return
+        held = [e.epoch for e in self.roles.epochs if self.keys.for_epoch(e.epoch) is not None]
+        latest = held[-1] if held else 0
+        if latest != self.keys.epoch:
+            self.keys.use(latest)
+
+    @property
+    def missing_epoch(self) -> int:
+        """The current epoch when this peer lacks its key (0: none missing)."""
+        current = self.roles.current_epoch
+        if self.keys is None or current is None or self.keys.for_epoch(current.epoch) is not None:
+            return 0
+        return current.epoch
+
+    def may_send(self, now: float) -> bool:
+        """Whether this group's datagrams may go out now (see the module docstring)."""
+        if self.keys is None:
+            return True
+        if self.missing_epoch or self._wanted:
+            return False
+        if not self.confirmed:
+            if self._unconfirmed_since is None:
+                self._unconfirmed_since = now
+            elif now - self._unconfirmed_since >= CONFIRM_WAIT:
+                self.confirmed = True
+        return self.confirmed
+
+    def confirm_deadline(self) -> float | None:
+        if self.confirmed or self._unconfirmed_since is None or self.keys is None:
+            return None
+        return self._unconfirmed_since + CONFIRM_WAIT
+
+    def unconfirm(self) -> None:
+        """This peer may have missed a re-key (it was away): hold sending until confirmed."""
+        if self.keys is not None:
+            self.confirmed = False
+            self._confirmers.clear()
+            self._unconfirmed_since = None
+
+    def opened(self, sender: str, epoch: int, others: int) -> None:
+        """A current member's datagram opened under ``epoch``; ``others``: current members but us."""
+        if self.keys is None or self.confirmed or epoch != self.keys.epoch:
+            return
+        self._confirmers.add(sender)
+        if len(self._confirmers) >= min(CONFIRM_MEMBERS, max(1, others)):
+            self.confirmed = True
+
+    # -- input ----------------------------------------------------------------------------
+
+    def sealed_unknown(self, epoch: int, now: float) -> None:
+        """A current member's datagram sealed under an epoch this peer lacks: ask for its key."""
+        if self.keys is None or self.keys.for_epoch(epoch) is not None:
+            return
+        self._wanted = epoch
+        self._ask(now)
+
+    def _ask(self, now: float) -> None:
+        epoch = self.missing_epoch or self._wanted
+        if epoch and now - self._key_request_at >= KEY_REQUEST_INTERVAL:
+            self._key_request_at = now
+            self.outbox.append(wire.KeyRequest(self.gid, epoch, b""))
+
+    def receive(self, sender: str, message: wire.Message, now: float, is_current) -> bool:
+        """A group datagram of ours to handle (ROLES, REKEY, KEY_REQUEST) from a current member;
+        returns whether the roles or keys changed."""
+        if isinstance(message, wire.Roles):
+            changed = False
+            for record in message.records:
+                changed |= self.roles.add(record)
+            if changed:
+                self.dirty = True
+                self._use_latest()
+                self._ask(now)
+            return changed
+        if isinstance(message, wire.Rekey):
+            return self._take_part(message, now)
+        if isinstance(message, wire.KeyRequest):
+            self._answer(sender, message, now, is_current)
+        return False
+
+    def _take_part(self, part: wire.Rekey, now: float) -> bool:
+        removal = part.removal
+        if not wire.verify_rekey(part):
+            self.rekeys_refused += 1
+            return False
+        changed = self.roles.add(removal)
+        if removal not in self.roles.valid:
+            self.rekeys_refused += 1  # not (yet) an admin's or the owner's removal: nothing of it is used
+            return changed
+        epoch = removal.epoch
+        kept = self.parts.setdefault(epoch, {})
+        if part.part not in kept:
+            kept[part.part] = part
+            self.dirty = True
+            for old in [e for e in self.parts if e not in {x.epoch for x in self.roles.epochs[-KEPT_PART_EPOCHS:]}]:
+                del self.parts[old]
+        if self.keys is not None and self.keys.for_epoch(epoch) is None:
+            for pid, sealed in part.keys:
+                if pid == self.identity.pid:
+                    key = crypto.open_epoch_key(self.identity, sealed)
+                    if key is not None and crypto.key_check(key) == removal.key_check:
+                        self.keys.add(epoch, key)
+                        changed = True
+                        if self._wanted == epoch:
+                            self._wanted = 0
+        if changed:
+            self.dirty = True
+            self._use_latest()
+            if self.keys is not None and self.keys.for_epoch(self._wanted) is not None:
+                self._wanted = 0
+            self._ask(now)
+        return changed
+
+    def _answer(self, asker: str, request: wire.KeyRequest, now: float, is_current) -> None:
+        """Send the part holding ``asker``'s sealed key again, if this peer holds it."""
+        if not is_current(asker) or self.roles.is_removed(asker):
+            self.key_requests_refused += 1
+            return
+        part = next((p for p in self.parts.get(request.epoch, {}).values() if any(pid == asker for pid, _ in p.keys)),
+                    None)
+        if part is None:
+            return
+        self._asked[asker] = self._asked.get(asker, 0) + 1
+        if now - self._answered.get(asker, float("-inf")) < ANSWER_INTERVAL:
+            return
+        if self._asked[asker] == 1 and self._rank(asker, is_current) >= ANSWERERS:
+            return  # the closest members answer first; everyone once the asker asks again
+        self._answered[asker] = now
+        if len(self._answered) > 4_096:
+            self._answered.pop(next(iter(self._answered)))
+            self._asked.pop(next(iter(self._asked)), None)
+        self.outbox.append(part)
+
+    def _rank(self, asker: str, is_current) -> int:
+        """This peer's place among the holders of the asker's part, by a hash of both pids."""
+        def distance(pid: str) -> bytes:
+            return hashlib.blake2s(f"{self.gid}:{asker}:{pid}".encode(), digest_size=8).digest()
+        mine = distance(self.identity.pid)
+        holders = {pid for epoch in self.parts.values() for p in epoch.values() for pid, _ in p.keys}
+        return sum(1 for pid in holders if pid != asker and is_current(pid) and distance(pid) < mine)
+
+    # -- this peer's changes --------------------------------------------------------------
+
+    def set_role(self, target: str, role: str) -> wire.RoleRecord:
+        record = self.roles.make(self.identity, "admin" if role == roles.ADMIN else "member", target)
+        self.dirty = True
+        self.send_roles()
+        return record
+
+    def send_roles(self, now: float | None = None) -> None:
+        """Every role record held, on the channel (sealed with the current key in a private group)."""
+        if now is not None:
+            if now - self._roles_sent_at < ROLES_INTERVAL:
+                return
+            self._roles_sent_at = now
+        records = self.roles.records()
+        for start in range(0, len(records), wire.MAX_ROLES_PER_DATAGRAM):
+            self.outbox.append(wire.Roles(self.gid, tuple(records[start:start + wire.MAX_ROLES_PER_DATAGRAM])))
+
+    def remove(self, target: str, cut: int, recipients: dict[str, bytes]) -> wire.RoleRecord:
+        """Remove ``target`` (its messages up to ``cut`` stay); in a private group, re-key to
+        ``recipients`` (pid -> X25519 key: the remaining members but this peer)."""
+        if self.keys is None:
+            record = self.roles.make(self.identity, "remove", target, cut)
+            self.dirty = True
+            self.send_roles()
+            return record
+        key = crypto.new_group_key()
+        epoch = int.from_bytes(os.urandom(8), "big") & (2**63 - 1) or 1
+        entries = self.seal_entries(key, {pid: dh for pid, dh in recipients.items() if pid != target})
+        record = self.roles.make(self.identity, "remove", target, cut, epoch, crypto.key_check(key))
+        self.keys.add(epoch, key)
+        self._use_latest()
+        self.parts[epoch] = {}
+        for number, start in enumerate(range(0, max(1, len(entries)), wire.REKEY_ENTRIES)):
+            chunk = tuple(entries[start:start + wire.REKEY_ENTRIES])
+            part = wire.Rekey(self.gid, record, number, chunk,
+                              self.identity.sign(wire.rekey_bytes(self.gid, epoch, number, chunk)))
+            self.parts[epoch][number] = part
+            self.outbox.append(part)
+        self.dirty = True
+        return record
+
+    @staticmethod
+    def seal_entries(key: bytes, recipients: dict[str, bytes]) -> list[tuple[str, bytes]]:
+        entries = []
+        for pid, dh in sorted(recipients.items()):
+            try:
+                entries.append((pid, crypto.seal_epoch_key(dh, key)))
+            except ValueError:
+                continue  # a key only its owner could have signed: only that member goes without
+        return entries
+
+    def take_outbox(self) -> list[wire.Message]:
+        out, self.outbox = self.outbox, []
+        return out

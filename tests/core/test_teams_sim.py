@@ -1,0 +1,219 @@
+"""Roles, removal and re-key (issue 44) between whole peers on the simulated LAN (tests/testbed/peer_sim.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from m2mc.middleware import crypto, wire
+from m2mc.middleware.events import MemberRemoved, RemovedFromGroup, RoleChanged
+from m2mc.middleware.memory_store import MemoryStore
+from m2mc.middleware.types import UsageError
+from tests.testbed.faults import FaultInjector
+from tests.testbed.peer_sim import PeerLan
+
+KEY = bytes(range(32))
+
+
+class Capture:
+    """Every datagram the LAN carries, with when and from whom (the attacker's view)."""
+
+    def __init__(self, lan: PeerLan) -> None:
+        self.lan = lan
+        self.seen: list[tuple[float, str, bytes]] = []
+        transmit = lan.transmit
+
+        def tap(sender, datagrams):
+            self.seen += [(lan.now, sender.name, d.data) for d in datagrams]
+            transmit(sender, datagrams)
+
+        lan.transmit = tap
+
+
+def _team(n: int = 5, faults: FaultInjector | None = None):
+    lan = PeerLan([MemoryStore() for _ in range(n)], faults=faults)
+    events = {node.name: [] for node in lan.nodes}
+    for node in lan.nodes:
+        record = node.recorder
+
+        def recorder(event, record=record, name=node.name):
+            events[name].append(event)
+            record(event)
+
+        node.recorder = recorder
+    ann = lan.nodes[0]
+    gid = str(lan.run(ann, lambda core: core.create_group("Team room", crypto.new_salt(), KEY, lan.now)))
+    lan.settle(2.0)
+    for node in lan.nodes[1:]:
+        record = node.core.joinable(gid, "passphrase")
+        lan.run(node, lambda core: core.join(record, KEY, lan.now, lan.now))
+    lan.settle(8.0)
+    return lan, gid, events
+
+
+def _texts(node, gid):
+    return sorted(m.text for m in node.core.history(gid))
+
+
+def _readable_by(keys: crypto.GroupKeys, gid: str, data: bytes) -> bool:
+    try:
+        envelope = wire.decode(data, {gid: keys}.get)
+    except wire.WireError:
+        return False
+    return envelope.sealed
+
+
+def test_a_removed_member_reads_nothing_sent_after_and_the_others_converse_on():
+    lan, gid, events = _team()
+    ann, bob, cat, dan, eve = lan.nodes
+    lan.run(ann, lambda core: core.set_role(gid, bob.pid, "admin"))
+    lan.settle(2.0)
+    for node in lan.nodes:
+        assert node.core.group(gid).roles[bob.pid] == "admin"
+        assert node.core.group(gid).roles[ann.pid] == "owner"
+    assert any(isinstance(e, RoleChanged) and e.role == "admin" and e.by == ann.pid for e in events["peer3"])
+    lan.send(cat, gid, "cat before")
+    lan.settle(2.0)
+    cats_keys = crypto.GroupKeys(dict(cat.core.joined[gid].cipher.keys), 0)  # everything Cat held
+    capture = Capture(lan)
+    removed_at = lan.now
+    lan.run(bob, lambda core: core.remove_member(gid, cat.pid, lan.now))
+    lan.settle(3.0)
+    for text in ("after 1", "after 2"):
+        lan.send(ann, gid, text)
+        lan.send(dan, gid, text + " from dan")
+    lan.run(ann, lambda core: core.operate(gid, "topic", None, lan.now, lan.now, text="new topic"))
+    lan.settle(40.0)  # heartbeats, sync, everything a group says
+    for node in (ann, bob, dan, eve):
+        assert _texts(node, gid) == ["after 1", "after 1 from dan", "after 2", "after 2 from dan", "cat before"]
+        assert cat.pid not in node.core.group(gid).roles and node.core.group(gid).removed[0].pid == cat.pid
+    # Cat: told, history kept, nothing more.
+    assert [e.by_name for e in events["peer2"] if isinstance(e, RemovedFromGroup)] == ["peer1"]
+    assert gid not in cat.core.joined and _texts(cat, gid) == ["cat before"]
+    assert any(isinstance(e, MemberRemoved) and e.pid == cat.pid for e in events["peer4"])
+    # The attacker's view: every datagram since the removal, others' only, opened with Cat's keys.
+    others = [(at, data) for at, name, data in capture.seen if name != cat.name]
+    assert len(others) > 30
+    opened = [at for at, data in others if _readable_by(cats_keys, gid, data)]
+    assert opened == [], f"{len(opened)} of {len(others)} datagrams since {removed_at} opened with Cat's keys"
+    # Cat's messages now are refused by every member.
+    before = {n.name: n.core.stats_dict()["stranger_dropped"] for n in (ann, dan)}
+    cat.core.joined  # (not joined: Cat's app no longer sends; a hostile Cat re-sends with its old key)
+    hostile = wire.encode(cat.core.identity, wire.Heartbeat(gid, 9, int(lan.now * 1000)), cats_keys)
+    for node in (ann, dan):
+        lan.run(node, lambda core: core.receive(hostile, None, lan.now, lan.now))
+        assert node.core.stats_dict()["sealed_dropped"] >= 0
+    # The owner cannot be removed, by an admin or anyone.
+    with pytest.raises(UsageError, match="owner"):
+        bob.core.remove_member(gid, ann.pid, lan.now)
+    del before
+
+
+def test_refusals_non_admin_stranger_forged_and_replayed():
+    lan, gid, _ = _team(4)
+    ann, bob, cat, dan = lan.nodes
+    with pytest.raises(UsageError, match="owner or an admin"):
+        dan.core.remove_member(gid, cat.pid, lan.now)
+    with pytest.raises(UsageError, match="only the owner"):
+        dan.core.set_role(gid, dan.pid, "admin")
+    # A hostile member sends records it has no right to: they hold nowhere.
+    dan_team = dan.core.joined[gid].team
+    rogue = (wire.sign_role(dan.core.identity, gid, 1, "admin", dan.pid),
+             wire.sign_role(dan.core.identity, gid, 2, "remove", cat.pid))
+    data = wire.encode(dan.core.identity, wire.Roles(gid, rogue), dan.core.joined[gid].cipher)
+    # A stranger (not a member) sends the owner's forged removal and its own.
+    stranger = crypto.Identity.generate()
+    forged = wire.RoleRecord(gid, ann.core.identity.public_key, 3, "remove", cat.pid, 0, 0, b"", bytes(64))
+    stranger_data = wire.encode(stranger, wire.Roles(gid, (forged, wire.sign_role(stranger, gid, 4, "remove", bob.pid))),
+                                dan.core.joined[gid].cipher)
+    for node in (ann, bob, cat):
+        lan.run(node, lambda core: core.receive(data, None, lan.now, lan.now))
+        lan.run(node, lambda core: core.receive(stranger_data, None, lan.now, lan.now))
+        view = node.core.group(gid)
+        assert view.roles[dan.pid] == "member" and not view.removed and len(view.members) == 4
+    del dan_team
+    # A replayed removal: once Ann removed Cat, the REKEY again changes nothing anywhere.
+    capture = Capture(lan)
+    lan.run(ann, lambda core: core.remove_member(gid, cat.pid, lan.now))
+    lan.settle(3.0)
+    rekeys = [data for _, name, data in capture.seen if name == ann.name and data[2] == wire.MsgType.REKEY]
+    assert rekeys
+    epoch = bob.core.joined[gid].cipher.epoch
+    for data in rekeys:
+        lan.run(bob, lambda core: core.receive(data, None, lan.now, lan.now))
+    assert bob.core.joined[gid].cipher.epoch == epoch and len(bob.core.group(gid).removed) == 1
+
+
+def test_a_member_offline_during_the_removal_gets_the_key_when_back():
+    lan, gid, _ = _team()
+    ann, bob, cat, dan, eve = lan.nodes
+    lan.kill(eve)
+    lan.run(ann, lambda core: core.remove_member(gid, cat.pid, lan.now))
+    lan.send(ann, gid, "while eve was away")
+    lan.settle(5.0)
+    capture = Capture(lan)
+    lan.restart(eve)
+    lan.settle(10.0)
+    lan.send(eve, gid, "eve is back")
+    lan.settle(10.0)
+    for node in (ann, bob, dan, eve):
+        assert _texts(node, gid) == ["eve is back", "while eve was away"], node.name
+    assert eve.core.group(gid).removed[0].pid == cat.pid
+    cats_keys = crypto.GroupKeys({0: KEY}, 0)
+    eves = [data for _, name, data in capture.seen if name == eve.name]
+    assert eves and not any(_readable_by(cats_keys, gid, data) for data in eves)
+
+
+def test_messages_concurrent_with_the_removal_converge():
+    """The ordering rule (protocol.md, Roles and removal): the removed member's messages up to the
+    removal's cut stay, the rest are refused by all; others' messages sealed before they applied
+    the removal are part of the group (and readable by the removed member)."""
+    for seed in range(3):
+        lan, gid, _ = _team(5, FaultInjector(delay=(0.001, 0.02), reorder=0.3, rng=random.Random(seed)))
+        ann, bob, cat, dan, eve = lan.nodes
+        lan.send(cat, gid, "cat 1")
+        lan.settle(1.0)
+        lan.send(cat, gid, "cat 2 concurrent")
+        lan.run(ann, lambda core: core.remove_member(gid, cat.pid, lan.now))
+        lan.send(dan, gid, "dan concurrent")
+        lan.send(cat, gid, "cat 3 concurrent")
+        lan.settle(30.0)
+        shown = {node.name: [m.mid for m in node.core.history(gid)] for node in (ann, bob, dan, eve)}
+        assert len({tuple(sorted(v)) for v in shown.values()}) == 1, shown
+        texts = _texts(ann, gid)
+        assert "cat 1" in texts and "dan concurrent" in texts and "cat 3 concurrent" not in texts
+
+
+def test_twenty_percent_loss_during_the_rekey_loses_nothing():
+    lan, gid, _ = _team(5)
+    ann, bob, cat, dan, eve = lan.nodes
+    lan.faults.drop = 0.2
+    lan.run(ann, lambda core: core.remove_member(gid, cat.pid, lan.now))
+    for i in range(5):
+        lan.send(lan.nodes[[0, 1, 3, 4][i % 4]], gid, f"m{i}")
+        lan.settle(0.5)
+    lan.settle(30.0)
+    lan.faults.drop = 0.0
+    lan.settle(10.0)
+    for node in (ann, bob, dan, eve):
+        assert _texts(node, gid) == [f"m{i}" for i in range(5)], node.name
+        assert node.core.joined[gid].cipher.epoch == ann.core.joined[gid].cipher.epoch != 0
+
+
+def test_roles_and_keys_survive_a_restart():
+    lan, gid, _ = _team(3)
+    ann, bob, cat = lan.nodes
+    lan.run(ann, lambda core: core.set_role(gid, bob.pid, "admin"))
+    lan.settle(1.0)
+    lan.run(bob, lambda core: core.remove_member(gid, cat.pid, lan.now))
+    lan.settle(3.0)
+    epoch = bob.core.joined[gid].cipher.epoch
+    lan.kill(bob)
+    lan.restart(bob)
+    lan.settle(5.0)
+    assert bob.core.group(gid).roles[bob.pid] == "admin" and bob.core.joined[gid].cipher.epoch == epoch
+    assert 0 in bob.core.joined[gid].cipher.keys  # old epochs' keys stay, to read old messages
+    lan.kill(cat)
+    lan.restart(cat)
+    assert gid not in cat.core.joined and not cat.core.group(gid).joined
