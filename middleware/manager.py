@@ -31,7 +31,7 @@ from typing import Sequence
 from . import clock, crypto, kinds, netif, rules
 from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
-from .events import Listener, MessagesDelivered, ignore
+from .events import Listener, MessagesDelivered, RemovedFromGroup, ignore
 from .file_transfer import FileService
 from .files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
 from .gjlp import Gjlp, GroupRecord
@@ -430,6 +430,16 @@ class GroupManager(rules.OperationCalls):
             self._spawn(self.discovery.withdraw(gid))
         self._after_input()
 
+    def set_role(self, gid: str, pid: str, role: str) -> None:
+        """The owner makes ``pid`` an admin ("admin") or takes it back ("member") (PeerCore.set_role)."""
+        self.core.set_role(gid, pid, role)
+        self._after_input()
+
+    def remove_member(self, gid: str, pid: str) -> None:
+        """The owner or an admin removes ``pid``; a private group re-keys (PeerCore.remove_member)."""
+        self.core.remove_member(gid, pid, clock.now())
+        self._after_input()
+
     def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid:
         """Compose and queue a message; it is stored and sent by the next flush.  If that
         flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`).
@@ -739,6 +749,11 @@ class GroupManager(rules.OperationCalls):
             self.listener(network_event)
         for event in self.core.events():
             self.listener(event)
+            if isinstance(event, RemovedFromGroup):  # nothing more arrives: stop listening, stop announcing
+                record = self.core.known(event.gid)
+                self.network.stop_listening(GroupAddress(record.addr, record.port))
+                if self.discovery is not None:
+                    self._spawn(self.discovery.withdraw(event.gid))
             if isinstance(event, MessagesDelivered) and self._started:
                 self.files.delivered(event.gid, event.messages)  # offers within the auto-download size
 

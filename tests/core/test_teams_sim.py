@@ -97,17 +97,26 @@ def test_a_removed_member_reads_nothing_sent_after_and_the_others_converse_on():
     assert len(others) > 30
     opened = [at for at, data in others if _readable_by(cats_keys, gid, data)]
     assert opened == [], f"{len(opened)} of {len(others)} datagrams since {removed_at} opened with Cat's keys"
-    # Cat's messages now are refused by every member.
-    before = {n.name: n.core.stats_dict()["stranger_dropped"] for n in (ann, dan)}
-    cat.core.joined  # (not joined: Cat's app no longer sends; a hostile Cat re-sends with its old key)
-    hostile = wire.encode(cat.core.identity, wire.Heartbeat(gid, 9, int(lan.now * 1000)), cats_keys)
+    # Cat's messages, operations and sync requests now are refused by every member (a hostile Cat
+    # sends them with its old key).
+    identity = cat.core.identity
+    message = wire.signed_data(identity, gid, 50, None, int(lan.now * 1000), "Cat", "let me in")
+    hostile = [wire.encode(identity, m, cats_keys) for m in (
+        message, wire.Heartbeat(gid, 50, int(lan.now * 1000)), wire.SyncReq(gid, 99, ()),
+        wire.KeyRequest(gid, ann.core.joined[gid].cipher.epoch, b""))]
     for node in (ann, dan):
-        lan.run(node, lambda core: core.receive(hostile, None, lan.now, lan.now))
-        assert node.core.stats_dict()["sealed_dropped"] >= 0
+        before = node.core.stats_dict()
+        for data in hostile:
+            lan.run(node, lambda core: core.receive(data, None, lan.now, lan.now))
+        after = node.core.stats_dict()
+        assert after["stranger_dropped"] - before["stranger_dropped"] == 3
+        assert after["not_member_dropped"] - before["not_member_dropped"] == 1  # the key request
+        assert after["removed_dropped"] - before["removed_dropped"] == 1
+    lan.settle(5.0)
+    assert "let me in" not in _texts(ann, gid)
     # The owner cannot be removed, by an admin or anyone.
     with pytest.raises(UsageError, match="owner"):
         bob.core.remove_member(gid, ann.pid, lan.now)
-    del before
 
 
 def test_refusals_non_admin_stranger_forged_and_replayed():
