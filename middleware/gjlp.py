@@ -429,7 +429,7 @@ class Gjlp:
         best = None
         for record in self._joined_records():
             member = record.members.get(pid)
-            if member is not None and member.joined and member.dh and (best is None or member.counter > best.counter):
+            if member is not None and record.is_current(pid) and member.dh and (best is None or member.counter > best.counter):
                 best = member
         return None if best is None else (best.public_key, best.dh)
 

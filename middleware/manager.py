@@ -432,7 +432,7 @@ class GroupManager(rules.OperationCalls):
 
     def set_role(self, gid: str, pid: str, role: str) -> None:
         """The owner makes ``pid`` an admin ("admin") or takes it back ("member") (PeerCore.set_role)."""
-        self.core.set_role(gid, pid, role)
+        self.core.set_role(gid, pid, role, clock.now())
         self._after_input()
 
     def remove_member(self, gid: str, pid: str) -> None:

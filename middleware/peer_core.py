@@ -284,7 +284,7 @@ class PeerCore:
         assert team is not None
         return team
 
-    def set_role(self, gid: str, pid: str, role: str) -> None:
+    def set_role(self, gid: str, pid: str, role: str, now: float | None = None) -> None:
         """The owner makes a current member an admin (``role`` "admin") or takes it back ("member")."""
         team = self._team(gid)
         if role not in ("admin", "member"):
@@ -292,7 +292,7 @@ class PeerCore:
         if not self.gjlp.groups[gid].is_current(pid):
             raise UsageError(f"{pid} is not a current member of this group")
         try:
-            team.set_role(pid, role)
+            team.set_role(pid, role, self._wall_now if now is None else now)
         except PermissionError as exc:
             raise UsageError(f"cannot change that role: {exc}") from None
         self._team_changed(gid)
@@ -309,7 +309,7 @@ class PeerCore:
         recipients = {p: r.dh for p, r in record.members.items()
                       if record.is_current(p) and p not in (self.pid, pid) and r.dh}
         try:
-            team.remove(pid, cut, recipients)
+            team.remove(pid, cut, recipients, now)
         except PermissionError as exc:
             raise UsageError(f"cannot remove that member: {exc}") from None
         self._team_changed(gid, now)
@@ -909,7 +909,8 @@ class PeerCore:
         elif isinstance(message, _TEAM_MESSAGES):
             record = self.gjlp.groups[gid]
             team = joined.team
-            if team is None or not record.is_current(sender):
+            if team is None or not record.is_current(sender) and not (
+                    isinstance(message, wire.KeyRequest) and sender in record.removed):  # told it was removed
                 self.removed_dropped += team is not None and sender in record.removed
                 self.stats.not_member_dropped += 1
             elif team.receive(sender, message, now, record.is_current):
@@ -1048,7 +1049,8 @@ class PeerCore:
         deadlines = [d for d in (self.gjlp.get_timer(), *(g.channel.get_timer() for g in self.joined.values()),
                                  self.presence.get_timer(list(self.joined)), self._retry_at,
                                  self.reach.get_timer(), self._broadcast_at, self.direct.get_timer(),
-                                 *(g.team.confirm_deadline() for g in self.joined.values() if g.team is not None))
+                                 *(g.team.confirm_deadline() for g in self.joined.values() if g.team is not None),
+                                 *(g.team.get_timer() for g in self.joined.values() if g.team is not None))
                      if d is not None]
         return min(deadlines) if deadlines else None
 
@@ -1060,6 +1062,8 @@ class PeerCore:
         self.gjlp.handle_timer(now)
         for joined in self.joined.values():
             joined.channel.handle_timer(now)
+            if joined.team is not None:
+                joined.team.handle_timer(now)
         self.direct.handle_timer(now)
 
     # -- output -----------------------------------------------------------------------

@@ -40,7 +40,8 @@ ANSWERERS = 3  # members that answer a first KEY_REQUEST (the closest to the ask
 CONFIRM_MEMBERS = 2
 CONFIRM_WAIT = 15.0
 ROLES_INTERVAL = 5.0  # seconds between ROLES sent in answer to members' sync requests
-KEPT_PART_EPOCHS = 3  # epochs whose re-key parts are kept, to answer KEY_REQUESTs
+KEPT_PART_EPOCHS = 3
+REPEATS = (1.0, 3.0)  # seconds after this peer's own role change when its ROLES go again  # epochs whose re-key parts are kept, to answer KEY_REQUESTs
 
 
 class GroupTeam:
@@ -63,6 +64,7 @@ class GroupTeam:
         self._answered: dict[str, float] = {}  # asker -> when last answered
         self._asked: dict[str, int] = {}  # asker -> requests heard
         self._roles_sent_at = float("-inf")
+        self._repeats: list[float] = []
         self.rng = random.Random()
         self.key_requests_refused = 0
         self.rekeys_refused = 0
@@ -209,12 +211,19 @@ class GroupTeam:
         return changed
 
     def _answer(self, asker: str, request: wire.KeyRequest, now: float, is_current) -> None:
-        """Send the part holding ``asker``'s sealed key again, if this peer holds it."""
-        if not is_current(asker) or self.roles.is_removed(asker):
+        """Send the part holding ``asker``'s sealed key again, if this peer holds it.  A removed
+        member gets no key: it gets a part of the re-key that removed it (which holds no key of
+        its), so that it learns it was removed even if it lost every part."""
+        removal = self.roles.removed.get(asker)
+        if removal is not None:
+            self.key_requests_refused += 1
+            part = next(iter(self.parts.get(removal.epoch, {}).values()), None)
+        elif not is_current(asker):
             self.key_requests_refused += 1
             return
-        part = next((p for p in self.parts.get(request.epoch, {}).values() if any(pid == asker for pid, _ in p.keys)),
-                    None)
+        else:
+            part = next((p for p in self.parts.get(request.epoch, {}).values()
+                         if any(pid == asker for pid, _ in p.keys)), None)
         if part is None:
             return
         self._asked[asker] = self._asked.get(asker, 0) + 1
@@ -238,11 +247,25 @@ class GroupTeam:
 
     # -- this peer's changes --------------------------------------------------------------
 
-    def set_role(self, target: str, role: str) -> wire.RoleRecord:
+    def set_role(self, target: str, role: str, now: float) -> wire.RoleRecord:
         record = self.roles.make(self.identity, "admin" if role == roles.ADMIN else "member", target)
         self.dirty = True
-        self.send_roles()
+        self._announce(now)
         return record
+
+    def _announce(self, now: float) -> None:
+        """This peer's own change: its ROLES now, and again after each of REPEATS (a lost copy is
+        also made good by the ROLES answering a member's sync request)."""
+        self.send_roles()
+        self._repeats = [now + delay for delay in REPEATS]
+
+    def get_timer(self) -> float | None:
+        return self._repeats[0] if self._repeats else None
+
+    def handle_timer(self, now: float) -> None:
+        if self._repeats and now >= self._repeats[0]:
+            self._repeats = [at for at in self._repeats if at > now]
+            self.send_roles()
 
     def send_roles(self, now: float | None = None) -> None:
         """Every role record held, on the channel (sealed with the current key in a private group)."""
@@ -254,13 +277,13 @@ class GroupTeam:
         for start in range(0, len(records), wire.MAX_ROLES_PER_DATAGRAM):
             self.outbox.append(wire.Roles(self.gid, tuple(records[start:start + wire.MAX_ROLES_PER_DATAGRAM])))
 
-    def remove(self, target: str, cut: int, recipients: dict[str, bytes]) -> wire.RoleRecord:
+    def remove(self, target: str, cut: int, recipients: dict[str, bytes], now: float = 0.0) -> wire.RoleRecord:
         """Remove ``target`` (its messages up to ``cut`` stay); in a private group, re-key to
         ``recipients`` (pid -> X25519 key: the remaining members but this peer)."""
         if self.keys is None:
             record = self.roles.make(self.identity, "remove", target, cut)
             self.dirty = True
-            self.send_roles()
+            self._announce(now)
             return record
         key = crypto.new_group_key()
         epoch = int.from_bytes(os.urandom(8), "big") & (2**63 - 1) or 1

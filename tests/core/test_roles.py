@@ -136,3 +136,10 @@ def test_epoch_sealing_names_the_epoch_and_old_keys_still_open():
     for bad in ("x~", "x~0", "x~zz", "x~" + "f" * 17, "~1"):
         with pytest.raises(wire.SealedError):
             wire.parse_sealed_tag(bad)
+
+
+def test_the_rekey_bench_runs_and_every_part_fits_one_frame():
+    from m2mc.app.bench import rekey
+
+    remover_cpu, parts, member_cpu = rekey.run(30)
+    assert len(parts) == 4 and max(len(p) for p in parts) < 1_400
