@@ -70,6 +70,7 @@ from .search_window import SearchWindow
 from .message_model import MessageRole, SearchRole, StoredThreadModel, ThreadRole
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
+from .controllers.team import TeamController
 from .controllers.joins import JoinController
 from .controllers.sessions import GroupSession, ReaderPlace, SessionController, member_names
 from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
@@ -160,6 +161,9 @@ class MainWindow(QMainWindow):
         self.side_panes_hidden = False  # while a direct conversation is shown
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
+        self.team_controller = TeamController(backend, self.selection, self.session_controller, self.dialog_parent,
+                                              self)
+        self.direct_controller.member_actions.append(self.team_controller.add_actions)
         self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message,
                                           self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total

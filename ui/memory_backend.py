@@ -256,6 +256,12 @@ class MemoryManager(rules.OperationCalls):
     def leave_group(self, gid: str) -> None:
         self._run(lambda core: core.leave(gid, self.lan.wall()))
 
+    def set_role(self, gid: str, pid: str, role: str) -> None:
+        self._run(lambda core: core.set_role(gid, pid, role, self.lan.now))
+
+    def remove_member(self, gid: str, pid: str) -> None:
+        self._run(lambda core: core.remove_member(gid, pid, self.lan.now))
+
     def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid:
         mid = self._run(lambda core: core.send(gid, text, parent, self.lan.now, self.lan.wall(), mentions))
         self.sent.append((gid, text, parent))
