@@ -161,6 +161,7 @@ class PeerCore:
         self._teams_to_save: set[str] = set()
         self._team_events: list[Event] = []  # told after the commit, as the others
         self.removed_dropped = 0  # removed members' messages past their cut, and their datagrams
+        self._admissions: dict[str, list] = {}  # gid -> [invite secret, next KEY_REQUEST at]: waiting for an ADMIT
         for record, next_seqno in store.load_groups():
             self.gjlp.restore(record)
             key = store.group_key(record.gid) if record.private else None
@@ -231,8 +232,47 @@ class PeerCore:
         return invite
 
     def invite(self, gid: str) -> str:
-        """The invite link for ``gid``: its id, description and this peer's endpoints."""
-        return invite_link(gid, self.known(gid).desc, sorted(self.reach.own, key=str))
+        """The invite link for ``gid``: its id, description and this peer's endpoints; for a private
+        group that re-keyed (the passphrase admits nobody since), a one-time secret that lets the
+        joiner be admitted by this peer and fetch the current key (middleware.teams)."""
+        record = self.known(gid)
+        joined = self.joined.get(gid)
+        secret = b""
+        if record.private and joined is not None and joined.team is not None and joined.team.roles.epochs:
+            secret = joined.team.new_invite()
+            self._teams_to_save.add(gid)
+        return invite_link(gid, record.desc, sorted(self.reach.own, key=str), secret)
+
+    def request_admission(self, gid: str, secret: bytes, now: float) -> None:
+        """Ask to be admitted to a private group with an invite's one-time secret: KEY_REQUESTs go
+        to the group's channel (one a second) until a member's ADMIT lets this peer in."""
+        record = self.known(gid)
+        if self.gjlp.is_member(gid):
+            return
+        if not record.verified or not record.private:
+            raise UsageError("an invite's secret is for a private group whose descriptor is known")
+        self._admissions[gid] = [secret, now]
+
+    def _take_admission(self, admit: wire.Admit, now: float, wall: float) -> None:
+        """A member's ADMIT for this peer: the group key (checked against the descriptor) and the
+        current epoch's key; this peer joins with them."""
+        record = self.gjlp.groups[admit.gid]
+        if not record.is_current(crypto.pid_of(admit.author_key)) or not wire.verify_admit(admit):
+            return
+        base = crypto.open_epoch_key(self.identity, admit.sealed_group_key)
+        key = crypto.open_epoch_key(self.identity, admit.sealed_key)
+        if base is None or key is None or crypto.key_check(base) != record.key_check:
+            return
+        del self._admissions[admit.gid]
+        self.join(record, base, now, wall)
+        joined = self.joined[admit.gid]
+        assert joined.team is not None and joined.team.keys is not None
+        if admit.epoch:
+            joined.team.keys.add(admit.epoch, key)
+            joined.team.keys.use(admit.epoch)
+        joined.team.admitted.add(self.pid)
+        joined.announce_due = True
+        self._teams_to_save.add(admit.gid)
 
     def peers(self, now: float) -> list[dict]:
         """Every peer known by endpoint or heard by multicast: how it was found, how it is reached,
@@ -322,6 +362,7 @@ class PeerCore:
         record.removed = set(team.roles.removed)
         record.admins = set(team.roles.admins)
         record.admission_needed = record.private and bool(team.roles.epochs)
+        record.admitted = set(team.admitted)
         self.gjlp._joined = None  # is_member may have changed
 
     def _team_changed(self, gid: str, now: float | None = None) -> None:
@@ -903,13 +944,20 @@ class PeerCore:
         gid = getattr(message, "gid", None)
         joined = self.joined.get(gid) if isinstance(gid, str) else None
         if joined is None or not isinstance(gid, str):
+            if isinstance(message, wire.Admit) and message.gid in self._admissions and message.target == self.pid:
+                self._take_admission(message, now, wall)
+                return False
             self.stats.not_member_dropped += 1
         elif joined.cipher and not envelope.sealed and not isinstance(message, _TEAM_PLAIN):
             self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
         elif isinstance(message, _TEAM_MESSAGES):
             record = self.gjlp.groups[gid]
             team = joined.team
-            if team is None or not record.is_current(sender) and not (
+            if team is not None and isinstance(message, wire.KeyRequest) and message.proof and \
+                    not record.is_current(sender):
+                if team.admission_request(sender, message, now):  # an invited joiner
+                    self._team_changed(gid, now)
+            elif team is None or not record.is_current(sender) and not (
                     isinstance(message, wire.KeyRequest) and sender in record.removed):  # told it was removed
                 self.removed_dropped += team is not None and sender in record.removed
                 self.stats.not_member_dropped += 1
@@ -1050,7 +1098,8 @@ class PeerCore:
                                  self.presence.get_timer(list(self.joined)), self._retry_at,
                                  self.reach.get_timer(), self._broadcast_at, self.direct.get_timer(),
                                  *(g.team.confirm_deadline() for g in self.joined.values() if g.team is not None),
-                                 *(g.team.get_timer() for g in self.joined.values() if g.team is not None))
+                                 *(g.team.get_timer() for g in self.joined.values() if g.team is not None),
+                                 *(at for _, at in self._admissions.values()))
                      if d is not None]
         return min(deadlines) if deadlines else None
 
@@ -1187,6 +1236,14 @@ class PeerCore:
             channel_events += events_now
             conflict_writes += [e for e in events_now if isinstance(e, (Conflict, Replaced))]
         self._goodbye_due = False
+        for gid, waiting in self._admissions.items():  # invited: ask to be admitted, once a second
+            secret, at = waiting
+            if now >= at:
+                waiting[1] = now + 1.0
+                record = self.gjlp.groups[gid]
+                dh = self.identity.direct_public
+                request = wire.KeyRequest(gid, 0, wire.admit_proof(secret, gid, self.pid, dh), dh)
+                staged.append(Datagram(wire.encode(self.identity, request), GroupAddress(record.addr, record.port)))
         for gid in {m.gid for m in deliveries}:
             if gid in self.joined:
                 self.ops(gid)  # built from the store before this batch joins it
@@ -1411,6 +1468,7 @@ class PeerCore:
             "rekeys_refused": sum(t.rekeys_refused for t in self.teams.values()) + sum(
                 t.roles.refused for t in self.teams.values()),
             "datagrams_held": sum(len(j.held) for j in self.joined.values()),
+            "admissions_refused": sum(t.admissions_refused for t in self.teams.values()),
             "sender_names_differing": self.sender_names_differing,
             "unicast_copies": self.unicast_copies,
             "hellos_refused": self.reach.hellos_refused,

@@ -27,6 +27,7 @@ So a member back from being away learns of a re-key before it says anything unde
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import random
 
@@ -41,7 +42,9 @@ CONFIRM_MEMBERS = 2
 CONFIRM_WAIT = 15.0
 ROLES_INTERVAL = 5.0  # seconds between ROLES sent in answer to members' sync requests
 KEPT_PART_EPOCHS = 3
-REPEATS = (1.0, 3.0)  # seconds after this peer's own role change when its ROLES go again  # epochs whose re-key parts are kept, to answer KEY_REQUESTs
+REPEATS = (1.0, 3.0)
+MAX_INVITES = 64  # one-time invite secrets a member keeps waiting to be used
+MAX_ADMITS = 64  # ADMITs kept to send again  # seconds after this peer's own role change when its ROLES go again  # epochs whose re-key parts are kept, to answer KEY_REQUESTs
 
 
 class GroupTeam:
@@ -65,6 +68,11 @@ class GroupTeam:
         self._asked: dict[str, int] = {}  # asker -> requests heard
         self._roles_sent_at = float("-inf")
         self._repeats: list[float] = []
+        self.invites: list[bytes] = []  # one-time secrets of this peer's invites not used yet
+        self.used_invites: dict[str, bytes] = {}  # joiner pid -> the secret it used (its ADMIT may be lost)
+        self.admitted: set[str] = set()  # pids a member admitted by invite after a re-key
+        self.admits: list[wire.Admit] = []  # the latest ADMITs, sent again with this peer's ROLES
+        self.admissions_refused = 0
         self.rng = random.Random()
         self.key_requests_refused = 0
         self.rekeys_refused = 0
@@ -78,6 +86,8 @@ class GroupTeam:
             "records": [wire._to_wire(r) for r in self.roles.records()],
             "keys": [[e, k] for e, k in (self.keys.keys.items() if self.keys else ())],
             "parts": [wire._to_wire(p) for epoch in self.parts.values() for p in epoch.values()],
+            "invites": self.invites, "used": [[pid, s] for pid, s in self.used_invites.items()],
+            "admitted": sorted(self.admitted), "admits": [wire._to_wire(a) for a in self.admits],
         }, use_bin_type=True)
 
     def _load(self, stored: bytes) -> None:
@@ -90,6 +100,10 @@ class GroupTeam:
         for value in state.get("parts", ()):
             part = wire._unpack_obj(wire.Rekey)(value, "part")
             self.parts.setdefault(part.removal.epoch, {})[part.part] = part
+        self.invites = list(state.get("invites", ()))
+        self.used_invites = {pid: secret for pid, secret in state.get("used", ())}
+        self.admitted = set(state.get("admitted", ()))
+        self.admits = [wire._unpack_obj(wire.Admit)(value, "admit") for value in state.get("admits", ())]
         self._use_latest()
 
     # -- state ----------------------------------------------------------------------------
@@ -99,7 +113,7 @@ class GroupTeam:
         if self.keys is None:
             return
         held = [e.epoch for e in self.roles.epochs if self.keys.for_epoch(e.epoch) is not None]
-        latest = held[-1] if held else 0
+        latest = held[-1] if held else self.keys.epoch  # (an admitted joiner holds its epoch before the roles)
         if latest != self.keys.epoch:
             self.keys.use(latest)
 
@@ -175,6 +189,8 @@ class GroupTeam:
             return self._take_part(message, now)
         if isinstance(message, wire.KeyRequest):
             self._answer(sender, message, now, is_current)
+        if isinstance(message, wire.Admit):
+            return self.take_admit(message, is_current)
         return False
 
     def _take_part(self, part: wire.Rekey, now: float) -> bool:
@@ -276,6 +292,61 @@ class GroupTeam:
         records = self.roles.records()
         for start in range(0, len(records), wire.MAX_ROLES_PER_DATAGRAM):
             self.outbox.append(wire.Roles(self.gid, tuple(records[start:start + wire.MAX_ROLES_PER_DATAGRAM])))
+        self.outbox += self.admits  # a member that lost one learns it with the roles
+
+    # -- invites after a re-key ---------------------------------------------------------------
+
+    def new_invite(self) -> bytes:
+        """A one-time secret for an invite (at most MAX_INVITES waiting; the oldest goes)."""
+        secret = os.urandom(16)
+        self.invites = [*self.invites, secret][-MAX_INVITES:]
+        self.dirty = True
+        return secret
+
+    def admission_request(self, asker: str, request: wire.KeyRequest, now: float) -> bool:
+        """A joiner's KEY_REQUEST with a proof: if it holds one of this peer's invite secrets (or the
+        one it used already), it is admitted: an ADMIT with the current key and the group key sealed
+        to its ``dh``.  Returns whether the admitted set changed."""
+        if self.keys is None or len(request.dh) != crypto.PUBLIC_KEY_BYTES or self.roles.is_removed(asker):
+            return False
+        proof = request.proof
+        used = self.used_invites.get(asker)
+        if used is not None and hmac.compare_digest(wire.admit_proof(used, self.gid, asker, request.dh), proof):
+            admit = next((a for a in self.admits if a.target == asker), None)
+            if admit is not None and now - self._answered.get(asker, float("-inf")) >= ANSWER_INTERVAL:
+                self._answered[asker] = now
+                self.outbox.append(admit)
+            return False
+        secret = next((s for s in self.invites
+                       if hmac.compare_digest(wire.admit_proof(s, self.gid, asker, request.dh), proof)), None)
+        if secret is None:
+            self.admissions_refused += 1
+            return False
+        try:
+            sealed_key = crypto.seal_epoch_key(request.dh, self.keys.keys[self.keys.epoch])
+            sealed_group_key = crypto.seal_epoch_key(request.dh, self.keys.keys[0])
+        except ValueError:
+            self.admissions_refused += 1
+            return False
+        self.invites = [s for s in self.invites if s != secret]  # one time only
+        self.used_invites[asker] = secret
+        admit = wire.sign_admit(self.identity, self.gid, asker, self.keys.epoch or 1, sealed_key, sealed_group_key)
+        self.admits = [*self.admits, admit][-MAX_ADMITS:]
+        self.admitted.add(asker)
+        self.outbox.append(admit)
+        self.dirty = True
+        return True
+
+    def take_admit(self, admit: wire.Admit, is_current) -> bool:
+        """A member's ADMIT (any member may relay it): the joiner it names is let in."""
+        author = crypto.pid_of(admit.author_key)
+        if admit.gid != self.gid or not is_current(author) or admit.target in self.admitted \
+                or not wire.verify_admit(admit):
+            return False
+        self.admitted.add(admit.target)
+        self.admits = [*self.admits, admit][-MAX_ADMITS:]
+        self.dirty = True
+        return True
 
     def remove(self, target: str, cut: int, recipients: dict[str, bytes], now: float = 0.0) -> wire.RoleRecord:
         """Remove ``target`` (its messages up to ``cut`` stay); in a private group, re-key to

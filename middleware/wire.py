@@ -80,6 +80,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+import hmac
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -829,15 +830,18 @@ def verify_rekey(message: Rekey) -> bool:
 @dataclass(frozen=True, slots=True)
 class KeyRequest:
     """A member asks for the key of ``epoch`` (it saw datagrams sealed under it); any member
-    that holds the re-key part with the asker's sealed key sends it again.  ``proof`` (an
-    invited joiner's, with the invite's one-time secret; empty for a member) is an HMAC."""
+    that holds the re-key part with the asker's sealed key sends it again.  An invited joiner
+    (not a member yet) sends ``proof``, an HMAC under the invite's one-time secret of the gid,
+    its pid and ``dh`` (:func:`admit_proof`); the inviting member answers with an ADMIT."""
 
     TYPE: ClassVar[MsgType] = MsgType.KEY_REQUEST
     gid: str
     epoch: int
     proof: bytes
+    dh: bytes = b""  # an invited joiner's X25519 key (a member's is in its record)
 
-    FIELDS: ClassVar = (("gid", _gid), ("epoch", _seqno), ("proof", _bytes_or_empty(crypto.KEY_CHECK_BYTES)))
+    FIELDS: ClassVar = (("gid", _gid), ("epoch", _seqno), ("proof", _bytes_or_empty(crypto.KEY_CHECK_BYTES)),
+                        ("dh", _bytes_or_empty(crypto.PUBLIC_KEY_BYTES)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -862,6 +866,12 @@ class Admit:
     def signing_bytes(self) -> bytes:
         return msgpack.packb(["m2mc-admit", *(_to_wire(getattr(self, n)) for n, _ in self.FIELDS[:-1])],
                              use_bin_type=True)
+
+
+def admit_proof(secret: bytes, gid: str, pid: str, dh: bytes) -> bytes:
+    """What an invited joiner's KEY_REQUEST carries: proof that it holds the invite's secret."""
+    return hmac.new(secret, msgpack.packb(["m2mc-admit", gid, pid, dh], use_bin_type=True),
+                    hashlib.sha256).digest()[:crypto.KEY_CHECK_BYTES]
 
 
 def sign_admit(identity: Any, gid: str, target: str, epoch: int, sealed_key: bytes, sealed_group_key: bytes) -> Admit:

@@ -254,3 +254,44 @@ def test_a_lost_roles_datagram_in_a_public_group_is_sent_again():
     lan.links.clear()
     lan.settle(5.0)
     assert [m.pid for m in bob.core.group(gid).removed] == [cat.pid]
+
+
+def test_after_a_rekey_only_an_invite_admits_and_only_once():
+    lan = PeerLan([MemoryStore() for _ in range(6)])
+    ann, bob, cat, dan, fay, gus = lan.nodes
+    gid = str(lan.run(ann, lambda core: core.create_group("Team room", crypto.new_salt(), KEY, lan.now)))
+    lan.settle(2.0)
+    for node in (bob, cat, dan):
+        record = node.core.joinable(gid, "passphrase")
+        lan.run(node, lambda core: core.join(record, KEY, lan.now, lan.now))
+    lan.settle(8.0)
+    lan.run(ann, lambda core: core.remove_member(gid, cat.pid, lan.now))
+    lan.settle(3.0)
+    # The passphrase no longer admits: Gus joins with it, and nobody takes his record.
+    record = gus.core.joinable(gid, "passphrase")
+    lan.run(gus, lambda core: core.join(record, KEY, lan.now, lan.now))
+    lan.settle(8.0)
+    assert gus.pid not in {m.pid for m in ann.core.group(gid).members}
+    assert ann.core.stats_dict()["joins_not_admitted"] >= 1
+    # Dan (any member) makes an invite; Fay uses it and is in, with the current key.
+    link = lan.run(dan, lambda core: core.invite(gid))
+    assert "&secret=" in link
+    invite = fay.core.accept_invite(link, lan.now)
+    lan.run(fay, lambda core: core.request_admission(gid, invite.secret, lan.now))
+    lan.settle(10.0)
+    assert gid in fay.core.joined
+    assert fay.core.joined[gid].cipher.epoch == ann.core.joined[gid].cipher.epoch != 0
+    for node in (ann, bob, dan):
+        assert fay.pid in {m.pid for m in node.core.group(gid).members}, node.name
+    lan.send(fay, gid, "hello from Fay")
+    lan.send(bob, gid, "welcome Fay")
+    lan.settle(10.0)
+    for node in (ann, bob, dan, fay):
+        assert {"hello from Fay", "welcome Fay"} <= set(_texts(node, gid)), node.name
+    assert cat.pid in {m.pid for m in fay.core.group(gid).removed}  # Fay learnt the roles
+    # The same invite does not admit Gus.
+    lan.run(gus, lambda core: core.leave(gid, lan.now))
+    lan.run(gus, lambda core: core.request_admission(gid, invite.secret, lan.now))
+    lan.settle(6.0)
+    assert gid not in gus.core.joined
+    assert dan.core.stats_dict()["admissions_refused"] >= 1

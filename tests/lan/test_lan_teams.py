@@ -3,7 +3,8 @@
 A private group of five (Ann the owner, Bob an admin, Cat, Dan, Eve) on their own hosts and Mal's
 host with no peer.  Dan and Mal try to remove someone or make themselves admin: refused
 everywhere.  Eve's host is cut off; Bob removes Cat under 20 % loss on the remaining hosts while
-Dan writes at the same moment; the others write on; Eve comes back and catches up.  Every frame
+Dan writes at the same moment; the others write on; Eve comes back and catches up; Fay joins by
+Dan's invite (the passphrase admits nobody after the re-key).  Every frame
 on the bridge (a superset of what Cat's host sees) is captured, and afterwards everything Cat
 held (its data dir's keys, which hold the old passphrase's key) is tried on every datagram the
 others sent after the removal: none opens.  The four converge, without a restart.
@@ -41,7 +42,7 @@ def _texts(peer: PeerProcess, gid: str) -> set[str]:
 
 
 def test_a_removed_member_with_everything_it_held_reads_nothing_sent_after(tmp_path):
-    lan = Lan(6)
+    lan = Lan(7)
     names = ("Ann", "Bob", "Cat", "Dan", "Eve")
     peers: list[PeerProcess] = []
     try:
@@ -98,11 +99,22 @@ def test_a_removed_member_with_everything_it_held_reads_nothing_sent_after(tmp_p
             eve.call("send", {"gid": gid, "text": "Eve is back", "parent": None})
             for peer in (ann, bob, dan):
                 peer.wait_for(lambda p=peer: "Eve is back" in _texts(p, gid), timeout=20, what="Eve's message")
+            # The passphrase admits nobody now; Dan's invite, with its one-time secret, lets Fay in.
+            link = dan.call("invite", {"gid": gid})["invite"]
+            assert "&secret=" in link
+            fay = PeerProcess(lan.hosts[6], lan.addresses[6], tmp_path / "Fay", "Fay", extra=["--no-zeroconf"])
+            peers.append(fay)
+            fay.call("join_group", {"invite": link}, timeout=30)
+            fay.call("send", {"gid": gid, "text": "Fay is in", "parent": None})
+            for peer in (ann, bob, dan, eve):
+                peer.wait_for(lambda p=peer: "Fay is in" in _texts(p, gid), timeout=20, what="Fay's message")
+            fay.wait_for(lambda: {"Eve is back", "after from Ann"} <= _texts(fay, gid), timeout=20,
+                         what="Fay's catch-up")
             time.sleep(3.0)  # heartbeats and the rest of what a group says
         histories = {peer.name: sorted(m["mid"] for m in peer.call("history", {"gid": gid}))
-                     for peer in (ann, bob, dan, eve)}
+                     for peer in (ann, bob, dan, eve, fay)}
         assert len({tuple(h) for h in histories.values()}) == 1, histories
-        assert not ({"Eve is back", "after from Ann"} & _texts(cat, gid))
+        assert not ({"Eve is back", "after from Ann", "Fay is in"} & _texts(cat, gid))
         assert not _group(cat, gid)["joined"]
         cat.shutdown()
 
