@@ -372,6 +372,10 @@ class PeerCore:
         team = self.teams[gid]
         admins_before, removed_before = set(record.admins), set(record.removed)
         self._apply_roles(record, team)
+        exposed = team.exposed() if gid in self.joined else None
+        if exposed is not None:  # concurrent removals: the current key is ours and a removed member holds it
+            recipients = {p: r.dh for p, r in record.members.items() if record.is_current(p) and p != self.pid and r.dh}
+            team.remove(exposed, 0, recipients, self._wall_now if now is None else now, action="rekey")
         self._teams_to_save.add(gid)
         self._membership_changed.add(gid)
         joined = self.joined.get(gid)

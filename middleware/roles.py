@@ -7,7 +7,9 @@ by ``(clock, author pid, signature)``, each checked against the state the record
 
 - "admin" / "member" (grant, take back): only by the owner, never about the owner or a removed pid;
 - "remove": only by the owner or an admin at that point, never of the owner, of the author itself,
-  or of a pid already removed.
+  or of a pid already removed;
+- "rekey": only by the owner or an admin, naming a removed pid: a new epoch without a removal
+  (see :meth:`teams.GroupTeam.exposed`).
 
 So every member holding the same records ends with the same roles, whatever order they came in;
 a record that does not hold at its place is inert (``refused`` counts them), and may hold later
@@ -89,6 +91,15 @@ class GroupRoles:
         valid = []
         for record in sorted(self._records.values(), key=_order):
             author, target = record.author, record.target
+            if record.action == "rekey":
+                # A re-key again, after concurrent removals left the newest key with a removed member:
+                # by the owner or an admin, naming a removed member, with a new epoch.
+                if author in removed or target not in removed or not record.epoch or \
+                        (author != self.owner and author not in admins):
+                    continue
+                epochs.append(Epoch(record.epoch, record))
+                valid.append(record)
+                continue
             if author in removed or target == self.owner or target in removed:
                 continue
             if record.action in ("admin", "member"):
@@ -144,8 +155,10 @@ class GroupRoles:
             raise PermissionError("you were removed from this group")
         if target == self.owner:
             raise PermissionError("the owner (the group's creator) cannot be removed or change role")
-        if target in self.removed:
+        if target in self.removed and action != "rekey":
             raise PermissionError("that member was removed already")
+        if action == "rekey" and (target not in self.removed or not self.may_remove(me)):
+            raise PermissionError("a re-key names a removed member, by the owner or an admin")
         if action in ("admin", "member") and me != self.owner:
             raise PermissionError("only the owner (the group's creator) makes or unmakes admins")
         if action == "remove":

@@ -195,7 +195,7 @@ class GroupTeam:
 
     def _take_part(self, part: wire.Rekey, now: float) -> bool:
         removal = part.removal
-        if not wire.verify_rekey(part):
+        if not wire.verify_rekey(part) or removal.action not in ("remove", "rekey"):
             self.rekeys_refused += 1
             return False
         changed = self.roles.add(removal)
@@ -348,7 +348,20 @@ class GroupTeam:
         self.dirty = True
         return True
 
-    def remove(self, target: str, cut: int, recipients: dict[str, bytes], now: float = 0.0) -> wire.RoleRecord:
+    def exposed(self) -> str | None:
+        """A removed member that holds the current key, when this peer made that key: two removals
+        at once each sealed their key to the member the other removed, and the later one in the
+        agreed order is the current key.  Its author re-keys again (``rekey``) to the members that
+        remain, so the current key is never one a removed member holds."""
+        current = self.roles.current_epoch
+        if self.keys is None or current is None or current.removal.author != self.identity.pid:
+            return None
+        holders = {pid for part in self.parts.get(current.epoch, {}).values() for pid, _ in part.keys}
+        exposed = sorted(holders & set(self.roles.removed))
+        return exposed[0] if exposed else None
+
+    def remove(self, target: str, cut: int, recipients: dict[str, bytes], now: float = 0.0,
+               action: str = "remove") -> wire.RoleRecord:
         """Remove ``target`` (its messages up to ``cut`` stay); in a private group, re-key to
         ``recipients`` (pid -> X25519 key: the remaining members but this peer)."""
         if self.keys is None:
@@ -358,8 +371,9 @@ class GroupTeam:
             return record
         key = crypto.new_group_key()
         epoch = int.from_bytes(os.urandom(8), "big") & (2**63 - 1) or 1
-        entries = self.seal_entries(key, {pid: dh for pid, dh in recipients.items() if pid != target})
-        record = self.roles.make(self.identity, "remove", target, cut, epoch, crypto.key_check(key))
+        entries = self.seal_entries(key, {pid: dh for pid, dh in recipients.items()
+                                          if pid != target and not self.roles.is_removed(pid)})
+        record = self.roles.make(self.identity, action, target, cut, epoch, crypto.key_check(key))
         self.keys.add(epoch, key)
         self._use_latest()
         self.parts[epoch] = {}

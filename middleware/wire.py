@@ -710,7 +710,7 @@ class Goodbye:
 
 
 MAX_ROLE_CLOCK = 2**31 - 1
-ROLE_ACTIONS = ("admin", "member", "remove")
+ROLE_ACTIONS = ("admin", "member", "remove", "rekey")
 
 
 def _role_action(value: Any, name: str) -> str:
@@ -822,7 +822,7 @@ def rekey_bytes(gid: str, epoch: int, part: int, keys: tuple) -> bytes:
 
 def verify_rekey(message: Rekey) -> bool:
     """Whether the removal's author signed the removal and this part's sealed keys."""
-    return (message.removal.action == "remove" and message.removal.gid == message.gid
+    return (message.removal.action in ("remove", "rekey") and message.removal.gid == message.gid
             and verify_role(message.removal)
             and crypto.verify(message.removal.author_key, message.keys_sig, message.keys_bytes()))
 

@@ -295,3 +295,29 @@ def test_after_a_rekey_only_an_invite_admits_and_only_once():
     lan.settle(6.0)
     assert gid not in gus.core.joined
     assert dan.core.stats_dict()["admissions_refused"] >= 1
+
+
+def test_two_removals_at_once_end_with_a_key_neither_removed_member_holds():
+    lan, gid, _ = _team(5, FaultInjector(delay=(0.005, 0.01)))
+    ann, bob, cat, dan, eve = lan.nodes
+    for admin in (bob, dan):
+        lan.run(ann, lambda core, admin=admin: core.set_role(gid, admin.pid, "admin"))
+    lan.settle(2.0)
+    # Bob removes Cat and Dan removes Eve within the same millisecond: each re-key reaches the member
+    # the other removes.
+    lan.run(bob, lambda core: core.remove_member(gid, cat.pid, lan.now))
+    lan.run(dan, lambda core: core.remove_member(gid, eve.pid, lan.now))
+    lan.settle(10.0)
+    epochs = {node.name: node.core.joined[gid].cipher.epoch for node in (ann, bob, dan)}
+    assert len(set(epochs.values())) == 1, epochs
+    # Whatever Cat and Eve kept of the traffic, the current key was sealed to neither of them.
+    current = ann.core.joined[gid].cipher.epoch
+    parts = ann.core.teams[gid].parts[current].values()
+    holders = {pid for part in parts for pid, _ in part.keys}
+    assert holders and not holders & {cat.pid, eve.pid}, holders
+    lan.send(ann, gid, "only the three of us")
+    lan.settle(5.0)
+    for node in (ann, bob, dan):
+        assert "only the three of us" in _texts(node, gid)
+    for node in (cat, eve):
+        assert "only the three of us" not in _texts(node, gid)
