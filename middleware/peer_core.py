@@ -965,6 +965,9 @@ class PeerCore:
                     isinstance(message, wire.KeyRequest) and sender in record.removed):  # told it was removed
                 self.removed_dropped += team is not None and sender in record.removed
                 self.stats.not_member_dropped += 1
+            elif isinstance(message, wire.KeyRequest) and not message.proof:
+                team.receive(sender, message, now, record.is_current)
+                self.presence.beacon_soon(gid, now)  # a member back from away: it hears the group at once
             elif team.receive(sender, message, now, record.is_current):
                 self._team_changed(gid, now)
                 if gid in self.joined and not team.missing_epoch:

@@ -20,7 +20,8 @@ few parts, not a thousand).
 
 Sending is held (``may_send``) while this peer knows of an epoch whose key it lacks, and after
 a start until it is *confirmed*: it opened datagrams sealed under its current epoch from
-CONFIRM_MEMBERS current members (fewer if the group has fewer), or CONFIRM_WAIT seconds passed.
+CONFIRM_MEMBERS current members (fewer if the group has fewer), or one and CONFIRM_ONE_WAIT seconds
+passed, or CONFIRM_WAIT seconds passed.
 So a member back from being away learns of a re-key before it says anything under the old key.
 """
 
@@ -40,6 +41,7 @@ ANSWER_INTERVAL = 1.0  # seconds between answers to one asker in one group
 ANSWERERS = 3  # members that answer a first KEY_REQUEST (the closest to the asker by hash)
 CONFIRM_MEMBERS = 2
 CONFIRM_WAIT = 15.0
+CONFIRM_ONE_WAIT = 3.0  # with one member heard under the current key (the others may be away for good)
 ROLES_INTERVAL = 5.0  # seconds between ROLES sent in answer to members' sync requests
 KEPT_PART_EPOCHS = 3
 REPEATS = (1.0, 3.0)
@@ -78,6 +80,14 @@ class GroupTeam:
         self.rekeys_refused = 0
         if stored:
             self._load(stored)
+        if not self.confirmed:
+            self._say_back()
+
+    def _say_back(self) -> None:
+        """Back from away: a KEY_REQUEST naming the epoch this peer holds, in the clear, so members
+        beacon at once and send the newest re-key part for it if the group re-keyed meanwhile."""
+        if self.keys is not None:
+            self.outbox.append(wire.KeyRequest(self.gid, self.keys.epoch, b""))
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -134,14 +144,19 @@ class GroupTeam:
         if not self.confirmed:
             if self._unconfirmed_since is None:
                 self._unconfirmed_since = now
-            elif now - self._unconfirmed_since >= CONFIRM_WAIT:
+            elif now >= self._confirm_at():
                 self.confirmed = True
         return self.confirmed
+
+    def _confirm_at(self) -> float:
+        assert self._unconfirmed_since is not None
+        wait = CONFIRM_ONE_WAIT if self._confirmers else CONFIRM_WAIT
+        return self._unconfirmed_since + wait
 
     def confirm_deadline(self) -> float | None:
         if self.confirmed or self._unconfirmed_since is None or self.keys is None:
             return None
-        return self._unconfirmed_since + CONFIRM_WAIT
+        return self._confirm_at()
 
     def unconfirm(self) -> None:
         """This peer may have missed a re-key (it was away): hold sending until confirmed."""
@@ -149,6 +164,7 @@ class GroupTeam:
             self.confirmed = False
             self._confirmers.clear()
             self._unconfirmed_since = None
+            self._say_back()
 
     def opened(self, sender: str, epoch: int, others: int) -> None:
         """A current member's datagram opened under ``epoch``; ``others``: current members but us."""
@@ -238,7 +254,12 @@ class GroupTeam:
             self.key_requests_refused += 1
             return
         else:
-            part = next((p for p in self.parts.get(request.epoch, {}).values()
+            # The epoch asked for, or the current one when the asker names an older one (it is back
+            # from away, and the group re-keyed meanwhile).
+            current = self.roles.current_epoch
+            older = request.epoch == 0 or any(e.epoch == request.epoch for e in self.roles.epochs[:-1])
+            epoch = current.epoch if current is not None and older else request.epoch
+            part = next((p for p in self.parts.get(epoch, {}).values()
                          if any(pid == asker for pid, _ in p.keys)), None)
         if part is None:
             return

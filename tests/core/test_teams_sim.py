@@ -321,3 +321,17 @@ def test_two_removals_at_once_end_with_a_key_neither_removed_member_holds():
         assert "only the three of us" in _texts(node, gid)
     for node in (cat, eve):
         assert "only the three of us" not in _texts(node, gid)
+
+
+def test_a_restart_holds_sending_only_until_the_group_is_heard():
+    lan, gid, _ = _team(3)
+    ann, bob, cat = lan.nodes
+    lan.kill(cat)  # away for good
+    lan.kill(bob)
+    lan.restart(bob)
+    assert not bob.core.joined[gid].team.may_send(lan.now)
+    lan.send(bob, gid, "back")
+    lan.settle(1.0)
+    assert "back" not in _texts(ann, gid)  # held: Bob has not heard the group under its key yet
+    lan.settle(4.0)
+    assert "back" in _texts(ann, gid)  # Ann heard (one member of two): well before the 15 s
