@@ -107,6 +107,9 @@ class GroupOperations:
         through it once what they waited for is delivered."""
         self.gid = gid
         self._fetch = fetch
+        # Whether a pid's moderation removals hold: the owner, or a member the owner made an admin (the
+        # peer core sets it from the group's roles; none by default).
+        self.moderator: Callable[[str], bool] = lambda pid: False
         self._refetch: OrderedDict[tuple, list[Mid]] = OrderedDict()  # what they wait for -> evicted ids
         self._refetch_count = 0
         self.max_refetch = max_refetch
@@ -251,6 +254,10 @@ class GroupOperations:
         if not self.core.touches(message.mid):
             return message
         state = self.core.state(message.mid)
+        moderator = next((pid for pid in state.moderated_by if self.moderator(pid)), None)
+        if moderator is not None:  # removed by the owner or an admin: shown so to everyone
+            return message._replace(text="", edited=state.edited, deleted=True, reactions=state.reactions,
+                                    pinned=state.pinned, removed_by=moderator)
         return message._replace(text=state.current_text(message.text), edited=state.edited,
                                 deleted=state.deleted, reactions=state.reactions, pinned=state.pinned)
 

@@ -529,6 +529,13 @@ class PeerCore:
         channel = self.channel(gid)
         rules.check_target(target)
         ops = self.ops(gid)
+        team = self.joined[gid].team
+        if kind == "delete" and target is not None and target[0] != self.pid and team is not None:
+            # Another's message: the owner or an admin removes it for everyone ("removed by an admin").
+            if not (team.is_moderator(self.pid) and team.roles.role(self.pid) != "member"):
+                raise UsageError("not the author: only the author of a message, the group's owner or an "
+                                 "admin may delete it")
+            kind = "moderate"
         known = target is None or channel.orderer.is_delivered(target)
         text = ops.compose(self.pid, kind, target, target_known=known, **fields)
         data = channel.compose(self.name, text, target, now, wall)
@@ -541,6 +548,8 @@ class PeerCore:
         ops = joined.operations
         if ops is None:
             ops = joined.operations = GroupOperations(gid, fetch=functools.partial(self._stored, gid))
+            if joined.team is not None:
+                ops.moderator = joined.team.is_moderator
             ops.take(self.store.history(gid) if history is None else history)
             # The index follows edits as they come (_tell), committed with the next batch; redoing
             # the touched messages here mends what a crash before that commit left behind.

@@ -282,6 +282,12 @@ class GroupTeam:
         holders = {pid for epoch in self.parts.values() for p in epoch.values() for pid, _ in p.keys}
         return sum(1 for pid in holders if pid != asker and is_current(pid) and distance(pid) < mine)
 
+    def is_moderator(self, pid: str) -> bool:
+        """Whether ``pid``'s moderation removals hold: the owner, or a member the owner ever made an
+        admin (ever: taking the role back does not bring back what it removed); a function of the
+        role records alone, so every member holding them agrees."""
+        return pid == self.roles.owner or any(r.action == "admin" and r.target == pid for r in self.roles.valid)
+
     # -- this peer's changes --------------------------------------------------------------
 
     def set_role(self, target: str, role: str, now: float) -> wire.RoleRecord:

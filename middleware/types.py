@@ -90,6 +90,8 @@ class ChatMessage(NamedTuple):
     # The name its author signed, when it is not the one shown: ``sender_name`` is then the name of
     # the author's member record (a member cannot post as another), see PeerCore.history.
     signed_name: str | None = None
+    # The owner or admin (pid) who removed it (a moderation, middleware.obg's "moderate"); None if none.
+    removed_by: str | None = None
 
     @property
     def sender(self) -> str:
@@ -138,6 +140,8 @@ class ChatMessage(NamedTuple):
         }
         if self.signed_name is not None:
             row["signed_name"] = self.signed_name
+        if self.removed_by is not None:
+            row["removed_by"] = self.removed_by
         return row
 
 

@@ -1504,6 +1504,10 @@ class MainWindow(QMainWindow):
             menu.addAction("Edit", lambda: self.compose_controller.start_edit(message.mid))
             menu.addSeparator()  # away from Edit: a slip of the pointer must not delete
             menu.addAction("Delete…", lambda: self.confirm_delete(message))
+        elif not message.deleted and self.current is not None and self.current.view is not None and \
+                self.current.view.roles.get(self.backend.pid) in ("owner", "admin"):
+            menu.addSeparator()
+            menu.addAction("Remove for everyone…", lambda: self.confirm_delete(message))
         return menu
 
     def focus_topic(self) -> None:
@@ -1531,9 +1535,12 @@ class MainWindow(QMainWindow):
 
     def confirm_delete(self, message: ChatMessage) -> bool:
         """Ask before deleting: a delete reaches every member and cannot be taken back."""
+        own = message.sender == self.backend.pid
+        whose = "your message" if own else f"{message.sender_name}'s message"
         box = QMessageBox(QMessageBox.Icon.Question, "Delete message",
-                          f"Delete your message “{snippet(message.text, 60)}” for everyone?", parent=self)
-        box.setInformativeText("Members will see “message deleted” in its place, and its replies stay. "
+                          f"Delete {whose} “{snippet(message.text, 60)}” for everyone?", parent=self)
+        shown = "“message deleted”" if own else "“removed by an admin” and your name"
+        box.setInformativeText(f"Members will see {shown} in its place, and its replies stay. "
                                "This cannot be undone.")
         delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
         box.addButton(QMessageBox.StandardButton.Cancel)

@@ -335,3 +335,35 @@ def test_a_restart_holds_sending_only_until_the_group_is_heard():
     assert "back" not in _texts(ann, gid)  # held: Bob has not heard the group under its key yet
     lan.settle(4.0)
     assert "back" in _texts(ann, gid)  # Ann heard (one member of two): well before the 15 s
+
+
+def test_an_admin_removes_anyones_message_for_all_and_nobody_else_can():
+    from m2mc.middleware import chatops
+
+    lan = PeerLan([MemoryStore() for _ in range(4)])
+    ann, bob, cat, dan = lan.nodes
+    gid = lan.create_group(ann, "open")
+    lan.join_all(gid)
+    lan.run(ann, lambda core: core.set_role(gid, bob.pid, "admin"))
+    spam = lan.send(cat, gid, "buy cheap watches")
+    lan.settle(3.0)
+    with pytest.raises(UsageError, match="owner or an\\s+admin"):
+        dan.core.operate(gid, "delete", spam, lan.now, lan.now)
+    # A hostile Dan sends a moderation anyway: it holds nowhere (Dan is no admin).
+    ops = dan.core.ops(gid)
+    text = chatops.encode("moderate", None, ops.core.clock + 1)
+    lan.run(dan, lambda core: core.channel(gid).compose("Dan", text, spam, lan.now, lan.now))
+    lan.settle(3.0)
+    for node in lan.nodes:
+        (shown,) = [m for m in node.core.history(gid) if m.mid == spam]
+        assert shown.text == "buy cheap watches" and not shown.deleted, node.name
+    lan.run(bob, lambda core: core.operate(gid, "delete", spam, lan.now, lan.now))
+    lan.settle(3.0)
+    for node in lan.nodes:
+        (shown,) = [m for m in node.core.history(gid) if m.mid == spam]
+        assert shown.deleted and shown.text == "" and shown.removed_by == bob.pid, node.name
+        assert shown.to_json()["removed_by"] == bob.pid
+    # Taking Bob's role back does not bring the message back.
+    lan.run(ann, lambda core: core.set_role(gid, bob.pid, "member"))
+    lan.settle(3.0)
+    assert [m for m in dan.core.history(gid) if m.mid == spam][0].removed_by == bob.pid

@@ -57,6 +57,14 @@ def test_the_owner_makes_an_admin_and_removes_a_member_with_a_confirmation(qtbot
         remove = next(b for b in box.buttons() if b.text() == "&Remove")
         qtbot.mouseClick(remove, Qt.MouseButton.LeftButton)
 
+    def answer_delete():
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(50, answer_delete)
+            return
+        seen["delete"] = box.text()
+        qtbot.mouseClick(next(b for b in box.buttons() if b.text() == "Delete"), Qt.MouseButton.LeftButton)
+
     menu = _menu_for(qtbot, window, CAT.pid)
     QTimer.singleShot(50, answer_the_question)
     click_action(qtbot, menu, "Remove from group…")
@@ -67,6 +75,16 @@ def test_the_owner_makes_an_admin_and_removes_a_member_with_a_confirmation(qtbot
                                 window.current.notices))
     cat_core = backend.manager.peer(CAT)
     assert window.current.gid not in cat_core.joined  # Cat's own peer took the removal
+    # Moderation: the owner removes Ann's message for everyone; all see who removed it.
+    (first,) = [node.message for node in window.current.tree.arrival if node.message.text == "Did you visit Delhi?"]
+    menu = window.message_menu(first)
+    action = next(a for a in menu.actions() if a.text() == "Remove for everyone…")
+    QTimer.singleShot(50, answer_delete)
+    action.trigger()
+    gid = window.current.gid
+    qtbot.waitUntil(lambda: any(m.removed_by == backend.pid for m in backend.manager.peer(BOB).history(gid)))
+    qtbot.waitUntil(lambda: any(node.message.removed_by == backend.pid for node in window.current.tree.arrival))
+    assert "Dana's message" not in seen.get("delete", "") and "Ann's message" in seen["delete"]
     # Bob, an admin, sees no role actions for the owner; a plain member sees none at all.
     assert backend.manager.peer(BOB).group(window.current.gid).roles[backend.pid] == "owner"
     window.member_list.clearSelection()
