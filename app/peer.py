@@ -81,6 +81,7 @@ class JsonRpcPeer:
             "leave_group": self.leave_group,
             "set_role": self.set_role,
             "remove_member": self.remove_member,
+            "set_admins_only": self.set_admins_only,
             "send": self.send,
             "edit": self.edit,
             "delete": self.delete,
@@ -210,6 +211,10 @@ class JsonRpcPeer:
 
     def set_role(self, params: dict) -> dict:
         self.running.set_role(_param(params, "gid", str), _param(params, "pid", str), _param(params, "role", str))
+        return {}
+
+    def set_admins_only(self, params: dict) -> dict:
+        self.running.set_admins_only(_param(params, "gid", str), _on_param(params))
         return {}
 
     def remove_member(self, params: dict) -> dict:

@@ -197,6 +197,7 @@ class GroupRecord:
     # taken only if a member admitted it (the passphrase no longer admits).
     removed: set[str] = field(default_factory=set)
     admins: set[str] = field(default_factory=set)
+    admins_only: bool = False  # the owner's setting: only the owner and admins pin and set the topic
     admission_needed: bool = False
     admitted: set[str] = field(default_factory=set)
 
@@ -254,6 +255,7 @@ class GroupRecord:
             verified=self.verified, legacy=self.legacy,
             creator=crypto.pid_of(self.descriptor.creator_key) if self.descriptor else "",
             roles={m.pid: self.role(m.pid) for m in current}, removed=self.removed_members(),
+            admins_only=self.admins_only,
         )
 
 

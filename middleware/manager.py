@@ -456,6 +456,11 @@ class GroupManager(rules.OperationCalls):
         self.core.set_role(gid, pid, role, clock.now())
         self._after_input()
 
+    def set_admins_only(self, gid: str, on: bool) -> None:
+        """The owner's setting: only the owner and admins pin and change the topic (PeerCore.set_admins_only)."""
+        self.core.set_admins_only(gid, on, clock.now())
+        self._after_input()
+
     def remove_member(self, gid: str, pid: str) -> None:
         """The owner or an admin removes ``pid``; a private group re-keys (PeerCore.remove_member)."""
         self.core.remove_member(gid, pid, clock.now())

@@ -346,6 +346,10 @@ class ObgCore:
         return (mid in self._edits or mid in self._deleted or mid in self._reactors or ("pin", mid) in self._winner
                 or mid in self._moderated)
 
+    def pin_winner(self, mid: Mid) -> Operation | None:
+        """The pin or unpin of ``mid`` that holds (the highest-ranked), None if none."""
+        return self._winner.get(("pin", mid))
+
     def pinned(self) -> list[Mid]:
         return sorted(key[1] for key, op in self._winner.items() if key[0] == "pin" and op.on)
 

@@ -354,6 +354,15 @@ class PeerCore:
             raise UsageError(f"cannot remove that member: {exc}") from None
         self._team_changed(gid, now)
 
+    def set_admins_only(self, gid: str, on: bool, now: float | None = None) -> None:
+        """The owner's group setting: only the owner and admins pin and change the topic (``on``)."""
+        team = self._team(gid)
+        try:
+            team.set_admins_only(bool(on), self._wall_now if now is None else now)
+        except PermissionError as exc:
+            raise UsageError(f"cannot change the setting: {exc}") from None
+        self._team_changed(gid)
+
     def roles(self, gid: str) -> dict[str, str]:
         """Each current member's role: "owner", "admin" or "member"."""
         return dict(self.group(gid).roles)
@@ -361,6 +370,7 @@ class PeerCore:
     def _apply_roles(self, record: GroupRecord, team: GroupTeam) -> None:
         record.removed = set(team.roles.removed)
         record.admins = set(team.roles.admins)
+        record.admins_only = team.roles.admins_only
         record.admission_needed = record.private and bool(team.roles.epochs)
         record.admitted = set(team.admitted)
         self.gjlp._joined = None  # is_member may have changed
@@ -536,6 +546,8 @@ class PeerCore:
                 raise UsageError("not the author: only the author of a message, the group's owner or an "
                                  "admin may delete it")
             kind = "moderate"
+        if kind in ("pin", "topic") and team is not None and not team.may_pin(self.pid):
+            raise UsageError(f"{kind} refused: the owner lets only the owner and admins pin and change the topic")
         known = target is None or channel.orderer.is_delivered(target)
         text = ops.compose(self.pid, kind, target, target_known=known, **fields)
         data = channel.compose(self.name, text, target, now, wall)
@@ -550,6 +562,7 @@ class PeerCore:
             ops = joined.operations = GroupOperations(gid, fetch=functools.partial(self._stored, gid))
             if joined.team is not None:
                 ops.moderator = joined.team.is_moderator
+                ops.may_pin = joined.team.may_pin
             ops.take(self.store.history(gid) if history is None else history)
             # The index follows edits as they come (_tell), committed with the next batch; redoing
             # the touched messages here mends what a crash before that commit left behind.

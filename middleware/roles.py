@@ -8,6 +8,8 @@ by ``(clock, author pid, signature)``, each checked against the state the record
 - "admin" / "member" (grant, take back): only by the owner, never about the owner or a removed pid;
 - "remove": only by the owner or an admin at that point, never of the owner, of the author itself,
   or of a pid already removed;
+- "setting" (target ``wire.ADMINS_PIN``, ``cut`` 1 or 0): only by the owner: whether only the
+  owner and admins pin and set the topic (``admins_only``; the last one in the order holds);
 - "rekey": only by the owner or an admin, naming a removed pid: a new epoch without a removal
   (see :meth:`teams.GroupTeam.exposed`).
 
@@ -59,6 +61,7 @@ class GroupRoles:
         self.admins: set[str] = set()
         self.removed: dict[str, wire.RoleRecord] = {}  # pid -> the removal that holds
         self.epochs: list[Epoch] = []
+        self.admins_only = False  # the owner's setting: only the owner and admins pin and set the topic
         self.valid: list[wire.RoleRecord] = []  # the records that hold, in fold order
         self.refused = 0  # records that failed their signature, named another group, or found no room
         self.duplicates = 0
@@ -80,17 +83,23 @@ class GroupRoles:
                 return False
             del self._records[max(inert, key=_order).signature]
         self._records[record.signature] = record
-        before = (frozenset(self.admins), frozenset(self.removed), len(self.epochs))
+        before = (frozenset(self.admins), frozenset(self.removed), len(self.epochs), self.admins_only)
         self._fold()
-        return before != (frozenset(self.admins), frozenset(self.removed), len(self.epochs))
+        return before != (frozenset(self.admins), frozenset(self.removed), len(self.epochs), self.admins_only)
 
     def _fold(self) -> None:
         admins: set[str] = set()
+        admins_only = False
         removed: dict[str, wire.RoleRecord] = {}
         epochs: list[Epoch] = []
         valid = []
         for record in sorted(self._records.values(), key=_order):
             author, target = record.author, record.target
+            if record.action == "setting":  # the owner's group setting: only admins pin and set the topic
+                if author == self.owner and target == wire.ADMINS_PIN:
+                    admins_only = bool(record.cut)
+                    valid.append(record)
+                continue
             if record.action == "rekey":
                 # A re-key again, after concurrent removals left the newest key with a removed member:
                 # by the owner or an admin, naming a removed member, with a new epoch.
@@ -115,6 +124,7 @@ class GroupRoles:
                     epochs.append(Epoch(record.epoch, record))
             valid.append(record)
         self.admins, self.removed, self.epochs, self.valid = admins, removed, epochs, valid
+        self.admins_only = admins_only
 
     # -- state -----------------------------------------------------------------------------
 
@@ -153,6 +163,12 @@ class GroupRoles:
         me = identity.pid
         if me in self.removed:
             raise PermissionError("you were removed from this group")
+        if action == "setting":
+            if me != self.owner:
+                raise PermissionError("only the owner (the group's creator) changes the group's settings")
+            record = wire.sign_role(identity, self.gid, min(self.clock + 1, wire.MAX_ROLE_CLOCK), action, target, cut)
+            self.add(record)
+            return record
         if target == self.owner:
             raise PermissionError("the owner (the group's creator) cannot be removed or change role")
         if target in self.removed and action != "rekey":

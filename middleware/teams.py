@@ -282,6 +282,16 @@ class GroupTeam:
         holders = {pid for epoch in self.parts.values() for p in epoch.values() for pid, _ in p.keys}
         return sum(1 for pid in holders if pid != asker and is_current(pid) and distance(pid) < mine)
 
+    def set_admins_only(self, on: bool, now: float) -> None:
+        self.roles.make(self.identity, "setting", wire.ADMINS_PIN, int(on))
+        self.dirty = True
+        self._announce(now)
+
+    def may_pin(self, pid: str) -> bool:
+        """Whether ``pid``'s pins and topic settings count: anyone's, unless the owner's setting says
+        only the owner's and current admins'."""
+        return not self.roles.admins_only or self.roles.role(pid) != "member"
+
     def is_moderator(self, pid: str) -> bool:
         """Whether ``pid``'s moderation removals hold: the owner, or a member the owner ever made an
         admin (ever: taking the role back does not bring back what it removed); a function of the

@@ -257,6 +257,7 @@ class GroupView:
     topic: str = ""  # set by any member (an operation, middleware.obg); "" when none or not joined
     roles: dict = field(default_factory=dict)  # current member pid -> "owner", "admin" or "member"
     removed: tuple[Member, ...] = ()  # members an owner or admin removed (middleware.roles)
+    admins_only: bool = False  # the owner's setting: only the owner and admins pin and set the topic
 
     def to_json(self) -> dict:
         return {
@@ -266,6 +267,7 @@ class GroupView:
             "private": self.private,
             "members": [{"pid": m.pid, "name": m.name, "role": self.roles.get(m.pid, "member")} for m in self.members],
             "removed": [{"pid": m.pid, "name": m.name} for m in self.removed],
+            "admins_only": self.admins_only,
             "left": [{"pid": m.pid, "name": m.name} for m in self.left],
             "member_count": self.member_count,
             "addr": self.addr,

@@ -710,7 +710,8 @@ class Goodbye:
 
 
 MAX_ROLE_CLOCK = 2**31 - 1
-ROLE_ACTIONS = ("admin", "member", "remove", "rekey")
+ROLE_ACTIONS = ("admin", "member", "remove", "rekey", "setting")
+ADMINS_PIN = "admins-pin"  # a "setting" record's target: only admins pin and set the topic (``cut`` 1: on)
 
 
 def _role_action(value: Any, name: str) -> str:

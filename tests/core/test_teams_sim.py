@@ -367,3 +367,41 @@ def test_an_admin_removes_anyones_message_for_all_and_nobody_else_can():
     lan.run(ann, lambda core: core.set_role(gid, bob.pid, "member"))
     lan.settle(3.0)
     assert [m for m in dan.core.history(gid) if m.mid == spam][0].removed_by == bob.pid
+
+
+def test_the_owner_lets_only_admins_pin_and_set_the_topic():
+    from m2mc.middleware import chatops
+
+    lan = PeerLan([MemoryStore() for _ in range(3)])
+    ann, bob, dan = lan.nodes
+    gid = lan.create_group(ann, "open")
+    lan.join_all(gid)
+    note = lan.send(ann, gid, "the plan")
+    lan.settle(2.0)
+    lan.run(dan, lambda core: core.operate(gid, "topic", None, lan.now, lan.now, text="Dan's topic"))
+    lan.settle(2.0)
+    assert bob.core.group(gid).topic == "Dan's topic"
+    lan.run(ann, lambda core: core.set_role(gid, bob.pid, "admin"))
+    with pytest.raises(UsageError, match="only the owner"):
+        dan.core.set_admins_only(gid, True)
+    lan.run(ann, lambda core: core.set_admins_only(gid, True))
+    lan.settle(3.0)
+    for node in lan.nodes:
+        view = node.core.group(gid)
+        assert view.admins_only and view.topic == "", node.name  # Dan's topic counts no more
+    with pytest.raises(UsageError, match="only the owner and admins"):
+        dan.core.operate(gid, "pin", note, lan.now, lan.now, on=True)
+    ops = dan.core.ops(gid)  # a hostile Dan pins anyway: it counts nowhere
+    text = chatops.encode("pin", None, ops.core.clock + 1, on=True)
+    lan.run(dan, lambda core: core.channel(gid).compose("Dan", text, note, lan.now, lan.now))
+    lan.settle(2.0)
+    for node in lan.nodes:
+        assert node.core.ops(gid).pinned() == [] and not node.core.messages(gid, [note])[0].pinned, node.name
+    lan.run(bob, lambda core: core.operate(gid, "pin", note, lan.now, lan.now, on=True))
+    lan.run(bob, lambda core: core.operate(gid, "topic", None, lan.now, lan.now, text="Bob's topic"))
+    lan.settle(2.0)
+    for node in lan.nodes:
+        assert node.core.ops(gid).pinned() == [note] and node.core.group(gid).topic == "Bob's topic", node.name
+    lan.run(ann, lambda core: core.set_admins_only(gid, False))
+    lan.settle(3.0)
+    assert not dan.core.group(gid).admins_only
