@@ -164,6 +164,7 @@ class MainWindow(QMainWindow):
         self.team_controller = TeamController(backend, self.selection, self.session_controller, self.dialog_parent,
                                               self)
         self.direct_controller.member_actions.append(self.team_controller.add_actions)
+        self.team_controller.compose_widgets = self.compose_widgets
         self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message,
                                           self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total
@@ -545,6 +546,8 @@ class MainWindow(QMainWindow):
                        self.search_action, self.time_action, self.back_action, expand, collapse, self.topic_action,
                        self.mentions_action, self.notify_menu.menuAction(), self.warnings_action):
             menu.addAction(action)
+        menu.addAction(self.team_controller.admins_only_action)
+        menu.aboutToShow.connect(self.team_controller.update_actions)
 
         menu = self.menuBar().addMenu("&View")
         self.pane_folds = PaneFolds(PANE_FOLD_WIDTHS)
@@ -695,6 +698,7 @@ class MainWindow(QMainWindow):
                        self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
                        self.notify_menu.menuAction()):
             action.setEnabled(enabled)
+        self.team_controller.removed_from(session)  # a group this peer was removed from: read only
         self.status_controller.show_warning_banner()
         if session is None:
             self.title_label.setText("No group")
@@ -963,6 +967,10 @@ class MainWindow(QMainWindow):
     # -- status -------------------------------------------------------------------------------
 
     # -- what the controllers ask of the view (their *View protocols) ----------------------------
+
+    def compose_widgets(self) -> list[QWidget]:
+        """What writing in the group shown takes: off in a group this peer was removed from."""
+        return [self.compose, self.send_button, self.attach_button]
 
     def dialog_parent(self) -> QWidget:
         return self

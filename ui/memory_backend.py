@@ -271,6 +271,9 @@ class MemoryManager(rules.OperationCalls):
     def set_role(self, gid: str, pid: str, role: str) -> None:
         self._run(lambda core: core.set_role(gid, pid, role, self.lan.now))
 
+    def set_admins_only(self, gid: str, on: bool) -> None:
+        self._run(lambda core: core.set_admins_only(gid, on, self.lan.now))
+
     def remove_member(self, gid: str, pid: str) -> None:
         self._run(lambda core: core.remove_member(gid, pid, self.lan.now))
 

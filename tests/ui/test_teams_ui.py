@@ -87,6 +87,12 @@ def test_the_owner_makes_an_admin_and_removes_a_member_with_a_confirmation(qtbot
     assert "Dana's message" not in seen.get("delete", "") and "Ann's message" in seen["delete"]
     # Bob, an admin, sees no role actions for the owner; a plain member sees none at all.
     assert backend.manager.peer(BOB).group(window.current.gid).roles[backend.pid] == "owner"
+    # The owner's setting, from the Conversation menu: only admins pin and change the topic.
+    window.team_controller.update_actions()
+    action = window.team_controller.admins_only_action
+    assert action.isEnabled() and not action.isChecked()
+    action.trigger()
+    qtbot.waitUntil(lambda: backend.manager.peer(ANN).group(gid).admins_only)
     window.member_list.clearSelection()
     window.resize(1100, 600)
     qtbot.wait(300)
@@ -111,6 +117,10 @@ def test_a_plain_member_is_offered_no_role_actions_and_the_removed_peer_is_told(
                                 for m in window.current.notices))
     row = next(m for m in window.current.notices if is_notice(m) and m.text.startswith("removed you"))
     assert row.sender_name == "Ann"
+    qtbot.waitUntil(lambda: not window.compose.isEnabled())  # nothing more can be sent there
+    assert "removed from this group" in window.compose.placeholderText() and not window.send_button.isEnabled()
+    window.team_controller.update_actions()
+    assert not window.team_controller.admins_only_action.isEnabled()  # only the owner's
     window.resize(1100, 600)
     qtbot.wait(300)
     assert save_screenshot(window, "teams-removed.png").exists()

@@ -13,10 +13,12 @@ import time
 from typing import Callable
 
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QMenu, QMessageBox, QWidget
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMenu, QMessageBox, QPlainTextEdit, QWidget
 
 from ...middleware.events import Event, MemberRemoved, RemovedFromGroup, RoleChanged
 from ...middleware.names import shown
+from ...middleware.types import GroupView
 from ..bridge import Backend
 from ..notices import NoticeRow
 from ..resources import icon
@@ -36,7 +38,44 @@ class TeamController(QObject):
         self.selection = selection
         self.sessions = sessions
         self.dialog_parent = dialog_parent
+        # What writing takes (the window's compose box and buttons): off in a group this peer was removed from
+        self.compose_widgets: Callable[[], list[QWidget]] = list
+        self._placeholder: str | None = None  # the compose box's own, put back in other groups
+        self.admins_only_action = QAction("Only admins pin and change the &topic", self, checkable=True)
+        self.admins_only_action.setToolTip("The owner's setting: members' pins and topic changes count no more")
+        self.admins_only_action.triggered.connect(self._set_admins_only)
+        self.update_actions()
         backend.peer_event.connect(self._on_event)
+
+    def update_actions(self) -> None:
+        """The setting shows in the Conversation menu; only the owner may change it."""
+        session = self.selection.session
+        view = session.view if session is not None else None
+        self.admins_only_action.setChecked(bool(view is not None and view.admins_only))
+        self.admins_only_action.setEnabled(bool(view is not None and view.joined
+                                                and view.roles.get(self.backend.pid) == "owner"))
+
+    def _set_admins_only(self, on: bool) -> None:
+        session = self.selection.session
+        if session is not None:
+            gid = session.gid
+            self.backend.call(lambda peer: peer.set_admins_only(gid, on))
+
+    def removed_from(self, session: GroupSession | None) -> None:
+        """Nothing can be written in a group this peer was removed from: its compose box says so."""
+        view = session.view if session is not None else None
+        widgets = self.compose_widgets()
+        compose = widgets[0] if widgets else None
+        if not isinstance(compose, QPlainTextEdit):
+            return
+        if self._placeholder is None:
+            self._placeholder = compose.placeholderText()
+        if view is None or not any(m.pid == self.backend.pid for m in view.removed):
+            compose.setPlaceholderText(self._placeholder)  # (the window enabled the widgets for this group)
+            return
+        for widget in widgets:
+            widget.setEnabled(False)
+        compose.setPlaceholderText("You were removed from this group: its history stays here, nothing more can be sent")
 
     # -- the members pane's actions --------------------------------------------------------------
 
@@ -93,7 +132,14 @@ class TeamController(QObject):
             case RemovedFromGroup(gid, desc, by, by_name):
                 self._notice(gid, by, by_name, f"removed you from {desc}. What you have stays here; "
                                                "nothing more arrives")
-                self.sessions.refresh_group_view(gid)
+                self.backend.call(lambda peer: peer.group(gid), on_result=self._removed_view)
+
+    def _removed_view(self, view: GroupView) -> None:
+        session = self.sessions.sessions.get(view.gid)
+        if session is not None:
+            session.view = view
+            if self.selection.is_current(session):
+                self.removed_from(session)
 
     def _notice(self, gid: str, by: str, by_name: str, text: str) -> None:
         session = self.sessions.sessions.get(gid)
