@@ -41,7 +41,7 @@ class TeamController(QObject):
         # What writing takes (the window's compose box and buttons): off in a group this peer was removed from
         self.compose_widgets: Callable[[], list[QWidget]] = list
         self._placeholder: str | None = None  # the compose box's own, put back in other groups
-        self.admins_only_action = QAction("Only admins pin and change the &topic", self, checkable=True)
+        self.admins_only_action = QAction("On&ly admins pin and change the topic", self, checkable=True)
         self.admins_only_action.setToolTip("The owner's setting: members' pins and topic changes count no more")
         self.admins_only_action.triggered.connect(self._set_admins_only)
         self.update_actions()
