@@ -34,6 +34,7 @@ from ..middleware.manager import Config, GroupManager
 from ..middleware.netif import forced_portable
 from ..middleware.transport import TransportError
 from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, FileProgress, GroupsDiscovered,
+                                 MemberRemoved, RemovedFromGroup, RoleChanged,
                                  MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated, NetworkChanged,
                                  SyncProgress, TopicChanged, WarningRaised)
 from ..middleware.mentions import DEFAULT_MENTIONS_LISTED, MAX_MENTIONS_LISTED
@@ -78,6 +79,9 @@ class JsonRpcPeer:
             "list_groups": self.list_groups,
             "join_group": self.join_group,
             "leave_group": self.leave_group,
+            "set_role": self.set_role,
+            "remove_member": self.remove_member,
+            "set_admins_only": self.set_admins_only,
             "send": self.send,
             "edit": self.edit,
             "delete": self.delete,
@@ -146,6 +150,14 @@ class JsonRpcPeer:
                     self.notify("direct_delivered", direct.to_json())
             case DirectStatusChanged(peer, mid, status):
                 self.notify("direct_status", {"peer": peer, "mid": format_mid(mid), "status": status})
+            case RoleChanged(gid, pid, name, role, by, by_name):
+                self.notify("role_changed", {"gid": gid, "pid": pid, "name": name, "role": role, "by": by,
+                                             "by_name": by_name})
+            case MemberRemoved(gid, pid, name, by, by_name):
+                self.notify("member_removed", {"gid": gid, "pid": pid, "name": name, "by": by, "by_name": by_name})
+            case RemovedFromGroup(gid, desc, by, by_name):
+                self.notify("removed_from_group", {"gid": gid, "desc": desc, "by": by, "by_name": by_name,
+                                                   "text": f"{by_name} removed you from {desc}"})
             case NetworkChanged(state, interface, address, reason):
                 self.notify("network", {"state": state, "interface": interface, "address": address,
                                         "reason": reason})
@@ -195,6 +207,21 @@ class JsonRpcPeer:
 
     def leave_group(self, params: dict) -> dict:
         self.running.leave_group(_param(params, "gid", str))
+        return {}
+
+    def set_role(self, params: dict) -> dict:
+        self.running.set_role(_param(params, "gid", str), _param(params, "pid", str), _param(params, "role", str))
+        return {}
+
+    def set_admins_only(self, params: dict) -> dict:
+        self.running.set_admins_only(_param(params, "gid", str), _on_param(params))
+        return {}
+
+    def remove_member(self, params: dict) -> dict:
+        if "new_passphrase" in params:
+            raise RpcError(INVALID_PARAMS, "new_passphrase is not supported yet: after a re-key, new members join by "
+                                           "an invite")
+        self.running.remove_member(_param(params, "gid", str), _param(params, "pid", str))
         return {}
 
     def send(self, params: dict) -> dict:

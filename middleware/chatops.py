@@ -107,6 +107,11 @@ class GroupOperations:
         through it once what they waited for is delivered."""
         self.gid = gid
         self._fetch = fetch
+        # Whether a pid's moderation removals hold: the owner, or a member the owner made an admin (the
+        # peer core sets it from the group's roles; none by default).
+        self.moderator: Callable[[str], bool] = lambda pid: False
+        # Whose pins and topic count (the owner's setting, middleware.roles): everyone's by default.
+        self.may_pin: Callable[[str], bool] = lambda pid: True
         self._refetch: OrderedDict[tuple, list[Mid]] = OrderedDict()  # what they wait for -> evicted ids
         self._refetch_count = 0
         self.max_refetch = max_refetch
@@ -251,12 +256,35 @@ class GroupOperations:
         if not self.core.touches(message.mid):
             return message
         state = self.core.state(message.mid)
+        moderator = next((pid for pid in state.moderated_by if self.moderator(pid)), None)
+        if moderator is not None:  # removed by the owner or an admin: shown so to everyone
+            return message._replace(text="", edited=state.edited, deleted=True, reactions=state.reactions,
+                                    pinned=state.pinned, removed_by=moderator)
+        winner = self.core.pin_winner(message.mid)
+        pinned = state.pinned if winner is None or self.may_pin(winner.author) else self._pinned(message.mid)
         return message._replace(text=state.current_text(message.text), edited=state.edited,
-                                deleted=state.deleted, reactions=state.reactions, pinned=state.pinned)
+                                deleted=state.deleted, reactions=state.reactions, pinned=pinned)
 
     def topic(self) -> tuple[str, str]:
         topic = self.core.topic()
+        if topic.by and not self.may_pin(topic.by):  # only admins set it: the best of theirs
+            best = self._best_allowed("topic", None)
+            return (best.text, best.author) if best is not None else ("", "")
         return topic.text, topic.by
 
     def pinned(self) -> list[Mid]:
-        return self.core.pinned()
+        pinned = self.core.pinned()
+        if all(self.may_pin(op.author) for op in self.core.delivered_ops() if op.kind == "pin"):
+            return pinned  # the usual case: everyone's pins count
+        targets = {op.target for op in self.core.delivered_ops() if op.kind == "pin" and op.target is not None}
+        return sorted(mid for mid in targets if self._pinned(mid))
+
+    def _best_allowed(self, kind: str, target: Mid | None) -> Operation | None:
+        """The highest-ranked operation of ``kind`` on ``target`` by an author whose pins count."""
+        ops = [op for op in self.core.delivered_ops() if op.kind == kind and op.target == target
+               and self.may_pin(op.author)]
+        return max(ops, key=lambda op: self.core.rank(op.op_id) or (0, "", 0), default=None)
+
+    def _pinned(self, mid: Mid) -> bool:
+        best = self._best_allowed("pin", mid)
+        return best is not None and best.on

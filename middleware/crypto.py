@@ -397,6 +397,55 @@ class GroupCipher:
             return None
 
 
+class GroupKeys:
+    """A private group's keys by epoch (issue 44): ``epoch`` 0 is the passphrase's key, each
+    re-key adds one.  Seals with the current epoch's key (``wire.encode`` names the epoch in
+    the envelope); :meth:`for_epoch` opens any epoch held, so old messages stay readable."""
+
+    def __init__(self, keys: dict[int, bytes], epoch: int) -> None:
+        self._ciphers = {e: GroupCipher(k) for e, k in keys.items()}
+        self.keys = dict(keys)
+        self.epoch = epoch
+        self._current = self._ciphers[epoch]
+
+    def add(self, epoch: int, key: bytes) -> None:
+        self.keys[epoch] = key
+        self._ciphers[epoch] = GroupCipher(key)
+
+    def use(self, epoch: int) -> None:
+        self.epoch, self._current = epoch, self._ciphers[epoch]
+
+    def for_epoch(self, epoch: int) -> GroupCipher | None:
+        return self._ciphers.get(epoch)
+
+    def seal(self, plaintext: bytes, associated: bytes) -> bytes:
+        return self._current.seal(plaintext, associated)
+
+    def open(self, sealed: bytes, associated: bytes) -> bytes | None:
+        return self._current.open(sealed, associated)
+
+
+def new_group_key() -> bytes:
+    return os.urandom(32)
+
+
+def seal_epoch_key(recipient_dh: bytes, key: bytes) -> bytes:
+    """A 32-byte key sealed for a member's X25519 key (80 bytes); ValueError for an unusable key."""
+    try:
+        return nacl.public.SealedBox(nacl.public.PublicKey(recipient_dh)).encrypt(key)
+    except (nacl.exceptions.CryptoError, TypeError, ValueError):
+        raise ValueError("not a usable X25519 key") from None
+
+
+def open_epoch_key(identity: Identity, sealed: bytes) -> bytes | None:
+    """The key sealed for this peer's X25519 key, or None (never raises)."""
+    try:
+        key = identity._direct_box.decrypt(sealed)
+    except (nacl.exceptions.CryptoError, TypeError, ValueError):
+        return None
+    return key if len(key) == 32 else None
+
+
 # -- direct messages -------------------------------------------------------------------
 
 PID_BYTES = 16

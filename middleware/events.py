@@ -142,9 +142,42 @@ class NetworkChanged:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class RoleChanged:
+    """The owner made ``pid`` an admin (``role`` "admin") or took that back ("member")."""
+
+    gid: str
+    pid: str
+    name: str
+    role: str
+    by: str  # the author's pid
+    by_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRemoved:
+    """An owner or admin removed ``pid`` from the group (another member than this peer)."""
+
+    gid: str
+    pid: str
+    name: str
+    by: str
+    by_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemovedFromGroup:
+    """An owner or admin removed this peer from the group: its history stays, nothing more arrives."""
+
+    gid: str
+    desc: str
+    by: str
+    by_name: str
+
+
 Event = (MessagesDelivered | MessagesUpdated | GroupsDiscovered | GroupCreated | MemberJoined | MemberLeft
          | SyncProgress | WarningRaised | TopicChanged | NoticesAdded | DirectDelivered | DirectStatusChanged
-         | FileProgress | NetworkChanged)
+         | FileProgress | NetworkChanged | RoleChanged | MemberRemoved | RemovedFromGroup)
 
 Listener = Callable[[Event], None]
 """Called on the middleware's event-loop thread, once per event, in the order they happened."""

@@ -192,6 +192,14 @@ class GroupRecord:
     heard: set[str] = field(default_factory=set)
     heard_strangers: dict[str, None] = field(default_factory=dict)
     refused: dict[str, wire.MemberRecord] = field(default_factory=dict)
+    # Roles (middleware.roles, kept by the peer core): removed members are no current members
+    # whatever their own records say, and once a private group re-keyed, a newcomer's record is
+    # taken only if a member admitted it (the passphrase no longer admits).
+    removed: set[str] = field(default_factory=set)
+    admins: set[str] = field(default_factory=set)
+    admins_only: bool = False  # the owner's setting: only the owner and admins pin and set the topic
+    admission_needed: bool = False
+    admitted: set[str] = field(default_factory=set)
 
     @classmethod
     def from_descriptor(cls, gid: str, descriptor: wire.GroupDescriptor) -> GroupRecord:
@@ -212,13 +220,20 @@ class GroupRecord:
     def is_current(self, pid: str) -> bool:
         """Whether ``pid`` is a current member (one dict look-up: called for every datagram)."""
         record = self.members.get(pid)
-        return record is not None and record.joined
+        return record is not None and record.joined and pid not in self.removed
 
     def joined_count(self) -> int:
-        return sum(r.joined for r in self.members.values())
+        return sum(r.joined and p not in self.removed for p, r in self.members.items())
 
     def current(self) -> tuple[Member, ...]:
-        return tuple(_member(p, r) for p, r in sorted(self.members.items()) if r.joined)
+        return tuple(_member(p, r) for p, r in sorted(self.members.items()) if r.joined and p not in self.removed)
+
+    def removed_members(self) -> tuple[Member, ...]:
+        return tuple(_member(p, r) for p, r in sorted(self.members.items()) if p in self.removed)
+
+    def role(self, pid: str) -> str:
+        creator = crypto.pid_of(self.descriptor.creator_key) if self.descriptor else ""
+        return "owner" if pid == creator else "admin" if pid in self.admins else "member"
 
     def left(self) -> tuple[Member, ...]:
         return tuple(_member(p, r) for p, r in sorted(self.members.items()) if not r.joined)
@@ -239,6 +254,8 @@ class GroupRecord:
             last_seen=self.last_seen, sources=frozenset(self.sources),
             verified=self.verified, legacy=self.legacy,
             creator=crypto.pid_of(self.descriptor.creator_key) if self.descriptor else "",
+            roles={m.pid: self.role(m.pid) for m in current}, removed=self.removed_members(),
+            admins_only=self.admins_only,
         )
 
 
@@ -307,6 +324,7 @@ class Gjlp:
         self.member_records_refused = 0  # a cap was full and nothing could give way
         self.member_records_given_way = 0  # unheard owners' records dropped for heard newcomers
         self.joins_unacknowledged = 0
+        self.joins_not_admitted = 0
         self._joining: dict[str, _JoinWait] = {}  # gid -> this peer's join waiting for an acknowledgement
         self._donor: str | None = None  # the outside group that gave a record last (a cache)
         self.groups_refused = 0  # a verified group kept out of a full main table (it waits in the stranger table)
@@ -413,7 +431,7 @@ class Gjlp:
         best = None
         for record in self._joined_records():
             member = record.members.get(pid)
-            if member is not None and member.joined and member.dh and (best is None or member.counter > best.counter):
+            if member is not None and record.is_current(pid) and member.dh and (best is None or member.counter > best.counter):
                 best = member
         return None if best is None else (best.public_key, best.dh)
 
@@ -623,6 +641,9 @@ class Gjlp:
         give_way: tuple[GroupRecord, str] | None = None
         if pid != self.pid:
             entering = member.joined and (old is None or not old.joined)
+            if entering and record.admission_needed and pid not in record.admitted:
+                self.joins_not_admitted += 1  # the passphrase stopped admitting at the re-key
+                return
             if entering and len(record.members) >= MAX_MEMBERS and record.joined_count() >= MAX_MEMBERS:
                 victim = self._unheard_member(record) if pid in record.heard_strangers else None
                 if victim is None:

@@ -23,11 +23,12 @@ class Invite:
     gid: str
     desc: str = ""
     peers: tuple[Endpoint, ...] = ()
+    secret: bytes = b""  # a private group's one-time secret after a re-key (middleware.teams)
 
 
-def invite_link(gid: str, desc: str, peers: list[Endpoint] | tuple[Endpoint, ...] = ()) -> str:
+def invite_link(gid: str, desc: str, peers: list[Endpoint] | tuple[Endpoint, ...] = (), secret: bytes = b"") -> str:
     link = f"m2mc://join/{quote(gid, safe='')}?desc={quote(desc, safe='')}"
-    return link + "".join(f"&peer={peer}" for peer in peers)
+    return link + "".join(f"&peer={peer}" for peer in peers) + (f"&secret={secret.hex()}" if secret else "")
 
 
 def parse_invite(text: str) -> Invite | None:
@@ -44,4 +45,9 @@ def parse_invite(text: str) -> Invite | None:
             peers.append(parse_endpoint(value))
         except ValueError:
             continue
-    return Invite(unquote(match.group(1)), query.get("desc", [""])[0], tuple(peers))
+    secret = query.get("secret", [""])[0]
+    try:
+        secret_bytes = bytes.fromhex(secret) if len(secret) == 32 else b""
+    except ValueError:
+        secret_bytes = b""
+    return Invite(unquote(match.group(1)), query.get("desc", [""])[0], tuple(peers), secret_bytes)

@@ -31,10 +31,11 @@ from typing import Sequence
 from . import clock, crypto, kinds, netif, rules
 from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
-from .events import Listener, MessagesDelivered, ignore
+from .events import Listener, MessagesDelivered, RemovedFromGroup, ignore
 from .file_transfer import FileService
 from .files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
 from .gjlp import Gjlp, GroupRecord
+from .invites import parse_invite
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
@@ -388,9 +389,26 @@ class GroupManager(rules.OperationCalls):
     INVITE_WAIT = 20.0
 
     async def join_invite_async(self, text: str, passphrase: str | None = None) -> str:
-        """Join the group an invite names (:meth:`find_invited_async`)."""
+        """Join the group an invite names (:meth:`find_invited_async`).  An invite to a private group
+        that re-keyed carries a one-time secret instead of needing the passphrase: this peer asks
+        to be admitted and waits up to :attr:`INVITE_WAIT` s for a member's answer."""
         view = await self.find_invited_async(text)
-        return await self.join_group_async(view.gid, passphrase)
+        invite = parse_invite(text)
+        if invite is None or not invite.secret or passphrase or not view.private or view.joined:
+            return await self.join_group_async(view.gid, passphrase)
+        gid = view.gid
+        self.core.request_admission(gid, invite.secret, clock.now())
+        await self._listen_group(gid)
+        self._after_input()
+        deadline = clock.now() + self.INVITE_WAIT
+        while not self.gjlp.is_member(gid):
+            if clock.now() >= deadline:
+                raise UsageError(f"no member of {view.desc!r} admitted this peer within {self.INVITE_WAIT:.0f} s: "
+                                 "is the inviter's app running? (an invite works once)")
+            await asyncio.sleep(0.05)
+        self._announce(gid)
+        self.flush()
+        return gid
 
     async def find_invited_async(self, text: str) -> GroupView:
         """The group an invite names.  Its ``peer`` endpoints are probed first, so the group is
@@ -413,8 +431,11 @@ class GroupManager(rules.OperationCalls):
         return self.core.group(invite.gid)
 
     def invite(self, gid: str) -> str:
-        """The invite link for ``gid``: its id, description and this peer's endpoint."""
-        return self.core.invite(gid)
+        """The invite link for ``gid``: its id, description and this peer's endpoint (and a one-time
+        secret for a private group that re-keyed, stored by the next flush)."""
+        link = self.core.invite(gid)
+        self._after_input()
+        return link
 
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
         gid = self.core.join(record, key, clock.now(), clock.wall())
@@ -428,6 +449,21 @@ class GroupManager(rules.OperationCalls):
         self.network.stop_listening(GroupAddress(record.addr, record.port))
         if self.discovery is not None:
             self._spawn(self.discovery.withdraw(gid))
+        self._after_input()
+
+    def set_role(self, gid: str, pid: str, role: str) -> None:
+        """The owner makes ``pid`` an admin ("admin") or takes it back ("member") (PeerCore.set_role)."""
+        self.core.set_role(gid, pid, role, clock.now())
+        self._after_input()
+
+    def set_admins_only(self, gid: str, on: bool) -> None:
+        """The owner's setting: only the owner and admins pin and change the topic (PeerCore.set_admins_only)."""
+        self.core.set_admins_only(gid, on, clock.now())
+        self._after_input()
+
+    def remove_member(self, gid: str, pid: str) -> None:
+        """The owner or an admin removes ``pid``; a private group re-keys (PeerCore.remove_member)."""
+        self.core.remove_member(gid, pid, clock.now())
         self._after_input()
 
     def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid:
@@ -739,6 +775,11 @@ class GroupManager(rules.OperationCalls):
             self.listener(network_event)
         for event in self.core.events():
             self.listener(event)
+            if isinstance(event, RemovedFromGroup):  # nothing more arrives: stop listening, stop announcing
+                record = self.core.known(event.gid)
+                self.network.stop_listening(GroupAddress(record.addr, record.port))
+                if self.discovery is not None:
+                    self._spawn(self.discovery.withdraw(event.gid))
             if isinstance(event, MessagesDelivered) and self._started:
                 self.files.delivered(event.gid, event.messages)  # offers within the auto-download size
 

@@ -83,7 +83,11 @@ Rank = tuple[int, str, int]
 """``(effective counter, pid, seqno)``: the seqno only breaks ties between two operations of
 one author that did not see each other (a restored data dir)."""
 
-KINDS = ("edit", "delete", "react", "pin", "topic")
+KINDS = ("edit", "delete", "react", "pin", "topic", "moderate")
+# "moderate": an owner's or admin's removal of anyone's message (issue 44).  The core takes it from any
+# member, each author's its own object (nothing conflicts with it); whether it holds is the group's
+# roles' word (chatops.GroupOperations.view: its author is the owner or was made an admin), so every
+# member holding the same operations and role records shows the same.
 MAX_COUNTER = 2**53
 """A counter on the wire is below this (JSON's exact integers), refused otherwise.  It costs no
 one anything: ranks use the effective counter, which any successor raises past it."""
@@ -140,6 +144,8 @@ def object_key(kind: str, target: Mid | None, author: str, emoji: str = "") -> t
         return ("react", target, author, emoji)
     if kind == "pin":
         return ("pin", target)
+    if kind == "moderate":
+        return ("moderate", target, author)
     return ("topic",)
 
 
@@ -169,6 +175,8 @@ class MessageState:
     """The current text if an edit won; None: the message's original text."""
     reactions: dict[str, list[str]] = field(default_factory=dict)
     pinned: bool = False
+    moderated_by: tuple[str, ...] = ()
+    """Authors of moderation removals of it, in order (whether one holds: the roles, see KINDS)."""
 
     def current_text(self, original: str) -> str:
         if self.deleted:
@@ -207,6 +215,7 @@ class ObgCore:
         self._evicted: OrderedDict[OpId, tuple] = OrderedDict()  # evicted id -> what it waited for
         self._edits: dict[Mid, int] = {}
         self._deleted: set[Mid] = set()
+        self._moderated: dict[Mid, list[str]] = {}  # message -> authors of moderation removals, in order
         self._reactors: dict[Mid, dict[str, set[str]]] = {}
         self.clock = 0
         self.rejected = 0
@@ -320,6 +329,7 @@ class ObgCore:
         reactors = self._reactors.get(mid)
         if reactors:
             state.reactions = {emoji: sorted(pids) for emoji, pids in sorted(reactors.items()) if pids}
+        state.moderated_by = tuple(self._moderated.get(mid, ()))
         return state
 
     def is_deleted(self, mid: Mid) -> bool:
@@ -333,13 +343,18 @@ class ObgCore:
 
     def touches(self, mid: Mid) -> bool:
         """Has any delivered operation acted on message ``mid``?"""
-        return mid in self._edits or mid in self._deleted or mid in self._reactors or ("pin", mid) in self._winner
+        return (mid in self._edits or mid in self._deleted or mid in self._reactors or ("pin", mid) in self._winner
+                or mid in self._moderated)
+
+    def pin_winner(self, mid: Mid) -> Operation | None:
+        """The pin or unpin of ``mid`` that holds (the highest-ranked), None if none."""
+        return self._winner.get(("pin", mid))
 
     def pinned(self) -> list[Mid]:
         return sorted(key[1] for key, op in self._winner.items() if key[0] == "pin" and op.on)
 
     def touched_messages(self) -> set[Mid]:
-        return {mid for mid in set(self._edits) | self._deleted | set(self._reactors) | {
+        return {mid for mid in set(self._edits) | self._deleted | set(self._reactors) | set(self._moderated) | {
             key[1] for key in self._winner if key[0] == "pin"} if self.touches(mid)}
 
     # -- internals ------------------------------------------------------------------
@@ -404,6 +419,10 @@ class ObgCore:
             pass
         elif op.kind == "delete":
             self._deleted.add(target)
+        elif op.kind == "moderate":
+            authors = self._moderated.setdefault(target, [])
+            if op.author not in authors:
+                authors.append(op.author)
         elif op.kind == "edit":
             self._edits[target] = self._edits.get(target, 0) + 1
         winner = self._winner.get(key)

@@ -49,8 +49,9 @@ from .presence import OFFLINE_AFTER, ONLINE, Presence
 from .reach import BROADCAST_GRACE, Reach, hint_refused
 from .ses import Ses
 from .store_api import PeerStore, SearchHit, StoredThread
-from .events import (Event, GroupCreated, GroupsDiscovered, MessagesDelivered, MessagesUpdated, NoticesAdded,
-                     TopicChanged, WarningRaised)
+from .events import (Event, GroupCreated, GroupsDiscovered, MemberRemoved, MessagesDelivered, MessagesUpdated,
+                     NoticesAdded, RemovedFromGroup, RoleChanged, TopicChanged, WarningRaised)
+from .teams import GroupTeam
 from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, Notice, UsageError, format_mid,
                     key_fingerprint)
 
@@ -63,6 +64,12 @@ _CONTROL_MESSAGES = (wire.Adv, wire.GroupsInfo, wire.Join, wire.Leave)
 # What a group's members take for fresh evidence that this peer is there (presence.py): a new
 # message, or a heartbeat signed with its time.  A peer sending only other datagrams still beacons.
 _FRESH_EVIDENCE = (wire.Data, wire.DataBatch, wire.Heartbeat)
+# A group's team datagrams (middleware.teams): REKEY, KEY_REQUEST and ADMIT travel in the clear,
+# signed, even in a private group; ROLES is sealed like everything else.
+_TEAM_PLAIN = (wire.Rekey, wire.KeyRequest, wire.Admit)
+_TEAM_MESSAGES = (wire.Roles, *_TEAM_PLAIN)
+MAX_HELD_DATAGRAMS = 512  # per group while sending is held; past it the oldest go (repair recovers them)
+TEAM_SETTING = "team:"  # + gid: a group's roles, epoch keys and re-key parts (GroupTeam.to_bytes)
 
 
 class Datagram(NamedTuple):
@@ -78,7 +85,9 @@ class JoinedGroup:
     """What this peer keeps for one group it is a member of; leaving drops it whole."""
 
     channel: GroupChannel
-    cipher: crypto.GroupCipher | None  # a private group's key
+    cipher: crypto.GroupKeys | None  # a private group's keys, by epoch (middleware.teams)
+    team: GroupTeam | None = None  # roles and removals (middleware.teams)
+    held: list = field(default_factory=list)  # datagrams held while the team may not send (GroupTeam.may_send)
     operations: GroupOperations | None = None  # built from the store on first use (PeerCore.ops)
     seqno_to_save: bool = False  # composed since the last commit: the next seqno is stored with it
     announce_due: bool = False  # its membership changed: the zeroconf announcement is stale
@@ -148,11 +157,21 @@ class PeerCore:
         self._members_to_save: dict[str, set[str]] = {}  # gid -> pids whose rows changed
         self._unsent: dict[Mid, str] = {}  # own messages taken back since take_unsent()
         self._retry_at: float | None = None
+        self.teams: dict[str, GroupTeam] = {}  # joined groups' and groups this peer was removed from
+        self._teams_to_save: set[str] = set()
+        self._team_events: list[Event] = []  # told after the commit, as the others
+        self.removed_dropped = 0  # removed members' messages past their cut, and their datagrams
+        self._admissions: dict[str, list] = {}  # gid -> [invite secret, next KEY_REQUEST at]: waiting for an ADMIT
         for record, next_seqno in store.load_groups():
             self.gjlp.restore(record)
             key = store.group_key(record.gid) if record.private else None
             if key:
                 self.gjlp.keys[record.gid] = key
+            stored_team = store.direct_setting(TEAM_SETTING + record.gid)
+            if stored_team and record.verified:
+                team = self.teams[record.gid] = GroupTeam(record.gid, self._owner(record), self.identity, key,
+                                                          stored_team)
+                self._apply_roles(record, team)
             if self.gjlp.is_member(record.gid):
                 self._open_channel(record.gid, next_seqno, now, now if wall is None else wall)
         self.reach.add_cached(store.cached_peers(), now, self._wall)
@@ -213,8 +232,47 @@ class PeerCore:
         return invite
 
     def invite(self, gid: str) -> str:
-        """The invite link for ``gid``: its id, description and this peer's endpoints."""
-        return invite_link(gid, self.known(gid).desc, sorted(self.reach.own, key=str))
+        """The invite link for ``gid``: its id, description and this peer's endpoints; for a private
+        group that re-keyed (the passphrase admits nobody since), a one-time secret that lets the
+        joiner be admitted by this peer and fetch the current key (middleware.teams)."""
+        record = self.known(gid)
+        joined = self.joined.get(gid)
+        secret = b""
+        if record.private and joined is not None and joined.team is not None and joined.team.roles.epochs:
+            secret = joined.team.new_invite()
+            self._teams_to_save.add(gid)
+        return invite_link(gid, record.desc, sorted(self.reach.own, key=str), secret)
+
+    def request_admission(self, gid: str, secret: bytes, now: float) -> None:
+        """Ask to be admitted to a private group with an invite's one-time secret: KEY_REQUESTs go
+        to the group's channel (one a second) until a member's ADMIT lets this peer in."""
+        record = self.known(gid)
+        if self.gjlp.is_member(gid):
+            return
+        if not record.verified or not record.private:
+            raise UsageError("an invite's secret is for a private group whose descriptor is known")
+        self._admissions[gid] = [secret, now]
+
+    def _take_admission(self, admit: wire.Admit, now: float, wall: float) -> None:
+        """A member's ADMIT for this peer: the group key (checked against the descriptor) and the
+        current epoch's key; this peer joins with them."""
+        record = self.gjlp.groups[admit.gid]
+        if not record.is_current(crypto.pid_of(admit.author_key)) or not wire.verify_admit(admit):
+            return
+        base = crypto.open_epoch_key(self.identity, admit.sealed_group_key)
+        key = crypto.open_epoch_key(self.identity, admit.sealed_key)
+        if base is None or key is None or crypto.key_check(base) != record.key_check:
+            return
+        del self._admissions[admit.gid]
+        self.join(record, base, now, wall)
+        joined = self.joined[admit.gid]
+        assert joined.team is not None and joined.team.keys is not None
+        if admit.epoch:
+            joined.team.keys.add(admit.epoch, key)
+            joined.team.keys.use(admit.epoch)
+        joined.team.admitted.add(self.pid)
+        joined.announce_due = True
+        self._teams_to_save.add(admit.gid)
 
     def peers(self, now: float) -> list[dict]:
         """Every peer known by endpoint or heard by multicast: how it was found, how it is reached,
@@ -237,8 +295,10 @@ class PeerCore:
         and beacon in each now, so members that took it for offline show it online at once and
         answer with beacons of their own (``Presence.beacon_soon``)."""
         self.resync(now)
-        for gid in self.joined:
+        for gid, joined in self.joined.items():
             self.presence.beacon_soon(gid, now)
+            if joined.team is not None:
+                joined.team.unconfirm()  # it may have missed a re-key: it hears the group first
 
     def moved(self, old: Endpoint | None, new: Endpoint, now: float) -> None:
         """This peer's endpoint is now ``new`` (its address changed, or it moved to another
@@ -251,6 +311,120 @@ class PeerCore:
         for gid in self.joined:
             for kept, _ in self.store.conflicts(gid):
                 self._events.append(WarningRaised(gid, _conflict_warning((kept.sender, kept.seqno))))
+
+    # -- roles and removal (middleware.roles, middleware.teams) ---------------------------
+
+    @staticmethod
+    def _owner(record: GroupRecord) -> str:
+        return crypto.pid_of(record.descriptor.creator_key) if record.descriptor else ""
+
+    def _team(self, gid: str) -> GroupTeam:
+        self.channel(gid)  # a member, or a clear refusal
+        team = self.joined[gid].team
+        assert team is not None
+        return team
+
+    def set_role(self, gid: str, pid: str, role: str, now: float | None = None) -> None:
+        """The owner makes a current member an admin (``role`` "admin") or takes it back ("member")."""
+        team = self._team(gid)
+        if role not in ("admin", "member"):
+            raise UsageError('role must be "admin" or "member"')
+        if not self.gjlp.groups[gid].is_current(pid):
+            raise UsageError(f"{pid} is not a current member of this group")
+        try:
+            team.set_role(pid, role, self._wall_now if now is None else now)
+        except PermissionError as exc:
+            raise UsageError(f"cannot change that role: {exc}") from None
+        self._team_changed(gid)
+
+    def remove_member(self, gid: str, pid: str, now: float) -> None:
+        """The owner or an admin removes ``pid``: signed, applied by every member; a private group
+        re-keys to the remaining members (middleware.teams)."""
+        team = self._team(gid)
+        record = self.gjlp.groups[gid]
+        if pid not in record.members:
+            raise UsageError(f"{pid} is not a member of this group")
+        ranges = self.joined[gid].channel.orderer.delivered_ranges().get(pid) or []
+        cut = ranges[0][1] if ranges and ranges[0][0] == 1 else 0
+        recipients = {p: r.dh for p, r in record.members.items()
+                      if record.is_current(p) and p not in (self.pid, pid) and r.dh}
+        try:
+            team.remove(pid, cut, recipients, now)
+        except PermissionError as exc:
+            raise UsageError(f"cannot remove that member: {exc}") from None
+        self._team_changed(gid, now)
+
+    def set_admins_only(self, gid: str, on: bool, now: float | None = None) -> None:
+        """The owner's group setting: only the owner and admins pin and change the topic (``on``)."""
+        team = self._team(gid)
+        try:
+            team.set_admins_only(bool(on), self._wall_now if now is None else now)
+        except PermissionError as exc:
+            raise UsageError(f"cannot change the setting: {exc}") from None
+        self._team_changed(gid)
+
+    def roles(self, gid: str) -> dict[str, str]:
+        """Each current member's role: "owner", "admin" or "member"."""
+        return dict(self.group(gid).roles)
+
+    def _apply_roles(self, record: GroupRecord, team: GroupTeam) -> None:
+        record.removed = set(team.roles.removed)
+        record.admins = set(team.roles.admins)
+        record.admins_only = team.roles.admins_only
+        record.admission_needed = record.private and bool(team.roles.epochs)
+        record.admitted = set(team.admitted)
+        self.gjlp._joined = None  # is_member may have changed
+
+    def _team_changed(self, gid: str, now: float | None = None) -> None:
+        """The roles or keys of ``gid`` changed: the group's record follows, the change is stored,
+        and what a person should know is told (after the commit)."""
+        record = self.gjlp.groups[gid]
+        team = self.teams[gid]
+        admins_before, removed_before = set(record.admins), set(record.removed)
+        self._apply_roles(record, team)
+        exposed = team.exposed() if gid in self.joined else None
+        if exposed is not None:  # concurrent removals: the current key is ours and a removed member holds it
+            recipients = {p: r.dh for p, r in record.members.items() if record.is_current(p) and p != self.pid and r.dh}
+            team.remove(exposed, 0, recipients, self._wall_now if now is None else now, action="rekey")
+        self._teams_to_save.add(gid)
+        self._membership_changed.add(gid)
+        joined = self.joined.get(gid)
+        if joined is not None:
+            joined.announce_due = True
+        by_record = {r.target: r for r in team.roles.valid}
+
+        def name_of(pid: str) -> str:
+            member = record.members.get(pid)
+            return names.shown(member.name) if member is not None else pid[:8]
+
+        for pid in sorted(record.admins ^ admins_before):
+            if pid in record.removed:
+                continue
+            author = by_record[pid].author if pid in by_record else record.role(pid)
+            self._team_events.append(RoleChanged(gid, pid, name_of(pid), record.role(pid), author, name_of(author)))
+        for pid in sorted(set(record.removed) - removed_before):
+            author = team.roles.removed[pid].author
+            if pid == self.pid:
+                self._team_events.append(RemovedFromGroup(gid, record.desc, author, name_of(author)))
+                self._removed_self(gid)
+            else:
+                self._team_events.append(MemberRemoved(gid, pid, name_of(pid), author, name_of(author)))
+
+    def _removed_self(self, gid: str) -> None:
+        """An owner or admin removed this peer: the group's history stays, nothing more arrives."""
+        joined = self.joined.pop(gid, None)
+        if joined is None:
+            return
+        self.presence.forget(gid)
+        self.store.set_next_seqno(gid, joined.channel.next_seqno)
+
+    def _visible(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
+        """``messages`` without a removed member's past its removal's cut (protocol.md, Roles)."""
+        team = self.teams.get(gid)
+        if team is None or not team.roles.removed:
+            return messages
+        cuts = {pid: r.cut for pid, r in team.roles.removed.items()}
+        return [m for m in messages if m.mid[0] not in cuts or m.mid[1] <= cuts[m.mid[0]]]
 
     def create_group(self, desc: str, salt: bytes, key: bytes | None, wall: float) -> str:
         """A new group (``desc`` checked; private with ``key``), made at ``wall``."""
@@ -272,7 +446,7 @@ class PeerCore:
         self.store.save_members(gid, record.members.values())
         if key:
             self.store.set_group_key(gid, key)
-        self._open_channel(gid, 1, None, wall)
+        self._open_channel(gid, 1, None, wall, confirmed=True)
         self._events.append(GroupCreated(gid))
         return gid
 
@@ -312,7 +486,8 @@ class PeerCore:
         self.store.save_members(gid, record.members.values())  # what was known before joining, once
         if key is not None:
             self.store.set_group_key(gid, key)
-        self._open_channel(gid, None, now, wall)
+        # Confirmed at once: had the group re-keyed, members would refuse a passphrase's joiner anyway.
+        self._open_channel(gid, None, now, wall, confirmed=True)
         self._membership_changed.add(gid)
         return gid
 
@@ -364,6 +539,15 @@ class PeerCore:
         channel = self.channel(gid)
         rules.check_target(target)
         ops = self.ops(gid)
+        team = self.joined[gid].team
+        if kind == "delete" and target is not None and target[0] != self.pid and team is not None:
+            # Another's message: the owner or an admin removes it for everyone ("removed by an admin").
+            if not (team.is_moderator(self.pid) and team.roles.role(self.pid) != "member"):
+                raise UsageError("not the author: only the author of a message, the group's owner or an "
+                                 "admin may delete it")
+            kind = "moderate"
+        if kind in ("pin", "topic") and team is not None and not team.may_pin(self.pid):
+            raise UsageError(f"{kind} refused: the owner lets only the owner and admins pin and change the topic")
         known = target is None or channel.orderer.is_delivered(target)
         text = ops.compose(self.pid, kind, target, target_known=known, **fields)
         data = channel.compose(self.name, text, target, now, wall)
@@ -376,6 +560,9 @@ class PeerCore:
         ops = joined.operations
         if ops is None:
             ops = joined.operations = GroupOperations(gid, fetch=functools.partial(self._stored, gid))
+            if joined.team is not None:
+                ops.moderator = joined.team.is_moderator
+                ops.may_pin = joined.team.may_pin
             ops.take(self.store.history(gid) if history is None else history)
             # The index follows edits as they come (_tell), committed with the next batch; redoing
             # the touched messages here mends what a crash before that commit left behind.
@@ -407,6 +594,7 @@ class PeerCore:
         author shown by its member record's current name (:meth:`by_record`)."""
         self.known(gid)
         messages = self.store.history(gid)
+        messages = self._visible(gid, messages)
         if gid not in self.joined:
             return self.by_record(gid, [m for m in messages if not is_operation(m)])
         ops = self.ops(gid, messages)
@@ -428,6 +616,7 @@ class PeerCore:
 
     def _shown(self, gid: str, messages: list[ChatMessage]) -> list[ChatMessage]:
         """Stored chat messages as :meth:`history` shows them."""
+        messages = self._visible(gid, messages)
         if gid in self.joined:
             ops = self.ops(gid)
             messages = [ops.view(m) for m in messages]
@@ -683,7 +872,8 @@ class PeerCore:
             raise rules.not_a_member(gid)
         return channel
 
-    def _open_channel(self, gid: str, next_seqno: int | None, sync_at: float | None, wall: float) -> None:
+    def _open_channel(self, gid: str, next_seqno: int | None, sync_at: float | None, wall: float,
+                      confirmed: bool = False) -> None:
         """The group's channel; with ``sync_at`` (now) MSP asks for whatever the group said
         while this peer was away (or before it joined), numbering its requests from ``wall``."""
         if next_seqno is None:
@@ -695,7 +885,12 @@ class PeerCore:
                                is_member=record.is_current, members=lambda: [m.pid for m in record.current()])
         channel.restore(self.store.delivered_mids(gid))
         channel.restore_conflicts(self.store.conflicts(gid))
-        self.joined[gid] = JoinedGroup(channel, crypto.GroupCipher(key) if key else None)
+        team = self.teams.get(gid)
+        if team is None or (key and team.keys is None):
+            team = self.teams[gid] = GroupTeam(gid, self._owner(record), self.identity, key, None, confirmed)
+        elif not confirmed:
+            team.unconfirm()
+        self.joined[gid] = JoinedGroup(channel, team.keys, team)
         self.presence.opened(gid, self._wall_now if sync_at is None else sync_at)
         if sync_at is not None:
             channel.start_sync(sync_at, wall)
@@ -775,15 +970,47 @@ class PeerCore:
         gid = getattr(message, "gid", None)
         joined = self.joined.get(gid) if isinstance(gid, str) else None
         if joined is None or not isinstance(gid, str):
+            if isinstance(message, wire.Admit) and message.gid in self._admissions and message.target == self.pid:
+                self._take_admission(message, now, wall)
+                return False
             self.stats.not_member_dropped += 1
-        elif joined.cipher and not envelope.sealed:
+        elif joined.cipher and not envelope.sealed and not isinstance(message, _TEAM_PLAIN):
             self.stats.sealed_dropped += 1  # plaintext claiming to be from a private group
+        elif isinstance(message, _TEAM_MESSAGES):
+            record = self.gjlp.groups[gid]
+            team = joined.team
+            if team is not None and isinstance(message, wire.KeyRequest) and message.proof and \
+                    not record.is_current(sender):
+                if team.admission_request(sender, message, now):  # an invited joiner
+                    self._team_changed(gid, now)
+            elif team is None or not record.is_current(sender) and not (
+                    isinstance(message, wire.KeyRequest) and sender in record.removed):  # told it was removed
+                self.removed_dropped += team is not None and sender in record.removed
+                self.stats.not_member_dropped += 1
+            elif isinstance(message, wire.KeyRequest) and not message.proof:
+                team.receive(sender, message, now, record.is_current)
+                self.presence.beacon_soon(gid, now)  # a member back from away: it hears the group at once
+            elif team.receive(sender, message, now, record.is_current):
+                self._team_changed(gid, now)
+                if gid in self.joined and not team.missing_epoch:
+                    joined.channel.start_sync(now)  # what was sealed under the key it lacked
         elif isinstance(message, wire.Goodbye):
             if self.gjlp.groups[message.gid].is_current(sender) and \
                     self.presence.fresh_at(sender, message.at, wall, goodbye=True):
                 self.presence.gone(sender)
         else:
             channel = joined.channel
+            record = self.gjlp.groups[channel.gid]
+            if record.removed:
+                kept = self._without_removed(record, message)
+                if kept is None:
+                    return False
+                message = kept
+            if joined.team is not None and envelope.sealed and record.is_current(sender):
+                joined.team.opened(sender, envelope.epoch, max(0, len(record.current()) - 1))
+            if isinstance(message, wire.SyncReq) and sender != self.pid and joined.team is not None and \
+                    record.is_current(sender) and joined.team.roles.records():
+                joined.team.send_roles(now)  # a member back from away learns the roles
             if isinstance(message, wire.SyncReq) and sender != self.pid and \
                     self.gjlp.groups[channel.gid].is_current(sender):
                 # A member asking for what it missed has just started, joined or woken: it hears this
@@ -797,6 +1024,21 @@ class PeerCore:
                     self.presence.fresh_at(sender, message.at, wall)
             return fresh
         return False
+
+    def _without_removed(self, record: GroupRecord, message: wire.Message) -> wire.Message | None:
+        """A relayed REPAIR or SYNC_RESP without removed members' messages past their cut (the
+        live ones of a removed member are refused as a stranger's by the channel)."""
+        if not isinstance(message, (wire.Repair, wire.SyncResp)):
+            return message
+        team = self.teams.get(record.gid)
+        if team is None:
+            return message
+        kept = tuple(m for m in message.messages
+                     if m.sender not in record.removed or m.seqno <= (team.roles.cut(m.sender) or 0))
+        if len(kept) == len(message.messages):
+            return message
+        self.removed_dropped += len(message.messages) - len(kept)
+        return replace(message, messages=kept) if kept or isinstance(message, wire.SyncResp) else None
 
     def _record_counter(self, gid: str, pid: str) -> int:
         """The counter of ``pid``'s current member record in ``gid`` (0 if none, or if it left)."""
@@ -850,7 +1092,7 @@ class PeerCore:
         groups = self.gjlp.groups
         return any(groups[gid].is_current(pid) for gid in self.joined)
 
-    def _cipher(self, gid: str) -> crypto.GroupCipher | None:
+    def _cipher(self, gid: str) -> crypto.GroupKeys | None:
         joined = self.joined.get(gid)
         return None if joined is None else joined.cipher
 
@@ -868,6 +1110,10 @@ class PeerCore:
         except wire.SealedError as exc:
             self.stats.sealed_dropped += 1
             log.debug("dropped sealed datagram: %s", exc)
+            joined = self.joined.get(exc.gid)
+            if exc.epoch and joined is not None and joined.team is not None and \
+                    self.gjlp.groups[exc.gid].is_current(exc.sender):
+                joined.team.sealed_unknown(exc.epoch, now)  # a re-key this peer missed: ask for the key
         except wire.WireError as exc:
             self.stats.malformed_dropped += 1
             log.debug("dropped malformed datagram: %s", exc)
@@ -879,7 +1125,10 @@ class PeerCore:
         """The next deadline (on the ``now`` clock) at which :meth:`handle_timer` is due."""
         deadlines = [d for d in (self.gjlp.get_timer(), *(g.channel.get_timer() for g in self.joined.values()),
                                  self.presence.get_timer(list(self.joined)), self._retry_at,
-                                 self.reach.get_timer(), self._broadcast_at, self.direct.get_timer())
+                                 self.reach.get_timer(), self._broadcast_at, self.direct.get_timer(),
+                                 *(g.team.confirm_deadline() for g in self.joined.values() if g.team is not None),
+                                 *(g.team.get_timer() for g in self.joined.values() if g.team is not None),
+                                 *(at for _, at in self._admissions.values()))
                      if d is not None]
         return min(deadlines) if deadlines else None
 
@@ -891,6 +1140,8 @@ class PeerCore:
         self.gjlp.handle_timer(now)
         for joined in self.joined.values():
             joined.channel.handle_timer(now)
+            if joined.team is not None:
+                joined.team.handle_timer(now)
         self.direct.handle_timer(now)
 
     # -- output -----------------------------------------------------------------------
@@ -979,14 +1230,29 @@ class PeerCore:
             # as news of this peer (presence.Presence.fresh_at).
             outbox = [replace(m, at=at) if type(m) is wire.Heartbeat or type(m) is wire.Goodbye else m
                       for m in outbox]
+            team = joined.team
+            plain: list = []
+            if team is not None:
+                team_out = team.take_outbox()
+                plain = [m for m in team_out if isinstance(m, _TEAM_PLAIN)]
+                outbox = [*outbox, *(m for m in team_out if not isinstance(m, _TEAM_PLAIN))]
+                if not team.may_send(now):
+                    # It knows of a re-key whose key it lacks, or is back and has not heard the group
+                    # yet: nothing goes under a key a removed member may hold (the re-key parts and
+                    # key requests, in the clear, do).
+                    joined.held = (joined.held + outbox)[-MAX_HELD_DATAGRAMS:]
+                    outbox = []
+                elif joined.held:
+                    outbox, joined.held = joined.held + outbox, []
             if outbox and record.private and joined.cipher is None:
                 # Never plaintext to a group held to be private (nothing should lead here).
                 self.plaintext_refused += len(outbox)
                 log.error("group %s is private and its key is missing: nothing sent", gid)
                 outbox = []
-            for message in outbox:
+            for message in [*plain, *outbox]:
                 try:
-                    data = wire.encode(self.identity, message, joined.cipher)
+                    data = wire.encode(self.identity, message, None if isinstance(message, _TEAM_PLAIN)
+                                       else joined.cipher)
                 except wire.WireError as exc:  # e.g. a digest past the datagram limit
                     log.warning("not sent: %s", exc)
                     continue
@@ -999,6 +1265,14 @@ class PeerCore:
             channel_events += events_now
             conflict_writes += [e for e in events_now if isinstance(e, (Conflict, Replaced))]
         self._goodbye_due = False
+        for gid, waiting in self._admissions.items():  # invited: ask to be admitted, once a second
+            secret, at = waiting
+            if now >= at:
+                waiting[1] = now + 1.0
+                record = self.gjlp.groups[gid]
+                dh = self.identity.direct_public
+                request = wire.KeyRequest(gid, 0, wire.admit_proof(secret, gid, self.pid, dh), dh)
+                staged.append(Datagram(wire.encode(self.identity, request), GroupAddress(record.addr, record.port)))
         for gid in {m.gid for m in deliveries}:
             if gid in self.joined:
                 self.ops(gid)  # built from the store before this batch joins it
@@ -1019,6 +1293,9 @@ class PeerCore:
             by_group.setdefault(delivered.gid, []).append(delivered)
         for gid, messages in by_group.items():
             self._tell(gid, messages)
+        if committed is not None:
+            self._events += self._team_events
+            self._team_events = []
         membership_changed = set()
         for event in events:
             if isinstance(event, MemberJoined):
@@ -1066,7 +1343,7 @@ class PeerCore:
             self._events.append(MessagesDelivered(gid, self._shown_new(gid, [m for m in delivered
                                                                              if not is_operation(m)])))
             return
-        changes = ops.take(delivered)
+        changes = ops.take(self._visible(gid, delivered))
         if changes.messages:
             # new: no operation can have reached them yet
             self._events.append(MessagesDelivered(gid, self._shown_new(gid, changes.messages)))
@@ -1117,6 +1394,10 @@ class PeerCore:
                 self.store.save_direct_conversation(peer, state)
             for key, value in direct_settings.items():
                 self.store.set_direct_setting(key, value)
+            for gid in self._teams_to_save:
+                team = self.teams.get(gid)
+                if team is not None:
+                    self.store.set_direct_setting(TEAM_SETTING + gid, team.to_bytes())
             for event in self._unstored_conflicts + conflicts:
                 if isinstance(event, Conflict):
                     self.store.save_conflict(event.gid, event.kept, event.other)
@@ -1160,12 +1441,13 @@ class PeerCore:
             joined.seqno_to_save = False
         self._members_to_save.clear()
         self._peers_to_cache.clear()
+        self._teams_to_save.clear()
         self._retry_at = self._retry_deadline(now)
         return stored
 
     def _retry_deadline(self, now: float) -> float | None:
         """When the next flush should try the store again: while anything waits to be stored."""
-        waiting = self._unstored or self._unstored_conflicts or self.storage_error is not None and (
+        waiting = self._unstored or self._unstored_conflicts or self._teams_to_save or self.storage_error is not None and (
             any(joined.seqno_to_save for joined in self.joined.values()) or self._members_to_save
             or any(self.direct.take_writes()))
         return now + self.STORAGE_RETRY if waiting else None
@@ -1209,6 +1491,13 @@ class PeerCore:
             "groups_refused": self.gjlp.groups_refused,
             "stranger_groups_evicted": self.gjlp.stranger_groups_evicted,
             "plaintext_refused": self.plaintext_refused,
+            "removed_dropped": self.removed_dropped,
+            "joins_not_admitted": self.gjlp.joins_not_admitted,
+            "key_requests_refused": sum(t.key_requests_refused for t in self.teams.values()),
+            "rekeys_refused": sum(t.rekeys_refused for t in self.teams.values()) + sum(
+                t.roles.refused for t in self.teams.values()),
+            "datagrams_held": sum(len(j.held) for j in self.joined.values()),
+            "admissions_refused": sum(t.admissions_refused for t in self.teams.values()),
             "sender_names_differing": self.sender_names_differing,
             "unicast_copies": self.unicast_copies,
             "hellos_refused": self.reach.hellos_refused,

@@ -90,6 +90,8 @@ class ChatMessage(NamedTuple):
     # The name its author signed, when it is not the one shown: ``sender_name`` is then the name of
     # the author's member record (a member cannot post as another), see PeerCore.history.
     signed_name: str | None = None
+    # The owner or admin (pid) who removed it (a moderation, middleware.obg's "moderate"); None if none.
+    removed_by: str | None = None
 
     @property
     def sender(self) -> str:
@@ -138,6 +140,8 @@ class ChatMessage(NamedTuple):
         }
         if self.signed_name is not None:
             row["signed_name"] = self.signed_name
+        if self.removed_by is not None:
+            row["removed_by"] = self.removed_by
         return row
 
 
@@ -251,6 +255,9 @@ class GroupView:
     legacy: bool = False  # made before signed descriptors: kept readable, never joined again
     creator: str = ""  # the creator's pid (its key's fingerprint), once verified
     topic: str = ""  # set by any member (an operation, middleware.obg); "" when none or not joined
+    roles: dict = field(default_factory=dict)  # current member pid -> "owner", "admin" or "member"
+    removed: tuple[Member, ...] = ()  # members an owner or admin removed (middleware.roles)
+    admins_only: bool = False  # the owner's setting: only the owner and admins pin and set the topic
 
     def to_json(self) -> dict:
         return {
@@ -258,7 +265,9 @@ class GroupView:
             "desc": self.desc,
             "joined": self.joined,
             "private": self.private,
-            "members": [{"pid": m.pid, "name": m.name} for m in self.members],
+            "members": [{"pid": m.pid, "name": m.name, "role": self.roles.get(m.pid, "member")} for m in self.members],
+            "removed": [{"pid": m.pid, "name": m.name} for m in self.removed],
+            "admins_only": self.admins_only,
             "left": [{"pid": m.pid, "name": m.name} for m in self.left],
             "member_count": self.member_count,
             "addr": self.addr,

@@ -41,8 +41,11 @@ Every number a datagram carries, its bound at ``decode``, and what bounds it whe
 field                           decode accepts  bounded where used
 ==============================  ==============  ===================================================
 envelope ``version``            ``VERSION``     anything else is refused
-envelope ``type``               1..13           a ``MsgType``; anything else is refused (14,
-                                                DIRECT, is not an envelope: ``direct_payload``)
+envelope ``type``               a ``MsgType``   anything else is refused (14, DIRECT, is not an
+                                                envelope: ``direct_payload``)
+role record ``clock``           1..2**31-1      ``MAX_ROLE_CLOCK``; the order of a group's roles
+role record ``cut``, ``epoch``  0..2**63-1      ``epoch`` names a re-key's key (:mod:`.roles`)
+sealed tag epoch                1..2**63-1      ``gid~<hex>``: which epoch's key sealed the body
 DATA / item ``seqno``           1..2**63-1      fits SQLite's INTEGER; the orderer counts in uint64
 ``parent`` seqno                1..2**63-1      as ``seqno``
 ``sent_at`` (ms)                0..2**63-1      signed, so kept; shown and exported clamped to
@@ -77,6 +80,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+import hmac
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
@@ -124,6 +128,10 @@ class MsgType(enum.IntEnum):
     PEER_LIST = 13
     DIRECT = 14  # not an envelope: see encode_direct
     GOODBYE = 17  # (15 and 16 are kept for direct messages)
+    ROLES = 18  # (19-22: relay trees)
+    REKEY = 23
+    KEY_REQUEST = 24
+    ADMIT = 25
 
 
 # ---------------------------------------------------------------------------
@@ -701,6 +709,199 @@ class Goodbye:
     FIELDS: ClassVar = (("gid", _gid), ("at", _uint()))
 
 
+MAX_ROLE_CLOCK = 2**31 - 1
+ROLE_ACTIONS = ("admin", "member", "remove", "rekey", "setting")
+ADMINS_PIN = "admins-pin"  # a "setting" record's target: only admins pin and set the topic (``cut`` 1: on)
+
+
+def _role_action(value: Any, name: str) -> str:
+    if value not in ROLE_ACTIONS or type(value) is not str:
+        raise _fail(name, f"expected one of {ROLE_ACTIONS}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RoleRecord:
+    """An owner's or admin's signed word on a group's roles (:mod:`middleware.roles`): make
+    ``target`` an admin, a plain member again, or remove it.  ``clock`` orders a group's role
+    records (a Lamport clock); a removal carries ``cut``, the highest of the removed member's
+    seqnos that stay part of the group, and in a private group ``epoch`` (the new key's id)
+    and ``key_check`` (so a recipient knows the key it opened is the one the remover meant)."""
+
+    gid: str
+    author_key: bytes
+    clock: int
+    action: str
+    target: str
+    cut: int
+    epoch: int
+    key_check: bytes
+    signature: bytes
+
+    FIELDS: ClassVar = (
+        ("gid", _gid),
+        ("author_key", _bytes(32)),
+        ("clock", _uint(MAX_ROLE_CLOCK)),
+        ("action", _role_action),
+        ("target", _pid),
+        ("cut", _seqno),
+        ("epoch", _seqno),
+        ("key_check", _bytes_or_empty(crypto.KEY_CHECK_BYTES)),
+        ("signature", _bytes(crypto.SIGNATURE_BYTES)),
+    )
+
+    @property
+    def author(self) -> str:
+        return crypto.pid_of(self.author_key)
+
+    def signing_bytes(self) -> bytes:
+        return msgpack.packb(["m2mc-role", *(_to_wire(getattr(self, n)) for n, _ in self.FIELDS[:-1])],
+                             use_bin_type=True)
+
+
+def sign_role(identity: Any, gid: str, clock: int, action: str, target: str, cut: int = 0, epoch: int = 0,
+              key_check: bytes = b"") -> RoleRecord:
+    unsigned = RoleRecord(gid, identity.public_key, clock, action, target, cut, epoch, key_check,
+                          bytes(crypto.SIGNATURE_BYTES))
+    record = RoleRecord(*(getattr(unsigned, n) for n, _ in RoleRecord.FIELDS[:-1]),
+                        identity.sign(unsigned.signing_bytes()))
+    _unpack_obj(RoleRecord)(_to_wire(record), "record")  # what receivers would refuse is never made
+    return record
+
+
+def verify_role(record: RoleRecord) -> bool:
+    return crypto.verify(record.author_key, record.signature, record.signing_bytes())
+
+
+MAX_ROLES_PER_DATAGRAM = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Roles:
+    """A group's role records (or some of them), on its channel; sealed in a private group."""
+
+    TYPE: ClassVar[MsgType] = MsgType.ROLES
+    gid: str
+    records: tuple[RoleRecord, ...]
+
+    FIELDS: ClassVar = (("gid", _gid), ("records", _list_of(_unpack_obj(RoleRecord))))
+
+
+SEALED_KEY_BYTES = 32 + 48  # an epoch key in an X25519 sealed box (crypto.seal_epoch_key)
+REKEY_ENTRIES = 7  # sealed keys per REKEY datagram: about 1,150 bytes, one Ethernet frame
+
+
+def _sealed_key_entry(value: Any, name: str) -> tuple[str, bytes]:
+    return _fixed(_pid, _bytes(SEALED_KEY_BYTES))(value, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Rekey:
+    """One part of a private group's re-key: the removal that made the epoch, and the new key
+    sealed to some of the remaining members' X25519 keys, ``(pid, sealed key)``; ``keys_sig``
+    is the remover's signature over the part, so any member can relay it (KEY_REQUEST) and
+    none can change it.  Not sealed with the group key: a member that missed the epoch opens
+    its entry with its own key, and the removed member learns from it that it was removed."""
+
+    TYPE: ClassVar[MsgType] = MsgType.REKEY
+    gid: str
+    removal: RoleRecord
+    part: int
+    keys: tuple[tuple[str, bytes], ...]
+    keys_sig: bytes
+
+    FIELDS: ClassVar = (("gid", _gid), ("removal", _unpack_obj(RoleRecord)), ("part", _uint(2**16)),
+                        ("keys", _list_of(_sealed_key_entry)), ("keys_sig", _bytes(crypto.SIGNATURE_BYTES)))
+
+    def keys_bytes(self) -> bytes:
+        return rekey_bytes(self.gid, self.removal.epoch, self.part, self.keys)
+
+
+def rekey_bytes(gid: str, epoch: int, part: int, keys: tuple) -> bytes:
+    return msgpack.packb(["m2mc-rekey", gid, epoch, part, [list(k) for k in keys]], use_bin_type=True)
+
+
+def verify_rekey(message: Rekey) -> bool:
+    """Whether the removal's author signed the removal and this part's sealed keys."""
+    return (message.removal.action in ("remove", "rekey") and message.removal.gid == message.gid
+            and verify_role(message.removal)
+            and crypto.verify(message.removal.author_key, message.keys_sig, message.keys_bytes()))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRequest:
+    """A member asks for the key of ``epoch`` (it saw datagrams sealed under it); any member
+    that holds the re-key part with the asker's sealed key sends it again.  An invited joiner
+    (not a member yet) sends ``proof``, an HMAC under the invite's one-time secret of the gid,
+    its pid and ``dh`` (:func:`admit_proof`); the inviting member answers with an ADMIT."""
+
+    TYPE: ClassVar[MsgType] = MsgType.KEY_REQUEST
+    gid: str
+    epoch: int
+    proof: bytes
+    dh: bytes = b""  # an invited joiner's X25519 key (a member's is in its record)
+
+    FIELDS: ClassVar = (("gid", _gid), ("epoch", _seqno), ("proof", _bytes_or_empty(crypto.KEY_CHECK_BYTES)),
+                        ("dh", _bytes_or_empty(crypto.PUBLIC_KEY_BYTES)))
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """A member admits an invited joiner after a re-key (the passphrase no longer admits):
+    the joiner's pid, signed by the admitting member, and the current epoch's key sealed to
+    the joiner's X25519 key; ``group_key`` sealed too (the key proofs of member records)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.ADMIT
+    gid: str
+    author_key: bytes
+    target: str
+    epoch: int
+    sealed_key: bytes
+    sealed_group_key: bytes
+    signature: bytes
+
+    FIELDS: ClassVar = (("gid", _gid), ("author_key", _bytes(32)), ("target", _pid), ("epoch", _seqno),
+                        ("sealed_key", _bytes(SEALED_KEY_BYTES)), ("sealed_group_key", _bytes(SEALED_KEY_BYTES)),
+                        ("signature", _bytes(crypto.SIGNATURE_BYTES)))
+
+    def signing_bytes(self) -> bytes:
+        return msgpack.packb(["m2mc-admit", *(_to_wire(getattr(self, n)) for n, _ in self.FIELDS[:-1])],
+                             use_bin_type=True)
+
+
+def admit_proof(secret: bytes, gid: str, pid: str, dh: bytes) -> bytes:
+    """What an invited joiner's KEY_REQUEST carries: proof that it holds the invite's secret."""
+    return hmac.new(secret, msgpack.packb(["m2mc-admit", gid, pid, dh], use_bin_type=True),
+                    hashlib.sha256).digest()[:crypto.KEY_CHECK_BYTES]
+
+
+def sign_admit(identity: Any, gid: str, target: str, epoch: int, sealed_key: bytes, sealed_group_key: bytes) -> Admit:
+    unsigned = Admit(gid, identity.public_key, target, epoch, sealed_key, sealed_group_key,
+                     bytes(crypto.SIGNATURE_BYTES))
+    return Admit(*(getattr(unsigned, n) for n, _ in Admit.FIELDS[:-1]), identity.sign(unsigned.signing_bytes()))
+
+
+def verify_admit(message: Admit) -> bool:
+    return crypto.verify(message.author_key, message.signature, message.signing_bytes())
+
+
+def sealed_tag(gid: str, epoch: int) -> str:
+    """The envelope's ``sealed_gid``: the gid, and after a re-key the epoch whose key sealed it."""
+    return gid if not epoch else f"{gid}~{epoch:x}"
+
+
+def parse_sealed_tag(tag: str) -> tuple[str, int]:
+    gid, sep, epoch = tag.partition("~")
+    if not sep:
+        return gid, 0
+    if not epoch or len(epoch) > 16 or any(c not in "0123456789abcdef" for c in epoch) or not gid:
+        raise SealedError(f"malformed sealed tag {tag!r:.80}")
+    value = int(epoch, 16)
+    if not 0 < value <= MAX_SEQNO:
+        raise SealedError(f"malformed sealed tag {tag!r:.80}")
+    return gid, value
+
+
 NONCE_BYTES = 16
 
 
@@ -754,11 +955,11 @@ class PeerList:
 
 
 Message = (Data | DataBatch | Adv | GroupsInfo | Join | Leave | SyncReq | SyncResp | Nak | Heartbeat | Repair | Hello
-           | PeerList | Goodbye)
+           | PeerList | Goodbye | Roles | Rekey | KeyRequest | Admit)
 
 _BY_TYPE: dict[int, type] = {
     cls.TYPE: cls for cls in (Data, DataBatch, Adv, GroupsInfo, Join, Leave, SyncReq, SyncResp, Nak, Heartbeat, Repair,
-                              Hello, PeerList, Goodbye)
+                              Hello, PeerList, Goodbye, Roles, Rekey, KeyRequest, Admit)
 }
 _SELF_SIGNED = (Data, DataBatch)  # their signature is in the body, not in a trailer
 
@@ -771,6 +972,7 @@ class Envelope:
     message: Message
     public_key: bytes = b""
     sealed: bool = False
+    epoch: int = 0  # the epoch whose key sealed it (private groups)
 
 
 class SignatureError(WireError):
@@ -778,7 +980,12 @@ class SignatureError(WireError):
 
 
 class SealedError(WireError):
-    """A private group's datagram this peer holds no key for, or that fails to open."""
+    """A private group's datagram this peer holds no key for, or that fails to open; ``epoch``
+    names the key it was sealed under (0: the passphrase's), ``sender`` its verified sender."""
+
+    def __init__(self, text: str, gid: str = "", epoch: int = 0, sender: str = "") -> None:
+        super().__init__(text)
+        self.gid, self.epoch, self.sender = gid, epoch, sender
 
 
 def _to_wire(value: Any) -> Any:
@@ -840,7 +1047,7 @@ def encode(identity: Any, message: Message, cipher: Any = None) -> bytes:
     type_code = int(cls.TYPE)
     sealed_gid = None
     if cipher is not None:
-        sealed_gid = message.gid
+        sealed_gid = sealed_tag(message.gid, getattr(cipher, "epoch", 0))
         body = cipher.seal(msgpack.packb(body, use_bin_type=True),
                            _associated(type_code, sender, identity.public_key, sealed_gid))
     data = msgpack.packb([VERSION, type_code, sender, identity.public_key, body, sealed_gid], use_bin_type=True)
@@ -961,14 +1168,20 @@ def decode(data: bytes, cipher_for: Callable[[str], Any] | None = None) -> Envel
         raise SignatureError("sender id is not the fingerprint of its key")
     if cls not in _SELF_SIGNED and not crypto.verify(public_key, trailer, data[:used]):
         raise SignatureError(f"bad signature on {cls.TYPE.name} from {sender}")
+    epoch = 0
     if sealed_gid is not None:
-        sealed_gid = _gid(sealed_gid, "sealed_gid")
+        tag = _gid(sealed_gid, "sealed_gid")
+        sealed_gid, epoch = parse_sealed_tag(tag)
         if type(body) is not bytes:
             raise WireError("a sealed body must be bytes")
         cipher = cipher_for(sealed_gid) if cipher_for else None
+        if cipher is not None and epoch != getattr(cipher, "epoch", 0):
+            for_epoch = getattr(cipher, "for_epoch", None)
+            cipher = for_epoch(epoch) if for_epoch is not None else None
         if cipher is None:
-            raise SealedError(f"sealed for group {sealed_gid}, whose key this peer does not hold")
-        plain = cipher.open(body, _associated(type_code, sender, public_key, sealed_gid))
+            raise SealedError(f"sealed for group {sealed_gid} (epoch {epoch}), whose key this peer does not hold",
+                              sealed_gid, epoch, sender)
+        plain = cipher.open(body, _associated(type_code, sender, public_key, tag))
         if plain is None:
             raise SealedError(f"a {cls.TYPE.name} for group {sealed_gid} does not open with its key")
         body = _unpack(plain)
@@ -987,4 +1200,4 @@ def decode(data: bytes, cipher_for: Callable[[str], Any] | None = None) -> Envel
         if proofs is None:
             raise SignatureError(f"bad signature on a DATA_BATCH from {sender}")
         message = DataBatch(gid, message.items, message.signature, message.burst_path, tuple(proofs))
-    return Envelope(sender, message, public_key, sealed_gid is not None)
+    return Envelope(sender, message, public_key, sealed_gid is not None, epoch)

@@ -81,7 +81,7 @@ def root_text(message: ChatMessage, limit: int = 60, names: dict[str, str] | Non
     """How a thread's first message is named in lists and headers: its text (mentions by ``names``,
     pid -> name, message links by ``link_title`` as the conversation shows them), or that it was deleted."""
     if message.deleted:
-        return "message deleted"
+        return "removed by an admin" if message.removed_by else "message deleted"
     return snippet(with_link_titles(readable_text(message.text, names or {}), link_title), limit)
 
 
@@ -294,7 +294,8 @@ class MessageDelegate(QStyledItemDelegate):
         if body is not None:
             self._bodies.move_to_end(key)
             return body
-        text = "message deleted" if message.deleted else message.text if kind_of(message.text) == CHAT \
+        text = (f"removed by an admin ({self.names.get(message.removed_by, 'unknown')})" if message.removed_by
+                else "message deleted") if message.deleted else message.text if kind_of(message.text) == CHAT \
             else readable_text(message.text, {})  # a file offer's caption, or what its kind shows
         mentions: list[tuple[int, int, bool]] = []  # (start, length, of me) of each "@Name" shown
         if "<@" in text and not message.deleted:

@@ -507,6 +507,13 @@ class JoinDialog(_ValidatedDialog):
                               on_error=lambda exc: self.show_error(plain_error(exc)))
             return
         passphrase = self.passphrase_edit.text() or None
+        invite = invites.parse_invite(text)
+        if invite is not None and invite.secret and passphrase is None:
+            # A private group's invite after a re-key: its one-time secret, not a passphrase, lets this peer in.
+            self.set_busy("Asking to be admitted…")
+            self.backend.call_async(lambda peer: peer.join_invite_async(text, None), on_result=self._joined,
+                                    on_error=lambda exc: self.show_error(plain_error(exc)))
+            return
         self.set_busy(CHECKING_PASSPHRASE if passphrase else "Joining…")
         self.backend.call_async(lambda peer: peer.join_group_async(gid, passphrase), on_result=self._joined,
                                 on_error=lambda exc: self.show_error(plain_error(exc)))

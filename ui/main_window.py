@@ -70,6 +70,7 @@ from .search_window import SearchWindow
 from .message_model import MessageRole, SearchRole, StoredThreadModel, ThreadRole
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
+from .controllers.team import TeamController
 from .controllers.joins import JoinController
 from .controllers.sessions import GroupSession, ReaderPlace, SessionController, member_names
 from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
@@ -162,6 +163,10 @@ class MainWindow(QMainWindow):
         self.side_panes_hidden = False  # while a direct conversation is shown
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
+        self.team_controller = TeamController(backend, self.selection, self.session_controller, self.dialog_parent,
+                                              self)
+        self.direct_controller.member_actions.append(self.team_controller.add_actions)
+        self.team_controller.compose_widgets = self.compose_widgets
         self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message,
                                           self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total
@@ -557,6 +562,8 @@ class MainWindow(QMainWindow):
                        self.search_action, self.time_action, self.back_action, expand, collapse, self.topic_action,
                        self.mentions_action, self.notify_menu.menuAction(), self.warnings_action):
             menu.addAction(action)
+        menu.addAction(self.team_controller.admins_only_action)
+        menu.aboutToShow.connect(self.team_controller.update_actions)
 
         menu = self.menuBar().addMenu("&View")
         self.pane_folds = PaneFolds(PANE_FOLD_WIDTHS)
@@ -733,6 +740,7 @@ class MainWindow(QMainWindow):
                        self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
                        self.notify_menu.menuAction()):
             action.setEnabled(enabled)
+        self.team_controller.removed_from(session)  # a group this peer was removed from: read only
         self.status_controller.show_warning_banner()
         if session is None:
             self.title_label.setText("No group")
@@ -1006,6 +1014,10 @@ class MainWindow(QMainWindow):
     # -- status -------------------------------------------------------------------------------
 
     # -- what the controllers ask of the view (their *View protocols) ----------------------------
+
+    def compose_widgets(self) -> list[QWidget]:
+        """What writing in the group shown takes: off in a group this peer was removed from."""
+        return [self.compose, self.send_button, self.attach_button]
 
     def dialog_parent(self) -> QWidget:
         return self
@@ -1551,6 +1563,10 @@ class MainWindow(QMainWindow):
             menu.addAction("Edit", lambda: self.compose_controller.start_edit(message.mid))
             menu.addSeparator()  # away from Edit: a slip of the pointer must not delete
             menu.addAction("Delete…", lambda: self.confirm_delete(message))
+        elif not message.deleted and self.current is not None and self.current.view is not None and \
+                self.current.view.roles.get(self.backend.pid) in ("owner", "admin"):
+            menu.addSeparator()
+            menu.addAction("Remove for everyone…", lambda: self.confirm_delete(message))
         return menu
 
     def focus_topic(self) -> None:
@@ -1578,9 +1594,12 @@ class MainWindow(QMainWindow):
 
     def confirm_delete(self, message: ChatMessage) -> bool:
         """Ask before deleting: a delete reaches every member and cannot be taken back."""
+        own = message.sender == self.backend.pid
+        whose = "your message" if own else f"{message.sender_name}'s message"
         box = QMessageBox(QMessageBox.Icon.Question, "Delete message",
-                          f"Delete your message “{snippet(message.text, 60)}” for everyone?", parent=self)
-        box.setInformativeText("Members will see “message deleted” in its place, and its replies stay. "
+                          f"Delete {whose} “{snippet(message.text, 60)}” for everyone?", parent=self)
+        shown = "“message deleted”" if own else "“removed by an admin” and your name"
+        box.setInformativeText(f"Members will see {shown} in its place, and its replies stay. "
                                "This cannot be undone.")
         delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
         box.addButton(QMessageBox.StandardButton.Cancel)

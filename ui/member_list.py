@@ -26,6 +26,8 @@ DUPLICATE_MARK = "⚠"
 # and a coloured badge on the member's icon.
 PRESENCE_MARKS = {"online": "●", "away": "◐", "offline": "○"}
 PRESENCE_COLOURS = {"online": "#2e9d4a", "away": "#d08a00", "offline": "#8a8a8a"}
+# The owner (the group's creator) and admins, said in the row: only they can remove members.
+ROLE_LABELS = {"owner": "owner", "admin": "admin"}
 
 
 def presence_legend() -> str:
@@ -101,15 +103,19 @@ def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, heade
     widget.addItem(header(f"In the group ({len(view.members)})"))
     for member in sorted(view.members, key=lambda m: (m.name.lower(), m.pid)):
         status = "online" if member.pid == me else status_of(member.pid)
-        text = f"{PRESENCE_MARKS[status]} {member_text(member, me, duplicates)}"
+        role = ROLE_LABELS.get(view.roles.get(member.pid, ""), "")
+        text = f"{PRESENCE_MARKS[status]} {member_text(member, me, duplicates)}" + (f"  · {role}" if role else "")
         tooltip = f"{member.name} is {status} (as heard by this peer)\n{member_tooltip(member, duplicates)}"
+        if role:
+            tooltip += f"\nThe group's {role}" + (" (its creator)" if role == "owner" else "")
         if member.pid in direct:
             text += f"  {DIRECT_MARK}"
             tooltip += ("\nReached directly: multicast does not get through between you, so what you send "
                         "goes to this member by unicast as well")
         item = QListWidgetItem(presence_icon(status), text)
         item.setToolTip(tooltip)
-        item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{member_text(member, me, duplicates)}, {status}")
+        item.setData(Qt.ItemDataRole.AccessibleTextRole,
+                     f"{member_text(member, me, duplicates)}, {status}" + (f", {role}" if role else ""))
         item.setData(Qt.ItemDataRole.UserRole, status)
         item.setData(MemberPidRole, member.pid)
         item.setData(MemberNameRole, member.name)
@@ -121,4 +127,13 @@ def fill_member_list(widget: QListWidget, view: GroupView | None, me: str, heade
             item.setFlags(Qt.ItemFlag.ItemIsEnabled)  # readable, not greyed out, not selectable
             item.setToolTip(member_tooltip(member, set(), left=True))
             item.setData(Qt.ItemDataRole.UserRole, "left")
+            widget.addItem(item)
+    if view.removed:
+        widget.addItem(header(f"Removed ({len(view.removed)})"))
+        for member in sorted(view.removed, key=lambda m: (m.name.lower(), m.pid)):
+            item = QListWidgetItem(icon("close"), f"{shown(member.name)} — removed")
+            item.setFlags(Qt.ItemFlag.ItemIsEnabled)
+            item.setToolTip(member_tooltip(member, set()) + "\nremoved by an owner or admin: every member refuses "
+                            "what they send")
+            item.setData(Qt.ItemDataRole.UserRole, "removed")
             widget.addItem(item)

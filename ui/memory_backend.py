@@ -213,6 +213,18 @@ class MemoryManager(rules.OperationCalls):
     async def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
         return self.join_group(gid, passphrase)
 
+    async def join_invite_async(self, text: str, passphrase: str | None = None) -> str:
+        """As GroupManager's: an invite with a one-time secret asks to be admitted instead."""
+        invite = self._run(lambda core: core.accept_invite(text, self.lan.now))
+        if not invite.secret or passphrase:
+            return self.join_group(invite.gid, passphrase)
+        self._run(lambda core: core.request_admission(invite.gid, invite.secret, self.lan.now))
+        self.lan.settle(5.0)
+        if invite.gid not in self.core.joined:
+            raise UsageError(f"no member of {invite.desc!r} admitted this peer: an invite works once")
+        self.listener(GroupsDiscovered([self.group(invite.gid)]))
+        return invite.gid
+
     async def find_invited_async(self, text: str) -> GroupView:
         """The group an invite names: everyone here hears multicast, so its peers need no probing."""
         invite = self._run(lambda core: core.accept_invite(text, self.lan.now))
@@ -255,6 +267,15 @@ class MemoryManager(rules.OperationCalls):
 
     def leave_group(self, gid: str) -> None:
         self._run(lambda core: core.leave(gid, self.lan.wall()))
+
+    def set_role(self, gid: str, pid: str, role: str) -> None:
+        self._run(lambda core: core.set_role(gid, pid, role, self.lan.now))
+
+    def set_admins_only(self, gid: str, on: bool) -> None:
+        self._run(lambda core: core.set_admins_only(gid, on, self.lan.now))
+
+    def remove_member(self, gid: str, pid: str) -> None:
+        self._run(lambda core: core.remove_member(gid, pid, self.lan.now))
 
     def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid:
         mid = self._run(lambda core: core.send(gid, text, parent, self.lan.now, self.lan.wall(), mentions))

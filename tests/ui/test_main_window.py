@@ -108,7 +108,7 @@ def test_time_ordered_view_and_filter(qtbot, window, backend):
 def test_members_pane_and_status_bar(qtbot, window, backend):
     session = open_lunch(qtbot, window, backend)
     names = [window.member_list.item(i).text() for i in range(window.member_list.count())]
-    assert names == ["In the group (4)", "● Ann", "● Bob", "● Cat", "● Dana (you)", "Left (1)",
+    assert names == ["In the group (4)", "● Ann  · owner", "● Bob", "● Cat", "● Dana (you)", "Left (1)",
                      "Eve — left the group"]
     assert window.peers_label.text() == "4 peers seen"  # Eve left the group, not the network
     assert "127.0.0.1" in window.address_label.text()

@@ -92,6 +92,8 @@ class DirectController(QObject):
         self.backend = backend
         self.view = view
         self.settings = settings
+        # More of the members pane's menu, (menu, pid, name) -> None: the group's role actions (team.py)
+        self.member_actions: list[Callable[[QMenu, str, str], None]] = []
         self.conversations: dict[str, Conversation] = {}
         self.current: Conversation | None = None
         # A message to show once its conversation's history has come (a search result), and what to
@@ -590,6 +592,8 @@ class DirectController(QObject):
             return None
         menu = QMenu(parent)
         self.message_action(menu, pid, item.data(MemberNameRole) or "")
+        for add in self.member_actions:  # the group's own: roles and removal (controllers/team.py)
+            add(menu, pid, item.data(MemberNameRole) or "")
         return menu
 
     def _member_menu(self, members: QListWidget, pos: QPoint) -> None:
