@@ -9,7 +9,7 @@ returns.  Only members multicast does not reach take part, and only once there a
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Iterable
+from typing import Callable, Iterable, cast
 
 from . import crypto, wire
 from .relay import Graft, IHave, MessageId, Prune, Push, RelayTree
@@ -152,22 +152,24 @@ class GroupRelay:
                 continue
             ranges = tuple((wire.writer_ref(writer), first, last) for writer, first, last in getattr(item, "ranges", ()))
             self._stamp = min(wire.MAX_STAMP, max(self._stamp + 1, int(wall * 1000)))
+            inner, writers = b"", cast(tuple[bytes, ...], ())
             if isinstance(item, Push):
                 cached = self._cache.get(item.mid)
                 if cached is None:
                     continue  # given way: the group's repair finds it
-                kind, extra = wire.MsgType.RELAY, {"inner": cached[1]}
+                kind, inner = wire.MsgType.RELAY, cached[1]
                 self.stats["relay_pushes_sent"] += 1
             elif isinstance(item, Prune):
-                kind, extra = wire.MsgType.PRUNE, {"writers": tuple(wire.writer_ref(w) for w in item.writers)}
+                kind, writers = wire.MsgType.PRUNE, tuple(wire.writer_ref(w) for w in item.writers)
             else:
-                kind, extra = (wire.MsgType.IHAVE if isinstance(item, IHave) else wire.MsgType.GRAFT), {}
-            data = wire.encode_relay(key, kind, self.identity.pid, self.gid, self._stamp, ranges=ranges, **extra)
+                kind = wire.MsgType.IHAVE if isinstance(item, IHave) else wire.MsgType.GRAFT
+            data = wire.encode_relay(key, kind, self.identity.pid, self.gid, self._stamp, ranges=ranges,
+                                     writers=writers, inner=inner)
             if kind is not wire.MsgType.RELAY:
                 self.stats["relay_control_sent"] += 1
                 self.stats["relay_control_bytes_sent"] += len(data)
-            else:
-                self.stats["relay_control_bytes_sent"] += len(data) - len(extra["inner"]) - wire.RELAY_OVERHEAD - 1
+            else:  # what rides on a push: its ranges
+                self.stats["relay_control_bytes_sent"] += len(data) - len(inner) - wire.RELAY_OVERHEAD - 1
             out.append((data, endpoint))
         return out
 
