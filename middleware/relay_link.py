@@ -8,10 +8,12 @@ returns.  Only members multicast does not reach take part, and only once there a
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from typing import Callable, Iterable, cast
 
 from . import crypto, wire
+from .addresses import Endpoint
 from .relay import Graft, IHave, MessageId, Prune, Push, RelayTree
 
 RELAY_MIN_MEMBERS = 8
@@ -25,8 +27,18 @@ no longer kept is still repaired by the group's NAK and sync)."""
 CACHE_FOR = 30.0
 """Seconds a relayed datagram is kept at most (announcements name the last 10 s: relay.RECENT_FOR)."""
 
+MAX_FLOODED = 4096
+"""Beacons (HEARTBEAT, GOODBYE) remembered as passed on, so one that comes back by another branch
+(two members' rings differing for a moment) goes no further."""
+
 REPLAY_WINDOW = 64
 """Stamps below a sender's highest that are still taken once (datagrams reordered on the way)."""
+
+
+STATS = ("relay_pushes_sent", "relay_beacons_sent", "relay_control_sent", "relay_control_bytes_sent", "relay_received",
+         "relay_replays_refused", "relay_unauthentic_dropped", "relay_garbage")
+"""Counters each group's relay keeps (``stats``; the peer core's ``stats`` sums them): control
+bytes count whole IHAVEs, GRAFTs and PRUNEs, and the ranges riding on a push."""
 
 
 class GroupRelay:
@@ -43,9 +55,9 @@ class GroupRelay:
         self._cached_bytes = 0
         self._seen: dict[str, tuple[int, set[int]]] = {}  # sender -> (highest stamp, stamps in the window)
         self._stamp = 0
-        self.stats = {"relay_pushes_sent": 0, "relay_control_sent": 0, "relay_control_bytes_sent": 0,
-                      "relay_received": 0, "relay_replays_refused": 0, "relay_unauthentic_dropped": 0,
-                      "relay_garbage": 0}
+        self._flooded: OrderedDict[bytes, None] = OrderedDict()
+        self._beacons: list[tuple[str, bytes]] = []  # (neighbour, a writer's beacon) to push
+        self.stats = dict.fromkeys(STATS, 0)
 
     @property
     def active(self) -> bool:
@@ -59,7 +71,8 @@ class GroupRelay:
         members = frozenset(members) - {self.identity.pid}
         if members != self.members:
             self.members = members
-            self.tree.set_members(sorted(members) if self.active else [], now)
+            # Below the threshold this peer writes no RELAY, but passes on what others push to it.
+            self.tree.set_members(sorted(members), now)
             for pid in set(self._keys) - members:
                 del self._keys[pid]
             for pid in set(self._seen) - members:
@@ -127,6 +140,21 @@ class GroupRelay:
         self._keep(mid, data, now)
         self.tree.publish(mid, now)
 
+    def flood(self, writer: str, data: bytes, sender: str | None) -> bool:
+        """``writer``'s signed beacon ``data`` (a HEARTBEAT or GOODBYE: presence, and its highest
+        seqno), from neighbour ``sender`` (None: written here), passed down ``writer``'s tree once,
+        best effort: beacons come again, so none is announced or pulled.  False if seen before."""
+        digest = hashlib.blake2s(data, digest_size=16).digest()
+        if digest in self._flooded:
+            return False
+        self._flooded[digest] = None
+        if len(self._flooded) > MAX_FLOODED:
+            self._flooded.popitem(last=False)
+        if self.members:
+            view = set(self.tree.view)
+            self._beacons += [(pid, data) for pid in self.tree.tree(writer)[1] if pid != sender and pid in view]
+        return True
+
     def garbage(self, sender: str, now: float) -> None:
         self.stats["relay_garbage"] += 1
         self.tree.garbage(sender, now)
@@ -140,12 +168,14 @@ class GroupRelay:
         return tuple(out)
 
     # -- what goes out ------------------------------------------------------------------------
-    def datagrams(self, wall: float, endpoint_of: Callable[[str], object | None],
-                  dh_of: Callable[[str], bytes | None]) -> list[tuple[bytes, object]]:
+    def datagrams(self, wall: float, endpoint_of: Callable[[str], Endpoint | None],
+                  dh_of: Callable[[str], bytes | None]) -> list[tuple[bytes, Endpoint]]:
         """The tree's pushes and control, encoded and tagged, each with its neighbour's proven
         endpoint (``endpoint_of``; none: not sent) and under the key from its record's ``dh_of``."""
         out = []
-        for pid, item in self.tree.datagrams_to_send():
+        beacons, self._beacons = self._beacons, []
+        items: list = [*self.tree.datagrams_to_send(), *beacons]
+        for pid, item in items:
             endpoint = endpoint_of(pid)
             key = self.key(pid, dh_of(pid))
             if endpoint is None or key is None:
@@ -153,7 +183,10 @@ class GroupRelay:
             ranges = tuple((wire.writer_ref(writer), first, last) for writer, first, last in getattr(item, "ranges", ()))
             self._stamp = min(wire.MAX_STAMP, max(self._stamp + 1, int(wall * 1000)))
             inner, writers = b"", cast(tuple[bytes, ...], ())
-            if isinstance(item, Push):
+            if isinstance(item, bytes):
+                kind, inner = wire.MsgType.RELAY, item
+                self.stats["relay_beacons_sent"] += 1
+            elif isinstance(item, Push):
                 cached = self._cache.get(item.mid)
                 if cached is None:
                     continue  # given way: the group's repair finds it
