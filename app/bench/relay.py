@@ -14,9 +14,9 @@ for again once the receiver sees the gap, within a heartbeat of up to 1 s, and t
 again).  Printed per run: the share of (message, member) pairs delivered among members up from the
 message's writing until 5 s later, p50/p99 delivery, the copies of a message each member uploads
 on average, the most a writer uploads of its own message (on average over its messages), and each
-member's control bytes a second: IHAVE, GRAFT, PRUNE and NAK cost ``CONTROL_HEADER`` bytes each plus
-``RANGE_BYTES`` a range, and an announcement riding on a push its ``RANGE_BYTES`` only (the wire
-format these assume is in protocol.md's "Relay trees").  Nothing here opens a socket.
+member's control bytes a second, sized as the wire makes them (wire.encode_relay): IHAVE, GRAFT,
+PRUNE and NAK cost ``CONTROL_HEADER`` bytes each plus :func:`range_bytes` a range (about 10), and an
+announcement riding on a push its ranges only.  Nothing here opens a socket.
 """
 
 from __future__ import annotations
@@ -27,13 +27,24 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from ...middleware import relay
+from ...middleware import relay, wire
 
-CONTROL_HEADER = 48
-"""msgpack framing, type, the sender's 8-byte ring position, an 8-byte group tag and a 16-byte HMAC
-tag under the two neighbours' pairwise key."""
-RANGE_BYTES = 12
-"""The writer's 4-byte ring position, the first seqno and a count, in msgpack."""
+CONTROL_HEADER = wire.RELAY_OVERHEAD + 1
+"""An IHAVE, GRAFT or PRUNE on the wire (wire.encode_relay): type, sender pid, group tag, stamp,
+the count of its ranges and the 16-byte tag under the two neighbours' pairwise key: 45 bytes."""
+SEQNO_BASE = 100_000
+"""Seqnos are sized as in a group that has lived a while (a 3-byte varint), not as the run's small ones."""
+
+
+def range_bytes(first: int, last: int) -> int:
+    """One range on the wire: the writer's 6-byte ref, the first seqno and the count, as varints."""
+    return wire.WRITER_REF_BYTES + _varint_bytes(first + SEQNO_BASE) + _varint_bytes(last - first)
+
+
+def _varint_bytes(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
 DETECT = 2.0
 DOWN_FOR = 10.0
 SETTLE = 5.0
@@ -163,8 +174,13 @@ class Lan:
 
 
 def control_size(item) -> int:
-    ranges = getattr(item, "ranges", ())
-    return CONTROL_HEADER + RANGE_BYTES * len(ranges)
+    if isinstance(item, relay.Prune):
+        return CONTROL_HEADER + wire.WRITER_REF_BYTES * len(item.writers)
+    return CONTROL_HEADER + riding_size(item)
+
+
+def riding_size(item) -> int:
+    return sum(range_bytes(first, last) for _, first, last in getattr(item, "ranges", ()))
 
 
 def run_tree(lan: Lan) -> Figures:
@@ -189,7 +205,7 @@ def run_tree(lan: Lan) -> Figures:
                 continue
             if isinstance(item, relay.Push):
                 lan.figures.copies += 1
-                lan.figures.control_bytes += RANGE_BYTES * len(item.ranges)
+                lan.figures.control_bytes += riding_size(item)
                 if item.mid[0] == pid and item.mid in lan.own_copies:
                     lan.own_copies[item.mid] += 1
                 lan.link(now, "push", to, item, pid)

@@ -129,3 +129,17 @@ def test_stamps_reordered_within_the_window_are_taken_once_and_older_ones_never(
 
     assert take(100) and take(90) and not take(90) and take(101) and take(99)
     assert not take(100 - 64) and not take(5)
+
+
+def test_the_simulators_control_sizes_are_the_wires():
+    from m2mc.app.bench import relay as bench
+    from m2mc.middleware.relay import IHave, Prune
+
+    k = key(ANN, BOB)
+    writers = [ANN.pid, BOB.pid, EVE.pid]
+    ranges = ((ANN.pid, 1, 1), (BOB.pid, 3, 9), (EVE.pid, 200, 200))
+    on_wire = tuple((wire.writer_ref(w), first + bench.SEQNO_BASE, last + bench.SEQNO_BASE) for w, first, last in ranges)
+    assert bench.control_size(IHave(ranges)) == len(
+        wire.encode_relay(k, wire.MsgType.IHAVE, ANN.pid, GID, 2**45, ranges=on_wire))
+    assert bench.control_size(Prune(tuple(writers))) == len(
+        wire.encode_relay(k, wire.MsgType.PRUNE, ANN.pid, GID, 2**45, writers=tuple(map(wire.writer_ref, writers))))
