@@ -1157,7 +1157,13 @@ class PeerCore:
     def _relay_members(self, record: GroupRecord, relaying: list[str], now: float) -> list[str]:
         """Who relays ``record``'s group with this peer: of the proven members multicast does not
         reach (``relaying``), the group's current ones heard lately (in the group, or proving
-        their endpoint), with a direct-message key."""
+        their endpoint), with a direct-message key.  None while any member's multicast reaches
+        this peer: then the group spans subnets, whose two sides would make rings of each
+        other's members that disagree, so each gets the writer's copy as before (protocol.md,
+        "Relay trees": relaying across subnets is not built yet)."""
+        if any(pid != self.pid and self.reach.heard_by_multicast(pid, now) for pid in record.members
+               if record.is_current(pid)):
+            return []
         out = []
         for pid in relaying:
             member = record.members.get(pid)

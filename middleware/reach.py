@@ -373,6 +373,10 @@ class Reach:
         the members a group's relay tree is made of, where copies no longer go one from each writer."""
         return [peer.pid for peer in self._peers.values() if self._gets_copies(peer, now) and self.is_member(peer.pid)]
 
+    def heard_by_multicast(self, pid: str, now: float) -> bool:
+        """Whether ``pid``'s multicast has reached this peer lately."""
+        return not self._unheard(pid, now)
+
     def last_heard(self, pid: str) -> float | None:
         """When proven ``pid`` last proved itself or said something fresh (None: not proven)."""
         peer = self._peers.get(pid)

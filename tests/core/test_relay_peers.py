@@ -230,3 +230,18 @@ def test_a_stranger_cannot_make_a_member_push_or_prune():
                                                    path="unicast"))
     assert victim.core.stats_dict()["not_member_dropped"] == stats["not_member_dropped"] + 2
     assert not any(kind.startswith("RELAY") for kind in lan.counts[victim.name] - before)
+
+
+def test_a_group_where_some_members_multicast_arrives_uses_no_tree_until_subnet_relays_are_built():
+    lan, gid = make_lan(10, seed=19)
+    node, neighbour = lan.nodes[2], lan.nodes[3]
+    assert node.core.joined[gid].relay.active
+    lan.run(node, lambda core: core.reach.heard(neighbour.pid, None, "multicast", lan.now))  # one on its subnet
+    assert not node.core.joined[gid].relay.active
+    before = Counter(lan.counts[node.name])
+    texts = write(lan, gid, 2, writers=[node])
+    lan.settle(2.0)
+    # (the neighbour, taken for one on the same subnet, would have it by multicast: dropped here)
+    assert delivered_everywhere(lan, gid, texts, skip=(neighbour.name,)) == []
+    sent = lan.counts[node.name] - before
+    assert sent["RELAY own DATA_BATCH"] == 0 and sent["copy DATA_BATCH"] == 2 * 8

@@ -7,6 +7,7 @@ set past any group), so the same run measures today's copy from each writer to e
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -38,8 +39,6 @@ class ArrivalPeer(PeerProcess):
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            import json
-
             message = json.loads(line)
             with self._cond:
                 if type(message) is list:
@@ -143,7 +142,9 @@ def sends(peers: list[PeerProcess], gid: str, writers: int, rate: float, seconds
             time.sleep(pause)
         text = f"{tag} {i} {time.time():.6f}"
         peer = peers[i % writers]
-        peer.request("send", {"gid": gid, "text": text, "parent": None}, timeout=30)
+        # Not waiting for the answer: a loaded machine's round trip would set the rate, not ``rate``.
+        peer.send_raw(json.dumps({"jsonrpc": "2.0", "id": next(peer._ids), "method": "send",
+                                  "params": {"gid": gid, "text": text, "parent": None}}).encode())
         texts.append(text)
     return texts
 
