@@ -91,6 +91,23 @@ class Identity:
         direct_key = _direct_private_key(bytes(signing_key))
         self.direct_public = bytes(direct_key.public_key)
         self._direct_box = nacl.public.SealedBox(direct_key)
+        self._direct_secret = bytes(direct_key)
+
+    def relay_key(self, gid: str, peer_pid: str, peer_dh: bytes) -> bytes | None:
+        """The key this peer and ``peer_pid`` share for their relay control in ``gid`` (X25519 of
+        the two members' signed direct-message keys, hashed with the group and both pids), or
+        None when ``peer_dh`` is no usable X25519 key.  Either side computes the same key."""
+        if len(peer_dh) != PUBLIC_KEY_BYTES:
+            return None
+        try:
+            shared = nacl.bindings.crypto_scalarmult(self._direct_secret, peer_dh)
+        except (nacl.exceptions.CryptoError, nacl.exceptions.RuntimeError, ValueError, TypeError):
+            return None  # libsodium refuses a shared secret of zero (a low-order point)
+        if shared == bytes(len(shared)):
+            return None
+        low, high = sorted((self.pid, peer_pid))
+        return hashlib.blake2b(b"\x00".join((shared, gid.encode(), low.encode(), high.encode())),
+                               digest_size=32, person=b"m2mc-relay-key").digest()
 
     @classmethod
     def generate(cls) -> Identity:

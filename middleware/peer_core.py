@@ -47,6 +47,7 @@ from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinU
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import OFFLINE_AFTER, ONLINE, Presence
 from .reach import BROADCAST_GRACE, Reach, hint_refused
+from .relay_link import STATS as RELAY_STATS, GroupRelay
 from .ses import Ses
 from .store_api import PeerStore, SearchHit, StoredThread
 from .events import (Event, GroupCreated, GroupsDiscovered, MemberRemoved, MessagesDelivered, MessagesUpdated,
@@ -70,6 +71,8 @@ _TEAM_PLAIN = (wire.Rekey, wire.KeyRequest, wire.Admit)
 _TEAM_MESSAGES = (wire.Roles, *_TEAM_PLAIN)
 MAX_HELD_DATAGRAMS = 512  # per group while sending is held; past it the oldest go (repair recovers them)
 TEAM_SETTING = "team:"  # + gid: a group's roles, epoch keys and re-key parts (GroupTeam.to_bytes)
+# What a group's relay tree carries (relay_link): chat, pushed and announced; beacons, passed down once.
+_RELAYED = (wire.DataBatch, wire.Heartbeat, wire.Goodbye)
 
 
 class Datagram(NamedTuple):
@@ -91,6 +94,7 @@ class JoinedGroup:
     operations: GroupOperations | None = None  # built from the store on first use (PeerCore.ops)
     seqno_to_save: bool = False  # composed since the last commit: the next seqno is stored with it
     announce_due: bool = False  # its membership changed: the zeroconf announcement is stale
+    relay: GroupRelay | None = None  # its relay tree, for the members multicast does not reach
 
 
 @dataclass
@@ -890,7 +894,7 @@ class PeerCore:
             team = self.teams[gid] = GroupTeam(gid, self._owner(record), self.identity, key, None, confirmed)
         elif not confirmed:
             team.unconfirm()
-        self.joined[gid] = JoinedGroup(channel, team.keys, team)
+        self.joined[gid] = JoinedGroup(channel, team.keys, team, relay=GroupRelay(self.identity, gid))
         self.presence.opened(gid, self._wall_now if sync_at is None else sync_at)
         if sync_at is not None:
             channel.start_sync(sync_at, wall)
@@ -907,6 +911,9 @@ class PeerCore:
         ``path``: "multicast" (``control`` if it came to the control address, else to a
         group's), "broadcast" (to the control port), or "unicast" (to this peer's endpoint,
         where the message's type says which channel it is for)."""
+        if wire.is_relay(data):
+            self._receive_relay(data, now, wall, path)
+            return
         try:
             sealed = wire.direct_payload(data)
         except wire.WireError:
@@ -1040,6 +1047,72 @@ class PeerCore:
         self.removed_dropped += len(message.messages) - len(kept)
         return replace(message, messages=kept) if kept or isinstance(message, wire.SyncResp) else None
 
+    def _receive_relay(self, data: bytes, now: float, wall: float, path: str) -> None:
+        """A relay-tree datagram (RELAY, IHAVE, GRAFT, PRUNE: :mod:`.relay_link`).  Taken only by
+        unicast, from a member this peer relays with in one of its groups, authentic under their
+        pairwise key and fresh; anyone else's costs a parse and a look-up.  Its source address
+        moves nothing: reach learns endpoints from HELLOs and envelopes, never from relaying."""
+        self.stats.datagrams_in += 1
+        self.stats.bytes_in += len(data)
+        try:
+            if path != "unicast":
+                raise wire.WireError("relay-tree datagrams go by unicast only")
+            parsed = wire.parse_relay(data)
+        except wire.WireError as exc:
+            self.stats.malformed_dropped += 1
+            log.debug("dropped malformed relay datagram: %s", exc)
+            return
+        joined = next((j for j in self.joined.values() if j.relay is not None and j.relay.tag == parsed.group_tag),
+                      None)
+        if joined is None or joined.relay is None:
+            self.stats.not_member_dropped += 1
+            return
+        relay, sender = joined.relay, parsed.sender
+        record = self.gjlp.groups[relay.gid]
+        member = record.members.get(sender)
+        if member is None or not record.is_current(sender) or not relay.accept(parsed, data, member.dh):
+            self.stats.not_member_dropped += 1
+            return
+        self._set_wall(now, wall)
+
+        def current() -> list[str]:
+            return [m.pid for m in record.current()]
+
+        if parsed.type is wire.MsgType.RELAY:
+            self._relayed(joined, relay, parsed.inner, sender, now, wall)
+        if parsed.type is wire.MsgType.PRUNE:
+            writers = tuple(pid for pid in (relay.resolve(w, current) for w in parsed.writers) if pid is not None)
+            relay.tree.prune(writers, sender)
+            return
+        ranges = relay.ranges(parsed.ranges, current)
+        if parsed.type is wire.MsgType.GRAFT:
+            if sender in relay.tree.view:  # only a neighbour may ask for pushes (and get them answered)
+                relay.tree.graft(ranges, sender, now)
+        elif ranges:
+            relay.tree.ihave(ranges, sender, now)
+
+    def _relayed(self, joined: JoinedGroup, relay: GroupRelay, inner: bytes, sender: str, now: float,
+                 wall: float) -> None:
+        """A writer's datagram that neighbour ``sender`` pushed along the tree: taken as if it had
+        come from its writer (whose signature it carries), and pushed on to this peer's children."""
+        if wire.sent_by(inner, self._pid_bytes):
+            return  # our own, back: nothing to deliver or pass on
+        envelope = self._decode(inner, now, counted=False)
+        if envelope is None or not isinstance(envelope.message, _RELAYED) or envelope.message.gid != relay.gid:
+            relay.garbage(sender, now)  # the neighbour relays what no member wrote: it loses its place
+            return
+        writer = envelope.sender
+        if not self.gjlp.groups[relay.gid].is_current(writer):
+            self.stats.not_member_dropped += 1  # a stranger's, or one this peer does not count yet: not passed on
+            return
+        message = envelope.message
+        if isinstance(message, wire.DataBatch):
+            if self._take(envelope, "relay", False, now, wall):
+                self._heard(writer, now)
+            relay.received((writer, message.items[0][0]), inner, sender, now)
+        elif relay.flood(writer, inner, sender) and self._take(envelope, "relay", False, now, wall):
+            self._heard(writer, now)
+
     def _record_counter(self, gid: str, pid: str) -> int:
         """The counter of ``pid``'s current member record in ``gid`` (0 if none, or if it left)."""
         record = self.gjlp.groups.get(gid)
@@ -1096,9 +1169,10 @@ class PeerCore:
         joined = self.joined.get(gid)
         return None if joined is None else joined.cipher
 
-    def _decode(self, data: bytes, now: float) -> wire.Envelope | None:
-        self.stats.datagrams_in += 1
-        self.stats.bytes_in += len(data)
+    def _decode(self, data: bytes, now: float, counted: bool = True) -> wire.Envelope | None:
+        if counted:
+            self.stats.datagrams_in += 1
+            self.stats.bytes_in += len(data)
         if wire.sent_by(data, self._pid_bytes):
             self.stats.own_looped_back += 1  # multicast loop echoes our own datagrams
             return None
@@ -1128,7 +1202,8 @@ class PeerCore:
                                  self.reach.get_timer(), self._broadcast_at, self.direct.get_timer(),
                                  *(g.team.confirm_deadline() for g in self.joined.values() if g.team is not None),
                                  *(g.team.get_timer() for g in self.joined.values() if g.team is not None),
-                                 *(at for _, at in self._admissions.values()))
+                                 *(at for _, at in self._admissions.values()),
+                                 *(g.relay.get_timer() for g in self.joined.values() if g.relay is not None))
                      if d is not None]
         return min(deadlines) if deadlines else None
 
@@ -1142,6 +1217,8 @@ class PeerCore:
             joined.channel.handle_timer(now)
             if joined.team is not None:
                 joined.team.handle_timer(now)
+            if joined.relay is not None:
+                joined.relay.handle_timer(now)
         self.direct.handle_timer(now)
 
     # -- output -----------------------------------------------------------------------
@@ -1178,6 +1255,7 @@ class PeerCore:
             staged.append(Datagram(wire.encode(self.identity, handshake), endpoint))
         # Peers that multicast does not reach get a unicast copy of what goes to multicast.
         unicast = self.reach.unicast_peers(now)
+        relaying = self.reach.unicast_members(now) if self.joined else []
         broadcast = self._broadcast_due
         for message in self.gjlp.datagrams_to_send():
             try:
@@ -1217,6 +1295,13 @@ class PeerCore:
             record = self.gjlp.groups[gid]
             destination = GroupAddress(record.addr, record.port)
             members_by_unicast = [endpoint for pid, endpoint in unicast if record.is_current(pid)]
+            relay = joined.relay
+            tree_copies = members_by_unicast
+            if relay is not None:
+                relay.set_members(self._relay_members(record, relaying, now), now)
+                if relay.active:  # the tree carries chat to its members; the rest get copies as before
+                    tree_copies = [endpoint for pid, endpoint in unicast
+                                   if record.is_current(pid) and pid not in relay.members]
             channel.group_size = max(1, len(record.current()))
             outbox = channel.datagrams_to_send(now)
             if any(type(m) in _FRESH_EVIDENCE for m in outbox):
@@ -1257,9 +1342,19 @@ class PeerCore:
                     log.warning("not sent: %s", exc)
                     continue
                 staged.append(Datagram(data, destination))
-                if members_by_unicast:
-                    staged += [Datagram(data, endpoint) for endpoint in members_by_unicast]
-                    self.unicast_copies += len(members_by_unicast)
+                copies = members_by_unicast
+                if relay is not None and relay.active and type(message) in _RELAYED:
+                    if type(message) is wire.DataBatch:
+                        relay.publish((self.pid, message.items[0][0]), data, now)
+                    else:
+                        relay.flood(self.pid, data, None)
+                    copies = tree_copies
+                if copies:
+                    staged += [Datagram(data, endpoint) for endpoint in copies]
+                    self.unicast_copies += len(copies)
+            if relay is not None:
+                staged += [Datagram(data, endpoint) for data, endpoint in
+                           relay.datagrams(self._wall_at(now), self.reach.endpoint, functools.partial(_dh_of, record))]
             deliveries += channel.deliveries()
             events_now = channel.events()
             channel_events += events_now
@@ -1334,6 +1429,24 @@ class PeerCore:
                 log.warning("group %s: %s", news.gid, warning)
                 self._events.append(WarningRaised(news.gid, warning))
         return len(stored)
+
+    def _relay_members(self, record: GroupRecord, relaying: list[str], now: float) -> list[str]:
+        """Who relays ``record``'s group with this peer: of the proven members multicast does not
+        reach (``relaying``), the group's current ones heard lately (in the group, or proving
+        their endpoint), with a direct-message key.  None while any member's multicast reaches
+        this peer: then the group spans subnets, whose two sides would make rings of each
+        other's members that disagree, so each gets the writer's copy as before (protocol.md,
+        "Relay trees": relaying across subnets is not built yet)."""
+        if any(pid != self.pid and self.reach.heard_by_multicast(pid, now) for pid in record.members
+               if record.is_current(pid)):
+            return []
+        out = []
+        for pid in relaying:
+            member = record.members.get(pid)
+            last = max(self.presence.last_heard(pid) or -1e18, self.reach.last_heard(pid) or -1e18)
+            if member is not None and member.dh and record.is_current(pid) and now - last <= OFFLINE_AFTER:
+                out.append(pid)
+        return out
 
     def _tell(self, gid: str, delivered: list[ChatMessage]) -> None:
         """Chat messages to the listener; operations to the group's OBG core, and what they changed."""
@@ -1500,6 +1613,10 @@ class PeerCore:
             "admissions_refused": sum(t.admissions_refused for t in self.teams.values()),
             "sender_names_differing": self.sender_names_differing,
             "unicast_copies": self.unicast_copies,
+            **{key: sum(j.relay.stats[key] for j in self.joined.values() if j.relay is not None)
+               for key in RELAY_STATS},
+            "relay_members": sum(len(j.relay.members) for j in self.joined.values()
+                                 if j.relay is not None and j.relay.active),
             "hellos_refused": self.reach.hellos_refused,
             "hints_refused": self.reach.hints_refused,
             "presence_stale_dropped": self.presence.stale_dropped,
@@ -1510,6 +1627,11 @@ class PeerCore:
             "storage_error": self.storage_error,
             "unstored": len(self._unstored),
         }
+
+
+def _dh_of(record: GroupRecord, pid: str) -> bytes | None:
+    member = record.members.get(pid)
+    return None if member is None else member.dh
 
 
 def _unacknowledged_warning(desc: str, full: bool) -> str:

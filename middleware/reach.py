@@ -368,6 +368,20 @@ class Reach:
                     strangers.append((peer.pid, peer.endpoint))
         return (members + strangers)[:MAX_UNICAST_COPIES]
 
+    def unicast_members(self, now: float) -> list[str]:
+        """Every proven member that gets unicast copies (:meth:`unicast_peers` without its cap):
+        the members a group's relay tree is made of, where copies no longer go one from each writer."""
+        return [peer.pid for peer in self._peers.values() if self._gets_copies(peer, now) and self.is_member(peer.pid)]
+
+    def heard_by_multicast(self, pid: str, now: float) -> bool:
+        """Whether ``pid``'s multicast has reached this peer lately."""
+        return not self._unheard(pid, now)
+
+    def last_heard(self, pid: str) -> float | None:
+        """When proven ``pid`` last proved itself or said something fresh (None: not proven)."""
+        peer = self._peers.get(pid)
+        return None if peer is None else peer.last_heard
+
     def path(self, pid: str, now: float) -> str | None:
         """"unicast" for a proven peer that gets unicast copies, "multicast" for one heard by
         multicast, else None (this peer does not know how to reach it)."""

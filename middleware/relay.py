@@ -333,8 +333,9 @@ class RelayTree:
             self._pruned.setdefault(writer, set()).add(sender)
 
     def garbage(self, sender: str, now: float) -> None:
-        """``sender`` pushed a datagram that failed verification."""
-        self._strike(sender, now, STRIKES)
+        """``sender`` pushed a datagram that failed verification: no loss makes one (the pairwise
+        tag held), so it is shut out at once, whatever it relayed well before."""
+        self._strike(sender, now, max(STRIKES, self._tally(sender)[0] + 1))
 
     # --- time ---------------------------------------------------------------------------------
     def get_timer(self) -> float | None:

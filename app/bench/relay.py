@@ -2,6 +2,9 @@
 
     .venv/bin/python -m m2mc.app.bench.relay [--members 50,200,1000] [--seconds 60] [--rate 20]
         [--loss 0.05] [--churn 0.10] [--seed 1]
+    sudo .venv/bin/python -m m2mc.app.bench.relay --lan [--peers 20] [--rate 100] [--seconds 10] [--writers 4]
+
+``--lan`` runs real m2mc-peers on a namespace LAN instead (see :func:`lan_run`).
 
 A group whose members multicast does not reach: every datagram is unicast, each link delays it
 1-5 ms and loses ``--loss`` of them, and ``--churn`` of the members crash each minute (each comes
@@ -14,9 +17,9 @@ for again once the receiver sees the gap, within a heartbeat of up to 1 s, and t
 again).  Printed per run: the share of (message, member) pairs delivered among members up from the
 message's writing until 5 s later, p50/p99 delivery, the copies of a message each member uploads
 on average, the most a writer uploads of its own message (on average over its messages), and each
-member's control bytes a second: IHAVE, GRAFT, PRUNE and NAK cost ``CONTROL_HEADER`` bytes each plus
-``RANGE_BYTES`` a range, and an announcement riding on a push its ``RANGE_BYTES`` only (the wire
-format these assume is in protocol.md's "Relay trees").  Nothing here opens a socket.
+member's control bytes a second, sized as the wire makes them (wire.encode_relay): IHAVE, GRAFT,
+PRUNE and NAK cost ``CONTROL_HEADER`` bytes each plus :func:`range_bytes` a range (about 10), and an
+announcement riding on a push its ranges only.  Nothing here opens a socket.
 """
 
 from __future__ import annotations
@@ -25,15 +28,27 @@ import argparse
 import heapq
 import random
 import statistics
+import sys
 from dataclasses import dataclass, field
 
-from ...middleware import relay
+from ...middleware import relay, wire
 
-CONTROL_HEADER = 48
-"""msgpack framing, type, the sender's 8-byte ring position, an 8-byte group tag and a 16-byte HMAC
-tag under the two neighbours' pairwise key."""
-RANGE_BYTES = 12
-"""The writer's 4-byte ring position, the first seqno and a count, in msgpack."""
+CONTROL_HEADER = wire.RELAY_OVERHEAD + 1
+"""An IHAVE, GRAFT or PRUNE on the wire (wire.encode_relay): type, sender pid, group tag, stamp,
+the count of its ranges and the 16-byte tag under the two neighbours' pairwise key: 45 bytes."""
+SEQNO_BASE = 100_000
+"""Seqnos are sized as in a group that has lived a while (a 3-byte varint), not as the run's small ones."""
+
+
+def range_bytes(first: int, last: int) -> int:
+    """One range on the wire: the writer's 6-byte ref, the first seqno and the count, as varints."""
+    return wire.WRITER_REF_BYTES + _varint_bytes(first + SEQNO_BASE) + _varint_bytes(last - first)
+
+
+def _varint_bytes(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
 DETECT = 2.0
 DOWN_FOR = 10.0
 SETTLE = 5.0
@@ -163,8 +178,13 @@ class Lan:
 
 
 def control_size(item) -> int:
-    ranges = getattr(item, "ranges", ())
-    return CONTROL_HEADER + RANGE_BYTES * len(ranges)
+    if isinstance(item, relay.Prune):
+        return CONTROL_HEADER + wire.WRITER_REF_BYTES * len(item.writers)
+    return CONTROL_HEADER + riding_size(item)
+
+
+def riding_size(item) -> int:
+    return sum(range_bytes(first, last) for _, first, last in getattr(item, "ranges", ()))
 
 
 def run_tree(lan: Lan) -> Figures:
@@ -189,7 +209,7 @@ def run_tree(lan: Lan) -> Figures:
                 continue
             if isinstance(item, relay.Push):
                 lan.figures.copies += 1
-                lan.figures.control_bytes += RANGE_BYTES * len(item.ranges)
+                lan.figures.control_bytes += riding_size(item)
                 if item.mid[0] == pid and item.mid in lan.own_copies:
                     lan.own_copies[item.mid] += 1
                 lan.link(now, "push", to, item, pid)
@@ -298,6 +318,57 @@ def compare(members: int, seconds: float, rate: float, loss: float, churn: float
     return out
 
 
+def lan_run(peers: int, rate: float, seconds: float, writers: int, fanout: bool) -> str:
+    """``peers`` real m2mc-peers in one group on a namespace LAN with multicast dropped on every host
+    (tests/testbed/relay_lan.py), ``writers`` of them sending ``rate`` messages a second in all for
+    ``seconds``: bytes and datagrams each host sent a message (the ``stats`` call's ``bytes_out``
+    and ``datagrams_out``, everything included: relays, announcements, beacons, repairs), the
+    writers' own, delivered msg/s at each receiver (from the first send to its last delivery) and
+    the latency from the send call to the delivery notification (the hosts share one clock)."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import importlib
+
+    # The test bed lives beside the package, in the checkout (not type-checked with it).
+    testbed = importlib.import_module("tests.testbed.relay_lan")
+    RelayLan, latencies, sends = testbed.RelayLan, testbed.latencies, testbed.sends
+
+    with tempfile.TemporaryDirectory(prefix="m2mc-relay-") as tmp:
+        lan = RelayLan(Path(tmp), peers, fanout=fanout, timeout=120)
+        try:
+            if not fanout:
+                lan.wait_relaying(timeout=120)
+            time.sleep(2.0)  # the joins' syncs and first beacons settle
+            before = lan.stats()
+            began = time.time()
+            texts = sends(lan.peers, lan.gid, writers, rate, seconds, "bench")
+            wanted = set(texts)
+            for peer in lan.peers:
+                peer.wait_for(lambda p=peer: wanted <= {m["text"] for m in p.delivered(lan.gid)}, timeout=120,
+                              what="every message")
+            after = lan.stats()
+            delivered = sum(1 for peer in lan.peers for text in texts if text in peer.arrived)
+            rates = [sum(1 for t in texts if t in peer.arrived) / max(1e-9, max(peer.arrived[t] for t in texts) - began)
+                     for peer in lan.peers[writers:]]
+        finally:
+            lan.close()
+    n = len(texts)
+    counted = ("relay_pushes_sent", "relay_beacons_sent", "relay_control_sent", "unicast_copies", "naks_sent",
+               "repairs_sent")
+    parts = ", ".join(f"{key} {sum(a[key] - b[key] for a, b in zip(after, before)) / n:.2f}" for key in counted)
+    spent = [(a["bytes_out"] - b["bytes_out"], a["datagrams_out"] - b["datagrams_out"]) for a, b in zip(after, before)]
+    lat = sorted(latencies(lan.peers, texts, writers))
+    writer_bytes = sum(b for b, _ in spent[:writers]) / n
+    return (f"{'fanout' if fanout else 'tree':<6} {peers} peers, {rate:.0f} msg/s for {seconds:.0f} s from {writers} "
+            f"writers: delivered {delivered}/{n * peers}; sent a host a message {sum(b for b, _ in spent) / (n * peers):.0f} B "
+            f"in {sum(d for _, d in spent) / (n * peers):.2f} datagrams (the most a host {max(b for b, _ in spent) / n:.0f} B), "
+            f"the writers' {writer_bytes:.0f} B a message written; delivered {statistics.mean(rates):.1f} msg/s a "
+            f"receiver; latency p50 {1000 * lat[len(lat) // 2]:.0f} ms, p99 {1000 * lat[int(0.99 * len(lat))]:.0f} ms"
+            f"; a message written, in all: {parts}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m m2mc.app.bench.relay", description=__doc__.split("\n")[0])
     parser.add_argument("--members", default="50,200,1000")
@@ -308,7 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--silent", type=int, default=0,
                         help="members that announce everything and relay nothing (tree runs only)")
+    parser.add_argument("--lan", action="store_true", help="real m2mc-peers on a namespace LAN (needs root)")
+    parser.add_argument("--peers", type=int, default=20)
+    parser.add_argument("--writers", type=int, default=4)
     args = parser.parse_args(argv)
+    if args.lan:
+        rate = args.rate if "--rate" in (argv or sys.argv) else 100.0
+        seconds = args.seconds if "--seconds" in (argv or sys.argv) else 10.0
+        for fanout in (False, True):
+            print(lan_run(args.peers, rate, seconds, args.writers, fanout), flush=True)
+        return 0
     for members in (int(n) for n in args.members.split(",")):
         compare(members, args.seconds, args.rate, args.loss, args.churn, args.seed, args.silent)
     return 0
