@@ -843,13 +843,13 @@ class MainWindow(QMainWindow):
         view = self.current_view()
         if (session is not None and value >= view.verticalScrollBar().maximum() - AT_END and value > 0
                 and not self._placing and not self.view_filter.active):
-            QTimer.singleShot(0, self._let_older_go)
+            QTimer.singleShot(0, view, self._let_older_go)  # dropped if the view goes first (the window closing)
         if (session is None or session.thread is not None or not session.opened or session.loading_older
                 or self._placing or self.sender() is not view.verticalScrollBar() or value > SCROLL_BACK_MARGIN):
             return
         hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
         if hidden or not session.history_complete:
-            QTimer.singleShot(0, self.show_older)  # not inside the scroll bar's own signal
+            QTimer.singleShot(0, view, self.show_older)  # not inside the scroll bar's own signal
 
     def _let_older_go(self) -> None:
         session = self.current
