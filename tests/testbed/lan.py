@@ -96,7 +96,11 @@ class PeerProcess:
                     self.notifications.append(message)
                     if message.get("method") == "delivered":
                         self._delivered.setdefault(message["params"]["gid"], []).append(message["params"])
+                        self.on_delivered(message["params"])
                 self._cond.notify_all()
+
+    def on_delivered(self, params: dict) -> None:
+        """A ``delivered`` notification, just read (under the lock): for subclasses that note more."""
 
     def request(self, method: str, params: dict | None = None, timeout: float = 10) -> dict:
         """Send a request and return the whole response object (result or error)."""

@@ -37,21 +37,8 @@ class ArrivalPeer(PeerProcess):
         self.arrived: dict[str, float] = {}
         super().start()
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            message = json.loads(line)
-            with self._cond:
-                if type(message) is list:
-                    self.batches.append(message)
-                elif "id" in message:
-                    self._responses[message["id"]] = message
-                else:
-                    self.notifications.append(message)
-                    if message.get("method") == "delivered":
-                        params = message["params"]
-                        self._delivered.setdefault(params["gid"], []).append(params)
-                        self.arrived.setdefault(params["text"], time.time())
-                self._cond.notify_all()
+    def on_delivered(self, params: dict) -> None:
+        self.arrived.setdefault(params["text"], time.time())
 
 
 class RelayLan:
