@@ -21,7 +21,9 @@ Which address, by what the user asked for:
   LAN that comes up (from loopback too, where it started with none).
 
 A datagram that cannot be sent is not silent: when a watch period saw send failures and no
-send succeed, the peer is offline with the failure's cause until a send succeeds.  A gap in the
+send succeed, the peer is offline with the failure's cause until a send succeeds.  An address
+that vanishes is "reconnecting" for :data:`OFFLINE_GRACE` before it is offline: a DHCP renewal
+removes the old address a moment before it adds the new, and that moment is no outage.  A gap in the
 watch's ticks longer than :data:`SLEEP_GAP` is a sleep (the machine's, or the process stopped):
 the peer resyncs every group at once.
 """
@@ -38,6 +40,9 @@ from .netif import InterfaceInfo
 WATCH_INTERVAL = 0.5  # seconds between looks at the interfaces
 # A tick this late means the loop did not run: the machine slept or the process was stopped.
 SLEEP_GAP = 5.0
+# How long no usable address is "reconnecting" before it is "offline": longer than a DHCP client's
+# gap between removing an address and adding the next, shorter than a user's patience.
+OFFLINE_GRACE = 1.0
 
 CONNECTED = "connected"
 RECONNECTING = "reconnecting"
@@ -85,6 +90,7 @@ class NetworkFollower:
         self._moving: tuple[str, str] | None = None  # a Move handed out, not yet bound
         self._present = True  # the address in use was on the host at the last look
         self._last_tick: float | None = None
+        self._lost_at: float | None = None  # when a look first found no address to use
         self._events: list[NetworkChanged] = []
 
     # -- what the adapter tells it -----------------------------------------------------
@@ -119,9 +125,15 @@ class NetworkFollower:
         present = any((i.name, i.address) == current for i in interfaces)
         if target is None:
             self._present = present
+            if self._lost_at is None:
+                self._lost_at = now
             if self._moving is None:
-                self._set(OFFLINE, why_none)
+                if self.state != OFFLINE and now - self._lost_at < OFFLINE_GRACE:
+                    self._set(RECONNECTING, "")  # "Reconnecting…": where to is not known yet
+                else:
+                    self._set(OFFLINE, why_none)
             return actions
+        self._lost_at = None
         if (target.name, target.address) != current or not self._present:
             # A new address, another interface, or the same one back after it was gone (its
             # memberships went with it): bind afresh.

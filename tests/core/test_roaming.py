@@ -7,7 +7,8 @@ from m2mc.middleware import netif
 from m2mc.middleware.events import NetworkChanged
 from m2mc.middleware.netif import InterfaceInfo, interface_kind
 from m2mc.middleware.reach import Reach
-from m2mc.middleware.roaming import CONNECTED, OFFLINE, RECONNECTING, SLEEP_GAP, Move, NetworkFollower, Resync
+from m2mc.middleware.roaming import (CONNECTED, OFFLINE, OFFLINE_GRACE, RECONNECTING, SLEEP_GAP, Move, NetworkFollower,
+                                     Resync)
 from m2mc.middleware import wire
 from m2mc.middleware.addresses import Endpoint
 
@@ -56,18 +57,31 @@ def test_the_default_route_s_lan_is_preferred_when_the_one_in_use_is_gone():
     assert follower.observe([second, third], 0.5, route_source="10.0.1.5") == [Move("wlan0", "10.0.1.5")]
 
 
-def test_interface_gone_is_offline_and_its_return_with_the_same_address_rebinds():
+def test_interface_gone_is_reconnecting_for_the_grace_then_offline_and_its_return_rebinds():
     follower = started()
     assert follower.observe([LO], 0.5) == []
+    assert follower.observe([LO], 0.5 + OFFLINE_GRACE - 0.01) == []
+    assert states(follower) == [(RECONNECTING, "")]
+    assert follower.observe([LO], 0.5 + OFFLINE_GRACE) == []
     assert states(follower) == [(OFFLINE, "no network")]
     # Back under the same name and address: its multicast memberships went with it, so bind afresh.
     assert follower.observe([LO, lan()], 1.0) == [Move("eth0", "192.168.1.20")]
 
 
+def test_a_dhcp_renewal_s_moment_without_an_address_is_never_offline():
+    follower = started()
+    assert follower.observe([LO], 0.5) == [], "the old address removed, the new one not yet added"
+    assert follower.observe([LO, lan(address="192.168.1.77")], 1.0) == [Move("eth0", "192.168.1.77")]
+    follower.bound("eth0", "192.168.1.77", 1.1)
+    assert [state for state, _ in states(follower)] == [RECONNECTING, RECONNECTING, CONNECTED]
+    assert follower.observe([LO], 1.5) == [] and follower.state == RECONNECTING, "a new loss, a new grace"
+
+
 def test_a_link_down_and_up_with_the_address_kept_resyncs_without_moving():
     follower = started(wanted="eth0")
     assert follower.observe([lan(up=False)], 0.5) == []
-    assert states(follower) == [(OFFLINE, "no network: eth0 is down")]
+    assert follower.observe([lan(up=False)], 0.5 + OFFLINE_GRACE) == []
+    assert states(follower)[-1] == (OFFLINE, "no network: eth0 is down")
     assert follower.observe([lan()], 1.0) == [Resync("network back")]
     assert states(follower) == [(CONNECTED, "")]
 
@@ -83,6 +97,7 @@ def test_a_vpn_tunnel_or_virtual_bridge_never_takes_the_place_of_the_lan(name):
     assert states(follower) == []
     # Nor with the LAN gone: a tunnel or bridge alone is no LAN.
     assert follower.observe([LO, other], 1.5, route_source="10.8.0.2") == []
+    assert follower.observe([LO, other], 1.5 + OFFLINE_GRACE, route_source="10.8.0.2") == []
     assert follower.state == OFFLINE
 
 
@@ -95,7 +110,8 @@ def test_a_point_to_point_interface_is_a_tunnel_whatever_its_name():
 def test_iface_address_never_moves_and_says_when_the_address_is_gone():
     follower = started(wanted="192.168.1.20")
     assert follower.observe([lan(address="192.168.1.77")], 0.5) == []
-    assert states(follower) == [(OFFLINE, "address 192.168.1.20 is no longer on this computer")]
+    assert follower.observe([lan(address="192.168.1.77")], 0.5 + OFFLINE_GRACE) == []
+    assert states(follower)[-1] == (OFFLINE, "address 192.168.1.20 is no longer on this computer")
     assert follower.observe([lan()], 1.0) == [Move("eth0", "192.168.1.20")]
 
 

@@ -55,7 +55,7 @@ def test_a_new_address_another_interface_and_wi_fi_off_and_on_each_reconnect_and
     assert day.bob.call("network")["interface"] == day.bob_dev
 
     _, states = roam(day, "recreate")  # Wi-Fi off and on: offline while it is gone, told why
-    assert states[0] == "offline" and states[-2:] == ["reconnecting", "connected"], states
+    assert "offline" in states and states[-2:] == ["reconnecting", "connected"], states
     offline = [n["params"] for n in day.bob.notifications if n["method"] == "network" and n["params"]["state"] == "offline"]
     assert "gone" in offline[-1]["reason"] or "no network" in offline[-1]["reason"], offline[-1]
     stats = day.bob.call("stats")

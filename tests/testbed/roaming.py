@@ -124,11 +124,14 @@ class RoamingLan:
         return None
 
     def network_states(self, since: int = 0) -> list[str]:
-        """Bob's ``network`` notifications' states from the ``since``-th on."""
-        return [n["params"]["state"] for n in self.bob.notifications if n["method"] == "network"][since:]
+        """Bob's ``network`` notifications' states from the ``since``-th on, a state told twice in a
+        row (its reason changed: none yet, then "on eth0 (…)") once."""
+        told = [n["params"]["state"] for n in self.bob.notifications if n["method"] == "network"][since:]
+        return [state for i, state in enumerate(told) if i == 0 or told[i - 1] != state]
 
     def network_count(self) -> int:
-        return len(self.network_states())
+        """How many ``network`` notifications Bob has sent (``since`` for :meth:`network_states`)."""
+        return sum(n["method"] == "network" for n in self.bob.notifications)
 
     # -- the changes ------------------------------------------------------------------------
 
@@ -170,7 +173,7 @@ class RoamingLan:
         """Wi-Fi off and on: the interface goes away, and comes back under the same name and address."""
         n = next(self._numbers)
         self._bob("link", "del", self.bob_dev)
-        for i in range(4):  # written while Bob is off the network
+        for i in range(6):  # written while Bob is off the network, longer than the grace before "offline"
             self.say(self.ann, f"while Bob's Wi-Fi is off {n}.{i}")
             time.sleep(0.5)
         self._add_interface(self.bob_dev, f"rp{n}", self.bob_address)
