@@ -102,6 +102,10 @@ class _Checkpointer:
         self._path = path
         self._wal = path.with_name(path.name + "-wal")
         self._stop = threading.Event()
+        # Held through each checkpoint, the writer's TRUNCATE included: SQLite runs one checkpoint
+        # at a time and answers a second with "busy" at once, so without it a commit that comes
+        # during a slow PASSIVE one (a loaded machine) leaves the WAL over the limit, commit after commit.
+        self.lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="m2mc-checkpoint", daemon=True)
         self._thread.start()
 
@@ -121,7 +125,8 @@ class _Checkpointer:
                 if waited < self.INTERVAL and not size - last_size >= WAL_LIMIT / 4:
                     continue
                 try:
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    with self.lock:
+                        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
                 except sqlite3.Error:
                     pass  # busy or closing: the next round (or close) does it
                 last_size, waited = self._wal_bytes(), 0.0
@@ -285,7 +290,8 @@ class Store:
         self.search_index.written = False
         if self._checkpointer._wal_bytes() > WAL_LIMIT:
             try:
-                busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                with self._checkpointer.lock:  # after the PASSIVE one under way, which leaves little to copy
+                    busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
                 self.wal_truncations += not busy
             except sqlite3.Error as exc:  # committed all the same: the next commit tries again
                 log.warning("the WAL (over %d MB) could not be truncated: %s", WAL_LIMIT // 2**20, exc)
