@@ -26,9 +26,9 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from . import clock, crypto, kinds, netif, rules
+from . import clock, commands, crypto, kinds, netif, rules
 from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
 from .events import Listener, MessagesDelivered, RemovedFromGroup, ignore
@@ -276,6 +276,58 @@ class GroupManager(rules.OperationCalls):
         self._kdf_executor.shutdown(wait=False, cancel_futures=True)
 
     # -- public API -------------------------------------------------------------------
+
+    def execute(self, command: commands.Command) -> Any:
+        """Run one call (:mod:`middleware.commands`) and answer what it answers: the ones that need
+        this adapter here (a coroutine for those that wait: a key derived, the network, a file
+        hashed), every other in the core, after a flush when what was delivered counts, and an
+        action committed and sent on the next loop turn."""
+        c = commands
+        match command:
+            case c.CreateGroup(desc, passphrase):
+                return self.create_group_async(desc, passphrase)
+            case c.JoinGroup(gid, invite, passphrase):
+                if invite is not None:
+                    return self.join_invite_async(invite, passphrase)
+                assert gid is not None  # JoinGroup holds one of them
+                return self.join_group_async(gid, passphrase)
+            case c.AddPeer(address, wait):
+                return self.add_peer_async(address, wait)
+            case c.SendFile(gid, path, parent):
+                return self.send_file(gid, path, parent)
+            case c.FetchFile(gid, mid, dest):
+                return self.fetch_file(gid, mid, dest)
+            case c.CancelFile(gid, mid):
+                return self.cancel_file(gid, mid)
+            case c.Files(gid):
+                return self.file_list(gid)
+            case c.ExportLog(path, gid, direct):
+                try:
+                    return str(Path(path)), self.export_log(path, gid, direct)
+                except OSError as exc:
+                    raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+            case c.Stats():
+                return self.stats_dict()
+            case c.Network():
+                return self.network_state()
+            case c.Shutdown():
+                raise UsageError("shutdown is the application's call: it closes the manager")
+        if command.flush_first:
+            self.flush()
+        result = self.core.execute(command, clock.now(), clock.wall())
+        match command:
+            case c.SetName():
+                for gid in result:
+                    self._announce(gid)
+            case c.LeaveGroup(gid):
+                record = self.core.known(gid)
+                self.network.stop_listening(GroupAddress(record.addr, record.port))
+                if self.discovery is not None:
+                    self._spawn(self.discovery.withdraw(gid))
+        if isinstance(command, c.Action):
+            self._after_input()
+        return result
+
 
     def set_name(self, name: str) -> None:
         """A new display name, kept and re-announced (a new signed record) in every joined group."""

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
-from ..middleware import crypto, rules
+from ..middleware import commands, crypto, rules
 from ..middleware.chatops import is_operation
 from ..middleware.crypto import Identity
 from ..middleware.addresses import ANSWER_WAIT, Broadcast, Endpoint, answered_at, resolve_endpoint
@@ -183,6 +183,51 @@ class MemoryManager(rules.OperationCalls):
         return self.lan.run(self.core, action)
 
     # -- GroupManager's API ------------------------------------------------------------
+
+    def execute(self, command: commands.Command) -> Any:
+        """As GroupManager's: the calls that need an adapter here (coroutines that never wait),
+        the rest in the core; an action then runs on the LAN until it is quiet."""
+        c = commands
+        match command:
+            case c.CreateGroup(desc, passphrase):
+                return self.create_group_async(desc, passphrase)
+            case c.JoinGroup(gid, invite, passphrase):
+                if invite is not None:
+                    return self.join_invite_async(invite, passphrase)
+                assert gid is not None  # JoinGroup holds one of them
+                return self.join_group_async(gid, passphrase)
+            case c.AddPeer(address, wait):
+                return self.add_peer_async(address, wait)
+            case c.SendFile(gid, path, parent):
+                return self.send_file(gid, path, parent)
+            case c.FetchFile(gid, mid, dest):
+                return self.fetch_file(gid, mid, dest)
+            case c.CancelFile(gid, mid):
+                return self.cancel_file(gid, mid)
+            case c.Files(gid):
+                return self.file_list(gid)
+            case c.ExportLog(path, gid, direct):
+                if gid:
+                    self.core.known(gid)
+                return str(Path(path)), export_log(self.core, path, gid, direct)
+            case c.Stats():
+                return self.stats_dict()
+            case c.Network():
+                return {"state": "connected", "interface": "lo", "address": self.interface, "reason": ""}
+            case c.Shutdown():
+                raise UsageError("shutdown is the application's call")
+        if isinstance(command, c.Query):
+            return self.core.execute(command, self.lan.now, self.lan.wall())
+        result = self._run(lambda core: core.execute(command, self.lan.now, self.lan.wall()))
+        match command:
+            case c.Send(gid, text, parent):
+                self.sent.append((gid, text, parent))
+            case c.SendDirect():
+                self.lan.settle(self.DIRECT_SETTLE)
+            case c.Advertise():
+                self.lan.settle()
+        return result
+
 
     def set_name(self, name: str) -> None:
         name = rules.check_name(name)
