@@ -1,5 +1,7 @@
 """m2mc-peer: the middleware without a GUI, driven by JSON-RPC 2.0 over stdin/stdout.
 
+Each method is one of the middleware's commands (:data:`METHODS`), its params
+the command's fields, checked against their types (:func:`command_of`).
 One JSON object per line in each direction; logs go to stderr.  Requests are
 answered after the work they caused has been committed to the store and sent,
 so a script that saw ``{"mid": …}`` knows the message is safe.  Events arrive

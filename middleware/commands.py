@@ -586,7 +586,7 @@ class Calls:
         self.execute(RemoveMember(gid, pid))
 
     def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid:
-        return self.execute(Send(gid, text, parent, tuple(mentions)))
+        return self.execute(Send(gid, text, parent, _as_tuple(mentions)))
 
     def mentions(self, limit: int = DEFAULT_MENTIONS_LISTED) -> list[ChatMessage]:
         return self.execute(Mentions(limit))
@@ -682,3 +682,8 @@ class Calls:
 
     def set_read_receipts(self, on: bool) -> None:
         self.execute(ReadReceipts(on))
+
+
+def _as_tuple(items: Any) -> Any:
+    """A list or tuple as a tuple; anything else as it is, for the core's check to refuse with a reason."""
+    return tuple(items) if isinstance(items, (list, tuple)) else items
