@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
+import functools
 import getpass
+import inspect
 import json
 import logging
 import math
@@ -256,23 +257,30 @@ table in resources/docs/jsonrpc.md to this."""
 def command_of(method: str, params: dict) -> c.Command:
     """``method``'s command from ``params``: every field given or defaulted, none other, each of its
     field's type and within its bounds (else an INVALID_PARAMS error saying which and what is expected)."""
-    command = METHODS[method]
-    hints = typing.get_type_hints(command, include_extras=True)
-    names = [f.name for f in fields(command)]
+    command: type = METHODS[method]
+    taken = _params_of(command)
     for key in params:
-        if key not in names:
+        if key not in taken:
             raise RpcError(INVALID_PARAMS, f"parameter {key!r:.60} is not supported by {method} "
-                                           f"(it takes {', '.join(names) or 'none'})")
+                                           f"(it takes {', '.join(taken) or 'none'})")
     args = {}
-    for f in fields(command):
-        if f.name in params:
-            args[f.name] = _param(f.name, params[f.name], hints[f.name])
-        elif f.default is MISSING and f.default_factory is MISSING:
-            raise RpcError(INVALID_PARAMS, f"missing parameter {f.name!r} (expected {_expected(hints[f.name])})")
+    for name, (hint, required) in taken.items():
+        if name in params:
+            args[name] = _param(name, params[name], hint)
+        elif required:
+            raise RpcError(INVALID_PARAMS, f"missing parameter {name!r} (expected {_expected(hint)})")
     try:
         return command(**args)
     except ValueError as exc:  # the command's own checks (middleware.commands)
         raise RpcError(INVALID_PARAMS, str(exc)) from None
+
+
+@functools.cache
+def _params_of(command: type) -> dict[str, tuple[Any, bool]]:
+    """A command's fields: name -> (type, whether it must be given).  Read once per command: resolving
+    the annotations took most of a request's time."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    return {f.name: (hints[f.name], f.default is MISSING and f.default_factory is MISSING) for f in fields(command)}
 
 
 def _param(name: str, value: Any, hint: Any) -> Any:
