@@ -8,7 +8,7 @@ whose fields are the call's typed arguments.  :meth:`PeerCore.execute
 :data:`AdapterCommand` calls that need what a core does not do (deriving a key
 off the loop, files on disk and TCP, waiting for the network).
 ``GroupManager.execute`` and ``MemoryManager.execute`` take any
-:data:`Command`; the JSON-RPC peer (``app/peer.py``) builds one from a request's
+:data:`Command` (the adapter's own by :func:`run_on_adapter`); the JSON-RPC peer (``app/peer.py``) builds one from a request's
 params, checked against the fields' types (and their :class:`Between` and
 :class:`IsoTime` marks), and :class:`Calls` gives the GUI typed methods that
 build them.
@@ -25,11 +25,12 @@ makes it), its arm in ``PeerCore.execute``, and a test.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, Sequence
 
 from .addresses import ANSWER_WAIT
 from .mentions import DEFAULT_MENTIONS_LISTED, MAX_MENTIONS_LISTED
-from .types import Mid, format_mid, iso_millis
+from .types import Mid, UsageError, format_mid, iso_millis
 
 if TYPE_CHECKING:
     from .store_api import SearchHit, StoredThread
@@ -547,6 +548,71 @@ AdapterCommand = (CreateGroup | JoinGroup | AddPeer | Stats | Network | Shutdown
 """What an adapter runs itself: a key derived off the loop, the network waited for, files and the disk."""
 
 Command = CoreCommand | AdapterCommand
+
+ADAPTER_COMMANDS = (CreateGroup, JoinGroup, AddPeer, Stats, Network, Shutdown, ExportLog, SendFile, FetchFile,
+                    CancelFile, Files)
+"""The :data:`AdapterCommand` classes, for ``isinstance``."""
+
+
+class Adapter(Protocol):
+    """What an adapter does itself for the :data:`AdapterCommand` calls (GroupManager's, and the
+    in-memory one's for the GUI's tests)."""
+
+    async def create_group_async(self, desc: str, passphrase: str | None = None) -> str: ...
+
+    async def join_group_async(self, gid: str, passphrase: str | None = None) -> str: ...
+
+    async def join_invite_async(self, text: str, passphrase: str | None = None) -> str: ...
+
+    async def add_peer_async(self, address: str, wait: float = ...) -> dict: ...
+
+    async def send_file(self, gid: str, path: str, parent: Mid | None = None) -> tuple[Mid, str]: ...
+
+    def fetch_file(self, gid: str, mid: Mid, dest: str | None = None) -> dict: ...
+
+    def cancel_file(self, gid: str, mid: Mid) -> dict: ...
+
+    def file_list(self, gid: str) -> list[dict]: ...
+
+    def export_log(self, path: str | Path, gid: str | None = None, direct: bool = False) -> int: ...
+
+    def stats_dict(self) -> dict: ...
+
+    def network_state(self) -> dict: ...
+
+
+def run_on_adapter(adapter: Adapter, command: AdapterCommand) -> Any:
+    """``command`` run by ``adapter``'s own methods; a coroutine for a call that waits."""
+    match command:
+        case CreateGroup(desc, passphrase):
+            return adapter.create_group_async(desc, passphrase)
+        case JoinGroup(gid, invite, passphrase):
+            if invite is not None:
+                return adapter.join_invite_async(invite, passphrase)
+            assert gid is not None  # JoinGroup holds one of them
+            return adapter.join_group_async(gid, passphrase)
+        case AddPeer(address, wait):
+            return adapter.add_peer_async(address, wait)
+        case SendFile(gid, path, parent):
+            return adapter.send_file(gid, path, parent)
+        case FetchFile(gid, mid, dest):
+            return adapter.fetch_file(gid, mid, dest)
+        case CancelFile(gid, mid):
+            return adapter.cancel_file(gid, mid)
+        case Files(gid):
+            return adapter.file_list(gid)
+        case ExportLog(path, gid, direct):
+            try:
+                return str(Path(path)), adapter.export_log(path, gid, direct)
+            except OSError as exc:
+                raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        case Stats():
+            return adapter.stats_dict()
+        case Network():
+            return adapter.network_state()
+        case Shutdown():
+            raise UsageError("shutdown is the application's call: it closes the adapter")
+    raise TypeError(f"{type(command).__name__} is not an adapter command")
 
 
 class Calls:

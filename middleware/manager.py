@@ -285,35 +285,8 @@ class GroupManager(commands.Calls):
         hashed), every other in the core, after a flush when what was delivered counts, and an
         action committed and sent on the next loop turn."""
         c = commands
-        match command:
-            case c.CreateGroup(desc, passphrase):
-                return self.create_group_async(desc, passphrase)
-            case c.JoinGroup(gid, invite, passphrase):
-                if invite is not None:
-                    return self.join_invite_async(invite, passphrase)
-                assert gid is not None  # JoinGroup holds one of them
-                return self.join_group_async(gid, passphrase)
-            case c.AddPeer(address, wait):
-                return self.add_peer_async(address, wait)
-            case c.SendFile(gid, path, parent):
-                return self.send_file(gid, path, parent)
-            case c.FetchFile(gid, mid, dest):
-                return self.fetch_file(gid, mid, dest)
-            case c.CancelFile(gid, mid):
-                return self.cancel_file(gid, mid)
-            case c.Files(gid):
-                return self.file_list(gid)
-            case c.ExportLog(path, gid, direct):
-                try:
-                    return str(Path(path)), self.export_log(path, gid, direct)
-                except OSError as exc:
-                    raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-            case c.Stats():
-                return self.stats_dict()
-            case c.Network():
-                return self.network_state()
-            case c.Shutdown():
-                raise UsageError("shutdown is the application's call: it closes the manager")
+        if isinstance(command, c.ADAPTER_COMMANDS):
+            return c.run_on_adapter(self, command)
         if command.flush_first:
             self.flush()
         result = self.core.execute(command, clock.now(), clock.wall())

@@ -188,34 +188,8 @@ class MemoryManager(commands.Calls):
         """As GroupManager's: the calls that need an adapter here (coroutines that never wait),
         the rest in the core; an action then runs on the LAN until it is quiet."""
         c = commands
-        match command:
-            case c.CreateGroup(desc, passphrase):
-                return self.create_group_async(desc, passphrase)
-            case c.JoinGroup(gid, invite, passphrase):
-                if invite is not None:
-                    return self.join_invite_async(invite, passphrase)
-                assert gid is not None  # JoinGroup holds one of them
-                return self.join_group_async(gid, passphrase)
-            case c.AddPeer(address, wait):
-                return self.add_peer_async(address, wait)
-            case c.SendFile(gid, path, parent):
-                return self.send_file(gid, path, parent)
-            case c.FetchFile(gid, mid, dest):
-                return self.fetch_file(gid, mid, dest)
-            case c.CancelFile(gid, mid):
-                return self.cancel_file(gid, mid)
-            case c.Files(gid):
-                return self.file_list(gid)
-            case c.ExportLog(path, gid, direct):
-                if gid:
-                    self.core.known(gid)
-                return str(Path(path)), export_log(self.core, path, gid, direct)
-            case c.Stats():
-                return self.stats_dict()
-            case c.Network():
-                return {"state": "connected", "interface": "lo", "address": self.interface, "reason": ""}
-            case c.Shutdown():
-                raise UsageError("shutdown is the application's call")
+        if isinstance(command, c.ADAPTER_COMMANDS):
+            return c.run_on_adapter(self, command)
         if isinstance(command, c.Query):
             return self.core.execute(command, self.lan.now, self.lan.wall())
         result = self._run(lambda core: core.execute(command, self.lan.now, self.lan.wall()))
@@ -309,10 +283,14 @@ class MemoryManager(commands.Calls):
     def file_list(self, gid: str) -> list[dict]:
         return self.files.files(gid)
 
-    def export_log(self, path: str | Path, gid: str | None = None) -> int:
+    def export_log(self, path: str | Path, gid: str | None = None, direct: bool = False) -> int:
         if gid:
             self.core.known(gid)
-        return export_log(self.core, path, gid)
+        return export_log(self.core, path, gid, direct)
+
+    def network_state(self) -> dict:
+        """Always on the network: the LAN is in memory."""
+        return {"state": "connected", "interface": "lo", "address": self.interface, "reason": ""}
 
     def stats_dict(self) -> dict:
         return self.core.stats_dict()

@@ -22,6 +22,7 @@ def test_every_command_is_a_documented_immutable_slotted_dataclass_of_one_kind()
     core, adapter = typing.get_args(c.CoreCommand), typing.get_args(c.AdapterCommand)
     assert not set(core) & set(adapter)
     assert set(typing.get_args(c.Command)) == set(core) | set(adapter)
+    assert set(c.ADAPTER_COMMANDS) == set(adapter)
     for command in typing.get_args(c.Command):
         assert command.__dataclass_params__.frozen and "__slots__" in vars(command), command
         assert command.__doc__ and not command.__doc__.startswith(command.__name__ + "("), command

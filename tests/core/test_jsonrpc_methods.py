@@ -92,3 +92,23 @@ def test_params_become_the_command_and_its_answer_is_named(tmp_path):
         assert rpc.call("history", {"gid": gid, "limit": 1})[0]["order"] >= 1
     finally:
         manager.store.close()
+
+
+def test_the_adapters_own_commands_run_the_same_way_in_memory(tmp_path):
+    """The JSON-RPC peer over the GUI's in-memory manager: its adapter commands go through
+    commands.run_on_adapter as GroupManager's do."""
+    from m2mc.middleware.types import UsageError
+    from m2mc.ui.memory_backend import MemoryManager
+
+    manager = MemoryManager(ignore, name="Bot")
+    rpc = JsonRpcPeer(lambda _note: None)
+    rpc.manager = manager
+    gid = manager.create_group("Lunch")
+    rpc.call("send", {"gid": gid, "text": "soup?"})
+    assert rpc.call("network", {})["state"] == "connected"
+    out = tmp_path / "log.jsonl"
+    assert rpc.call("export_log", {"path": str(out), "gid": gid}) == {"path": str(out), "messages": 1}
+    assert '"soup?"' in out.read_text(encoding="utf-8")
+    with pytest.raises(UsageError, match="cannot write"):
+        rpc.call("export_log", {"path": str(tmp_path / "no" / "such" / "dir.jsonl")})
+    assert rpc.call("stats", {})["datagrams_in"] >= 0
