@@ -1,5 +1,7 @@
 """m2mc-peer: the middleware without a GUI, driven by JSON-RPC 2.0 over stdin/stdout.
 
+Each method is one of the middleware's commands (:data:`METHODS`), its params
+the command's fields, checked against their types (:func:`command_of`).
 One JSON object per line in each direction; logs go to stderr.  Requests are
 answered after the work they caused has been committed to the store and sent,
 so a script that saw ``{"mid": …}`` knows the message is safe.  Events arrive
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import getpass
+import inspect
 import json
 import logging
 import math
@@ -25,11 +29,13 @@ import signal
 import sqlite3
 import sys
 import threading
+import types
+import typing
+from dataclasses import MISSING, fields
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
-from ..middleware.addresses import ANSWER_WAIT
+from ..middleware import commands as c
 from ..middleware.manager import Config, GroupManager
 from ..middleware.netif import forced_portable
 from ..middleware.transport import TransportError
@@ -37,9 +43,8 @@ from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, Fi
                                  MemberRemoved, RemovedFromGroup, RoleChanged,
                                  MemberJoined, MemberLeft, MessagesDelivered, MessagesUpdated, NetworkChanged,
                                  SyncProgress, TopicChanged, WarningRaised)
-from ..middleware.mentions import DEFAULT_MENTIONS_LISTED, MAX_MENTIONS_LISTED
 from ..middleware.store_api import SearchQueryError
-from ..middleware.types import ChatMessage, UsageError, format_mid, iso_millis, parse_mid
+from ..middleware.types import ChatMessage, Mid, UsageError, format_mid, parse_mid
 
 from .cli import add_common_options, add_file_options, default_data_dir
 
@@ -53,10 +58,6 @@ MAX_BATCH = 1_000  # requests in one batch
 READ_CHUNK = 1 << 16
 MAX_WHOLE_HISTORY = 10_000
 """'history' without paging parameters answers groups of up to this many stored messages."""
-DEFAULT_HISTORY_PAGE = 50
-MAX_HISTORY_PAGE = 1_000
-DEFAULT_SEARCH_RESULTS = 20
-MAX_SEARCH_RESULTS = 200
 
 
 class RpcError(Exception):
@@ -67,50 +68,13 @@ class RpcError(Exception):
 
 
 class JsonRpcPeer:
-    """Maps JSON-RPC methods onto a GroupManager and, as its listener, its events onto notifications."""
+    """Maps JSON-RPC methods onto commands (:data:`METHODS`) run by a GroupManager and, as its
+    listener, its events onto notifications."""
 
     def __init__(self, write: Callable[[dict], None]) -> None:
         self.write = write
         self.manager: GroupManager | None = None
         self.stopping = asyncio.Event()
-        self.methods: dict[str, Callable[[dict], Any]] = {
-            "whoami": self.whoami,
-            "create_group": self.create_group,
-            "list_groups": self.list_groups,
-            "join_group": self.join_group,
-            "leave_group": self.leave_group,
-            "set_role": self.set_role,
-            "remove_member": self.remove_member,
-            "set_admins_only": self.set_admins_only,
-            "send": self.send,
-            "edit": self.edit,
-            "delete": self.delete,
-            "react": self.react,
-            "pin": self.pin,
-            "set_topic": self.set_topic,
-            "history": self.history,
-            "search": self.search,
-            "thread": self.thread,
-            "mentions": self.mentions,
-            "export_log": self.export_log,
-            "stats": self.stats,
-            "network": self.network,
-            "advertise": self.advertise,
-            "invite": self.invite,
-            "add_peer": self.add_peer,
-            "peers": self.peers,
-            "presence": self.presence,
-            "send_direct": self.send_direct,
-            "direct_history": self.direct_history,
-            "list_conversations": self.list_conversations,
-            "mark_direct_read": self.mark_direct_read,
-            "read_receipts": self.read_receipts,
-            "shutdown": self.shutdown,
-            "send_file": self.send_file,
-            "fetch_file": self.fetch_file,
-            "cancel_file": self.cancel_file,
-            "files": self.files,
-        }
 
     # -- events -> notifications -------------------------------------------------
 
@@ -162,7 +126,7 @@ class JsonRpcPeer:
                 self.notify("network", {"state": state, "interface": interface, "address": address,
                                         "reason": reason})
 
-    # -- methods ------------------------------------------------------------------------
+    # -- methods: params -> a command -> the manager -> its answer ---------------------------
 
     @property
     def running(self) -> GroupManager:
@@ -171,217 +135,23 @@ class JsonRpcPeer:
             raise RpcError(APP_ERROR, "the peer has not started")
         return self.manager
 
-    def whoami(self, params: dict) -> dict:
-        return {"pid": self.running.pid, "name": self.running.name}
-
-    async def create_group(self, params: dict) -> dict:
-        # The key derivation runs off the loop; the answer comes once the group is stored.
-        return {"gid": await self.running.create_group_async(_param(params, "desc", str),
-                                                             _optional_str(params, "passphrase"))}
-
-    def list_groups(self, params: dict) -> list:
-        return [group.to_json() for group in self.running.groups()]
-
-    async def join_group(self, params: dict) -> dict:
-        passphrase = _optional_str(params, "passphrase")
-        if "invite" in params and "gid" not in params:
-            return {"gid": await self.running.join_invite_async(_param(params, "invite", str), passphrase)}
-        return {"gid": await self.running.join_group_async(_param(params, "gid", str), passphrase)}
-
-    def invite(self, params: dict) -> dict:
-        return {"invite": self.running.invite(_param(params, "gid", str))}
-
-    async def add_peer(self, params: dict) -> dict:
-        # Answered once the peer there has answered (or an error saying nobody did): a plain success
-        # for an address where nobody listens told a script nothing (issue 45).
-        wait = params.get("wait", ANSWER_WAIT)
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60:
-            raise RpcError(INVALID_PARAMS, "wait must be a number of seconds from 0 to 60")
-        return await self.running.add_peer_async(_param(params, "address", str), float(wait))
-
-    def peers(self, params: dict) -> list:
-        return self.running.peers()
-
-    def presence(self, params: dict) -> dict:
-        return self.running.presence_of(_param(params, "gid", str))
-
-    def leave_group(self, params: dict) -> dict:
-        self.running.leave_group(_param(params, "gid", str))
-        return {}
-
-    def set_role(self, params: dict) -> dict:
-        self.running.set_role(_param(params, "gid", str), _param(params, "pid", str), _param(params, "role", str))
-        return {}
-
-    def set_admins_only(self, params: dict) -> dict:
-        self.running.set_admins_only(_param(params, "gid", str), _on_param(params))
-        return {}
-
-    def remove_member(self, params: dict) -> dict:
-        if "new_passphrase" in params:
-            raise RpcError(INVALID_PARAMS, "new_passphrase is not supported yet: after a re-key, new members join by "
-                                           "an invite")
-        self.running.remove_member(_param(params, "gid", str), _param(params, "pid", str))
-        return {}
-
-    def send(self, params: dict) -> dict:
-        gid = _param(params, "gid", str)
-        text = _param(params, "text", str)
-        parent = _parent_param(params)
-        mentions = params.get("mentions", [])
-        if not isinstance(mentions, list) or not all(isinstance(pid, str) for pid in mentions):
-            raise RpcError(INVALID_PARAMS, "invalid parameter 'mentions' (expected a list of pids)")
-        return {"mid": format_mid(self.running.send(gid, text, parent, mentions))}
-
-    def mentions(self, params: dict) -> list:
-        limit = params.get("limit", DEFAULT_MENTIONS_LISTED)
-        if type(limit) is not int or not 1 <= limit <= MAX_MENTIONS_LISTED:
-            raise RpcError(INVALID_PARAMS, f"invalid parameter 'limit' (expected an integer 1..{MAX_MENTIONS_LISTED})")
-        return [message_json(message) for message in self.running.mentions(limit)]
-
-    def edit(self, params: dict) -> dict:
-        gid, mid = _param(params, "gid", str), _mid_param(params)
-        return {"mid": format_mid(self.running.edit(gid, mid, _param(params, "text", str)))}
-
-    def delete(self, params: dict) -> dict:
-        gid, mid = _param(params, "gid", str), _mid_param(params)
-        return {"mid": format_mid(self.running.delete(gid, mid))}
-
-    def react(self, params: dict) -> dict:
-        gid, mid = _param(params, "gid", str), _mid_param(params)
-        return {"mid": format_mid(self.running.react(gid, mid, _param(params, "emoji", str), _on_param(params)))}
-
-    def pin(self, params: dict) -> dict:
-        gid, mid = _param(params, "gid", str), _mid_param(params)
-        return {"mid": format_mid(self.running.pin(gid, mid, _on_param(params)))}
-
-    def set_topic(self, params: dict) -> dict:
-        gid = _param(params, "gid", str)
-        return {"mid": format_mid(self.running.set_topic(gid, _param(params, "text", str)))}
-
-    def history(self, params: dict) -> list:
-        gid = _param(params, "gid", str)
-        before, after = _optional_int(params, "before"), _optional_int(params, "after")
-        limit = _optional_int(params, "limit", 1, MAX_HISTORY_PAGE)
-        if before is None and after is None and limit is None:
-            count = self.running.message_count(gid)
+    def call(self, method: str, params: dict) -> Any:
+        """The answer to ``method`` with ``params`` (an awaitable of it for a command that waits)."""
+        command = command_of(method, params)
+        if isinstance(command, c.Shutdown):
+            self.stopping.set()
+            return {}
+        if isinstance(command, c.History) and not command.paged:
+            count = self.running.execute(c.MessageCount(command.gid))
             if count > MAX_WHOLE_HISTORY:
-                raise RpcError(APP_ERROR, f"group {gid} holds {count} messages, more than the {MAX_WHOLE_HISTORY} "
-                                          "'history' returns in one answer: ask for pages with 'before' or 'after' "
-                                          f"(a message's 'order') and 'limit' (at most {MAX_HISTORY_PAGE})")
-            return [message_json(message) for message in self.running.history(gid)]
-        page = self.running.history_page(gid, before, after, DEFAULT_HISTORY_PAGE if limit is None else limit)
-        return [{**message_json(message), "order": message.order} for message in page]
-
-    def search(self, params: dict) -> dict:
-        query = _param(params, "query", str)
-        if not query.strip():
-            raise RpcError(INVALID_PARAMS, "empty search query: give at least one word")
-        order = params.get("order", "relevance")
-        if order not in ("relevance", "time"):
-            raise RpcError(INVALID_PARAMS, "invalid parameter 'order' (expected \"relevance\" or \"time\")")
-        cursor = _optional_str(params, "cursor")
-        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 9):
-            raise RpcError(INVALID_PARAMS, "invalid parameter 'cursor' (pass back the 'cursor' of a previous answer)")
-        limit = _optional_int(params, "limit", 1, MAX_SEARCH_RESULTS)
-        limit = DEFAULT_SEARCH_RESULTS if limit is None else limit
-        offset = int(cursor) if cursor is not None else 0
-        try:
-            found = self.running.search(
-                query, gid=_optional_str(params, "gid"), sender=_optional_str(params, "sender"),
-                since=_optional_time(params, "since"), until=_optional_time(params, "until"), limit=limit + 1,
-                offset=offset, by_time=order == "time", direct=True)
-        except SearchQueryError as exc:
-            raise RpcError(INVALID_PARAMS, f"bad search query {query[:200]!r}: {exc} (use words, \"phrases\", "
-                                           "prefix*, AND, OR, NOT; put other characters inside double quotes)") from None
-        results = [{"gid": hit.gid, "mid": format_mid(hit.mid), "sender": hit.mid[0], "sent_at": iso_millis(hit.sent_at),
-                    "order": hit.order, "snippet": hit.snippet, "thread_root": format_mid(root),
-                    **({"direct": True, "peer": hit.peer} if hit.peer is not None else {})}
-                   for hit, root in found[:limit]]
-        return {"results": results, "cursor": str(offset + limit) if len(found) > limit else None}
-
-    def thread(self, params: dict) -> list:
-        gid = _param(params, "gid", str)
-        try:
-            root = parse_mid(_param(params, "root", str))
-        except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, f"bad root: {exc}") from None
-        thread = self.running.thread(gid, root)
-        if not thread:
-            raise RpcError(APP_ERROR, f"no message {format_mid(root)} in group {gid}")
-        return [message_json(message) for message in thread]
-
-    def export_log(self, params: dict) -> dict:
-        path = _param(params, "path", str)
-        gid = params.get("gid")
-        if gid is not None and not isinstance(gid, str):
-            raise RpcError(INVALID_PARAMS, "'gid' must be a string")
-        direct = params.get("direct", False)
-        if not isinstance(direct, bool):
-            raise RpcError(INVALID_PARAMS, "invalid parameter 'direct' (expected true or false)")
-        try:
-            count = self.running.export_log(path, gid, direct)
-        except OSError as exc:
-            raise RpcError(APP_ERROR, f"cannot write {path}: {exc.strerror or exc}") from None
-        return {"path": str(Path(path)), "messages": count}
-
-    def stats(self, params: dict) -> dict:
-        return self.running.stats_dict()
-
-    def network(self, params: dict) -> dict:
-        return self.running.network_state()
-
-    def send_direct(self, params: dict) -> dict:
-        pid = _param(params, "pid", str)
-        text = _param(params, "text", str)
-        parent = _parent_param(params)
-        return {"mid": format_mid(self.running.send_direct(pid, text, parent))}
-
-    def direct_history(self, params: dict) -> list:
-        pid = _param(params, "pid", str)
-        before, limit = params.get("before"), params.get("limit")
-        for key, value in (("before", before), ("limit", limit)):
-            if value is not None and (type(value) is not int or value < 0):
-                raise RpcError(INVALID_PARAMS, f"invalid parameter {key!r} (expected a natural number)")
-        return [message.to_json() for message in self.running.direct_history(pid, before, limit)]
-
-    def list_conversations(self, params: dict) -> list:
-        return [view.to_json() for view in self.running.conversations()]
-
-    def mark_direct_read(self, params: dict) -> dict:
-        self.running.mark_direct_read(_param(params, "pid", str), _mid_param(params))
-        return {}
-
-    def read_receipts(self, params: dict) -> dict:
-        on = params.get("on")
-        if not isinstance(on, bool):
-            raise RpcError(INVALID_PARAMS, "missing or invalid parameter 'on' (expected true or false)")
-        self.running.set_read_receipts(on)
-        return {"on": on}
-
-    def advertise(self, params: dict) -> dict:
-        self.running.advertise()
-        return {}
-
-    async def send_file(self, params: dict) -> dict:
-        gid, path = _param(params, "gid", str), _param(params, "path", str)
-        mid, sha256 = await self.running.send_file(gid, path, _parent_param(params))
-        return {"mid": format_mid(mid), "sha256": sha256}
-
-    def fetch_file(self, params: dict) -> dict:
-        gid, mid = _param(params, "gid", str), _mid_param(params)
-        return self.running.fetch_file(gid, mid, _optional_str(params, "dest"))
-
-    def cancel_file(self, params: dict) -> dict:
-        gid, mid = _param(params, "gid", str), _mid_param(params)
-        return self.running.cancel_file(gid, mid)
-
-    def files(self, params: dict) -> list:
-        return self.running.file_list(_param(params, "gid", str))
-
-    def shutdown(self, params: dict) -> dict:
-        self.stopping.set()
-        return {}
+                raise RpcError(APP_ERROR, f"group {command.gid} holds {count} messages, more than the "
+                                          f"{MAX_WHOLE_HISTORY} 'history' returns in one answer: ask for pages with "
+                                          "'before' or 'after' (a message's 'order') and 'limit' (at most "
+                                          f"{c.MAX_HISTORY_PAGE})")
+        result = self.running.execute(command)
+        if inspect.isawaitable(result):
+            return _answer_when_done(command, result)
+        return answer_json(command, result)
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -420,17 +190,18 @@ class JsonRpcPeer:
         params = request.get("params", {})
         if params is None:
             params = {}
-        method = self.methods.get(request["method"])
         try:
-            if method is None:
+            if request["method"] not in METHODS:
                 raise RpcError(METHOD_NOT_FOUND, f"unknown method {request['method']!r:.60}")
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "params must be an object")
-            result = method(params)
+            result = self.call(request["method"], params)
             if asyncio.iscoroutine(result):
                 return asyncio.ensure_future(self._finish(request, result))
         except RpcError as exc:
             return _error(rid, exc.code, exc.message) if "id" in request else None
+        except SearchQueryError as exc:
+            return _error(rid, INVALID_PARAMS, str(exc)) if "id" in request else None
         except UsageError as exc:
             return _error(rid, APP_ERROR, str(exc)) if "id" in request else None
         except (sqlite3.Error, OSError) as exc:  # the disk under the data dir (full, gone, read-only)
@@ -449,7 +220,8 @@ class JsonRpcPeer:
         try:
             result = await pending
         except (RpcError, UsageError) as exc:
-            code = exc.code if isinstance(exc, RpcError) else APP_ERROR
+            code = exc.code if isinstance(exc, RpcError) else INVALID_PARAMS if isinstance(exc, SearchQueryError) \
+                else APP_ERROR
             return _error(rid, code, str(exc)) if "id" in request else None
         except (sqlite3.Error, OSError) as exc:  # the disk under the data dir (full, gone, read-only)
             log.error("method %s: storage failed: %s", request["method"], exc)
@@ -466,65 +238,159 @@ def message_json(message: ChatMessage) -> dict:
     return message.to_json()
 
 
-def _param(params: dict, key: str, kind: type) -> Any:
-    value = params.get(key)
-    if not isinstance(value, kind):
-        raise RpcError(INVALID_PARAMS, f"missing or invalid parameter {key!r} (expected {kind.__name__})")
-    return value
+METHODS: dict[str, type[c.Command]] = {
+    "whoami": c.Whoami, "create_group": c.CreateGroup, "list_groups": c.ListGroups, "join_group": c.JoinGroup,
+    "leave_group": c.LeaveGroup, "set_role": c.SetRole, "remove_member": c.RemoveMember,
+    "set_admins_only": c.SetAdminsOnly, "send": c.Send, "edit": c.Edit, "delete": c.Delete, "react": c.React,
+    "pin": c.Pin, "set_topic": c.SetTopic, "history": c.History, "search": c.Search, "thread": c.Thread,
+    "mentions": c.Mentions, "export_log": c.ExportLog, "stats": c.Stats, "network": c.Network,
+    "advertise": c.Advertise, "invite": c.Invite, "add_peer": c.AddPeer, "peers": c.Peers, "presence": c.Presence,
+    "send_direct": c.SendDirect, "direct_history": c.DirectHistory, "list_conversations": c.ListConversations,
+    "mark_direct_read": c.MarkDirectRead, "read_receipts": c.ReadReceipts, "shutdown": c.Shutdown,
+    "send_file": c.SendFile, "fetch_file": c.FetchFile, "cancel_file": c.CancelFile, "files": c.Files,
+}
+"""Each JSON-RPC method's command (middleware.commands): its params are the command's fields, by name,
+checked against their types (:func:`command_of`); tests/core/test_jsonrpc_methods.py holds the method
+table in resources/docs/jsonrpc.md to this."""
 
 
-def _mid_param(params: dict) -> tuple[str, int]:
+def command_of(method: str, params: dict) -> c.Command:
+    """``method``'s command from ``params``: every field given or defaulted, none other, each of its
+    field's type and within its bounds (else an INVALID_PARAMS error saying which and what is expected)."""
+    command: type = METHODS[method]
+    taken = _params_of(command)
+    for key in params:
+        if key not in taken:
+            raise RpcError(INVALID_PARAMS, f"parameter {key!r:.60} is not supported by {method} "
+                                           f"(it takes {', '.join(taken) or 'none'})")
+    args = {}
+    for name, (hint, required) in taken.items():
+        if name in params:
+            args[name] = _param(name, params[name], hint)
+        elif required:
+            raise RpcError(INVALID_PARAMS, f"missing parameter {name!r} (expected {_expected(hint)})")
     try:
-        return parse_mid(_param(params, "mid", str))
-    except ValueError as exc:
-        raise RpcError(INVALID_PARAMS, f"bad mid: {exc}") from None
+        return command(**args)
+    except ValueError as exc:  # the command's own checks (middleware.commands)
+        raise RpcError(INVALID_PARAMS, str(exc)) from None
 
 
-def _parent_param(params: dict) -> tuple[str, int] | None:
-    parent_text = params.get("parent")
-    if parent_text is not None and not isinstance(parent_text, str):
-        raise RpcError(INVALID_PARAMS, "bad parent: 'parent' must be a mid string '<pid>:<seqno>' or null")
-    try:
-        return parse_mid(parent_text) if parent_text is not None else None
-    except ValueError as exc:
-        raise RpcError(INVALID_PARAMS, f"bad parent: {exc}") from None
+@functools.cache
+def _params_of(command: type) -> dict[str, tuple[Any, bool]]:
+    """A command's fields: name -> (type, whether it must be given).  Read once per command: resolving
+    the annotations took most of a request's time."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    return {f.name: (hints[f.name], f.default is MISSING and f.default_factory is MISSING) for f in fields(command)}
 
 
-def _on_param(params: dict) -> bool:
-    on = params.get("on", True)
-    if not isinstance(on, bool):
-        raise RpcError(INVALID_PARAMS, "invalid parameter 'on' (expected true or false)")
-    return on
-
-
-def _optional_int(params: dict, key: str, low: int = 0, high: int = 2**62) -> int | None:
-    value = params.get(key)
-    if value is None:
+def _param(name: str, value: Any, hint: Any) -> Any:
+    """``value`` as a field of type ``hint`` holds it, or an INVALID_PARAMS error."""
+    kind, marks = _unannotated(hint)
+    options = _options(kind)
+    if value is None and type(None) in options:
         return None
-    if type(value) is not int or not low <= value <= high:
-        raise RpcError(INVALID_PARAMS, f"invalid parameter {key!r} (expected an integer from {low} to {high})")
-    return value
+    kind = next((option for option in options if option is not type(None)), kind)
+    converted: Any = None
+    if any(isinstance(mark, c.IsoTime) for mark in marks):
+        converted = _iso_time(value)
+    elif kind is bool or kind is str:
+        converted = value if isinstance(value, kind) else None
+    elif kind is int:
+        converted = value if type(value) is int else None
+    elif kind is float:
+        converted = float(value) if type(value) in (int, float) else None
+    elif kind == Mid:
+        if isinstance(value, str):
+            try:
+                return parse_mid(value)
+            except ValueError as exc:
+                raise RpcError(INVALID_PARAMS, f"bad {name}: {exc}") from None
+    elif typing.get_origin(kind) is tuple:
+        if type(value) is list and all(isinstance(item, str) for item in value):
+            converted = tuple(value)
+    elif typing.get_origin(kind) is typing.Literal:
+        converted = value if value in typing.get_args(kind) else None
+    for mark in marks:
+        if isinstance(mark, c.Between) and converted is not None and not mark.low <= converted <= mark.high:
+            converted = None
+    if converted is None:
+        raise RpcError(INVALID_PARAMS, f"invalid parameter {name!r} (expected {_expected(hint)})")
+    return converted
 
 
-def _optional_time(params: dict, key: str) -> int | None:
-    """An ISO-8601 time (as 'sent_at' is written) as ms since the epoch."""
-    value = _optional_str(params, key)
-    if value is None:
+def _unannotated(hint: Any) -> tuple[Any, tuple]:
+    if typing.get_origin(hint) is typing.Annotated:
+        kind, *marks = typing.get_args(hint)
+        return kind, tuple(marks)
+    return hint, ()
+
+
+def _options(kind: Any) -> tuple:
+    return typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
+
+
+def _expected(hint: Any) -> str:
+    """What a field of type ``hint`` takes, in words."""
+    kind, marks = _unannotated(hint)
+    options = _options(kind)
+    words = []
+    for option in options:
+        if option is type(None):
+            continue
+        if any(isinstance(mark, c.IsoTime) for mark in marks):
+            words.append("an ISO-8601 time such as 2026-01-31T09:00:00Z")
+        elif option == Mid:
+            words.append("a mid string '<pid>:<seqno>'")
+        elif typing.get_origin(option) is tuple:
+            words.append("a list of strings")
+        elif typing.get_origin(option) is typing.Literal:
+            words.append(" or ".join(json.dumps(choice) for choice in typing.get_args(option)))
+        else:
+            words.append({str: "a string", bool: "true or false", int: "an integer", float: "a number"}[option])
+    for mark in marks:
+        if isinstance(mark, c.Between):
+            words[-1] += f" from {mark.low:g} to {mark.high:g}"
+    return " or ".join(words + (["null"] if type(None) in options else []))
+
+
+def _iso_time(value: Any) -> int | None:
+    """An ISO-8601 time (as 'sent_at' is written) as ms since the epoch (None: not one)."""
+    if not isinstance(value, str):
         return None
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise RpcError(INVALID_PARAMS, f"invalid parameter {key!r} (expected an ISO-8601 time such as "
-                                       "2026-01-31T09:00:00Z)") from None
+        return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp() * 1000)
 
 
-def _optional_str(params: dict, key: str) -> str | None:
-    value = params.get(key)
-    if value is not None and not isinstance(value, str):
-        raise RpcError(INVALID_PARAMS, f"invalid parameter {key!r} (expected a string)")
+def answer_json(command: c.Command, result: Any) -> Any:
+    """A command's result as its method answers it: named by the command's ``answers``, ``{}`` for
+    none; a page of ``history`` gives each message's ``order``."""
+    if isinstance(command, c.History) and command.paged:
+        return [{**message_json(message), "order": message.order} for message in result]
+    if isinstance(command, c.Thread) and not result:
+        raise RpcError(APP_ERROR, f"no message {format_mid(command.root)} in group {command.gid}")
+    names = type(command).answers
+    if names:
+        values = result if len(names) > 1 else (result,)
+        return {name: _json(value) for name, value in zip(names, values)}
+    return {} if result is None else _json(result)
+
+
+async def _answer_when_done(command: c.Command, pending: Awaitable) -> Any:
+    return answer_json(command, await pending)
+
+
+def _json(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if type(value) is tuple and len(value) == 2 and type(value[0]) is str and type(value[1]) is int:
+        return format_mid(value)  # a Mid
+    if isinstance(value, (list, tuple)):
+        return [_json(item) for item in value]
     return value
 
 

@@ -8,6 +8,9 @@ reads the clocks (:mod:`middleware.clock`) and passes ``now`` (and the wall
 stamp) in.  All methods run on the asyncio loop thread (use
 :class:`~middleware.runner.ManagerThread` from other threads).
 
+Every public call is a command (:mod:`middleware.commands`) run by
+:meth:`GroupManager.execute`: the GUI's typed methods (``commands.Calls``) and
+the JSON-RPC peer's table both come here, and the core runs what it can.
 Writes are batched per event-loop turn (:meth:`GroupManager.flush`), and handed
 out in the core's crash-safe order (persist, transmit, notify: see
 :mod:`middleware.peer_core`).
@@ -26,9 +29,9 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
-from . import clock, crypto, kinds, netif, rules
+from . import clock, commands, crypto, kinds, netif, rules
 from .channel import GroupChannel
 from .discovery import ZeroconfDiscovery
 from .events import Listener, MessagesDelivered, RemovedFromGroup, ignore
@@ -40,12 +43,11 @@ from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
-from .store_api import SearchHit, StoredThread
 from .addresses import ANSWER_WAIT, Endpoint, GroupAddress, answered_at, resolve_endpoint
 from .roaming import WATCH_INTERVAL, Move, NetworkFollower
 from .transport import MulticastNetwork, Received, Transport, TransportError, interface_name, resolve_interface
 from .direct import conversation_id
-from .types import (ChatMessage, ConversationView, DirectMessage, GroupView, Mid, Notice, PassphraseRefused, UsageError,
+from .types import (GroupView, Mid, PassphraseRefused, UsageError,
                     format_mid, iso_millis, shown_sent_at)
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ class Config:
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # larger offers are refused with an error
 
 
-class GroupManager(rules.OperationCalls):
+class GroupManager(commands.Calls):
     def __init__(self, config: Config, listener: Listener | None = None) -> None:
         """``listener``: called with each event (:mod:`middleware.events`) on the loop's thread."""
         self.config = config
@@ -277,16 +279,30 @@ class GroupManager(rules.OperationCalls):
 
     # -- public API -------------------------------------------------------------------
 
-    def set_name(self, name: str) -> None:
-        """A new display name, kept and re-announced (a new signed record) in every joined group."""
-        for gid in self.core.set_name(rules.check_name(name)):
-            self._announce(gid)
-        self._after_input()
+    def execute(self, command: commands.Command) -> Any:
+        """Run one call (:mod:`middleware.commands`) and answer what it answers: the ones that need
+        this adapter here (a coroutine for those that wait: a key derived, the network, a file
+        hashed), every other in the core, after a flush when what was delivered counts, and an
+        action committed and sent on the next loop turn."""
+        c = commands
+        if isinstance(command, c.ADAPTER_COMMANDS):
+            return c.run_on_adapter(self, command)
+        if command.flush_first:
+            self.flush()
+        result = self.core.execute(command, clock.now(), clock.wall())
+        match command:
+            case c.SetName():
+                for gid in result:
+                    self._announce(gid)
+            case c.LeaveGroup(gid):
+                record = self.core.known(gid)
+                self.network.stop_listening(GroupAddress(record.addr, record.port))
+                if self.discovery is not None:
+                    self._spawn(self.discovery.withdraw(gid))
+        if isinstance(command, c.Action):
+            self._after_input()
+        return result
 
-    def advertise(self) -> None:
-        """GJLP advertisement: ask every peer on the LAN for the groups it knows."""
-        self.core.advertise()
-        self._after_input()
 
     def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
         """A peer's ``host:port`` (the port defaults to this peer's; the host an IPv4 address or a
@@ -313,14 +329,6 @@ class GroupManager(rules.OperationCalls):
                 raise UsageError(f"Nobody answered at {endpoint} within {wait:g} s")
             await asyncio.sleep(0.1)
         return {"endpoint": str(endpoint), "pid": row["pid"], "name": row.get("name", "")}
-
-    def reached_directly(self, gid: str) -> list[str]:
-        """The members of ``gid`` reached by unicast (multicast does not join them to this peer)."""
-        return self.core.reached_directly(gid, clock.now())
-
-    def peers(self) -> list[dict]:
-        """Every peer known by endpoint or heard by multicast (``last_heard`` in seconds ago)."""
-        return self.core.peers(clock.now())
 
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
         """A new group; with a passphrase it is private (content sealed with a key derived from it).
@@ -430,57 +438,12 @@ class GroupManager(rules.OperationCalls):
             await asyncio.sleep(0.05)
         return self.core.group(invite.gid)
 
-    def invite(self, gid: str) -> str:
-        """The invite link for ``gid``: its id, description and this peer's endpoint (and a one-time
-        secret for a private group that re-keyed, stored by the next flush)."""
-        link = self.core.invite(gid)
-        self._after_input()
-        return link
-
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
         gid = self.core.join(record, key, clock.now(), clock.wall())
         self._spawn(self._listen_group(gid))
         self._announce(gid)
         self._after_input()
         return gid
-
-    def leave_group(self, gid: str) -> None:
-        record = self.core.leave(gid, clock.wall())
-        self.network.stop_listening(GroupAddress(record.addr, record.port))
-        if self.discovery is not None:
-            self._spawn(self.discovery.withdraw(gid))
-        self._after_input()
-
-    def set_role(self, gid: str, pid: str, role: str) -> None:
-        """The owner makes ``pid`` an admin ("admin") or takes it back ("member") (PeerCore.set_role)."""
-        self.core.set_role(gid, pid, role, clock.now())
-        self._after_input()
-
-    def set_admins_only(self, gid: str, on: bool) -> None:
-        """The owner's setting: only the owner and admins pin and change the topic (PeerCore.set_admins_only)."""
-        self.core.set_admins_only(gid, on, clock.now())
-        self._after_input()
-
-    def remove_member(self, gid: str, pid: str) -> None:
-        """The owner or an admin removes ``pid``; a private group re-keys (PeerCore.remove_member)."""
-        self.core.remove_member(gid, pid, clock.now())
-        self._after_input()
-
-    def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid:
-        """Compose and queue a message; it is stored and sent by the next flush.  If that
-        flush cannot store it, it is taken back, never sent (see :meth:`take_unsent`).
-        ``mentions``: pids whose "@Name" in ``text`` becomes a mention (PeerCore.send)."""
-        mid = self.core.send(gid, text, parent, clock.now(), clock.wall(), mentions)
-        self._after_input()
-        return mid
-
-    def mentions(self, limit: int = 50) -> list[ChatMessage]:
-        """Messages that mention this peer, newest first, across groups."""
-        self.flush()
-        return self.core.mentions(limit)
-
-    # -- operations (middleware.obg): edit, delete, react, pin and set_topic come from rules.OperationCalls;
-    # each is a message of ours, so it is signed, repaired and stored
 
     # -- files (middleware.files, middleware.file_transfer)
 
@@ -508,97 +471,6 @@ class GroupManager(rules.OperationCalls):
         self.flush()
         return self.files.files(gid)
 
-    def topic(self, gid: str) -> tuple[str, str]:
-        """``(topic, pid of who set it)``; ``("", "")`` if none."""
-        self.core.channel(gid)
-        return self.core.ops(gid).topic()
-
-    def pinned(self, gid: str) -> list[ChatMessage]:
-        pinned = list(self.core.ops(gid).pinned()) if gid in self.channels else []
-        self.flush()
-        return self.core.messages(gid, pinned)  # found by mid: the history may be long
-
-    def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
-        self.core.channel(gid)
-        rules.check_target(target)
-        self.core.ops(gid)
-        self.flush()  # what was just delivered counts: the operation names the last one it saw
-        mid = self.core.operate(gid, kind, target, clock.now(), clock.wall(), **fields)
-        self._after_input()
-        return mid
-
-    def groups(self) -> list[GroupView]:
-        return self.core.groups()
-
-    def group(self, gid: str) -> GroupView:
-        return self.core.group(gid)
-
-    def history(self, gid: str) -> list[ChatMessage]:
-        self.core.known(gid)
-        self.flush()
-        return self.core.history(gid)
-
-    def notices(self, gid: str) -> list[Notice]:
-        """The group's latest topic and pin changes, for an app to show among the messages (PeerCore.notices)."""
-        self.core.known(gid)
-        self.flush()
-        return self.core.notices(gid)
-
-    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
-                     limit: int = 50) -> list[ChatMessage]:
-        self.core.known(gid)
-        self.flush()
-        return self.core.history_page(gid, before, after, limit)
-
-    def message_count(self, gid: str) -> int:
-        return self.core.message_count(gid)
-
-    def search(self, query: str, **filters) -> list[tuple[SearchHit, Mid]]:
-        """PeerCore.search, after a flush (what was just delivered is found)."""
-        self.flush()
-        return self.core.search(query, **filters)
-
-    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
-        self.core.known(gid)
-        self.flush()
-        return self.core.thread(gid, root)
-
-    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
-        self.flush()
-        return self.core.threads(gid, before, limit)
-
-    def unread_before(self, gid: str, below: int) -> int:
-        return self.core.unread_before(gid, below)
-
-    def thread_root(self, gid: str, mid: Mid) -> Mid:
-        self.flush()
-        return self.core.thread_root(gid, mid)
-
-    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
-        self.flush()
-        return self.core.messages(gid, mids)
-
-    def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
-        self.flush()
-        return self.core.history_around(gid, mid, limit)
-
-    def pending(self, gid: str | None = None) -> int:
-        """Messages held back, waiting for the message they answer."""
-        return self.core.pending(gid)
-
-    def presence_of(self, gid: str) -> dict[str, str]:
-        """Each current member's presence ("online", "away", "offline"); this peer is online."""
-        return self.core.presence_of(gid, clock.now())
-
-    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
-        """The delivery orders read in ``gid`` as inclusive ranges; None if never marked."""
-        self.core.known(gid)
-        return self.store.read_marks(gid)
-
-    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
-        """Add delivery-order ranges to what was read in ``gid`` (kept across restarts)."""
-        self.core.mark_read(gid, ranges)
-
     def export_log(self, path: str | Path, gid: str | None = None, direct: bool = False) -> int:
         """Write delivered messages as JSON Lines (the analytics export format); direct messages
         only with ``direct`` (and no ``gid``)."""
@@ -606,34 +478,6 @@ class GroupManager(rules.OperationCalls):
             self.core.known(gid)
         self.flush()
         return export_log(self.core, path, gid, direct)
-
-    # -- direct messages (middleware/direct.py) ----------------------------------------
-
-    def send_direct(self, pid: str, text: str, parent: Mid | None = None) -> Mid:
-        """A direct message to ``pid`` (a member of a group this peer is in): stored by the next
-        flush, sent while ``pid`` is reachable, queued while it is away."""
-        mid = self.core.send_direct(pid, text, parent, clock.wall())
-        self._after_input()
-        return mid
-
-    def direct_history(self, pid: str, before: int | None = None, limit: int | None = None) -> list[DirectMessage]:
-        """The conversation with ``pid``: the newest ``limit`` messages before order ``before``, in order."""
-        self.flush()
-        return self.core.direct_history(pid, before, limit)
-
-    def conversations(self) -> list[ConversationView]:
-        self.flush()
-        return self.core.conversations(clock.now())
-
-    def mark_direct_read(self, pid: str, mid: Mid) -> None:
-        """The conversation is read up to ``mid``; with read receipts on, ``pid`` is told."""
-        self.flush()
-        self.core.mark_direct_read(pid, mid)
-        self._after_input()
-
-    def set_read_receipts(self, on: bool) -> None:
-        self.core.set_read_receipts(on)
-        self._after_input()
 
     def take_unsent(self) -> dict[Mid, str]:
         """Own messages taken back since the last call because they could not be stored

@@ -32,9 +32,9 @@ import logging
 import random
 import sqlite3
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, Sequence, cast
+from typing import Any, NamedTuple, Sequence, cast
 
-from . import crypto, names, rules, wire
+from . import commands, crypto, names, rules, wire
 from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect, conversation_id
 from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
@@ -49,7 +49,7 @@ from .presence import OFFLINE_AFTER, ONLINE, Presence
 from .reach import BROADCAST_GRACE, Reach, hint_refused
 from .relay_link import STATS as RELAY_STATS, GroupRelay
 from .ses import Ses
-from .store_api import PeerStore, SearchHit, StoredThread
+from .store_api import PeerStore, SearchHit, SearchQueryError, StoredThread
 from .events import (Event, GroupCreated, GroupsDiscovered, MemberRemoved, MessagesDelivered, MessagesUpdated,
                      NoticesAdded, RemovedFromGroup, RoleChanged, TopicChanged, WarningRaised)
 from .teams import GroupTeam
@@ -192,6 +192,114 @@ class PeerCore:
                 store.save_members(gid, [self.gjlp.groups[gid].members[self.pid]])
 
     # -- user calls -------------------------------------------------------------------
+
+    def execute(self, command: commands.CoreCommand, now: float, wall: float | None = None) -> Any:
+        """Run one call (:mod:`middleware.commands`) at ``now`` (``wall``: the wall clock, for what is
+        stamped for people to read; by default the last one given, moved on to ``now``), and answer
+        what it answers.  What it changes is stored, sent and told by the next :meth:`flush`."""
+        wall = self._wall_at(now) if wall is None else wall
+        c = commands
+        match command:
+            case c.Whoami():
+                return {"pid": self.pid, "name": self.name}
+            case c.SetName(name):
+                return self.set_name(rules.check_name(name))
+            case c.ListGroups():
+                return self.groups()
+            case c.Group(gid):
+                return self.group(gid)
+            case c.Invite(gid):
+                return self.invite(gid)
+            case c.LeaveGroup(gid):
+                self.leave(gid, wall)
+                return None
+            case c.SetRole(gid, pid, role):
+                return self.set_role(gid, pid, role, now)
+            case c.SetAdminsOnly(gid, on):
+                return self.set_admins_only(gid, on, now)
+            case c.RemoveMember(gid, pid):
+                return self.remove_member(gid, pid, now)
+            case c.Presence(gid):
+                return self.presence_of(gid, now)
+            case c.ReachedDirectly(gid):
+                return self.reached_directly(gid, now)
+            case c.Pending(gid):
+                return self.pending(gid)
+            case c.Advertise():
+                return self.advertise()
+            case c.Peers():
+                return self.peers(now)
+            case c.Send(gid, text, parent, mentions):
+                return self.send(gid, text, parent, now, wall, mentions)
+            case c.Edit(gid, mid, text):
+                return self.operate(gid, "edit", mid, now, wall, text=rules.check_edit_text(text))
+            case c.Delete(gid, mid):
+                return self.operate(gid, "delete", mid, now, wall)
+            case c.React(gid, mid, emoji, on):
+                return self.operate(gid, "react", mid, now, wall, emoji=rules.check_emoji(emoji), on=bool(on))
+            case c.Pin(gid, mid, on):
+                return self.operate(gid, "pin", mid, now, wall, on=bool(on))
+            case c.SetTopic(gid, text):
+                return self.operate(gid, "topic", None, now, wall, text=rules.check_topic(text))
+            case c.Topic(gid):
+                self.channel(gid)
+                return self.ops(gid).topic()
+            case c.Pinned(gid):
+                return self.messages(gid, list(self.ops(gid).pinned()) if gid in self.joined else [])
+            case c.History(gid, before, after, limit):
+                if not command.paged:
+                    return self.history(gid)
+                return self.history_page(gid, before, after, commands.DEFAULT_HISTORY_PAGE if limit is None else limit)
+            case c.MessageCount(gid):
+                return self.message_count(gid)
+            case c.HistoryAround(gid, mid, limit):
+                return self.history_around(gid, mid, limit)
+            case c.Messages(gid, mids):
+                return self.messages(gid, list(mids))
+            case c.Notices(gid):
+                return self.notices(gid)
+            case c.Thread(gid, root):
+                return self.thread(gid, root)
+            case c.ThreadRoot(gid, mid):
+                return self.thread_root(gid, mid)
+            case c.Threads(gid, before, limit):
+                return self.threads(gid, before, limit)
+            case c.UnreadBefore(gid, below):
+                return self.unread_before(gid, below)
+            case c.ReadMarks(gid):
+                self.known(gid)
+                return self.store.read_marks(gid)
+            case c.MarkRead(gid, ranges):
+                return self.mark_read(gid, list(ranges))
+            case c.Mentions(limit):
+                return self.mentions(limit)
+            case c.Search():
+                return self._search_page(command)
+            case c.SendDirect(pid, text, parent):
+                return self.send_direct(pid, text, parent, wall)
+            case c.DirectHistory(pid, before, limit):
+                return self.direct_history(pid, before, limit)
+            case c.ListConversations():
+                return self.conversations(now)
+            case c.MarkDirectRead(pid, mid):
+                return self.mark_direct_read(pid, mid)
+            case c.ReadReceipts(on):
+                self.set_read_receipts(on)
+                return on
+        raise TypeError(f"{type(command).__name__} is not a core command: an adapter runs it")
+
+    def _search_page(self, command: commands.Search) -> commands.SearchResults:
+        """:meth:`search`, one page of ``command.limit`` from its cursor (an offset), and the next page's."""
+        offset = int(command.cursor) if command.cursor is not None else 0
+        try:
+            found = self.search(command.query, gid=command.gid, sender=command.sender, since=command.since,
+                                until=command.until, limit=command.limit + 1, offset=offset,
+                                by_time=command.order == "time", direct=command.direct)
+        except SearchQueryError as exc:
+            raise SearchQueryError(f"bad search query {command.query[:200]!r}: {exc} (use words, \"phrases\", "
+                                   "prefix*, AND, OR, NOT; put other characters inside double quotes)") from None
+        more = len(found) > command.limit
+        return commands.SearchResults(found[:command.limit], str(offset + command.limit) if more else None)
 
     def set_name(self, name: str) -> list[str]:
         """A new (checked) display name, kept and re-announced in every joined group; returns those groups."""

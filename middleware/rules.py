@@ -14,7 +14,7 @@ from . import names, passphrase as passphrases, wire
 from . import kinds
 from .mentions import MAX_MENTIONS, TOKEN, token
 from .obg import is_reaction_emoji
-from .types import Mid, PassphraseRefused, UsageError, check_unicode
+from .types import PassphraseRefused, UsageError, check_unicode
 
 MAX_DESC = wire.MAX_DESC
 MAX_NAME = wire.MAX_NAME
@@ -143,27 +143,3 @@ def check_emoji(emoji: str) -> str:
         raise UsageError(f"a reaction is a single emoji, such as 👍; {emoji[:16]!r} is not one")
     return emoji
 
-
-class OperationCalls:
-    """The five operation calls, each field checked by the rules above, for a peer that can
-    ``_operate`` (the middleware's GroupManager and the GUI's in-memory stand-in)."""
-
-    def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
-        raise NotImplementedError
-
-    def edit(self, gid: str, mid: Mid, text: str) -> Mid:
-        """Replace the text of our own message ``mid``."""
-        return self._operate(gid, "edit", mid, text=check_edit_text(text))
-
-    def delete(self, gid: str, mid: Mid) -> Mid:
-        """Delete our own message ``mid``: its text goes, its place (and replies) stay."""
-        return self._operate(gid, "delete", mid)
-
-    def react(self, gid: str, mid: Mid, emoji: str, on: bool = True) -> Mid:
-        return self._operate(gid, "react", mid, emoji=check_emoji(emoji), on=bool(on))
-
-    def pin(self, gid: str, mid: Mid, on: bool = True) -> Mid:
-        return self._operate(gid, "pin", mid, on=bool(on))
-
-    def set_topic(self, gid: str, text: str) -> Mid:
-        return self._operate(gid, "topic", None, text=check_topic(text))

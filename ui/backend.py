@@ -5,7 +5,10 @@
 (tests/ui/test_backend_seam.py has mypy check both); the bridge runs a call as
 ``backend.call(lambda peer: peer.send(gid, text, parent), on_result=...)``, so
 a misspelt method or a wrong argument is a type error, not a string that fails
-at run time.  What the middleware tells its listener crosses the thread
+at run time.  Each such method builds its command (:mod:`middleware.commands`,
+whose ``Calls`` both managers share) and runs it by ``execute``, the path the
+JSON-RPC peer takes too; ``backend.execute(command, on_result=...)`` runs a
+command as it is.  What the middleware tells its listener crosses the thread
 boundary as the event values of :mod:`middleware.events`, as they are, and
 the bridge emits each on the GUI thread; a call's outcome crosses back as a
 :class:`CallFinished`.
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..middleware.addresses import Endpoint
+from ..middleware.commands import Command
 from ..middleware.store_api import SearchHit, StoredThread
 from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Mid, Notice
 
@@ -25,6 +29,8 @@ from ..middleware.types import ChatMessage, ConversationView, DirectMessage, Gro
 @runtime_checkable
 class Peer(Protocol):
     """What the GUI calls on the middleware; every call runs on the middleware's thread."""
+
+    def execute(self, command: Command) -> Any: ...
 
     async def create_group_async(self, desc: str, passphrase: str | None = None) -> str: ...
 

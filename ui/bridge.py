@@ -39,6 +39,7 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from ..middleware.manager import Config
 from ..middleware.runner import ManagerThread
+from ..middleware.commands import Command
 from ..middleware.events import Event, MessagesDelivered
 from ..middleware.types import UsageError
 
@@ -89,6 +90,12 @@ class Backend(QObject):
         """:meth:`call` for a coroutine method (``create_group_async``, ``join_group_async``): the
         callbacks hear its outcome once it has run to its end."""
         self._request(work, on_result, on_error)
+
+    def execute(self, command: Command, on_result: ResultCallback | None = None,
+                on_error: ErrorCallback | None = None) -> None:
+        """:meth:`call` for a command (:mod:`middleware.commands`) as it is: the peer runs it by its
+        ``execute``, the one path every call takes (one that waits is run to its end)."""
+        self._request(lambda peer: peer.execute(command), on_result, on_error)
 
     def _request(self, work: Callable[[Peer], Any], on_result: ResultCallback | None,
                  on_error: ErrorCallback | None) -> None:

@@ -29,9 +29,9 @@ import inspect
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
-from ..middleware import crypto, rules
+from ..middleware import commands, crypto, rules
 from ..middleware.chatops import is_operation
 from ..middleware.crypto import Identity
 from ..middleware.addresses import ANSWER_WAIT, Broadcast, Endpoint, answered_at, resolve_endpoint
@@ -39,8 +39,8 @@ from ..middleware.events import Event, GroupsDiscovered, Listener, MessagesDeliv
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
 from ..middleware.peer_core import Datagram, PeerCore
-from ..middleware.store_api import PeerStore, SearchHit, StoredThread
-from ..middleware.types import ChatMessage, ConversationView, DirectMessage, GroupView, Member, Mid, Notice, UsageError
+from ..middleware.store_api import PeerStore
+from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError
 
 from .backend import Peer
 from .bridge import Backend
@@ -145,7 +145,7 @@ class MemoryLan:
         raise RuntimeError(f"the in-memory LAN found no rest after {self.MAX_STEPS} timers")
 
 
-class MemoryManager(rules.OperationCalls):
+class MemoryManager(commands.Calls):
     """One peer (``name``, its key drawn from ``seed``) on a :class:`MemoryLan`; the ``inject_*`` methods
     run the others.  ``sent`` lists what this peer sent, as ``(gid, text, parent)``."""
 
@@ -184,13 +184,24 @@ class MemoryManager(rules.OperationCalls):
 
     # -- GroupManager's API ------------------------------------------------------------
 
-    def set_name(self, name: str) -> None:
-        name = rules.check_name(name)
-        self._run(lambda core: core.set_name(name))
+    def execute(self, command: commands.Command) -> Any:
+        """As GroupManager's: the calls that need an adapter here (coroutines that never wait),
+        the rest in the core; an action then runs on the LAN until it is quiet."""
+        c = commands
+        if isinstance(command, c.ADAPTER_COMMANDS):
+            return c.run_on_adapter(self, command)
+        if isinstance(command, c.Query):
+            return self.core.execute(command, self.lan.now, self.lan.wall())
+        result = self._run(lambda core: core.execute(command, self.lan.now, self.lan.wall()))
+        match command:
+            case c.Send(gid, text, parent):
+                self.sent.append((gid, text, parent))
+            case c.SendDirect():
+                self.lan.settle(self.DIRECT_SETTLE)
+            case c.Advertise():
+                self.lan.settle()
+        return result
 
-    def advertise(self) -> None:
-        self._run(lambda core: core.advertise())
-        self.lan.settle()
 
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
         desc = rules.check_desc(desc)
@@ -230,9 +241,6 @@ class MemoryManager(rules.OperationCalls):
         invite = self._run(lambda core: core.accept_invite(text, self.lan.now))
         return self.core.group(invite.gid)
 
-    def invite(self, gid: str) -> str:
-        return self.core.invite(gid)
-
     def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
         endpoint = self._run(lambda core: core.add_peer(address, self.lan.now, found_by))
         self.lan.settle()
@@ -259,32 +267,6 @@ class MemoryManager(rules.OperationCalls):
         address = self.hosts.get(host)
         return [(2, 2, 17, "", (address, 0))] if address is not None else []
 
-    def peers(self) -> list[dict]:
-        return self.core.peers(self.lan.now)
-
-    def reached_directly(self, gid: str) -> list[str]:
-        return self.core.reached_directly(gid, self.lan.now)
-
-    def leave_group(self, gid: str) -> None:
-        self._run(lambda core: core.leave(gid, self.lan.wall()))
-
-    def set_role(self, gid: str, pid: str, role: str) -> None:
-        self._run(lambda core: core.set_role(gid, pid, role, self.lan.now))
-
-    def set_admins_only(self, gid: str, on: bool) -> None:
-        self._run(lambda core: core.set_admins_only(gid, on, self.lan.now))
-
-    def remove_member(self, gid: str, pid: str) -> None:
-        self._run(lambda core: core.remove_member(gid, pid, self.lan.now))
-
-    def send(self, gid: str, text: str, parent: Mid | None = None, mentions: Sequence[str] = ()) -> Mid:
-        mid = self._run(lambda core: core.send(gid, text, parent, self.lan.now, self.lan.wall(), mentions))
-        self.sent.append((gid, text, parent))
-        return mid
-
-    def mentions(self, limit: int = 50) -> list[ChatMessage]:
-        return self.core.mentions(limit)
-
     async def send_file(self, gid: str, path: str, parent: Mid | None = None) -> tuple[Mid, str]:
         source = self.files.readable(path)
         offer = offer_of_file(source)
@@ -301,94 +283,17 @@ class MemoryManager(rules.OperationCalls):
     def file_list(self, gid: str) -> list[dict]:
         return self.files.files(gid)
 
-    def _operate(self, gid: str, kind: str, target: Mid | None, **fields) -> Mid:
-        self.core.channel(gid)
-        rules.check_target(target)
-        return self._run(lambda core: core.operate(gid, kind, target, self.lan.now, self.lan.wall(), **fields))
-
-    def topic(self, gid: str) -> tuple[str, str]:
-        """``(topic, pid of who set it)``; ``("", "")`` if none."""
-        self.core.channel(gid)
-        return self.core.ops(gid).topic()
-
-    def pinned(self, gid: str) -> list[ChatMessage]:
-        pinned = list(self.core.ops(gid).pinned()) if gid in self.core.channels else []
-        return self.core.messages(gid, pinned)
-
-    def groups(self) -> list[GroupView]:
-        return self.core.groups()
-
-    def group(self, gid: str) -> GroupView:
-        return self.core.group(gid)
-
-    def history(self, gid: str) -> list[ChatMessage]:
-        return self.core.history(gid)
-
-    def notices(self, gid: str) -> list[Notice]:
-        return self.core.notices(gid)
-    def history_page(self, gid: str, before: int | None = None, after: int | None = None,
-                     limit: int = 50) -> list[ChatMessage]:
-        return self.core.history_page(gid, before, after, limit)
-
-    def unread_before(self, gid: str, below: int) -> int:
-        return self.core.unread_before(gid, below)
-
-    def thread_root(self, gid: str, mid: Mid) -> Mid:
-        return self.core.thread_root(gid, mid)
-
-    def messages(self, gid: str, mids: list[Mid]) -> list[ChatMessage]:
-        return self.core.messages(gid, mids)
-
-    def history_around(self, gid: str, mid: Mid, limit: int = 50) -> list[ChatMessage]:
-        return self.core.history_around(gid, mid, limit)
-
-    def thread(self, gid: str, root: Mid) -> list[ChatMessage]:
-        return self.core.thread(gid, root)
-
-    def threads(self, gid: str, before: int | None = None, limit: int = 50) -> list[StoredThread]:
-        return self.core.threads(gid, before, limit)
-
-    def pending(self, gid: str | None = None) -> int:
-        return self.core.pending(gid)
-
-    def presence_of(self, gid: str) -> dict[str, str]:
-        return self.core.presence_of(gid, self.lan.now)
-
-    def search(self, query: str, *, limit: int = 20, by_time: bool = False,
-               direct: bool = False) -> list[tuple[SearchHit, Mid]]:
-        return self.core.search(query, limit=limit, by_time=by_time, direct=direct)
-
-    def read_marks(self, gid: str) -> list[tuple[int, int]] | None:
-        self.core.known(gid)
-        return self.store.read_marks(gid)
-
-    def mark_read(self, gid: str, ranges: list[tuple[int, int]]) -> None:
-        self.core.mark_read(gid, ranges)
-
-    def export_log(self, path: str | Path, gid: str | None = None) -> int:
+    def export_log(self, path: str | Path, gid: str | None = None, direct: bool = False) -> int:
         if gid:
             self.core.known(gid)
-        return export_log(self.core, path, gid)
+        return export_log(self.core, path, gid, direct)
+
+    def network_state(self) -> dict:
+        """Always on the network: the LAN is in memory."""
+        return {"state": "connected", "interface": "lo", "address": self.interface, "reason": ""}
 
     def stats_dict(self) -> dict:
         return self.core.stats_dict()
-
-    def send_direct(self, pid: str, text: str, parent: Mid | None = None) -> Mid:
-        mid = self._run(lambda core: core.send_direct(pid, text, parent, self.lan.wall()))
-        self.lan.settle(self.DIRECT_SETTLE)
-        return mid
-
-    def direct_history(self, pid: str, before: int | None = None, limit: int | None = None) -> list[DirectMessage]:
-        return self.core.direct_history(pid, before, limit)
-
-    def conversations(self) -> list[ConversationView]:
-        return self.core.conversations(self.lan.now)
-
-    def mark_direct_read(self, pid: str, mid: Mid) -> None:
-        self._run(lambda core: core.mark_direct_read(pid, mid))
-
-    def set_read_receipts(self, on: bool) -> None:
-        self._run(lambda core: core.set_read_receipts(on))
 
     # -- the others on the network ------------------------------------------------------
 

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from m2mc.middleware.commands import Whoami
 from m2mc.app.peer import MAX_BATCH, MAX_LINE_BYTES, MAX_NESTING, JsonRpcPeer, LineSplitter, to_json_line
 from tests.testbed.lan import LoopbackHost, PeerProcess
 
@@ -99,7 +100,11 @@ def test_the_peer_answers_whoami_within_2_s_after_each_hostile_line(tmp_path):
 
 
 class _Manager:
-    pid, name = "p" * 32, "Ann"
+    """Answers whoami, the one command these tests send."""
+
+    def execute(self, command):
+        assert isinstance(command, Whoami), command
+        return {"pid": "p" * 32, "name": "Ann"}
 
 
 def handle(line):

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from m2mc.middleware.manager import Config, GroupManager
+from m2mc.middleware.commands import CreateGroup, Send
 from m2mc.middleware.events import MemberJoined, MessagesDelivered, TopicChanged, ignore
 from m2mc.middleware.types import ChatMessage, Member
 from m2mc.ui.backend import Peer
@@ -125,6 +126,19 @@ def test_a_typed_call_and_a_coroutine_call_come_back_to_their_callbacks(qtbot):
     backend.call(lambda peer: peer.send("no-such-group", "hi"), on_error=lambda exc: refused.append(str(exc)))
     qtbot.waitUntil(lambda: bool(created and refused))
     assert backend.manager.group(created[0]).desc == "Lunch"
+    assert refused == ["unknown group 'no-such-group'"]
+
+
+def test_a_command_runs_as_a_value_on_the_same_path(qtbot):
+    backend = MemoryBackend()
+    created, sent, refused = [], [], []
+    backend.execute(CreateGroup("Lunch"), on_result=created.append)
+    qtbot.waitUntil(lambda: bool(created))
+    backend.execute(Send(created[0], "soup?"), on_result=sent.append)
+    backend.execute(Send("no-such-group", "hi"), on_error=lambda exc: refused.append(str(exc)))
+    qtbot.waitUntil(lambda: bool(sent and refused))
+    assert sent == [(backend.pid, 1)] and backend.manager.sent == [(created[0], "soup?", None)]
+    assert [m.text for m in backend.manager.history(created[0])] == ["soup?"]
     assert refused == ["unknown group 'no-such-group'"]
 
 
