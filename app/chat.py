@@ -18,7 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, QStandardPaths, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from ..middleware.manager import Config
+from ..middleware.manager import Config, default_parts
 from ..middleware.transport import TransportError
 from ..middleware.types import UsageError
 from ..ui.bridge import ManagerBackend, describe_error
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     config = Config(data_dir=args.data_dir or default_data_dir(), name=args.name, iface=args.iface,
                     port=args.port, zeroconf=not args.no_zeroconf, download_dir=downloads_folder(args.download_dir),
                     auto_download=args.auto_download, max_file_size=args.max_file_size)
-    backend = ManagerBackend(config)
+    backend = ManagerBackend(config, parts=default_parts)
     try:
         backend.start()
     except (TransportError, UsageError, OSError) as exc:

@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Iterable
 
 from ..middleware import commands as c
-from ..middleware.manager import Config, GroupManager
+from ..middleware.manager import Config, GroupManager, default_parts
 from ..middleware.netif import forced_portable
 from ..middleware.transport import TransportError
 from ..middleware.events import (DirectDelivered, DirectStatusChanged, Event, FileProgress, GroupsDiscovered,
@@ -558,7 +558,7 @@ async def serve(args: argparse.Namespace) -> int:
     config = Config(data_dir=data_dir, name=name, iface=args.iface, port=args.port, zeroconf=not args.no_zeroconf,
                     download_dir=args.download_dir, auto_download=args.auto_download, max_file_size=args.max_file_size)
     try:
-        manager = GroupManager(config, peer)
+        manager = GroupManager(config, peer, default_parts(config))
         if not manager.name:
             manager.set_name(getpass.getuser() or "peer")
         await manager.start()

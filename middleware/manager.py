@@ -29,11 +29,11 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import clock, commands, crypto, kinds, netif, rules
 from .channel import GroupChannel
-from .discovery import ZeroconfDiscovery
+from .discovery import FoundCallback, ZeroconfDiscovery
 from .events import Listener, MessagesDelivered, RemovedFromGroup, ignore
 from .file_transfer import FileService
 from .files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
@@ -43,6 +43,7 @@ from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
+from .store_api import PeerStore
 from .addresses import ANSWER_WAIT, Endpoint, GroupAddress, answered_at, resolve_endpoint
 from .roaming import WATCH_INTERVAL, Move, NetworkFollower
 from .transport import MulticastNetwork, Received, Transport, TransportError, interface_name, resolve_interface
@@ -70,12 +71,43 @@ class Config:
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # larger offers are refused with an error
 
 
+@dataclass
+class Parts:
+    """What a :class:`GroupManager` does its I/O through, made by the application
+    (:func:`default_parts`) or by a test: the store and the network as they are, and the file
+    service and zeroconf as factories, since they need the core (or this peer's pid) first."""
+
+    store: PeerStore
+    network: Transport
+    # (core, listener) -> the file service; (address, pid, on_found) -> zeroconf, made again on a move
+    files: Callable[[PeerCore, Listener], FileService]
+    discovery: Callable[[str, str, FoundCallback], ZeroconfDiscovery] | None = None
+
+
+def default_parts(config: Config) -> Parts:
+    """The real ones: the SQLite store in ``config.data_dir``, multicast on ``config.iface`` (as
+    :func:`~middleware.transport.resolve_interface` finds it), the TCP file service, and zeroconf
+    unless ``config.zeroconf`` is off.  Made on the thread that runs the manager (SQLite's
+    connection stays on its thread)."""
+    def files(core: PeerCore, listener: Listener) -> FileService:
+        return FileService(core, config.data_dir, listener, download_dir=config.download_dir,
+                           auto_download=config.auto_download, max_file_size=config.max_file_size,
+                           rng=random.Random(config.seed))
+
+    return Parts(store=Store(Path(config.data_dir) / "m2mc.sqlite3"),
+                 network=MulticastNetwork(resolve_interface(config.iface), config.port),
+                 files=files, discovery=ZeroconfDiscovery if config.zeroconf else None)
+
+
 class GroupManager(commands.Calls):
-    def __init__(self, config: Config, listener: Listener | None = None) -> None:
-        """``listener``: called with each event (:mod:`middleware.events`) on the loop's thread."""
+    def __init__(self, config: Config, listener: Listener | None = None, parts: Parts | None = None) -> None:
+        """``listener``: called with each event (:mod:`middleware.events`) on the loop's thread.
+        ``parts``: the store, network, file service and zeroconf to use (:func:`default_parts`
+        of ``config`` when not given)."""
         self.config = config
         self.listener: Listener = listener or ignore
-        store = Store(Path(config.data_dir) / "m2mc.sqlite3")
+        parts = parts or default_parts(config)
+        store = parts.store
         name = rules.check_name(config.name) if config.name and config.name != store.name() else config.name
         self.core = PeerCore(store, clock.now(), name, wall=clock.wall(), control_addr=config.control_addr, port=config.port,
                              max_held=config.max_held, max_held_bytes=config.max_held_bytes,
@@ -91,8 +123,9 @@ class GroupManager(commands.Calls):
         self._control_backlog_bytes = 0
         self._control_draining = False
         self.control_backlog_dropped = 0
-        self.network: Transport = MulticastNetwork(self.interface, config.port)
-        self.discovery = ZeroconfDiscovery(self.interface, self.pid, self._on_zeroconf) if config.zeroconf else None
+        self.network: Transport = parts.network
+        self._make_discovery = parts.discovery
+        self.discovery = parts.discovery(self.interface, self.pid, self._on_zeroconf) if parts.discovery else None
         self._flush_scheduled = False
         self._last_flush = 0.0
         self._flush_interval = self.FLUSH_INTERVAL
@@ -102,15 +135,13 @@ class GroupManager(commands.Calls):
         self._closed = False
         self._store_closed = False
         self._background: set[asyncio.Task] = set()
-        self.files = FileService(self.core, config.data_dir, lambda event: self.listener(event),
-                                 download_dir=config.download_dir, auto_download=config.auto_download,
-                                 max_file_size=config.max_file_size, rng=random.Random(config.seed))
+        self.files = parts.files(self.core, lambda event: self.listener(event))
 
     # The core's state, as the callers and tests of this class have always seen it.
 
     @property
-    def store(self) -> Store:
-        return self.core.store  # type: ignore[return-value]  # the SQLite store, given above
+    def store(self) -> PeerStore:
+        return self.core.store
 
     @property
     def name(self) -> str:
@@ -236,9 +267,9 @@ class GroupManager(commands.Calls):
 
     async def _restart_discovery(self, address: str) -> None:
         old = self.discovery
-        if old is None:
+        if old is None or self._make_discovery is None:
             return
-        self.discovery = ZeroconfDiscovery(address, self.pid, self._on_zeroconf)
+        self.discovery = self._make_discovery(address, self.pid, self._on_zeroconf)
         try:
             await old.close()
         except Exception as exc:  # zeroconf's own errors on a socket whose address went away
@@ -679,4 +710,4 @@ def export_log(core: PeerCore, path: str | Path, gid: str | None = None, direct:
     return count
 
 
-__all__ = ["Config", "GroupManager", "export_log", "UsageError", "format_mid", "DEFAULT_PORT", "PassphraseRefused", "Stats"]
+__all__ = ["Config", "GroupManager", "Parts", "default_parts", "export_log", "UsageError", "format_mid", "DEFAULT_PORT", "PassphraseRefused", "Stats"]

@@ -24,6 +24,7 @@ from .direct import DROPPED, StoredDirect, conversation_id
 from .store_api import (MATCH_END, MATCH_START, MAX_CACHED_PEERS, MAX_READ_RANGES, PeerStore, SearchHit, StoredThread,
                         in_branch, merged_read_marks, plain_match, searched_text)
 from .rangeset import RangeSet
+from .roles import Cuts, past_cut
 from .types import ChatMessage, Mid, shown_sent_at
 
 _MISSING = object()
@@ -177,14 +178,15 @@ class MemoryStore:
     def file_offers(self, gid: str) -> list[ChatMessage]:
         return self.of_kind(gid, kinds.FILE_OFFER)
 
-    def mentions(self, pid: str, limit: int) -> list[ChatMessage]:
+    def mentions(self, pid: str, limit: int, cuts: Cuts = {}) -> list[ChatMessage]:
         """A scan, newest first: this store serves simulations and tests, not 100,000-message histories."""
         found: list[ChatMessage] = []
         for key in reversed(self._delivered):
             if len(found) >= limit:
                 break
             message = self._messages[key]
-            if pid in message.mentions and kinds.listed(message.text):
+            if pid in message.mentions and kinds.listed(message.text) and \
+                    not past_cut(cuts.get(message.gid, {}), *message.mid):
                 found.append(self._with_key(message))
         return found
 
@@ -261,7 +263,7 @@ class MemoryStore:
 
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
                since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
-               by_time: bool = False) -> list[SearchHit]:
+               by_time: bool = False, cuts: Cuts = {}) -> list[SearchHit]:
         """A scan of every message: FTS5's words and prefixes, all required; newest first in both
         orders (the plain scan has no relevance rank)."""
         matches = plain_match(query)
@@ -271,7 +273,8 @@ class MemoryStore:
             text = None if edited is None else searched_text(edited)
             if text is None or (sender is not None and message.mid[0] != sender) \
                     or (since is not None and message.shown_at < since) \
-                    or (until is not None and message.shown_at > until):
+                    or (until is not None and message.shown_at > until) \
+                    or past_cut(cuts.get(message.gid, {}), *message.mid):
                 continue
             snippet = _marked(text, matches(text))
             if snippet is not None:

@@ -47,6 +47,7 @@ from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinU
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
 from .presence import OFFLINE_AFTER, ONLINE, Presence
 from .reach import BROADCAST_GRACE, Reach, hint_refused
+from .roles import Cuts, past_cut
 from .relay_link import STATS as RELAY_STATS, GroupRelay
 from .ses import Ses
 from .store_api import PeerStore, SearchHit, SearchQueryError, StoredThread
@@ -535,8 +536,13 @@ class PeerCore:
         team = self.teams.get(gid)
         if team is None or not team.roles.removed:
             return messages
-        cuts = {pid: r.cut for pid, r in team.roles.removed.items()}
-        return [m for m in messages if m.mid[0] not in cuts or m.mid[1] <= cuts[m.mid[0]]]
+        cuts = team.roles.cuts()
+        return [m for m in messages if not past_cut(cuts, *m.mid)]
+
+    def _cuts(self) -> Cuts:
+        """Every group's removed members' cuts, for the store's lists (search, mentions) to leave
+        out what :meth:`_visible` leaves out of history."""
+        return {gid: team.roles.cuts() for gid, team in self.teams.items() if team.roles.removed}
 
     def create_group(self, desc: str, salt: bytes, key: bytes | None, wall: float) -> str:
         """A new group (``desc`` checked; private with ``key``), made at ``wall``."""
@@ -750,7 +756,8 @@ class PeerCore:
         """Messages matching ``query`` (PeerStore.search), each with its thread's root: in every
         group, and with ``direct`` every direct conversation too; or in the one group or
         conversation (``dm:<pid>:<pid>``) ``gid`` names."""
-        groups = functools.partial(self.store.search, query, sender=sender, since=since, until=until, by_time=by_time)
+        groups = functools.partial(self.store.search, query, sender=sender, since=since, until=until, by_time=by_time,
+                                   cuts=self._cuts())
         conversations = functools.partial(self.store.search_direct, query, sender=sender, since=since, until=until,
                                           by_time=by_time)
         if gid is not None and gid.startswith("dm:"):
@@ -858,7 +865,7 @@ class PeerCore:
         """Messages that mention this peer, newest first, across groups, as :meth:`history` shows
         them (deleted ones left out; an edit shows its current text)."""
         found = []
-        for message in self.store.mentions(self.pid, limit):
+        for message in self.store.mentions(self.pid, limit, self._cuts()):
             gid = message.gid
             if gid in self.joined:
                 message = self.ops(gid).view(message)

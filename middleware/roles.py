@@ -32,11 +32,23 @@ the owner's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from . import crypto, wire
 
 OWNER, ADMIN, MEMBER = "owner", "admin", "member"
 MAX_RECORDS = 2_000
+
+Cuts = Mapping[str, Mapping[str, int]]
+"""Per group, its removed members' cuts (:meth:`GroupRoles.cuts`): what :func:`past_cut` reads."""
+
+
+def past_cut(cuts: Mapping[str, int], sender: str, seqno: int) -> bool:
+    """Whether ``sender``'s message ``seqno`` is past its removal's cut (``cuts``: a group's
+    :meth:`GroupRoles.cuts`): no part of the group, so no list shows it, whatever this peer
+    stored before it heard of the removal (history, threads, search, mentions, the export)."""
+    cut = cuts.get(sender)
+    return cut is not None and seqno > cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +148,10 @@ class GroupRoles:
 
     def is_removed(self, pid: str) -> bool:
         return pid in self.removed
+
+    def cuts(self) -> dict[str, int]:
+        """Each removed member's cut (:func:`past_cut`)."""
+        return {pid: removal.cut for pid, removal in self.removed.items()}
 
     def cut(self, pid: str) -> int | None:
         """The highest of a removed member's seqnos that stays part of the group (None: not removed)."""

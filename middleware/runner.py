@@ -13,14 +13,18 @@ import concurrent.futures
 import threading
 from typing import Any, Callable
 
-from .manager import Config, GroupManager
+from .manager import Config, GroupManager, Parts, default_parts
 from .events import Listener
 
 
 class ManagerThread:
-    def __init__(self, config: Config, listener: Listener | None = None) -> None:
+    def __init__(self, config: Config, listener: Listener | None = None,
+                 parts: Callable[[Config], Parts] = default_parts) -> None:
+        """``parts`` makes the manager's store, network and services (:class:`~middleware.manager.Parts`):
+        called on the loop's thread, where they are used (a SQLite connection stays on its thread)."""
         self.config = config
         self.listener = listener
+        self.parts = parts
         self.manager: GroupManager | None = None
         # A selector loop on every system: the transport watches its sockets with add_reader, which
         # Windows' default (proactor) loop lacks. Elsewhere this is the default loop anyway.
@@ -37,7 +41,7 @@ class ManagerThread:
 
     async def _start(self) -> None:
         try:
-            self.manager = GroupManager(self.config, self.listener)
+            self.manager = GroupManager(self.config, self.listener, self.parts(self.config))
             await self.manager.start()
         except BaseException as exc:  # handed to the caller of start()
             self._started.set_exception(exc)

@@ -45,7 +45,8 @@ from .store_api import (MAX_READ_RANGES, SearchHit, StoredThread, in_branch, mer
 from .store_direct import DirectMessages
 from .store_peers import PeerCache
 from .store_schema import new_table, upgrade
-from .store_search import SearchIndex
+from .roles import Cuts
+from .store_search import SearchIndex, cuts_argument
 from .store_segments import (SEGMENT_MESSAGES, decode_segment, pack_segment, read_segments, segment_rows_at,
                              write_segment)
 from .types import ChatMessage, Mid
@@ -822,10 +823,10 @@ class Store:
 
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
                since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
-               by_time: bool = False) -> list[SearchHit]:
+               by_time: bool = False, cuts: Cuts = {}) -> list[SearchHit]:
         """Matches of ``query`` (FTS5 syntax) in the current text of chat messages (SearchIndex.search)."""
         return self.search_index.search(query, gid=gid, sender=sender, since=since, until=until, limit=limit,
-                                        offset=offset, by_time=by_time)
+                                        offset=offset, by_time=by_time, cuts=cuts)
 
     def set_search_text(self, gid: str, mid: Mid, text: str | None) -> None:
         found = self._rows_of(gid, [mid])
@@ -894,12 +895,14 @@ class Store:
                 if "<@" in text for mention in _mention_rows(gid, sender, seqno, text, order)]
         self._db.executemany("INSERT OR IGNORE INTO mentions VALUES (?, ?, ?, ?, ?)", rows)
 
-    def mentions(self, pid: str, limit: int) -> list[ChatMessage]:
-        """The stored messages that mention ``pid``, newest delivered first, at most ``limit``."""
+    def mentions(self, pid: str, limit: int, cuts: Cuts = {}) -> list[ChatMessage]:
+        """The stored messages that mention ``pid``, newest delivered first, at most ``limit``;
+        none past a removal's cut in ``cuts``."""
         found: dict[str, list[Mid]] = {}
+        past = " AND NOT past_cut(gid, sender, seqno, ?)" if cuts else ""
         for gid, sender, seqno in self._db.execute(
-            "SELECT gid, sender, seqno FROM mentions WHERE pid = ? ORDER BY delivery_order DESC LIMIT ?",
-            (pid, max(limit, 0)),
+            f"SELECT gid, sender, seqno FROM mentions WHERE pid = ?{past} ORDER BY delivery_order DESC LIMIT ?",
+            (pid, *([cuts_argument(cuts)] if cuts else []), max(limit, 0)),
         ):
             found.setdefault(gid, []).append((sender, seqno))
         messages = [message for gid, mids in found.items() for message in self.messages(gid, mids)]

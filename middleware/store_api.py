@@ -28,6 +28,7 @@ from .direct import StoredDirect
 from . import chatops, files, kinds  # noqa: F401  (the modules that implement their kinds: kinds.implement)
 from .gjlp import GroupRecord
 from .rangeset import RangeSet
+from .roles import Cuts
 from .types import ChatMessage, Mid, UsageError
 
 # Past this many read ranges per group, the oldest gaps count as read.
@@ -124,9 +125,10 @@ class PeerStore(Protocol):
         """``gid``'s stored file offers (middleware.files), in delivery order, as :meth:`messages` gives them."""
         ...
 
-    def mentions(self, pid: str, limit: int) -> list[ChatMessage]:
+    def mentions(self, pid: str, limit: int, cuts: Cuts = {}) -> list[ChatMessage]:
         """The stored messages (not operations) whose text mentions ``pid`` (middleware.mentions),
-        newest delivered first, at most ``limit``; as :meth:`messages` gives them."""
+        newest delivered first, at most ``limit``; as :meth:`messages` gives them.  None that
+        ``cuts`` puts past a removal's cut (:func:`middleware.roles.past_cut`)."""
         ...
 
     def delivered_mids(self, gid: str) -> list[Mid]: ...
@@ -175,10 +177,11 @@ class PeerStore(Protocol):
 
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
                since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
-               by_time: bool = False) -> list[SearchHit]:
+               by_time: bool = False, cuts: Cuts = {}) -> list[SearchHit]:
         """Messages whose current text matches ``query`` (FTS5 syntax: words, "phrases", prefix*,
         AND/OR/NOT), best first or, ``by_time``, newest first; ``since``/``until`` bound the shown
-        time (ms, inclusive).  SearchQueryError for a query that does not parse."""
+        time (ms, inclusive); none that ``cuts`` puts past a removal's cut
+        (:func:`middleware.roles.past_cut`).  SearchQueryError for a query that does not parse."""
         ...
 
     def search_direct(self, query: str, *, peer: str | None = None, sender: str | None = None,

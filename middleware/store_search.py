@@ -11,6 +11,7 @@ kept in another version or edited (:meth:`SearchIndex.reindex`), and tells it of
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import sqlite3
 from collections import OrderedDict
@@ -20,6 +21,7 @@ from typing import Mapping
 import msgpack
 
 from . import kinds
+from .roles import Cuts, past_cut
 from .store_api import MATCH_END, MATCH_START, SNIPPET_TOKENS, SearchHit, SearchQueryError, searched_text
 from .store_segments import read_segments
 from .types import shown_sent_at
@@ -73,6 +75,21 @@ def query_error(exc: sqlite3.OperationalError) -> Exception:
     return exc
 
 
+def cuts_argument(cuts: Cuts) -> str:
+    """``cuts`` as one SQL argument, for the ``past_cut`` and ``search_past_cut`` functions."""
+    return json.dumps(cuts, sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=8)
+def _cuts_of(argument: str) -> dict[str, dict[str, int]]:
+    return json.loads(argument)  # one query's argument, parsed once for all the rows it tests
+
+
+def sql_past_cut(gid: str, sender: str, seqno: int, cuts: str) -> bool:
+    """:func:`middleware.roles.past_cut` in SQL: ``cuts`` made by :func:`cuts_argument`."""
+    return past_cut(_cuts_of(cuts).get(gid, {}), sender, seqno)
+
+
 class Snippets:
     """Snippets of found messages, made by FTS5 itself on a scratch in-memory index of just those
     messages (the store's index keeps no text to make them from), so the words marked are the
@@ -116,6 +133,8 @@ class SearchIndex:
         self._unmerged_commits = 0  # commits that indexed something since the index was last merged
         db.create_function("search_sender", 1, functools.partial(self._search_field, "sender"), deterministic=True)
         db.create_function("search_sent_at", 1, functools.partial(self._search_field, "sent_at"), deterministic=True)
+        db.create_function("search_past_cut", 2, self._search_past_cut, deterministic=True)
+        db.create_function("past_cut", 4, sql_past_cut, deterministic=True)
 
     def close(self) -> None:
         self.snippets.close()
@@ -248,9 +267,9 @@ class SearchIndex:
 
     def search(self, query: str, *, gid: str | None = None, sender: str | None = None,
                since: int | None = None, until: int | None = None, limit: int = 20, offset: int = 0,
-               by_time: bool = False) -> list[SearchHit]:
+               by_time: bool = False, cuts: Cuts = {}) -> list[SearchHit]:
         """Matches of ``query`` (FTS5 syntax) in the current text of chat messages, best first
-        (FTS5's bm25 rank) or, ``by_time``, newest first."""
+        (FTS5's bm25 rank) or, ``by_time``, newest first; none past a removal's cut in ``cuts``."""
         where = "message_search MATCH ?"
         args: list = [query]
         # The index holds no column but the text: a match's group is its segment's, found by
@@ -258,7 +277,8 @@ class SearchIndex:
         for test, value in (("(SELECT gid FROM segments WHERE first_order <= message_search.rowid "
                              "ORDER BY first_order DESC LIMIT 1) = ?", gid),
                             ("search_sender(rowid) = ?", sender), ("search_sent_at(rowid) >= ?", since),
-                            ("search_sent_at(rowid) <= ?", until)):
+                            ("search_sent_at(rowid) <= ?", until),
+                            ("NOT search_past_cut(rowid, ?)", cuts_argument(cuts) if cuts else None)):
             if value is not None:
                 where += f" AND {test}"
                 args.append(value)
@@ -300,6 +320,11 @@ class SearchIndex:
             if len(self._searched) > self.SEARCHED_SEGMENTS:
                 self._searched.popitem(last=False)
         return (gid, rows[order - first_order]) if order - first_order < len(rows) else None
+
+    def _search_past_cut(self, order: int, cuts: str) -> bool:
+        """Whether the message delivered as ``order`` is past a removal's cut (:func:`sql_past_cut`)."""
+        found = self.message_at(order)
+        return found is not None and sql_past_cut(found[0], found[1][0], found[1][1], cuts)
 
     def _search_field(self, field: str, order: int) -> str | int | None:
         """The sender or shown time of the message delivered as ``order`` (search filters in SQL)."""

@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 import shiboken6
 from PySide6.QtCore import QObject, Qt, Signal, Slot
 
-from ..middleware.manager import Config
+from ..middleware.manager import Config, Parts, default_parts
 from ..middleware.runner import ManagerThread
 from ..middleware.commands import Command
 from ..middleware.events import Event, MessagesDelivered
@@ -188,9 +188,12 @@ def describe_error(error: BaseException) -> str:
 class ManagerBackend(Backend):
     """The real middleware, on its own asyncio loop thread."""
 
-    def __init__(self, config: Config, parent: QObject | None = None) -> None:
+    def __init__(self, config: Config, parent: QObject | None = None, *,
+                 parts: Callable[[Config], Parts] = default_parts) -> None:
+        """``parts``: makes the manager's store, network and services (the application's choice),
+        on the middleware's thread."""
         super().__init__(parent)
-        self.middleware = ManagerThread(config, self.post)  # not "thread": QObject.thread() is Qt's
+        self.middleware = ManagerThread(config, self.post, parts)  # not "thread": QObject.thread() is Qt's
         self.config = config
 
     def start(self) -> None:

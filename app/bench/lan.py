@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from ...middleware import store_search
-from ...middleware.manager import Config, GroupManager
+from ...middleware.manager import Config, GroupManager, Parts, default_parts
+from ...middleware.store import Store
 from ...middleware.events import Event, MessagesDelivered
 from .handoff import publish, wait_for
 
@@ -107,17 +108,20 @@ class Recorder:
                 self.fast_store[:0] = self.fast_store[:1]
 
 
-def index_as_asked(manager: GroupManager, args) -> None:
-    """The peer's search index off (--no-index), or merged as every commit goes (--index-merged:
-    the store's way before merging waited for idle commits)."""
-    manager.store.indexing = not args.no_index
+def parts_as_asked(config: Config, args) -> Parts:
+    """The real parts, the store's search index off (--no-index), or merged as every commit goes
+    (--index-merged: the store's way before merging waited for idle commits)."""
+    parts = default_parts(config)
+    assert isinstance(parts.store, Store)
+    parts.store.indexing = not args.no_index
     if args.index_merged:
         store_search.MERGE_BACKLOG = 1
+    return parts
 
 
 async def run_sender(args) -> None:
-    manager = GroupManager(Config(Path(args.data_dir), name="sender", iface=args.iface, zeroconf=False))
-    index_as_asked(manager, args)
+    config = Config(Path(args.data_dir), name="sender", iface=args.iface, zeroconf=False)
+    manager = GroupManager(config, parts=parts_as_asked(config, args))
     await manager.start()
     coord = Path(args.coord)
     gid = manager.create_group("benchmark")
@@ -151,8 +155,8 @@ async def run_sender(args) -> None:
 
 async def run_receiver(args) -> None:
     recorder = Recorder()
-    manager = GroupManager(Config(Path(args.data_dir), name=f"receiver{args.index}", iface=args.iface, zeroconf=False), recorder)
-    index_as_asked(manager, args)
+    config = Config(Path(args.data_dir), name=f"receiver{args.index}", iface=args.iface, zeroconf=False)
+    manager = GroupManager(config, recorder, parts_as_asked(config, args))
     recorder.store_clock = StoreClock(manager.store)
     await manager.start()
     coord = Path(args.coord)

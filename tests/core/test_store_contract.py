@@ -202,6 +202,26 @@ def test_mentions_of_a_pid_come_newest_first_operations_left_out_and_survive_a_c
     assert [m.mid for m in store[-1].mentions(BOB.pid, 10)] == [(ANN.pid, 3), (ANN.pid, 1)]
 
 
+def test_search_and_mentions_leave_out_a_removed_members_messages_past_its_cut(store):
+    """Cuts are per group: Ann removed from "g" after her seqno 2 keeps 1 and 2 there, and all in "h"."""
+    from m2mc.middleware.mentions import token
+
+    s = store[0]
+    s.add_messages([message(ANN, seqno, gid, text=f"zebra {seqno} {token(BOB.pid)}")
+                    for gid in ("g", "h") for seqno in (1, 2, 3, 4)] + [message(BOB, 1, "g", text="zebra bob")])
+    s.commit()
+    cuts = {"g": {ANN.pid: 2}}
+    kept = [("g", (ANN.pid, 1)), ("g", (ANN.pid, 2)), ("g", (BOB.pid, 1))] + [("h", (ANN.pid, n)) for n in (1, 2, 3, 4)]
+    assert sorted((h.gid, h.mid) for h in s.search("zebra", cuts=cuts, limit=20)) == sorted(kept)
+    assert len(s.search("zebra", limit=20)) == 9  # without cuts, every one
+    newest = s.search("zebra", gid="g", cuts=cuts, by_time=True, limit=2)
+    assert [h.mid for h in newest] == [(BOB.pid, 1), (ANN.pid, 2)]  # the limit counts what is found
+    assert [h.mid for h in s.search("zebra", gid="g", sender=ANN.pid, cuts=cuts, offset=1)] == [(ANN.pid, 1)]
+    assert [(m.gid, m.mid) for m in s.mentions(BOB.pid, 3, cuts)] == [("h", (ANN.pid, n)) for n in (4, 3, 2)]
+    assert [(m.gid, m.mid) for m in s.mentions(BOB.pid, 10, cuts)] == [
+        ("h", (ANN.pid, n)) for n in (4, 3, 2, 1)] + [("g", (ANN.pid, n)) for n in (2, 1)]
+
+
 def test_threads_are_read_by_root_counted_and_listed_by_activity_operations_left_out(store):
     s = store[0]
     a1, b1 = message(ANN, 1, "g"), message(BOB, 1, "g")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
 from m2mc.middleware import crypto, wire
 from m2mc.middleware.events import MemberRemoved, RemovedFromGroup, RoleChanged
+from m2mc.middleware.manager import export_log
 from m2mc.middleware.memory_store import MemoryStore
+from m2mc.middleware.store import Store
+from m2mc.middleware.types import format_mid
 from m2mc.middleware.types import UsageError
 from tests.testbed.faults import FaultInjector
 from tests.testbed.peer_sim import PeerLan
@@ -31,8 +35,8 @@ class Capture:
         lan.transmit = tap
 
 
-def _team(n: int = 5, faults: FaultInjector | None = None):
-    lan = PeerLan([MemoryStore() for _ in range(n)], faults=faults)
+def _team(n: int = 5, faults: FaultInjector | None = None, stores: list | None = None):
+    lan = PeerLan(stores or [MemoryStore() for _ in range(n)], faults=faults)
     events = {node.name: [] for node in lan.nodes}
     for node in lan.nodes:
         record = node.recorder
@@ -405,3 +409,34 @@ def test_the_owner_lets_only_admins_pin_and_set_the_topic():
     lan.run(ann, lambda core: core.set_admins_only(gid, False))
     lan.settle(3.0)
     assert not dan.core.group(gid).admins_only
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_search_mentions_and_the_export_leave_out_what_a_removed_member_sent_past_its_cut(tmp_path, store):
+    """Dan stored Cat's second message before the removal reached it; the removal's cut (Ann's,
+    who never got that message) leaves it out of Dan's history, and so out of search, mentions
+    and the exported log, as it is out of history.  Cat's message before the cut stays in all."""
+    stores = [Store(tmp_path / f"peer{i}.sqlite3") for i in range(4)] if store == "sqlite" else None
+    lan, gid, _ = _team(4, stores=stores)
+    ann, bob, cat, dan = lan.nodes
+    before = lan.send(cat, gid, f"zebra before <@{dan.pid}>")
+    lan.settle(2.0)
+    lan.links[(0, 1)] = lan.links[(0, 3)] = 0.05  # Ann's removal reaches Bob and Dan after...
+    after = lan.send(cat, gid, f"zebra after <@{dan.pid}>")  # ...this, which Ann has not yet
+    lan.run(ann, lambda core: core.remove_member(gid, cat.pid, lan.now))
+    lan.settle(1.0)
+    lan.links.clear()
+    lan.settle(10.0)
+    assert dan.store.messages(gid, [after]), "Dan stored Cat's message past the cut: the case under test"
+    assert ann.core.group(gid).removed[0].pid == cat.pid and not ann.store.messages(gid, [after])
+    for node in (dan, bob):
+        assert [m.mid for m in node.core.history(gid) if m.mid[0] == cat.pid] == [before]
+        assert [hit.mid for hit, _ in node.core.search("zebra")] == [before]
+        assert [hit.mid for hit, _ in node.core.search("zebra", gid=gid, by_time=True)] == [before]
+        assert [hit.mid for hit, _ in node.core.search("zebra", sender=cat.pid, limit=1)] == [before]
+    assert [m.mid for m in dan.core.mentions(10)] == [before]
+    assert [m.mid for m in dan.core.mentions(1)] == [before]  # the limit counts what is listed
+    exported = tmp_path / "dan.jsonl"
+    export_log(dan.core, exported)
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert [line["mid"] for line in lines if line["sender"] == cat.pid] == [format_mid(before)]
