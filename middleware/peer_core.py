@@ -34,9 +34,9 @@ import sqlite3
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Sequence, cast
 
-from . import crypto, names, rules, wire
+from . import crypto, names, routing, rules, wire
 from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect, conversation_id
-from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
+from .addresses import Destination, Endpoint, GroupAddress, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from . import kinds
 from .chatops import GroupOperations, is_operation
@@ -71,8 +71,7 @@ _TEAM_PLAIN = (wire.Rekey, wire.KeyRequest, wire.Admit)
 _TEAM_MESSAGES = (wire.Roles, *_TEAM_PLAIN)
 MAX_HELD_DATAGRAMS = 512  # per group while sending is held; past it the oldest go (repair recovers them)
 TEAM_SETTING = "team:"  # + gid: a group's roles, epoch keys and re-key parts (GroupTeam.to_bytes)
-# What a group's relay tree carries (relay_link): chat, pushed and announced; beacons, passed down once.
-_RELAYED = (wire.DataBatch, wire.Heartbeat, wire.Goodbye)
+_RELAYED = routing.RELAYED
 
 
 class Datagram(NamedTuple):
@@ -1255,6 +1254,7 @@ class PeerCore:
             staged.append(Datagram(wire.encode(self.identity, handshake), endpoint))
         # Peers that multicast does not reach get a unicast copy of what goes to multicast.
         unicast = self.reach.unicast_peers(now)
+        unicast_endpoints = [endpoint for _, endpoint in unicast]
         relaying = self.reach.unicast_members(now) if self.joined else []
         broadcast = self._broadcast_due
         for message in self.gjlp.datagrams_to_send():
@@ -1263,17 +1263,16 @@ class PeerCore:
             except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
                 log.warning("not sent: %s", exc)
                 continue
-            staged.append(Datagram(data, self.control_group))
-            staged += [Datagram(data, endpoint) for _, endpoint in unicast]
-            self.unicast_copies += len(unicast)
-            if type(message) is wire.Adv and not message.gids:  # an announcement: the subnet hears it too
-                staged.append(Datagram(data, Broadcast(self.port)))
+            route = routing.control_route(message, self.control_group, unicast_endpoints, self.port)
+            staged += [Datagram(data, destination) for destination in route.destinations]
+            self.unicast_copies += route.copies
+            if routing.is_announcement(message):
                 broadcast = False
                 self._broadcast_at = now + BROADCAST_INTERVAL
         if broadcast:  # the periodic one: to the subnet, and to the peers multicast does not reach
             data = wire.encode(self.identity, wire.Adv(self.name))
-            staged.append(Datagram(data, Broadcast(self.port)))
-            staged += [Datagram(data, endpoint) for _, endpoint in unicast]
+            staged += [Datagram(data, destination)
+                       for destination in routing.beacon_route(unicast_endpoints, self.port).destinations]
             self._broadcast_at = now + BROADCAST_INTERVAL
         self._broadcast_due = False
         events = self.gjlp.events()
@@ -1293,15 +1292,12 @@ class PeerCore:
         for gid, joined in self.joined.items():
             channel = joined.channel
             record = self.gjlp.groups[gid]
-            destination = GroupAddress(record.addr, record.port)
-            members_by_unicast = [endpoint for pid, endpoint in unicast if record.is_current(pid)]
             relay = joined.relay
-            tree_copies = members_by_unicast
             if relay is not None:
                 relay.set_members(self._relay_members(record, relaying, now), now)
-                if relay.active:  # the tree carries chat to its members; the rest get copies as before
-                    tree_copies = [endpoint for pid, endpoint in unicast
-                                   if record.is_current(pid) and pid not in relay.members]
+            # The tree carries chat to its members; the rest get copies as before.
+            scope = routing.group_scope(GroupAddress(record.addr, record.port), unicast, record.is_current,
+                                        relay.members if relay is not None and relay.active else None)
             channel.group_size = max(1, len(record.current()))
             outbox = channel.datagrams_to_send(now)
             if any(type(m) in _FRESH_EVIDENCE for m in outbox):
@@ -1341,17 +1337,14 @@ class PeerCore:
                 except wire.WireError as exc:  # e.g. a digest past the datagram limit
                     log.warning("not sent: %s", exc)
                     continue
-                staged.append(Datagram(data, destination))
-                copies = members_by_unicast
-                if relay is not None and relay.active and type(message) in _RELAYED:
+                route = routing.group_route(scope, message)
+                staged += [Datagram(data, destination) for destination in route.destinations]
+                self.unicast_copies += route.copies
+                if route.tree and relay is not None:
                     if type(message) is wire.DataBatch:
                         relay.publish((self.pid, message.items[0][0]), data, now)
                     else:
                         relay.flood(self.pid, data, None)
-                    copies = tree_copies
-                if copies:
-                    staged += [Datagram(data, endpoint) for endpoint in copies]
-                    self.unicast_copies += len(copies)
             if relay is not None:
                 staged += [Datagram(data, endpoint) for data, endpoint in
                            relay.datagrams(self._wall_at(now), self.reach.endpoint, functools.partial(_dh_of, record))]
@@ -1431,22 +1424,17 @@ class PeerCore:
         return len(stored)
 
     def _relay_members(self, record: GroupRecord, relaying: list[str], now: float) -> list[str]:
-        """Who relays ``record``'s group with this peer: of the proven members multicast does not
-        reach (``relaying``), the group's current ones heard lately (in the group, or proving
-        their endpoint), with a direct-message key.  None while any member's multicast reaches
-        this peer: then the group spans subnets, whose two sides would make rings of each
-        other's members that disagree, so each gets the writer's copy as before (protocol.md,
-        "Relay trees": relaying across subnets is not built yet)."""
-        if any(pid != self.pid and self.reach.heard_by_multicast(pid, now) for pid in record.members
-               if record.is_current(pid)):
-            return []
-        out = []
-        for pid in relaying:
-            member = record.members.get(pid)
-            last = max(self.presence.last_heard(pid) or -1e18, self.reach.last_heard(pid) or -1e18)
-            if member is not None and member.dh and record.is_current(pid) and now - last <= OFFLINE_AFTER:
-                out.append(pid)
-        return out
+        """Who relays ``record``'s group with this peer (:func:`.routing.relay_members`)."""
+        def last_heard(pid: str) -> float | None:
+            heard = [at for at in (self.presence.last_heard(pid), self.reach.last_heard(pid)) if at is not None]
+            return max(heard) if heard else None
+
+        def has_key(pid: str) -> bool:
+            return bool(record.members[pid].dh)
+
+        return routing.relay_members((m.pid for m in record.current()), self.pid, relaying,
+                                     lambda pid: self.reach.heard_by_multicast(pid, now), last_heard, has_key,
+                                     now, OFFLINE_AFTER)
 
     def _tell(self, gid: str, delivered: list[ChatMessage]) -> None:
         """Chat messages to the listener; operations to the group's OBG core, and what they changed."""
