@@ -36,7 +36,7 @@ from typing import NamedTuple, Sequence, cast
 
 from . import crypto, names, routing, rules, wire
 from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect, conversation_id
-from .addresses import Destination, Endpoint, GroupAddress, parse_endpoint
+from .addresses import Arrival, Destination, Endpoint, GroupAddress, Via, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from . import kinds
 from .chatops import GroupOperations, is_operation
@@ -900,25 +900,22 @@ class PeerCore:
 
     # -- network input ----------------------------------------------------------------
 
-    def receive(self, data: bytes, source: Endpoint | None, now: float, wall: float, *,
-                control: bool = False, path: str = "multicast") -> None:
+    def receive(self, data: bytes, arrival: Arrival, now: float, wall: float) -> None:
         """One datagram, from a stranger until its signature and the group's rules say otherwise.
 
-        ``source``: the endpoint it came from, as the socket saw it (None where nobody knows, as
-        in a simulation); spoofable, so it is never taken as who sent it, and never answered
-        with more than a HELLO until a HELLO's nonce has made the round trip (:mod:`.reach`).
-        ``path``: "multicast" (``control`` if it came to the control address, else to a
-        group's), "broadcast" (to the control port), or "unicast" (to this peer's endpoint,
-        where the message's type says which channel it is for)."""
+        ``arrival``: the endpoint it came from, as the socket saw it, and how (:class:`.Arrival`).
+        The source is spoofable, so it is never taken as who sent it, and never answered with
+        more than a HELLO until a HELLO's nonce has made the round trip (:mod:`.reach`)."""
+        source, via = arrival.source, arrival.via
         if wire.is_relay(data):
-            self._receive_relay(data, now, wall, path)
+            self._receive_relay(data, now, wall, via)
             return
         try:
             sealed = wire.direct_payload(data)
         except wire.WireError:
             sealed = b""
         if sealed is not None:
-            self._receive_direct(sealed, len(data), source, now, wall, path)
+            self._receive_direct(sealed, len(data), source, now, wall, via)
             return
         envelope = self._decode(data, now)
         if envelope is None:
@@ -926,7 +923,7 @@ class PeerCore:
         self._set_wall(now, wall)
         message = envelope.message
         if isinstance(message, (wire.Hello, wire.PeerList)):
-            if path != "unicast" or source is None:
+            if via is not Via.UNICAST or source is None:
                 self.stats.malformed_dropped += 1  # these are only ever sent to one endpoint
             elif isinstance(message, wire.Hello):
                 if self.reach.hello(envelope.sender, message, source, now) and \
@@ -935,36 +932,35 @@ class PeerCore:
             else:
                 self.reach.peer_list(envelope.sender, message, source, now)
             return
-        fresh = self._take(envelope, path, control, now, wall)
+        fresh = self._take(envelope, via, now, wall)
         member = self._is_member_anywhere(envelope.sender)
         if fresh and member:
             self._heard(envelope.sender, now)
         if source is not None:
             # A stranger's datagram moves reach as any verified one did (it gets only HELLOs and
             # bounded copies); a member's only when it said something new (reach.Reach.heard).
-            self.reach.heard(envelope.sender, source, path, now, fresh or not member)
-            if (path == "unicast" and self.reach.endpoint(envelope.sender) != source and member):
+            self.reach.heard(envelope.sender, source, via, now, fresh or not member)
+            if (via is Via.UNICAST and self.reach.endpoint(envelope.sender) != source and member):
                 # A member sends to us by unicast, so it proved our endpoint, but we never proved
                 # its own (the echo of our HELLO was lost): probe it now, within the HELLO budgets,
                 # rather than wait for its next report to make us send it copies.
                 self.reach.probe_soon(source, envelope.sender, now)
-        if path == "broadcast":
+        if via is Via.BROADCAST:
             if isinstance(message, wire.Adv) and source is not None and self.reach.path(envelope.sender, now) is None:
                 # Someone on the subnet whose multicast has not reached us: probe it, unless it does soon.
                 self.reach.add(source, "broadcast", now, envelope.sender, delay=BROADCAST_GRACE)
 
-    def _take(self, envelope: wire.Envelope, path: str, control: bool, now: float, wall: float) -> bool:
+    def _take(self, envelope: wire.Envelope, via: Via, now: float, wall: float) -> bool:
         """Apply one verified datagram (not a HELLO or PEER_LIST); returns whether it was fresh
         evidence of its sender: a message never seen, a HEARTBEAT or GOODBYE whose signed ``at``
         is fresh (:meth:`Presence.fresh_at`), or its own JOIN that changed its record.  Presence
         and where the sender is reached move only on such (issue 41, rows 1 and 9)."""
         message = envelope.message
         sender = envelope.sender
-        if path == "broadcast":
+        if via is Via.BROADCAST:
             return False  # broadcasts only find peers; what they ask is asked again once they are proven
-        if path == "unicast":
-            control = isinstance(message, _CONTROL_MESSAGES)
-        if control:
+        # To the control address, a control message; to this peer's endpoint, whatever its type says.
+        if via is Via.CONTROL or via is Via.UNICAST and isinstance(message, _CONTROL_MESSAGES):
             if not isinstance(message, _CONTROL_MESSAGES):
                 self.stats.malformed_dropped += 1
                 return False
@@ -1046,7 +1042,7 @@ class PeerCore:
         self.removed_dropped += len(message.messages) - len(kept)
         return replace(message, messages=kept) if kept or isinstance(message, wire.SyncResp) else None
 
-    def _receive_relay(self, data: bytes, now: float, wall: float, path: str) -> None:
+    def _receive_relay(self, data: bytes, now: float, wall: float, via: Via) -> None:
         """A relay-tree datagram (RELAY, IHAVE, GRAFT, PRUNE: :mod:`.relay_link`).  Taken only by
         unicast, from a member this peer relays with in one of its groups, authentic under their
         pairwise key and fresh; anyone else's costs a parse and a look-up.  Its source address
@@ -1054,7 +1050,7 @@ class PeerCore:
         self.stats.datagrams_in += 1
         self.stats.bytes_in += len(data)
         try:
-            if path != "unicast":
+            if via is not Via.UNICAST:
                 raise wire.WireError("relay-tree datagrams go by unicast only")
             parsed = wire.parse_relay(data)
         except wire.WireError as exc:
@@ -1106,10 +1102,10 @@ class PeerCore:
             return
         message = envelope.message
         if isinstance(message, wire.DataBatch):
-            if self._take(envelope, "relay", False, now, wall):
+            if self._take(envelope, Via.RELAYED, now, wall):
                 self._heard(writer, now)
             relay.received((writer, message.items[0][0]), inner, sender, now)
-        elif relay.flood(writer, inner, sender) and self._take(envelope, "relay", False, now, wall):
+        elif relay.flood(writer, inner, sender) and self._take(envelope, Via.RELAYED, now, wall):
             self._heard(writer, now)
 
     def _record_counter(self, gid: str, pid: str) -> int:
@@ -1135,10 +1131,10 @@ class PeerCore:
         return self._wall + (now - self._wall_now)
 
     def _receive_direct(self, sealed: bytes, size: int, source: Endpoint | None, now: float, wall: float,
-                        path: str) -> None:
+                        via: Via) -> None:
         self.stats.datagrams_in += 1
         self.stats.bytes_in += size
-        if not sealed or path != "unicast":
+        if not sealed or via is not Via.UNICAST:
             self.stats.malformed_dropped += 1  # only ever sent to one endpoint
             return
         proven = source if source is not None and self.reach.pid_at(source) is not None else None
@@ -1151,7 +1147,7 @@ class PeerCore:
                 if echo:  # our HELLO nonce, back from there signed by the sender: the handshake's proof
                     self.reach.hello(sender, wire.Hello(b"", echo, self._member_name(sender) or ""), source, now)
                 if fresh:
-                    self.reach.heard(sender, source, path, now)
+                    self.reach.heard(sender, source, via, now)
 
     def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float,
                       source: str = "") -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from m2mc.middleware import relay as relay_core
 from m2mc.middleware import wire
-from m2mc.middleware.addresses import Endpoint, GroupAddress
+from m2mc.middleware.addresses import Arrival, Endpoint, GroupAddress, Via
 from m2mc.middleware.memory_store import MemoryStore
 from tests.testbed.faults import FaultInjector
 from tests.testbed.peer_sim import PeerLan
@@ -209,7 +209,7 @@ def test_a_relay_that_relays_garbage_loses_its_place_at_once_and_nothing_of_it_i
     forged_inner[-1] ^= 1  # a bad signature
     count = len(victim.history(gid))
     data = wire.encode_relay(key, wire.MsgType.RELAY, hostile.pid, gid, 2**40, inner=bytes(forged_inner))
-    lan.run(victim, lambda core: core.receive(data, hostile.endpoint, lan.now, lan.now, path="unicast"))
+    lan.run(victim, lambda core: core.receive(data, Arrival(hostile.endpoint, Via.UNICAST), lan.now, lan.now))
     assert hostile.pid in relay.tree.distrusted(lan.now)
     assert len(victim.history(gid)) == count
     assert relay.stats["relay_garbage"] == 1
@@ -226,8 +226,7 @@ def test_a_stranger_cannot_make_a_member_push_or_prune():
     for kind, fields in ((wire.MsgType.GRAFT, {"ranges": ((wire.writer_ref(lan.nodes[0].pid), 1, 4000),)}),
                          (wire.MsgType.PRUNE, {"writers": (wire.writer_ref(lan.nodes[0].pid),)})):
         data = wire.encode_relay(key, kind, stranger.pid, gid, 5, **fields)
-        lan.run(victim, lambda core: core.receive(data, Endpoint("10.77.0.99", 47477), lan.now, lan.now,
-                                                   path="unicast"))
+        lan.run(victim, lambda core: core.receive(data, Arrival(Endpoint("10.77.0.99", 47477), Via.UNICAST), lan.now, lan.now))
     assert victim.core.stats_dict()["not_member_dropped"] == stats["not_member_dropped"] + 2
     assert not any(kind.startswith("RELAY") for kind in lan.counts[victim.name] - before)
 

@@ -1,7 +1,8 @@
 """Routing (middleware/routing.py): which destinations each kind of datagram gets, from values alone."""
 
 from m2mc.middleware import routing, wire
-from m2mc.middleware.addresses import Broadcast, Endpoint, GroupAddress
+from m2mc.middleware.addresses import Arrival, Broadcast, Endpoint, GroupAddress, Via
+from m2mc.middleware.reach import Reach
 
 CONTROL = GroupAddress("239.255.77.77", 47477)
 GROUP = GroupAddress("239.255.1.2", 47478)
@@ -53,3 +54,13 @@ def test_no_tree_while_any_member_is_heard_by_multicast():
     assert members == []
     assert routing.relay_members(["ann", "bob", "cat"], "ann", ["bob"], lambda pid: pid == "ann",
                                  lambda pid: 0.0, lambda pid: True, 0.0, 30.0) == ["bob"]  # itself does not count
+
+
+def test_an_arrival_says_how_it_came_and_multicast_to_either_address_counts_as_multicast():
+    assert Arrival(BOB, Via.CONTROL).multicast and Arrival(BOB, Via.MULTICAST).multicast
+    assert not any(Arrival(BOB, via).multicast for via in (Via.UNICAST, Via.BROADCAST, Via.RELAYED))
+    reach = Reach("ann", "Ann")
+    reach.heard("bob", BOB, Via.CONTROL, 1.0)
+    reach.heard("cat", CAT, Via.RELAYED, 1.0)
+    assert reach.heard_by_multicast("bob", 1.5)
+    assert not reach.heard_by_multicast("cat", 1.5)  # a relayed copy says nothing of the writer's multicast
