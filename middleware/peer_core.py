@@ -28,14 +28,17 @@ with a hand-set clock through crashes.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import random
 import sqlite3
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Sequence, cast
 
 from . import crypto, names, routing, rules, wire
 from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect, conversation_id
+from .routing import GroupScope
 from .addresses import Arrival, Destination, Endpoint, GroupAddress, Via, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from . import kinds
@@ -45,7 +48,7 @@ from .mentions import with_tokens
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
-from .presence import OFFLINE_AFTER, ONLINE, Presence
+from .presence import OFFLINE, OFFLINE_AFTER, ONLINE, Presence
 from .reach import BROADCAST_GRACE, Reach, hint_refused
 from .relay_link import STATS as RELAY_STATS, GroupRelay
 from .ses import Ses
@@ -72,6 +75,8 @@ _TEAM_MESSAGES = (wire.Roles, *_TEAM_PLAIN)
 MAX_HELD_DATAGRAMS = 512  # per group while sending is held; past it the oldest go (repair recovers them)
 TEAM_SETTING = "team:"  # + gid: a group's roles, epoch keys and re-key parts (GroupTeam.to_bytes)
 _RELAYED = routing.RELAYED
+MAX_SITE_QUEUE = 1024  # datagrams a group's site relay holds between two flushes, each way
+MAX_SITE_SEEN = 8192  # digests of datagrams carried across or taken from across, so each goes once
 
 
 class Datagram(NamedTuple):
@@ -94,6 +99,12 @@ class JoinedGroup:
     seqno_to_save: bool = False  # composed since the last commit: the next seqno is stored with it
     announce_due: bool = False  # its membership changed: the zeroconf announcement is stale
     relay: GroupRelay | None = None  # its relay tree, for the members multicast does not reach
+    # Site relays (routing.site_targets): whether this peer carries the group's traffic to another
+    # site (as of the last flush), what it heard by multicast to carry there, and what it was
+    # handed from there to multicast here; each queue is bounded by MAX_SITE_QUEUE.
+    site_relay: bool = False
+    site_forward: list[bytes] = field(default_factory=list)
+    site_remulticast: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -139,6 +150,10 @@ class PeerCore:
         # Who is heard by which path (middleware/reach.py); members come first in its bounds.
         self.reach = Reach(self.pid, self.name, self._rng, is_member=self._is_member_anywhere)
         self.unicast_copies = 0  # datagrams sent by unicast to peers multicast does not reach
+        self.site_forwarded = 0  # datagrams heard by multicast and carried to another site's relays
+        self.site_remulticast = 0  # datagrams from another site multicast again into this one
+        self._site_seen: OrderedDict[bytes, None] = OrderedDict()
+        self._gone_at: dict[str, float] = {}  # members' GOODBYEs, so a departed site relay is replaced at once
         self._wall = now if wall is None else wall  # the last wall time given: the peer cache's stamps
         self._wall_now = now  # when it was given (on the ``now`` clock): _wall_at
         self._peers_to_cache: dict[str, tuple[Endpoint, float]] = {}  # proven since the last commit
@@ -910,6 +925,10 @@ class PeerCore:
         if wire.is_relay(data):
             self._receive_relay(data, now, wall, via)
             return
+        inner = wire.site_payload(data)
+        if inner is not None:
+            self._receive_site(inner, arrival, now, wall)
+            return
         try:
             sealed = wire.direct_payload(data)
         except wire.WireError:
@@ -933,6 +952,8 @@ class PeerCore:
                 self.reach.peer_list(envelope.sender, message, source, now)
             return
         fresh = self._take(envelope, via, now, wall)
+        if via is Via.MULTICAST:
+            self._site_heard(envelope, data)
         member = self._is_member_anywhere(envelope.sender)
         if fresh and member:
             self._heard(envelope.sender, now)
@@ -1000,6 +1021,7 @@ class PeerCore:
             if self.gjlp.groups[message.gid].is_current(sender) and \
                     self.presence.fresh_at(sender, message.at, wall, goodbye=True):
                 self.presence.gone(sender)
+                self._gone_at[sender] = now
         else:
             channel = joined.channel
             record = self.gjlp.groups[channel.gid]
@@ -1107,6 +1129,80 @@ class PeerCore:
             relay.received((writer, message.items[0][0]), inner, sender, now)
         elif relay.flood(writer, inner, sender) and self._take(envelope, Via.RELAYED, now, wall):
             self._heard(writer, now)
+
+    def _site_first(self, data: bytes) -> bool:
+        """Whether ``data`` is carried across (or taken from across) for the first time."""
+        digest = hashlib.blake2s(data, digest_size=16).digest()
+        if digest in self._site_seen:
+            return False
+        self._site_seen[digest] = None
+        if len(self._site_seen) > MAX_SITE_SEEN:
+            self._site_seen.popitem(last=False)
+        return True
+
+    def _site_heard(self, envelope: wire.Envelope, data: bytes) -> None:
+        """A member's datagram, heard by multicast on its group's address: a site relay carries it
+        to the other site's relays at the next flush (once, whatever it is: chat, repair, beacon)."""
+        gid = getattr(envelope.message, "gid", None)
+        joined = self.joined.get(gid) if isinstance(gid, str) else None
+        if joined is None or not joined.site_relay or not self.gjlp.groups[joined.channel.gid].is_current(
+                envelope.sender):
+            return
+        if len(joined.site_forward) < MAX_SITE_QUEUE and self._site_first(data):
+            joined.site_forward.append(data)
+
+    def _receive_site(self, inner: bytes, arrival: Arrival, now: float, wall: float) -> None:
+        """A site relay's copy of a member's datagram: by unicast, from another site's relay (a
+        member proven at that endpoint), to take and multicast again here; by multicast, from this
+        site's relay, to take.  Either way taken as relayed: it says nothing of where its writer
+        is reached.  Only a current member's datagram to a joined group is taken, and each once."""
+        self.stats.datagrams_in += 1
+        self.stats.bytes_in += len(inner) + 1
+        source, via = arrival.source, arrival.via
+        if via is Via.UNICAST:
+            relay = self.reach.pid_at(source) if source is not None else None
+            if relay is None or not self._is_member_anywhere(relay):
+                self.stats.not_member_dropped += 1  # only a proven member relays across
+                return
+        elif via is not Via.MULTICAST:
+            self.stats.malformed_dropped += 1
+            return
+        if wire.site_payload(inner) is not None or wire.is_relay(inner) or not self._site_first(inner):
+            return
+        envelope = self._decode(inner, now, counted=False)
+        if envelope is None:
+            return
+        message, writer = envelope.message, envelope.sender
+        gid = getattr(message, "gid", None)
+        joined = self.joined.get(gid) if isinstance(gid, str) else None
+        if joined is None or isinstance(message, (*_CONTROL_MESSAGES, wire.Hello, wire.PeerList)) or \
+                not self.gjlp.groups[joined.channel.gid].is_current(writer):
+            self.stats.not_member_dropped += 1
+            return
+        self._set_wall(now, wall)
+        if self._take(envelope, Via.RELAYED, now, wall):
+            self._heard(writer, now)
+            self.reach.heard(writer, None, Via.RELAYED, now)
+        if via is Via.UNICAST and len(joined.site_remulticast) < MAX_SITE_QUEUE:
+            joined.site_remulticast.append(inner)
+
+    def _site(self, record: GroupRecord, unicast: list[tuple[str, Endpoint]], now: float) -> GroupScope | None:
+        """The group's scope if it spans sites: some current members heard by multicast (this peer's
+        site) and others only by unicast; None if it does not (then copies or the tree carry it)."""
+        here = [m.pid for m in record.current()
+                if m.pid != self.pid and self.reach.heard_by_multicast(m.pid, now) and
+                self.presence.status(m.pid, now) != OFFLINE]
+        if not here:
+            return None
+
+        def up(pid: str) -> bool:
+            heard = max(self.presence.last_heard(pid) or -1e18, self.reach.last_heard(pid) or -1e18)
+            return now - heard <= OFFLINE_AFTER and heard > self._gone_at.get(pid, -1e18)
+
+        remote = [(pid, endpoint) for pid, endpoint in unicast
+                  if record.is_current(pid) and pid not in here and up(pid)]
+        return routing.site_scope(GroupAddress(record.addr, record.port),
+                                  routing.site_targets(self.pid, here, remote))
 
     def _record_counter(self, gid: str, pid: str) -> int:
         """The counter of ``pid``'s current member record in ``gid`` (0 if none, or if it left)."""
@@ -1291,9 +1387,12 @@ class PeerCore:
             relay = joined.relay
             if relay is not None:
                 relay.set_members(self._relay_members(record, relaying, now), now)
-            # The tree carries chat to its members; the rest get copies as before.
-            scope = routing.group_scope(GroupAddress(record.addr, record.port), unicast, record.is_current,
-                                        relay.members if relay is not None and relay.active else None)
+            # Across sites, the sites' relays carry everything; else the tree carries chat to its
+            # members, and the rest get copies as before.
+            scope = self._site(record, unicast, now) or routing.group_scope(
+                GroupAddress(record.addr, record.port), unicast, record.is_current,
+                relay.members if relay is not None and relay.active else None)
+            joined.site_relay = bool(scope.across)
             channel.group_size = max(1, len(record.current()))
             outbox = channel.datagrams_to_send(now)
             if any(type(m) in _FRESH_EVIDENCE for m in outbox):
@@ -1335,12 +1434,19 @@ class PeerCore:
                     continue
                 route = routing.group_route(scope, message)
                 staged += [Datagram(data, destination) for destination in route.destinations]
+                staged += [Datagram(wire.encode_site(data), endpoint) for endpoint in route.across]
                 self.unicast_copies += route.copies
                 if route.tree and relay is not None:
                     if type(message) is wire.DataBatch:
                         relay.publish((self.pid, message.items[0][0]), data, now)
                     else:
                         relay.flood(self.pid, data, None)
+            forward, joined.site_forward = joined.site_forward, []
+            staged += [Datagram(wire.encode_site(data), endpoint) for data in forward for endpoint in scope.across]
+            self.site_forwarded += len(forward) * len(scope.across)
+            remulticast, joined.site_remulticast = joined.site_remulticast, []
+            staged += [Datagram(wire.encode_site(data), scope.address) for data in remulticast]
+            self.site_remulticast += len(remulticast)
             if relay is not None:
                 staged += [Datagram(data, endpoint) for data, endpoint in
                            relay.datagrams(self._wall_at(now), self.reach.endpoint, functools.partial(_dh_of, record))]
@@ -1597,6 +1703,8 @@ class PeerCore:
             "admissions_refused": sum(t.admissions_refused for t in self.teams.values()),
             "sender_names_differing": self.sender_names_differing,
             "unicast_copies": self.unicast_copies,
+            "site_forwarded": self.site_forwarded,
+            "site_remulticast": self.site_remulticast,
             **{key: sum(j.relay.stats[key] for j in self.joined.values() if j.relay is not None)
                for key in RELAY_STATS},
             "relay_members": sum(len(j.relay.members) for j in self.joined.values()

@@ -11,6 +11,9 @@ the datagrams.  The fan-out rules, in one place:
   that multicast does not reach, except that once the group's relay tree is active
   (:mod:`middleware.relay_link`), what the tree carries (chat batches and beacons) goes to the
   tree's members along the tree instead of one copy from every writer.
+* **Site relays**: while some of a group's members are heard by multicast (this peer's site) and
+  others only by unicast, one or two members of each site carry its traffic across
+  (:func:`site_relays`, :func:`site_targets`) and the others send nothing across.
 * **The relay tree's members**: the proven current members multicast does not reach, heard lately,
   with a direct-message key; none while any member's multicast reaches this peer (see
   :func:`relay_members`).
@@ -27,6 +30,10 @@ from .addresses import Broadcast, Destination, Endpoint, GroupAddress
 RELAYED = (wire.DataBatch, wire.Heartbeat, wire.Goodbye)
 """What a group's relay tree carries: chat, pushed and announced; beacons, passed down once."""
 
+SITE_RELAYS = 2
+"""Members per site that carry a group's traffic to the other site: two, so one that leaves or
+crashes loses nothing while it is replaced."""
+
 
 @dataclass(frozen=True, slots=True)
 class Route:
@@ -36,6 +43,8 @@ class Route:
     destinations: tuple[Destination, ...]
     copies: int = 0
     tree: bool = False
+    across: tuple[Endpoint, ...] = ()
+    """Other sites' relays, which get it as a site relay's copy (:func:`.wire.encode_site`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +53,16 @@ class GroupScope:
 
     ``copies``: the endpoints of its members multicast does not reach, each of which gets a
     unicast copy of everything; ``tree_copies``: of those, the ones outside an active relay tree,
-    which still get copies of what the tree carries; ``tree``: whether the tree is active."""
+    which still get copies of what the tree carries; ``tree``: whether the tree is active;
+    ``site``: whether the group spans sites (then ``across`` are the other site's relays this peer
+    sends to, none unless it is one of its own site's relays)."""
 
     address: GroupAddress
     copies: tuple[Endpoint, ...] = ()
     tree_copies: tuple[Endpoint, ...] = ()
     tree: bool = False
+    site: bool = False
+    across: tuple[Endpoint, ...] = ()
 
 
 def is_announcement(message: wire.Message) -> bool:
@@ -85,8 +98,38 @@ def group_scope(address: GroupAddress, unicast: Iterable[tuple[str, Endpoint]], 
     return GroupScope(address, copies, outside, True)
 
 
+def site_scope(address: GroupAddress, across: Sequence[Endpoint]) -> GroupScope:
+    """A group that spans sites: what is sent goes to its multicast address, and to ``across``."""
+    return GroupScope(address, site=True, across=tuple(across))
+
+
+def site_relays(me: str, site: Iterable[str]) -> list[str]:
+    """The relays of this peer's site (``site``: the current members it hears by multicast, and up):
+    the :data:`SITE_RELAYS` lowest pids, itself counted.  Every member of a site hears the same
+    members, so each works out the same relays without a word."""
+    return sorted({me, *site})[:SITE_RELAYS]
+
+
+def site_targets(me: str, site: Iterable[str], remote: Iterable[tuple[str, Endpoint]]) -> tuple[Endpoint, ...]:
+    """Where this peer sends what its site says, across: nowhere unless it is one of its site's relays;
+    then to the other site's relays (``remote``: the proven current members multicast does not
+    reach, up, by pid: the lowest are the relays that site chooses).  Two relays on each side go in
+    pairs, the first to the first and the second to the second, so each datagram crosses twice at
+    most, and once more only where a side has one relay."""
+    here = site_relays(me, site)
+    if me not in here:
+        return ()
+    there = sorted(remote)[:SITE_RELAYS]
+    if len(here) == 1 or len(there) <= 1:
+        return tuple(endpoint for _, endpoint in there)
+    return (there[here.index(me)][1],)
+
+
 def group_route(scope: GroupScope, message: wire.Message) -> Route:
-    """One of the group's messages: its multicast address, plus copies, fewer where the tree carries it."""
+    """One of the group's messages: its multicast address, plus copies, fewer where the tree carries it;
+    in a group that spans sites, a site relay's copy to the other site's relays, if this peer is one."""
+    if scope.site:
+        return Route((scope.address,), len(scope.across), False, scope.across)
     tree = scope.tree and type(message) in RELAYED
     copies = scope.tree_copies if tree else scope.copies
     return Route((scope.address, *copies), len(copies), tree)
@@ -99,8 +142,8 @@ def relay_members(current: Iterable[str], me: str, relaying: Iterable[str], hear
     (``relaying``), the group's ``current`` ones heard within ``offline_after`` (``last_heard``:
     in the group, or proving their endpoint), with a direct-message key (``has_key``).  None while
     any current member's multicast reaches this peer: then the group spans subnets, whose two sides
-    would make rings of each other's members that disagree, so each gets the writer's copy as
-    before (protocol.md, "Relay trees")."""
+    would make rings of each other's members that disagree: site relays carry it across instead
+    (:func:`site_targets`; protocol.md, "Site relays")."""
     current = set(current)
     if any(pid != me and heard_by_multicast(pid) for pid in current):
         return []
@@ -112,5 +155,5 @@ def _or_never(at: float | None) -> float:
     return -1e18 if at is None else at
 
 
-__all__ = ["GroupScope", "RELAYED", "Route", "beacon_route", "control_route", "group_route", "group_scope",
-           "is_announcement", "relay_members"]
+__all__ = ["GroupScope", "RELAYED", "Route", "SITE_RELAYS", "beacon_route", "control_route", "group_route",
+           "group_scope", "is_announcement", "relay_members", "site_relays", "site_scope", "site_targets"]
