@@ -103,6 +103,7 @@ class JoinedGroup:
     # site (as of the last flush), what it heard by multicast to carry there, and what it was
     # handed from there to multicast here; each queue is bounded by MAX_SITE_QUEUE.
     site_relay: bool = False
+    site_local: bool = False  # it hears some members by multicast: what comes from across is multicast again
     site_forward: list[bytes] = field(default_factory=list)
     site_remulticast: list[bytes] = field(default_factory=list)
 
@@ -1183,14 +1184,16 @@ class PeerCore:
         if self._take(envelope, Via.RELAYED, now, wall):
             self._heard(writer, now)
             self.reach.heard(writer, None, Via.RELAYED, now)
-        if via is Via.UNICAST and len(joined.site_remulticast) < MAX_SITE_QUEUE:
+        if via is Via.UNICAST and joined.site_local and len(joined.site_remulticast) < MAX_SITE_QUEUE:
             joined.site_remulticast.append(inner)
 
     def _site(self, record: GroupRecord, unicast: list[tuple[str, Endpoint]], now: float) -> GroupScope | None:
-        """The group's scope if it spans sites: some current members heard by multicast (this peer's
-        site) and others only by unicast; None if it does not (then copies or the tree carry it)."""
+        """The group's scope if this peer hears some of its current members by multicast, and they
+        hear it (its site: :func:`.routing.site_scope`); None if it hears none (then copies or the
+        tree carry the group)."""
+        copied = {pid for pid, _ in unicast}  # proven, and not heard by multicast or not hearing ours
         here = [m.pid for m in record.current()
-                if m.pid != self.pid and self.reach.heard_by_multicast(m.pid, now) and
+                if m.pid != self.pid and m.pid not in copied and self.reach.heard_by_multicast(m.pid, now) and
                 self.presence.status(m.pid, now) != OFFLINE]
         if not here:
             return None
@@ -1199,10 +1202,10 @@ class PeerCore:
             heard = max(self.presence.last_heard(pid) or -1e18, self.reach.last_heard(pid) or -1e18)
             return now - heard <= OFFLINE_AFTER and heard > self._gone_at.get(pid, -1e18)
 
-        remote = [(pid, endpoint) for pid, endpoint in unicast
-                  if record.is_current(pid) and pid not in here and up(pid)]
-        return routing.site_scope(GroupAddress(record.addr, record.port),
-                                  routing.site_targets(self.pid, here, remote))
+        others = [(pid, endpoint) for pid, endpoint in unicast if record.is_current(pid) and up(pid)]
+        return routing.site_scope(GroupAddress(record.addr, record.port), self.pid, here,
+                                  [o for o in others if not self.reach.heard_by_multicast(o[0], now)],
+                                  [o for o in others if self.reach.heard_by_multicast(o[0], now)])
 
     def _record_counter(self, gid: str, pid: str) -> int:
         """The counter of ``pid``'s current member record in ``gid`` (0 if none, or if it left)."""
@@ -1393,6 +1396,7 @@ class PeerCore:
                 GroupAddress(record.addr, record.port), unicast, record.is_current,
                 relay.members if relay is not None and relay.active else None)
             joined.site_relay = bool(scope.across)
+            joined.site_local = scope.site
             channel.group_size = max(1, len(record.current()))
             outbox = channel.datagrams_to_send(now)
             if any(type(m) in _FRESH_EVIDENCE for m in outbox):
@@ -1445,7 +1449,8 @@ class PeerCore:
             staged += [Datagram(wire.encode_site(data), endpoint) for data in forward for endpoint in scope.across]
             self.site_forwarded += len(forward) * len(scope.across)
             remulticast, joined.site_remulticast = joined.site_remulticast, []
-            staged += [Datagram(wire.encode_site(data), scope.address) for data in remulticast]
+            here: list[Destination] = [scope.address, *scope.deaf]
+            staged += [Datagram(wire.encode_site(data), destination) for data in remulticast for destination in here]
             self.site_remulticast += len(remulticast)
             if relay is not None:
                 staged += [Datagram(data, endpoint) for data, endpoint in

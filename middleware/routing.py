@@ -54,8 +54,10 @@ class GroupScope:
     ``copies``: the endpoints of its members multicast does not reach, each of which gets a
     unicast copy of everything; ``tree_copies``: of those, the ones outside an active relay tree,
     which still get copies of what the tree carries; ``tree``: whether the tree is active;
-    ``site``: whether the group spans sites (then ``across`` are the other site's relays this peer
-    sends to, none unless it is one of its own site's relays)."""
+    ``site``: whether this peer hears some of the group's members by multicast, its site (then
+    ``across`` are where it sends a site relay's copy of what the site says: the other site's relay
+    paired with it, and the members of its own site that do not hear its multicast, ``deaf``, which
+    also get what comes from across; all none unless it is one of its site's relays)."""
 
     address: GroupAddress
     copies: tuple[Endpoint, ...] = ()
@@ -63,6 +65,7 @@ class GroupScope:
     tree: bool = False
     site: bool = False
     across: tuple[Endpoint, ...] = ()
+    deaf: tuple[Endpoint, ...] = ()
 
 
 def is_announcement(message: wire.Message) -> bool:
@@ -98,9 +101,17 @@ def group_scope(address: GroupAddress, unicast: Iterable[tuple[str, Endpoint]], 
     return GroupScope(address, copies, outside, True)
 
 
-def site_scope(address: GroupAddress, across: Sequence[Endpoint]) -> GroupScope:
-    """A group that spans sites: what is sent goes to its multicast address, and to ``across``."""
-    return GroupScope(address, site=True, across=tuple(across))
+def site_scope(address: GroupAddress, me: str, here: Sequence[str], remote: Iterable[tuple[str, Endpoint]],
+               deaf: Iterable[tuple[str, Endpoint]] = ()) -> GroupScope:
+    """The scope of a group where this peer (``me``) hears members ``here`` by multicast: its site.
+    ``remote``: the members proven at an endpoint and not heard by multicast (another site);
+    ``deaf``: members heard by multicast that said they do not hear this peer's (filtered one way),
+    which this site's relays copy everything to, as they cannot hear it."""
+    if me not in site_relays(me, here):
+        return GroupScope(address, site=True)
+    deaf_endpoints = tuple(endpoint for _, endpoint in sorted(deaf))
+    return GroupScope(address, site=True, across=site_targets(me, here, remote) + deaf_endpoints,
+                      deaf=deaf_endpoints)
 
 
 def site_relays(me: str, site: Iterable[str]) -> list[str]:

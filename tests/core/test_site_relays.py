@@ -27,7 +27,10 @@ def site_of(index: int) -> int:
 class SiteLan(PeerLan):
     """Two subnets of ``SITE`` peers: a multicast datagram reaches its sender's site only.  Every
     datagram that crosses is noted (sender, receiver's site, the inner message type), and any
-    site relay's copy aimed at an endpoint its sender never proved."""
+    site relay's copy aimed at an endpoint its sender never proved.  ``deaf`` peers hear no multicast
+    (theirs is heard: filtered one way)."""
+
+    deaf: frozenset[int] = frozenset()
 
     def transmit(self, sender, datagrams):
         source = self.nodes.index(sender)
@@ -37,7 +40,7 @@ class SiteLan(PeerLan):
             if isinstance(destination, GroupAddress):
                 self.sent["control" if destination.host.endswith("77.77") else "group"] += 1
                 for index, node in enumerate(self.nodes):
-                    if node is not sender and site_of(index) == site_of(source):
+                    if node is not sender and site_of(index) == site_of(source) and index not in self.deaf:
                         self._send(source, index, datagram)
                 continue
             if isinstance(destination, Endpoint):
@@ -56,15 +59,17 @@ class SiteLan(PeerLan):
         super().transmit(sender, [d for d in crossing if isinstance(d.destination, Endpoint)])
 
 
-def make_sites(seed: int = 5) -> tuple[SiteLan, str]:
+def make_sites(seed: int = 5, n: int = 2 * SITE, deaf: frozenset[int] = frozenset(),
+               warmup: float = 3.0) -> tuple[SiteLan, str]:
     lan = SiteLan.__new__(SiteLan)
-    lan.crossed, lan.unproven = [], []
-    SiteLan.__init__(lan, [MemoryStore() for _ in range(2 * SITE)], FaultInjector(rng=random.Random(seed)), seed,
+    lan.crossed, lan.unproven, lan.deaf = [], [], deaf
+    SiteLan.__init__(lan, [MemoryStore() for _ in range(n)], FaultInjector(rng=random.Random(seed)), seed,
                      unicast=True)
-    for node in lan.nodes:  # each is told the other site's addresses, as invites would
+    for node in lan.nodes:  # each is told the other site's addresses (and a deaf one's), as invites would
+        here = lan.nodes.index(node)
         lan.run(node, lambda core: [core.add_peer(other.endpoint, lan.now) for i, other in enumerate(lan.nodes)
-                                    if site_of(i) != site_of(lan.nodes.index(node))])
-    lan.settle(3.0)
+                                    if i != here and (site_of(i) != site_of(here) or {i, here} & deaf)])
+    lan.settle(warmup)
     gid = lan.create_group(lan.nodes[0])
     for _ in range(15):
         for node in lan.nodes:
@@ -74,11 +79,11 @@ def make_sites(seed: int = 5) -> tuple[SiteLan, str]:
                 record = node.core.joinable(gid, None)
                 lan.run(node, lambda core: core.join(record, None, lan.now, lan.now))
         lan.settle(1.0)
-        if all(node.core.gjlp.is_member(gid) and len(node.core.gjlp.groups[gid].current()) == 2 * SITE
+        if all(node.core.gjlp.is_member(gid) and len(node.core.gjlp.groups[gid].current()) == n
                for node in lan.nodes):
             break
     lan.settle(5.0)
-    assert all(len(node.core.gjlp.groups[gid].current()) == 2 * SITE for node in lan.nodes)
+    assert all(len(node.core.gjlp.groups[gid].current()) == n for node in lan.nodes)
     return lan, gid
 
 
@@ -180,3 +185,16 @@ def test_only_a_members_copy_from_a_proven_member_is_taken_and_multicast_again(s
     assert hand(beacon(stranger, 1), relay.endpoint) == (1, 0), "a stranger's datagram, from a member"
     assert hand(beacon(writer.core.identity, seqno), relay.endpoint) == (0, 1), "a member's, from a member"
     assert hand(beacon(writer.core.identity, seqno), relay.endpoint) == (0, 0), "each once"
+
+
+def test_a_member_that_hears_no_multicast_on_a_site_gets_everything_from_its_relays():
+    # Within 45 s it tells the others it does not hear them (reach's report, 35 s after it is proven).
+    lan, gid = make_sites(seed=3, n=SITE, deaf=frozenset({5}), warmup=45.0)
+    deaf = lan.nodes[5]
+    assert all(node.core.reach.path(deaf.pid, lan.now) == "unicast" for node in lan.nodes[:5])
+    texts = write(lan, gid, 10, lan.nodes)
+    lan.settle(3.0)
+    assert missing(lan, gid, texts) == []
+    relays = set(relays_of(lan, 0, skip=(deaf.name,)))
+    assert {n.pid for n in lan.nodes[:5] if n.core.joined[gid].site_relay} == relays
+    assert lan.unproven == []
