@@ -1351,25 +1351,7 @@ class PeerCore:
         unicast = self.reach.unicast_peers(now)
         unicast_endpoints = [endpoint for _, endpoint in unicast]
         relaying = self.reach.unicast_members(now) if self.joined else []
-        broadcast = self._broadcast_due
-        for message in self.gjlp.datagrams_to_send():
-            try:
-                data = wire.encode(self.identity, message)
-            except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
-                log.warning("not sent: %s", exc)
-                continue
-            route = routing.control_route(message, self.control_group, unicast_endpoints, self.port)
-            staged += [Datagram(data, destination) for destination in route.destinations]
-            self.unicast_copies += route.copies
-            if routing.is_announcement(message):
-                broadcast = False
-                self._broadcast_at = now + BROADCAST_INTERVAL
-        if broadcast:  # the periodic one: to the subnet, and to the peers multicast does not reach
-            data = wire.encode(self.identity, wire.Adv(self.name))
-            staged += [Datagram(data, destination)
-                       for destination in routing.beacon_route(unicast_endpoints, self.port).destinations]
-            self._broadcast_at = now + BROADCAST_INTERVAL
-        self._broadcast_due = False
+        staged += self._control_datagrams(unicast_endpoints, now)
         events = self.gjlp.events()
         changed_groups: dict[str, bool] = {}
         for event in events:
@@ -1387,74 +1369,9 @@ class PeerCore:
         for gid, joined in self.joined.items():
             channel = joined.channel
             record = self.gjlp.groups[gid]
-            relay = joined.relay
-            if relay is not None:
-                relay.set_members(self._relay_members(record, relaying, now), now)
-            # Across sites, the sites' relays carry everything; else the tree carries chat to its
-            # members, and the rest get copies as before.
-            scope = self._site(record, unicast, now) or routing.group_scope(
-                GroupAddress(record.addr, record.port), unicast, record.is_current,
-                relay.members if relay is not None and relay.active else None)
-            joined.site_relay = bool(scope.across)
-            joined.site_local = scope.site
-            channel.group_size = max(1, len(record.current()))
-            outbox = channel.datagrams_to_send(now)
-            if any(type(m) in _FRESH_EVIDENCE for m in outbox):
-                self.presence.spoke(gid, now)
-            elif gid in beacons:  # idle: one heartbeat says this peer is still here
-                # (NAKs, repairs and sync requests are no evidence to members: presence.py)
-                outbox = [*outbox, wire.Heartbeat(gid, channel.next_seqno - 1)]
-            if self._goodbye_due:
-                outbox = [*outbox, wire.Goodbye(gid)]
-            # Every HEARTBEAT and GOODBYE is signed with the time it leaves, so none can be replayed
-            # as news of this peer (presence.Presence.fresh_at).
-            outbox = [replace(m, at=at) if type(m) is wire.Heartbeat or type(m) is wire.Goodbye else m
-                      for m in outbox]
-            team = joined.team
-            plain: list = []
-            if team is not None:
-                team_out = team.take_outbox()
-                plain = [m for m in team_out if isinstance(m, _TEAM_PLAIN)]
-                outbox = [*outbox, *(m for m in team_out if not isinstance(m, _TEAM_PLAIN))]
-                if not team.may_send(now):
-                    # It knows of a re-key whose key it lacks, or is back and has not heard the group
-                    # yet: nothing goes under a key a removed member may hold (the re-key parts and
-                    # key requests, in the clear, do).
-                    joined.held = (joined.held + outbox)[-MAX_HELD_DATAGRAMS:]
-                    outbox = []
-                elif joined.held:
-                    outbox, joined.held = joined.held + outbox, []
-            if outbox and record.private and joined.cipher is None:
-                # Never plaintext to a group held to be private (nothing should lead here).
-                self.plaintext_refused += len(outbox)
-                log.error("group %s is private and its key is missing: nothing sent", gid)
-                outbox = []
-            for message in [*plain, *outbox]:
-                try:
-                    data = wire.encode(self.identity, message, None if isinstance(message, _TEAM_PLAIN)
-                                       else joined.cipher)
-                except wire.WireError as exc:  # e.g. a digest past the datagram limit
-                    log.warning("not sent: %s", exc)
-                    continue
-                route = routing.group_route(scope, message)
-                staged += [Datagram(data, destination) for destination in route.destinations]
-                staged += [Datagram(wire.encode_site(data), endpoint) for endpoint in route.across]
-                self.unicast_copies += route.copies
-                if route.tree and relay is not None:
-                    if type(message) is wire.DataBatch:
-                        relay.publish((self.pid, message.items[0][0]), data, now)
-                    else:
-                        relay.flood(self.pid, data, None)
-            forward, joined.site_forward = joined.site_forward, []
-            staged += [Datagram(wire.encode_site(data), endpoint) for data in forward for endpoint in scope.across]
-            self.site_forwarded += len(forward) * len(scope.across)
-            remulticast, joined.site_remulticast = joined.site_remulticast, []
-            here: list[Destination] = [scope.address, *scope.deaf]
-            staged += [Datagram(wire.encode_site(data), destination) for data in remulticast for destination in here]
-            self.site_remulticast += len(remulticast)
-            if relay is not None:
-                staged += [Datagram(data, endpoint) for data, endpoint in
-                           relay.datagrams(self._wall_at(now), self.reach.endpoint, functools.partial(_dh_of, record))]
+            scope = self._group_scope(joined, record, unicast, relaying, now)
+            messages = self._group_outbox(gid, joined, record, gid in beacons, at, now)
+            staged += self._group_datagrams(joined, record, scope, messages, now)
             deliveries += channel.deliveries()
             events_now = channel.events()
             channel_events += events_now
@@ -1529,6 +1446,119 @@ class PeerCore:
                 log.warning("group %s: %s", news.gid, warning)
                 self._events.append(WarningRaised(news.gid, warning))
         return len(stored)
+
+    def _control_datagrams(self, unicast: list[Endpoint], now: float) -> list[Datagram]:
+        """GJLP's datagrams, routed (:func:`.routing.control_route`), and the periodic announcement
+        when it is due; ``unicast``: the proven peers multicast does not reach."""
+        staged: list[Datagram] = []
+        broadcast = self._broadcast_due
+        for message in self.gjlp.datagrams_to_send():
+            try:
+                data = wire.encode(self.identity, message)
+            except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
+                log.warning("not sent: %s", exc)
+                continue
+            route = routing.control_route(message, self.control_group, unicast, self.port)
+            staged += [Datagram(data, destination) for destination in route.destinations]
+            self.unicast_copies += route.copies
+            if routing.is_announcement(message):
+                broadcast = False
+                self._broadcast_at = now + BROADCAST_INTERVAL
+        if broadcast:  # the periodic one: to the subnet, and to the peers multicast does not reach
+            data = wire.encode(self.identity, wire.Adv(self.name))
+            staged += [Datagram(data, destination)
+                       for destination in routing.beacon_route(unicast, self.port).destinations]
+            self._broadcast_at = now + BROADCAST_INTERVAL
+        self._broadcast_due = False
+        return staged
+
+    def _group_scope(self, joined: JoinedGroup, record: GroupRecord, unicast: list[tuple[str, Endpoint]],
+                     relaying: list[str], now: float) -> GroupScope:
+        """Where the group's datagrams go in this flush.  Across sites, the sites' relays carry
+        everything; else the tree carries chat to its members, and the rest get copies as before."""
+        relay = joined.relay
+        if relay is not None:
+            relay.set_members(self._relay_members(record, relaying, now), now)
+        scope = self._site(record, unicast, now) or routing.group_scope(
+            GroupAddress(record.addr, record.port), unicast, record.is_current,
+            relay.members if relay is not None and relay.active else None)
+        joined.site_relay = bool(scope.across)
+        joined.site_local = scope.site
+        return scope
+
+    def _group_outbox(self, gid: str, joined: JoinedGroup, record: GroupRecord, beacon: bool, at: int,
+                      now: float) -> list:
+        """What the group's channel and team have to send now, the beacon or goodbye due included,
+        each HEARTBEAT and GOODBYE stamped ``at``; held while the team may not send."""
+        channel = joined.channel
+        channel.group_size = max(1, len(record.current()))
+        outbox = channel.datagrams_to_send(now)
+        if any(type(m) in _FRESH_EVIDENCE for m in outbox):
+            self.presence.spoke(gid, now)
+        elif beacon:  # idle: one heartbeat says this peer is still here
+            # (NAKs, repairs and sync requests are no evidence to members: presence.py)
+            outbox = [*outbox, wire.Heartbeat(gid, channel.next_seqno - 1)]
+        if self._goodbye_due:
+            outbox = [*outbox, wire.Goodbye(gid)]
+        # Every HEARTBEAT and GOODBYE is signed with the time it leaves, so none can be replayed
+        # as news of this peer (presence.Presence.fresh_at).
+        outbox = [replace(m, at=at) if type(m) is wire.Heartbeat or type(m) is wire.Goodbye else m
+                  for m in outbox]
+        team = joined.team
+        plain: list = []
+        if team is not None:
+            team_out = team.take_outbox()
+            plain = [m for m in team_out if isinstance(m, _TEAM_PLAIN)]
+            outbox = [*outbox, *(m for m in team_out if not isinstance(m, _TEAM_PLAIN))]
+            if not team.may_send(now):
+                # It knows of a re-key whose key it lacks, or is back and has not heard the group
+                # yet: nothing goes under a key a removed member may hold (the re-key parts and
+                # key requests, in the clear, do).
+                joined.held = (joined.held + outbox)[-MAX_HELD_DATAGRAMS:]
+                outbox = []
+            elif joined.held:
+                outbox, joined.held = joined.held + outbox, []
+        if outbox and record.private and joined.cipher is None:
+            # Never plaintext to a group held to be private (nothing should lead here).
+            self.plaintext_refused += len(outbox)
+            log.error("group %s is private and its key is missing: nothing sent", gid)
+            outbox = []
+        return [*plain, *outbox]
+
+    def _group_datagrams(self, joined: JoinedGroup, record: GroupRecord, scope: GroupScope, messages: list,
+                         now: float) -> list[Datagram]:
+        """The group's ``messages`` encoded and routed by ``scope`` (:func:`.routing.group_route`):
+        to the multicast address, copies, the relay tree, or across sites; then what this peer
+        carries across or multicasts again as a site relay, and the relay tree's own datagrams."""
+        staged: list[Datagram] = []
+        relay = joined.relay
+        for message in messages:
+            try:
+                data = wire.encode(self.identity, message, None if isinstance(message, _TEAM_PLAIN)
+                                   else joined.cipher)
+            except wire.WireError as exc:  # e.g. a digest past the datagram limit
+                log.warning("not sent: %s", exc)
+                continue
+            route = routing.group_route(scope, message)
+            staged += [Datagram(data, destination) for destination in route.destinations]
+            staged += [Datagram(wire.encode_site(data), endpoint) for endpoint in route.across]
+            self.unicast_copies += route.copies
+            if route.tree and relay is not None:
+                if type(message) is wire.DataBatch:
+                    relay.publish((self.pid, message.items[0][0]), data, now)
+                else:
+                    relay.flood(self.pid, data, None)
+        forward, joined.site_forward = joined.site_forward, []
+        staged += [Datagram(wire.encode_site(data), endpoint) for data in forward for endpoint in scope.across]
+        self.site_forwarded += len(forward) * len(scope.across)
+        remulticast, joined.site_remulticast = joined.site_remulticast, []
+        here: list[Destination] = [scope.address, *scope.deaf]
+        staged += [Datagram(wire.encode_site(data), destination) for data in remulticast for destination in here]
+        self.site_remulticast += len(remulticast)
+        if relay is not None:
+            staged += [Datagram(data, endpoint) for data, endpoint in
+                       relay.datagrams(self._wall_at(now), self.reach.endpoint, functools.partial(_dh_of, record))]
+        return staged
 
     def _relay_members(self, record: GroupRecord, relaying: list[str], now: float) -> list[str]:
         """Who relays ``record``'s group with this peer (:func:`.routing.relay_members`)."""
