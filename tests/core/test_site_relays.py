@@ -198,3 +198,24 @@ def test_a_member_that_hears_no_multicast_on_a_site_gets_everything_from_its_rel
     relays = set(relays_of(lan, 0, skip=(deaf.name,)))
     assert {n.pid for n in lan.nodes[:5] if n.core.joined[gid].site_relay} == relays
     assert lan.unproven == []
+
+
+def test_a_relay_that_crashes_loses_nothing_while_the_other_pair_carries():
+    lan, gid = make_sites(seed=11)
+    first = next(n for n in lan.nodes if n.pid == relays_of(lan, 1)[0])
+    lan.kill(first)  # no goodbye: the others still count it as a relay for a presence timeout
+    lan.crossed.clear()
+    texts = write(lan, gid, 12, [n for n in lan.nodes if n is not first])
+    lan.settle(3.0)
+    assert missing(lan, gid, texts, skip=(first.name,)) == []
+    second = next(n for n in lan.nodes if n.pid == relays_of(lan, 1)[1])
+    into_0 = {name for name, to, kind, _ in lan.crossed if to == 0 and kind == "DATA_BATCH"}
+    assert into_0 == {second.name}, into_0
+
+
+def test_a_site_copy_is_one_byte_before_the_writers_datagram():
+    inner = bytes((0x96, 2, 1)) + b"x" * 40
+    assert wire.site_payload(wire.encode_site(inner)) == inner
+    assert wire.site_payload(inner) is None
+    with pytest.raises(wire.WireError):
+        wire.encode_site(b"x" * wire.MAX_DATAGRAM)
