@@ -1,4 +1,5 @@
-"""Where a datagram goes to or comes from: a multicast group, one peer's unicast endpoint, or the subnet.
+"""Where a datagram goes to or comes from: a multicast group, one peer's unicast endpoint, or the
+subnet; and how one arrived (:class:`Arrival`).
 
 Plain values, no I/O (a computer's name is resolved by the lookup the caller passes to
 :func:`resolve_endpoint`): the peer core addresses what it sends with them, and the
@@ -9,6 +10,7 @@ a host and port cannot be confused.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -35,8 +37,6 @@ class Endpoint:
         return f"{self.host}:{self.port}"
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class Broadcast:
     """Every subnet broadcast address of the peer's interface, at ``port``: the transport knows
@@ -46,6 +46,33 @@ class Broadcast:
 
     def __str__(self) -> str:
         return f"broadcast:{self.port}"
+
+
+class Via(enum.StrEnum):
+    """How a datagram reached this peer."""
+
+    MULTICAST = "multicast"  # to a group's multicast address
+    CONTROL = "control"  # to the control multicast address
+    UNICAST = "unicast"  # to this peer's endpoint (the message's type says which channel it is for)
+    BROADCAST = "broadcast"  # to the control port at the subnet's broadcast address
+    RELAYED = "relayed"  # inside another member's datagram: a relay tree's push, or a site relay's copy
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """Where a datagram came from and how.  ``source``: the endpoint the socket saw (None where
+    nobody knows, as in a simulation); spoofable, so never taken as who sent it."""
+
+    source: Endpoint | None
+    via: Via
+
+    @property
+    def multicast(self) -> bool:
+        """Whether it came by multicast, to a group's address or the control address."""
+        return self.via is Via.MULTICAST or self.via is Via.CONTROL
+
+    def __str__(self) -> str:
+        return f"{self.via} from {self.source}"
 
 
 def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:

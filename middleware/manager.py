@@ -44,7 +44,7 @@ from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
 from .presence import Presence
 from .store import Store
 from .store_api import PeerStore
-from .addresses import ANSWER_WAIT, Endpoint, GroupAddress, answered_at, resolve_endpoint
+from .addresses import ANSWER_WAIT, Arrival, Endpoint, GroupAddress, Via, answered_at, resolve_endpoint
 from .roaming import WATCH_INTERVAL, Move, NetworkFollower
 from .transport import MulticastNetwork, Received, Transport, TransportError, interface_name, resolve_interface
 from .direct import conversation_id
@@ -119,7 +119,7 @@ class GroupManager(commands.Calls):
         # Key derivations run here, one at a time (Argon2id takes 256 MiB and ~0.6 s), never on the loop.
         self._kdf_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="m2mc-kdf")
         # (data, source, path): control datagrams, broadcasts and whatever reaches this peer's endpoint
-        self._control_backlog: collections.deque[tuple[bytes, Endpoint, str]] = collections.deque()
+        self._control_backlog: collections.deque[tuple[bytes, Arrival]] = collections.deque()
         self._control_backlog_bytes = 0
         self._control_draining = False
         self.control_backlog_dropped = 0
@@ -561,12 +561,12 @@ class GroupManager(commands.Calls):
     CONTROL_SLICE = 0.01
     MAX_CONTROL_BACKLOG = 8_000_000  # bytes
 
-    def _on_control_datagrams(self, batch: Received, path: str = "multicast") -> None:
+    def _on_control_datagrams(self, batch: Received, via: Via = Via.CONTROL) -> None:
         for data, source in batch:
             if self._control_backlog_bytes + len(data) > self.MAX_CONTROL_BACKLOG:
                 self.control_backlog_dropped += 1
                 continue
-            self._control_backlog.append((data, source, path))
+            self._control_backlog.append((data, Arrival(source, via)))
             self._control_backlog_bytes += len(data)
         if not self._control_draining:
             self._drain_control()
@@ -576,9 +576,9 @@ class GroupManager(commands.Calls):
         deadline = time.perf_counter() + self.CONTROL_SLICE
         now, wall = clock.now(), clock.wall()
         while self._control_backlog:
-            data, source, path = self._control_backlog.popleft()
+            data, arrival = self._control_backlog.popleft()
             self._control_backlog_bytes -= len(data)
-            self.core.receive(data, source, now, wall, control=True, path=path)
+            self.core.receive(data, arrival, now, wall)
             if self._control_backlog and time.perf_counter() > deadline and self._loop is not None:
                 self._control_draining = True
                 self._loop.call_soon(self._drain_control)
@@ -587,16 +587,16 @@ class GroupManager(commands.Calls):
 
     def _on_unicast_datagrams(self, batch: Received) -> None:
         """Anything may arrive at this peer's endpoint, so it queues with the control datagrams."""
-        self._on_control_datagrams(batch, "unicast")
+        self._on_control_datagrams(batch, Via.UNICAST)
 
     def _on_broadcast_datagrams(self, batch: Received) -> None:
-        self._on_control_datagrams(batch, "broadcast")
+        self._on_control_datagrams(batch, Via.BROADCAST)
 
     def _on_data_datagrams(self, batch: Received) -> None:
         now, wall = clock.now(), clock.wall()
         receive = self.core.receive
         for data, source in batch:
-            receive(data, source, now, wall)
+            receive(data, Arrival(source, Via.MULTICAST), now, wall)
         self._after_input()
 
     def _on_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, source: str) -> None:

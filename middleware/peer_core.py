@@ -28,15 +28,18 @@ with a hand-set clock through crashes.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import random
 import sqlite3
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Sequence, cast
 
-from . import commands, crypto, names, rules, wire
+from . import commands, crypto, names, routing, rules, wire
 from .direct import SETTING_RECEIPTS, SETTING_SES, DirectCore, StoredDirect, conversation_id
-from .addresses import Broadcast, Destination, Endpoint, GroupAddress, parse_endpoint
+from .routing import GroupScope
+from .addresses import Arrival, Destination, Endpoint, GroupAddress, Via, parse_endpoint
 from .channel import Conflict, GapReported, GroupChannel, Replaced, SyncProgress
 from . import kinds
 from .chatops import GroupOperations, is_operation
@@ -45,7 +48,7 @@ from .mentions import with_tokens
 from .gjlp import (ACK_TIMEOUT, MAX_MEMBERS, Gjlp, GroupRecord, GroupSeen, JoinUnacknowledged, MemberGaveWay,
                    MemberJoined, MemberLeft, MemberUpdated, group_address)
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
-from .presence import OFFLINE_AFTER, ONLINE, Presence
+from .presence import OFFLINE, OFFLINE_AFTER, ONLINE, Presence
 from .reach import BROADCAST_GRACE, Reach, hint_refused
 from .roles import Cuts, past_cut
 from .relay_link import STATS as RELAY_STATS, GroupRelay
@@ -72,8 +75,9 @@ _TEAM_PLAIN = (wire.Rekey, wire.KeyRequest, wire.Admit)
 _TEAM_MESSAGES = (wire.Roles, *_TEAM_PLAIN)
 MAX_HELD_DATAGRAMS = 512  # per group while sending is held; past it the oldest go (repair recovers them)
 TEAM_SETTING = "team:"  # + gid: a group's roles, epoch keys and re-key parts (GroupTeam.to_bytes)
-# What a group's relay tree carries (relay_link): chat, pushed and announced; beacons, passed down once.
-_RELAYED = (wire.DataBatch, wire.Heartbeat, wire.Goodbye)
+_RELAYED = routing.RELAYED
+MAX_SITE_QUEUE = 1024  # datagrams a group's site relay holds between two flushes, each way
+MAX_SITE_SEEN = 8192  # digests of datagrams carried across or taken from across, so each goes once
 
 
 class Datagram(NamedTuple):
@@ -96,6 +100,13 @@ class JoinedGroup:
     seqno_to_save: bool = False  # composed since the last commit: the next seqno is stored with it
     announce_due: bool = False  # its membership changed: the zeroconf announcement is stale
     relay: GroupRelay | None = None  # its relay tree, for the members multicast does not reach
+    # Site relays (routing.site_targets): whether this peer carries the group's traffic to another
+    # site (as of the last flush), what it heard by multicast to carry there, and what it was
+    # handed from there to multicast here; each queue is bounded by MAX_SITE_QUEUE.
+    site_relay: bool = False
+    site_local: bool = False  # it hears some members by multicast: what comes from across is multicast again
+    site_forward: list[bytes] = field(default_factory=list)
+    site_remulticast: list[bytes] = field(default_factory=list)
 
 
 @dataclass
@@ -141,6 +152,10 @@ class PeerCore:
         # Who is heard by which path (middleware/reach.py); members come first in its bounds.
         self.reach = Reach(self.pid, self.name, self._rng, is_member=self._is_member_anywhere)
         self.unicast_copies = 0  # datagrams sent by unicast to peers multicast does not reach
+        self.site_forwarded = 0  # datagrams heard by multicast and carried to another site's relays
+        self.site_remulticast = 0  # datagrams from another site multicast again into this one
+        self._site_seen: OrderedDict[bytes, None] = OrderedDict()
+        self._gone_at: dict[str, float] = {}  # members' GOODBYEs, so a departed site relay is replaced at once
         self._wall = now if wall is None else wall  # the last wall time given: the peer cache's stamps
         self._wall_now = now  # when it was given (on the ``now`` clock): _wall_at
         self._peers_to_cache: dict[str, tuple[Endpoint, float]] = {}  # proven since the last commit
@@ -1016,25 +1031,26 @@ class PeerCore:
 
     # -- network input ----------------------------------------------------------------
 
-    def receive(self, data: bytes, source: Endpoint | None, now: float, wall: float, *,
-                control: bool = False, path: str = "multicast") -> None:
+    def receive(self, data: bytes, arrival: Arrival, now: float, wall: float) -> None:
         """One datagram, from a stranger until its signature and the group's rules say otherwise.
 
-        ``source``: the endpoint it came from, as the socket saw it (None where nobody knows, as
-        in a simulation); spoofable, so it is never taken as who sent it, and never answered
-        with more than a HELLO until a HELLO's nonce has made the round trip (:mod:`.reach`).
-        ``path``: "multicast" (``control`` if it came to the control address, else to a
-        group's), "broadcast" (to the control port), or "unicast" (to this peer's endpoint,
-        where the message's type says which channel it is for)."""
+        ``arrival``: the endpoint it came from, as the socket saw it, and how (:class:`.Arrival`).
+        The source is spoofable, so it is never taken as who sent it, and never answered with
+        more than a HELLO until a HELLO's nonce has made the round trip (:mod:`.reach`)."""
+        source, via = arrival.source, arrival.via
         if wire.is_relay(data):
-            self._receive_relay(data, now, wall, path)
+            self._receive_relay(data, now, wall, via)
+            return
+        inner = wire.site_payload(data)
+        if inner is not None:
+            self._receive_site(inner, arrival, now, wall)
             return
         try:
             sealed = wire.direct_payload(data)
         except wire.WireError:
             sealed = b""
         if sealed is not None:
-            self._receive_direct(sealed, len(data), source, now, wall, path)
+            self._receive_direct(sealed, len(data), source, now, wall, via)
             return
         envelope = self._decode(data, now)
         if envelope is None:
@@ -1042,7 +1058,7 @@ class PeerCore:
         self._set_wall(now, wall)
         message = envelope.message
         if isinstance(message, (wire.Hello, wire.PeerList)):
-            if path != "unicast" or source is None:
+            if via is not Via.UNICAST or source is None:
                 self.stats.malformed_dropped += 1  # these are only ever sent to one endpoint
             elif isinstance(message, wire.Hello):
                 if self.reach.hello(envelope.sender, message, source, now) and \
@@ -1051,36 +1067,37 @@ class PeerCore:
             else:
                 self.reach.peer_list(envelope.sender, message, source, now)
             return
-        fresh = self._take(envelope, path, control, now, wall)
+        fresh = self._take(envelope, via, now, wall)
+        if via is Via.MULTICAST:
+            self._site_heard(envelope, data)
         member = self._is_member_anywhere(envelope.sender)
         if fresh and member:
             self._heard(envelope.sender, now)
         if source is not None:
             # A stranger's datagram moves reach as any verified one did (it gets only HELLOs and
             # bounded copies); a member's only when it said something new (reach.Reach.heard).
-            self.reach.heard(envelope.sender, source, path, now, fresh or not member)
-            if (path == "unicast" and self.reach.endpoint(envelope.sender) != source and member):
+            self.reach.heard(envelope.sender, source, via, now, fresh or not member)
+            if (via is Via.UNICAST and self.reach.endpoint(envelope.sender) != source and member):
                 # A member sends to us by unicast, so it proved our endpoint, but we never proved
                 # its own (the echo of our HELLO was lost): probe it now, within the HELLO budgets,
                 # rather than wait for its next report to make us send it copies.
                 self.reach.probe_soon(source, envelope.sender, now)
-        if path == "broadcast":
+        if via is Via.BROADCAST:
             if isinstance(message, wire.Adv) and source is not None and self.reach.path(envelope.sender, now) is None:
                 # Someone on the subnet whose multicast has not reached us: probe it, unless it does soon.
                 self.reach.add(source, "broadcast", now, envelope.sender, delay=BROADCAST_GRACE)
 
-    def _take(self, envelope: wire.Envelope, path: str, control: bool, now: float, wall: float) -> bool:
+    def _take(self, envelope: wire.Envelope, via: Via, now: float, wall: float) -> bool:
         """Apply one verified datagram (not a HELLO or PEER_LIST); returns whether it was fresh
         evidence of its sender: a message never seen, a HEARTBEAT or GOODBYE whose signed ``at``
         is fresh (:meth:`Presence.fresh_at`), or its own JOIN that changed its record.  Presence
         and where the sender is reached move only on such (issue 41, rows 1 and 9)."""
         message = envelope.message
         sender = envelope.sender
-        if path == "broadcast":
+        if via is Via.BROADCAST:
             return False  # broadcasts only find peers; what they ask is asked again once they are proven
-        if path == "unicast":
-            control = isinstance(message, _CONTROL_MESSAGES)
-        if control:
+        # To the control address, a control message; to this peer's endpoint, whatever its type says.
+        if via is Via.CONTROL or via is Via.UNICAST and isinstance(message, _CONTROL_MESSAGES):
             if not isinstance(message, _CONTROL_MESSAGES):
                 self.stats.malformed_dropped += 1
                 return False
@@ -1120,6 +1137,7 @@ class PeerCore:
             if self.gjlp.groups[message.gid].is_current(sender) and \
                     self.presence.fresh_at(sender, message.at, wall, goodbye=True):
                 self.presence.gone(sender)
+                self._gone_at[sender] = now
         else:
             channel = joined.channel
             record = self.gjlp.groups[channel.gid]
@@ -1162,7 +1180,7 @@ class PeerCore:
         self.removed_dropped += len(message.messages) - len(kept)
         return replace(message, messages=kept) if kept or isinstance(message, wire.SyncResp) else None
 
-    def _receive_relay(self, data: bytes, now: float, wall: float, path: str) -> None:
+    def _receive_relay(self, data: bytes, now: float, wall: float, via: Via) -> None:
         """A relay-tree datagram (RELAY, IHAVE, GRAFT, PRUNE: :mod:`.relay_link`).  Taken only by
         unicast, from a member this peer relays with in one of its groups, authentic under their
         pairwise key and fresh; anyone else's costs a parse and a look-up.  Its source address
@@ -1170,7 +1188,7 @@ class PeerCore:
         self.stats.datagrams_in += 1
         self.stats.bytes_in += len(data)
         try:
-            if path != "unicast":
+            if via is not Via.UNICAST:
                 raise wire.WireError("relay-tree datagrams go by unicast only")
             parsed = wire.parse_relay(data)
         except wire.WireError as exc:
@@ -1222,11 +1240,87 @@ class PeerCore:
             return
         message = envelope.message
         if isinstance(message, wire.DataBatch):
-            if self._take(envelope, "relay", False, now, wall):
+            if self._take(envelope, Via.RELAYED, now, wall):
                 self._heard(writer, now)
             relay.received((writer, message.items[0][0]), inner, sender, now)
-        elif relay.flood(writer, inner, sender) and self._take(envelope, "relay", False, now, wall):
+        elif relay.flood(writer, inner, sender) and self._take(envelope, Via.RELAYED, now, wall):
             self._heard(writer, now)
+
+    def _site_first(self, data: bytes) -> bool:
+        """Whether ``data`` is carried across (or taken from across) for the first time."""
+        digest = hashlib.blake2s(data, digest_size=16).digest()
+        if digest in self._site_seen:
+            return False
+        self._site_seen[digest] = None
+        if len(self._site_seen) > MAX_SITE_SEEN:
+            self._site_seen.popitem(last=False)
+        return True
+
+    def _site_heard(self, envelope: wire.Envelope, data: bytes) -> None:
+        """A member's datagram, heard by multicast on its group's address: a site relay carries it
+        to the other site's relays at the next flush (once, whatever it is: chat, repair, beacon)."""
+        gid = getattr(envelope.message, "gid", None)
+        joined = self.joined.get(gid) if isinstance(gid, str) else None
+        if joined is None or not joined.site_relay or not self.gjlp.groups[joined.channel.gid].is_current(
+                envelope.sender):
+            return
+        if len(joined.site_forward) < MAX_SITE_QUEUE and self._site_first(data):
+            joined.site_forward.append(data)
+
+    def _receive_site(self, inner: bytes, arrival: Arrival, now: float, wall: float) -> None:
+        """A site relay's copy of a member's datagram: by unicast, from another site's relay (a
+        member proven at that endpoint), to take and multicast again here; by multicast, from this
+        site's relay, to take.  Either way taken as relayed: it says nothing of where its writer
+        is reached.  Only a current member's datagram to a joined group is taken, and each once."""
+        self.stats.datagrams_in += 1
+        self.stats.bytes_in += len(inner) + 1
+        source, via = arrival.source, arrival.via
+        if via is Via.UNICAST:
+            relay = self.reach.pid_at(source) if source is not None else None
+            if relay is None or not self._is_member_anywhere(relay):
+                self.stats.not_member_dropped += 1  # only a proven member relays across
+                return
+        elif via is not Via.MULTICAST:
+            self.stats.malformed_dropped += 1
+            return
+        if wire.site_payload(inner) is not None or wire.is_relay(inner) or not self._site_first(inner):
+            return
+        envelope = self._decode(inner, now, counted=False)
+        if envelope is None:
+            return
+        message, writer = envelope.message, envelope.sender
+        gid = getattr(message, "gid", None)
+        joined = self.joined.get(gid) if isinstance(gid, str) else None
+        if joined is None or isinstance(message, (*_CONTROL_MESSAGES, wire.Hello, wire.PeerList)) or \
+                not self.gjlp.groups[joined.channel.gid].is_current(writer):
+            self.stats.not_member_dropped += 1
+            return
+        self._set_wall(now, wall)
+        if self._take(envelope, Via.RELAYED, now, wall):
+            self._heard(writer, now)
+            self.reach.heard(writer, None, Via.RELAYED, now)
+        if via is Via.UNICAST and joined.site_local and len(joined.site_remulticast) < MAX_SITE_QUEUE:
+            joined.site_remulticast.append(inner)
+
+    def _site(self, record: GroupRecord, unicast: list[tuple[str, Endpoint]], now: float) -> GroupScope | None:
+        """The group's scope if this peer hears some of its current members by multicast, and they
+        hear it (its site: :func:`.routing.site_scope`); None if it hears none (then copies or the
+        tree carry the group)."""
+        copied = {pid for pid, _ in unicast}  # proven, and not heard by multicast or not hearing ours
+        here = [m.pid for m in record.current()
+                if m.pid != self.pid and m.pid not in copied and self.reach.heard_by_multicast(m.pid, now) and
+                self.presence.status(m.pid, now) != OFFLINE]
+        if not here:
+            return None
+
+        def up(pid: str) -> bool:
+            heard = max(self.presence.last_heard(pid) or -1e18, self.reach.last_heard(pid) or -1e18)
+            return now - heard <= OFFLINE_AFTER and heard > self._gone_at.get(pid, -1e18)
+
+        others = [(pid, endpoint) for pid, endpoint in unicast if record.is_current(pid) and up(pid)]
+        return routing.site_scope(GroupAddress(record.addr, record.port), self.pid, here,
+                                  [o for o in others if not self.reach.heard_by_multicast(o[0], now)],
+                                  [o for o in others if self.reach.heard_by_multicast(o[0], now)])
 
     def _record_counter(self, gid: str, pid: str) -> int:
         """The counter of ``pid``'s current member record in ``gid`` (0 if none, or if it left)."""
@@ -1251,10 +1345,10 @@ class PeerCore:
         return self._wall + (now - self._wall_now)
 
     def _receive_direct(self, sealed: bytes, size: int, source: Endpoint | None, now: float, wall: float,
-                        path: str) -> None:
+                        via: Via) -> None:
         self.stats.datagrams_in += 1
         self.stats.bytes_in += size
-        if not sealed or path != "unicast":
+        if not sealed or via is not Via.UNICAST:
             self.stats.malformed_dropped += 1  # only ever sent to one endpoint
             return
         proven = source if source is not None and self.reach.pid_at(source) is not None else None
@@ -1267,7 +1361,7 @@ class PeerCore:
                 if echo:  # our HELLO nonce, back from there signed by the sender: the handshake's proof
                     self.reach.hello(sender, wire.Hello(b"", echo, self._member_name(sender) or ""), source, now)
                 if fresh:
-                    self.reach.heard(sender, source, path, now)
+                    self.reach.heard(sender, source, via, now)
 
     def note_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, now: float, wall: float,
                       source: str = "") -> None:
@@ -1370,27 +1464,9 @@ class PeerCore:
             staged.append(Datagram(wire.encode(self.identity, handshake), endpoint))
         # Peers that multicast does not reach get a unicast copy of what goes to multicast.
         unicast = self.reach.unicast_peers(now)
+        unicast_endpoints = [endpoint for _, endpoint in unicast]
         relaying = self.reach.unicast_members(now) if self.joined else []
-        broadcast = self._broadcast_due
-        for message in self.gjlp.datagrams_to_send():
-            try:
-                data = wire.encode(self.identity, message)
-            except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
-                log.warning("not sent: %s", exc)
-                continue
-            staged.append(Datagram(data, self.control_group))
-            staged += [Datagram(data, endpoint) for _, endpoint in unicast]
-            self.unicast_copies += len(unicast)
-            if type(message) is wire.Adv and not message.gids:  # an announcement: the subnet hears it too
-                staged.append(Datagram(data, Broadcast(self.port)))
-                broadcast = False
-                self._broadcast_at = now + BROADCAST_INTERVAL
-        if broadcast:  # the periodic one: to the subnet, and to the peers multicast does not reach
-            data = wire.encode(self.identity, wire.Adv(self.name))
-            staged.append(Datagram(data, Broadcast(self.port)))
-            staged += [Datagram(data, endpoint) for _, endpoint in unicast]
-            self._broadcast_at = now + BROADCAST_INTERVAL
-        self._broadcast_due = False
+        staged += self._control_datagrams(unicast_endpoints, now)
         events = self.gjlp.events()
         changed_groups: dict[str, bool] = {}
         for event in events:
@@ -1408,68 +1484,9 @@ class PeerCore:
         for gid, joined in self.joined.items():
             channel = joined.channel
             record = self.gjlp.groups[gid]
-            destination = GroupAddress(record.addr, record.port)
-            members_by_unicast = [endpoint for pid, endpoint in unicast if record.is_current(pid)]
-            relay = joined.relay
-            tree_copies = members_by_unicast
-            if relay is not None:
-                relay.set_members(self._relay_members(record, relaying, now), now)
-                if relay.active:  # the tree carries chat to its members; the rest get copies as before
-                    tree_copies = [endpoint for pid, endpoint in unicast
-                                   if record.is_current(pid) and pid not in relay.members]
-            channel.group_size = max(1, len(record.current()))
-            outbox = channel.datagrams_to_send(now)
-            if any(type(m) in _FRESH_EVIDENCE for m in outbox):
-                self.presence.spoke(gid, now)
-            elif gid in beacons:  # idle: one heartbeat says this peer is still here
-                # (NAKs, repairs and sync requests are no evidence to members: presence.py)
-                outbox = [*outbox, wire.Heartbeat(gid, channel.next_seqno - 1)]
-            if self._goodbye_due:
-                outbox = [*outbox, wire.Goodbye(gid)]
-            # Every HEARTBEAT and GOODBYE is signed with the time it leaves, so none can be replayed
-            # as news of this peer (presence.Presence.fresh_at).
-            outbox = [replace(m, at=at) if type(m) is wire.Heartbeat or type(m) is wire.Goodbye else m
-                      for m in outbox]
-            team = joined.team
-            plain: list = []
-            if team is not None:
-                team_out = team.take_outbox()
-                plain = [m for m in team_out if isinstance(m, _TEAM_PLAIN)]
-                outbox = [*outbox, *(m for m in team_out if not isinstance(m, _TEAM_PLAIN))]
-                if not team.may_send(now):
-                    # It knows of a re-key whose key it lacks, or is back and has not heard the group
-                    # yet: nothing goes under a key a removed member may hold (the re-key parts and
-                    # key requests, in the clear, do).
-                    joined.held = (joined.held + outbox)[-MAX_HELD_DATAGRAMS:]
-                    outbox = []
-                elif joined.held:
-                    outbox, joined.held = joined.held + outbox, []
-            if outbox and record.private and joined.cipher is None:
-                # Never plaintext to a group held to be private (nothing should lead here).
-                self.plaintext_refused += len(outbox)
-                log.error("group %s is private and its key is missing: nothing sent", gid)
-                outbox = []
-            for message in [*plain, *outbox]:
-                try:
-                    data = wire.encode(self.identity, message, None if isinstance(message, _TEAM_PLAIN)
-                                       else joined.cipher)
-                except wire.WireError as exc:  # e.g. a digest past the datagram limit
-                    log.warning("not sent: %s", exc)
-                    continue
-                staged.append(Datagram(data, destination))
-                copies = members_by_unicast
-                if relay is not None and relay.active and type(message) in _RELAYED:
-                    if type(message) is wire.DataBatch:
-                        relay.publish((self.pid, message.items[0][0]), data, now)
-                    else:
-                        relay.flood(self.pid, data, None)
-                    copies = tree_copies
-                if copies:
-                    staged += [Datagram(data, endpoint) for endpoint in copies]
-                    self.unicast_copies += len(copies)
-            if relay is not None:
-                staged += [Datagram(data, endpoint) for data, endpoint in
-                           relay.datagrams(self._wall_at(now), self.reach.endpoint, functools.partial(_dh_of, record))]
+            scope = self._group_scope(joined, record, unicast, relaying, now)
+            messages = self._group_outbox(gid, joined, record, gid in beacons, at, now)
+            staged += self._group_datagrams(joined, record, scope, messages, now)
             deliveries += channel.deliveries()
             events_now = channel.events()
             channel_events += events_now
@@ -1545,23 +1562,131 @@ class PeerCore:
                 self._events.append(WarningRaised(news.gid, warning))
         return len(stored)
 
+    def _control_datagrams(self, unicast: list[Endpoint], now: float) -> list[Datagram]:
+        """GJLP's datagrams, routed (:func:`.routing.control_route`), and the periodic announcement
+        when it is due; ``unicast``: the proven peers multicast does not reach."""
+        staged: list[Datagram] = []
+        broadcast = self._broadcast_due
+        for message in self.gjlp.datagrams_to_send():
+            try:
+                data = wire.encode(self.identity, message)
+            except wire.WireError as exc:  # nothing the network sent should lead here; the flush goes on
+                log.warning("not sent: %s", exc)
+                continue
+            route = routing.control_route(message, self.control_group, unicast, self.port)
+            staged += [Datagram(data, destination) for destination in route.destinations]
+            self.unicast_copies += route.copies
+            if routing.is_announcement(message):
+                broadcast = False
+                self._broadcast_at = now + BROADCAST_INTERVAL
+        if broadcast:  # the periodic one: to the subnet, and to the peers multicast does not reach
+            data = wire.encode(self.identity, wire.Adv(self.name))
+            staged += [Datagram(data, destination)
+                       for destination in routing.beacon_route(unicast, self.port).destinations]
+            self._broadcast_at = now + BROADCAST_INTERVAL
+        self._broadcast_due = False
+        return staged
+
+    def _group_scope(self, joined: JoinedGroup, record: GroupRecord, unicast: list[tuple[str, Endpoint]],
+                     relaying: list[str], now: float) -> GroupScope:
+        """Where the group's datagrams go in this flush.  Across sites, the sites' relays carry
+        everything; else the tree carries chat to its members, and the rest get copies as before."""
+        relay = joined.relay
+        if relay is not None:
+            relay.set_members(self._relay_members(record, relaying, now), now)
+        scope = self._site(record, unicast, now) or routing.group_scope(
+            GroupAddress(record.addr, record.port), unicast, record.is_current,
+            relay.members if relay is not None and relay.active else None)
+        joined.site_relay = bool(scope.across)
+        joined.site_local = scope.site
+        return scope
+
+    def _group_outbox(self, gid: str, joined: JoinedGroup, record: GroupRecord, beacon: bool, at: int,
+                      now: float) -> list:
+        """What the group's channel and team have to send now, the beacon or goodbye due included,
+        each HEARTBEAT and GOODBYE stamped ``at``; held while the team may not send."""
+        channel = joined.channel
+        channel.group_size = max(1, len(record.current()))
+        outbox = channel.datagrams_to_send(now)
+        if any(type(m) in _FRESH_EVIDENCE for m in outbox):
+            self.presence.spoke(gid, now)
+        elif beacon:  # idle: one heartbeat says this peer is still here
+            # (NAKs, repairs and sync requests are no evidence to members: presence.py)
+            outbox = [*outbox, wire.Heartbeat(gid, channel.next_seqno - 1)]
+        if self._goodbye_due:
+            outbox = [*outbox, wire.Goodbye(gid)]
+        # Every HEARTBEAT and GOODBYE is signed with the time it leaves, so none can be replayed
+        # as news of this peer (presence.Presence.fresh_at).
+        outbox = [replace(m, at=at) if type(m) is wire.Heartbeat or type(m) is wire.Goodbye else m
+                  for m in outbox]
+        team = joined.team
+        plain: list = []
+        if team is not None:
+            team_out = team.take_outbox()
+            plain = [m for m in team_out if isinstance(m, _TEAM_PLAIN)]
+            outbox = [*outbox, *(m for m in team_out if not isinstance(m, _TEAM_PLAIN))]
+            if not team.may_send(now):
+                # It knows of a re-key whose key it lacks, or is back and has not heard the group
+                # yet: nothing goes under a key a removed member may hold (the re-key parts and
+                # key requests, in the clear, do).
+                joined.held = (joined.held + outbox)[-MAX_HELD_DATAGRAMS:]
+                outbox = []
+            elif joined.held:
+                outbox, joined.held = joined.held + outbox, []
+        if outbox and record.private and joined.cipher is None:
+            # Never plaintext to a group held to be private (nothing should lead here).
+            self.plaintext_refused += len(outbox)
+            log.error("group %s is private and its key is missing: nothing sent", gid)
+            outbox = []
+        return [*plain, *outbox]
+
+    def _group_datagrams(self, joined: JoinedGroup, record: GroupRecord, scope: GroupScope, messages: list,
+                         now: float) -> list[Datagram]:
+        """The group's ``messages`` encoded and routed by ``scope`` (:func:`.routing.group_route`):
+        to the multicast address, copies, the relay tree, or across sites; then what this peer
+        carries across or multicasts again as a site relay, and the relay tree's own datagrams."""
+        staged: list[Datagram] = []
+        relay = joined.relay
+        for message in messages:
+            try:
+                data = wire.encode(self.identity, message, None if isinstance(message, _TEAM_PLAIN)
+                                   else joined.cipher)
+            except wire.WireError as exc:  # e.g. a digest past the datagram limit
+                log.warning("not sent: %s", exc)
+                continue
+            route = routing.group_route(scope, message)
+            staged += [Datagram(data, destination) for destination in route.destinations]
+            staged += [Datagram(wire.encode_site(data), endpoint) for endpoint in route.across]
+            self.unicast_copies += route.copies
+            if route.tree and relay is not None:
+                if type(message) is wire.DataBatch:
+                    relay.publish((self.pid, message.items[0][0]), data, now)
+                else:
+                    relay.flood(self.pid, data, None)
+        forward, joined.site_forward = joined.site_forward, []
+        staged += [Datagram(wire.encode_site(data), endpoint) for data in forward for endpoint in scope.across]
+        self.site_forwarded += len(forward) * len(scope.across)
+        remulticast, joined.site_remulticast = joined.site_remulticast, []
+        here: list[Destination] = [scope.address, *scope.deaf]
+        staged += [Datagram(wire.encode_site(data), destination) for data in remulticast for destination in here]
+        self.site_remulticast += len(remulticast)
+        if relay is not None:
+            staged += [Datagram(data, endpoint) for data, endpoint in
+                       relay.datagrams(self._wall_at(now), self.reach.endpoint, functools.partial(_dh_of, record))]
+        return staged
+
     def _relay_members(self, record: GroupRecord, relaying: list[str], now: float) -> list[str]:
-        """Who relays ``record``'s group with this peer: of the proven members multicast does not
-        reach (``relaying``), the group's current ones heard lately (in the group, or proving
-        their endpoint), with a direct-message key.  None while any member's multicast reaches
-        this peer: then the group spans subnets, whose two sides would make rings of each
-        other's members that disagree, so each gets the writer's copy as before (protocol.md,
-        "Relay trees": relaying across subnets is not built yet)."""
-        if any(pid != self.pid and self.reach.heard_by_multicast(pid, now) for pid in record.members
-               if record.is_current(pid)):
-            return []
-        out = []
-        for pid in relaying:
-            member = record.members.get(pid)
-            last = max(self.presence.last_heard(pid) or -1e18, self.reach.last_heard(pid) or -1e18)
-            if member is not None and member.dh and record.is_current(pid) and now - last <= OFFLINE_AFTER:
-                out.append(pid)
-        return out
+        """Who relays ``record``'s group with this peer (:func:`.routing.relay_members`)."""
+        def last_heard(pid: str) -> float | None:
+            heard = [at for at in (self.presence.last_heard(pid), self.reach.last_heard(pid)) if at is not None]
+            return max(heard) if heard else None
+
+        def has_key(pid: str) -> bool:
+            return bool(record.members[pid].dh)
+
+        return routing.relay_members((m.pid for m in record.current()), self.pid, relaying,
+                                     lambda pid: self.reach.heard_by_multicast(pid, now), last_heard, has_key,
+                                     now, OFFLINE_AFTER)
 
     def _tell(self, gid: str, delivered: list[ChatMessage]) -> None:
         """Chat messages to the listener; operations to the group's OBG core, and what they changed."""
@@ -1728,6 +1853,8 @@ class PeerCore:
             "admissions_refused": sum(t.admissions_refused for t in self.teams.values()),
             "sender_names_differing": self.sender_names_differing,
             "unicast_copies": self.unicast_copies,
+            "site_forwarded": self.site_forwarded,
+            "site_remulticast": self.site_remulticast,
             **{key: sum(j.relay.stats[key] for j in self.joined.values() if j.relay is not None)
                for key in RELAY_STATS},
             "relay_members": sum(len(j.relay.members) for j in self.joined.values()

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import wire
-from .addresses import Endpoint
+from .addresses import Endpoint, Via
 
 # How a peer's endpoint was first learnt (the `peers` call shows it); "inbound": it said HELLO first.
 FOUND_BY = ("multicast", "broadcast", "cache", "invite", "exchange", "manual", "inbound")
@@ -244,8 +244,9 @@ class Reach:
                 self.add(endpoint, "cache", now, pid)
         self._cache_probe_at = now + CACHE_PROBE_INTERVAL
 
-    def heard(self, pid: str, source: Endpoint | None, path: str, now: float, fresh: bool = True) -> None:
-        """A verified datagram from ``pid``, by ``path`` ("multicast", "broadcast" or "unicast").
+    def heard(self, pid: str, source: Endpoint | None, via: Via, now: float, fresh: bool = True) -> None:
+        """A verified datagram from ``pid`` that came ``via`` multicast (to a group's address or the
+        control address), broadcast or unicast.
 
         ``fresh``: it said something new (a message never seen, a beacon signed later than the
         last one).  A signature proves who wrote a datagram, not who sent it or when: a replay,
@@ -253,7 +254,7 @@ class Reach:
         multicast comes from, whether it is heard by multicast, when it was last heard)."""
         if not fresh:
             return
-        if path == "multicast":
+        if via in (Via.MULTICAST, Via.CONTROL):
             heard = self._multicast_heard
             heard[pid] = now
             heard.move_to_end(pid)

@@ -1355,6 +1355,24 @@ def is_relay(data: bytes) -> bool:
     return data[:1] == bytes((RELAY_MAGIC,))
 
 
+# Site relays (protocol.md, "Site relays"): a member's datagram carried from one subnet to another,
+# and multicast again there, is wrapped in one byte so its receivers know it came relayed (and that
+# its writer's multicast did not reach them).  The inner datagram is verified by its own signature.
+SITE_MAGIC = 0xC2
+
+
+def encode_site(inner: bytes) -> bytes:
+    """``inner`` (a member's signed datagram, as its writer sent it) wrapped as a site relay's copy."""
+    if len(inner) + 1 > MAX_DATAGRAM:
+        raise WireError(f"a site relay's copy of {len(inner)} bytes exceeds {MAX_DATAGRAM}")
+    return bytes((SITE_MAGIC,)) + inner
+
+
+def site_payload(data: bytes) -> bytes | None:
+    """The datagram a site relay's copy carries, if ``data`` is one, else None."""
+    return bytes(data[1:]) if data[:1] == bytes((SITE_MAGIC,)) else None
+
+
 def parse_relay(data: bytes) -> RelayDatagram:
     """The fields of a relay-tree datagram (:func:`is_relay`), bounds checked; raises
     :class:`WireError` (only).  Its tag is checked apart, once the sender's key is known."""

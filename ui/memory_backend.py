@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from ..middleware import commands, crypto, rules
 from ..middleware.chatops import is_operation
 from ..middleware.crypto import Identity
-from ..middleware.addresses import ANSWER_WAIT, Broadcast, Endpoint, answered_at, resolve_endpoint
+from ..middleware.addresses import ANSWER_WAIT, Arrival, Broadcast, Endpoint, Via, answered_at, resolve_endpoint
 from ..middleware.events import Event, GroupsDiscovered, Listener, MessagesDelivered, WarningRaised, ignore
 from ..middleware.manager import export_log
 from ..middleware.memory_store import MemoryStore
@@ -125,9 +125,10 @@ class MemoryLan:
                 if isinstance(destination, Endpoint):  # one peer's: to it alone
                     if destination != self.endpoints[pid]:
                         continue
-                    core.receive(data, source, self.now, self.wall(), path="unicast")
+                    core.receive(data, Arrival(source, Via.UNICAST), self.now, self.wall())
                 else:
-                    core.receive(data, source, self.now, self.wall(), control=destination.host == core.control_addr)
+                    via = Via.CONTROL if destination.host == core.control_addr else Via.MULTICAST
+                    core.receive(data, Arrival(source, via), self.now, self.wall())
                 self._flush(core)
 
     def settle(self, seconds: float = SETTLE) -> None:

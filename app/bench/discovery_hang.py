@@ -36,6 +36,7 @@ def install_trace(path: Path, slow_write: float = 0.0) -> None:
     what the gid file read gave; with ``slow_write``, each file is written that many seconds
     after it is created, as a busy machine may do to a writer between its two steps."""
     from ...middleware import gjlp, peer_core, transport
+    from ...middleware.addresses import Via
 
     out = path.open("a", buffering=1)
     start = time.time()
@@ -46,10 +47,10 @@ def install_trace(path: Path, slow_write: float = 0.0) -> None:
     receive, drain, core_receive = gjlp.Gjlp.receive, gjlp.Gjlp.datagrams_to_send, peer_core.PeerCore.receive
     send = transport.MulticastNetwork.send
 
-    def traced_core_receive(self, data, source, now, wall, *, control=False, path="multicast"):
-        if control or path != "multicast":
-            line(f"in  {path:9} from {source} {len(data)} B")
-        return core_receive(self, data, source, now, wall, control=control, path=path)
+    def traced_core_receive(self, data, arrival, now, wall):
+        if arrival.via is not Via.MULTICAST:
+            line(f"in  {arrival.via:9} from {arrival.source} {len(data)} B")
+        return core_receive(self, data, arrival, now, wall)
 
     def traced_receive(self, sender, message, now, wall=None):
         line(f"gjlp<- {sender[:6]} {_describe(message)}")

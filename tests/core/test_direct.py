@@ -9,6 +9,7 @@ import random
 import pytest
 
 from m2mc.middleware import crypto, direct, wire
+from m2mc.middleware.addresses import Arrival, Via
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.store import Store
 from m2mc.middleware.types import UsageError
@@ -183,7 +184,7 @@ def test_a_replayed_datagram_is_ignored():
     lan = lan_of(2)
     ann, bob = lan.nodes
     for datagram in captured_direct(lan, ann, bob, "once"):
-        lan.run(bob, lambda core: core.receive(datagram.data, ann.endpoint, lan.now, lan.now, path="unicast"))
+        lan.run(bob, lambda core: core.receive(datagram.data, Arrival(ann.endpoint, Via.UNICAST), lan.now, lan.now))
     lan.settle(3.0)
     assert shown(bob, ann) == ["once"]
     assert bob.core.stats_dict()["direct_duplicates"] >= 1
@@ -195,7 +196,7 @@ def test_a_replayed_datagram_does_not_make_its_sender_look_present():
     captured = captured_direct(lan, ann, bob, "once")
     bob.core.presence.gone(ann.pid)  # Ann said goodbye; someone replays what she sent earlier
     for datagram in captured:
-        lan.run(bob, lambda core: core.receive(datagram.data, ann.endpoint, lan.now, lan.now, path="unicast"))
+        lan.run(bob, lambda core: core.receive(datagram.data, Arrival(ann.endpoint, Via.UNICAST), lan.now, lan.now))
     assert bob.core.presence.status(ann.pid, lan.now) == "offline"
     dm(lan, ann, bob, "back")  # a new message is fresh: she is here
     lan.settle(1.0)
@@ -235,15 +236,14 @@ def test_a_stranger_cannot_be_written_to_and_its_datagrams_cost_one_open_attempt
         lan.run(ann, lambda core: core.send_direct(bob.pid, "  ", None, lan.now))
     body = b"\x93\x01\x01" + bytes(8)
     forged = wire.encode_direct(crypto.seal_direct(stranger, bob.pid, bob.core.identity.direct_public, body))
-    lan.run(bob, lambda core: core.receive(forged, ann.endpoint, lan.now, lan.now, path="unicast"))
+    lan.run(bob, lambda core: core.receive(forged, Arrival(ann.endpoint, Via.UNICAST), lan.now, lan.now))
     assert bob.core.stats_dict()["direct_unopened"] == 1
     assert bob.core.direct.conversations == {}  # a stranger leaves no state behind
     # A member's key under another pid does not open either: the signature is checked.
-    lan.run(bob, lambda core: core.receive(forged[:-1] + bytes([forged[-1] ^ 1]), ann.endpoint, lan.now, lan.now,
-                                           path="unicast"))
+    lan.run(bob, lambda core: core.receive(forged[:-1] + bytes([forged[-1] ^ 1]), Arrival(ann.endpoint, Via.UNICAST), lan.now, lan.now))
     assert bob.core.stats_dict()["direct_unopened"] == 2
     # Sent to a group's multicast address instead of the endpoint: dropped unopened.
-    lan.run(bob, lambda core: core.receive(forged, ann.endpoint, lan.now, lan.now, path="multicast"))
+    lan.run(bob, lambda core: core.receive(forged, Arrival(ann.endpoint, Via.MULTICAST), lan.now, lan.now))
     assert bob.core.stats_dict()["direct_unopened"] == 2
 
 
@@ -300,7 +300,7 @@ def test_a_flood_from_one_member_is_rate_limited(monkeypatch):
     lan.transmit = transmit
     replay = captured[0].data
     for _ in range(int(direct.SENDER_BURST) + 50):  # all at one instant
-        bob.core.receive(replay, ann.endpoint, lan.now, lan.now, path="unicast")
+        bob.core.receive(replay, Arrival(ann.endpoint, Via.UNICAST), lan.now, lan.now)
     assert bob.core.stats_dict()["direct_rate_dropped"] >= 49
     assert statuses(ann, mid) == ["sent", "delivered"]
 
@@ -322,7 +322,7 @@ def test_a_datagram_opening_to_garbage_is_counted_and_changes_nothing():
     dh = bob.core.identity.direct_public
     for body in (b"", b"\xc1", b"\x91\x07", b"\x97\x01\x00\xc0\x00\xa0\xa0\x90", b"\x96\x02\x00\x90\x00\x00\xc2"):
         sealed = wire.encode_direct(crypto.seal_direct(ann.core.identity, bob.pid, dh, body))
-        lan.run(bob, lambda core: core.receive(sealed, ann.endpoint, lan.now, lan.now, path="unicast"))
+        lan.run(bob, lambda core: core.receive(sealed, Arrival(ann.endpoint, Via.UNICAST), lan.now, lan.now))
     assert bob.core.stats_dict()["direct_malformed"] >= 4
     assert shown(bob, ann) == []
 
@@ -396,7 +396,7 @@ def test_a_peer_killed_between_commit_and_transmit_sends_the_message_after_its_r
     lan.links[(0, 1)] = None
     once = dm(lan, ann, bob, "once")
     lan.transmit = transmit
-    lan.run(bob, lambda core: core.receive(captured[0].data, ann.endpoint, lan.now, lan.now, path="unicast"),
+    lan.run(bob, lambda core: core.receive(captured[0].data, Arrival(ann.endpoint, Via.UNICAST), lan.now, lan.now),
             crash=BEFORE_TRANSMIT)
     lan.restart(bob)
     del lan.links[(0, 1)]
@@ -471,11 +471,11 @@ def test_opening_attempts_are_capped_per_second(monkeypatch):
     ann, bob = lan.nodes
     junk = wire.encode_direct(bytes(crypto.DIRECT_BUCKETS[0] + crypto.DIRECT_SEAL_OVERHEAD))
     for _ in range(5):  # all within one second
-        bob.core.receive(junk, ann.endpoint, lan.now, lan.now, path="unicast")
+        bob.core.receive(junk, Arrival(ann.endpoint, Via.UNICAST), lan.now, lan.now)
     stats = bob.core.stats_dict()
     assert (stats["direct_unopened"], stats["direct_over_budget"]) == (3, 2)
     lan.settle(1.5)
-    bob.core.receive(junk, ann.endpoint, lan.now, lan.now, path="unicast")
+    bob.core.receive(junk, Arrival(ann.endpoint, Via.UNICAST), lan.now, lan.now)
     assert bob.core.stats_dict()["direct_unopened"] == 4  # the next second has its budget
 
 
@@ -620,11 +620,11 @@ def test_a_strangers_flood_spends_only_the_strangers_budget_and_a_member_gets_th
     stranger = Endpoint("10.9.9.9", 40000)
     receive = bob.core.receive
 
-    def flooded_receive(data, source, now, wall, **kwargs):
-        if kwargs.get("path") == "unicast":  # ahead of every unicast datagram, a second's worth of junk
+    def flooded_receive(data, arrival, now, wall):
+        if arrival.via is Via.UNICAST:  # ahead of every unicast datagram, a second's worth of junk
             for _ in range(100):
-                receive(junk, stranger, now, wall, path="unicast")
-        return receive(data, source, now, wall, **kwargs)
+                receive(junk, Arrival(stranger, Via.UNICAST), now, wall)
+        return receive(data, arrival, now, wall)
 
     monkeypatch.setattr(bob.core, "receive", flooded_receive)
     mid = dm(lan, ann, bob, "through the flood")

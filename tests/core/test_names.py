@@ -5,6 +5,7 @@ the message carries (PeerCore.by_record).  Issue 26, item 5."""
 import pytest
 
 from m2mc.middleware import crypto, names, rules, wire
+from m2mc.middleware.addresses import Arrival, Via
 from m2mc.middleware.events import MessagesDelivered
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.peer_core import PeerCore
@@ -79,10 +80,10 @@ def test_a_member_posting_as_alice_is_shown_by_its_own_record_and_counted():
     gid = alice.create_group("Payroll", crypto.new_salt(), None, 1_700_000_000.0)
     mal = crypto.Identity.generate()
     wall = 1_700_000_001.0
-    alice.receive(wire.encode(mal, wire.Join(wire.sign_member(mal, gid, "Mal", 1, True))), None, 1.0, wall, control=True)
+    alice.receive(wire.encode(mal, wire.Join(wire.sign_member(mal, gid, "Mal", 1, True))), Arrival(None, Via.CONTROL), 1.0, wall)
     for seqno, name in ((1, ALICE), (2, "\u0430lice"), (3, "Mal")):
         data = wire.signed_data(mal, gid, seqno, None, int(wall * 1000), name, f"message {seqno}")
-        alice.receive(wire.encode(mal, data), None, 1.0, wall)
+        alice.receive(wire.encode(mal, data), Arrival(None, Via.MULTICAST), 1.0, wall)
     alice.flush(1.0)
     delivered = {m.mid[1]: m for event in alice.events() if isinstance(event, MessagesDelivered)
                  for m in event.messages}
@@ -97,7 +98,7 @@ def test_a_member_posting_as_alice_is_shown_by_its_own_record_and_counted():
     assert [m.name for m in alice.store.fetch(gid, [(mal.pid, 1)])] == [ALICE]
 
     # A new name in the member's own record shows on its old messages too.
-    alice.receive(wire.encode(mal, wire.Join(wire.sign_member(mal, gid, "Mallory", 2, True))), None, 2.0, wall, control=True)
+    alice.receive(wire.encode(mal, wire.Join(wire.sign_member(mal, gid, "Mallory", 2, True))), Arrival(None, Via.CONTROL), 2.0, wall)
     alice.flush(2.0)
     assert {m.sender_name for m in alice.history(gid) if m.sender == mal.pid} == {"Mallory"}
 

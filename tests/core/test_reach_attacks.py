@@ -10,7 +10,7 @@ import random
 import pytest
 
 from m2mc.middleware import crypto, wire
-from m2mc.middleware.addresses import Endpoint
+from m2mc.middleware.addresses import Arrival, Endpoint, Via
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.peer_core import PeerCore
 from m2mc.middleware.presence import AT_FRESH_FOR, CLOCK_SKEW, OFFLINE, ONLINE, Presence
@@ -59,14 +59,14 @@ def test_row_1_the_peer_core_takes_a_replay_for_no_evidence():
     ann, bob = crypto.Identity.generate(), MemoryStore()
     core = PeerCore(bob, 0.0, "Bob", wall=1_800_000_000.0)
     gid = core.create_group("lunch", crypto.new_salt(), None, 1_800_000_000.0)
-    core.receive(wire.encode(ann, wire.Join(wire.sign_member(ann, gid, "Ann", 1, True))), ANN_AT, 0.1,
-                 1_800_000_000.1, control=True)
+    core.receive(wire.encode(ann, wire.Join(wire.sign_member(ann, gid, "Ann", 1, True))),
+                 Arrival(ANN_AT, Via.CONTROL), 0.1, 1_800_000_000.1)
     batch = wire.sign_burst(ann, [[wire.Data(gid, 1, None, 1_800_000_000_200, "Ann", "offer", b"")]])[0]
     datagram = wire.encode(ann, batch)
-    core.receive(datagram, ANN_AT, 0.2, 1_800_000_000.2)
+    core.receive(datagram, Arrival(ANN_AT, Via.MULTICAST), 0.2, 1_800_000_000.2)
     assert core.reach.address_of(ann.pid, 0.2) == ANN_AT
     for at in (0.3, 5.0, 30.0):
-        core.receive(datagram, MAL_AT, at, 1_800_000_000 + at)  # Mal's replays
+        core.receive(datagram, Arrival(MAL_AT, Via.MULTICAST), at, 1_800_000_000 + at)  # Mal's replays
     assert core.reach.address_of(ann.pid, 30.0) == ANN_AT
 
 
@@ -95,8 +95,8 @@ def test_row_9_a_replayed_goodbye_or_heartbeat_moves_nobody():
 def _core_with(ann: crypto.Identity, wall: float) -> tuple[PeerCore, str]:
     core = PeerCore(MemoryStore(), 0.0, "Bob", wall=wall)
     gid = core.create_group("lunch", crypto.new_salt(), None, wall)
-    core.receive(wire.encode(ann, wire.Join(wire.sign_member(ann, gid, "Ann", 1, True))), ANN_AT, 0.1, wall,
-                 control=True)
+    core.receive(wire.encode(ann, wire.Join(wire.sign_member(ann, gid, "Ann", 1, True))), Arrival(ANN_AT, Via.CONTROL), 0.1,
+                 wall)
     return core, gid
 
 
@@ -106,17 +106,17 @@ def test_row_9_a_new_member_shows_online_at_once_and_replays_do_not_move_it():
     assert core.presence_of(gid, 0.1)[ann.pid] == ONLINE  # its own JOIN took
     beat = wire.encode(ann, wire.Heartbeat(gid, 0, int(wall * 1000) + 1))
     goodbye = wire.encode(ann, wire.Goodbye(gid, int(wall * 1000) + 2))
-    core.receive(beat, ANN_AT, 0.2, wall + 0.2)
-    core.receive(goodbye, ANN_AT, 0.3, wall + 0.3)
+    core.receive(beat, Arrival(ANN_AT, Via.MULTICAST), 0.2, wall + 0.2)
+    core.receive(goodbye, Arrival(ANN_AT, Via.MULTICAST), 0.3, wall + 0.3)
     assert core.presence_of(gid, 0.3)[ann.pid] == OFFLINE
     for t in (1.0, 20.0, 35.0):
-        core.receive(beat, MAL_AT, t, wall + t)  # the departed member's beacon, replayed
+        core.receive(beat, Arrival(MAL_AT, Via.MULTICAST), t, wall + t)  # the departed member's beacon, replayed
         assert core.presence_of(gid, t)[ann.pid] == OFFLINE
     back = wire.encode(ann, wire.Heartbeat(gid, 0, int((wall + 40) * 1000)))
-    core.receive(back, ANN_AT, 40.0, wall + 40)  # she restarts
+    core.receive(back, Arrival(ANN_AT, Via.MULTICAST), 40.0, wall + 40)  # she restarts
     assert core.presence_of(gid, 40.0)[ann.pid] == ONLINE
     for t in (41.0, 45.0, 60.0):
-        core.receive(goodbye, MAL_AT, t, wall + t)  # her old goodbye, replayed
+        core.receive(goodbye, Arrival(MAL_AT, Via.MULTICAST), t, wall + t)  # her old goodbye, replayed
         assert core.presence_of(gid, t)[ann.pid] == ONLINE
     assert core.stats_dict()["presence_stale_dropped"] >= 6
 

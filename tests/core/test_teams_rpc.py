@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from m2mc.middleware import clock, wire
+from m2mc.middleware.addresses import Arrival, Via
 
 from tests.core.test_direct_rpc import Peer, exchange
 
@@ -56,8 +57,8 @@ def test_roles_and_removal_over_json_rpc(team):
     # A public group is public: the removed key cannot rejoin (its newer records never make it current).
     own = cat.manager.core.gjlp.groups[gid].members[cat.pid]
     rejoin = wire.sign_member(cat.manager.core.identity, gid, "Cat again", own.counter + 5, True)
-    ann.manager.core.receive(wire.encode(cat.manager.core.identity, wire.Join(rejoin)), None, clock.now(),
-                             clock.wall(), control=True)
+    ann.manager.core.receive(wire.encode(cat.manager.core.identity, wire.Join(rejoin)), Arrival(None, Via.CONTROL), clock.now(),
+                             clock.wall())
     assert cat.pid not in {m.pid for m in ann.manager.core.group(gid).members}
     ann.call("set_role", gid=gid, pid=bob.pid, role="member")
     exchange([ann, bob, cat])

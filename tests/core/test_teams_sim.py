@@ -8,6 +8,7 @@ import random
 import pytest
 
 from m2mc.middleware import crypto, wire
+from m2mc.middleware.addresses import Arrival, Via
 from m2mc.middleware.events import MemberRemoved, RemovedFromGroup, RoleChanged
 from m2mc.middleware.manager import export_log
 from m2mc.middleware.memory_store import MemoryStore
@@ -111,7 +112,7 @@ def test_a_removed_member_reads_nothing_sent_after_and_the_others_converse_on():
     for node in (ann, dan):
         before = node.core.stats_dict()
         for data in hostile:
-            lan.run(node, lambda core: core.receive(data, None, lan.now, lan.now))
+            lan.run(node, lambda core: core.receive(data, Arrival(None, Via.MULTICAST), lan.now, lan.now))
         after = node.core.stats_dict()
         assert after["stranger_dropped"] - before["stranger_dropped"] == 3
         assert after["key_requests_refused"] - before["key_requests_refused"] == 1  # no key: only its removal
@@ -140,8 +141,8 @@ def test_refusals_non_admin_stranger_forged_and_replayed():
     stranger_data = wire.encode(stranger, wire.Roles(gid, (forged, wire.sign_role(stranger, gid, 4, "remove", bob.pid))),
                                 dan.core.joined[gid].cipher)
     for node in (ann, bob, cat):
-        lan.run(node, lambda core: core.receive(data, None, lan.now, lan.now))
-        lan.run(node, lambda core: core.receive(stranger_data, None, lan.now, lan.now))
+        lan.run(node, lambda core: core.receive(data, Arrival(None, Via.MULTICAST), lan.now, lan.now))
+        lan.run(node, lambda core: core.receive(stranger_data, Arrival(None, Via.MULTICAST), lan.now, lan.now))
         view = node.core.group(gid)
         assert view.roles[dan.pid] == "member" and not view.removed and len(view.members) == 4
     del dan_team
@@ -153,7 +154,7 @@ def test_refusals_non_admin_stranger_forged_and_replayed():
     assert rekeys
     epoch = bob.core.joined[gid].cipher.epoch
     for data in rekeys:
-        lan.run(bob, lambda core: core.receive(data, None, lan.now, lan.now))
+        lan.run(bob, lambda core: core.receive(data, Arrival(None, Via.MULTICAST), lan.now, lan.now))
     assert bob.core.joined[gid].cipher.epoch == epoch and len(bob.core.group(gid).removed) == 1
 
 

@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Callable
 
 from m2mc.middleware import crypto
-from m2mc.middleware.addresses import Endpoint, GroupAddress
+from m2mc.middleware.addresses import Arrival, Endpoint, GroupAddress, Via
 from m2mc.middleware.peer_core import CONTROL_ADDR, Datagram, PeerCore
 from m2mc.middleware.store_api import PeerStore
 from m2mc.middleware.events import (DirectDelivered, DirectStatusChanged, Event, MessagesDelivered, MessagesUpdated,
@@ -189,9 +189,11 @@ class PeerLan:
                 if node.core is None:
                     continue  # a dead peer hears nothing
                 destination = datagram.destination
-                path = "unicast" if isinstance(destination, Endpoint) else "multicast"
-                self.run(node, lambda core: core.receive(datagram.data, source, self.now, self.now, path=path,
-                                                          control=destination.host == CONTROL_ADDR))
+                if isinstance(destination, Endpoint):
+                    arrival = Arrival(source, Via.UNICAST)
+                else:
+                    arrival = Arrival(source, Via.CONTROL if destination.host == CONTROL_ADDR else Via.MULTICAST)
+                self.run(node, lambda core: core.receive(datagram.data, arrival, self.now, self.now))
             else:
                 assert next_timer is not None
                 self.run(self.nodes[next_timer[1]], lambda core: core.handle_timer(self.now))
