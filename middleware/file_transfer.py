@@ -1,5 +1,8 @@
 """Files over TCP: the asyncio layer that serves and fetches the chunks :mod:`middleware.files` plans.
 
+The protocol itself (frames, seals, the handshake, what a request or a chunk may be) is
+:mod:`middleware.file_core`, which does no I/O; this module is its sockets, files, threads and clock.
+
 Every peer listens on TCP at its unicast endpoint's address and port (the UDP
 endpoint of :mod:`middleware.reach`), so wherever a member's datagrams come from,
 its chunks can be fetched.  One connection carries one file of one group:
@@ -59,16 +62,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import msgpack
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.exceptions import InvalidTag
 
-from . import clock, crypto
+from . import clock
 from .events import FileProgress
 from .kinds import FILE_OFFER
-from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNK,
-                    MAX_CHUNKS, MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
+from .file_core import (BUSY, CHALLENGE, CHUNK, ELSEWHERE, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX, LENGTH,
+                        MAX_FRAME, MAX_HANDSHAKE_FRAME, MISSING, NONE, PROOF, ClientHandshake, FrameCutter, NotProven,
+                        Seal, ServerHandshake, TransferError, check_length, chunk_admitted, encode, encode_many,
+                        index_of, open_frame, request, split_chunk)
+from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNKS,
+                    MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
                     OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
                     name_fits, parse_offer, safe_name, split_leaves, tree_root, unique_name)
 from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
@@ -78,11 +81,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VERSION = "m2mc-file1"
-HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING, ELSEWHERE = range(1, 14)
-MAX_FRAME = MAX_CHUNK + 64
 READ_BUFFER = 2**20  # a stream stops reading past twice this, unless a frame being read needs more
-MAX_HANDSHAKE_FRAME = 4096
 HANDSHAKE_TIMEOUT = 5.0  # seconds from a connection's accept to its key proven; a LAN's handshake takes milliseconds
 MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.HandshakeSlots`)
 HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
@@ -115,44 +114,9 @@ ELSEWHERE_WAIT = 0.5  # seconds a chunk the offerer sent elsewhere waits for a m
 SETTLE_WAIT = 0.5  # seconds a new download waits for the members it reaches to say what they hold, before asking the offerer
 LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list
 ANSWER_TIMEOUT = HANDSHAKE_TIMEOUT + LEAVES_WAIT / 10  # seconds a client waits for HAVE, NONE or BUSY
-_INDEX = struct.Struct(">I")
-_LENGTH = struct.Struct(">I")
 
 
-class TransferError(Exception):
-    """The other side broke the protocol, or is not who it should be: the connection is closed."""
-
-
-# -- framing ---------------------------------------------------------------------------
-
-
-class _Seal:
-    """One direction of a private group's stream: ChaCha20-Poly1305, the nonce a frame counter."""
-
-    def __init__(self, key: bytes) -> None:
-        self._aead = ChaCha20Poly1305(key)
-        self._counter = 0
-
-    def seal(self, body: bytes) -> bytes:
-        nonce = self._counter.to_bytes(12, "big")
-        self._counter += 1
-        return self._aead.encrypt(nonce, body, None)
-
-    def open(self, body: bytes | bytearray) -> bytes:
-        nonce = self._counter.to_bytes(12, "big")
-        self._counter += 1
-        try:
-            return self._aead.decrypt(nonce, body, None)
-        except InvalidTag:
-            raise TransferError("a sealed frame does not open") from None
-
-
-def _session_keys(group_key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[bytes, bytes]:
-    """(client to server, server to client) keys of one connection."""
-    out = []
-    for info in (b"m2mc-file c2s", b"m2mc-file s2c"):
-        out.append(HKDF(algorithm=hashes.SHA256(), length=32, salt=nonce_c + nonce_s, info=info).derive(group_key))
-    return out[0], out[1]
+# -- the stream adapter ----------------------------------------------------------------
 
 
 class _Buffers:
@@ -185,72 +149,46 @@ class _Buffers:
 class _FrameReader(asyncio.BufferedProtocol):
     """A fetching connection's frames after its handshake, read straight into their own buffers.
 
-    A frame larger than the scratch buffer (every chunk) is received into a buffer of its own
-    (taken from ``buffers``), which a checker thread then hashes and writes: its bytes are
-    copied once, from the socket, where asyncio's StreamReader copied them twice more (into its
-    buffer, and out).  While a chunk comes, the socket wakes the loop only once
-    :data:`LOW_WATER` bytes of it are there.  Small frames are cut out of the scratch buffer.
-    ``limit``: the longest frame taken.
+    The socket's bytes go where the :class:`file_core.FrameCutter` says: a chunk into a buffer of
+    its own (taken from ``buffers``), which a checker thread then hashes and writes, so its bytes
+    are copied once, from the socket, where asyncio's StreamReader copied them twice more (into its
+    buffer, and out).  While a chunk comes, the socket wakes the loop only once :data:`LOW_WATER`
+    bytes of it are there.  ``limit``: the longest frame taken.
     """
-
-    SCRATCH = 64 * 1024
 
     def __init__(self, transport: asyncio.BaseTransport, limit: int, buffers: _Buffers | None = None) -> None:
         self.transport = transport
-        self.limit = limit
         self.buffers = buffers or _Buffers(0)
-        self._scratch = bytearray(self.SCRATCH)
-        self._filled = 0
-        self._body: bytearray | None = None
-        self._body_at = 0
+        self.cutter = FrameCutter(limit, self.buffers.take)
         self._frames: collections.deque[bytes | bytearray] = collections.deque()
         self._waiter: asyncio.Future | None = None
         self._error: BaseException | None = None
         self._socket = transport.get_extra_info("socket") if hasattr(socket, "SO_RCVLOWAT") else None
         self._low_water = 1
 
+    @property
+    def limit(self) -> int:
+        return self.cutter.limit
+
+    @limit.setter
+    def limit(self, limit: int) -> None:
+        self.cutter.limit = limit
+
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._body is not None:
-            return memoryview(self._body)[self._body_at:]
-        return memoryview(self._scratch)[self._filled:]
+        return self.cutter.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._body is not None:
-            self._body_at += nbytes
-            if self._body_at == len(self._body):
-                self._push(self._body)
-                self._body = None
-            self._wake_at()
+        for frame in self.cutter.updated(nbytes):
+            self._push(frame)
+        if self.cutter.error is not None:
+            self._stop(self.cutter.error)
             return
-        self._filled += nbytes
-        scratch, at = self._scratch, 0
-        while self._filled - at >= 4:
-            length = _LENGTH.unpack_from(scratch, at)[0]
-            if not 1 <= length <= self.limit + 16:
-                self._stop(TransferError(f"a frame of {length} bytes"))
-                return
-            start = at + 4
-            if self._filled - start >= length:
-                self._push(bytes(scratch[start:start + length]))
-                at = start + length
-            elif 4 + length > self.SCRATCH:  # a chunk: the rest comes straight into its own buffer
-                self._body = self.buffers.take(length)
-                self._body_at = self._filled - start
-                self._body[:self._body_at] = scratch[start:self._filled]
-                at = self._filled
-                break
-            else:
-                break
-        if at:
-            left = self._filled - at
-            scratch[:left] = scratch[at:self._filled]
-            self._filled = left
         self._wake_at()
 
     def _wake_at(self) -> None:
         """Wake the loop when the rest of a chunk, or :data:`LOW_WATER` of it, is there; between
         chunks at any byte (a small frame must never wait for more)."""
-        want = 1 if self._body is None else min(LOW_WATER, len(self._body) - self._body_at)
+        want = min(LOW_WATER, self.cutter.wanted())
         if want != self._low_water and self._socket is not None:
             try:
                 self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
@@ -285,18 +223,14 @@ class _FrameReader(asyncio.BufferedProtocol):
         return self._frames.popleft()
 
 
-def _keep(buffer: object) -> None:
-    """A frame read by the StreamReader: its buffer is nobody's to reuse."""
-
-
 class _Stream:
     """Frames (4-byte length, 1-byte type, payload) over an asyncio stream, sealed once keyed."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
-        self.seal_out: _Seal | None = None
-        self.seal_in: _Seal | None = None
+        self.seal_out: Seal | None = None
+        self.seal_in: Seal | None = None
         self.bytes_in = 0
         self.bytes_out = 0
         self._held: list[bytes] | None = None  # frames written while sendfile(2) has the socket
@@ -315,40 +249,24 @@ class _Stream:
         if self.frames is not None:
             body: bytes | bytearray = await self.frames.read()
             length = len(body)
-            if length > limit + 16:
-                raise TransferError(f"a frame of {length} bytes")
+            check_length(length, limit)
         else:
-            length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
-            if not 1 <= length <= limit + 16:
-                raise TransferError(f"a frame of {length} bytes")
+            length = LENGTH.unpack(await self.reader.readexactly(4))[0]
+            check_length(length, limit)
             body = await self.reader.readexactly(length)
         self.bytes_in += 4 + length
-        give = self.frames.buffers.give if self.frames is not None else _keep
-        if self.seal_in is not None:
-            sealed, body = body, self.seal_in.open(body)
-            give(sealed)
-        if not body:
-            raise TransferError("an empty frame")
-        if body[0] == CHUNK:  # its payload is not copied once more: chunks are most of the bytes
-            return CHUNK, memoryview(body)[1:]
-        kind, payload = body[0], bytes(body[1:])
-        give(body)
+        kind, payload = open_frame(body, self.seal_in)
+        if self.frames is not None and (self.seal_in is not None or kind != CHUNK):
+            self.frames.buffers.give(body)  # a chunk's own buffer goes back once it is checked
         return kind, payload
 
     def write(self, kind: int, *parts: bytes | memoryview) -> None:
         if self._held is not None:  # asyncio refuses writes during sendfile: they follow it
             self._held.append(bytes([kind]) + b"".join(parts))
             return
-        if self.seal_out is not None:
-            body = self.seal_out.seal(bytes([kind]) + b"".join(parts))
-            self.writer.write(_LENGTH.pack(len(body)) + body)
-            self.bytes_out += 4 + len(body)
-            return
-        length = 1 + sum(len(p) for p in parts)
-        self.writer.write(_LENGTH.pack(length) + bytes([kind]))
-        for part in parts:
-            self.writer.write(part)
-        self.bytes_out += 4 + length
+        for piece in encode(kind, *parts, seal=self.seal_out):
+            self.writer.write(piece)
+            self.bytes_out += len(piece)
 
     def write_many(self, kind: int, payloads: list[bytes]) -> None:
         """Small frames of one kind, in one write when unsealed."""
@@ -356,8 +274,7 @@ class _Stream:
             for payload in payloads:
                 self.write(kind, payload)
             return
-        head = bytes([kind])
-        data = b"".join(_LENGTH.pack(1 + len(p)) + head + p for p in payloads)
+        data = encode_many(kind, payloads)
         self.writer.write(data)
         self.bytes_out += len(data)
 
@@ -373,19 +290,11 @@ class _Stream:
 
     def write_header(self, kind: int, length: int) -> None:
         """The head of an unsealed frame whose ``length`` bytes of payload the caller writes itself."""
-        self.writer.write(_LENGTH.pack(1 + length) + bytes([kind]))
+        self.writer.write(LENGTH.pack(1 + length) + bytes([kind]))
         self.bytes_out += 5
 
     def close(self) -> None:
         self.writer.close()
-
-
-def _server_signed(gid: str, mid: str, nonce_c: bytes, nonce_s: bytes, client_key: bytes) -> bytes:
-    return b"\0".join([b"m2mc-file-server", gid.encode(), mid.encode(), nonce_c, nonce_s, client_key])
-
-
-def _client_signed(gid: str, mid: str, nonce_c: bytes, nonce_s: bytes, server_key: bytes) -> bytes:
-    return b"\0".join([b"m2mc-file-client", gid.encode(), mid.encode(), nonce_c, nonce_s, server_key])
 
 
 # -- transfers ---------------------------------------------------------------------------
@@ -1032,7 +941,7 @@ class FileService:
                             stream.frames.limit = MAX_FRAME
                         break
                     if kind == HAVE_ONE:
-                        announced.append(_INDEX.unpack(data)[0])
+                        announced.append(index_of(data))
                 try:
                     leaves = split_leaves(data, transfer.offer)
                 except OfferError as exc:
@@ -1055,16 +964,16 @@ class FileService:
             while transfer.state == "fetching":
                 kind, data = await stream.read()
                 if kind == CHUNK:
-                    self._check_chunk(transfer, source, _INDEX.unpack_from(data)[0], data[4:])
+                    self._check_chunk(transfer, source, *split_chunk(data))
                 elif kind == HAVE_ONE:
-                    plan.source_has(pid, _INDEX.unpack(data)[0])
+                    plan.source_has(pid, index_of(data))
                     transfer.holders.add(pid)
                 elif kind == ELSEWHERE:  # another receiver asked the offerer first: from it, or later
-                    if plan.elsewhere(pid, _INDEX.unpack(data)[0], clock.now() + ELSEWHERE_WAIT):
+                    if plan.elsewhere(pid, index_of(data), clock.now() + ELSEWHERE_WAIT):
                         source.outstanding -= 1  # (so at most one timer per chunk asked of the offerer)
                         asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
                 elif kind == MISSING:  # its copy is gone or changed: not asked of it again
-                    if plan.source_lacks(pid, _INDEX.unpack(data)[0]):
+                    if plan.source_lacks(pid, index_of(data)):
                         source.outstanding -= 1
                 self._pump(transfer)
         except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError,
@@ -1090,27 +999,18 @@ class FileService:
                                                 CONNECT_TIMEOUT)
         stream = _Stream(reader, writer)
         try:
-            gid, mid = transfer.gid, format_mid(transfer.mid)
-            identity = self.core.identity
-            nonce_c = os.urandom(32)
-            stream.write(HELLO, msgpack.packb([VERSION, gid, mid, identity.public_key, nonce_c]))
+            handshake = ClientHandshake(self.core.identity, transfer.gid, format_mid(transfer.mid), pid,
+                                        os.urandom(32))
+            stream.write(HELLO, handshake.hello())
             kind, payload = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
-            fields = msgpack.unpackb(payload)
-            if kind != CHALLENGE or type(fields) is not list or len(fields) != 3:
-                raise TransferError("expected a challenge")
-            server_key, nonce_s, signature = fields
-            if not isinstance(server_key, bytes) or crypto.pid_of(server_key) != pid or not isinstance(nonce_s, bytes) \
-                    or len(nonce_s) != 32 or not isinstance(signature, bytes) \
-                    or not crypto.verify(server_key, signature, _server_signed(gid, mid, nonce_c, nonce_s,
-                                                                               identity.public_key)):
+            try:
+                proof = handshake.challenged(kind, payload)
+            except NotProven:
                 self.handshakes_failed += 1
-                raise TransferError(f"the server at {host}:{port} did not prove it is {pid}")
+                raise TransferError(f"the server at {host}:{port} did not prove it is {pid}") from None
             stream.read_frames(buffers=self._buffers)  # before PROOF: the server sends nothing until it has it
-            stream.write(PROOF, identity.sign(_client_signed(gid, mid, nonce_c, nonce_s, server_key)))
-            key = self.core.store.group_key(gid)
-            if key:
-                to_server, to_client = _session_keys(key, nonce_c, nonce_s)
-                stream.seal_out, stream.seal_in = _Seal(to_server), _Seal(to_client)
+            stream.write(PROOF, proof)
+            stream.seal_out, stream.seal_in = handshake.seals(self.core.store.group_key(transfer.gid))
             await writer.drain()
             return stream
         except BaseException:
@@ -1129,7 +1029,7 @@ class FileService:
                 continue
             picked = plan.pick(source.pid, window - source.outstanding, clock.now())
             if picked:  # one write, one segment, for all of them
-                source.stream.write_many(GET, [_INDEX.pack(index) for index in picked])
+                source.stream.write_many(GET, [INDEX.pack(index) for index in picked])
                 source.outstanding += len(picked)
 
     @staticmethod
@@ -1152,7 +1052,7 @@ class FileService:
         assert plan is not None and transfer.leaves is not None
         transfer.received += len(data)
         plan.arrived(source.pid, clock.now())
-        if not 0 <= index < plan.count or len(data) != transfer.offer.chunk_length(index):
+        if not chunk_admitted(plan, transfer.offer, source.pid, index, len(data)):
             source.outstanding -= 1
             self._buffers.give(data.obj)
             plan.received(source.pid, index, b"", transfer.leaves)  # counted as bad
@@ -1198,7 +1098,7 @@ class FileService:
         transfer.unsynced_bytes += transfer.offer.chunk_length(index)
         transfer.progress_at, transfer.progressed = clock.now(), True
         for subscriber in list(transfer.subscribers):
-            subscriber.write(HAVE_ONE, _INDEX.pack(index))
+            subscriber.write(HAVE_ONE, INDEX.pack(index))
         if transfer.unsynced_bytes >= RESUME_BYTES and not plan.complete:
             self._resume_point(transfer)
         self._report(transfer)
@@ -1311,6 +1211,11 @@ class FileService:
 
     # -- serving -------------------------------------------------------------------------------
 
+    def _is_member(self, gid: str, pid: str) -> bool:
+        """Whether ``pid`` is a current member of ``gid``, a group this peer has joined."""
+        record = self.core.gjlp.groups.get(gid)
+        return record is not None and gid in self.core.joined and record.is_current(pid)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = _Stream(reader, writer)
         client = None
@@ -1327,38 +1232,26 @@ class FileService:
         self._pending[handshake] = stream
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                server = ServerHandshake(self.core.identity, os.urandom(32))
                 kind, payload = await stream.read(MAX_HANDSHAKE_FRAME)
-                fields = msgpack.unpackb(payload) if kind == HELLO else None
-                if type(fields) is not list or len(fields) != 5 or fields[0] != VERSION:
-                    raise TransferError("expected a HELLO")
-                _, gid, mid_text, client_key, nonce_c = fields
-                if not (isinstance(gid, str) and isinstance(mid_text, str) and isinstance(client_key, bytes)
-                        and len(client_key) == 32 and isinstance(nonce_c, bytes) and len(nonce_c) == 32):
-                    raise TransferError("a malformed HELLO")
-                record = self.core.gjlp.groups.get(gid)
-                pid = crypto.pid_of(client_key)
-                if record is None or gid not in self.core.joined or not record.is_current(pid):
+                challenge = server.hello(kind, payload, self._is_member)
+                if challenge is None:
                     self.strangers_refused += 1  # a stranger gets nothing, not even a signature
                     return
                 self.handshakes.named_member(handshake)
-                nonce_s = os.urandom(32)
-                identity = self.core.identity
-                stream.write(CHALLENGE, msgpack.packb([identity.public_key, nonce_s, identity.sign(
-                    _server_signed(gid, mid_text, nonce_c, nonce_s, client_key))]))
-                kind, signature = await stream.read(MAX_HANDSHAKE_FRAME)
-                if kind != PROOF or not crypto.verify(client_key, signature, _client_signed(
-                        gid, mid_text, nonce_c, nonce_s, identity.public_key)):
+                stream.write(CHALLENGE, challenge)
+                try:
+                    hello = server.proven(*await stream.read(MAX_HANDSHAKE_FRAME))
+                except NotProven:
                     self.handshakes_failed += 1
-                    raise TransferError(f"{pid} did not prove its key")
+                    raise
             self._pending.pop(handshake, None)
             self.handshakes.release(handshake)
             handshake = None
-            key = self.core.store.group_key(gid)
-            if key:
-                to_server, to_client = _session_keys(key, nonce_c, nonce_s)
-                stream.seal_in, stream.seal_out = _Seal(to_server), _Seal(to_client)
+            gid, pid = hello.gid, hello.pid
+            stream.seal_in, stream.seal_out = server.seals(self.core.store.group_key(gid))
             try:
-                transfer = self.transfers.get((gid, parse_mid(mid_text)))
+                transfer = self.transfers.get((gid, parse_mid(hello.mid)))
             except ValueError:
                 transfer = None
             for _ in range(LEAVES_WAIT):  # a receiver that started at the same time: soon a holder
@@ -1399,20 +1292,18 @@ class FileService:
                 # A slot held asking nothing is closed after UPLOAD_IDLE (and gives way after UPLOAD_GIVES_WAY).
                 kind, data = await asyncio.wait_for(stream.read(64), UPLOAD_IDLE)
                 self.caps.touch(upload, clock.now(), serving=True)
-                if kind == GET_HASHES:
+                index = request(kind, data)
+                if index is None:
                     hashes = b"".join(transfer.leaves)
                     stream.write(HASHES, hashes)
                     await asyncio.wait_for(writer.drain(), CHUNK_DEADLINE + len(hashes) / MIN_SOURCE_RATE)
-                elif kind == GET:
-                    index = _INDEX.unpack(data)[0]
-                    if transfer.askers is not None and not transfer.askers.serve(
-                            client, index, lambda pid: transfer.clients.get(pid, 0) > 0):
-                        stream.write(ELSEWHERE, data)
-                        continue
-                    sent = await asyncio.wait_for(self._send_chunk(stream, transfer, index), deadline)
-                    transfer.uploaded += sent  # not "+= await": other connections add meanwhile
-                else:
-                    raise TransferError(f"unexpected frame {kind}")
+                    continue
+                if transfer.askers is not None and not transfer.askers.serve(
+                        client, index, lambda pid: transfer.clients.get(pid, 0) > 0):
+                    stream.write(ELSEWHERE, data)
+                    continue
+                sent = await asyncio.wait_for(self._send_chunk(stream, transfer, index), deadline)
+                transfer.uploaded += sent  # not "+= await": other connections add meanwhile
         except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,
                 msgpack.ExtraData, struct.error) as exc:
             log.debug("files: serving: %s", exc)
@@ -1443,7 +1334,7 @@ class FileService:
         the file to the socket by sendfile(2), never through this process's memory."""
         offer = transfer.offer
         if not 0 <= index < len(transfer.have) or not transfer.have[index]:
-            stream.write(MISSING, _INDEX.pack(index))
+            stream.write(MISSING, INDEX.pack(index))
             return 0
         path = transfer.part if transfer.role == "download" and transfer.state != "done" else transfer.path
         length, offset = offer.chunk_length(index), index * offer.chunk_size
@@ -1452,10 +1343,10 @@ class FileService:
                 if os.fstat(source.fileno()).st_size < offset + length:
                     raise OSError(f"{path} is shorter than the offer")
                 if stream.seal_out is not None:
-                    stream.write(CHUNK, _INDEX.pack(index), _pread(source.fileno(), length, offset))
+                    stream.write(CHUNK, INDEX.pack(index), _pread(source.fileno(), length, offset))
                     return length
                 stream.write_header(CHUNK, 4 + length)
-                stream.writer.write(_INDEX.pack(index))
+                stream.writer.write(INDEX.pack(index))
                 await stream.writer.drain()
                 sent = await stream.send_file(source, offset, length)
                 if sent != length:
@@ -1464,7 +1355,7 @@ class FileService:
                 return length
         except OSError as exc:  # gone or changed since: the receivers ask others
             log.info("files: cannot serve chunk %d of %s: %s", index, path, exc)
-            stream.write(MISSING, _INDEX.pack(index))
+            stream.write(MISSING, INDEX.pack(index))
             return 0
 
 

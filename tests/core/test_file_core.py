@@ -1,0 +1,229 @@
+"""File transfer's protocol core (middleware/file_core.py) without sockets: frames cut however the
+bytes come, seals, the handshake both ways and its refusals, requests, and which chunk frames a
+receiver keeps, driven through the chunk plan as a download's connections would drive it."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import msgpack
+import pytest
+
+from m2mc.middleware import file_core as core
+from m2mc.middleware.crypto import Identity
+from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, ChunkPlan, FileOffer, leaf_hash
+
+GID = "g" * 26
+MID = "mid-1"
+
+
+def wire(*frames: list) -> bytes:
+    return b"".join(b"".join(bytes(piece) for piece in frame) for frame in frames)
+
+
+# -- framing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cut", [1, 3, 4, 5, 4096, 70_000, 1 << 20])
+def test_frames_come_whole_and_in_order_however_the_bytes_are_cut(cut):
+    chunk = os.urandom(300_000)
+    frames = [core.encode(core.HAVE_ONE, struct.pack(">I", 7)), core.encode(core.CHUNK, struct.pack(">I", 2), chunk),
+              core.encode(core.HASHES, os.urandom(1000)), core.encode(core.GET, struct.pack(">I", 9))]
+    data = wire(*frames)
+    taken = []
+    cutter = core.FrameCutter(1 << 20, take=lambda n: taken.append(n) or bytearray(n))
+    got = []
+    for at in range(0, len(data), cut):
+        got += cutter.feed(data[at:at + cut])
+    opened = [core.open_frame(body, None) for body in got]
+    assert [kind for kind, _ in opened] == [core.HAVE_ONE, core.CHUNK, core.HASHES, core.GET]
+    assert core.split_chunk(opened[1][1]) == (2, memoryview(chunk))
+    assert bytes(opened[0][1]) == struct.pack(">I", 7) and core.index_of(opened[3][1]) == 9
+    assert taken == [1 + 4 + len(chunk)]  # only the chunk got a buffer of its own
+    assert cutter.wanted() == 1  # between frames: any byte is worth waking for
+
+
+def test_a_frame_longer_than_the_limit_or_empty_is_refused_and_nothing_after_it_is_cut():
+    cutter = core.FrameCutter(1000)
+    good = wire(core.encode(core.HAVE_ONE, b"\0\0\0\1"))
+    assert len(cutter.feed(good + struct.pack(">I", 2000) + good)) == 1
+    assert isinstance(cutter.error, core.TransferError)
+    assert cutter.feed(good) == []
+    empty = core.FrameCutter(1000)
+    empty.feed(struct.pack(">I", 0))
+    assert empty.error is not None
+    with pytest.raises(core.TransferError):
+        core.check_length(1000 + core.SEAL_BYTES + 1, 1000)
+    core.check_length(1000 + core.SEAL_BYTES, 1000)  # a sealed frame's tag fits
+
+
+def test_a_sealed_stream_opens_in_order_and_a_frame_replayed_or_tampered_does_not():
+    to_server, _ = core.session_keys(os.urandom(32), os.urandom(32), os.urandom(32))
+    out, into = core.Seal(to_server), core.Seal(to_server)
+    first = wire(core.encode(core.GET, b"\0\0\0\1", seal=out))
+    second = wire(core.encode(core.GET, b"\0\0\0\2", seal=out))
+    assert b"\0\0\0\1" not in first[5:]
+    cutter = core.FrameCutter(64)
+    bodies = cutter.feed(first + second)
+    assert core.open_frame(bodies[0], into) == (core.GET, b"\0\0\0\1")
+    with pytest.raises(core.TransferError):  # the first again: its counter is spent
+        core.open_frame(bodies[0], into)
+    tampered = bytearray(bodies[1])
+    tampered[0] ^= 1
+    with pytest.raises(core.TransferError):
+        core.open_frame(bytes(tampered), core.Seal(to_server))
+
+
+# -- the handshake ----------------------------------------------------------------------------
+
+
+def handshake(client_id: Identity, server_id: Identity, *, server_pid: str | None = None, members=None):
+    """Run HELLO, CHALLENGE and PROOF between the two sides through frames on a byte wire."""
+    members = {client_id.pid} if members is None else members
+    client = core.ClientHandshake(client_id, GID, MID, server_pid or server_id.pid, os.urandom(32))
+    server = core.ServerHandshake(server_id, os.urandom(32))
+    s_cut, c_cut = core.FrameCutter(core.MAX_HANDSHAKE_FRAME), core.FrameCutter(core.MAX_HANDSHAKE_FRAME)
+    [hello] = s_cut.feed(wire(core.encode(core.HELLO, client.hello())))
+    challenge = server.hello(*core.open_frame(hello, None), lambda gid, pid: gid == GID and pid in members)
+    if challenge is None:
+        return client, server, None
+    [answer] = c_cut.feed(wire(core.encode(core.CHALLENGE, challenge)))
+    proof = client.challenged(*core.open_frame(answer, None))
+    [proved] = s_cut.feed(wire(core.encode(core.PROOF, proof)))
+    return client, server, server.proven(*core.open_frame(proved, None))
+
+
+def test_a_member_and_the_member_it_meant_to_reach_prove_their_keys_and_share_seals():
+    ann, bob = Identity.generate(), Identity.generate()
+    client, server, hello = handshake(bob, ann)
+    assert hello is not None and hello.pid == bob.pid and (hello.gid, hello.mid) == (GID, MID)
+    assert client.seals(None) == (None, None) and server.seals(b"") == (None, None)  # an open group
+    key = os.urandom(32)
+    c_out, c_in = client.seals(key)
+    s_in, s_out = server.seals(key)
+    assert s_in.open(c_out.seal(b"\x09ask")) == b"\x09ask"
+    assert c_in.open(s_out.seal(b"\x04have")) == b"\x04have"
+    fresh_out, fresh_in = client.seals(key)
+    with pytest.raises(core.TransferError):  # each direction has its own key
+        fresh_in.open(fresh_out.seal(b"x"))
+
+
+def test_a_stranger_gets_no_challenge_and_a_malformed_hello_is_refused():
+    ann, mal = Identity.generate(), Identity.generate()
+    _, server, hello = handshake(mal, ann, members=set())
+    assert hello is None and server.client is None
+    server = core.ServerHandshake(ann, os.urandom(32))
+    for kind, payload in [(core.PROOF, msgpack.packb([core.VERSION, GID, MID, mal.public_key, os.urandom(32)])),
+                          (core.HELLO, msgpack.packb(["m2mc-file0", GID, MID, mal.public_key, os.urandom(32)])),
+                          (core.HELLO, msgpack.packb([core.VERSION, GID, MID, mal.public_key[:31], os.urandom(32)])),
+                          (core.HELLO, msgpack.packb([core.VERSION, GID, MID, mal.public_key]))]:
+        with pytest.raises(core.TransferError):
+            server.hello(kind, payload, lambda gid, pid: True)
+
+
+def test_a_server_that_is_not_the_member_meant_or_signs_wrong_is_not_proven():
+    ann, bob, mal = Identity.generate(), Identity.generate(), Identity.generate()
+    with pytest.raises(core.NotProven):  # Mal answers where Bob meant to reach Ann
+        handshake(bob, mal, server_pid=ann.pid)
+    client = core.ClientHandshake(bob, GID, MID, ann.pid, os.urandom(32))
+    forged = msgpack.packb([ann.public_key, os.urandom(32), mal.sign(b"anything")])
+    with pytest.raises(core.NotProven):
+        client.challenged(core.CHALLENGE, forged)
+    with pytest.raises(core.TransferError):
+        client.challenged(core.HAVE, forged)
+
+
+def test_a_client_whose_proof_is_for_another_server_or_nonce_is_not_proven():
+    ann, bob, mal = Identity.generate(), Identity.generate(), Identity.generate()
+    server = core.ServerHandshake(ann, os.urandom(32))
+    hello = core.ClientHandshake(bob, GID, MID, ann.pid, os.urandom(32)).hello()
+    assert server.hello(core.HELLO, hello, lambda gid, pid: True) is not None
+    nonce = msgpack.unpackb(hello)[4]
+    replayed = bob.sign(core.client_signed(GID, MID, nonce, os.urandom(32), ann.public_key))
+    with pytest.raises(core.NotProven):
+        server.proven(core.PROOF, replayed)
+    with pytest.raises(core.NotProven):  # Mal's signature over the right text is not Bob's
+        server.proven(core.PROOF, mal.sign(core.client_signed(GID, MID, nonce, server.nonce, ann.public_key)))
+    with pytest.raises(core.NotProven):
+        server.proven(core.GET, bob.sign(core.client_signed(GID, MID, nonce, server.nonce, ann.public_key)))
+    assert server.proven(core.PROOF, bob.sign(core.client_signed(GID, MID, nonce, server.nonce,
+                                                                 ann.public_key))).pid == bob.pid
+
+
+# -- requests and chunks --------------------------------------------------------------------
+
+
+def test_a_proven_client_may_ask_for_the_hash_list_or_a_chunk_and_nothing_else():
+    assert core.request(core.GET_HASHES, b"") is None
+    assert core.request(core.GET, struct.pack(">I", 41)) == 41
+    for kind, payload in [(core.GET, b"\0\0\1"), (core.CHUNK, b"\0\0\0\1"), (core.HELLO, b"")]:
+        with pytest.raises(core.TransferError):
+            core.request(kind, payload)
+    with pytest.raises(core.TransferError):
+        core.index_of(b"\0\0\0\0\0")
+    with pytest.raises(core.TransferError):
+        core.split_chunk(memoryview(b"\0\0"))
+
+
+CHUNK_SIZE = 64 * 1024
+
+
+def a_file(chunks: int = 6) -> tuple[FileOffer, list[bytes], list[bytes]]:
+    data = [os.urandom(CHUNK_SIZE) for _ in range(chunks - 1)] + [os.urandom(1000)]
+    leaves = [leaf_hash(d) for d in data]
+    return FileOffer("f", CHUNK_SIZE * (chunks - 1) + 1000, "x", "0" * 64, CHUNK_SIZE, "0" * 64), leaves, data
+
+
+def arrive(plan: ChunkPlan, offer: FileOffer, leaves: list[bytes], pid: str, frame_bytes: bytes) -> str:
+    """A CHUNK frame from ``pid`` as a download's connection takes it: cut, opened, admitted,
+    checked against its leaf, then stored.  What became of it."""
+    [body] = core.FrameCutter(core.MAX_FRAME).feed(frame_bytes)
+    kind, payload = core.open_frame(body, None)
+    index, data = core.split_chunk(payload)
+    if not core.chunk_admitted(plan, offer, pid, index, len(data)):
+        plan.received(pid, index, b"", leaves)  # counted as bad
+        return "refused"
+    if not plan.received(pid, index, data, leaves):
+        return "bad"
+    plan.stored(index)
+    return "stored"
+
+
+def test_a_lying_source_s_wrong_index_wrong_length_and_wrong_bytes_are_refused_and_it_is_dropped():
+    offer, leaves, data = a_file()
+    plan = ChunkPlan(offer.chunks, spare="ann", me="bob")
+    plan.add_source("mal", b"\1" * offer.chunks)
+    plan.add_source("ann", b"\1" * offer.chunks)
+    assert plan.pick("mal", 4) == [0, 1, 2, 3]
+    chunk = lambda index, body: wire(core.encode(core.CHUNK, struct.pack(">I", index), body))  # noqa: E731
+    assert arrive(plan, offer, leaves, "mal", chunk(offer.chunks, data[0])) == "refused"  # past the file's end
+    assert arrive(plan, offer, leaves, "mal", chunk(1, data[1][:-1])) == "refused"  # a chunk's length is fixed
+    assert arrive(plan, offer, leaves, "mal", chunk(2, data[0])) == "bad"  # chunk 0's bytes under index 2
+    assert "mal" not in plan.dropped
+    assert arrive(plan, offer, leaves, "mal", chunk(3, os.urandom(CHUNK_SIZE))) == "bad"
+    assert plan.bad["mal"] == BAD_CHUNKS_TO_DROP and "mal" in plan.dropped and "mal" not in plan.sources
+    assert not any(plan.have) and plan.inflight == {}  # what it was asked for goes to others
+    assert plan.pick("mal", 4) == []
+    picked = plan.pick("ann", 10)
+    assert picked == list(range(offer.chunks))
+    for index in picked:
+        assert arrive(plan, offer, leaves, "ann", chunk(index, data[index])) == "stored"
+    assert plan.complete
+    assert arrive(plan, offer, leaves, "ann", chunk(0, data[0])) == "bad"  # held already: not written again
+
+
+def test_a_resumed_download_asks_only_for_the_chunks_its_bitmap_lacks():
+    offer, leaves, data = a_file()
+    have = bytearray(b"\1\0\1\1\0\0")
+    plan = ChunkPlan(offer.chunks, have, spare="ann", me="bob")
+    plan.add_source("ann", b"\1" * offer.chunks)
+    assert plan.held == 3 and plan.pick("ann", 10) == [1, 4, 5]
+    for index in (1, 4, 5):
+        [body] = core.FrameCutter(core.MAX_FRAME).feed(
+            wire(core.encode(core.CHUNK, struct.pack(">I", index), data[index])))
+        _, payload = core.open_frame(body, None)
+        i, chunk = core.split_chunk(payload)
+        assert core.chunk_admitted(plan, offer, "ann", i, len(chunk)) and plan.received("ann", i, chunk, leaves)
+        plan.stored(i)
+    assert plan.complete and have == bytearray(b"\1" * 6)
