@@ -325,8 +325,88 @@ def split_chunk(payload: memoryview) -> tuple[int, memoryview]:
     return INDEX.unpack_from(payload)[0], payload[INDEX.size:]
 
 
+def chunk_asked(plan: ChunkPlan, pid: str, index: int) -> bool:
+    """Whether chunk ``index`` is in flight to ``pid``: asked of it, not come yet (nor come and
+    being checked), so not held.  A chunk frame that is not is never hashed nor written: a source
+    cannot make a receiver hash what it never asked for, nor write over a chunk held."""
+    return plan.inflight.get(index) == pid
+
+
 def chunk_admitted(plan: ChunkPlan, offer: FileOffer, pid: str, index: int, length: int) -> bool:
     """Whether a chunk frame from ``pid`` may go to be checked against its leaf (and written
-    there if it matches): its index is in the file and its length that chunk's.  Anything else
-    is garbage, counted against its source (:meth:`ChunkPlan.received`)."""
-    return 0 <= index < plan.count and length == offer.chunk_length(index)
+    there if it matches): it was asked of ``pid`` (:func:`chunk_asked`) and is that chunk's
+    length.  A wrong length is garbage, counted against its source (:meth:`ChunkPlan.received`)."""
+    return chunk_asked(plan, pid, index) and length == offer.chunk_length(index)
+
+
+# -- a download's sources ----------------------------------------------------------------------
+
+WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked and written (at least 4 chunks)
+
+
+def window(offer: FileOffer) -> int:
+    """Chunks asked of one source at most, not yet come and checked."""
+    return max(4, WINDOW_BYTES // offer.chunk_size)
+
+
+def asks(plan: ChunkPlan, owed: dict[str, int], limit: int, settling: bool, now: float) -> dict[str, list[int]]:
+    """What to ask of each connected source now (``owed``: the chunks asked of each and not yet
+    checked): as many as its window (``limit``) has room for, marked in flight in ``plan``.
+    ``settling``: the offerer waits (the members reached have not said yet what they hold)."""
+    out: dict[str, list[int]] = {}
+    for pid, count in owed.items():
+        if count >= limit or (settling and pid == plan.spare):
+            continue
+        picked = plan.pick(pid, limit - count, now)
+        if picked:
+            out[pid] = picked
+    return out
+
+
+@dataclass(slots=True)
+class Heard:
+    """What one frame from a download's source comes to.  ``chunk``: (index, bytes) to check against
+    its leaf, then :func:`taken`; ``freed``: requests of that source answered without a chunk;
+    ``ask_at``: when to ask again (a chunk the offerer sent elsewhere); ``holds``: the source holds
+    chunks of the file."""
+
+    chunk: tuple[int, memoryview] | None = None
+    freed: int = 0
+    ask_at: float | None = None
+    holds: bool = False
+
+
+def heard(plan: ChunkPlan, offer: FileOffer, leaves: list[bytes], pid: str, kind: int,
+          payload: bytes | memoryview, now: float, elsewhere_wait: float) -> Heard:
+    """A frame from source ``pid`` after its HAVE.  A chunk not asked of it (:func:`chunk_asked`)
+    is dropped unchecked, and keeps no deadline of ``pid``'s; one asked but of the wrong length is
+    counted against it and its request slot freed; one admitted stays in flight to ``pid`` until
+    :func:`taken` (never asked twice)."""
+    if kind == CHUNK:
+        index, data = split_chunk(memoryview(payload))
+        if not chunk_asked(plan, pid, index):
+            return Heard()
+        plan.arrived(pid, now)
+        if not chunk_admitted(plan, offer, pid, index, len(data)):
+            plan.received(pid, index, b"", leaves)  # counted as bad
+            return Heard(freed=1)
+        return Heard(chunk=(index, data))
+    if kind == HAVE_ONE:
+        plan.source_has(pid, index_of(bytes(payload)))
+        return Heard(holds=True)
+    if kind == ELSEWHERE:  # another receiver asked the offerer first: from it, or later
+        if plan.elsewhere(pid, index_of(bytes(payload)), now + elsewhere_wait):
+            return Heard(freed=1, ask_at=now + elsewhere_wait)
+        return Heard()
+    if kind == MISSING:  # its copy is gone or changed: not asked of it again
+        return Heard(freed=1 if plan.source_lacks(pid, index_of(bytes(payload))) else 0)
+    return Heard()
+
+
+def taken(plan: ChunkPlan, leaves: list[bytes], pid: str, index: int, digest: bytes) -> bool:
+    """A chunk from ``pid`` was hashed (``digest``) and, if it matched, written: whether it is now
+    held (else it was garbage, counted against ``pid``, or not needed any more)."""
+    if not plan.received(pid, index, b"", leaves, digest):
+        return False
+    plan.stored(index)
+    return True

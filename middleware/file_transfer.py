@@ -66,10 +66,10 @@ import msgpack
 from . import clock
 from .events import FileProgress
 from .kinds import FILE_OFFER
-from .file_core import (BUSY, CHALLENGE, CHUNK, ELSEWHERE, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX, LENGTH,
-                        MAX_FRAME, MAX_HANDSHAKE_FRAME, MISSING, NONE, PROOF, ClientHandshake, FrameCutter, NotProven,
-                        Seal, ServerHandshake, TransferError, check_length, chunk_admitted, encode, encode_many,
-                        index_of, open_frame, request, split_chunk)
+from .file_core import (BUSY, CHALLENGE, CHUNK, ELSEWHERE, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX,
+                        LENGTH, MAX_FRAME, MAX_HANDSHAKE_FRAME, MISSING, NONE, PROOF, ClientHandshake,
+                        FrameCutter, NotProven, Seal, ServerHandshake, TransferError, asks, check_length, encode,
+                        encode_many, heard, index_of, open_frame, request, taken, window)
 from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNKS,
                     MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
                     OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
@@ -86,7 +86,6 @@ HANDSHAKE_TIMEOUT = 5.0  # seconds from a connection's accept to its key proven;
 MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.HandshakeSlots`)
 HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
 CONNECT_TIMEOUT = 5.0
-WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked and written (at least 4 chunks)
 CHECKERS = 2  # threads hashing and writing chunks (both let go of the GIL): one hashes while the other writes
 RESUME_BYTES = 2**30
 """A download's resume point every this many bytes: its file is synced (fdatasync, off the loop) and
@@ -961,20 +960,24 @@ class FileService:
             if any(payload) or announced:
                 transfer.holders.add(pid)
             self._pump(transfer)
+            tree = transfer.leaves
+            assert tree is not None
             while transfer.state == "fetching":
                 kind, data = await stream.read()
-                if kind == CHUNK:
-                    self._check_chunk(transfer, source, *split_chunk(data))
-                elif kind == HAVE_ONE:
-                    plan.source_has(pid, index_of(data))
+                outcome = heard(plan, transfer.offer, tree, pid, kind, data, clock.now(), ELSEWHERE_WAIT)
+                source.outstanding -= outcome.freed
+                if outcome.holds:
                     transfer.holders.add(pid)
-                elif kind == ELSEWHERE:  # another receiver asked the offerer first: from it, or later
-                    if plan.elsewhere(pid, index_of(data), clock.now() + ELSEWHERE_WAIT):
-                        source.outstanding -= 1  # (so at most one timer per chunk asked of the offerer)
-                        asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
-                elif kind == MISSING:  # its copy is gone or changed: not asked of it again
-                    if plan.source_lacks(pid, index_of(data)):
-                        source.outstanding -= 1
+                if outcome.ask_at is not None:  # (at most one timer per chunk asked of the offerer)
+                    asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
+                if kind == CHUNK:
+                    transfer.received += len(data) - INDEX.size
+                    if outcome.chunk is not None:
+                        self._check_chunk(transfer, source, *outcome.chunk)
+                    else:  # refused unchecked (not asked of this source, or not that chunk's length)
+                        self._buffers.give(data.obj)
+                        if outcome.freed:
+                            self._after_chunk(transfer, source)
                 self._pump(transfer)
         except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError,
                 ValueError, msgpack.ExtraData) as exc:
@@ -1022,15 +1025,13 @@ class FileService:
         plan = transfer.plan
         if plan is None or transfer.state != "fetching":
             return
-        window = max(4, WINDOW_BYTES // transfer.offer.chunk_size)
-        settling = self._settling(transfer, plan)
-        for source in list(transfer.sources.values()):
-            if source.stream is None or source.outstanding >= window or (settling and source.pid == plan.spare):
-                continue
-            picked = plan.pick(source.pid, window - source.outstanding, clock.now())
-            if picked:  # one write, one segment, for all of them
-                source.stream.write_many(GET, [INDEX.pack(index) for index in picked])
-                source.outstanding += len(picked)
+        connected = {source.pid: source for source in transfer.sources.values() if source.stream is not None}
+        owed = {pid: source.outstanding for pid, source in connected.items()}
+        for pid, picked in asks(plan, owed, window(transfer.offer), self._settling(transfer, plan), clock.now()).items():
+            source = connected[pid]
+            assert source.stream is not None
+            source.stream.write_many(GET, [INDEX.pack(index) for index in picked])  # one write, one segment
+            source.outstanding += len(picked)
 
     @staticmethod
     def _settling(transfer: Transfer, plan: ChunkPlan) -> bool:
@@ -1050,14 +1051,6 @@ class FileService:
         source meanwhile: never asked twice."""
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
-        transfer.received += len(data)
-        plan.arrived(source.pid, clock.now())
-        if not chunk_admitted(plan, transfer.offer, source.pid, index, len(data)):
-            source.outstanding -= 1
-            self._buffers.give(data.obj)
-            plan.received(source.pid, index, b"", transfer.leaves)  # counted as bad
-            self._after_chunk(transfer, source)
-            return
         job = asyncio.get_running_loop().run_in_executor(
             self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
             index * transfer.offer.chunk_size)
@@ -1090,9 +1083,8 @@ class FileService:
     def _take_chunk(self, transfer: Transfer, pid: str, index: int, digest: bytes) -> None:
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
-        if not plan.received(pid, index, b"", transfer.leaves, digest):
+        if not taken(plan, transfer.leaves, pid, index, digest):
             return
-        plan.stored(index)
         transfer.unmarked.append(index)  # its bitmap byte at the next report: after the chunk, never before
         transfer.unsynced.append(index)
         transfer.unsynced_bytes += transfer.offer.chunk_length(index)

@@ -180,24 +180,25 @@ def arrive(plan: ChunkPlan, offer: FileOffer, leaves: list[bytes], pid: str, fra
     checked against its leaf, then stored.  What became of it."""
     [body] = core.FrameCutter(core.MAX_FRAME).feed(frame_bytes)
     kind, payload = core.open_frame(body, None)
-    index, data = core.split_chunk(payload)
-    if not core.chunk_admitted(plan, offer, pid, index, len(data)):
-        plan.received(pid, index, b"", leaves)  # counted as bad
-        return "refused"
-    if not plan.received(pid, index, data, leaves):
-        return "bad"
-    plan.stored(index)
-    return "stored"
+    outcome = core.heard(plan, offer, leaves, pid, kind, payload, 1.0, 0.5)
+    if outcome.chunk is None:
+        return "refused" if outcome.freed else "ignored"
+    index, data = outcome.chunk
+    return "stored" if core.taken(plan, leaves, pid, index, leaf_hash(data)) else "bad"
 
 
 def test_a_lying_source_s_wrong_index_wrong_length_and_wrong_bytes_are_refused_and_it_is_dropped():
+    """Refused unchecked: an index past the file, or not asked of it, or held already; refused and
+    counted: a wrong length; hashed and counted: wrong bytes."""
     offer, leaves, data = a_file()
     plan = ChunkPlan(offer.chunks, spare="ann", me="bob")
     plan.add_source("mal", b"\1" * offer.chunks)
     plan.add_source("ann", b"\1" * offer.chunks)
     assert plan.pick("mal", 4) == [0, 1, 2, 3]
     chunk = lambda index, body: wire(core.encode(core.CHUNK, struct.pack(">I", index), body))  # noqa: E731
-    assert arrive(plan, offer, leaves, "mal", chunk(offer.chunks, data[0])) == "refused"  # past the file's end
+    assert arrive(plan, offer, leaves, "mal", chunk(offer.chunks, data[0])) == "ignored"  # past the file's end
+    assert arrive(plan, offer, leaves, "mal", chunk(4, data[4])) == "ignored"  # not asked of it: never hashed
+    assert plan.bad.get("mal", 0) == 0
     assert arrive(plan, offer, leaves, "mal", chunk(1, data[1][:-1])) == "refused"  # a chunk's length is fixed
     assert arrive(plan, offer, leaves, "mal", chunk(2, data[0])) == "bad"  # chunk 0's bytes under index 2
     assert "mal" not in plan.dropped
@@ -210,7 +211,7 @@ def test_a_lying_source_s_wrong_index_wrong_length_and_wrong_bytes_are_refused_a
     for index in picked:
         assert arrive(plan, offer, leaves, "ann", chunk(index, data[index])) == "stored"
     assert plan.complete
-    assert arrive(plan, offer, leaves, "ann", chunk(0, data[0])) == "bad"  # held already: not written again
+    assert arrive(plan, offer, leaves, "ann", chunk(0, data[0])) == "ignored"  # held already: not written again
 
 
 def test_a_resumed_download_asks_only_for_the_chunks_its_bitmap_lacks():
@@ -220,10 +221,109 @@ def test_a_resumed_download_asks_only_for_the_chunks_its_bitmap_lacks():
     plan.add_source("ann", b"\1" * offer.chunks)
     assert plan.held == 3 and plan.pick("ann", 10) == [1, 4, 5]
     for index in (1, 4, 5):
-        [body] = core.FrameCutter(core.MAX_FRAME).feed(
-            wire(core.encode(core.CHUNK, struct.pack(">I", index), data[index])))
-        _, payload = core.open_frame(body, None)
-        i, chunk = core.split_chunk(payload)
-        assert core.chunk_admitted(plan, offer, "ann", i, len(chunk)) and plan.received("ann", i, chunk, leaves)
-        plan.stored(i)
+        frame = wire(core.encode(core.CHUNK, struct.pack(">I", index), data[index]))
+        assert arrive(plan, offer, leaves, "ann", frame) == "stored"
     assert plan.complete and have == bytearray(b"\1" * 6)
+
+
+# -- a download driven through the core: frames both ways, no sockets ---------------------------
+
+
+class Server:
+    """A source as the core sees it: requests cut from its bytes, chunks (or lies) framed back."""
+
+    def __init__(self, data: list[bytes], lie=None) -> None:
+        self.data, self.lie = data, lie
+        self.cutter = core.FrameCutter(64)
+        self.served = 0
+
+    def answer(self, wire_in: bytes) -> bytes:
+        out = []
+        for body in self.cutter.feed(wire_in):
+            index = core.request(*core.open_frame(body, None))
+            assert index is not None
+            self.served += 1
+            index, chunk = self.lie(index, self.data) if self.lie else (index, self.data[index])
+            out.append(wire(core.encode(core.CHUNK, struct.pack(">I", index), chunk)))
+        return b"".join(out)
+
+
+def download(offer: FileOffer, leaves: list[bytes], servers: dict[str, Server], have: bytearray | None = None,
+             spare: str = "ann") -> tuple[ChunkPlan, dict[int, bytes]]:
+    """Bob fetches ``offer`` from ``servers`` (each claiming every chunk) as file_transfer's loop
+    would: asks per window, each answer cut into frames and heard, chunks checked and taken."""
+    plan = ChunkPlan(offer.chunks, have, spare=spare, me="bob", deadline=3.0)
+    written: dict[int, bytes] = {}
+    owed = {pid: 0 for pid in servers}
+    cutters = {pid: core.FrameCutter(core.MAX_FRAME) for pid in servers}
+    for pid in servers:
+        plan.add_source(pid, b"\1" * offer.chunks)
+    for now in range(100):
+        owed = {pid: n for pid, n in owed.items() if pid not in plan.dropped}
+        for pid, picked in core.asks(plan, owed, core.window(offer), False, float(now)).items():
+            owed[pid] += len(picked)
+            answer = servers[pid].answer(core.encode_many(core.GET, [struct.pack(">I", i) for i in picked]))
+            for body in cutters[pid].feed(answer):
+                kind, payload = core.open_frame(body, None)
+                outcome = core.heard(plan, offer, leaves, pid, kind, payload, float(now), 0.5)
+                owed[pid] -= outcome.freed
+                if outcome.chunk is not None:
+                    index, chunk = outcome.chunk
+                    digest = leaf_hash(chunk)
+                    if digest == leaves[index]:
+                        written[index] = bytes(chunk)  # written only when it matches, before it is taken
+                    owed[pid] -= 1
+                    core.taken(plan, leaves, pid, index, digest)
+        if plan.complete:
+            break
+    return plan, written
+
+
+def test_a_download_through_the_core_comes_whole_from_the_honest_source_when_another_lies():
+    offer, leaves, data = a_file(40)
+    shift = lambda index, data: ((index + 1) % len(data), data[index])  # noqa: E731  (the right bytes, a wrong index)
+    servers = {"ann": Server(data), "mal": Server(data, lie=shift)}
+    plan, written = download(offer, leaves, servers)
+    assert plan.complete and [written[i] for i in range(offer.chunks)] == data
+    assert "mal" in plan.dropped and plan.bad["mal"] == BAD_CHUNKS_TO_DROP  # the rest of its answer: unhashed
+    assert not any(index in plan.inflight for index in range(offer.chunks))
+
+
+def test_a_resumed_download_through_the_core_fetches_only_what_its_bitmap_lacks():
+    offer, leaves, data = a_file(40)
+    have = bytearray(1 if i % 3 else 0 for i in range(offer.chunks))
+    servers = {"ann": Server(data)}
+    plan, written = download(offer, leaves, servers, have)
+    assert plan.complete and sorted(written) == [i for i in range(offer.chunks) if i % 3 == 0]
+    assert servers["ann"].served == len(written)
+    assert all(written[i] == data[i] for i in written)
+
+
+def test_a_chunk_the_offerer_sent_elsewhere_frees_its_request_and_is_asked_again_later():
+    offer, leaves, data = a_file(8)
+    plan = ChunkPlan(offer.chunks, spare="ann", me="bob")
+    plan.add_source("ann", b"\1" * offer.chunks)
+    assert core.asks(plan, {"ann": 0}, 4, True, 0.0) == {}  # settling: the offerer waits
+    [picked] = core.asks(plan, {"ann": 0}, 4, False, 0.0).values()
+    assert picked == [0, 1, 2, 3]
+    outcome = core.heard(plan, offer, leaves, "ann", core.ELSEWHERE, struct.pack(">I", 0), 10.0, 0.5)
+    assert (outcome.freed, outcome.ask_at) == (1, 10.5)
+    assert core.heard(plan, offer, leaves, "mal", core.ELSEWHERE, struct.pack(">I", 1), 10.0, 0.5).freed == 0
+    assert core.asks(plan, {"ann": 3}, 4, False, 10.1) == {"ann": [4]}  # not chunk 0 before 10.5
+    assert core.asks(plan, {"ann": 3}, 4, False, 10.6) == {"ann": [0]}
+    missing = core.heard(plan, offer, leaves, "ann", core.MISSING, struct.pack(">I", 1), 11.0, 0.5)
+    assert missing.freed == 1 and 1 not in plan.inflight
+    assert core.heard(plan, offer, leaves, "ann", core.HAVE_ONE, struct.pack(">I", 1), 11.0, 0.5).holds
+
+
+def test_a_chunk_not_asked_keeps_no_deadline_alive_and_one_asked_does():
+    offer, leaves, data = a_file(8)
+    plan = ChunkPlan(offer.chunks, spare="ann", me="bob", deadline=3.0)
+    plan.add_source("mal", b"\1" * offer.chunks)
+    assert core.asks(plan, {"mal": 0}, 1, False, 0.0) == {"mal": [0]}
+    unasked = struct.pack(">I", 5) + data[5]
+    for now in (2.0, 4.0):
+        assert core.heard(plan, offer, leaves, "mal", core.CHUNK, unasked, now, 0.5).chunk is None
+    assert plan.stalled(4.0) == ["mal"]  # its unasked chunks did not keep it alive
+    asked = core.heard(plan, offer, leaves, "mal", core.CHUNK, struct.pack(">I", 0) + data[0], 2.9, 0.5)
+    assert asked.chunk is not None and plan.stalled(4.0) == []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from m2mc.middleware.file_transfer import WINDOW_BYTES
+from m2mc.middleware.file_core import WINDOW_BYTES
 from tests.testbed.lan import Lan, PeerProcess
 
 pytestmark = pytest.mark.netns
