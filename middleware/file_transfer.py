@@ -1279,10 +1279,13 @@ class FileService:
             deadline = chunk_deadline(transfer.offer.chunk_size)
             while not self._closed:
                 self.caps.touch(upload, clock.now(), serving=True)
-                await asyncio.wait_for(writer.drain(), deadline)
+                # asyncio.timeout, not wait_for: no task is made for each wait (three a chunk served)
+                async with asyncio.timeout(deadline):
+                    await writer.drain()
                 self.caps.touch(upload, clock.now())
                 # A slot held asking nothing is closed after UPLOAD_IDLE (and gives way after UPLOAD_GIVES_WAY).
-                kind, data = await asyncio.wait_for(stream.read(64), UPLOAD_IDLE)
+                async with asyncio.timeout(UPLOAD_IDLE):
+                    kind, data = await stream.read(64)
                 self.caps.touch(upload, clock.now(), serving=True)
                 index = request(kind, data)
                 if index is None:
@@ -1294,7 +1297,8 @@ class FileService:
                         client, index, lambda pid: transfer.clients.get(pid, 0) > 0):
                     stream.write(ELSEWHERE, data)
                     continue
-                sent = await asyncio.wait_for(self._send_chunk(stream, transfer, index), deadline)
+                async with asyncio.timeout(deadline):
+                    sent = await self._send_chunk(stream, transfer, index)
                 transfer.uploaded += sent  # not "+= await": other connections add meanwhile
         except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,
                 msgpack.ExtraData, struct.error) as exc:
