@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from . import crypto
-from .files import MAX_CHUNK, ChunkPlan, FileOffer
+from .files import MAX_CHUNK, ChunkPlan, FileOffer, FirstAskers
 
 VERSION = "m2mc-file1"
 HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING, ELSEWHERE = range(1, 14)
@@ -309,6 +309,22 @@ def request(kind: int, payload: bytes) -> int | None:
     if kind == GET and len(payload) == INDEX.size:
         return INDEX.unpack(payload)[0]
     raise TransferError(f"unexpected frame {kind}")
+
+
+def answer(kind: int, payload: bytes, have: bytearray, askers: FirstAskers | None, client: str,
+           connected: Callable[[str], bool]) -> tuple[int, int | None]:
+    """A proven client's request -> what the server sends: (HASHES, None), (ELSEWHERE, index) when
+    the offerer's ``askers`` say another receiver, still ``connected``, asked for that chunk first,
+    (MISSING, index) for a chunk not held (``have``), else (CHUNK, index).  TransferError for
+    anything but GET_HASHES or GET."""
+    index = request(kind, payload)
+    if index is None:
+        return HASHES, None
+    if askers is not None and not askers.serve(client, index, connected):
+        return ELSEWHERE, index
+    if not 0 <= index < len(have) or not have[index]:
+        return MISSING, index
+    return CHUNK, index
 
 
 def index_of(payload: bytes) -> int:

@@ -66,10 +66,10 @@ import msgpack
 from . import clock
 from .events import FileProgress
 from .kinds import FILE_OFFER
-from .file_core import (BUSY, CHALLENGE, CHUNK, ELSEWHERE, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX,
+from .file_core import (BUSY, CHALLENGE, CHUNK, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX,
                         LENGTH, MAX_FRAME, MAX_HANDSHAKE_FRAME, MISSING, NONE, PROOF, ClientHandshake,
                         FrameCutter, NotProven, Seal, ServerHandshake, TransferError, asks, check_length, encode,
-                        encode_many, heard, index_of, open_frame, request, taken, window)
+                        encode_many, heard, index_of, open_frame, answer, taken, window)
 from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNKS,
                     MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
                     OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
@@ -1287,19 +1287,20 @@ class FileService:
                 async with asyncio.timeout(UPLOAD_IDLE):
                     kind, data = await stream.read(64)
                 self.caps.touch(upload, clock.now(), serving=True)
-                index = request(kind, data)
-                if index is None:
+                reply, index = answer(kind, data, transfer.have, transfer.askers, client,
+                                      lambda pid: transfer.clients.get(pid, 0) > 0)
+                if reply == HASHES:
                     hashes = b"".join(transfer.leaves)
                     stream.write(HASHES, hashes)
                     await asyncio.wait_for(writer.drain(), CHUNK_DEADLINE + len(hashes) / MIN_SOURCE_RATE)
                     continue
-                if transfer.askers is not None and not transfer.askers.serve(
-                        client, index, lambda pid: transfer.clients.get(pid, 0) > 0):
-                    stream.write(ELSEWHERE, data)
-                    continue
-                async with asyncio.timeout(deadline):
-                    sent = await self._send_chunk(stream, transfer, index)
-                transfer.uploaded += sent  # not "+= await": other connections add meanwhile
+                assert index is not None
+                if reply == CHUNK:
+                    async with asyncio.timeout(deadline):
+                        sent = await self._send_chunk(stream, transfer, index)
+                    transfer.uploaded += sent  # not "+= await": other connections add meanwhile
+                else:  # ELSEWHERE or MISSING
+                    stream.write(reply, INDEX.pack(index))
         except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,
                 msgpack.ExtraData, struct.error) as exc:
             log.debug("files: serving: %s", exc)
@@ -1326,12 +1327,10 @@ class FileService:
             stream.close()
 
     async def _send_chunk(self, stream: _Stream, transfer: Transfer, index: int) -> int:
-        """CHUNK (or MISSING) for ``index``; the bytes of chunk sent.  Unsealed, the chunk goes from
+        """CHUNK for ``index``, a chunk held (or MISSING if its file is gone or changed); the bytes of
+        chunk sent.  Unsealed, the chunk goes from
         the file to the socket by sendfile(2), never through this process's memory."""
         offer = transfer.offer
-        if not 0 <= index < len(transfer.have) or not transfer.have[index]:
-            stream.write(MISSING, INDEX.pack(index))
-            return 0
         path = transfer.part if transfer.role == "download" and transfer.state != "done" else transfer.path
         length, offset = offer.chunk_length(index), index * offer.chunk_size
         try:

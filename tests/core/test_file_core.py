@@ -327,3 +327,22 @@ def test_a_chunk_not_asked_keeps_no_deadline_alive_and_one_asked_does():
     assert plan.stalled(4.0) == ["mal"]  # its unasked chunks did not keep it alive
     asked = core.heard(plan, offer, leaves, "mal", core.CHUNK, struct.pack(">I", 0) + data[0], 2.9, 0.5)
     assert asked.chunk is not None and plan.stalled(4.0) == []
+
+
+def test_the_offerer_sends_a_later_asker_elsewhere_once_per_chunk_and_a_chunk_not_held_is_missing():
+    from m2mc.middleware.files import FirstAskers
+
+    have = bytearray(b"\1\1\0\1")
+    askers = FirstAskers(len(have))
+    connected = {"bob", "cat"}.__contains__
+    get = lambda index: struct.pack(">I", index)  # noqa: E731
+    assert core.answer(core.GET_HASHES, b"", have, askers, "bob", connected) == (core.HASHES, None)
+    assert core.answer(core.GET, get(0), have, askers, "bob", connected) == (core.CHUNK, 0)
+    assert core.answer(core.GET, get(0), have, askers, "cat", connected) == (core.ELSEWHERE, 0)
+    assert core.answer(core.GET, get(0), have, askers, "cat", connected) == (core.CHUNK, 0)  # asked again: served
+    assert core.answer(core.GET, get(1), have, askers, "cat", lambda pid: pid == "cat") == (core.CHUNK, 1)
+    assert core.answer(core.GET, get(1), have, askers, "bob", lambda pid: pid == "bob") == (core.CHUNK, 1)  # cat gone
+    assert core.answer(core.GET, get(2), have, None, "bob", connected) == (core.MISSING, 2)  # not held
+    assert core.answer(core.GET, get(9), have, askers, "bob", connected) == (core.MISSING, 9)  # past the file
+    with pytest.raises(core.TransferError):
+        core.answer(core.HAVE, get(0), have, askers, "bob", connected)
