@@ -9,7 +9,10 @@ A frame is a 4-byte big-endian length, then its body: a 1-byte kind and a payloa
 group every body after the handshake is sealed with ChaCha20-Poly1305 (:class:`Seal`), one key per
 direction derived from the group key and both nonces (:func:`session_keys`), the nonce a frame
 counter.  The handshake (HELLO, CHALLENGE, PROOF) is :class:`ClientHandshake` and
-:class:`ServerHandshake`; a chunk frame's bytes are kept only if :func:`chunk_admitted` says so.
+:class:`ServerHandshake`.  After it, a server's reply to each request is :func:`answer`; a
+download asks its sources by :func:`asks`, takes each frame from one by :func:`heard` (a chunk
+frame goes to be hashed only if :func:`chunk_admitted`: asked of that source, of the right
+length) and each chunk hashed by :func:`taken`, over the plan of :class:`files.ChunkPlan`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Files over TCP: the asyncio layer that serves and fetches the chunks :mod:`middleware.files` plans.
 
-The protocol itself (frames, seals, the handshake, what a request or a chunk may be) is
-:mod:`middleware.file_core`, which does no I/O; this module is its sockets, files, threads and clock.
+The protocol itself (frames, seals, the handshake, what a server answers, what a download asks
+and which chunks it keeps) is :mod:`middleware.file_core`, which does no I/O; this module is its
+sockets, files, threads and clock.
 
 Every peer listens on TCP at its unicast endpoint's address and port (the UDP
 endpoint of :mod:`middleware.reach`), so wherever a member's datagrams come from,
@@ -68,8 +69,8 @@ from .events import FileProgress
 from .kinds import FILE_OFFER
 from .file_core import (BUSY, CHALLENGE, CHUNK, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX,
                         LENGTH, MAX_FRAME, MAX_HANDSHAKE_FRAME, MISSING, NONE, PROOF, ClientHandshake,
-                        FrameCutter, NotProven, Seal, ServerHandshake, TransferError, asks, check_length, encode,
-                        encode_many, heard, index_of, open_frame, answer, taken, window)
+                        FrameCutter, NotProven, Seal, ServerHandshake, TransferError, answer, asks, check_length,
+                        encode, encode_many, heard, index_of, open_frame, taken, window)
 from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNKS,
                     MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
                     OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
