@@ -1280,13 +1280,10 @@ class FileService:
             deadline = chunk_deadline(transfer.offer.chunk_size)
             while not self._closed:
                 self.caps.touch(upload, clock.now(), serving=True)
-                # asyncio.timeout, not wait_for: no task is made for each wait (three a chunk served)
-                async with asyncio.timeout(deadline):
-                    await writer.drain()
+                await asyncio.wait_for(writer.drain(), deadline)
                 self.caps.touch(upload, clock.now())
                 # A slot held asking nothing is closed after UPLOAD_IDLE (and gives way after UPLOAD_GIVES_WAY).
-                async with asyncio.timeout(UPLOAD_IDLE):
-                    kind, data = await stream.read(64)
+                kind, data = await asyncio.wait_for(stream.read(64), UPLOAD_IDLE)
                 self.caps.touch(upload, clock.now(), serving=True)
                 reply, index = answer(kind, data, transfer.have, transfer.askers, client,
                                       lambda pid: transfer.clients.get(pid, 0) > 0)
@@ -1297,8 +1294,7 @@ class FileService:
                     continue
                 assert index is not None
                 if reply == CHUNK:
-                    async with asyncio.timeout(deadline):
-                        sent = await self._send_chunk(stream, transfer, index)
+                    sent = await asyncio.wait_for(self._send_chunk(stream, transfer, index), deadline)
                     transfer.uploaded += sent  # not "+= await": other connections add meanwhile
                 else:  # ELSEWHERE or MISSING
                     stream.write(reply, INDEX.pack(index))
