@@ -12,7 +12,8 @@ counter.  The handshake (HELLO, CHALLENGE, PROOF) is :class:`ClientHandshake` an
 :class:`ServerHandshake`.  After it, a server's reply to each request is :func:`answer`; a
 download asks its sources by :func:`asks`, takes each frame from one by :func:`heard` (a chunk
 frame goes to be hashed only if :func:`chunk_admitted`: asked of that source, of the right
-length) and each chunk hashed by :func:`taken`, over the plan of :class:`files.ChunkPlan`.
+length) and each chunk hashed by :func:`taken`, over the plan of :class:`files.ChunkPlan`; what
+its bitmap says, and when, is :class:`ResumeMarks`, as writes to make.
 """
 
 from __future__ import annotations
@@ -429,3 +430,65 @@ def taken(plan: ChunkPlan, leaves: list[bytes], pid: str, index: int, digest: by
         return False
     plan.stored(index)
     return True
+
+
+# -- resume points ---------------------------------------------------------------------------
+
+RESUME_BYTES = 2**30
+"""A download's resume point every this many bytes: its file is synced and the chunks written
+before are marked durable in its bitmap (2), so that after a power cut only the chunks since are
+checked against the tree again.  A kill -9 costs no check at all: the page cache outlives the
+process."""
+WRITTEN, DURABLE = b"\x01", b"\x02"  # a chunk's byte in a download's bitmap (0: not held)
+
+
+def runs(indices: list[int]) -> list[tuple[int, int]]:
+    """``indices`` as (first, how many) runs of consecutive ones, in order."""
+    out: list[tuple[int, int]] = []
+    for index in sorted(indices):
+        if out and out[-1][0] + out[-1][1] == index:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        elif not out or out[-1][0] + out[-1][1] < index:
+            out.append((index, 1))
+    return out
+
+
+def bitmap_writes(indices: list[int], mark: bytes) -> list[tuple[int, bytes]]:
+    """The writes (offset in the bitmap, bytes) that give chunks ``indices`` the byte ``mark``."""
+    return [(start, mark * count) for start, count in runs(indices)]
+
+
+class ResumeMarks:
+    """A download's bitmap, as writes to make: a chunk is marked written (1) only after it was
+    written, at the next :meth:`marks` (a kill -9 then never finds a chunk claimed that is not
+    there), and durable (2) only after a sync that followed it (:meth:`resume_point`, then
+    :func:`bitmap_writes` with :data:`DURABLE` once the sync is done).  ``unsynced``: the chunks
+    written since the last resume point, which a power cut may have lost."""
+
+    def __init__(self, every: int = RESUME_BYTES, unsynced: list[int] | None = None) -> None:
+        self.every = every
+        self.unmarked: list[int] = []
+        self.unsynced: list[int] = list(unsynced or [])
+        self.unsynced_bytes = 0
+
+    def stored(self, index: int, length: int) -> bool:
+        """Chunk ``index`` (``length`` bytes) was written: whether a resume point is due."""
+        self.unmarked.append(index)
+        self.unsynced.append(index)
+        self.unsynced_bytes += length
+        return self.unsynced_bytes >= self.every
+
+    def marks(self) -> list[tuple[int, bytes]]:
+        """The bitmap writes marking the chunks written since the last call."""
+        writes, self.unmarked = bitmap_writes(self.unmarked, WRITTEN), []
+        return writes
+
+    def resume_point(self) -> list[int]:
+        """The chunks to mark durable once a sync that starts now is done (write :meth:`marks`
+        first: their 1s go before the 2s)."""
+        chunks, self.unsynced, self.unsynced_bytes = self.unsynced, [], 0
+        return chunks
+
+    def forget(self) -> None:
+        """No chunk is unsynced any more (checked after a power cut, or the file is done)."""
+        self.unsynced, self.unsynced_bytes = [], 0

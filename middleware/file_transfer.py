@@ -1,8 +1,8 @@
 """Files over TCP: the asyncio layer that serves and fetches the chunks :mod:`middleware.files` plans.
 
-The protocol itself (frames, seals, the handshake, what a server answers, what a download asks
-and which chunks it keeps) is :mod:`middleware.file_core`, which does no I/O; this module is its
-sockets, files, threads and clock.
+The protocol itself (frames, seals, the handshake, what a server answers, what a download asks,
+which chunks it keeps and what its bitmap says when) is :mod:`middleware.file_core`, which does no
+I/O; this module is its sockets, files, threads and clock.
 
 Every peer listens on TCP at its unicast endpoint's address and port (the UDP
 endpoint of :mod:`middleware.reach`), so wherever a member's datagrams come from,
@@ -67,10 +67,10 @@ import msgpack
 from . import clock
 from .events import FileProgress
 from .kinds import FILE_OFFER
-from .file_core import (BUSY, CHALLENGE, CHUNK, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX,
-                        LENGTH, MAX_FRAME, MAX_HANDSHAKE_FRAME, MISSING, NONE, PROOF, ClientHandshake,
-                        FrameCutter, NotProven, Seal, ServerHandshake, TransferError, answer, asks, check_length,
-                        encode, encode_many, heard, index_of, open_frame, taken, window)
+from .file_core import (BUSY, CHALLENGE, CHUNK, DURABLE, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX,
+                        LENGTH, MAX_FRAME, MAX_HANDSHAKE_FRAME, MISSING, NONE, PROOF, ClientHandshake, FrameCutter,
+                        NotProven, ResumeMarks, Seal, ServerHandshake, TransferError, answer, asks, bitmap_writes,
+                        check_length, encode, encode_many, heard, index_of, open_frame, taken, window)
 from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNKS,
                     MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
                     OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
@@ -88,11 +88,6 @@ MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.Handsh
 HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
 CONNECT_TIMEOUT = 5.0
 CHECKERS = 2  # threads hashing and writing chunks (both let go of the GIL): one hashes while the other writes
-RESUME_BYTES = 2**30
-"""A download's resume point every this many bytes: its file is synced (fdatasync, off the loop) and
-the chunks written before are marked durable in its bitmap (2), so that after a power cut only the
-chunks since are checked against the tree again (:meth:`FileService._recheck`).  A kill -9 costs no
-check at all: the page cache outlives the process (same boot, :func:`_boot_id`)."""
 POOL_BYTES = 48 * 2**20  # chunk buffers kept for reuse: more than a download's window (8 MiB) and its checkers'
 LOW_WATER = 256 * 1024
 """A connection reading a chunk is woken once this much of it has come (SO_RCVLOWAT, where the system
@@ -334,9 +329,7 @@ class Transfer:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     part_fd: int | None = None
     bitmap_fd: int | None = None
-    unmarked: list[int] = field(default_factory=list)  # chunks written, their bitmap byte not yet
-    unsynced: list[int] = field(default_factory=list)  # chunks written since the last resume point
-    unsynced_bytes: int = 0
+    marks: ResumeMarks = field(default_factory=ResumeMarks)  # the bitmap's writes to make, and what is unsynced
     sync_job: asyncio.Future | None = None
     boot: str | None = None  # the boot whose page cache holds this download's unsynced writes
     synced: bool = True  # a finished download's file is on disk (its last sync done)
@@ -730,11 +723,11 @@ class FileService:
             return
         if transfer.state in ("waiting", "fetching", "verifying"):
             if not same_boot:
-                transfer.unsynced = [i for i, mark in enumerate(marks) if mark == 1]
+                transfer.marks.unsynced = [i for i, mark in enumerate(marks) if mark == 1]
             transfer.state = "waiting"
             self._start(transfer)
         elif transfer.state == "done" and not transfer.synced:
-            transfer.unsynced = list(range(offer.chunks)) if not same_boot else []
+            transfer.marks.unsynced = list(range(offer.chunks)) if not same_boot else []
             self._spawn(self._sync_done(transfer))
 
     def _close_fds(self, transfer: Transfer) -> None:
@@ -748,10 +741,10 @@ class FileService:
         """The bitmap bytes of the chunks written since the last call, a write per run of them (at
         every progress report, a resume point and the end): a kill -9 loses at most the chunks of
         one report's interval, never claims one that is not written."""
-        if transfer.unmarked and transfer.bitmap_fd is not None:
-            for start, count in _runs(transfer.unmarked):
-                _pwrite(transfer.bitmap_fd, b"\x01" * count, start)
-        transfer.unmarked = []
+        writes = transfer.marks.marks()
+        if transfer.bitmap_fd is not None:
+            for offset, data in writes:
+                _pwrite(transfer.bitmap_fd, data, offset)
 
     # -- fetching ----------------------------------------------------------------------------
 
@@ -1086,13 +1079,12 @@ class FileService:
         assert plan is not None and transfer.leaves is not None
         if not taken(plan, transfer.leaves, pid, index, digest):
             return
-        transfer.unmarked.append(index)  # its bitmap byte at the next report: after the chunk, never before
-        transfer.unsynced.append(index)
-        transfer.unsynced_bytes += transfer.offer.chunk_length(index)
+        # written: its bitmap byte comes at the next report, after the chunk, never before
+        resume_due = transfer.marks.stored(index, transfer.offer.chunk_length(index))
         transfer.progress_at, transfer.progressed = clock.now(), True
         for subscriber in list(transfer.subscribers):
             subscriber.write(HAVE_ONE, INDEX.pack(index))
-        if transfer.unsynced_bytes >= RESUME_BYTES and not plan.complete:
+        if resume_due and not plan.complete:
             self._resume_point(transfer)
         self._report(transfer)
 
@@ -1103,15 +1095,15 @@ class FileService:
         if transfer.sync_job is not None:
             return
         self._mark(transfer)  # their 1s are written before the 2s that follow
-        chunks, transfer.unsynced, transfer.unsynced_bytes = transfer.unsynced, [], 0
+        chunks = transfer.marks.resume_point()
         job = transfer.sync_job = asyncio.get_running_loop().run_in_executor(None, _sync_path, transfer.part)
 
         def synced(job: asyncio.Future) -> None:
             transfer.sync_job = None
             if job.cancelled() or job.exception() is not None or transfer.bitmap_fd is None:
                 return  # not durable: a power cut checks them again
-            for start, count in _runs(chunks):
-                _pwrite(transfer.bitmap_fd, b"\x02" * count, start)
+            for offset, data in bitmap_writes(chunks, DURABLE):
+                _pwrite(transfer.bitmap_fd, data, offset)
 
         job.add_done_callback(synced)
 
@@ -1121,18 +1113,18 @@ class FileService:
         do not match are fetched again.  The only bytes a receiver hashes twice, and only then."""
         if transfer.boot is not None:
             return
-        if transfer.unsynced:
-            bad = transfer.unsynced
+        if unsynced := transfer.marks.unsynced:
+            bad = unsynced
             if transfer.leaves is not None:
                 bad = await asyncio.get_running_loop().run_in_executor(
-                    self._checker, _bad_chunks, transfer.part, transfer.offer, transfer.leaves, transfer.unsynced)
+                    self._checker, _bad_chunks, transfer.part, transfer.offer, transfer.leaves, unsynced)
             if bad:
                 log.warning("files: %d chunks of %s were lost in a power cut; fetching them again", len(bad),
                             transfer.offer.name)
             for index in bad:
                 transfer.have[index] = 0
             self._save(transfer, bitmap=True)
-        transfer.unsynced, transfer.unsynced_bytes = [], 0
+        transfer.marks.forget()
         transfer.boot = _boot_id()
 
     async def _finish(self, transfer: Transfer) -> bool:
@@ -1153,7 +1145,7 @@ class FileService:
                 transfer.path = folder / unique_name(transfer.path.name, lambda n: (folder / n).exists())
         transfer.part.unlink()
         transfer.state, transfer.synced = "done", False
-        transfer.unsynced, transfer.unsynced_bytes = [], 0
+        transfer.marks.forget()
         self._save(transfer, bitmap=True)
         self._report(transfer, final=True)
         log.info("files: %s done (%d bytes received for %d)", transfer.path, transfer.received, transfer.offer.size)
@@ -1168,8 +1160,8 @@ class FileService:
         try:
             if transfer.boot is None and transfer.leaves is not None:
                 bad = await loop.run_in_executor(self._checker, _bad_chunks, transfer.path, transfer.offer,
-                                                 transfer.leaves, transfer.unsynced)
-                transfer.unsynced = []
+                                                 transfer.leaves, transfer.marks.unsynced)
+                transfer.marks.forget()
                 if bad:
                     log.warning("files: %d chunks of %s were lost in a power cut; fetching them again", len(bad),
                                 transfer.offer.name)
@@ -1384,17 +1376,6 @@ def _pread(fd: int, length: int, offset: int) -> bytes:
 
 
 _HAS_PWRITE = hasattr(os, "pwrite") and hasattr(os, "pread")
-
-
-def _runs(indices: list[int]) -> list[tuple[int, int]]:
-    """``indices`` as (first, how many) runs of consecutive ones, in order."""
-    runs: list[tuple[int, int]] = []
-    for index in sorted(indices):
-        if runs and runs[-1][0] + runs[-1][1] == index:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        elif not runs or runs[-1][0] + runs[-1][1] < index:
-            runs.append((index, 1))
-    return runs
 
 
 def _boot_id() -> str | None:

@@ -346,3 +346,35 @@ def test_the_offerer_sends_a_later_asker_elsewhere_once_per_chunk_and_a_chunk_no
     assert core.answer(core.GET, get(9), have, askers, "bob", connected) == (core.MISSING, 9)  # past the file
     with pytest.raises(core.TransferError):
         core.answer(core.HAVE, get(0), have, askers, "bob", connected)
+
+
+def test_a_download_s_bitmap_claims_a_chunk_only_once_written_and_durable_only_after_a_sync():
+    """Writes applied to a bitmap as file_transfer makes them: the 1s of the chunks written at each
+    report, a resume point every ``every`` bytes whose 2s follow its sync; after a kill -9 the
+    bitmap claims nothing unwritten, after a power cut only the 1s are checked again."""
+    bitmap = bytearray(10)
+    disk: set[int] = set()  # chunks written to the file
+    marks = core.ResumeMarks(every=3 * 100)
+
+    def apply(writes):
+        for offset, data in writes:
+            bitmap[offset:offset + len(data)] = data
+
+    disk.update({0, 1})  # the file's writes come first
+    assert [marks.stored(index, 100) for index in (0, 1)] == [False, False]
+    assert bitmap == bytearray(10)  # no report yet: nothing claimed
+    apply(marks.marks())
+    assert bitmap[:3] == b"\1\1\0" and marks.marks() == []
+    disk.add(2)
+    assert marks.stored(2, 100)  # 300 bytes since the last resume point: one is due
+    apply(marks.marks())
+    synced = marks.resume_point()
+    assert synced == [0, 1, 2] and marks.unsynced == [] and not marks.stored(5, 100)
+    disk.add(5)
+    assert all(i in disk for i, mark in enumerate(bitmap) if mark)  # a kill -9 here: nothing claimed unwritten
+    apply(core.bitmap_writes(synced, core.DURABLE))  # the sync is done
+    apply(marks.marks())
+    assert bitmap == bytearray(b"\2\2\2\0\0\1\0\0\0\0")
+    assert [i for i, mark in enumerate(bitmap) if mark == 1] == marks.unsynced == [5]  # a power cut: checked again
+    marks.forget()
+    assert marks.unsynced == [] and core.runs([7, 3, 4, 9, 8]) == [(3, 2), (7, 3)]
