@@ -346,10 +346,11 @@ def split_chunk(payload: memoryview) -> tuple[int, memoryview]:
 
 
 def chunk_asked(plan: ChunkPlan, pid: str, index: int) -> bool:
-    """Whether chunk ``index`` is in flight to ``pid``: asked of it, not come yet (nor come and
-    being checked), so not held.  A chunk frame that is not is never hashed nor written: a source
-    cannot make a receiver hash what it never asked for, nor write over a chunk held."""
-    return plan.inflight.get(index) == pid
+    """Whether chunk ``index`` is in flight to ``pid``: asked of it and not come yet (a copy that
+    came is being checked, or taken), so not held.  A chunk frame that is not is never hashed nor
+    written: a source cannot make a receiver hash what it never asked for, or twice, nor write
+    over a chunk held."""
+    return plan.inflight.get(index) == pid and index not in plan.checking
 
 
 def chunk_admitted(plan: ChunkPlan, offer: FileOffer, pid: str, index: int, length: int) -> bool:
@@ -410,6 +411,7 @@ def heard(plan: ChunkPlan, offer: FileOffer, leaves: list[bytes], pid: str, kind
         if not chunk_admitted(plan, offer, pid, index, len(data)):
             plan.received(pid, index, b"", leaves)  # counted as bad
             return Heard(freed=1)
+        plan.checking.add(index)
         return Heard(chunk=(index, data))
     if kind == HAVE_ONE:
         plan.source_has(pid, index_of(bytes(payload)))

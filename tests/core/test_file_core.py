@@ -378,3 +378,21 @@ def test_a_download_s_bitmap_claims_a_chunk_only_once_written_and_durable_only_a
     assert [i for i, mark in enumerate(bitmap) if mark == 1] == marks.unsynced == [5]  # a power cut: checked again
     marks.forget()
     assert marks.unsynced == [] and core.runs([7, 3, 4, 9, 8]) == [(3, 2), (7, 3)]
+
+
+def test_a_second_copy_of_a_chunk_being_checked_is_not_hashed_again():
+    offer, leaves, data = a_file(4)
+    plan = ChunkPlan(offer.chunks, spare="ann", me="bob")
+    plan.add_source("mal", b"\1" * offer.chunks)
+    assert core.asks(plan, {"mal": 0}, 4, False, 0.0) == {"mal": [0, 1, 2, 3]}
+    frame = struct.pack(">I", 1) + data[1]
+    first = core.heard(plan, offer, leaves, "mal", core.CHUNK, frame, 1.0, 0.5)
+    assert first.chunk is not None
+    for _ in range(3):  # sent again while the first is hashed: dropped unhashed, nothing freed
+        again = core.heard(plan, offer, leaves, "mal", core.CHUNK, frame, 1.0, 0.5)
+        assert again.chunk is None and again.freed == 0
+    assert core.taken(plan, leaves, "mal", 1, leaf_hash(data[1])) and plan.checking == set()
+    assert core.heard(plan, offer, leaves, "mal", core.CHUNK, frame, 2.0, 0.5).chunk is None  # held now
+    wrong = core.heard(plan, offer, leaves, "mal", core.CHUNK, struct.pack(">I", 2) + data[0], 2.0, 0.5)
+    assert not core.taken(plan, leaves, "mal", 2, leaf_hash(wrong.chunk[1]))  # garbage: its slot is free again
+    assert 2 not in plan.checking and 2 not in plan.inflight and plan.bad["mal"] == 1
