@@ -1,5 +1,9 @@
 """Files over TCP: the asyncio layer that serves and fetches the chunks :mod:`middleware.files` plans.
 
+The protocol itself (frames, seals, the handshake, what a server answers, what a download asks,
+which chunks it keeps and what its bitmap says when) is :mod:`middleware.file_core`, which does no
+I/O; this module is its sockets, files, threads and clock.
+
 Every peer listens on TCP at its unicast endpoint's address and port (the UDP
 endpoint of :mod:`middleware.reach`), so wherever a member's datagrams come from,
 its chunks can be fetched.  One connection carries one file of one group:
@@ -59,16 +63,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import msgpack
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.exceptions import InvalidTag
 
-from . import clock, crypto
+from . import clock
 from .events import FileProgress
 from .kinds import FILE_OFFER
-from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNK,
-                    MAX_CHUNKS, MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
+from .file_core import (BUSY, CHALLENGE, CHUNK, DURABLE, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX,
+                        LENGTH, MAX_FRAME, MAX_HANDSHAKE_FRAME, MISSING, NONE, PROOF, ClientHandshake, FrameCutter,
+                        NotProven, ResumeMarks, Seal, ServerHandshake, TransferError, answer, asks, bitmap_writes,
+                        check_length, encode, encode_many, heard, index_of, open_frame, taken, window)
+from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNKS,
+                    MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
                     OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
                     name_fits, parse_offer, safe_name, split_leaves, tree_root, unique_name)
 from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
@@ -78,22 +82,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VERSION = "m2mc-file1"
-HELLO, CHALLENGE, PROOF, HAVE, NONE, HAVE_ONE, GET_HASHES, HASHES, GET, CHUNK, BUSY, MISSING, ELSEWHERE = range(1, 14)
-MAX_FRAME = MAX_CHUNK + 64
 READ_BUFFER = 2**20  # a stream stops reading past twice this, unless a frame being read needs more
-MAX_HANDSHAKE_FRAME = 4096
 HANDSHAKE_TIMEOUT = 5.0  # seconds from a connection's accept to its key proven; a LAN's handshake takes milliseconds
 MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.HandshakeSlots`)
 HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
 CONNECT_TIMEOUT = 5.0
-WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked and written (at least 4 chunks)
 CHECKERS = 2  # threads hashing and writing chunks (both let go of the GIL): one hashes while the other writes
-RESUME_BYTES = 2**30
-"""A download's resume point every this many bytes: its file is synced (fdatasync, off the loop) and
-the chunks written before are marked durable in its bitmap (2), so that after a power cut only the
-chunks since are checked against the tree again (:meth:`FileService._recheck`).  A kill -9 costs no
-check at all: the page cache outlives the process (same boot, :func:`_boot_id`)."""
 POOL_BYTES = 48 * 2**20  # chunk buffers kept for reuse: more than a download's window (8 MiB) and its checkers'
 LOW_WATER = 256 * 1024
 """A connection reading a chunk is woken once this much of it has come (SO_RCVLOWAT, where the system
@@ -115,44 +109,9 @@ ELSEWHERE_WAIT = 0.5  # seconds a chunk the offerer sent elsewhere waits for a m
 SETTLE_WAIT = 0.5  # seconds a new download waits for the members it reaches to say what they hold, before asking the offerer
 LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list
 ANSWER_TIMEOUT = HANDSHAKE_TIMEOUT + LEAVES_WAIT / 10  # seconds a client waits for HAVE, NONE or BUSY
-_INDEX = struct.Struct(">I")
-_LENGTH = struct.Struct(">I")
 
 
-class TransferError(Exception):
-    """The other side broke the protocol, or is not who it should be: the connection is closed."""
-
-
-# -- framing ---------------------------------------------------------------------------
-
-
-class _Seal:
-    """One direction of a private group's stream: ChaCha20-Poly1305, the nonce a frame counter."""
-
-    def __init__(self, key: bytes) -> None:
-        self._aead = ChaCha20Poly1305(key)
-        self._counter = 0
-
-    def seal(self, body: bytes) -> bytes:
-        nonce = self._counter.to_bytes(12, "big")
-        self._counter += 1
-        return self._aead.encrypt(nonce, body, None)
-
-    def open(self, body: bytes | bytearray) -> bytes:
-        nonce = self._counter.to_bytes(12, "big")
-        self._counter += 1
-        try:
-            return self._aead.decrypt(nonce, body, None)
-        except InvalidTag:
-            raise TransferError("a sealed frame does not open") from None
-
-
-def _session_keys(group_key: bytes, nonce_c: bytes, nonce_s: bytes) -> tuple[bytes, bytes]:
-    """(client to server, server to client) keys of one connection."""
-    out = []
-    for info in (b"m2mc-file c2s", b"m2mc-file s2c"):
-        out.append(HKDF(algorithm=hashes.SHA256(), length=32, salt=nonce_c + nonce_s, info=info).derive(group_key))
-    return out[0], out[1]
+# -- the stream adapter ----------------------------------------------------------------
 
 
 class _Buffers:
@@ -185,72 +144,46 @@ class _Buffers:
 class _FrameReader(asyncio.BufferedProtocol):
     """A fetching connection's frames after its handshake, read straight into their own buffers.
 
-    A frame larger than the scratch buffer (every chunk) is received into a buffer of its own
-    (taken from ``buffers``), which a checker thread then hashes and writes: its bytes are
-    copied once, from the socket, where asyncio's StreamReader copied them twice more (into its
-    buffer, and out).  While a chunk comes, the socket wakes the loop only once
-    :data:`LOW_WATER` bytes of it are there.  Small frames are cut out of the scratch buffer.
-    ``limit``: the longest frame taken.
+    The socket's bytes go where the :class:`file_core.FrameCutter` says: a chunk into a buffer of
+    its own (taken from ``buffers``), which a checker thread then hashes and writes, so its bytes
+    are copied once, from the socket, where asyncio's StreamReader copied them twice more (into its
+    buffer, and out).  While a chunk comes, the socket wakes the loop only once :data:`LOW_WATER`
+    bytes of it are there.  ``limit``: the longest frame taken.
     """
-
-    SCRATCH = 64 * 1024
 
     def __init__(self, transport: asyncio.BaseTransport, limit: int, buffers: _Buffers | None = None) -> None:
         self.transport = transport
-        self.limit = limit
         self.buffers = buffers or _Buffers(0)
-        self._scratch = bytearray(self.SCRATCH)
-        self._filled = 0
-        self._body: bytearray | None = None
-        self._body_at = 0
+        self.cutter = FrameCutter(limit, self.buffers.take)
         self._frames: collections.deque[bytes | bytearray] = collections.deque()
         self._waiter: asyncio.Future | None = None
         self._error: BaseException | None = None
         self._socket = transport.get_extra_info("socket") if hasattr(socket, "SO_RCVLOWAT") else None
         self._low_water = 1
 
+    @property
+    def limit(self) -> int:
+        return self.cutter.limit
+
+    @limit.setter
+    def limit(self, limit: int) -> None:
+        self.cutter.limit = limit
+
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._body is not None:
-            return memoryview(self._body)[self._body_at:]
-        return memoryview(self._scratch)[self._filled:]
+        return self.cutter.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._body is not None:
-            self._body_at += nbytes
-            if self._body_at == len(self._body):
-                self._push(self._body)
-                self._body = None
-            self._wake_at()
+        for frame in self.cutter.updated(nbytes):
+            self._push(frame)
+        if self.cutter.error is not None:
+            self._stop(self.cutter.error)
             return
-        self._filled += nbytes
-        scratch, at = self._scratch, 0
-        while self._filled - at >= 4:
-            length = _LENGTH.unpack_from(scratch, at)[0]
-            if not 1 <= length <= self.limit + 16:
-                self._stop(TransferError(f"a frame of {length} bytes"))
-                return
-            start = at + 4
-            if self._filled - start >= length:
-                self._push(bytes(scratch[start:start + length]))
-                at = start + length
-            elif 4 + length > self.SCRATCH:  # a chunk: the rest comes straight into its own buffer
-                self._body = self.buffers.take(length)
-                self._body_at = self._filled - start
-                self._body[:self._body_at] = scratch[start:self._filled]
-                at = self._filled
-                break
-            else:
-                break
-        if at:
-            left = self._filled - at
-            scratch[:left] = scratch[at:self._filled]
-            self._filled = left
         self._wake_at()
 
     def _wake_at(self) -> None:
         """Wake the loop when the rest of a chunk, or :data:`LOW_WATER` of it, is there; between
         chunks at any byte (a small frame must never wait for more)."""
-        want = 1 if self._body is None else min(LOW_WATER, len(self._body) - self._body_at)
+        want = min(LOW_WATER, self.cutter.wanted())
         if want != self._low_water and self._socket is not None:
             try:
                 self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
@@ -285,18 +218,14 @@ class _FrameReader(asyncio.BufferedProtocol):
         return self._frames.popleft()
 
 
-def _keep(buffer: object) -> None:
-    """A frame read by the StreamReader: its buffer is nobody's to reuse."""
-
-
 class _Stream:
     """Frames (4-byte length, 1-byte type, payload) over an asyncio stream, sealed once keyed."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
-        self.seal_out: _Seal | None = None
-        self.seal_in: _Seal | None = None
+        self.seal_out: Seal | None = None
+        self.seal_in: Seal | None = None
         self.bytes_in = 0
         self.bytes_out = 0
         self._held: list[bytes] | None = None  # frames written while sendfile(2) has the socket
@@ -315,40 +244,24 @@ class _Stream:
         if self.frames is not None:
             body: bytes | bytearray = await self.frames.read()
             length = len(body)
-            if length > limit + 16:
-                raise TransferError(f"a frame of {length} bytes")
+            check_length(length, limit)
         else:
-            length = _LENGTH.unpack(await self.reader.readexactly(4))[0]
-            if not 1 <= length <= limit + 16:
-                raise TransferError(f"a frame of {length} bytes")
+            length = LENGTH.unpack(await self.reader.readexactly(4))[0]
+            check_length(length, limit)
             body = await self.reader.readexactly(length)
         self.bytes_in += 4 + length
-        give = self.frames.buffers.give if self.frames is not None else _keep
-        if self.seal_in is not None:
-            sealed, body = body, self.seal_in.open(body)
-            give(sealed)
-        if not body:
-            raise TransferError("an empty frame")
-        if body[0] == CHUNK:  # its payload is not copied once more: chunks are most of the bytes
-            return CHUNK, memoryview(body)[1:]
-        kind, payload = body[0], bytes(body[1:])
-        give(body)
+        kind, payload = open_frame(body, self.seal_in)
+        if self.frames is not None and (self.seal_in is not None or kind != CHUNK):
+            self.frames.buffers.give(body)  # a chunk's own buffer goes back once it is checked
         return kind, payload
 
     def write(self, kind: int, *parts: bytes | memoryview) -> None:
         if self._held is not None:  # asyncio refuses writes during sendfile: they follow it
             self._held.append(bytes([kind]) + b"".join(parts))
             return
-        if self.seal_out is not None:
-            body = self.seal_out.seal(bytes([kind]) + b"".join(parts))
-            self.writer.write(_LENGTH.pack(len(body)) + body)
-            self.bytes_out += 4 + len(body)
-            return
-        length = 1 + sum(len(p) for p in parts)
-        self.writer.write(_LENGTH.pack(length) + bytes([kind]))
-        for part in parts:
-            self.writer.write(part)
-        self.bytes_out += 4 + length
+        for piece in encode(kind, *parts, seal=self.seal_out):
+            self.writer.write(piece)
+            self.bytes_out += len(piece)
 
     def write_many(self, kind: int, payloads: list[bytes]) -> None:
         """Small frames of one kind, in one write when unsealed."""
@@ -356,8 +269,7 @@ class _Stream:
             for payload in payloads:
                 self.write(kind, payload)
             return
-        head = bytes([kind])
-        data = b"".join(_LENGTH.pack(1 + len(p)) + head + p for p in payloads)
+        data = encode_many(kind, payloads)
         self.writer.write(data)
         self.bytes_out += len(data)
 
@@ -373,19 +285,11 @@ class _Stream:
 
     def write_header(self, kind: int, length: int) -> None:
         """The head of an unsealed frame whose ``length`` bytes of payload the caller writes itself."""
-        self.writer.write(_LENGTH.pack(1 + length) + bytes([kind]))
+        self.writer.write(LENGTH.pack(1 + length) + bytes([kind]))
         self.bytes_out += 5
 
     def close(self) -> None:
         self.writer.close()
-
-
-def _server_signed(gid: str, mid: str, nonce_c: bytes, nonce_s: bytes, client_key: bytes) -> bytes:
-    return b"\0".join([b"m2mc-file-server", gid.encode(), mid.encode(), nonce_c, nonce_s, client_key])
-
-
-def _client_signed(gid: str, mid: str, nonce_c: bytes, nonce_s: bytes, server_key: bytes) -> bytes:
-    return b"\0".join([b"m2mc-file-client", gid.encode(), mid.encode(), nonce_c, nonce_s, server_key])
 
 
 # -- transfers ---------------------------------------------------------------------------
@@ -425,9 +329,7 @@ class Transfer:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     part_fd: int | None = None
     bitmap_fd: int | None = None
-    unmarked: list[int] = field(default_factory=list)  # chunks written, their bitmap byte not yet
-    unsynced: list[int] = field(default_factory=list)  # chunks written since the last resume point
-    unsynced_bytes: int = 0
+    marks: ResumeMarks = field(default_factory=ResumeMarks)  # the bitmap's writes to make, and what is unsynced
     sync_job: asyncio.Future | None = None
     boot: str | None = None  # the boot whose page cache holds this download's unsynced writes
     synced: bool = True  # a finished download's file is on disk (its last sync done)
@@ -821,11 +723,11 @@ class FileService:
             return
         if transfer.state in ("waiting", "fetching", "verifying"):
             if not same_boot:
-                transfer.unsynced = [i for i, mark in enumerate(marks) if mark == 1]
+                transfer.marks.unsynced = [i for i, mark in enumerate(marks) if mark == 1]
             transfer.state = "waiting"
             self._start(transfer)
         elif transfer.state == "done" and not transfer.synced:
-            transfer.unsynced = list(range(offer.chunks)) if not same_boot else []
+            transfer.marks.unsynced = list(range(offer.chunks)) if not same_boot else []
             self._spawn(self._sync_done(transfer))
 
     def _close_fds(self, transfer: Transfer) -> None:
@@ -839,10 +741,10 @@ class FileService:
         """The bitmap bytes of the chunks written since the last call, a write per run of them (at
         every progress report, a resume point and the end): a kill -9 loses at most the chunks of
         one report's interval, never claims one that is not written."""
-        if transfer.unmarked and transfer.bitmap_fd is not None:
-            for start, count in _runs(transfer.unmarked):
-                _pwrite(transfer.bitmap_fd, b"\x01" * count, start)
-        transfer.unmarked = []
+        writes = transfer.marks.marks()
+        if transfer.bitmap_fd is not None:
+            for offset, data in writes:
+                _pwrite(transfer.bitmap_fd, data, offset)
 
     # -- fetching ----------------------------------------------------------------------------
 
@@ -1032,7 +934,7 @@ class FileService:
                             stream.frames.limit = MAX_FRAME
                         break
                     if kind == HAVE_ONE:
-                        announced.append(_INDEX.unpack(data)[0])
+                        announced.append(index_of(data))
                 try:
                     leaves = split_leaves(data, transfer.offer)
                 except OfferError as exc:
@@ -1052,20 +954,24 @@ class FileService:
             if any(payload) or announced:
                 transfer.holders.add(pid)
             self._pump(transfer)
+            tree = transfer.leaves
+            assert tree is not None
             while transfer.state == "fetching":
                 kind, data = await stream.read()
-                if kind == CHUNK:
-                    self._check_chunk(transfer, source, _INDEX.unpack_from(data)[0], data[4:])
-                elif kind == HAVE_ONE:
-                    plan.source_has(pid, _INDEX.unpack(data)[0])
+                outcome = heard(plan, transfer.offer, tree, pid, kind, data, clock.now(), ELSEWHERE_WAIT)
+                source.outstanding -= outcome.freed
+                if outcome.holds:
                     transfer.holders.add(pid)
-                elif kind == ELSEWHERE:  # another receiver asked the offerer first: from it, or later
-                    if plan.elsewhere(pid, _INDEX.unpack(data)[0], clock.now() + ELSEWHERE_WAIT):
-                        source.outstanding -= 1  # (so at most one timer per chunk asked of the offerer)
-                        asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
-                elif kind == MISSING:  # its copy is gone or changed: not asked of it again
-                    if plan.source_lacks(pid, _INDEX.unpack(data)[0]):
-                        source.outstanding -= 1
+                if outcome.ask_at is not None:  # (at most one timer per chunk asked of the offerer)
+                    asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
+                if kind == CHUNK:
+                    transfer.received += len(data) - INDEX.size
+                    if outcome.chunk is not None:
+                        self._check_chunk(transfer, source, *outcome.chunk)
+                    else:  # refused unchecked (not asked of this source, or not that chunk's length)
+                        self._buffers.give(data.obj)
+                        if outcome.freed:
+                            self._after_chunk(transfer, source)
                 self._pump(transfer)
         except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError,
                 ValueError, msgpack.ExtraData) as exc:
@@ -1090,27 +996,18 @@ class FileService:
                                                 CONNECT_TIMEOUT)
         stream = _Stream(reader, writer)
         try:
-            gid, mid = transfer.gid, format_mid(transfer.mid)
-            identity = self.core.identity
-            nonce_c = os.urandom(32)
-            stream.write(HELLO, msgpack.packb([VERSION, gid, mid, identity.public_key, nonce_c]))
+            handshake = ClientHandshake(self.core.identity, transfer.gid, format_mid(transfer.mid), pid,
+                                        os.urandom(32))
+            stream.write(HELLO, handshake.hello())
             kind, payload = await asyncio.wait_for(stream.read(MAX_HANDSHAKE_FRAME), HANDSHAKE_TIMEOUT)
-            fields = msgpack.unpackb(payload)
-            if kind != CHALLENGE or type(fields) is not list or len(fields) != 3:
-                raise TransferError("expected a challenge")
-            server_key, nonce_s, signature = fields
-            if not isinstance(server_key, bytes) or crypto.pid_of(server_key) != pid or not isinstance(nonce_s, bytes) \
-                    or len(nonce_s) != 32 or not isinstance(signature, bytes) \
-                    or not crypto.verify(server_key, signature, _server_signed(gid, mid, nonce_c, nonce_s,
-                                                                               identity.public_key)):
+            try:
+                proof = handshake.challenged(kind, payload)
+            except NotProven:
                 self.handshakes_failed += 1
-                raise TransferError(f"the server at {host}:{port} did not prove it is {pid}")
+                raise TransferError(f"the server at {host}:{port} did not prove it is {pid}") from None
             stream.read_frames(buffers=self._buffers)  # before PROOF: the server sends nothing until it has it
-            stream.write(PROOF, identity.sign(_client_signed(gid, mid, nonce_c, nonce_s, server_key)))
-            key = self.core.store.group_key(gid)
-            if key:
-                to_server, to_client = _session_keys(key, nonce_c, nonce_s)
-                stream.seal_out, stream.seal_in = _Seal(to_server), _Seal(to_client)
+            stream.write(PROOF, proof)
+            stream.seal_out, stream.seal_in = handshake.seals(self.core.store.group_key(transfer.gid))
             await writer.drain()
             return stream
         except BaseException:
@@ -1122,15 +1019,13 @@ class FileService:
         plan = transfer.plan
         if plan is None or transfer.state != "fetching":
             return
-        window = max(4, WINDOW_BYTES // transfer.offer.chunk_size)
-        settling = self._settling(transfer, plan)
-        for source in list(transfer.sources.values()):
-            if source.stream is None or source.outstanding >= window or (settling and source.pid == plan.spare):
-                continue
-            picked = plan.pick(source.pid, window - source.outstanding, clock.now())
-            if picked:  # one write, one segment, for all of them
-                source.stream.write_many(GET, [_INDEX.pack(index) for index in picked])
-                source.outstanding += len(picked)
+        connected = {source.pid: source for source in transfer.sources.values() if source.stream is not None}
+        owed = {pid: source.outstanding for pid, source in connected.items()}
+        for pid, picked in asks(plan, owed, window(transfer.offer), self._settling(transfer, plan), clock.now()).items():
+            source = connected[pid]
+            assert source.stream is not None
+            source.stream.write_many(GET, [INDEX.pack(index) for index in picked])  # one write, one segment
+            source.outstanding += len(picked)
 
     @staticmethod
     def _settling(transfer: Transfer, plan: ChunkPlan) -> bool:
@@ -1150,14 +1045,6 @@ class FileService:
         source meanwhile: never asked twice."""
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
-        transfer.received += len(data)
-        plan.arrived(source.pid, clock.now())
-        if not 0 <= index < plan.count or len(data) != transfer.offer.chunk_length(index):
-            source.outstanding -= 1
-            self._buffers.give(data.obj)
-            plan.received(source.pid, index, b"", transfer.leaves)  # counted as bad
-            self._after_chunk(transfer, source)
-            return
         job = asyncio.get_running_loop().run_in_executor(
             self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
             index * transfer.offer.chunk_size)
@@ -1190,16 +1077,14 @@ class FileService:
     def _take_chunk(self, transfer: Transfer, pid: str, index: int, digest: bytes) -> None:
         plan = transfer.plan
         assert plan is not None and transfer.leaves is not None
-        if not plan.received(pid, index, b"", transfer.leaves, digest):
+        if not taken(plan, transfer.leaves, pid, index, digest):
             return
-        plan.stored(index)
-        transfer.unmarked.append(index)  # its bitmap byte at the next report: after the chunk, never before
-        transfer.unsynced.append(index)
-        transfer.unsynced_bytes += transfer.offer.chunk_length(index)
+        # written: its bitmap byte comes at the next report, after the chunk, never before
+        resume_due = transfer.marks.stored(index, transfer.offer.chunk_length(index))
         transfer.progress_at, transfer.progressed = clock.now(), True
         for subscriber in list(transfer.subscribers):
-            subscriber.write(HAVE_ONE, _INDEX.pack(index))
-        if transfer.unsynced_bytes >= RESUME_BYTES and not plan.complete:
+            subscriber.write(HAVE_ONE, INDEX.pack(index))
+        if resume_due and not plan.complete:
             self._resume_point(transfer)
         self._report(transfer)
 
@@ -1210,15 +1095,15 @@ class FileService:
         if transfer.sync_job is not None:
             return
         self._mark(transfer)  # their 1s are written before the 2s that follow
-        chunks, transfer.unsynced, transfer.unsynced_bytes = transfer.unsynced, [], 0
+        chunks = transfer.marks.resume_point()
         job = transfer.sync_job = asyncio.get_running_loop().run_in_executor(None, _sync_path, transfer.part)
 
         def synced(job: asyncio.Future) -> None:
             transfer.sync_job = None
             if job.cancelled() or job.exception() is not None or transfer.bitmap_fd is None:
                 return  # not durable: a power cut checks them again
-            for start, count in _runs(chunks):
-                _pwrite(transfer.bitmap_fd, b"\x02" * count, start)
+            for offset, data in bitmap_writes(chunks, DURABLE):
+                _pwrite(transfer.bitmap_fd, data, offset)
 
         job.add_done_callback(synced)
 
@@ -1228,18 +1113,18 @@ class FileService:
         do not match are fetched again.  The only bytes a receiver hashes twice, and only then."""
         if transfer.boot is not None:
             return
-        if transfer.unsynced:
-            bad = transfer.unsynced
+        if unsynced := transfer.marks.unsynced:
+            bad = unsynced
             if transfer.leaves is not None:
                 bad = await asyncio.get_running_loop().run_in_executor(
-                    self._checker, _bad_chunks, transfer.part, transfer.offer, transfer.leaves, transfer.unsynced)
+                    self._checker, _bad_chunks, transfer.part, transfer.offer, transfer.leaves, unsynced)
             if bad:
                 log.warning("files: %d chunks of %s were lost in a power cut; fetching them again", len(bad),
                             transfer.offer.name)
             for index in bad:
                 transfer.have[index] = 0
             self._save(transfer, bitmap=True)
-        transfer.unsynced, transfer.unsynced_bytes = [], 0
+        transfer.marks.forget()
         transfer.boot = _boot_id()
 
     async def _finish(self, transfer: Transfer) -> bool:
@@ -1260,7 +1145,7 @@ class FileService:
                 transfer.path = folder / unique_name(transfer.path.name, lambda n: (folder / n).exists())
         transfer.part.unlink()
         transfer.state, transfer.synced = "done", False
-        transfer.unsynced, transfer.unsynced_bytes = [], 0
+        transfer.marks.forget()
         self._save(transfer, bitmap=True)
         self._report(transfer, final=True)
         log.info("files: %s done (%d bytes received for %d)", transfer.path, transfer.received, transfer.offer.size)
@@ -1275,8 +1160,8 @@ class FileService:
         try:
             if transfer.boot is None and transfer.leaves is not None:
                 bad = await loop.run_in_executor(self._checker, _bad_chunks, transfer.path, transfer.offer,
-                                                 transfer.leaves, transfer.unsynced)
-                transfer.unsynced = []
+                                                 transfer.leaves, transfer.marks.unsynced)
+                transfer.marks.forget()
                 if bad:
                     log.warning("files: %d chunks of %s were lost in a power cut; fetching them again", len(bad),
                                 transfer.offer.name)
@@ -1311,6 +1196,11 @@ class FileService:
 
     # -- serving -------------------------------------------------------------------------------
 
+    def _is_member(self, gid: str, pid: str) -> bool:
+        """Whether ``pid`` is a current member of ``gid``, a group this peer has joined."""
+        record = self.core.gjlp.groups.get(gid)
+        return record is not None and gid in self.core.joined and record.is_current(pid)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = _Stream(reader, writer)
         client = None
@@ -1327,38 +1217,26 @@ class FileService:
         self._pending[handshake] = stream
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                server = ServerHandshake(self.core.identity, os.urandom(32))
                 kind, payload = await stream.read(MAX_HANDSHAKE_FRAME)
-                fields = msgpack.unpackb(payload) if kind == HELLO else None
-                if type(fields) is not list or len(fields) != 5 or fields[0] != VERSION:
-                    raise TransferError("expected a HELLO")
-                _, gid, mid_text, client_key, nonce_c = fields
-                if not (isinstance(gid, str) and isinstance(mid_text, str) and isinstance(client_key, bytes)
-                        and len(client_key) == 32 and isinstance(nonce_c, bytes) and len(nonce_c) == 32):
-                    raise TransferError("a malformed HELLO")
-                record = self.core.gjlp.groups.get(gid)
-                pid = crypto.pid_of(client_key)
-                if record is None or gid not in self.core.joined or not record.is_current(pid):
+                challenge = server.hello(kind, payload, self._is_member)
+                if challenge is None:
                     self.strangers_refused += 1  # a stranger gets nothing, not even a signature
                     return
                 self.handshakes.named_member(handshake)
-                nonce_s = os.urandom(32)
-                identity = self.core.identity
-                stream.write(CHALLENGE, msgpack.packb([identity.public_key, nonce_s, identity.sign(
-                    _server_signed(gid, mid_text, nonce_c, nonce_s, client_key))]))
-                kind, signature = await stream.read(MAX_HANDSHAKE_FRAME)
-                if kind != PROOF or not crypto.verify(client_key, signature, _client_signed(
-                        gid, mid_text, nonce_c, nonce_s, identity.public_key)):
+                stream.write(CHALLENGE, challenge)
+                try:
+                    hello = server.proven(*await stream.read(MAX_HANDSHAKE_FRAME))
+                except NotProven:
                     self.handshakes_failed += 1
-                    raise TransferError(f"{pid} did not prove its key")
+                    raise
             self._pending.pop(handshake, None)
             self.handshakes.release(handshake)
             handshake = None
-            key = self.core.store.group_key(gid)
-            if key:
-                to_server, to_client = _session_keys(key, nonce_c, nonce_s)
-                stream.seal_in, stream.seal_out = _Seal(to_server), _Seal(to_client)
+            gid, pid = hello.gid, hello.pid
+            stream.seal_in, stream.seal_out = server.seals(self.core.store.group_key(gid))
             try:
-                transfer = self.transfers.get((gid, parse_mid(mid_text)))
+                transfer = self.transfers.get((gid, parse_mid(hello.mid)))
             except ValueError:
                 transfer = None
             for _ in range(LEAVES_WAIT):  # a receiver that started at the same time: soon a holder
@@ -1399,20 +1277,19 @@ class FileService:
                 # A slot held asking nothing is closed after UPLOAD_IDLE (and gives way after UPLOAD_GIVES_WAY).
                 kind, data = await asyncio.wait_for(stream.read(64), UPLOAD_IDLE)
                 self.caps.touch(upload, clock.now(), serving=True)
-                if kind == GET_HASHES:
+                reply, index = answer(kind, data, transfer.have, transfer.askers, client,
+                                      lambda pid: transfer.clients.get(pid, 0) > 0)
+                if reply == HASHES:
                     hashes = b"".join(transfer.leaves)
                     stream.write(HASHES, hashes)
                     await asyncio.wait_for(writer.drain(), CHUNK_DEADLINE + len(hashes) / MIN_SOURCE_RATE)
-                elif kind == GET:
-                    index = _INDEX.unpack(data)[0]
-                    if transfer.askers is not None and not transfer.askers.serve(
-                            client, index, lambda pid: transfer.clients.get(pid, 0) > 0):
-                        stream.write(ELSEWHERE, data)
-                        continue
+                    continue
+                assert index is not None
+                if reply == CHUNK:
                     sent = await asyncio.wait_for(self._send_chunk(stream, transfer, index), deadline)
                     transfer.uploaded += sent  # not "+= await": other connections add meanwhile
-                else:
-                    raise TransferError(f"unexpected frame {kind}")
+                else:  # ELSEWHERE or MISSING
+                    stream.write(reply, INDEX.pack(index))
         except (OSError, asyncio.IncompleteReadError, TransferError, asyncio.TimeoutError, ValueError,
                 msgpack.ExtraData, struct.error) as exc:
             log.debug("files: serving: %s", exc)
@@ -1439,12 +1316,10 @@ class FileService:
             stream.close()
 
     async def _send_chunk(self, stream: _Stream, transfer: Transfer, index: int) -> int:
-        """CHUNK (or MISSING) for ``index``; the bytes of chunk sent.  Unsealed, the chunk goes from
+        """CHUNK for ``index``, a chunk held (or MISSING if its file is gone or changed); the bytes of
+        chunk sent.  Unsealed, the chunk goes from
         the file to the socket by sendfile(2), never through this process's memory."""
         offer = transfer.offer
-        if not 0 <= index < len(transfer.have) or not transfer.have[index]:
-            stream.write(MISSING, _INDEX.pack(index))
-            return 0
         path = transfer.part if transfer.role == "download" and transfer.state != "done" else transfer.path
         length, offset = offer.chunk_length(index), index * offer.chunk_size
         try:
@@ -1452,10 +1327,10 @@ class FileService:
                 if os.fstat(source.fileno()).st_size < offset + length:
                     raise OSError(f"{path} is shorter than the offer")
                 if stream.seal_out is not None:
-                    stream.write(CHUNK, _INDEX.pack(index), _pread(source.fileno(), length, offset))
+                    stream.write(CHUNK, INDEX.pack(index), _pread(source.fileno(), length, offset))
                     return length
                 stream.write_header(CHUNK, 4 + length)
-                stream.writer.write(_INDEX.pack(index))
+                stream.writer.write(INDEX.pack(index))
                 await stream.writer.drain()
                 sent = await stream.send_file(source, offset, length)
                 if sent != length:
@@ -1464,7 +1339,7 @@ class FileService:
                 return length
         except OSError as exc:  # gone or changed since: the receivers ask others
             log.info("files: cannot serve chunk %d of %s: %s", index, path, exc)
-            stream.write(MISSING, _INDEX.pack(index))
+            stream.write(MISSING, INDEX.pack(index))
             return 0
 
 
@@ -1501,17 +1376,6 @@ def _pread(fd: int, length: int, offset: int) -> bytes:
 
 
 _HAS_PWRITE = hasattr(os, "pwrite") and hasattr(os, "pread")
-
-
-def _runs(indices: list[int]) -> list[tuple[int, int]]:
-    """``indices`` as (first, how many) runs of consecutive ones, in order."""
-    runs: list[tuple[int, int]] = []
-    for index in sorted(indices):
-        if runs and runs[-1][0] + runs[-1][1] == index:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        elif not runs or runs[-1][0] + runs[-1][1] < index:
-            runs.append((index, 1))
-    return runs
 
 
 def _boot_id() -> str | None:

@@ -356,6 +356,7 @@ class ChunkPlan:
         self.have = have if have is not None else bytearray(count)
         self._missing = [i for i in range(count) if not self.have[i]]  # in index order (in flight ones too)
         self.inflight: dict[int, str] = {}
+        self.checking: set[int] = set()  # in flight, and come: being hashed (a second copy is not taken)
         self.sources: dict[str, bytearray] = {}
         self._holders = [0] * count  # connected sources holding each chunk
         self._refused: dict[int, set[str]] = {}  # chunk -> sources that served garbage for it
@@ -391,6 +392,7 @@ class ChunkPlan:
 
     def unask(self, index: int) -> None:
         """Chunk ``index`` is no longer asked of anyone (it came, or its source cannot give it)."""
+        self.checking.discard(index)
         pid = self.inflight.pop(index, None)
         if pid is None:
             return

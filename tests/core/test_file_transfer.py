@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import msgpack
 
 from m2mc.middleware.crypto import Identity
-from m2mc.middleware.file_transfer import GET, HAVE, HELLO, PROOF, VERSION, FileService, Transfer, _client_signed
+from m2mc.middleware.file_core import GET, HAVE, HELLO, PROOF, VERSION, client_signed
+from m2mc.middleware.file_transfer import FileService, Transfer
 from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, FileOffer, HandshakeSlots
 from m2mc.middleware.types import ChatMessage, Mid, UsageError
 
@@ -533,7 +534,7 @@ def test_a_member_that_asks_for_chunks_and_never_reads_them_loses_its_upload_slo
         nonce = os.urandom(32)
         send(HELLO, msgpack.packb([VERSION, GID, mid_text, eve.public_key, nonce]))
         server_key, nonce_s, _ = msgpack.unpackb((await frame())[1])
-        send(PROOF, eve.sign(_client_signed(GID, mid_text, nonce, nonce_s, server_key)))
+        send(PROOF, eve.sign(client_signed(GID, mid_text, nonce, nonce_s, server_key)))
         assert (await frame())[0] == HAVE
         return reader, writer
 

@@ -219,7 +219,7 @@ SYBIL_SLOTS = """
 import asyncio, os, struct, sys
 import msgpack
 from m2mc.middleware.crypto import Identity
-from m2mc.middleware.file_transfer import BUSY, HAVE, HELLO, PROOF, VERSION, _client_signed
+from m2mc.middleware.file_core import BUSY, HAVE, HELLO, PROOF, VERSION, client_signed
 
 target, port, gid, mid = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 keys = [Identity.from_bytes(bytes.fromhex(seed)) for seed in sys.argv[5].split(",")]
@@ -241,7 +241,7 @@ async def hold(key):
             send(writer, HELLO, msgpack.packb([VERSION, gid, mid, key.public_key, nonce]))
             _, challenge = await frame(reader)
             server_key, nonce_s, _ = msgpack.unpackb(challenge)
-            send(writer, PROOF, key.sign(_client_signed(gid, mid, nonce, nonce_s, server_key)))
+            send(writer, PROOF, key.sign(client_signed(gid, mid, nonce, nonce_s, server_key)))
             kind, _ = await frame(reader)
             counts["held" if kind == HAVE else "busy"] += 1
             await reader.read()  # proven, holding an upload slot, asking nothing

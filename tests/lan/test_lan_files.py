@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from m2mc.middleware.file_transfer import WINDOW_BYTES
+from m2mc.middleware.file_core import WINDOW_BYTES
 from tests.testbed.lan import Lan, PeerProcess
 
 pytestmark = pytest.mark.netns
@@ -39,7 +39,7 @@ STRANGER = """
 import asyncio, os, struct, sys
 import msgpack
 from m2mc.middleware.crypto import Identity
-from m2mc.middleware.file_transfer import HELLO, VERSION
+from m2mc.middleware.file_core import HELLO, VERSION
 
 async def main(host, port, gid, mid):
     reader, writer = await asyncio.open_connection(host, int(port))
