@@ -7,7 +7,7 @@ filter) and keeps the reader's place.  Its controllers
 model, view and controller apart: sessions and read state, compose, status,
 and joins; each sees the window only through its own view protocol.  What the
 reader has chosen (the group and message selected, what the compose box
-answers, tree or time order and the filter) is Qt-free (:mod:`ui.state`) and
+answers, tree or time order and the filter) is Qt-free (:mod:`ui.model`) and
 shared by the window and the controllers.  It talks to the middleware only through a
 :class:`~ui.bridge.Backend`: typed calls with callbacks, events as signals,
 all on the GUI thread.  Each joined group has a
@@ -44,7 +44,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QListWidget,
-    QListWidgetItem,
     QMainWindow,
     QMessageBox,
     QProgressBar,
@@ -62,7 +61,7 @@ from .bridge import Backend, describe_error
 from .delegate import MessageDelegate, root_text, snippet
 from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_shortcuts)
 from .direct_api import CONVERSATION_PREFIX, conversation_peer
-from .direct_pane import DirectList, DirectPane
+from .direct_pane import DirectPane
 from .discovery_window import DiscoveryWindow
 from .focus import Navigation, Place, after
 from .member_list import presence_legend
@@ -72,20 +71,21 @@ from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.team import TeamController
 from .controllers.joins import JoinController
-from .controllers.sessions import GroupSession, ReaderPlace, SessionController, member_names
+from .controllers.sessions import GroupSession, ReaderPlace, SessionController
+from .model.sessions import member_names
 from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
 from .controllers.status import StatusController
 from .files_view import FilesView
 from .notices import is_notice
 from .notifier import Notifier
-from .state import ComposeTarget, OnShow, PaneFolds, Selection, ThreadFilter
+from .panes.groups import GroupsPane
+from .panes.pane import TitledPane
+from .model.state import ComposeTarget, OnShow, PaneFolds, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
     ConversationView,
     title_label,
-    GroupIdRole,
-    GroupListDelegate,
     CatchUpBar,
     ReplyBanner,
     SharedField,
@@ -131,7 +131,7 @@ class MainWindow(QMainWindow):
         self.backend = backend
         # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
         self.settings = settings if settings is not None else {}
-        # What the reader has chosen, shared with the controllers (Qt-free: ui/state.py).
+        # What the reader has chosen, shared with the controllers (Qt-free: ui/model/).
         self.selection: Selection[GroupSession] = Selection()
         self.compose_target = ComposeTarget()
         self.view_filter = ThreadFilter()
@@ -202,26 +202,11 @@ class MainWindow(QMainWindow):
     # -- layout -------------------------------------------------------------------------
 
     def _build_panes(self) -> None:
-        self.group_list = QListWidget()
-        self.group_list.setObjectName("groupList")
-        self.group_list.setItemDelegate(GroupListDelegate(self.group_list))
-        self.group_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.group_list.currentItemChanged.connect(self._on_group_selected)
-        self.group_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.group_list.customContextMenuRequested.connect(self._group_menu)
-        groups_pane = self._titled("Groups", self.group_list)
-        discover_button = QPushButton(icon("discover"), "Find groups…")
-        discover_button.clicked.connect(self.join_controller.show_discovery)
-        groups_layout = groups_pane.layout()
-        assert isinstance(groups_layout, QVBoxLayout)  # _titled gives the pane one
-        groups_layout.addWidget(discover_button)
-        # Direct messages (issue 29), under the groups: a conversation opens in the centre instead of a group.
-        self.direct_list = DirectList()
-        direct_title = QLabel("Direct messages")
-        direct_title.setProperty("class", "paneTitle")
-        direct_title.setMinimumWidth(1)  # the longer title must not widen the groups pane past its own
-        groups_layout.addWidget(direct_title)
-        groups_layout.addWidget(self.direct_list, 1)
+        self.groups_pane = GroupsPane(self.join_controller.show_discovery,
+                                      lambda gid, menu: self._notify_menu(lambda: gid, menu))
+        self.session_controller.sessions.listen(self.groups_pane)
+        self.groups_pane.group_chosen.connect(self._on_group_selected)
+        self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
 
         self.title_label = title_label("conversationTitle")
         self.filter_edit = QLineEdit()
@@ -422,7 +407,7 @@ class MainWindow(QMainWindow):
         self.presence_legend.setTextFormat(Qt.TextFormat.RichText)
         self.presence_legend.setToolTip("As heard by this peer: online within 40 s, away after a missed "
                                         "beacon, offline after 50 s or when the app closed")
-        members_pane = self._titled("Members", self.member_list, self.presence_legend)
+        members_pane = TitledPane("Members", self.member_list, self.presence_legend)
 
         self.thread_list = QListView()
         self.thread_list.setObjectName("threadList")
@@ -434,8 +419,8 @@ class MainWindow(QMainWindow):
         self.thread_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.thread_list.clicked.connect(self._thread_chosen)
         self.thread_list.activated.connect(self._thread_chosen)
-        threads_pane = self._titled("Threads", self.thread_list)
-        self.threads_pane, self.members_pane, self.groups_pane = threads_pane, members_pane, groups_pane
+        threads_pane = TitledPane("Threads", self.thread_list)
+        self.threads_pane, self.members_pane = threads_pane, members_pane
         side = QSplitter(Qt.Orientation.Vertical)
         side.addWidget(threads_pane)
         side.addWidget(members_pane)
@@ -446,7 +431,7 @@ class MainWindow(QMainWindow):
         self.centre_stack = QStackedWidget()
         self.centre_stack.addWidget(centre)
         self.centre_stack.addWidget(self.direct_pane)
-        splitter.addWidget(groups_pane)
+        splitter.addWidget(self.groups_pane)
         splitter.addWidget(self.centre_stack)
         splitter.addWidget(side)
         splitter.setStretchFactor(1, 1)
@@ -483,19 +468,6 @@ class MainWindow(QMainWindow):
                              (self.compose, "Message to the group"), (pane.view, "Direct conversation"),
                              (pane.compose, "Direct message")):
             widget.setAccessibleName(name)
-
-    def _titled(self, title: str, body: QWidget, footer: QWidget | None = None) -> QWidget:
-        pane = QWidget()
-        layout = QVBoxLayout(pane)
-        layout.setContentsMargins(0, 0, 0, 4)
-        layout.setSpacing(0)
-        label = QLabel(title)
-        label.setProperty("class", "paneTitle")
-        layout.addWidget(label)
-        layout.addWidget(body, 1)
-        if footer is not None:
-            layout.addWidget(footer)
-        return pane
 
     def _action(self, text: str, shortcut: QKeySequence | QKeySequence.StandardKey | str | None,
                 slot: Callable[..., object], icon_name: str | None = None, checkable: bool = False) -> QAction:
@@ -652,9 +624,7 @@ class MainWindow(QMainWindow):
     # -- sessions -------------------------------------------------------------------------
 
     def select_group(self, gid: str) -> None:
-        session = self.session_controller.sessions.get(gid)
-        if session is not None and session.item is not None:
-            self.group_list.setCurrentItem(session.item)
+        self.groups_pane.select(gid)
 
     def _group_compose_on_show(self) -> QWidget | None:
         return None if self.centre_stack.currentWidget() is self.direct_pane else self.compose
@@ -713,8 +683,8 @@ class MainWindow(QMainWindow):
         if widget is not None and self.focusWidget() is not widget:
             widget.setFocus(Qt.FocusReason.OtherFocusReason)
 
-    def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
-        session = self.session_controller.sessions.get(item.data(GroupIdRole)) if item is not None else None
+    def _on_group_selected(self, gid: str | None) -> None:
+        session = self.session_controller.sessions.get(gid) if gid is not None else None
         self.show_session(session)
         if session is not None:
             self.apply_focus(Navigation.GROUP_SHOWN, from_list=self.group_list)
@@ -756,8 +726,7 @@ class MainWindow(QMainWindow):
         self.compose.setAccessibleName(f"Message to {session.title}")  # a screen reader says where it goes
         self.show_topic(session)
         self.update_pinned_button()
-        if session.item is not None:  # its warnings, if any, are on the banner now
-            session.item.setIcon(self.session_controller.group_icon(session))
+        self.session_controller.sessions.warning_seen(session)  # its warnings, if any, are on the banner now
         self.notify_actions[self.session_controller.notify_level(session.gid)].setChecked(True)
         self.thread_list.setModel(session.threads)
         self.set_divider(session)
@@ -1067,16 +1036,6 @@ class MainWindow(QMainWindow):
         if self.current is not None and self.current.gid == gid:
             self.notify_actions[level].setChecked(True)
 
-    def _group_menu(self, pos: QPoint) -> None:
-        item = self.group_list.itemAt(pos)
-        if item is None:
-            return
-        gid = item.data(GroupIdRole)
-        menu = QMenu(self)
-        menu.addMenu(self._notify_menu(lambda: gid, menu))
-        self.group_menu = menu  # kept for tests, which read it while it is open
-        menu.popup(self.group_list.viewport().mapToGlobal(pos))
-
     def show_mentions(self) -> None:
         """Conversation → Mentions…: the messages that mention me, newest first, across groups."""
         window = self.mentions_window
@@ -1119,12 +1078,6 @@ class MainWindow(QMainWindow):
     def show_unread(self, count: int) -> None:
         """The unread count, beside the window's title: in the tray icon's tooltip."""
         self.notifier.show_unread(count)
-
-    def add_group_item(self, item: QListWidgetItem) -> None:
-        self.group_list.addItem(item)
-
-    def remove_group_item(self, item: QListWidgetItem) -> None:
-        self.group_list.takeItem(self.group_list.row(item))
 
     def clear_filter(self) -> None:
         if self.filter_edit.text():

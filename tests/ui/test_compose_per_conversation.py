@@ -8,7 +8,7 @@ from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_
 from m2mc.middleware.types import Member
 from m2mc.ui.main_window import MainWindow
 from m2mc.ui.message_model import MessageRole
-from m2mc.ui.state import Draft
+from m2mc.ui.model.state import Draft
 
 GID = ""  # inject_group takes the messages into the group it makes
 
@@ -29,7 +29,7 @@ def two_groups(qtbot, window, backend):
 
 
 def click_group(qtbot, window, gid):
-    item = window.session_controller.sessions[gid].item
+    item = window.groups_pane.item(gid)
     rect = window.group_list.visualItemRect(item)
     qtbot.mouseClick(window.group_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert window.current.gid == gid

@@ -258,12 +258,12 @@ def test_a_group_joined_and_never_opened_is_all_unread_after_a_restart(qtbot, ba
     first = start_window()
     big = first.session_controller.sessions[joined]
     assert first.current is not big  # never opened
-    qtbot.waitUntil(lambda: big.item.data(UnreadCountRole) == 300)
+    qtbot.waitUntil(lambda: first.groups_pane.item(big.gid).data(UnreadCountRole) == 300)
     first.close()  # quit before reading it
 
     again = start_window()
     big = again.session_controller.sessions[joined]
-    qtbot.waitUntil(lambda: big.item.data(UnreadCountRole) == 300)
+    qtbot.waitUntil(lambda: again.groups_pane.item(big.gid).data(UnreadCountRole) == 300)
     assert again.windowTitle() == "(300) M2MC chat"
     assert backend.manager.read_marks(joined) in ([], None)
 
@@ -366,7 +366,7 @@ def test_shortcuts_work_from_the_discovery_window_which_does_not_cover_the_main_
 def test_left_members_lock_and_peers_seen(qtbot, window, backend):
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:2], private=True)
-    assert window.current.item.icon().pixmap(16, 16).toImage() == \
+    assert window.groups_pane.item(window.current.gid).icon().pixmap(16, 16).toImage() == \
         __import__("m2mc.ui.resources", fromlist=["icon"]).icon("lock").pixmap(16, 16).toImage()
     assert window.peers_label.text() == "3 peers seen"
     backend.manager.inject_member(window.current.gid, CAT, joined=False)

@@ -140,7 +140,7 @@ def test_typing_after_clicking_a_group_writes_in_it_and_the_arrows_still_walk_th
                     and len(window.session_controller.sessions) == 2)
     activate(qtbot, window)
     groups = window.group_list
-    item = window.session_controller.sessions[lunch.gid].item
+    item = window.groups_pane.item(lunch.gid)
     qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(item).center())
     qtbot.waitUntil(lambda: window.current.gid == lunch.gid)
     for key in "hi there":  # "h" searched the list: Holiday.  Each key goes where the focus is then

@@ -40,7 +40,8 @@ def test_the_issues_steps_search_jumps_and_back_then_typing_goes_to_the_compose_
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
     activate(qtbot, window)
     # From the direct conversation, click a group.
-    click(qtbot, window.group_list.viewport(), window.group_list.visualItemRect(lunch.item).center())
+    lunch_row = window.group_list.visualItemRect(window.groups_pane.item(lunch.gid))
+    click(qtbot, window.group_list.viewport(), lunch_row.center())
     qtbot.waitUntil(lambda: window.current is lunch)
     search = window.search_window
     for word in ("xyloph", "budget"):

@@ -69,7 +69,7 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     backend.manager.inject_messages(session.gid, talk[6:])
     qtbot.waitUntil(lambda: len(session.tree) == 8)
     assert session.tree.unread == {talk[6].mid, talk[7].mid}
-    assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 2  # the groups pane badge
+    assert window.groups_pane.item(session.gid).data(Qt.ItemDataRole.UserRole + 11) == 2  # the groups pane badge
     assert window.windowTitle().startswith("(2)")
     assert window.tree_view.isExpanded(session.tree_model.index_for(talk[6].mid))  # path to the new reply
     save_screenshot(window, "main-window.png")
@@ -79,7 +79,7 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     window.next_unread_action.trigger()
     assert window.selected_message().mid == talk[7].mid and not session.tree.unread
     assert window.compose_controller.reply_target is None
-    assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 0
+    assert window.groups_pane.item(session.gid).data(Qt.ItemDataRole.UserRole + 11) == 0
 
 
 def test_time_ordered_view_and_filter(qtbot, window, backend):

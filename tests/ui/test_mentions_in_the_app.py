@@ -121,7 +121,7 @@ def test_a_mention_of_me_is_highlighted_and_notifies_at_mentions_only_not_at_not
 
 
 def test_the_old_on_off_switch_is_migrated_and_the_group_menu_sets_the_level(qtbot, window, backend):
-    settings = window.session_controller.settings
+    settings = window.settings
     gid = open_group(qtbot, window, backend, [])
     key = f"notify/{gid}"
     for old, level in (("true", "all"), ("false", "mentions")):
@@ -129,14 +129,14 @@ def test_the_old_on_off_switch_is_migrated_and_the_group_menu_sets_the_level(qtb
         assert window.session_controller.notify_level(gid) == level
         stored = settings.value(key) if hasattr(settings, "value") else settings[key]
         assert stored == level
-    item = window.current.item
+    item = window.groups_pane.item(window.current.gid)
     rect = window.group_list.visualItemRect(item)
     # A right click, as the platform delivers it (QTest's clicks skip the context-menu event).
     viewport = window.group_list.viewport()
     QApplication.sendEvent(viewport, QContextMenuEvent(QContextMenuEvent.Reason.Mouse, rect.center(),
                                                        viewport.mapToGlobal(rect.center())))
-    qtbot.waitUntil(lambda: getattr(window, "group_menu", None) is not None and window.group_menu.isVisible())
-    menu = window.group_menu
+    qtbot.waitUntil(lambda: window.groups_pane.group_menu is not None and window.groups_pane.group_menu.isVisible())
+    menu = window.groups_pane.group_menu
     (notify_menu,) = [a.menu() for a in menu.actions() if a.menu() is not None]
     # Down to Notifications, Right into it: it opens with this group's level checked.
     QTest.keyClick(menu, Qt.Key.Key_Down)

@@ -207,11 +207,11 @@ def test_a_group_far_behind_counts_its_unread_beyond_what_is_loaded_and_mark_all
                     and window.session_controller.sessions[view.gid].opened, timeout=20_000)
     session = window.session_controller.sessions[view.gid]
     assert len(session.tree) == len(session.tree.unread) == OPEN_UNREAD_LIMIT  # opened as far back as it goes
-    assert session.item.data(UnreadCountRole) == GROUP_SIZE and "(5000)" in window.windowTitle()
+    assert window.groups_pane.item(session.gid).data(UnreadCountRole) == GROUP_SIZE and "(5000)" in window.windowTitle()
     held = len(session.tree)
     window.show_older()  # a page of the unread beyond comes in: the count stays the whole
     qtbot.waitUntil(lambda: len(session.tree) > held)
-    assert session.item.data(UnreadCountRole) == GROUP_SIZE
+    assert window.groups_pane.item(session.gid).data(UnreadCountRole) == GROUP_SIZE
     qtbot.keyClick(window, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    qtbot.waitUntil(lambda: session.item.data(UnreadCountRole) == 0)
+    qtbot.waitUntil(lambda: window.groups_pane.item(session.gid).data(UnreadCountRole) == 0)
     assert backend.manager.core.unread_before(view.gid, session.oldest_order) == 0  # in the store too

@@ -272,7 +272,7 @@ def test_a_direct_result_still_loading_is_cancelled_and_told_when_the_user_opens
         qtbot, window, backend):
     slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
     ann = window.direct_controller.current
-    click_item(qtbot, window.group_list, winter.item)  # the user's own choice: it wins
+    click_item(qtbot, window.group_list, window.groups_pane.item(winter.gid))  # the user's own choice: it wins
     qtbot.waitUntil(lambda: window.current is winter)
     assert window.statusBar().currentMessage() == (
         "The message in the conversation with Ann was not shown: another conversation was opened while it loaded.")
@@ -295,7 +295,7 @@ def test_a_direct_result_still_loading_stays_cancelled_when_the_user_comes_back_
         qtbot, window, backend):
     """What a switch away means does not hang on when the history comes: cancelled either way."""
     slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
-    click_item(qtbot, window.group_list, winter.item)
+    click_item(qtbot, window.group_list, window.groups_pane.item(winter.gid))
     qtbot.waitUntil(lambda: window.current is winter)
     click_item(qtbot, window.direct_list, window.direct_list.item(0))
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)

@@ -12,7 +12,7 @@ import logging
 from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt, QTimer
-from PySide6.QtWidgets import QAbstractItemView, QLabel, QListWidget, QListWidgetItem, QProgressBar, QStyle
+from PySide6.QtWidgets import QAbstractItemView, QLabel, QListWidget, QListWidgetItem, QProgressBar
 
 from ...middleware.events import Event, MessagesDelivered, NetworkChanged, SyncProgress, WarningRaised
 from ...middleware.names import lookalikes
@@ -20,7 +20,7 @@ from ..bridge import Backend
 from ..delegate import MessageDelegate
 from ..dialogs import WarningLogWindow
 from ..member_list import fill_member_list
-from ..state import Selection
+from ..model.state import Selection
 from ..widgets import ThreadListDelegate, WarningBanner
 from .sessions import GroupSession, SessionController
 
@@ -42,7 +42,6 @@ class StatusView(Protocol):
 
     def named_views(self) -> tuple[QAbstractItemView, ...]: ...
     def show_status(self, text: str, timeout: int) -> None: ...
-    def style(self) -> QStyle: ...
 
 
 class StatusController(QObject):
@@ -117,13 +116,12 @@ class StatusController(QObject):
         self.view.show_status(f"⚠ Warning in {title}: {text}", 15000)
         if session is None:
             return
-        session.warnings.append(text)
-        session.warning_dismissed = False
         if self.selection.is_current(session):
+            session.warnings.append(text)
+            session.warning_dismissed = False
             self.show_warning_banner()
-        elif session.item is not None:
-            session.item.setIcon(self.view.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning))
-            session.item.setToolTip(f"Warning: {text}")
+        else:
+            self.sessions.sessions.warned(session, text)
 
     def show_warning_banner(self) -> None:
         session = self.selection.session
@@ -131,8 +129,7 @@ class StatusController(QObject):
             self.view.warning_banner.show_warning(None)
         else:
             self.view.warning_banner.show_warning(session.warnings[-1], len(session.warnings))
-            if session.item is not None:
-                session.item.setToolTip("")
+            self.sessions.sessions.warning_seen(session)
 
     def dismiss_warning(self) -> None:
         if self.selection.session is not None:
