@@ -31,7 +31,7 @@ from pathlib import Path
 from functools import partial
 from typing import Callable, Iterator
 
-from PySide6.QtCore import QAbstractItemModel, QEvent, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
+from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -46,7 +46,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QMainWindow,
     QMessageBox,
-    QProgressBar,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -80,6 +79,7 @@ from .notices import is_notice
 from .notifier import Notifier
 from .panes.groups import GroupsPane
 from .panes.pane import TitledPane
+from .panes.status import StatusPane
 from .model.state import ComposeTarget, OnShow, PaneFolds, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
@@ -101,8 +101,6 @@ SCROLL_BACK_MARGIN = 200  # pixels from the top at which the older history loads
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
-# Short enough for the status bar at 800 px (issue 45); the groups window says the rest.
-ALONE_STATUS = "Nobody found yet: multicast may be blocked. Try an invite, or File → Add peer."
 # Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
 PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
 MINIMUM_WIDTH = 640
@@ -158,8 +156,7 @@ class MainWindow(QMainWindow):
         self.discovery.create_requested.connect(self.join_controller.create_group)
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
         self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
-        self.discovery.alone_changed.connect(self._on_alone)
-
+        
         self.side_panes_hidden = False  # while a direct conversation is shown
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
@@ -171,7 +168,10 @@ class MainWindow(QMainWindow):
                                           self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total
         self._build_actions()
-        self._build_status_bar()
+        self.status_pane = StatusPane(self)
+        self.setStatusBar(self.status_pane)
+        self.discovery.alone_changed.connect(self.status_pane.show_alone)
+        self.status_controller.refresh()
         self._name_controls()
         self._restore_pane_sizes()
 
@@ -563,28 +563,6 @@ class MainWindow(QMainWindow):
         self.shortcuts_action = self._action("&Keyboard shortcuts", "F1", self.show_shortcuts)
         menu.addAction(self.shortcuts_action)
         menu.addAction(self._action("&About M2MC", None, lambda: show_about(self)))
-
-    def _build_status_bar(self) -> None:
-        bar = self.statusBar()
-        self.address_label = QLabel()
-        self.address_label.setObjectName("networkState")
-        self.peers_label = QLabel()
-        self.sync_bar = QProgressBar()
-        self.sync_bar.setObjectName("syncProgress")
-        self.sync_bar.setFormat("sync %v/%m")
-        self.sync_bar.hide()
-        self.pending_label = QLabel()
-        self.pending_label.setObjectName("pendingLabel")
-        # A message cut off at the window's width is one click away in full (issue 45): the bar's tooltip
-        # holds it, and a click on the bar shows it in a box that can be read and copied.
-        bar.messageChanged.connect(bar.setToolTip)
-        bar.installEventFilter(self)
-        self.status_box: QMessageBox | None = None
-        bar.addPermanentWidget(self.sync_bar)
-        bar.addPermanentWidget(self.pending_label)
-        bar.addPermanentWidget(self.peers_label)
-        bar.addPermanentWidget(self.address_label)
-        self.status_controller.refresh()
 
     # -- start ----------------------------------------------------------------------------
 
@@ -992,7 +970,7 @@ class MainWindow(QMainWindow):
         return self
 
     def show_status(self, text: str, timeout: int) -> None:
-        self.statusBar().showMessage(text, timeout)
+        self.status_pane.showMessage(text, timeout)
 
     def show_error(self, message: str) -> None:
         self.status_controller.show_error(message)
@@ -1059,13 +1037,6 @@ class MainWindow(QMainWindow):
     def messages_shown(self, mids: list[Mid]) -> None:
         self.compose_controller.messages_shown(mids)
         self.apply_focus(Navigation.MESSAGES_ARRIVED)
-
-    def _on_alone(self, alone: bool) -> None:
-        """Nobody heard of after a while: say why that may be, where the user looks first."""
-        if alone:
-            self.statusBar().showMessage(ALONE_STATUS)
-        elif self.statusBar().currentMessage() == ALONE_STATUS:
-            self.statusBar().clearMessage()
 
     def start_new_thread(self) -> None:
         self.compose_controller.start_new_thread()
@@ -1740,29 +1711,6 @@ class MainWindow(QMainWindow):
             if name in closed:
                 toggle.setChecked(False)
                 self.pane_folds.chosen(name, False, self.width())
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
-        if (watched is self.statusBar() and event.type() == QEvent.Type.MouseButtonRelease
-                and self.statusBar().currentMessage()):
-            self.show_status_in_full()
-            return True
-        return super().eventFilter(watched, event)
-
-    def show_status_in_full(self) -> None:
-        """The status bar's message in a box of its own, whole, selectable."""
-        box = QMessageBox(QMessageBox.Icon.NoIcon, "Status", self.statusBar().currentMessage(),
-                          QMessageBox.StandardButton.Close, self)
-        box.setObjectName("statusMessageBox")
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.status_box = box
-        box.open()
-
-    def status_fits(self) -> bool:
-        """Whether the status bar's message shows whole at the window's width now."""
-        bar = self.statusBar()
-        room = bar.width() - sum(w.width() for w in (self.sync_bar, self.pending_label, self.peers_label,
-                                                      self.address_label) if w.isVisible()) - 24
-        return bar.fontMetrics().horizontalAdvance(bar.currentMessage()) <= room
 
     def changeEvent(self, event) -> None:
         super().changeEvent(event)

@@ -368,7 +368,7 @@ def test_left_members_lock_and_peers_seen(qtbot, window, backend):
     open_group(qtbot, window, backend, talk[:2], private=True)
     assert window.groups_pane.item(window.current.gid).icon().pixmap(16, 16).toImage() == \
         __import__("m2mc.ui.resources", fromlist=["icon"]).icon("lock").pixmap(16, 16).toImage()
-    assert window.peers_label.text() == "3 peers seen"
+    assert window.status_pane.peers_label.text() == "3 peers seen"
     backend.manager.inject_member(window.current.gid, CAT, joined=False)
     qtbot.waitUntil(lambda: any(window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left"
                                 for i in range(window.member_list.count())))
@@ -376,7 +376,7 @@ def test_left_members_lock_and_peers_seen(qtbot, window, backend):
                 if window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left")
     assert left.text() == "Cat — left the group" and not left.icon().isNull()
     assert left.flags() & Qt.ItemFlag.ItemIsEnabled  # readable, not greyed out
-    assert window.peers_label.text() == "3 peers seen"  # Cat's machine is still there
+    assert window.status_pane.peers_label.text() == "3 peers seen"  # Cat's machine is still there
 
 
 # -- presence ---------------------------------------------------------------------------------------

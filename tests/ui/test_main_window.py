@@ -110,19 +110,19 @@ def test_members_pane_and_status_bar(qtbot, window, backend):
     names = [window.member_list.item(i).text() for i in range(window.member_list.count())]
     assert names == ["In the group (4)", "● Ann  · owner", "● Bob", "● Cat", "● Dana (you)", "Left (1)",
                      "Eve — left the group"]
-    assert window.peers_label.text() == "4 peers seen"  # Eve left the group, not the network
-    assert "127.0.0.1" in window.address_label.text()
+    assert window.status_pane.peers_label.text() == "4 peers seen"  # Eve left the group, not the network
+    assert "127.0.0.1" in window.status_pane.address_label.text()
     # Two replies to a message this peer missed: held until it comes (the LAN's timers stand still).
     missed = message(session.gid, BOB, 2, "Whose turn is it to book?")
     backend.manager.inject_messages(session.gid, [missed], missed=True)
     backend.manager.inject_messages(session.gid, [message(session.gid, ANN, 4, "Mine", missed.mid),
                                                   message(session.gid, CAT, 3, "Not mine", missed.mid)])
-    qtbot.waitUntil(lambda: "2 replies waiting" in window.pending_label.text(), timeout=3000)
+    qtbot.waitUntil(lambda: "2 replies waiting" in window.status_pane.pending_label.text(), timeout=3000)
     backend.post(SyncProgress(session.gid, 3, 10))
-    qtbot.waitUntil(window.sync_bar.isVisible)
-    assert (window.sync_bar.value(), window.sync_bar.maximum()) == (3, 10)
+    qtbot.waitUntil(window.status_pane.sync_bar.isVisible)
+    assert (window.status_pane.sync_bar.value(), window.status_pane.sync_bar.maximum()) == (3, 10)
     backend.post(SyncProgress(session.gid, 10, 10))
-    qtbot.waitUntil(lambda: not window.sync_bar.isVisible())
+    qtbot.waitUntil(lambda: not window.status_pane.sync_bar.isVisible())
     backend.manager.inject_member(session.gid, CAT, joined=False)
     qtbot.waitUntil(lambda: "Left (2)" in [window.member_list.item(i).text() for i in range(window.member_list.count())])
 

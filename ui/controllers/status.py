@@ -12,7 +12,7 @@ import logging
 from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt, QTimer
-from PySide6.QtWidgets import QAbstractItemView, QLabel, QListWidget, QListWidgetItem, QProgressBar
+from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem
 
 from ...middleware.events import Event, MessagesDelivered, NetworkChanged, SyncProgress, WarningRaised
 from ...middleware.names import lookalikes
@@ -21,6 +21,7 @@ from ..delegate import MessageDelegate
 from ..dialogs import WarningLogWindow
 from ..member_list import fill_member_list
 from ..model.state import Selection
+from ..panes.status import StatusPane
 from ..widgets import ThreadListDelegate, WarningBanner
 from .sessions import GroupSession, SessionController
 
@@ -30,14 +31,11 @@ PRESENCE_POLL_MS = 5000
 
 
 class StatusView(Protocol):
-    """The status bar's labels, the warnings, the members pane and the views whose names it keeps."""
+    """The status pane, the warnings, the members pane and the views whose names it keeps."""
 
     warning_log: WarningLogWindow
     warning_banner: WarningBanner
-    address_label: QLabel
-    peers_label: QLabel
-    pending_label: QLabel
-    sync_bar: QProgressBar
+    status_pane: StatusPane
     member_list: QListWidget
 
     def named_views(self) -> tuple[QAbstractItemView, ...]: ...
@@ -154,37 +152,15 @@ class StatusController(QObject):
             self.refresh()
 
     def refresh(self) -> None:
-        self.view.address_label.setText(network_text(self.network, f"{self.backend.interface or '?'}:{self.backend.port}"))
-        self.view.address_label.setToolTip("Whether you are on the network, and the interface address and control "
-                                           "port in use: messages written while offline are kept and sent when the "
-                                           "network is back")
-        self.view.address_label.setProperty("network", self.network.state if self.network else "connected")
-        self.view.address_label.style().unpolish(self.view.address_label)
-        self.view.address_label.style().polish(self.view.address_label)
-        self.view.address_label.updateGeometry()  # bold or not, the text's width changed
+        pane = self.view.status_pane
+        pane.show_network(network_text(self.network, f"{self.backend.interface or '?'}:{self.backend.port}"),
+                          self.network.state if self.network else "connected")
         # A member who left a group is still a peer that was seen: their machine is still there.
         known = self.sessions.known_groups.values()
-        peers = {m.pid for view in known for m in view.members + view.left} - {self.backend.pid}
-        self.view.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
+        pane.show_peers(len({m.pid for view in known for m in view.members + view.left} - {self.backend.pid}))
         session = self.selection.session
-        waiting = (session.pending + session.tree.waiting_count) if session is not None else 0
-        replies = f"repl{'ies' if waiting != 1 else 'y'}"
-        self.view.pending_label.setText(f"{waiting} {replies} waiting for a missing message"
-                                          if waiting else "no replies waiting")
-        self.view.pending_label.setToolTip("Replies that arrived before the message they answer; "
-                                             "they appear as soon as it does")
-        self.view.pending_label.setProperty("waiting", "true" if waiting else "false")
-        # Shown only while replies wait: "no replies waiting" took the room a notice needs at 800 px.
-        self.view.pending_label.setVisible(bool(waiting))
-        self.view.pending_label.style().unpolish(self.view.pending_label)
-        self.view.pending_label.style().polish(self.view.pending_label)
-        sync = session.sync if session is not None else None
-        if sync is not None:
-            self.view.sync_bar.setRange(0, max(1, sync[1]))
-            self.view.sync_bar.setValue(sync[0])
-            self.view.sync_bar.show()
-        else:
-            self.view.sync_bar.hide()
+        pane.show_waiting((session.pending + session.tree.waiting_count) if session is not None else 0)
+        pane.show_sync(session.sync if session is not None else None)
 
     def fill_members(self) -> None:
         session = self.selection.session
