@@ -36,18 +36,15 @@ from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, 
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
-    QListView,
     QMenu,
     QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListWidget,
     QMainWindow,
     QMessageBox,
     QPushButton,
-    QSplitter,
     QStackedWidget,
     QToolButton,
     QVBoxLayout,
@@ -63,9 +60,8 @@ from .direct_api import CONVERSATION_PREFIX, conversation_peer
 from .direct_pane import DirectPane
 from .discovery_window import DiscoveryWindow
 from .focus import Navigation, Place, after
-from .member_list import presence_legend
 from .search_window import SearchWindow
-from .message_model import MessageRole, SearchRole, StoredThreadModel, ThreadRole
+from .message_model import MessageRole, SearchRole, StoredThreadModel
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.team import TeamController
@@ -78,9 +74,11 @@ from .files_view import FilesView
 from .notices import is_notice
 from .notifier import Notifier
 from .panes.groups import GroupsPane
-from .panes.pane import TitledPane
+from .model.settings import read_setting, write_setting
+from .panes.layout import MINIMUM_WIDTH, PaneLayout
+from .panes.side import MembersPane, ThreadsPane
 from .panes.status import StatusPane
-from .model.state import ComposeTarget, OnShow, PaneFolds, Selection, ThreadFilter
+from .model.state import ComposeTarget, OnShow, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
@@ -89,7 +87,6 @@ from .widgets import (
     CatchUpBar,
     ReplyBanner,
     SharedField,
-    ThreadListDelegate,
     TypingGoesTo,
     WarningBanner,
 )
@@ -101,12 +98,6 @@ SCROLL_BACK_MARGIN = 200  # pixels from the top at which the older history loads
 EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
 EXPAND_RECENT = 150
 SEEN_DELAY_MS = 1500
-# Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
-PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
-MINIMUM_WIDTH = 640
-# Each pane's width in the main splitter when there is none to restore (groups, centre, side panes).
-DEFAULT_PANE_SIZES = (200, 640, 260)
-PANE_INDEX = {"groups": 0, "threads": 2, "members": 2}  # the main splitter's place of each foldable pane
 MAX_WAY_BACK = 50  # places Back (Alt+Left) remembers
 # Keys the compose box and the views take themselves (no menu action holds them).
 TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
@@ -134,7 +125,7 @@ class MainWindow(QMainWindow):
         self.compose_target = ComposeTarget()
         self.view_filter = ThreadFilter()
         # What was on show at the last close, opened again once its group or conversation is known.
-        self.restoring = OnShow.parse(self._setting("window/on_show"))
+        self.restoring = OnShow.parse(read_setting(self.settings, "window/on_show"))
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
@@ -157,7 +148,6 @@ class MainWindow(QMainWindow):
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
         self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
         
-        self.side_panes_hidden = False  # while a direct conversation is shown
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
         self.team_controller = TeamController(backend, self.selection, self.session_controller, self.dialog_parent,
@@ -173,7 +163,7 @@ class MainWindow(QMainWindow):
         self.discovery.alone_changed.connect(self.status_pane.show_alone)
         self.status_controller.refresh()
         self._name_controls()
-        self._restore_pane_sizes()
+        self.pane_layout.restore_sizes()
 
         self._placing = False  # the view is being put back where the reader was: not a scroll of theirs
         # (gid, open thread, selected) before a jump; a direct conversation's place has its conversation_key as gid
@@ -398,46 +388,16 @@ class MainWindow(QMainWindow):
         centre_layout.addWidget(self.stack, 1)
         centre_layout.addWidget(compose_frame)
 
-        self.member_list = QListWidget()
-        self.member_list.setObjectName("memberList")
-        self.member_list.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.member_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.presence_legend = QLabel(presence_legend())
-        self.presence_legend.setObjectName("presenceLegend")
-        self.presence_legend.setTextFormat(Qt.TextFormat.RichText)
-        self.presence_legend.setToolTip("As heard by this peer: online within 40 s, away after a missed "
-                                        "beacon, offline after 50 s or when the app closed")
-        members_pane = TitledPane("Members", self.member_list, self.presence_legend)
-
-        self.thread_list = QListView()
-        self.thread_list.setObjectName("threadList")
-        thread_delegate = ThreadListDelegate(self.thread_list)
-        thread_delegate.link_title = self.link_title
-        self.thread_list.setItemDelegate(thread_delegate)
-        self.thread_list.setUniformItemSizes(True)
-        self.thread_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.thread_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.thread_list.clicked.connect(self._thread_chosen)
-        self.thread_list.activated.connect(self._thread_chosen)
-        threads_pane = TitledPane("Threads", self.thread_list)
-        self.threads_pane, self.members_pane = threads_pane, members_pane
-        side = QSplitter(Qt.Orientation.Vertical)
-        side.addWidget(threads_pane)
-        side.addWidget(members_pane)
-        side.setSizes([420, 200])
-
-        splitter = QSplitter()
+        self.members_pane = MembersPane()
+        self.threads_pane = ThreadsPane(self.link_title)
+        self.threads_pane.thread_chosen.connect(self.open_thread)
+        self.member_list, self.thread_list = self.members_pane.member_list, self.threads_pane.thread_list
         self.direct_pane = DirectPane()
         self.centre_stack = QStackedWidget()
         self.centre_stack.addWidget(centre)
         self.centre_stack.addWidget(self.direct_pane)
-        splitter.addWidget(self.groups_pane)
-        splitter.addWidget(self.centre_stack)
-        splitter.addWidget(side)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([200, 640, 260])
-        splitter.setCollapsible(1, False)  # side panes fold away on a small screen; the talk does not
-        self.splitter, self.side_splitter = splitter, side
+        self.pane_layout: PaneLayout = PaneLayout(self, self.settings, self.groups_pane, self.centre_stack,
+                                                  self.threads_pane, self.members_pane)
         # A file pasted in a direct conversation is said to go to groups (ui.files_view), not typed as a path.
         self.direct_pane.compose.files_given.connect(self.files_view.attach)
         self.direct_pane.compose.image_given.connect(self.files_view.attach_image)
@@ -451,10 +411,8 @@ class MainWindow(QMainWindow):
             side_list.installEventFilter(self.typing_goes_to_compose)
         for side_list in (self.direct_list, self.direct_pane.view):
             side_list.installEventFilter(self.typing_goes_to_direct)
-        self.setCentralWidget(splitter)
+        self.setCentralWidget(self.pane_layout.splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
-        splitter.splitterMoved.connect(self._save_pane_sizes)
-        side.splitterMoved.connect(self._save_pane_sizes)
 
     def _name_controls(self) -> None:
         """What a screen reader calls each control without a label of its own (a button's text names it);
@@ -538,19 +496,7 @@ class MainWindow(QMainWindow):
         menu.aboutToShow.connect(self.team_controller.update_actions)
 
         menu = self.menuBar().addMenu("&View")
-        self.pane_folds = PaneFolds(PANE_FOLD_WIDTHS)
-        self.pane_toggles: dict[str, QAction] = {}
-        for name, title, pane in (("groups", "&Groups pane", self.groups_pane),
-                                  ("threads", "&Threads pane", self.threads_pane),
-                                  ("members", "&Members pane", self.members_pane)):
-            toggle = QAction(title, self, checkable=True, checked=True)
-            toggle.toggled.connect(pane.setVisible)
-            toggle.toggled.connect(self._fit_side)
-            toggle.toggled.connect(lambda on, name=name: self._give_room(name) if on else None)
-            # triggered is the reader's choice only; a fold on resize sets the check without it.
-            toggle.triggered.connect(lambda on, name=name: self._pane_chosen(name, on))
-            menu.addAction(toggle)
-            self.pane_toggles[name] = toggle
+        self.pane_layout.add_toggles(menu)
         menu.addSeparator()
         menu.addAction(self.direct_controller.read_receipts_action)
         menu.addAction(self.direct_controller.notify_action)
@@ -696,7 +642,7 @@ class MainWindow(QMainWindow):
             self.pinned_button.hide()
             self.stack.setCurrentWidget(self.empty_page)
             self.member_list.clear()
-            self.thread_list.setModel(None)
+            self.threads_pane.show_threads(None)
             self.thread_bar.hide()
             self.status_controller.refresh()
             return
@@ -706,7 +652,7 @@ class MainWindow(QMainWindow):
         self.update_pinned_button()
         self.session_controller.sessions.warning_seen(session)  # its warnings, if any, are on the banner now
         self.notify_actions[self.session_controller.notify_level(session.gid)].setChecked(True)
-        self.thread_list.setModel(session.threads)
+        self.threads_pane.show_threads(session.threads)
         self.set_divider(session)
         self._set_view_models()
         self.expand_default(session)
@@ -1337,11 +1283,6 @@ class MainWindow(QMainWindow):
         else:
             self.session_controller.next_unread(others=direct.next_unread)
 
-    def _thread_chosen(self, index: QModelIndex) -> None:
-        summary = index.data(ThreadRole)
-        if summary is not None:
-            self.open_thread(summary.root.mid)
-
     def open_thread(self, mid: Mid, then: Callable[[], object] | None = None,
                     missing: Callable[[], object] | None = None) -> bool:
         """Show the thread of ``mid`` on its own, read from the store; "← All threads" goes back.
@@ -1625,92 +1566,16 @@ class MainWindow(QMainWindow):
 
     # -- window ----------------------------------------------------------------------------------------
 
-    def resizeEvent(self, event) -> None:
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
-        if not hasattr(self, "pane_folds"):
-            return  # a resize before the View menu is built
-        shown = {name: toggle.isChecked() for name, toggle in self.pane_toggles.items()}
-        changes = self.pane_folds.resized(event.size().width(), shown)
-        if changes:
-            self._save_pane_sizes()  # while the panes about to fold still have their width
-        for name, show in changes.items():
-            self.pane_toggles[name].setChecked(show)
+        if hasattr(self, "pane_layout"):  # not before the panes are built
+            self.pane_layout.resized(event.size().width())
 
     def update_title(self) -> None:
         self.session_controller.update_title()
 
     def show_side_panes(self, on: bool) -> None:
-        """Threads and Members are a group's: a direct conversation (ui/controllers/direct.py) hides them."""
-        self.side_panes_hidden = not on
-        self._fit_side()
-
-    def _fit_side(self) -> None:
-        # An empty side splitter would keep its width; it goes with its last pane.
-        self.side_splitter.setVisible(not self.side_panes_hidden
-                                      and (self.pane_toggles["threads"].isChecked()
-                                           or self.pane_toggles["members"].isChecked()))
-
-    def _pane_chosen(self, name: str, shown: bool) -> None:
-        self.pane_folds.chosen(name, shown, self.width())
-        self._store_setting("window/closed", ",".join(n for n, t in self.pane_toggles.items() if not t.isChecked()))
-
-    def _give_room(self, name: str) -> None:
-        """A pane shown again gets a sensible width if its splitter had squeezed it to nothing (a saved
-        width of 0, a handle dragged to the edge): ticked in the View menu, it must be seen."""
-        index = PANE_INDEX[name]
-        sizes = self.splitter.sizes()
-        if sizes[index] > 0 or not sum(sizes):
-            return
-        room = min(DEFAULT_PANE_SIZES[index], max(sizes[1] - MINIMUM_WIDTH // 2, 0))
-        sizes[index] += room
-        sizes[1] -= room
-        self.splitter.setSizes(sizes)
-
-    def _store_setting(self, key: str, value: str) -> None:
-        if hasattr(self.settings, "setValue"):
-            self.settings.setValue(key, value)
-        else:
-            self.settings[key] = value
-
-    def _setting(self, key: str) -> str | None:
-        value = self.settings.value(key, None) if hasattr(self.settings, "value") else self.settings.get(key)
-        return None if value is None else str(value)
-
-    def _save_pane_sizes(self, *_args) -> None:
-        """Each splitter's sizes, a folded pane keeping the size it had when shown."""
-        for key, splitter in (("window/panes", self.splitter), ("window/side", self.side_splitter)):
-            sizes = splitter.sizes()
-            if splitter.isHidden() or not sum(sizes):
-                continue  # folded, or not laid out yet: the sizes kept stand
-            kept = self._pane_sizes(key, len(sizes))
-            # A pane hidden now (folded, closed, or the side panes while a direct conversation is shown)
-            # keeps the width it had: a 0 saved for it made it come back as a 4-px sliver (issue 45).
-            defaults = DEFAULT_PANE_SIZES if splitter is self.splitter else (0,) * len(sizes)
-            widths = [size or (kept[i] if kept and kept[i] else defaults[i]) for i, size in enumerate(sizes)]
-            self._store_setting(key, ",".join(map(str, widths)))
-
-    def _pane_sizes(self, key: str, count: int) -> list[int] | None:
-        try:
-            sizes = [int(part) for part in (self._setting(key) or "").split(",")]
-        except ValueError:
-            return None  # a hand-edited settings file
-        return sizes if len(sizes) == count and all(size >= 0 for size in sizes) else None
-
-    def _restore_pane_sizes(self) -> None:
-        closed = set((self._setting("window/closed") or "").split(","))
-        for key, splitter in (("window/panes", self.splitter), ("window/side", self.side_splitter)):
-            sizes = self._pane_sizes(key, splitter.count())
-            if sizes and splitter is self.splitter:
-                # A width of 0 (written before issue 45 while a direct conversation was shown) counts as
-                # folded: the View menu says so, and ticking the pane gives it a width again.
-                closed |= {name for name, index in PANE_INDEX.items() if not sizes[index]}
-                sizes = [size or DEFAULT_PANE_SIZES[i] for i, size in enumerate(sizes)]
-            if sizes:
-                splitter.setSizes(sizes)
-        for name, toggle in self.pane_toggles.items():
-            if name in closed:
-                toggle.setChecked(False)
-                self.pane_folds.chosen(name, False, self.width())
+        self.pane_layout.show_side_panes(on)
 
     def changeEvent(self, event) -> None:
         super().changeEvent(event)
@@ -1718,9 +1583,9 @@ class MainWindow(QMainWindow):
             self.schedule_seen()
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        self._save_pane_sizes()
+        self.pane_layout.save_sizes()
         shown_now = self.shown_now()
-        self._store_setting("window/on_show", shown_now.text() if shown_now is not None else "")
+        write_setting(self.settings, "window/on_show", shown_now.text() if shown_now is not None else "")
         self.session_controller.save_read_marks()
         self.discovery.close()
         self.search_window.close()
