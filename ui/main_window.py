@@ -32,7 +32,7 @@ from functools import partial
 from typing import Callable, Iterator
 
 from PySide6.QtCore import QAbstractItemModel, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -41,12 +41,9 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QMainWindow,
-    QMessageBox,
     QPushButton,
     QStackedWidget,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -54,7 +51,7 @@ from PySide6.QtWidgets import (
 from ..middleware.types import ChatMessage, Mid, format_mid
 
 from .bridge import Backend, describe_error
-from .delegate import MessageDelegate, root_text, snippet
+from .delegate import MessageDelegate, root_text
 from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_shortcuts)
 from .direct_api import CONVERSATION_PREFIX, conversation_peer
 from .direct_pane import DirectPane
@@ -73,7 +70,9 @@ from .controllers.status import StatusController
 from .files_view import FilesView
 from .notices import is_notice
 from .notifier import Notifier
+from .panes.conversation import ConversationHeader, FirstSteps, ThreadBar
 from .panes.groups import GroupsPane
+from .panes.message_menu import message_menu
 from .model.settings import read_setting, write_setting
 from .panes.layout import MINIMUM_WIDTH, PaneLayout
 from .panes.side import MembersPane, ThreadsPane
@@ -83,10 +82,8 @@ from .resources import app_icon, icon
 from .widgets import (
     ComposeEdit,
     ConversationView,
-    title_label,
     CatchUpBar,
     ReplyBanner,
-    SharedField,
     TypingGoesTo,
     WarningBanner,
 )
@@ -111,7 +108,6 @@ CATCH_UP_MIN = 200
 CATCH_UP_LAG_MS = 10 * 60 * 1000
 EMPTY_GROUP_HINT = ("No messages here yet.\n\nWrite the first one below: it starts a thread. "
                     "Replies show under the message they answer (Reply, or a click on ↩).")
-REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
 
 
 class MainWindow(QMainWindow):
@@ -198,67 +194,18 @@ class MainWindow(QMainWindow):
         self.groups_pane.group_chosen.connect(self._on_group_selected)
         self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
 
-        self.title_label = title_label("conversationTitle")
-        self.filter_edit = QLineEdit()
-        self.filter_edit.setObjectName("filter")
-        self.filter_edit.setPlaceholderText("Filter (Ctrl+F)")
-        self.filter_edit.setClearButtonEnabled(True)
-        self.filter_edit.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition)
-        self.filter_edit.setMaximumWidth(260)
+        self.header = header = ConversationHeader(lambda: self.current.shown_topic if self.current is not None else "")
+        self.title_label, self.topic_edit, self.filter_edit = header.title_label, header.topic_edit, header.filter_edit
+        self.pinned_button, self.pinned_menu = header.pinned_button, header.pinned_menu
+        self.older_button, self.match_label = header.older_button, header.match_label
+        self.tree_button, self.time_button = header.tree_button, header.time_button
         self.filter_edit.textChanged.connect(self._apply_filter)
-        self.match_label = QLabel()
-        self.match_label.setObjectName("matchCount")
-        self.match_label.hide()
-        self.tree_button = QToolButton()
-        self.tree_button.setIcon(icon("tree"))
-        self.tree_button.setCheckable(True)
-        self.tree_button.setChecked(True)
-        self.tree_button.setToolTip("Reply tree (Ctrl+T toggles)")
         self.tree_button.clicked.connect(lambda: self.set_time_ordered(False))
-        self.time_button = QToolButton()
-        self.time_button.setIcon(icon("timeline"))
-        self.time_button.setCheckable(True)
-        self.time_button.setToolTip("Time order: each reply shows what it answers (Ctrl+T toggles)")
         self.time_button.clicked.connect(lambda: self.set_time_ordered(True))
-        # Out of the Tab chain, and it takes the keys only when clicked or chosen from the menu
-        # (ui.focus, rule 3): a stray Enter or letter there would change the topic for everyone.
-        self.topic_edit = SharedField(lambda: self.current.shown_topic if self.current is not None else "")
-        self.topic_edit.setObjectName("topicEdit")
-        self.topic_edit.setPlaceholderText("Add a topic for everyone…")
-        self.topic_edit.setFrame(False)
-        self.topic_edit.setMaxLength(300)
-        self.topic_edit.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
-        self.topic_edit.setToolTip("The group's topic: any member may change it (Enter saves, Esc undoes)")
-        self.topic_edit.setAccessibleName("Topic")
         self.topic_edit.saved.connect(self.compose_controller.save_topic)
         self.topic_edit.done.connect(lambda: self.apply_focus(Navigation.FIELD_LEFT))
-        self.pinned_button = QToolButton()
-        self.pinned_button.setObjectName("pinnedButton")
-        self.pinned_button.setAutoRaise(True)
-        self.pinned_button.setToolTip("Pinned messages")
-        self.pinned_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        self.pinned_menu = QMenu(self.pinned_button)
-        self.pinned_button.setMenu(self.pinned_menu)
         self.pinned_menu.aboutToShow.connect(self._fill_pinned_menu)
-        self.pinned_button.hide()
-        title_box = QVBoxLayout()
-        title_box.setSpacing(0)
-        title_box.addWidget(self.title_label)
-        title_box.addWidget(self.topic_edit)
-        header = QHBoxLayout()
-        header.setContentsMargins(8, 6, 8, 6)
-        header.addLayout(title_box, 1)
-        header.addWidget(self.pinned_button)
-        self.older_button = QPushButton()
-        self.older_button.setFlat(True)
-        self.older_button.setToolTip("Big groups open with their newest threads; show older ones too")
         self.older_button.clicked.connect(self.show_older)
-        self.older_button.hide()
-        header.addWidget(self.older_button)
-        header.addWidget(self.filter_edit)
-        header.addWidget(self.match_label)
-        header.addWidget(self.tree_button)
-        header.addWidget(self.time_button)
 
         self.tree_view = ConversationView(tree=True)
         self.tree_view.setItemDelegate(MessageDelegate(self.tree_view, tree=True))
@@ -292,43 +239,16 @@ class MainWindow(QMainWindow):
         self.stack = QStackedWidget()
         self.stack.addWidget(self.tree_view)
         self.stack.addWidget(self.timeline_view)
-        self.empty_label = QLabel("Join a group (Find groups…) or create one to start talking.")
-        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.empty_label.setWordWrap(True)
-        self.empty_page = QWidget()
-        empty_layout = QVBoxLayout(self.empty_page)
-        empty_layout.addStretch(1)
-        empty_layout.addWidget(self.empty_label)
-        empty_buttons = QHBoxLayout()
-        empty_buttons.addStretch(1)
-        self.first_steps: list[QPushButton] = []
-        for text, icon_name, slot in (("Find groups…", "discover", self.join_controller.show_discovery),
-                                      ("Create group…", "create", self.join_controller.create_group),
-                                      ("Join from invite…", "join", self.join_controller.join_from_invite)):
-            button = QPushButton(icon(icon_name), text)
-            button.clicked.connect(slot)
-            button.setAutoDefault(True)  # Enter presses the button with the keys, as Space does
-            empty_buttons.addWidget(button)
-            self.first_steps.append(button)
-        empty_buttons.addStretch(1)
-        empty_layout.addLayout(empty_buttons)
-        empty_layout.addStretch(1)
+        joins = self.join_controller
+        self.empty_page = FirstSteps([("Find groups…", "discover", joins.show_discovery),
+                                      ("Create group…", "create", joins.create_group),
+                                      ("Join from invite…", "join", joins.join_from_invite)])
+        self.first_steps = self.empty_page.buttons
         self.stack.addWidget(self.empty_page)
 
-        # Shown while one thread is open on its own.
-        self.thread_bar = QFrame()
-        self.thread_bar.setObjectName("threadBar")
-        self.back_button = QPushButton("← All threads")
-        self.back_button.setFlat(True)
-        self.back_button.setToolTip("Back to the whole conversation (Alt+Left)")
+        self.thread_bar = ThreadBar()
+        self.back_button, self.thread_label = self.thread_bar.back_button, self.thread_bar.thread_label
         self.back_button.clicked.connect(self.close_thread)
-        self.thread_label = QLabel()
-        self.thread_label.setTextFormat(Qt.TextFormat.PlainText)
-        thread_bar_layout = QHBoxLayout(self.thread_bar)
-        thread_bar_layout.setContentsMargins(8, 2, 8, 2)
-        thread_bar_layout.addWidget(self.back_button)
-        thread_bar_layout.addWidget(self.thread_label, 1)
-        self.thread_bar.hide()
 
         self.reply_banner = ReplyBanner()
         self.reply_banner.cancelled.connect(self.compose_controller.start_new_thread)
@@ -366,7 +286,7 @@ class MainWindow(QMainWindow):
         centre_layout = QVBoxLayout(centre)
         centre_layout.setContentsMargins(0, 0, 0, 0)
         centre_layout.setSpacing(0)
-        centre_layout.addLayout(header)
+        centre_layout.addWidget(self.header)
         self.warning_banner = WarningBanner()
         self.warning_banner.show_all.connect(self.status_controller.show_warning_log)
         self.warning_banner.dismissed.connect(self.status_controller.dismiss_warning)
@@ -620,9 +540,7 @@ class MainWindow(QMainWindow):
         self.selection.open(session)
         if not reopened:  # the same group again: an edit in progress stays
             self.compose_controller.restore_draft(session)
-        self.filter_edit.blockSignals(True)
-        self.filter_edit.clear()
-        self.filter_edit.blockSignals(False)
+        self.header.clear_filter(quietly=True)
         self.view_filter.set_text("")
         self._apply_highlight("")
         enabled = session is not None
@@ -708,10 +626,8 @@ class MainWindow(QMainWindow):
         hidden = 0
         if session is not None:
             hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
-        what = "messages" if self.time_ordered else "threads"
         stored = session is not None and session.thread is None and not session.history_complete and session.loaded
-        self.older_button.setText(f"⤒ {hidden:,} older {what}" if hidden else "⤒ Older messages")
-        self.older_button.setVisible(hidden > 0 or stored)
+        self.header.show_older(hidden, "messages" if self.time_ordered else "threads", stored)
 
     def show_older(self) -> None:
         """Older rows above the reader, who stays where they are: hidden ones, else a page from the store."""
@@ -878,15 +794,10 @@ class MainWindow(QMainWindow):
     # -- operations: edits, deletes, reactions, pins, the topic ------------------------------
 
     def show_topic(self, session: GroupSession) -> None:
-        topic = session.shown_topic
-        if not self.topic_edit.hasFocus() or self.topic_edit.text() == topic:
-            self.topic_edit.setText(topic)
-            self.topic_edit.setCursorPosition(0)
+        self.header.show_topic(session.shown_topic)
 
     def update_pinned_button(self) -> None:
-        count = len(self.current.pinned) if self.current is not None else 0
-        self.pinned_button.setText(f"Pinned ({count})")
-        self.pinned_button.setVisible(count > 0)
+        self.header.show_pinned(len(self.current.pinned) if self.current is not None else 0)
 
     def _fill_pinned_menu(self) -> None:
         self.pinned_menu.clear()
@@ -1165,8 +1076,7 @@ class MainWindow(QMainWindow):
         selected = message.mid if message is not None else None
         self.view_filter.time_ordered = on
         self.time_action.setChecked(on)
-        self.tree_button.setChecked(not on)
-        self.time_button.setChecked(on)
+        self.header.show_time_ordered(on)
         if self.current is not None:
             self._set_view_models()
             if not on:
@@ -1201,12 +1111,7 @@ class MainWindow(QMainWindow):
         for view in (self.tree_view, self.timeline_view):
             self._message_delegate(view).set_highlight(pattern)
             view.viewport().update()
-        if not pattern or self.current is None:
-            self.match_label.hide()
-            return
-        count = len(self.matches())
-        self.match_label.setText(f"{count} match{'es' if count != 1 else ''}" if count else "no matches")
-        self.match_label.show()
+        self.header.show_match_count(pattern if self.current is not None else "", len(self.matches()))
 
     def matches(self) -> list[Mid]:
         """The messages matching the filter, in the order of the view shown."""
@@ -1403,36 +1308,10 @@ class MainWindow(QMainWindow):
 
     def message_menu(self, message: ChatMessage) -> QMenu:
         """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
-        menu = QMenu(self)
-        self.files_view.add_menu_actions(menu, message)  # a file offer's Download (or Open…) comes first
-        menu.addAction(icon("reply"), "Reply", lambda: self.compose_controller.reply_to(message.mid))
-        menu.addAction("Quote", lambda: self.compose_controller.quote(message))
-        menu.addSeparator()
-        menu.addAction("Copy text", lambda: QGuiApplication.clipboard().setText(message.text))
-        menu.addAction("Copy link", lambda: QGuiApplication.clipboard().setText(message_link(message)))
-        menu.addSeparator()
-        menu.addAction("Open thread", lambda: self.open_thread(message.mid))
-        self.direct_controller.message_action(menu, message.sender, message.sender_name)
-        menu.addSeparator()
-        react = menu.addMenu("React")
-        mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}
-        for emoji in REACTION_CHOICES:
-            action = react.addAction(emoji, partial(self.compose_controller.toggle_reaction, message.mid, emoji))
-            action.setCheckable(True)
-            action.setChecked(emoji in mine)
-        if message.pinned:
-            menu.addAction("Unpin", lambda: self.compose_controller.set_pinned(message.mid, False))
-        else:
-            menu.addAction("Pin", lambda: self.compose_controller.set_pinned(message.mid, True))
-        if message.sender == self.backend.pid and not message.deleted:
-            menu.addAction("Edit", lambda: self.compose_controller.start_edit(message.mid))
-            menu.addSeparator()  # away from Edit: a slip of the pointer must not delete
-            menu.addAction("Delete…", lambda: self.confirm_delete(message))
-        elif not message.deleted and self.current is not None and self.current.view is not None and \
-                self.current.view.roles.get(self.backend.pid) in ("owner", "admin"):
-            menu.addSeparator()
-            menu.addAction("Remove for everyone…", lambda: self.confirm_delete(message))
-        return menu
+        view = self.current.view if self.current is not None else None
+        return message_menu(self, message, self.backend.pid, self.compose_controller, self.files_view, self.open_thread,
+                            self.direct_controller.message_action,
+                            view is not None and view.roles.get(self.backend.pid) in ("owner", "admin"))
 
     def focus_topic(self) -> None:
         """The topic field is out of the Tab chain (a stray Enter there changes it for everyone);
@@ -1456,24 +1335,6 @@ class MainWindow(QMainWindow):
         self.send_button.setText("Save" if editing else "Send")
         self.send_button.setIcon(icon("edit" if editing else "send"))
         self.send_button.setToolTip("Save the edit (Enter)" if editing else "Send (Enter)")
-
-    def confirm_delete(self, message: ChatMessage) -> bool:
-        """Ask before deleting: a delete reaches every member and cannot be taken back."""
-        own = message.sender == self.backend.pid
-        whose = "your message" if own else f"{message.sender_name}'s message"
-        box = QMessageBox(QMessageBox.Icon.Question, "Delete message",
-                          f"Delete {whose} “{snippet(message.text, 60)}” for everyone?", parent=self)
-        shown = "“message deleted”" if own else "“removed by an admin” and your name"
-        box.setInformativeText(f"Members will see {shown} in its place, and its replies stay. "
-                               "This cannot be undone.")
-        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)  # Enter keeps the message
-        box.exec()
-        if box.clickedButton() is not delete:
-            return False
-        self.compose_controller.delete_message(message.mid)
-        return True
 
     def open_link(self, url: str) -> None:
         """A message link (m2mc://message/…) selects that message; any other link opens outside."""
@@ -1592,7 +1453,3 @@ class MainWindow(QMainWindow):
         self.warning_log.close()
         super().closeEvent(event)
 
-
-def message_link(message: ChatMessage) -> str:
-    """A reference to a message that another member's app opens: m2mc://message/<gid>/<pid>:<seqno>."""
-    return f"m2mc://message/{message.gid}/{format_mid(message.mid)}"

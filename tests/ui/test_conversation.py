@@ -674,7 +674,7 @@ def test_presence_marks_have_colours_a_badge_and_a_legend(qtbot, window, backend
         return next((item for item in items if item.text().split("  · ")[0].endswith(f" {name}")), None)
 
     qtbot.waitUntil(lambda: row("Cat") is not None and row("Cat").data(Qt.ItemDataRole.UserRole) == "offline")
-    legend = window.presence_legend
+    legend = window.members_pane.presence_legend
     assert legend.isVisible() and all(word in legend.text() for word in ("online", "away", "offline"))
     # The badge's colour is in the icon's bottom-right corner: green for Ann, grey ring for Cat.
     def badge_colours(name):

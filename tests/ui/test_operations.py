@@ -11,7 +11,7 @@ from PySide6.QtCore import QPoint, Qt, QTimer
 from conftest import ANN, BOB, CAT, lunch_conversation, message
 from m2mc.middleware.obg import MAX_REACTION_EMOJI, is_reaction_emoji
 from m2mc.middleware.types import Member
-from m2mc.ui.main_window import REACTION_CHOICES
+from m2mc.ui.panes.message_menu import REACTION_CHOICES
 
 GID = ""  # the messages' own gid: inject_* takes the group's real one
 
