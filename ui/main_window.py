@@ -38,11 +38,8 @@ from PySide6.QtWidgets import (
     QApplication,
     QMenu,
     QFileDialog,
-    QFrame,
     QHBoxLayout,
-    QLabel,
     QMainWindow,
-    QPushButton,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -80,10 +77,9 @@ from .panes.status import StatusPane
 from .model.state import ComposeTarget, OnShow, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
-    ComposeEdit,
+    ComposeBox,
     ConversationView,
     CatchUpBar,
-    ReplyBanner,
     TypingGoesTo,
     WarningBanner,
 )
@@ -250,37 +246,21 @@ class MainWindow(QMainWindow):
         self.back_button, self.thread_label = self.thread_bar.back_button, self.thread_bar.thread_label
         self.back_button.clicked.connect(self.close_thread)
 
-        self.reply_banner = ReplyBanner()
+        self.attach_button = self.files_view.attach_button()
+        self.compose_box = box = ComposeBox(attach_button=self.attach_button)
+        self.compose, self.send_button = box.compose, box.send_button
+        self.reply_banner, self.compose_error = box.reply_banner, box.compose_error
         self.reply_banner.cancelled.connect(self.compose_controller.start_new_thread)
-        self.compose = ComposeEdit()
         self.compose.submitted.connect(self.compose_controller.send_message)
         self.compose.textChanged.connect(self.compose_controller.keep_draft)
         self.compose.edit_last_requested.connect(self.compose_controller.edit_last)
         self.mention_completer = MentionCompleter(self.compose)
         self.mentions_window: MentionsWindow | None = None
-        self.send_button = QPushButton(icon("send"), "Send")
-        self.send_button.setObjectName("sendButton")
         self.send_button.clicked.connect(self.compose_controller.send_message)
-        self.reply_banner.editing_changed.connect(self._show_send_or_save)
-        self.compose_error = QLabel()
-        self.compose_error.setObjectName("dialogError")
-        self.compose_error.hide()
-        compose_row = QHBoxLayout()
-        compose_row.addWidget(self.compose, 1)
-        self.attach_button = self.files_view.attach_button()
         self.compose.files_given.connect(self.files_view.attach)
         self.compose.image_given.connect(self.files_view.attach_image)
         self.setAcceptDrops(True)
         self.installEventFilter(self.files_view)  # files dropped anywhere on the window are attached
-        compose_row.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
-        compose_row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
-        compose_frame = QFrame()
-        compose_frame.setObjectName("composeFrame")
-        compose_layout = QVBoxLayout(compose_frame)
-        compose_layout.setContentsMargins(8, 6, 8, 8)
-        compose_layout.addWidget(self.reply_banner)
-        compose_layout.addWidget(self.compose_error)
-        compose_layout.addLayout(compose_row)
 
         centre = QWidget()
         centre_layout = QVBoxLayout(centre)
@@ -306,7 +286,7 @@ class MainWindow(QMainWindow):
         self._catch_up_timer.timeout.connect(self._count_caught_up)
         centre_layout.addWidget(self.thread_bar)
         centre_layout.addWidget(self.stack, 1)
-        centre_layout.addWidget(compose_frame)
+        centre_layout.addWidget(self.compose_box)
 
         self.members_pane = MembersPane()
         self.threads_pane = ThreadsPane(self.link_title)
@@ -1330,11 +1310,6 @@ class MainWindow(QMainWindow):
 
     def show_shortcuts(self) -> None:
         show_shortcuts(self, self.shortcut_rows())
-
-    def _show_send_or_save(self, editing: bool) -> None:
-        self.send_button.setText("Save" if editing else "Send")
-        self.send_button.setIcon(icon("edit" if editing else "send"))
-        self.send_button.setToolTip("Save the edit (Enter)" if editing else "Send (Enter)")
 
     def open_link(self, url: str) -> None:
         """A message link (m2mc://message/…) selects that message; any other link opens outside."""
