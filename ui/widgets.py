@@ -294,6 +294,7 @@ class ComposeBox(QFrame):
         self.compose_error.setObjectName("dialogError")
         self.compose_error.setWordWrap(True)
         self.compose_error.hide()
+        self.attach_button = attach_button
         row = QHBoxLayout()
         row.addWidget(self.compose, 1)
         if attach_button is not None:

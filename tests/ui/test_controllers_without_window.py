@@ -94,6 +94,7 @@ def test_the_session_controller_restores_read_marks_saves_new_ones_and_finds_the
     selection: Selection[GroupSession] = Selection()
     view = FakeSessionsView()
     controller = sessions.SessionController(backend, selection, ComposeTarget(), ThreadFilter(), view, {})
+    controller.conversation = view  # the fake answers for the conversation pane too
 
     session = controller.session(gid)
     qtbot.waitUntil(lambda: session.loaded)

@@ -462,4 +462,4 @@ def test_next_unread_ctrl_u_walks_into_direct_conversations_and_back_to_groups(q
     qtbot.waitUntil(lambda: bool(session.tree.unread))
     qtbot.keyClick(pane_view, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: window.current is session and window.centre_stack.currentIndex() == 0)
-    assert window.selected_message().text == "lunch moved to 13:00" and not session.tree.unread
+    assert window.conversation.selected_message().text == "lunch moved to 13:00" and not session.tree.unread

@@ -51,7 +51,7 @@ def test_the_issues_steps_search_jumps_and_back_then_typing_goes_to_the_compose_
         qtbot.waitUntil(lambda: (search.shown_query or "").startswith(word) and len(search.result_items()) == 1,
                         timeout=3000)
         keys(qtbot, "Down", "Return")
-        qtbot.waitUntil(lambda: window.selected_message() is not None and word[:5] in window.selected_message().text.lower())
+        qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and word[:5] in window.conversation.selected_message().text.lower())
     assert window.current is winter
     keys(qtbot, "alt+Left")
     qtbot.waitUntil(lambda: window.current is lunch and lunch.thread is not None)
@@ -153,7 +153,7 @@ def route_click_a_message(qtbot, window, lunch, winter):
     window.select_group(lunch.gid)
     view = window.tree_view
     click(qtbot, view.viewport(), view.visualRect(view.model().index(0, 0)).center())
-    qtbot.waitUntil(lambda: window.selected_message() is not None)
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None)
     return lunch
 
 
@@ -183,7 +183,7 @@ def route_open_a_thread_from_the_threads_pane(qtbot, window, lunch, winter):
 
 def route_all_threads_button(qtbot, window, lunch, winter):
     route_open_a_thread_from_the_threads_pane(qtbot, window, lunch, winter)
-    click(qtbot, window.back_button)
+    click(qtbot, window.conversation.thread_bar.back_button)
     qtbot.waitUntil(lambda: lunch.thread is None)
     return lunch
 

@@ -74,10 +74,10 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     assert window.tree_view.isExpanded(session.tree_model.index_for(talk[6].mid))  # path to the new reply
     save_screenshot(window, "main-window.png")
     window.session_controller.next_unread()
-    assert window.selected_message().mid == talk[6].mid
+    assert window.conversation.selected_message().mid == talk[6].mid
     assert session.tree.unread == {talk[7].mid}
     window.next_unread_action.trigger()
-    assert window.selected_message().mid == talk[7].mid and not session.tree.unread
+    assert window.conversation.selected_message().mid == talk[7].mid and not session.tree.unread
     assert window.compose_controller.reply_target is None
     assert window.groups_pane.item(session.gid).data(Qt.ItemDataRole.UserRole + 11) == 0
 
@@ -85,23 +85,23 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
 def test_time_ordered_view_and_filter(qtbot, window, backend):
     session = open_lunch(qtbot, window, backend, history=8)
     window.time_action.trigger()
-    assert window.stack.currentWidget() is window.timeline_view
-    model = window.timeline_view.model()
+    assert window.conversation.stack.currentWidget() is window.conversation.timeline_view
+    model = window.conversation.timeline_view.model()
     assert [model.index(r, 0).data(MessageRole).text for r in range(model.rowCount())] == \
         [m.text for m in lunch_conversation(session.gid)]
     save_screenshot(window, "main-window-time-ordered.png")
     window.time_action.trigger()
-    assert window.stack.currentWidget() is window.tree_view
+    assert window.conversation.stack.currentWidget() is window.tree_view
 
     window.find_action.trigger()
-    qtbot.keyClicks(window.filter_edit, "december")
+    qtbot.keyClicks(window.conversation.filter_edit, "december")
     proxy = window.tree_view.model()
-    assert proxy is window.tree_proxy
+    assert proxy is window.conversation.tree_proxy
     # The matches and the thread above them stay; other threads go.
     assert proxy.rowCount() == 1
     top = proxy.index(0, 0)
     assert top.data(MessageRole).text == "Did you visit Chennai?"
-    window.filter_edit.clear()
+    window.conversation.filter_edit.clear()
     assert window.tree_view.model() is session.tree_model
 
 

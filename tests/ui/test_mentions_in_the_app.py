@@ -21,7 +21,7 @@ def open_group(qtbot, window, backend, history, desc="Travel & lunch"):
     group = backend.manager.inject_group(desc, members=(ANN, BOB, CAT, me), joined=True, history=history)
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == len(history))
-    qtbot.waitUntil(lambda: window.mention_completer.model.rowCount() == 3)
+    qtbot.waitUntil(lambda: window.conversation.mention_completer.model.rowCount() == 3)
     return group.gid
 
 
@@ -50,9 +50,9 @@ def test_at_completes_a_member_and_the_message_carries_the_pid(qtbot, window, ba
     gid = open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
     window.compose.setFocus()
     qtbot.keyClicks(window.compose, "Lunch, @")
-    popup = window.mention_completer.completer.popup()
+    popup = window.conversation.mention_completer.completer.popup()
     qtbot.waitUntil(popup.isVisible)
-    assert [window.mention_completer.completer.completionModel().index(i, 0).data()
+    assert [window.conversation.mention_completer.completer.completionModel().index(i, 0).data()
             for i in range(3)] == ["Ann", "Bob", "Cat"]
     QTest.keyClicks(popup, "b")  # keys go to the open list, which passes letters on to the box
     assert window.compose.toPlainText() == "Lunch, @b"
@@ -182,7 +182,7 @@ def test_a_renamed_member_is_shown_by_the_new_name_and_the_mentions_list_jumps(q
     save_screenshot(mentions, "mentions-list.png")
     rect = mentions.list.visualItemRect(item)
     qtbot.mouseClick(mentions.list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    qtbot.waitUntil(lambda: window.selected_message().mid == for_me.mid)  # its thread is read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message().mid == for_me.mid)  # its thread is read from the store
 
 
 def test_a_busy_group_never_holds_back_a_mention_and_mentions_have_their_own_limit(qtbot):

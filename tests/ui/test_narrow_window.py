@@ -80,10 +80,10 @@ def test_filter_typing_does_not_move_the_panes(qtbot, window, backend):
     for width in (1100, 1000):
         resize(qtbot, window, width)
         before = window.pane_layout.splitter.sizes(), window.pane_layout.side_splitter.sizes()
-        qtbot.keyClicks(window.filter_edit, "december")
+        qtbot.keyClicks(window.conversation.filter_edit, "december")
         qtbot.wait(20)
         assert (window.pane_layout.splitter.sizes(), window.pane_layout.side_splitter.sizes()) == before
-        window.filter_edit.clear()
+        window.conversation.filter_edit.clear()
         qtbot.wait(20)
         assert (window.pane_layout.splitter.sizes(), window.pane_layout.side_splitter.sizes()) == before
 

@@ -126,7 +126,7 @@ def test_a_restart_shows_the_group_the_direct_conversation_or_the_thread_on_show
     window = started(qtbot, backend, settings)
     qtbot.waitUntil(lambda: window.current is not None and window.current.thread is not None)
     assert window.current.gid == second_gid and window.current.thread.root.message.mid == root
-    assert window.thread_bar.isVisible()
+    assert window.conversation.thread_bar.isVisible()
     save_screenshot(window, "restart-after-thread.png")
     # The direct conversation with Ann.
     window.direct_controller.open_with(ANN.pid)

@@ -67,9 +67,9 @@ def test_search_everywhere_lists_by_conversation_and_opens_results_in_their_thre
     qtbot.keyClick(search.results, Qt.Key.Key_Return)
     shown = window.session_controller.sessions[wanted.gid]
     qtbot.waitUntil(lambda: window.current is shown)
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == wanted.mid)  # read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == wanted.mid)  # read from the store
     assert shown.thread is not None and shown.thread.root.message.mid == shown.tree.thread_of(wanted.mid)
-    index = window._view_index(wanted.mid)
+    index = window.conversation._view_index(wanted.mid)
     assert window.tree_view.viewport().rect().intersects(window.tree_view.visualRect(index))  # scrolled into view
     save_screenshot(window, "search-result-opened.png")
 
@@ -80,7 +80,7 @@ def test_search_everywhere_lists_by_conversation_and_opens_results_in_their_thre
     qtbot.mouseClick(search.results.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     target = window.session_controller.sessions[hit.gid]
     qtbot.waitUntil(lambda: window.current is target)
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == hit.mid)  # read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == hit.mid)  # read from the store
     assert target.thread is not None and target.thread.root.message.mid == target.tree.thread_of(hit.mid)
 
 
@@ -92,7 +92,7 @@ def test_a_message_link_opens_its_thread_in_another_group(qtbot, window, backend
     answer = next(node.message for node in winter.tree.roots()[0].children if node.message.text.startswith("Chennai"))
     window.open_link(f"m2mc://message/{winter.gid}/{format_mid(answer.mid)}")
     assert window.current is winter
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == answer.mid)  # read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == answer.mid)  # read from the store
     assert winter.thread is not None and winter.thread.root.message.mid == plans.mid == answer.parent
 
 
@@ -375,7 +375,7 @@ def test_back_in_search_everywhere_the_reader_goes_on_from_the_result_last_opene
     qtbot.keyClick(search.results, Qt.Key.Key_Down)
     opened = search.results.currentItem().data(0, Qt.ItemDataRole.UserRole + 1)
     qtbot.keyClick(search.results, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == opened.mid)
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == opened.mid)
     activate(qtbot, window)
 
     qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)

@@ -62,21 +62,30 @@ ReaderPlace = tuple[Mid, int]  # the message at the top of the tree view, and it
 
 
 class SessionsView(Protocol):
-    """What the session controller asks of the window."""
+    """What the session controller asks of the window (the conversation on show: :class:`ConversationShown`)."""
 
     def setWindowTitle(self, title: str) -> None: ...
     def select_group(self, gid: str) -> None: ...
     def group_to_open(self, joined: list[str]) -> str | None: ...
     def focus_compose(self) -> None: ...
     def focus_first_steps(self) -> None: ...
-    def select_message(self, mid: Mid) -> bool: ...
-    def clear_filter(self) -> None: ...
     def show_status(self, text: str, timeout: int) -> None: ...
-    def show_heading(self, session: GroupSession) -> None: ...
-    def show_topic(self, session: GroupSession) -> None: ...
     def refresh_status(self) -> None: ...
     def fill_members(self) -> None: ...
     def poll_presence(self) -> None: ...
+    def start_new_thread(self) -> None: ...
+    def messages_shown(self, mids: list[Mid]) -> None: ...
+    def notify(self, title: str, text: str, mention: bool = False, target: tuple[str, Mid] | None = None) -> None: ...
+    def show_unread(self, count: int) -> None: ...
+
+
+class ConversationShown(Protocol):
+    """What the session controller asks of the conversation pane (ui.panes.conversation)."""
+
+    def select_message(self, mid: Mid) -> bool: ...
+    def clear_filter(self) -> None: ...
+    def show_heading(self, session: GroupSession) -> None: ...
+    def show_topic(self, session: GroupSession) -> None: ...
     def update_pinned_button(self) -> None: ...
     def update_older_button(self) -> None: ...
     def set_divider(self, session: GroupSession) -> None: ...
@@ -93,14 +102,12 @@ class SessionsView(Protocol):
     def older_loaded(self, session: GroupSession, place: ReaderPlace | None, mids: list[Mid]) -> None: ...
     def forget_rendered(self, mids: list[Mid]) -> None: ...
     def relayout_messages(self) -> None: ...
-    def start_new_thread(self) -> None: ...
-    def messages_shown(self, mids: list[Mid]) -> None: ...
-    def notify(self, title: str, text: str, mention: bool = False, target: tuple[str, Mid] | None = None) -> None: ...
-    def show_unread(self, count: int) -> None: ...
 
 
 class SessionController(QObject):
     """The sessions of the joined groups, kept for as long as the window."""
+
+    conversation: ConversationShown  # the pane showing the current group, given once it is built
 
     def __init__(self, backend: Backend, selection: Selection[GroupSession], target: ComposeTarget,
                  view_filter: ThreadFilter, view: SessionsView, settings: Any, parent: QObject | None = None) -> None:
@@ -232,11 +239,11 @@ class SessionController(QObject):
         session.divider = unread[0] if unread else None
         session.loaded = True
         if self.selection.is_current(session):
-            self.view.set_divider(session)
-            self.view.expand_default(session)
-            self.view.open_position(session)
+            self.conversation.set_divider(session)
+            self.conversation.expand_default(session)
+            self.conversation.open_position(session)
             self.view.refresh_status()
-            self.view.update_pinned_button()  # pinned long ago: known from the store, not the page
+            self.conversation.update_pinned_button()  # pinned long ago: known from the store, not the page
 
     def load_older(self, session: GroupSession, then: Callable[[], None] | None = None) -> bool:
         """Ask the store for the page before the oldest message held; False if there is none to ask for.
@@ -287,7 +294,7 @@ class SessionController(QObject):
         if page:
             page = self._with_notices(session, page, session.history_complete, session.oldest_order)
             session.oldest_order = page[0].order
-            place = self.view.hold_place(session)
+            place = self.conversation.hold_place(session)
             read = session.read_marks or RangeSet()
             session.unread_beyond = 0 if session.history_complete else max(
                 0, session.unread_beyond - sum(1 for m in page if m.order not in read))
@@ -296,7 +303,7 @@ class SessionController(QObject):
             session.pinned.update({m.mid: m for m in page if m.pinned})
             self._look_up_absent_parents(session, page)
             if self.selection.is_current(session):
-                self.view.older_loaded(session, place, [m.mid for m in page])
+                self.conversation.older_loaded(session, place, [m.mid for m in page])
         if then is not None:
             then()
 
@@ -333,7 +340,7 @@ class SessionController(QObject):
         def found(messages: list[ChatMessage]) -> None:
             tree.absent_parents.update({m.mid: m for m in messages})
             if self.selection.is_current(session):
-                self.view.relayout_messages()
+                self.conversation.relayout_messages()
 
         self.backend.call(lambda peer: peer.messages(gid, wanted), on_result=found, on_error=lambda _e: None)
 
@@ -363,27 +370,27 @@ class SessionController(QObject):
         session = self.sessions.get(gid)
         if session is None:
             session = self.session(gid, load_history=True)
-        at_bottom, reading = self.view.reader_place(session)
+        at_bottom, reading = self.conversation.reader_place(session)
         if session.thread is not None:
             for message in session.thread.add_live(messages):
                 if message.parent is not None and self.selection.is_current(session):
-                    self.view.expand_path(message.mid)
+                    self.conversation.expand_path(message.mid)
         shown = session.tree.add_messages(messages, unread=True)
         if not shown:
             return
         self._trim(session, at_bottom, reading)
         if reading is not None and self.selection.is_current(session):
-            self.view.keep_reader_place(session, reading)  # replies above (a join's sync) must not move it
+            self.conversation.keep_reader_place(session, reading)  # replies above (a join's sync) must not move it
         if self.selection.is_current(session):
             for message in shown:
                 if message.parent is not None:
-                    self.view.expand_path(message.mid)
+                    self.conversation.expand_path(message.mid)
             self.view.messages_shown([m.mid for m in shown])  # the banner may name one of them now
             if at_bottom:
                 # Only follow the end when the user is already there; otherwise keep their place.
                 # Deferred and coalesced: scrolling forces a layout, once per burst is enough.
-                self.view.follow_end()
-            self.view.schedule_seen()
+                self.conversation.follow_end()
+            self.conversation.schedule_seen()
         others = [m for m in shown if m.sender != self.backend.pid and not is_notice(m)]
         told, mentioning = to_tell(self.notify_level(gid), self.backend.pid, others) if others else ([], False)
         if told:
@@ -406,12 +413,12 @@ class SessionController(QObject):
         if tree.shown_thread_count() > tree.window + TRIM_SLACK:
             hidden = tree.hide_oldest(tree.window, [spare, opened, reading[0] if reading else None])
             if hidden and reading is not None:
-                self.view.restore_reader_place(session, reading)
+                self.conversation.restore_reader_place(session, reading)
         if ((at_bottom or not current or not self.view_filter.time_ordered)
                 and timeline.rowCount() > timeline.window + TRIM_SLACK):
             timeline.hide_oldest(timeline.window, spare)
         if self.selection.is_current(session):
-            self.view.update_older_button()
+            self.conversation.update_older_button()
 
     def _on_groups_discovered(self, views: list[GroupView]) -> None:
         for view in views:
@@ -420,7 +427,7 @@ class SessionController(QObject):
             if session is not None:
                 self.sessions.set_view(session, view)
                 if self.selection.is_current(session):
-                    self.view.show_heading(session)
+                    self.conversation.show_heading(session)
                     self.view.fill_members()
         self.view.refresh_status()
 
@@ -444,14 +451,14 @@ class SessionController(QObject):
                 session.pinned[message.mid] = message
             else:
                 session.pinned.pop(message.mid, None)
-        self.view.forget_rendered([m.mid for m in messages])
+        self.conversation.forget_rendered([m.mid for m in messages])
         changed = session.tree.update_messages(messages)
         if session.thread is not None:
             changed += session.thread.tree.update_messages(messages)
         if self.selection.is_current(session):
             if changed:
-                self.view.relayout_messages()
-            self.view.update_pinned_button()
+                self.conversation.relayout_messages()
+            self.conversation.update_pinned_button()
             self.view.messages_shown(list(by_mid))  # the reply banner names an edited message anew
             edited = by_mid.get(self.target.edit) if self.target.edit is not None else None
             if edited is not None and edited.deleted:
@@ -463,7 +470,7 @@ class SessionController(QObject):
             return
         session.topic = topic
         if self.selection.is_current(session):
-            self.view.show_topic(session)
+            self.conversation.show_topic(session)
 
     def _on_group_created(self, gid: str) -> None:
         session = self.session(gid, load_history=False)
@@ -481,7 +488,7 @@ class SessionController(QObject):
     def _on_unread_count(self, session: GroupSession) -> None:
         self.sessions.unread_changed(session)
         if self.selection.is_current(session):
-            self.view.update_catch_up()
+            self.conversation.update_catch_up()
         self.update_title()
 
     def update_title(self) -> None:
@@ -519,8 +526,8 @@ class SessionController(QObject):
         for session, oldest in self.sessions.with_unread_first(current)[:1]:
             if session is not current:
                 self.view.select_group(session.gid)
-            self.view.clear_filter()
-            self.view.select_message(oldest)
+            self.conversation.clear_filter()
+            self.conversation.select_message(oldest)
             return True
         if others():
             return True

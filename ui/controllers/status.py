@@ -21,7 +21,6 @@ from ..delegate import MessageDelegate
 from ..dialogs import WarningLogWindow
 from ..member_list import fill_member_list
 from ..model.state import Selection
-from ..panes.status import StatusPane
 from ..widgets import ThreadListDelegate, WarningBanner
 from .sessions import GroupSession, SessionController
 
@@ -30,12 +29,22 @@ log = logging.getLogger(__name__)
 PRESENCE_POLL_MS = 5000
 
 
+class StatusBar(Protocol):
+    """The status bar's parts (ui.panes.status.StatusPane)."""
+
+    def show_network(self, text: str, state: str) -> None: ...
+    def show_peers(self, count: int) -> None: ...
+    def show_waiting(self, waiting: int) -> None: ...
+    def show_sync(self, sync: tuple[int, int] | None) -> None: ...
+
+
 class StatusView(Protocol):
     """The status pane, the warnings, the members pane and the views whose names it keeps."""
 
     warning_log: WarningLogWindow
     warning_banner: WarningBanner
-    status_pane: StatusPane
+    @property
+    def status_pane(self) -> StatusBar: ...
     member_list: QListWidget
 
     def named_views(self) -> tuple[QAbstractItemView, ...]: ...
