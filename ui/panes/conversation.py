@@ -111,6 +111,7 @@ class ConversationHeader(QWidget):
         title_box.addWidget(self.topic_edit)
         header = QHBoxLayout(self)
         header.setContentsMargins(8, 6, 8, 6)
+        header.setSpacing(0)  # as it had nested in the conversation's layout, whose spacing it took
         header.addLayout(title_box, 1)
         header.addWidget(self.pinned_button)
         header.addWidget(self.older_button)
