@@ -1,19 +1,14 @@
-"""The main window (the thesis's ChatConsole): groups, reply tree, compose box, members, status.
+"""The main window (the thesis's ChatConsole): it lays out the panes, builds the menus and wires the panes
+to the controllers.
 
-The window is the view: it builds the panes, menus and status bar, shows one
-group's session at a time (tree or time order, one thread on its own, the
-filter) and keeps the reader's place.  Its controllers
-(:mod:`ui.controllers`) hold the rest, as qutebrowser keeps its completion
-model, view and controller apart: sessions and read state, compose, status,
-and joins; each sees the window only through its own view protocol.  What the
-reader has chosen (the group and message selected, what the compose box
-answers, tree or time order and the filter) is Qt-free (:mod:`ui.model`) and
-shared by the window and the controllers.  It talks to the middleware only through a
-:class:`~ui.bridge.Backend`: typed calls with callbacks, events as signals,
-all on the GUI thread.  Each joined group has a
-:class:`~ui.controllers.sessions.GroupSession` holding its tree and
-time-ordered models, which live as long as the window, so switching groups
-keeps unread marks.
+The panes (:mod:`ui.panes`) own their widgets: the groups list (a mirror of the sessions of
+:mod:`ui.model.sessions`), the conversation (a group's views, the reading and the compose box), the threads
+and members beside it, and the status bar.  The controllers (:mod:`ui.controllers`) hold the logic
+(sessions and read state, compose, status, joins, direct messages, jumps and the way back), each seeing
+the window or a pane through its own view protocol, as qutebrowser keeps its completion model, view and
+controller apart.  What the reader has chosen and the sessions' state are Qt-free (:mod:`ui.model`) and
+shared.  The window talks to the middleware only through a :class:`~ui.bridge.Backend`: typed calls with
+callbacks, events as signals, all on the GUI thread.
 
 What is new is hard to miss: unread messages carry a coloured bar and
 "● new", the path to each new message is expanded, the groups pane shows an
@@ -24,14 +19,13 @@ moment while the window is active.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QKeySequence
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -45,18 +39,16 @@ from PySide6.QtWidgets import (
 from ..middleware.types import ChatMessage, Mid, format_mid
 
 from .bridge import Backend, describe_error
-from .delegate import root_text
-from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_shortcuts)
-from .direct_api import CONVERSATION_PREFIX, conversation_peer
+from .dialogs import (WarningLogWindow, show_about, show_shortcuts)
 from .direct_pane import DirectPane
 from .discovery_window import DiscoveryWindow
 from .focus import Navigation, Place, after
 from .search_window import SearchWindow
-from .message_model import MessageRole
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.team import TeamController
 from .controllers.joins import JoinController
+from .controllers.navigation import NavigationController
 from .controllers.sessions import GroupSession, SessionController
 from .model.sessions import member_names
 from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionsWindow
@@ -78,7 +70,6 @@ from .widgets import (
 
 log = logging.getLogger(__name__)
 
-MAX_WAY_BACK = 50  # places Back (Alt+Left) remembers
 # Keys the compose box and the views take themselves (no menu action holds them).
 TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
                ("Edit your last message (empty compose box)", "Up"),
@@ -105,7 +96,7 @@ class MainWindow(QMainWindow):
 
         # A window of its own, not a child: it must not stay above the main window.
         self.discovery = DiscoveryWindow(backend)
-        self.notifier = Notifier(self, open_target=lambda target: self.show_message(*target))
+        self.notifier = Notifier(self, open_target=lambda target: self.navigation.show_message(*target))
         self.warning_log = WarningLogWindow(self)
         # Each controller hears the backend's events for its concern; nothing reaches them
         # before the panes are built (events come through the event loop).
@@ -126,8 +117,12 @@ class MainWindow(QMainWindow):
         self.team_controller = TeamController(backend, self.selection, self.session_controller, self.dialog_parent,
                                               self)
         self.direct_controller.member_actions.append(self.team_controller.add_actions)
+        self.navigation: NavigationController = NavigationController(
+            backend, self.selection, self.session_controller, self.direct_controller, self.status_controller.show_error,
+            self, self.conversation, self.direct_pane.view, self)
         self.team_controller.compose_widgets = self.compose_widgets
-        self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message,
+        self.search_window = SearchWindow(backend, self.session_controller.sessions,
+                                          lambda gid, mid: self.navigation.show_message(gid, mid),
                                           self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total
         self._build_actions()
@@ -139,8 +134,6 @@ class MainWindow(QMainWindow):
         self._name_controls()
         self.pane_layout.restore_sizes()
 
-        # (gid, open thread, selected) before a jump; a direct conversation's place has its conversation_key as gid
-        self._way_back: list[tuple[str, Mid | None, Mid | None]] = []
         self.show_session(None)
 
     @property
@@ -168,7 +161,7 @@ class MainWindow(QMainWindow):
         self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
 
         joins = self.join_controller
-        hooks = ConversationHooks(self.apply_focus, self.open_link, self.link_title, self.message_menu, self.show_status,
+        hooks = ConversationHooks(self.apply_focus, self._open_link, self._link_title, self.message_menu, self.show_status,
                                   self._restored_thread)
         pane = ConversationPane(
             self.backend, self.selection, self.view_filter, self.session_controller, self.compose_controller,
@@ -191,10 +184,10 @@ class MainWindow(QMainWindow):
         self.installEventFilter(self.files_view)  # files dropped anywhere on the window are attached
 
         self.members_pane = MembersPane()
-        self.threads_pane = ThreadsPane(self.link_title)
+        self.threads_pane = ThreadsPane(self._link_title)
         self.threads_pane.thread_chosen.connect(self.open_thread)
         self.member_list, self.thread_list = self.members_pane.member_list, self.threads_pane.thread_list
-        self.direct_pane = DirectPane()
+        self.direct_pane: DirectPane = DirectPane()
         self.centre_stack = QStackedWidget()
         self.centre_stack.addWidget(pane)
         self.centre_stack.addWidget(self.direct_pane)
@@ -276,7 +269,7 @@ class MainWindow(QMainWindow):
         self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", self.show_mentions)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.conversation.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.conversation.find_match(-1))
-        self.back_action = self._action("&Back", "Alt+Left", self.go_back)
+        self.back_action = self._action("&Back", "Alt+Left", self.navigation.go_back)
         self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
         self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
@@ -530,7 +523,7 @@ class MainWindow(QMainWindow):
                 lambda gid: member_names(sessions[gid].view) if gid in sessions else {})
 
     def jump_to_message(self, gid: str, mid: Mid) -> None:
-        self.open_link(f"m2mc://message/{gid}/{format_mid(mid)}")
+        self.navigation.open_link(f"m2mc://message/{gid}/{format_mid(mid)}")
 
     def messages_shown(self, mids: list[Mid]) -> None:
         self.compose_controller.messages_shown(mids)
@@ -593,53 +586,13 @@ class MainWindow(QMainWindow):
         else:
             self.session_controller.next_unread(others=direct.next_unread)
 
-    def go_back(self) -> None:
-        """Alt+Left: to where the reader was before following a link or a search result, else out of
-        the open thread to all threads."""
-        self._go_back()
-        # Back is pressed in the search window too (Shortcuts work from every window): the window
-        # comes up with the keys in the compose box of where it went back to.
-        self.raise_()
-        self.activateWindow()
-        self.apply_focus(Navigation.BACK)
-
-    def _go_back(self) -> None:
-        while self._way_back:
-            gid, thread, mid = self._way_back.pop()
-            if gid.startswith(CONVERSATION_PREFIX):
-                peer = gid.removeprefix(CONVERSATION_PREFIX)
-                if mid is not None:
-                    self.direct_controller.show_message(peer, mid, missing=self._not_here)
-                else:
-                    self.direct_controller.open_with(peer)
-                return
-            if gid not in self.session_controller.sessions:
-                continue  # left since
-            if self.current is None or self.current.gid != gid:
-                self.select_group(gid)
-            if thread is not None:
-                if mid is not None:
-                    self.open_thread(thread, then=functools.partial(self.select_message, mid))
-                else:
-                    self.open_thread(thread)
-                return
-            self.close_thread()
-            if mid is not None:
-                self.select_message(mid)
-            return
-        self.close_thread()
-
-    def link_title(self, url: str) -> str | None:
-        """What an m2mc://message link shows instead of its ids: the linked message's author and
-        first words, when that message has reached this peer."""
-        target = parse_message_link(url)
-        session = self.session_controller.sessions.get(target[0]) if target is not None else None
-        message = session.tree.message(target[1]) if session is not None and target is not None else None
-        if message is None or session is None:
-            return None
-        return f"↗ {message.sender_name}: {root_text(message, 50)} ({session.title})"
-
     # -- message actions -------------------------------------------------------------------------
+
+    def _open_link(self, url: str) -> None:
+        self.navigation.open_link(url)
+
+    def _link_title(self, url: str) -> str | None:
+        return self.navigation.link_title(url)
 
     def message_menu(self, message: ChatMessage) -> QMenu:
         """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
@@ -658,69 +611,6 @@ class MainWindow(QMainWindow):
 
     def show_shortcuts(self) -> None:
         show_shortcuts(self, self.shortcut_rows())
-
-    def open_link(self, url: str) -> None:
-        """A message link (m2mc://message/…) selects that message; any other link opens outside."""
-        target = parse_message_link(url)
-        if target is None:
-            QDesktopServices.openUrl(QUrl(url))
-            return
-        self.show_message(*target)
-
-    def show_message(self, gid: str, mid: Mid) -> bool:
-        """Open ``mid`` in its thread, in view and selected, whichever group is shown (message links,
-        search results); a direct message (``gid`` its conversation, ``dm:<pid>:<pid>``) in its
-        conversation.  Where the reader was is kept: Back (Alt+Left) returns there."""
-        peer = conversation_peer(gid, self.backend.pid)
-        if peer is not None:
-            self._keep_place()
-            self.direct_controller.show_message(peer, mid, missing=self._not_here)
-            self.raise_()
-            self.activateWindow()
-            return True
-        session = self.session_controller.sessions.get(gid)
-        if session is None:
-            self.status_controller.show_error("That message is in a group you have not joined.")
-            return False
-        self._keep_place()
-        if self.current is not session:
-            self.select_group(gid)
-        if session.tree.node(mid) is None and session.loaded and self.current is session:
-            # Older than the pages loaded: its page comes from the store first.
-            self.session_controller.load_back_to(session, mid, lambda _found: self._show_held(session, mid))
-            return True
-        return self._show_held(session, mid)
-
-    def _keep_place(self) -> None:
-        """Where the reader is, for Back (Alt+Left) to return to after a jump."""
-        here = self.current
-        conversation = self.direct_controller.current
-        if here is not None:
-            selected = self.conversation.selected_message()
-            thread = here.thread.root.message.mid if here.thread is not None else None
-            self._way_back.append((here.gid, thread, selected.mid if selected is not None else None))
-        elif conversation is not None:
-            index = self.direct_pane.view.currentIndex()
-            message: ChatMessage | None = index.data(MessageRole) if index.isValid() else None
-            self._way_back.append((conversation.key, None, message.mid if message is not None else None))
-        del self._way_back[:-MAX_WAY_BACK]
-
-    def _show_held(self, session: GroupSession, mid: Mid) -> bool:
-        def shown() -> None:
-            if self.select_message(mid):
-                self.raise_()
-                self.activateWindow()
-                self.apply_focus(Navigation.SEARCH_JUMP)
-            else:
-                self._not_here()
-
-        if self.current is not session:
-            return self._not_here()
-        return self.open_thread(mid, then=shown, missing=self._not_here)
-
-    def _not_here(self) -> bool:
-        self.status_controller.show_error("That message has not reached this peer (yet).")
-        return False
 
     # -- settings and invites -------------------------------------------------------------------
 

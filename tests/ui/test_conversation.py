@@ -96,7 +96,7 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     next(a for a in menu.actions() if a.text() == "Quote").trigger()
     assert window.compose_controller.reply_target == talk[1].mid
     assert window.compose.toPlainText().startswith("> Did you visit Chennai?")
-    window.open_link(link)  # another member's app opens the same reference
+    window.navigation.open_link(link)  # another member's app opens the same reference
     qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == talk[1].mid)  # read from the store
 
 

@@ -152,7 +152,7 @@ def test_a_search_result_older_than_the_pages_loaded_brings_its_page_and_opens_i
     assert orders == sorted(orders) and len(session.tree) < GROUP_SIZE
     # a link to a message older still
     window.close_thread()
-    window.open_link(f"m2mc://message/{session.gid}/{format_mid(history[3].mid)}")
+    window.navigation.open_link(f"m2mc://message/{session.gid}/{format_mid(history[3].mid)}")
     qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == history[3].mid,
                     timeout=5000)
     save_screenshot(window, "scroll-back-jump.png")

@@ -90,7 +90,7 @@ def test_a_message_link_opens_its_thread_in_another_group(qtbot, window, backend
     qtbot.waitUntil(lambda: window.current is lunch)
     plans = winter.tree.roots()[0].message
     answer = next(node.message for node in winter.tree.roots()[0].children if node.message.text.startswith("Chennai"))
-    window.open_link(f"m2mc://message/{winter.gid}/{format_mid(answer.mid)}")
+    window.navigation.open_link(f"m2mc://message/{winter.gid}/{format_mid(answer.mid)}")
     assert window.current is winter
     qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == answer.mid)  # read from the store
     assert winter.thread is not None and winter.thread.root.message.mid == plans.mid == answer.parent
@@ -194,7 +194,7 @@ def test_a_direct_result_opens_once_its_conversations_history_has_come(qtbot, wi
     [(hit, _root)] = backend.manager.search("goa", direct=True)
     # Before the window has listed any conversation (not started): the conversation opens, and shows
     # the message once its history has come.
-    assert window.show_message(hit.gid, hit.mid)
+    assert window.navigation.show_message(hit.gid, hit.mid)
     assert window.centre_stack.currentWidget() is window.direct_pane and window.direct_controller.current.loading
     view = window.direct_pane.view
     qtbot.waitUntil(lambda: view.currentIndex().isValid() and view.currentIndex().data(MessageRole).mid == found)
