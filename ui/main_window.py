@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -58,6 +58,7 @@ from .notifier import Notifier
 from .panes.conversation import ConversationHooks, ConversationPane
 from .panes.groups import GroupsPane
 from .panes.message_menu import message_menu
+from .panes.notify_menu import NotifyMenus
 from .model.settings import read_setting, write_setting
 from .panes.layout import MINIMUM_WIDTH, PaneLayout
 from .panes.side import MembersPane, ThreadsPane
@@ -155,7 +156,7 @@ class MainWindow(QMainWindow):
 
     def _build_panes(self) -> None:
         self.groups_pane = GroupsPane(self.join_controller.show_discovery,
-                                      lambda gid, menu: self._notify_menu(lambda: gid, menu))
+                                      lambda gid, menu: self.notify_menus.menu(lambda: gid, menu))
         self.session_controller.sessions.listen(self.groups_pane)
         self.groups_pane.group_chosen.connect(self._on_group_selected)
         self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
@@ -264,8 +265,10 @@ class MainWindow(QMainWindow):
         self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
         self.reply_action = self._action("&Reply to selected", "Ctrl+R", self._reply_to_selected, "reply")
         self.attach_action = self._action("&Attach file…", "Ctrl+Shift+A", self.files_view.choose_files, "attach")
-        self.notify_menu = self._notify_menu(lambda: self.current.gid if self.current is not None else None)
-        self.notify_actions = {action.data(): action for action in self.notify_menu.actions()}
+        sessions = self.session_controller
+        self.notify_menus: NotifyMenus = NotifyMenus(self, sessions.notify_level, sessions.set_notify_level,
+                                                     lambda: self.current.gid if self.current is not None else None)
+        self.notify_menu, self.notify_actions = self.notify_menus.main, self.notify_menus.actions
         self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", self.show_mentions)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.conversation.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.conversation.find_match(-1))
@@ -435,7 +438,7 @@ class MainWindow(QMainWindow):
             self.status_controller.refresh()
             return
         self.session_controller.sessions.warning_seen(session)  # its warnings, if any, are on the banner now
-        self.notify_actions[self.session_controller.notify_level(session.gid)].setChecked(True)
+        self.notify_menus.show_level(session.gid)
         self.threads_pane.show_threads(session.threads)
         self.conversation.show_session(session)
         self.status_controller.fill_members()
@@ -443,12 +446,6 @@ class MainWindow(QMainWindow):
         self.session_controller.refresh_group_view(session.gid)
         self.status_controller.poll_presence()
         self.conversation.schedule_seen()
-
-    # -- events from the middleware --------------------------------------------------------
-
-    # -- operations: edits, deletes, reactions, pins, the topic ------------------------------
-
-    # -- status -------------------------------------------------------------------------------
 
     # -- what the controllers ask of the view (their *View protocols) ----------------------------
 
@@ -478,32 +475,7 @@ class MainWindow(QMainWindow):
         self.conversation.mention_completer.set_members(list(view.members) if view is not None else [], self.backend.pid)
         self.apply_focus(Navigation.REFRESHED)
 
-    # -- mentions and notification levels (ui.mentions) ------------------------------------------
-
-    def _notify_menu(self, gid_of: Callable[[], str | None], parent: QWidget | None = None) -> QMenu:
-        """Notifications: All messages / Mentions only / Nothing, for the group ``gid_of()`` names."""
-        menu = QMenu("Notificat&ions", parent or self)
-        levels = QActionGroup(menu)
-        for level, text in (("all", "&All messages"), ("mentions", "&Mentions only"), ("nothing", "N&othing")):
-            action = QAction(text, menu, checkable=True)
-            action.setData(level)
-            levels.addAction(action)
-            action.triggered.connect(lambda _on, level=level: self._set_notify_level(gid_of(), level))
-            menu.addAction(action)
-        menu.aboutToShow.connect(lambda: self._check_notify_level(menu, gid_of()))
-        return menu
-
-    def _check_notify_level(self, menu: QMenu, gid: str | None) -> None:
-        level = self.session_controller.notify_level(gid) if gid is not None else None
-        for action in menu.actions():
-            action.setChecked(action.data() == level)
-
-    def _set_notify_level(self, gid: str | None, level: str) -> None:
-        if gid is None:
-            return
-        self.session_controller.set_notify_level(gid, level)
-        if self.current is not None and self.current.gid == gid:
-            self.notify_actions[level].setChecked(True)
+    # -- mentions (ui.mentions) ------------------------------------------------------------------
 
     def show_mentions(self) -> None:
         """Conversation → Mentions…: the messages that mention me, newest first, across groups."""
@@ -571,10 +543,6 @@ class MainWindow(QMainWindow):
         else:
             self.compose_controller.start_new_thread()
 
-    # -- writing --------------------------------------------------------------------------------
-
-    # -- groups -------------------------------------------------------------------------------------
-
     # -- threads ------------------------------------------------------------------------------------
 
     def next_unread(self) -> None:
@@ -611,10 +579,6 @@ class MainWindow(QMainWindow):
 
     def show_shortcuts(self) -> None:
         show_shortcuts(self, self.shortcut_rows())
-
-    # -- settings and invites -------------------------------------------------------------------
-
-    # -- read marks and presence -----------------------------------------------------------------
 
     # -- export --------------------------------------------------------------------------------------
 
