@@ -15,16 +15,15 @@ from typing import Callable
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, Qt
 from PySide6.QtGui import QColor, QPainter, QPalette
-from PySide6.QtWidgets import (QAbstractItemView, QFrame, QHBoxLayout, QLabel, QListWidget, QPushButton,
-                               QStyleOptionViewItem, QToolTip, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QLabel, QListWidget, QStyleOptionViewItem, QToolTip, QVBoxLayout, QWidget)
 
 from ..middleware.types import Mid
 from .delegate import MessageDelegate, clock
 from .direct_api import LATE_TEXT, STATUS_MARKS, Marks, status_text
 from .message_model import AnyIndex, MessageRole, MessageTreeModel
 from .message_tree import MessageTree
-from .resources import MUTED_ALPHA, icon
-from .widgets import ComposeEdit, ConversationView, GroupListDelegate, ReplyBanner, title_label
+from .resources import MUTED_ALPHA
+from .widgets import ComposeBox, ConversationView, GroupListDelegate, title_label
 
 PeerRole = Qt.ItemDataRole.UserRole + 21  # a Direct messages row: the peer's pid
 ONLINE_MARK, OFFLINE_MARK = "●", "○"
@@ -171,33 +170,17 @@ class DirectPane(QWidget):
         self.view.setItemDelegate(self.delegate)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
 
-        self.reply_banner = ReplyBanner()
-        self.compose = ComposeEdit()
-        self.compose.setObjectName("directCompose")
+        self.compose_box = ComposeBox("direct")
+        self.compose, self.send_button = self.compose_box.compose, self.compose_box.send_button
+        self.reply_banner, self.compose_error = self.compose_box.reply_banner, self.compose_box.compose_error
         self.compose.setPlaceholderText("Write to them — only they can read it. Enter sends, Shift+Enter adds a line")
-        self.send_button = QPushButton(icon("send"), "Send")
-        self.send_button.setObjectName("directSend")
-        self.compose_error = QLabel()
-        self.compose_error.setObjectName("dialogError")
-        self.compose_error.setWordWrap(True)
-        self.compose_error.hide()
-        row = QHBoxLayout()
-        row.addWidget(self.compose, 1)
-        row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
-        frame = QFrame()
-        frame.setObjectName("composeFrame")
-        compose_layout = QVBoxLayout(frame)
-        compose_layout.setContentsMargins(8, 6, 8, 8)
-        compose_layout.addWidget(self.reply_banner)
-        compose_layout.addWidget(self.compose_error)
-        compose_layout.addLayout(row)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addLayout(header)
         layout.addWidget(self.view, 1)
-        layout.addWidget(frame)
+        layout.addWidget(self.compose_box)
 
     def show_heading(self, name: str, fingerprint: str, online: bool) -> None:
         self.title_label.setText(f"{ONLINE_MARK if online else OFFLINE_MARK} {name}")

@@ -1,19 +1,14 @@
-"""The main window (the thesis's ChatConsole): groups, reply tree, compose box, members, status.
+"""The main window (the thesis's ChatConsole): it lays out the panes, builds the menus and wires the panes
+to the controllers.
 
-The window is the view: it builds the panes, menus and status bar, shows one
-group's session at a time (tree or time order, one thread on its own, the
-filter) and keeps the reader's place.  Its controllers
-(:mod:`ui.controllers`) hold the rest, as qutebrowser keeps its completion
-model, view and controller apart: sessions and read state, compose, status,
-and joins; each sees the window only through its own view protocol.  What the
-reader has chosen (the group and message selected, what the compose box
-answers, tree or time order and the filter) is Qt-free (:mod:`ui.state`) and
-shared by the window and the controllers.  It talks to the middleware only through a
-:class:`~ui.bridge.Backend`: typed calls with callbacks, events as signals,
-all on the GUI thread.  Each joined group has a
-:class:`~ui.controllers.sessions.GroupSession` holding its tree and
-time-ordered models, which live as long as the window, so switching groups
-keeps unread marks.
+The panes (:mod:`ui.panes`) own their widgets: the groups list (a mirror of the sessions of
+:mod:`ui.model.sessions`), the conversation (a group's views, the reading and the compose box), the threads
+and members beside it, and the status bar.  The controllers (:mod:`ui.controllers`) hold the logic
+(sessions and read state, compose, status, joins, direct messages, jumps and the way back), each seeing
+the window or a pane through its own view protocol, as qutebrowser keeps its completion model, view and
+controller apart.  What the reader has chosen and the sessions' state are Qt-free (:mod:`ui.model`) and
+shared.  The window talks to the middleware only through a :class:`~ui.bridge.Backend`: typed calls with
+callbacks, events as signals, all on the GUI thread.
 
 What is new is hard to miss: unread messages carry a coloured bar and
 "● new", the path to each new message is expanded, the groups pane shows an
@@ -24,105 +19,64 @@ moment while the window is active.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from pathlib import Path
-from functools import partial
-from typing import Callable, Iterator
+from typing import Callable
 
-from PySide6.QtCore import QAbstractItemModel, QEvent, QItemSelectionModel, QModelIndex, QPoint, QSortFilterProxyModel, Qt, QTimer, QUrl
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
-    QListView,
     QMenu,
     QFileDialog,
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QLineEdit,
-    QListWidget,
-    QListWidgetItem,
     QMainWindow,
-    QMessageBox,
-    QProgressBar,
-    QPushButton,
-    QSplitter,
     QStackedWidget,
-    QToolButton,
-    QVBoxLayout,
     QWidget,
 )
 
 from ..middleware.types import ChatMessage, Mid, format_mid
 
 from .bridge import Backend, describe_error
-from .delegate import MessageDelegate, root_text, snippet
-from .dialogs import (WarningLogWindow, parse_message_link, show_about, show_shortcuts)
-from .direct_api import CONVERSATION_PREFIX, conversation_peer
-from .direct_pane import DirectList, DirectPane
+from .dialogs import (WarningLogWindow, show_about, show_shortcuts)
+from .direct_pane import DirectPane
 from .discovery_window import DiscoveryWindow
 from .focus import Navigation, Place, after
-from .member_list import presence_legend
 from .search_window import SearchWindow
-from .message_model import MessageRole, SearchRole, StoredThreadModel, ThreadRole
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.team import TeamController
 from .controllers.joins import JoinController
-from .controllers.sessions import GroupSession, ReaderPlace, SessionController, member_names
-from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionCompleter, MentionsWindow
+from .controllers.navigation import NavigationController
+from .controllers.sessions import GroupSession, SessionController
+from .model.sessions import member_names
+from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionsWindow
 from .controllers.status import StatusController
 from .files_view import FilesView
-from .notices import is_notice
 from .notifier import Notifier
-from .state import ComposeTarget, OnShow, PaneFolds, Selection, ThreadFilter
+from .panes.conversation import ConversationHooks, ConversationPane
+from .panes.groups import GroupsPane
+from .panes.message_menu import message_menu
+from .panes.notify_menu import NotifyMenus
+from .model.settings import read_setting, write_setting
+from .panes.layout import MINIMUM_WIDTH, PaneLayout
+from .panes.side import MembersPane, ThreadsPane
+from .panes.status import StatusPane
+from .model.state import ComposeTarget, OnShow, Selection, ThreadFilter
 from .resources import app_icon, icon
 from .widgets import (
-    ComposeEdit,
-    ConversationView,
-    title_label,
-    GroupIdRole,
-    GroupListDelegate,
-    CatchUpBar,
-    ReplyBanner,
-    SharedField,
-    ThreadListDelegate,
     TypingGoesTo,
-    WarningBanner,
 )
 
 log = logging.getLogger(__name__)
 
-AT_END = 4  # pixels from the bottom that still count as the end (scrolling to the last row can stop short)
-SCROLL_BACK_MARGIN = 200  # pixels from the top at which the older history loads
-EXPAND_ALL_LIMIT = 5000  # bigger groups open with only their recent threads expanded
-EXPAND_RECENT = 150
-SEEN_DELAY_MS = 1500
-# Short enough for the status bar at 800 px (issue 45); the groups window says the rest.
-ALONE_STATUS = "Nobody found yet: multicast may be blocked. Try an invite, or File → Add peer."
-# Window widths below which a pane folds away on its own (issue 32): the conversation keeps the room.
-PANE_FOLD_WIDTHS = {"threads": 1000, "members": 1000, "groups": 760}
-MINIMUM_WIDTH = 640
-# Each pane's width in the main splitter when there is none to restore (groups, centre, side panes).
-DEFAULT_PANE_SIZES = (200, 640, 260)
-PANE_INDEX = {"groups": 0, "threads": 2, "members": 2}  # the main splitter's place of each foldable pane
-MAX_WAY_BACK = 50  # places Back (Alt+Left) remembers
 # Keys the compose box and the views take themselves (no menu action holds them).
 TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
                ("Edit your last message (empty compose box)", "Up"),
                ("Cancel the reply, edit or filter; close the thread", "Esc"),
                ("Move between the panes", "Tab"),
                ("Download the selected file, or show it in its folder", "Enter"))
-# A group holding this many unread messages that reached this peer CATCH_UP_LAG_MS or more
-# after they were written (a big join's history, a long absence) offers to mark those read.
-CATCH_UP_MIN = 200
-CATCH_UP_LAG_MS = 10 * 60 * 1000
-EMPTY_GROUP_HINT = ("No messages here yet.\n\nWrite the first one below: it starts a thread. "
-                    "Replies show under the message they answer (Reply, or a click on ↩).")
-REACTION_CHOICES = ("👍", "❤", "😂", "🎉", "😮", "😢")  # the picker in the context menu
 
 
 class MainWindow(QMainWindow):
@@ -131,19 +85,19 @@ class MainWindow(QMainWindow):
         self.backend = backend
         # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
         self.settings = settings if settings is not None else {}
-        # What the reader has chosen, shared with the controllers (Qt-free: ui/state.py).
+        # What the reader has chosen, shared with the controllers (Qt-free: ui/model/).
         self.selection: Selection[GroupSession] = Selection()
         self.compose_target = ComposeTarget()
         self.view_filter = ThreadFilter()
         # What was on show at the last close, opened again once its group or conversation is known.
-        self.restoring = OnShow.parse(self._setting("window/on_show"))
+        self.restoring = OnShow.parse(read_setting(self.settings, "window/on_show"))
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
 
         # A window of its own, not a child: it must not stay above the main window.
         self.discovery = DiscoveryWindow(backend)
-        self.notifier = Notifier(self, open_target=lambda target: self.show_message(*target))
+        self.notifier = Notifier(self, open_target=lambda target: self.navigation.show_message(*target))
         self.warning_log = WarningLogWindow(self)
         # Each controller hears the backend's events for its concern; nothing reaches them
         # before the panes are built (events come through the event loop).
@@ -158,30 +112,29 @@ class MainWindow(QMainWindow):
         self.discovery.create_requested.connect(self.join_controller.create_group)
         self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
         self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
-        self.discovery.alone_changed.connect(self._on_alone)
-
-        self.side_panes_hidden = False  # while a direct conversation is shown
+        
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
         self.team_controller = TeamController(backend, self.selection, self.session_controller, self.dialog_parent,
                                               self)
         self.direct_controller.member_actions.append(self.team_controller.add_actions)
+        self.navigation: NavigationController = NavigationController(
+            backend, self.selection, self.session_controller, self.direct_controller, self.status_controller.show_error,
+            self, self.conversation, self.direct_pane.view, self)
         self.team_controller.compose_widgets = self.compose_widgets
-        self.search_window = SearchWindow(backend, self.session_controller.sessions, self.show_message,
+        self.search_window = SearchWindow(backend, self.session_controller.sessions,
+                                          lambda gid, mid: self.navigation.show_message(gid, mid),
                                           self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total
         self._build_actions()
-        self._build_status_bar()
+        self.conversation.time_action = self.time_action
+        self.status_pane = StatusPane(self)
+        self.setStatusBar(self.status_pane)
+        self.discovery.alone_changed.connect(self.status_pane.show_alone)
+        self.status_controller.refresh()
         self._name_controls()
-        self._restore_pane_sizes()
+        self.pane_layout.restore_sizes()
 
-        self._placing = False  # the view is being put back where the reader was: not a scroll of theirs
-        # (gid, open thread, selected) before a jump; a direct conversation's place has its conversation_key as gid
-        self._way_back: list[tuple[str, Mid | None, Mid | None]] = []
-        self._seen_timer = QTimer(self, singleShot=True, interval=SEEN_DELAY_MS)
-        self._seen_timer.timeout.connect(self.mark_visible_read)
-        self._follow_timer = QTimer(self, singleShot=True, interval=100)
-        self._follow_timer.timeout.connect(lambda: self.current_view().scrollToBottom())
         self.show_session(None)
 
     @property
@@ -202,257 +155,45 @@ class MainWindow(QMainWindow):
     # -- layout -------------------------------------------------------------------------
 
     def _build_panes(self) -> None:
-        self.group_list = QListWidget()
-        self.group_list.setObjectName("groupList")
-        self.group_list.setItemDelegate(GroupListDelegate(self.group_list))
-        self.group_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.group_list.currentItemChanged.connect(self._on_group_selected)
-        self.group_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.group_list.customContextMenuRequested.connect(self._group_menu)
-        groups_pane = self._titled("Groups", self.group_list)
-        discover_button = QPushButton(icon("discover"), "Find groups…")
-        discover_button.clicked.connect(self.join_controller.show_discovery)
-        groups_layout = groups_pane.layout()
-        assert isinstance(groups_layout, QVBoxLayout)  # _titled gives the pane one
-        groups_layout.addWidget(discover_button)
-        # Direct messages (issue 29), under the groups: a conversation opens in the centre instead of a group.
-        self.direct_list = DirectList()
-        direct_title = QLabel("Direct messages")
-        direct_title.setProperty("class", "paneTitle")
-        direct_title.setMinimumWidth(1)  # the longer title must not widen the groups pane past its own
-        groups_layout.addWidget(direct_title)
-        groups_layout.addWidget(self.direct_list, 1)
+        self.groups_pane = GroupsPane(self.join_controller.show_discovery,
+                                      lambda gid, menu: self.notify_menus.menu(lambda: gid, menu))
+        self.session_controller.sessions.listen(self.groups_pane)
+        self.groups_pane.group_chosen.connect(self._on_group_selected)
+        self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
 
-        self.title_label = title_label("conversationTitle")
-        self.filter_edit = QLineEdit()
-        self.filter_edit.setObjectName("filter")
-        self.filter_edit.setPlaceholderText("Filter (Ctrl+F)")
-        self.filter_edit.setClearButtonEnabled(True)
-        self.filter_edit.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition)
-        self.filter_edit.setMaximumWidth(260)
-        self.filter_edit.textChanged.connect(self._apply_filter)
-        self.match_label = QLabel()
-        self.match_label.setObjectName("matchCount")
-        self.match_label.hide()
-        self.tree_button = QToolButton()
-        self.tree_button.setIcon(icon("tree"))
-        self.tree_button.setCheckable(True)
-        self.tree_button.setChecked(True)
-        self.tree_button.setToolTip("Reply tree (Ctrl+T toggles)")
-        self.tree_button.clicked.connect(lambda: self.set_time_ordered(False))
-        self.time_button = QToolButton()
-        self.time_button.setIcon(icon("timeline"))
-        self.time_button.setCheckable(True)
-        self.time_button.setToolTip("Time order: each reply shows what it answers (Ctrl+T toggles)")
-        self.time_button.clicked.connect(lambda: self.set_time_ordered(True))
-        # Out of the Tab chain, and it takes the keys only when clicked or chosen from the menu
-        # (ui.focus, rule 3): a stray Enter or letter there would change the topic for everyone.
-        self.topic_edit = SharedField(lambda: self.current.shown_topic if self.current is not None else "")
-        self.topic_edit.setObjectName("topicEdit")
-        self.topic_edit.setPlaceholderText("Add a topic for everyone…")
-        self.topic_edit.setFrame(False)
-        self.topic_edit.setMaxLength(300)
-        self.topic_edit.setFocusPolicy(Qt.FocusPolicy.ClickFocus)
-        self.topic_edit.setToolTip("The group's topic: any member may change it (Enter saves, Esc undoes)")
-        self.topic_edit.setAccessibleName("Topic")
-        self.topic_edit.saved.connect(self.compose_controller.save_topic)
-        self.topic_edit.done.connect(lambda: self.apply_focus(Navigation.FIELD_LEFT))
-        self.pinned_button = QToolButton()
-        self.pinned_button.setObjectName("pinnedButton")
-        self.pinned_button.setAutoRaise(True)
-        self.pinned_button.setToolTip("Pinned messages")
-        self.pinned_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        self.pinned_menu = QMenu(self.pinned_button)
-        self.pinned_button.setMenu(self.pinned_menu)
-        self.pinned_menu.aboutToShow.connect(self._fill_pinned_menu)
-        self.pinned_button.hide()
-        title_box = QVBoxLayout()
-        title_box.setSpacing(0)
-        title_box.addWidget(self.title_label)
-        title_box.addWidget(self.topic_edit)
-        header = QHBoxLayout()
-        header.setContentsMargins(8, 6, 8, 6)
-        header.addLayout(title_box, 1)
-        header.addWidget(self.pinned_button)
-        self.older_button = QPushButton()
-        self.older_button.setFlat(True)
-        self.older_button.setToolTip("Big groups open with their newest threads; show older ones too")
-        self.older_button.clicked.connect(self.show_older)
-        self.older_button.hide()
-        header.addWidget(self.older_button)
-        header.addWidget(self.filter_edit)
-        header.addWidget(self.match_label)
-        header.addWidget(self.tree_button)
-        header.addWidget(self.time_button)
-
-        self.tree_view = ConversationView(tree=True)
-        self.tree_view.setItemDelegate(MessageDelegate(self.tree_view, tree=True))
-        self.tree_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        # Both views scroll by pixels: that needs every shown row's height, which the
-        # models' windows of newest threads keep to a few thousand rows (app.bench.gui).
-        self.timeline_view = ConversationView(tree=False)
-        self.timeline_view.setObjectName("timeline")
-        self.timeline_view.setItemDelegate(MessageDelegate(self.timeline_view, show_parent=True))
-        self.timeline_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        for view in (self.tree_view, self.timeline_view):
-            view.verticalScrollBar().valueChanged.connect(self.schedule_seen)
-            view.verticalScrollBar().valueChanged.connect(self._scrolled)
-            view.reply_requested.connect(self.compose_controller.reply_to)
-            view.link_activated.connect(self.open_link)
-            view.reaction_clicked.connect(self.compose_controller.toggle_reaction)
-            view.file_clicked.connect(self.files_view.act)
-            view.message_entered.connect(self.files_view.act_by_key)
-            self._message_delegate(view).files = self.files_view
-            self.files_view.views.append(view)
-            self._message_delegate(view).own_pid = self.backend.pid
-            self._message_delegate(view).link_title = self.link_title
-            view.customContextMenuRequested.connect(partial(self._message_menu, view))
-        self.tree_proxy = QSortFilterProxyModel(self)
-        self.tree_proxy.setRecursiveFilteringEnabled(True)
-        self.tree_proxy.setFilterRole(SearchRole)
-        self.tree_proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-        self.timeline_proxy = QSortFilterProxyModel(self)
-        self.timeline_proxy.setFilterRole(SearchRole)
-        self.timeline_proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-        self.stack = QStackedWidget()
-        self.stack.addWidget(self.tree_view)
-        self.stack.addWidget(self.timeline_view)
-        self.empty_label = QLabel("Join a group (Find groups…) or create one to start talking.")
-        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.empty_label.setWordWrap(True)
-        self.empty_page = QWidget()
-        empty_layout = QVBoxLayout(self.empty_page)
-        empty_layout.addStretch(1)
-        empty_layout.addWidget(self.empty_label)
-        empty_buttons = QHBoxLayout()
-        empty_buttons.addStretch(1)
-        self.first_steps: list[QPushButton] = []
-        for text, icon_name, slot in (("Find groups…", "discover", self.join_controller.show_discovery),
-                                      ("Create group…", "create", self.join_controller.create_group),
-                                      ("Join from invite…", "join", self.join_controller.join_from_invite)):
-            button = QPushButton(icon(icon_name), text)
-            button.clicked.connect(slot)
-            button.setAutoDefault(True)  # Enter presses the button with the keys, as Space does
-            empty_buttons.addWidget(button)
-            self.first_steps.append(button)
-        empty_buttons.addStretch(1)
-        empty_layout.addLayout(empty_buttons)
-        empty_layout.addStretch(1)
-        self.stack.addWidget(self.empty_page)
-
-        # Shown while one thread is open on its own.
-        self.thread_bar = QFrame()
-        self.thread_bar.setObjectName("threadBar")
-        self.back_button = QPushButton("← All threads")
-        self.back_button.setFlat(True)
-        self.back_button.setToolTip("Back to the whole conversation (Alt+Left)")
-        self.back_button.clicked.connect(self.close_thread)
-        self.thread_label = QLabel()
-        self.thread_label.setTextFormat(Qt.TextFormat.PlainText)
-        thread_bar_layout = QHBoxLayout(self.thread_bar)
-        thread_bar_layout.setContentsMargins(8, 2, 8, 2)
-        thread_bar_layout.addWidget(self.back_button)
-        thread_bar_layout.addWidget(self.thread_label, 1)
-        self.thread_bar.hide()
-
-        self.reply_banner = ReplyBanner()
-        self.reply_banner.cancelled.connect(self.compose_controller.start_new_thread)
-        self.compose = ComposeEdit()
-        self.compose.submitted.connect(self.compose_controller.send_message)
-        self.compose.textChanged.connect(self.compose_controller.keep_draft)
-        self.compose.edit_last_requested.connect(self.compose_controller.edit_last)
-        self.mention_completer = MentionCompleter(self.compose)
+        joins = self.join_controller
+        hooks = ConversationHooks(self.apply_focus, self._open_link, self._link_title, self.message_menu, self.show_status,
+                                  self._restored_thread)
+        pane = ConversationPane(
+            self.backend, self.selection, self.view_filter, self.session_controller, self.compose_controller,
+            self.files_view, [("Find groups…", "discover", joins.show_discovery),
+                              ("Create group…", "create", joins.create_group),
+                              ("Join from invite…", "join", joins.join_from_invite)], hooks)
+        self.conversation: ConversationPane = pane
+        self.session_controller.conversation = pane
+        pane.warning_banner.show_all.connect(self.status_controller.show_warning_log)
+        pane.warning_banner.dismissed.connect(self.status_controller.dismiss_warning)
+        # What the controllers (their views) and app/screenshots.py reach through the window.
+        self.compose, self.reply_banner, self.compose_error = pane.compose, pane.compose_box.reply_banner, \
+            pane.compose_box.compose_error
+        self.topic_edit = pane.topic_edit
+        self.warning_banner, self.tree_view = pane.warning_banner, pane.tree_view
+        self.open_thread, self.select_message, self.close_thread = pane.open_thread, pane.select_message, \
+            pane.close_thread
         self.mentions_window: MentionsWindow | None = None
-        self.send_button = QPushButton(icon("send"), "Send")
-        self.send_button.setObjectName("sendButton")
-        self.send_button.clicked.connect(self.compose_controller.send_message)
-        self.reply_banner.editing_changed.connect(self._show_send_or_save)
-        self.compose_error = QLabel()
-        self.compose_error.setObjectName("dialogError")
-        self.compose_error.hide()
-        compose_row = QHBoxLayout()
-        compose_row.addWidget(self.compose, 1)
-        self.attach_button = self.files_view.attach_button()
-        self.compose.files_given.connect(self.files_view.attach)
-        self.compose.image_given.connect(self.files_view.attach_image)
         self.setAcceptDrops(True)
         self.installEventFilter(self.files_view)  # files dropped anywhere on the window are attached
-        compose_row.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
-        compose_row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
-        compose_frame = QFrame()
-        compose_frame.setObjectName("composeFrame")
-        compose_layout = QVBoxLayout(compose_frame)
-        compose_layout.setContentsMargins(8, 6, 8, 8)
-        compose_layout.addWidget(self.reply_banner)
-        compose_layout.addWidget(self.compose_error)
-        compose_layout.addLayout(compose_row)
 
-        centre = QWidget()
-        centre_layout = QVBoxLayout(centre)
-        centre_layout.setContentsMargins(0, 0, 0, 0)
-        centre_layout.setSpacing(0)
-        centre_layout.addLayout(header)
-        self.warning_banner = WarningBanner()
-        self.warning_banner.show_all.connect(self.status_controller.show_warning_log)
-        self.warning_banner.dismissed.connect(self.status_controller.dismiss_warning)
-        banner_row = QHBoxLayout()
-        banner_row.setContentsMargins(8, 0, 8, 4)
-        banner_row.addWidget(self.warning_banner)
-        centre_layout.addLayout(banner_row)
-        self.catch_up_bar = CatchUpBar()
-        self.catch_up_bar.mark_read.connect(self.mark_caught_up_read)
-        self.catch_up_bar.dismissed.connect(self._keep_caught_up_unread)
-        catch_up_row = QHBoxLayout()
-        catch_up_row.setContentsMargins(8, 0, 8, 4)
-        catch_up_row.addWidget(self.catch_up_bar)
-        centre_layout.addLayout(catch_up_row)
-        # Counted once a burst of arrivals is in (a scan of the unread), not per arrival.
-        self._catch_up_timer = QTimer(self, singleShot=True, interval=300)
-        self._catch_up_timer.timeout.connect(self._count_caught_up)
-        centre_layout.addWidget(self.thread_bar)
-        centre_layout.addWidget(self.stack, 1)
-        centre_layout.addWidget(compose_frame)
-
-        self.member_list = QListWidget()
-        self.member_list.setObjectName("memberList")
-        self.member_list.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.member_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.presence_legend = QLabel(presence_legend())
-        self.presence_legend.setObjectName("presenceLegend")
-        self.presence_legend.setTextFormat(Qt.TextFormat.RichText)
-        self.presence_legend.setToolTip("As heard by this peer: online within 40 s, away after a missed "
-                                        "beacon, offline after 50 s or when the app closed")
-        members_pane = self._titled("Members", self.member_list, self.presence_legend)
-
-        self.thread_list = QListView()
-        self.thread_list.setObjectName("threadList")
-        thread_delegate = ThreadListDelegate(self.thread_list)
-        thread_delegate.link_title = self.link_title
-        self.thread_list.setItemDelegate(thread_delegate)
-        self.thread_list.setUniformItemSizes(True)
-        self.thread_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.thread_list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.thread_list.clicked.connect(self._thread_chosen)
-        self.thread_list.activated.connect(self._thread_chosen)
-        threads_pane = self._titled("Threads", self.thread_list)
-        self.threads_pane, self.members_pane, self.groups_pane = threads_pane, members_pane, groups_pane
-        side = QSplitter(Qt.Orientation.Vertical)
-        side.addWidget(threads_pane)
-        side.addWidget(members_pane)
-        side.setSizes([420, 200])
-
-        splitter = QSplitter()
-        self.direct_pane = DirectPane()
+        self.members_pane = MembersPane()
+        self.threads_pane = ThreadsPane(self._link_title)
+        self.threads_pane.thread_chosen.connect(self.open_thread)
+        self.member_list, self.thread_list = self.members_pane.member_list, self.threads_pane.thread_list
+        self.direct_pane: DirectPane = DirectPane()
         self.centre_stack = QStackedWidget()
-        self.centre_stack.addWidget(centre)
+        self.centre_stack.addWidget(pane)
         self.centre_stack.addWidget(self.direct_pane)
-        splitter.addWidget(groups_pane)
-        splitter.addWidget(self.centre_stack)
-        splitter.addWidget(side)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([200, 640, 260])
-        splitter.setCollapsible(1, False)  # side panes fold away on a small screen; the talk does not
-        self.splitter, self.side_splitter = splitter, side
+        self.pane_layout: PaneLayout = PaneLayout(self, self.settings, self.groups_pane, self.centre_stack,
+                                                  self.threads_pane, self.members_pane)
         # A file pasted in a direct conversation is said to go to groups (ui.files_view), not typed as a path.
         self.direct_pane.compose.files_given.connect(self.files_view.attach)
         self.direct_pane.compose.image_given.connect(self.files_view.attach_image)
@@ -462,40 +203,25 @@ class MainWindow(QMainWindow):
         self.typing_goes_to_direct = TypingGoesTo(self._direct_compose_on_show, self)
         # Reading places pass typed letters on too (ui.focus, rule 3): in a conversation view they only
         # searched the rows, and "hello" typed after clicking a message was lost.
-        for side_list in (self.group_list, self.thread_list, self.member_list, self.tree_view, self.timeline_view):
+        for side_list in (self.group_list, self.thread_list, self.member_list, pane.tree_view, pane.timeline_view):
             side_list.installEventFilter(self.typing_goes_to_compose)
         for side_list in (self.direct_list, self.direct_pane.view):
             side_list.installEventFilter(self.typing_goes_to_direct)
-        self.setCentralWidget(splitter)
+        self.setCentralWidget(self.pane_layout.splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
-        splitter.splitterMoved.connect(self._save_pane_sizes)
-        side.splitterMoved.connect(self._save_pane_sizes)
 
     def _name_controls(self) -> None:
         """What a screen reader calls each control without a label of its own (a button's text names it);
         tests/ui/test_accessibility.py walks the window through AT-SPI and fails on an unnamed one."""
-        pane = self.direct_pane
+        pane, talk = self.direct_pane, self.conversation
         for widget, name in ((self.group_list, "Groups"), (self.thread_list, "Threads"),
-                             (self.member_list, "Members"), (self.filter_edit, "Filter the conversation"),
-                             (self.tree_button, "Reply tree"), (self.time_button, "Time order"),
-                             (self.tree_view, "Conversation, as a reply tree"),
-                             (self.timeline_view, "Conversation, in time order"),
-                             (self.compose, "Message to the group"), (pane.view, "Direct conversation"),
+                             (self.member_list, "Members"), (talk.filter_edit, "Filter the conversation"),
+                             (talk.header.tree_button, "Reply tree"), (talk.header.time_button, "Time order"),
+                             (talk.tree_view, "Conversation, as a reply tree"),
+                             (talk.timeline_view, "Conversation, in time order"),
+                             (talk.compose, "Message to the group"), (pane.view, "Direct conversation"),
                              (pane.compose, "Direct message")):
             widget.setAccessibleName(name)
-
-    def _titled(self, title: str, body: QWidget, footer: QWidget | None = None) -> QWidget:
-        pane = QWidget()
-        layout = QVBoxLayout(pane)
-        layout.setContentsMargins(0, 0, 0, 4)
-        layout.setSpacing(0)
-        label = QLabel(title)
-        label.setProperty("class", "paneTitle")
-        layout.addWidget(label)
-        layout.addWidget(body, 1)
-        if footer is not None:
-            layout.addWidget(footer)
-        return pane
 
     def _action(self, text: str, shortcut: QKeySequence | QKeySequence.StandardKey | str | None,
                 slot: Callable[..., object], icon_name: str | None = None, checkable: bool = False) -> QAction:
@@ -539,24 +265,26 @@ class MainWindow(QMainWindow):
         self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
         self.reply_action = self._action("&Reply to selected", "Ctrl+R", self._reply_to_selected, "reply")
         self.attach_action = self._action("&Attach file…", "Ctrl+Shift+A", self.files_view.choose_files, "attach")
-        self.notify_menu = self._notify_menu(lambda: self.current.gid if self.current is not None else None)
-        self.notify_actions = {action.data(): action for action in self.notify_menu.actions()}
+        sessions = self.session_controller
+        self.notify_menus: NotifyMenus = NotifyMenus(self, sessions.notify_level, sessions.set_notify_level,
+                                                     lambda: self.current.gid if self.current is not None else None)
+        self.notify_menu, self.notify_actions = self.notify_menus.main, self.notify_menus.actions
         self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", self.show_mentions)
-        self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.find_match(1))
-        self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.find_match(-1))
-        self.back_action = self._action("&Back", "Alt+Left", self.go_back)
+        self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.conversation.find_match(1))
+        self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.conversation.find_match(-1))
+        self.back_action = self._action("&Back", "Alt+Left", self.navigation.go_back)
         self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
         self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
         self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
         self.mark_read_action = self._action("Mark all rea&d", "Ctrl+Shift+U", self.session_controller.mark_all_read)
-        self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.focus_filter, "search")
+        self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.conversation.focus_filter, "search")
         self.search_action = self._action("Search &everywhere…", "Ctrl+Shift+F", self.search_window.show_search, "search")
         self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
-        self.time_action = self._action("&Time-ordered view", "Ctrl+T", lambda: self.set_time_ordered(not self.time_ordered),
+        self.time_action: QAction = self._action("&Time-ordered view", "Ctrl+T", lambda: self.conversation.set_time_ordered(not self.time_ordered),
                                         "timeline", checkable=True)
-        self.topic_action = self._action("Edit the topi&c…", None, self.focus_topic)
-        expand = self._action("Ex&pand all", None, self.tree_view.expandAll)
-        collapse = self._action("C&ollapse all", None, self.tree_view.collapseAll)
+        self.topic_action = self._action("Edit the topi&c…", None, self.conversation.focus_topic)
+        expand = self._action("Ex&pand all", None, self.conversation.tree_view.expandAll)
+        collapse = self._action("C&ollapse all", None, self.conversation.tree_view.collapseAll)
         for action in (self.send_action, self.attach_action, self.reply_action, self.new_thread_action, self.next_unread_action,
                        self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
                        self.search_action, self.time_action, self.back_action, expand, collapse, self.topic_action,
@@ -566,19 +294,7 @@ class MainWindow(QMainWindow):
         menu.aboutToShow.connect(self.team_controller.update_actions)
 
         menu = self.menuBar().addMenu("&View")
-        self.pane_folds = PaneFolds(PANE_FOLD_WIDTHS)
-        self.pane_toggles: dict[str, QAction] = {}
-        for name, title, pane in (("groups", "&Groups pane", self.groups_pane),
-                                  ("threads", "&Threads pane", self.threads_pane),
-                                  ("members", "&Members pane", self.members_pane)):
-            toggle = QAction(title, self, checkable=True, checked=True)
-            toggle.toggled.connect(pane.setVisible)
-            toggle.toggled.connect(self._fit_side)
-            toggle.toggled.connect(lambda on, name=name: self._give_room(name) if on else None)
-            # triggered is the reader's choice only; a fold on resize sets the check without it.
-            toggle.triggered.connect(lambda on, name=name: self._pane_chosen(name, on))
-            menu.addAction(toggle)
-            self.pane_toggles[name] = toggle
+        self.pane_layout.add_toggles(menu)
         menu.addSeparator()
         menu.addAction(self.direct_controller.read_receipts_action)
         menu.addAction(self.direct_controller.notify_action)
@@ -591,28 +307,6 @@ class MainWindow(QMainWindow):
         self.shortcuts_action = self._action("&Keyboard shortcuts", "F1", self.show_shortcuts)
         menu.addAction(self.shortcuts_action)
         menu.addAction(self._action("&About M2MC", None, lambda: show_about(self)))
-
-    def _build_status_bar(self) -> None:
-        bar = self.statusBar()
-        self.address_label = QLabel()
-        self.address_label.setObjectName("networkState")
-        self.peers_label = QLabel()
-        self.sync_bar = QProgressBar()
-        self.sync_bar.setObjectName("syncProgress")
-        self.sync_bar.setFormat("sync %v/%m")
-        self.sync_bar.hide()
-        self.pending_label = QLabel()
-        self.pending_label.setObjectName("pendingLabel")
-        # A message cut off at the window's width is one click away in full (issue 45): the bar's tooltip
-        # holds it, and a click on the bar shows it in a box that can be read and copied.
-        bar.messageChanged.connect(bar.setToolTip)
-        bar.installEventFilter(self)
-        self.status_box: QMessageBox | None = None
-        bar.addPermanentWidget(self.sync_bar)
-        bar.addPermanentWidget(self.pending_label)
-        bar.addPermanentWidget(self.peers_label)
-        bar.addPermanentWidget(self.address_label)
-        self.status_controller.refresh()
 
     # -- start ----------------------------------------------------------------------------
 
@@ -639,6 +333,11 @@ class MainWindow(QMainWindow):
         self.restoring = None
         return joined[0] if joined else None
 
+    def _restored_thread(self, gid: str) -> Mid | None:
+        """The thread of ``gid`` open at the last close, once (then the restart is done)."""
+        restoring, self.restoring = self.restoring, None
+        return restoring.thread if restoring is not None and restoring.kind == "group" and restoring.key == gid else None
+
     def shown_now(self) -> OnShow | None:
         """What the window shows, as a restart is to show it again."""
         conversation = self.direct_controller.current
@@ -652,9 +351,7 @@ class MainWindow(QMainWindow):
     # -- sessions -------------------------------------------------------------------------
 
     def select_group(self, gid: str) -> None:
-        session = self.session_controller.sessions.get(gid)
-        if session is not None and session.item is not None:
-            self.group_list.setCurrentItem(session.item)
+        self.groups_pane.select(gid)
 
     def _group_compose_on_show(self) -> QWidget | None:
         return None if self.centre_stack.currentWidget() is self.direct_pane else self.compose
@@ -670,7 +367,7 @@ class MainWindow(QMainWindow):
     def focus_first_steps(self) -> None:
         """With no group yet, the keys go to "Find groups…" on the empty page: in the empty groups
         list, Enter did nothing."""
-        self.first_steps[0].setFocus()
+        self.conversation.empty_page.buttons[0].setFocus()
 
     # -- where the keys go (ui.focus) -------------------------------------------------------
 
@@ -694,11 +391,12 @@ class MainWindow(QMainWindow):
             return Place.DIRECT_COMPOSE
         if widget in (self.group_list, self.thread_list, self.direct_list, self.member_list):
             return Place.SIDE_LIST
-        if widget in (self.tree_view, self.timeline_view, self.direct_pane.view):
+        talk = self.conversation
+        if widget in (talk.tree_view, talk.timeline_view, self.direct_pane.view):
             return Place.READING
-        if widget in (self.filter_edit, self.topic_edit):
+        if widget in (talk.filter_edit, talk.topic_edit):
             return Place.FIELD
-        if widget is self.first_steps[0]:
+        if widget is talk.empty_page.buttons[0]:
             return Place.FIRST_STEPS
         return Place.OTHER
 
@@ -709,12 +407,12 @@ class MainWindow(QMainWindow):
                    and QApplication.mouseButtons() == Qt.MouseButton.NoButton)
         target = after(navigation, self.on_show(), self.keys_place(), by_list_keys=by_keys)
         widget = {Place.COMPOSE: self.compose, Place.DIRECT_COMPOSE: self.direct_pane.compose,
-                  Place.FIRST_STEPS: self.first_steps[0]}.get(target) if target is not None else None
+                  Place.FIRST_STEPS: self.conversation.empty_page.buttons[0]}.get(target) if target is not None else None
         if widget is not None and self.focusWidget() is not widget:
             widget.setFocus(Qt.FocusReason.OtherFocusReason)
 
-    def _on_group_selected(self, item: QListWidgetItem | None, _previous=None) -> None:
-        session = self.session_controller.sessions.get(item.data(GroupIdRole)) if item is not None else None
+    def _on_group_selected(self, gid: str | None) -> None:
+        session = self.session_controller.sessions.get(gid) if gid is not None else None
         self.show_session(session)
         if session is not None:
             self.apply_focus(Navigation.GROUP_SHOWN, from_list=self.group_list)
@@ -726,16 +424,7 @@ class MainWindow(QMainWindow):
         self.selection.open(session)
         if not reopened:  # the same group again: an edit in progress stays
             self.compose_controller.restore_draft(session)
-        self.filter_edit.blockSignals(True)
-        self.filter_edit.clear()
-        self.filter_edit.blockSignals(False)
-        self.view_filter.set_text("")
-        self._apply_highlight("")
         enabled = session is not None
-        for widget in (self.compose, self.send_button, self.attach_button, self.filter_edit, self.tree_button,
-                       self.time_button, self.topic_edit):
-            widget.setEnabled(enabled)
-        self.topic_edit.setVisible(enabled)  # no group, no topic: "Add a topic for everyone…" would offer one
         for action in (self.export_action, self.leave_action,
                        self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
                        self.notify_menu.menuAction()):
@@ -743,287 +432,33 @@ class MainWindow(QMainWindow):
         self.team_controller.removed_from(session)  # a group this peer was removed from: read only
         self.status_controller.show_warning_banner()
         if session is None:
-            self.title_label.setText("No group")
-            self.topic_edit.clear()
-            self.pinned_button.hide()
-            self.stack.setCurrentWidget(self.empty_page)
+            self.conversation.show_session(None)
             self.member_list.clear()
-            self.thread_list.setModel(None)
-            self.thread_bar.hide()
+            self.threads_pane.show_threads(None)
             self.status_controller.refresh()
             return
-        self.title_label.setText(session.title)
-        self.compose.setAccessibleName(f"Message to {session.title}")  # a screen reader says where it goes
-        self.show_topic(session)
-        self.update_pinned_button()
-        if session.item is not None:  # its warnings, if any, are on the banner now
-            session.item.setIcon(self.session_controller.group_icon(session))
-        self.notify_actions[self.session_controller.notify_level(session.gid)].setChecked(True)
-        self.thread_list.setModel(session.threads)
-        self.set_divider(session)
-        self._set_view_models()
-        self.expand_default(session)
-        if session.loaded:
-            self.open_position(session)
+        self.session_controller.sessions.warning_seen(session)  # its warnings, if any, are on the banner now
+        self.notify_menus.show_level(session.gid)
+        self.threads_pane.show_threads(session.threads)
+        self.conversation.show_session(session)
         self.status_controller.fill_members()
         self.status_controller.refresh()
         self.session_controller.refresh_group_view(session.gid)
         self.status_controller.poll_presence()
-        self.schedule_seen()
-
-    def _set_view_models(self) -> None:
-        session = self._shown()
-        filtering = self.view_filter.active
-        tree_source: QAbstractItemModel = session.thread if session.thread is not None else session.tree_model
-        tree_model: QAbstractItemModel
-        timeline_model: QAbstractItemModel | None
-        if filtering:
-            if self.tree_proxy.sourceModel() is not tree_source:
-                self.tree_proxy.setSourceModel(tree_source)
-            if self.timeline_proxy.sourceModel() is not session.timeline:
-                self.timeline_proxy.setSourceModel(session.timeline)
-            tree_model, timeline_model = self.tree_proxy, self.timeline_proxy
-        else:
-            tree_model, timeline_model = tree_source, session.timeline
-        if session.thread is not None:
-            timeline_model = None  # one thread is a tree; the time order is of the whole group
-            self.view_filter.time_ordered = False
-        # The unfiltered views show the models directly: a proxy over 100,000 rows costs
-        # more than it gives, and filtering swaps one in.
-        if self.tree_view.model() is not tree_model:
-            self.tree_view.setModel(tree_model)
-            self.tree_view.selectionModel().currentChanged.connect(self._on_current_message)
-        self.thread_bar.setVisible(session.thread is not None)
-        self.time_button.setEnabled(session.thread is None)
-        self.time_action.setEnabled(session.thread is None)
-        # Only the visible view holds a model: a hidden view would still re-lay out on every insert.
-        if not self.time_ordered:
-            timeline_model = None
-        if self.timeline_view.model() is not timeline_model:
-            self.timeline_view.setModel(timeline_model)
-            if timeline_model is not None:
-                self.timeline_view.selectionModel().currentChanged.connect(self._on_current_message)
-        self.stack.setCurrentWidget(self.timeline_view if self.time_ordered else self.tree_view)
-        self._show_empty_hint(session)
-        self.update_catch_up()
-        self._sync_selection()
-        self.update_older_button()
-        self.apply_focus(Navigation.MODEL_RESET)
-
-    def update_older_button(self) -> None:
-        session = self.current
-        hidden = 0
-        if session is not None:
-            hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
-        what = "messages" if self.time_ordered else "threads"
-        stored = session is not None and session.thread is None and not session.history_complete and session.loaded
-        self.older_button.setText(f"⤒ {hidden:,} older {what}" if hidden else "⤒ Older messages")
-        self.older_button.setVisible(hidden > 0 or stored)
-
-    def show_older(self) -> None:
-        """Older rows above the reader, who stays where they are: hidden ones, else a page from the store."""
-        session = self.current
-        if session is None or session.thread is not None:
-            return
-        place = self.hold_place(session)
-        if self.time_ordered:
-            shown = session.timeline.show_older()
-        else:
-            shown = session.tree.show_older()
-        if shown:
-            self._restore_place(place)
-        else:
-            self.session_controller.load_older(session)
-        self.update_older_button()
-
-    def _scrolled(self, value: int) -> None:
-        # Scroll-back: near the top, the older rows come (the way Element paginates); back at the
-        # end after reading far back, the oldest are let go again.
-        session = self.current
-        view = self.current_view()
-        if (session is not None and value >= view.verticalScrollBar().maximum() - AT_END and value > 0
-                and not self._placing and not self.view_filter.active):
-            QTimer.singleShot(0, view, self._let_older_go)  # dropped if the view goes first (the window closing)
-        if (session is None or session.thread is not None or not session.opened or session.loading_older
-                or self._placing or self.sender() is not view.verticalScrollBar() or value > SCROLL_BACK_MARGIN):
-            return
-        hidden = session.timeline.hidden if self.time_ordered else session.tree.hidden_threads
-        if hidden or not session.history_complete:
-            QTimer.singleShot(0, view, self.show_older)  # not inside the scroll bar's own signal
-
-    def _let_older_go(self) -> None:
-        session = self.current
-        view = self.current_view()
-        if session is None or view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - AT_END:
-            return
-        if self.session_controller.let_older_go(session):
-            self.expand_default(session)
-            view.scrollToBottom()
-            self.update_older_button()
-
-    def hold_place(self, session: GroupSession) -> ReaderPlace | None:
-        """The message at the top of the view on show and its row's top, to keep it there across inserts above."""
-        if session is not self.current:
-            return None
-        view = self.current_view()
-        top = view.indexAt(QPoint(4, 2))
-        if not top.isValid():
-            return None
-        return top.data(MessageRole).mid, view.visualRect(top).top()
-
-    def _restore_place(self, place: ReaderPlace | None) -> None:
-        if place is None:
-            return
-        index = self._view_index(place[0])
-        if not index.isValid():
-            return
-        view = self.current_view()
-        view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
-        bar = view.verticalScrollBar()
-        bar.setValue(bar.value() - place[1])
-
-    def older_loaded(self, session: GroupSession, place: ReaderPlace | None, mids: list[Mid]) -> None:
-        """A page of older history came in above the reader: make it rows, keep the reader's place to the pixel."""
-        if session is not self.current:
-            return
-        if self.time_ordered:
-            session.timeline.show_older(len(mids))
-        elif session.thread is None and self.tree_view.model() is session.tree_model:
-            node_of = session.tree.node
-            for mid in mids:
-                node = node_of(mid)
-                if node is not None and node.children:
-                    self.tree_view.expand(session.tree_model.index_for(mid))
-        self._restore_place(place)
-        self.update_older_button()
-        self.apply_focus(Navigation.PAGE_LOADED)
-
-    def expand_default(self, session: GroupSession) -> None:
-        if session is not self.current:
-            return
-        if session.thread is not None:
-            if self.tree_view.model() is session.thread:
-                self.tree_view.expandAll()
-            return
-        if self.tree_view.model() is not session.tree_model:
-            return
-        if len(session.tree) <= EXPAND_ALL_LIMIT:
-            self.tree_view.expandAll()
-        else:
-            for node in session.tree.arrival[-EXPAND_RECENT:]:
-                self.expand_path(node.message.mid)
-            for mid in list(session.tree.unread)[:EXPAND_RECENT]:
-                self.expand_path(mid)
-        self.update_older_button()
-
-    def _show_empty_hint(self, session: GroupSession) -> None:
-        """What an empty conversation says: loading, or how to start (a filter that matches
-        nothing says so beside the filter instead)."""
-        hint = "" if self.view_filter.active else EMPTY_GROUP_HINT if session.loaded else "Loading messages…"
-        for view in (self.tree_view, self.timeline_view):
-            view.empty_hint = hint
-            view.viewport().update()
-
-    def open_position(self, session: GroupSession) -> None:
-        """A group opens at its first unread message, else at its end, where the newest talk is.
-
-        Scrolled by pixels, the end is the last row's bottom at the viewport's bottom: never an
-        empty area.  A reply in an old thread is the Threads pane's top entry; the tree opens
-        at the end so that it follows new messages, and only rows of recent threads are kept.
-        """
-        if session is self.current:
-            self._show_empty_hint(session)  # loaded now
-        if session is not self.current or session.opened or not len(session.tree):
-            return
-        session.opened = True
-        self.compose_controller.show_target()  # a restored draft's target is known now
-        restoring, self.restoring = self.restoring, None
-        if restoring is not None and restoring.kind == "group" and restoring.key == session.gid \
-                and restoring.thread is not None:
-            self.open_thread(restoring.thread)  # the thread open at the last close (gone since: not opened)
-        view = self.current_view()
-        unread = session.tree.unread_in_arrival_order()
-        if not unread:
-            view.scrollToBottom()
-            return
-        target = unread[0]
-        if self.time_ordered:
-            session.timeline.reveal(target)
-        else:
-            session.tree.reveal(target)
-            self.expand_path(target)
-        index = self._view_index(target)
-        if index.isValid():
-            view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
-
-    def set_divider(self, session: GroupSession) -> None:
-        for view in (self.tree_view, self.timeline_view):
-            delegate = self._message_delegate(view)
-            if delegate.divider != session.divider:
-                delegate.set_divider(session.divider)
-                view.scheduleDelayedItemsLayout()
-
-    def _source_index(self, mid: Mid) -> QModelIndex:
-        """The index of ``mid`` in the tree view's source model (the whole tree, or the open thread)."""
-        session = self._shown()
-        if session.thread is not None:
-            return session.thread.index_for(mid)
-        return session.tree_model.index_for(mid)
-
-    def expand_path(self, mid: Mid) -> None:
-        session = self._shown()
-        model = self.tree_view.model()
-        for ancestor in session.tree.ancestors(mid):
-            index = self._source_index(ancestor)
-            if model is self.tree_proxy:
-                index = self.tree_proxy.mapFromSource(index)
-            if index.isValid() and not self.tree_view.isExpanded(index):
-                self.tree_view.expand(index)
-
-    # -- events from the middleware --------------------------------------------------------
-
-    # -- operations: edits, deletes, reactions, pins, the topic ------------------------------
-
-    def show_topic(self, session: GroupSession) -> None:
-        topic = session.shown_topic
-        if not self.topic_edit.hasFocus() or self.topic_edit.text() == topic:
-            self.topic_edit.setText(topic)
-            self.topic_edit.setCursorPosition(0)
-
-    def update_pinned_button(self) -> None:
-        count = len(self.current.pinned) if self.current is not None else 0
-        self.pinned_button.setText(f"Pinned ({count})")
-        self.pinned_button.setVisible(count > 0)
-
-    def _fill_pinned_menu(self) -> None:
-        self.pinned_menu.clear()
-        if self.current is None:
-            return
-        for message in self.pinned_messages():
-            mid = message.mid
-            label = f"{message.sender_name}: {root_text(message, 60, member_names(self.current.view))}"
-            self.pinned_menu.addAction(label, partial(self.select_message, mid))
-
-    def pinned_messages(self) -> list[ChatMessage]:
-        """The current group's pinned messages, in delivery order."""
-        if self.current is None or not self.current.pinned:
-            return []
-        pinned = self.current.pinned
-        return [node.message for node in self.current.tree.arrival if node.message.mid in pinned]
-
-    # -- status -------------------------------------------------------------------------------
+        self.conversation.schedule_seen()
 
     # -- what the controllers ask of the view (their *View protocols) ----------------------------
 
     def compose_widgets(self) -> list[QWidget]:
         """What writing in the group shown takes: off in a group this peer was removed from."""
-        return [self.compose, self.send_button, self.attach_button]
+        box = self.conversation.compose_box
+        return [box.compose, box.send_button] + ([box.attach_button] if box.attach_button is not None else [])
 
     def dialog_parent(self) -> QWidget:
         return self
 
     def show_status(self, text: str, timeout: int) -> None:
-        self.statusBar().showMessage(text, timeout)
+        self.status_pane.showMessage(text, timeout)
 
     def show_error(self, message: str) -> None:
         self.status_controller.show_error(message)
@@ -1037,45 +472,10 @@ class MainWindow(QMainWindow):
     def fill_members(self) -> None:
         self.status_controller.fill_members()
         view = self.current.view if self.current is not None else None
-        self.mention_completer.set_members(list(view.members) if view is not None else [], self.backend.pid)
+        self.conversation.mention_completer.set_members(list(view.members) if view is not None else [], self.backend.pid)
         self.apply_focus(Navigation.REFRESHED)
 
-    # -- mentions and notification levels (ui.mentions) ------------------------------------------
-
-    def _notify_menu(self, gid_of: Callable[[], str | None], parent: QWidget | None = None) -> QMenu:
-        """Notifications: All messages / Mentions only / Nothing, for the group ``gid_of()`` names."""
-        menu = QMenu("Notificat&ions", parent or self)
-        levels = QActionGroup(menu)
-        for level, text in (("all", "&All messages"), ("mentions", "&Mentions only"), ("nothing", "N&othing")):
-            action = QAction(text, menu, checkable=True)
-            action.setData(level)
-            levels.addAction(action)
-            action.triggered.connect(lambda _on, level=level: self._set_notify_level(gid_of(), level))
-            menu.addAction(action)
-        menu.aboutToShow.connect(lambda: self._check_notify_level(menu, gid_of()))
-        return menu
-
-    def _check_notify_level(self, menu: QMenu, gid: str | None) -> None:
-        level = self.session_controller.notify_level(gid) if gid is not None else None
-        for action in menu.actions():
-            action.setChecked(action.data() == level)
-
-    def _set_notify_level(self, gid: str | None, level: str) -> None:
-        if gid is None:
-            return
-        self.session_controller.set_notify_level(gid, level)
-        if self.current is not None and self.current.gid == gid:
-            self.notify_actions[level].setChecked(True)
-
-    def _group_menu(self, pos: QPoint) -> None:
-        item = self.group_list.itemAt(pos)
-        if item is None:
-            return
-        gid = item.data(GroupIdRole)
-        menu = QMenu(self)
-        menu.addMenu(self._notify_menu(lambda: gid, menu))
-        self.group_menu = menu  # kept for tests, which read it while it is open
-        menu.popup(self.group_list.viewport().mapToGlobal(pos))
+    # -- mentions (ui.mentions) ------------------------------------------------------------------
 
     def show_mentions(self) -> None:
         """Conversation → Mentions…: the messages that mention me, newest first, across groups."""
@@ -1095,18 +495,11 @@ class MainWindow(QMainWindow):
                 lambda gid: member_names(sessions[gid].view) if gid in sessions else {})
 
     def jump_to_message(self, gid: str, mid: Mid) -> None:
-        self.open_link(f"m2mc://message/{gid}/{format_mid(mid)}")
+        self.navigation.open_link(f"m2mc://message/{gid}/{format_mid(mid)}")
 
     def messages_shown(self, mids: list[Mid]) -> None:
         self.compose_controller.messages_shown(mids)
         self.apply_focus(Navigation.MESSAGES_ARRIVED)
-
-    def _on_alone(self, alone: bool) -> None:
-        """Nobody heard of after a while: say why that may be, where the user looks first."""
-        if alone:
-            self.statusBar().showMessage(ALONE_STATUS)
-        elif self.statusBar().currentMessage() == ALONE_STATUS:
-            self.statusBar().clearMessage()
 
     def start_new_thread(self) -> None:
         self.compose_controller.start_new_thread()
@@ -1120,259 +513,11 @@ class MainWindow(QMainWindow):
         """The unread count, beside the window's title: in the tray icon's tooltip."""
         self.notifier.show_unread(count)
 
-    def add_group_item(self, item: QListWidgetItem) -> None:
-        self.group_list.addItem(item)
-
-    def remove_group_item(self, item: QListWidgetItem) -> None:
-        self.group_list.takeItem(self.group_list.row(item))
-
-    def clear_filter(self) -> None:
-        if self.filter_edit.text():
-            self.filter_edit.clear()
-
-    def show_heading(self, session: GroupSession) -> None:
-        self.title_label.setText(session.title)
-        self.compose.setAccessibleName(f"Message to {session.title}")  # a screen reader says where it goes
-        self.show_topic(session)
-
     def named_views(self) -> tuple[QAbstractItemView, ...]:
         """The views whose delegates name members (and mark look-alike names)."""
-        return self.tree_view, self.timeline_view, self.thread_list
-
-    def forget_rendered(self, mids: list[Mid]) -> None:
-        for view in (self.tree_view, self.timeline_view):
-            delegate = self._message_delegate(view)
-            for mid in mids:
-                delegate.forget(mid)
-
-    def relayout_messages(self) -> None:
-        for view in (self.tree_view, self.timeline_view):
-            view.scheduleDelayedItemsLayout()
-            view.viewport().update()
-
-    def reader_place(self, session: GroupSession) -> tuple[bool, ReaderPlace | None]:
-        """Whether the view on show is at its end, and the reader's place in the tree if ``session`` is shown."""
-        view = self.current_view()
-        at_bottom = view.verticalScrollBar().value() >= view.verticalScrollBar().maximum() - AT_END
-        reading = None  # the row at the top of the tree, and where it is: the reader's place
-        if (session is self.current and not at_bottom and view is self.tree_view
-                and view.model() is session.tree_model):
-            top = view.indexAt(QPoint(4, 2))  # the layout is fresh before the insert: cheap
-            if top.isValid():
-                reading = (top.data(MessageRole).mid, view.visualRect(top).top())
-        return at_bottom, reading
-
-    def restore_reader_place(self, session: GroupSession, place: ReaderPlace) -> None:
-        # Not a scroll of the reader's: older rows hidden above them (trimming) must not come back at once.
-        self._placing = True
-        try:
-            self.tree_view.scrollTo(session.tree_model.index_for(place[0]), QAbstractItemView.ScrollHint.PositionAtTop)
-            bar = self.tree_view.verticalScrollBar()
-            bar.setValue(bar.value() - place[1])
-        finally:
-            self._placing = False
-
-    def update_catch_up(self) -> None:
-        self._catch_up_timer.start()
-
-    def _caught_up(self, session: GroupSession) -> list[Mid]:
-        return session.tree.caught_up_unread(CATCH_UP_LAG_MS)
-
-    def _count_caught_up(self) -> None:
-        session = self.current
-        if session is None or session.catch_up_dismissed or len(session.tree.unread) < CATCH_UP_MIN:
-            self.catch_up_bar.show_count(0)
-            return
-        count = len(self._caught_up(session))
-        self.catch_up_bar.show_count(count if count >= CATCH_UP_MIN else 0)
-
-    def mark_caught_up_read(self) -> None:
-        """Mark the history that came in late read; what was heard live stays unread."""
-        session = self.current
-        if session is not None:
-            session.tree.mark_read(self._caught_up(session))
-            self.catch_up_bar.show_count(0)
-
-    def _keep_caught_up_unread(self) -> None:
-        if self.current is not None:
-            self.current.catch_up_dismissed = True
-        self.catch_up_bar.show_count(0)
-
-    def keep_reader_place(self, session: GroupSession, place: ReaderPlace) -> None:
-        """Rows inserted above the reader (replies to older threads, a join's history syncing in)
-        push what they read down: put it back where it was, to the pixel."""
-        index = session.tree_model.index_for(place[0])
-        if index.isValid() and self.tree_view.visualRect(index).top() != place[1]:
-            self.restore_reader_place(session, place)
-
-    @staticmethod
-    def _message_delegate(view: QAbstractItemView) -> MessageDelegate:
-        delegate = view.itemDelegate()
-        assert isinstance(delegate, MessageDelegate)
-        return delegate
+        return self.conversation.tree_view, self.conversation.timeline_view, self.thread_list
 
     # -- reading ---------------------------------------------------------------------------------
-
-    def follow_end(self) -> None:
-        """Scroll to the end once a burst of arrivals is in (deferred and coalesced: scrolling forces a layout)."""
-        self._follow_timer.start()
-
-    def current_view(self) -> ConversationView:
-        return self.timeline_view if self.time_ordered else self.tree_view
-
-    def _on_current_message(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        # Selecting is reading: it never changes what the compose box answers.
-        message = current.data(MessageRole) if current.isValid() else None
-        if current.model() is self.current_view().model():
-            self.selection.select(message.mid if message is not None else None)
-        if message is not None and self.current is not None:
-            self.current.tree.mark_read([message.mid])
-
-    def _sync_selection(self) -> None:
-        """The selection is the current row of the view on show (a new model has none)."""
-        index = self.current_view().currentIndex()
-        message = index.data(MessageRole) if index.isValid() else None
-        self.selection.select(message.mid if message is not None else None)
-
-    def selected_message(self) -> ChatMessage | None:
-        session, mid = self.selection.session, self.selection.message
-        return session.tree.message(mid) if session is not None and mid is not None else None
-
-    def schedule_seen(self, *_args) -> None:
-        session = self.current
-        if session is not None and (session.tree.unread or (session.thread is not None and session.thread.tree.unread)):
-            self._seen_timer.start()
-
-    def mark_visible_read(self) -> None:
-        """Messages on screen in the active window count as seen."""
-        session = self.current
-        thread_unread = session is not None and session.thread is not None and session.thread.tree.unread
-        if session is None or not (session.tree.unread or thread_unread) or not self.isActiveWindow():
-            return
-        self.current_view_mids_visible(mark=True)
-
-    def current_view_mids_visible(self, mark: bool = False) -> list[Mid]:
-        visible = self.current_view().visible_mids()
-        if mark and self.current is not None:
-            self.current.tree.mark_read(visible)
-            if self.current.thread is not None:
-                self.current.thread.tree.mark_read(visible)
-                self.session_controller.read_changed(self.current)
-        return visible
-
-    def _view_index(self, mid: Mid) -> QModelIndex:
-        session = self._shown()
-        if self.time_ordered:
-            index = session.timeline.index_for(mid)
-            return self.timeline_proxy.mapFromSource(index) if self.timeline_view.model() is self.timeline_proxy else index
-        index = self._source_index(mid)
-        return self.tree_proxy.mapFromSource(index) if self.tree_view.model() is self.tree_proxy else index
-
-    def select_message(self, mid: Mid) -> bool:
-        """Show and select a message of the current group (the reply target stays as it is)."""
-        if self.current is None:
-            return False
-        if self.current.thread is not None and self.current.thread.tree.node(mid) is None:
-            self.close_thread()
-        if self.time_ordered:
-            self.current.timeline.reveal(mid)
-        else:
-            self.current.tree.reveal(mid)
-            self.expand_path(mid)
-        self.update_older_button()
-        index = self._view_index(mid)
-        if not index.isValid():
-            return False
-        view = self.current_view()
-        view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
-        view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
-        return True
-
-    def set_time_ordered(self, on: bool) -> None:
-        if on and self.current is not None and self.current.thread is not None:
-            self.close_thread()
-        message = self.selected_message() if self.current is not None else None
-        selected = message.mid if message is not None else None
-        self.view_filter.time_ordered = on
-        self.time_action.setChecked(on)
-        self.tree_button.setChecked(not on)
-        self.time_button.setChecked(on)
-        if self.current is not None:
-            self._set_view_models()
-            if not on:
-                self.expand_default(self.current)
-            if selected is not None:
-                self.select_message(selected)
-            self.schedule_seen()
-            self.apply_focus(Navigation.ORDER_CHANGED)
-
-    def focus_filter(self) -> None:
-        self.filter_edit.setFocus()
-        self.filter_edit.selectAll()
-
-    def _apply_filter(self, text: str) -> None:
-        pattern = self.view_filter.set_text(text)
-        if self.current is None:
-            return
-        selected = self.selection.message
-        self.tree_proxy.setFilterFixedString(pattern)
-        self.timeline_proxy.setFilterFixedString(pattern)
-        self._set_view_models()
-        self._apply_highlight(pattern)
-        if pattern:
-            self.tree_view.expandAll()
-        else:
-            self.expand_default(self.current)
-        if selected is not None:
-            self.select_message(selected)
-
-    def _apply_highlight(self, pattern: str) -> None:
-        """Matches highlighted, ancestors shown for context dimmed, and the matches counted."""
-        for view in (self.tree_view, self.timeline_view):
-            self._message_delegate(view).set_highlight(pattern)
-            view.viewport().update()
-        if not pattern or self.current is None:
-            self.match_label.hide()
-            return
-        count = len(self.matches())
-        self.match_label.setText(f"{count} match{'es' if count != 1 else ''}" if count else "no matches")
-        self.match_label.show()
-
-    def matches(self) -> list[Mid]:
-        """The messages matching the filter, in the order of the view shown."""
-        if not self.view_filter.active or self.current is None:
-            return []
-        model = self.current_view().model()
-        return self.view_filter.matching(self._messages_in_view_order(model)) if model is not None else []
-
-    def _messages_in_view_order(self, model: QAbstractItemModel) -> Iterator[ChatMessage]:
-        index = model.index(0, 0)
-        while index.isValid():  # in view order: the proxy keeps matches and their ancestors
-            if not is_notice(index.data(MessageRole)):  # a notice is not a message to step to
-                yield index.data(MessageRole)
-            index = self._next_row(model, index)
-
-    @staticmethod
-    def _next_row(model: QAbstractItemModel, index: QModelIndex) -> QModelIndex:
-        """Depth first through every row of ``model`` (expanded or not)."""
-        if model.rowCount(index):
-            return model.index(0, 0, index)
-        while index.isValid():
-            sibling = index.siblingAtRow(index.row() + 1)
-            if sibling.isValid():
-                return sibling
-            index = index.parent()
-        return QModelIndex()
-
-    def find_match(self, step: int) -> None:
-        """F3 / Shift+F3: select the next / previous match of the filter."""
-        found = self.matches()
-        if not found:
-            self.show_status("No matches" if self.view_filter.active else "Type in the filter (Ctrl+F) first", 3000)
-            return
-        target = self.view_filter.step(found, self.selection.message, step)
-        self.select_message(target)
-        self.match_label.setText(f"{found.index(target) + 1} of {len(found)}")
 
     def _reply_to_selected(self) -> None:
         # On while no group is shown: a direct conversation answers Ctrl+R too.
@@ -1385,11 +530,11 @@ class MainWindow(QMainWindow):
             popup.hide()
         elif self.direct_controller.escape():
             return
-        elif self.topic_edit.hasFocus():  # undo what was typed there
-            self.topic_edit.undo_typing()
+        elif self.conversation.topic_edit.hasFocus():  # undo what was typed there
+            self.conversation.topic_edit.undo_typing()
             self.compose.setFocus()
-        elif self.filter_edit.hasFocus() or self.filter_edit.text():
-            self.filter_edit.clear()
+        elif self.conversation.filter_edit.hasFocus() or self.conversation.filter_edit.text():
+            self.conversation.filter_edit.clear()
             self.compose.setFocus()
         elif self.compose_target.active:
             self.compose_controller.reset_target()
@@ -1397,10 +542,6 @@ class MainWindow(QMainWindow):
             self.close_thread()
         else:
             self.compose_controller.start_new_thread()
-
-    # -- writing --------------------------------------------------------------------------------
-
-    # -- groups -------------------------------------------------------------------------------------
 
     # -- threads ------------------------------------------------------------------------------------
 
@@ -1413,168 +554,20 @@ class MainWindow(QMainWindow):
         else:
             self.session_controller.next_unread(others=direct.next_unread)
 
-    def _thread_chosen(self, index: QModelIndex) -> None:
-        summary = index.data(ThreadRole)
-        if summary is not None:
-            self.open_thread(summary.root.mid)
-
-    def open_thread(self, mid: Mid, then: Callable[[], object] | None = None,
-                    missing: Callable[[], object] | None = None) -> bool:
-        """Show the thread of ``mid`` on its own, read from the store; "← All threads" goes back.
-        ``then`` runs once it is shown, ``missing`` if the store holds no such message."""
-        session = self.current
-        if session is None:
-            return False
-        if session.thread is not None and session.thread.tree.node(mid) is not None:
-            if then is not None:
-                then()
-            return True
-        gid = session.gid
-
-        def loaded(messages: list[ChatMessage]) -> None:
-            if self.current is not session or not messages:
-                if missing is not None:
-                    missing()
-                return
-            self._show_thread(session, messages)
-            if then is not None:
-                then()
-
-        def failed(_error: Exception) -> None:
-            if missing is not None:
-                missing()
-
-        self.backend.call(lambda peer: peer.thread(gid, peer.thread_root(gid, mid)), on_result=loaded, on_error=failed)
-        return True
-
-    def _show_thread(self, session: GroupSession, messages: list[ChatMessage]) -> None:
-        if self.time_ordered:
-            self.set_time_ordered(False)
-        read = session.read_marks
-        unread = [m.mid for m in messages if m.mid in session.tree.unread or (
-            session.tree.node(m.mid) is None and read is not None and m.order not in read
-            and m.sender != self.backend.pid)]
-        session.thread = StoredThreadModel(messages, self.backend.pid, unread, self)
-        root = session.thread.root.message
-        self.compose_controller.thread_opened(root.mid)
-        self.thread_label.setText(f"Thread: {root.sender_name} — {root_text(root, 80, member_names(session.view), self.link_title)}")
-        self._set_view_models()
-        self.tree_view.expandAll()
-        first_unread = next(iter(session.thread.tree.unread_in_arrival_order()), None)
-        index = session.thread.index_for(first_unread or root.mid)
-        if self.tree_view.model() is self.tree_proxy:
-            index = self.tree_proxy.mapFromSource(index)
-        self.tree_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
-        self.schedule_seen()
-        self.apply_focus(Navigation.THREAD_OPENED)
-
-    def go_back(self) -> None:
-        """Alt+Left: to where the reader was before following a link or a search result, else out of
-        the open thread to all threads."""
-        self._go_back()
-        # Back is pressed in the search window too (Shortcuts work from every window): the window
-        # comes up with the keys in the compose box of where it went back to.
-        self.raise_()
-        self.activateWindow()
-        self.apply_focus(Navigation.BACK)
-
-    def _go_back(self) -> None:
-        while self._way_back:
-            gid, thread, mid = self._way_back.pop()
-            if gid.startswith(CONVERSATION_PREFIX):
-                peer = gid.removeprefix(CONVERSATION_PREFIX)
-                if mid is not None:
-                    self.direct_controller.show_message(peer, mid, missing=self._not_here)
-                else:
-                    self.direct_controller.open_with(peer)
-                return
-            if gid not in self.session_controller.sessions:
-                continue  # left since
-            if self.current is None or self.current.gid != gid:
-                self.select_group(gid)
-            if thread is not None:
-                if mid is not None:
-                    self.open_thread(thread, then=functools.partial(self.select_message, mid))
-                else:
-                    self.open_thread(thread)
-                return
-            self.close_thread()
-            if mid is not None:
-                self.select_message(mid)
-            return
-        self.close_thread()
-
-    def link_title(self, url: str) -> str | None:
-        """What an m2mc://message link shows instead of its ids: the linked message's author and
-        first words, when that message has reached this peer."""
-        target = parse_message_link(url)
-        session = self.session_controller.sessions.get(target[0]) if target is not None else None
-        message = session.tree.message(target[1]) if session is not None and target is not None else None
-        if message is None or session is None:
-            return None
-        return f"↗ {message.sender_name}: {root_text(message, 50)} ({session.title})"
-
-    def close_thread(self) -> None:
-        session = self.current
-        if session is None or session.thread is None:
-            return
-        root_mid = session.thread.root.message.mid
-        session.thread = None
-        self.compose_controller.thread_closed()
-        self._set_view_models()
-        self.expand_default(session)
-        self.select_message(root_mid)
-        self.apply_focus(Navigation.THREAD_CLOSED)
-
     # -- message actions -------------------------------------------------------------------------
 
-    def _message_menu(self, view: QAbstractItemView, pos: QPoint) -> None:
-        index = view.indexAt(pos)
-        message: ChatMessage | None = index.data(MessageRole) if index.isValid() else None
-        if message is None or is_notice(message):  # a notice is no message: nothing to answer, pin or copy
-            return
-        menu = self.message_menu(message)
-        menu.popup(view.viewport().mapToGlobal(pos))
+    def _open_link(self, url: str) -> None:
+        self.navigation.open_link(url)
+
+    def _link_title(self, url: str) -> str | None:
+        return self.navigation.link_title(url)
 
     def message_menu(self, message: ChatMessage) -> QMenu:
         """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
-        menu = QMenu(self)
-        self.files_view.add_menu_actions(menu, message)  # a file offer's Download (or Open…) comes first
-        menu.addAction(icon("reply"), "Reply", lambda: self.compose_controller.reply_to(message.mid))
-        menu.addAction("Quote", lambda: self.compose_controller.quote(message))
-        menu.addSeparator()
-        menu.addAction("Copy text", lambda: QGuiApplication.clipboard().setText(message.text))
-        menu.addAction("Copy link", lambda: QGuiApplication.clipboard().setText(message_link(message)))
-        menu.addSeparator()
-        menu.addAction("Open thread", lambda: self.open_thread(message.mid))
-        self.direct_controller.message_action(menu, message.sender, message.sender_name)
-        menu.addSeparator()
-        react = menu.addMenu("React")
-        mine = {emoji for emoji, pids in (message.reactions or {}).items() if self.backend.pid in pids}
-        for emoji in REACTION_CHOICES:
-            action = react.addAction(emoji, partial(self.compose_controller.toggle_reaction, message.mid, emoji))
-            action.setCheckable(True)
-            action.setChecked(emoji in mine)
-        if message.pinned:
-            menu.addAction("Unpin", lambda: self.compose_controller.set_pinned(message.mid, False))
-        else:
-            menu.addAction("Pin", lambda: self.compose_controller.set_pinned(message.mid, True))
-        if message.sender == self.backend.pid and not message.deleted:
-            menu.addAction("Edit", lambda: self.compose_controller.start_edit(message.mid))
-            menu.addSeparator()  # away from Edit: a slip of the pointer must not delete
-            menu.addAction("Delete…", lambda: self.confirm_delete(message))
-        elif not message.deleted and self.current is not None and self.current.view is not None and \
-                self.current.view.roles.get(self.backend.pid) in ("owner", "admin"):
-            menu.addSeparator()
-            menu.addAction("Remove for everyone…", lambda: self.confirm_delete(message))
-        return menu
-
-    def focus_topic(self) -> None:
-        """The topic field is out of the Tab chain (a stray Enter there changes it for everyone);
-        this is its way in from the keyboard."""
-        if self.current is not None:
-            self.topic_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
-            self.topic_edit.selectAll()
+        view = self.current.view if self.current is not None else None
+        return message_menu(self, message, self.backend.pid, self.compose_controller, self.files_view, self.open_thread,
+                            self.direct_controller.message_action,
+                            view is not None and view.roles.get(self.backend.pid) in ("owner", "admin"))
 
     def shortcut_rows(self) -> list[tuple[str, str]]:
         """Every key the window answers: its menus' shortcuts (read from the actions themselves, so
@@ -1586,96 +579,6 @@ class MainWindow(QMainWindow):
 
     def show_shortcuts(self) -> None:
         show_shortcuts(self, self.shortcut_rows())
-
-    def _show_send_or_save(self, editing: bool) -> None:
-        self.send_button.setText("Save" if editing else "Send")
-        self.send_button.setIcon(icon("edit" if editing else "send"))
-        self.send_button.setToolTip("Save the edit (Enter)" if editing else "Send (Enter)")
-
-    def confirm_delete(self, message: ChatMessage) -> bool:
-        """Ask before deleting: a delete reaches every member and cannot be taken back."""
-        own = message.sender == self.backend.pid
-        whose = "your message" if own else f"{message.sender_name}'s message"
-        box = QMessageBox(QMessageBox.Icon.Question, "Delete message",
-                          f"Delete {whose} “{snippet(message.text, 60)}” for everyone?", parent=self)
-        shown = "“message deleted”" if own else "“removed by an admin” and your name"
-        box.setInformativeText(f"Members will see {shown} in its place, and its replies stay. "
-                               "This cannot be undone.")
-        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)  # Enter keeps the message
-        box.exec()
-        if box.clickedButton() is not delete:
-            return False
-        self.compose_controller.delete_message(message.mid)
-        return True
-
-    def open_link(self, url: str) -> None:
-        """A message link (m2mc://message/…) selects that message; any other link opens outside."""
-        target = parse_message_link(url)
-        if target is None:
-            QDesktopServices.openUrl(QUrl(url))
-            return
-        self.show_message(*target)
-
-    def show_message(self, gid: str, mid: Mid) -> bool:
-        """Open ``mid`` in its thread, in view and selected, whichever group is shown (message links,
-        search results); a direct message (``gid`` its conversation, ``dm:<pid>:<pid>``) in its
-        conversation.  Where the reader was is kept: Back (Alt+Left) returns there."""
-        peer = conversation_peer(gid, self.backend.pid)
-        if peer is not None:
-            self._keep_place()
-            self.direct_controller.show_message(peer, mid, missing=self._not_here)
-            self.raise_()
-            self.activateWindow()
-            return True
-        session = self.session_controller.sessions.get(gid)
-        if session is None:
-            self.status_controller.show_error("That message is in a group you have not joined.")
-            return False
-        self._keep_place()
-        if self.current is not session:
-            self.select_group(gid)
-        if session.tree.node(mid) is None and session.loaded and self.current is session:
-            # Older than the pages loaded: its page comes from the store first.
-            self.session_controller.load_back_to(session, mid, lambda _found: self._show_held(session, mid))
-            return True
-        return self._show_held(session, mid)
-
-    def _keep_place(self) -> None:
-        """Where the reader is, for Back (Alt+Left) to return to after a jump."""
-        here = self.current
-        conversation = self.direct_controller.current
-        if here is not None:
-            selected = self.selected_message()
-            thread = here.thread.root.message.mid if here.thread is not None else None
-            self._way_back.append((here.gid, thread, selected.mid if selected is not None else None))
-        elif conversation is not None:
-            index = self.direct_pane.view.currentIndex()
-            message: ChatMessage | None = index.data(MessageRole) if index.isValid() else None
-            self._way_back.append((conversation.key, None, message.mid if message is not None else None))
-        del self._way_back[:-MAX_WAY_BACK]
-
-    def _show_held(self, session: GroupSession, mid: Mid) -> bool:
-        def shown() -> None:
-            if self.select_message(mid):
-                self.raise_()
-                self.activateWindow()
-                self.apply_focus(Navigation.SEARCH_JUMP)
-            else:
-                self._not_here()
-
-        if self.current is not session:
-            return self._not_here()
-        return self.open_thread(mid, then=shown, missing=self._not_here)
-
-    def _not_here(self) -> bool:
-        self.status_controller.show_error("That message has not reached this peer (yet).")
-        return False
-
-    # -- settings and invites -------------------------------------------------------------------
-
-    # -- read marks and presence -----------------------------------------------------------------
 
     # -- export --------------------------------------------------------------------------------------
 
@@ -1701,132 +604,29 @@ class MainWindow(QMainWindow):
 
     # -- window ----------------------------------------------------------------------------------------
 
-    def resizeEvent(self, event) -> None:
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
-        if not hasattr(self, "pane_folds"):
-            return  # a resize before the View menu is built
-        shown = {name: toggle.isChecked() for name, toggle in self.pane_toggles.items()}
-        changes = self.pane_folds.resized(event.size().width(), shown)
-        if changes:
-            self._save_pane_sizes()  # while the panes about to fold still have their width
-        for name, show in changes.items():
-            self.pane_toggles[name].setChecked(show)
+        if hasattr(self, "pane_layout"):  # not before the panes are built
+            self.pane_layout.resized(event.size().width())
 
     def update_title(self) -> None:
         self.session_controller.update_title()
 
     def show_side_panes(self, on: bool) -> None:
-        """Threads and Members are a group's: a direct conversation (ui/controllers/direct.py) hides them."""
-        self.side_panes_hidden = not on
-        self._fit_side()
+        self.pane_layout.show_side_panes(on)
 
-    def _fit_side(self) -> None:
-        # An empty side splitter would keep its width; it goes with its last pane.
-        self.side_splitter.setVisible(not self.side_panes_hidden
-                                      and (self.pane_toggles["threads"].isChecked()
-                                           or self.pane_toggles["members"].isChecked()))
-
-    def _pane_chosen(self, name: str, shown: bool) -> None:
-        self.pane_folds.chosen(name, shown, self.width())
-        self._store_setting("window/closed", ",".join(n for n, t in self.pane_toggles.items() if not t.isChecked()))
-
-    def _give_room(self, name: str) -> None:
-        """A pane shown again gets a sensible width if its splitter had squeezed it to nothing (a saved
-        width of 0, a handle dragged to the edge): ticked in the View menu, it must be seen."""
-        index = PANE_INDEX[name]
-        sizes = self.splitter.sizes()
-        if sizes[index] > 0 or not sum(sizes):
-            return
-        room = min(DEFAULT_PANE_SIZES[index], max(sizes[1] - MINIMUM_WIDTH // 2, 0))
-        sizes[index] += room
-        sizes[1] -= room
-        self.splitter.setSizes(sizes)
-
-    def _store_setting(self, key: str, value: str) -> None:
-        if hasattr(self.settings, "setValue"):
-            self.settings.setValue(key, value)
-        else:
-            self.settings[key] = value
-
-    def _setting(self, key: str) -> str | None:
-        value = self.settings.value(key, None) if hasattr(self.settings, "value") else self.settings.get(key)
-        return None if value is None else str(value)
-
-    def _save_pane_sizes(self, *_args) -> None:
-        """Each splitter's sizes, a folded pane keeping the size it had when shown."""
-        for key, splitter in (("window/panes", self.splitter), ("window/side", self.side_splitter)):
-            sizes = splitter.sizes()
-            if splitter.isHidden() or not sum(sizes):
-                continue  # folded, or not laid out yet: the sizes kept stand
-            kept = self._pane_sizes(key, len(sizes))
-            # A pane hidden now (folded, closed, or the side panes while a direct conversation is shown)
-            # keeps the width it had: a 0 saved for it made it come back as a 4-px sliver (issue 45).
-            defaults = DEFAULT_PANE_SIZES if splitter is self.splitter else (0,) * len(sizes)
-            widths = [size or (kept[i] if kept and kept[i] else defaults[i]) for i, size in enumerate(sizes)]
-            self._store_setting(key, ",".join(map(str, widths)))
-
-    def _pane_sizes(self, key: str, count: int) -> list[int] | None:
-        try:
-            sizes = [int(part) for part in (self._setting(key) or "").split(",")]
-        except ValueError:
-            return None  # a hand-edited settings file
-        return sizes if len(sizes) == count and all(size >= 0 for size in sizes) else None
-
-    def _restore_pane_sizes(self) -> None:
-        closed = set((self._setting("window/closed") or "").split(","))
-        for key, splitter in (("window/panes", self.splitter), ("window/side", self.side_splitter)):
-            sizes = self._pane_sizes(key, splitter.count())
-            if sizes and splitter is self.splitter:
-                # A width of 0 (written before issue 45 while a direct conversation was shown) counts as
-                # folded: the View menu says so, and ticking the pane gives it a width again.
-                closed |= {name for name, index in PANE_INDEX.items() if not sizes[index]}
-                sizes = [size or DEFAULT_PANE_SIZES[i] for i, size in enumerate(sizes)]
-            if sizes:
-                splitter.setSizes(sizes)
-        for name, toggle in self.pane_toggles.items():
-            if name in closed:
-                toggle.setChecked(False)
-                self.pane_folds.chosen(name, False, self.width())
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt's name
-        if (watched is self.statusBar() and event.type() == QEvent.Type.MouseButtonRelease
-                and self.statusBar().currentMessage()):
-            self.show_status_in_full()
-            return True
-        return super().eventFilter(watched, event)
-
-    def show_status_in_full(self) -> None:
-        """The status bar's message in a box of its own, whole, selectable."""
-        box = QMessageBox(QMessageBox.Icon.NoIcon, "Status", self.statusBar().currentMessage(),
-                          QMessageBox.StandardButton.Close, self)
-        box.setObjectName("statusMessageBox")
-        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.status_box = box
-        box.open()
-
-    def status_fits(self) -> bool:
-        """Whether the status bar's message shows whole at the window's width now."""
-        bar = self.statusBar()
-        room = bar.width() - sum(w.width() for w in (self.sync_bar, self.pending_label, self.peers_label,
-                                                      self.address_label) if w.isVisible()) - 24
-        return bar.fontMetrics().horizontalAdvance(bar.currentMessage()) <= room
-
-    def changeEvent(self, event) -> None:
+    def changeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         super().changeEvent(event)
         if event.type() == event.Type.ActivationChange and self.isActiveWindow():
-            self.schedule_seen()
+            self.conversation.schedule_seen()
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        self._save_pane_sizes()
+        self.pane_layout.save_sizes()
         shown_now = self.shown_now()
-        self._store_setting("window/on_show", shown_now.text() if shown_now is not None else "")
+        write_setting(self.settings, "window/on_show", shown_now.text() if shown_now is not None else "")
         self.session_controller.save_read_marks()
         self.discovery.close()
         self.search_window.close()
         self.warning_log.close()
         super().closeEvent(event)
 
-
-def message_link(message: ChatMessage) -> str:
-    """A reference to a message that another member's app opens: m2mc://message/<gid>/<pid>:<seqno>."""
-    return f"m2mc://message/{message.gid}/{format_mid(message.mid)}"

@@ -26,7 +26,8 @@ from ..middleware.types import Mid
 
 from .bridge import Backend
 from .controllers.direct import Conversation
-from .controllers.sessions import GroupSession, member_names
+from .controllers.sessions import GroupSession
+from .model.sessions import member_names
 from .delegate import clock
 from .resources import app_icon, icon
 from .search_results import ResultHtmlRole, ResultList

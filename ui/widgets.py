@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QStyleOptionViewItem,
     QToolButton,
     QTreeView,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -271,6 +272,45 @@ class ReplyBanner(QFrame):
     @property
     def text(self) -> str:
         return self.label.text() if self.isVisible() or self.label.text() else ""
+
+
+class ComposeBox(QFrame):
+    """The compose box, one widget for groups and direct conversations alike: what the message answers or
+    edits (the reply banner), why the last one was not sent, the text, and Send (Save while editing),
+    with an attach button where files can go."""
+
+    def __init__(self, name: str = "", attach_button: QWidget | None = None, parent: QWidget | None = None) -> None:
+        """``name``: the prefix of its parts' object names ("direct": directCompose, directSend)."""
+        super().__init__(parent)
+        self.setObjectName("composeFrame")
+        self.reply_banner = ReplyBanner()
+        self.compose = ComposeEdit()
+        self.send_button = QPushButton(icon("send"), "Send")
+        if name:
+            self.compose.setObjectName(f"{name}Compose")
+        self.send_button.setObjectName(f"{name}Send" if name else "sendButton")
+        self.reply_banner.editing_changed.connect(self._show_send_or_save)
+        self.compose_error = QLabel()
+        self.compose_error.setObjectName("dialogError")
+        self.compose_error.setWordWrap(True)
+        self.compose_error.hide()
+        self.attach_button = attach_button
+        row = QHBoxLayout()
+        row.addWidget(self.compose, 1)
+        if attach_button is not None:
+            row.addWidget(attach_button, 0, Qt.AlignmentFlag.AlignBottom)
+        row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 8)
+        layout.addWidget(self.reply_banner)
+        layout.addWidget(self.compose_error)
+        layout.addLayout(row)
+
+    def _show_send_or_save(self, editing: bool) -> None:
+        self.send_button.setText("Save" if editing else "Send")
+        self.send_button.setIcon(icon("edit" if editing else "send"))
+        self.send_button.setToolTip("Save the edit (Enter)" if editing else "Send (Enter)")
+
 
 
 class ActionBar(QFrame):

@@ -46,7 +46,7 @@ def test_import_contracts_hold(tmp_path):
 
 @pytest.mark.parametrize("module, line, contract", [
     ("middleware/wire.py", "import PySide6.QtCore", "The middleware runs without Qt"),
-    ("ui/state.py", "from PySide6.QtCore import QObject", "The view state and the reply tree run without Qt"),
+    ("ui/model/sessions.py", "from PySide6.QtCore import QObject", "The view state and the reply tree run without Qt"),
     ("ui/message_tree.py", "from .message_model import MessageRole", "The view state and the reply tree run without Qt"),
     ("middleware/store.py", "from ..ui import resources", "Imports point one way"),
     ("app/analytics/gen_logs.py", "from ...middleware import wire", "The analytics import neither"),

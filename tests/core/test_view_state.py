@@ -1,11 +1,11 @@
 """The GUI's state without a window or Qt: the selection, the compose box's target, the thread filter, the panes
-that fold on a narrow window (ui/state.py), and one group's reply tree with its read state (ui/message_tree.py)."""
+that fold on a narrow window (ui/model/state.py), and one group's reply tree with its read state (ui/message_tree.py)."""
 
 from __future__ import annotations
 
 from m2mc.middleware.types import ChatMessage, Member
 from m2mc.ui.message_tree import MessageTree, Node
-from m2mc.ui.state import ComposeTarget, Draft, Drafts, PaneFolds, Selection, ThreadFilter
+from m2mc.ui.model.state import ComposeTarget, Draft, Drafts, PaneFolds, Selection, ThreadFilter
 
 GID = "g-1"
 ANN = Member("a11a" * 8, "Ann")
@@ -202,7 +202,7 @@ def test_pane_folds_leave_a_pane_reopened_by_hand_until_the_window_shrinks_furth
 
 
 def test_what_was_on_show_is_one_line_in_the_settings_and_a_broken_line_opens_the_first_group():
-    from m2mc.ui.state import OnShow
+    from m2mc.ui.model.state import OnShow
 
     for shown in (OnShow("group", "g1"), OnShow("group", "g1", ("ab12", 7)), OnShow("direct", "ab12")):
         assert OnShow.parse(shown.text()) == shown

@@ -26,7 +26,7 @@ SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 def main():
     SHOTS.mkdir(parents=True, exist_ok=True)
     app, backend, window = start_window(sys.argv[1], "", (1000, 620))
-    label = window.address_label
+    label = window.status_pane.address_label
     shown: list[str] = []
 
     def on_event(event):

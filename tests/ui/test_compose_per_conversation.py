@@ -8,7 +8,7 @@ from conftest import ANN, BOB, CAT, activate, lunch_conversation, message, save_
 from m2mc.middleware.types import Member
 from m2mc.ui.main_window import MainWindow
 from m2mc.ui.message_model import MessageRole
-from m2mc.ui.state import Draft
+from m2mc.ui.model.state import Draft
 
 GID = ""  # inject_group takes the messages into the group it makes
 
@@ -29,18 +29,18 @@ def two_groups(qtbot, window, backend):
 
 
 def click_group(qtbot, window, gid):
-    item = window.session_controller.sessions[gid].item
+    item = window.groups_pane.item(gid)
     rect = window.group_list.visualItemRect(item)
     qtbot.mouseClick(window.group_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert window.current.gid == gid
 
 
 def click_message(qtbot, window, mid):
-    index = window._view_index(mid)
+    index = window.conversation._view_index(mid)
     window.tree_view.scrollTo(index)
     rect = window.tree_view.visualRect(index)
     qtbot.mouseClick(window.tree_view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    assert window.selected_message().mid == mid
+    assert window.conversation.selected_message().mid == mid
 
 
 def click_thread(qtbot, window, root_mid):
@@ -122,7 +122,7 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     save_screenshot(window, "thread-reply-banner.png")
     assert type_and_send(qtbot, window, backend, "Any hotel tips?") == (lunch, "Any hotel tips?", q2.mid)
     mine = (backend.pid, 1)
-    qtbot.waitUntil(lambda: window._view_index(mine).isValid())  # in view, not a thread elsewhere
+    qtbot.waitUntil(lambda: window.conversation._view_index(mine).isValid())  # in view, not a thread elsewhere
 
     # Another target in the thread; after sending, the next message follows the user's own reply
     # (Slack's thread pane), and Esc goes back to the thread's root.
@@ -140,7 +140,7 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     # A target chosen in one thread does not follow the reader into another.
     click_message(qtbot, window, a3.mid)
     qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
-    qtbot.mouseClick(window.back_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.conversation.thread_bar.back_button, Qt.MouseButton.LeftButton)
     click_thread(qtbot, window, q1.mid)
     assert window.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Delhi?"
     click_group(qtbot, window, private)  # away and back: the thread is still open, and still the target
@@ -149,7 +149,7 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     assert window.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Delhi?"
     assert type_and_send(qtbot, window, backend, "When?")[2] == q1.mid
     when = (backend.pid, 5)
-    qtbot.waitUntil(lambda: window._view_index(when).isValid())
+    qtbot.waitUntil(lambda: window.conversation._view_index(when).isValid())
     assert window.current.tree.message(when).text == "When?"
 
     # ✕ still starts a thread of its own; Esc brings the thread's root back.
@@ -162,7 +162,7 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     assert type_and_send(qtbot, window, backend, "Museum trip Sunday?")[2] is None
 
     # All threads again: no default target, and none after sending.
-    qtbot.mouseClick(window.back_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.conversation.thread_bar.back_button, Qt.MouseButton.LeftButton)
     assert not window.reply_banner.isVisible()
     click_message(qtbot, window, q2.mid)
     qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)

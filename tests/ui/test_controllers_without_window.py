@@ -8,7 +8,7 @@ from m2mc.ui.controllers.compose import ComposeController
 from m2mc.ui.controllers.sessions import GroupSession
 from m2mc.ui.message_model import MessageTreeModel, TimelineModel
 from m2mc.ui.message_tree import MessageTree
-from m2mc.ui.state import ComposeTarget, Selection, ThreadFilter
+from m2mc.ui.model.state import ComposeTarget, Selection, ThreadFilter
 from m2mc.ui.widgets import ComposeEdit, ReplyBanner
 
 GID = ""  # the messages' own gid: inject_group takes them into the group it makes
@@ -35,7 +35,7 @@ def test_the_compose_controller_answers_edits_and_sends_through_its_view_alone(q
                                        notify=False).gid
     tree = MessageTree(backend.pid)
     tree_model = MessageTreeModel(tree)
-    session = GroupSession(gid, tree, tree_model, TimelineModel(tree_model))
+    session = GroupSession(gid, tree, tree_model=tree_model, timeline=TimelineModel(tree_model))
     tree.add_messages(backend.manager.history(gid), unread=False)
     selection: Selection[GroupSession] = Selection()
     selection.open(session)
@@ -94,6 +94,7 @@ def test_the_session_controller_restores_read_marks_saves_new_ones_and_finds_the
     selection: Selection[GroupSession] = Selection()
     view = FakeSessionsView()
     controller = sessions.SessionController(backend, selection, ComposeTarget(), ThreadFilter(), view, {})
+    controller.conversation = view  # the fake answers for the conversation pane too
 
     session = controller.session(gid)
     qtbot.waitUntil(lambda: session.loaded)

@@ -32,7 +32,7 @@ def open_group(qtbot, window, backend, history, desc="Travel & lunch", **extra):
 
 
 def click_message(qtbot, view, mid, window):
-    index = window._view_index(mid)
+    index = window.conversation._view_index(mid)
     view.scrollTo(index)
     rect = view.visualRect(index)
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.center().x(), rect.top() + 30))
@@ -58,10 +58,10 @@ def test_reply_steps_of_defect_1_post_under_the_chosen_message(qtbot, window, ba
     qtbot.keyClick(window.tree_view, Qt.Key.Key_Down)
     qtbot.keyClick(window.tree_view, Qt.Key.Key_Down)
     qtbot.keyClick(window.compose, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
-    assert window.filter_edit.hasFocus() or QApplication.focusWidget() is window.filter_edit
-    qtbot.keyClicks(window.filter_edit, "december")
+    assert window.conversation.filter_edit.hasFocus() or QApplication.focusWidget() is window.conversation.filter_edit
+    qtbot.keyClicks(window.conversation.filter_edit, "december")
     assert selected(window) != cat
-    qtbot.keyClick(window.filter_edit, Qt.Key.Key_Escape)
+    qtbot.keyClick(window.conversation.filter_edit, Qt.Key.Key_Escape)
     assert window.reply_banner.label.text().startswith("Replying to Cat:")
     qtbot.keyClicks(window.compose, "Go in winter")
     qtbot.keyClick(window.compose, Qt.Key.Key_Return)
@@ -81,7 +81,7 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk)
     view = window.tree_view
-    index = window._view_index(talk[6].mid)
+    index = window.conversation._view_index(talk[6].mid)
     rect = view.visualRect(index)
     reply_rect = view.itemDelegate()._geometry(rect, index)["reply"]
     qtbot.mouseMove(view.viewport(), reply_rect.center())
@@ -96,8 +96,8 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     next(a for a in menu.actions() if a.text() == "Quote").trigger()
     assert window.compose_controller.reply_target == talk[1].mid
     assert window.compose.toPlainText().startswith("> Did you visit Chennai?")
-    window.open_link(link)  # another member's app opens the same reference
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == talk[1].mid)  # read from the store
+    window.navigation.open_link(link)  # another member's app opens the same reference
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == talk[1].mid)  # read from the store
 
 
 # -- defect 2: dialogs open with focus on OK ------------------------------------------------------
@@ -167,11 +167,11 @@ def test_a_50_deep_thread_is_readable_at_800_px(qtbot, window, backend):
     width = view.viewport().width()
     assert view.horizontalScrollBar().maximum() == 0
     for msg in chain:
-        index = window._view_index(msg.mid)
+        index = window.conversation._view_index(msg.mid)
         view.scrollTo(index)
         assert view.visualRect(index).left() + 300 <= width, msg.text  # room for the text at every depth
     for msg in chain:
-        index = window._view_index(msg.mid)
+        index = window.conversation._view_index(msg.mid)
         view.scrollTo(index)
         geometry = delegate._geometry(view.visualRect(index), index)
         assert geometry["left"] + geometry["width"] <= width, msg.text  # nothing beyond the right edge
@@ -180,7 +180,7 @@ def test_a_50_deep_thread_is_readable_at_800_px(qtbot, window, backend):
         assert all(layout.lineAt(i).naturalTextWidth() <= geometry["width"] + 1 for i in range(layout.lineCount()))
         depth = index.data(Qt.ItemDataRole.UserRole + 4)
         assert (geometry["quote"] is not None) == (depth > 8)  # deeper replies say what they answer
-    deepest = window._view_index(chain[-1].mid)
+    deepest = window.conversation._view_index(chain[-1].mid)
     view.scrollTo(deepest)
     save_screenshot(window, "deep-thread-800.png")
 
@@ -197,7 +197,7 @@ def test_a_group_with_history_never_opens_blank(qtbot, window, backend):
     height = view.viewport().height()
     for y in (3, height // 2, height - 3):
         assert view.indexAt(QPoint(60, y)).isValid(), f"blank at y={y}"
-    last = window._view_index(history[-1].mid)
+    last = window.conversation._view_index(history[-1].mid)
     assert view.visualRect(last).intersects(view.viewport().rect())
 
 
@@ -227,7 +227,7 @@ def test_unread_state_survives_a_restart_and_the_group_opens_at_the_first_unread
     assert again.current.tree.unread == {talk[5].mid, talk[6].mid, talk[7].mid}
     assert again.current.divider == talk[5].mid
     view = again.tree_view
-    top = view.visualRect(again._view_index(talk[5].mid)).top()
+    top = view.visualRect(again.conversation._view_index(talk[5].mid)).top()
     assert 0 <= top < view.viewport().height() // 2  # opens at the first unread
     save_screenshot(again, "unread-divider.png")
 
@@ -258,12 +258,12 @@ def test_a_group_joined_and_never_opened_is_all_unread_after_a_restart(qtbot, ba
     first = start_window()
     big = first.session_controller.sessions[joined]
     assert first.current is not big  # never opened
-    qtbot.waitUntil(lambda: big.item.data(UnreadCountRole) == 300)
+    qtbot.waitUntil(lambda: first.groups_pane.item(big.gid).data(UnreadCountRole) == 300)
     first.close()  # quit before reading it
 
     again = start_window()
     big = again.session_controller.sessions[joined]
-    qtbot.waitUntil(lambda: big.item.data(UnreadCountRole) == 300)
+    qtbot.waitUntil(lambda: again.groups_pane.item(big.gid).data(UnreadCountRole) == 300)
     assert again.windowTitle() == "(300) M2MC chat"
     assert backend.manager.read_marks(joined) in ([], None)
 
@@ -279,7 +279,7 @@ def test_long_texts_can_be_read_in_full(qtbot, window, backend):
     open_group(qtbot, window, backend, history)
     view = window.tree_view
     delegate = view.itemDelegate()
-    index = window._view_index(history[0].mid)
+    index = window.conversation._view_index(history[0].mid)
     # Collapsed with "Show more"; a click shows every character.
     assert delegate.body_layout(index).text() != long_text
     view.scrollTo(index, view.ScrollHint.PositionAtTop)
@@ -297,14 +297,14 @@ def test_long_texts_can_be_read_in_full(qtbot, window, backend):
     view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 60)
     assert top - 80 < view.visualRect(index).top() < top  # moved by pixels, not a whole message
     # A word longer than the line wraps anywhere.
-    index = window._view_index(history[1].mid)
+    index = window.conversation._view_index(history[1].mid)
     layout = delegate.body_layout(index)
     width = delegate._text_width(0)
     assert layout.lineCount() > 1
     assert all(layout.lineAt(i).naturalTextWidth() <= width + 1 for i in range(layout.lineCount()))
     assert delegate._geometry(view.visualRect(index), index)["body"].links[0][2] == url
     # Right to left runs right to left.
-    index = window._view_index(history[2].mid)
+    index = window.conversation._view_index(history[2].mid)
     layout = delegate.body_layout(index)
     assert layout.textOption().textDirection() == Qt.LayoutDirection.RightToLeft
     last = layout.lineAt(layout.lineCount() - 1)  # a short last line sits at the right edge
@@ -357,7 +357,7 @@ def test_shortcuts_work_from_the_discovery_window_which_does_not_cover_the_main_
     activate(qtbot, window.discovery)
     window.discovery.table.setFocus()
     qtbot.keyClick(window.discovery.table, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)  # next unread
-    assert window.selected_message().mid == talk[6].mid
+    assert window.conversation.selected_message().mid == talk[6].mid
     window.discovery.close()
 
 
@@ -366,9 +366,9 @@ def test_shortcuts_work_from_the_discovery_window_which_does_not_cover_the_main_
 def test_left_members_lock_and_peers_seen(qtbot, window, backend):
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:2], private=True)
-    assert window.current.item.icon().pixmap(16, 16).toImage() == \
+    assert window.groups_pane.item(window.current.gid).icon().pixmap(16, 16).toImage() == \
         __import__("m2mc.ui.resources", fromlist=["icon"]).icon("lock").pixmap(16, 16).toImage()
-    assert window.peers_label.text() == "3 peers seen"
+    assert window.status_pane.peers_label.text() == "3 peers seen"
     backend.manager.inject_member(window.current.gid, CAT, joined=False)
     qtbot.waitUntil(lambda: any(window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left"
                                 for i in range(window.member_list.count())))
@@ -376,7 +376,7 @@ def test_left_members_lock_and_peers_seen(qtbot, window, backend):
                 if window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left")
     assert left.text() == "Cat — left the group" and not left.icon().isNull()
     assert left.flags() & Qt.ItemFlag.ItemIsEnabled  # readable, not greyed out
-    assert window.peers_label.text() == "3 peers seen"  # Cat's machine is still there
+    assert window.status_pane.peers_label.text() == "3 peers seen"  # Cat's machine is still there
 
 
 # -- presence ---------------------------------------------------------------------------------------
@@ -420,32 +420,32 @@ def test_threads_view_lists_by_last_activity_and_opens_one_thread_live(qtbot, wi
     assert (summary.replies, summary.unread, summary.last.mid) == (2, 1, late.mid)
     rect = window.thread_list.visualRect(threads.index(0))
     qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    qtbot.waitUntil(window.thread_bar.isVisible)
+    qtbot.waitUntil(window.conversation.thread_bar.isVisible)
     model = window.tree_view.model()
     assert model.rowCount() == 1 and model.index(0, 0).data(MessageRole).mid == talk[0].mid
     more = message(GID, CAT, 9, "Take me along", late.mid)
     backend.manager.inject_messages(window.current.gid, [more])
     qtbot.waitUntil(lambda: window.current.thread.index_for(more.mid).isValid())
     window.tree_view.expandAll()
-    assert window._view_index(more.mid).isValid()
+    assert window.conversation._view_index(more.mid).isValid()
     save_screenshot(window, "thread-open.png")
-    qtbot.mouseClick(window.back_button, Qt.MouseButton.LeftButton)
-    assert not window.thread_bar.isVisible() and window.tree_view.model() is window.current.tree_model
+    qtbot.mouseClick(window.conversation.thread_bar.back_button, Qt.MouseButton.LeftButton)
+    assert not window.conversation.thread_bar.isVisible() and window.tree_view.model() is window.current.tree_model
 
 
 def test_search_highlights_counts_and_f3_walks_the_matches(qtbot, window, backend):
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk)
     qtbot.keyClick(window.compose, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
-    qtbot.keyClicks(window.filter_edit, "december")
-    assert window.match_label.text() == "2 matches"
+    qtbot.keyClicks(window.conversation.filter_edit, "december")
+    assert window.conversation.match_label.text() == "2 matches"
     assert window.tree_view.itemDelegate().highlight == "december"
-    qtbot.keyClick(window.filter_edit, Qt.Key.Key_F3)
-    assert window.selected_message().mid == talk[4].mid
-    qtbot.keyClick(window.filter_edit, Qt.Key.Key_F3)
-    assert window.selected_message().mid == talk[5].mid
-    qtbot.keyClick(window.filter_edit, Qt.Key.Key_F3, Qt.KeyboardModifier.ShiftModifier)
-    assert window.selected_message().mid == talk[4].mid and window.match_label.text() == "1 of 2"
+    qtbot.keyClick(window.conversation.filter_edit, Qt.Key.Key_F3)
+    assert window.conversation.selected_message().mid == talk[4].mid
+    qtbot.keyClick(window.conversation.filter_edit, Qt.Key.Key_F3)
+    assert window.conversation.selected_message().mid == talk[5].mid
+    qtbot.keyClick(window.conversation.filter_edit, Qt.Key.Key_F3, Qt.KeyboardModifier.ShiftModifier)
+    assert window.conversation.selected_message().mid == talk[4].mid and window.conversation.match_label.text() == "1 of 2"
     save_screenshot(window, "search.png")
 
 
@@ -515,9 +515,9 @@ def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reade
     qtbot.waitUntil(lambda: len(session.tree) == 70)
     assert session.tree.shown_thread_count() < 60 and session.thread.index_for(history[-3].mid).isValid()
     window.close_thread()
-    qtbot.waitUntil(lambda: not window._follow_timer.isActive())  # done following the end
+    qtbot.waitUntil(lambda: not window.conversation._follow_timer.isActive())  # done following the end
     view = window.tree_view
-    target = window._view_index(fresh[5].mid)
+    target = window.conversation._view_index(fresh[5].mid)
     view.scrollTo(target, view.ScrollHint.PositionAtTop)
     view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 7)
     assert view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - 100  # reading, not at the end
@@ -580,7 +580,7 @@ def test_hovering_over_the_time_shows_the_date_and_time(qtbot, window, backend):
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:2])
     view = window.tree_view
-    index = window._view_index(talk[1].mid)
+    index = window.conversation._view_index(talk[1].mid)
     time_rect = view.itemDelegate()._geometry(view.visualRect(index), index)["time"]
     event = QHelpEvent(QEvent.Type.ToolTip, time_rect.center(), view.viewport().mapToGlobal(time_rect.center()))
     QApplication.sendEvent(view.viewport(), event)
@@ -596,7 +596,7 @@ def test_hovering_over_a_message_shows_no_developer_ids(qtbot, window, backend):
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:2])
     view = window.tree_view
-    index = window._view_index(talk[1].mid)
+    index = window.conversation._view_index(talk[1].mid)
     QToolTip.hideText()
     qtbot.waitUntil(lambda: not QToolTip.isVisible())
     from PySide6.QtCore import QPoint
@@ -620,12 +620,12 @@ def test_a_click_that_selects_a_message_does_not_open_its_link(qtbot, window, ba
     view.link_activated.connect(opened.append)
 
     def link_point(mid):
-        index = window._view_index(mid)
+        index = window.conversation._view_index(mid)
         geometry = view.itemDelegate()._geometry(view.visualRect(index), index)
         return QPoint(geometry["left"] + 12, geometry["body_top"] + 6)
 
     first = history[0].mid
-    view.setCurrentIndex(window._view_index(history[1].mid))
+    view.setCurrentIndex(window.conversation._view_index(history[1].mid))
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=link_point(first))
     assert selected(window).mid == first and opened == []  # the click selected the message
     qtbot.wait(QApplication.doubleClickInterval() + 50)
@@ -639,7 +639,7 @@ def test_a_click_that_selects_a_message_does_not_open_its_link(qtbot, window, ba
 
 
 def test_a_new_empty_group_says_how_to_start_and_the_hint_goes_with_the_first_message(qtbot, window, backend):
-    from m2mc.ui.main_window import EMPTY_GROUP_HINT
+    from m2mc.ui.panes.conversation import EMPTY_GROUP_HINT
 
     open_group(qtbot, window, backend, [], desc="Brand new")
     view = window.tree_view
@@ -674,7 +674,7 @@ def test_presence_marks_have_colours_a_badge_and_a_legend(qtbot, window, backend
         return next((item for item in items if item.text().split("  · ")[0].endswith(f" {name}")), None)
 
     qtbot.waitUntil(lambda: row("Cat") is not None and row("Cat").data(Qt.ItemDataRole.UserRole) == "offline")
-    legend = window.presence_legend
+    legend = window.members_pane.presence_legend
     assert legend.isVisible() and all(word in legend.text() for word in ("online", "away", "offline"))
     # The badge's colour is in the icon's bottom-right corner: green for Ann, grey ring for Cat.
     def badge_colours(name):
@@ -692,9 +692,9 @@ def test_replies_syncing_in_above_the_reader_do_not_move_what_they_read(qtbot, w
     # rows on show, and every one of them pushed the reader's text down the screen.
     history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(60)]
     session = open_group(qtbot, window, backend, history)
-    qtbot.waitUntil(lambda: not window._follow_timer.isActive())
+    qtbot.waitUntil(lambda: not window.conversation._follow_timer.isActive())
     view = window.tree_view
-    view.scrollTo(window._view_index(history[40].mid), view.ScrollHint.PositionAtTop)
+    view.scrollTo(window.conversation._view_index(history[40].mid), view.ScrollHint.PositionAtTop)
     view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 5)
     assert view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - 100
     top = view.indexAt(QPoint(4, 2))
@@ -710,12 +710,12 @@ def test_replies_syncing_in_above_the_reader_do_not_move_what_they_read(qtbot, w
 def test_a_big_join_offers_to_mark_the_history_it_synced_read_and_keeps_live_talk_unread(qtbot, window, backend):
     import time
 
-    from m2mc.ui.main_window import CATCH_UP_MIN
+    from m2mc.ui.panes.conversation import CATCH_UP_MIN
 
     old = [message(GID, (ANN, BOB, CAT)[i % 3], i + 2, f"From last year {i}") for i in range(CATCH_UP_MIN + 50)]
     session = open_group(qtbot, window, backend, [message(GID, ANN, 1, "Welcome")])
     backend.manager.inject_messages(session.gid, old)  # the history a join syncs in
-    bar = window.catch_up_bar
+    bar = window.conversation.catch_up_bar
     qtbot.waitUntil(bar.isVisible)
     assert bar.label.text().startswith(f"{len(old):,} unread messages")
     save_screenshot(window, "catch-up-bar.png")
@@ -734,12 +734,12 @@ def test_a_big_join_offers_to_mark_the_history_it_synced_read_and_keeps_live_tal
 
 
 def test_the_catch_up_offer_can_be_declined_and_does_not_come_back(qtbot, window, backend):
-    from m2mc.ui.main_window import CATCH_UP_MIN
+    from m2mc.ui.panes.conversation import CATCH_UP_MIN
 
     old = [message(GID, (ANN, BOB, CAT)[i % 3], i + 2, f"Old {i}") for i in range(CATCH_UP_MIN)]
     session = open_group(qtbot, window, backend, [message(GID, ANN, 1, "Welcome")])
     backend.manager.inject_messages(session.gid, old)
-    bar = window.catch_up_bar
+    bar = window.conversation.catch_up_bar
     qtbot.waitUntil(bar.isVisible)
     qtbot.mouseClick(bar.close_button, Qt.MouseButton.LeftButton)
     assert not bar.isVisible() and len(session.tree.unread) == CATCH_UP_MIN

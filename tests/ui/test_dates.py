@@ -52,7 +52,7 @@ def test_far_future_and_far_past_messages_render_with_clamped_dates(qtbot, windo
     delegate = view.itemDelegate()
     shown = {}
     for message in history:
-        index = window._view_index(message.mid)
+        index = window.conversation._view_index(message.mid)
         geometry = delegate._geometry(view.visualRect(index), index)
         shown[message.text] = geometry["meta"]
         centre = geometry["time"].center()

@@ -97,7 +97,7 @@ def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_sta
     pane = window.direct_pane
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
     assert window.current is None  # no group is shown: no group action acts behind the conversation
-    assert not window.side_splitter.isVisible()  # nor the threads and members of one
+    assert not window.pane_layout.side_splitter.isVisible()  # nor the threads and members of one
     assert pane.compose.hasFocus()
     assert "Ann" in pane.title_label.text() and pane.title_label.text().startswith("○")  # offline
     assert key_fingerprint(ANN.pid) in pane.fingerprint_label.text()
@@ -304,7 +304,7 @@ def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_read
     qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(groups.item(0)).center())
     qtbot.waitUntil(lambda: window.current is not None)
     assert window.centre_stack.currentIndex() == 0 and direct.currentItem() is None
-    assert window.side_splitter.isVisible()
+    assert window.pane_layout.side_splitter.isVisible()
 
 
 def test_message_the_author_of_a_group_message_from_its_menu(qtbot, window, backend):
@@ -462,4 +462,4 @@ def test_next_unread_ctrl_u_walks_into_direct_conversations_and_back_to_groups(q
     qtbot.waitUntil(lambda: bool(session.tree.unread))
     qtbot.keyClick(pane_view, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: window.current is session and window.centre_stack.currentIndex() == 0)
-    assert window.selected_message().text == "lunch moved to 13:00" and not session.tree.unread
+    assert window.conversation.selected_message().text == "lunch moved to 13:00" and not session.tree.unread

@@ -226,8 +226,8 @@ def test_attach_by_button_menu_drop_and_paste_posts_offers_in_the_targeted_threa
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *args, **kwargs: (chosen, ""))
 
     # the paperclip beside Send, with no reply target: a new thread
-    assert window.attach_button.isVisible() and window.attach_button.isEnabled()
-    qtbot.mouseClick(window.attach_button, Qt.MouseButton.LeftButton)
+    assert window.conversation.compose_box.attach_button.isVisible() and window.conversation.compose_box.attach_button.isEnabled()
+    qtbot.mouseClick(window.conversation.compose_box.attach_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 1)
     assert sent_offers(backend) == [("notes.txt", None)]
 

@@ -82,7 +82,7 @@ def test_a_new_group_offers_no_older_messages(qtbot, window, backend):
     create_by_keys(qtbot, window, "Lunch crew")
     qtbot.waitUntil(lambda: window.current.loaded)
     save_screenshot(window, "first-run-new-group.png")
-    assert not window.older_button.isVisible()
+    assert not window.conversation.header.older_button.isVisible()
     assert window.tree_view.empty_hint  # what it does show: how to start
 
 
@@ -140,7 +140,7 @@ def test_typing_after_clicking_a_group_writes_in_it_and_the_arrows_still_walk_th
                     and len(window.session_controller.sessions) == 2)
     activate(qtbot, window)
     groups = window.group_list
-    item = window.session_controller.sessions[lunch.gid].item
+    item = window.groups_pane.item(lunch.gid)
     qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(item).center())
     qtbot.waitUntil(lambda: window.current.gid == lunch.gid)
     for key in "hi there":  # "h" searched the list: Holiday.  Each key goes where the focus is then
@@ -161,7 +161,7 @@ def test_with_no_group_yet_the_header_offers_no_topic_to_edit(qtbot, window, bac
     window.start()
     qtbot.wait(100)
     save_screenshot(window, "first-run-no-group.png")
-    assert window.stack.currentWidget() is window.empty_page
+    assert window.conversation.stack.currentWidget() is window.conversation.empty_page
     assert not window.topic_edit.isVisible()  # "Add a topic for everyone…" of no group at all
     create_by_keys(qtbot, window, "Lunch crew")
     assert window.topic_edit.isVisible() and window.topic_edit.placeholderText() == "Add a topic for everyone…"
@@ -170,10 +170,10 @@ def test_with_no_group_yet_the_header_offers_no_topic_to_edit(qtbot, window, bac
 def test_with_no_group_yet_enter_finds_groups(qtbot, window, backend):
     """At first run the keys were in the empty groups list, where Enter did nothing."""
     window.start()
-    qtbot.waitUntil(lambda: window.stack.currentWidget() is window.empty_page)
+    qtbot.waitUntil(lambda: window.conversation.stack.currentWidget() is window.conversation.empty_page)
     activate(qtbot, window)
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.first_steps[0])
-    assert window.first_steps[0].text() == "Find groups…"
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.conversation.empty_page.buttons[0])
+    assert window.conversation.empty_page.buttons[0].text() == "Find groups…"
     QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: window.discovery.isVisible())
     window.discovery.close()

@@ -40,7 +40,8 @@ def test_the_issues_steps_search_jumps_and_back_then_typing_goes_to_the_compose_
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
     activate(qtbot, window)
     # From the direct conversation, click a group.
-    click(qtbot, window.group_list.viewport(), window.group_list.visualItemRect(lunch.item).center())
+    lunch_row = window.group_list.visualItemRect(window.groups_pane.item(lunch.gid))
+    click(qtbot, window.group_list.viewport(), lunch_row.center())
     qtbot.waitUntil(lambda: window.current is lunch)
     search = window.search_window
     for word in ("xyloph", "budget"):
@@ -50,7 +51,7 @@ def test_the_issues_steps_search_jumps_and_back_then_typing_goes_to_the_compose_
         qtbot.waitUntil(lambda: (search.shown_query or "").startswith(word) and len(search.result_items()) == 1,
                         timeout=3000)
         keys(qtbot, "Down", "Return")
-        qtbot.waitUntil(lambda: window.selected_message() is not None and word[:5] in window.selected_message().text.lower())
+        qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and word[:5] in window.conversation.selected_message().text.lower())
     assert window.current is winter
     keys(qtbot, "alt+Left")
     qtbot.waitUntil(lambda: window.current is lunch and lunch.thread is not None)
@@ -152,7 +153,7 @@ def route_click_a_message(qtbot, window, lunch, winter):
     window.select_group(lunch.gid)
     view = window.tree_view
     click(qtbot, view.viewport(), view.visualRect(view.model().index(0, 0)).center())
-    qtbot.waitUntil(lambda: window.selected_message() is not None)
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None)
     return lunch
 
 
@@ -182,7 +183,7 @@ def route_open_a_thread_from_the_threads_pane(qtbot, window, lunch, winter):
 
 def route_all_threads_button(qtbot, window, lunch, winter):
     route_open_a_thread_from_the_threads_pane(qtbot, window, lunch, winter)
-    click(qtbot, window.back_button)
+    click(qtbot, window.conversation.thread_bar.back_button)
     qtbot.waitUntil(lambda: lunch.thread is None)
     return lunch
 

@@ -69,39 +69,39 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     backend.manager.inject_messages(session.gid, talk[6:])
     qtbot.waitUntil(lambda: len(session.tree) == 8)
     assert session.tree.unread == {talk[6].mid, talk[7].mid}
-    assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 2  # the groups pane badge
+    assert window.groups_pane.item(session.gid).data(Qt.ItemDataRole.UserRole + 11) == 2  # the groups pane badge
     assert window.windowTitle().startswith("(2)")
     assert window.tree_view.isExpanded(session.tree_model.index_for(talk[6].mid))  # path to the new reply
     save_screenshot(window, "main-window.png")
     window.session_controller.next_unread()
-    assert window.selected_message().mid == talk[6].mid
+    assert window.conversation.selected_message().mid == talk[6].mid
     assert session.tree.unread == {talk[7].mid}
     window.next_unread_action.trigger()
-    assert window.selected_message().mid == talk[7].mid and not session.tree.unread
+    assert window.conversation.selected_message().mid == talk[7].mid and not session.tree.unread
     assert window.compose_controller.reply_target is None
-    assert session.item.data(Qt.ItemDataRole.UserRole + 11) == 0
+    assert window.groups_pane.item(session.gid).data(Qt.ItemDataRole.UserRole + 11) == 0
 
 
 def test_time_ordered_view_and_filter(qtbot, window, backend):
     session = open_lunch(qtbot, window, backend, history=8)
     window.time_action.trigger()
-    assert window.stack.currentWidget() is window.timeline_view
-    model = window.timeline_view.model()
+    assert window.conversation.stack.currentWidget() is window.conversation.timeline_view
+    model = window.conversation.timeline_view.model()
     assert [model.index(r, 0).data(MessageRole).text for r in range(model.rowCount())] == \
         [m.text for m in lunch_conversation(session.gid)]
     save_screenshot(window, "main-window-time-ordered.png")
     window.time_action.trigger()
-    assert window.stack.currentWidget() is window.tree_view
+    assert window.conversation.stack.currentWidget() is window.tree_view
 
     window.find_action.trigger()
-    qtbot.keyClicks(window.filter_edit, "december")
+    qtbot.keyClicks(window.conversation.filter_edit, "december")
     proxy = window.tree_view.model()
-    assert proxy is window.tree_proxy
+    assert proxy is window.conversation.tree_proxy
     # The matches and the thread above them stay; other threads go.
     assert proxy.rowCount() == 1
     top = proxy.index(0, 0)
     assert top.data(MessageRole).text == "Did you visit Chennai?"
-    window.filter_edit.clear()
+    window.conversation.filter_edit.clear()
     assert window.tree_view.model() is session.tree_model
 
 
@@ -110,19 +110,19 @@ def test_members_pane_and_status_bar(qtbot, window, backend):
     names = [window.member_list.item(i).text() for i in range(window.member_list.count())]
     assert names == ["In the group (4)", "● Ann  · owner", "● Bob", "● Cat", "● Dana (you)", "Left (1)",
                      "Eve — left the group"]
-    assert window.peers_label.text() == "4 peers seen"  # Eve left the group, not the network
-    assert "127.0.0.1" in window.address_label.text()
+    assert window.status_pane.peers_label.text() == "4 peers seen"  # Eve left the group, not the network
+    assert "127.0.0.1" in window.status_pane.address_label.text()
     # Two replies to a message this peer missed: held until it comes (the LAN's timers stand still).
     missed = message(session.gid, BOB, 2, "Whose turn is it to book?")
     backend.manager.inject_messages(session.gid, [missed], missed=True)
     backend.manager.inject_messages(session.gid, [message(session.gid, ANN, 4, "Mine", missed.mid),
                                                   message(session.gid, CAT, 3, "Not mine", missed.mid)])
-    qtbot.waitUntil(lambda: "2 replies waiting" in window.pending_label.text(), timeout=3000)
+    qtbot.waitUntil(lambda: "2 replies waiting" in window.status_pane.pending_label.text(), timeout=3000)
     backend.post(SyncProgress(session.gid, 3, 10))
-    qtbot.waitUntil(window.sync_bar.isVisible)
-    assert (window.sync_bar.value(), window.sync_bar.maximum()) == (3, 10)
+    qtbot.waitUntil(window.status_pane.sync_bar.isVisible)
+    assert (window.status_pane.sync_bar.value(), window.status_pane.sync_bar.maximum()) == (3, 10)
     backend.post(SyncProgress(session.gid, 10, 10))
-    qtbot.waitUntil(lambda: not window.sync_bar.isVisible())
+    qtbot.waitUntil(lambda: not window.status_pane.sync_bar.isVisible())
     backend.manager.inject_member(session.gid, CAT, joined=False)
     qtbot.waitUntil(lambda: "Left (2)" in [window.member_list.item(i).text() for i in range(window.member_list.count())])
 

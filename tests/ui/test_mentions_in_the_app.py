@@ -21,7 +21,7 @@ def open_group(qtbot, window, backend, history, desc="Travel & lunch"):
     group = backend.manager.inject_group(desc, members=(ANN, BOB, CAT, me), joined=True, history=history)
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == len(history))
-    qtbot.waitUntil(lambda: window.mention_completer.model.rowCount() == 3)
+    qtbot.waitUntil(lambda: window.conversation.mention_completer.model.rowCount() == 3)
     return group.gid
 
 
@@ -50,9 +50,9 @@ def test_at_completes_a_member_and_the_message_carries_the_pid(qtbot, window, ba
     gid = open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
     window.compose.setFocus()
     qtbot.keyClicks(window.compose, "Lunch, @")
-    popup = window.mention_completer.completer.popup()
+    popup = window.conversation.mention_completer.completer.popup()
     qtbot.waitUntil(popup.isVisible)
-    assert [window.mention_completer.completer.completionModel().index(i, 0).data()
+    assert [window.conversation.mention_completer.completer.completionModel().index(i, 0).data()
             for i in range(3)] == ["Ann", "Bob", "Cat"]
     QTest.keyClicks(popup, "b")  # keys go to the open list, which passes letters on to the box
     assert window.compose.toPlainText() == "Lunch, @b"
@@ -121,7 +121,7 @@ def test_a_mention_of_me_is_highlighted_and_notifies_at_mentions_only_not_at_not
 
 
 def test_the_old_on_off_switch_is_migrated_and_the_group_menu_sets_the_level(qtbot, window, backend):
-    settings = window.session_controller.settings
+    settings = window.settings
     gid = open_group(qtbot, window, backend, [])
     key = f"notify/{gid}"
     for old, level in (("true", "all"), ("false", "mentions")):
@@ -129,14 +129,14 @@ def test_the_old_on_off_switch_is_migrated_and_the_group_menu_sets_the_level(qtb
         assert window.session_controller.notify_level(gid) == level
         stored = settings.value(key) if hasattr(settings, "value") else settings[key]
         assert stored == level
-    item = window.current.item
+    item = window.groups_pane.item(window.current.gid)
     rect = window.group_list.visualItemRect(item)
     # A right click, as the platform delivers it (QTest's clicks skip the context-menu event).
     viewport = window.group_list.viewport()
     QApplication.sendEvent(viewport, QContextMenuEvent(QContextMenuEvent.Reason.Mouse, rect.center(),
                                                        viewport.mapToGlobal(rect.center())))
-    qtbot.waitUntil(lambda: getattr(window, "group_menu", None) is not None and window.group_menu.isVisible())
-    menu = window.group_menu
+    qtbot.waitUntil(lambda: window.groups_pane.group_menu is not None and window.groups_pane.group_menu.isVisible())
+    menu = window.groups_pane.group_menu
     (notify_menu,) = [a.menu() for a in menu.actions() if a.menu() is not None]
     # Down to Notifications, Right into it: it opens with this group's level checked.
     QTest.keyClick(menu, Qt.Key.Key_Down)
@@ -182,7 +182,7 @@ def test_a_renamed_member_is_shown_by_the_new_name_and_the_mentions_list_jumps(q
     save_screenshot(mentions, "mentions-list.png")
     rect = mentions.list.visualItemRect(item)
     qtbot.mouseClick(mentions.list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    qtbot.waitUntil(lambda: window.selected_message().mid == for_me.mid)  # its thread is read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message().mid == for_me.mid)  # its thread is read from the store
 
 
 def test_a_busy_group_never_holds_back_a_mention_and_mentions_have_their_own_limit(qtbot):

@@ -33,7 +33,7 @@ def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, ba
     lunch, talk, pointer = open_a_group_linking_to_another(qtbot, window, backend, " was the answer, and more below")
     delhi, plans_gid = talk[0], window.current.gid
     view = window.tree_view
-    index = window._view_index(pointer.mid)
+    index = window.conversation._view_index(pointer.mid)
     delegate = view.itemDelegate()
     shown = delegate.body_layout(index).text()
     assert shown.startswith("↗ Ann: Did you visit Delhi? (Travel & lunch)") and lunch.gid not in shown
@@ -44,11 +44,11 @@ def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, ba
     on_link = QPoint(geometry["left"] + 20, geometry["body_top"] + 6)
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ControlModifier, pos=on_link)
     qtbot.waitUntil(lambda: window.current is not None and window.current.gid == lunch.gid)
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == delhi.mid)  # read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == delhi.mid)  # read from the store
 
     QTest.keyClick(window.tree_view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
     qtbot.waitUntil(lambda: window.current.gid == plans_gid)
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == pointer.mid)  # read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == pointer.mid)  # read from the store
 
 
 def test_a_link_to_a_message_not_here_stays_as_written(qtbot, window, backend):
@@ -58,7 +58,7 @@ def test_a_link_to_a_message_not_here_stays_as_written(qtbot, window, backend):
     backend.manager.inject_group("Winter trip", members=(ANN, BOB, CAT, me), joined=True, history=[note])
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
-    index = window._view_index(note.mid)
+    index = window.conversation._view_index(note.mid)
     assert index.data(MessageRole).mid == note.mid
     assert window.tree_view.itemDelegate().body_layout(index).text() == f"see {link}"
 
@@ -75,4 +75,4 @@ def test_the_threads_pane_names_a_link_as_the_conversation_does(qtbot, window, b
     threads.scrollTo(index)
     qtbot.mouseClick(threads.viewport(), Qt.MouseButton.LeftButton, pos=threads.visualRect(index).center())
     qtbot.waitUntil(lambda: window.current.thread is not None)
-    assert "↗ Ann: Did you visit Delhi?" in window.thread_label.text() and "m2mc://" not in window.thread_label.text()
+    assert "↗ Ann: Did you visit Delhi?" in window.conversation.thread_label.text() and "m2mc://" not in window.conversation.thread_label.text()

@@ -34,7 +34,7 @@ def shown(window):
 
 
 def checked(window):
-    return {name: toggle.isChecked() for name, toggle in window.pane_toggles.items()}
+    return {name: toggle.isChecked() for name, toggle in window.pane_layout.toggles.items()}
 
 
 def test_side_panes_fold_on_a_narrow_window_and_come_back(qtbot, window, backend):
@@ -45,14 +45,14 @@ def test_side_panes_fold_on_a_narrow_window_and_come_back(qtbot, window, backend
 
     resize(qtbot, window, 800)
     assert shown(window) == checked(window) == {"groups": True, "threads": False, "members": False}
-    assert window.splitter.sizes()[2] == 0  # the talk has the room the side panes had
+    assert window.pane_layout.splitter.sizes()[2] == 0  # the talk has the room the side panes had
     save_screenshot(window, "main-window-800x600.png")
 
     resize(qtbot, window, 640)
     assert window.minimumWidth() <= 640 and window.minimumSizeHint().width() <= 640
     assert window.width() == 640
     assert shown(window) == checked(window) == {"groups": False, "threads": False, "members": False}
-    assert window.splitter.sizes()[1] == 640
+    assert window.pane_layout.splitter.sizes()[1] == 640
 
     resize(qtbot, window, 1400, 900)
     assert shown(window) == checked(window) == {"groups": True, "threads": True, "members": True}
@@ -60,7 +60,7 @@ def test_side_panes_fold_on_a_narrow_window_and_come_back(qtbot, window, backend
 
 def test_a_pane_chosen_by_hand_wins_until_the_window_shrinks_further(qtbot, window, backend):
     open_lunch(qtbot, window, backend)
-    window.pane_toggles["members"].trigger()  # closed by the reader on a wide window
+    window.pane_layout.toggles["members"].trigger()  # closed by the reader on a wide window
     resize(qtbot, window, 800)
     resize(qtbot, window, 1200)
     assert not window.members_pane.isVisible()  # it was not folded by the window: it stays closed
@@ -68,24 +68,24 @@ def test_a_pane_chosen_by_hand_wins_until_the_window_shrinks_further(qtbot, wind
 
     resize(qtbot, window, 900)
     assert not window.threads_pane.isVisible()
-    window.pane_toggles["threads"].trigger()  # reopened by hand on the narrow window
+    window.pane_layout.toggles["threads"].trigger()  # reopened by hand on the narrow window
     resize(qtbot, window, 920)
-    assert window.threads_pane.isVisible() and window.pane_toggles["threads"].isChecked()
+    assert window.threads_pane.isVisible() and window.pane_layout.toggles["threads"].isChecked()
     resize(qtbot, window, 850)
-    assert not window.threads_pane.isVisible() and not window.pane_toggles["threads"].isChecked()
+    assert not window.threads_pane.isVisible() and not window.pane_layout.toggles["threads"].isChecked()
 
 
 def test_filter_typing_does_not_move_the_panes(qtbot, window, backend):
     open_long_titled(qtbot, window, backend)
     for width in (1100, 1000):
         resize(qtbot, window, width)
-        before = window.splitter.sizes(), window.side_splitter.sizes()
-        qtbot.keyClicks(window.filter_edit, "december")
+        before = window.pane_layout.splitter.sizes(), window.pane_layout.side_splitter.sizes()
+        qtbot.keyClicks(window.conversation.filter_edit, "december")
         qtbot.wait(20)
-        assert (window.splitter.sizes(), window.side_splitter.sizes()) == before
-        window.filter_edit.clear()
+        assert (window.pane_layout.splitter.sizes(), window.pane_layout.side_splitter.sizes()) == before
+        window.conversation.filter_edit.clear()
         qtbot.wait(20)
-        assert (window.splitter.sizes(), window.side_splitter.sizes()) == before
+        assert (window.pane_layout.splitter.sizes(), window.pane_layout.side_splitter.sizes()) == before
 
 
 @pytest.fixture(params=["dict", "ini"])
@@ -103,16 +103,16 @@ def test_pane_sizes_are_remembered_across_windows(qtbot, backend, settings):
     qtbot.addWidget(first)
     first.show()
     resize(qtbot, first, 1200, 700)
-    first.splitter.setSizes([300, 600, 292])
-    first.side_splitter.setSizes([250, 400])
-    kept = first.splitter.sizes(), first.side_splitter.sizes()
+    first.pane_layout.splitter.setSizes([300, 600, 292])
+    first.pane_layout.side_splitter.setSizes([250, 400])
+    kept = first.pane_layout.splitter.sizes(), first.pane_layout.side_splitter.sizes()
     first.close()
 
     second = MainWindow(backend, settings=settings)
     qtbot.addWidget(second)
     second.show()
     resize(qtbot, second, 1200, 700)
-    assert (second.splitter.sizes(), second.side_splitter.sizes()) == kept
+    assert (second.pane_layout.splitter.sizes(), second.pane_layout.side_splitter.sizes()) == kept
 
 
 def test_pane_sizes_kept_through_a_fold_and_a_new_window(qtbot, backend):
@@ -121,8 +121,8 @@ def test_pane_sizes_kept_through_a_fold_and_a_new_window(qtbot, backend):
     qtbot.addWidget(first)
     first.show()
     resize(qtbot, first, 1200, 700)
-    first.side_splitter.setSizes([250, 400])
-    kept = first.side_splitter.sizes()
+    first.pane_layout.side_splitter.setSizes([250, 400])
+    kept = first.pane_layout.side_splitter.sizes()
     resize(qtbot, first, 640, 700)  # every side pane folds
     first.close()
 
@@ -130,5 +130,5 @@ def test_pane_sizes_kept_through_a_fold_and_a_new_window(qtbot, backend):
     qtbot.addWidget(second)
     second.show()
     resize(qtbot, second, 1200, 700)
-    assert all(size > 100 for size in second.splitter.sizes())
-    assert second.side_splitter.sizes() == kept
+    assert all(size > 100 for size in second.pane_layout.splitter.sizes())
+    assert second.pane_layout.side_splitter.sizes() == kept

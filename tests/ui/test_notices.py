@@ -41,7 +41,7 @@ def spoken(session, mid):
 
 def test_stored_topic_changes_and_pins_show_as_notices_in_time_order_and_are_not_messages(qtbot, window, backend,
                                                                                           monkeypatch):
-    monkeypatch.setattr(window, "mark_visible_read", lambda: None)  # what is unread stays so, however slow the run
+    monkeypatch.setattr(window.conversation, "mark_visible_read", lambda: None)  # what is unread stays so, however slow the run
     session, talk = open_with_stored_operations(qtbot, window, backend)
     gid = session.gid
     rows = top_rows(session)
@@ -64,7 +64,7 @@ def test_stored_topic_changes_and_pins_show_as_notices_in_time_order_and_are_not
     # drawn centred and muted: the pin's link reads as the conversation reads links
     view = window.tree_view
     delegate = view.itemDelegate()
-    pin_index = window._view_index(notices[1].mid)
+    pin_index = window.conversation._view_index(notices[1].mid)
     view.scrollTo(pin_index)
     layout = delegate.body_layout(pin_index)
     assert layout.text().startswith("Bob pinned ↗ Bob: Lunch at the canteen at 12:30? (Travel & lunch) · ")
@@ -82,30 +82,30 @@ def test_stored_topic_changes_and_pins_show_as_notices_in_time_order_and_are_not
     assert view.currentIndex().data(MessageRole).mid == talk[7].mid
 
     # the filter steps from message to message: F3 never stops on a notice that matches it
-    qtbot.keyClicks(window.filter_edit, "lunch")
-    qtbot.waitUntil(lambda: bool(window.matches()))
-    assert all(not is_notice(session.tree.message(mid)) for mid in window.matches())
-    window.filter_edit.clear()
+    qtbot.keyClicks(window.conversation.filter_edit, "lunch")
+    qtbot.waitUntil(lambda: bool(window.conversation.matches()))
+    assert all(not is_notice(session.tree.message(mid)) for mid in window.conversation.matches())
+    window.conversation.filter_edit.clear()
 
     # a right click on a notice offers nothing (no Reply, Pin or React on what is not a message)
-    rect = view.visualRect(window._view_index(notices[0].mid))
-    window._message_menu(view, rect.center())
+    rect = view.visualRect(window.conversation._view_index(notices[0].mid))
+    window.conversation._message_menu(view, rect.center())
     assert QApplication.activePopupWidget() is None
 
     # one plain click on the pinned message's link opens it (a notice cannot be selected first)
-    pin_index = window._view_index(notices[1].mid)
+    pin_index = window.conversation._view_index(notices[1].mid)
     view.scrollTo(pin_index)
     rect = view.visualRect(pin_index)
     start = len("Bob pinned ")
     x = rect.left() + NOTICE_MARGIN + int(line.cursorToX(start + 4)[0])
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton,
                      pos=QPoint(x, rect.top() + NOTICE_PAD + int(line.height() / 2)))
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == talk[6].mid)
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == talk[6].mid)
 
 
 def test_live_topic_changes_and_pins_add_a_notice_at_the_end_unread_untouched_and_no_notification(
         qtbot, window, backend, monkeypatch):
-    monkeypatch.setattr(window, "mark_visible_read", lambda: None)
+    monkeypatch.setattr(window.conversation, "mark_visible_read", lambda: None)
     session, talk = open_with_stored_operations(qtbot, window, backend)
     notes = []
     monkeypatch.setattr(window, "notify", lambda *args, **kwargs: notes.append(args))
@@ -139,8 +139,8 @@ def test_live_topic_changes_and_pins_add_a_notice_at_the_end_unread_untouched_an
 
     # the time-ordered view shows them in the same order, and they cannot be selected there either
     qtbot.keyClick(window.tree_view, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)
-    qtbot.waitUntil(lambda: window.stack.currentWidget() is window.timeline_view)
-    model = window.timeline_view.model()
+    qtbot.waitUntil(lambda: window.conversation.stack.currentWidget() is window.conversation.timeline_view)
+    model = window.conversation.timeline_view.model()
     shown = [model.index(row, 0) for row in range(model.rowCount())]
     assert [is_notice(index.data(MessageRole)) for index in shown][-9:] == \
         [True, True, True, False, True, False, True, False, True]
@@ -192,7 +192,7 @@ def test_a_notice_older_than_the_page_held_comes_with_its_page_of_history(qtbot,
     assert notices() == ["changed the topic to “lately” (it was “long ago”)"]  # the older one's page is not held
     while not session.history_complete or session.tree.hidden_threads:  # "Older messages": shown, or loaded
         held = len(session.tree), session.tree.hidden_threads
-        qtbot.mouseClick(window.older_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(window.conversation.header.older_button, Qt.MouseButton.LeftButton)
         qtbot.waitUntil(lambda: (len(session.tree), session.tree.hidden_threads) != held)
     assert notices() == ["changed the topic to “long ago”", "changed the topic to “lately” (it was “long ago”)"]
     texts = [node.message.text for node in session.tree.roots()]

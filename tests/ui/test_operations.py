@@ -11,7 +11,7 @@ from PySide6.QtCore import QPoint, Qt, QTimer
 from conftest import ANN, BOB, CAT, lunch_conversation, message
 from m2mc.middleware.obg import MAX_REACTION_EMOJI, is_reaction_emoji
 from m2mc.middleware.types import Member
-from m2mc.ui.main_window import REACTION_CHOICES
+from m2mc.ui.panes.message_menu import REACTION_CHOICES
 
 GID = ""  # the messages' own gid: inject_* takes the group's real one
 
@@ -134,17 +134,17 @@ def test_a_message_with_50_different_reactions_refuses_a_new_one_and_says_why(qt
 def test_pins_fill_the_pinned_list_live(qtbot, window, backend):
     talk = lunch_conversation(GID)
     session = open_group(qtbot, window, backend, talk)
-    assert not window.pinned_button.isVisible()
+    assert not window.conversation.header.pinned_button.isVisible()
     menu_actions(window.message_menu(shown(window, talk[6].mid)))["Pin"].trigger()
     backend.manager.inject_messages(session.gid, [backend.manager.operation_message(session.gid, BOB, 50, "pin", talk[0].mid)])
-    qtbot.waitUntil(lambda: len(window.pinned_messages()) == 2)
-    assert [m.mid for m in window.pinned_messages()] == [talk[0].mid, talk[6].mid]
-    assert window.pinned_button.isVisible() and window.pinned_button.text() == "Pinned (2)"
-    window._fill_pinned_menu()
-    assert len(window.pinned_menu.actions()) == 2
+    qtbot.waitUntil(lambda: len(window.conversation.pinned_messages()) == 2)
+    assert [m.mid for m in window.conversation.pinned_messages()] == [talk[0].mid, talk[6].mid]
+    assert window.conversation.header.pinned_button.isVisible() and window.conversation.header.pinned_button.text() == "Pinned (2)"
+    window.conversation._fill_pinned_menu()
+    assert len(window.conversation.pinned_menu.actions()) == 2
     menu_actions(window.message_menu(shown(window, talk[6].mid)))["Unpin"].trigger()
-    qtbot.waitUntil(lambda: len(window.pinned_messages()) == 1)
-    assert window.pinned_button.text() == "Pinned (1)"
+    qtbot.waitUntil(lambda: len(window.conversation.pinned_messages()) == 1)
+    assert window.conversation.header.pinned_button.text() == "Pinned (1)"
 
 
 def test_the_topic_shows_in_the_header_edits_there_and_follows_others_live(qtbot, window, backend):
@@ -215,17 +215,17 @@ def test_editing_shows_a_pencil_and_save_instead_of_reply_and_send(qtbot, window
 
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
     send_own(qtbot, window, session, "See you at 12:30")
-    assert window.send_button.text() == "Send"
+    assert window.conversation.compose_box.send_button.text() == "Send"
     qtbot.keyClick(window.compose, Qt.Key.Key_Up)
-    assert window.reply_banner.editing and window.send_button.text() == "Save"
+    assert window.reply_banner.editing and window.conversation.compose_box.send_button.text() == "Save"
     assert window.reply_banner.close_button.toolTip().startswith("Cancel the edit")
     save_screenshot(window, "editing-a-message.png")
     qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
-    assert not window.reply_banner.editing and window.send_button.text() == "Send"
+    assert not window.reply_banner.editing and window.conversation.compose_box.send_button.text() == "Send"
     qtbot.keyClick(window.compose, Qt.Key.Key_Up)
     window.compose.selectAll()
     qtbot.keyClicks(window.compose, "See you at 13:00")
-    qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.send_button.text() == "Send")
+    qtbot.mouseClick(window.conversation.compose_box.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.conversation.compose_box.send_button.text() == "Send")
     mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]
     assert mine.text == "See you at 13:00" and mine.edited

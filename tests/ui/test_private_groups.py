@@ -137,7 +137,7 @@ def test_a_warning_shows_in_the_main_window_without_blocking(qtbot, window, back
     qtbot.waitUntil(lambda: len(window.warning_log.texts()) == 2)
     quiet = window.session_controller.sessions[quiet_gid]
     assert "Quiet group" in window.statusBar().currentMessage()
-    assert quiet.item.toolTip().startswith("Warning: two different messages")
+    assert window.groups_pane.item(quiet.gid).toolTip().startswith("Warning: two different messages")
     assert window.warning_banner.text == f"⚠  {EQUIVOCATION}"
 
     qtbot.mouseClick(window.warning_banner.close_button, Qt.MouseButton.LeftButton)

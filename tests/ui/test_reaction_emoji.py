@@ -6,7 +6,7 @@ from PySide6.QtGui import QColor, QFont, QFontDatabase, QImage, QPainter
 from PySide6.QtWidgets import QApplication
 
 from conftest import save_screenshot
-from m2mc.ui.main_window import REACTION_CHOICES
+from m2mc.ui.panes.message_menu import REACTION_CHOICES
 from m2mc.ui.resources import apply_theme, load_bundled_fonts
 
 

@@ -13,7 +13,7 @@ from m2mc.middleware.types import Member, format_mid
 from m2mc.ui.controllers import sessions
 from m2mc.ui.controllers.sessions import HISTORY_PAGE, OPEN_UNREAD_LIMIT
 from m2mc.ui.widgets import UnreadCountRole
-from m2mc.ui.main_window import AT_END, SCROLL_BACK_MARGIN
+from m2mc.ui.panes.conversation import AT_END, SCROLL_BACK_MARGIN
 from m2mc.ui.message_model import MessageRole, ThreadRole
 
 GROUP_SIZE = 5_000
@@ -70,7 +70,7 @@ def test_a_big_group_opens_at_its_end_with_one_page_and_scrolling_up_loads_older
     session = open_big_group(qtbot, window, backend, history)
     view = window.tree_view
     assert len(session.tree) == HISTORY_PAGE  # 5,000 in the store, one page in the model
-    assert not session.history_complete and window.older_button.isVisible()
+    assert not session.history_complete and window.conversation.header.older_button.isVisible()
     bar = view.verticalScrollBar()
     assert bar.value() == bar.maximum()  # at the end
     last = view.indexAt(QPoint(4, view.viewport().height() - 3)).data(MessageRole)
@@ -79,7 +79,7 @@ def test_a_big_group_opens_at_its_end_with_one_page_and_scrolling_up_loads_older
     orphan = next(m for m in history[-HISTORY_PAGE:] if m.parent == history[history.index(m) - 1000].mid)
     qtbot.waitUntil(lambda: orphan.parent in session.tree.absent_parents)
     assert session.tree.node(orphan.mid).depth == 0
-    assert window._view_index(orphan.mid).data(Qt.ItemDataRole.UserRole + 3).mid == orphan.parent
+    assert window.conversation._view_index(orphan.mid).data(Qt.ItemDataRole.UserRole + 3).mid == orphan.parent
 
     # The wheel, notch by notch: near the top an older page comes, and what the reader saw stays put.
     loads = 0
@@ -126,7 +126,7 @@ def test_the_reader_keeps_their_place_to_the_pixel_when_a_page_loads_above(qtbot
     view, bar = window.tree_view, window.tree_view.verticalScrollBar()
     bar.setValue(SCROLL_BACK_MARGIN + 5)  # near the top, not in the margin that loads by itself
     before = top_row(view)
-    window.older_button.click()  # the header's "⤒ Older messages"
+    window.conversation.header.older_button.click()  # the header's "⤒ Older messages"
     qtbot.waitUntil(lambda: len(session.tree) == 2 * HISTORY_PAGE and not session.loading_older)
     qtbot.wait(20)
     assert top_row(view) == before
@@ -143,17 +143,17 @@ def test_a_search_result_older_than_the_pages_loaded_brings_its_page_and_opens_i
     qtbot.waitUntil(search.results.hasFocus)
     started = time.monotonic()
     qtbot.keyClick(search.results, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.selected_message() is not None
-                    and window.selected_message().mid == history[120].mid, timeout=5000)
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None
+                    and window.conversation.selected_message().mid == history[120].mid, timeout=5000)
     print(f"jump to a message 4,880 back: {1000 * (time.monotonic() - started):.0f} ms")
     assert session.thread is not None
-    assert window.tree_view.viewport().rect().intersects(window.tree_view.visualRect(window._view_index(history[120].mid)))
+    assert window.tree_view.viewport().rect().intersects(window.tree_view.visualRect(window.conversation._view_index(history[120].mid)))
     orders = [node.message.order for node in session.tree.arrival]
     assert orders == sorted(orders) and len(session.tree) < GROUP_SIZE
     # a link to a message older still
     window.close_thread()
-    window.open_link(f"m2mc://message/{session.gid}/{format_mid(history[3].mid)}")
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == history[3].mid,
+    window.navigation.open_link(f"m2mc://message/{session.gid}/{format_mid(history[3].mid)}")
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == history[3].mid,
                     timeout=5000)
     save_screenshot(window, "scroll-back-jump.png")
 
@@ -177,13 +177,13 @@ def test_the_threads_pane_lists_from_the_store_and_an_old_thread_opens_from_it_l
     window.thread_list.scrollTo(threads.index(0))
     rect = window.thread_list.visualRect(threads.index(0))
     qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    qtbot.waitUntil(lambda: session.thread is not None and window.thread_bar.isVisible())
+    qtbot.waitUntil(lambda: session.thread is not None and window.conversation.thread_bar.isVisible())
     assert session.thread.root.message.mid == old.root.mid and len(session.thread.tree) == 9
     model = window.tree_view.model()
     assert model.rowCount() == 1 and model.index(0, 0).data(MessageRole).mid == old.root.mid
     answer = message("", ANN, 5_000, "Still on the 0 plan?", old.root.mid)
     backend.manager.inject_messages(session.gid, [answer])
-    qtbot.waitUntil(lambda: window._view_index(answer.mid).isValid())
+    qtbot.waitUntil(lambda: window.conversation._view_index(answer.mid).isValid())
     assert session.tree.node(answer.mid) is not None  # and at the group's end, shown at the top level
     save_screenshot(window, "scroll-back-old-thread.png")
 
@@ -193,7 +193,7 @@ def test_a_message_pinned_long_ago_is_in_the_pinned_list_of_a_group_opened_at_it
     pin = lambda gid: backend.manager.operation_message(gid, ANN, 400, "pin", history[10].mid)  # noqa: E731
     session = open_big_group(qtbot, window, backend, history, then_write=[pin])
     assert session.tree.node(history[10].mid) is None
-    assert list(session.pinned) == [history[10].mid] and window.pinned_button.isVisible()
+    assert list(session.pinned) == [history[10].mid] and window.conversation.header.pinned_button.isVisible()
 
 
 def test_a_group_far_behind_counts_its_unread_beyond_what_is_loaded_and_mark_all_read_clears_them(
@@ -207,11 +207,11 @@ def test_a_group_far_behind_counts_its_unread_beyond_what_is_loaded_and_mark_all
                     and window.session_controller.sessions[view.gid].opened, timeout=20_000)
     session = window.session_controller.sessions[view.gid]
     assert len(session.tree) == len(session.tree.unread) == OPEN_UNREAD_LIMIT  # opened as far back as it goes
-    assert session.item.data(UnreadCountRole) == GROUP_SIZE and "(5000)" in window.windowTitle()
+    assert window.groups_pane.item(session.gid).data(UnreadCountRole) == GROUP_SIZE and "(5000)" in window.windowTitle()
     held = len(session.tree)
-    window.show_older()  # a page of the unread beyond comes in: the count stays the whole
+    window.conversation.show_older()  # a page of the unread beyond comes in: the count stays the whole
     qtbot.waitUntil(lambda: len(session.tree) > held)
-    assert session.item.data(UnreadCountRole) == GROUP_SIZE
+    assert window.groups_pane.item(session.gid).data(UnreadCountRole) == GROUP_SIZE
     qtbot.keyClick(window, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    qtbot.waitUntil(lambda: session.item.data(UnreadCountRole) == 0)
+    qtbot.waitUntil(lambda: window.groups_pane.item(session.gid).data(UnreadCountRole) == 0)
     assert backend.manager.core.unread_before(view.gid, session.oldest_order) == 0  # in the store too

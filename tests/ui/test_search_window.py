@@ -67,9 +67,9 @@ def test_search_everywhere_lists_by_conversation_and_opens_results_in_their_thre
     qtbot.keyClick(search.results, Qt.Key.Key_Return)
     shown = window.session_controller.sessions[wanted.gid]
     qtbot.waitUntil(lambda: window.current is shown)
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == wanted.mid)  # read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == wanted.mid)  # read from the store
     assert shown.thread is not None and shown.thread.root.message.mid == shown.tree.thread_of(wanted.mid)
-    index = window._view_index(wanted.mid)
+    index = window.conversation._view_index(wanted.mid)
     assert window.tree_view.viewport().rect().intersects(window.tree_view.visualRect(index))  # scrolled into view
     save_screenshot(window, "search-result-opened.png")
 
@@ -80,7 +80,7 @@ def test_search_everywhere_lists_by_conversation_and_opens_results_in_their_thre
     qtbot.mouseClick(search.results.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     target = window.session_controller.sessions[hit.gid]
     qtbot.waitUntil(lambda: window.current is target)
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == hit.mid)  # read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == hit.mid)  # read from the store
     assert target.thread is not None and target.thread.root.message.mid == target.tree.thread_of(hit.mid)
 
 
@@ -90,9 +90,9 @@ def test_a_message_link_opens_its_thread_in_another_group(qtbot, window, backend
     qtbot.waitUntil(lambda: window.current is lunch)
     plans = winter.tree.roots()[0].message
     answer = next(node.message for node in winter.tree.roots()[0].children if node.message.text.startswith("Chennai"))
-    window.open_link(f"m2mc://message/{winter.gid}/{format_mid(answer.mid)}")
+    window.navigation.open_link(f"m2mc://message/{winter.gid}/{format_mid(answer.mid)}")
     assert window.current is winter
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == answer.mid)  # read from the store
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == answer.mid)  # read from the store
     assert winter.thread is not None and winter.thread.root.message.mid == plans.mid == answer.parent
 
 
@@ -194,7 +194,7 @@ def test_a_direct_result_opens_once_its_conversations_history_has_come(qtbot, wi
     [(hit, _root)] = backend.manager.search("goa", direct=True)
     # Before the window has listed any conversation (not started): the conversation opens, and shows
     # the message once its history has come.
-    assert window.show_message(hit.gid, hit.mid)
+    assert window.navigation.show_message(hit.gid, hit.mid)
     assert window.centre_stack.currentWidget() is window.direct_pane and window.direct_controller.current.loading
     view = window.direct_pane.view
     qtbot.waitUntil(lambda: view.currentIndex().isValid() and view.currentIndex().data(MessageRole).mid == found)
@@ -272,7 +272,7 @@ def test_a_direct_result_still_loading_is_cancelled_and_told_when_the_user_opens
         qtbot, window, backend):
     slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
     ann = window.direct_controller.current
-    click_item(qtbot, window.group_list, winter.item)  # the user's own choice: it wins
+    click_item(qtbot, window.group_list, window.groups_pane.item(winter.gid))  # the user's own choice: it wins
     qtbot.waitUntil(lambda: window.current is winter)
     assert window.statusBar().currentMessage() == (
         "The message in the conversation with Ann was not shown: another conversation was opened while it loaded.")
@@ -295,7 +295,7 @@ def test_a_direct_result_still_loading_stays_cancelled_when_the_user_comes_back_
         qtbot, window, backend):
     """What a switch away means does not hang on when the history comes: cancelled either way."""
     slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
-    click_item(qtbot, window.group_list, winter.item)
+    click_item(qtbot, window.group_list, window.groups_pane.item(winter.gid))
     qtbot.waitUntil(lambda: window.current is winter)
     click_item(qtbot, window.direct_list, window.direct_list.item(0))
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
@@ -375,7 +375,7 @@ def test_back_in_search_everywhere_the_reader_goes_on_from_the_result_last_opene
     qtbot.keyClick(search.results, Qt.Key.Key_Down)
     opened = search.results.currentItem().data(0, Qt.ItemDataRole.UserRole + 1)
     qtbot.keyClick(search.results, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.selected_message() is not None and window.selected_message().mid == opened.mid)
+    qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == opened.mid)
     activate(qtbot, window)
 
     qtbot.keyClick(window, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)

@@ -83,23 +83,23 @@ def test_downloads_go_to_a_folder_people_see_made_if_missing(tmp_path):
 def test_the_first_notice_fits_at_800_px_and_any_cut_off_message_is_one_click_away(qtbot, window, backend):
     from PySide6.QtWidgets import QMessageBox
 
-    from m2mc.ui.main_window import ALONE_STATUS
+    from m2mc.ui.panes.status import ALONE_STATUS
     from real_input import XDOTOOL, click
 
     window.resize(800, 600)
     qtbot.waitUntil(lambda: window.width() == 800)
     window.start()
-    window._on_alone(True)
+    window.status_pane.show_alone(True)
     qtbot.wait(50)
     save_screenshot(window, "status-800.png")
-    assert window.statusBar().currentMessage() == ALONE_STATUS and window.status_fits()
+    assert window.statusBar().currentMessage() == ALONE_STATUS and window.status_pane.fits()
     long = "Could not export to /home/someone/a/very/long/path/that/goes/on/and/on/m2mc-Travel-and-lunch.jsonl: disk full"
     window.show_status(long, 0)
     qtbot.wait(50)
-    assert not window.status_fits() and window.statusBar().toolTip() == long
+    assert not window.status_pane.fits() and window.statusBar().toolTip() == long
     if XDOTOOL:
         click(qtbot, window.statusBar(), window.statusBar().rect().center() - window.statusBar().rect().center() / 2)
     else:
-        window.show_status_in_full()
-    qtbot.waitUntil(lambda: isinstance(window.status_box, QMessageBox) and window.status_box.isVisible())
-    assert window.status_box.text() == long
+        window.status_pane.show_in_full()
+    qtbot.waitUntil(lambda: isinstance(window.status_pane.status_box, QMessageBox) and window.status_pane.status_box.isVisible())
+    assert window.status_pane.status_box.text() == long

@@ -118,7 +118,7 @@ def test_a_plain_member_is_offered_no_role_actions_and_the_removed_peer_is_told(
     row = next(m for m in window.current.notices if is_notice(m) and m.text.startswith("removed you"))
     assert row.sender_name == "Ann"
     qtbot.waitUntil(lambda: not window.compose.isEnabled())  # nothing more can be sent there
-    assert "removed from this group" in window.compose.placeholderText() and not window.send_button.isEnabled()
+    assert "removed from this group" in window.compose.placeholderText() and not window.conversation.compose_box.send_button.isEnabled()
     window.team_controller.update_actions()
     assert not window.team_controller.admins_only_action.isEnabled()  # only the owner's
     window.resize(1100, 600)

@@ -6,7 +6,7 @@ Ctrl+R) or Quote does, and ✕ or Esc clears it.  With a thread open on its own,
 its root unless another target is chosen.  Each group keeps its own draft (text and reply target),
 in the window's settings so that it outlives a restart.  The compose box is cleared once the middleware
 has taken the message, and a refusal is shown above it.  The target itself is a Qt-free
-:class:`~ui.state.ComposeTarget` that the window shares.
+:class:`~ui.model.state.ComposeTarget` that the window shares.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from ...middleware.mentions import MAX_MENTIONS, shown_text, with_tokens
 from ...middleware.types import ChatMessage, GroupView, Mid
 from ..bridge import Backend, describe_error
 from ..notices import is_notice
-from ..state import ComposeTarget, Draft, Drafts, Selection
+from ..model.state import ComposeTarget, Draft, Drafts, Selection
 from ..widgets import ComposeEdit, ReplyBanner
-from .sessions import GroupSession, member_names
+from ..model.sessions import member_names
+from .sessions import GroupSession
 
 
 def typed_mentions(text: str, view: GroupView | None) -> list[str]:

@@ -37,7 +37,7 @@ from ..member_list import MemberNameRole, MemberPidRole
 from ..message_model import MessageRole
 from ..message_tree import MessageTree
 from ..resources import icon
-from ..state import Draft, Drafts
+from ..model.state import Draft, Drafts
 from ..widgets import UnreadCountRole
 
 JUMP_CANCELLED_MS = 10_000  # how long the status bar says a jump was cancelled
@@ -105,7 +105,7 @@ class DirectController(QObject):
         pane.send_button.clicked.connect(self.send_message)
         pane.view.reply_requested.connect(self.reply_to)
         pane.reply_banner.cancelled.connect(self.clear_reply)
-        # One draft per conversation, kept in the settings as groups' are (ui.state.Drafts).
+        # One draft per conversation, kept in the settings as groups' are (ui.model.state.Drafts).
         self.drafts = Drafts(settings)
         self._restoring = False
         pane.compose.textChanged.connect(self.keep_draft)

@@ -12,14 +12,14 @@ from typing import Protocol
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QListWidgetItem, QMessageBox, QWidget
+from PySide6.QtWidgets import QMessageBox, QWidget
 
 from ...middleware.types import GroupView
 from ..bridge import Backend
 from ..dialogs import (AddPeerDialog, ConfirmJoinDialog, CreateGroupDialog, JoinDialog, NameDialog, invite_text,
                        plain_error)
 from ..discovery_window import DiscoveryWindow
-from ..state import Selection
+from ..model.state import Selection
 from .sessions import GroupSession, SessionController
 
 
@@ -31,7 +31,6 @@ class JoinsView(Protocol):
     def dialog_parent(self) -> QWidget: ...
     def select_group(self, gid: str) -> None: ...
     def show_session(self, session: GroupSession | None) -> None: ...
-    def remove_group_item(self, item: QListWidgetItem) -> None: ...
     def show_status(self, text: str, timeout: int) -> None: ...
     def show_error(self, message: str) -> None: ...
 
@@ -114,9 +113,7 @@ class JoinController(QObject):
         self.backend.call(lambda peer: peer.leave_group(gid), on_result=lambda _r: self._left(session))
 
     def _left(self, session: GroupSession) -> None:
-        self.sessions.sessions.pop(session.gid, None)
-        if session.item is not None:
-            self.view.remove_group_item(session.item)
+        self.sessions.sessions.remove(session)
         if self.selection.session is session:
             self.view.show_session(None)
 

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from PySide6.QtCore import QObject, QTimer
-from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QListWidgetItem
 
 from ...middleware.events import (Event, GroupCreated, GroupsDiscovered, MemberJoined, MemberLeft, MessagesDelivered,
                                   MessagesUpdated, NoticesAdded, TopicChanged)
@@ -33,12 +31,10 @@ from ..bridge import Backend
 from ..message_model import MessageTreeModel, StoredThreadModel, ThreadListModel, TimelineModel
 from ..message_tree import MessageTree
 from ..notices import is_notice, notice_row, with_notices
-from ..resources import icon
-from ..state import ComposeTarget, Selection, ThreadFilter
-from ..widgets import GroupIdRole, UnreadCountRole
+from ..model.notify import NOTIFY_LEVELS, NotifyLevels, to_tell
+from ..model.sessions import Session, Sessions, member_names
+from ..model.state import ComposeTarget, Selection, ThreadFilter
 
-NOTIFY_LEVELS = {"all": "all messages", "mentions": "mentions only", "nothing": "nothing"}
-NOTIFY_MIGRATED = {"true": "all", "false": "mentions"}  # the old per-group on/off switch
 MAX_PER_TURN = 300
 INTAKE_MS = 100
 TRIM_SLACK = 100  # rows beyond a model's window before the oldest are hidden again
@@ -49,72 +45,47 @@ OPEN_UNREAD_LIMIT = 2_000
 HELD_LIMIT = 3_000  # past this many messages held, the reader back at the end lets the older ones go  # a group opens at its first unread if that is at most this far back
 
 
-@dataclass
-class GroupSession:
-    gid: str
-    tree: MessageTree
+@dataclass(eq=False, kw_only=True)
+class GroupSession(Session):
+    """A session (ui.model) with the Qt item models that show it."""
+
     tree_model: MessageTreeModel
     timeline: TimelineModel
-    view: GroupView | None = None
-    loaded: bool = False
-    sync: tuple[int, int] | None = None
-    pending: int = 0
-    expanded_once: bool = False
-    warnings: list[str] = field(default_factory=list)
-    warning_dismissed: bool = False
-    item: QListWidgetItem | None = field(default=None, repr=False)
     threads: ThreadListModel | None = field(default=None, repr=False)
     thread: StoredThreadModel | None = field(default=None, repr=False)  # the thread opened on its own
-    divider: Mid | None = None  # "New messages" above this one: the first unread when opened
-    opened: bool = False  # scrolled to where it opens
-    presence: dict[str, str] = field(default_factory=dict)
-    direct: set[str] = field(default_factory=set)  # members reached by unicast (reach: multicast misses them)
-    topic: str | None = None  # None: not heard yet (the group view has it)
-    pinned: dict[Mid, ChatMessage] = field(default_factory=dict)
-    catch_up_dismissed: bool = False  # the reader chose to keep a big join's history unread
-    notices: list[ChatMessage] = field(default_factory=list)  # its notice rows (ui.notices): stored, then live
-    # Scroll-back: the oldest delivery order held, whether the store holds anything older, what
-    # the store's read marks said when the group was opened (older pages' unread), and a page on its way.
-    oldest_order: int | None = None
-    history_complete: bool = False
-    read_marks: RangeSet | None = None
-    loading_older: bool = False
-    unread_beyond: int = 0  # about how many unread the store holds before the messages loaded
 
-    @property
-    def title(self) -> str:
-        return self.view.desc if self.view is not None else self.gid
-
-    @property
-    def shown_topic(self) -> str:
-        return self.topic if self.topic is not None else (self.view.topic if self.view else "")
-
-
-def member_names(view: GroupView | None) -> dict[str, str]:
-    """pid -> name of the group's members, current and former: what mention tokens are shown as."""
-    return {m.pid: m.name for m in (*view.members, *view.left)} if view is not None else {}
+    def thread_tree(self) -> MessageTree | None:
+        return self.thread.tree if self.thread is not None else None
 
 
 ReaderPlace = tuple[Mid, int]  # the message at the top of the tree view, and its row's top in pixels
 
 
 class SessionsView(Protocol):
-    """What the session controller asks of the window."""
+    """What the session controller asks of the window (the conversation on show: :class:`ConversationShown`)."""
 
     def setWindowTitle(self, title: str) -> None: ...
-    def add_group_item(self, item: QListWidgetItem) -> None: ...
     def select_group(self, gid: str) -> None: ...
     def group_to_open(self, joined: list[str]) -> str | None: ...
     def focus_compose(self) -> None: ...
     def focus_first_steps(self) -> None: ...
-    def select_message(self, mid: Mid) -> bool: ...
-    def clear_filter(self) -> None: ...
     def show_status(self, text: str, timeout: int) -> None: ...
-    def show_heading(self, session: GroupSession) -> None: ...
-    def show_topic(self, session: GroupSession) -> None: ...
     def refresh_status(self) -> None: ...
     def fill_members(self) -> None: ...
     def poll_presence(self) -> None: ...
+    def start_new_thread(self) -> None: ...
+    def messages_shown(self, mids: list[Mid]) -> None: ...
+    def notify(self, title: str, text: str, mention: bool = False, target: tuple[str, Mid] | None = None) -> None: ...
+    def show_unread(self, count: int) -> None: ...
+
+
+class ConversationShown(Protocol):
+    """What the session controller asks of the conversation pane (ui.panes.conversation)."""
+
+    def select_message(self, mid: Mid) -> bool: ...
+    def clear_filter(self) -> None: ...
+    def show_heading(self, session: GroupSession) -> None: ...
+    def show_topic(self, session: GroupSession) -> None: ...
     def update_pinned_button(self) -> None: ...
     def update_older_button(self) -> None: ...
     def set_divider(self, session: GroupSession) -> None: ...
@@ -131,14 +102,12 @@ class SessionsView(Protocol):
     def older_loaded(self, session: GroupSession, place: ReaderPlace | None, mids: list[Mid]) -> None: ...
     def forget_rendered(self, mids: list[Mid]) -> None: ...
     def relayout_messages(self) -> None: ...
-    def start_new_thread(self) -> None: ...
-    def messages_shown(self, mids: list[Mid]) -> None: ...
-    def notify(self, title: str, text: str, mention: bool = False, target: tuple[str, Mid] | None = None) -> None: ...
-    def show_unread(self, count: int) -> None: ...
 
 
 class SessionController(QObject):
     """The sessions of the joined groups, kept for as long as the window."""
+
+    conversation: ConversationShown  # the pane showing the current group, given once it is built
 
     def __init__(self, backend: Backend, selection: Selection[GroupSession], target: ComposeTarget,
                  view_filter: ThreadFilter, view: SessionsView, settings: Any, parent: QObject | None = None) -> None:
@@ -148,9 +117,8 @@ class SessionController(QObject):
         self.selection = selection
         self.target = target
         self.view_filter = view_filter
-        # Per-group switches kept across runs (a QSettings in the app; a dict in tests).
-        self.settings = settings
-        self.sessions: dict[str, GroupSession] = {}
+        self.notify_levels = NotifyLevels(settings)
+        self.sessions: Sessions[GroupSession] = Sessions()
         self.other_unread: Callable[[], int] = lambda: 0
         self.known_groups: dict[str, GroupView] = {}
         self._inbox: deque[tuple[str, list[ChatMessage]]] = deque()
@@ -207,16 +175,12 @@ class SessionController(QObject):
         tree = MessageTree(self.backend.pid)
         tree.paged = True
         tree_model = MessageTreeModel(tree, self)
-        session = GroupSession(gid, tree, tree_model, TimelineModel(tree_model, self), self.known_groups.get(gid))
+        session = GroupSession(gid, tree, self.known_groups.get(gid), tree_model=tree_model,
+                               timeline=TimelineModel(tree_model, self))
         session.threads = ThreadListModel(tree_model, lambda before, limit, done: self.backend.call(
             lambda peer: peer.threads(gid, before, limit), on_result=done, on_error=lambda _e: None), self)
-        self.sessions[gid] = session
-        item = QListWidgetItem(self.group_icon(session), session.title)
-        item.setData(GroupIdRole, gid)
-        item.setData(UnreadCountRole, 0)
-        session.item = item
-        self.view.add_group_item(item)
-        tree_model.unread_count_changed.connect(lambda count, s=session: self._on_unread_count(s, count))
+        self.sessions.add(session)
+        tree_model.unread_count_changed.connect(lambda _count, s=session: self._on_unread_count(s))
         tree_model.read_state_changed.connect(lambda _mids, s=session: self.read_changed(s))
         if load_history:
             self.backend.call(lambda peer: peer.notices(gid), on_error=lambda _e: None,
@@ -270,16 +234,16 @@ class SessionController(QObject):
         session.pinned = {m.mid: m for m in (pinned if pinned is not None else messages) if m.pinned}
         stored = session.read_marks = RangeSet.from_ranges(marks or [])
         session.tree.set_unread(m.mid for m in messages if m.order and m.order not in stored)
-        self._on_unread_count(session, len(session.tree.unread))
+        self._on_unread_count(session)
         unread = session.tree.unread_in_arrival_order()
         session.divider = unread[0] if unread else None
         session.loaded = True
         if self.selection.is_current(session):
-            self.view.set_divider(session)
-            self.view.expand_default(session)
-            self.view.open_position(session)
+            self.conversation.set_divider(session)
+            self.conversation.expand_default(session)
+            self.conversation.open_position(session)
             self.view.refresh_status()
-            self.view.update_pinned_button()  # pinned long ago: known from the store, not the page
+            self.conversation.update_pinned_button()  # pinned long ago: known from the store, not the page
 
     def load_older(self, session: GroupSession, then: Callable[[], None] | None = None) -> bool:
         """Ask the store for the page before the oldest message held; False if there is none to ask for.
@@ -330,7 +294,7 @@ class SessionController(QObject):
         if page:
             page = self._with_notices(session, page, session.history_complete, session.oldest_order)
             session.oldest_order = page[0].order
-            place = self.view.hold_place(session)
+            place = self.conversation.hold_place(session)
             read = session.read_marks or RangeSet()
             session.unread_beyond = 0 if session.history_complete else max(
                 0, session.unread_beyond - sum(1 for m in page if m.order not in read))
@@ -339,7 +303,7 @@ class SessionController(QObject):
             session.pinned.update({m.mid: m for m in page if m.pinned})
             self._look_up_absent_parents(session, page)
             if self.selection.is_current(session):
-                self.view.older_loaded(session, place, [m.mid for m in page])
+                self.conversation.older_loaded(session, place, [m.mid for m in page])
         if then is not None:
             then()
 
@@ -376,7 +340,7 @@ class SessionController(QObject):
         def found(messages: list[ChatMessage]) -> None:
             tree.absent_parents.update({m.mid: m for m in messages})
             if self.selection.is_current(session):
-                self.view.relayout_messages()
+                self.conversation.relayout_messages()
 
         self.backend.call(lambda peer: peer.messages(gid, wanted), on_result=found, on_error=lambda _e: None)
 
@@ -406,38 +370,36 @@ class SessionController(QObject):
         session = self.sessions.get(gid)
         if session is None:
             session = self.session(gid, load_history=True)
-        at_bottom, reading = self.view.reader_place(session)
+        at_bottom, reading = self.conversation.reader_place(session)
         if session.thread is not None:
             for message in session.thread.add_live(messages):
                 if message.parent is not None and self.selection.is_current(session):
-                    self.view.expand_path(message.mid)
+                    self.conversation.expand_path(message.mid)
         shown = session.tree.add_messages(messages, unread=True)
         if not shown:
             return
         self._trim(session, at_bottom, reading)
         if reading is not None and self.selection.is_current(session):
-            self.view.keep_reader_place(session, reading)  # replies above (a join's sync) must not move it
+            self.conversation.keep_reader_place(session, reading)  # replies above (a join's sync) must not move it
         if self.selection.is_current(session):
             for message in shown:
                 if message.parent is not None:
-                    self.view.expand_path(message.mid)
+                    self.conversation.expand_path(message.mid)
             self.view.messages_shown([m.mid for m in shown])  # the banner may name one of them now
             if at_bottom:
                 # Only follow the end when the user is already there; otherwise keep their place.
                 # Deferred and coalesced: scrolling forces a layout, once per burst is enough.
-                self.view.follow_end()
-            self.view.schedule_seen()
+                self.conversation.follow_end()
+            self.conversation.schedule_seen()
         others = [m for m in shown if m.sender != self.backend.pid and not is_notice(m)]
-        level = self.notify_level(gid) if others else "nothing"
-        mentioning = [m for m in others if self.backend.pid in m.mentions] if level != "nothing" else []
-        told = mentioning if mentioning or level == "mentions" else others if level == "all" else []
+        told, mentioning = to_tell(self.notify_level(gid), self.backend.pid, others) if others else ([], False)
         if told:
             last = told[-1]
             extra = f" (+{len(told) - 1} more)" if len(told) > 1 else ""
             how = "mentioned you in" if mentioning else "in"
             text = readable_text(last.text, member_names(session.view))
             self.view.notify(f"{last.sender_name} {how} {session.title}", snippet(text, 120) + extra,
-                             mention=bool(mentioning), target=(gid, last.mid))
+                             mention=mentioning, target=(gid, last.mid))
 
     def _trim(self, session: GroupSession, at_bottom: bool, reading: ReaderPlace | None = None) -> None:
         # A steady stream adds rows without end, and each re-layout costs every row on show
@@ -451,25 +413,21 @@ class SessionController(QObject):
         if tree.shown_thread_count() > tree.window + TRIM_SLACK:
             hidden = tree.hide_oldest(tree.window, [spare, opened, reading[0] if reading else None])
             if hidden and reading is not None:
-                self.view.restore_reader_place(session, reading)
+                self.conversation.restore_reader_place(session, reading)
         if ((at_bottom or not current or not self.view_filter.time_ordered)
                 and timeline.rowCount() > timeline.window + TRIM_SLACK):
             timeline.hide_oldest(timeline.window, spare)
         if self.selection.is_current(session):
-            self.view.update_older_button()
+            self.conversation.update_older_button()
 
     def _on_groups_discovered(self, views: list[GroupView]) -> None:
         for view in views:
             self.known_groups[view.gid] = view
             session = self.sessions.get(view.gid)
             if session is not None:
-                session.view = view
-                if session.item is not None:
-                    session.item.setText(view.desc)
-                    if not session.warnings or session.warning_dismissed or self.selection.is_current(session):
-                        session.item.setIcon(self.group_icon(session))
+                self.sessions.set_view(session, view)
                 if self.selection.is_current(session):
-                    self.view.show_heading(session)
+                    self.conversation.show_heading(session)
                     self.view.fill_members()
         self.view.refresh_status()
 
@@ -493,14 +451,14 @@ class SessionController(QObject):
                 session.pinned[message.mid] = message
             else:
                 session.pinned.pop(message.mid, None)
-        self.view.forget_rendered([m.mid for m in messages])
+        self.conversation.forget_rendered([m.mid for m in messages])
         changed = session.tree.update_messages(messages)
         if session.thread is not None:
             changed += session.thread.tree.update_messages(messages)
         if self.selection.is_current(session):
             if changed:
-                self.view.relayout_messages()
-            self.view.update_pinned_button()
+                self.conversation.relayout_messages()
+            self.conversation.update_pinned_button()
             self.view.messages_shown(list(by_mid))  # the reply banner names an edited message anew
             edited = by_mid.get(self.target.edit) if self.target.edit is not None else None
             if edited is not None and edited.deleted:
@@ -512,7 +470,7 @@ class SessionController(QObject):
             return
         session.topic = topic
         if self.selection.is_current(session):
-            self.view.show_topic(session)
+            self.conversation.show_topic(session)
 
     def _on_group_created(self, gid: str) -> None:
         session = self.session(gid, load_history=False)
@@ -527,33 +485,27 @@ class SessionController(QObject):
                 # up to 5 s (issue 45).
                 self.view.poll_presence()
 
-    def _on_unread_count(self, session: GroupSession, count: int) -> None:
-        if session.item is not None:
-            session.item.setData(UnreadCountRole, count + session.unread_beyond)
+    def _on_unread_count(self, session: GroupSession) -> None:
+        self.sessions.unread_changed(session)
         if self.selection.is_current(session):
-            self.view.update_catch_up()
+            self.conversation.update_catch_up()
         self.update_title()
 
     def update_title(self) -> None:
         """The window's title counts what is unread, in the groups and in ``other_unread()`` (direct messages)."""
-        total = sum(len(s.tree.unread) + s.unread_beyond for s in self.sessions.values()) + self.other_unread()
+        total = self.sessions.unread_total() + self.other_unread()
         self.view.setWindowTitle(f"({total}) M2MC chat" if total else "M2MC chat")
         self.view.show_unread(total)
 
     def read_changed(self, session: GroupSession) -> None:
         """Something was read: its marks go to the store within READ_SAVE_MS."""
-        unsaved = session.tree.read_unsaved or (session.thread is not None and session.thread.tree.read_unsaved)
-        if unsaved and not self._read_timer.isActive():
+        if session.read_unsaved and not self._read_timer.isActive():
             self._read_timer.start()
 
     def save_read_marks(self) -> None:
         """Send what was read since the last time to the store (it survives a restart)."""
-        for session in self.sessions.values():
-            ranges = session.tree.take_read_ranges()
-            if session.thread is not None:  # what was read in a thread the group's tree does not hold
-                ranges += session.thread.tree.take_read_ranges()
-            if ranges:
-                self._save_marks(session.gid, ranges)
+        for gid, ranges in self.sessions.take_read_ranges().items():
+            self._save_marks(gid, ranges)
 
     def _save_marks(self, gid: str, ranges: list[tuple[int, int]]) -> None:
         self.backend.call(lambda peer: peer.mark_read(gid, ranges), on_error=lambda _e: None)
@@ -562,29 +514,20 @@ class SessionController(QObject):
         session = self.selection.session
         if session is None:
             return
-        if session.unread_beyond and session.oldest_order is not None:  # also what is not loaded
-            gid, older = session.gid, [(1, session.oldest_order - 1)]
-            self.backend.call(lambda peer: peer.mark_read(gid, older), on_error=lambda _e: None)
-            if session.read_marks is not None:
-                session.read_marks.add_range(1, session.oldest_order)
-            session.unread_beyond = 0
-        session.tree.mark_all_read()
-        self._on_unread_count(session, len(session.tree.unread))
+        older = session.mark_all_read()
+        if older:  # also what is not loaded
+            self._save_marks(session.gid, older)
+        self._on_unread_count(session)
 
     def next_unread(self, others: Callable[[], bool] = lambda: False) -> bool:
         """Select the oldest unread message, in this group or the next one with news; failing that,
         ``others()`` (the direct conversations) may select one.  Whether one was selected."""
         current = self.selection.session
-        order = [current] if current is not None else []
-        order += [s for s in self.sessions.values() if s is not current]
-        for session in order:
-            unread = session.tree.unread_in_arrival_order()
-            if not unread:
-                continue
+        for session, oldest in self.sessions.with_unread_first(current)[:1]:
             if session is not current:
                 self.view.select_group(session.gid)
-            self.view.clear_filter()
-            self.view.select_message(unread[0])
+            self.conversation.clear_filter()
+            self.conversation.select_message(oldest)
             return True
         if others():
             return True
@@ -592,29 +535,11 @@ class SessionController(QObject):
         return False
 
     def notify_level(self, gid: str) -> str:
-        """``all``, ``mentions`` (only messages that mention me) or ``nothing``.  Kept where the old
-        on/off switch was (``notify/<gid>``), whose values read as: on -> all, off -> mentions."""
-        key = f"notify/{gid}"
-        stored = str(self.settings.value(key, "all") if hasattr(self.settings, "value")
-                     else self.settings.get(key, "all"))
-        level = NOTIFY_MIGRATED.get(stored, stored)
-        if level != stored:
-            self._put_setting(key, level)
-        return level if level in NOTIFY_LEVELS else "all"
+        """``all``, ``mentions`` (only messages that mention me) or ``nothing`` (ui.model.notify)."""
+        return self.notify_levels.level(gid)
 
     def set_notify_level(self, gid: str, level: str) -> None:
-        if level not in NOTIFY_LEVELS:
-            raise ValueError(f"not a notification level: {level!r}")
-        self._put_setting(f"notify/{gid}", level)
+        self.notify_levels.set_level(gid, level)
         session = self.sessions.get(gid)
         title = session.title if session is not None else gid
         self.view.show_status(f"Notifications for {title}: {NOTIFY_LEVELS[level]}", 3000)
-
-    def _put_setting(self, key: str, value: str) -> None:
-        if hasattr(self.settings, "setValue"):
-            self.settings.setValue(key, value)
-        else:
-            self.settings[key] = value
-
-    def group_icon(self, session: GroupSession) -> QIcon:
-        return icon("lock") if session.view is not None and session.view.private else icon("group")

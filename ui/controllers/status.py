@@ -12,7 +12,7 @@ import logging
 from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt, QTimer
-from PySide6.QtWidgets import QAbstractItemView, QLabel, QListWidget, QListWidgetItem, QProgressBar, QStyle
+from PySide6.QtWidgets import QAbstractItemView, QListWidget, QListWidgetItem
 
 from ...middleware.events import Event, MessagesDelivered, NetworkChanged, SyncProgress, WarningRaised
 from ...middleware.names import lookalikes
@@ -20,7 +20,7 @@ from ..bridge import Backend
 from ..delegate import MessageDelegate
 from ..dialogs import WarningLogWindow
 from ..member_list import fill_member_list
-from ..state import Selection
+from ..model.state import Selection
 from ..widgets import ThreadListDelegate, WarningBanner
 from .sessions import GroupSession, SessionController
 
@@ -29,20 +29,26 @@ log = logging.getLogger(__name__)
 PRESENCE_POLL_MS = 5000
 
 
+class StatusBar(Protocol):
+    """The status bar's parts (ui.panes.status.StatusPane)."""
+
+    def show_network(self, text: str, state: str) -> None: ...
+    def show_peers(self, count: int) -> None: ...
+    def show_waiting(self, waiting: int) -> None: ...
+    def show_sync(self, sync: tuple[int, int] | None) -> None: ...
+
+
 class StatusView(Protocol):
-    """The status bar's labels, the warnings, the members pane and the views whose names it keeps."""
+    """The status pane, the warnings, the members pane and the views whose names it keeps."""
 
     warning_log: WarningLogWindow
     warning_banner: WarningBanner
-    address_label: QLabel
-    peers_label: QLabel
-    pending_label: QLabel
-    sync_bar: QProgressBar
+    @property
+    def status_pane(self) -> StatusBar: ...
     member_list: QListWidget
 
     def named_views(self) -> tuple[QAbstractItemView, ...]: ...
     def show_status(self, text: str, timeout: int) -> None: ...
-    def style(self) -> QStyle: ...
 
 
 class StatusController(QObject):
@@ -117,13 +123,12 @@ class StatusController(QObject):
         self.view.show_status(f"⚠ Warning in {title}: {text}", 15000)
         if session is None:
             return
-        session.warnings.append(text)
-        session.warning_dismissed = False
         if self.selection.is_current(session):
+            session.warnings.append(text)
+            session.warning_dismissed = False
             self.show_warning_banner()
-        elif session.item is not None:
-            session.item.setIcon(self.view.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning))
-            session.item.setToolTip(f"Warning: {text}")
+        else:
+            self.sessions.sessions.warned(session, text)
 
     def show_warning_banner(self) -> None:
         session = self.selection.session
@@ -131,8 +136,7 @@ class StatusController(QObject):
             self.view.warning_banner.show_warning(None)
         else:
             self.view.warning_banner.show_warning(session.warnings[-1], len(session.warnings))
-            if session.item is not None:
-                session.item.setToolTip("")
+            self.sessions.sessions.warning_seen(session)
 
     def dismiss_warning(self) -> None:
         if self.selection.session is not None:
@@ -157,37 +161,15 @@ class StatusController(QObject):
             self.refresh()
 
     def refresh(self) -> None:
-        self.view.address_label.setText(network_text(self.network, f"{self.backend.interface or '?'}:{self.backend.port}"))
-        self.view.address_label.setToolTip("Whether you are on the network, and the interface address and control "
-                                           "port in use: messages written while offline are kept and sent when the "
-                                           "network is back")
-        self.view.address_label.setProperty("network", self.network.state if self.network else "connected")
-        self.view.address_label.style().unpolish(self.view.address_label)
-        self.view.address_label.style().polish(self.view.address_label)
-        self.view.address_label.updateGeometry()  # bold or not, the text's width changed
+        pane = self.view.status_pane
+        pane.show_network(network_text(self.network, f"{self.backend.interface or '?'}:{self.backend.port}"),
+                          self.network.state if self.network else "connected")
         # A member who left a group is still a peer that was seen: their machine is still there.
         known = self.sessions.known_groups.values()
-        peers = {m.pid for view in known for m in view.members + view.left} - {self.backend.pid}
-        self.view.peers_label.setText(f"{len(peers)} peer{'s' if len(peers) != 1 else ''} seen")
+        pane.show_peers(len({m.pid for view in known for m in view.members + view.left} - {self.backend.pid}))
         session = self.selection.session
-        waiting = (session.pending + session.tree.waiting_count) if session is not None else 0
-        replies = f"repl{'ies' if waiting != 1 else 'y'}"
-        self.view.pending_label.setText(f"{waiting} {replies} waiting for a missing message"
-                                          if waiting else "no replies waiting")
-        self.view.pending_label.setToolTip("Replies that arrived before the message they answer; "
-                                             "they appear as soon as it does")
-        self.view.pending_label.setProperty("waiting", "true" if waiting else "false")
-        # Shown only while replies wait: "no replies waiting" took the room a notice needs at 800 px.
-        self.view.pending_label.setVisible(bool(waiting))
-        self.view.pending_label.style().unpolish(self.view.pending_label)
-        self.view.pending_label.style().polish(self.view.pending_label)
-        sync = session.sync if session is not None else None
-        if sync is not None:
-            self.view.sync_bar.setRange(0, max(1, sync[1]))
-            self.view.sync_bar.setValue(sync[0])
-            self.view.sync_bar.show()
-        else:
-            self.view.sync_bar.hide()
+        pane.show_waiting((session.pending + session.tree.waiting_count) if session is not None else 0)
+        pane.show_sync(session.sync if session is not None else None)
 
     def fill_members(self) -> None:
         session = self.selection.session

@@ -22,7 +22,7 @@ from ...middleware.types import GroupView
 from ..bridge import Backend
 from ..notices import NoticeRow
 from ..resources import icon
-from ..state import Selection
+from ..model.state import Selection
 from .sessions import GroupSession, SessionController
 
 _notice_numbers = iter(range(2**62, 2**63))  # the ids of these rows: none is a message's

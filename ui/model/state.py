@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Generic, Iterable, TypeVar
 
-from ..middleware.types import ChatMessage, Mid, format_mid, parse_mid
+from ...middleware.types import ChatMessage, Mid, format_mid, parse_mid
 
 SessionT = TypeVar("SessionT")
 
