@@ -140,17 +140,15 @@ class MainWindow(QMainWindow):
     @property
     def current(self) -> GroupSession | None:
         """The session of the group shown."""
-        return self.selection.session
+        return self.conversation.current
 
     @property
     def time_ordered(self) -> bool:
-        return self.view_filter.time_ordered
+        return self.conversation.time_ordered
 
     def _shown(self) -> GroupSession:
         """The current session, for what is only done while a group is shown."""
-        session = self.selection.session
-        assert session is not None, "no group is shown"
-        return session
+        return self.conversation._shown()
 
     # -- layout -------------------------------------------------------------------------
 

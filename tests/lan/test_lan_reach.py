@@ -194,7 +194,7 @@ def test_e_a_spoofed_source_aims_no_more_than_the_handshake_bound_at_its_victim(
             peer.shutdown()
 
 
-def test_d_a_host_whose_multicast_is_filtered_is_reached_by_unicast_and_only_it(tmp_path):
+def test_d_a_host_whose_multicast_is_filtered_is_reached_by_unicast_from_the_site_relays_and_only_it(tmp_path):
     with Lan(4) as lan:
         for i in range(4):
             lan.set_loss(i, LOSS)
@@ -222,12 +222,16 @@ def test_d_a_host_whose_multicast_is_filtered_is_reached_by_unicast_and_only_it(
             among_three = {(i, j): udp_received(lan, i, lan.addresses[j])[0] for i in range(3) for j in range(3)
                            if i != j}
             print("unicast datagrams among the three multicast hosts while conversing:", among_three)
-            print("Fay reached by:", {ann.pid: reached(ann)[fay.pid], bob.pid: reached(bob)[fay.pid]})
+            # The three are a site (protocol.md, "Site relays"): its two lowest pids carry its traffic
+            # to Fay by unicast, the third sends her nothing of its own.
+            relays = sorted(p.pid for p in (ann, bob, cat))[:2]
+            print("Fay reached by:", {p.name: reached(p).get(fay.pid) for p in (ann, bob, cat)})
             for peer in (ann, bob, cat):
                 paths = reached(peer)
-                assert paths[fay.pid] == "unicast"
                 assert all(paths[p.pid] == "multicast" for p in (ann, bob, cat) if p is not peer)
-                assert peer.call("stats")["unicast_copies"] > 0
+                if peer.pid in relays:
+                    assert paths[fay.pid] == "unicast", (peer.name, paths)
+                    assert peer.call("stats")["unicast_copies"] > 0
             assert sum(among_three.values()) == 0, among_three
         finally:
             for peer in peers:

@@ -30,6 +30,30 @@ def drop_multicast(lan: Lan, index: int) -> None:
     iptables(lan, index, "-A", "INPUT", "-d", "224.0.0.0/4", "-j", "DROP")
 
 
+def group_size(peer: PeerProcess, gid: str) -> int:
+    """How many members ``peer`` counts in group ``gid`` (0 while it is not in it)."""
+    return next((len(g["members"]) for g in peer.call("list_groups") if g["gid"] == gid), 0)
+
+
+def form_group(peers: list[PeerProcess], desc: str, timeout: float) -> str:
+    """The first peer creates a group, each other joins it once discovered, and all count every
+    member within ``timeout``; returns the group's id."""
+    gid = peers[0].call("create_group", {"desc": desc})["gid"]
+    deadline = time.monotonic() + timeout
+    waiting = list(peers[1:])
+    while waiting:
+        assert time.monotonic() < deadline, f"{[p.name for p in waiting]} never saw the group"
+        for peer in list(waiting):
+            if any(n["method"] == "group_discovered" and n["params"]["gid"] == gid for n in list(peer.notifications)):
+                peer.call("join_group", {"gid": gid})
+                waiting.remove(peer)
+        time.sleep(0.1)
+    for peer in peers:
+        peer.wait_for(lambda p=peer: group_size(p, gid) == len(peers), timeout=max(1.0, deadline - time.monotonic()),
+                      what=f"{len(peers)} members")
+    return gid
+
+
 class ArrivalPeer(PeerProcess):
     """A PeerProcess that notes when each delivered message's notification was read (test clock)."""
 
@@ -74,27 +98,13 @@ class RelayLan:
                 for other in self.lan.addresses[:peers]:
                     if other != peer.iface:
                         peer.request("add_peer", {"address": other, "wait": 0})  # answered as probed, not proven
-            creator = self.peers[0]
-            self.gid = gid = creator.call("create_group", {"desc": "Relayed"})["gid"]
-            deadline = time.monotonic() + timeout
-            waiting = list(self.peers[1:])
-            while waiting:
-                assert time.monotonic() < deadline, f"{len(waiting)} peers never saw the group"
-                for peer in list(waiting):
-                    if any(n["method"] == "group_discovered" and n["params"]["gid"] == gid
-                           for n in list(peer.notifications)):
-                        peer.call("join_group", {"gid": gid})
-                        waiting.remove(peer)
-                time.sleep(0.1)
-            for peer in self.peers:
-                peer.wait_for(lambda p=peer: self.members(p) == peers, timeout=max(1.0, deadline - time.monotonic()),
-                              what=f"{peers} members")
+            self.gid = form_group(self.peers, "Relayed", timeout)
         except BaseException:
             self.close()
             raise
 
     def members(self, peer: PeerProcess) -> int:
-        return next((len(g["members"]) for g in peer.call("list_groups") if g["gid"] == self.gid), 0)
+        return group_size(peer, self.gid)
 
     def wait_relaying(self, timeout: float = 30) -> None:
         """Until every peer relays with all the others (its tree is on)."""

@@ -8,13 +8,13 @@ multicast.  :meth:`Subnets.capture` records what enters the router, to count wha
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 from tests.testbed.capture import Capture, Datagram
 from tests.testbed.lan import Lan, PeerProcess
 from tests.testbed.netns import Router
+from tests.testbed.relay_lan import form_group, group_size
 
 
 class Subnets:
@@ -49,27 +49,13 @@ class Subnets:
             for peer, (side, _) in zip(self.peers, hosts):
                 for other in self.sides[1 - side].addresses:
                     peer.request("add_peer", {"address": other, "wait": 0})  # answered as probed, not proven
-            creator = self.peers[0]
-            self.gid = gid = creator.call("create_group", {"desc": "Two floors"})["gid"]
-            deadline = time.monotonic() + timeout
-            waiting = list(self.peers[1:])
-            while waiting:
-                assert time.monotonic() < deadline, f"{[p.name for p in waiting]} never saw the group"
-                for peer in list(waiting):
-                    if any(n["method"] == "group_discovered" and n["params"]["gid"] == gid
-                           for n in list(peer.notifications)):
-                        peer.call("join_group", {"gid": gid})
-                        waiting.remove(peer)
-                time.sleep(0.1)
-            for peer in self.peers:
-                peer.wait_for(lambda p=peer: self.members(p) == len(self.peers),
-                              timeout=max(1.0, deadline - time.monotonic()), what=f"{len(self.peers)} members")
+            self.gid = form_group(self.peers, "Two floors", timeout)
         except BaseException:
             self.close()
             raise
 
     def members(self, peer: PeerProcess) -> int:
-        return next((len(g["members"]) for g in peer.call("list_groups") if g["gid"] == self.gid), 0)
+        return group_size(peer, self.gid)
 
     def side(self, side: int) -> list[PeerProcess]:
         return [p for p in self.peers if self.side_of[p.pid] == side]
