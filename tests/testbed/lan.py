@@ -93,6 +93,7 @@ class PeerProcess:
                 elif "id" in message:
                     self._responses[message["id"]] = message
                 else:
+                    message["received_at"] = time.time()  # when this test heard it (wall clock, as captures)
                     self.notifications.append(message)
                     if message.get("method") == "delivered":
                         self._delivered.setdefault(message["params"]["gid"], []).append(message["params"])
