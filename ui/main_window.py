@@ -48,6 +48,7 @@ from .controllers.direct import DirectController
 from .controllers.team import TeamController
 from .controllers.joins import JoinController
 from .controllers.navigation import NavigationController
+from .controllers.restart import RestartController
 from .controllers.sessions import GroupSession, SessionController
 from .model.sessions import member_names
 from .mentions import MENTIONS_LISTED, MentionsWindow
@@ -58,11 +59,10 @@ from .panes.conversation import ConversationHooks, ConversationPane
 from .panes.groups import GroupsPane
 from .panes.message_menu import message_menu
 from .panes.menus import MenuBar
-from .model.settings import read_setting, write_setting
 from .panes.layout import MINIMUM_WIDTH, PaneLayout
 from .panes.side import MembersPane, ThreadsPane
 from .panes.status import StatusPane
-from .model.state import ComposeTarget, OnShow, Selection, ThreadFilter
+from .model.state import ComposeTarget, Selection, ThreadFilter
 from .resources import app_icon
 from .widgets import (
     TypingGoesTo,
@@ -80,8 +80,6 @@ class MainWindow(QMainWindow):
         self.selection: Selection[GroupSession] = Selection()
         self.compose_target = ComposeTarget()
         self.view_filter = ThreadFilter()
-        # What was on show at the last close, opened again once its group or conversation is known.
-        self.restoring = OnShow.parse(read_setting(self.settings, "window/on_show"))
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
@@ -113,6 +111,8 @@ class MainWindow(QMainWindow):
             backend, self.selection, self.session_controller, self.direct_controller, self.status_controller.show_error,
             self, self.conversation, self.direct_pane.view, self)
         self.team_controller.compose_widgets = self.compose_widgets
+        self.restart = RestartController(self, self.settings, self.status_controller, self.session_controller,
+                                         self.direct_controller, self.discovery)
         self.search_window = SearchWindow(backend, self.session_controller.sessions,
                                           lambda gid, mid: self.navigation.show_message(gid, mid),
                                           self.direct_controller.conversations)
@@ -163,7 +163,7 @@ class MainWindow(QMainWindow):
 
         joins = self.join_controller
         hooks = ConversationHooks(self.apply_focus, self._open_link, self._link_title, self.message_menu, self.show_status,
-                                  self._restored_thread)
+                                  lambda gid: self.restart.restored_thread(gid))
         pane = ConversationPane(
             self.backend, self.selection, self.view_filter, self.session_controller, self.compose_controller,
             self.files_view, [("Find groups…", "discover", joins.show_discovery),
@@ -226,42 +226,14 @@ class MainWindow(QMainWindow):
     # -- start ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load the joined groups and their histories (asynchronously)."""
-        self.status_controller.refresh()
-        self.session_controller.load()
-        self.direct_controller.load()
-        self.discovery.load()
-        if self.restoring is not None and self.restoring.kind == "direct":
-            self.direct_controller.open_with(self.restoring.key)
-            self.restoring = None
+        """Load the joined groups and their histories (asynchronously), and open what was on show."""
+        self.restart.start()
 
     def group_to_open(self, joined: list[str]) -> str | None:
-        """The group a start opens among the ``joined`` (their gids): the one on show at the last close,
-        else the first; None while a direct conversation is on show (restored: not to be covered)."""
-        if self.centre_stack.currentWidget() is self.direct_pane:
-            return None
-        restoring = self.restoring
-        if restoring is not None and restoring.kind == "group" and restoring.key in joined:
-            if restoring.thread is None:
-                self.restoring = None
-            return restoring.key
-        self.restoring = None
-        return joined[0] if joined else None
+        return self.restart.group_to_open(joined)
 
-    def _restored_thread(self, gid: str) -> Mid | None:
-        """The thread of ``gid`` open at the last close, once (then the restart is done)."""
-        restoring, self.restoring = self.restoring, None
-        return restoring.thread if restoring is not None and restoring.kind == "group" and restoring.key == gid else None
-
-    def shown_now(self) -> OnShow | None:
-        """What the window shows, as a restart is to show it again."""
-        conversation = self.direct_controller.current
-        if self.centre_stack.currentWidget() is self.direct_pane and conversation is not None:
-            return OnShow("direct", conversation.peer)
-        session = self.current
-        if session is None:
-            return None
-        return OnShow("group", session.gid, session.thread.root.message.mid if session.thread is not None else None)
+    def direct_on_show(self) -> bool:
+        return self.centre_stack.currentWidget() is self.direct_pane
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -269,10 +241,10 @@ class MainWindow(QMainWindow):
         self.groups_pane.select(gid)
 
     def _group_compose_on_show(self) -> QWidget | None:
-        return None if self.centre_stack.currentWidget() is self.direct_pane else self.compose
+        return None if self.direct_on_show() else self.compose
 
     def _direct_compose_on_show(self) -> QWidget | None:
-        return self.direct_pane.compose if self.centre_stack.currentWidget() is self.direct_pane else None
+        return self.direct_pane.compose if self.direct_on_show() else None
 
     def focus_compose(self) -> None:
         """The app opens with the keys in the compose box: in the groups list, typing searched it
@@ -288,7 +260,7 @@ class MainWindow(QMainWindow):
 
     def on_show(self) -> str | None:
         """What the centre shows: "direct", "group" or None (the empty page)."""
-        if self.centre_stack.currentWidget() is self.direct_pane:
+        if self.direct_on_show():
             return "direct"
         return "group" if self.current is not None else None
 
@@ -522,8 +494,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.pane_layout.save_sizes()
-        shown_now = self.shown_now()
-        write_setting(self.settings, "window/on_show", shown_now.text() if shown_now is not None else "")
+        self.restart.save()
         self.session_controller.save_read_marks()
         self.discovery.close()
         self.search_window.close()
