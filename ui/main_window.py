@@ -23,11 +23,9 @@ import logging
 import re
 from pathlib import Path
 
-from PySide6.QtCore import Qt
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QApplication,
     QMenu,
     QFileDialog,
     QMainWindow,
@@ -41,7 +39,7 @@ from .bridge import Backend, describe_error
 from .dialogs import WarningLogWindow
 from .direct_pane import DirectPane
 from .discovery_window import DiscoveryWindow
-from .focus import Navigation, Place, after
+from .focus import Navigation
 from .search_window import SearchWindow
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
@@ -57,6 +55,7 @@ from .files_view import FilesView
 from .notifier import Notifier
 from .panes.conversation import ConversationHooks, ConversationPane
 from .panes.groups import GroupsPane
+from .panes.keys import KeyRouting
 from .panes.message_menu import message_menu
 from .panes.menus import MenuBar
 from .panes.layout import MINIMUM_WIDTH, PaneLayout
@@ -64,9 +63,6 @@ from .panes.side import MembersPane, ThreadsPane
 from .panes.status import StatusPane
 from .model.state import ComposeTarget, Selection, ThreadFilter
 from .resources import app_icon
-from .widgets import (
-    TypingGoesTo,
-)
 
 log = logging.getLogger(__name__)
 
@@ -197,16 +193,9 @@ class MainWindow(QMainWindow):
         # A file pasted in a direct conversation is said to go to groups (ui.files_view), not typed as a path.
         self.direct_pane.compose.files_given.connect(self.files_view.attach)
         self.direct_pane.compose.image_given.connect(self.files_view.attach_image)
-        # A list's letters go to the compose box of its own kind only, when one of that kind is on show:
-        # typed in the direct messages list, "hi bob" went to the group on show, and Enter sent it there.
-        self.typing_goes_to_compose = TypingGoesTo(self._group_compose_on_show, self)
-        self.typing_goes_to_direct = TypingGoesTo(self._direct_compose_on_show, self)
-        # Reading places pass typed letters on too (ui.focus, rule 3): in a conversation view they only
-        # searched the rows, and "hello" typed after clicking a message was lost.
-        for side_list in (self.group_list, self.thread_list, self.member_list, pane.tree_view, pane.timeline_view):
-            side_list.installEventFilter(self.typing_goes_to_compose)
-        for side_list in (self.direct_list, self.direct_pane.view):
-            side_list.installEventFilter(self.typing_goes_to_direct)
+        self.keys = KeyRouting(self, self.centre_stack, pane, self.direct_pane,
+                               (self.group_list, self.thread_list, self.member_list), self.direct_list,
+                               lambda: self.current)
         self.setCentralWidget(self.pane_layout.splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
 
@@ -233,70 +222,23 @@ class MainWindow(QMainWindow):
         return self.restart.group_to_open(joined)
 
     def direct_on_show(self) -> bool:
-        return self.centre_stack.currentWidget() is self.direct_pane
+        return self.keys.direct_on_show()
 
     # -- sessions -------------------------------------------------------------------------
 
     def select_group(self, gid: str) -> None:
         self.groups_pane.select(gid)
 
-    def _group_compose_on_show(self) -> QWidget | None:
-        return None if self.direct_on_show() else self.compose
-
-    def _direct_compose_on_show(self) -> QWidget | None:
-        return self.direct_pane.compose if self.direct_on_show() else None
+    # -- where the keys go (ui.panes.keys) ------------------------------------------------------
 
     def focus_compose(self) -> None:
-        """The app opens with the keys in the compose box: in the groups list, typing searched it
-        and switched to whichever group began with the letters typed."""
-        self.compose.setFocus()
+        self.keys.focus_compose()
 
     def focus_first_steps(self) -> None:
-        """With no group yet, the keys go to "Find groups…" on the empty page: in the empty groups
-        list, Enter did nothing."""
-        self.conversation.empty_page.buttons[0].setFocus()
-
-    # -- where the keys go (ui.focus) -------------------------------------------------------
-
-    def on_show(self) -> str | None:
-        """What the centre shows: "direct", "group" or None (the empty page)."""
-        if self.direct_on_show():
-            return "direct"
-        return "group" if self.current is not None else None
-
-    def keys_place(self) -> Place:
-        """Where this window's keys are now (its focus widget, even while another window is active)."""
-        active = QApplication.activeWindow()
-        widget = self.focusWidget()
-        if widget is None or not widget.isVisible() or not widget.isEnabled():
-            return Place.LOST
-        if active is not None and active is not self:
-            return Place.ELSEWHERE
-        if widget is self.compose:
-            return Place.COMPOSE
-        if widget is self.direct_pane.compose:
-            return Place.DIRECT_COMPOSE
-        if widget in (self.group_list, self.thread_list, self.direct_list, self.member_list):
-            return Place.SIDE_LIST
-        talk = self.conversation
-        if widget in (talk.tree_view, talk.timeline_view, self.direct_pane.view):
-            return Place.READING
-        if widget in (talk.filter_edit, talk.topic_edit):
-            return Place.FIELD
-        if widget is talk.empty_page.buttons[0]:
-            return Place.FIRST_STEPS
-        return Place.OTHER
+        self.keys.focus_first_steps()
 
     def apply_focus(self, navigation: Navigation, from_list: QWidget | None = None) -> None:
-        """Put the keys where the focus model says after ``navigation`` (ui.focus).  ``from_list``: the
-        side list the move was made in; with its arrow keys (no mouse button down), it keeps the keys."""
-        by_keys = (from_list is not None and from_list.hasFocus()
-                   and QApplication.mouseButtons() == Qt.MouseButton.NoButton)
-        target = after(navigation, self.on_show(), self.keys_place(), by_list_keys=by_keys)
-        widget = {Place.COMPOSE: self.compose, Place.DIRECT_COMPOSE: self.direct_pane.compose,
-                  Place.FIRST_STEPS: self.conversation.empty_page.buttons[0]}.get(target) if target is not None else None
-        if widget is not None and self.focusWidget() is not widget:
-            widget.setFocus(Qt.FocusReason.OtherFocusReason)
+        self.keys.apply_focus(navigation, from_list)
 
     def _on_group_selected(self, gid: str | None) -> None:
         session = self.session_controller.sessions.get(gid) if gid is not None else None
