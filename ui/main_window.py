@@ -1,5 +1,5 @@
-"""The main window (the thesis's ChatConsole): it lays out the panes, builds the menus and wires the panes
-to the controllers.
+"""The main window (the thesis's ChatConsole): it lays out the panes and the menu bar
+(:mod:`ui.panes.menus`) and wires them to the controllers.
 
 The panes (:mod:`ui.panes`) own their widgets: the groups list (a mirror of the sessions of
 :mod:`ui.model.sessions`), the conversation (a group's views, the reading and the compose box), the threads
@@ -22,13 +22,10 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Callable
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QApplication,
     QMenu,
     QFileDialog,
     QMainWindow,
@@ -39,45 +36,35 @@ from PySide6.QtWidgets import (
 from ..middleware.types import ChatMessage, Mid, format_mid
 
 from .bridge import Backend, describe_error
-from .dialogs import (WarningLogWindow, show_about, show_shortcuts)
+from .dialogs import WarningLogWindow
 from .direct_pane import DirectPane
 from .discovery_window import DiscoveryWindow
-from .focus import Navigation, Place, after
+from .focus import Navigation
 from .search_window import SearchWindow
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.team import TeamController
 from .controllers.joins import JoinController
 from .controllers.navigation import NavigationController
+from .controllers.restart import RestartController
 from .controllers.sessions import GroupSession, SessionController
 from .model.sessions import member_names
-from .mentions import MENTION_KEYS, MENTIONS_LISTED, MentionsWindow
+from .mentions import MENTIONS_LISTED, MentionsWindow
 from .controllers.status import StatusController
 from .files_view import FilesView
 from .notifier import Notifier
 from .panes.conversation import ConversationHooks, ConversationPane
 from .panes.groups import GroupsPane
+from .panes.keys import KeyRouting
 from .panes.message_menu import message_menu
-from .panes.notify_menu import NotifyMenus
-from .model.settings import read_setting, write_setting
+from .panes.menus import MenuBar
 from .panes.layout import MINIMUM_WIDTH, PaneLayout
 from .panes.side import MembersPane, ThreadsPane
 from .panes.status import StatusPane
-from .model.state import ComposeTarget, OnShow, Selection, ThreadFilter
-from .resources import app_icon, icon
-from .widgets import (
-    TypingGoesTo,
-)
+from .model.state import ComposeTarget, Selection, ThreadFilter
+from .resources import app_icon
 
 log = logging.getLogger(__name__)
-
-# Keys the compose box and the views take themselves (no menu action holds them).
-TYPING_KEYS = (("Send the message", "Enter"), ("New line in the message", "Shift+Enter"),
-               ("Edit your last message (empty compose box)", "Up"),
-               ("Cancel the reply, edit or filter; close the thread", "Esc"),
-               ("Move between the panes", "Tab"),
-               ("Download the selected file, or show it in its folder", "Enter"))
-
 
 class MainWindow(QMainWindow):
     def __init__(self, backend: Backend, parent: QWidget | None = None, settings=None) -> None:
@@ -89,8 +76,6 @@ class MainWindow(QMainWindow):
         self.selection: Selection[GroupSession] = Selection()
         self.compose_target = ComposeTarget()
         self.view_filter = ThreadFilter()
-        # What was on show at the last close, opened again once its group or conversation is known.
-        self.restoring = OnShow.parse(read_setting(self.settings, "window/on_show"))
         self.setWindowTitle("M2MC chat")
         self.setWindowIcon(app_icon())
         self.resize(1100, 700)
@@ -122,12 +107,22 @@ class MainWindow(QMainWindow):
             backend, self.selection, self.session_controller, self.direct_controller, self.status_controller.show_error,
             self, self.conversation, self.direct_pane.view, self)
         self.team_controller.compose_widgets = self.compose_widgets
+        self.restart = RestartController(self, self.settings, self.status_controller, self.session_controller,
+                                         self.direct_controller, self.discovery)
         self.search_window = SearchWindow(backend, self.session_controller.sessions,
                                           lambda gid, mid: self.navigation.show_message(gid, mid),
                                           self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total
-        self._build_actions()
-        self.conversation.time_action = self.time_action
+        self.menus = MenuBar(self, self)
+        # The actions other code and the tests reach through the window.
+        menus = self.menus
+        self.notify_menus, self.notify_actions = menus.notify_menus, menus.notify_actions
+        self.time_action = self.conversation.time_action = menus.time_action
+        self.join_invite_action, self.invite_action, self.add_peer_action = \
+            menus.join_invite_action, menus.invite_action, menus.add_peer_action
+        self.leave_action, self.name_action, self.find_action, self.search_action = \
+            menus.leave_action, menus.name_action, menus.find_action, menus.search_action
+        self.next_unread_action, self.topic_action = menus.next_unread_action, menus.topic_action
         self.status_pane = StatusPane(self)
         self.setStatusBar(self.status_pane)
         self.discovery.alone_changed.connect(self.status_pane.show_alone)
@@ -146,6 +141,9 @@ class MainWindow(QMainWindow):
     def time_ordered(self) -> bool:
         return self.conversation.time_ordered
 
+    def current_gid(self) -> str | None:
+        return self.current.gid if self.current is not None else None
+
     def _shown(self) -> GroupSession:
         """The current session, for what is only done while a group is shown."""
         return self.conversation._shown()
@@ -161,7 +159,7 @@ class MainWindow(QMainWindow):
 
         joins = self.join_controller
         hooks = ConversationHooks(self.apply_focus, self._open_link, self._link_title, self.message_menu, self.show_status,
-                                  self._restored_thread)
+                                  lambda gid: self.restart.restored_thread(gid))
         pane = ConversationPane(
             self.backend, self.selection, self.view_filter, self.session_controller, self.compose_controller,
             self.files_view, [("Find groups…", "discover", joins.show_discovery),
@@ -195,16 +193,9 @@ class MainWindow(QMainWindow):
         # A file pasted in a direct conversation is said to go to groups (ui.files_view), not typed as a path.
         self.direct_pane.compose.files_given.connect(self.files_view.attach)
         self.direct_pane.compose.image_given.connect(self.files_view.attach_image)
-        # A list's letters go to the compose box of its own kind only, when one of that kind is on show:
-        # typed in the direct messages list, "hi bob" went to the group on show, and Enter sent it there.
-        self.typing_goes_to_compose = TypingGoesTo(self._group_compose_on_show, self)
-        self.typing_goes_to_direct = TypingGoesTo(self._direct_compose_on_show, self)
-        # Reading places pass typed letters on too (ui.focus, rule 3): in a conversation view they only
-        # searched the rows, and "hello" typed after clicking a message was lost.
-        for side_list in (self.group_list, self.thread_list, self.member_list, pane.tree_view, pane.timeline_view):
-            side_list.installEventFilter(self.typing_goes_to_compose)
-        for side_list in (self.direct_list, self.direct_pane.view):
-            side_list.installEventFilter(self.typing_goes_to_direct)
+        self.keys = KeyRouting(self, self.centre_stack, pane, self.direct_pane,
+                               (self.group_list, self.thread_list, self.member_list), self.direct_list,
+                               lambda: self.current)
         self.setCentralWidget(self.pane_layout.splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
 
@@ -221,193 +212,33 @@ class MainWindow(QMainWindow):
                              (pane.compose, "Direct message")):
             widget.setAccessibleName(name)
 
-    def _action(self, text: str, shortcut: QKeySequence | QKeySequence.StandardKey | str | None,
-                slot: Callable[..., object], icon_name: str | None = None, checkable: bool = False) -> QAction:
-        action = QAction(text, self)
-        if icon_name:
-            action.setIcon(icon(icon_name))
-        if shortcut:
-            action.setShortcut(QKeySequence(shortcut))
-            # From every window of the app (the discovery and warnings windows too).
-            action.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)
-        action.setCheckable(checkable)
-        action.triggered.connect(slot)
-        self.addAction(action)
-        return action
-
-    def _build_actions(self) -> None:
-        menu = self.menuBar().addMenu("&File")
-        joins = self.join_controller
-        self.create_action = self._action("&Create group…", "Ctrl+Shift+N", joins.create_group, "create")
-        self.discover_action = self._action("&Find groups…", "Ctrl+G", joins.show_discovery, "discover")
-        self.join_action = self._action("&Join group by id…", None, joins.join_by_id, "join")
-        self.join_invite_action = self._action("Join from &invite…", "Ctrl+Shift+I", joins.join_from_invite, "join")
-        self.invite_action = self._action("Co&py invite", None, joins.copy_invite)
-        self.add_peer_action = self._action("&Add peer by address…", None, joins.add_peer)
-        self.leave_action = self._action("&Leave group", None, joins.leave_current_group)
-        self.name_action = self._action("Change display &name…", None, joins.change_name)
-        self.export_action = self._action("&Export chat log…", "Ctrl+E", self.export_dialog, "export")
-        quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.close)
-        for action in (self.create_action, self.discover_action, self.join_action, self.join_invite_action,
-                       self.add_peer_action, self.invite_action, self.leave_action):
-            menu.addAction(action)
-        menu.addSeparator()
-        menu.addAction(self.name_action)
-        menu.addSeparator()
-        menu.addAction(self.export_action)
-        menu.addSeparator()
-        menu.addAction(quit_action)
-
-        menu = self.menuBar().addMenu("&Conversation")
-        composer = self.compose_controller
-        self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
-        self.reply_action = self._action("&Reply to selected", "Ctrl+R", self._reply_to_selected, "reply")
-        self.attach_action = self._action("&Attach file…", "Ctrl+Shift+A", self.files_view.choose_files, "attach")
-        sessions = self.session_controller
-        self.notify_menus: NotifyMenus = NotifyMenus(self, sessions.notify_level, sessions.set_notify_level,
-                                                     lambda: self.current.gid if self.current is not None else None)
-        self.notify_menu, self.notify_actions = self.notify_menus.main, self.notify_menus.actions
-        self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", self.show_mentions)
-        self.find_next_action = self._action("Find ne&xt", "F3", lambda: self.conversation.find_match(1))
-        self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: self.conversation.find_match(-1))
-        self.back_action = self._action("&Back", "Alt+Left", self.navigation.go_back)
-        self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
-        self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
-        self.next_unread_action = self._action("Next &unread", "Ctrl+U", self.next_unread, "unread")
-        self.mark_read_action = self._action("Mark all rea&d", "Ctrl+Shift+U", self.session_controller.mark_all_read)
-        self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, self.conversation.focus_filter, "search")
-        self.search_action = self._action("Search &everywhere…", "Ctrl+Shift+F", self.search_window.show_search, "search")
-        self.warnings_action = self._action("&Warnings…", None, self.status_controller.show_warning_log)
-        self.time_action: QAction = self._action("&Time-ordered view", "Ctrl+T", lambda: self.conversation.set_time_ordered(not self.time_ordered),
-                                        "timeline", checkable=True)
-        self.topic_action = self._action("Edit the topi&c…", None, self.conversation.focus_topic)
-        expand = self._action("Ex&pand all", None, self.conversation.tree_view.expandAll)
-        collapse = self._action("C&ollapse all", None, self.conversation.tree_view.collapseAll)
-        for action in (self.send_action, self.attach_action, self.reply_action, self.new_thread_action, self.next_unread_action,
-                       self.mark_read_action, self.find_action, self.find_next_action, self.find_previous_action,
-                       self.search_action, self.time_action, self.back_action, expand, collapse, self.topic_action,
-                       self.mentions_action, self.notify_menu.menuAction(), self.warnings_action):
-            menu.addAction(action)
-        menu.addAction(self.team_controller.admins_only_action)
-        menu.aboutToShow.connect(self.team_controller.update_actions)
-
-        menu = self.menuBar().addMenu("&View")
-        self.pane_layout.add_toggles(menu)
-        menu.addSeparator()
-        menu.addAction(self.direct_controller.read_receipts_action)
-        menu.addAction(self.direct_controller.notify_action)
-        escape = QAction(self)
-        escape.setShortcut(QKeySequence(Qt.Key.Key_Escape))
-        escape.triggered.connect(self._escape)
-        self.addAction(escape)
-
-        menu = self.menuBar().addMenu("&Help")
-        self.shortcuts_action = self._action("&Keyboard shortcuts", "F1", self.show_shortcuts)
-        menu.addAction(self.shortcuts_action)
-        menu.addAction(self._action("&About M2MC", None, lambda: show_about(self)))
-
     # -- start ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load the joined groups and their histories (asynchronously)."""
-        self.status_controller.refresh()
-        self.session_controller.load()
-        self.direct_controller.load()
-        self.discovery.load()
-        if self.restoring is not None and self.restoring.kind == "direct":
-            self.direct_controller.open_with(self.restoring.key)
-            self.restoring = None
+        """Load the joined groups and their histories (asynchronously), and open what was on show."""
+        self.restart.start()
 
     def group_to_open(self, joined: list[str]) -> str | None:
-        """The group a start opens among the ``joined`` (their gids): the one on show at the last close,
-        else the first; None while a direct conversation is on show (restored: not to be covered)."""
-        if self.centre_stack.currentWidget() is self.direct_pane:
-            return None
-        restoring = self.restoring
-        if restoring is not None and restoring.kind == "group" and restoring.key in joined:
-            if restoring.thread is None:
-                self.restoring = None
-            return restoring.key
-        self.restoring = None
-        return joined[0] if joined else None
+        return self.restart.group_to_open(joined)
 
-    def _restored_thread(self, gid: str) -> Mid | None:
-        """The thread of ``gid`` open at the last close, once (then the restart is done)."""
-        restoring, self.restoring = self.restoring, None
-        return restoring.thread if restoring is not None and restoring.kind == "group" and restoring.key == gid else None
-
-    def shown_now(self) -> OnShow | None:
-        """What the window shows, as a restart is to show it again."""
-        conversation = self.direct_controller.current
-        if self.centre_stack.currentWidget() is self.direct_pane and conversation is not None:
-            return OnShow("direct", conversation.peer)
-        session = self.current
-        if session is None:
-            return None
-        return OnShow("group", session.gid, session.thread.root.message.mid if session.thread is not None else None)
+    def direct_on_show(self) -> bool:
+        return self.keys.direct_on_show()
 
     # -- sessions -------------------------------------------------------------------------
 
     def select_group(self, gid: str) -> None:
         self.groups_pane.select(gid)
 
-    def _group_compose_on_show(self) -> QWidget | None:
-        return None if self.centre_stack.currentWidget() is self.direct_pane else self.compose
-
-    def _direct_compose_on_show(self) -> QWidget | None:
-        return self.direct_pane.compose if self.centre_stack.currentWidget() is self.direct_pane else None
+    # -- where the keys go (ui.panes.keys) ------------------------------------------------------
 
     def focus_compose(self) -> None:
-        """The app opens with the keys in the compose box: in the groups list, typing searched it
-        and switched to whichever group began with the letters typed."""
-        self.compose.setFocus()
+        self.keys.focus_compose()
 
     def focus_first_steps(self) -> None:
-        """With no group yet, the keys go to "Find groups…" on the empty page: in the empty groups
-        list, Enter did nothing."""
-        self.conversation.empty_page.buttons[0].setFocus()
-
-    # -- where the keys go (ui.focus) -------------------------------------------------------
-
-    def on_show(self) -> str | None:
-        """What the centre shows: "direct", "group" or None (the empty page)."""
-        if self.centre_stack.currentWidget() is self.direct_pane:
-            return "direct"
-        return "group" if self.current is not None else None
-
-    def keys_place(self) -> Place:
-        """Where this window's keys are now (its focus widget, even while another window is active)."""
-        active = QApplication.activeWindow()
-        widget = self.focusWidget()
-        if widget is None or not widget.isVisible() or not widget.isEnabled():
-            return Place.LOST
-        if active is not None and active is not self:
-            return Place.ELSEWHERE
-        if widget is self.compose:
-            return Place.COMPOSE
-        if widget is self.direct_pane.compose:
-            return Place.DIRECT_COMPOSE
-        if widget in (self.group_list, self.thread_list, self.direct_list, self.member_list):
-            return Place.SIDE_LIST
-        talk = self.conversation
-        if widget in (talk.tree_view, talk.timeline_view, self.direct_pane.view):
-            return Place.READING
-        if widget in (talk.filter_edit, talk.topic_edit):
-            return Place.FIELD
-        if widget is talk.empty_page.buttons[0]:
-            return Place.FIRST_STEPS
-        return Place.OTHER
+        self.keys.focus_first_steps()
 
     def apply_focus(self, navigation: Navigation, from_list: QWidget | None = None) -> None:
-        """Put the keys where the focus model says after ``navigation`` (ui.focus).  ``from_list``: the
-        side list the move was made in; with its arrow keys (no mouse button down), it keeps the keys."""
-        by_keys = (from_list is not None and from_list.hasFocus()
-                   and QApplication.mouseButtons() == Qt.MouseButton.NoButton)
-        target = after(navigation, self.on_show(), self.keys_place(), by_list_keys=by_keys)
-        widget = {Place.COMPOSE: self.compose, Place.DIRECT_COMPOSE: self.direct_pane.compose,
-                  Place.FIRST_STEPS: self.conversation.empty_page.buttons[0]}.get(target) if target is not None else None
-        if widget is not None and self.focusWidget() is not widget:
-            widget.setFocus(Qt.FocusReason.OtherFocusReason)
+        self.keys.apply_focus(navigation, from_list)
 
     def _on_group_selected(self, gid: str | None) -> None:
         session = self.session_controller.sessions.get(gid) if gid is not None else None
@@ -422,11 +253,7 @@ class MainWindow(QMainWindow):
         self.selection.open(session)
         if not reopened:  # the same group again: an edit in progress stays
             self.compose_controller.restore_draft(session)
-        enabled = session is not None
-        for action in (self.export_action, self.leave_action,
-                       self.mark_read_action, self.send_action, self.attach_action, self.invite_action,
-                       self.notify_menu.menuAction()):
-            action.setEnabled(enabled)
+        self.menus.group_shown(session is not None)
         self.team_controller.removed_from(session)  # a group this peer was removed from: read only
         self.status_controller.show_warning_banner()
         if session is None:
@@ -517,12 +344,12 @@ class MainWindow(QMainWindow):
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def _reply_to_selected(self) -> None:
+    def reply_to_selected(self) -> None:
         # On while no group is shown: a direct conversation answers Ctrl+R too.
         if not self.direct_controller.reply_to_selected() and self.current is not None:
             self.compose_controller.reply_to_selected()
 
-    def _escape(self) -> None:
+    def escape(self) -> None:
         popup = self.compose.mention_popup
         if popup is not None and popup.isVisible():  # the @-completer's list: Esc closes only it
             popup.hide()
@@ -567,17 +394,6 @@ class MainWindow(QMainWindow):
                             self.direct_controller.message_action,
                             view is not None and view.roles.get(self.backend.pid) in ("owner", "admin"))
 
-    def shortcut_rows(self) -> list[tuple[str, str]]:
-        """Every key the window answers: its menus' shortcuts (read from the actions themselves, so
-        the list cannot drift from them) and the keys the compose box and views take."""
-        rows = [(action.text().replace("&", "").rstrip("…"), action.shortcut().toString(
-                 QKeySequence.SequenceFormat.NativeText))
-                for action in self.actions() if not action.shortcut().isEmpty() and action.text()]
-        return rows + list(TYPING_KEYS) + list(MENTION_KEYS)
-
-    def show_shortcuts(self) -> None:
-        show_shortcuts(self, self.shortcut_rows())
-
     # -- export --------------------------------------------------------------------------------------
 
     def export_dialog(self) -> None:
@@ -620,8 +436,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.pane_layout.save_sizes()
-        shown_now = self.shown_now()
-        write_setting(self.settings, "window/on_show", shown_now.text() if shown_now is not None else "")
+        self.restart.save()
         self.session_controller.save_read_marks()
         self.discovery.close()
         self.search_window.close()
