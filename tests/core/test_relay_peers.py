@@ -71,16 +71,7 @@ def make_lan(n: int, seed: int = 7, multicast: bool = False, drop: float = 0.0) 
                                         if other is not node])
     lan.settle(3.0)
     gid = lan.create_group(lan.nodes[0])
-    for _ in range(10):
-        for node in lan.nodes:
-            if gid not in node.core.gjlp.groups or not node.core.gjlp.groups[gid].verified:
-                lan.run(node, lambda core: core.advertise())
-            elif not node.core.gjlp.is_member(gid):
-                record = node.core.joinable(gid, None)
-                lan.run(node, lambda core: core.join(record, None, lan.now, lan.now))
-        lan.settle(1.0)
-        if all(node.core.gjlp.is_member(gid) for node in lan.nodes):
-            break
+    lan.join_until_all(gid, rounds=10)
     lan.settle(5.0)
     assert all(len(node.core.gjlp.groups[gid].current()) == n for node in lan.nodes)
     return lan, gid

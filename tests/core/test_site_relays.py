@@ -71,17 +71,7 @@ def make_sites(seed: int = 5, n: int = 2 * SITE, deaf: frozenset[int] = frozense
                                     if i != here and (site_of(i) != site_of(here) or {i, here} & deaf)])
     lan.settle(warmup)
     gid = lan.create_group(lan.nodes[0])
-    for _ in range(15):
-        for node in lan.nodes:
-            if gid not in node.core.gjlp.groups or not node.core.gjlp.groups[gid].verified:
-                lan.run(node, lambda core: core.advertise())
-            elif not node.core.gjlp.is_member(gid):
-                record = node.core.joinable(gid, None)
-                lan.run(node, lambda core: core.join(record, None, lan.now, lan.now))
-        lan.settle(1.0)
-        if all(node.core.gjlp.is_member(gid) and len(node.core.gjlp.groups[gid].current()) == n
-               for node in lan.nodes):
-            break
+    lan.join_until_all(gid, rounds=15, size=n)
     lan.settle(5.0)
     assert all(len(node.core.gjlp.groups[gid].current()) == n for node in lan.nodes)
     return lan, gid

@@ -218,6 +218,24 @@ class PeerLan:
                 self.run(node, lambda core: core.join(record, None, self.now, self.now))
         self.settle(5.0)
 
+    def join_until_all(self, gid: str, rounds: int, size: int | None = None) -> None:
+        """For up to ``rounds`` simulated seconds, each peer that has not verified the group's record
+        advertises (asking for it) and each that has joins, until every peer is a member (and counts
+        ``size`` current members, when given): for lossy LANs where one round of :meth:`join_all`
+        may not reach everyone."""
+        for _ in range(rounds):
+            for node in self.nodes:
+                groups = node.core.gjlp.groups
+                if gid not in groups or not groups[gid].verified:
+                    self.run(node, lambda core: core.advertise())
+                elif not node.core.gjlp.is_member(gid):
+                    record = node.core.joinable(gid, None)
+                    self.run(node, lambda core: core.join(record, None, self.now, self.now))
+            self.settle(1.0)
+            if all(node.core.gjlp.is_member(gid) and (size is None or len(node.core.gjlp.groups[gid].current()) == size)
+                   for node in self.nodes):
+                return
+
     def send(self, node: SimNode, gid: str, text: str, parent: Mid | None = None, crash: str | None = None) -> Mid:
         mid = self.run(node, lambda core: core.send(gid, text, parent, self.now, self.now), crash)
         assert isinstance(mid, tuple)
