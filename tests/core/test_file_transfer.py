@@ -18,7 +18,7 @@ import msgpack
 from m2mc.middleware.crypto import Identity
 from m2mc.middleware.file_core import GET, HAVE, HELLO, PROOF, VERSION, client_signed
 from m2mc.middleware.file_transfer import FileService, Transfer
-from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, FileOffer, HandshakeSlots
+from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, OFFER_LEAF, FileOffer, HandshakeSlots
 from m2mc.middleware.types import ChatMessage, Mid, UsageError
 
 GID = "g" * 26
@@ -111,18 +111,22 @@ def source_file(tmp_path: Path, size: int = SIZE) -> Path:
     return path
 
 
-def fetch_through_recorder(tmp_path: Path, key: bytes | None) -> tuple[bytes, bytes]:
+def fetch_through_recorder(tmp_path: Path, key: bytes | None, leaf: str = OFFER_LEAF
+                           ) -> tuple[bytes, bytes]:
     async def run():
         services, addresses, messages = await peers(tmp_path, ["ann", "bob"], key)
         ann, bob = services["ann"], services["bob"]
+        ann.offer_leaf = leaf
         try:
             path = source_file(tmp_path)
             mid = await offer(ann, messages, path)
             recorder = Recorder(("127.0.0.1", ann.port))
             addresses[ann.core.pid] = SimpleNamespace(host="127.0.0.1", port=await recorder.start())
             transfer = bob.fetch(GID, mid)
+            assert transfer.offer.leaf == leaf
             await wait_done(transfer)
             assert transfer.state == "done", transfer.error
+            assert transfer.plan is None or transfer.plan.bad_chunks == 0
             return path.read_bytes(), transfer.path.read_bytes(), bytes(recorder.seen)
         finally:
             for service in services.values():
@@ -135,6 +139,11 @@ def fetch_through_recorder(tmp_path: Path, key: bytes | None) -> tuple[bytes, by
 
 def test_an_open_group_s_file_travels_in_the_clear_and_arrives_whole(tmp_path):
     original, seen = fetch_through_recorder(tmp_path, None)
+    assert b"PLAINTEXT-MARK" in seen
+
+
+def test_an_earlier_release_s_offer_of_sha256_leaves_is_fetched_and_checked_by_them(tmp_path):
+    original, seen = fetch_through_recorder(tmp_path, None, leaf="sha256")
     assert b"PLAINTEXT-MARK" in seen
 
 

@@ -55,6 +55,29 @@ def test_an_offer_round_trips_through_its_message_text():
     assert parse_offer(text) == offer
 
 
+def test_a_new_offer_s_leaves_are_blake3_and_an_earlier_release_s_offer_reads_as_sha256(tmp_path):
+    import json
+
+    import blake3
+
+    from m2mc.middleware.file_transfer import offer_from_file
+    data = os.urandom(3 * MIN_CHUNK + 5)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    offer, leaves = offer_from_file(path)
+    chunk = offer.chunk_size
+    assert offer.leaf == "blake3" and json.loads(kinds.split(offer.to_text())[1])["leaf"] == "blake3"
+    assert leaves == [blake3.blake3(data[i:i + chunk]).digest() for i in range(0, len(data), chunk)]
+    assert tree_root(leaves).hex() == offer.root and offer.sha256 == hashlib.sha256(data).hexdigest()
+    assert offer.leaf_of(data[:chunk]) == leaves[0] != hashlib.sha256(data[:chunk]).digest()
+
+    earlier, earlier_leaves = offer_from_file(path, "sha256")  # an earlier release's: no "leaf" field
+    text = earlier.to_text()
+    assert '"leaf"' not in text and parse_offer(text) == earlier and parse_offer(text).leaf == "sha256"
+    assert earlier_leaves[0] == hashlib.sha256(data[:chunk]).digest() == earlier.leaf_of(data[:chunk])
+    assert earlier.sha256 == offer.sha256 and earlier.root != offer.root
+
+
 @pytest.mark.parametrize("change, reason", [
     ({"chunk": 1024}, "chunk size"),  # a million tiny chunks: the chunk size is bounded below
     ({"chunk": MIN_CHUNK + 1}, "power of two"),
@@ -67,6 +90,8 @@ def test_an_offer_round_trips_through_its_message_text():
     ({"root": "00"}, "hex"),
     ({"mime": "text/\x00plain"}, "MIME"),
     ({"name": 7}, "type"),
+    ({"leaf": "md5"}, "leaf hash"),  # a hash this peer cannot check with is no offer it can fetch
+    ({"leaf": 3}, "leaf hash"),
 ])
 def test_a_hostile_offer_is_refused_with_the_bound_it_breaks(change, reason):
     import json
