@@ -6,7 +6,7 @@ send before it is dropped."""
 
 from __future__ import annotations
 
-from m2mc.middleware.file_download import MAX_SOURCES, STALLED_RETRY, Ask, Download, Timing
+from m2mc.middleware.file_download import MAX_SOURCES, STALLED_RETRY, Download, Timing
 from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, chunk_deadline
 from tests.testbed.file_sources import FileSim, SimSource, sample_file
 
@@ -112,18 +112,25 @@ def test_the_last_source_place_is_kept_for_the_offerer() -> None:
 
 
 def test_a_chunk_frame_asks_nothing_until_its_chunk_is_checked() -> None:
-    """A chunk's request is freed when the chunk is checked, not when its frame comes: asks made
-    at the frame would find the window full (a wasted pass over the plan per chunk)."""
+    """A chunk's request is freed when the chunk is checked, not when its frame comes: a pass over
+    the sources' windows at each frame would find them full (wasted work per chunk)."""
     offer, data = sample_file(CHUNKS)
     sim = FileSim(offer, data, [SimSource("ann"), SimSource("bob")])
-    asks_at_frames = []
-    frame = sim.download.frame
+    download, in_frame, pumps_in_frames = sim.download, [False], []
+    frame, pump = download.frame, download._pump
 
-    def watched(pid, conn, kind, payload, now):
-        outcome, commands = frame(pid, conn, kind, payload, now)
-        asks_at_frames.extend(c for c in commands if isinstance(c, Ask))
-        return outcome, commands
+    def watched_frame(*args):
+        in_frame[0] = True
+        try:
+            return frame(*args)
+        finally:
+            in_frame[0] = False
 
-    sim.download.frame = watched
+    def watched_pump(now):
+        if in_frame[0]:
+            pumps_in_frames.append(now)
+        return pump(now)
+
+    download.frame, download._pump = watched_frame, watched_pump
     sim.run()
-    assert sim.finished_at is not None and sim.whole() and not asks_at_frames
+    assert sim.finished_at is not None and sim.whole() and not pumps_in_frames
