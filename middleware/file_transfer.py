@@ -1,8 +1,10 @@
 """Files over TCP: the asyncio layer that serves and fetches the chunks :mod:`middleware.files` plans.
 
-The protocol itself (frames, seals, the handshake, what a server answers, what a download asks,
-which chunks it keeps and what its bitmap says when) is :mod:`middleware.file_core`, which does no
-I/O; this module is its sockets, files, threads and clock.
+The protocol itself (frames, seals, the handshake, what a server answers, which chunks a download
+keeps and what its bitmap says when) is :mod:`middleware.file_core`, and a download's decisions
+(which sources to reach, what to ask of whom, stalls, liars, slots given up, the end) are
+:class:`middleware.file_download.Download`; neither does I/O.  This module is their sockets,
+files, threads and clock: it carries a download's commands out and tells it what happened.
 
 Every peer listens on TCP at its unicast endpoint's address and port (the UDP
 endpoint of :mod:`middleware.reach`), so wherever a member's datagrams come from,
@@ -841,16 +843,13 @@ class FileService:
             except asyncio.TimeoutError:
                 pass
 
-    def _reachable(self, transfer: Transfer, now: float) -> dict[str, Any]:
-        """The group's current members other than this peer whose address is known: pid -> address."""
+    def _reachable(self, transfer: Transfer, now: float) -> list[str]:
+        """The group's current members other than this peer whose address is known."""
         record = self.core.gjlp.groups.get(transfer.gid)
         if record is None:
-            return {}
-        found = {}
-        for member in record.current():
-            if member.pid != self.core.pid and (address := self.core.reach.address_of(member.pid, now)) is not None:
-                found[member.pid] = address
-        return found
+            return []
+        return [member.pid for member in record.current()
+                if member.pid != self.core.pid and self.core.reach.address_of(member.pid, now) is not None]
 
     def _carry_out(self, transfer: Transfer, command: Command) -> None:
         """One command of the download's (a :class:`Finish` or :class:`GiveUp` is :meth:`_turn`'s)."""
@@ -867,7 +866,7 @@ class FileService:
             if stream is not None:
                 stream.close()
         elif isinstance(command, Connect):
-            address = self._reachable(transfer, clock.now()).get(command.pid)
+            address = self.core.reach.address_of(command.pid, clock.now())
             self._spawn(self._fetch_from(transfer, command.pid, command.conn, address))
 
     def _carry_all(self, transfer: Transfer, commands: list[Command]) -> None:
