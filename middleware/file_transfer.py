@@ -1,8 +1,10 @@
 """Files over TCP: the asyncio layer that serves and fetches the chunks :mod:`middleware.files` plans.
 
-The protocol itself (frames, seals, the handshake, what a server answers, what a download asks,
-which chunks it keeps and what its bitmap says when) is :mod:`middleware.file_core`, which does no
-I/O; this module is its sockets, files, threads and clock.
+The protocol itself (frames, seals, the handshake, what a server answers, which chunks a download
+keeps and what its bitmap says when) is :mod:`middleware.file_core`, and a download's decisions
+(which sources to reach, what to ask of whom, stalls, liars, slots given up, the end) are
+:class:`middleware.file_download.Download`; neither does I/O.  This module is their sockets,
+files, threads and clock: it carries a download's commands out and tells it what happened.
 
 Every peer listens on TCP at its unicast endpoint's address and port (the UDP
 endpoint of :mod:`middleware.reach`), so wherever a member's datagrams come from,
@@ -67,10 +69,11 @@ import msgpack
 from . import clock
 from .events import FileProgress
 from .kinds import FILE_OFFER
+from .file_download import Ask, Close, Command, Connect, Download, Finish, GiveUp, Timing
 from .file_core import (BUSY, CHALLENGE, CHUNK, DURABLE, GET, GET_HASHES, HASHES, HAVE, HAVE_ONE, HELLO, INDEX,
                         LENGTH, MAX_FRAME, MAX_HANDSHAKE_FRAME, MISSING, NONE, PROOF, ClientHandshake, FrameCutter,
-                        NotProven, ResumeMarks, Seal, ServerHandshake, TransferError, answer, asks, bitmap_writes,
-                        check_length, encode, encode_many, heard, index_of, open_frame, taken, window)
+                        NotProven, ResumeMarks, Seal, ServerHandshake, TransferError, answer, bitmap_writes,
+                        check_length, encode, encode_many, index_of, open_frame)
 from .files import (CHUNK_DEADLINE, DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE, HASH_BYTES, MAX_CHUNKS,
                     MIN_SOURCE_RATE, PART_SUFFIX, Caps, ChunkPlan, FileOffer, FirstAskers, HandshakeSlots,
                     OfferError, ProgressGate, SlotQueue, check_fetch, chunk_deadline, chunk_size_for, leaf_hash,
@@ -92,21 +95,15 @@ POOL_BYTES = 48 * 2**20  # chunk buffers kept for reuse: more than a download's 
 LOW_WATER = 256 * 1024
 """A connection reading a chunk is woken once this much of it has come (SO_RCVLOWAT, where the system
 has it), not for every few packets: on a link held to 1 Gbit/s the receiver woke for each 10 KB."""
-MAX_SOURCES = 8  # connections one download keeps, one of them kept for the offerer
 MAX_DOWNLOADS = 4  # downloads fetching at once; the others wait their turn (:class:`files.SlotQueue`)
 DOWNLOAD_IDLE = 5.0  # seconds without a new chunk after which a download gives its slot to one waiting
 AUTO_PER_MEMBER = 2  # auto-downloads of one member's offers not yet done; its later offers wait
 MAX_AUTO_OPEN = 16  # auto-downloads not yet done in all (fresh keys cost nothing): later offers are left to the user
 AUTO_LATER = 8  # offers of one member waiting for its auto-downloads to finish (older ones are left to the user)
-AUTO_IDLE_TURNS = 2  # turns an auto-download gives up without having received a chunk: then it fails
 UPLOADS_PER_PEER = 4  # connections one member may hold to this peer at once
 MAX_UPLOADS = 16  # a sealed chunk is held twice while it is sent: 16 x 8 MiB at most
 UPLOAD_IDLE = 15.0  # seconds a proven connection may ask nothing before it is closed
 UPLOAD_GIVES_WAY = 2.0  # seconds asking nothing after which an upload slot goes to a member that wants one
-RETRY_SOURCE = 0.5  # a member that had nothing (or was unreachable) is asked again after this
-STALLED_RETRY = 30.0  # seconds before a source whose chunks were overdue is asked again, doubling (the offerer: RETRY_SOURCE)
-ELSEWHERE_WAIT = 0.5  # seconds a chunk the offerer sent elsewhere waits for a member to announce it
-SETTLE_WAIT = 0.5  # seconds a new download waits for the members it reaches to say what they hold, before asking the offerer
 LEAVES_WAIT = 30  # tenths of a second a server fetching the file itself waits for its hash list
 ANSWER_TIMEOUT = HANDSHAKE_TIMEOUT + LEAVES_WAIT / 10  # seconds a client waits for HAVE, NONE or BUSY
 
@@ -296,13 +293,6 @@ class _Stream:
 
 
 @dataclass(eq=False)
-class _Source:
-    pid: str
-    stream: _Stream | None  # None while connecting
-    outstanding: int = 0
-
-
-@dataclass(eq=False)
 class Transfer:
     """One file of one group at this peer: offered by it, or being (or done being) fetched."""
 
@@ -317,12 +307,9 @@ class Transfer:
     error: str = ""
     received: int = 0  # chunk bytes received (good, bad and needless), over every run
     uploaded: int = 0
-    plan: ChunkPlan | None = None
-    sources: dict[str, _Source] = field(default_factory=dict)
-    retry_at: dict[str, float] = field(default_factory=dict)
-    stalls: dict[str, int] = field(default_factory=dict)  # sources dropped for an overdue chunk, times each
+    download: Download | None = None  # a download's decisions (sources, asks, stalls, turns)
+    streams: dict[int, _Stream] = field(default_factory=dict)  # its sources' connections, by the download's number
     subscribers: set[_Stream] = field(default_factory=set)
-    holders: set[str] = field(default_factory=set)  # members that said they hold chunks of it
     askers: FirstAskers | None = None  # offered by this peer: who asked first for each chunk
     clients: dict[str, int] = field(default_factory=dict)  # members connected to fetch it: connections each
     task: asyncio.Task | None = None
@@ -333,11 +320,7 @@ class Transfer:
     sync_job: asyncio.Future | None = None
     boot: str | None = None  # the boot whose page cache holds this download's unsynced writes
     synced: bool = True  # a finished download's file is on disk (its last sync done)
-    fetching_since: float = 0.0
     auto: bool = False  # fetched on its own (auto-download), not asked for by the user
-    progress_at: float = 0.0  # when this turn last got a chunk (or the hash list)
-    progressed: bool = False  # whether this turn got anything
-    idle_turns: int = 0  # turns in a row given up without anything received
 
     @property
     def key(self) -> str:
@@ -348,9 +331,23 @@ class Transfer:
         return self.path.with_name(self.path.name + PART_SUFFIX)
 
     @property
+    def plan(self) -> ChunkPlan | None:
+        return self.download.plan if self.download is not None else None
+
+    @property
+    def holders(self) -> set[str]:
+        return self.download.holders if self.download is not None else set()
+
+    @property
     def held_bytes(self) -> int:
-        offer = self.offer
-        return sum(offer.chunk_length(i) for i in range(offer.chunks) if self.have[i]) if offer.size else 0
+        """The bytes of the chunks held: a count in C, not a sum over chunks (every progress report)."""
+        offer, have = self.offer, self.have
+        if not offer.size:
+            return 0
+        held = len(have) - have.count(0)
+        if have and have[-1]:  # the last chunk is shorter than the others
+            return (held - 1) * offer.chunk_size + offer.chunk_length(offer.chunks - 1)
+        return held * offer.chunk_size
 
     def to_json(self) -> dict:
         return {"gid": self.gid, "mid": format_mid(self.mid), **self.offer.to_json(), "role": self.role,
@@ -559,7 +556,9 @@ class FileService:
                 transfer.auto = False
                 self.slots.promote(transfer)
             if transfer.state in ("failed", "cancelled"):
-                transfer.state, transfer.error, transfer.idle_turns = "waiting", "", 0
+                transfer.state, transfer.error = "waiting", ""
+                if transfer.download is not None:
+                    transfer.download.restart()
                 self._start(transfer)
             return transfer
         offer = self._offer_of(gid, mid)
@@ -592,7 +591,8 @@ class FileService:
         for stale in (transfer.part, self.dir / (transfer.key + ".bitmap")):
             stale.unlink(missing_ok=True)
         transfer.have = bytearray(transfer.offer.chunks)
-        transfer.plan = None
+        if transfer.download is not None:
+            transfer.download.plan = None
         self._save(transfer)
         self._report(transfer, final=True)
         return transfer
@@ -754,14 +754,18 @@ class FileService:
     # -- fetching ----------------------------------------------------------------------------
 
     def _start(self, transfer: Transfer) -> None:
+        if transfer.download is None:
+            transfer.download = Download(transfer.offer, transfer.mid[0], self.core.pid, transfer.leaves)
         if transfer.task is None or transfer.task.done():
             transfer.task = self._spawn(self._download(transfer))
 
     async def _download(self, transfer: Transfer) -> None:
         """Turns of fetching, each in a download slot, until the file is whole.  A turn that gets
         no chunk for :data:`DOWNLOAD_IDLE` while another download waits gives its slot up and goes
-        to the back of the line; an auto-download that does so :data:`AUTO_IDLE_TURNS` times
-        without a chunk fails (the user can still ask for it)."""
+        to the back of the line; an auto-download that does so :data:`file_download.AUTO_IDLE_TURNS`
+        times without a chunk fails (the user can still ask for it)."""
+        download = transfer.download
+        assert download is not None
         try:
             while True:
                 await self._take_slot(transfer)
@@ -772,12 +776,11 @@ class FileService:
                         return
                 finally:
                     self._wake(self.slots.release(transfer))
-                transfer.idle_turns = 0 if transfer.progressed else transfer.idle_turns + 1
-                if transfer.auto and transfer.idle_turns >= AUTO_IDLE_TURNS:
+                if (reason := download.turn_ended(transfer.auto)) is not None:
                     self._auto_later.pop(transfer.mid[0], None)  # its offerer serves nothing: its other offers wait for the user
                     if not any(transfer.have):  # no empty .part left in the downloads folder
                         transfer.part.unlink(missing_ok=True)
-                    raise UsageError(f"no member served it in {AUTO_IDLE_TURNS} turns of {DOWNLOAD_IDLE:g} s")
+                    raise UsageError(reason)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the disk (OSError), the offer (UsageError), or a bug
@@ -808,69 +811,74 @@ class FileService:
                 self._wake(self.slots.release(transfer))
 
     async def _turn(self, transfer: Transfer) -> bool:
-        """Fetch while holding a slot: True once the file is whole, False when the slot is given up."""
+        """Fetch while holding a slot: True once the file is whole, False when the slot is given up.
+        The decisions are the :class:`file_download.Download`'s; this carries them out, and ticks
+        it at its deadline or when woken."""
+        download = transfer.download
+        assert download is not None
         await self._recheck(transfer)
         transfer.state = "fetching"
-        transfer.fetching_since = transfer.progress_at = clock.now()
-        transfer.progressed = False
-        asyncio.get_running_loop().call_later(SETTLE_WAIT, self._pump, transfer)
+        download.leaves = transfer.leaves
+        download.begin(clock.now(), transfer.have,
+                       Timing(chunk_deadline(transfer.offer.chunk_size), DOWNLOAD_IDLE))
         self._save(transfer)
         transfer.part.parent.mkdir(parents=True, exist_ok=True)
         transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT | _O_BINARY, 0o600)
         transfer.bitmap_fd = os.open(self.dir / (transfer.key + ".bitmap"), os.O_RDWR | os.O_CREAT | _O_BINARY, 0o600)
-        if transfer.leaves is not None:
-            transfer.plan = self._plan(transfer)
         self._report(transfer)
         while True:
-            if transfer.plan is not None and transfer.plan.complete:
-                if await self._finish(transfer):
-                    return True
             now = clock.now()
-            self._drop_stalled(transfer, now)
-            # Never shorter than a chunk's deadline: a slow source's next chunk may still come.
-            idle = max(DOWNLOAD_IDLE, chunk_deadline(transfer.offer.chunk_size))
-            if now - transfer.progress_at >= idle and self.slots.waiting:
-                log.info("files: %s got nothing for %.0f s: its slot goes to a download waiting",
-                         transfer.offer.name, now - transfer.progress_at)
-                self._drop_sources(transfer)
-                self._close_fds(transfer)
-                transfer.plan = None
-                transfer.state = "waiting"
-                self._save(transfer)
-                self._report(transfer)
-                return False
-            self._connect_sources(transfer)
+            for command in download.tick(now, self._reachable(transfer, now), bool(self.slots.waiting)):
+                if isinstance(command, Finish):
+                    return await self._finish(transfer)
+                if isinstance(command, GiveUp):
+                    log.info("files: %s got nothing for %.0f s: its slot goes to a download waiting",
+                             transfer.offer.name, command.idle)
+                    self._drop_sources(transfer)
+                    self._close_fds(transfer)
+                    download.plan = None
+                    transfer.state = "waiting"
+                    self._save(transfer)
+                    self._report(transfer)
+                    return False
+                self._carry_out(transfer, command)
             transfer.wake.clear()
-            timeout = 1.0
-            due = transfer.plan.next_due() if transfer.plan is not None else None
-            if due is not None:
-                timeout = min(timeout, max(0.0, due - now) + 0.01)
             try:
-                await asyncio.wait_for(transfer.wake.wait(), timeout)
+                await asyncio.wait_for(transfer.wake.wait(), max(0.0, download.deadline(now) - now))
             except asyncio.TimeoutError:
                 pass
 
-    def _drop_stalled(self, transfer: Transfer, now: float) -> None:
-        """Close the sources whose chunks are overdue (:meth:`ChunkPlan.stalled`): their chunks, and
-        the ones only they claimed, go to the others, the offerer first among them.  A stalled
-        member is asked again after :data:`STALLED_RETRY`; the offerer, the fallback, at once."""
-        plan = transfer.plan
-        if plan is None:
-            return
-        for pid in plan.stalled(now):
-            self.sources_stalled += 1
-            log.info("files: %s sent no chunk of %s in %.1f s: asking the others", pid, transfer.offer.name,
-                     plan.deadline)
-            plan.drop_source(pid)
-            stalls = transfer.stalls[pid] = transfer.stalls.get(pid, 0) + 1
-            # A member stalling again waits twice as long each time (to 8x): a silent claimer of every
-            # chunk costs a download one chunk deadline per back-off, not one per STALLED_RETRY.
-            transfer.retry_at[pid] = now + (RETRY_SOURCE if pid == plan.spare
-                                            else STALLED_RETRY * 2 ** min(stalls - 1, 3))
-            source = transfer.sources.pop(pid, None)
-            if source is not None and source.stream is not None:
-                source.stream.close()
-        self._pump(transfer)
+    def _reachable(self, transfer: Transfer, now: float) -> list[str]:
+        """The group's current members other than this peer whose address is known."""
+        record = self.core.gjlp.groups.get(transfer.gid)
+        if record is None:
+            return []
+        return [member.pid for member in record.current()
+                if member.pid != self.core.pid and self.core.reach.address_of(member.pid, now) is not None]
+
+    def _carry_out(self, transfer: Transfer, command: Command) -> None:
+        """One command of the download's (a :class:`Finish` or :class:`GiveUp` is :meth:`_turn`'s)."""
+        if isinstance(command, Ask):
+            stream = transfer.streams.get(command.conn)
+            if stream is not None:
+                stream.write_many(GET, [INDEX.pack(index) for index in command.chunks])  # one write, one segment
+        elif isinstance(command, Close):
+            if command.stalled:
+                self.sources_stalled += 1
+                log.info("files: %s sent no chunk of %s in time: asking the others", command.pid,
+                         transfer.offer.name)
+            stream = transfer.streams.pop(command.conn, None)
+            if stream is not None:
+                stream.close()
+        elif isinstance(command, Connect):
+            address = self.core.reach.address_of(command.pid, clock.now())
+            self._spawn(self._fetch_from(transfer, command.pid, command.conn, address))
+
+    def _carry_all(self, transfer: Transfer, commands: list[Command]) -> None:
+        for command in commands:
+            self._carry_out(transfer, command)
+        if transfer.download is not None and transfer.download.due_now:
+            transfer.wake.set()
 
     def _fail(self, transfer: Transfer, exc: BaseException | None) -> None:
         """The download stops with ``exc`` as its error (``fetch_file`` starts it again)."""
@@ -886,45 +894,24 @@ class FileService:
         self._save(transfer)
         self._report(transfer, final=True)
 
-    def _plan(self, transfer: Transfer) -> ChunkPlan:
-        return ChunkPlan(transfer.offer.chunks, transfer.have, spare=transfer.mid[0], me=self.core.pid,
-                         deadline=chunk_deadline(transfer.offer.chunk_size))
-
-    def _connect_sources(self, transfer: Transfer) -> None:
-        now = clock.now()
-        record = self.core.gjlp.groups.get(transfer.gid)
-        if record is None:
-            return
-        candidates = [m.pid for m in record.current() if m.pid != self.core.pid]
-        candidates.sort(key=lambda pid: pid != transfer.mid[0])  # the offerer first
-        dropped = transfer.plan.dropped if transfer.plan else set()
-        offerer = transfer.mid[0]
-        for pid in candidates:
-            if len(transfer.sources) >= MAX_SOURCES:
-                break
-            if pid != offerer and len([p for p in transfer.sources if p != offerer]) >= MAX_SOURCES - 1:
-                break  # the last place is the offerer's: whatever the others claim, it stays a fallback
-            if pid in transfer.sources or pid in dropped or transfer.retry_at.get(pid, 0.0) > now:
-                continue
-            address = self.core.reach.address_of(pid, now)
-            if address is None:
-                continue
-            transfer.retry_at[pid] = now + RETRY_SOURCE
-            transfer.sources[pid] = _Source(pid, None)
-            self._spawn(self._fetch_from(transfer, pid, address.host, address.port))
-
-    async def _fetch_from(self, transfer: Transfer, pid: str, host: str, port: int) -> None:
+    async def _fetch_from(self, transfer: Transfer, pid: str, conn: int, address) -> None:
+        """Connection ``conn`` to source ``pid``: the handshake, its HAVE (and the hash list, the
+        first time), then its frames, each told to the download."""
+        download = transfer.download
+        assert download is not None
         stream: _Stream | None = None
         try:
-            stream = await self._connect(transfer, pid, host, port)
-            if stream is None:
+            if address is None:
                 return
-            source = transfer.sources[pid] = _Source(pid, stream)
+            stream = await self._connect(transfer, pid, address.host, address.port)
+            if stream is None or not download.connected(pid, conn):
+                return
+            transfer.streams[conn] = stream
             kind, payload = await asyncio.wait_for(stream.read(), ANSWER_TIMEOUT)
             if kind != HAVE:
                 return  # NONE or BUSY: asked again later
             announced = []  # what it gets while its hash list comes
-            if transfer.leaves is None:
+            if download.needs_hashes:
                 hashes_limit = max(MAX_FRAME, transfer.offer.chunks * HASH_BYTES + 64)
                 if stream.frames is not None:
                     stream.frames.limit = hashes_limit
@@ -944,55 +931,37 @@ class FileService:
                     leaves = split_leaves(data, transfer.offer)
                 except OfferError as exc:
                     log.warning("files: %s sent a bad hash list: %s", pid, exc)
-                    transfer.retry_at[pid] = clock.now() + 60.0
+                    download.hashes(pid, conn, None, clock.now())
                     return
-                if transfer.plan is None:  # another source's list may have come first: one plan
+                if download.hashes(pid, conn, leaves, clock.now()):  # the first list to come: the download's
                     transfer.leaves = leaves
                     self._save(transfer, leaves=True)
-                    transfer.plan = self._plan(transfer)
-                    transfer.progress_at, transfer.progressed = clock.now(), True
-            plan = transfer.plan
-            assert plan is not None
-            plan.add_source(pid, payload)
-            for index in announced:
-                plan.source_has(pid, index)
-            if any(payload) or announced:
-                transfer.holders.add(pid)
-            self._pump(transfer)
-            tree = transfer.leaves
-            assert tree is not None
+            if download.plan is None:
+                return  # the turn ended while the hash list came
+            self._carry_all(transfer, download.have(pid, conn, payload, announced, clock.now()))
             while transfer.state == "fetching":
                 kind, data = await stream.read()
-                outcome = heard(plan, transfer.offer, tree, pid, kind, data, clock.now(), ELSEWHERE_WAIT)
-                source.outstanding -= outcome.freed
-                if outcome.holds:
-                    transfer.holders.add(pid)
-                if outcome.ask_at is not None:  # (at most one timer per chunk asked of the offerer)
-                    asyncio.get_running_loop().call_later(ELSEWHERE_WAIT, self._pump, transfer)
+                outcome, commands = download.frame(pid, conn, kind, data, clock.now())
                 if kind == CHUNK:
                     transfer.received += len(data) - INDEX.size
                     if outcome.chunk is not None:
-                        self._check_chunk(transfer, source, *outcome.chunk)
+                        self._check_chunk(transfer, pid, conn, *outcome.chunk)
                     else:  # refused unchecked (not asked of this source, or not that chunk's length)
                         self._buffers.give(data.obj)
-                        if outcome.freed:
-                            self._after_chunk(transfer, source)
-                self._pump(transfer)
+                self._carry_all(transfer, commands)
+                if outcome.ask_at is not None:
+                    transfer.wake.set()  # the deadline to ask again is the download's now
         except (OSError, asyncio.IncompleteReadError, TransferError, struct.error, asyncio.TimeoutError,
                 ValueError, msgpack.ExtraData) as exc:
             log.debug("files: source %s of %s: %s", pid, transfer.offer.name, exc)
         except Exception:  # a bug: this source is dropped, the download goes on with the others
             log.exception("files: source %s of %s failed", pid, transfer.offer.name)
         finally:
-            current = transfer.sources.get(pid)
-            if current is not None and (stream is None or current.stream is stream or current.stream is None):
-                del transfer.sources[pid]
-                current = None
-            if transfer.plan is not None and current is None:  # not a newer connection's source
-                transfer.plan.drop_source(pid)
-                self._pump(transfer)
             if stream is not None:
                 stream.close()
+                if transfer.streams.get(conn) is stream:
+                    del transfer.streams[conn]
+            self._carry_all(transfer, download.lost(pid, conn, clock.now()))
             transfer.wake.set()
 
     async def _connect(self, transfer: Transfer, pid: str, host: str, port: int) -> _Stream | None:
@@ -1019,80 +988,44 @@ class FileService:
             stream.close()
             raise
 
-    def _pump(self, transfer: Transfer) -> None:
-        """Ask every connected source for as many chunks as its window has room for."""
-        plan = transfer.plan
-        if plan is None or transfer.state != "fetching":
-            return
-        connected = {source.pid: source for source in transfer.sources.values() if source.stream is not None}
-        owed = {pid: source.outstanding for pid, source in connected.items()}
-        for pid, picked in asks(plan, owed, window(transfer.offer), self._settling(transfer, plan), clock.now()).items():
-            source = connected[pid]
-            assert source.stream is not None
-            source.stream.write_many(GET, [INDEX.pack(index) for index in picked])  # one write, one segment
-            source.outstanding += len(picked)
-
-    @staticmethod
-    def _settling(transfer: Transfer, plan: ChunkPlan) -> bool:
-        """Whether the offerer must wait: members reached for this download have not said yet what
-        they hold, and the download began under :data:`SETTLE_WAIT` ago.  Receivers that start
-        together thus know each other before their first request, and split the offerer's chunks
-        (:meth:`ChunkPlan.pick`) instead of each asking it for the same first window."""
-        if clock.now() - transfer.fetching_since >= SETTLE_WAIT:
-            return False
-        return any(pid != plan.spare and pid not in plan.sources and pid not in plan.dropped
-                   for pid in transfer.sources)
-
-    def _check_chunk(self, transfer: Transfer, source: _Source, index: int, data: memoryview) -> None:
+    def _check_chunk(self, transfer: Transfer, pid: str, conn: int, index: int, data: memoryview) -> None:
         """A chunk came: hashed on a checker thread while the loop reads on, and written there if it
         matches its leaf (one write at a time, :data:`_WRITING`, while the other checker hashes);
         then taken (its bitmap byte, after the chunk is written).  It stays in flight to its
         source meanwhile: never asked twice."""
+        download = transfer.download
         plan = transfer.plan
-        assert plan is not None and transfer.leaves is not None
+        assert download is not None and plan is not None and transfer.leaves is not None
         job = asyncio.get_running_loop().run_in_executor(
             self._checker, _check_and_write, data, transfer.leaves[index], transfer.part,
             index * transfer.offer.chunk_size, transfer.offer.leaf)
 
         def checked(job: asyncio.Future) -> None:
-            source.outstanding -= 1
             if job.cancelled():  # its thread may still read the buffer: it is not reused
                 return
             self._buffers.give(data.obj)
             if transfer.plan is not plan or transfer.state != "fetching":
                 return
             if job.exception() is not None:  # the disk: full, gone, read-only
-                plan.unask(index)
+                download.check_failed(index)
                 self._fail(transfer, job.exception())
                 return
-            self._take_chunk(transfer, source.pid, index, job.result())
-            self._after_chunk(transfer, source)
+            stored, commands = download.checked(pid, conn, index, job.result(), clock.now())
+            if stored:
+                self._took(transfer, index)
+            self._carry_all(transfer, commands)
 
         job.add_done_callback(checked)
 
-    def _after_chunk(self, transfer: Transfer, source: _Source) -> None:
-        plan = transfer.plan
-        assert plan is not None
-        if source.pid in plan.dropped and source.stream is not None:
-            source.stream.close()  # served garbage once too often: its reader ends
-        self._pump(transfer)
-        if plan.complete:
-            transfer.wake.set()
-
-    def _take_chunk(self, transfer: Transfer, pid: str, index: int, digest: bytes) -> None:
-        plan = transfer.plan
-        assert plan is not None and transfer.leaves is not None
-        if not taken(plan, transfer.leaves, pid, index, digest):
-            return
-        # written: its bitmap byte comes at the next report, after the chunk, never before
+    def _took(self, transfer: Transfer, index: int) -> None:
+        """Chunk ``index`` is held: its bitmap byte comes at the next report, after the chunk, never
+        before; the members fetching it from this peer hear of it."""
         resume_due = transfer.marks.stored(index, transfer.offer.chunk_length(index))
-        transfer.progress_at, transfer.progressed = clock.now(), True
         for subscriber in list(transfer.subscribers):
             subscriber.write(HAVE_ONE, INDEX.pack(index))
-        if resume_due and not plan.complete:
+        if resume_due and transfer.plan is not None and not transfer.plan.complete:
             self._resume_point(transfer)
         self._report(transfer)
-
     def _resume_point(self, transfer: Transfer) -> None:
         """Sync the partial file on a worker thread, then mark the chunks written before as durable
         (2 in the bitmap): after a power cut only the chunks since are checked again.  One at a
@@ -1186,10 +1119,11 @@ class FileService:
             self._save(transfer)
 
     def _drop_sources(self, transfer: Transfer) -> None:
-        for source in list(transfer.sources.values()):
-            if source.stream is not None:
-                source.stream.close()
-        transfer.sources.clear()
+        if transfer.download is not None:
+            transfer.download.stop()
+        for stream in transfer.streams.values():
+            stream.close()
+        transfer.streams.clear()
 
     def _report(self, transfer: Transfer, final: bool = False) -> None:
         if self.progress.allow(transfer.key, clock.now(), final or transfer.state != "fetching"):
@@ -1266,11 +1200,12 @@ class FileService:
             transfer.clients[pid] = transfer.clients.get(pid, 0) + 1
             if transfer.role == "offer" and transfer.askers is None:
                 transfer.askers = FirstAskers(transfer.offer.chunks)
-            if transfer.role == "download" and transfer.state == "fetching" and pid not in transfer.sources:
+            if transfer.role == "download" and transfer.state == "fetching" and transfer.download is not None:
                 # A receiver fetching it too: reached back at once, not at the next retry, so the two
                 # split the offerer's chunks (a small file is done before that retry comes).
-                transfer.retry_at.pop(pid, None)
-                transfer.wake.set()
+                transfer.download.reached_back(pid)
+                if transfer.download.due_now:
+                    transfer.wake.set()
             stream.write(HAVE, bytes(transfer.have))
             # A client must take what it asked for as fast as a source must send it (files.chunk_deadline):
             # one that asks and never reads holds no slot for longer.

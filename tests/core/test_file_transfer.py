@@ -102,7 +102,7 @@ async def wait_done(transfer: Transfer, seconds: float = 20) -> None:
             return
         await asyncio.sleep(0.02)
     plan = transfer.plan
-    raise AssertionError(f"transfer still {transfer.state}: held {plan and plan.held}, inflight {plan and plan.inflight}, sources {plan and list(plan.sources)}, dropped {plan and plan.dropped}, conns {[(s.pid, s.outstanding, s.stream is None) for s in transfer.sources.values()]}")
+    raise AssertionError(f"transfer still {transfer.state}: held {plan and plan.held}, inflight {plan and plan.inflight}, sources {plan and list(plan.sources)}, dropped {plan and plan.dropped}, links {transfer.download and [(link.pid, link.outstanding, link.connected) for link in transfer.download.links.values()]}")
 
 
 def source_file(tmp_path: Path, size: int = SIZE) -> Path:

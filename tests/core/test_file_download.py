@@ -1,0 +1,136 @@
+"""A download's decisions (middleware/file_download.py) against simulated sources in virtual time
+(tests/testbed/file_sources.py): no socket, no file, no clock.  Several sources at once, one of
+them stalling, lying about chunks, vanishing mid-download; a restart resumes from the chunks held.
+Each chunk is fetched once: the bytes hashed are the file's size, plus the garbage a liar gets to
+send before it is dropped."""
+
+from __future__ import annotations
+
+from m2mc.middleware.file_download import MAX_SOURCES, STALLED_RETRY, Download, Timing
+from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, chunk_deadline
+from tests.testbed.file_sources import FileSim, SimSource, sample_file
+
+CHUNKS = 64
+
+
+def test_honest_sources_fetch_every_chunk_once_and_the_offerer_only_as_a_fallback() -> None:
+    offer, data = sample_file(CHUNKS)
+    sim = FileSim(offer, data, [SimSource("ann"), SimSource("bob"), SimSource("cid")])
+    sim.run()
+    assert sim.finished_at is not None and sim.whole()
+    assert sim.good_bytes == offer.size and sim.bad_bytes == sim.unchecked_bytes == 0
+    assert len(sim.asked) == CHUNKS  # each chunk asked once, of one source
+    # The offerer (ann) is asked only for chunks no other source holds: here none.
+    assert not sim.asked_of("ann") and sim.asked_of("bob") and sim.asked_of("cid")
+
+
+def test_a_stalled_source_is_dropped_at_its_deadline_and_its_chunks_are_asked_of_the_others() -> None:
+    offer, data = sample_file(CHUNKS)
+    sim = FileSim(offer, data, [SimSource("ann"), SimSource("bob"), SimSource("stall", stall=True)])
+    sim.run()
+    assert sim.finished_at is not None and sim.whole()
+    stalled = sim.asked_of("stall")
+    assert stalled, "the stalling source was never asked: the test proves nothing"
+    assert [pid for _, pid, stalled in sim.closed if stalled] == ["stall"] and sim.download.stalls == {"stall": 1}
+    assert all(sim.served_by[index] != "stall" for index in stalled)  # its chunks came from the others
+    assert sim.good_bytes == offer.size  # each once
+    # Dropped one chunk deadline after it was asked (not a poll later), and not asked again before
+    # its back-off is over.
+    deadline = chunk_deadline(offer.chunk_size)
+    assert sim.finished_at - 1000.0 < deadline + 1.0
+    assert sim.connects["stall"] == 1 and sim.download.retry_at["stall"] >= 1000.0 + deadline + STALLED_RETRY
+
+
+def test_a_source_that_lies_about_chunks_is_dropped_after_a_few_and_never_written() -> None:
+    offer, data = sample_file(CHUNKS)
+    sim = FileSim(offer, data, [SimSource("ann"), SimSource("liar", liar=True), SimSource("bob")])
+    sim.run()
+    assert sim.finished_at is not None and sim.whole()
+    plan = sim.download.plan
+    assert plan is not None and "liar" in plan.dropped and plan.bad["liar"] == BAD_CHUNKS_TO_DROP
+    # Closed as it was dropped, not when the download ended.
+    assert [pid for when, pid, _ in sim.closed if when < sim.finished_at] == ["liar"]
+    assert "liar" not in sim.served_by.values()
+    assert sim.bad_bytes == BAD_CHUNKS_TO_DROP * offer.chunk_size  # hashed garbage: only until it is dropped
+    assert sim.good_bytes == offer.size
+    assert sim.connects["liar"] == 1  # a dropped source is not reached again
+
+
+def test_a_source_that_vanishes_mid_download_leaves_its_chunks_to_the_others() -> None:
+    offer, data = sample_file(CHUNKS)
+    sim = FileSim(offer, data, [SimSource("ann"), SimSource("gone", vanish_after=5), SimSource("bob"),
+                                SimSource("far", reachable=False)])
+    sim.run()
+    assert sim.finished_at is not None and sim.whole()
+    assert sum(1 for who in sim.served_by.values() if who == "gone") == 5
+    lost = sim.asked_of("gone") - {i for i, who in sim.served_by.items() if who == "gone"}
+    assert lost, "nothing was in flight to the vanishing source: the test proves nothing"
+    assert sim.good_bytes == offer.size  # nothing fetched twice
+    # Its chunks were asked of the others as it went, not after a chunk deadline.
+    assert sim.finished_at - 1000.0 < 1.0 and not any(stalled for _, _, stalled in sim.closed)
+
+
+def test_a_restart_fetches_only_the_chunks_not_held() -> None:
+    offer, data = sample_file(CHUNKS)
+    first = FileSim(offer, data, [SimSource("ann"), SimSource("bob", rate=5e6)])
+    first.run(stop_when=lambda: len(first.written) >= CHUNKS // 2)
+    assert first.finished_at is None and 0 < sum(first.have) < CHUNKS
+    held = bytearray(first.have)  # the bitmap, as a restart reads it, and the hash list saved
+    again = FileSim(offer, data, [SimSource("ann"), SimSource("bob")], have=bytearray(held),
+                    leaves=first.download.leaves)
+    again.run()
+    assert again.finished_at is not None and again.whole()
+    held_bytes = sum(offer.chunk_length(i) for i in range(CHUNKS) if held[i] and not again.written.get(i))
+    assert again.good_bytes == offer.size - held_bytes
+    assert not set(again.written) & {i for i in range(CHUNKS) if held[i]}  # no chunk held is asked again
+
+
+def test_a_download_that_gets_nothing_gives_its_slot_to_one_waiting() -> None:
+    offer, data = sample_file(8)
+    sim = FileSim(offer, data, [SimSource("ann", stall=True)], waiting=True)
+    sim.run()
+    assert sim.finished_at is None and sim.gave_up_at is not None
+    assert sim.gave_up_at - 1000.0 >= max(5.0, chunk_deadline(offer.chunk_size))
+    assert not sim.download.links and sim.download.plan is None
+    download = sim.download
+    assert download.turn_ended(auto=True) is None  # it got the hash list: that turn counts
+    for turn in range(2):  # turns that get nothing: a download the user asked for waits on
+        download.begin(2000.0 + turn, sim.have, download.timing)
+        assert download.turn_ended(auto=False) is None
+    download.begin(3000.0, sim.have, download.timing)
+    assert "no member served it" in download.turn_ended(auto=True)  # an auto-download fails
+
+
+def test_the_last_source_place_is_kept_for_the_offerer() -> None:
+    offer, data = sample_file(8)
+    members = [f"m{i:02}" for i in range(12)]
+    download = Download(offer, "m11", "me")
+    download.begin(0.0, bytearray(offer.chunks), Timing())
+    commands = download.tick(0.0, members + ["me"], False)
+    reached = [command.pid for command in commands]
+    assert len(reached) == MAX_SOURCES and reached[0] == "m11" and "me" not in reached
+
+
+def test_a_chunk_frame_asks_nothing_until_its_chunk_is_checked() -> None:
+    """A chunk's request is freed when the chunk is checked, not when its frame comes: a pass over
+    the sources' windows at each frame would find them full (wasted work per chunk)."""
+    offer, data = sample_file(CHUNKS)
+    sim = FileSim(offer, data, [SimSource("ann"), SimSource("bob")])
+    download, in_frame, pumps_in_frames = sim.download, [False], []
+    frame, pump = download.frame, download._pump
+
+    def watched_frame(*args):
+        in_frame[0] = True
+        try:
+            return frame(*args)
+        finally:
+            in_frame[0] = False
+
+    def watched_pump(now):
+        if in_frame[0]:
+            pumps_in_frames.append(now)
+        return pump(now)
+
+    download.frame, download._pump = watched_frame, watched_pump
+    sim.run()
+    assert sim.finished_at is not None and sim.whole() and not pumps_in_frames
