@@ -12,8 +12,8 @@ a real thread while virtual time runs on.
 ``Parts.network``), a bare core (a simulated other peer, driven by whoever holds it) through
 :meth:`MemoryLan.add_core`.  Each datagram sent reaches every other peer that is up, on the next
 loop turn, as multicast reaches everyone on a quiet LAN (a unicast one only its endpoint's
-peer).  :func:`memory_parts` makes a manager's parts for it: the SQLite store on ``:memory:``,
-the LAN's clock, a cheap key derivation, and no interfaces (no network watch).
+peer).  :func:`memory_parts` makes a manager's parts for it (over :func:`memory_store`, the
+SQLite store on ``:memory:``): the LAN's clock, a cheap key derivation, and no interfaces (no network watch).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from .events import Listener, ignore
 from .manager import Parts
 from .peer_core import Datagram, PeerCore
 from .store import Store
+from .store_api import PeerStore
 from .transport import Received
 
 T = TypeVar("T")
@@ -130,6 +131,7 @@ class MemoryLan:
     hear nor are heard (their app is closed, or their link down)."""
 
     START = 1_000.0
+    SETTLE = 3.0  # virtual seconds that settle() lets go by unless told: a join's answers, acks and sync fit in it
 
     def __init__(self, wall: float) -> None:
         self.loop = VirtualTimeLoop(self.START)
@@ -180,7 +182,7 @@ class MemoryLan:
         self.loop.settle()
         return result
 
-    def settle(self, seconds: float = 0.0) -> None:
+    def settle(self, seconds: float = SETTLE) -> None:
         """Let ``seconds`` of virtual time go by, every peer's timers firing (0: only what is due now)."""
         self.loop.run_until(self.now + seconds)
 
@@ -305,12 +307,18 @@ class MemoryTransport:
         self.closed = True
 
 
-def memory_parts(lan: MemoryLan, identity: Identity, files: Callable) -> Parts:
-    """A manager's :class:`~middleware.manager.Parts` on ``lan``, for the peer of ``identity``: the
-    SQLite store on ``:memory:``, a :class:`MemoryTransport`, the LAN's clock, :func:`cheap_group_key`,
-    no zeroconf and no interfaces to watch; ``files`` makes the file service (as ``Parts.files``)."""
-    return Parts(store=Store(Store.IN_MEMORY, identity), network=lan.transport(identity.pid), files=files,
-                 discovery=None, clock=lan.clock, derive_key=cheap_group_key, lookup=_no_names, interfaces=None)
+def memory_parts(lan: MemoryLan, store: PeerStore, files: Callable) -> Parts:
+    """A manager's :class:`~middleware.manager.Parts` on ``lan``, over ``store`` (see
+    :func:`memory_store`): a :class:`MemoryTransport` for the store's peer, the LAN's clock,
+    :func:`cheap_group_key`, no zeroconf and no interfaces to watch; ``files`` makes the file
+    service (as ``Parts.files``)."""
+    return Parts(store=store, network=lan.transport(store.identity().pid), files=files, discovery=None,
+                 clock=lan.clock, derive_key=cheap_group_key, lookup=_no_names, interfaces=None)
+
+
+def memory_store(identity: Identity | None = None) -> Store:
+    """The real SQLite store, on ``:memory:`` (nothing written to disk), for the peer of ``identity``."""
+    return Store(Store.IN_MEMORY, identity)
 
 
 def _no_names(host: str, *_args: object) -> list:
@@ -318,4 +326,4 @@ def _no_names(host: str, *_args: object) -> list:
     return []
 
 
-__all__ = ["VirtualTimeLoop", "MemoryLan", "MemoryTransport", "memory_parts", "cheap_group_key"]
+__all__ = ["VirtualTimeLoop", "MemoryLan", "MemoryTransport", "memory_parts", "memory_store", "cheap_group_key"]

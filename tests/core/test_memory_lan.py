@@ -9,7 +9,7 @@ from m2mc.middleware import memory_lan
 from m2mc.middleware.crypto import Identity
 from m2mc.middleware.events import MessagesDelivered
 from m2mc.middleware.manager import Config, GroupManager
-from m2mc.middleware.memory_lan import MemoryLan, VirtualTimeLoop, memory_parts
+from m2mc.middleware.memory_lan import MemoryLan, VirtualTimeLoop, memory_parts, memory_store
 from m2mc.middleware.peer_core import PeerCore
 from m2mc.middleware.memory_store import MemoryStore
 from m2mc.middleware.store import Store
@@ -37,7 +37,7 @@ class NoFiles:
 def started(lan: MemoryLan, name: str, tmp_path, events: list) -> GroupManager:
     identity = Identity.generate()
     manager = GroupManager(Config(tmp_path / name, name=name, iface="127.0.0.1"), events.append,
-                           memory_parts(lan, identity, NoFiles))
+                           memory_parts(lan, memory_store(identity), NoFiles))
     lan.loop.complete(manager.start())
     return manager
 
