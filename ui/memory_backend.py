@@ -120,7 +120,9 @@ class MemoryManager(commands.Calls):
         return self.lan.loop.complete(call())
 
     def close(self) -> None:
-        """Close the manager (its goodbye sent on the LAN) and the loop."""
+        """Close the manager (its goodbye sent on the LAN) and the loop; once only."""
+        if self.lan.loop.is_closed():
+            return
         self._on_loop(self.manager.close)
         self.lan.loop.close()
 
@@ -418,6 +420,9 @@ class MemoryBackend(Backend):
         except Exception as exc:
             future.set_exception(exc)
         return future
+
+    def close(self) -> None:
+        self.manager.close()
 
 
 def _run_to_end(result: Any) -> Any:
