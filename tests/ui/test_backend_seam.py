@@ -171,7 +171,7 @@ def test_closing_the_memory_backend_says_goodbye_on_the_lan_and_refuses_later_ca
 
     backend = MemoryBackend()
     ann = sim_member("Ann")
-    gid = backend.manager.inject_group("Lunch", members=(ann,), joined=True).gid
+    backend.manager.inject_group("Lunch", members=(ann,), joined=True)
     lan, ann_core = backend.manager.lan, backend.manager.peer(ann)
     assert ann_core.presence.status(backend.pid, lan.now) == "online"
     backend.close()
