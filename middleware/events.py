@@ -6,7 +6,7 @@ callable taking one.  :meth:`middleware.peer_core.PeerCore.events` drains them,
 the asyncio adapter hands each to its listener, and each application turns
 them into what it shows with one ``match``: ``app/peer.py`` into JSON-RPC
 notifications, ``ui/bridge.py`` into one Qt signal that the GUI's controllers
-match on (``ui/memory_backend.py`` runs a PeerCore too).  A new event is one
+match on (``ui/memory_backend.py`` runs a GroupManager too, on a LAN in memory).  A new event is one
 dataclass here, added to :data:`Event`, plus the ``match`` arms that care about
 it: an application ignores the events it has no arm for.
 

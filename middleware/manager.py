@@ -5,7 +5,8 @@ store.  This adapter owns what does I/O: the multicast sockets
 (:mod:`middleware.transport`), zeroconf (:mod:`middleware.discovery`), the
 network watch (:mod:`middleware.netif`, :mod:`middleware.roaming`), the key-derivation worker thread and the one timer.  It
 reads the clocks (:mod:`middleware.clock`) and passes ``now`` (and the wall
-stamp) in.  All methods run on the asyncio loop thread (use
+stamp) in.  Each of these comes in :class:`Parts` (:func:`default_parts`: the real ones;
+:mod:`middleware.memory_lan`: a LAN in memory on virtual time).  All methods run on the asyncio loop thread (use
 :class:`~middleware.runner.ManagerThread` from other threads).
 
 Every public call is a command (:mod:`middleware.commands`) run by
@@ -27,9 +28,9 @@ import logging
 import random
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from . import clock, commands, crypto, kinds, netif, rules
 from .channel import GroupChannel
@@ -71,17 +72,36 @@ class Config:
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # larger offers are refused with an error
 
 
+class Clock(Protocol):
+    """The two clocks a manager reads (:mod:`middleware.clock` is the real one)."""
+
+    def now(self) -> float: ...  # monotonic seconds, on the event loop's ``loop.time()`` scale
+
+    def wall(self) -> float: ...  # seconds since the epoch, for stamps
+
+
+# (passphrase, salt, kdf, opslimit, memlimit) -> a group's key, as crypto.derive_group_key
+KeyDerivation = Callable[[str, bytes, str, int, int], bytes]
+
+
 @dataclass
 class Parts:
     """What a :class:`GroupManager` does its I/O through, made by the application
     (:func:`default_parts`) or by a test: the store and the network as they are, and the file
-    service and zeroconf as factories, since they need the core (or this peer's pid) first."""
+    service and zeroconf as factories, since they need the core (or this peer's pid) first.
+    The clocks, the key derivation, the name lookup and the interface listing default to the real
+    ones; an in-memory LAN (:mod:`middleware.memory_lan`) gives its virtual clock, a cheap key and
+    no interfaces (``interfaces=None``: no network watch, nothing to follow)."""
 
     store: PeerStore
     network: Transport
     # (core, listener) -> the file service; (address, pid, on_found) -> zeroconf, made again on a move
     files: Callable[[PeerCore, Listener], FileService]
     discovery: Callable[[str, str, FoundCallback], ZeroconfDiscovery] | None = None
+    clock: Clock = field(default_factory=lambda: clock)
+    derive_key: KeyDerivation = crypto.derive_group_key
+    lookup: Callable[..., list] = socket.getaddrinfo  # as socket.getaddrinfo, for add_peer's host names
+    interfaces: Callable[[], list[netif.InterfaceInfo]] | None = netif.interfaces
 
 
 def default_parts(config: Config) -> Parts:
@@ -109,7 +129,11 @@ class GroupManager(commands.Calls):
         parts = parts or default_parts(config)
         store = parts.store
         name = rules.check_name(config.name) if config.name and config.name != store.name() else config.name
-        self.core = PeerCore(store, clock.now(), name, wall=clock.wall(), control_addr=config.control_addr, port=config.port,
+        self._clock: Clock = parts.clock
+        self._derive_key = parts.derive_key
+        self._lookup = parts.lookup
+        self._interfaces = parts.interfaces
+        self.core = PeerCore(store, self._clock.now(), name, wall=self._clock.wall(), control_addr=config.control_addr, port=config.port,
                              max_held=config.max_held, max_held_bytes=config.max_held_bytes,
                              rng=random.Random(config.seed))
         self.identity = self.core.identity
@@ -181,7 +205,8 @@ class GroupManager(commands.Calls):
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.network.open()
-        self._note_networks(netif.interfaces())
+        if self._interfaces is not None:
+            self._note_networks(self._interfaces())
         await self.network.listen(self.core.control_group, self._on_control_datagrams)
         if self.network.endpoint is not None:
             self.core.reach.own.add(self.network.endpoint)
@@ -198,9 +223,10 @@ class GroupManager(commands.Calls):
         self._started = True
         self.core.warn_conflicts_held()
         name = interface_name(self.interface)
-        self.follower.bound(name, self.interface, clock.now(), usable=self._usable(name))
+        self.follower.bound(name, self.interface, self._clock.now(), usable=self._usable(name))
         self._notify()
-        self._spawn(self._watch_network())
+        if self._interfaces is not None:
+            self._spawn(self._watch_network())
         self.advertise()
         log.info("peer %s (%s) on %s (%s), control %s:%d", self.pid, self.name, name or "?", self.interface,
                  self.config.control_addr, self.config.port)
@@ -221,8 +247,9 @@ class GroupManager(commands.Calls):
 
     async def _look_at_network(self) -> None:
         failure, sent = self.network.send_report() if hasattr(self.network, "send_report") else (None, 0)
-        now = clock.now()
-        interfaces = netif.interfaces()
+        now = self._clock.now()
+        assert self._interfaces is not None  # the watch runs only with them
+        interfaces = self._interfaces()
         self._note_networks(interfaces)
         for action in self.follower.observe(interfaces, now, netif.route_source(), failure, sent):
             if isinstance(action, Move):
@@ -252,13 +279,13 @@ class GroupManager(commands.Calls):
             await move(address)
         except TransportError as exc:
             log.warning("network: cannot move to %s (%s): %s", address, interface, exc)
-            self.follower.move_failed(str(exc), clock.now())
+            self.follower.move_failed(str(exc), self._clock.now())
             return
         self.interface = address
         new = self.network.endpoint
         assert new is not None
-        self.core.moved(old, new, clock.now())
-        self.follower.bound(interface, address, clock.now(), usable=True)
+        self.core.moved(old, new, self._clock.now())
+        self.follower.bound(interface, address, self._clock.now(), usable=True)
         self._after_input()
         await self.files.listen_at(new.host, new.port)
         if self.discovery is not None:
@@ -285,7 +312,7 @@ class GroupManager(commands.Calls):
 
     def resync(self) -> None:
         """Ask every joined group for what this peer missed, and re-advertise."""
-        self.core.resync(clock.now())
+        self.core.resync(self._clock.now())
         self._after_input()
 
     async def close(self) -> None:
@@ -320,7 +347,7 @@ class GroupManager(commands.Calls):
             return c.run_on_adapter(self, command)
         if command.flush_first:
             self.flush()
-        result = self.core.execute(command, clock.now(), clock.wall())
+        result = self.core.execute(command, self._clock.now(), self._clock.wall())
         match command:
             case c.SetName():
                 for gid in result:
@@ -338,13 +365,13 @@ class GroupManager(commands.Calls):
     def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
         """A peer's ``host:port`` (the port defaults to this peer's; the host an IPv4 address or a
         computer's name, resolved once): probed, then asked for its groups."""
-        endpoint = self.core.add_peer(self._resolve(address), clock.now(), found_by)
+        endpoint = self.core.add_peer(self._resolve(address), self._clock.now(), found_by)
         self._after_input()
         return endpoint
 
     def _resolve(self, address: str) -> Endpoint:
         try:
-            return resolve_endpoint(address, self.core.port, socket.getaddrinfo)
+            return resolve_endpoint(address, self.core.port, self._lookup)
         except ValueError as exc:
             raise UsageError(f"bad address: {exc}") from None
 
@@ -354,9 +381,9 @@ class GroupManager(commands.Calls):
         nobody does within ``wait`` seconds.  The name is looked up off the loop."""
         endpoint = await asyncio.get_running_loop().run_in_executor(None, self._resolve, address)
         self.add_peer(str(endpoint))
-        deadline = clock.now() + wait
+        deadline = self._clock.now() + wait
         while (row := answered_at(self.peers(), endpoint)) is None:
-            if clock.now() >= deadline:
+            if self._clock.now() >= deadline:
                 raise UsageError(f"Nobody answered at {endpoint} within {wait:g} s")
             await asyncio.sleep(0.1)
         return {"endpoint": str(endpoint), "pid": row["pid"], "name": row.get("name", "")}
@@ -371,7 +398,7 @@ class GroupManager(commands.Calls):
         key = None
         if passphrase is not None:
             rules.check_new_passphrase(passphrase)
-            key = crypto.derive_group_key(passphrase, salt, crypto.ARGON2ID)
+            key = self._derive_key(passphrase, salt, crypto.ARGON2ID, crypto.ARGON2_OPSLIMIT, crypto.ARGON2_MEMLIMIT)
         return self._create(desc, salt, key)
 
     async def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
@@ -388,10 +415,10 @@ class GroupManager(commands.Calls):
 
     async def _derive(self, passphrase: str, salt: bytes, kdf: str, ops: int, mem: int) -> bytes:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._kdf_executor, crypto.derive_group_key, passphrase, salt, kdf, ops, mem)
+        return await loop.run_in_executor(self._kdf_executor, self._derive_key, passphrase, salt, kdf, ops, mem)
 
     def _create(self, desc: str, salt: bytes, key: bytes | None) -> str:
-        gid = self.core.create_group(desc, salt, key, clock.wall())
+        gid = self.core.create_group(desc, salt, key, self._clock.wall())
         self._spawn(self._listen_group(gid))
         self._announce(gid)
         self._after_input()
@@ -405,7 +432,7 @@ class GroupManager(commands.Calls):
             return gid
         key = None
         if record.private and passphrase:  # joinable() refuses a private group without one
-            key = self.core.checked_key(record, crypto.derive_group_key(passphrase, *self.core.kdf_args(record)))
+            key = self.core.checked_key(record, self._derive_key(passphrase, *self.core.kdf_args(record)))
         return self._join(record, key)
 
     async def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
@@ -436,12 +463,12 @@ class GroupManager(commands.Calls):
         if invite is None or not invite.secret or passphrase or not view.private or view.joined:
             return await self.join_group_async(view.gid, passphrase)
         gid = view.gid
-        self.core.request_admission(gid, invite.secret, clock.now())
+        self.core.request_admission(gid, invite.secret, self._clock.now())
         await self._listen_group(gid)
         self._after_input()
-        deadline = clock.now() + self.INVITE_WAIT
+        deadline = self._clock.now() + self.INVITE_WAIT
         while not self.gjlp.is_member(gid):
-            if clock.now() >= deadline:
+            if self._clock.now() >= deadline:
                 raise UsageError(f"no member of {view.desc!r} admitted this peer within {self.INVITE_WAIT:.0f} s: "
                                  "is the inviter's app running? (an invite works once)")
             await asyncio.sleep(0.05)
@@ -453,15 +480,15 @@ class GroupManager(commands.Calls):
         """The group an invite names.  Its ``peer`` endpoints are probed first, so the group is
         found where multicast does not flow; an unknown group is waited for up to
         :attr:`INVITE_WAIT` seconds."""
-        invite = self.core.accept_invite(text, clock.now())
+        invite = self.core.accept_invite(text, self._clock.now())
         self._after_input()
-        deadline = clock.now() + self.INVITE_WAIT
-        ask_at = clock.now() + 1.0
+        deadline = self._clock.now() + self.INVITE_WAIT
+        ask_at = self._clock.now() + 1.0
         while invite.gid not in self.gjlp.groups or not self.gjlp.groups[invite.gid].verified:
-            if clock.now() >= ask_at:  # an advertisement or its answer was lost: ask again
-                ask_at = clock.now() + 1.0
+            if self._clock.now() >= ask_at:  # an advertisement or its answer was lost: ask again
+                ask_at = self._clock.now() + 1.0
                 self.advertise()
-            if clock.now() >= deadline:
+            if self._clock.now() >= deadline:
                 where = ", ".join(map(str, invite.peers)) or "the LAN"
                 raise UsageError(f"group {invite.desc or invite.gid!r} was not found within {self.INVITE_WAIT:.0f} s "
                                  f"(asked {where}): is the inviter's app running, and is its address "
@@ -470,7 +497,7 @@ class GroupManager(commands.Calls):
         return self.core.group(invite.gid)
 
     def _join(self, record: GroupRecord, key: bytes | None) -> str:
-        gid = self.core.join(record, key, clock.now(), clock.wall())
+        gid = self.core.join(record, key, self._clock.now(), self._clock.wall())
         self._spawn(self._listen_group(gid))
         self._announce(gid)
         self._after_input()
@@ -486,7 +513,7 @@ class GroupManager(commands.Calls):
         return mid, sha256
 
     def _send_offer(self, gid: str, text: str, parent: Mid | None) -> Mid:
-        mid = self.core.offer_file(gid, text, parent, clock.now(), clock.wall())
+        mid = self.core.offer_file(gid, text, parent, self._clock.now(), self._clock.wall())
         self._after_input()
         return mid
 
@@ -574,7 +601,7 @@ class GroupManager(commands.Calls):
     def _drain_control(self) -> None:
         self._control_draining = False
         deadline = time.perf_counter() + self.CONTROL_SLICE
-        now, wall = clock.now(), clock.wall()
+        now, wall = self._clock.now(), self._clock.wall()
         while self._control_backlog:
             data, arrival = self._control_backlog.popleft()
             self._control_backlog_bytes -= len(data)
@@ -593,14 +620,14 @@ class GroupManager(commands.Calls):
         self._on_control_datagrams(batch, Via.BROADCAST)
 
     def _on_data_datagrams(self, batch: Received) -> None:
-        now, wall = clock.now(), clock.wall()
+        now, wall = self._clock.now(), self._clock.wall()
         receive = self.core.receive
         for data, source in batch:
             receive(data, Arrival(source, Via.MULTICAST), now, wall)
         self._after_input()
 
     def _on_zeroconf(self, gid: str, desc: str, private: bool, member_count: int, source: str) -> None:
-        self.core.note_zeroconf(gid, desc, private, member_count, clock.now(), clock.wall(), source)
+        self.core.note_zeroconf(gid, desc, private, member_count, self._clock.now(), self._clock.wall(), source)
         self._after_input()
 
     # Under load, commits (one fsync-free WAL append each) are coalesced to one per
@@ -621,7 +648,7 @@ class GroupManager(commands.Calls):
             self.flush()
             return
         self._flush_scheduled = True
-        wait = self._last_flush + self._flush_interval - clock.now()
+        wait = self._last_flush + self._flush_interval - self._clock.now()
         if wait > 0:
             loop.call_later(wait, self.flush)
         else:
@@ -632,10 +659,10 @@ class GroupManager(commands.Calls):
         self._flush_scheduled = False
         if self._store_closed:
             return
-        now = clock.now()
+        now = self._clock.now()
         if self._loop is not None:
             self._last_flush = now
-        stored = self.core.flush(now, clock.wall())  # persist
+        stored = self.core.flush(now, self._clock.wall())  # persist
         self._flush_interval = self.BUSY_FLUSH_INTERVAL if stored >= self.BUSY_MESSAGES else self.FLUSH_INTERVAL
         if self._started:  # transmit (a manager never started keeps its datagrams in the core)
             for data, destination in self.core.datagrams_to_send():
@@ -665,12 +692,12 @@ class GroupManager(commands.Calls):
             self._timer = None
         if deadline is None or self._loop is None:
             return
-        delay = max(0.0, deadline - clock.now())
+        delay = max(0.0, deadline - self._clock.now())
         self._timer = self._loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
-        self.core.handle_timer(clock.now())
+        self.core.handle_timer(self._clock.now())
         self.flush()
 
 

@@ -1,7 +1,7 @@
 """The rules a user's input must meet, and the words that refuse it, defined once.
 
 The middleware checks every call against these (the GUI's in-memory backend,
-``ui/memory_backend.py``, runs the same core), so that a GUI test sees the
+``ui/memory_backend.py``, runs the same GroupManager), so that a GUI test sees the
 refusal a user of the real app would see.  Each check
 returns the value as it is kept (stripped, for a description or a name) or
 raises :class:`~middleware.types.UsageError` (:class:`PassphraseRefused` for a

@@ -139,6 +139,19 @@ class _Checkpointer:
         self._thread.join(5)
 
 
+class _NoCheckpoints:
+    """An in-memory database's stand-in for :class:`_Checkpointer`: no WAL, nothing to copy."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def _wal_bytes(self) -> int:
+        return 0
+
+    def stop(self) -> None:
+        pass
+
+
 def _stored_message(blob: bytes) -> wire.StoredMessage:
     sender, seqno, parent, sent_at, name, text, public_key, sig = msgpack.unpackb(blob, raw=False)
     return wire.StoredMessage(sender, seqno, tuple(parent) if parent else None, sent_at, name, text, public_key, sig)
@@ -154,9 +167,16 @@ def _mention_rows(gid: str, sender: str, seqno: int, text: str, order: int) -> l
 class Store:
     DECODED_SEGMENTS = 16
 
-    def __init__(self, path: Path | str) -> None:
+    # The path that keeps the database in memory (SQLite's own name): for tests and the GUI's
+    # in-memory LAN (middleware.memory_lan); it has no WAL and no file, so no checkpointing thread.
+    IN_MEMORY = ":memory:"
+
+    def __init__(self, path: Path | str, identity: Identity | None = None) -> None:
+        """``identity``: this peer's key when the database has none yet (else one is made on first use)."""
+        in_memory = str(path) == self.IN_MEMORY
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not in_memory:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._db = sqlite3.connect(self.path, isolation_level="DEFERRED")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -164,7 +184,7 @@ class Store:
         # They run on a thread of their own (SQLite allows it in WAL mode), not in a commit
         # on the event loop, so they never stall delivery.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
-        self._checkpointer = _Checkpointer(self.path)
+        self._checkpointer = _NoCheckpoints() if in_memory else _Checkpointer(self.path)
         self.wal_truncations = 0  # TRUNCATE checkpoints that emptied the WAL (WAL_LIMIT)
         self._packer = msgpack.Packer(use_bin_type=True)
         # Whether stored messages go into the search index: always once open (migrations write
@@ -178,6 +198,8 @@ class Store:
         version = upgrade(self._db, self._packer)  # (middleware.store_schema)
         self._mentions_table()
         self._kinds_table()
+        if identity is not None and self._get("ed25519") is None:
+            self._put("ed25519", identity.private_bytes())
         self._db.commit()
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not self.search_index.present(tables):

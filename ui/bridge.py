@@ -21,8 +21,8 @@ under load, crashing at exit).  Calls (:meth:`Backend.call`, typed against
 the same way, to a callback on the GUI thread; the GUI never waits on the network.
 
 :class:`Backend` is the small interface the window talks to; the real one is
-:class:`ManagerBackend`, and :class:`ui.memory_backend.MemoryBackend` runs the same core
-on a LAN in memory (no sockets) for tests, screenshots and the benchmark.
+:class:`ManagerBackend`, and :class:`ui.memory_backend.MemoryBackend` runs the same
+``GroupManager`` on a LAN in memory (no sockets, virtual time) for tests, screenshots and the benchmark.
 """
 
 from __future__ import annotations

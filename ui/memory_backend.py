@@ -1,27 +1,25 @@
-"""The GUI's in-process backend: the real protocol core on a LAN held in memory (no sockets), for tests,
-screenshots and benchmarks.
+"""The GUI's in-process backend: the real ``GroupManager`` on a LAN held in memory (no sockets), for
+tests, screenshots and benchmarks.
 
-:class:`MemoryManager` answers the same calls as ``GroupManager`` (the GUI's
-:class:`~ui.backend.Peer`), and like it is a thin adapter over a
-:class:`~middleware.peer_core.PeerCore`, here over a
-:class:`~middleware.memory_store.MemoryStore`.  Its datagrams cross a
-:class:`MemoryLan` to other whole peers (cores of their own), run by the
-``inject_*`` methods as "the others on the network": they create groups, join,
-leave, write and operate through their own cores, signed with keys of their own
-(:func:`sim_member`).  So every group rule, OBG operation, name check and
-refusal is the middleware's, and the GUI hears the middleware's own events
+:class:`MemoryManager` runs a real :class:`~middleware.manager.GroupManager` over the parts of
+:mod:`middleware.memory_lan`: the SQLite store on ``:memory:``, a transport with no socket, a
+virtual clock, and :class:`~ui.memory_files.MemoryFiles` for the file service.  Its datagrams
+cross a :class:`~middleware.memory_lan.MemoryLan` to other whole peers (bare cores of their own),
+run by the ``inject_*`` methods as "the others on the network": they create groups, join, leave,
+write and operate through their own cores, signed with keys of their own (:func:`sim_member`).
+So every call the GUI makes is the middleware's own, and the GUI hears the middleware's events
 (:mod:`middleware.events`), by the same queued path as a real peer's.
 
-Two things are not the real ones.  The clock is virtual: time moves only when
-the LAN settles (a join's answers and acknowledgements arrive within
-:attr:`MemoryLan.SETTLE`), and the wall clock moves with it.  A private group's
-key is derived by a cheap hash instead of Argon2id: there is nothing to keep
-from an attacker here, and a GUI test should not wait 0.6 s per passphrase.
+Three things are not the real ones.  The clock is virtual: the manager runs on a
+:class:`~middleware.memory_lan.VirtualTimeLoop`, each call run to its end at once, and time
+moves only while a call waits or the LAN settles (a join's answers and acknowledgements arrive
+within :attr:`MemoryLan.SETTLE`); the wall clock moves with it.  A private group's key is
+derived by a cheap hash instead of Argon2id (:func:`~middleware.memory_lan.cheap_group_key`).
+And a file's bytes move when a test says so (:mod:`ui.memory_files`).
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import hashlib
@@ -31,16 +29,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from ..middleware import commands, crypto, rules
+from ..middleware import commands, crypto
 from ..middleware.chatops import is_operation
 from ..middleware.crypto import Identity
-from ..middleware.addresses import ANSWER_WAIT, Arrival, Broadcast, Endpoint, Via, answered_at, resolve_endpoint
-from ..middleware.events import Event, GroupsDiscovered, Listener, MessagesDelivered, WarningRaised, ignore
-from ..middleware.manager import export_log
+from ..middleware.addresses import ANSWER_WAIT, Endpoint
+from ..middleware.events import Event, GroupsDiscovered, Listener, WarningRaised
+from ..middleware.manager import Config, GroupManager
+from ..middleware.memory_lan import MemoryLan, cheap_group_key, memory_parts, memory_store
 from ..middleware.memory_store import MemoryStore
-from ..middleware.peer_core import Datagram, PeerCore
+from ..middleware.peer_core import PeerCore
 from ..middleware.store_api import PeerStore
-from ..middleware.types import ChatMessage, GroupView, Member, Mid, UsageError
+from ..middleware.types import ChatMessage, GroupView, Member, Mid
 
 from .backend import Peer
 from .bridge import Backend
@@ -64,111 +63,46 @@ def sim_member(name: str, seed: str | None = None) -> Member:
     return Member(identity.pid, name)
 
 
-def cheap_group_key(passphrase: str, salt: bytes) -> bytes:
-    """A private group's key in memory: a hash of the passphrase, not Argon2id (see the module docstring)."""
-    return hashlib.blake2b(passphrase.encode(), key=salt[:64], digest_size=32).digest()
+class InstantFlushManager(GroupManager):
+    """A GroupManager that flushes on the next loop turn, always: on virtual time a call's writes
+    are then stored, sent and told at the instant of the call, as the GUI's tests expect, instead
+    of a few virtual milliseconds later (the pacing is for a real loop under load)."""
 
-
-class MemoryLan:
-    """Cores joined by an in-memory network: each datagram reaches every other core that is up, at once,
-    and timers fire only in :meth:`settle`.  Each input is run as the asyncio adapter runs it: the input,
-    then ``flush`` (persist), then ``datagrams_to_send`` (transmit), then ``events`` (notify)."""
-
-    SETTLE = 3.0  # virtual seconds after a join: the members' answers, acknowledgements and sync fit in it
-    MAX_STEPS = 100_000  # timer firings in one settle: far past what a join or a sync needs
-    START = 1_000.0
-
-    def __init__(self, wall: float) -> None:
-        self.now = self.START
-        self._wall0 = wall
-        self.cores: dict[str, PeerCore] = {}
-        self.endpoints: dict[str, Endpoint] = {}  # where each peer's datagrams come from (a port each, no socket)
-        self.down: set[str] = set()  # pids that hear nothing (their app is closed, or their link down)
-        self._listeners: dict[str, Listener] = {}
-        self._queue: collections.deque[tuple[str, Datagram]] = collections.deque()
-        self.file_contents: dict[tuple[str, Mid], bytes] = {}  # every file offered here, by its offer (ui.memory_files)
-
-    def wall(self) -> float:
-        """The wall clock, in seconds since the epoch: it starts at the real one and moves with ``now``."""
-        return self._wall0 + self.now - self.START
-
-    def add(self, core: PeerCore, listener: Listener = ignore) -> None:
-        self.cores[core.pid] = core
-        self.endpoints[core.pid] = Endpoint("127.0.0.1", 40_000 + len(self.endpoints))
-        core.reach.own.add(self.endpoints[core.pid])
-        self._listeners[core.pid] = listener
-
-    def run(self, core: PeerCore, action: Callable[[PeerCore], T]) -> T:
-        """``action`` on ``core``, then its flush; then every datagram it leads to, until the LAN is quiet."""
-        result = action(core)
-        self._flush(core)
-        self._deliver()
-        return result
-
-    def _flush(self, core: PeerCore) -> None:
-        core.flush(self.now)
-        for datagram in core.datagrams_to_send():
-            self._queue.append((core.pid, datagram))
-        listener = self._listeners[core.pid]
-        for event in core.events():
-            listener(event)
-
-    def _deliver(self) -> None:
-        while self._queue:
-            sender, (data, destination) = self._queue.popleft()
-            source = self.endpoints[sender]
-            if isinstance(destination, Broadcast):
-                continue  # multicast reaches everyone here: nobody needs the subnet's broadcasts
-            for pid, core in list(self.cores.items()):
-                if pid == sender or pid in self.down:
-                    continue
-                if isinstance(destination, Endpoint):  # one peer's: to it alone
-                    if destination != self.endpoints[pid]:
-                        continue
-                    core.receive(data, Arrival(source, Via.UNICAST), self.now, self.wall())
-                else:
-                    via = Via.CONTROL if destination.host == core.control_addr else Via.MULTICAST
-                    core.receive(data, Arrival(source, via), self.now, self.wall())
-                self._flush(core)
-
-    def settle(self, seconds: float = SETTLE) -> None:
-        """Fire the cores' timers in time order for ``seconds`` of virtual time."""
-        until = self.now + seconds
-        for _ in range(self.MAX_STEPS):
-            due = [(at, pid) for pid, core in self.cores.items()
-                   if pid not in self.down and (at := core.get_timer()) is not None]
-            if not due or min(due)[0] > until:
-                self.now = until
-                return
-            at, pid = min(due)
-            self.now = max(self.now, at)
-            self.run(self.cores[pid], lambda core: core.handle_timer(self.now))
-        raise RuntimeError(f"the in-memory LAN found no rest after {self.MAX_STEPS} timers")
+    FLUSH_INTERVAL = 0.0
+    BUSY_FLUSH_INTERVAL = 0.0
 
 
 class MemoryManager(commands.Calls):
-    """One peer (``name``, its key drawn from ``seed``) on a :class:`MemoryLan`; the ``inject_*`` methods
-    run the others.  ``sent`` lists what this peer sent, as ``(gid, text, parent)``."""
+    """One peer (``name``, its key drawn from ``seed``), a real manager on a :class:`MemoryLan`; the
+    ``inject_*`` methods run the others.  ``sent`` lists what this peer sent, as ``(gid, text, parent)``.
+    Each call runs on the LAN's loop to its end (virtual time moving while it waits), from outside it."""
 
     # Virtual seconds after a direct message: the first to a peer waits for its endpoint to be proven
     # (a HELLO and its answer), as the real loop's timers would let it.
     DIRECT_SETTLE = 1.0
 
     def __init__(self, listener: Listener, name: str = "Me", seed: str | None = None,
-                 store: Callable[[Identity], PeerStore] = MemoryStore) -> None:
+                 store: Callable[[Identity], PeerStore] = memory_store) -> None:
         self.listener = listener
-        self.interface = "127.0.0.1"
         self.lan = MemoryLan(time.time())
         self.hosts: dict[str, str] = {}  # the names add_peer resolves (a computer's name -> IPv4 address)
+        self.file_contents: dict[tuple[str, Mid], bytes] = {}  # every file offered on the LAN, by its offer
         identity = sim_identity(f"this peer\0{name}\0{seed or ''}")  # never a sim_member()'s key
-        self.store = store(identity)  # a SQLite Store for benchmarks of big histories
-        self.core = PeerCore(self.store, self.lan.now, rules.check_name(name), wall=self.lan.wall(),
-                             rng=random.Random(identity.pid))
-        self.pid = self.core.pid
-        self.lan.add(self.core, self._tell)
+        parts = memory_parts(self.lan, store(identity), self._files)
+        parts.lookup = self._lookup
+        self.manager = InstantFlushManager(Config(Path(":memory:"), name=name, iface="127.0.0.1", seed=0),
+                                           self._tell, parts)
+        self.core = self.manager.core
+        self.store = self.manager.store
+        self.pid = self.manager.pid
+        self.interface = self.manager.interface
+        self.files: MemoryFiles = self.manager.files  # type: ignore[assignment]  # made by _files
         self.sent: list[tuple[str, str, Mid | None]] = []
-        self.files = MemoryFiles(self.core, self._tell, self.lan.file_contents)
         self._muted = 0  # while > 0, this peer's events are not told (the network's past, set up by a test)
+        self.lan.loop.complete(self.manager.start())
+
+    def _files(self, core: PeerCore, listener: Listener) -> MemoryFiles:
+        return MemoryFiles(core, listener, self.file_contents)
 
     @property
     def name(self) -> str:
@@ -177,124 +111,106 @@ class MemoryManager(commands.Calls):
     def _tell(self, event: Event) -> None:
         if not self._muted:
             self.listener(event)
-        if isinstance(event, MessagesDelivered):
-            self.files.delivered(event.gid, event.messages)  # as GroupManager does: small offers come by themselves
 
-    def _run(self, action: Callable[[PeerCore], T]) -> T:
-        return self.lan.run(self.core, action)
+    def _on_loop(self, work: Callable[[], Any]) -> Any:
+        """``work()`` run on the LAN's loop (awaited, if it gives a coroutine), then what it led to."""
+        async def call() -> Any:
+            result = work()
+            return await result if inspect.isawaitable(result) else result
+        return self.lan.loop.complete(call())
 
-    # -- GroupManager's API ------------------------------------------------------------
+    def close(self) -> None:
+        """Close the manager (its goodbye sent on the LAN) and the loop; once only."""
+        if self.lan.loop.is_closed():
+            return
+        self._on_loop(self.manager.close)
+        self.lan.loop.close()
+
+    # -- GroupManager's API, run by the real one ------------------------------------------
 
     def execute(self, command: commands.Command) -> Any:
-        """As GroupManager's: the calls that need an adapter here (coroutines that never wait),
-        the rest in the core; an action then runs on the LAN until it is quiet."""
+        """GroupManager's, on the LAN's loop; an action then runs on the LAN until it is quiet, and
+        one that waits for answers lets virtual time go by as a user would wait."""
         c = commands
-        if isinstance(command, c.ADAPTER_COMMANDS):
-            return c.run_on_adapter(self, command)
-        if isinstance(command, c.Query):
-            return self.core.execute(command, self.lan.now, self.lan.wall())
-        result = self._run(lambda core: core.execute(command, self.lan.now, self.lan.wall()))
+        result = self._on_loop(lambda: self.manager.execute(command))
         match command:
             case c.Send(gid, text, parent):
                 self.sent.append((gid, text, parent))
+            case c.SendFile(gid, _path, parent):
+                self.sent.append((gid, self.core.store.messages(gid, [result[0]])[0].text, parent))
             case c.SendDirect():
                 self.lan.settle(self.DIRECT_SETTLE)
-            case c.Advertise():
+            case c.Advertise() | c.JoinGroup() | c.AddPeer():
                 self.lan.settle()
         return result
 
+    # The adapter's own calls, as commands (each runs to its end: these coroutines never wait).
+
+    async def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
+        return self.execute(commands.CreateGroup(desc, passphrase))
 
     def create_group(self, desc: str, passphrase: str | None = None) -> str:
-        desc = rules.check_desc(desc)
-        salt = crypto.new_salt()
-        key = None
-        if passphrase is not None:
-            rules.check_new_passphrase(passphrase)
-            key = cheap_group_key(passphrase, salt)
-        return self._run(lambda core: core.create_group(desc, salt, key, self.lan.wall()))
+        return self.execute(commands.CreateGroup(desc, passphrase))
 
     def join_group(self, gid: str, passphrase: str | None = None) -> str:
-        _join(self.lan, self.core, gid, passphrase)
-        self.lan.settle()
-        return gid
-
-    # Nothing here derives a key off a loop, so nothing to wait for: MemoryBackend runs these to their end at once.
-    async def create_group_async(self, desc: str, passphrase: str | None = None) -> str:
-        return self.create_group(desc, passphrase)
+        return self.execute(commands.JoinGroup(gid, None, passphrase))
 
     async def join_group_async(self, gid: str, passphrase: str | None = None) -> str:
         return self.join_group(gid, passphrase)
 
     async def join_invite_async(self, text: str, passphrase: str | None = None) -> str:
-        """As GroupManager's: an invite with a one-time secret asks to be admitted instead."""
-        invite = self._run(lambda core: core.accept_invite(text, self.lan.now))
-        if not invite.secret or passphrase:
-            return self.join_group(invite.gid, passphrase)
-        self._run(lambda core: core.request_admission(invite.gid, invite.secret, self.lan.now))
-        self.lan.settle(5.0)
-        if invite.gid not in self.core.joined:
-            raise UsageError(f"no member of {invite.desc!r} admitted this peer: an invite works once")
-        self.listener(GroupsDiscovered([self.group(invite.gid)]))
-        return invite.gid
+        return self.execute(commands.JoinGroup(None, text, passphrase))
 
     async def find_invited_async(self, text: str) -> GroupView:
-        """The group an invite names: everyone here hears multicast, so its peers need no probing."""
-        invite = self._run(lambda core: core.accept_invite(text, self.lan.now))
-        return self.core.group(invite.gid)
+        return self._on_loop(lambda: self.manager.find_invited_async(text))
 
     def add_peer(self, address: str, found_by: str = "manual") -> Endpoint:
-        endpoint = self._run(lambda core: core.add_peer(address, self.lan.now, found_by))
+        endpoint = self._on_loop(lambda: self.manager.add_peer(address, found_by))
         self.lan.settle()
         return endpoint
 
     async def add_peer_async(self, address: str, wait: float = ANSWER_WAIT) -> dict:
-        """:meth:`add_peer`, answered once the peer there is proven; names resolve by :attr:`hosts`.
-        The LAN's time runs on while it waits (in steps), as the network's would."""
-        try:
-            endpoint = resolve_endpoint(address, self.core.port, self._lookup)
-        except ValueError as exc:
-            raise UsageError(f"bad address: {exc}") from None
-        self.add_peer(str(endpoint))
-        waited = 0.0
-        while (row := answered_at(self.peers(), endpoint)) is None:
-            if waited >= wait:
-                raise UsageError(f"Nobody answered at {endpoint} within {wait:g} s")
-            self.lan.settle(1.0)
-            waited += 1.0
-        return {"endpoint": str(endpoint), "pid": row["pid"], "name": row.get("name", "")}
+        return self.execute(commands.AddPeer(address, wait))
 
-    def _lookup(self, host: str, *_args) -> list[tuple]:
+    def _lookup(self, host: str, *_args: object) -> list[tuple]:
         """``socket.getaddrinfo`` over :attr:`hosts` (a computer's name -> its IPv4 address)."""
         address = self.hosts.get(host)
         return [(2, 2, 17, "", (address, 0))] if address is not None else []
 
     async def send_file(self, gid: str, path: str, parent: Mid | None = None) -> tuple[Mid, str]:
-        source = self.files.readable(path)
-        offer = offer_of_file(source)
-        mid = self._run(lambda core: core.offer_file(gid, offer.to_text(), parent, self.lan.now, self.lan.wall()))
-        self.sent.append((gid, offer.to_text(), parent))
-        return mid, self.files.offered(gid, mid, source)
+        return self.execute(commands.SendFile(gid, path, parent))
 
     def fetch_file(self, gid: str, mid: Mid, dest: str | None = None) -> dict:
-        return self.files.fetch(gid, mid, dest)
+        return self._on_loop(lambda: self.manager.fetch_file(gid, mid, dest))
 
     def cancel_file(self, gid: str, mid: Mid) -> dict:
-        return self.files.cancel(gid, mid)
+        return self._on_loop(lambda: self.manager.cancel_file(gid, mid))
 
     def file_list(self, gid: str) -> list[dict]:
-        return self.files.files(gid)
+        return self._on_loop(lambda: self.manager.file_list(gid))
 
     def export_log(self, path: str | Path, gid: str | None = None, direct: bool = False) -> int:
-        if gid:
-            self.core.known(gid)
-        return export_log(self.core, path, gid, direct)
+        return self._on_loop(lambda: self.manager.export_log(path, gid, direct))
 
     def network_state(self) -> dict:
-        """Always on the network: the LAN is in memory."""
-        return {"state": "connected", "interface": "lo", "address": self.interface, "reason": ""}
+        return self.manager.network_state()
 
     def stats_dict(self) -> dict:
-        return self.core.stats_dict()
+        return self._on_loop(self.manager.stats_dict)
+
+    def take_unsent(self) -> dict[Mid, str]:
+        return self.manager.take_unsent()
+
+    def _run(self, core: PeerCore, action: Callable[[PeerCore], T]) -> T:
+        """``action`` on ``core`` (this peer's, through its manager's flush; or another's) until the LAN is quiet."""
+        if core is not self.core:
+            return self.lan.run(core, action)
+
+        def act() -> T:
+            result = action(core)
+            self.manager.flush()
+            return result
+        return self._on_loop(act)
 
     # -- the others on the network ------------------------------------------------------
 
@@ -309,7 +225,7 @@ class MemoryManager(commands.Calls):
                 raise ValueError(f"{member.name} ({member.pid}) is not a sim_member(): the LAN has no key for it")
             core = PeerCore(MemoryStore(identity), self.lan.now, member.name, wall=self.lan.wall(),
                             rng=random.Random(member.pid))
-            self.lan.add(core)
+            self.lan.add_core(core)
         return core
 
     def inject_group(self, desc: str, members: tuple[Member, ...] = (), private: bool = False,
@@ -333,7 +249,7 @@ class MemoryManager(commands.Calls):
                     gid = self._make_group(desc, others, left, passphrase, creator, members)
                 finally:
                     self.lan.down.discard(self.pid)
-                self._run(lambda core: core.note_zeroconf(gid, desc, private, len(others), self.lan.now,
+                self._run(self.core, lambda core: core.note_zeroconf(gid, desc, private, len(others), self.lan.now,
                                                           self.lan.wall(), "10.77.0.9"))
                 return self._told(gid, notify)
             gid = self._make_group(desc, others, left, passphrase, creator, members)
@@ -350,14 +266,17 @@ class MemoryManager(commands.Calls):
                     creator: Member | None, members: tuple[Member, ...]) -> str:
         author = creator or (others[0] if others else Member(self.pid, self.name))
         author_core = self.peer(author)
-        salt = crypto.new_salt()
-        key = cheap_group_key(passphrase, salt) if passphrase is not None else None
-        gid = self.lan.run(author_core, lambda core: core.create_group(desc, salt, key, self.lan.wall()))
+        if author_core is self.core:  # made by this peer's manager, which listens on the group's address
+            gid = self._on_loop(lambda: self.manager.create_group_async(desc, passphrase))
+        else:
+            salt = crypto.new_salt()
+            key = cheap_group_key(passphrase, salt) if passphrase is not None else None
+            gid = self._run(author_core, lambda core: core.create_group(desc, salt, key, self.lan.wall()))
         self._join_all(gid, [self.peer(m) for m in (*others, *left) if m.pid != author.pid], passphrase)
         for member in left:
-            self.lan.run(self.peer(member), lambda core: core.leave(gid, self.lan.wall()))
+            self._run(self.peer(member), lambda core: core.leave(gid, self.lan.wall()))
         if creator is not None and creator not in members:  # a creator that is not a member any more
-            self.lan.run(author_core, lambda core: core.leave(gid, self.lan.wall()))
+            self._run(author_core, lambda core: core.leave(gid, self.lan.wall()))
         return gid
 
     def _told(self, gid: str, notify: bool) -> GroupView:
@@ -368,10 +287,13 @@ class MemoryManager(commands.Calls):
 
     def _join_all(self, gid: str, cores: list[PeerCore], passphrase: str | None) -> None:
         for core in cores:  # each learns of the group over GJLP, then joins it
-            self.lan.run(core, lambda core: core.advertise())
+            self._run(core, lambda core: core.advertise())
         self.lan.settle()
         for core in cores:
-            _join(self.lan, core, gid, passphrase)
+            if core is self.core:
+                self._on_loop(lambda: self.manager.join_group_async(gid, passphrase))
+            else:
+                _join(self.lan, core, gid, passphrase)
         self.lan.settle()
 
     def inject_messages(self, gid: str, messages: list[ChatMessage], notify: bool = True,
@@ -394,7 +316,7 @@ class MemoryManager(commands.Calls):
     def _write(self, gid: str, messages: list[ChatMessage]) -> None:
         for message in messages:
             core = self.peer(Member(message.sender, message.sender_name))
-            self.lan.run(core, lambda core: _write_as_signed(core, gid, message, self.lan.now))
+            self._run(core, lambda core: _write_as_signed(core, gid, message, self.lan.now))
 
     def operation_message(self, gid: str, author: Member, seqno: int, kind: str, target: Mid | None = None,
                           **fields) -> ChatMessage:
@@ -407,9 +329,9 @@ class MemoryManager(commands.Calls):
         """``member`` offers the file at ``path`` in ``gid`` (its bytes are kept for :meth:`MemoryFiles.advance`)."""
         offer = offer_of_file(path)
         core = self.peer(member)
-        mid = self.lan.run(core, lambda core: core.offer_file(gid, offer.to_text(), parent, self.lan.now,
+        mid = self._run(core, lambda core: core.offer_file(gid, offer.to_text(), parent, self.lan.now,
                                                               self.lan.wall()))
-        self.lan.file_contents[(gid, mid)] = path.read_bytes()
+        self.file_contents[(gid, mid)] = path.read_bytes()
         return mid
 
     def inject_member(self, gid: str, member: Member, joined: bool = True) -> None:
@@ -417,13 +339,13 @@ class MemoryManager(commands.Calls):
         if joined:
             self._join_all(gid, [self.peer(member)], None)
         else:
-            self.lan.run(self.peer(member), lambda core: core.leave(gid, self.lan.wall()))
+            self._run(self.peer(member), lambda core: core.leave(gid, self.lan.wall()))
 
     def set_online(self, member: Member, online: bool) -> None:
         """``member``'s app runs (it hears, and catches up on what it missed) or is closed (it hears nothing)."""
         if online:
             self.lan.down.discard(member.pid)
-            self.lan.run(self.peer(member), lambda core: core.resync(self.lan.now))
+            self._run(self.peer(member), lambda core: core.resync(self.lan.now))
             self.lan.settle()
         else:
             self.lan.down.add(member.pid)
@@ -434,13 +356,13 @@ class MemoryManager(commands.Calls):
 
     def inject_direct(self, member: Member, text: str, parent: Mid | None = None) -> Mid:
         """``member`` writes to this peer: a direct message from its own core, sealed and sent over the LAN."""
-        mid = self.lan.run(self.peer(member), lambda core: core.send_direct(self.pid, text, parent, self.lan.wall()))
+        mid = self._run(self.peer(member), lambda core: core.send_direct(self.pid, text, parent, self.lan.wall()))
         self.lan.settle(self.DIRECT_SETTLE)
         return mid
 
     def inject_direct_read(self, member: Member, mid: Mid) -> None:
         """``member`` has read this peer's direct messages up to ``mid`` (a receipt comes if it sends them)."""
-        self.lan.run(self.peer(member), lambda core: core.mark_direct_read(self.pid, mid))
+        self._run(self.peer(member), lambda core: core.mark_direct_read(self.pid, mid))
 
     def inject_warning(self, gid: str, text: str) -> None:
         """What the middleware tells as a :class:`WarningRaised` (equivocation, and the like)."""
@@ -457,7 +379,7 @@ class MemoryManager(commands.Calls):
 
 
 def _join(lan: MemoryLan, core: PeerCore, gid: str, passphrase: str | None) -> None:
-    """What GroupManager.join_group does, with the in-memory key."""
+    """What GroupManager.join_group does, for a bare core, with the in-memory key."""
     record = core.joinable(gid, passphrase)
     if record is None:
         return
@@ -485,12 +407,13 @@ class MemoryBackend(Backend):
     """A :class:`~ui.bridge.Backend` over a :class:`MemoryManager`; calls complete at once."""
 
     def __init__(self, name: str = "Me", seed: str | None = None, parent=None,
-                 store: Callable[[Identity], PeerStore] = MemoryStore) -> None:
+                 store: Callable[[Identity], PeerStore] = memory_store) -> None:
         super().__init__(parent)
         self.manager = MemoryManager(self.post, name, seed, store)
         self.pid, self.name, self.interface, self.port = self.manager.pid, name, "127.0.0.1", self.manager.core.port
 
     def _submit(self, work: Callable[[Peer], Any]) -> concurrent.futures.Future:
+        """``work`` run to its end at once (the manager's calls each run on the LAN's loop)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:
             future.set_result(_run_to_end(work(self.manager)))
@@ -498,9 +421,13 @@ class MemoryBackend(Backend):
             future.set_exception(exc)
         return future
 
+    def close(self) -> None:
+        self.manager.close()
+
 
 def _run_to_end(result: Any) -> Any:
-    """A coroutine's value (ours never suspend: they await nothing); anything else as it is."""
+    """A coroutine's value (MemoryManager's never suspend: each runs its call on the LAN's loop to
+    its end); anything else as it is."""
     if not inspect.iscoroutine(result):
         return result
     try:

@@ -1,5 +1,5 @@
-"""Files for the in-memory backend: GroupManager's file API (send_file, fetch_file, cancel_file,
-file_list) over the in-memory LAN, with the bytes moved when a test says so.
+"""Files for the in-memory backend: the file service a GroupManager on the in-memory LAN is given
+(its ``Parts.files``, in place of the TCP one), with the bytes moved when a test says so.
 
 The offer is the real one (:func:`middleware.file_transfer.offer_from_file` hashes the file, the
 peer's core posts it as a message), and a fetch is refused by the real
@@ -67,12 +67,34 @@ class MemoryFiles:
             raise UsageError(f"not a file: {path}")
         return source
 
-    def offered(self, gid: str, mid: Mid, path: Path) -> str:
-        """This peer's offer ``mid`` of ``path`` was posted: it serves it from now on."""
-        offer = parse_offer(self.core.store.messages(gid, [mid])[0].text)
-        self.contents[(gid, mid)] = path.read_bytes()
-        self.transfers[(gid, mid)] = _Transfer(gid, mid, offer, "offer", path.resolve(), "done", offer.size)
-        return offer.sha256
+    # -- what GroupManager calls of its file service (middleware.file_transfer.FileService) --
+
+    async def start(self, host: str, port: int) -> None:
+        pass  # nothing to serve on: the bytes move by advance()
+
+    async def listen_at(self, host: str, port: int) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    def stats(self) -> dict:
+        return {}
+
+    async def offer(self, gid: str, path: str, parent: Mid | None,
+                    send_offer: Callable[[str, str, Mid | None], Mid]) -> tuple[Mid, str]:
+        """Offer the file at ``path`` in ``gid``: its offer posted by ``send_offer``, its bytes kept."""
+        source = self.readable(path)
+        offer = offer_of_file(source)
+        mid = send_offer(gid, offer.to_text(), parent)
+        self.contents[(gid, mid)] = source.read_bytes()
+        self.transfers[(gid, mid)] = _Transfer(gid, mid, offer, "offer", source.resolve(), "done", offer.size)
+        return mid, offer.sha256
+
+    def fetch_file(self, gid: str, mid: Mid, dest: str | None = None) -> dict:
+        return self.fetch(gid, mid, dest)
+
+    # -- the in-memory side ------------------------------------------------------------------
 
     def fetch(self, gid: str, mid: Mid, dest: str | None = None, auto: bool = False) -> dict:
         self.core.channel(gid)
@@ -98,14 +120,14 @@ class MemoryFiles:
         self._tell(transfer)
         return transfer.to_json()
 
-    def cancel(self, gid: str, mid: Mid) -> dict:
+    def cancel(self, gid: str, mid: Mid) -> _Transfer:
         transfer = self.transfers.get((gid, mid))
         if transfer is None or transfer.role != "download":
             raise UsageError(f"no download of {format_mid(mid)} in this group")
         if transfer.state != "done":
             transfer.state, transfer.bytes = "cancelled", 0
             self._tell(transfer)
-        return transfer.to_json()
+        return transfer
 
     def files(self, gid: str) -> list[dict]:
         self.core.known(gid)

@@ -52,8 +52,8 @@ def test_add_peer_by_name_ipv6_and_nobody_there_each_answered_in_the_dialog(qtbo
 
 
 def test_m2mc_peers_add_peer_answers_once_the_peer_answered_and_an_error_when_nobody_does():
-    """The JSON-RPC method over the in-memory middleware (the same PeerCore and reach; its clock runs on
-    while it waits): a plain success for an address where nobody listens told a script nothing."""
+    """The JSON-RPC method over the in-memory LAN's GroupManager (its virtual clock runs on while it
+    waits): a plain success for an address where nobody listens told a script nothing."""
     import asyncio
 
     from m2mc.app.peer import APP_ERROR, INVALID_PARAMS, JsonRpcPeer
@@ -63,7 +63,7 @@ def test_m2mc_peers_add_peer_answers_once_the_peer_answered_and_an_error_when_no
     bob = manager.lan.endpoints[manager.peer(BOB).pid]
     manager.hosts["bob-pc"] = bob.host
     rpc = JsonRpcPeer(lambda _line: None)
-    rpc.manager = manager
+    rpc.manager = manager.manager  # the real GroupManager, on the LAN's virtual-time loop
 
     async def call(params):
         response = rpc.handle_request({"jsonrpc": "2.0", "id": 1, "method": "add_peer", "params": params})
@@ -73,7 +73,7 @@ def test_m2mc_peers_add_peer_answers_once_the_peer_answered_and_an_error_when_no
         return [await call({"address": "10.0.0.9:47477"}), await call({"address": f"bob-pc:{bob.port}"}),
                 await call({"address": "[::1]:47477"}), await call({"address": "10.0.0.9", "wait": 99})]
 
-    nobody, named, ipv6, bad_wait = asyncio.run(calls())
+    nobody, named, ipv6, bad_wait = manager.lan.loop.complete(calls())
     assert nobody["error"] == {"code": APP_ERROR, "message": "Nobody answered at 10.0.0.9:47477 within 10 s"}
     assert named["result"] == {"endpoint": str(bob), "pid": BOB.pid, "name": "Bob"}
     assert ipv6["error"]["code"] == APP_ERROR and "IPv6" in ipv6["error"]["message"]

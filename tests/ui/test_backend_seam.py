@@ -162,3 +162,22 @@ def test_an_answer_for_a_qt_object_deleted_meanwhile_is_dropped_not_raised_in_th
     shiboken6.delete(asker)  # closed before the answer comes back
     qtbot.waitUntil(lambda: bool(heard))  # pytest-qt fails the test on an exception in the event loop
     assert backend.manager.group(heard[0]).desc == "Tea"
+
+
+def test_closing_the_memory_backend_says_goodbye_on_the_lan_and_refuses_later_calls(qtbot):
+    """The real manager's close: its goodbye reaches the other peers, and a call after it fails
+    through the callbacks (as ManagerBackend's do once the middleware is stopped)."""
+    from m2mc.ui.memory_backend import sim_member
+
+    backend = MemoryBackend()
+    ann = sim_member("Ann")
+    backend.manager.inject_group("Lunch", members=(ann,), joined=True)
+    lan, ann_core = backend.manager.lan, backend.manager.peer(ann)
+    assert ann_core.presence.status(backend.pid, lan.now) == "online"
+    backend.close()
+    assert lan.loop.is_closed()
+    assert ann_core.presence.status(backend.pid, lan.now) != "online"  # its goodbye was heard
+    refused = []
+    backend.call(lambda peer: peer.groups(), on_error=lambda exc: refused.append(exc))
+    qtbot.waitUntil(lambda: bool(refused))
+    backend.close()  # a second close does nothing

@@ -92,6 +92,7 @@ def test_the_first_notice_fits_at_800_px_and_any_cut_off_message_is_one_click_aw
     window.status_pane.show_alone(True)
     qtbot.wait(50)
     save_screenshot(window, "status-800.png")
+    assert window.status_pane.address_label.text().startswith("Connected on ")  # the network state, as the app shows it
     assert window.statusBar().currentMessage() == ALONE_STATUS and window.status_pane.fits()
     long = "Could not export to /home/someone/a/very/long/path/that/goes/on/and/on/m2mc-Travel-and-lunch.jsonl: disk full"
     window.show_status(long, 0)

@@ -64,6 +64,9 @@ class StatusPane(QStatusBar):
 
     def show_alone(self, alone: bool) -> None:
         """Nobody heard of after a while: say why that may be, where the user looks first."""
+        # "0 peers seen" says what the notice says; without it the notice fits at 800 px beside the
+        # network state ("Connected on eth0 · 192.168.1.20:47477"), which it did not.
+        self.peers_label.setVisible(not alone)
         if alone:
             self.showMessage(ALONE_STATUS)
         elif self.currentMessage() == ALONE_STATUS:
