@@ -20,22 +20,19 @@ moment while the window is active.
 from __future__ import annotations
 
 import logging
-import re
-from pathlib import Path
 
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QMenu,
-    QFileDialog,
     QMainWindow,
     QStackedWidget,
     QWidget,
 )
 
-from ..middleware.types import ChatMessage, Mid, format_mid
+from ..middleware.types import ChatMessage, Mid
 
-from .bridge import Backend, describe_error
+from .bridge import Backend
 from .dialogs import WarningLogWindow
 from .direct_pane import DirectPane
 from .discovery_window import DiscoveryWindow
@@ -44,12 +41,12 @@ from .search_window import SearchWindow
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.team import TeamController
+from .controllers.export import ExportController
 from .controllers.joins import JoinController
+from .controllers.mentions import MentionsController
 from .controllers.navigation import NavigationController
 from .controllers.restart import RestartController
 from .controllers.sessions import GroupSession, SessionController
-from .model.sessions import member_names
-from .mentions import MENTIONS_LISTED, MentionsWindow
 from .controllers.status import StatusController
 from .files_view import FilesView
 from .notifier import Notifier
@@ -113,6 +110,8 @@ class MainWindow(QMainWindow):
                                           lambda gid, mid: self.navigation.show_message(gid, mid),
                                           self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total
+        self.mentions = MentionsController(backend, self.session_controller, self.navigation.open_link, self)
+        self.export = ExportController(backend, self.selection, self.show_status, self.show_error, self)
         self.menus = MenuBar(self, self)
         # The actions other code and the tests reach through the window.
         menus = self.menus
@@ -176,7 +175,6 @@ class MainWindow(QMainWindow):
         self.warning_banner, self.tree_view = pane.warning_banner, pane.tree_view
         self.open_thread, self.select_message, self.close_thread = pane.open_thread, pane.select_message, \
             pane.close_thread
-        self.mentions_window: MentionsWindow | None = None
         self.setAcceptDrops(True)
         self.installEventFilter(self.files_view)  # files dropped anywhere on the window are attached
 
@@ -300,28 +298,6 @@ class MainWindow(QMainWindow):
         self.conversation.mention_completer.set_members(list(view.members) if view is not None else [], self.backend.pid)
         self.apply_focus(Navigation.REFRESHED)
 
-    # -- mentions (ui.mentions) ------------------------------------------------------------------
-
-    def show_mentions(self) -> None:
-        """Conversation → Mentions…: the messages that mention me, newest first, across groups."""
-        window = self.mentions_window
-        if window is None:
-            window = self.mentions_window = MentionsWindow(self, self.jump_to_message)
-        self.backend.call(lambda peer: peer.mentions(MENTIONS_LISTED), on_result=self._show_mentions)
-        window.show()
-        window.raise_()
-        window.activateWindow()
-
-    def _show_mentions(self, messages: list[ChatMessage]) -> None:
-        sessions = self.session_controller.sessions
-        if self.mentions_window is not None:
-            self.mentions_window.show_mentions(
-                messages, {gid: session.title for gid, session in sessions.items()},
-                lambda gid: member_names(sessions[gid].view) if gid in sessions else {})
-
-    def jump_to_message(self, gid: str, mid: Mid) -> None:
-        self.navigation.open_link(f"m2mc://message/{gid}/{format_mid(mid)}")
-
     def messages_shown(self, mids: list[Mid]) -> None:
         self.compose_controller.messages_shown(mids)
         self.apply_focus(Navigation.MESSAGES_ARRIVED)
@@ -393,28 +369,6 @@ class MainWindow(QMainWindow):
         return message_menu(self, message, self.backend.pid, self.compose_controller, self.files_view, self.open_thread,
                             self.direct_controller.message_action,
                             view is not None and view.roles.get(self.backend.pid) in ("owner", "admin"))
-
-    # -- export --------------------------------------------------------------------------------------
-
-    def export_dialog(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        safe = re.sub(r"[^\w.-]+", "-", session.title).strip("-") or "group"
-        path, _filter = QFileDialog.getSaveFileName(self, "Export chat log", str(Path.home() / f"m2mc-{safe}.jsonl"),
-                                                    "JSON Lines (*.jsonl);;All files (*)")
-        if path:
-            self.export_to(path)
-
-    def export_to(self, path: str) -> None:
-        session = self.current
-        gid = session.gid if session else None
-        self.backend.call(
-            lambda peer: peer.export_log(path, gid),
-            on_result=lambda count: self.statusBar().showMessage(f"Exported {count} messages to {path}", 8000),
-            on_error=lambda exc: self.status_controller.show_error(
-                f"Could not export to {path}: {describe_error(exc)}"),
-        )
 
     # -- window ----------------------------------------------------------------------------------------
 

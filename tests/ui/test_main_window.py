@@ -130,7 +130,7 @@ def test_members_pane_and_status_bar(qtbot, window, backend):
 def test_export_writes_json_lines(qtbot, window, backend, tmp_path):
     open_lunch(qtbot, window, backend)
     out = tmp_path / "chat.jsonl"
-    window.export_to(str(out))
+    window.export.export_to(str(out))
     qtbot.waitUntil(out.exists)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["text"] for r in rows] == [m.text for m in lunch_conversation("")[:6]]

@@ -175,8 +175,8 @@ def test_a_renamed_member_is_shown_by_the_new_name_and_the_mentions_list_jumps(q
     # Conversation → Mentions… (Ctrl+Shift+M): the one message that mentions me; a click opens it.
     window.select_message(talk[-1].mid)
     qtbot.keyClick(window.tree_view, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    qtbot.waitUntil(lambda: window.mentions_window is not None and window.mentions_window.list.count() == 1)
-    mentions = window.mentions_window
+    qtbot.waitUntil(lambda: window.mentions.window is not None and window.mentions.window.list.count() == 1)
+    mentions = window.mentions.window
     item = mentions.list.item(0)
     assert item.text().startswith("Cat in Travel & lunch") and "@Dana what do you think?" in item.text()
     save_screenshot(mentions, "mentions-list.png")

@@ -15,7 +15,9 @@ from PySide6.QtWidgets import QMainWindow, QWidget
 
 from ..controllers.compose import ComposeController
 from ..controllers.direct import DirectController
+from ..controllers.export import ExportController
 from ..controllers.joins import JoinController
+from ..controllers.mentions import MentionsController
 from ..controllers.navigation import NavigationController
 from ..controllers.sessions import SessionController
 from ..controllers.status import StatusController
@@ -52,13 +54,13 @@ class MenuHost(Protocol):
     navigation: NavigationController
     files_view: FilesView
     search_window: SearchWindow
+    mentions: MentionsController
+    export: ExportController
     conversation: ConversationPane
     pane_layout: PaneLayout
 
     def current_gid(self) -> str | None: ...
-    def export_dialog(self) -> None: ...
     def reply_to_selected(self) -> None: ...
-    def show_mentions(self) -> None: ...
     def next_unread(self) -> None: ...
     def escape(self) -> None: ...
 
@@ -102,7 +104,7 @@ class MenuBar:
         self.add_peer_action = self._action("&Add peer by address…", None, joins.add_peer)
         self.leave_action = self._action("&Leave group", None, joins.leave_current_group)
         self.name_action = self._action("Change display &name…", None, joins.change_name)
-        self.export_action = self._action("&Export chat log…", "Ctrl+E", host.export_dialog, "export")
+        self.export_action = self._action("&Export chat log…", "Ctrl+E", host.export.choose_file, "export")
         quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.window.close)
         for action in (self.create_action, self.discover_action, self.join_action, self.join_invite_action,
                        self.add_peer_action, self.invite_action, self.leave_action):
@@ -123,7 +125,7 @@ class MenuBar:
         self.notify_menus = NotifyMenus(self.window, sessions.notify_level, sessions.set_notify_level,
                                         host.current_gid)
         self.notify_menu, self.notify_actions = self.notify_menus.main, self.notify_menus.actions
-        self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", host.show_mentions)
+        self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", host.mentions.show)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: talk.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: talk.find_match(-1))
         self.back_action = self._action("&Back", "Alt+Left", host.navigation.go_back)
