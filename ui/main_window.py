@@ -47,6 +47,7 @@ from .controllers.mentions import MentionsController
 from .controllers.navigation import NavigationController
 from .controllers.restart import RestartController
 from .controllers.sessions import GroupSession, SessionController
+from .controllers.shown_group import ShownGroupController
 from .controllers.status import StatusController
 from .files_view import FilesView
 from .notifier import Notifier
@@ -122,6 +123,11 @@ class MainWindow(QMainWindow):
         self.leave_action, self.name_action, self.find_action, self.search_action = \
             menus.leave_action, menus.name_action, menus.find_action, menus.search_action
         self.next_unread_action, self.topic_action = menus.next_unread_action, menus.topic_action
+        self.shown_group = ShownGroupController(
+            self.selection, self.session_controller, self.compose_controller, self.status_controller,
+            self.team_controller, self.menus, self.conversation, self.threads_pane, self.members_pane.member_list,
+            self.apply_focus, self.groups_pane.group_list)
+        self.groups_pane.group_chosen.connect(self.shown_group.chosen)
         self.status_pane = StatusPane(self)
         self.setStatusBar(self.status_pane)
         self.discovery.alone_changed.connect(self.status_pane.show_alone)
@@ -150,10 +156,9 @@ class MainWindow(QMainWindow):
     # -- layout -------------------------------------------------------------------------
 
     def _build_panes(self) -> None:
-        self.groups_pane = GroupsPane(self.join_controller.show_discovery,
+        self.groups_pane: GroupsPane = GroupsPane(self.join_controller.show_discovery,
                                       lambda gid, menu: self.notify_menus.menu(lambda: gid, menu))
         self.session_controller.sessions.listen(self.groups_pane)
-        self.groups_pane.group_chosen.connect(self._on_group_selected)
         self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
 
         joins = self.join_controller
@@ -178,8 +183,8 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.installEventFilter(self.files_view)  # files dropped anywhere on the window are attached
 
-        self.members_pane = MembersPane()
-        self.threads_pane = ThreadsPane(self._link_title)
+        self.members_pane: MembersPane = MembersPane()
+        self.threads_pane: ThreadsPane = ThreadsPane(self._link_title)
         self.threads_pane.thread_chosen.connect(self.open_thread)
         self.member_list, self.thread_list = self.members_pane.member_list, self.threads_pane.thread_list
         self.direct_pane: DirectPane = DirectPane()
@@ -238,37 +243,8 @@ class MainWindow(QMainWindow):
     def apply_focus(self, navigation: Navigation, from_list: QWidget | None = None) -> None:
         self.keys.apply_focus(navigation, from_list)
 
-    def _on_group_selected(self, gid: str | None) -> None:
-        session = self.session_controller.sessions.get(gid) if gid is not None else None
-        self.show_session(session)
-        if session is not None:
-            self.apply_focus(Navigation.GROUP_SHOWN, from_list=self.group_list)
-
     def show_session(self, session: GroupSession | None) -> None:
-        if self.current is not None and self.current is not session:
-            self.session_controller.save_read_marks()
-        reopened = self.current is session and session is not None
-        self.selection.open(session)
-        if not reopened:  # the same group again: an edit in progress stays
-            self.compose_controller.restore_draft(session)
-        self.menus.group_shown(session is not None)
-        self.team_controller.removed_from(session)  # a group this peer was removed from: read only
-        self.status_controller.show_warning_banner()
-        if session is None:
-            self.conversation.show_session(None)
-            self.member_list.clear()
-            self.threads_pane.show_threads(None)
-            self.status_controller.refresh()
-            return
-        self.session_controller.sessions.warning_seen(session)  # its warnings, if any, are on the banner now
-        self.notify_menus.show_level(session.gid)
-        self.threads_pane.show_threads(session.threads)
-        self.conversation.show_session(session)
-        self.status_controller.fill_members()
-        self.status_controller.refresh()
-        self.session_controller.refresh_group_view(session.gid)
-        self.status_controller.poll_presence()
-        self.conversation.schedule_seen()
+        self.shown_group.show(session)
 
     # -- what the controllers ask of the view (their *View protocols) ----------------------------
 

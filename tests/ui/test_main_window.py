@@ -137,6 +137,17 @@ def test_export_writes_json_lines(qtbot, window, backend, tmp_path):
     assert rows[2]["parent"] == f"{ANN.pid}:1" and rows[0]["group_desc"] == "Travel & lunch"
 
 
+def test_what_needs_a_group_is_on_only_while_one_is_shown(qtbot, window, backend):
+    """Showing a group (ui.controllers.shown_group) turns on Leave, Export and the rest; no group, off."""
+    menus = window.menus
+    needs_a_group = (menus.leave_action, menus.export_action, menus.invite_action, menus.send_action)
+    assert not any(action.isEnabled() for action in needs_a_group)
+    open_lunch(qtbot, window, backend)
+    assert all(action.isEnabled() for action in needs_a_group)
+    window.show_session(None)
+    assert window.current is None and not any(action.isEnabled() for action in needs_a_group)
+
+
 def test_discovery_lists_groups_and_joins(qtbot, window, backend):
     window.start()
     board = backend.manager.inject_group("Board games night", members=(BOB, CAT)).gid

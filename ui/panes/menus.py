@@ -163,6 +163,10 @@ class MenuBar:
         escape.triggered.connect(host.escape)
         self.window.addAction(escape)
 
+    def show_level(self, gid: str) -> None:
+        """The notification level of group ``gid``, just shown, checked in the Conversation menu."""
+        self.notify_menus.show_level(gid)
+
     def group_shown(self, shown: bool) -> None:
         """What only a group on show is for (leave, export, send…) is on while ``shown``."""
         for action in (self.export_action, self.leave_action, self.mark_read_action, self.send_action,
