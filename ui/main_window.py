@@ -114,15 +114,7 @@ class MainWindow(QMainWindow):
         self.mentions = MentionsController(backend, self.session_controller, self.navigation.open_link, self)
         self.export = ExportController(backend, self.selection, self.show_status, self.show_error, self)
         self.menus = MenuBar(self, self)
-        # The actions other code and the tests reach through the window.
-        menus = self.menus
-        self.notify_menus, self.notify_actions = menus.notify_menus, menus.notify_actions
-        self.time_action = self.conversation.time_action = menus.time_action
-        self.join_invite_action, self.invite_action, self.add_peer_action = \
-            menus.join_invite_action, menus.invite_action, menus.add_peer_action
-        self.leave_action, self.name_action, self.find_action, self.search_action = \
-            menus.leave_action, menus.name_action, menus.find_action, menus.search_action
-        self.next_unread_action, self.topic_action = menus.next_unread_action, menus.topic_action
+        self.conversation.time_action = self.menus.time_action  # the pane's header button shows its state
         self.shown_group = ShownGroupController(
             self.selection, self.session_controller, self.compose_controller, self.status_controller,
             self.team_controller, self.menus, self.conversation, self.threads_pane, self.members_pane.member_list,
@@ -157,9 +149,8 @@ class MainWindow(QMainWindow):
 
     def _build_panes(self) -> None:
         self.groups_pane: GroupsPane = GroupsPane(self.join_controller.show_discovery,
-                                      lambda gid, menu: self.notify_menus.menu(lambda: gid, menu))
+                                      lambda gid, menu: self.menus.notify_menus.menu(lambda: gid, menu))
         self.session_controller.sessions.listen(self.groups_pane)
-        self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
 
         joins = self.join_controller
         hooks = ConversationHooks(self.apply_focus, self._open_link, self._link_title, self.message_menu, self.show_status,
@@ -173,20 +164,12 @@ class MainWindow(QMainWindow):
         self.session_controller.conversation = pane
         pane.warning_banner.show_all.connect(self.status_controller.show_warning_log)
         pane.warning_banner.dismissed.connect(self.status_controller.dismiss_warning)
-        # What the controllers (their views) and app/screenshots.py reach through the window.
-        self.compose, self.reply_banner, self.compose_error = pane.compose, pane.compose_box.reply_banner, \
-            pane.compose_box.compose_error
-        self.topic_edit = pane.topic_edit
-        self.warning_banner, self.tree_view = pane.warning_banner, pane.tree_view
-        self.open_thread, self.select_message, self.close_thread = pane.open_thread, pane.select_message, \
-            pane.close_thread
         self.setAcceptDrops(True)
         self.installEventFilter(self.files_view)  # files dropped anywhere on the window are attached
 
         self.members_pane: MembersPane = MembersPane()
         self.threads_pane: ThreadsPane = ThreadsPane(self._link_title)
-        self.threads_pane.thread_chosen.connect(self.open_thread)
-        self.member_list, self.thread_list = self.members_pane.member_list, self.threads_pane.thread_list
+        self.threads_pane.thread_chosen.connect(pane.open_thread)
         self.direct_pane: DirectPane = DirectPane()
         self.centre_stack = QStackedWidget()
         self.centre_stack.addWidget(pane)
@@ -196,8 +179,16 @@ class MainWindow(QMainWindow):
         # A file pasted in a direct conversation is said to go to groups (ui.files_view), not typed as a path.
         self.direct_pane.compose.files_given.connect(self.files_view.attach)
         self.direct_pane.compose.image_given.connect(self.files_view.attach_image)
+        # The widgets the controllers' view protocols name on the window (ComposeView, JoinsView, StatusView,
+        # DirectView); everything else is reached through the pane or the menu bar that owns it.
+        box = pane.compose_box
+        self.compose, self.reply_banner, self.compose_error, self.topic_edit = \
+            pane.compose, box.reply_banner, box.compose_error, pane.topic_edit
+        self.warning_banner = pane.warning_banner
+        self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
+        self.member_list = self.members_pane.member_list
         self.keys = KeyRouting(self, self.centre_stack, pane, self.direct_pane,
-                               (self.group_list, self.thread_list, self.member_list), self.direct_list,
+                               (self.group_list, self.threads_pane.thread_list, self.member_list), self.direct_list,
                                lambda: self.current)
         self.setCentralWidget(self.pane_layout.splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
@@ -206,7 +197,7 @@ class MainWindow(QMainWindow):
         """What a screen reader calls each control without a label of its own (a button's text names it);
         tests/ui/test_accessibility.py walks the window through AT-SPI and fails on an unnamed one."""
         pane, talk = self.direct_pane, self.conversation
-        for widget, name in ((self.group_list, "Groups"), (self.thread_list, "Threads"),
+        for widget, name in ((self.group_list, "Groups"), (self.threads_pane.thread_list, "Threads"),
                              (self.member_list, "Members"), (talk.filter_edit, "Filter the conversation"),
                              (talk.header.tree_button, "Reply tree"), (talk.header.time_button, "Time order"),
                              (talk.tree_view, "Conversation, as a reply tree"),
@@ -292,7 +283,7 @@ class MainWindow(QMainWindow):
 
     def named_views(self) -> tuple[QAbstractItemView, ...]:
         """The views whose delegates name members (and mark look-alike names)."""
-        return self.conversation.tree_view, self.conversation.timeline_view, self.thread_list
+        return self.conversation.tree_view, self.conversation.timeline_view, self.threads_pane.thread_list
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -316,7 +307,7 @@ class MainWindow(QMainWindow):
         elif self.compose_target.active:
             self.compose_controller.reset_target()
         elif self.current is not None and self.current.thread is not None:
-            self.close_thread()
+            self.conversation.close_thread()
         else:
             self.compose_controller.start_new_thread()
 
@@ -342,7 +333,7 @@ class MainWindow(QMainWindow):
     def message_menu(self, message: ChatMessage) -> QMenu:
         """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
         view = self.current.view if self.current is not None else None
-        return message_menu(self, message, self.backend.pid, self.compose_controller, self.files_view, self.open_thread,
+        return message_menu(self, message, self.backend.pid, self.compose_controller, self.files_view, self.conversation.open_thread,
                             self.direct_controller.message_action,
                             view is not None and view.roles.get(self.backend.pid) in ("owner", "admin"))
 
