@@ -124,7 +124,6 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status_pane)
         self.discovery.alone_changed.connect(self.status_pane.show_alone)
         self.status_controller.refresh()
-        self._name_controls()
         self.pane_layout.restore_sizes()
 
         self.show_session(None)
@@ -192,19 +191,6 @@ class MainWindow(QMainWindow):
                                lambda: self.current)
         self.setCentralWidget(self.pane_layout.splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
-
-    def _name_controls(self) -> None:
-        """What a screen reader calls each control without a label of its own (a button's text names it);
-        tests/ui/test_accessibility.py walks the window through AT-SPI and fails on an unnamed one."""
-        pane, talk = self.direct_pane, self.conversation
-        for widget, name in ((self.group_list, "Groups"), (self.threads_pane.thread_list, "Threads"),
-                             (self.member_list, "Members"), (talk.filter_edit, "Filter the conversation"),
-                             (talk.header.tree_button, "Reply tree"), (talk.header.time_button, "Time order"),
-                             (talk.tree_view, "Conversation, as a reply tree"),
-                             (talk.timeline_view, "Conversation, in time order"),
-                             (talk.compose, "Message to the group"), (pane.view, "Direct conversation"),
-                             (pane.compose, "Direct message")):
-            widget.setAccessibleName(name)
 
     # -- start ----------------------------------------------------------------------------
 
