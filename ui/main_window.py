@@ -91,11 +91,7 @@ class MainWindow(QMainWindow):
         self.compose_controller = ComposeController(backend, self.selection, self.compose_target, self, self,
                                                     settings=self.settings)
         self.files_view = FilesView(self, backend)
-        self.discovery.join_requested.connect(self.join_controller.join_group)
-        self.discovery.create_requested.connect(self.join_controller.create_group)
-        self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
-        self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
-        
+
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
         self.team_controller = TeamController(backend, self.selection, self.session_controller, self.dialog_parent,
