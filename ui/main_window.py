@@ -38,6 +38,7 @@ from .direct_pane import DirectPane
 from .discovery_window import DiscoveryWindow
 from .focus import Navigation
 from .search_window import SearchWindow
+from .controllers.commands import ConversationCommands
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.team import TeamController
@@ -109,6 +110,8 @@ class MainWindow(QMainWindow):
         self.session_controller.other_unread = self.direct_controller.unread_total
         self.mentions = MentionsController(backend, self.session_controller, self.navigation.open_link, self)
         self.export = ExportController(backend, self.selection, self.show_status, self.show_error, self)
+        self.commands = ConversationCommands(self.selection, self.compose_target, self.session_controller,
+                                             self.compose_controller, self.direct_controller, self.conversation)
         self.menus = MenuBar(self, self)
         self.conversation.time_action = self.menus.time_action  # the pane's header button shows its state
         self.shown_group = ShownGroupController(
@@ -266,43 +269,6 @@ class MainWindow(QMainWindow):
     def named_views(self) -> tuple[QAbstractItemView, ...]:
         """The views whose delegates name members (and mark look-alike names)."""
         return self.conversation.tree_view, self.conversation.timeline_view, self.threads_pane.thread_list
-
-    # -- reading ---------------------------------------------------------------------------------
-
-    def reply_to_selected(self) -> None:
-        # On while no group is shown: a direct conversation answers Ctrl+R too.
-        if not self.direct_controller.reply_to_selected() and self.current is not None:
-            self.compose_controller.reply_to_selected()
-
-    def escape(self) -> None:
-        popup = self.compose.mention_popup
-        if popup is not None and popup.isVisible():  # the @-completer's list: Esc closes only it
-            popup.hide()
-        elif self.direct_controller.escape():
-            return
-        elif self.conversation.topic_edit.hasFocus():  # undo what was typed there
-            self.conversation.topic_edit.undo_typing()
-            self.compose.setFocus()
-        elif self.conversation.filter_edit.hasFocus() or self.conversation.filter_edit.text():
-            self.conversation.filter_edit.clear()
-            self.compose.setFocus()
-        elif self.compose_target.active:
-            self.compose_controller.reset_target()
-        elif self.current is not None and self.current.thread is not None:
-            self.conversation.close_thread()
-        else:
-            self.compose_controller.start_new_thread()
-
-    # -- threads ------------------------------------------------------------------------------------
-
-    def next_unread(self) -> None:
-        """Ctrl+U: the oldest unread message of the conversation shown, else of the next group or direct
-        conversation with news (a direct conversation on show is looked at first)."""
-        direct = self.direct_controller
-        if direct.current is not None and direct.current.tree.unread:
-            direct.next_unread()
-        else:
-            self.session_controller.next_unread(others=direct.next_unread)
 
     # -- message actions -------------------------------------------------------------------------
 

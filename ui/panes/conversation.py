@@ -861,6 +861,26 @@ class ConversationPane(QWidget):
         self.schedule_seen()
         self.place_keys(Navigation.THREAD_OPENED)
 
+    def close_mention_popup(self) -> bool:
+        """Esc with the @-completer's list open closes only it."""
+        popup = self.compose.mention_popup
+        if popup is None or not popup.isVisible():
+            return False
+        popup.hide()
+        return True
+
+    def leave_header_field(self) -> bool:
+        """Esc in the topic undoes what was typed there, in the filter (or with a filter set) clears it;
+        the keys go back to the compose box."""
+        if self.topic_edit.hasFocus():
+            self.topic_edit.undo_typing()
+        elif self.filter_edit.hasFocus() or self.filter_edit.text():
+            self.filter_edit.clear()
+        else:
+            return False
+        self.compose.setFocus()
+        return True
+
     def close_thread(self) -> None:
         session = self.current
         if session is None or session.thread is None:

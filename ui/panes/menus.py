@@ -13,6 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QWidget
 
+from ..controllers.commands import ConversationCommands
 from ..controllers.compose import ComposeController
 from ..controllers.direct import DirectController
 from ..controllers.export import ExportController
@@ -42,8 +43,8 @@ Key = QKeySequence | QKeySequence.StandardKey | str | None
 
 
 class MenuHost(Protocol):
-    """What the menus call: the window's controllers and panes, and the commands the window itself
-    answers (they weigh what is on show: a group or a direct conversation)."""
+    """What the menus call: the window's controllers and panes (``commands`` weighs what is on show, a
+    group or a direct conversation)."""
 
     join_controller: JoinController
     compose_controller: ComposeController
@@ -55,14 +56,12 @@ class MenuHost(Protocol):
     files_view: FilesView
     search_window: SearchWindow
     mentions: MentionsController
+    commands: ConversationCommands
     export: ExportController
     conversation: ConversationPane
     pane_layout: PaneLayout
 
     def current_gid(self) -> str | None: ...
-    def reply_to_selected(self) -> None: ...
-    def next_unread(self) -> None: ...
-    def escape(self) -> None: ...
 
 
 class MenuBar:
@@ -120,7 +119,7 @@ class MenuBar:
         menu = self.window.menuBar().addMenu("&Conversation")
         composer, sessions, talk = host.compose_controller, host.session_controller, host.conversation
         self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
-        self.reply_action = self._action("&Reply to selected", "Ctrl+R", host.reply_to_selected, "reply")
+        self.reply_action = self._action("&Reply to selected", "Ctrl+R", host.commands.reply_to_selected, "reply")
         self.attach_action = self._action("&Attach file…", "Ctrl+Shift+A", host.files_view.choose_files, "attach")
         self.notify_menus = NotifyMenus(self.window, sessions.notify_level, sessions.set_notify_level,
                                         host.current_gid)
@@ -131,7 +130,7 @@ class MenuBar:
         self.back_action = self._action("&Back", "Alt+Left", host.navigation.go_back)
         self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
         self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
-        self.next_unread_action = self._action("Next &unread", "Ctrl+U", host.next_unread, "unread")
+        self.next_unread_action = self._action("Next &unread", "Ctrl+U", host.commands.next_unread, "unread")
         self.mark_read_action = self._action("Mark all rea&d", "Ctrl+Shift+U", sessions.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, talk.focus_filter, "search")
         self.search_action = self._action("Search &everywhere…", "Ctrl+Shift+F", host.search_window.show_search,
@@ -160,7 +159,7 @@ class MenuBar:
         menu.addAction(host.direct_controller.notify_action)
         escape = QAction(self.window)  # in no menu: Esc, wherever the keys are in the window
         escape.setShortcut(QKeySequence(Qt.Key.Key_Escape))
-        escape.triggered.connect(host.escape)
+        escape.triggered.connect(host.commands.escape)
         self.window.addAction(escape)
 
     def show_level(self, gid: str) -> None:
