@@ -4,9 +4,12 @@
 The panes (:mod:`ui.panes`) own their widgets: the groups list (a mirror of the sessions of
 :mod:`ui.model.sessions`), the conversation (a group's views, the reading and the compose box), the threads
 and members beside it, and the status bar.  The controllers (:mod:`ui.controllers`) hold the logic
-(sessions and read state, compose, status, joins, direct messages, jumps and the way back), each seeing
-the window or a pane through its own view protocol, as qutebrowser keeps its completion model, view and
-controller apart.  What the reader has chosen and the sessions' state are Qt-free (:mod:`ui.model`) and
+(sessions and read state, compose, status, joins, direct messages, jumps and the way back, showing a
+group, the commands on what is shown, mentions, export), each seeing the window or a pane through its own
+view protocol, as qutebrowser keeps its completion model, view and controller apart.  A widget or an
+action is reached through the pane or the menu bar that owns it (``window.conversation.tree_view``,
+``window.menus.leave_action``); the window names a pane's widget itself only where a controller's view
+protocol asks for it.  What the reader has chosen and the sessions' state are Qt-free (:mod:`ui.model`) and
 shared.  The window talks to the middleware only through a :class:`~ui.bridge.Backend`: typed calls with
 callbacks, events as signals, all on the GUI thread.
 
