@@ -174,8 +174,8 @@ def files_shot(app: QApplication, out: Path) -> Path:
     window.files_view.clock = lambda: 1.0
     manager.files.advance(gid, plan, 800_000)
     settle(app)
-    window.open_thread(photo)
-    window.tree_view.scrollToBottom()
+    window.conversation.open_thread(photo)
+    window.conversation.tree_view.scrollToBottom()
     settle(app)
     path = out / "screenshot-files.png"
     window.grab().save(str(path))
@@ -241,7 +241,7 @@ def scroll_back_shot(app: QApplication, out: Path) -> Path:
     session = window.current
     orphan = next(node.message for node in reversed(session.tree.arrival)
                   if node.depth == 0 and node.message.parent is not None)
-    window.select_message(orphan.mid)
+    window.conversation.select_message(orphan.mid)
     settle(app)
     path = out / "screenshot-scroll-back.png"
     window.grab().save(str(path))
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     window, _backend = make_window(app, size=(1400, 800))
     assert window.current is not None  # make_window() waits for the group to open
     arrived = [node.message.mid for node in window.current.tree.arrival if node.message is not None]
-    window.select_message(arrived[3])
+    window.conversation.select_message(arrived[3])
     window.compose_controller.reply_to(arrived[2])
     settle(app)
     saved = [out / "screenshot-main.png"]
@@ -287,15 +287,15 @@ def main(argv: list[str] | None = None) -> int:
     chain = deep_thread(window.current.gid, 40)
     backend.manager.inject_messages(window.current.gid, chain)
     settle(app)
-    window.open_thread(chain[0].mid)
-    window.tree_view.scrollToBottom()
+    window.conversation.open_thread(chain[0].mid)
+    window.conversation.tree_view.scrollToBottom()
     settle(app)
     saved.append(out / "screenshot-deep-thread.png")
     window.grab().save(str(saved[-1]))
     window.close()
 
     window, _backend = make_window(app, size=(1000, 620))  # the topic set and the pin, at the end
-    window.tree_view.scrollToBottom()
+    window.conversation.tree_view.scrollToBottom()
     settle(app)
     saved.append(out / "screenshot-notices.png")
     window.grab().save(str(saved[-1]))

@@ -169,11 +169,13 @@ class DirectPane(QWidget):
         self.delegate = DirectMessageDelegate(self.view)
         self.view.setItemDelegate(self.delegate)
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.view.setAccessibleName("Direct conversation")  # what a screen reader calls it (test_accessibility)
 
         self.compose_box = ComposeBox("direct")
         self.compose, self.send_button = self.compose_box.compose, self.compose_box.send_button
         self.reply_banner, self.compose_error = self.compose_box.reply_banner, self.compose_box.compose_error
         self.compose.setPlaceholderText("Write to them — only they can read it. Enter sends, Shift+Enter adds a line")
+        self.compose.setAccessibleName("Direct message")  # until a conversation is shown (ui.controllers.direct)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -290,7 +290,7 @@ class FilesView(QObject):
                                 on_error=lambda error: self._attach_failed(describe_error(error)))
 
     def _attached(self, gid: str) -> None:
-        self.window.compose_error.hide()
+        self.window.conversation.compose_box.compose_error.hide()
         self._list(gid, force=True)  # where our offer is served from: its row opens it
 
     def _not_in_a_group(self) -> None:
@@ -301,8 +301,8 @@ class FilesView(QObject):
             pane.compose_error.show()
 
     def _attach_failed(self, text: str) -> None:
-        self.window.compose_error.setText(f"Could not attach: {text}")
-        self.window.compose_error.show()
+        self.window.conversation.compose_box.compose_error.setText(f"Could not attach: {text}")
+        self.window.conversation.compose_box.compose_error.show()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
         """Files dragged onto the window are attached where the compose box points."""

@@ -4,9 +4,12 @@
 The panes (:mod:`ui.panes`) own their widgets: the groups list (a mirror of the sessions of
 :mod:`ui.model.sessions`), the conversation (a group's views, the reading and the compose box), the threads
 and members beside it, and the status bar.  The controllers (:mod:`ui.controllers`) hold the logic
-(sessions and read state, compose, status, joins, direct messages, jumps and the way back), each seeing
-the window or a pane through its own view protocol, as qutebrowser keeps its completion model, view and
-controller apart.  What the reader has chosen and the sessions' state are Qt-free (:mod:`ui.model`) and
+(sessions and read state, compose, status, joins, direct messages, jumps and the way back, showing a
+group, the commands on what is shown, mentions, export), each seeing the window or a pane through its own
+view protocol, as qutebrowser keeps its completion model, view and controller apart.  A widget or an
+action is reached through the pane or the menu bar that owns it (``window.conversation.tree_view``,
+``window.menus.leave_action``); the window names a pane's widget itself only where a controller's view
+protocol asks for it.  What the reader has chosen and the sessions' state are Qt-free (:mod:`ui.model`) and
 shared.  The window talks to the middleware only through a :class:`~ui.bridge.Backend`: typed calls with
 callbacks, events as signals, all on the GUI thread.
 
@@ -20,36 +23,35 @@ moment while the window is active.
 from __future__ import annotations
 
 import logging
-import re
-from pathlib import Path
 
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QMenu,
-    QFileDialog,
     QMainWindow,
     QStackedWidget,
     QWidget,
 )
 
-from ..middleware.types import ChatMessage, Mid, format_mid
+from ..middleware.types import ChatMessage, Mid
 
-from .bridge import Backend, describe_error
+from .bridge import Backend
 from .dialogs import WarningLogWindow
 from .direct_pane import DirectPane
 from .discovery_window import DiscoveryWindow
 from .focus import Navigation
 from .search_window import SearchWindow
+from .controllers.commands import ConversationCommands
 from .controllers.compose import ComposeController
 from .controllers.direct import DirectController
 from .controllers.team import TeamController
+from .controllers.export import ExportController
 from .controllers.joins import JoinController
+from .controllers.mentions import MentionsController
 from .controllers.navigation import NavigationController
 from .controllers.restart import RestartController
 from .controllers.sessions import GroupSession, SessionController
-from .model.sessions import member_names
-from .mentions import MENTIONS_LISTED, MentionsWindow
+from .controllers.shown_group import ShownGroupController
 from .controllers.status import StatusController
 from .files_view import FilesView
 from .notifier import Notifier
@@ -93,11 +95,7 @@ class MainWindow(QMainWindow):
         self.compose_controller = ComposeController(backend, self.selection, self.compose_target, self, self,
                                                     settings=self.settings)
         self.files_view = FilesView(self, backend)
-        self.discovery.join_requested.connect(self.join_controller.join_group)
-        self.discovery.create_requested.connect(self.join_controller.create_group)
-        self.discovery.join_by_id_requested.connect(self.join_controller.join_by_id)
-        self.discovery.add_peer_requested.connect(self.join_controller.add_peer)
-        
+
         self._build_panes()
         self.direct_controller = DirectController(backend, self, self.settings, self)
         self.team_controller = TeamController(backend, self.selection, self.session_controller, self.dialog_parent,
@@ -113,21 +111,21 @@ class MainWindow(QMainWindow):
                                           lambda gid, mid: self.navigation.show_message(gid, mid),
                                           self.direct_controller.conversations)
         self.session_controller.other_unread = self.direct_controller.unread_total
+        self.mentions = MentionsController(backend, self.session_controller, self.navigation.open_link, self)
+        self.export = ExportController(backend, self.selection, self.show_status, self.show_error, self)
+        self.commands = ConversationCommands(self.selection, self.compose_target, self.session_controller,
+                                             self.compose_controller, self.direct_controller, self.conversation)
         self.menus = MenuBar(self, self)
-        # The actions other code and the tests reach through the window.
-        menus = self.menus
-        self.notify_menus, self.notify_actions = menus.notify_menus, menus.notify_actions
-        self.time_action = self.conversation.time_action = menus.time_action
-        self.join_invite_action, self.invite_action, self.add_peer_action = \
-            menus.join_invite_action, menus.invite_action, menus.add_peer_action
-        self.leave_action, self.name_action, self.find_action, self.search_action = \
-            menus.leave_action, menus.name_action, menus.find_action, menus.search_action
-        self.next_unread_action, self.topic_action = menus.next_unread_action, menus.topic_action
+        self.conversation.time_action = self.menus.time_action  # the pane's header button shows its state
+        self.shown_group = ShownGroupController(
+            self.selection, self.session_controller, self.compose_controller, self.status_controller,
+            self.team_controller, self.menus, self.conversation, self.threads_pane, self.members_pane.member_list,
+            self.apply_focus, self.groups_pane.group_list)
+        self.groups_pane.group_chosen.connect(self.shown_group.chosen)
         self.status_pane = StatusPane(self)
         self.setStatusBar(self.status_pane)
         self.discovery.alone_changed.connect(self.status_pane.show_alone)
         self.status_controller.refresh()
-        self._name_controls()
         self.pane_layout.restore_sizes()
 
         self.show_session(None)
@@ -151,11 +149,9 @@ class MainWindow(QMainWindow):
     # -- layout -------------------------------------------------------------------------
 
     def _build_panes(self) -> None:
-        self.groups_pane = GroupsPane(self.join_controller.show_discovery,
-                                      lambda gid, menu: self.notify_menus.menu(lambda: gid, menu))
+        self.groups_pane: GroupsPane = GroupsPane(self.join_controller.show_discovery,
+                                      lambda gid, menu: self.menus.notify_menus.menu(lambda: gid, menu))
         self.session_controller.sessions.listen(self.groups_pane)
-        self.groups_pane.group_chosen.connect(self._on_group_selected)
-        self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
 
         joins = self.join_controller
         hooks = ConversationHooks(self.apply_focus, self._open_link, self._link_title, self.message_menu, self.show_status,
@@ -169,21 +165,12 @@ class MainWindow(QMainWindow):
         self.session_controller.conversation = pane
         pane.warning_banner.show_all.connect(self.status_controller.show_warning_log)
         pane.warning_banner.dismissed.connect(self.status_controller.dismiss_warning)
-        # What the controllers (their views) and app/screenshots.py reach through the window.
-        self.compose, self.reply_banner, self.compose_error = pane.compose, pane.compose_box.reply_banner, \
-            pane.compose_box.compose_error
-        self.topic_edit = pane.topic_edit
-        self.warning_banner, self.tree_view = pane.warning_banner, pane.tree_view
-        self.open_thread, self.select_message, self.close_thread = pane.open_thread, pane.select_message, \
-            pane.close_thread
-        self.mentions_window: MentionsWindow | None = None
         self.setAcceptDrops(True)
         self.installEventFilter(self.files_view)  # files dropped anywhere on the window are attached
 
-        self.members_pane = MembersPane()
-        self.threads_pane = ThreadsPane(self._link_title)
-        self.threads_pane.thread_chosen.connect(self.open_thread)
-        self.member_list, self.thread_list = self.members_pane.member_list, self.threads_pane.thread_list
+        self.members_pane: MembersPane = MembersPane()
+        self.threads_pane: ThreadsPane = ThreadsPane(self._link_title)
+        self.threads_pane.thread_chosen.connect(pane.open_thread)
         self.direct_pane: DirectPane = DirectPane()
         self.centre_stack = QStackedWidget()
         self.centre_stack.addWidget(pane)
@@ -193,24 +180,19 @@ class MainWindow(QMainWindow):
         # A file pasted in a direct conversation is said to go to groups (ui.files_view), not typed as a path.
         self.direct_pane.compose.files_given.connect(self.files_view.attach)
         self.direct_pane.compose.image_given.connect(self.files_view.attach_image)
+        # The widgets the controllers' view protocols name on the window (ComposeView, JoinsView, StatusView,
+        # DirectView); everything else is reached through the pane or the menu bar that owns it.
+        box = pane.compose_box
+        self.compose, self.reply_banner, self.compose_error, self.topic_edit = \
+            pane.compose, box.reply_banner, box.compose_error, pane.topic_edit
+        self.warning_banner = pane.warning_banner
+        self.group_list, self.direct_list = self.groups_pane.group_list, self.groups_pane.direct_list
+        self.member_list = self.members_pane.member_list
         self.keys = KeyRouting(self, self.centre_stack, pane, self.direct_pane,
-                               (self.group_list, self.thread_list, self.member_list), self.direct_list,
+                               (self.group_list, self.threads_pane.thread_list, self.member_list), self.direct_list,
                                lambda: self.current)
         self.setCentralWidget(self.pane_layout.splitter)
         self.setMinimumWidth(MINIMUM_WIDTH)
-
-    def _name_controls(self) -> None:
-        """What a screen reader calls each control without a label of its own (a button's text names it);
-        tests/ui/test_accessibility.py walks the window through AT-SPI and fails on an unnamed one."""
-        pane, talk = self.direct_pane, self.conversation
-        for widget, name in ((self.group_list, "Groups"), (self.thread_list, "Threads"),
-                             (self.member_list, "Members"), (talk.filter_edit, "Filter the conversation"),
-                             (talk.header.tree_button, "Reply tree"), (talk.header.time_button, "Time order"),
-                             (talk.tree_view, "Conversation, as a reply tree"),
-                             (talk.timeline_view, "Conversation, in time order"),
-                             (talk.compose, "Message to the group"), (pane.view, "Direct conversation"),
-                             (pane.compose, "Direct message")):
-            widget.setAccessibleName(name)
 
     # -- start ----------------------------------------------------------------------------
 
@@ -240,37 +222,8 @@ class MainWindow(QMainWindow):
     def apply_focus(self, navigation: Navigation, from_list: QWidget | None = None) -> None:
         self.keys.apply_focus(navigation, from_list)
 
-    def _on_group_selected(self, gid: str | None) -> None:
-        session = self.session_controller.sessions.get(gid) if gid is not None else None
-        self.show_session(session)
-        if session is not None:
-            self.apply_focus(Navigation.GROUP_SHOWN, from_list=self.group_list)
-
     def show_session(self, session: GroupSession | None) -> None:
-        if self.current is not None and self.current is not session:
-            self.session_controller.save_read_marks()
-        reopened = self.current is session and session is not None
-        self.selection.open(session)
-        if not reopened:  # the same group again: an edit in progress stays
-            self.compose_controller.restore_draft(session)
-        self.menus.group_shown(session is not None)
-        self.team_controller.removed_from(session)  # a group this peer was removed from: read only
-        self.status_controller.show_warning_banner()
-        if session is None:
-            self.conversation.show_session(None)
-            self.member_list.clear()
-            self.threads_pane.show_threads(None)
-            self.status_controller.refresh()
-            return
-        self.session_controller.sessions.warning_seen(session)  # its warnings, if any, are on the banner now
-        self.notify_menus.show_level(session.gid)
-        self.threads_pane.show_threads(session.threads)
-        self.conversation.show_session(session)
-        self.status_controller.fill_members()
-        self.status_controller.refresh()
-        self.session_controller.refresh_group_view(session.gid)
-        self.status_controller.poll_presence()
-        self.conversation.schedule_seen()
+        self.shown_group.show(session)
 
     # -- what the controllers ask of the view (their *View protocols) ----------------------------
 
@@ -300,28 +253,6 @@ class MainWindow(QMainWindow):
         self.conversation.mention_completer.set_members(list(view.members) if view is not None else [], self.backend.pid)
         self.apply_focus(Navigation.REFRESHED)
 
-    # -- mentions (ui.mentions) ------------------------------------------------------------------
-
-    def show_mentions(self) -> None:
-        """Conversation → Mentions…: the messages that mention me, newest first, across groups."""
-        window = self.mentions_window
-        if window is None:
-            window = self.mentions_window = MentionsWindow(self, self.jump_to_message)
-        self.backend.call(lambda peer: peer.mentions(MENTIONS_LISTED), on_result=self._show_mentions)
-        window.show()
-        window.raise_()
-        window.activateWindow()
-
-    def _show_mentions(self, messages: list[ChatMessage]) -> None:
-        sessions = self.session_controller.sessions
-        if self.mentions_window is not None:
-            self.mentions_window.show_mentions(
-                messages, {gid: session.title for gid, session in sessions.items()},
-                lambda gid: member_names(sessions[gid].view) if gid in sessions else {})
-
-    def jump_to_message(self, gid: str, mid: Mid) -> None:
-        self.navigation.open_link(f"m2mc://message/{gid}/{format_mid(mid)}")
-
     def messages_shown(self, mids: list[Mid]) -> None:
         self.compose_controller.messages_shown(mids)
         self.apply_focus(Navigation.MESSAGES_ARRIVED)
@@ -340,44 +271,7 @@ class MainWindow(QMainWindow):
 
     def named_views(self) -> tuple[QAbstractItemView, ...]:
         """The views whose delegates name members (and mark look-alike names)."""
-        return self.conversation.tree_view, self.conversation.timeline_view, self.thread_list
-
-    # -- reading ---------------------------------------------------------------------------------
-
-    def reply_to_selected(self) -> None:
-        # On while no group is shown: a direct conversation answers Ctrl+R too.
-        if not self.direct_controller.reply_to_selected() and self.current is not None:
-            self.compose_controller.reply_to_selected()
-
-    def escape(self) -> None:
-        popup = self.compose.mention_popup
-        if popup is not None and popup.isVisible():  # the @-completer's list: Esc closes only it
-            popup.hide()
-        elif self.direct_controller.escape():
-            return
-        elif self.conversation.topic_edit.hasFocus():  # undo what was typed there
-            self.conversation.topic_edit.undo_typing()
-            self.compose.setFocus()
-        elif self.conversation.filter_edit.hasFocus() or self.conversation.filter_edit.text():
-            self.conversation.filter_edit.clear()
-            self.compose.setFocus()
-        elif self.compose_target.active:
-            self.compose_controller.reset_target()
-        elif self.current is not None and self.current.thread is not None:
-            self.close_thread()
-        else:
-            self.compose_controller.start_new_thread()
-
-    # -- threads ------------------------------------------------------------------------------------
-
-    def next_unread(self) -> None:
-        """Ctrl+U: the oldest unread message of the conversation shown, else of the next group or direct
-        conversation with news (a direct conversation on show is looked at first)."""
-        direct = self.direct_controller
-        if direct.current is not None and direct.current.tree.unread:
-            direct.next_unread()
-        else:
-            self.session_controller.next_unread(others=direct.next_unread)
+        return self.conversation.tree_view, self.conversation.timeline_view, self.threads_pane.thread_list
 
     # -- message actions -------------------------------------------------------------------------
 
@@ -390,31 +284,9 @@ class MainWindow(QMainWindow):
     def message_menu(self, message: ChatMessage) -> QMenu:
         """Reply, Copy text, Copy link, Quote (and open the thread), for the context menu."""
         view = self.current.view if self.current is not None else None
-        return message_menu(self, message, self.backend.pid, self.compose_controller, self.files_view, self.open_thread,
+        return message_menu(self, message, self.backend.pid, self.compose_controller, self.files_view, self.conversation.open_thread,
                             self.direct_controller.message_action,
                             view is not None and view.roles.get(self.backend.pid) in ("owner", "admin"))
-
-    # -- export --------------------------------------------------------------------------------------
-
-    def export_dialog(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        safe = re.sub(r"[^\w.-]+", "-", session.title).strip("-") or "group"
-        path, _filter = QFileDialog.getSaveFileName(self, "Export chat log", str(Path.home() / f"m2mc-{safe}.jsonl"),
-                                                    "JSON Lines (*.jsonl);;All files (*)")
-        if path:
-            self.export_to(path)
-
-    def export_to(self, path: str) -> None:
-        session = self.current
-        gid = session.gid if session else None
-        self.backend.call(
-            lambda peer: peer.export_log(path, gid),
-            on_result=lambda count: self.statusBar().showMessage(f"Exported {count} messages to {path}", 8000),
-            on_error=lambda exc: self.status_controller.show_error(
-                f"Could not export to {path}: {describe_error(exc)}"),
-        )
 
     # -- window ----------------------------------------------------------------------------------------
 

@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     heartbeat = QTimer(interval=5)
     heartbeat.timeout.connect(beat)
     heartbeat.start()
-    thread_list = window.thread_list
+    thread_list = window.threads_pane.thread_list
     samples = []  # (top thread is the latest message's thread, thread rows)
 
     def sample_threads() -> None:

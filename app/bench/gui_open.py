@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(5):
             held = len(session.tree)
             started = time.perf_counter()
-            window.tree_view.scrollToTop()
+            window.conversation.tree_view.scrollToTop()
             while len(session.tree) == held or session.loading_older:
                 app.processEvents()
             window.repaint()
@@ -160,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
             query.append(1000 * (time.perf_counter() - started))
         shown = []
         for _ in range(args.runs):
-            window.close_thread()
+            window.conversation.close_thread()
             app.processEvents()
             started = time.perf_counter()
-            window.open_thread(root.mid)
+            window.conversation.open_thread(root.mid)
             while session.thread is None or session.thread.root.message.mid != root.mid:
                 app.processEvents()
             window.repaint()

@@ -35,7 +35,7 @@ def main():
 
     controller = window.direct_controller
     controller._poll_timer.setInterval(300)  # the conversations' presence, as the real middleware hears it
-    direct = window.direct_list
+    direct = window.groups_pane.direct_list
     row = wait(app, lambda: direct.item(0) if direct.count() and direct.item(0).data(Qt.ItemDataRole.UserRole + 11)
                else None, timeout=30)
     say(step="incoming", rows=[direct.item(i).text() for i in range(direct.count())],

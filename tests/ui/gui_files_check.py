@@ -23,10 +23,10 @@ SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 def strip_of(window, mid):
     session = window.current
     index = session.tree_model.index_for(mid)
-    model = window.tree_view.model()
+    model = window.conversation.tree_view.model()
     index = model.mapFromSource(index) if hasattr(model, "mapFromSource") else index
-    window.tree_view.scrollTo(index)
-    return window.tree_view.itemDelegate()._geometry(window.tree_view.visualRect(index), index)["file"]
+    window.conversation.tree_view.scrollTo(index)
+    return window.conversation.tree_view.itemDelegate()._geometry(window.conversation.tree_view.visualRect(index), index)["file"]
 
 
 def main():

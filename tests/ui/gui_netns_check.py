@@ -67,7 +67,7 @@ def main():
     sys.stdin.readline()  # the test's other peer now sends a reply to its first message
     wait(app, lambda: any(row[0] == "live reply" for row in tree_rows(window)))
     window.status_controller._presence_timer.setInterval(200)  # presence from what the real middleware heard
-    members = lambda: [window.member_list.item(i).text() for i in range(window.member_list.count())]  # noqa: E731
+    members = lambda: [window.members_pane.member_list.item(i).text() for i in range(window.members_pane.member_list.count())]  # noqa: E731
     ann_online = wait(app, lambda: any(m.split("  · ")[0] == "● Ann" for m in members()), timeout=10) is not None
     window.grab().save(str(SHOTS / "main-window-lan.png"))
     say(step="live", rows=tree_rows(window), ann_online=ann_online)

@@ -54,7 +54,7 @@ def main():
         status=window.statusBar().currentMessage())
 
     type_into_dialog(app, AddPeerDialog, "not an address")
-    window.add_peer_action.trigger()
+    window.menus.add_peer_action.trigger()
     dialog = window.join_controller.add_peer_dialog
     refused = wait(app, lambda: "bad address" in dialog.error_label.text().lower(), timeout=10)
     say(step="bad address", status=dialog.error_label.text() if refused else "")  # said in the dialog, which stays open
@@ -76,13 +76,13 @@ def main():
         QTimer.singleShot(50, when_found)
 
     type_into_dialog(app, QDialog, "", then=join)  # the invite is offered from the clipboard as it is
-    window.join_invite_action.trigger()
+    window.menus.join_invite_action.trigger()
     joined = wait(app, lambda: window.current is not None, timeout=30) is not None
     say(step="joined", joined=joined, found=looked_up.get("desc", ""))
     if not joined:
         return 1
     window.status_controller._presence_timer.setInterval(200)
-    members = lambda: [window.member_list.item(i).text() for i in range(window.member_list.count())]  # noqa: E731
+    members = lambda: [window.members_pane.member_list.item(i).text() for i in range(window.members_pane.member_list.count())]  # noqa: E731
     direct = wait(app, lambda: any("Ann" in m and "⇄" in m for m in members()), timeout=20) is not None
     gone = wait(app, lambda: not window.discovery.alone_label.isVisible(), timeout=15) is not None
     window.grab().save(str(SHOTS / "main-window-reached-directly.png"))

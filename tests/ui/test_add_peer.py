@@ -14,7 +14,7 @@ def open_dialog(qtbot, window):
     activate(qtbot, window)
     joins = window.join_controller
     joins.add_peer_dialog = None
-    window.add_peer_action.trigger()
+    window.menus.add_peer_action.trigger()
     qtbot.waitUntil(lambda: joins.add_peer_dialog is not None and joins.add_peer_dialog.isVisible())
     dialog = joins.add_peer_dialog
     activate(qtbot, dialog)

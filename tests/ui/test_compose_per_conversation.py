@@ -30,33 +30,33 @@ def two_groups(qtbot, window, backend):
 
 def click_group(qtbot, window, gid):
     item = window.groups_pane.item(gid)
-    rect = window.group_list.visualItemRect(item)
-    qtbot.mouseClick(window.group_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    rect = window.groups_pane.group_list.visualItemRect(item)
+    qtbot.mouseClick(window.groups_pane.group_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert window.current.gid == gid
 
 
 def click_message(qtbot, window, mid):
     index = window.conversation._view_index(mid)
-    window.tree_view.scrollTo(index)
-    rect = window.tree_view.visualRect(index)
-    qtbot.mouseClick(window.tree_view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    window.conversation.tree_view.scrollTo(index)
+    rect = window.conversation.tree_view.visualRect(index)
+    qtbot.mouseClick(window.conversation.tree_view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert window.conversation.selected_message().mid == mid
 
 
 def click_thread(qtbot, window, root_mid):
-    threads = window.thread_list.model()
+    threads = window.threads_pane.thread_list.model()
     qtbot.waitUntil(lambda: any(threads.index(r).data(MessageRole).mid == root_mid for r in range(threads.rowCount())))
     row = next(r for r in range(threads.rowCount()) if threads.index(r).data(MessageRole).mid == root_mid)
-    rect = window.thread_list.visualRect(threads.index(row))
-    qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    rect = window.threads_pane.thread_list.visualRect(threads.index(row))
+    qtbot.mouseClick(window.threads_pane.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     qtbot.waitUntil(lambda: window.current.thread is not None and window.current.thread.root.message.mid == root_mid)
 
 
 def type_and_send(qtbot, window, backend, text):
     count = len(backend.manager.sent)
-    qtbot.keyClicks(window.compose, text)
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: len(backend.manager.sent) == count + 1 and window.compose.toPlainText() == "")
+    qtbot.keyClicks(window.conversation.compose, text)
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(backend.manager.sent) == count + 1 and window.conversation.compose.toPlainText() == "")
     return backend.manager.sent[-1]
 
 
@@ -75,29 +75,29 @@ def test_a_draft_stays_in_its_group_and_comes_back_after_a_restart(qtbot, backen
     lunch, private, talk = two_groups(qtbot, window, backend)
     click_group(qtbot, window, lunch)
     click_message(qtbot, window, talk[3].mid)  # Cat: "No, not yet. Is it worth the trip in summer?"
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
-    qtbot.keyClicks(window.compose, "Bob keeps a surprise")
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(window.conversation.compose, "Bob keeps a surprise")
 
     click_group(qtbot, window, private)
-    assert window.compose.toPlainText() == "" and not window.reply_banner.isVisible()
+    assert window.conversation.compose.toPlainText() == "" and not window.conversation.compose_box.reply_banner.isVisible()
     click_message(qtbot, window, (ANN.pid, 7))  # "Not a word to Bob!"
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
-    qtbot.keyClicks(window.compose, "Cake at 6")
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(window.conversation.compose, "Cake at 6")
 
     click_group(qtbot, window, lunch)
-    assert window.compose.toPlainText() == "Bob keeps a surprise"
-    assert window.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
-    window.compose.setFocus()
-    qtbot.keyClicks(window.compose, " for you")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    assert window.conversation.compose.toPlainText() == "Bob keeps a surprise"
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
+    window.conversation.compose.setFocus()
+    qtbot.keyClicks(window.conversation.compose, " for you")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(backend.manager.sent) == 1)
     assert backend.manager.sent == [(lunch, "Bob keeps a surprise for you", talk[3].mid)]
-    qtbot.waitUntil(lambda: window.compose.toPlainText() == "")
+    qtbot.waitUntil(lambda: window.conversation.compose.toPlainText() == "")
 
     click_group(qtbot, window, private)
-    assert window.compose.toPlainText() == "Cake at 6"
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
-    qtbot.keyClicks(window.compose, "candles?")
+    assert window.conversation.compose.toPlainText() == "Cake at 6"
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(window.conversation.compose, "candles?")
     window.close()
     settings.sync()
 
@@ -107,10 +107,10 @@ def test_a_draft_stays_in_its_group_and_comes_back_after_a_restart(qtbot, backen
     sessions = again.session_controller.sessions
     qtbot.waitUntil(lambda: private in sessions and sessions[private].loaded and lunch in sessions)
     click_group(qtbot, again, private)
-    assert again.compose.toPlainText() == "Cake at 6\ncandles?"
-    assert again.reply_banner.label.text() == "Replying to Ann: Not a word to Bob!"
+    assert again.conversation.compose.toPlainText() == "Cake at 6\ncandles?"
+    assert again.conversation.compose_box.reply_banner.label.text() == "Replying to Ann: Not a word to Bob!"
     click_group(qtbot, again, lunch)
-    assert again.compose.toPlainText() == "" and not again.reply_banner.isVisible()  # sent: no draft left
+    assert again.conversation.compose.toPlainText() == "" and not again.conversation.compose_box.reply_banner.isVisible()  # sent: no draft left
 
 
 def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, window, backend):
@@ -118,7 +118,7 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     q1, q2, a3, a4 = talk[0], talk[1], talk[4], talk[5]
     click_group(qtbot, window, lunch)
     click_thread(qtbot, window, q2.mid)  # "Did you visit Chennai?", opened alone
-    assert window.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Chennai?"
+    assert window.conversation.compose_box.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Chennai?"
     save_screenshot(window, "thread-reply-banner.png")
     assert type_and_send(qtbot, window, backend, "Any hotel tips?") == (lunch, "Any hotel tips?", q2.mid)
     mine = (backend.pid, 1)
@@ -127,47 +127,47 @@ def test_typing_in_an_open_thread_replies_there_and_the_banner_says_so(qtbot, wi
     # Another target in the thread; after sending, the next message follows the user's own reply
     # (Slack's thread pane), and Esc goes back to the thread's root.
     click_message(qtbot, window, a4.mid)
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
-    assert window.reply_banner.label.text().startswith("Replying to Cat: Noted")
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying to Cat: Noted")
     assert type_and_send(qtbot, window, backend, "Me too")[2] == a4.mid
     me_too = (backend.pid, 2)
-    qtbot.waitUntil(lambda: window.reply_banner.label.text().endswith(": Me too"))  # once it is shown
+    qtbot.waitUntil(lambda: window.conversation.compose_box.reply_banner.label.text().endswith(": Me too"))  # once it is shown
     assert type_and_send(qtbot, window, backend, "And the food?")[2] == me_too
-    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
-    assert window.reply_banner.label.text().startswith("Replying in the thread of Ann")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Escape)
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying in the thread of Ann")
     assert type_and_send(qtbot, window, backend, "Any bookshops?")[2] == q2.mid
 
     # A target chosen in one thread does not follow the reader into another.
     click_message(qtbot, window, a3.mid)
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
     qtbot.mouseClick(window.conversation.thread_bar.back_button, Qt.MouseButton.LeftButton)
     click_thread(qtbot, window, q1.mid)
-    assert window.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Delhi?"
+    assert window.conversation.compose_box.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Delhi?"
     click_group(qtbot, window, private)  # away and back: the thread is still open, and still the target
-    assert not window.reply_banner.isVisible()
+    assert not window.conversation.compose_box.reply_banner.isVisible()
     click_group(qtbot, window, lunch)
-    assert window.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Delhi?"
+    assert window.conversation.compose_box.reply_banner.label.text() == "Replying in the thread of Ann: Did you visit Delhi?"
     assert type_and_send(qtbot, window, backend, "When?")[2] == q1.mid
     when = (backend.pid, 5)
     qtbot.waitUntil(lambda: window.conversation._view_index(when).isValid())
     assert window.current.tree.message(when).text == "When?"
 
     # ✕ still starts a thread of its own; Esc brings the thread's root back.
-    qtbot.mouseClick(window.reply_banner.close_button, Qt.MouseButton.LeftButton)
-    assert window.reply_banner.label.text().startswith("New thread")
+    qtbot.mouseClick(window.conversation.compose_box.reply_banner.close_button, Qt.MouseButton.LeftButton)
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("New thread")
     save_screenshot(window, "thread-new-thread-banner.png")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
-    assert window.reply_banner.label.text().startswith("Replying in the thread of Ann: Did you visit Delhi?")
-    qtbot.mouseClick(window.reply_banner.close_button, Qt.MouseButton.LeftButton)
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Escape)
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying in the thread of Ann: Did you visit Delhi?")
+    qtbot.mouseClick(window.conversation.compose_box.reply_banner.close_button, Qt.MouseButton.LeftButton)
     assert type_and_send(qtbot, window, backend, "Museum trip Sunday?")[2] is None
 
     # All threads again: no default target, and none after sending.
     qtbot.mouseClick(window.conversation.thread_bar.back_button, Qt.MouseButton.LeftButton)
-    assert not window.reply_banner.isVisible()
+    assert not window.conversation.compose_box.reply_banner.isVisible()
     click_message(qtbot, window, q2.mid)
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
     assert type_and_send(qtbot, window, backend, "Booked!")[2] == q2.mid
-    assert not window.reply_banner.isVisible()
+    assert not window.conversation.compose_box.reply_banner.isVisible()
     assert type_and_send(qtbot, window, backend, "Lunch tomorrow?")[2] is None
 
 
@@ -180,8 +180,8 @@ def test_a_draft_answering_a_message_is_named_in_the_banner_once_the_history_is_
     window = make_window(qtbot, backend, settings)
     window.start()  # the group opens at start, before its history is in
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
-    assert window.compose.toPlainText() == "It is worth it"
-    assert window.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
+    assert window.conversation.compose.toPlainText() == "It is worth it"
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
 
 
 def test_editing_a_message_does_not_lose_the_draft_typed_before_it(qtbot, window, backend):
@@ -191,19 +191,19 @@ def test_editing_a_message_does_not_lose_the_draft_typed_before_it(qtbot, window
     mine = (backend.pid, 1)
     qtbot.waitUntil(lambda: window.current.tree.message(mine) is not None)
     click_message(qtbot, window, talk[6].mid)  # Bob: "Lunch at the canteen at 12:30?"
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
-    qtbot.keyClicks(window.compose, "Half a thought")
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(window.conversation.compose, "Half a thought")
     edit = next(a for a in window.message_menu(window.current.tree.message(mine)).actions() if a.text() == "Edit")
     edit.trigger()  # the context menu's Edit
-    assert window.compose.toPlainText() == "See you at 12:30"
-    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)  # give the edit up: the draft is back, target and all
-    assert window.compose.toPlainText() == "Half a thought"
-    assert window.reply_banner.label.text().startswith("Replying to Bob: Lunch at the canteen")
+    assert window.conversation.compose.toPlainText() == "See you at 12:30"
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Escape)  # give the edit up: the draft is back, target and all
+    assert window.conversation.compose.toPlainText() == "Half a thought"
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying to Bob: Lunch at the canteen")
     edit = next(a for a in window.message_menu(window.current.tree.message(mine)).actions() if a.text() == "Edit")
     edit.trigger()
-    window.compose.selectAll()
-    qtbot.keyClicks(window.compose, "See you at 13:00")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)  # saved: the draft is back again
+    window.conversation.compose.selectAll()
+    qtbot.keyClicks(window.conversation.compose, "See you at 13:00")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)  # saved: the draft is back again
     qtbot.waitUntil(lambda: window.current.tree.message(mine).text == "See you at 13:00")
-    qtbot.waitUntil(lambda: window.compose.toPlainText() == "Half a thought")
-    assert window.reply_banner.label.text().startswith("Replying to Bob: Lunch at the canteen")
+    qtbot.waitUntil(lambda: window.conversation.compose.toPlainText() == "Half a thought")
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying to Bob: Lunch at the canteen")

@@ -93,10 +93,10 @@ def test_the_selected_direct_messages_row_is_drawn_in_the_selection_colours(qtbo
     backend.manager.inject_direct(ANN, "are you coming?")
     backend.manager.inject_direct(BOB, "lunch?")
     window.start()
-    qtbot.waitUntil(lambda: window.direct_list.count() == 2)
+    qtbot.waitUntil(lambda: window.groups_pane.direct_list.count() == 2)
     window.direct_controller.open_with(ANN.pid)
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
-    direct = window.direct_list
+    direct = window.groups_pane.direct_list
     row = direct.visualItemRect(direct.currentItem())
     colors = theme_colors(QApplication.instance().palette())
     selection, text = QColor(colors["selection"]), QColor(colors["selection_text"])

@@ -39,7 +39,7 @@ def click_message(qtbot, view, mid, window):
 
 
 def selected(window):
-    index = window.tree_view.currentIndex()
+    index = window.conversation.tree_view.currentIndex()
     return index.data(MessageRole) if index.isValid() else None
 
 
@@ -50,29 +50,29 @@ def test_reply_steps_of_defect_1_post_under_the_chosen_message(qtbot, window, ba
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk)
     cat = talk[3]  # "No, not yet. Is it worth the trip in summer?"
-    click_message(qtbot, window.tree_view, cat.mid, window)
+    click_message(qtbot, window.conversation.tree_view, cat.mid, window)
     assert selected(window).mid == cat.mid
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply
-    assert window.reply_banner.label.text().startswith("Replying to Cat:")
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying to Cat:")
     # Read elsewhere: arrows, filter, Esc; none of it changes the answer's target.
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_Down)
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_Down)
-    qtbot.keyClick(window.compose, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_Down)
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_Down)
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     assert window.conversation.filter_edit.hasFocus() or QApplication.focusWidget() is window.conversation.filter_edit
     qtbot.keyClicks(window.conversation.filter_edit, "december")
     assert selected(window) != cat
     qtbot.keyClick(window.conversation.filter_edit, Qt.Key.Key_Escape)
-    assert window.reply_banner.label.text().startswith("Replying to Cat:")
-    qtbot.keyClicks(window.compose, "Go in winter")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.compose.toPlainText() == "")  # sent
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying to Cat:")
+    qtbot.keyClicks(window.conversation.compose, "Go in winter")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.conversation.compose.toPlainText() == "")  # sent
     assert backend.manager.sent == [(window.current.gid, "Go in winter", cat.mid)]
     # Esc (with nothing to clear in the filter) forgets the target: a new thread.
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
-    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
-    assert not window.reply_banner.isVisible()
-    qtbot.keyClicks(window.compose, "Anyone for tea?")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Escape)
+    assert not window.conversation.compose_box.reply_banner.isVisible()
+    qtbot.keyClicks(window.conversation.compose, "Anyone for tea?")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(backend.manager.sent) == 2)
     assert backend.manager.sent[-1] == (window.current.gid, "Anyone for tea?", None)
 
@@ -80,7 +80,7 @@ def test_reply_steps_of_defect_1_post_under_the_chosen_message(qtbot, window, ba
 def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, backend):
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk)
-    view = window.tree_view
+    view = window.conversation.tree_view
     index = window.conversation._view_index(talk[6].mid)
     rect = view.visualRect(index)
     reply_rect = view.itemDelegate()._geometry(rect, index)["reply"]
@@ -95,7 +95,7 @@ def test_hover_reply_button_and_context_menu_choose_the_target(qtbot, window, ba
     assert link == f"m2mc://message/{window.current.gid}/{ANN.pid}:2"
     next(a for a in menu.actions() if a.text() == "Quote").trigger()
     assert window.compose_controller.reply_target == talk[1].mid
-    assert window.compose.toPlainText().startswith("> Did you visit Chennai?")
+    assert window.conversation.compose.toPlainText().startswith("> Did you visit Chennai?")
     window.navigation.open_link(link)  # another member's app opens the same reference
     qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == talk[1].mid)  # read from the store
 
@@ -160,9 +160,9 @@ def test_a_50_deep_thread_is_readable_at_800_px(qtbot, window, backend):
     chain = deep_chain(GID, 50)
     open_group(qtbot, window, backend, chain)
     window.resize(800, 600)
-    window.tree_view.expandAll()
-    qtbot.waitUntil(lambda: window.tree_view.viewport().width() < 600)
-    view = window.tree_view
+    window.conversation.tree_view.expandAll()
+    qtbot.waitUntil(lambda: window.conversation.tree_view.viewport().width() < 600)
+    view = window.conversation.tree_view
     delegate = view.itemDelegate()
     width = view.viewport().width()
     assert view.horizontalScrollBar().maximum() == 0
@@ -193,7 +193,7 @@ def test_a_group_with_history_never_opens_blank(qtbot, window, backend):
         history.append(message(GID, (ANN, BOB, CAT)[i % 3], i + 1, text, parent))
     history.append(message(GID, ANN, 500, "A long last word. " * 60))
     open_group(qtbot, window, backend, history)
-    view = window.tree_view
+    view = window.conversation.tree_view
     height = view.viewport().height()
     for y in (3, height // 2, height - 3):
         assert view.indexAt(QPoint(60, y)).isValid(), f"blank at y={y}"
@@ -214,7 +214,7 @@ def test_unread_state_survives_a_restart_and_the_group_opens_at_the_first_unread
     open_group(qtbot, first, backend, talk[:4])
     backend.manager.inject_messages(first.current.gid, talk[4:])
     qtbot.waitUntil(lambda: len(first.current.tree.unread) == 4)
-    first.select_message(talk[4].mid)  # read one of the four
+    first.conversation.select_message(talk[4].mid)  # read one of the four
     assert len(first.current.tree.unread) == 3
     first.close()  # closing saves the read marks
 
@@ -226,7 +226,7 @@ def test_unread_state_survives_a_restart_and_the_group_opens_at_the_first_unread
     qtbot.waitUntil(lambda: again.current is not None and again.current.loaded)
     assert again.current.tree.unread == {talk[5].mid, talk[6].mid, talk[7].mid}
     assert again.current.divider == talk[5].mid
-    view = again.tree_view
+    view = again.conversation.tree_view
     top = view.visualRect(again.conversation._view_index(talk[5].mid)).top()
     assert 0 <= top < view.viewport().height() // 2  # opens at the first unread
     save_screenshot(again, "unread-divider.png")
@@ -277,7 +277,7 @@ def test_long_texts_can_be_read_in_full(qtbot, window, backend):
     hebrew = "שלום לכולם, מה שלומכם היום? " * 6 + "\nתודה"
     history = [message(GID, ANN, 1, long_text), message(GID, BOB, 1, url), message(GID, CAT, 1, hebrew)]
     open_group(qtbot, window, backend, history)
-    view = window.tree_view
+    view = window.conversation.tree_view
     delegate = view.itemDelegate()
     index = window.conversation._view_index(history[0].mid)
     # Collapsed with "Show more"; a click shows every character.
@@ -370,10 +370,10 @@ def test_left_members_lock_and_peers_seen(qtbot, window, backend):
         __import__("m2mc.ui.resources", fromlist=["icon"]).icon("lock").pixmap(16, 16).toImage()
     assert window.status_pane.peers_label.text() == "3 peers seen"
     backend.manager.inject_member(window.current.gid, CAT, joined=False)
-    qtbot.waitUntil(lambda: any(window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left"
-                                for i in range(window.member_list.count())))
-    left = next(window.member_list.item(i) for i in range(window.member_list.count())
-                if window.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left")
+    qtbot.waitUntil(lambda: any(window.members_pane.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left"
+                                for i in range(window.members_pane.member_list.count())))
+    left = next(window.members_pane.member_list.item(i) for i in range(window.members_pane.member_list.count())
+                if window.members_pane.member_list.item(i).data(Qt.ItemDataRole.UserRole) == "left")
     assert left.text() == "Cat — left the group" and not left.icon().isNull()
     assert left.flags() & Qt.ItemFlag.ItemIsEnabled  # readable, not greyed out
     assert window.status_pane.peers_label.text() == "3 peers seen"  # Cat's machine is still there
@@ -388,7 +388,7 @@ def test_presence_shows_in_the_members_pane_and_follows_changes(qtbot, window, b
 
     def statuses():
         # (a member's role, "  · owner" after the creator's name, is not what this test looks at)
-        return {window.member_list.item(i).text().split("  · ")[0] for i in range(window.member_list.count())}
+        return {window.members_pane.member_list.item(i).text().split("  · ")[0] for i in range(window.members_pane.member_list.count())}
 
     manager.pass_time(BEACON_INTERVAL + 1)  # every member's idle beacon has come
     qtbot.waitUntil(lambda: {"● Ann", "● Bob", "● Cat"} <= statuses())
@@ -407,7 +407,7 @@ def test_presence_shows_in_the_members_pane_and_follows_changes(qtbot, window, b
 def test_threads_view_lists_by_last_activity_and_opens_one_thread_live(qtbot, window, backend):
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:7])
-    threads = window.thread_list.model()
+    threads = window.threads_pane.thread_list.model()
     qtbot.waitUntil(lambda: threads.rowCount() == 3)  # from the store
     first = [threads.index(r).data(MessageRole).text for r in range(threads.rowCount())]
     assert first == ["Lunch at the canteen at 12:30?", "Did you visit Chennai?", "Did you visit Delhi?"]
@@ -418,28 +418,28 @@ def test_threads_view_lists_by_last_activity_and_opens_one_thread_live(qtbot, wi
     qtbot.waitUntil(lambda: threads.index(0).data(MessageRole).mid == talk[0].mid)
     summary = threads.index(0).data(Qt.ItemDataRole.UserRole + 8)
     assert (summary.replies, summary.unread, summary.last.mid) == (2, 1, late.mid)
-    rect = window.thread_list.visualRect(threads.index(0))
-    qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    rect = window.threads_pane.thread_list.visualRect(threads.index(0))
+    qtbot.mouseClick(window.threads_pane.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     qtbot.waitUntil(window.conversation.thread_bar.isVisible)
-    model = window.tree_view.model()
+    model = window.conversation.tree_view.model()
     assert model.rowCount() == 1 and model.index(0, 0).data(MessageRole).mid == talk[0].mid
     more = message(GID, CAT, 9, "Take me along", late.mid)
     backend.manager.inject_messages(window.current.gid, [more])
     qtbot.waitUntil(lambda: window.current.thread.index_for(more.mid).isValid())
-    window.tree_view.expandAll()
+    window.conversation.tree_view.expandAll()
     assert window.conversation._view_index(more.mid).isValid()
     save_screenshot(window, "thread-open.png")
     qtbot.mouseClick(window.conversation.thread_bar.back_button, Qt.MouseButton.LeftButton)
-    assert not window.conversation.thread_bar.isVisible() and window.tree_view.model() is window.current.tree_model
+    assert not window.conversation.thread_bar.isVisible() and window.conversation.tree_view.model() is window.current.tree_model
 
 
 def test_search_highlights_counts_and_f3_walks_the_matches(qtbot, window, backend):
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk)
-    qtbot.keyClick(window.compose, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     qtbot.keyClicks(window.conversation.filter_edit, "december")
     assert window.conversation.match_label.text() == "2 matches"
-    assert window.tree_view.itemDelegate().highlight == "december"
+    assert window.conversation.tree_view.itemDelegate().highlight == "december"
     qtbot.keyClick(window.conversation.filter_edit, Qt.Key.Key_F3)
     assert window.conversation.selected_message().mid == talk[4].mid
     qtbot.keyClick(window.conversation.filter_edit, Qt.Key.Key_F3)
@@ -459,7 +459,7 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
         QTest.keyClick(dialog.focusWidget(), Qt.Key.Key_Return)
 
     QTimer.singleShot(200, rename)
-    window.name_action.trigger()
+    window.menus.name_action.trigger()
     qtbot.waitUntil(lambda: backend.name == "Dana Q")
     assert backend.manager.name == "Dana Q"
 
@@ -468,13 +468,13 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
     backend.manager.inject_messages(gid, talk[2:3])
     qtbot.waitUntil(lambda: len(window.current.tree) == 3)
     assert notified == ["Bob in Travel & lunch"]
-    window.notify_actions["mentions"].trigger()  # this group: mentions only
-    assert window.notify_actions["mentions"].isChecked()
+    window.menus.notify_actions["mentions"].trigger()  # this group: mentions only
+    assert window.menus.notify_actions["mentions"].isChecked()
     backend.manager.inject_messages(gid, talk[3:4])
     qtbot.waitUntil(lambda: len(window.current.tree) == 4)
     assert notified == ["Bob in Travel & lunch"]
 
-    window.invite_action.trigger()  # the invite (with this peer's address) comes from the middleware's thread
+    window.menus.invite_action.trigger()  # the invite (with this peer's address) comes from the middleware's thread
     qtbot.waitUntil(lambda: gid in QGuiApplication.clipboard().text())
     invite = QGuiApplication.clipboard().text()
     assert "Travel & lunch" in invite and "&peer=127.0.0.1:" in invite
@@ -496,7 +496,7 @@ def test_display_name_notifications_per_group_and_invites(qtbot, window, backend
 
     QGuiApplication.clipboard().setText(f"Join “Board games” on M2MC: m2mc://join/{board}?desc=Board%20games")
     QTimer.singleShot(200, paste_invite)
-    window.join_invite_action.trigger()
+    window.menus.join_invite_action.trigger()
     qtbot.waitUntil(lambda: window.current is not None and window.current.gid == board)
 
 
@@ -508,15 +508,15 @@ def test_a_stream_of_new_threads_is_trimmed_while_a_thread_is_open_and_the_reade
     history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(40)]
     session = open_group(qtbot, window, backend, history)
     session.tree.window = 25
-    assert window.open_thread(history[-3].mid)
+    assert window.conversation.open_thread(history[-3].mid)
     qtbot.waitUntil(lambda: session.thread is not None)
     fresh = [message(GID, BOB, 100 + i, f"New thread {i}") for i in range(30)]
     backend.manager.inject_messages(session.gid, fresh)
     qtbot.waitUntil(lambda: len(session.tree) == 70)
     assert session.tree.shown_thread_count() < 60 and session.thread.index_for(history[-3].mid).isValid()
-    window.close_thread()
+    window.conversation.close_thread()
     qtbot.waitUntil(lambda: not window.conversation._follow_timer.isActive())  # done following the end
-    view = window.tree_view
+    view = window.conversation.tree_view
     target = window.conversation._view_index(fresh[5].mid)
     view.scrollTo(target, view.ScrollHint.PositionAtTop)
     view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 7)
@@ -579,7 +579,7 @@ def test_hovering_over_the_time_shows_the_date_and_time(qtbot, window, backend):
 
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:2])
-    view = window.tree_view
+    view = window.conversation.tree_view
     index = window.conversation._view_index(talk[1].mid)
     time_rect = view.itemDelegate()._geometry(view.visualRect(index), index)["time"]
     event = QHelpEvent(QEvent.Type.ToolTip, time_rect.center(), view.viewport().mapToGlobal(time_rect.center()))
@@ -595,7 +595,7 @@ def test_hovering_over_a_message_shows_no_developer_ids(qtbot, window, backend):
 
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:2])
-    view = window.tree_view
+    view = window.conversation.tree_view
     index = window.conversation._view_index(talk[1].mid)
     QToolTip.hideText()
     qtbot.waitUntil(lambda: not QToolTip.isVisible())
@@ -614,7 +614,7 @@ def test_a_click_that_selects_a_message_does_not_open_its_link(qtbot, window, ba
     url = "https://example.org/menu"
     history = [message(GID, ANN, 1, f"{url} is the menu"), message(GID, BOB, 1, f"{url}/2 is the other")]
     open_group(qtbot, window, backend, history)
-    view = window.tree_view
+    view = window.conversation.tree_view
     opened: list[str] = []
     view.link_activated.disconnect()
     view.link_activated.connect(opened.append)
@@ -642,7 +642,7 @@ def test_a_new_empty_group_says_how_to_start_and_the_hint_goes_with_the_first_me
     from m2mc.ui.panes.conversation import EMPTY_GROUP_HINT
 
     open_group(qtbot, window, backend, [], desc="Brand new")
-    view = window.tree_view
+    view = window.conversation.tree_view
     qtbot.waitUntil(lambda: view.empty_hint == EMPTY_GROUP_HINT)
     empty = view.viewport().grab().toImage()
     save_screenshot(window, "empty-group.png")
@@ -650,8 +650,8 @@ def test_a_new_empty_group_says_how_to_start_and_the_hint_goes_with_the_first_me
     inked = sum(1 for x in range(0, empty.width(), 3) for y in range(0, empty.height(), 3)
                 if empty.pixelColor(x, y) != background)
     assert inked > 50, "the hint is drawn"
-    qtbot.keyClicks(window.compose, "Hello, first!")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.keyClicks(window.conversation.compose, "Hello, first!")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: view.model().rowCount() == 1)
     # With a row, the hint is not drawn: only the one message's pixels remain near the centre.
     centre = view.viewport().grab().toImage()
@@ -670,7 +670,7 @@ def test_presence_marks_have_colours_a_badge_and_a_legend(qtbot, window, backend
     manager.pass_time(OFFLINE_AFTER + 1)
 
     def row(name):
-        items = [window.member_list.item(i) for i in range(window.member_list.count())]
+        items = [window.members_pane.member_list.item(i) for i in range(window.members_pane.member_list.count())]
         return next((item for item in items if item.text().split("  · ")[0].endswith(f" {name}")), None)
 
     qtbot.waitUntil(lambda: row("Cat") is not None and row("Cat").data(Qt.ItemDataRole.UserRole) == "offline")
@@ -693,7 +693,7 @@ def test_replies_syncing_in_above_the_reader_do_not_move_what_they_read(qtbot, w
     history = [message(GID, (ANN, BOB, CAT)[i % 3], i + 1, f"Thread {i}: " + "words " * (i % 9)) for i in range(60)]
     session = open_group(qtbot, window, backend, history)
     qtbot.waitUntil(lambda: not window.conversation._follow_timer.isActive())
-    view = window.tree_view
+    view = window.conversation.tree_view
     view.scrollTo(window.conversation._view_index(history[40].mid), view.ScrollHint.PositionAtTop)
     view.verticalScrollBar().setValue(view.verticalScrollBar().value() + 5)
     assert view.verticalScrollBar().value() < view.verticalScrollBar().maximum() - 100
@@ -756,7 +756,7 @@ def test_a_busy_group_s_threads_pane_keeps_up_while_messages_keep_coming(qtbot, 
 
     talk = lunch_conversation(GID)
     open_group(qtbot, window, backend, talk[:7])
-    threads = window.thread_list.model()
+    threads = window.threads_pane.thread_list.model()
     qtbot.waitUntil(lambda: threads.rowCount() == 3)
     gid = window.current.gid
     backend.manager.inject_messages(gid, [message(GID, CAT, 20, "Who is in for the quiz tonight?")])

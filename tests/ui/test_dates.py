@@ -47,7 +47,7 @@ def test_far_future_and_far_past_messages_render_with_clamped_dates(qtbot, windo
     arrived = {m.text: m.received_at for m in backend.manager.history(gid)}
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == len(history))
-    view = window.tree_view
+    view = window.conversation.tree_view
     assert not view.grab().isNull()  # every row painted
     delegate = view.itemDelegate()
     shown = {}

@@ -147,12 +147,12 @@ def test_leaving_a_group_asks_first_and_enter_keeps_you_in(qtbot, window, backen
         QTimer.singleShot(20, act)
 
     press(Qt.Key.Key_Return)
-    window.leave_action.trigger()  # File → Leave group
+    window.menus.leave_action.trigger()  # File → Leave group
     qtbot.wait(100)
     assert asked == ["Leave “Lunch”? Others will see that you left."]
     assert backend.manager.group(lunch.gid).joined and window.current is not None
 
     press(Qt.Key.Key_L)  # Alt+L: the Leave button
-    window.leave_action.trigger()
+    window.menus.leave_action.trigger()
     qtbot.waitUntil(lambda: window.current is None)
     assert not backend.manager.group(lunch.gid).joined

@@ -89,7 +89,7 @@ def marks_of(window, mid):
 def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_statuses(qtbot, window, backend):
     open_group(qtbot, window, backend)
     go_offline(backend, ANN)  # what we write waits for her
-    members = window.member_list
+    members = window.members_pane.member_list
     ann_row = next(members.item(i) for i in range(members.count()) if members.item(i).data(MemberPidRole) == ANN.pid)
     menu = right_click_menu(qtbot, members.viewport(), members.visualItemRect(ann_row).center())
     click_action(qtbot, menu, "Message Ann…")
@@ -101,7 +101,7 @@ def test_message_a_member_from_the_members_pane_and_see_the_marks_follow_the_sta
     assert pane.compose.hasFocus()
     assert "Ann" in pane.title_label.text() and pane.title_label.text().startswith("○")  # offline
     assert key_fingerprint(ANN.pid) in pane.fingerprint_label.text()
-    assert window.direct_list.currentItem().data(PeerRole) == ANN.pid
+    assert window.groups_pane.direct_list.currentItem().data(PeerRole) == ANN.pid
 
     qtbot.keyClicks(pane.compose, "the build is broken")
     qtbot.keyClick(pane.compose, Qt.Key.Key_Return)
@@ -160,8 +160,8 @@ def test_enter_on_a_member_opens_the_conversation_so_the_keyboard_alone_writes_t
     open_group(qtbot, window, backend)
     go_offline(backend, ANN)
     activate(qtbot, window)
-    window.compose.setFocus()
-    members = window.member_list
+    window.conversation.compose.setFocus()
+    members = window.members_pane.member_list
     for _ in range(12):  # Tab from the compose box to the members pane, as a person would
         if QApplication.focusWidget() is members:
             break
@@ -228,7 +228,7 @@ def test_ctrl_r_replies_to_the_selected_direct_message_as_in_a_group(qtbot, wind
     backend.manager.inject_direct(ANN, "lunch today?")
     backend.manager.inject_direct(ANN, "or tomorrow?")
     pane = window.direct_pane
-    qtbot.waitUntil(lambda: window.direct_list.count() == 1)
+    qtbot.waitUntil(lambda: window.groups_pane.direct_list.count() == 1)
     window.direct_controller.open_with(ANN.pid, "Ann")
     qtbot.waitUntil(lambda: row_of(pane.view, (ANN.pid, 2)).isValid())
     activate(qtbot, window)
@@ -257,7 +257,7 @@ def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_read
     notes = []
     monkeypatch.setattr(window, "notify", lambda title, text, **_how: notes.append((title, text)))
     mid = backend.manager.inject_direct(ANN, "did you see the build?")
-    direct = window.direct_list
+    direct = window.groups_pane.direct_list
     qtbot.waitUntil(lambda: direct.count() == 1)
     item = direct.item(0)
     qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 1)
@@ -293,14 +293,14 @@ def test_an_incoming_message_lists_the_conversation_unread_and_notifies_and_read
 
     # Notifications for direct messages can be switched off (View menu), and stay off.
     window.direct_controller.notify_action.trigger()
-    window.group_list.setCurrentRow(0)
+    window.groups_pane.group_list.setCurrentRow(0)
     backend.manager.inject_direct(ANN, "quiet now?")
     qtbot.waitUntil(lambda: item.data(UnreadCountRole) == 1)
     assert len(notes) == 1 and window.settings["notify/direct"] == "false"
-    window.direct_list.setCurrentItem(item)
+    window.groups_pane.direct_list.setCurrentItem(item)
 
     # Back to the group by a click: the conversation leaves the centre, its row is unselected.
-    groups = window.group_list
+    groups = window.groups_pane.group_list
     qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(groups.item(0)).center())
     qtbot.waitUntil(lambda: window.current is not None)
     assert window.centre_stack.currentIndex() == 0 and direct.currentItem() is None
@@ -314,15 +314,15 @@ def test_message_the_author_of_a_group_message_from_its_menu(qtbot, window, back
     action = next(a for a in menu.actions() if a.text() == "Message Ann…")
     action.trigger()
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
-    assert window.direct_list.currentItem().data(PeerRole) == ANN.pid
+    assert window.groups_pane.direct_list.currentItem().data(PeerRole) == ANN.pid
 
     window.direct_controller.open_with(BOB.pid, "Bob")
-    assert window.direct_list.count() == 2 and "Bob" in window.direct_pane.title_label.text()
+    assert window.groups_pane.direct_list.count() == 2 and "Bob" in window.direct_pane.title_label.text()
 
 
 def test_no_message_action_for_oneself_and_a_refusal_is_shown(qtbot, window, backend):
     open_group(qtbot, window, backend)
-    members = window.member_list
+    members = window.members_pane.member_list
     me = next(members.item(i) for i in range(members.count()) if members.item(i).data(MemberPidRole) == backend.pid)
     assert window.direct_controller.member_menu(me, members) is None
     stranger = "ab" * 16  # nobody we share a group with: no key known
@@ -394,7 +394,7 @@ def test_an_empty_direct_messages_list_says_how_to_start_one(qtbot, window, back
 def test_the_conversation_with_the_newest_message_heads_the_list(qtbot, window, backend):
     open_group(qtbot, window, backend)
     backend.manager.inject_direct(ANN, "first, from Ann")
-    direct = window.direct_list
+    direct = window.groups_pane.direct_list
     qtbot.waitUntil(lambda: direct.count() == 1)
     backend.manager.inject_direct(BOB, "then Bob")
     qtbot.waitUntil(lambda: direct.count() == 2)
@@ -411,7 +411,7 @@ def test_each_conversation_keeps_its_own_draft_across_switches_and_a_restart(qtb
     open_group(qtbot, window, backend)
     backend.manager.inject_direct(ANN, "are you there?")
     backend.manager.inject_direct(BOB, "lunch?")
-    direct = window.direct_list
+    direct = window.groups_pane.direct_list
     qtbot.waitUntil(lambda: direct.count() == 2)
 
     def open_row(pid):
@@ -435,7 +435,7 @@ def test_each_conversation_keeps_its_own_draft_across_switches_and_a_restart(qtb
     qtbot.addWidget(again)
     again.show()
     again.start()
-    qtbot.waitUntil(lambda: again.direct_list.count() == 2)
+    qtbot.waitUntil(lambda: again.groups_pane.direct_list.count() == 2)
     again.direct_controller.open_with(BOB.pid, BOB.name)
     assert again.direct_pane.compose.toPlainText() == "for Bob"
     again.direct_controller.open_with(ANN.pid, ANN.name)
@@ -447,9 +447,9 @@ def test_next_unread_ctrl_u_walks_into_direct_conversations_and_back_to_groups(q
     session.tree.mark_all_read()
     first = backend.manager.inject_direct(ANN, "are you at your desk?")
     second = backend.manager.inject_direct(ANN, "the build is red")
-    qtbot.waitUntil(lambda: window.direct_list.count() == 1 and window.direct_controller.unread_total() == 2)
+    qtbot.waitUntil(lambda: window.groups_pane.direct_list.count() == 1 and window.direct_controller.unread_total() == 2)
     activate(qtbot, window)
-    qtbot.keyClick(window.compose, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_U, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
     pane_view = window.direct_pane.view
     assert pane_view.currentIndex().data(MessageRole).mid == first

@@ -64,21 +64,21 @@ def picture(tmp_path, name="beach.png", size=(800, 600)):
 
 def row_index(window, session, mid):
     index = session.tree_model.index_for(mid)
-    model = window.tree_view.model()
+    model = window.conversation.tree_view.model()
     return model.mapFromSource(index) if hasattr(model, "mapFromSource") else index
 
 
 def strip(window, session, mid):
     index = row_index(window, session, mid)
-    window.tree_view.scrollTo(index)
-    return window.tree_view.itemDelegate()._geometry(window.tree_view.visualRect(index), index)["file"]
+    window.conversation.tree_view.scrollTo(index)
+    return window.conversation.tree_view.itemDelegate()._geometry(window.conversation.tree_view.visualRect(index), index)["file"]
 
 
 def click_button(qtbot, window, session, mid, label):
     found = strip(window, session, mid)
     rects = {text: rect for rect, _action, text in found.buttons}
     assert label in rects, f"no {label} button; the strip has {list(rects)} ({found.status})"
-    qtbot.mouseClick(window.tree_view.viewport(), Qt.MouseButton.LeftButton, pos=rects[label].center())
+    qtbot.mouseClick(window.conversation.tree_view.viewport(), Qt.MouseButton.LeftButton, pos=rects[label].center())
 
 
 def advance(qtbot, window, backend, session, mid, count=None):
@@ -110,16 +110,16 @@ def test_an_offer_row_downloads_by_click_with_progress_rate_cancel_open_and_a_th
     size = (tmp_path / "beach.png").stat().st_size
 
     # the row reads as the file, not as the offer's JSON, in the conversation and in the Threads pane
-    layout = window.tree_view.itemDelegate().body_layout(row_index(window, session, mid))
+    layout = window.conversation.tree_view.itemDelegate().body_layout(row_index(window, session, mid))
     assert layout.text().startswith("\U0001F4CE beach.png · ") and layout.text().endswith(" · image/png")
     assert "{" not in layout.text()
     assert row_index(window, session, mid).data(Qt.ItemDataRole.DisplayRole) == layout.text()  # screen readers
-    threads = window.thread_list.model()
+    threads = window.threads_pane.thread_list.model()
     roots = lambda: [root_text(threads.index(row, 0).data(ThreadRole).root, 200)  # noqa: E731
                      for row in range(threads.rowCount())]
     qtbot.waitUntil(lambda: any(text.startswith("\U0001F4CE beach.png · ") for text in roots()))  # from the store
     window.compose_controller.reply_to(mid)  # the reply banner names it the same way
-    assert "Ann: \U0001F4CE beach.png · " in window.reply_banner.label.text()
+    assert "Ann: \U0001F4CE beach.png · " in window.conversation.compose_box.reply_banner.label.text()
     window.compose_controller.start_new_thread()
 
     click_button(qtbot, window, session, mid, "Download")
@@ -164,8 +164,8 @@ def test_the_context_menu_downloads_and_refusals_and_failures_are_said_in_plain_
     mid = offered(qtbot, window, session, backend, picture(tmp_path))
     # right-click the row, then click Download file in its menu
     index = row_index(window, session, mid)
-    rect = window.tree_view.visualRect(index)
-    window.tree_view.customContextMenuRequested.emit(rect.center())
+    rect = window.conversation.tree_view.visualRect(index)
+    window.conversation.tree_view.customContextMenuRequested.emit(rect.center())
     qtbot.waitUntil(lambda: isinstance(QApplication.activePopupWidget(), QMenu))
     menu = QApplication.activePopupWidget()
     download = next(action for action in menu.actions() if action.text() == "Download file")
@@ -176,7 +176,7 @@ def test_the_context_menu_downloads_and_refusals_and_failures_are_said_in_plain_
     assert shown.status.startswith("Download failed: file too large: 'beach.png' is ")
     assert "the limit is 1,000 bytes" in shown.status
     # the whole of it shows as a tooltip, however narrow the row
-    viewport = window.tree_view.viewport()
+    viewport = window.conversation.tree_view.viewport()
     at = shown.status_rect.center()
     QApplication.sendEvent(viewport, QHelpEvent(QEvent.Type.ToolTip, at, viewport.mapToGlobal(at)))
     qtbot.waitUntil(lambda: QToolTip.text() == shown.status)
@@ -234,33 +234,33 @@ def test_attach_by_button_menu_drop_and_paste_posts_offers_in_the_targeted_threa
     # Conversation → Attach file… (Ctrl+Shift+A) while replying to Bob's lunch question: the offer is a reply there
     window.compose_controller.reply_to(talk[6].mid)
     assert window.compose_controller.target.parent == talk[6].mid
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_A,
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_A,
                    Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 2)
     assert sent_offers(backend)[-1] == ("notes.txt", talk[6].mid)
 
     # a file dropped on the window
     photo = picture(tmp_path, "menu.png", (64, 48))
-    assert drop_file(window, window.tree_view, photo).isAccepted()
+    assert drop_file(window, window.conversation.tree_view, photo).isAccepted()
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 3)
     assert sent_offers(backend)[-1][0] == "menu.png"
 
     # a copied file pasted into the compose box: attached, not typed
-    paste_file(qtbot, window.compose, notes)
+    paste_file(qtbot, window.conversation.compose, notes)
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 4)
-    assert window.compose.toPlainText() == ""
+    assert window.conversation.compose.toPlainText() == ""
 
     # a copied picture (no file behind it, as from a screenshot tool) pasted: saved as a PNG and attached
     window.files_view.paste_dir = tmp_path / "pasted"
     shot = QMimeData()
     shot.setImageData(QImage(picture(tmp_path, "shot.png", (40, 30))))
     QGuiApplication.clipboard().setMimeData(shot)
-    qtbot.keyClick(window.compose, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: len(sent_offers(backend)) == 5)
     name = sent_offers(backend)[-1][0]
     assert name.startswith("Pasted image ") and name.endswith(".png")
     assert QImage(str(tmp_path / "pasted" / name)).size().width() == 40
-    assert window.compose.toPlainText() == ""
+    assert window.conversation.compose.toPlainText() == ""
 
     # our own offer's row: shared by us, Open and Show in folder
     def own_offers():
@@ -274,7 +274,7 @@ def test_attach_by_button_menu_drop_and_paste_posts_offers_in_the_targeted_threa
     assert Path(window.files_view.states[(session.gid, own[0].mid)].path) == notes.resolve()
     # a folder is refused in plain words
     window.files_view.attach([str(tmp_path)])
-    assert "is a folder: only files can be shared" in window.compose_error.text()
+    assert "is a folder: only files can be shared" in window.conversation.compose_box.compose_error.text()
 
 
 def test_a_file_dropped_or_pasted_in_a_direct_conversation_says_files_go_to_groups(qtbot, window, backend, tmp_path):
@@ -310,8 +310,8 @@ def test_enter_on_a_selected_offer_downloads_it_and_then_shows_it_in_its_folder(
     window.files_view.open_url = lambda url: opened.append(url.toLocalFile())
     mid = offered(qtbot, window, session, backend, picture(tmp_path, "plan.png"))
     activate(qtbot, window)
-    view = window.tree_view
-    QTest.keyClick(window.compose, Qt.Key.Key_Backtab)  # Shift+Tab from the compose box: the conversation
+    view = window.conversation.tree_view
+    QTest.keyClick(window.conversation.compose, Qt.Key.Key_Backtab)  # Shift+Tab from the compose box: the conversation
     assert QApplication.focusWidget() is view
     QTest.keyClick(view, Qt.Key.Key_End)  # the newest row: the offer
     assert view.currentIndex().data(MessageRole).mid == mid

@@ -50,7 +50,7 @@ def test_a_group_created_from_the_keyboard_takes_the_first_message_typed_next(qt
     save_screenshot(window, "first-run-typed-after-create.png")
     qtbot.waitUntil(lambda: len(window.current.tree) == 1)
     assert [text for _gid, text, _parent in backend.manager.sent] == ["Who is in for Friday?"]
-    assert window.compose.toPlainText() == ""
+    assert window.conversation.compose.toPlainText() == ""
 
 
 def test_a_group_joined_by_invite_from_the_keyboard_takes_the_first_message_typed_next(qtbot, window, backend):
@@ -71,7 +71,7 @@ def test_a_group_joined_by_invite_from_the_keyboard_takes_the_first_message_type
     qtbot.waitUntil(lambda: window.current is not None and window.current.gid == book.gid)
     qtbot.waitUntil(lambda: len(window.current.tree) == len(lunch_conversation(book.gid)))
     activate(qtbot, window)
-    assert QApplication.focusWidget() is window.compose
+    assert QApplication.focusWidget() is window.conversation.compose
     qtbot.keyClicks(QApplication.focusWidget(), "Hello all")
     QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: [text for _gid, text, _parent in backend.manager.sent] == ["Hello all"])
@@ -83,7 +83,7 @@ def test_a_new_group_offers_no_older_messages(qtbot, window, backend):
     qtbot.waitUntil(lambda: window.current.loaded)
     save_screenshot(window, "first-run-new-group.png")
     assert not window.conversation.header.older_button.isVisible()
-    assert window.tree_view.empty_hint  # what it does show: how to start
+    assert window.conversation.tree_view.empty_hint  # what it does show: how to start
 
 
 def test_a_group_on_the_network_is_joined_from_the_keyboard(qtbot, window, backend):
@@ -122,7 +122,7 @@ def test_the_app_opens_with_the_keys_in_the_compose_box_of_the_group_shown(qtbot
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
     shown = window.current.gid
     activate(qtbot, window)
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.compose)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.conversation.compose)
     qtbot.keyClicks(QApplication.focusWidget(), "hello")
     qtbot.wait(50)
     save_screenshot(window, "first-run-typed-at-start.png")
@@ -139,7 +139,7 @@ def test_typing_after_clicking_a_group_writes_in_it_and_the_arrows_still_walk_th
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded
                     and len(window.session_controller.sessions) == 2)
     activate(qtbot, window)
-    groups = window.group_list
+    groups = window.groups_pane.group_list
     item = window.groups_pane.item(lunch.gid)
     qtbot.mouseClick(groups.viewport(), Qt.MouseButton.LeftButton, pos=groups.visualItemRect(item).center())
     qtbot.waitUntil(lambda: window.current.gid == lunch.gid)
@@ -162,9 +162,9 @@ def test_with_no_group_yet_the_header_offers_no_topic_to_edit(qtbot, window, bac
     qtbot.wait(100)
     save_screenshot(window, "first-run-no-group.png")
     assert window.conversation.stack.currentWidget() is window.conversation.empty_page
-    assert not window.topic_edit.isVisible()  # "Add a topic for everyone…" of no group at all
+    assert not window.conversation.topic_edit.isVisible()  # "Add a topic for everyone…" of no group at all
     create_by_keys(qtbot, window, "Lunch crew")
-    assert window.topic_edit.isVisible() and window.topic_edit.placeholderText() == "Add a topic for everyone…"
+    assert window.conversation.topic_edit.isVisible() and window.conversation.topic_edit.placeholderText() == "Add a topic for everyone…"
 
 
 def test_with_no_group_yet_enter_finds_groups(qtbot, window, backend):
@@ -187,9 +187,9 @@ def test_letters_typed_in_the_direct_messages_list_never_go_to_a_group(qtbot, wi
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
     activate(qtbot, window)
-    window.direct_list.setFocus()
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.direct_list)
-    qtbot.keyClicks(window.direct_list, "hi bob")
+    window.groups_pane.direct_list.setFocus()
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.groups_pane.direct_list)
+    qtbot.keyClicks(window.groups_pane.direct_list, "hi bob")
     QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Return)
     qtbot.wait(200)
-    assert backend.manager.sent == [] and window.compose.toPlainText() == ""
+    assert backend.manager.sent == [] and window.conversation.compose.toPlainText() == ""

@@ -40,8 +40,8 @@ def test_the_issues_steps_search_jumps_and_back_then_typing_goes_to_the_compose_
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
     activate(qtbot, window)
     # From the direct conversation, click a group.
-    lunch_row = window.group_list.visualItemRect(window.groups_pane.item(lunch.gid))
-    click(qtbot, window.group_list.viewport(), lunch_row.center())
+    lunch_row = window.groups_pane.group_list.visualItemRect(window.groups_pane.item(lunch.gid))
+    click(qtbot, window.groups_pane.group_list.viewport(), lunch_row.center())
     qtbot.waitUntil(lambda: window.current is lunch)
     search = window.search_window
     for word in ("xyloph", "budget"):
@@ -61,7 +61,7 @@ def test_the_issues_steps_search_jumps_and_back_then_typing_goes_to_the_compose_
     save_screenshot(window, "focus-after-search-and-back.png")
     qtbot.waitUntil(lambda: "hello" in sent_texts(backend, lunch.gid), timeout=3000)
     assert (lunch.shown_topic, winter.shown_topic) == topic_before
-    assert window.compose.toPlainText() == ""
+    assert window.conversation.compose.toPlainText() == ""
 
 
 def busy_group(qtbot, window, backend, count=1000):
@@ -122,16 +122,16 @@ def test_a_scripted_user_clicks_a_message_then_the_compose_box_types_and_sends_w
         qtbot, window, backend):
     session, seqnos = busy_group(qtbot, window, backend)
     activate(qtbot, window)
-    view = window.tree_view
+    view = window.conversation.tree_view
     with Load(qtbot, window, backend, session, seqnos):
         for n in range(4):
             qtbot.wait(300)
             click(qtbot, view.viewport(), view.viewport().rect().center())
-            click(qtbot, window.compose)
+            click(qtbot, window.conversation.compose)
             type_text(qtbot, f"line {n} typed by a script")
             keys(qtbot, "Return")
             qtbot.waitUntil(lambda: f"line {n} typed by a script" in sent_texts(backend, session.gid), timeout=3000)
-            assert window.compose.toPlainText() == ""
+            assert window.conversation.compose.toPlainText() == ""
 
 
 def direct_texts(backend, peer):
@@ -151,7 +151,7 @@ def search_and_open(qtbot, window, word):
 
 def route_click_a_message(qtbot, window, lunch, winter):
     window.select_group(lunch.gid)
-    view = window.tree_view
+    view = window.conversation.tree_view
     click(qtbot, view.viewport(), view.visualRect(view.model().index(0, 0)).center())
     qtbot.waitUntil(lambda: window.conversation.selected_message() is not None)
     return lunch
@@ -174,7 +174,7 @@ def route_back_from_a_direct_conversation(qtbot, window, lunch, winter):
 
 
 def route_open_a_thread_from_the_threads_pane(qtbot, window, lunch, winter):
-    threads = window.thread_list
+    threads = window.threads_pane.thread_list
     qtbot.waitUntil(lambda: threads.model() is not None and threads.model().rowCount() > 0)
     click(qtbot, threads.viewport(), threads.visualRect(threads.model().index(0, 0)).center())
     qtbot.waitUntil(lambda: lunch.thread is not None)
@@ -245,29 +245,29 @@ def test_the_topic_takes_keys_only_when_chosen_and_a_stray_enter_or_a_click_away
     backend.manager.set_topic = lambda gid, text: calls.append(text) or real_set_topic(gid, text)
     # Given the keys by no choice of the user (as when the widget before it went away), it hands them on.
     from PySide6.QtCore import Qt
-    window.topic_edit.setFocus(Qt.FocusReason.OtherFocusReason)
+    window.conversation.topic_edit.setFocus(Qt.FocusReason.OtherFocusReason)
     type_text(qtbot, "stray words")
     keys(qtbot, "Return")
     qtbot.waitUntil(lambda: "stray words" in sent_texts(backend, lunch.gid), timeout=3000)
-    assert window.topic_edit.text() == lunch.shown_topic == "" and calls == []
+    assert window.conversation.topic_edit.text() == lunch.shown_topic == "" and calls == []
     # Clicked, typed in, then left with a click elsewhere: put back, nothing sent to anyone.
-    click(qtbot, window.topic_edit)
-    qtbot.waitUntil(window.topic_edit.hasFocus)
+    click(qtbot, window.conversation.topic_edit)
+    qtbot.waitUntil(window.conversation.topic_edit.hasFocus)
     type_text(qtbot, "half a topic")
-    click(qtbot, window.compose)
-    qtbot.waitUntil(window.compose.hasFocus)
-    assert window.topic_edit.text() == "" and calls == []
+    click(qtbot, window.conversation.compose)
+    qtbot.waitUntil(window.conversation.compose.hasFocus)
+    assert window.conversation.topic_edit.text() == "" and calls == []
     # Clicked and Enter pressed with nothing changed: nothing sent; the keys go back to the compose box.
-    click(qtbot, window.topic_edit)
+    click(qtbot, window.conversation.topic_edit)
     keys(qtbot, "Return")
-    qtbot.waitUntil(window.compose.hasFocus)
+    qtbot.waitUntil(window.conversation.compose.hasFocus)
     assert calls == []
     # Clicked, typed, Enter: the one way to change it.
-    click(qtbot, window.topic_edit)
+    click(qtbot, window.conversation.topic_edit)
     type_text(qtbot, "Lunch plans")
     keys(qtbot, "Return")
     qtbot.waitUntil(lambda: lunch.shown_topic == "Lunch plans", timeout=3000)
-    assert calls == ["Lunch plans"] and window.compose.hasFocus()
+    assert calls == ["Lunch plans"] and window.conversation.compose.hasFocus()
 
 
 def test_a_thousand_typed_characters_under_load_arrive_whole_in_the_conversation_on_show(qtbot, window, backend):
@@ -279,8 +279,8 @@ def test_a_thousand_typed_characters_under_load_arrive_whole_in_the_conversation
     qtbot.waitUntil(lambda: quiet.gid in window.session_controller.sessions)
     topic = session.shown_topic
     activate(qtbot, window)
-    click(qtbot, window.compose)
-    qtbot.waitUntil(window.compose.hasFocus)
+    click(qtbot, window.conversation.compose)
+    qtbot.waitUntil(window.conversation.compose.hasFocus)
     words = "the quick brown fox jumps over a lazy dog while four walruses hum".split()
     lines = []
     for n in range(5):
@@ -303,7 +303,7 @@ def test_a_thousand_typed_characters_under_load_arrive_whole_in_the_conversation
     assert arrived >= 60, arrived  # the load was there: arrivals (20 a second over 5 s or more) and older pages
     assert len(session.tree) > pages_before + 200, (pages_before, len(session.tree))
     assert sent_texts(backend, quiet.gid) == [] and direct_texts(backend, ANN.pid) == []
-    assert window.compose.toPlainText() == "" and session.shown_topic == topic
+    assert window.conversation.compose.toPlainText() == "" and session.shown_topic == topic
 
 
 def QTimerOf(parent, interval_ms, callback):  # noqa: N802 - reads as the QTimer it makes

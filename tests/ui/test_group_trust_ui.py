@@ -39,10 +39,10 @@ def test_members_show_fingerprints_and_a_shared_name_is_marked(qtbot, window, ba
     me = Member(backend.pid, "Me")
     backend.manager.inject_group("Lunch", members=(ANN, BOB, CAT, impostor, me), joined=True, notify=False)
     window.start()
-    qtbot.waitUntil(lambda: window.current is not None and window.member_list.count() >= 6)
+    qtbot.waitUntil(lambda: window.current is not None and window.members_pane.member_list.count() >= 6)
     # Each member row starts with its presence mark ("○ Bob"); compare what follows it.
-    rows = {window.member_list.item(i).text().split(" ", 1)[-1]: window.member_list.item(i).toolTip()
-            for i in range(window.member_list.count())}
+    rows = {window.members_pane.member_list.item(i).text().split(" ", 1)[-1]: window.members_pane.member_list.item(i).toolTip()
+            for i in range(window.members_pane.member_list.count())}
     marked = [text for text in rows if text.startswith(DUPLICATE_MARK)]
     assert len(marked) == 2 and all("Ann" in text for text in marked)
     assert any(short_fingerprint(ANN.pid)[:9] in text for text in marked)

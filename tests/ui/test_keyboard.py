@@ -30,7 +30,7 @@ def tab_chain(qtbot, window, start, stops=14):
 def test_f1_lists_every_shortcut_of_the_window(qtbot, window, backend):
     open_group(qtbot, window, backend)
     activate(qtbot, window)
-    QTest.keyClick(window.compose, Qt.Key.Key_F1)
+    QTest.keyClick(window.conversation.compose, Qt.Key.Key_F1)
     qtbot.waitUntil(lambda: window.findChild(QDialog, "shortcutsDialog") is not None)
     dialog = window.findChild(QDialog, "shortcutsDialog")
     qtbot.waitExposed(dialog)
@@ -50,17 +50,17 @@ def test_f1_lists_every_shortcut_of_the_window(qtbot, window, backend):
 def test_tab_never_lands_in_the_topic_and_the_menu_still_reaches_it(qtbot, window, backend):
     open_group(qtbot, window, backend)
     activate(qtbot, window)
-    seen = tab_chain(qtbot, window, window.compose)
-    assert window.topic_edit not in seen
-    assert window.compose in seen[1:], "the chain comes back round"
-    window.topic_action.trigger()
-    assert window.topic_edit.hasFocus() and window.topic_edit.selectedText() == window.topic_edit.text()
+    seen = tab_chain(qtbot, window, window.conversation.compose)
+    assert window.conversation.topic_edit not in seen
+    assert window.conversation.compose in seen[1:], "the chain comes back round"
+    window.menus.topic_action.trigger()
+    assert window.conversation.topic_edit.hasFocus() and window.conversation.topic_edit.selectedText() == window.conversation.topic_edit.text()
 
 
 def test_every_stop_of_the_tab_chain_shows_the_focus(qtbot, window, backend):
     open_group(qtbot, window, backend)
     activate(qtbot, window)
-    seen = tab_chain(qtbot, window, window.compose)
+    seen = tab_chain(qtbot, window, window.conversation.compose)
     stops = []
     for widget in seen:
         if widget not in stops:
@@ -73,7 +73,7 @@ def test_every_stop_of_the_tab_chain_shows_the_focus(qtbot, window, backend):
         qtbot.waitUntil(widget.hasFocus)
         QApplication.processEvents()
         focused = widget.grab().toImage()
-        window.tree_view.setFocus(Qt.FocusReason.TabFocusReason)
+        window.conversation.tree_view.setFocus(Qt.FocusReason.TabFocusReason)
         qtbot.waitUntil(lambda: not widget.hasFocus())
         QApplication.processEvents()
         assert widget.grab().toImage() != focused, f"{widget.objectName()} looks the same with and without focus"

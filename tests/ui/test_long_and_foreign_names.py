@@ -37,7 +37,7 @@ def open_talk(qtbot, window, backend, width, height):
 
 
 def header_of(window, session, mid):
-    view = window.tree_view
+    view = window.conversation.tree_view
     index = session.tree_model.index_for(mid)
     view.scrollTo(index)
     return view.itemDelegate()._geometry(view.visualRect(index), index)
@@ -53,7 +53,7 @@ def test_a_long_name_in_a_message_header_leaves_the_time_on_screen_and_is_whole_
     shown = geometry["name"]
     assert shown.startswith("Maximilian Alexander") and shown.endswith("…")
     # The whole name is a hover away.
-    viewport = window.tree_view.viewport()
+    viewport = window.conversation.tree_view.viewport()
     at = QPoint(header.left() + 20, header.center().y())
     QApplication.sendEvent(viewport, QHelpEvent(QEvent.Type.ToolTip, at, viewport.mapToGlobal(at)))
     qtbot.waitUntil(lambda: QToolTip.text() == LONG_NAME)
@@ -66,17 +66,17 @@ def test_a_long_name_in_a_message_header_leaves_the_time_on_screen_and_is_whole_
     qtbot.wait(50)
     assert header_of(window, session, talk[1].mid)["name"] == LONG_NAME
     save_screenshot(window, "long-name-1920.png")
-    assert window.tree_view.viewport().rect().contains(header_of(window, session, talk[1].mid)["time"])
+    assert window.conversation.tree_view.viewport().rect().contains(header_of(window, session, talk[1].mid)["time"])
 
 
 def test_replying_to_a_long_name_at_800_px_squeezes_no_pane(qtbot, window, backend):
     session, talk = open_talk(qtbot, window, backend, 800, 600)
     groups_width = window.groups_pane.width()
     assert groups_width >= 150
-    window.tree_view.setFocus()
-    window.tree_view.setCurrentIndex(session.tree_model.index_for(talk[1].mid))
-    QTest.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply to selected
-    banner = window.reply_banner
+    window.conversation.tree_view.setFocus()
+    window.conversation.tree_view.setCurrentIndex(session.tree_model.index_for(talk[1].mid))
+    QTest.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply to selected
+    banner = window.conversation.compose_box.reply_banner
     qtbot.waitUntil(banner.isVisible)
     qtbot.wait(50)  # the splitter lays out again
     save_screenshot(window, "reply-to-long-name-800.png")

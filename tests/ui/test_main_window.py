@@ -3,11 +3,16 @@
 import json
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QDialogButtonBox, QWidget
 
 from conftest import ANN, BOB, CAT, lunch_conversation, message, save_screenshot
 from m2mc.middleware.events import SyncProgress
 from m2mc.middleware.types import Member
+from m2mc.ui.controllers.compose import ComposeView
+from m2mc.ui.controllers.direct import DirectView
+from m2mc.ui.controllers.joins import JoinsView
+from m2mc.ui.controllers.status import StatusView
 from m2mc.ui.dialogs import CreateGroupDialog, JoinDialog
 from m2mc.ui.memory_backend import sim_member
 from m2mc.ui.message_model import MessageRole
@@ -27,40 +32,40 @@ def open_lunch(qtbot, window, backend, history=6):
 def test_reply_flow_select_type_enter_sends_with_that_parent(qtbot, window, backend):
     session = open_lunch(qtbot, window, backend)
     talk = lunch_conversation(session.gid)
-    assert window.select_message(talk[3].mid)
-    assert not window.reply_banner.isVisible()  # selecting is reading, not answering
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
-    assert window.reply_banner.isVisible()
-    assert window.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
-    window.compose.setFocus()
-    qtbot.keyClicks(window.compose, "Try December")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
-    qtbot.keyClicks(window.compose, "or January")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    assert window.conversation.select_message(talk[3].mid)
+    assert not window.conversation.compose_box.reply_banner.isVisible()  # selecting is reading, not answering
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    assert window.conversation.compose_box.reply_banner.isVisible()
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Replying to Cat: No, not yet.")
+    window.conversation.compose.setFocus()
+    qtbot.keyClicks(window.conversation.compose, "Try December")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(window.conversation.compose, "or January")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(session.tree) == 7)
     assert backend.manager.sent == [(session.gid, "Try December\nor January", talk[3].mid)]
-    assert window.compose.toPlainText() == ""
+    assert window.conversation.compose.toPlainText() == ""
     mine = session.tree_model.index_for((backend.pid, 1))
     assert mine.parent().data(MessageRole).mid == talk[3].mid
-    assert window.tree_view.isExpanded(mine.parent())
+    assert window.conversation.tree_view.isExpanded(mine.parent())
     assert not session.tree.unread  # own messages are never new
 
     # ✕ starts a new thread: the next message has no parent.
-    qtbot.mouseClick(window.reply_banner.close_button, Qt.MouseButton.LeftButton)
-    assert not window.reply_banner.isVisible()
-    qtbot.keyClicks(window.compose, "New topic")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Enter)
+    qtbot.mouseClick(window.conversation.compose_box.reply_banner.close_button, Qt.MouseButton.LeftButton)
+    assert not window.conversation.compose_box.reply_banner.isVisible()
+    qtbot.keyClicks(window.conversation.compose, "New topic")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Enter)
     qtbot.waitUntil(lambda: len(backend.manager.sent) == 2)
     assert backend.manager.sent[-1] == (session.gid, "New topic", None)
 
 
 def test_send_error_is_shown_and_text_kept(qtbot, window, backend):
     open_lunch(qtbot, window, backend)
-    window.compose.setPlainText("x" * 8001)
+    window.conversation.compose.setPlainText("x" * 8001)
     window.compose_controller.send_message()
-    qtbot.waitUntil(window.compose_error.isVisible)
-    assert "too long" in window.compose_error.text()
-    assert len(window.compose.toPlainText()) == 8001
+    qtbot.waitUntil(window.conversation.compose_box.compose_error.isVisible)
+    assert "too long" in window.conversation.compose_box.compose_error.text()
+    assert len(window.conversation.compose.toPlainText()) == 8001
 
 
 def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backend):
@@ -71,12 +76,12 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
     assert session.tree.unread == {talk[6].mid, talk[7].mid}
     assert window.groups_pane.item(session.gid).data(Qt.ItemDataRole.UserRole + 11) == 2  # the groups pane badge
     assert window.windowTitle().startswith("(2)")
-    assert window.tree_view.isExpanded(session.tree_model.index_for(talk[6].mid))  # path to the new reply
+    assert window.conversation.tree_view.isExpanded(session.tree_model.index_for(talk[6].mid))  # path to the new reply
     save_screenshot(window, "main-window.png")
     window.session_controller.next_unread()
     assert window.conversation.selected_message().mid == talk[6].mid
     assert session.tree.unread == {talk[7].mid}
-    window.next_unread_action.trigger()
+    window.menus.next_unread_action.trigger()
     assert window.conversation.selected_message().mid == talk[7].mid and not session.tree.unread
     assert window.compose_controller.reply_target is None
     assert window.groups_pane.item(session.gid).data(Qt.ItemDataRole.UserRole + 11) == 0
@@ -84,30 +89,30 @@ def test_new_messages_are_marked_and_next_unread_walks_them(qtbot, window, backe
 
 def test_time_ordered_view_and_filter(qtbot, window, backend):
     session = open_lunch(qtbot, window, backend, history=8)
-    window.time_action.trigger()
+    window.menus.time_action.trigger()
     assert window.conversation.stack.currentWidget() is window.conversation.timeline_view
     model = window.conversation.timeline_view.model()
     assert [model.index(r, 0).data(MessageRole).text for r in range(model.rowCount())] == \
         [m.text for m in lunch_conversation(session.gid)]
     save_screenshot(window, "main-window-time-ordered.png")
-    window.time_action.trigger()
-    assert window.conversation.stack.currentWidget() is window.tree_view
+    window.menus.time_action.trigger()
+    assert window.conversation.stack.currentWidget() is window.conversation.tree_view
 
-    window.find_action.trigger()
+    window.menus.find_action.trigger()
     qtbot.keyClicks(window.conversation.filter_edit, "december")
-    proxy = window.tree_view.model()
+    proxy = window.conversation.tree_view.model()
     assert proxy is window.conversation.tree_proxy
     # The matches and the thread above them stay; other threads go.
     assert proxy.rowCount() == 1
     top = proxy.index(0, 0)
     assert top.data(MessageRole).text == "Did you visit Chennai?"
     window.conversation.filter_edit.clear()
-    assert window.tree_view.model() is session.tree_model
+    assert window.conversation.tree_view.model() is session.tree_model
 
 
 def test_members_pane_and_status_bar(qtbot, window, backend):
     session = open_lunch(qtbot, window, backend)
-    names = [window.member_list.item(i).text() for i in range(window.member_list.count())]
+    names = [window.members_pane.member_list.item(i).text() for i in range(window.members_pane.member_list.count())]
     assert names == ["In the group (4)", "● Ann  · owner", "● Bob", "● Cat", "● Dana (you)", "Left (1)",
                      "Eve — left the group"]
     assert window.status_pane.peers_label.text() == "4 peers seen"  # Eve left the group, not the network
@@ -124,17 +129,43 @@ def test_members_pane_and_status_bar(qtbot, window, backend):
     backend.post(SyncProgress(session.gid, 10, 10))
     qtbot.waitUntil(lambda: not window.status_pane.sync_bar.isVisible())
     backend.manager.inject_member(session.gid, CAT, joined=False)
-    qtbot.waitUntil(lambda: "Left (2)" in [window.member_list.item(i).text() for i in range(window.member_list.count())])
+    qtbot.waitUntil(lambda: "Left (2)" in [window.members_pane.member_list.item(i).text() for i in range(window.members_pane.member_list.count())])
 
 
 def test_export_writes_json_lines(qtbot, window, backend, tmp_path):
     open_lunch(qtbot, window, backend)
     out = tmp_path / "chat.jsonl"
-    window.export_to(str(out))
+    window.export.export_to(str(out))
     qtbot.waitUntil(out.exists)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["text"] for r in rows] == [m.text for m in lunch_conversation("")[:6]]
     assert rows[2]["parent"] == f"{ANN.pid}:1" and rows[0]["group_desc"] == "Travel & lunch"
+
+
+def test_what_needs_a_group_is_on_only_while_one_is_shown(qtbot, window, backend):
+    """Showing a group (ui.controllers.shown_group) turns on Leave, Export and the rest; no group, off."""
+    menus = window.menus
+    needs_a_group = (menus.leave_action, menus.export_action, menus.invite_action, menus.send_action)
+    assert not any(action.isEnabled() for action in needs_a_group)
+    open_lunch(qtbot, window, backend)
+    assert all(action.isEnabled() for action in needs_a_group)
+    window.show_session(None)
+    assert window.current is None and not any(action.isEnabled() for action in needs_a_group)
+
+
+def test_the_window_names_a_panes_widget_only_for_a_controllers_view(window):
+    """Tests, app/screenshots.py and the benches reach a widget or an action through the pane or the menu
+    bar that owns it (window.conversation.tree_view, window.menus.leave_action); the window holds one under
+    a name of its own only where a controller's view protocol asks it for that name."""
+    asked = set()
+    for protocol in (ComposeView, JoinsView, StatusView, DirectView):
+        asked |= set(protocol.__annotations__) | {name for name, value in vars(protocol).items()
+                                                  if isinstance(value, property)}
+    owners = (window.conversation, window.conversation.compose_box, window.groups_pane, window.members_pane,
+              window.threads_pane, window.direct_pane, window.menus, window.status_pane)
+    owned = {id(value) for owner in owners for value in vars(owner).values() if isinstance(value, (QWidget, QAction))}
+    again = {name for name, value in vars(window).items() if id(value) in owned}
+    assert again and again <= asked, sorted(again - asked)
 
 
 def test_discovery_lists_groups_and_joins(qtbot, window, backend):

@@ -48,45 +48,45 @@ def notifications(window):
 
 def test_at_completes_a_member_and_the_message_carries_the_pid(qtbot, window, backend):
     gid = open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
-    window.compose.setFocus()
-    qtbot.keyClicks(window.compose, "Lunch, @")
+    window.conversation.compose.setFocus()
+    qtbot.keyClicks(window.conversation.compose, "Lunch, @")
     popup = window.conversation.mention_completer.completer.popup()
     qtbot.waitUntil(popup.isVisible)
     assert [window.conversation.mention_completer.completer.completionModel().index(i, 0).data()
             for i in range(3)] == ["Ann", "Bob", "Cat"]
     QTest.keyClicks(popup, "b")  # keys go to the open list, which passes letters on to the box
-    assert window.compose.toPlainText() == "Lunch, @b"
+    assert window.conversation.compose.toPlainText() == "Lunch, @b"
     qtbot.wait(300)  # painted on the screen, not only in Qt's backing store
     save_screen(window, "mentions-complete.png")  # the list is a window of its own: the screen shows both
     QTest.keyClick(popup, Qt.Key.Key_Down)  # Bob is the only match: Down stays on him
     QTest.keyClick(popup, Qt.Key.Key_Return)
-    assert not popup.isVisible() and window.compose.toPlainText() == "Lunch, @Bob "
+    assert not popup.isVisible() and window.conversation.compose.toPlainText() == "Lunch, @Bob "
     # Down walks the list; Tab completes too, and typing on after it is ordinary text.
-    qtbot.keyClicks(window.compose, "and @")
+    qtbot.keyClicks(window.conversation.compose, "and @")
     qtbot.waitUntil(popup.isVisible)
     QTest.keyClick(popup, Qt.Key.Key_Down)
     QTest.keyClick(popup, Qt.Key.Key_Down)
     QTest.keyClick(popup, Qt.Key.Key_Tab)
-    assert window.compose.toPlainText() == "Lunch, @Bob and @Cat " and window.compose.hasFocus()
-    qtbot.keyClicks(window.compose, "at 12?")
+    assert window.conversation.compose.toPlainText() == "Lunch, @Bob and @Cat " and window.conversation.compose.hasFocus()
+    qtbot.keyClicks(window.conversation.compose, "at 12?")
     assert not popup.isVisible()
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.compose.toPlainText() == "")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.conversation.compose.toPlainText() == "")
     backend.manager.lan.settle()
     (sent,) = [m for m in peer_history(backend, BOB, gid) if m.sender == backend.pid]
     assert sent.text == f"Lunch, {token(BOB.pid)} and {token(CAT.pid)} at 12?"
     assert sent.mentions == (BOB.pid, CAT.pid)
     # Esc closes the list and leaves the text as typed.
-    qtbot.keyClicks(window.compose, "@A")
+    qtbot.keyClicks(window.conversation.compose, "@A")
     qtbot.waitUntil(popup.isVisible)
     QTest.keyClick(popup, Qt.Key.Key_Escape)
-    assert not popup.isVisible() and window.compose.toPlainText() == "@A"
+    assert not popup.isVisible() and window.conversation.compose.toPlainText() == "@A"
 
 
 def test_a_mention_of_me_is_highlighted_and_notifies_at_mentions_only_not_at_nothing(qtbot, window, backend):
     gid = open_group(qtbot, window, backend, lunch_conversation(GID)[:2])
     told = notifications(window)
-    window.notify_actions["mentions"].trigger()  # Conversation → Notifications → Mentions only
+    window.menus.notify_actions["mentions"].trigger()  # Conversation → Notifications → Mentions only
     assert window.session_controller.notify_level(gid) == "mentions"
     backend.manager.inject_messages(gid, [message(gid, BOB, 1, "Anyone for lunch?")])
     qtbot.waitUntil(lambda: len(window.current.tree) == 3)
@@ -95,26 +95,26 @@ def test_a_mention_of_me_is_highlighted_and_notifies_at_mentions_only_not_at_not
     backend.manager.inject_messages(gid, [mention])
     qtbot.waitUntil(lambda: len(window.current.tree) == 4)
     assert told == [("Bob mentioned you in Travel & lunch", "@Dana are you coming?")]
-    delegate = window.tree_view.itemDelegate()
+    delegate = window.conversation.tree_view.itemDelegate()
     body = delegate._body(window.current.tree.message(mention.mid), delegate._text_width(0))
     assert body.layout.text().startswith("@Dana are you coming?")
     mine = [f for f in body.layout.formats() if f.format.background().color() == delegate.accent]
     assert [(f.start, f.length) for f in mine] == [(0, len("@Dana"))]
     assert delegate.mentions_me(window.current.tree.message(mention.mid))
-    window.select_message(mention.mid)
+    window.conversation.select_message(mention.mid)
     save_screenshot(window, "mentions-highlighted.png")
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply: the banner names it
-    assert window.reply_banner.label.text() == "Replying to Bob: @Dana are you coming?"
-    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)  # Reply: the banner names it
+    assert window.conversation.compose_box.reply_banner.label.text() == "Replying to Bob: @Dana are you coming?"
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Escape)
 
-    window.notify_actions["nothing"].trigger()
+    window.menus.notify_actions["nothing"].trigger()
     stranger = "f" * 32  # no member: the token stays as it was written
     backend.manager.inject_messages(gid, [message(gid, CAT, 1, f"{token(backend.pid)} and {token(stranger)} too?")])
     qtbot.waitUntil(lambda: len(window.current.tree) == 5)
     assert len(told) == 1  # nothing: not even a mention
     body = delegate._body(window.current.tree.message((CAT.pid, 1)), delegate._text_width(0))
     assert body.layout.text() == f"@Dana and {token(stranger)} too?"
-    window.notify_actions["all"].trigger()
+    window.menus.notify_actions["all"].trigger()
     backend.manager.inject_messages(gid, [message(gid, CAT, 2, "See you there")])
     qtbot.waitUntil(lambda: len(window.current.tree) == 6)
     assert told[-1][0] == "Cat in Travel & lunch"
@@ -130,9 +130,9 @@ def test_the_old_on_off_switch_is_migrated_and_the_group_menu_sets_the_level(qtb
         stored = settings.value(key) if hasattr(settings, "value") else settings[key]
         assert stored == level
     item = window.groups_pane.item(window.current.gid)
-    rect = window.group_list.visualItemRect(item)
+    rect = window.groups_pane.group_list.visualItemRect(item)
     # A right click, as the platform delivers it (QTest's clicks skip the context-menu event).
-    viewport = window.group_list.viewport()
+    viewport = window.groups_pane.group_list.viewport()
     QApplication.sendEvent(viewport, QContextMenuEvent(QContextMenuEvent.Reason.Mouse, rect.center(),
                                                        viewport.mapToGlobal(rect.center())))
     qtbot.waitUntil(lambda: window.groups_pane.group_menu is not None and window.groups_pane.group_menu.isVisible())
@@ -151,7 +151,7 @@ def test_the_old_on_off_switch_is_migrated_and_the_group_menu_sets_the_level(qtb
     QTest.keyClick(notify_menu, Qt.Key.Key_Down)
     QTest.keyClick(notify_menu, Qt.Key.Key_Return)  # Nothing
     menu.close()
-    assert window.session_controller.notify_level(gid) == "nothing" and window.notify_actions["nothing"].isChecked()
+    assert window.session_controller.notify_level(gid) == "nothing" and window.menus.notify_actions["nothing"].isChecked()
 
 
 def test_a_renamed_member_is_shown_by_the_new_name_and_the_mentions_list_jumps(qtbot, window, backend):
@@ -161,7 +161,7 @@ def test_a_renamed_member_is_shown_by_the_new_name_and_the_mentions_list_jumps(q
     for_me = message(gid, CAT, 4, f"{token(backend.pid)} what do you think?", talk[0].mid)
     backend.manager.inject_messages(gid, [about_bob, for_me])
     qtbot.waitUntil(lambda: len(window.current.tree) == len(talk) + 2)
-    delegate = window.tree_view.itemDelegate()
+    delegate = window.conversation.tree_view.itemDelegate()
     width = delegate._text_width(0)
     assert delegate._body(window.current.tree.message(about_bob.mid), width).layout.text() == "Ask @Bob about the fort"
     bob = backend.manager.peer(BOB)
@@ -173,10 +173,10 @@ def test_a_renamed_member_is_shown_by_the_new_name_and_the_mentions_list_jumps(q
         "Ask @Robert about the fort"
 
     # Conversation → Mentions… (Ctrl+Shift+M): the one message that mentions me; a click opens it.
-    window.select_message(talk[-1].mid)
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    qtbot.waitUntil(lambda: window.mentions_window is not None and window.mentions_window.list.count() == 1)
-    mentions = window.mentions_window
+    window.conversation.select_message(talk[-1].mid)
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: window.mentions.window is not None and window.mentions.window.list.count() == 1)
+    mentions = window.mentions.window
     item = mentions.list.item(0)
     assert item.text().startswith("Cat in Travel & lunch") and "@Dana what do you think?" in item.text()
     save_screenshot(mentions, "mentions-list.png")

@@ -32,7 +32,7 @@ def open_a_group_linking_to_another(qtbot, window, backend, after_link):
 def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, backend):
     lunch, talk, pointer = open_a_group_linking_to_another(qtbot, window, backend, " was the answer, and more below")
     delhi, plans_gid = talk[0], window.current.gid
-    view = window.tree_view
+    view = window.conversation.tree_view
     index = window.conversation._view_index(pointer.mid)
     delegate = view.itemDelegate()
     shown = delegate.body_layout(index).text()
@@ -46,7 +46,7 @@ def test_a_link_reads_as_its_message_opens_it_and_back_returns(qtbot, window, ba
     qtbot.waitUntil(lambda: window.current is not None and window.current.gid == lunch.gid)
     qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == delhi.mid)  # read from the store
 
-    QTest.keyClick(window.tree_view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+    QTest.keyClick(window.conversation.tree_view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
     qtbot.waitUntil(lambda: window.current.gid == plans_gid)
     qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == pointer.mid)  # read from the store
 
@@ -60,12 +60,12 @@ def test_a_link_to_a_message_not_here_stays_as_written(qtbot, window, backend):
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
     index = window.conversation._view_index(note.mid)
     assert index.data(MessageRole).mid == note.mid
-    assert window.tree_view.itemDelegate().body_layout(index).text() == f"see {link}"
+    assert window.conversation.tree_view.itemDelegate().body_layout(index).text() == f"see {link}"
 
 
 def test_the_threads_pane_names_a_link_as_the_conversation_does(qtbot, window, backend):
     lunch, _talk, pointer = open_a_group_linking_to_another(qtbot, window, backend, " was the answer")
-    threads = window.thread_list
+    threads = window.threads_pane.thread_list
     row = window.current.threads.row_of(pointer.mid)
     index = threads.model().index(row, 0)
     shown = threads.itemDelegate().snippet(index.data(ThreadRole))

@@ -31,8 +31,8 @@ def test_a_right_to_left_override_name_is_shown_as_it_is_spelt_never_reversed(qt
     backend.manager.inject_group("Payroll", members=(ALICE, RIGHT_TO_LEFT, me), joined=True,
                                  history=[message(GID, RIGHT_TO_LEFT, 1, "hello")])
     window.start()
-    qtbot.waitUntil(lambda: window.member_list.count() >= 4)
-    rows = [window.member_list.item(i).text() for i in range(window.member_list.count())]
+    qtbot.waitUntil(lambda: window.members_pane.member_list.count() >= 4)
+    rows = [window.members_pane.member_list.item(i).text() for i in range(window.members_pane.member_list.count())]
     (row,) = [row for row in rows if "ecila" in row]
     assert "\u202e" not in row and "\u202c" not in row and DUPLICATE_MARK not in row
 
@@ -47,16 +47,16 @@ def check_look_alikes(qtbot, window, backend, impostors):
     backend.manager.inject_group("Payroll", members=(ALICE, BOB, *impostors, me), joined=True, history=talk)
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == len(talk))
-    qtbot.waitUntil(lambda: window.member_list.count() >= 2 + len(impostors) + 1)
+    qtbot.waitUntil(lambda: window.members_pane.member_list.count() >= 2 + len(impostors) + 1)
 
-    rows = [window.member_list.item(i).text() for i in range(window.member_list.count())]
+    rows = [window.members_pane.member_list.item(i).text() for i in range(window.members_pane.member_list.count())]
     marked = [row for row in rows if DUPLICATE_MARK in row]
     for member in (ALICE, *impostors):
         assert any(short_fingerprint(member.pid)[:9] in row for row in marked), (member, rows)
     assert len(marked) == 1 + len(impostors)
     assert not any("Bob" in row for row in marked)
 
-    view = window.tree_view
+    view = window.conversation.tree_view
     delegate = view.itemDelegate()
     model = view.model()
     headers = {}
@@ -73,7 +73,7 @@ def check_look_alikes(qtbot, window, backend, impostors):
         assert headers[IMPOSTORS[0].pid].startswith(f"{DUPLICATE_MARK} \u0430lice ·")
     if RIGHT_TO_LEFT in impostors:  # the override is shown removed, so the name reads as it is spelled
         assert headers[RIGHT_TO_LEFT.pid].startswith(f"{DUPLICATE_MARK} ecila ·")
-    threads = window.thread_list
+    threads = window.threads_pane.thread_list
     summaries = [threads.model().index(row, 0).data(ThreadRole) for row in range(threads.model().rowCount())]
     titles = {summary.root.sender: threads.itemDelegate().author(summary) for summary in summaries}
     assert titles == headers  # the threads list names each starter as the conversation does

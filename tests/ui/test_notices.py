@@ -62,7 +62,7 @@ def test_stored_topic_changes_and_pins_show_as_notices_in_time_order_and_are_not
     assert [m.text for m in backend.manager.history(gid)] == [m.text for m in talk] + ["See you all there"]
 
     # drawn centred and muted: the pin's link reads as the conversation reads links
-    view = window.tree_view
+    view = window.conversation.tree_view
     delegate = view.itemDelegate()
     pin_index = window.conversation._view_index(notices[1].mid)
     view.scrollTo(pin_index)
@@ -74,7 +74,7 @@ def test_stored_topic_changes_and_pins_show_as_notices_in_time_order_and_are_not
 
     # the keyboard passes over the notices: Down from the last reply above goes to the message below
     activate(qtbot, window)
-    window.select_message(talk[7].mid)  # "Count me in", the reply just above the notices
+    window.conversation.select_message(talk[7].mid)  # "Count me in", the reply just above the notices
     view.setFocus()
     qtbot.keyClick(view, Qt.Key.Key_Down)
     assert view.currentIndex().data(MessageRole).text == "See you all there"
@@ -120,25 +120,25 @@ def test_live_topic_changes_and_pins_add_a_notice_at_the_end_unread_untouched_an
                     (True, "changed the topic to “lunch Thursdays” (it was “lunch Fridays 12:30”)")]
     assert len(session.tree.unread) == 2 and window.windowTitle() == "(2) M2MC chat"  # "See you…" and Bob's
     assert [title for title, *_ in notes] == ["Bob in Travel & lunch"]
-    qtbot.waitUntil(lambda: window.topic_edit.text() == "lunch Thursdays")
+    qtbot.waitUntil(lambda: window.conversation.topic_edit.text() == "lunch Thursdays")
     qtbot.waitUntil(lambda: session.threads.rowCount() == 5)  # the Threads pane asks the store again; notices are no threads
 
     # our own pin reads "You pinned …", and Up in the empty compose box still edits our last message
-    qtbot.keyClicks(window.compose, "I'll book it")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.keyClicks(window.conversation.compose, "I'll book it")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: session.tree.roots()[-1].message.text == "I'll book it")
     mine = session.tree.roots()[-1].message
     pin = next(a for a in window.message_menu(mine).actions() if a.text() == "Pin")
     pin.trigger()
     qtbot.waitUntil(lambda: is_notice(session.tree.roots()[-1].message))
     assert spoken(session, session.tree.roots()[-1].message.mid) == "You pinned Dana's message “I'll book it”"
-    window.compose.setFocus()
-    qtbot.keyClick(window.compose, Qt.Key.Key_Up)
+    window.conversation.compose.setFocus()
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Up)
     assert window.compose_controller.edit_target == mine.mid
     window.compose_controller.start_new_thread()
 
     # the time-ordered view shows them in the same order, and they cannot be selected there either
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: window.conversation.stack.currentWidget() is window.conversation.timeline_view)
     model = window.conversation.timeline_view.model()
     shown = [model.index(row, 0) for row in range(model.rowCount())]

@@ -14,10 +14,10 @@ from m2mc.middleware.types import ChatMessage, Member
 
 
 def set_topic_in_header(qtbot, window, text):
-    window.topic_edit.setFocus(Qt.FocusReason.MouseFocusReason)  # the user clicks it: the focus model lets it take keys
-    window.topic_edit.selectAll()
-    qtbot.keyClicks(window.topic_edit, text)
-    qtbot.keyClick(window.topic_edit, Qt.Key.Key_Return)
+    window.conversation.topic_edit.setFocus(Qt.FocusReason.MouseFocusReason)  # the user clicks it: the focus model lets it take keys
+    window.conversation.topic_edit.selectAll()
+    qtbot.keyClicks(window.conversation.topic_edit, text)
+    qtbot.keyClick(window.conversation.topic_edit, Qt.Key.Key_Return)
 
 
 def test_the_topic_is_set_after_a_hostile_counter_and_a_refused_operation_is_shown(qtbot, window, backend, monkeypatch):
@@ -29,7 +29,7 @@ def test_the_topic_is_set_after_a_hostile_counter_and_a_refused_operation_is_sho
     qtbot.waitUntil(lambda: window.current is not None and window.current.loaded)
     hostile = encode("topic", None, MAX_COUNTER - 1, "Bob owns the topic")
     manager.inject_messages(gid, [ChatMessage(gid, (BOB.pid, 60), None, BOB.name, hostile, 0, 0)])
-    qtbot.waitUntil(lambda: window.topic_edit.text() == "Bob owns the topic")
+    qtbot.waitUntil(lambda: window.conversation.topic_edit.text() == "Bob owns the topic")
 
     set_topic_in_header(qtbot, window, "Friday lunch plans")
     qtbot.waitUntil(lambda: manager.topic(gid) == ("Friday lunch plans", backend.pid))

@@ -34,8 +34,8 @@ def menu_actions(menu):
 
 def send_own(qtbot, window, session, text):
     """Type ``text`` and press Enter, as the user does; the message as this peer shows it."""
-    qtbot.keyClicks(window.compose, text)
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.keyClicks(window.conversation.compose, text)
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
     own = window.backend.pid
     qtbot.waitUntil(lambda: any(n.message.sender == own and n.message.text == text for n in session.tree.arrival))
     return [n.message for n in session.tree.arrival if n.message.sender == own][-1]
@@ -45,19 +45,19 @@ def test_edit_by_context_menu_and_up_key_marks_the_message_edited(qtbot, window,
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
     mine = send_own(qtbot, window, session, "See you at 12:30")
     # Up in the empty compose box: our last message comes back to be edited
-    qtbot.keyClick(window.compose, Qt.Key.Key_Up)
-    assert window.compose_controller.edit_target == mine.mid and window.compose.toPlainText() == "See you at 12:30"
-    assert window.reply_banner.label.text().startswith("Editing your message")
-    window.compose.selectAll()
-    qtbot.keyClicks(window.compose, "See you at 13:00")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Return)
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Up)
+    assert window.compose_controller.edit_target == mine.mid and window.conversation.compose.toPlainText() == "See you at 12:30"
+    assert window.conversation.compose_box.reply_banner.label.text().startswith("Editing your message")
+    window.conversation.compose.selectAll()
+    qtbot.keyClicks(window.conversation.compose, "See you at 13:00")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: shown(window, mine.mid).text == "See you at 13:00")
     assert shown(window, mine.mid).edited == 1 and window.compose_controller.edit_target is None
     # the delegate draws the mark, and the row is where it was
-    index = window.tree_view.model().mapFromSource(session.tree_model.index_for(mine.mid)) \
-        if hasattr(window.tree_view.model(), "mapFromSource") else session.tree_model.index_for(mine.mid)
-    delegate = window.tree_view.itemDelegate()
-    geometry = delegate._geometry(window.tree_view.visualRect(index), index)
+    index = window.conversation.tree_view.model().mapFromSource(session.tree_model.index_for(mine.mid)) \
+        if hasattr(window.conversation.tree_view.model(), "mapFromSource") else session.tree_model.index_for(mine.mid)
+    delegate = window.conversation.tree_view.itemDelegate()
+    geometry = delegate._geometry(window.conversation.tree_view.visualRect(index), index)
     assert "edited" in geometry["meta"]
     # the context menu edits too, and offers Edit only on our own messages
     menu = window.message_menu(shown(window, mine.mid))
@@ -78,7 +78,7 @@ def test_a_deleted_message_shows_message_deleted_and_keeps_its_replies(qtbot, wi
     node = session.tree.node(question.mid)
     assert [child.message.mid for child in node.children] == [talk[4].mid]
     index = session.tree_model.index_for(question.mid)
-    assert window.tree_view.itemDelegate().body_layout(index).text() == "message deleted"
+    assert window.conversation.tree_view.itemDelegate().body_layout(index).text() == "message deleted"
     # a forged delete (by someone else) changes nothing
     as_ann = backend.manager.operation_message(session.gid, ANN, 0, "delete", talk[0].mid).text
     forged = message(GID, BOB, 60, as_ann, talk[0].mid)  # Ann's delete, sent by Bob
@@ -101,14 +101,14 @@ def test_reactions_show_counts_who_and_toggle_from_the_picker_and_the_row(qtbot,
     menu_actions(react)["🎉"].trigger()
     qtbot.waitUntil(lambda: "🎉" in (shown(window, lunch.mid).reactions or {}))
     index = session.tree_model.index_for(lunch.mid)
-    window.tree_view.scrollTo(index)
-    delegate = window.tree_view.itemDelegate()
-    chips = delegate._geometry(window.tree_view.visualRect(index), index)["chips"]
+    window.conversation.tree_view.scrollTo(index)
+    delegate = window.conversation.tree_view.itemDelegate()
+    chips = delegate._geometry(window.conversation.tree_view.visualRect(index), index)["chips"]
     assert [(emoji, len(pids)) for _rect, emoji, pids in chips] == [("🎉", 1), ("👍", 2)]
     assert delegate.reaction_tooltip("👍", chips[1][2]) == "👍 Ann, Cat"
     # clicking our own chip takes the reaction back
     rect = chips[0][0]
-    qtbot.mouseClick(window.tree_view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.center()))
+    qtbot.mouseClick(window.conversation.tree_view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(rect.center()))
     qtbot.waitUntil(lambda: "🎉" not in (shown(window, lunch.mid).reactions or {}))
     assert shown(window, lunch.mid).reactions == {"👍": sorted([ANN.pid, CAT.pid])}
 
@@ -149,20 +149,20 @@ def test_pins_fill_the_pinned_list_live(qtbot, window, backend):
 
 def test_the_topic_shows_in_the_header_edits_there_and_follows_others_live(qtbot, window, backend):
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
-    assert window.topic_edit.text() == "" and window.topic_edit.isEnabled()
-    window.topic_edit.setFocus(Qt.FocusReason.MouseFocusReason)  # as a click gives it (ui.focus, rule 3)
-    qtbot.keyClicks(window.topic_edit, "Friday lunch plans")
-    qtbot.keyClick(window.topic_edit, Qt.Key.Key_Return)
+    assert window.conversation.topic_edit.text() == "" and window.conversation.topic_edit.isEnabled()
+    window.conversation.topic_edit.setFocus(Qt.FocusReason.MouseFocusReason)  # as a click gives it (ui.focus, rule 3)
+    qtbot.keyClicks(window.conversation.topic_edit, "Friday lunch plans")
+    qtbot.keyClick(window.conversation.topic_edit, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: backend.manager.topic(session.gid) == ("Friday lunch plans", backend.pid))
     qtbot.waitUntil(lambda: window.current.topic == "Friday lunch plans")  # heard back, as from the network
-    window.topic_edit.setFocus(Qt.FocusReason.MouseFocusReason)
-    qtbot.keyClicks(window.topic_edit, " and more")
-    qtbot.keyClick(window.topic_edit, Qt.Key.Key_Escape)  # undoes the typing, sets nothing
-    assert window.topic_edit.text() == "Friday lunch plans" and not window.topic_edit.hasFocus()
+    window.conversation.topic_edit.setFocus(Qt.FocusReason.MouseFocusReason)
+    qtbot.keyClicks(window.conversation.topic_edit, " and more")
+    qtbot.keyClick(window.conversation.topic_edit, Qt.Key.Key_Escape)  # undoes the typing, sets nothing
+    assert window.conversation.topic_edit.text() == "Friday lunch plans" and not window.conversation.topic_edit.hasFocus()
     assert backend.manager.topic(session.gid) == ("Friday lunch plans", backend.pid)
-    window.tree_view.setFocus()
+    window.conversation.tree_view.setFocus()
     backend.manager.inject_messages(session.gid, [backend.manager.operation_message(session.gid, BOB, 50, "topic", text="Moved to Monday")])
-    qtbot.waitUntil(lambda: window.topic_edit.text() == "Moved to Monday")
+    qtbot.waitUntil(lambda: window.conversation.topic_edit.text() == "Moved to Monday")
     assert backend.manager.group(session.gid).topic == "Moved to Monday"
 
 
@@ -198,7 +198,7 @@ def test_delete_asks_first_and_a_deleted_thread_root_is_named_in_the_threads_pan
     menu_actions(window.message_menu(shown(window, mine.mid)))["Delete…"].trigger()
     qtbot.waitUntil(lambda: shown(window, mine.mid).deleted)
 
-    threads = window.thread_list.model()
+    threads = window.threads_pane.thread_list.model()
 
     def thread_root_shown():  # the Threads pane's refresh is coalesced: it comes a moment later
         rows = [threads.index(row, 0).data(ThreadRole) for row in range(threads.rowCount())]
@@ -216,15 +216,15 @@ def test_editing_shows_a_pencil_and_save_instead_of_reply_and_send(qtbot, window
     session = open_group(qtbot, window, backend, lunch_conversation(GID))
     send_own(qtbot, window, session, "See you at 12:30")
     assert window.conversation.compose_box.send_button.text() == "Send"
-    qtbot.keyClick(window.compose, Qt.Key.Key_Up)
-    assert window.reply_banner.editing and window.conversation.compose_box.send_button.text() == "Save"
-    assert window.reply_banner.close_button.toolTip().startswith("Cancel the edit")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Up)
+    assert window.conversation.compose_box.reply_banner.editing and window.conversation.compose_box.send_button.text() == "Save"
+    assert window.conversation.compose_box.reply_banner.close_button.toolTip().startswith("Cancel the edit")
     save_screenshot(window, "editing-a-message.png")
-    qtbot.keyClick(window.compose, Qt.Key.Key_Escape)
-    assert not window.reply_banner.editing and window.conversation.compose_box.send_button.text() == "Send"
-    qtbot.keyClick(window.compose, Qt.Key.Key_Up)
-    window.compose.selectAll()
-    qtbot.keyClicks(window.compose, "See you at 13:00")
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Escape)
+    assert not window.conversation.compose_box.reply_banner.editing and window.conversation.compose_box.send_button.text() == "Send"
+    qtbot.keyClick(window.conversation.compose, Qt.Key.Key_Up)
+    window.conversation.compose.selectAll()
+    qtbot.keyClicks(window.conversation.compose, "See you at 13:00")
     qtbot.mouseClick(window.conversation.compose_box.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.conversation.compose_box.send_button.text() == "Send")
     mine = [n.message for n in session.tree.arrival if n.message.sender == backend.pid][-1]

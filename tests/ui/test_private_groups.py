@@ -121,11 +121,11 @@ def test_a_warning_shows_in_the_main_window_without_blocking(qtbot, window, back
     quiet_gid = backend.manager.inject_group("Quiet group", members=(CAT, me), joined=True).gid
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and window.current.gid == gid)
-    assert not window.warning_banner.isVisible()
+    assert not window.conversation.warning_banner.isVisible()
 
     backend.manager.inject_warning(gid, EQUIVOCATION)
-    qtbot.waitUntil(window.warning_banner.isVisible)
-    assert window.warning_banner.text == f"⚠  {EQUIVOCATION}"
+    qtbot.waitUntil(window.conversation.warning_banner.isVisible)
+    assert window.conversation.warning_banner.text == f"⚠  {EQUIVOCATION}"
     assert EQUIVOCATION in window.statusBar().currentMessage()
     assert QApplication.activeModalWidget() is None
     log = window.warning_log.texts()
@@ -138,14 +138,14 @@ def test_a_warning_shows_in_the_main_window_without_blocking(qtbot, window, back
     quiet = window.session_controller.sessions[quiet_gid]
     assert "Quiet group" in window.statusBar().currentMessage()
     assert window.groups_pane.item(quiet.gid).toolTip().startswith("Warning: two different messages")
-    assert window.warning_banner.text == f"⚠  {EQUIVOCATION}"
+    assert window.conversation.warning_banner.text == f"⚠  {EQUIVOCATION}"
 
-    qtbot.mouseClick(window.warning_banner.close_button, Qt.MouseButton.LeftButton)
-    assert not window.warning_banner.isVisible()
+    qtbot.mouseClick(window.conversation.warning_banner.close_button, Qt.MouseButton.LeftButton)
+    assert not window.conversation.warning_banner.isVisible()
     window.select_group(quiet_gid)
-    assert window.warning_banner.isVisible() and "x:1" in window.warning_banner.text
+    assert window.conversation.warning_banner.isVisible() and "x:1" in window.conversation.warning_banner.text
     window.select_group(gid)
-    assert not window.warning_banner.isVisible()  # dismissed stays dismissed until the next warning
+    assert not window.conversation.warning_banner.isVisible()  # dismissed stays dismissed until the next warning
 
-    window.warning_banner.show_all.emit()
+    window.conversation.warning_banner.show_all.emit()
     assert window.warning_log.isVisible() and not window.warning_log.isModal()

@@ -117,10 +117,10 @@ def test_a_restart_shows_the_group_the_direct_conversation_or_the_thread_on_show
     window = started(qtbot, backend, settings)
     qtbot.waitUntil(lambda: window.current is not None and window.current.opened)
     assert window.current.gid == second_gid and window.current.thread is None
-    assert window.focusWidget() is window.compose
+    assert window.focusWidget() is window.conversation.compose
     # A thread open in it.
     root = (ANN.pid, 2)  # "Did you visit Chennai?", three replies under it
-    window.open_thread(root)
+    window.conversation.open_thread(root)
     qtbot.waitUntil(lambda: window.current.thread is not None)
     window.close()
     window = started(qtbot, backend, settings)

@@ -68,7 +68,7 @@ def test_a_big_group_opens_at_its_end_with_one_page_and_scrolling_up_loads_older
         qtbot, window, backend, monkeypatch):
     history = big_history()
     session = open_big_group(qtbot, window, backend, history)
-    view = window.tree_view
+    view = window.conversation.tree_view
     assert len(session.tree) == HISTORY_PAGE  # 5,000 in the store, one page in the model
     assert not session.history_complete and window.conversation.header.older_button.isVisible()
     bar = view.verticalScrollBar()
@@ -123,7 +123,7 @@ def test_a_big_group_opens_at_its_end_with_one_page_and_scrolling_up_loads_older
 
 def test_the_reader_keeps_their_place_to_the_pixel_when_a_page_loads_above(qtbot, window, backend):
     session = open_big_group(qtbot, window, backend, big_history(1_000))
-    view, bar = window.tree_view, window.tree_view.verticalScrollBar()
+    view, bar = window.conversation.tree_view, window.conversation.tree_view.verticalScrollBar()
     bar.setValue(SCROLL_BACK_MARGIN + 5)  # near the top, not in the margin that loads by itself
     before = top_row(view)
     window.conversation.header.older_button.click()  # the header's "⤒ Older messages"
@@ -147,11 +147,11 @@ def test_a_search_result_older_than_the_pages_loaded_brings_its_page_and_opens_i
                     and window.conversation.selected_message().mid == history[120].mid, timeout=5000)
     print(f"jump to a message 4,880 back: {1000 * (time.monotonic() - started):.0f} ms")
     assert session.thread is not None
-    assert window.tree_view.viewport().rect().intersects(window.tree_view.visualRect(window.conversation._view_index(history[120].mid)))
+    assert window.conversation.tree_view.viewport().rect().intersects(window.conversation.tree_view.visualRect(window.conversation._view_index(history[120].mid)))
     orders = [node.message.order for node in session.tree.arrival]
     assert orders == sorted(orders) and len(session.tree) < GROUP_SIZE
     # a link to a message older still
-    window.close_thread()
+    window.conversation.close_thread()
     window.navigation.open_link(f"m2mc://message/{session.gid}/{format_mid(history[3].mid)}")
     qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == history[3].mid,
                     timeout=5000)
@@ -161,7 +161,7 @@ def test_a_search_result_older_than_the_pages_loaded_brings_its_page_and_opens_i
 def test_the_threads_pane_lists_from_the_store_and_an_old_thread_opens_from_it_live(qtbot, window, backend):
     history = big_history()
     session = open_big_group(qtbot, window, backend, history)
-    threads = window.thread_list.model()
+    threads = window.threads_pane.thread_list.model()
     qtbot.waitUntil(lambda: threads.rowCount() > 0)
     listed = lambda: [threads.index(row).data(ThreadRole) for row in range(threads.rowCount())]  # noqa: E731
     # Threads the tree does not hold are listed too, with the store's counts: the newest answer (to a chain of
@@ -170,16 +170,16 @@ def test_the_threads_pane_lists_from_the_store_and_an_old_thread_opens_from_it_l
     assert session.tree.node(old.root.mid) is None and old.last.mid == history[-1].mid and old.replies == 8
     # Scrolling the list to its end asks for the next page.
     first = threads.rowCount()
-    window.thread_list.scrollToBottom()
+    window.threads_pane.thread_list.scrollToBottom()
     qtbot.waitUntil(lambda: threads.rowCount() > first)
     # A click opens the old thread, read from the store, and it follows what arrives in it.
-    rect = window.thread_list.visualRect(threads.index(0))
-    window.thread_list.scrollTo(threads.index(0))
-    rect = window.thread_list.visualRect(threads.index(0))
-    qtbot.mouseClick(window.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    rect = window.threads_pane.thread_list.visualRect(threads.index(0))
+    window.threads_pane.thread_list.scrollTo(threads.index(0))
+    rect = window.threads_pane.thread_list.visualRect(threads.index(0))
+    qtbot.mouseClick(window.threads_pane.thread_list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     qtbot.waitUntil(lambda: session.thread is not None and window.conversation.thread_bar.isVisible())
     assert session.thread.root.message.mid == old.root.mid and len(session.thread.tree) == 9
-    model = window.tree_view.model()
+    model = window.conversation.tree_view.model()
     assert model.rowCount() == 1 and model.index(0, 0).data(MessageRole).mid == old.root.mid
     answer = message("", ANN, 5_000, "Still on the 0 plan?", old.root.mid)
     backend.manager.inject_messages(session.gid, [answer])

@@ -70,7 +70,7 @@ def test_search_everywhere_lists_by_conversation_and_opens_results_in_their_thre
     qtbot.waitUntil(lambda: window.conversation.selected_message() is not None and window.conversation.selected_message().mid == wanted.mid)  # read from the store
     assert shown.thread is not None and shown.thread.root.message.mid == shown.tree.thread_of(wanted.mid)
     index = window.conversation._view_index(wanted.mid)
-    assert window.tree_view.viewport().rect().intersects(window.tree_view.visualRect(index))  # scrolled into view
+    assert window.conversation.tree_view.viewport().rect().intersects(window.conversation.tree_view.visualRect(index))  # scrolled into view
     save_screenshot(window, "search-result-opened.png")
 
     # A click on a result of the other conversation switches groups.
@@ -115,7 +115,7 @@ def test_escape_closes_and_a_query_without_matches_says_so(qtbot, window, backen
     # Shown again, it searches again: what arrived meanwhile is found.
     session = window.current
     backend.manager.send(session.gid, "A zanzibar trip?", None)
-    window.search_action.trigger()
+    window.menus.search_action.trigger()
     qtbot.waitUntil(lambda: search.status.text() == "1 result in 1 conversation")
     activate(qtbot, search)
     qtbot.keyClick(search.query_edit, Qt.Key.Key_Down)  # Down goes to the results too
@@ -130,7 +130,7 @@ def test_search_everywhere_lists_direct_messages_and_opens_them_in_their_convers
     found = backend.manager.inject_direct(ANN, "Booked the hotel in Goa for the last week of December")
     for n in range(30):  # the match is far above the conversation's end, where it opens
         backend.manager.inject_direct(ANN, f"packing list, item {n}")
-    qtbot.waitUntil(lambda: window.direct_list.count() == 1)
+    qtbot.waitUntil(lambda: window.groups_pane.direct_list.count() == 1)
 
     search = search_everywhere(qtbot, window, "decemb")
     qtbot.waitUntil(lambda: len(search.result_items()) == 4, timeout=3000)
@@ -153,7 +153,7 @@ def test_search_everywhere_lists_direct_messages_and_opens_them_in_their_convers
     qtbot.keyClick(search.results, Qt.Key.Key_Return)
     pane = window.direct_pane
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane)
-    assert window.direct_controller.current.peer == ANN.pid and window.direct_list.currentItem().text() == "● Ann"
+    assert window.direct_controller.current.peer == ANN.pid and window.groups_pane.direct_list.currentItem().text() == "● Ann"
     view = pane.view
     qtbot.waitUntil(lambda: view.currentIndex().isValid() and view.currentIndex().data(MessageRole).mid == found)
     assert view.selectionModel().isSelected(view.currentIndex())
@@ -178,7 +178,7 @@ def test_search_everywhere_lists_direct_messages_and_opens_them_in_their_convers
     qtbot.mouseClick(search.results.viewport(), Qt.MouseButton.LeftButton, pos=search.results.visualItemRect(other).center())
     qtbot.waitUntil(lambda: window.current is in_group and window.centre_stack.currentIndex() == 0)
     activate(qtbot, window)
-    qtbot.keyClick(window.tree_view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+    qtbot.keyClick(window.conversation.tree_view, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is pane and window.current is None)
     assert view.currentIndex().data(MessageRole).mid == found
 
@@ -254,7 +254,7 @@ def jump_into_a_loading_conversation(qtbot, window, backend):
     window.start()
     sessions = window.session_controller.sessions
     qtbot.waitUntil(lambda: len(sessions) == 2 and all(s.loaded for s in sessions.values())
-                    and window.direct_list.count() == 1)
+                    and window.groups_pane.direct_list.count() == 1)
     window.select_group(lunch.gid)
     search = search_everywhere(qtbot, window, "decemb")
     qtbot.waitUntil(lambda: len(search.result_items()) == 3, timeout=3000)
@@ -272,7 +272,7 @@ def test_a_direct_result_still_loading_is_cancelled_and_told_when_the_user_opens
         qtbot, window, backend):
     slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
     ann = window.direct_controller.current
-    click_item(qtbot, window.group_list, window.groups_pane.item(winter.gid))  # the user's own choice: it wins
+    click_item(qtbot, window.groups_pane.group_list, window.groups_pane.item(winter.gid))  # the user's own choice: it wins
     qtbot.waitUntil(lambda: window.current is winter)
     assert window.statusBar().currentMessage() == (
         "The message in the conversation with Ann was not shown: another conversation was opened while it loaded.")
@@ -284,7 +284,7 @@ def test_a_direct_result_still_loading_is_cancelled_and_told_when_the_user_opens
     assert window.direct_controller.current is None and not window.direct_pane.isVisible()
 
     # Opened later from the list, Ann's conversation is where the user left it: at its end.
-    click_item(qtbot, window.direct_list, window.direct_list.item(0))
+    click_item(qtbot, window.groups_pane.direct_list, window.groups_pane.direct_list.item(0))
     view = window.direct_pane.view
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane and bool(view.visible_mids()))
     qtbot.wait(50)
@@ -295,9 +295,9 @@ def test_a_direct_result_still_loading_stays_cancelled_when_the_user_comes_back_
         qtbot, window, backend):
     """What a switch away means does not hang on when the history comes: cancelled either way."""
     slow, found, winter = jump_into_a_loading_conversation(qtbot, window, backend)
-    click_item(qtbot, window.group_list, window.groups_pane.item(winter.gid))
+    click_item(qtbot, window.groups_pane.group_list, window.groups_pane.item(winter.gid))
     qtbot.waitUntil(lambda: window.current is winter)
-    click_item(qtbot, window.direct_list, window.direct_list.item(0))
+    click_item(qtbot, window.groups_pane.direct_list, window.groups_pane.direct_list.item(0))
     qtbot.waitUntil(lambda: window.centre_stack.currentWidget() is window.direct_pane)
     slow.release()
     view = window.direct_pane.view

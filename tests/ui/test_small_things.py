@@ -24,22 +24,22 @@ def test_the_reply_banner_follows_an_edit_of_the_message_it_answers(qtbot, windo
     session, gid = open_lunch(qtbot, window, backend)
     first = lunch_conversation("")[0]
     window.compose_controller.reply_to(first.mid)
-    assert "Did you visit Delhi?" in window.reply_banner.label.text()
+    assert "Did you visit Delhi?" in window.conversation.compose_box.reply_banner.label.text()
     edit = backend.manager.operation_message(gid, ANN, 10, "edit", first.mid, text="Did you visit Agra?")
     backend.manager.inject_messages(gid, [edit])
-    qtbot.waitUntil(lambda: "Did you visit Agra?" in window.reply_banner.label.text(), timeout=3000)
+    qtbot.waitUntil(lambda: "Did you visit Agra?" in window.conversation.compose_box.reply_banner.label.text(), timeout=3000)
 
 
 def test_a_reply_chosen_in_a_thread_goes_when_the_thread_closes(qtbot, window, backend):
     session, gid = open_lunch(qtbot, window, backend)
     q2 = lunch_conversation("")[1]
-    window.open_thread(q2.mid)
+    window.conversation.open_thread(q2.mid)
     qtbot.waitUntil(lambda: session.thread is not None)
     answer = lunch_conversation("")[4]
     window.compose_controller.reply_to(answer.mid)
     assert window.compose_target.parent == answer.mid
-    window.close_thread()
-    assert window.compose_target.parent is None and not window.reply_banner.isVisible()
+    window.conversation.close_thread()
+    assert window.compose_target.parent is None and not window.conversation.compose_box.reply_banner.isVisible()
 
 
 def test_a_file_shared_as_a_reply_uses_the_target_up(qtbot, window, backend, tmp_path):
@@ -51,13 +51,13 @@ def test_a_file_shared_as_a_reply_uses_the_target_up(qtbot, window, backend, tmp
     window.files_view.attach([str(path)])
     qtbot.waitUntil(lambda: any(m.parent == first.mid and "menu.txt" in m.text
                                 for m in backend.manager.store.history(gid)), timeout=3000)
-    assert window.compose_target.parent is None and not window.reply_banner.isVisible()
+    assert window.compose_target.parent is None and not window.conversation.compose_box.reply_banner.isVisible()
 
 
 def test_a_member_who_joins_shows_online_at_once(qtbot, window, backend):
     session, gid = open_lunch(qtbot, window, backend, members=(ANN, BOB))
     backend.manager.inject_member(gid, CAT)
-    rows = lambda: [window.member_list.item(i).text() for i in range(window.member_list.count())]  # noqa: E731
+    rows = lambda: [window.members_pane.member_list.item(i).text() for i in range(window.members_pane.member_list.count())]  # noqa: E731
     qtbot.waitUntil(lambda: "● Cat" in rows(), timeout=1500)  # the presence poll comes every 5 s
 
 

@@ -23,7 +23,7 @@ def _texts(members):
 
 
 def _menu_for(qtbot, window, pid):
-    members = window.member_list
+    members = window.members_pane.member_list
     return right_click_menu(qtbot, members.viewport(), members.visualItemRect(_row(members, pid)).center())
 
 
@@ -35,13 +35,13 @@ def test_the_owner_makes_an_admin_and_removes_a_member_with_a_confirmation(qtbot
     window.start()
     qtbot.waitUntil(lambda: window.current is not None and len(window.current.tree) == 2)
     window.status_controller.fill_members()
-    members = window.member_list
+    members = window.members_pane.member_list
     assert any(text.endswith("Dana (you)  · owner") for text in _texts(members))
 
     menu = _menu_for(qtbot, window, BOB.pid)
     assert [a.text() for a in menu.actions()] == ["Message Bob…", "Make admin", "Remove from group…"]
     click_action(qtbot, menu, "Make admin")
-    qtbot.waitUntil(lambda: "admin" in _row(window.member_list, BOB.pid).text())
+    qtbot.waitUntil(lambda: "admin" in _row(window.members_pane.member_list, BOB.pid).text())
     qtbot.waitUntil(lambda: any(is_notice(m) and "made Bob an admin" in m.text for m in
                                 window.current.notices))
     assert backend.manager.peer(ANN).group(window.current.gid).roles[BOB.pid] == "admin"
@@ -68,9 +68,9 @@ def test_the_owner_makes_an_admin_and_removes_a_member_with_a_confirmation(qtbot
     menu = _menu_for(qtbot, window, CAT.pid)
     QTimer.singleShot(50, answer_the_question)
     click_action(qtbot, menu, "Remove from group…")
-    qtbot.waitUntil(lambda: "Removed (1)" in _texts(window.member_list))
+    qtbot.waitUntil(lambda: "Removed (1)" in _texts(window.members_pane.member_list))
     assert "new key that Cat does not get" in seen["text"] and "keeps the messages" in seen["text"]
-    assert "Cat — removed" in _texts(window.member_list)
+    assert "Cat — removed" in _texts(window.members_pane.member_list)
     qtbot.waitUntil(lambda: any(is_notice(m) and m.text == "removed Cat from the group" for m in
                                 window.current.notices))
     cat_core = backend.manager.peer(CAT)
@@ -93,7 +93,7 @@ def test_the_owner_makes_an_admin_and_removes_a_member_with_a_confirmation(qtbot
     assert action.isEnabled() and not action.isChecked()
     action.trigger()
     qtbot.waitUntil(lambda: backend.manager.peer(ANN).group(gid).admins_only)
-    window.member_list.clearSelection()
+    window.members_pane.member_list.clearSelection()
     window.resize(1100, 600)
     qtbot.wait(300)
     assert save_screenshot(window, "teams-members.png").exists()
@@ -117,8 +117,8 @@ def test_a_plain_member_is_offered_no_role_actions_and_the_removed_peer_is_told(
                                 for m in window.current.notices))
     row = next(m for m in window.current.notices if is_notice(m) and m.text.startswith("removed you"))
     assert row.sender_name == "Ann"
-    qtbot.waitUntil(lambda: not window.compose.isEnabled())  # nothing more can be sent there
-    assert "removed from this group" in window.compose.placeholderText() and not window.conversation.compose_box.send_button.isEnabled()
+    qtbot.waitUntil(lambda: not window.conversation.compose.isEnabled())  # nothing more can be sent there
+    assert "removed from this group" in window.conversation.compose.placeholderText() and not window.conversation.compose_box.send_button.isEnabled()
     window.team_controller.update_actions()
     assert not window.team_controller.admins_only_action.isEnabled()  # only the owner's
     window.resize(1100, 600)

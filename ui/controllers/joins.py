@@ -49,6 +49,11 @@ class JoinController(QObject):
         self.selection = selection
         self.sessions = sessions
         self.join_dialog: ConfirmJoinDialog | None = None
+        discovery = view.discovery  # what is asked in the Find groups window is done here
+        discovery.join_requested.connect(self.join_group)
+        discovery.create_requested.connect(self.create_group)
+        discovery.join_by_id_requested.connect(self.join_by_id)
+        discovery.add_peer_requested.connect(self.add_peer)
 
     def show_discovery(self) -> None:
         if not self.view.discovery.isVisible():

@@ -71,6 +71,8 @@ class ConversationHeader(QWidget):
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.addAction(icon("search"), QLineEdit.ActionPosition.LeadingPosition)
         self.filter_edit.setMaximumWidth(260)
+        # What a screen reader calls each control without a label of its own (tests/ui/test_accessibility.py).
+        self.filter_edit.setAccessibleName("Filter the conversation")
         self.match_label = QLabel()
         self.match_label.setObjectName("matchCount")
         self.match_label.hide()
@@ -79,10 +81,12 @@ class ConversationHeader(QWidget):
         self.tree_button.setCheckable(True)
         self.tree_button.setChecked(True)
         self.tree_button.setToolTip("Reply tree (Ctrl+T toggles)")
+        self.tree_button.setAccessibleName("Reply tree")
         self.time_button = QToolButton()
         self.time_button.setIcon(icon("timeline"))
         self.time_button.setCheckable(True)
         self.time_button.setToolTip("Time order: each reply shows what it answers (Ctrl+T toggles)")
+        self.time_button.setAccessibleName("Time order")
         # Out of the Tab chain, and it takes the keys only when clicked or chosen from the menu
         # (ui.focus, rule 3): a stray Enter or letter there would change the topic for everyone.
         self.topic_edit = SharedField(shown_topic)
@@ -233,6 +237,8 @@ class ConversationPane(QWidget):
         self.timeline_view.setObjectName("timeline")
         self.timeline_view.setItemDelegate(MessageDelegate(self.timeline_view, show_parent=True))
         self.timeline_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.tree_view.setAccessibleName("Conversation, as a reply tree")  # for a screen reader (test_accessibility)
+        self.timeline_view.setAccessibleName("Conversation, in time order")
         for view in (self.tree_view, self.timeline_view):
             view.verticalScrollBar().valueChanged.connect(self.schedule_seen)
             view.verticalScrollBar().valueChanged.connect(self._scrolled)
@@ -270,6 +276,7 @@ class ConversationPane(QWidget):
         box.compose.files_given.connect(files.attach)
         box.compose.image_given.connect(files.attach_image)
         self.mention_completer = MentionCompleter(box.compose)
+        box.compose.setAccessibleName("Message to the group")  # until a group is shown (show_session)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -853,6 +860,26 @@ class ConversationPane(QWidget):
         self.tree_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
         self.schedule_seen()
         self.place_keys(Navigation.THREAD_OPENED)
+
+    def close_mention_popup(self) -> bool:
+        """Esc with the @-completer's list open closes only it."""
+        popup = self.compose.mention_popup
+        if popup is None or not popup.isVisible():
+            return False
+        popup.hide()
+        return True
+
+    def leave_header_field(self) -> bool:
+        """Esc in the topic undoes what was typed there, in the filter (or with a filter set) clears it;
+        the keys go back to the compose box."""
+        if self.topic_edit.hasFocus():
+            self.topic_edit.undo_typing()
+        elif self.filter_edit.hasFocus() or self.filter_edit.text():
+            self.filter_edit.clear()
+        else:
+            return False
+        self.compose.setFocus()
+        return True
 
     def close_thread(self) -> None:
         session = self.current

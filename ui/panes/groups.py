@@ -27,6 +27,7 @@ class GroupsPane(TitledPane):
         super().__init__("Groups", group_list)
         self.group_list = group_list
         self.group_list.setObjectName("groupList")
+        self.group_list.setAccessibleName("Groups")  # what a screen reader calls it (test_accessibility)
         self.group_list.setItemDelegate(GroupListDelegate(self.group_list))
         self.group_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.group_list.currentItemChanged.connect(

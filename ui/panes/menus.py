@@ -13,9 +13,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QWidget
 
+from ..controllers.commands import ConversationCommands
 from ..controllers.compose import ComposeController
 from ..controllers.direct import DirectController
+from ..controllers.export import ExportController
 from ..controllers.joins import JoinController
+from ..controllers.mentions import MentionsController
 from ..controllers.navigation import NavigationController
 from ..controllers.sessions import SessionController
 from ..controllers.status import StatusController
@@ -40,8 +43,8 @@ Key = QKeySequence | QKeySequence.StandardKey | str | None
 
 
 class MenuHost(Protocol):
-    """What the menus call: the window's controllers and panes, and the commands the window itself
-    answers (they weigh what is on show: a group or a direct conversation)."""
+    """What the menus call: the window's controllers and panes (``commands`` weighs what is on show, a
+    group or a direct conversation)."""
 
     join_controller: JoinController
     compose_controller: ComposeController
@@ -52,15 +55,13 @@ class MenuHost(Protocol):
     navigation: NavigationController
     files_view: FilesView
     search_window: SearchWindow
+    mentions: MentionsController
+    commands: ConversationCommands
+    export: ExportController
     conversation: ConversationPane
     pane_layout: PaneLayout
 
     def current_gid(self) -> str | None: ...
-    def export_dialog(self) -> None: ...
-    def reply_to_selected(self) -> None: ...
-    def show_mentions(self) -> None: ...
-    def next_unread(self) -> None: ...
-    def escape(self) -> None: ...
 
 
 class MenuBar:
@@ -102,7 +103,7 @@ class MenuBar:
         self.add_peer_action = self._action("&Add peer by address…", None, joins.add_peer)
         self.leave_action = self._action("&Leave group", None, joins.leave_current_group)
         self.name_action = self._action("Change display &name…", None, joins.change_name)
-        self.export_action = self._action("&Export chat log…", "Ctrl+E", host.export_dialog, "export")
+        self.export_action = self._action("&Export chat log…", "Ctrl+E", host.export.choose_file, "export")
         quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.window.close)
         for action in (self.create_action, self.discover_action, self.join_action, self.join_invite_action,
                        self.add_peer_action, self.invite_action, self.leave_action):
@@ -118,18 +119,18 @@ class MenuBar:
         menu = self.window.menuBar().addMenu("&Conversation")
         composer, sessions, talk = host.compose_controller, host.session_controller, host.conversation
         self.send_action = self._action("&Send", "Ctrl+Return", composer.send_message, "send")
-        self.reply_action = self._action("&Reply to selected", "Ctrl+R", host.reply_to_selected, "reply")
+        self.reply_action = self._action("&Reply to selected", "Ctrl+R", host.commands.reply_to_selected, "reply")
         self.attach_action = self._action("&Attach file…", "Ctrl+Shift+A", host.files_view.choose_files, "attach")
         self.notify_menus = NotifyMenus(self.window, sessions.notify_level, sessions.set_notify_level,
                                         host.current_gid)
         self.notify_menu, self.notify_actions = self.notify_menus.main, self.notify_menus.actions
-        self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", host.show_mentions)
+        self.mentions_action = self._action("&Mentions…", "Ctrl+Shift+M", host.mentions.show)
         self.find_next_action = self._action("Find ne&xt", "F3", lambda: talk.find_match(1))
         self.find_previous_action = self._action("Find pre&vious", "Shift+F3", lambda: talk.find_match(-1))
         self.back_action = self._action("&Back", "Alt+Left", host.navigation.go_back)
         self.back_action.setToolTip("Back to where you were before following a link, or to all threads")
         self.new_thread_action = self._action("&New thread", "Ctrl+N", composer.start_new_thread)
-        self.next_unread_action = self._action("Next &unread", "Ctrl+U", host.next_unread, "unread")
+        self.next_unread_action = self._action("Next &unread", "Ctrl+U", host.commands.next_unread, "unread")
         self.mark_read_action = self._action("Mark all rea&d", "Ctrl+Shift+U", sessions.mark_all_read)
         self.find_action = self._action("&Filter messages…", QKeySequence.StandardKey.Find, talk.focus_filter, "search")
         self.search_action = self._action("Search &everywhere…", "Ctrl+Shift+F", host.search_window.show_search,
@@ -158,8 +159,12 @@ class MenuBar:
         menu.addAction(host.direct_controller.notify_action)
         escape = QAction(self.window)  # in no menu: Esc, wherever the keys are in the window
         escape.setShortcut(QKeySequence(Qt.Key.Key_Escape))
-        escape.triggered.connect(host.escape)
+        escape.triggered.connect(host.commands.escape)
         self.window.addAction(escape)
+
+    def show_level(self, gid: str) -> None:
+        """The notification level of group ``gid``, just shown, checked in the Conversation menu."""
+        self.notify_menus.show_level(gid)
 
     def group_shown(self, shown: bool) -> None:
         """What only a group on show is for (leave, export, send…) is on while ``shown``."""

@@ -24,6 +24,7 @@ class ThreadsPane(TitledPane):
         super().__init__("Threads", thread_list)
         self.thread_list = thread_list
         thread_list.setObjectName("threadList")
+        thread_list.setAccessibleName("Threads")  # what a screen reader calls it (test_accessibility)
         delegate = ThreadListDelegate(thread_list)
         delegate.link_title = link_title
         thread_list.setItemDelegate(delegate)
@@ -52,6 +53,7 @@ class MembersPane(TitledPane):
         super().__init__("Members", member_list, legend)
         self.member_list, self.presence_legend = member_list, legend
         member_list.setObjectName("memberList")
+        member_list.setAccessibleName("Members")
         member_list.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         member_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         legend.setObjectName("presenceLegend")
