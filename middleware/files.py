@@ -107,7 +107,7 @@ class FileOffer:
 
     def to_json(self) -> dict:
         return {"name": self.name, "size": self.size, "mime": self.mime, "sha256": self.sha256,
-                "chunk_size": self.chunk_size, "root": self.root, "leaf": self.leaf}
+                "chunk_size": self.chunk_size, "root": self.root}
 
 
 def is_offer_text(text: str) -> bool:
