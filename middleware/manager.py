@@ -35,13 +35,13 @@ from typing import Any, Callable, Protocol
 from . import clock, commands, crypto, kinds, netif, rules
 from .channel import GroupChannel
 from .discovery import FoundCallback, ZeroconfDiscovery
-from .events import Listener, MessagesDelivered, RemovedFromGroup, ignore
+from .events import Event, Listener, MessagesDelivered, RemovedFromGroup, ignore
 from .file_transfer import FileService
 from .files import DEFAULT_AUTO_DOWNLOAD, DEFAULT_MAX_FILE_SIZE
 from .gjlp import Gjlp, GroupRecord
 from .invites import parse_invite
 from .mop import DEFAULT_MAX_HELD, DEFAULT_MAX_HELD_BYTES
-from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats
+from .peer_core import CONTROL_ADDR, DEFAULT_PORT, Datagram, PeerCore, Stats, Turn
 from .presence import Presence
 from .store import Store
 from .store_api import PeerStore
@@ -224,7 +224,7 @@ class GroupManager(commands.Calls):
         self.core.warn_conflicts_held()
         name = interface_name(self.interface)
         self.follower.bound(name, self.interface, self._clock.now(), usable=self._usable(name))
-        self._notify()
+        self._notify(self.core.events())
         if self._interfaces is not None:
             self._spawn(self._watch_network())
         self.advertise()
@@ -258,7 +258,7 @@ class GroupManager(commands.Calls):
                 log.info("%s: resynchronising every group", action.reason)
                 self.core.woke(now)
                 self._after_input()
-        self._notify()
+        self._notify(self.core.events())
 
     def _note_networks(self, interfaces: list[netif.InterfaceInfo]) -> None:
         """The subnets of this computer's interfaces, with their netmasks: no hint (a PEER_LIST's
@@ -662,20 +662,22 @@ class GroupManager(commands.Calls):
         now = self._clock.now()
         if self._loop is not None:
             self._last_flush = now
-        stored = self.core.flush(now, self._clock.wall())  # persist
-        self._flush_interval = self.BUSY_FLUSH_INTERVAL if stored >= self.BUSY_MESSAGES else self.FLUSH_INTERVAL
-        if self._started:  # transmit (a manager never started keeps its datagrams in the core)
-            for data, destination in self.core.datagrams_to_send():
-                self.network.send(data, destination)
-        self._notify()
+        if self._started:
+            turn = self.core.turn(now, self._clock.wall())
+        else:  # a manager never started keeps its datagrams in the core
+            turn = Turn(self.core.flush(now, self._clock.wall()), [], self.core.events())
+        self._flush_interval = self.BUSY_FLUSH_INTERVAL if turn.stored >= self.BUSY_MESSAGES else self.FLUSH_INTERVAL
+        for data, destination in turn.datagrams:
+            self.network.send(data, destination)
+        self._notify(turn.events)
         for gid in self.core.take_announcements():
             self._announce(gid)
         self._arm_timer()
 
-    def _notify(self) -> None:
+    def _notify(self, events: list[Event]) -> None:
         for network_event in self.follower.events():
             self.listener(network_event)
-        for event in self.core.events():
+        for event in events:
             self.listener(event)
             if isinstance(event, RemovedFromGroup):  # nothing more arrives: stop listening, stop announcing
                 record = self.core.known(event.gid)

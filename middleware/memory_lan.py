@@ -187,11 +187,11 @@ class MemoryLan:
         self.loop.run_until(self.now + seconds)
 
     def _flush(self, core: PeerCore) -> None:
-        core.flush(self.now, self.wall())
-        for datagram in core.datagrams_to_send():
+        turn = core.turn(self.now, self.wall())
+        for datagram in turn.datagrams:
             self.send(core.pid, datagram)
         listener = self._listeners[core.pid]
-        for event in core.events():
+        for event in turn.events:
             listener(event)
         self._arm(core)
 

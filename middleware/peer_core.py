@@ -20,6 +20,9 @@ So whatever was sent or shown survives a crash.  When the commit fails (a
 full disk), it is rolled back and nothing of the batch is transmitted or
 shown; :meth:`PeerCore.get_timer` then asks for a retry.
 
+Every adapter runs the same cycle after each input: :meth:`PeerCore.turn` (the
+flush and its output as a value), then sends, then tells.
+
 The asyncio adapter (:class:`middleware.manager.GroupManager`) owns the
 sockets, zeroconf and the timer; ``tests/testbed/peer_sim.py`` drives whole peers
 with a hand-set clock through crashes.
@@ -86,6 +89,15 @@ class Datagram(NamedTuple):
 
     data: bytes
     destination: Destination
+
+
+class Turn(NamedTuple):
+    """What one :meth:`PeerCore.turn` hands its adapter, to be carried out in this order:
+    ``stored`` messages are committed already; send ``datagrams``; then tell ``events``."""
+
+    stored: int
+    datagrams: list[Datagram]
+    events: list[Event]
 
 
 @dataclass(slots=True)
@@ -1442,6 +1454,12 @@ class PeerCore:
         :meth:`datagrams_to_send`, once they are sent (the order in the module's docstring)."""
         events, self._events = self._events, []
         return events
+
+    def turn(self, now: float, wall: float | None = None) -> Turn:
+        """:meth:`flush`, and what it committed for sending and telling: the one cycle each adapter
+        (the asyncio manager, the in-memory LAN, the test simulator) runs after an input."""
+        stored = self.flush(now, wall)
+        return Turn(stored, self.datagrams_to_send(), self.events())
 
     def flush(self, now: float, wall: float | None = None) -> int:
         """Persist, then transmit, then notify: everything since the last flush.  Returns how many

@@ -3,8 +3,8 @@
 Like ``tests/testbed/sim.py`` one level up: each peer is a :class:`PeerCore` with its own
 store (memory or SQLite), datagrams cross a :class:`FaultInjector`, and the
 clock only moves when a test steps it.  A peer runs each input as the asyncio
-adapter does: the input, then ``flush`` (persist), then ``datagrams_to_send``
-(transmit), then ``notify``.  :meth:`PeerLan.run` can kill a peer between those
+adapter does: the input, then ``PeerCore.turn`` (persisted), then its datagrams
+(transmit), then its events (notify).  :meth:`PeerLan.run` can kill a peer between those
 steps; :meth:`PeerLan.restart` starts it again from what its store kept.
 """
 
@@ -118,15 +118,15 @@ class PeerLan:
         core = node.core
         assert core is not None, f"{node.name} is down"
         result = action(core)
-        core.flush(self.now)  # persist
+        turn = core.turn(self.now)  # persisted
         if crash == BEFORE_TRANSMIT:
             self.kill(node)
             return result
-        self.transmit(node, core.datagrams_to_send())
+        self.transmit(node, turn.datagrams)
         if crash == BEFORE_NOTIFY:
             self.kill(node)
             return result
-        for event in core.events():
+        for event in turn.events:
             node.recorder(event)
         return result
 
