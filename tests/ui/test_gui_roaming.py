@@ -53,6 +53,8 @@ def test_the_status_bar_says_connected_reconnecting_and_connected_through_an_add
             assert back["ok"] and back["queued"] == 0, back
             ann.wait_for(lambda: any(m["text"] == "written offline" for m in ann.delivered(gid)), timeout=15,
                          what="the message written offline")
+            gui.stdin.write("done\n")
+            gui.stdin.flush()
             ann.shutdown()
         finally:
             gui.kill()
