@@ -238,20 +238,10 @@ def message_json(message: ChatMessage) -> dict:
     return message.to_json()
 
 
-METHODS: dict[str, type[c.Command]] = {
-    "whoami": c.Whoami, "create_group": c.CreateGroup, "list_groups": c.ListGroups, "join_group": c.JoinGroup,
-    "leave_group": c.LeaveGroup, "set_role": c.SetRole, "remove_member": c.RemoveMember,
-    "set_admins_only": c.SetAdminsOnly, "send": c.Send, "edit": c.Edit, "delete": c.Delete, "react": c.React,
-    "pin": c.Pin, "set_topic": c.SetTopic, "history": c.History, "search": c.Search, "thread": c.Thread,
-    "mentions": c.Mentions, "export_log": c.ExportLog, "stats": c.Stats, "network": c.Network,
-    "advertise": c.Advertise, "invite": c.Invite, "add_peer": c.AddPeer, "peers": c.Peers, "presence": c.Presence,
-    "send_direct": c.SendDirect, "direct_history": c.DirectHistory, "list_conversations": c.ListConversations,
-    "mark_direct_read": c.MarkDirectRead, "read_receipts": c.ReadReceipts, "shutdown": c.Shutdown,
-    "send_file": c.SendFile, "fetch_file": c.FetchFile, "cancel_file": c.CancelFile, "files": c.Files,
-}
-"""Each JSON-RPC method's command (middleware.commands): its params are the command's fields, by name,
-checked against their types (:func:`command_of`); tests/core/test_jsonrpc_methods.py holds the method
-table in resources/docs/jsonrpc.md to this."""
+METHODS: dict[str, type[c.Command]] = c.METHODS
+"""Each JSON-RPC method's command, marked so where the command is (middleware.commands.method): its
+params are the command's fields, by name, checked against their types (:func:`command_of`);
+tests/core/test_jsonrpc_methods.py holds the method table in resources/docs/jsonrpc.md to this."""
 
 
 def command_of(method: str, params: dict) -> c.Command:

@@ -18,12 +18,14 @@ is seen.  An :class:`Action` changes something: an adapter commits and sends it
 after (on the next loop turn), or first as well when :attr:`Action.flush_first`
 says what was just delivered counts (an operation names the last message it saw).
 
-A new call is one dataclass here (with its :class:`Calls` method if the GUI
-makes it), its arm in ``PeerCore.execute``, and a test.
+A new call is one dataclass here (marked :func:`method` if scripts call it over
+JSON-RPC, with its :class:`Calls` method if the GUI makes it), its arm in
+``PeerCore.execute``, and a test.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, Sequence
@@ -55,6 +57,18 @@ class IsoTime:
     """A time field given as an ISO-8601 string (``2026-01-31T09:00:00Z``), held as ms since the epoch."""
 
 
+METHODS: dict[str, type] = {}
+"""m2mc-peer's JSON-RPC methods (``app/peer.py``), each a command marked :func:`method`, by name."""
+
+
+def method(command: type) -> type:
+    """Marks ``command`` as one of m2mc-peer's JSON-RPC methods, named in snake case (``SetRole``:
+    ``set_role``); its params are its fields.  A command not marked is the GUI's only."""
+    name = re.sub(r"(?<!^)(?=[A-Z])", "_", command.__name__).lower()
+    METHODS[name] = command
+    return command
+
+
 class Query:
     """A call that only reads: what was delivered so far is committed first, so it is seen."""
 
@@ -74,6 +88,7 @@ class Action:
 
 # -- this peer ----------------------------------------------------------------------------------
 
+@method
 @dataclass(frozen=True, slots=True)
 class Whoami(Query):
     """This peer's pid and display name."""
@@ -86,16 +101,19 @@ class SetName(Action):
     name: str
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Stats(Query):
     """The counters: the core's, the transport's and the file service's."""
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Network(Query):
     """Whether this peer is on the network: state, interface, address and reason."""
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Shutdown(Action):
     """Stop the application cleanly (an application's own call: closing is not leaving)."""
@@ -103,6 +121,7 @@ class Shutdown(Action):
 
 # -- groups -------------------------------------------------------------------------------------
 
+@method
 @dataclass(frozen=True, slots=True)
 class CreateGroup(Action):
     """A new group, described by ``desc``; private with a passphrase (its key derived off the loop)."""
@@ -112,6 +131,7 @@ class CreateGroup(Action):
     answers: ClassVar[tuple[str, ...]] = ("gid",)
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class JoinGroup(Action):
     """Join a known, verified group by ``gid``, or the group an ``invite`` link names (its peers probed
@@ -127,6 +147,7 @@ class JoinGroup(Action):
             raise ValueError("missing parameter 'gid' or 'invite' (give one of them)")
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class LeaveGroup(Action):
     """Leave a joined group (its history stays readable here)."""
@@ -134,6 +155,7 @@ class LeaveGroup(Action):
     gid: str
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class ListGroups(Query):
     """Every known group's view."""
@@ -146,6 +168,7 @@ class Group(Query):
     gid: str
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Invite(Action):
     """The invite link for ``gid`` (with a one-time secret, stored, for a private group that re-keyed)."""
@@ -154,6 +177,7 @@ class Invite(Action):
     answers: ClassVar[tuple[str, ...]] = ("invite",)
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class SetRole(Action):
     """The owner makes ``pid`` an admin (``role`` "admin") or takes it back ("member")."""
@@ -163,6 +187,7 @@ class SetRole(Action):
     role: str
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class SetAdminsOnly(Action):
     """The owner's setting: while on, only the owner's and admins' pins and topic count."""
@@ -171,6 +196,7 @@ class SetAdminsOnly(Action):
     on: bool = True
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class RemoveMember(Action):
     """The owner or an admin removes ``pid``; a private group re-keys."""
@@ -179,6 +205,7 @@ class RemoveMember(Action):
     pid: str
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Presence(Query):
     """Each current member's presence in ``gid``: "online", "away" or "offline"."""
@@ -202,11 +229,13 @@ class Pending(Query):
 
 # -- peers --------------------------------------------------------------------------------------
 
+@method
 @dataclass(frozen=True, slots=True)
 class Advertise(Action):
     """Ask every peer on the LAN for the groups it knows (a GJLP advertisement)."""
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class AddPeer(Action):
     """A peer's ``host:port``: probed, answered once the peer there proves itself, within ``wait`` seconds."""
@@ -215,6 +244,7 @@ class AddPeer(Action):
     wait: Annotated[float, Between(0, 60)] = ANSWER_WAIT
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Peers(Query):
     """Every peer known by endpoint or heard by multicast lately."""
@@ -222,6 +252,7 @@ class Peers(Query):
 
 # -- messages and operations --------------------------------------------------------------------
 
+@method
 @dataclass(frozen=True, slots=True)
 class Send(Action):
     """A message in ``gid`` (a reply to ``parent``); each of ``mentions`` whose "@Name" is in ``text``
@@ -234,6 +265,7 @@ class Send(Action):
     answers: ClassVar[tuple[str, ...]] = ("mid",)
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Edit(Action):
     """Replace the text of our own message ``mid``."""
@@ -245,6 +277,7 @@ class Edit(Action):
     answers: ClassVar[tuple[str, ...]] = ("mid",)
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Delete(Action):
     """Delete our own message ``mid`` (the owner or an admin: anyone's); its place and replies stay."""
@@ -255,6 +288,7 @@ class Delete(Action):
     answers: ClassVar[tuple[str, ...]] = ("mid",)
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class React(Action):
     """Add (``on``) or take back a reaction ``emoji`` to ``mid``."""
@@ -267,6 +301,7 @@ class React(Action):
     answers: ClassVar[tuple[str, ...]] = ("mid",)
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Pin(Action):
     """Pin (``on``) or unpin ``mid``."""
@@ -278,6 +313,7 @@ class Pin(Action):
     answers: ClassVar[tuple[str, ...]] = ("mid",)
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class SetTopic(Action):
     """The group's topic (``""`` clears it)."""
@@ -304,6 +340,7 @@ class Pinned(Query):
 
 # -- reading ------------------------------------------------------------------------------------
 
+@method
 @dataclass(frozen=True, slots=True)
 class History(Query):
     """The group's delivered messages in this peer's delivery order: all of them, or with any of
@@ -351,6 +388,7 @@ class Notices(Query):
     gid: str
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Thread(Query):
     """The message ``root`` and every answer under it, in delivery order."""
@@ -399,6 +437,7 @@ class MarkRead(Action):
     ranges: tuple[tuple[int, int], ...]
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Mentions(Query):
     """The messages that mention this peer, newest first, across groups."""
@@ -406,6 +445,7 @@ class Mentions(Query):
     limit: Annotated[int, Between(1, MAX_MENTIONS_LISTED)] = DEFAULT_MENTIONS_LISTED
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Search(Query):
     """Messages whose current text matches ``query`` (FTS5 syntax), in every group (and, with
@@ -446,6 +486,7 @@ class SearchResults:
                 "cursor": self.cursor}
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class ExportLog(Action):
     """Write delivered messages to ``path`` as JSON Lines: ``gid``'s, else every joined group's, and
@@ -459,6 +500,7 @@ class ExportLog(Action):
 
 # -- direct messages ----------------------------------------------------------------------------
 
+@method
 @dataclass(frozen=True, slots=True)
 class SendDirect(Action):
     """A direct message to ``pid`` (a member of a group this peer is in), a reply to ``parent``."""
@@ -469,6 +511,7 @@ class SendDirect(Action):
     answers: ClassVar[tuple[str, ...]] = ("mid",)
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class DirectHistory(Query):
     """The conversation with ``pid``: the newest ``limit`` messages (all without one) below order ``before``."""
@@ -478,11 +521,13 @@ class DirectHistory(Query):
     limit: Annotated[int | None, Between(0, LARGEST)] = None
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class ListConversations(Query):
     """Every direct conversation with a message, the most recent first."""
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class MarkDirectRead(Action):
     """The conversation with ``pid`` is read up to ``mid``; with read receipts on, ``pid`` is told."""
@@ -492,6 +537,7 @@ class MarkDirectRead(Action):
     flush_first: ClassVar[bool] = True
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class ReadReceipts(Action):
     """Whether marking read tells the sender (kept across restarts)."""
@@ -502,6 +548,7 @@ class ReadReceipts(Action):
 
 # -- files --------------------------------------------------------------------------------------
 
+@method
 @dataclass(frozen=True, slots=True)
 class SendFile(Action):
     """Offer the file at ``path`` in ``gid`` (a reply to ``parent``): hashed, then its offer posted."""
@@ -512,6 +559,7 @@ class SendFile(Action):
     answers: ClassVar[tuple[str, ...]] = ("mid", "sha256")
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class FetchFile(Action):
     """Fetch (or resume fetching) the file offered by ``mid`` to ``dest`` (a folder or a file name)."""
@@ -521,6 +569,7 @@ class FetchFile(Action):
     dest: str | None = None
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class CancelFile(Action):
     """Stop fetching the file offered by ``mid`` (the partial file is deleted)."""
@@ -529,6 +578,7 @@ class CancelFile(Action):
     mid: Mid
 
 
+@method
 @dataclass(frozen=True, slots=True)
 class Files(Query):
     """The files offered in ``gid``, each with its state here."""
