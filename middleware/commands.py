@@ -665,9 +665,10 @@ def run_on_adapter(adapter: Adapter, command: AdapterCommand) -> Any:
     raise TypeError(f"{type(command).__name__} is not an adapter command")
 
 
-class Calls:
-    """The GUI's calls (``ui.backend.Peer``) as typed methods, each building its command for
-    :meth:`execute`: the one implementation of each, for every adapter that can execute."""
+class Calls(Protocol):
+    """The GUI's calls (``ui.backend.Peer``, which extends this protocol) as typed methods, each
+    building its command for :meth:`execute`: the one implementation and the one signature of
+    each, for every adapter that can execute (an adapter subclasses this to have them)."""
 
     __slots__ = ()
 
