@@ -1342,14 +1342,21 @@ _WRITING = threading.Lock()
 kernel (a tenth of a download's CPU), where this one sleeps."""
 
 
+WRITE_PIECE = 256 * 1024
+"""A chunk is written in pieces of this many bytes: written whole, 1 MiB chunks cost the kernel
+0.32-0.33 CPU s a GiB to copy into the page cache here, in 256 KiB pieces 0.20 (measured in
+resources/docs/benchmarks.md, with what may cause it)."""
+
+
 def _write_chunk(data: memoryview, part: Path, offset: int) -> None:
-    """A checked chunk at ``offset`` of ``part``, in one write from the buffer it was received into,
-    never synced here (resume points and the end do that).  Blocking (a checker thread): the file
-    is opened here, so no descriptor the loop may close is used."""
+    """A checked chunk at ``offset`` of ``part``, from the buffer it was received into (in
+    :data:`WRITE_PIECE` pieces), never synced here (resume points and the end do that).  Blocking
+    (a checker thread): the file is opened here, so no descriptor the loop may close is used."""
     fd = os.open(part, os.O_WRONLY | _O_BINARY)
     try:
         with _WRITING:
-            _pwrite(fd, data, offset)
+            for start in range(0, len(data), WRITE_PIECE):
+                _pwrite(fd, data[start:start + WRITE_PIECE], offset + start)
     finally:
         os.close(fd)
 

@@ -204,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     write_random(big, args.size_mb * 2**20)
     if args.three_mb:
         write_random(small, args.three_mb * 2**20)
+    os.sync()  # the sources on disk, as a user's files are: no writeback of them during the runs
+    os.sync()  # the sources on disk, as a user's files are: no writeback of them during the runs
     size = big.stat().st_size
     gib = size / 2**30
     with Lan(4) as lan:
