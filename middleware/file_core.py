@@ -362,7 +362,7 @@ def chunk_admitted(plan: ChunkPlan, offer: FileOffer, pid: str, index: int, leng
 
 # -- a download's sources ----------------------------------------------------------------------
 
-WINDOW_BYTES = 8 * 2**20  # asked of one source and not yet checked and written (at least 4 chunks)
+WINDOW_BYTES = 16 * 2**20  # asked of one source and not yet checked and written (at least 4 chunks): resources/docs/benchmarks.md
 
 
 def window(offer: FileOffer) -> int:

@@ -91,7 +91,7 @@ MAX_HANDSHAKES = 64  # connections not yet proven, at once (:class:`files.Handsh
 HANDSHAKES_PER_ADDRESS = 8  # of them from one source address: a flood from one host gives way first
 CONNECT_TIMEOUT = 5.0
 CHECKERS = 2  # threads hashing and writing chunks (both let go of the GIL): one hashes while the other writes
-POOL_BYTES = 48 * 2**20  # chunk buffers kept for reuse: more than a download's window (8 MiB) and its checkers'
+POOL_BYTES = 48 * 2**20  # chunk buffers kept for reuse: more than a download's window (16 MiB) and its checkers'
 LOW_WATER = 256 * 1024
 """A connection reading a chunk is woken once this much of it has come (SO_RCVLOWAT, where the system
 has it), not for every few packets: on a link held to 1 Gbit/s the receiver woke for each 10 KB."""

@@ -6,11 +6,12 @@ send before it is dropped."""
 
 from __future__ import annotations
 
+from m2mc.middleware.file_core import WINDOW_BYTES
 from m2mc.middleware.file_download import MAX_SOURCES, STALLED_RETRY, Download, Timing
 from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, chunk_deadline
 from tests.testbed.file_sources import FileSim, SimSource, sample_file
 
-CHUNKS = 64
+CHUNKS = 2 * WINDOW_BYTES // (256 * 1024)  # two sources' windows of sample_file's chunks: no source holds them all
 
 
 def test_honest_sources_fetch_every_chunk_once_and_the_offerer_only_as_a_fallback() -> None:
