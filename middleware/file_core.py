@@ -362,12 +362,18 @@ def chunk_admitted(plan: ChunkPlan, offer: FileOffer, pid: str, index: int, leng
 
 # -- a download's sources ----------------------------------------------------------------------
 
-WINDOW_BYTES = 16 * 2**20  # asked of one source and not yet checked and written (at least 4 chunks): resources/docs/benchmarks.md
+WINDOW_BYTES = 16 * 2**20  # asked of one source and not yet checked and written: resources/docs/benchmarks.md
+DOWNLOAD_WINDOW_BYTES = 64 * 2**20
+"""Asked of all a download's sources together and not yet checked and written: what a slow disk
+can make a download hold in memory (a chunk received waits in its buffer to be written).  More
+than four sources share it, each its part (8 sources: 8 MiB each)."""
 
 
-def window(offer: FileOffer) -> int:
-    """Chunks asked of one source at most, not yet come and checked."""
-    return max(4, WINDOW_BYTES // offer.chunk_size)
+def window(offer: FileOffer, sources: int = 1) -> int:
+    """Chunks asked of one source at most, not yet come and checked, while ``sources`` sources are
+    connected: its :data:`WINDOW_BYTES`, or its share of :data:`DOWNLOAD_WINDOW_BYTES`; at least 4."""
+    share = min(WINDOW_BYTES, DOWNLOAD_WINDOW_BYTES // max(1, sources))
+    return max(4, share // offer.chunk_size)
 
 
 def asks(plan: ChunkPlan, owed: dict[str, int], limit: int, settling: bool, now: float) -> dict[str, list[int]]:

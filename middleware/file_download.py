@@ -251,7 +251,7 @@ class Download:
         connected = {pid: link for pid, link in self.links.items() if link.connected}
         owed = {pid: link.outstanding for pid, link in connected.items()}
         out: list[Command] = []
-        for pid, picked in asks(plan, owed, window(self.offer), self.settling(now), now).items():
+        for pid, picked in asks(plan, owed, window(self.offer, len(self.links)), self.settling(now), now).items():
             link = connected[pid]
             link.outstanding += len(picked)
             out.append(Ask(pid, link.conn, picked))

@@ -6,6 +6,7 @@ send before it is dropped."""
 
 from __future__ import annotations
 
+from m2mc.middleware import file_core
 from m2mc.middleware.file_core import WINDOW_BYTES
 from m2mc.middleware.file_download import MAX_SOURCES, STALLED_RETRY, Download, Timing
 from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, chunk_deadline
@@ -135,3 +136,33 @@ def test_a_chunk_frame_asks_nothing_until_its_chunk_is_checked() -> None:
     download.frame, download._pump = watched_frame, watched_pump
     sim.run()
     assert sim.finished_at is not None and sim.whole() and not pumps_in_frames
+
+
+def _most_asked(sim: FileSim) -> tuple[int, int]:
+    """Runs ``sim``; the most chunks asked and not yet checked, of all its sources together and of
+    any one, at any moment."""
+    most = [0, 0]
+
+    def look() -> bool:
+        counts = [link.outstanding for link in sim.download.links.values() if link.connected]
+        most[0], most[1] = max(most[0], sum(counts)), max([most[1], *counts])
+        return False
+
+    sim.run(stop_when=look)
+    assert sim.finished_at is not None and sim.whole()
+    return most[0], most[1]
+
+
+def test_many_sources_share_the_download_s_window_and_few_have_their_own(monkeypatch) -> None:
+    """What a slow disk can make a download hold is bounded by the download's window, not by its
+    sources' count: eight slow sources get a share each, two get their whole window."""
+    chunk = 256 * 1024
+    monkeypatch.setattr(file_core, "WINDOW_BYTES", 8 * chunk)
+    monkeypatch.setattr(file_core, "DOWNLOAD_WINDOW_BYTES", 32 * chunk)
+    offer, data = sample_file(120, chunk_size=chunk)
+    many = FileSim(offer, data, [SimSource(f"s{i}", rate=1e6) for i in range(MAX_SOURCES)])
+    together, each = _most_asked(many)
+    assert len(set(many.served_by.values())) == MAX_SOURCES - 1  # all but the offerer, the fallback
+    assert together <= 32 and each <= 4 and together > 8  # the download's window, shared: 4 each
+    few = FileSim(offer, data, [SimSource(pid, rate=1e6) for pid in ("ann", "bob", "cat")])
+    assert _most_asked(few) == (16, 8)  # bob and cat each their own window (ann, the offerer, is the fallback)
