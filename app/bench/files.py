@@ -205,7 +205,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.three_mb:
         write_random(small, args.three_mb * 2**20)
     os.sync()  # the sources on disk, as a user's files are: no writeback of them during the runs
-    os.sync()  # the sources on disk, as a user's files are: no writeback of them during the runs
     size = big.stat().st_size
     gib = size / 2**30
     with Lan(4) as lan:
