@@ -307,9 +307,11 @@ def test_gid_squatting_and_the_private_downgrade_fail_and_no_plaintext_leaves(la
         assert "not been verified" in bob.request("join_group", {"gid": "z" * 26})["error"]["message"]
         error = bob.request("join_group", {"gid": gid})["error"]["message"]
         assert "passphrase is needed" in error
-        assert "wrong passphrase" in bob.request("join_group", {"gid": gid, "passphrase": "not it at all"})["error"][
-            "message"]
-        bob.call("join_group", {"gid": gid, "passphrase": PASSPHRASE})
+        # Each join with a passphrase derives the key first (Argon2id over 256 MiB, under a second alone;
+        # a CI run with every core busy took longer than the default 10 s).
+        wrong = bob.request("join_group", {"gid": gid, "passphrase": "not it at all"}, timeout=30)
+        assert "wrong passphrase" in wrong["error"]["message"]
+        bob.call("join_group", {"gid": gid, "passphrase": PASSPHRASE}, timeout=30)
         group = group_of(bob, gid)
         listener, out = listen(net, tmp_path, group["addr"], str(group["port"]), 3, "data.bin")
         mid = bob.call("send", {"gid": gid, "text": "the merger is on", "parent": None})["mid"]
