@@ -1342,10 +1342,12 @@ _WRITING = threading.Lock()
 kernel (a tenth of a download's CPU), where this one sleeps."""
 
 
-WRITE_PIECE = 256 * 1024
-"""A chunk is written in pieces of this many bytes: written whole, 1 MiB chunks cost the kernel
-0.32-0.33 CPU s a GiB to copy into the page cache here, in 256 KiB pieces 0.20 (measured in
-resources/docs/benchmarks.md, with what may cause it)."""
+WRITE_PIECE = 32 * 1024
+"""A chunk is written in pieces of this many bytes.  Larger writes let the page cache take its
+memory in large blocks, and on a virtual machine whose host takes free memory back (free page
+reporting) those blocks cost the kernel up to ten times as much to fill: 1 GiB written into
+memory just freed took 2.0 CPU s in 1 MiB writes, 1.0-1.2 in 256 KiB, 0.3-0.5 in 32 KiB
+(resources/docs/benchmarks.md, session 23)."""
 
 
 def _write_chunk(data: memoryview, part: Path, offset: int) -> None:
