@@ -35,7 +35,11 @@ MAX_CHUNK = 4 * 2**20
 """The largest: a chunk is held in memory (sealed: twice) per connection serving it."""
 MAX_CHUNKS = 262_144
 """Chunks of one file at most: its hash list is at most 8 MiB, its bitmap 256 KiB."""
-TARGET_CHUNKS = 1024  # the chunks of a file up to 4 GiB (1 MiB chunks from 256 MiB up)
+TARGET_CHUNKS = 256
+"""The chunks ``send_file`` aims for: 256 KiB chunks up to 64 MiB, 4 MiB from 1 GiB up.  Each chunk
+costs its sender a request, a sendfile(2) and its wake-ups, and its receiver a buffer's turn: 1 GiB
+in 4 MiB chunks took the sender 0.25-0.33 CPU s against 0.36-0.49 in 1 MiB ones, and the receiver
+0.82-1.27 against 1.11-1.87 (resources/docs/benchmarks.md, session 23)."""
 MAX_OFFER_SIZE = MAX_CHUNK * MAX_CHUNKS  # 1 TiB: larger offers are refused as malformed
 MAX_NAME = 255  # bytes of UTF-8, what most file systems allow
 PART_SUFFIX = ".part"  # a download's name until it is whole: the name saved is shorter by this much

@@ -111,7 +111,8 @@ def test_a_terabyte_offer_is_well_formed_within_the_chunk_bounds():
     offer = parse_offer(FILE_MARKER + '{"name":"big","size":%d,"mime":"x/y","sha256":"%s","chunk":%d,"root":"%s"}'
                         % (2**40, "0" * 64, chunk, "0" * 64))
     assert offer.chunks == MAX_CHUNKS
-    assert chunk_size_for(20 * 2**20) == 256 * 1024 and chunk_size_for(2**30) == 2**20
+    assert chunk_size_for(20 * 2**20) == 256 * 1024 and chunk_size_for(256 * 2**20) == 2**20
+    assert chunk_size_for(2**30) == 4 * 2**20
     with pytest.raises(UsageError, match="too large.*max file size"):
         check_fetch(offer, 64 * 2**30, 2**50)
     small, _ = offer_of(b"x" * 100)
