@@ -164,11 +164,11 @@ def _cpu_seconds(pid):
 def test_a_member_flood_changes_no_member_list_and_stalls_no_peer(lan, tmp_path):
     net, (ann, bob, cat) = lan
     gid = ann.call("create_group", {"desc": "Open floor"})["gid"]
-    secret = ann.call("create_group", {"desc": "Board", "passphrase": PASSPHRASE})["gid"]
+    secret = ann.call("create_group", {"desc": "Board", "passphrase": PASSPHRASE}, timeout=30)["gid"]
     for peer in (bob, cat):
         peer.wait_for(lambda p=peer: group_of(p, gid) and group_of(p, secret), what="the groups")
     bob.call("join_group", {"gid": gid})
-    bob.call("join_group", {"gid": secret, "passphrase": PASSPHRASE})
+    bob.call("join_group", {"gid": secret, "passphrase": PASSPHRASE}, timeout=30)  # Argon2id first, slow under load
     for peer in (ann, bob, cat):
         peer.wait_for(lambda p=peer: len(group_of(p, gid)["members"]) == 2 and len(group_of(p, secret)["members"]) == 2,
                       what="two members each")
@@ -278,7 +278,7 @@ def test_gid_squatting_and_the_private_downgrade_fail_and_no_plaintext_leaves(la
     send(net, tmp_path, [wire.encode(mallory, wire.GroupsInfo((wire.GroupInfo(squat_as_ann.gid, squat_as_ann, ()),)))])
     wait_stats((bob, cat), lambda s: s["descriptors_rejected"] >= 1, "the squat refused")
 
-    gid = ann.call("create_group", {"desc": "Board", "passphrase": PASSPHRASE})["gid"]
+    gid = ann.call("create_group", {"desc": "Board", "passphrase": PASSPHRASE}, timeout=30)["gid"]
     # Zeroconf-only sighting first, claiming the gid is an open group: shown, not joinable.
     zc = subprocess.Popen(["ip", "netns", "exec", net.hosts[3], sys.executable, "-c", ZEROCONF_ATTACKER,
                            net.addresses[3], gid, "30"], stdout=subprocess.PIPE, text=True,
