@@ -4,7 +4,7 @@ Ann offers a 20 MB file (``M2MC_FILE_TEST_MB`` sets another size) in a group of 
 (under their auto-download size), Dan only when asked.  Every link is held to
 200 Mbit/s (tc) so that a transfer lasts long enough to be cut: Bob and Ann are
 killed (SIGKILL) when Bob is halfway, and restarted; Bob resumes, receiving no more than the file
-and one download window (8 MiB asked and not yet written, lost with the process) in all (TCP payload
+and one download window (16 MiB asked and not yet written, lost with the process) in all (TCP payload
 counted by iptables in his namespace, across both runs; starting again would be 1.5x and more).
 Ann then shuts down, and Dan fetches the file from the members that hold it.  Every copy's SHA-256 is checked.  Eve, who is not a member, gets nothing:
 Bob closes her connection without sending a byte, and her own peer refuses to fetch.
