@@ -417,7 +417,7 @@ def heard(plan: ChunkPlan, offer: FileOffer, leaves: list[bytes], pid: str, kind
         if not chunk_admitted(plan, offer, pid, index, len(data)):
             plan.received(pid, index, b"", leaves)  # counted as bad
             return Heard(freed=1)
-        plan.checking.add(index)
+        plan.came(index)
         return Heard(chunk=(index, data))
     if kind == HAVE_ONE:
         plan.source_has(pid, index_of(bytes(payload)))

@@ -86,10 +86,12 @@ class Link:
 
 @dataclass(slots=True)
 class Timing:
-    """A turn's bounds: a chunk's deadline (:func:`files.chunk_deadline`) and how long a turn may
-    get nothing before it gives way to a download waiting."""
+    """A turn's bounds: a chunk's deadline (:func:`files.chunk_deadline`), how long a turn may
+    get nothing before it gives way to a download waiting, and how long a source asked for chunks
+    may send no byte (:attr:`files.ChunkPlan.silence`)."""
     chunk_deadline: float = math.inf
     idle: float = 5.0
+    silence: float = math.inf
 
 
 # -- the download ------------------------------------------------------------------------------
@@ -259,7 +261,7 @@ class Download:
 
     def _new_plan(self) -> ChunkPlan:
         return ChunkPlan(self.offer.chunks, self._have, spare=self.offerer, me=self.me,
-                         deadline=self.timing.chunk_deadline)
+                         deadline=self.timing.chunk_deadline, silence=self.timing.silence)
 
     def _current(self, pid: str, conn: int) -> Link | None:
         link = self.links.get(pid)
@@ -330,6 +332,11 @@ class Download:
         if outcome.freed or outcome.holds:
             out += self._pump(now)
         return outcome, out
+
+    def bytes_came(self, pid: str, conn: int, now: float) -> None:
+        """Bytes came on connection ``conn`` from ``pid`` (any part of a frame): it is not silent."""
+        if self.plan is not None and self._current(pid, conn) is not None:
+            self.plan.heard_from(pid, now)
 
     def checked(self, pid: str, conn: int, index: int, digest: bytes, now: float) -> tuple[bool, list[Command]]:
         """Chunk ``index`` from ``pid`` was hashed (``digest``) and written if it matched: whether it

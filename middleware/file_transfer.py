@@ -157,6 +157,7 @@ class _FrameReader(asyncio.BufferedProtocol):
         self._error: BaseException | None = None
         self._socket = transport.get_extra_info("socket") if hasattr(socket, "SO_RCVLOWAT") else None
         self._low_water = 1
+        self.on_bytes: Callable[[], None] | None = None  # told whenever bytes came (the source is not silent)
 
     @property
     def limit(self) -> int:
@@ -170,6 +171,8 @@ class _FrameReader(asyncio.BufferedProtocol):
         return self.cutter.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self.on_bytes is not None:
+            self.on_bytes()
         for frame in self.cutter.updated(nbytes):
             self._push(frame)
         if self.cutter.error is not None:
@@ -820,7 +823,7 @@ class FileService:
         transfer.state = "fetching"
         download.leaves = transfer.leaves
         download.begin(clock.now(), transfer.have,
-                       Timing(chunk_deadline(transfer.offer.chunk_size), DOWNLOAD_IDLE))
+                       Timing(chunk_deadline(transfer.offer.chunk_size), DOWNLOAD_IDLE, CHUNK_DEADLINE))
         self._save(transfer)
         transfer.part.parent.mkdir(parents=True, exist_ok=True)
         transfer.part_fd = os.open(transfer.part, os.O_RDWR | os.O_CREAT | _O_BINARY, 0o600)
@@ -939,6 +942,8 @@ class FileService:
             if download.plan is None:
                 return  # the turn ended while the hash list came
             self._carry_all(transfer, download.have(pid, conn, payload, announced, clock.now()))
+            if stream.frames is not None:
+                stream.frames.on_bytes = lambda: download.bytes_came(pid, conn, clock.now())
             while transfer.state == "fetching":
                 kind, data = await stream.read()
                 outcome, commands = download.frame(pid, conn, kind, data, clock.now())

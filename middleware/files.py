@@ -55,8 +55,9 @@ BAD_CHUNKS_TO_DROP = 3  # garbage chunks from one source before it is dropped fo
 CHUNK_DEADLINE = 3.0
 """Seconds a source has for the oldest chunk asked of it (from the request, or from its previous
 chunk), plus the chunk's length at :data:`MIN_SOURCE_RATE`: later, its chunks go back to the
-other sources (:meth:`ChunkPlan.stalled`).  A member that claims every chunk and sends none costs
-a download this long, not for ever."""
+other sources (:meth:`ChunkPlan.stalled`).  Also the longest a source asked for chunks may
+send no byte at all (:attr:`ChunkPlan.silence`): a member that claims every chunk and sends
+none costs a download this long, whatever the chunks' size, not for ever."""
 MIN_SOURCE_RATE = 256 * 1024
 """Bytes a second (2 Mbit/s): slower than this over a whole chunk, a source is taken for stalled,
 and a receiver that takes a chunk slower is closed by the server.  Low enough for a weak Wi-Fi
@@ -366,17 +367,22 @@ class ChunkPlan:
     for that chunk again, and after :data:`BAD_CHUNKS_TO_DROP` of them not at all.
 
     Every source that owes chunks has a deadline (``deadline`` seconds, :func:`chunk_deadline`,
-    from its first request or its last chunk): past it the source is :meth:`stalled`, and the
-    caller drops it, which gives its chunks (and the ones only it claimed) back to the others,
-    the offerer included.
+    from its first request or its last chunk), and one awaited for bytes may be silent for at
+    most ``silence`` seconds (since it was asked, or its last bytes, :meth:`heard_from`): past
+    either the source is :meth:`stalled`, and the caller drops it, which gives its chunks (and
+    the ones only it claimed) back to the others, the offerer included.  The silence bound is
+    what finds a source that sends nothing when chunks are large: a 4 MiB chunk's deadline is 19 s.
     """
 
     def __init__(self, count: int, have: bytearray | None = None, spare: str | None = None, me: str = "",
-                 deadline: float = math.inf) -> None:
+                 deadline: float = math.inf, silence: float = math.inf) -> None:
         self.count = count
         self.deadline = deadline
+        self.silence = silence
         self._owed: dict[str, int] = {}  # per source: chunks asked of it and not yet come
         self._due: dict[str, float] = {}  # per source that owes chunks: when its next one is due
+        self._heard: dict[str, float] = {}  # per source that owes chunks: when it was last asked or heard
+        self._awaited: dict[str, int] = {}  # per source: chunks asked of it whose bytes have not all come
         self.spare = spare
         self.me = me
         self.have = have if have is not None else bytearray(count)
@@ -418,29 +424,59 @@ class ChunkPlan:
 
     def unask(self, index: int) -> None:
         """Chunk ``index`` is no longer asked of anyone (it came, or its source cannot give it)."""
+        came = index in self.checking
         self.checking.discard(index)
         pid = self.inflight.pop(index, None)
         if pid is None:
             return
+        if not came:
+            self._count_awaited(pid, -1)
         left = self._owed.get(pid, 0) - 1
         if left > 0:
             self._owed[pid] = left
         else:
             self._owed.pop(pid, None)
             self._due.pop(pid, None)
+            self._heard.pop(pid, None)
 
     def arrived(self, pid: str, now: float) -> None:
         """A chunk frame came from ``pid``: its next chunk is due a deadline from now."""
         if pid in self._due:
             self._due[pid] = now + self.deadline
+            self._heard[pid] = now
+
+    def heard_from(self, pid: str, now: float) -> None:
+        """Bytes came from ``pid`` (part of a frame, or any frame): it is not silent."""
+        if pid in self._heard:
+            self._heard[pid] = now
+
+    def came(self, index: int) -> None:
+        """Chunk ``index``'s bytes have all come from the source it is in flight to: it is being
+        checked (still in flight: a second copy is not taken)."""
+        pid = self.inflight.get(index)
+        if pid is not None and index not in self.checking:
+            self.checking.add(index)
+            self._count_awaited(pid, -1)
+
+    def _count_awaited(self, pid: str, change: int) -> None:
+        left = self._awaited.get(pid, 0) + change
+        if left > 0:
+            self._awaited[pid] = left
+        else:
+            self._awaited.pop(pid, None)
 
     def stalled(self, now: float) -> list[str]:
-        """The sources whose oldest chunk asked is overdue: drop them (:meth:`drop_source`)."""
-        return [pid for pid, due in self._due.items() if due <= now]
+        """The sources whose oldest chunk asked is overdue, or that have been silent too long while
+        chunks were awaited of them: drop them (:meth:`drop_source`)."""
+        return [pid for pid, due in self._due.items()
+                if due <= now or (pid in self._awaited and self._heard[pid] + self.silence <= now)]
 
     def next_due(self) -> float | None:
-        """When the next source's chunk falls due, if any is asked."""
-        return min(self._due.values(), default=None)
+        """When the next source's chunk falls due, or its silence runs out, if any is asked."""
+        dues = list(self._due.values())
+        if self.silence < math.inf:
+            dues += [self._heard[pid] + self.silence for pid in self._awaited if pid in self._heard]
+        return min(dues, default=None)
 
     def source_lacks(self, pid: str, index: int) -> bool:
         """``pid`` could not serve ``index`` after all (its copy is gone): ask others for it.
@@ -515,6 +551,9 @@ class ChunkPlan:
         if picked:
             if pid not in self._owed:
                 self._due[pid] = now + self.deadline
+            if pid not in self._awaited:  # nothing was awaited of it: its silence counts from now
+                self._heard[pid] = now
+            self._count_awaited(pid, len(picked))
             self._owed[pid] = self._owed.get(pid, 0) + len(picked)
         return picked
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from m2mc.middleware import file_core
 from m2mc.middleware.file_core import WINDOW_BYTES
 from m2mc.middleware.file_download import MAX_SOURCES, STALLED_RETRY, Download, Timing
-from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, chunk_deadline
+from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, CHUNK_DEADLINE, MIN_SOURCE_RATE, chunk_deadline
 from tests.testbed.file_sources import FileSim, SimSource, sample_file
 
 CHUNKS = 2 * WINDOW_BYTES // (256 * 1024)  # two sources' windows of sample_file's chunks: no source holds them all
@@ -36,11 +36,38 @@ def test_a_stalled_source_is_dropped_at_its_deadline_and_its_chunks_are_asked_of
     assert [pid for _, pid, stalled in sim.closed if stalled] == ["stall"] and sim.download.stalls == {"stall": 1}
     assert all(sim.served_by[index] != "stall" for index in stalled)  # its chunks came from the others
     assert sim.good_bytes == offer.size  # each once
-    # Dropped one chunk deadline after it was asked (not a poll later), and not asked again before
-    # its back-off is over.
-    deadline = chunk_deadline(offer.chunk_size)
-    assert sim.finished_at - 1000.0 < deadline + 1.0
-    assert sim.connects["stall"] == 1 and sim.download.retry_at["stall"] >= 1000.0 + deadline + STALLED_RETRY
+    # Dropped once silent for CHUNK_DEADLINE after it was asked (within its chunk's deadline; not a
+    # poll later), and not asked again before its back-off is over.
+    bound = min(CHUNK_DEADLINE, chunk_deadline(offer.chunk_size))
+    assert sim.finished_at - 1000.0 < bound + 1.0
+    assert sim.connects["stall"] == 1 and sim.download.retry_at["stall"] >= 1000.0 + bound + STALLED_RETRY
+
+
+def test_a_silent_source_of_4_mib_chunks_is_dropped_once_silent_not_at_its_chunks_deadline() -> None:
+    """A 4 MiB chunk is due within 19 s (its length at MIN_SOURCE_RATE): a source that sends
+    nothing at all is dropped after CHUNK_DEADLINE of silence."""
+    offer, data = sample_file(8, chunk_size=4 * 2**20)
+    sim = FileSim(offer, data, [SimSource("ann"), SimSource("bob"), SimSource("stall", stall=True)])
+    sim.run()
+    assert sim.finished_at is not None and sim.whole()
+    assert sim.asked_of("stall"), "the silent source was never asked: the test proves nothing"
+    dropped = [when for when, pid, stalled in sim.closed if stalled and pid == "stall"]
+    assert chunk_deadline(offer.chunk_size) > 18.0
+    assert dropped and dropped[0] - 1000.0 <= CHUNK_DEADLINE + 0.1, dropped
+    assert sim.finished_at - 1000.0 < CHUNK_DEADLINE + 1.0
+
+
+def test_a_slow_source_whose_bytes_keep_coming_is_not_taken_for_silent() -> None:
+    """The only source sends 4 MiB chunks just above MIN_SOURCE_RATE: each takes 13.7 s, far longer
+    than the silence bound, but its bytes keep coming, so it is never dropped."""
+    offer, data = sample_file(3, chunk_size=4 * 2**20)
+    slow = SimSource("ann", rate=1.2 * MIN_SOURCE_RATE)
+    sim = FileSim(offer, data, [slow])
+    sim.run()
+    assert sim.finished_at is not None and sim.whole()
+    assert 4 * 2**20 / slow.rate > 4 * CHUNK_DEADLINE  # the test proves something
+    assert not sim.closed or not any(stalled for _, _, stalled in sim.closed), sim.closed
+    assert sim.connects["ann"] == 1
 
 
 def test_a_source_that_lies_about_chunks_is_dropped_after_a_few_and_never_written() -> None:

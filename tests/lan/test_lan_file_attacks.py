@@ -4,7 +4,8 @@ Bob fetches, and the third host is the attacker.
 - A stranger holds 128 idle TCP connections to Ann's file port from 8 addresses: Bob's fetch
   still gets a handshake slot (per-address slots, the flood's own connections give way first).
 - Mal, a member whose peer holds the file, claims every chunk and never sends one: Bob's
-  download goes back to Ann once Mal's first chunk is overdue.
+  download goes back to Ann once Mal has been silent for CHUNK_DEADLINE (3 s), with 256 KiB
+  chunks and with the 4 MiB chunks of a file over 512 MiB, whose deadline is 19 s.
 - Four sybil keys (fresh keys with their own signed JOIN, no peer behind them) hold 4 proven,
   idle connections each to Ann's file port: Bob still gets an upload slot.
 - Files whose names are 251 to 255 bytes long download (the ``.part`` name fits too).
@@ -30,14 +31,15 @@ import pytest
 
 from tests.testbed.lan import BIN, Lan, PeerProcess, cpu_seconds, send_from
 from m2mc.middleware import crypto, wire
-from m2mc.middleware.files import FileOffer
+from m2mc.middleware.files import FileOffer, chunk_deadline, chunk_size_for
 from m2mc.middleware.peer_core import CONTROL_ADDR, DEFAULT_PORT
 
 pytestmark = pytest.mark.netns
 
 PORT = 47477  # every peer's UDP endpoint and TCP file port
 FETCH_UNDER_FLOOD_WITHIN = 5.0  # seconds from fetch_file to a 1 MiB file done, 128 idle connections at Ann
-SILENT_HOLDER_WITHIN = 8.0  # a silent holder's first chunk overdue (4 s for 256 KiB chunks), then all from Ann
+SILENT_HOLDER_WITHIN = 8.0  # a silent holder's silence (3 s), then a 4 MiB file all from Ann
+SILENT_HOLDER_BIG_WITHIN = 14.0  # the same, then 513 MiB from Ann: under a 4 MiB chunk's deadline of 19 s
 SYBIL_SLOTS_WITHIN = 5.0  # 4 sybils x 4 idle proven connections at Ann
 LONG_NAMES_WITHIN = 10.0  # five small files with names of 251 to 255 bytes, all done
 AFTER_UNSERVED_WITHIN = 5.0  # Ann's file, offered after 4 offers nobody serves
@@ -194,22 +196,29 @@ class SilentHolder(PeerProcess):
         self.pid = self.call("whoami", timeout=30)["pid"]
 
 
-def test_a_member_that_claims_every_chunk_and_stays_silent_does_not_stall_a_download(tmp_path):
+@pytest.mark.parametrize("size, within", [(4 * 2**20, SILENT_HOLDER_WITHIN), (513 * 2**20, SILENT_HOLDER_BIG_WITHIN)],
+                         ids=["256-KiB-chunks", "4-MiB-chunks"])
+def test_a_member_that_claims_every_chunk_and_stays_silent_does_not_stall_a_download(tmp_path, size, within):
+    chunk = chunk_size_for(size)
+    if chunk == 4 * 2**20:  # the bound is below a chunk's deadline: only the silence bound meets it
+        assert within < chunk_deadline(chunk)
     with Lan(3) as lan:
         ann, bob = start(lan, 0, tmp_path, "Ann"), start(lan, 1, tmp_path, "Bob")
         mal = SilentHolder(lan.hosts[2], lan.addresses[2], tmp_path / "Mal", "Mal",
                            extra=["--no-zeroconf", "--auto-download", str(64 * 2**20)])
         try:
             gid = form_group(ann, [bob, mal])
-            size = 4 * 2**20
             mid = offer_file(ann, gid, tmp_path / "slides.odp", size)
-            mal.wait_for(lambda: file_row(mal, gid, mid)["state"] == "done", timeout=20, what="Mal's copy")
-            took = fetched_in(bob, gid, mid, SILENT_HOLDER_WITHIN)
+            mal.wait_for(lambda: any(m["mid"] == mid for m in mal.delivered(gid)), timeout=10, what="the offer")
+            mal.call("fetch_file", {"gid": gid, "mid": mid})  # past its auto-download size: asked
+            mal.wait_for(lambda: file_row(mal, gid, mid)["state"] == "done", timeout=60, what="Mal's copy")
+            took = fetched_in(bob, gid, mid, within)
             row = file_row(bob, gid, mid)
-            print(f"Mal holds all 16 chunks of a 4 MiB file and sends none: Bob's download done in {took:.2f} s "
-                  f"(bound {SILENT_HOLDER_WITHIN:.2f} s), {row['bytes']} of {size} bytes, "
+            print(f"Mal holds all {-(-size // chunk)} chunks of {chunk // 1024} KiB of a {size // 2**20} MiB file and "
+                  f"sends none: Bob's download done in {took:.2f} s (bound {within:.2f} s; a chunk's deadline "
+                  f"{chunk_deadline(chunk):.0f} s), {row['bytes']} of {size} bytes, "
                   f"stalled sources {bob.call('stats').get('file_sources_stalled')}")
-            assert took <= SILENT_HOLDER_WITHIN, f"{row['bytes']} of {size} bytes after {SILENT_HOLDER_WITHIN} s"
+            assert took <= within, f"{row['bytes']} of {size} bytes after {within} s"
         finally:
             for peer in (ann, bob, mal):
                 peer.shutdown()

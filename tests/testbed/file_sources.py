@@ -4,8 +4,9 @@ sources, in virtual time, with no socket, file or thread.
 :class:`FileSim` carries the download's commands out the way :class:`file_transfer.FileService`
 does over TCP: a :class:`~middleware.file_download.Connect` reaches a :class:`SimSource` (or does
 not), which answers HAVE (and the hash list, the first time), then serves each chunk asked at its
-own rate, one after the other; a chunk frame is hashed at once and told back as
-:meth:`Download.checked`; a :class:`~middleware.file_download.Close` ends the connection, dropping
+own rate, one after the other (telling the download its bytes are coming every
+:data:`~middleware.file_transfer.LOW_WATER` bytes, as the socket wakes the service); a chunk
+frame is hashed at once and told back as :meth:`Download.checked`; a :class:`~middleware.file_download.Close` ends the connection, dropping
 what it still had on the way.  The download's timer is ticked at :meth:`Download.deadline`.
 Sources misbehave on request: one never serves (``stall``), one serves garbage (``liar``), one's
 connection breaks after some chunks (``vanish_after``), one is unreachable.
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field
 
 from m2mc.middleware.file_core import CHUNK, INDEX
 from m2mc.middleware.file_download import Ask, Close, Connect, Download, Finish, GiveUp, Timing
-from m2mc.middleware.files import FileOffer, chunk_deadline, leaf_hash, tree_root
+from m2mc.middleware.file_transfer import LOW_WATER
+from m2mc.middleware.files import CHUNK_DEADLINE, FileOffer, chunk_deadline, leaf_hash, tree_root
 
 
 def sample_file(chunks: int, chunk_size: int = 256 * 1024, tail: int = 1000) -> tuple[FileOffer, list[bytes]]:
@@ -64,6 +66,7 @@ class FileSim:
     have: bytearray | None = None
     leaves: list[bytes] | None = None
     waiting: bool = False  # another download waits for a slot
+    silence: float = CHUNK_DEADLINE  # how long a source asked for chunks may send nothing, as the service has it
     now: float = 1000.0
     finished_at: float | None = None
     gave_up_at: float | None = None
@@ -96,7 +99,7 @@ class FileSim:
         """Events in time order until the download finished or gave up, ``stop_when()`` holds, or
         virtual time reaches ``until``."""
         if not self.download.fetching:
-            self.download.begin(self.now, self.have, Timing(chunk_deadline(self.offer.chunk_size), 5.0))
+            self.download.begin(self.now, self.have, Timing(chunk_deadline(self.offer.chunk_size), 5.0, self.silence))
             self._tick()
         while self._events and self.finished_at is None and self.gave_up_at is None:
             when, _, action, args = heapq.heappop(self._events)
@@ -175,7 +178,13 @@ class FileSim:
             length = self.offer.chunk_length(index)
             start = max(self.now + source.latency, source.busy_until)
             source.busy_until = start + length / source.rate
+            for part in range(1, length // LOW_WATER):  # the socket wakes the service as bytes come
+                self.at(start + part * LOW_WATER / source.rate, self._bytes_came, source, conn)
             self.at(source.busy_until, self._chunk_came, source, conn, index)
+
+    def _bytes_came(self, source: SimSource, conn: int) -> None:
+        if conn in self.open:
+            self.download.bytes_came(source.pid, conn, self.now)
 
     def _chunk_came(self, source: SimSource, conn: int, index: int) -> None:
         if conn not in self.open:
