@@ -371,9 +371,10 @@ than four sources share it, each its part (8 sources: 8 MiB each)."""
 
 def window(offer: FileOffer, sources: int = 1) -> int:
     """Chunks asked of one source at most, not yet come and checked, while ``sources`` sources are
-    connected: its :data:`WINDOW_BYTES`, or its share of :data:`DOWNLOAD_WINDOW_BYTES`; at least 4."""
+    connected: its :data:`WINDOW_BYTES`, or its share of :data:`DOWNLOAD_WINDOW_BYTES`; at least 2
+    (one coming while the one before is checked), which 8 sources of 4 MiB chunks fill exactly."""
     share = min(WINDOW_BYTES, DOWNLOAD_WINDOW_BYTES // max(1, sources))
-    return max(4, share // offer.chunk_size)
+    return max(2, share // offer.chunk_size)
 
 
 def asks(plan: ChunkPlan, owed: dict[str, int], limit: int, settling: bool, now: float) -> dict[str, list[int]]:

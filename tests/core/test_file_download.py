@@ -9,7 +9,7 @@ from __future__ import annotations
 from m2mc.middleware import file_core
 from m2mc.middleware.file_core import WINDOW_BYTES
 from m2mc.middleware.file_download import MAX_SOURCES, STALLED_RETRY, Download, Timing
-from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, CHUNK_DEADLINE, MIN_SOURCE_RATE, chunk_deadline
+from m2mc.middleware.files import BAD_CHUNKS_TO_DROP, CHUNK_DEADLINE, MAX_CHUNK, MIN_SOURCE_RATE, chunk_deadline
 from tests.testbed.file_sources import FileSim, SimSource, sample_file
 
 CHUNKS = 2 * WINDOW_BYTES // (256 * 1024)  # two sources' windows of sample_file's chunks: no source holds them all
@@ -178,6 +178,15 @@ def _most_asked(sim: FileSim) -> tuple[int, int]:
     sim.run(stop_when=look)
     assert sim.finished_at is not None and sim.whole()
     return most[0], most[1]
+
+
+def test_a_download_of_the_largest_chunks_from_the_most_sources_holds_at_most_its_window() -> None:
+    """8 sources of 4 MiB chunks (a file of 1 GiB and more) ask at most the download's 64 MiB
+    together; one source alone still has its whole 16 MiB."""
+    offer, _ = sample_file(2, chunk_size=MAX_CHUNK, tail=MAX_CHUNK)
+    assert offer.chunk_size == MAX_CHUNK == 4 * 2**20
+    assert MAX_SOURCES * file_core.window(offer, MAX_SOURCES) * MAX_CHUNK <= file_core.DOWNLOAD_WINDOW_BYTES
+    assert file_core.window(offer, 1) * MAX_CHUNK == WINDOW_BYTES
 
 
 def test_many_sources_share_the_download_s_window_and_few_have_their_own(monkeypatch) -> None:
