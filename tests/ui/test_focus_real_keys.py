@@ -268,6 +268,19 @@ def test_the_topic_takes_keys_only_when_chosen_and_a_stray_enter_or_a_click_away
     keys(qtbot, "Return")
     qtbot.waitUntil(lambda: lunch.shown_topic == "Lunch plans", timeout=3000)
     assert calls == ["Lunch plans"] and window.conversation.compose.hasFocus()
+    # Clicked, typed, Escape: put back, nothing sent; the keys go back to the compose box.
+    click(qtbot, window.conversation.topic_edit)
+    qtbot.waitUntil(window.conversation.topic_edit.hasFocus)
+    type_text(qtbot, " and more")
+    qtbot.waitUntil(lambda: "and more" in window.conversation.topic_edit.text())  # where the click put the cursor
+    keys(qtbot, "Escape")
+    qtbot.waitUntil(window.conversation.compose.hasFocus)
+    assert window.conversation.topic_edit.text() == lunch.shown_topic == "Lunch plans" and calls == ["Lunch plans"]
+    type_text(qtbot, "after escape")
+    save_screenshot(window, "topic-escape-then-typing.png")
+    keys(qtbot, "Return")
+    qtbot.waitUntil(lambda: "after escape" in sent_texts(backend, lunch.gid), timeout=3000)
+    assert calls == ["Lunch plans"] and lunch.shown_topic == "Lunch plans"
 
 
 def test_a_thousand_typed_characters_under_load_arrive_whole_in_the_conversation_on_show(qtbot, window, backend):
