@@ -101,6 +101,7 @@ class NetworkFollower:
         self.interface, self.address = interface, address
         self._moving = None
         self._present = True
+        self._last_tick = now  # a sleep before the first look is a gap from here
         if usable:
             self._set(CONNECTED, "")
         else:

@@ -147,6 +147,12 @@ def test_a_gap_in_the_looks_is_a_sleep_and_resyncs():
     assert states(follower) == []
 
 
+def test_a_sleep_before_the_first_look_is_a_gap_from_the_bind():
+    follower = started()  # bound at 0.0
+    assert follower.observe([lan()], 3 * SLEEP_GAP) == [Resync("woke")]
+    assert follower.observe([lan()], 3 * SLEEP_GAP + 0.5) == []
+
+
 def test_a_failed_move_is_offline_with_its_reason_and_is_tried_again():
     follower = started()
     moved = [lan(address="192.168.1.77")]
