@@ -352,6 +352,16 @@ kinds.implement(kinds.FILE_OFFER, parse=parse_offer_payload, indexed=_offer_inde
 # -- the chunk plan ----------------------------------------------------------------------
 
 
+def _count(counts: dict[str, int], key: str, change: int) -> int:
+    """``counts[key]`` changed by ``change``, the key gone once nothing is left; what is left."""
+    left = counts.get(key, 0) + change
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
+    return max(0, left)
+
+
 class ChunkPlan:
     """Which chunks one download still needs, which source has which, and what to ask whom.
 
@@ -430,12 +440,8 @@ class ChunkPlan:
         if pid is None:
             return
         if not came:
-            self._count_awaited(pid, -1)
-        left = self._owed.get(pid, 0) - 1
-        if left > 0:
-            self._owed[pid] = left
-        else:
-            self._owed.pop(pid, None)
+            _count(self._awaited, pid, -1)
+        if not _count(self._owed, pid, -1):
             self._due.pop(pid, None)
             self._heard.pop(pid, None)
 
@@ -456,14 +462,7 @@ class ChunkPlan:
         pid = self.inflight.get(index)
         if pid is not None and index not in self.checking:
             self.checking.add(index)
-            self._count_awaited(pid, -1)
-
-    def _count_awaited(self, pid: str, change: int) -> None:
-        left = self._awaited.get(pid, 0) + change
-        if left > 0:
-            self._awaited[pid] = left
-        else:
-            self._awaited.pop(pid, None)
+            _count(self._awaited, pid, -1)
 
     def stalled(self, now: float) -> list[str]:
         """The sources whose oldest chunk asked is overdue, or that have been silent too long while
@@ -475,7 +474,7 @@ class ChunkPlan:
         """When the next source's chunk falls due, or its silence runs out, if any is asked."""
         dues = list(self._due.values())
         if self.silence < math.inf:
-            dues += [self._heard[pid] + self.silence for pid in self._awaited if pid in self._heard]
+            dues += [self._heard[pid] + self.silence for pid in self._awaited]  # each owes: it has a _heard
         return min(dues, default=None)
 
     def source_lacks(self, pid: str, index: int) -> bool:
@@ -553,8 +552,8 @@ class ChunkPlan:
                 self._due[pid] = now + self.deadline
             if pid not in self._awaited:  # nothing was awaited of it: its silence counts from now
                 self._heard[pid] = now
-            self._count_awaited(pid, len(picked))
-            self._owed[pid] = self._owed.get(pid, 0) + len(picked)
+            _count(self._awaited, pid, len(picked))
+            _count(self._owed, pid, len(picked))
         return picked
 
     def _askable(self, pid: str, own: bytearray, index: int, others: list[tuple[str, bytearray]],

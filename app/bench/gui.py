@@ -195,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
           f"event-loop stall max {worst} ms, p99 {p99} ms (target < 100 ms); "
           f"GUI-thread CPU in one gap max {worst_busy} ms; load average {os.getloadavg()[0]:.1f}")
     allowed = args.rate * (THREAD_LIST_REFRESH_MS + 100) // 1000
-    if os.environ.get("BENCH_DEBUG"):
-        print("  threads view lags:", [behind for behind, _rows in samples])
     lags = [behind for behind, _rows in samples]
+    if os.environ.get("BENCH_DEBUG"):
+        print("  threads view lags:", lags)
     live = bool(samples) and all(behind is not None and behind <= allowed for behind in lags)
     known_lags = [behind for behind in lags if behind is not None]
     worst_lag = "over 5,000" if None in lags else f"{max(known_lags, default=0):,}"
